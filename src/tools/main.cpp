@@ -1,0 +1,54 @@
+// `dsinfer <subcommand> [flags]`: the one executable. Subcommands register themselves
+// (command.h); this file only dispatches and turns escaped exceptions into clean errors.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+#include "tools/command.h"
+
+namespace ds::tools {
+std::map<std::string, CommandInfo>& CommandRegistry() {
+  static std::map<std::string, CommandInfo> registry;
+  return registry;
+}
+}  // namespace ds::tools
+
+namespace {
+void PrintUsage(FILE* out) {
+  std::fprintf(out, "dsinfer: inference engine for DeepSeek-V3/R1-family models\n\n");
+  std::fprintf(out, "usage: dsinfer <command> [flags]   (dsinfer <command> --help for flags)\n\ncommands:\n");
+  for (const auto& [name, info] : ds::tools::CommandRegistry())
+    std::fprintf(out, "  %-12s %s\n", name.c_str(), info.help.c_str());
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    PrintUsage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  auto& reg = ds::tools::CommandRegistry();
+  auto it = reg.find(argv[1]);
+  if (it == reg.end()) {
+    std::fprintf(stderr, "dsinfer: unknown command '%s'\n\n", argv[1]);
+    PrintUsage(stderr);
+    return 2;
+  }
+  std::string name = std::string("dsinfer ") + argv[1];
+  std::vector<char*> sub_argv;
+  sub_argv.push_back(name.data());
+  for (int i = 2; i < argc; ++i) sub_argv.push_back(argv[i]);
+  try {
+    return it->second.fn(static_cast<int>(sub_argv.size()), sub_argv.data());
+  } catch (const ds::CheckError& e) {
+    std::fprintf(stderr, "dsinfer: internal error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dsinfer: error: %s\n", e.what());
+    return 1;
+  }
+}
