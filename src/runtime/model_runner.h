@@ -1,0 +1,54 @@
+// The interface between the engine (scheduler, KV block manager, server) and a backend's
+// model execution. One Forward() call runs one step over a flat batch of new tokens from
+// several sequences (prefill chunks and decode tokens mixed), reading and writing the
+// paged latent KV cache that the runner owns.
+//
+// Paged latent cache (DeepSeek-V2 paper section 2.1; SYSTEM.md section 1): per layer,
+// [num_blocks, kBlockSize, kv_lora_rank + qk_rope_head_dim] values; a sequence's token at
+// position p lives in block block_table[p / kBlockSize], slot p % kBlockSize. Block ids are
+// handed out by the engine's block manager; the runner never allocates blocks itself.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "model/config.h"
+
+namespace ds {
+
+inline constexpr int kBlockSize = 64;  // tokens per KV block (page)
+
+// One step's work. T = total new tokens, S = sequences.
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;     // [T] new tokens, sequences concatenated
+  std::vector<int32_t> positions;     // [T] absolute position of each new token
+  std::vector<int32_t> query_start;   // [S + 1] offsets into token_ids
+  std::vector<int32_t> context_lens;  // [S] tokens in cache after this step (cached + new)
+  std::vector<int32_t> block_tables;  // [S, max_blocks] row-major, unused entries -1
+  int32_t max_blocks = 0;
+  // Token indices (into token_ids) whose logits are returned, in this order; usually the
+  // last new token of each sequence that samples this step.
+  std::vector<int32_t> logits_indices;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }
+  // Checks shapes and ranges against a cache of `num_blocks` blocks; clear error on misuse.
+  Status Validate(int num_blocks) const;
+};
+
+struct ForwardOutput {
+  std::vector<float> logits;  // [logits_indices.size(), vocab_size], fp32 on the host
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const ModelConfig& config() const = 0;
+  // Number of KV blocks in the cache pool (fixed at construction).
+  virtual int num_kv_blocks() const = 0;
+  // Runs one step. Writes the new tokens' latent vectors into the cache.
+  virtual Status Forward(const ForwardBatch& batch, ForwardOutput* out) = 0;
+};
+
+}  // namespace ds
