@@ -143,6 +143,7 @@ def main():
     p.add_argument("--log", default="")
     p.add_argument("--max-seconds", type=float, default=300, help="exit after this long")
     ARGS = p.parse_args()
+    ThreadingHTTPServer.request_queue_size = 1024  # listen backlog: many simultaneous connects
     srv = ThreadingHTTPServer(("127.0.0.1", ARGS.port), Handler)
     srv.daemon_threads = True
     print("PORT %d" % srv.server_address[1], flush=True)
