@@ -25,7 +25,9 @@ void MlaDecodeAttention(const MlaDecodeParams& p) {
     DS_CHECK((p.context_lens[s] + p.block_size - 1) / p.block_size <= p.max_blocks)
         << "block table too short";
   }
-#pragma omp parallel
+  int64_t work = 0;
+  for (int64_t t = 0; t < T; ++t) work += (pos_of[t] + 1) * H * (L + p.kv_lora);
+#pragma omp parallel if (work > (1 << 18))
   {
     std::vector<float> s;
     std::vector<double> acc(p.kv_lora);

@@ -12,7 +12,9 @@ void MlaPrefillAttention(const MlaPrefillParams& p) {
   DS_CHECK(p.q_pos0 + p.nq <= p.nk) << "queries reach past the keys: q_pos0=" << p.q_pos0
                                     << " nq=" << p.nq << " nk=" << p.nk;
   const int64_t H = p.heads;
-#pragma omp parallel
+  // Parallel only when there is enough work to pay for the threads.
+  const bool par = p.nq * H * (p.q_pos0 + p.nq) * (p.dqk + p.dv) > (1 << 18);
+#pragma omp parallel if (par)
   {
     std::vector<float> s(p.nk);
     std::vector<double> acc(p.dv);
