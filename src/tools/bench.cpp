@@ -13,7 +13,8 @@ void Usage(FILE* out) {
                "usage: dsinfer bench <mode> [flags]   (dsinfer bench <mode> --help)\n\n"
                "modes:\n"
                "  serve       load-test an OpenAI-compatible server (dsinfer, vLLM, SGLang)\n"
-               "  one-batch   time prefill and decode steps of a fixed batch, beside the roofline\n");
+               "  one-batch   time prefill and decode steps of a fixed batch, beside the roofline\n"
+               "  roofline    roofline time of prefill / decode steps from a config (no model run)\n");
 }
 
 int RunBench(int argc, char** argv) {
@@ -29,10 +30,11 @@ int RunBench(int argc, char** argv) {
   int sub_argc = static_cast<int>(sub.size());
   if (mode == "serve") return ds::tools::RunBenchServe(sub_argc, sub.data());
   if (mode == "one-batch") return ds::tools::RunBenchOneBatch(sub_argc, sub.data());
+  if (mode == "roofline") return ds::tools::RunBenchRoofline(sub_argc, sub.data());
   std::fprintf(stderr, "dsinfer bench: unknown mode '%s'\n\n", mode.c_str());
   Usage(stderr);
   return 2;
 }
 }  // namespace
 
-DS_REGISTER_COMMAND(bench, "benchmarks: serve (HTTP load test), one-batch (step times vs roofline)", RunBench);
+DS_REGISTER_COMMAND(bench, "benchmarks: serve (HTTP load test), one-batch (step times vs roofline), roofline", RunBench);

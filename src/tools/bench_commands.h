@@ -4,4 +4,5 @@
 namespace ds::tools {
 int RunBenchServe(int argc, char** argv);     // bench_serve.cpp
 int RunBenchOneBatch(int argc, char** argv);  // bench_one_batch.cpp
+int RunBenchRoofline(int argc, char** argv);  // bench_one_batch.cpp
 }  // namespace ds::tools

@@ -1,11 +1,368 @@
-// `dsinfer bench one-batch`: placeholder until the runner lands (see below).
-#include <cstdio>
+// `dsinfer bench one-batch`: a fixed batch (B sequences x L prompt tokens x O output tokens)
+// straight through a ModelRunner, no server: one prefill forward over all B*L tokens, then
+// O-1 decode steps of B tokens (greedy). Prints prefill latency and each decode step's time
+// beside its roofline time (bench/roofline.h). `dsinfer bench roofline` prints the roofline
+// alone (no model run).
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench/dataset.h"
+#include "bench/dummy_checkpoint.h"
+#include "bench/hw_measure.h"
+#include "bench/metrics.h"
+#include "bench/roofline.h"
+#include "model/config.h"
+#include "model/mla.h"
+#include "runtime/cpu_runner.h"
 #include "tools/bench_commands.h"
 
 namespace ds::tools {
-int RunBenchOneBatch(int, char**) {
-  std::fprintf(stderr, "dsinfer bench one-batch: not built yet\n");
-  return 1;
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+int Fail(const char* who, int code, const std::string& msg) {
+  std::fprintf(stderr, "dsinfer bench %s: %s\n", who, msg.c_str());
+  return code;
 }
+
+StatusOr<nlohmann::json> ReadConfigJson(const std::string& model) {
+  fs::path p = fs::is_directory(model) ? fs::path(model) / "config.json" : fs::path(model);
+  std::ifstream f(p);
+  if (!f) return NotFound("cannot open " + p.string());
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument(p.string() + ": not a JSON object");
+  return j;
+}
+
+// Removes a temporary directory on scope exit.
+struct TempDir {
+  std::string path;
+  ~TempDir() {
+    if (!path.empty()) {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  }
+};
+
+std::string HumanBytes(double b) {
+  char buf[32];
+  if (b >= 1e9) std::snprintf(buf, sizeof(buf), "%.2f GB", b / 1e9);
+  else std::snprintf(buf, sizeof(buf), "%.2f MB", b / 1e6);
+  return buf;
+}
+
+struct HwFlags {
+  double mem_bw_gbps = 0, flops_tflops = 0;
+};
+
+// Fills missing rates: measured on the CPU; on CUDA they must be given (for now).
+Status ResolveHardware(const std::string& device, HwFlags* hw, std::string* source) {
+  *source = "given";
+  if (device == "cpu") {
+    if (hw->mem_bw_gbps <= 0) {
+      hw->mem_bw_gbps = bench::MeasureCpuReadBandwidthGBps();
+      *source = "measured";
+    }
+    if (hw->flops_tflops <= 0) {
+      hw->flops_tflops = bench::MeasureCpuSgemmTflops();
+      *source = "measured";
+    }
+    return Status::Ok();
+  }
+  if (hw->mem_bw_gbps <= 0 || hw->flops_tflops <= 0)
+    return InvalidArgument("--device cuda: pass --mem-bw-gbps and --flops-tflops (measured rates of the GPU)");
+  return Status::Ok();
+}
+
+void AddRooflineFlags(CLI::App& app, HwFlags* hw) {
+  app.add_option("--mem-bw-gbps", hw->mem_bw_gbps, "memory bandwidth for the roofline, GB/s (cpu default: measured)");
+  app.add_option("--flops-tflops", hw->flops_tflops, "GEMM rate for the roofline, TFLOP/s (cpu default: measured)");
+}
+
+void PrintCostLine(const char* what, const bench::StepCost& c, const bench::RooflineTime& t) {
+  std::printf("  %-8s weights %s, KV %s, %.4g GFLOP -> roofline %.3f ms (memory %.3f, compute %.3f; %s-bound)\n",
+              what, HumanBytes(c.weight_bytes()).c_str(), HumanBytes(c.kv_bytes()).c_str(), c.total_flops() / 1e9,
+              t.ms(), t.memory_ms, t.compute_ms, t.bound());
+}
+
+int RunOneBatch(int argc, char** argv) {
+  CLI::App app{"Time prefill and decode steps of a fixed batch through a ModelRunner, beside the roofline",
+               "dsinfer bench one-batch"};
+  std::string model, load_format = "auto", device = "cpu", mla = "auto", output_file;
+  int num_layers = 0, batch = 1, input_len = 128, output_len = 16, print_steps = 16;
+  uint64_t seed = 0;
+  HwFlags hw;
+  app.add_option("--model", model, "model dir (config.json [+ safetensors])")->required();
+  app.add_option("--load-format", load_format, "auto (checkpoint) | dummy (random weights from the config)")
+      ->check(CLI::IsMember({"auto", "dummy"}))->capture_default_str();
+  app.add_option("--num-layers", num_layers, "truncate to the first N layers");
+  app.add_option("--batch-size", batch, "sequences")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  app.add_option("--input-len", input_len, "prompt tokens per sequence")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--output-len", output_len, "output tokens per sequence (1 from prefill + O-1 decode steps)")
+      ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--device", device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--mla", mla, "auto | naive | absorbed")->check(CLI::IsMember({"auto", "naive", "absorbed"}));
+  app.add_option("--seed", seed, "prompt tokens / dummy weights seed");
+  app.add_option("--print-steps", print_steps, "decode steps printed (evenly spaced; all if O-1 <= this)");
+  app.add_option("--output-file", output_file, "write results as JSON");
+  AddRooflineFlags(app, &hw);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  const char* who = "one-batch";
+  if (device == "cuda") {
+#ifdef DS_WITH_CUDA
+    return Fail(who, 1, "--device cuda: the CUDA model runner is not in this build yet");
+#else
+    return Fail(who, 1, "--device cuda: this build has no CUDA backend (configure with -DDS_CUDA=ON)");
+#endif
+  }
+  auto cj = ReadConfigJson(model);
+  if (!cj.ok()) return Fail(who, 1, cj.status().ToString());
+
+  // The directory the runner loads: the checkpoint, or a temporary one (dummy weights, or a
+  // truncated config beside links to the checkpoint's files).
+  TempDir tmp;
+  std::string load_dir = fs::is_directory(model) ? model : fs::path(model).parent_path().string();
+  if (load_format == "dummy" || num_layers > 0) {
+    std::string templ = (fs::temp_directory_path() / "dsinfer_one_batch_XXXXXX").string();
+    if (!mkdtemp(templ.data())) return Fail(who, 1, "cannot create a temporary directory");
+    tmp.path = templ;
+    if (load_format == "dummy") {
+      std::fprintf(stderr, "one-batch: writing dummy BF16 weights to %s\n", tmp.path.c_str());
+      Status st = bench::WriteDummyCheckpoint(*cj, num_layers, tmp.path, seed);
+      if (!st.ok()) return Fail(who, 1, st.ToString());
+    } else {
+      nlohmann::json t = *cj;
+      t["num_hidden_layers"] = num_layers;
+      std::ofstream(tmp.path + "/config.json") << t.dump(2);
+      for (const auto& e : fs::directory_iterator(load_dir)) {
+        std::string n = e.path().filename().string();
+        if (n.find(".safetensors") != std::string::npos)
+          fs::create_symlink(fs::absolute(e.path()), fs::path(tmp.path) / n);
+      }
+    }
+    load_dir = tmp.path;
+  }
+  auto cfg_or = LoadModelConfig(load_dir);
+  if (!cfg_or.ok()) return Fail(who, 1, cfg_or.status().ToString());
+  const ModelConfig cfg = *cfg_or;
+
+  const int total_len = input_len + output_len;
+  const int blocks_per_seq = (total_len + kBlockSize - 1) / kBlockSize;
+  CpuRunnerOptions ro;
+  ro.num_kv_blocks = blocks_per_seq * batch;
+  ParseMlaMode(mla, &ro.mla_mode);
+  auto t_load = Clock::now();
+  auto runner_or = CpuModelRunner::Create(load_dir, ro);
+  if (!runner_or.ok()) return Fail(who, 1, runner_or.status().ToString());
+  auto runner = std::move(runner_or).value();
+  std::fprintf(stderr, "one-batch: loaded %d layers in %.1f s\n", cfg.num_hidden_layers, Ms(t_load, Clock::now()) / 1e3);
+
+  std::string hw_source;
+  Status hs = ResolveHardware(device, &hw, &hw_source);
+  if (!hs.ok()) return Fail(who, 2, hs.ToString());
+  const bench::Hardware hwr{hw.mem_bw_gbps, hw.flops_tflops};
+  const bench::RooflineDtypes dt = bench::DtypesFor(cfg, device == "cuda");
+
+  // Batch layout: sequence s owns blocks [s * blocks_per_seq, (s+1) * blocks_per_seq).
+  ForwardBatch b;
+  b.max_blocks = blocks_per_seq;
+  for (int s = 0; s < batch; ++s)
+    for (int k = 0; k < blocks_per_seq; ++k) b.block_tables.push_back(s * blocks_per_seq + k);
+  bench::TokenRange range = bench::DefaultTokenRange(cfg.vocab_size);
+  std::mt19937_64 rng(seed);
+  b.query_start.push_back(0);
+  for (int s = 0; s < batch; ++s) {
+    for (int i = 0; i < input_len; ++i) {
+      b.token_ids.push_back(range.lo + static_cast<int32_t>(rng() % (range.hi - range.lo)));
+      b.positions.push_back(i);
+    }
+    b.query_start.push_back(b.num_tokens());
+    b.context_lens.push_back(input_len);
+    b.logits_indices.push_back(b.num_tokens() - 1);
+  }
+  const int64_t V = cfg.vocab_size;
+  auto argmax_rows = [&](const ForwardOutput& out, std::vector<int32_t>* next) {
+    next->resize(batch);
+    for (int s = 0; s < batch; ++s) {
+      const float* row = out.logits.data() + static_cast<int64_t>(s) * V;
+      (*next)[s] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    }
+  };
+
+  ForwardOutput out;
+  auto t0 = Clock::now();
+  Status st = runner->Forward(b, &out);
+  double prefill_ms = Ms(t0, Clock::now());
+  if (!st.ok()) return Fail(who, 1, "prefill: " + st.ToString());
+  std::vector<int32_t> next;
+  argmax_rows(out, &next);
+  auto prefill_cost = bench::EstimateStep(cfg, bench::PrefillShape(batch, input_len), dt);
+  auto prefill_rl = bench::RooflineTimeOf(prefill_cost, hwr);
+
+  // Decode steps.
+  std::vector<double> step_ms, step_rl_ms;
+  std::vector<int> step_ctx;
+  b.query_start.resize(batch + 1);
+  b.logits_indices.resize(batch);
+  for (int step = 1; step < output_len; ++step) {
+    const int ctx = input_len + step;  // tokens in cache after this step
+    b.token_ids = next;
+    b.positions.assign(batch, ctx - 1);
+    for (int s = 0; s <= batch; ++s) b.query_start[s] = s;
+    b.context_lens.assign(batch, ctx);
+    for (int s = 0; s < batch; ++s) b.logits_indices[s] = s;
+    auto ts = Clock::now();
+    st = runner->Forward(b, &out);
+    double ms = Ms(ts, Clock::now());
+    if (!st.ok()) return Fail(who, 1, "decode step " + std::to_string(step) + ": " + st.ToString());
+    argmax_rows(out, &next);
+    auto rl = bench::RooflineTimeOf(bench::EstimateStep(cfg, bench::DecodeShape(batch, ctx), dt), hwr);
+    step_ms.push_back(ms);
+    step_rl_ms.push_back(rl.ms());
+    step_ctx.push_back(ctx);
+  }
+
+  // Report.
+  std::printf("================ One-batch benchmark ================\n");
+  std::printf("model %s (%s), %d layers, device %s, weights %s, MLA %s\n", model.c_str(), cfg.model_type.c_str(),
+              cfg.num_hidden_layers, device.c_str(), load_format.c_str(), mla.c_str());
+  std::printf("batch %d x input %d x output %d\n", batch, input_len, output_len);
+  std::printf("roofline rates (%s): memory %.1f GB/s, GEMM %.3f TFLOP/s; bytes/elem: linear %.0f, other %.0f, KV %.0f\n",
+              hw_source.c_str(), hw.mem_bw_gbps, hw.flops_tflops, dt.linear_bytes, dt.other_bytes, dt.kv_bytes);
+  std::printf("prefill: %.3f ms (%.1f tok/s), roofline %.3f ms, ratio %.2fx\n", prefill_ms,
+              batch * input_len / (prefill_ms / 1e3), prefill_rl.ms(), prefill_ms / std::max(1e-12, prefill_rl.ms()));
+  PrintCostLine("prefill", prefill_cost, prefill_rl);
+  const int nsteps = static_cast<int>(step_ms.size());
+  double med = 0, rl_med = 0;
+  if (nsteps > 0) {
+    auto mid_cost = bench::EstimateStep(cfg, bench::DecodeShape(batch, step_ctx[nsteps / 2]), dt);
+    PrintCostLine("decode", mid_cost, bench::RooflineTimeOf(mid_cost, hwr));
+    std::printf("  (decode at context %d; %.1f experts touched per MoE layer)\n", step_ctx[nsteps / 2],
+                mid_cost.experts_touched_per_moe_layer);
+    std::printf("%8s %8s %12s %14s %8s\n", "step", "context", "time_ms", "roofline_ms", "ratio");
+    int every = std::max(1, (nsteps + print_steps - 1) / std::max(1, print_steps));
+    for (int i = 0; i < nsteps; ++i) {
+      if (i % every != 0 && i != nsteps - 1) continue;
+      std::printf("%8d %8d %12.3f %14.3f %8.2f\n", i + 1, step_ctx[i], step_ms[i], step_rl_ms[i],
+                  step_ms[i] / std::max(1e-12, step_rl_ms[i]));
+    }
+    med = bench::Percentile(step_ms, 50);
+    rl_med = bench::Percentile(step_rl_ms, 50);
+    std::printf("decode: median step %.3f ms (mean %.3f, p90 %.3f), roofline %.3f ms, ratio %.2fx; %.1f output tok/s\n",
+                med, bench::Summarize(step_ms).mean, bench::Percentile(step_ms, 90), rl_med,
+                med / std::max(1e-12, rl_med), batch / (med / 1e3));
+  }
+  std::printf("=====================================================\n");
+  if (!output_file.empty()) {
+    nlohmann::json j;
+    j["model"] = model;
+    j["model_type"] = cfg.model_type;
+    j["layers"] = cfg.num_hidden_layers;
+    j["dtype"] = device == "cuda" ? (cfg.quant.fp8 ? "fp8" : "bf16") : "fp32";
+    j["device"] = device;
+    j["load_format"] = load_format;
+    j["batch_size"] = batch;
+    j["input_len"] = input_len;
+    j["output_len"] = output_len;
+    j["mem_bw_gbps"] = hw.mem_bw_gbps;
+    j["flops_tflops"] = hw.flops_tflops;
+    j["rates_source"] = hw_source;
+    j["prefill_ms"] = prefill_ms;
+    j["prefill_roofline_ms"] = prefill_rl.ms();
+    j["prefill_cost"] = bench::StepCostToJson(prefill_cost, prefill_rl);
+    j["step_ms"] = med;
+    j["roofline_step_ms"] = rl_med;
+    j["decode_step_ms_mean"] = bench::Summarize(step_ms).mean;
+    j["steps"] = nlohmann::json::array();
+    for (int i = 0; i < nsteps; ++i)
+      j["steps"].push_back({{"context", step_ctx[i]}, {"ms", step_ms[i]}, {"roofline_ms", step_rl_ms[i]}});
+    std::ofstream f(output_file);
+    if (!f) return Fail(who, 1, "cannot write " + output_file);
+    f << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+// `dsinfer bench roofline`: the roofline of a prefill and of decode steps, from the config only.
+int RunRoofline(int argc, char** argv) {
+  CLI::App app{"Roofline time of prefill and decode steps, from a model config (no model run)",
+               "dsinfer bench roofline"};
+  std::string model, device = "cuda", output_file;
+  int num_layers = 0, batch = 1, input_len = 1024, output_len = 256;
+  HwFlags hw;
+  app.add_option("--model", model, "model dir or config.json")->required();
+  app.add_option("--num-layers", num_layers, "truncate to the first N layers");
+  app.add_option("--batch-size", batch, "sequences")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--input-len", input_len, "prompt tokens")->capture_default_str();
+  app.add_option("--output-len", output_len, "output tokens")->capture_default_str();
+  app.add_option("--device", device, "dtypes: cuda (bf16/fp8 per config) | cpu (fp32)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--output-file", output_file, "write results as JSON");
+  AddRooflineFlags(app, &hw);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  auto cj = ReadConfigJson(model);
+  if (!cj.ok()) return Fail("roofline", 1, cj.status().ToString());
+  if (num_layers > 0) (*cj)["num_hidden_layers"] = num_layers;
+  auto cfg = ParseModelConfig(*cj);
+  if (!cfg.ok()) return Fail("roofline", 1, cfg.status().ToString());
+  std::string source;
+  Status hs = ResolveHardware(device, &hw, &source);
+  if (!hs.ok()) return Fail("roofline", 2, hs.ToString());
+  const bench::Hardware hwr{hw.mem_bw_gbps, hw.flops_tflops};
+  auto dt = bench::DtypesFor(*cfg, device == "cuda");
+  auto pc = bench::EstimateStep(*cfg, bench::PrefillShape(batch, input_len), dt);
+  auto pt = bench::RooflineTimeOf(pc, hwr);
+  // Decode at the mean context over the output (input + O/2): the mean step of the run.
+  int mid = input_len + std::max(1, output_len / 2);
+  auto dc = bench::EstimateStep(*cfg, bench::DecodeShape(batch, mid), dt);
+  auto dtm = bench::RooflineTimeOf(dc, hwr);
+  std::printf("roofline: %s, %d layers, batch %d, input %d, output %d (rates %s: %.1f GB/s, %.1f TFLOP/s)\n",
+              model.c_str(), cfg->num_hidden_layers, batch, input_len, output_len, source.c_str(), hw.mem_bw_gbps,
+              hw.flops_tflops);
+  PrintCostLine("prefill", pc, pt);
+  PrintCostLine("decode", dc, dtm);
+  std::printf("  decode at context %d: %.1f experts touched per MoE layer; %.1f output tok/s at the roofline\n", mid,
+              dc.experts_touched_per_moe_layer, batch / (dtm.ms() / 1e3));
+  if (!output_file.empty()) {
+    nlohmann::json j = {{"model", model}, {"layers", cfg->num_hidden_layers}, {"batch_size", batch},
+                        {"input_len", input_len}, {"output_len", output_len}, {"decode_context", mid},
+                        {"mem_bw_gbps", hw.mem_bw_gbps}, {"flops_tflops", hw.flops_tflops},
+                        {"prefill", bench::StepCostToJson(pc, pt)}, {"decode", bench::StepCostToJson(dc, dtm)},
+                        {"roofline_step_ms", dtm.ms()}, {"prefill_roofline_ms", pt.ms()}};
+    std::ofstream f(output_file);
+    if (!f) return Fail("roofline", 1, "cannot write " + output_file);
+    f << j.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int RunBenchOneBatch(int argc, char** argv) { return RunOneBatch(argc, argv); }
+int RunBenchRoofline(int argc, char** argv) { return RunRoofline(argc, argv); }
+
 }  // namespace ds::tools
