@@ -1,0 +1,97 @@
+// bench/e2e_records.py and bench/plot_e2e.py (Python stdlib) on synthetic sweep outputs.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path RepoRoot() { return fs::path(DS_TEST_DATA_DIR).parent_path().parent_path(); }
+
+int Sh(const std::string& cmd, std::string* out) {
+  FILE* p = popen(("timeout 60 " + cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, k);
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void WriteJson(const fs::path& p, const nlohmann::json& j) { std::ofstream(p) << j.dump(); }
+
+TEST(BenchScripts, RecordsAndPlots) {
+  if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  fs::path dir = fs::temp_directory_path() / ("dsinfer_scripts_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "raw");
+  // Two concurrency points for one model; one-batch only for c=1.
+  for (int c : {1, 8}) {
+    WriteJson(dir / "raw" / ("serve_m_in1024_c" + std::to_string(c) + ".json"),
+              {{"model_name", "m"}, {"layers", 27}, {"dtype", "bf16"}, {"output_len", 256},
+               {"output_throughput_per_gpu", 100.0 * c}, {"median_ttft_ms", 50.0 + c},
+               {"median_tpot_ms", 10.0 + c}, {"date", "2026-01-01T00:00:00Z"}, {"failed", 0}});
+    WriteJson(dir / "raw" / ("roofline_m_in1024_b" + std::to_string(c) + ".json"), {{"roofline_step_ms", 5.0 + c}});
+  }
+  WriteJson(dir / "raw" / "onebatch_m_in1024_b1.json", {{"step_ms", 7.5}});
+  WriteJson(dir / "hf.json", {{"batch_size", 1}, {"input_len", 1024}, {"step_ms", 40.0}, {"decode_tok_s", 25.0}});
+  std::string out;
+  fs::path root = RepoRoot();
+  ASSERT_EQ(Sh("python3 " + (root / "bench/e2e_records.py").string() + " --raw " + (dir / "raw").string() +
+                   " --out " + (dir / "e2e.json").string() + " --gpu H200 --commit abc",
+               &out),
+            0)
+      << out;
+  std::ifstream f(dir / "e2e.json");
+  auto recs = nlohmann::json::parse(f);
+  ASSERT_EQ(recs.size(), 2u);
+  const std::vector<std::string> keys = {"model", "layers", "dtype", "concurrency", "input_len", "output_len",
+                                         "output_tok_s_per_gpu", "ttft_ms_median", "tpot_ms_median", "step_ms",
+                                         "roofline_step_ms", "gpu", "commit", "date"};
+  for (const auto& r : recs) {
+    EXPECT_EQ(r.size(), keys.size());
+    for (const auto& k : keys) EXPECT_TRUE(r.contains(k)) << k;
+  }
+  EXPECT_EQ(recs[0]["concurrency"], 1);
+  EXPECT_EQ(recs[0]["step_ms"], 7.5);
+  EXPECT_EQ(recs[0]["roofline_step_ms"], 6.0);
+  EXPECT_EQ(recs[0]["gpu"], "H200");
+  EXPECT_TRUE(recs[1]["step_ms"].is_null());  // no one-batch run at c=8
+  EXPECT_EQ(recs[1]["output_tok_s_per_gpu"], 800.0);
+
+  out.clear();
+  ASSERT_EQ(Sh("python3 " + (root / "bench/plot_e2e.py").string() + " " + (dir / "e2e.json").string() +
+                   " --baseline " + (dir / "hf.json").string(),
+               &out),
+            0)
+      << out;
+  for (const char* svg : {"throughput_vs_concurrency.svg", "pareto.svg"}) {
+    ASSERT_TRUE(fs::exists(dir / svg)) << svg;
+    out.clear();
+    // Well-formed XML with data points drawn.
+    EXPECT_EQ(Sh("python3 -c \"import sys,xml.etree.ElementTree as E; t=E.parse(sys.argv[1]); "
+                 "n=sum(1 for e in t.iter() if e.tag.endswith('circle')); sys.exit(0 if n>=2 else 3)\" " +
+                     (dir / svg).string(),
+                 &out),
+              0)
+        << svg << " " << out;
+  }
+  // The Pareto frontier helper.
+  out.clear();
+  EXPECT_EQ(Sh("python3 -c \"import sys; sys.path.insert(0, sys.argv[1]); import plot_e2e as p; "
+               "f=p.pareto_frontier([(1,10),(2,8),(1.5,5),(3,1),(0.5,9)]); "
+               "sys.exit(0 if f==[(1,10),(2,8),(3,1)] else 4)\" " + (root / "bench").string(),
+               &out),
+            0)
+      << out;
+  fs::remove_all(dir);
+}
+
+}  // namespace
