@@ -91,6 +91,22 @@ std::vector<BenchRequest> MakeRandomRequests(int n, int input_len, int output_le
   return reqs;
 }
 
+std::string FitTextPrompt(const TextCodec& codec, std::vector<int32_t> ids, int target_len, int* actual_len) {
+  std::string text = codec.Decode(ids);
+  std::vector<int32_t> enc = codec.Encode(text);
+  for (int round = 0; round < 4 && static_cast<int>(enc.size()) != target_len && !enc.empty(); ++round) {
+    if (static_cast<int>(enc.size()) > target_len) {
+      enc.resize(target_len);
+    } else {  // extend with the original ids again (cyclically)
+      for (size_t i = 0; static_cast<int>(enc.size()) < target_len; ++i) enc.push_back(ids[i % ids.size()]);
+    }
+    text = codec.Decode(enc);
+    enc = codec.Encode(text);
+  }
+  *actual_len = static_cast<int>(enc.size());
+  return text;
+}
+
 namespace {
 
 Status ReadFile(const std::string& path, std::string* out) {

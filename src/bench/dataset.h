@@ -64,6 +64,12 @@ std::vector<int32_t> MaterializePrompt(const BenchRequest& r, TokenRange range, 
 std::vector<BenchRequest> MakeRandomRequests(int n, int input_len, int output_len,
                                              double range_ratio, TokenRange range, uint64_t seed);
 
+// Text for a synthetic token prompt whose re-encoding has about target_len tokens: decode
+// `ids`, re-encode, and trim (or extend with the ids' own continuation) to target_len, up to
+// 4 rounds (decode/encode are not exact inverses at token seams). Returns the text; the
+// final token count goes to *actual_len.
+std::string FitTextPrompt(const TextCodec& codec, std::vector<int32_t> ids, int target_len, int* actual_len);
+
 struct ShareGptOptions {
   int num_requests = 0;         // take this many after the seeded shuffle (0 = all)
   int fixed_output_len = 0;     // > 0: ask for this many tokens instead of the reply's length

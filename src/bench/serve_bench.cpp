@@ -59,8 +59,7 @@ StatusOr<nlohmann::json> RunServeBench(const ServeBenchOptions& opt) {
     if (codec && (backend == Backend::kChat || opt.text_prompts)) {
       // Text prompts: decode, and count what the server will see.
       for (auto& r : reqs) {
-        r.prompt_text = codec->Decode(r.prompt_ids);
-        r.input_len = static_cast<int>(codec->Encode(r.prompt_text).size());
+        r.prompt_text = FitTextPrompt(*codec, std::move(r.prompt_ids), r.input_len, &r.input_len);
         r.prompt_ids.clear();
       }
     }

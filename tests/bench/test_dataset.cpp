@@ -248,3 +248,46 @@ TEST(BenchRequestBody, CompletionsIdsChatTextAndIgnoreEos) {
 
 }  // namespace
 }  // namespace ds::bench
+
+namespace ds::bench {
+namespace {
+
+// A BPE-like codec: id 1 = "a", 2 = "b", 3 = "ab"; Encode merges "ab" greedily. Decoding
+// random ids and re-encoding changes the count at the seams ([1, 2] -> [3]), as real BPE does.
+class SeamCodec : public TextCodec {
+ public:
+  std::vector<int32_t> Encode(const std::string& text) const override {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == 'a' && i + 1 < text.size() && text[i + 1] == 'b') {
+        ids.push_back(3);
+        ++i;
+      } else {
+        ids.push_back(text[i] == 'a' ? 1 : 2);
+      }
+    }
+    return ids;
+  }
+  std::string Decode(const std::vector<int32_t>& ids) const override {
+    std::string s;
+    for (int32_t id : ids) s += id == 1 ? "a" : id == 2 ? "b" : "ab";
+    return s;
+  }
+  int vocab_size() const override { return 4; }
+};
+
+TEST(BenchRandom, FitTextPromptHitsTheTargetLength) {
+  SeamCodec c;
+  int actual = 0;
+  // "ababa" re-encodes to 3 tokens; the fit extends it back to 5.
+  std::string t = FitTextPrompt(c, {1, 2, 1, 2, 1}, 5, &actual);
+  EXPECT_EQ(actual, 5);
+  EXPECT_EQ(c.Encode(t).size(), 5u);
+  // Longer than asked after re-encoding: trimmed.
+  t = FitTextPrompt(c, {2, 2, 2, 2, 3, 3}, 4, &actual);
+  EXPECT_EQ(actual, 4);
+  EXPECT_EQ(static_cast<int>(c.Encode(t).size()), actual);
+}
+
+}  // namespace
+}  // namespace ds::bench
