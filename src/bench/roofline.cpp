@@ -13,6 +13,8 @@ RooflineDtypes DtypesFor(const ModelConfig& cfg, bool cuda) {
   }
   d.linear_bytes = cfg.quant.fp8 ? 1 : 2;
   d.fp8_block_scales = cfg.quant.fp8;
+  d.kv_b_proj_bytes = 2;
+  d.router_bytes = 4;
   d.other_bytes = 2;
   d.kv_bytes = 2;
   return d;
@@ -68,7 +70,9 @@ StepCost EstimateStep(const ModelConfig& c, const StepShape& shape, const Roofli
   double attn_bytes_layer = (ql > 0 ? LinearBytes(ql, Hd, dt) + LinearBytes(H * qk, ql, dt) + ql * dt.other_bytes
                                     : LinearBytes(H * qk, Hd, dt)) +
                             LinearBytes(latent, Hd, dt) + kvl * dt.other_bytes +
-                            LinearBytes(H * (nope + vd), kvl, dt) + LinearBytes(Hd, H * vd, dt) +
+                            (dt.kv_b_proj_bytes > 0 ? H * (nope + vd) * kvl * dt.kv_b_proj_bytes
+                                                    : LinearBytes(H * (nope + vd), kvl, dt)) +
+                            LinearBytes(Hd, H * vd, dt) +
                             2 * Hd * dt.other_bytes;  // input + post-attention norms
   double proj_flops_per_token = 2 * (q_elems + Hd * latent + H * vd * Hd);
   double kvb_flops_per_row = 2 * kvl * H * (nope + vd);
@@ -104,7 +108,7 @@ StepCost EstimateStep(const ModelConfig& c, const StepShape& shape, const Roofli
     r.kv_write_bytes += kv_write_rows * latent * dt.kv_bytes;
     if (c.is_moe_layer(l)) {
       const double E = c.n_routed_experts, shared_inter = mi * c.n_shared_experts;
-      r.moe_weight_bytes += E * Hd * dt.other_bytes + E * 4 /*bias*/ +
+      r.moe_weight_bytes += E * Hd * (dt.router_bytes > 0 ? dt.router_bytes : dt.other_bytes) + E * 4 /*bias*/ +
                             (shared_inter > 0 ? 2 * LinearBytes(shared_inter, Hd, dt) + LinearBytes(Hd, shared_inter, dt) : 0) +
                             experts * (2 * LinearBytes(mi, Hd, dt) + LinearBytes(Hd, mi, dt));
       r.mlp_flops += T * 2 * (Hd * E + 3 * Hd * shared_inter + 3 * Hd * mi * c.num_experts_per_tok);

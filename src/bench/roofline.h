@@ -46,11 +46,15 @@ namespace ds::bench {
 struct RooflineDtypes {
   double linear_bytes = 2;       // 1 fp8, 2 bf16, 4 fp32
   bool fp8_block_scales = false; // + fp32 scale per 128x128 block of linear weights
-  double other_bytes = 2;        // embedding, lm_head, router, norms
+  double kv_b_proj_bytes = 0;    // kv_b_proj element (no scales); 0 = as the other linears
+  double router_bytes = 0;       // MoE router element; 0 = other_bytes
+  double other_bytes = 2;        // embedding, lm_head, norms
   double kv_bytes = 2;           // latent cache element
 };
 // The dtypes a backend reads: cpu -> fp32 everywhere (the CPU runner dequantises to fp32);
-// cuda -> fp8 + block scales for linears when the config is FP8, else bf16; bf16 elsewhere.
+// cuda (backend/cuda/cuda_runner.h) -> linears fp8 + block scales when the config is FP8,
+// else bf16; kv_b_proj bf16 (it feeds both MLA forms); router fp32; embedding, lm_head and
+// the latent cache bf16.
 RooflineDtypes DtypesFor(const ModelConfig& cfg, bool cuda);
 
 // One step: per sequence, new tokens and tokens in cache after the step.

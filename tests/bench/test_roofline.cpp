@@ -22,7 +22,7 @@ ModelConfig Load(const char* name) {
 // parameter count; the published totals are 671B (V3 main model) and 15.7B (V2-Lite), and
 // activated per token 37B and 2.4B.
 TEST(BenchRoofline, WeightBytesMatchPublishedParameterCounts) {
-  RooflineDtypes one{1, false, 1, 1};
+  RooflineDtypes one{.linear_bytes = 1, .fp8_block_scales = false, .other_bytes = 1, .kv_bytes = 1};
   for (auto [name, total, active] : {std::tuple{"deepseek-v3", 671e9, 37e9}, std::tuple{"deepseek-v2-lite", 15.7e9, 2.4e9}}) {
     if (!std::filesystem::exists(std::string(DS_SHARED_DIR) + "/models/" + name)) GTEST_SKIP();
     ModelConfig c = Load(name);
@@ -85,7 +85,7 @@ ModelConfig Tiny() {
 
 TEST(BenchRoofline, HandComputedDecodeAndPrefill) {
   ModelConfig c = Tiny();
-  RooflineDtypes dt{2, false, 2, 2};
+  RooflineDtypes dt{.linear_bytes = 2, .fp8_block_scales = false, .other_bytes = 2, .kv_bytes = 2};
   // Decode: 3 sequences at context 10 (after the step).
   StepCost d = EstimateStep(c, DecodeShape(3, 10), dt);
   // Attention weights: q 2*24*64 + kv_a 40*64 + kv_norm 32 + kv_b 2*32*32 + o 64*32 + 2 norms 64.
@@ -126,7 +126,7 @@ TEST(BenchRoofline, Fp8ScalesAndMoeTouchedExperts) {
   c.n_shared_experts = 1;
   c.moe_intermediate_size = 256;
   c.first_k_dense_replace = 0;
-  RooflineDtypes dt{1, true, 2, 2};
+  RooflineDtypes dt{.linear_bytes = 1, .fp8_block_scales = true, .other_bytes = 2, .kv_bytes = 2};
   StepCost d1 = EstimateStep(c, DecodeShape(1, 5), dt);
   // One token touches exactly k = 2 experts; each expert: 3 linears of 256x64 fp8 (+1 scale
   // block of 128x128 each ... ceil(256/128)*ceil(64/128) = 2 blocks per [256,64]).
@@ -140,5 +140,31 @@ TEST(BenchRoofline, Fp8ScalesAndMoeTouchedExperts) {
   EXPECT_DOUBLE_EQ(d4.mlp_flops, 4 * 2.0 * (64 * 8 + 3 * 64 * 256 + 3 * 64 * 256 * 2));
 }
 
+}  // namespace
+}  // namespace ds::bench
+
+namespace ds::bench {
+namespace {
+TEST(BenchRoofline, CudaDtypesKeepKvbBf16AndRouterFp32) {
+  ModelConfig c;
+  auto cfg = LoadModelConfig(std::string(DS_SHARED_DIR) + "/models/deepseek-v3");
+  if (!cfg.ok()) GTEST_SKIP();
+  c = *cfg;
+  RooflineDtypes cuda = DtypesFor(c, true);
+  EXPECT_EQ(cuda.linear_bytes, 1);
+  EXPECT_TRUE(cuda.fp8_block_scales);
+  RooflineDtypes plain = cuda;
+  plain.kv_b_proj_bytes = 0;
+  plain.router_bytes = 0;
+  StepCost a = EstimateStep(c, DecodeShape(1, 100), cuda), b = EstimateStep(c, DecodeShape(1, 100), plain);
+  // kv_b_proj [128 * 256, 512] per layer: bf16 instead of fp8 + scales; router [256, 7168] fp32 vs bf16.
+  double kvb = 128.0 * 256 * 512;
+  double kvb_fp8 = kvb + (128.0 * 256 / 128) * (512 / 128) * 4;
+  EXPECT_NEAR(a.attn_weight_bytes - b.attn_weight_bytes, 61 * (2 * kvb - kvb_fp8), 1);
+  EXPECT_NEAR(a.moe_weight_bytes - b.moe_weight_bytes, 58 * 256.0 * 7168 * 2, 1);
+  RooflineDtypes cpu = DtypesFor(c, false);
+  EXPECT_EQ(cpu.linear_bytes, 4);
+  EXPECT_EQ(cpu.kv_bytes, 4);
+}
 }  // namespace
 }  // namespace ds::bench
