@@ -28,6 +28,17 @@
 #include "runtime/cpu_runner.h"
 #include "tools/bench_commands.h"
 
+// Runner construction: the engine's factory when it is in the tree, else the CUDA runner
+// directly (CUDA builds); the CPU runner is always available here.
+#if __has_include("runtime/runner_factory.h")
+#include "runtime/runner_factory.h"
+#define DS_BENCH_HAVE_RUNNER_FACTORY 1
+#endif
+#if defined(DS_WITH_CUDA) && __has_include("backend/cuda/cuda_runner.h")
+#include "backend/cuda/cuda_runner.h"
+#define DS_BENCH_HAVE_CUDA_RUNNER 1
+#endif
+
 namespace ds::tools {
 namespace {
 
@@ -101,6 +112,38 @@ void PrintCostLine(const char* what, const bench::StepCost& c, const bench::Roof
               t.ms(), t.memory_ms, t.compute_ms, t.bound());
 }
 
+// The CUDA runner, with its own dummy weights and layer truncation (no checkpoint written).
+StatusOr<std::unique_ptr<ModelRunner>> MakeCudaRunner(const std::string& model, const std::string& load_format,
+                                                      int num_layers, int num_kv_blocks, MlaMode mla, uint64_t seed) {
+#if defined(DS_BENCH_HAVE_CUDA_RUNNER)
+  cuda::CudaRunnerOptions o;
+  o.model_dir = model;
+  o.load_format = load_format;
+  o.num_layers = num_layers;
+  o.num_kv_blocks = num_kv_blocks;
+  o.mla_mode = mla;
+  o.seed = seed;
+  return cuda::CreateCudaModelRunner(o);
+#elif defined(DS_BENCH_HAVE_RUNNER_FACTORY)
+  RunnerOptions o;
+  o.model_dir = model;
+  o.device = "cuda";
+  o.load_format = load_format;
+  o.num_layers = num_layers;
+  o.num_kv_blocks = num_kv_blocks;
+  o.seed = seed;
+  (void)mla;
+  return CreateModelRunner(o);
+#else
+  (void)model, (void)load_format, (void)num_layers, (void)num_kv_blocks, (void)mla, (void)seed;
+#ifdef DS_WITH_CUDA
+  return Unimplemented("--device cuda: the CUDA model runner is not in this build yet");
+#else
+  return Unimplemented("--device cuda: this build has no CUDA backend (configure with -DDS_CUDA=ON)");
+#endif
+#endif
+}
+
 int RunOneBatch(int argc, char** argv) {
   CLI::App app{"Time prefill and decode steps of a fixed batch through a ModelRunner, beside the roofline",
                "dsinfer bench one-batch"};
@@ -128,13 +171,10 @@ int RunOneBatch(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   const char* who = "one-batch";
-  if (device == "cuda") {
-#ifdef DS_WITH_CUDA
-    return Fail(who, 1, "--device cuda: the CUDA model runner is not in this build yet");
-#else
-    return Fail(who, 1, "--device cuda: this build has no CUDA backend (configure with -DDS_CUDA=ON)");
-#endif
-  }
+  const bool cuda = device == "cuda";
+  std::string hw_source;
+  Status hs = ResolveHardware(device, &hw, &hw_source);
+  if (!hs.ok()) return Fail(who, 2, hs.ToString());
   auto cj = ReadConfigJson(model);
   if (!cj.ok()) return Fail(who, 1, cj.status().ToString());
 
@@ -142,7 +182,7 @@ int RunOneBatch(int argc, char** argv) {
   // truncated config beside links to the checkpoint's files).
   TempDir tmp;
   std::string load_dir = fs::is_directory(model) ? model : fs::path(model).parent_path().string();
-  if (load_format == "dummy" || num_layers > 0) {
+  if (!cuda && (load_format == "dummy" || num_layers > 0)) {
     std::string templ = (fs::temp_directory_path() / "dsinfer_one_batch_XXXXXX").string();
     if (!mkdtemp(templ.data())) return Fail(who, 1, "cannot create a temporary directory");
     tmp.path = templ;
@@ -164,24 +204,34 @@ int RunOneBatch(int argc, char** argv) {
   }
   auto cfg_or = LoadModelConfig(load_dir);
   if (!cfg_or.ok()) return Fail(who, 1, cfg_or.status().ToString());
-  const ModelConfig cfg = *cfg_or;
+  ModelConfig cfg = *cfg_or;
+  if (cuda && num_layers > 0 && num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = num_layers;
 
   const int total_len = input_len + output_len;
   const int blocks_per_seq = (total_len + kBlockSize - 1) / kBlockSize;
-  CpuRunnerOptions ro;
-  ro.num_kv_blocks = blocks_per_seq * batch;
-  ParseMlaMode(mla, &ro.mla_mode);
+  MlaMode mla_mode = MlaMode::kAuto;
+  ParseMlaMode(mla, &mla_mode);
   auto t_load = Clock::now();
-  auto runner_or = CpuModelRunner::Create(load_dir, ro);
-  if (!runner_or.ok()) return Fail(who, 1, runner_or.status().ToString());
-  auto runner = std::move(runner_or).value();
+  std::unique_ptr<ModelRunner> runner;
+  if (cuda) {
+    auto r = MakeCudaRunner(load_dir, load_format, num_layers, blocks_per_seq * batch, mla_mode, seed);
+    if (!r.ok()) return Fail(who, 1, r.status().ToString());
+    runner = std::move(r).value();
+  } else {
+    CpuRunnerOptions ro;
+    ro.num_kv_blocks = blocks_per_seq * batch;
+    ro.mla_mode = mla_mode;
+    auto r = CpuModelRunner::Create(load_dir, ro);
+    if (!r.ok()) return Fail(who, 1, r.status().ToString());
+    runner = std::move(r).value();
+  }
+  if (runner->config().num_hidden_layers != cfg.num_hidden_layers)
+    return Fail(who, 1, "runner has " + std::to_string(runner->config().num_hidden_layers) + " layers, expected " +
+                            std::to_string(cfg.num_hidden_layers));
   std::fprintf(stderr, "one-batch: loaded %d layers in %.1f s\n", cfg.num_hidden_layers, Ms(t_load, Clock::now()) / 1e3);
 
-  std::string hw_source;
-  Status hs = ResolveHardware(device, &hw, &hw_source);
-  if (!hs.ok()) return Fail(who, 2, hs.ToString());
   const bench::Hardware hwr{hw.mem_bw_gbps, hw.flops_tflops};
-  const bench::RooflineDtypes dt = bench::DtypesFor(cfg, device == "cuda");
+  const bench::RooflineDtypes dt = bench::DtypesFor(cfg, cuda);
 
   // Batch layout: sequence s owns blocks [s * blocks_per_seq, (s+1) * blocks_per_seq).
   ForwardBatch b;
@@ -278,7 +328,7 @@ int RunOneBatch(int argc, char** argv) {
     j["model"] = model;
     j["model_type"] = cfg.model_type;
     j["layers"] = cfg.num_hidden_layers;
-    j["dtype"] = device == "cuda" ? (cfg.quant.fp8 ? "fp8" : "bf16") : "fp32";
+    j["dtype"] = cuda ? (cfg.quant.fp8 ? "fp8" : "bf16") : "fp32";
     j["device"] = device;
     j["load_format"] = load_format;
     j["batch_size"] = batch;
