@@ -17,7 +17,9 @@
 #   SERVER_WAIT_S [900]   BENCH_TIMEOUT_S [1800]
 #   STAGES ["serve onebatch roofline hf trace records plot"]
 #   ONE_BATCH_CONC [$CONCURRENCY]  ONE_BATCH_OUTPUT_LEN [16]
-#   MEM_BW_GBPS, FLOPS_TFLOPS: roofline rates (required on cuda; measured on cpu if unset)
+#   MEM_BW_GBPS, FLOPS_TFLOPS: roofline rates. Unset on cuda: measured by bench/gpu_rates.py
+#       (torch) before the servers start; FP8 models then use the FP8 GEMM rate, others BF16.
+#       Unset on cpu: measured by dsinfer itself.
 #   HF_BATCH ["1 8"]  HF_INPUT_LENS [$INPUT_LENS]  HF_OUTPUT_LEN [$OUTPUT_LEN]  PYTHON [python3]
 #   TRACE_MODEL [first spec]  TRACE_FILE [../shared/traces/mooncake_conversation_trace.jsonl]
 #   TRACE_DURATION_S [600]  TRACE_TIME_SCALE [1]
@@ -63,10 +65,29 @@ log() { echo "[sweep $(date -u +%H:%M:%S)] $*" >&2; }
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 [ -z "$GPU_NAME" ] && GPU_NAME="cpu ($(uname -m))"
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-RATE_FLAGS=()
-[ -n "$MEM_BW_GBPS" ] && RATE_FLAGS+=(--mem-bw-gbps "$MEM_BW_GBPS")
-[ -n "$FLOPS_TFLOPS" ] && RATE_FLAGS+=(--flops-tflops "$FLOPS_TFLOPS")
 FAILURES=0
+BF16_TFLOPS=""; FP8_TFLOPS=""
+if [ "$DEVICE" = cuda ] && { [ -z "$MEM_BW_GBPS" ] || [ -z "$FLOPS_TFLOPS" ]; }; then
+  log "measuring GPU rates (bench/gpu_rates.py)"
+  if "$PYTHON" bench/gpu_rates.py --output-file "$OUT_DIR/gpu_rates.json" > "$LOGS/gpu_rates.txt" 2>&1; then
+    read -r bw bf fp < <("$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["mem_bw_gbps"], r["bf16_tflops"], r["fp8_tflops"] or r["bf16_tflops"])' "$OUT_DIR/gpu_rates.json")
+    [ -z "$MEM_BW_GBPS" ] && MEM_BW_GBPS=$bw
+    BF16_TFLOPS=$bf; FP8_TFLOPS=$fp
+    log "rates: ${MEM_BW_GBPS} GB/s, bf16 ${BF16_TFLOPS} TFLOP/s, fp8 ${FP8_TFLOPS} TFLOP/s"
+  else
+    log "gpu_rates.py failed (see $LOGS/gpu_rates.txt): pass MEM_BW_GBPS and FLOPS_TFLOPS"; FAILURES=$((FAILURES + 1))
+  fi
+fi
+rate_flags_for() {  # dtype label -> RATE_FLAGS
+  RATE_FLAGS=()
+  local fl=$FLOPS_TFLOPS
+  if [ -z "$fl" ]; then
+    if [ "$1" = fp8 ]; then fl=$FP8_TFLOPS; else fl=$BF16_TFLOPS; fi
+  fi
+  [ -n "$MEM_BW_GBPS" ] && RATE_FLAGS+=(--mem-bw-gbps "$MEM_BW_GBPS")
+  [ -n "$fl" ] && RATE_FLAGS+=(--flops-tflops "$fl")
+  return 0
+}
 
 vocab_of() { "$PYTHON" -c 'import json,sys; print(json.load(open(sys.argv[1]+"/config.json"))["vocab_size"])' "$1" 2>/dev/null || echo 32000; }
 
@@ -142,6 +163,7 @@ for spec in $MODEL_SPECS; do
   IFS=: read -r name dir layers dtype <<< "$spec"
   [ -z "$first_name" ] && first_name=$name
   [ -d "$dir" ] || { log "no model dir $dir for $name"; FAILURES=$((FAILURES + 1)); continue; }
+  rate_flags_for "$dtype"
   if has_stage serve || { has_stage trace && [ "${TRACE_MODEL:-$first_name}" = "$name" ]; }; then
     if start_server "$name" "$dir" "$layers"; then
       has_stage serve && run_serve_sweep "$name" "$dir" "$layers" "$dtype"
