@@ -93,13 +93,13 @@ std::pair<double, double> MoeCommUs(const Resolved& r, double t_dev, double imba
     };
     return {one(act), one(out)};
   }
-  // Hierarchical AllGather (tokens) + ReduceScatter (outputs): first across scale-up domains
-  // between same-index ranks, then inside the domain. Independent of routing skew.
+  // Hierarchical AllGather (tokens) + ReduceScatter (outputs): across scale-up domains between
+  // same-index ranks, and inside the domain; the two phases are pipelined in chunks, so the
+  // slower one sets the time. Independent of routing skew.
   auto one = [&](double bytes_per_token) {
-    double us = 0;
-    if (r.nodes > 1) us += (r.nodes - 1) * t_dev * bytes_per_token / inter_bw * 1e6 + hw.inter_latency_us;
-    us += (r.local - 1) * r.nodes * t_dev * bytes_per_token / intra_bw * 1e6 + hw.intra_latency_us;
-    return us;
+    const double inter = r.nodes > 1 ? (r.nodes - 1) * t_dev * bytes_per_token / inter_bw * 1e6 : 0.0;
+    const double intra = (r.local - 1) * r.nodes * t_dev * bytes_per_token / intra_bw * 1e6;
+    return std::max(inter, intra) + hw.intra_latency_us + (r.nodes > 1 ? hw.inter_latency_us : 0.0);
   };
   return {one(act), one(out)};
 }
