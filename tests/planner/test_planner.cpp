@@ -121,6 +121,19 @@ TEST(PlannerReproduce, DeepSeekH800Decode) {
   EXPECT_DOUBLE_EQ(r.memory.experts_per_device, 2);  // (256 + 32) / 144
 }
 
+// DeepSeek's H800 prefill: EP32 over 4 nodes, ~73.7k input tok/s per node counting prefix-cache
+// hits (56% of input tokens). Assumed: TTFT <= 1 s per batch, same workload as the decode case.
+TEST(PlannerReproduce, DeepSeekH800Prefill) {
+  const Deployment d = Dep("deepseek_h800.json");
+  Workload w = Wl(4000, 2000);
+  w.prefix_hit_rate = 0.56;
+  PlanContext ctx = MakeContext(V3(), Hw("H800"), w, Slo{0, 1000});
+  RoleResult r = EvaluateRole(ctx, d, *d.prefill);
+  ASSERT_TRUE(r.feasible) << r.why_infeasible;
+  EXPECT_LE(r.ttft_ms, 1000);
+  ExpectWithin(8 * r.per_device_tok_s, 73700, 0.20, "input tok/s per node");
+}
+
 TEST(PlannerModel, AllGatherReduceScatterWinsOnFewSlowNodesAllToAllOnFlatFabric) {
   // A2, 4 nodes: AG/RS moves (nodes-1) x t tokens across nodes, all-to-all ~ t x 7.2 x 3/4,
   // and AG/RS does not follow the expert skew.
