@@ -335,6 +335,11 @@ RoleResult EvaluatePrefill(const PlanContext& ctx, const Deployment& dep, const 
   const double pg = std::ceil(N / dp);  // prompts per attention group (idle groups if N < dp)
   const double L = wl.input_len, hit = wl.prefix_hit_rate, Lnew = L * (1.0 - hit);
   const double tg = pg * Lnew, t_dev = tg / a;
+  // Pipeline parallelism: the batch is cut into `chunks` sequence chunks that flow through the
+  // pp stages (chunked prefill), so a stage works on chunk i while the next works on i-1.
+  const int pp = layout.pp;
+  const double chunks = pp > 1 ? 2.0 * pp : 1.0;
+  res.chunks = static_cast<int>(chunks);
   const double attn_lin = static_cast<double>(s.attention.linear_params());
   const double kvb_lin = static_cast<double>(c.kv_lora_rank) * c.num_attention_heads * (c.qk_nope_head_dim + c.v_head_dim);
   const double expert_lin = static_cast<double>(s.routed_expert.linear_params());
@@ -345,12 +350,15 @@ RoleResult EvaluatePrefill(const PlanContext& ctx, const Deployment& dep, const 
 
   auto layer = [&](double f, bool moe, double* imb_out) {
     LayerTime t;
-    const double tgf = tg * f, tdf = t_dev * f;
+    const double tgf = tg * f / chunks, tdf = t_dev * f / chunks;  // tokens of one chunk (micro-batch)
+    // Cached K/V of earlier tokens of the same prompts that a chunk decompresses (kv_b): the
+    // prefix-cache hits plus, on average, half of the earlier chunks.
+    const double prior = L * hit + Lnew * (chunks - 1) / (2 * chunks);
     // Naive (decompressed) MLA: projections for new tokens + kv_b decompression of the cached prefix.
-    t.mla_proj = RooflineUs(hw, (2.0 * tgf * attn_lin + 2.0 * pg * f * L * hit * kvb_lin) / a,
+    t.mla_proj = RooflineUs(hw, (2.0 * tgf * attn_lin + 2.0 * pg * f * prior * kvb_lin) / a,
                             s.attention.bytes(w) / static_cast<double>(a), peak_w, mfu);
     const double causal_pairs = 0.5 * (L * L - (L * hit) * (L * hit));
-    const double core_flops = 2.0 * c.num_attention_heads * (c.qk_head_dim() + c.v_head_dim) * pg * f * causal_pairs / a;
+    const double core_flops = 2.0 * c.num_attention_heads * (c.qk_head_dim() + c.v_head_dim) * pg * f * causal_pairs / chunks / a;
     t.mla_core = RooflineUs(hw, core_flops, 0, peak_bf16, mfu * hw.eff.mla_attention);
     t.elementwise = tdf * ElementwiseBytesPerToken(c, true) / (hw.hbm_bw_gbs * 1e9 * hw.eff.bandwidth) * 1e6;
     if (a > 1) {
@@ -397,14 +405,19 @@ RoleResult EvaluatePrefill(const PlanContext& ctx, const Deployment& dep, const 
   res.n_moe_layers = s.n_moe_layers;
   res.n_dense_layers = s.n_dense_layers;
   res.overhead_ms = hw.eff.step_overhead_us / 1000 + (layout.pp - 1) * hw.inter_latency_us / 1000;
-  res.step_ms = (s.n_moe_layers * res.moe_layer.total + s.n_dense_layers * res.dense_layer.total) / 1000 +
-                res.lm_head_ms + res.overhead_ms;
+  // One chunk through all layers (all stages), ms.
+  const double chunk_ms = (s.n_moe_layers * res.moe_layer.total + s.n_dense_layers * res.dense_layer.total) / 1000;
+  // Every stage holds 1/pp of the layers: the batch occupies each stage chunks x chunk_ms / pp;
+  // the first token waits for (chunks + pp - 1) stage slots.
+  res.step_ms = chunks * chunk_ms / pp + res.lm_head_ms + res.overhead_ms;
+  const double first_token_ms = (chunks + pp - 1) * chunk_ms / pp + res.lm_head_ms + res.overhead_ms;
   // Latent cache of the batch to the decode instance over the scale-out NICs (each TP rank of
   // a group sends 1/a of it).
   const double kv_token = static_cast<double>(LatentCacheBytesPerToken(c, dep.kv_dtype, s.n_layers));
   res.kv_transfer_ms = pg * L * kv_token / a / (hw.inter_bw_gbs * 1e9 * hw.eff.comm) * 1000;
-  res.ttft_ms = res.step_ms + res.kv_transfer_ms;
-  res.per_device_tok_s = N * L / (res.step_ms / 1000) / layout.stage_devices();
+  res.ttft_ms = first_token_ms + res.kv_transfer_ms;
+  // Steady state: a new batch enters every step_ms; the instance has `devices` devices.
+  res.per_device_tok_s = N * L / (res.step_ms / 1000) / layout.devices;
   res.concurrency_per_device = N * layout.pp / layout.devices;
   res.memory = Memory(r, pg * L);
   res.bottleneck = Bottleneck(res.moe_layer);

@@ -75,13 +75,14 @@ struct RoleResult {
   double batch = 0;
   double concurrency_per_device = 0;  // requests in flight per device
   double tpot_ms = 0, ttft_ms = 0;
-  double step_ms = 0;                 // decode step / prefill batch time
+  double step_ms = 0;                 // decode step; prefill: time between batches (per stage, pipelined)
   double per_device_tok_s = 0;        // decode: output tok/s; prefill: input tok/s (incl. prefix hits)
   double tok_s_per_user = 0;          // decode: 1000 / tpot_ms
   double accepted_tokens_per_step = 1;
   double straggler = 1, expert_imbalance = 1;
   LayerTime moe_layer, dense_layer;
   double mtp_ms = 0, lm_head_ms = 0, overhead_ms = 0, kv_transfer_ms = 0;
+  int chunks = 1;                     // prefill: sequence chunks pipelined through pp stages
   int n_moe_layers = 0, n_dense_layers = 0;
   MemoryBreakdown memory;
   std::string bottleneck;             // the largest contributor, in words

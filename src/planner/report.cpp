@@ -85,13 +85,17 @@ std::string ExplainRole(const PlanContext& ctx, const Deployment& dep, const Rol
     o += Fmt("  DP-attention straggler x%.3f (z(%d ranks) x context spread), expert load max/mean x%.3f\n", r.straggler,
              r.layout.dp() * r.layout.pp, r.expert_imbalance);
   } else {
-    o += Fmt("  Batch %.1f ms = MoE layers %.1f + dense layers %.1f + LM head %.1f + overhead %.1f; KV transfer %.1f ms; "
-             "TTFT %.1f ms\n",
-             r.step_ms, moe_ms, dense_ms, r.lm_head_ms, r.overhead_ms, r.kv_transfer_ms, r.ttft_ms);
-    o += Fmt("  %.0f prompts x %d tokens / %.1f ms / %d devices per stage = %.0f input tok/s per device; expert load "
+    if (r.chunks > 1)
+      o += Fmt("  PP%d, batch cut into %d chunks: one chunk through all layers %.1f ms (MoE layers %.1f + dense %.1f); "
+               "a batch occupies each stage %.1f ms; first token after %d stage slots\n",
+               r.layout.pp, r.chunks, moe_ms + dense_ms, moe_ms, dense_ms, r.step_ms, r.chunks + r.layout.pp - 1);
+    else
+      o += Fmt("  Batch %.1f ms = MoE layers %.1f + dense layers %.1f + LM head %.1f + overhead %.1f\n", r.step_ms,
+               moe_ms, dense_ms, r.lm_head_ms, r.overhead_ms);
+    o += Fmt("  KV transfer %.1f ms; TTFT %.1f ms\n", r.kv_transfer_ms, r.ttft_ms);
+    o += Fmt("  %.0f prompts x %d tokens every %.1f ms / %d devices = %.0f input tok/s per device; expert load "
              "max/mean x%.3f\n",
-             r.batch, ctx.workload.input_len, r.step_ms, r.layout.stage_devices(), r.per_device_tok_s,
-             r.expert_imbalance);
+             r.batch, ctx.workload.input_len, r.step_ms, r.layout.devices, r.per_device_tok_s, r.expert_imbalance);
   }
   o += "  Bottleneck: " + r.bottleneck + "\n";
   if (!r.feasible) o += "  NOT FEASIBLE: " + r.why_infeasible + "\n";
@@ -105,6 +109,7 @@ std::string ExplainChoice(const std::vector<RoleResult>& all, const RoleResult& 
   };
   const std::vector<Dim> dims = {
       {"instance size", [](const InstanceLayout& l) { return std::to_string(l.devices) + " devices"; }},
+      {"pipeline stages", [](const InstanceLayout& l) { return "PP" + std::to_string(l.pp); }},
       {"attention TP", [](const InstanceLayout& l) { return "TP" + std::to_string(l.attention_tp); }},
       {"MoE communication", [](const InstanceLayout& l) { return std::string(MoeCommName(l.moe_comm)); }},
       {"micro-batch overlap", [](const InstanceLayout& l) { return std::string(l.micro_batch_overlap ? "on" : "off"); }},

@@ -21,27 +21,33 @@ std::vector<InstanceLayout> CandidateLayouts(const PlanContext& ctx, Role role, 
   if (sizes.empty()) sizes.insert(std::min(max_devices, dpn));
   const int n_routed = ctx.shapes.n_routed;
   std::vector<InstanceLayout> out;
+  // Fewest redundant experts that make (n_routed + r) a multiple of the EP degree (> 0).
+  auto fill = [&](int ep) {
+    int r = (ep - n_routed % ep) % ep;
+    return r == 0 ? ep : r;
+  };
   for (int d : sizes) {
-    for (int tp : {1, 2, 4, 8}) {
-      if (tp > dpn || d % tp) continue;
-      if (role == Role::kDecode && tp > 1 && d / tp < 1) continue;
-      for (MoeComm comm : {MoeComm::kAllToAll, MoeComm::kAllGatherReduceScatter}) {
-        for (bool mbo : {true, false}) {
-          std::vector<int> redundant = {0};
-          if (n_routed > 0 && d > 1) {
-            int r = (d - n_routed % d) % d;
-            if (r == 0) r = d;
-            if (r <= 64) redundant.push_back(r);
-          }
-          for (int r : redundant) {
-            InstanceLayout l;
-            l.role = role;
-            l.devices = d;
-            l.attention_tp = tp;
-            l.moe_comm = comm;
-            l.micro_batch_overlap = mbo;
-            l.redundant_experts = r;
-            out.push_back(l);
+    for (int pp : {1, 2, 4}) {
+      // Prefill may pipeline (chunked) over stages of at least one node each.
+      if (pp > 1 && (role == Role::kDecode || d % pp || d / pp < dpn)) continue;
+      const int g = d / pp;
+      for (int tp : {1, 2, 4, 8}) {
+        if (tp > dpn || g % tp) continue;
+        for (MoeComm comm : {MoeComm::kAllToAll, MoeComm::kAllGatherReduceScatter}) {
+          for (bool mbo : {true, false}) {
+            std::vector<int> redundant = {0};
+            if (n_routed > 0 && g > 1 && fill(g) <= 64) redundant.push_back(fill(g));
+            for (int r : redundant) {
+              InstanceLayout l;
+              l.role = role;
+              l.devices = d;
+              l.pp = pp;
+              l.attention_tp = tp;
+              l.moe_comm = comm;
+              l.micro_batch_overlap = mbo;
+              l.redundant_experts = r;
+              out.push_back(l);
+            }
           }
         }
       }
