@@ -1,6 +1,7 @@
 // `dsinfer plan`: deployment planner. Without --deployment it searches prefill and decode
 // layouts for the workload and SLO and prints the best; with --deployment FILE it evaluates
 // that deployment. Model: src/planner/perf_model.h; formats: docs/design/planner.md.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -104,6 +105,17 @@ int RunPlan(int argc, char** argv) {
       roles[RoleName(l->role)] = RoleResultToJson(r);
       text += FormatRoleTable({r}, l->role);
       if (explain) text += ExplainRole(ctx, base, r);
+      if (l->role == Role::kDecode && slo.tpot_ms > 0) {
+        // The ideal bound of SYSTEM.md sec. 3 (attention formula + weight streaming only).
+        double b = 0;
+        const double ideal = TheoreticalDecodeTokS(ctx, base, *l, slo.tpot_ms, &b);
+        roles["decode"]["theoretical_per_device_tok_s"] = std::round(ideal);
+        roles["decode"]["theoretical_concurrency_per_device"] = std::round(b * 10) / 10;
+        char buf[400];
+        std::snprintf(buf, sizeof buf, "  theoretical bound at TPOT %.0f ms (MLA formula + weight streaming): %.0f tok/s per device at %.1f requests per device\n",
+                      slo.tpot_ms, ideal, b);
+        text += buf;
+      }
       if (l->role == Role::kDecode) frontier_layouts.push_back(*l);
     }
     out["roles"] = roles;
