@@ -533,8 +533,9 @@ json RoleResultToJson(const RoleResult& r) {
   json j{{"role", RoleName(r.role)},
          {"feasible", r.feasible},
          {"per_device_tok_s", r2(r.per_device_tok_s)},
-         {"tpot_ms", r2(r.tpot_ms)},
-         {"ttft_ms", r2(r.ttft_ms)},
+         // Not applicable to the role: null (decode has no TTFT of its own, prefill no TPOT).
+         {"tpot_ms", r.role == Role::kDecode ? json(r2(r.tpot_ms)) : json(nullptr)},
+         {"ttft_ms", r.role == Role::kPrefill ? json(r2(r.ttft_ms)) : json(nullptr)},
          {"concurrency_per_device", r2(r.concurrency_per_device)},
          {"step_ms", r2(r.step_ms)},
          {"layout", LayoutToJson(r.layout)},

@@ -90,7 +90,10 @@ PdSplit SplitPd(const PlanContext& ctx, const RoleResult& prefill, const RoleRes
     return x;
   };
   if (total_devices <= 0) {
-    return eval(static_cast<int>(std::ceil(dec_rps / pre_rps - 1e-9)), 1);
+    int d = 1;
+    if (w.concurrency > 0)
+      d = std::max(1, static_cast<int>(std::ceil(w.concurrency / (decode.concurrency_per_device * decode.layout.devices) - 1e-9)));
+    return eval(static_cast<int>(std::ceil(d * dec_rps / pre_rps - 1e-9)), d);
   }
   for (int d = 1; d * decode.layout.devices < total_devices; ++d) {
     for (int p = 1; p * prefill.layout.devices + d * decode.layout.devices <= total_devices; ++p) {

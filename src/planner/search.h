@@ -31,8 +31,9 @@ struct PdSplit {
   double output_tok_s_per_device = 0;  // sustained output tokens/s over all devices used
   double requests_per_s = 0;
 };
-// With total_devices > 0 the best integral split within that many devices; otherwise the
-// smallest integral split whose prefill capacity covers the decode instances.
+// With total_devices > 0 the best integral split within that many devices; else with
+// workload.concurrency > 0 enough decode instances to hold that many requests and the prefill
+// instances to feed them; otherwise one decode instance and the prefill instances it needs.
 PdSplit SplitPd(const PlanContext& ctx, const RoleResult& prefill, const RoleResult& decode, int total_devices);
 
 // A point of the decode frontier: one layout at one batch.

@@ -48,7 +48,7 @@ int RunPlan(int argc, char** argv) {
   app.add_flag("--explain", explain, "print the per-module breakdown and the reasons for the choice");
   app.add_option("--plot", plot_file, "write the decode frontier (tok/s per device vs tok/s per user) as SVG");
   app.add_option("--prefix-hit-rate", w.prefix_hit_rate, "fraction of input tokens hit in the prefix cache")->check(CLI::Range(0.0, 0.99));
-  app.add_option("--concurrency", w.concurrency, "total concurrent requests (informational)")->check(CLI::Range(0.0, 1e9));
+  app.add_option("--concurrency", w.concurrency, "total concurrent requests (sizes the P/D split)")->check(CLI::Range(0.0, 1e9));
   app.add_option("--input-len-cv", w.input_len_cv, "coefficient of variation of input lengths")->check(CLI::Range(0.0, 10.0));
   app.add_option("--output-len-cv", w.output_len_cv, "coefficient of variation of output lengths")->check(CLI::Range(0.0, 10.0));
   app.add_option("--mtp-layers", mtp_layers, "MTP draft tokens per step in searched layouts (0 = off)")->check(CLI::Range(0, 4));

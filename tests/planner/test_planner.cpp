@@ -293,6 +293,18 @@ TEST(PlannerCli, JsonPerRoleAndPlot) {
   ASSERT_EQ(std::fread(head, 1, 4, f), 4u);
   std::fclose(f);
   EXPECT_EQ(std::string(head), "<svg");
+  // Search mode: best layout per role, within the SLO.
+  out = RunCmd(std::string(DS_BINARY) + " plan --model " + model +
+                   " --hardware H200 --input-len 2048 --output-len 2048 --tpot-ms 50 --output json 2>&1",
+               &rc);
+  ASSERT_EQ(rc, 0) << out;
+  j = nlohmann::json::parse(out);
+  for (const char* role : {"prefill", "decode"})
+    for (const char* k : {"per_device_tok_s", "tpot_ms", "ttft_ms", "concurrency_per_device", "layout"})
+      EXPECT_TRUE(j["roles"][role].contains(k)) << role << "." << k;
+  EXPECT_LE(j["roles"]["decode"]["tpot_ms"].get<double>(), 50.0);
+  EXPECT_LE(j["roles"]["prefill"]["ttft_ms"].get<double>(), 1000.0);  // default TTFT SLO
+  EXPECT_GE(j["pd_split"]["prefill_instances"].get<int>(), 1);
   // A missing profile is a clean error, not a crash.
   out = RunCmd(std::string(DS_BINARY) + " plan --model " + model +
                    " --hardware nosuch --input-len 10 --output-len 10 2>&1",
