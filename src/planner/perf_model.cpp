@@ -234,7 +234,8 @@ RoleResult EvaluateDecode(const PlanContext& ctx, const Deployment& dep, const I
   const double expert_lin = static_cast<double>(s.routed_expert.linear_params());
   const double shared_lin = static_cast<double>(s.shared_experts.linear_params());
   const double dense_lin = static_cast<double>(s.dense_ffn.linear_params());
-  const int E = std::max(1, layout.ep());
+  // Ranks that hold routed experts (an EP wider than the expert slots leaves ranks without any).
+  const int E = std::max(1, std::min(layout.ep(), s.n_routed + layout.redundant_experts));
 
   // One micro-batch holding fraction f of the batch.
   auto layer = [&](double f, bool moe, double* imb_out) {
@@ -345,7 +346,8 @@ RoleResult EvaluatePrefill(const PlanContext& ctx, const Deployment& dep, const 
   const double expert_lin = static_cast<double>(s.routed_expert.linear_params());
   const double shared_lin = static_cast<double>(s.shared_experts.linear_params());
   const double dense_lin = static_cast<double>(s.dense_ffn.linear_params());
-  const int E = std::max(1, layout.ep());
+  // Ranks that hold routed experts (an EP wider than the expert slots leaves ranks without any).
+  const int E = std::max(1, std::min(layout.ep(), s.n_routed + layout.redundant_experts));
   double imb_full = 1.0;
 
   auto layer = [&](double f, bool moe, double* imb_out) {

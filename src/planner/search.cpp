@@ -18,6 +18,9 @@ std::vector<InstanceLayout> CandidateLayouts(const PlanContext& ctx, Role role, 
                                                        : std::vector<int>{1, 2, 4, 8};
   for (int n : nodes)
     if (n * dpn <= max_devices) sizes.insert(n * dpn);
+  // Sub-node instances for models that fit on fewer devices (V2-Lite: one GPU).
+  for (int d = 1; d < dpn; d *= 2)
+    if (d <= max_devices) sizes.insert(d);
   if (sizes.empty()) sizes.insert(std::min(max_devices, dpn));
   const int n_routed = ctx.shapes.n_routed;
   std::vector<InstanceLayout> out;
@@ -35,6 +38,7 @@ std::vector<InstanceLayout> CandidateLayouts(const PlanContext& ctx, Role role, 
         if (tp > dpn || g % tp) continue;
         for (MoeComm comm : {MoeComm::kAllToAll, MoeComm::kAllGatherReduceScatter}) {
           for (bool mbo : {true, false}) {
+            if (g == 1 && (comm != MoeComm::kAllToAll || mbo)) continue;  // nothing to communicate
             std::vector<int> redundant = {0};
             if (n_routed > 0 && g > 1 && fill(g) <= 64) redundant.push_back(fill(g));
             for (int r : redundant) {

@@ -135,9 +135,11 @@ int RunPlan(int argc, char** argv) {
     std::vector<RoleResult> all_dec, all_pre;
     auto dec = SearchRole(ctx, base, Role::kDecode, opt, &all_dec);
     auto pre = SearchRole(ctx, base, Role::kPrefill, opt, &all_pre);
+    const std::string mtp = base.mtp_layers > 0 ? "MTP " + std::to_string(base.mtp_layers) + " draft @ " +
+                                                     std::to_string(static_cast<int>(100 * base.mtp_acceptance)) + "% acceptance"
+                                               : std::string("MTP off");
     text += "Searched layouts with weights " + std::string(WTypeName(base.weight_dtype)) + ", latent cache " +
-            WTypeName(base.kv_dtype) + ", MTP " + std::to_string(base.mtp_layers) + " @ " +
-            std::to_string(static_cast<int>(100 * base.mtp_acceptance)) + "% acceptance" +
+            WTypeName(base.kv_dtype) + ", " + mtp +
             (slo.ttft_ms <= 0 ? " (prefill TTFT SLO defaulted to 1000 ms)" : "") + "\n";
     json roles = json::object();
     if (dec.empty()) {
