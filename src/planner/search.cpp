@@ -189,13 +189,17 @@ std::string FrontierSvg(const std::vector<FrontierPoint>& points, const std::vec
     os << "<line x1=\"" << X(slo_x) << "\" y1=\"" << Y(0) << "\" x2=\"" << X(slo_x) << "\" y2=\"" << Y(ymax)
        << "\" stroke=\"#c00\" stroke-dasharray=\"5,4\"/>\n<text x=\"" << X(slo_x) + 4 << "\" y=\"" << Y(ymax) + 12
        << "\" fill=\"#c00\">TPOT SLO</text>\n";
-  // Points, one colour per layout.
-  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"};
+  // Points: one colour per layout that reaches the frontier (at most 9), grey for the rest.
+  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b",
+                                  "#e377c2", "#17becf", "#bcbd22", "#d62728"};
   std::map<std::string, int> color;
+  for (const auto& p : frontier)
+    if (!color.count(p.layout) && color.size() < 9) color[p.layout] = static_cast<int>(color.size());
   for (const auto& p : points) {
-    if (!color.count(p.layout)) color[p.layout] = static_cast<int>(color.size());
-    os << "<circle cx=\"" << X(p.tok_s_per_user) << "\" cy=\"" << Y(p.per_device_tok_s) << "\" r=\"2.5\" fill=\""
-       << kColors[color[p.layout] % 8] << "\"/>\n";
+    auto it = color.find(p.layout);
+    os << "<circle cx=\"" << X(p.tok_s_per_user) << "\" cy=\"" << Y(p.per_device_tok_s) << "\" r=\""
+       << (it == color.end() ? "1.5" : "2.5") << "\" fill=\"" << (it == color.end() ? "#c8c8c8" : kColors[it->second])
+       << "\"/>\n";
   }
   os << "<polyline fill=\"none\" stroke=\"black\" stroke-width=\"2\" points=\"";
   for (const auto& p : frontier) os << X(p.tok_s_per_user) << "," << Y(p.per_device_tok_s) << " ";
@@ -203,10 +207,10 @@ std::string FrontierSvg(const std::vector<FrontierPoint>& points, const std::vec
   int i = 0;
   for (const auto& [name, c] : color) {
     const double y = T + 10 + 16 * i++;
-    os << "<circle cx=\"" << W - R + 12 << "\" cy=\"" << y << "\" r=\"4\" fill=\"" << kColors[c % 8] << "\"/>\n<text x=\""
+    os << "<circle cx=\"" << W - R + 12 << "\" cy=\"" << y << "\" r=\"4\" fill=\"" << kColors[c % 9] << "\"/>\n<text x=\""
        << W - R + 20 << "\" y=\"" << y + 4 << "\" font-size=\"10\">" << esc(name) << "</text>\n";
   }
-  os << "<text x=\"" << W - R + 12 << "\" y=\"" << T + 14 + 16 * i << "\" font-size=\"10\">black line: frontier</text>\n";
+  os << "<text x=\"" << W - R + 12 << "\" y=\"" << T + 14 + 16 * i << "\" font-size=\"10\">black line: frontier; grey: other layouts</text>\n";
   os << "</svg>\n";
   return os.str();
 }

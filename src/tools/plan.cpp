@@ -150,7 +150,8 @@ int RunPlan(int argc, char** argv) {
       for (const auto& r : dec) arr.push_back(RoleResultToJson(r));
       roles["decode"] = arr[0];
       out["decode_candidates"] = arr;
-      for (size_t i = 0; i < dec.size() && i < 4; ++i) frontier_layouts.push_back(dec[i].layout);
+      // The frontier spans every candidate decode layout (the SLO only picks a point on it).
+      frontier_layouts = CandidateLayouts(ctx, Role::kDecode, devices);
     }
     if (pre.empty()) {
       text += "prefill: no layout meets the TTFT SLO within the device limit\n";

@@ -229,6 +229,40 @@ TEST(PlannerSearch, H200TwoKTwoKAt50ms) {
   EXPECT_GT(s.output_tok_s_per_device, 0);
 }
 
+TEST(PlannerSearch, FrontierIsParetoOptimal) {
+  Deployment base;
+  base.mtp_layers = 1;
+  base.mtp_acceptance = 0.7;
+  PlanContext ctx = MakeContext(V3(), Hw("H200"), Wl(2048, 2048), Slo{});
+  const auto layouts = CandidateLayouts(ctx, Role::kDecode, 32);
+  ASSERT_FALSE(layouts.empty());
+  auto [pts, front] = DecodeFrontier(ctx, base, layouts);
+  ASSERT_GT(front.size(), 3u);
+  for (size_t i = 1; i < front.size(); ++i) {
+    EXPECT_GT(front[i].tok_s_per_user, front[i - 1].tok_s_per_user);
+    EXPECT_LT(front[i].per_device_tok_s, front[i - 1].per_device_tok_s);
+  }
+  // No point dominates a frontier point.
+  for (const auto& f : front)
+    for (const auto& p : pts)
+      EXPECT_FALSE(p.tok_s_per_user > f.tok_s_per_user && p.per_device_tok_s > f.per_device_tok_s);
+  const std::string svg = FrontierSvg(pts, front, "t", 20);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+TEST(PlannerModel, Fp8LatentCacheRaisesCapacity) {
+  Deployment d = Dep("deepseek_h800.json");
+  PlanContext ctx = MakeContext(V3(), Hw("H800"), Wl(2048, 2048), Slo{});
+  InstanceLayout l = *d.decode;
+  l.batch = 16;
+  const double bf16 = EvaluateDecode(ctx, d, l).memory.kv_capacity_tokens;
+  d.kv_dtype = WType::kFP8;
+  const double fp8 = EvaluateDecode(ctx, d, l).memory.kv_capacity_tokens;
+  EXPECT_NEAR(fp8 / bf16, 1152.0 / 580.0, 0.01);
+}
+
 TEST(PlannerHardware, AllProfilesLoadByNameAndPath) {
   for (const char* n : {"H800", "H100", "H200", "H20-96G", "H20-141G", "B200", "Ascend910-A2", "CloudMatrix-384"}) {
     auto h = LoadHardwareProfile(kData + "/hardware/" + n + ".json");
