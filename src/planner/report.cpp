@@ -1,6 +1,7 @@
 #include "planner/report.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
 #include <functional>
@@ -19,6 +20,29 @@ std::string Fmt(const char* f, ...) {
 }
 
 double Gb(double b) { return b / 1e9; }
+
+// "2 devices" < "16 devices" < "128 devices": digit runs compare as numbers.
+struct NaturalLess {
+  bool operator()(const std::string& a, const std::string& b) const {
+    size_t i = 0, j = 0;
+    while (i < a.size() && j < b.size()) {
+      if (std::isdigit(static_cast<unsigned char>(a[i])) && std::isdigit(static_cast<unsigned char>(b[j]))) {
+        size_t i2 = i, j2 = j;
+        while (i2 < a.size() && std::isdigit(static_cast<unsigned char>(a[i2]))) ++i2;
+        while (j2 < b.size() && std::isdigit(static_cast<unsigned char>(b[j2]))) ++j2;
+        const long x = std::stol(a.substr(i, i2 - i)), y = std::stol(b.substr(j, j2 - j));
+        if (x != y) return x < y;
+        i = i2;
+        j = j2;
+      } else {
+        if (a[i] != b[j]) return a[i] < b[j];
+        ++i;
+        ++j;
+      }
+    }
+    return a.size() - i < b.size() - j;
+  }
+};
 
 }  // namespace
 
@@ -118,8 +142,8 @@ std::string ExplainChoice(const std::vector<RoleResult>& all, const RoleResult& 
   std::string o = Fmt("Why %s (best of %zu candidates): best alternative for each choice\n", best.layout.Summary().c_str(),
                       all.size());
   for (const auto& d : dims) {
-    std::map<std::string, const RoleResult*> by;
-    std::map<std::string, std::string> why_not;
+    std::map<std::string, const RoleResult*, NaturalLess> by;
+    std::map<std::string, std::string, NaturalLess> why_not;
     for (const auto& r : all) {
       const std::string k = d.key(r.layout);
       if (r.feasible) {
