@@ -216,7 +216,9 @@ TEST(PlannerSearch, H200TwoKTwoKAt50ms) {
   ASSERT_FALSE(pre.empty());
   for (size_t i = 0; i < dec.size(); ++i) {
     EXPECT_LE(dec[i].tpot_ms, 50.0);
-    if (i) EXPECT_GE(dec[i - 1].per_device_tok_s, dec[i].per_device_tok_s);
+    if (i) {
+      EXPECT_GE(dec[i - 1].per_device_tok_s, dec[i].per_device_tok_s);
+    }
   }
   EXPECT_LE(pre[0].ttft_ms, 1000.0);
   // H200 has 141 GB and the same compute as H800: at the same TPOT it must beat the H800.
