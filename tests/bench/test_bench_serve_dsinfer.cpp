@@ -1,0 +1,118 @@
+// Integration: `dsinfer bench serve` against the real `dsinfer serve` (CPU, the engine's fake
+// runner: no weights, deterministic tokens, 1 ms per step), over real HTTP on 127.0.0.1 with
+// an OS-chosen port. Skipped while the server is not in the build.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Tmp(const std::string& n) {
+  return (fs::temp_directory_path() / ("dsinfer_bsd_" + std::to_string(getpid()) + "_" + n)).string();
+}
+
+bool HaveServe() {
+  std::string cmd = std::string(DS_BINARY) + " serve --help >/dev/null 2>&1";
+  return std::system(cmd.c_str()) == 0 && fs::exists(fs::path(DS_TEST_DATA_DIR) / "serve_fake" / "config.json");
+}
+
+// `dsinfer serve --load-format fake --port 0`; reads "listening on HOST:PORT" from its stdout.
+class DsinferServer {
+ public:
+  DsinferServer() {
+    out_ = Tmp("serve.out");
+    std::string cmd = "exec timeout 300 " + std::string(DS_BINARY) + " serve --model " + DS_TEST_DATA_DIR +
+                      "/serve_fake --tokenizer byte --load-format fake --port 0 --served-model-name bench-test"
+                      " --host 127.0.0.1 > " + out_ + " 2> " + out_ + ".log";
+    pid_ = fork();
+    if (pid_ == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    for (int i = 0; i < 300 && port_ == 0; ++i) {
+      usleep(100000);
+      std::ifstream f(out_);
+      std::string line;
+      while (std::getline(f, line)) {
+        auto at = line.find("listening on ");
+        if (at != std::string::npos) port_ = std::atoi(line.c_str() + line.rfind(':') + 1);
+      }
+    }
+  }
+  ~DsinferServer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int st;
+      waitpid(pid_, &st, 0);
+    }
+  }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+  std::string out_;
+};
+
+std::pair<int, nlohmann::json> Bench(const std::string& flags, std::string* out) {
+  static int n = 0;
+  std::string json = Tmp("r" + std::to_string(n++) + ".json");
+  std::string cmd = "timeout 120 " + std::string(DS_BINARY) + " bench serve --disable-tqdm --output-file " + json +
+                    " " + flags + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, k);
+  int st = pclose(p);
+  nlohmann::json j;
+  std::ifstream f(json);
+  if (f) j = nlohmann::json::parse(f, nullptr, false);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, j};
+}
+
+TEST(BenchServeDsinfer, RandomIdsAndTraceAgainstRealServer) {
+  if (!HaveServe()) GTEST_SKIP() << "dsinfer serve is not in this build";
+  DsinferServer srv;
+  ASSERT_GT(srv.port(), 0) << "server did not report its port";
+  const std::string port = std::to_string(srv.port());
+  std::string out;
+  // Model discovered from /v1/models; token-id prompts within the fake model's 300-token vocab.
+  auto [rc, j] = Bench("--port " + port + " --num-prompts 16 --random-input-len 40 --random-output-len 12"
+                       " --max-concurrency 4 --ignore-eos --vocab-size 300 --warmup-requests 2", &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(j["model_id"], "bench-test");
+  EXPECT_EQ(j["completed"], 16) << out;
+  EXPECT_EQ(j["failed"], 0) << out;
+  EXPECT_EQ(j["total_output_tokens"], 16 * 12);  // ignore_eos + min_tokens honoured
+  EXPECT_EQ(j["total_input_tokens"], 16 * 40);
+  EXPECT_GT(j["median_ttft_ms"].get<double>(), 0);
+  EXPECT_GT(j["median_tpot_ms"].get<double>(), 0.5);  // >= ~1 ms per engine step
+  EXPECT_LE(j["mean_concurrency"].get<double>(), 4.0 + 1e-6);
+
+  // Trace replay: requests sharing hash_ids blocks; a prefix-caching server reports hits.
+  std::string trace = Tmp("trace.jsonl");
+  std::ofstream(trace) << "{\"timestamp\": 0, \"input_length\": 1100, \"output_length\": 4, \"hash_ids\": [1, 2, 3]}\n"
+                          "{\"timestamp\": 300, \"input_length\": 1200, \"output_length\": 4, \"hash_ids\": [1, 2, 4]}\n"
+                          "{\"timestamp\": 600, \"input_length\": 700, \"output_length\": 4, \"hash_ids\": [1, 5]}\n";
+  out.clear();
+  auto [rc2, t] = Bench("--port " + port + " --dataset-name trace --dataset-path " + trace +
+                        " --ignore-eos --vocab-size 300", &out);
+  ASSERT_EQ(rc2, 0) << out;
+  EXPECT_EQ(t["completed"], 3) << out;
+  EXPECT_EQ(t["total_output_tokens"], 12);
+  EXPECT_GE(t["duration"].get<double>(), 0.6);
+  if (t.contains("prefix_cache_hit_rate")) EXPECT_GT(t["prefix_cache_hit_rate"].get<double>(), 0.0) << out;
+}
+
+}  // namespace
