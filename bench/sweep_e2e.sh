@@ -12,7 +12,7 @@
 #       name:config_dir:layers:dtype (dtype is a label; the config decides BF16 vs FP8)
 #   CONCURRENCY ["1 8 32 64 128 256"]   INPUT_LENS ["1024 4096"]   OUTPUT_LEN [256]
 #   PROMPTS_PER_CONC [3]  MIN_PROMPTS [8]: requests per point = max(MIN, C x PER_CONC)
-#   NUM_GPUS [1]   SERVE_ARGS [""]: extra `dsinfer serve` flags
+#   NUM_GPUS [1]   SERVE_ARGS ["--max-running-requests 256"]: extra `dsinfer serve` flags
 #   SERVER_CMD [""]: replaces the server command; {port} {model_dir} {layers} are substituted
 #   SERVER_WAIT_S [900]   BENCH_TIMEOUT_S [1800]
 #   STAGES ["serve onebatch roofline hf trace records plot"]
@@ -38,7 +38,7 @@ OUTPUT_LEN=${OUTPUT_LEN:-256}
 PROMPTS_PER_CONC=${PROMPTS_PER_CONC:-3}
 MIN_PROMPTS=${MIN_PROMPTS:-8}
 NUM_GPUS=${NUM_GPUS:-1}
-SERVE_ARGS=${SERVE_ARGS:-}
+SERVE_ARGS=${SERVE_ARGS:---max-running-requests 256}
 SERVER_CMD=${SERVER_CMD:-}
 SERVER_WAIT_S=${SERVER_WAIT_S:-900}
 BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-1800}
