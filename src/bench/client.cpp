@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench/sse.h"
@@ -103,6 +104,7 @@ bool StreamAccumulator::OnEvent(const std::string& data, double t) {
     error_ = "error chunk: " + chunk->error;
     return false;
   }
+  if (chunk->has_choice && first_finish_ < 0 && !chunk->finish_reason.empty()) first_finish_ = t;
   if (chunk->has_content) {
     if (content_chunks_ == 0)
       ttft_ = t;
@@ -128,6 +130,12 @@ void StreamAccumulator::Finish(double t_end, int fallback_prompt_tokens, Request
   if (!error_.empty()) {
     out->success = false;
     out->error = error_;
+  } else if (content_chunks_ == 0 && completion_tokens_ > 0) {
+    // Tokens were generated (usage says so) but none was streamed with text: e.g. special
+    // tokens skipped in decoding. The first token is seen when the final choice arrives.
+    out->success = true;
+    out->ttft_s = first_finish_ >= 0 ? first_finish_ : t_end;
+    out->tokens_streamed = false;  // no per-token timing: excluded from TPOT
   } else if (content_chunks_ == 0) {
     out->success = false;
     out->error = "stream ended without any token";
@@ -147,6 +155,8 @@ struct RunState {
   const BodyFn* body = nullptr;
   const std::vector<double>* arrivals = nullptr;
   const std::vector<int>* fallback = nullptr;
+  tcp::resolver::results_type endpoints;  // resolved once for the run
+  std::string resolve_error;
   std::vector<RequestOutcome> outcomes;
   Clock::time_point start;
   std::atomic<Clock::time_point::rep> end_ticks{0};
@@ -184,15 +194,13 @@ asio::awaitable<void> StreamOne(RunState* st, size_t i) {
   const auto timeout = ToDuration(opt.timeout_s);
   auto t0 = Clock::now();
   out.start_s = Seconds(t0 - st->start);
-  tcp::resolver resolver(ex);
-  auto results = co_await resolver.async_resolve(st->target->host, st->target->port, tok);
-  if (ec) {
-    out.error = "resolve " + st->target->host + ": " + ec.message();
+  if (!st->resolve_error.empty()) {
+    out.error = st->resolve_error;
     co_return;
   }
   beast::tcp_stream stream(ex);
   stream.expires_after(timeout);
-  co_await stream.async_connect(results, tok);
+  co_await stream.async_connect(st->endpoints, tok);
   if (ec) {
     out.error = "connect " + st->target->host + ":" + st->target->port + ": " + ec.message();
     co_return;
@@ -314,6 +322,15 @@ asio::awaitable<void> Dispatch(RunState* st) {
   }
 }
 
+// Thousands of streams in flight need more descriptors than the usual soft limit of 1024.
+void RaiseOpenFileLimit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
 void ProgressLoop(RunState* st, std::atomic<bool>* stop) {
   const bool tty = isatty(fileno(stderr));
   const size_t n = st->outcomes.size();
@@ -359,6 +376,13 @@ StreamRunResult RunStreamingRequests(const HttpTarget& target, const StreamRunOp
   fallback.resize(n, 0);
   st->fallback = &fallback;
   st->outcomes.resize(n);
+  {
+    beast::error_code ec;
+    tcp::resolver resolver(st->ioc);
+    st->endpoints = resolver.resolve(target.host, target.port, ec);
+    if (ec) st->resolve_error = "resolve " + target.host + ":" + target.port + ": " + ec.message();
+  }
+  RaiseOpenFileLimit();
   st->start = Clock::now();
   asio::co_spawn(st->dispatch_strand, Dispatch(st.get()), asio::detached);
   std::atomic<bool> stop{false};

@@ -73,6 +73,7 @@ class StreamAccumulator {
  private:
   int content_chunks_ = 0;
   double ttft_ = 0, last_ = 0;
+  double first_finish_ = -1;  // first chunk with a finish_reason (fallback TTFT)
   std::vector<double> itl_;
   int completion_tokens_ = -1, prompt_tokens_ = -1, cached_tokens_ = -1;
   bool done_ = false;

@@ -41,7 +41,7 @@ Summary Summarize(std::vector<double> values) {
 namespace {
 // TPOT of one request in seconds, or NaN when it has fewer than 2 output tokens.
 double RequestTpot(const RequestOutcome& r) {
-  if (r.output_tokens < 2) return std::numeric_limits<double>::quiet_NaN();
+  if (r.output_tokens < 2 || !r.tokens_streamed) return std::numeric_limits<double>::quiet_NaN();
   return (r.e2e_s - r.ttft_s) / static_cast<double>(r.output_tokens - 1);
 }
 }  // namespace

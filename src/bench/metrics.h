@@ -49,6 +49,9 @@ struct RequestOutcome {
   double ttft_s = 0;
   double e2e_s = 0;
   std::vector<double> itl_s;  // gaps between content chunks
+  // False when the server generated tokens (usage) but streamed none with text: TTFT is then
+  // the arrival of the final chunk, and the request has no TPOT sample.
+  bool tokens_streamed = true;
 };
 
 struct SloConfig {

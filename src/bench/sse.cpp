@@ -92,6 +92,7 @@ StatusOr<StreamChunk> ParseStreamChunk(std::string_view data) {
   }
   if (auto it = j.find("choices"); it != j.end() && it->is_array() && !it->empty()) {
     const auto& c0 = (*it)[0];
+    chunk.has_choice = true;
     if (c0.is_object()) {
       // A token event: non-empty text, or an empty text field in a chunk that is neither
       // the chat role preamble nor a bare finish marker (a token that decodes to no text

@@ -43,6 +43,7 @@ struct StreamChunk {
   std::optional<int> completion_tokens;  // usage.completion_tokens
   std::optional<int> prompt_tokens;      // usage.prompt_tokens
   std::optional<int> cached_tokens;      // usage.prompt_tokens_details.cached_tokens
+  bool has_choice = false;        // a non-empty "choices" array (token, preamble or finish)
   std::string finish_reason;
   std::string error;              // an {"error": ...} chunk's message
 };

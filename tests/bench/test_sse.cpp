@@ -150,3 +150,26 @@ TEST(BenchBaseUrl, Parses) {
 
 }  // namespace
 }  // namespace ds::bench
+
+namespace ds::bench {
+namespace {
+TEST(BenchStreamAccumulator, TokensWithoutTextStillSucceed) {
+  // The server generated 5 tokens that all decode to no text (e.g. skipped special tokens)
+  // and streamed only the finish marker and usage.
+  StreamAccumulator acc;
+  EXPECT_TRUE(acc.OnEvent(R"({"choices":[{"delta":{"role":"assistant","content":""}}]})", 0.01));
+  EXPECT_TRUE(acc.OnEvent(R"({"choices":[{"delta":{},"finish_reason":"length"}]})", 0.30));
+  EXPECT_TRUE(acc.OnEvent(R"({"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}})", 0.31));
+  EXPECT_FALSE(acc.OnEvent("[DONE]", 0.31));
+  RequestOutcome r;
+  acc.Finish(0.32, 3, &r);
+  EXPECT_TRUE(r.success);
+  EXPECT_FALSE(r.tokens_streamed);
+  EXPECT_DOUBLE_EQ(r.ttft_s, 0.30);
+  EXPECT_EQ(r.output_tokens, 5);
+  BenchMetrics m = ComputeMetrics({r}, 1.0, 1, SloConfig{0, 1});
+  EXPECT_EQ(m.tpot_ms.count, 0u);  // no per-token timing, no TPOT sample
+  EXPECT_EQ(m.total_output_tokens, 5);
+}
+}  // namespace
+}  // namespace ds::bench
