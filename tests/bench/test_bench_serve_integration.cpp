@@ -17,6 +17,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/arrival.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -261,6 +263,27 @@ TEST(BenchServeIntegration, TraceReplayTimingAndPrefixHits) {
   ASSERT_EQ(p1.size(), 1200u);
   EXPECT_TRUE(std::equal(p0.begin(), p0.begin() + 1024, p1.begin()));
   EXPECT_NE(p0[1024], p1[1024]);
+}
+
+TEST(BenchServeIntegration, PoissonScheduleWarmupExtraBodyMetadata) {
+  if (!HavePython()) GTEST_SKIP() << "python3 not available";
+  MockServer srv("--ttft-ms 1 --itl-ms 1");
+  ASSERT_GT(srv.port(), 0);
+  auto r = RunBench("--port " + std::to_string(srv.port()) +
+                    " --num-prompts 20 --request-rate 25 --seed 11 --random-input-len 16 --random-output-len 3"
+                    " --warmup-requests 3 --extra-body '{\"top_k\": 5}' --metadata '{\"run\": \"x7\"}'");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["completed"], 20);
+  EXPECT_EQ(r.json["request_rate"], 25.0);
+  EXPECT_EQ(r.json["run"], "x7");
+  // The run lasts at least until the last seeded Poisson arrival (~0.76 s at 25 req/s).
+  double last = ds::bench::PoissonArrivals(20, 25.0, 11).back();
+  EXPECT_GT(last, 0.3);
+  EXPECT_GE(r.json["duration"].get<double>(), last);
+  EXPECT_LT(r.json["duration"].get<double>(), last + 5.0);
+  auto reqs = srv.Requests();
+  ASSERT_EQ(reqs.size(), 23u);  // 3 warm-up + 20 measured
+  for (const auto& q : reqs) EXPECT_EQ(q["body"]["top_k"], 5);
 }
 
 }  // namespace
