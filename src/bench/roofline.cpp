@@ -111,7 +111,9 @@ StepCost EstimateStep(const ModelConfig& c, const StepShape& shape, const Roofli
       r.moe_weight_bytes += E * Hd * (dt.router_bytes > 0 ? dt.router_bytes : dt.other_bytes) + E * 4 /*bias*/ +
                             (shared_inter > 0 ? 2 * LinearBytes(shared_inter, Hd, dt) + LinearBytes(Hd, shared_inter, dt) : 0) +
                             experts * (2 * LinearBytes(mi, Hd, dt) + LinearBytes(Hd, mi, dt));
-      r.mlp_flops += T * 2 * (Hd * E + 3 * Hd * shared_inter + 3 * Hd * mi * c.num_experts_per_tok);
+      const double f = T * 2 * (Hd * E + 3 * Hd * shared_inter + 3 * Hd * mi * c.num_experts_per_tok);
+      r.mlp_flops += f;
+      r.moe_flops += f;
     } else {
       const double I = c.intermediate_size;
       r.dense_weight_bytes += 2 * LinearBytes(I, Hd, dt) + LinearBytes(Hd, I, dt);
@@ -133,6 +135,21 @@ RooflineTime RooflineTimeOf(const StepCost& c, const Hardware& hw) {
   return t;
 }
 
+RooflineParts RooflinePartsOf(const StepCost& c, const Hardware& hw) {
+  auto time = [&](double bytes, double flops) {
+    RooflineTime t;
+    if (hw.mem_bw_gbps > 0) t.memory_ms = bytes / (hw.mem_bw_gbps * 1e9) * 1e3;
+    if (hw.flops_tflops > 0) t.compute_ms = flops / (hw.flops_tflops * 1e12) * 1e3;
+    return t;
+  };
+  RooflineParts p;
+  p.attention = time(c.attn_weight_bytes + c.kv_bytes(), c.attn_proj_flops + c.attn_core_flops);
+  p.moe = time(c.moe_weight_bytes, c.moe_flops);
+  p.dense = time(c.dense_weight_bytes, c.mlp_flops - c.moe_flops);
+  p.other = time(c.embed_bytes + c.lm_head_bytes, c.lm_head_flops);
+  return p;
+}
+
 nlohmann::json StepCostToJson(const StepCost& c, const RooflineTime& t) {
   return {{"weight_bytes", c.weight_bytes()},
           {"attn_weight_bytes", c.attn_weight_bytes},
@@ -146,6 +163,7 @@ nlohmann::json StepCostToJson(const StepCost& c, const RooflineTime& t) {
           {"attn_proj_flops", c.attn_proj_flops},
           {"attn_core_flops", c.attn_core_flops},
           {"mlp_flops", c.mlp_flops},
+          {"moe_flops", c.moe_flops},
           {"lm_head_flops", c.lm_head_flops},
           {"total_flops", c.total_flops()},
           {"experts_touched_per_moe_layer", c.experts_touched_per_moe_layer},

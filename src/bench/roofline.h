@@ -76,6 +76,7 @@ struct StepCost {
   double embed_bytes = 0, lm_head_bytes = 0, kv_read_bytes = 0, kv_write_bytes = 0;
   // FLOPs.
   double attn_proj_flops = 0, attn_core_flops = 0, mlp_flops = 0, lm_head_flops = 0;
+  double moe_flops = 0;  // the MoE layers' part of mlp_flops (router + shared + routed)
   double experts_touched_per_moe_layer = 0;
   double weight_bytes() const {
     return attn_weight_bytes + dense_weight_bytes + moe_weight_bytes + embed_bytes + lm_head_bytes;
@@ -96,6 +97,15 @@ struct RooflineTime {
   const char* bound() const { return memory_ms >= compute_ms ? "memory" : "compute"; }
 };
 RooflineTime RooflineTimeOf(const StepCost& c, const Hardware& hw);
+
+// The step's roofline split by part of the model, each part timed on its own bytes and FLOPs
+// (the parts' times add up to at least the whole step's): attention (MLA weights + latent
+// cache; projections + core), MoE layers, dense MLP layers, and the rest (embedding rows,
+// lm_head). For the "where the time goes per layer" analysis.
+struct RooflineParts {
+  RooflineTime attention, moe, dense, other;
+};
+RooflineParts RooflinePartsOf(const StepCost& c, const Hardware& hw);
 
 nlohmann::json StepCostToJson(const StepCost& c, const RooflineTime& t);
 

@@ -106,10 +106,22 @@ void AddRooflineFlags(CLI::App& app, HwFlags* hw) {
   app.add_option("--flops-tflops", hw->flops_tflops, "GEMM rate for the roofline, TFLOP/s (cpu default: measured)");
 }
 
-void PrintCostLine(const char* what, const bench::StepCost& c, const bench::RooflineTime& t) {
+void PrintCostLine(const char* what, const bench::StepCost& c, const bench::RooflineTime& t, const bench::Hardware& hw) {
   std::printf("  %-8s weights %s, KV %s, %.4g GFLOP -> roofline %.3f ms (memory %.3f, compute %.3f; %s-bound)\n",
               what, HumanBytes(c.weight_bytes()).c_str(), HumanBytes(c.kv_bytes()).c_str(), c.total_flops() / 1e9,
               t.ms(), t.memory_ms, t.compute_ms, t.bound());
+  auto p = bench::RooflinePartsOf(c, hw);
+  std::printf("           by part (ms, each max(memory, compute)): attention %.3f, MoE %.3f, dense MLP %.3f, "
+              "embedding+lm_head %.3f\n",
+              p.attention.ms(), p.moe.ms(), p.dense.ms(), p.other.ms());
+}
+
+nlohmann::json PartsToJson(const bench::StepCost& c, const bench::Hardware& hw) {
+  auto p = bench::RooflinePartsOf(c, hw);
+  auto one = [](const bench::RooflineTime& t) {
+    return nlohmann::json{{"ms", t.ms()}, {"memory_ms", t.memory_ms}, {"compute_ms", t.compute_ms}};
+  };
+  return {{"attention", one(p.attention)}, {"moe", one(p.moe)}, {"dense", one(p.dense)}, {"other", one(p.other)}};
 }
 
 // The CUDA runner, with its own dummy weights and layer truncation (no checkpoint written).
@@ -301,12 +313,12 @@ int RunOneBatch(int argc, char** argv) {
               hw_source.c_str(), hw.mem_bw_gbps, hw.flops_tflops, dt.linear_bytes, dt.other_bytes, dt.kv_bytes);
   std::printf("prefill: %.3f ms (%.1f tok/s), roofline %.3f ms, ratio %.2fx\n", prefill_ms,
               batch * input_len / (prefill_ms / 1e3), prefill_rl.ms(), prefill_ms / std::max(1e-12, prefill_rl.ms()));
-  PrintCostLine("prefill", prefill_cost, prefill_rl);
+  PrintCostLine("prefill", prefill_cost, prefill_rl, hwr);
   const int nsteps = static_cast<int>(step_ms.size());
   double med = 0, rl_med = 0;
   if (nsteps > 0) {
     auto mid_cost = bench::EstimateStep(cfg, bench::DecodeShape(batch, step_ctx[nsteps / 2]), dt);
-    PrintCostLine("decode", mid_cost, bench::RooflineTimeOf(mid_cost, hwr));
+    PrintCostLine("decode", mid_cost, bench::RooflineTimeOf(mid_cost, hwr), hwr);
     std::printf("  (decode at context %d; %.1f experts touched per MoE layer)\n", step_ctx[nsteps / 2],
                 mid_cost.experts_touched_per_moe_layer);
     std::printf("%8s %8s %12s %14s %8s\n", "step", "context", "time_ms", "roofline_ms", "ratio");
@@ -340,6 +352,12 @@ int RunOneBatch(int argc, char** argv) {
     j["prefill_ms"] = prefill_ms;
     j["prefill_roofline_ms"] = prefill_rl.ms();
     j["prefill_cost"] = bench::StepCostToJson(prefill_cost, prefill_rl);
+    j["prefill_parts"] = PartsToJson(prefill_cost, hwr);
+    if (nsteps > 0) {
+      auto mid_cost = bench::EstimateStep(cfg, bench::DecodeShape(batch, step_ctx[nsteps / 2]), dt);
+      j["decode_cost"] = bench::StepCostToJson(mid_cost, bench::RooflineTimeOf(mid_cost, hwr));
+      j["decode_parts"] = PartsToJson(mid_cost, hwr);
+    }
     j["step_ms"] = med;
     j["roofline_step_ms"] = rl_med;
     j["decode_step_ms_mean"] = bench::Summarize(step_ms).mean;
@@ -393,8 +411,8 @@ int RunRoofline(int argc, char** argv) {
   std::printf("roofline: %s, %d layers, batch %d, input %d, output %d (rates %s: %.1f GB/s, %.1f TFLOP/s)\n",
               model.c_str(), cfg->num_hidden_layers, batch, input_len, output_len, source.c_str(), hw.mem_bw_gbps,
               hw.flops_tflops);
-  PrintCostLine("prefill", pc, pt);
-  PrintCostLine("decode", dc, dtm);
+  PrintCostLine("prefill", pc, pt, hwr);
+  PrintCostLine("decode", dc, dtm, hwr);
   std::printf("  decode at context %d: %.1f experts touched per MoE layer; %.1f output tok/s at the roofline\n", mid,
               dc.experts_touched_per_moe_layer, batch / (dtm.ms() / 1e3));
   if (!output_file.empty()) {
@@ -402,6 +420,7 @@ int RunRoofline(int argc, char** argv) {
                         {"input_len", input_len}, {"output_len", output_len}, {"decode_context", mid},
                         {"mem_bw_gbps", hw.mem_bw_gbps}, {"flops_tflops", hw.flops_tflops},
                         {"prefill", bench::StepCostToJson(pc, pt)}, {"decode", bench::StepCostToJson(dc, dtm)},
+                        {"prefill_parts", PartsToJson(pc, hwr)}, {"decode_parts", PartsToJson(dc, hwr)},
                         {"roofline_step_ms", dtm.ms()}, {"prefill_roofline_ms", pt.ms()}};
     std::ofstream f(output_file);
     if (!f) return Fail("roofline", 1, "cannot write " + output_file);

@@ -168,3 +168,27 @@ TEST(BenchRoofline, CudaDtypesKeepKvbBf16AndRouterFp32) {
 }
 }  // namespace
 }  // namespace ds::bench
+
+namespace ds::bench {
+namespace {
+TEST(BenchRoofline, PartsCoverTheStep) {
+  auto cfg = LoadModelConfig(std::string(DS_SHARED_DIR) + "/models/deepseek-v3");
+  if (!cfg.ok()) GTEST_SKIP();
+  ModelConfig c = *cfg;
+  c.num_hidden_layers = 6;  // 3 dense + 3 MoE
+  Hardware hw{4800, 989};
+  for (StepShape shape : {DecodeShape(64, 2048), PrefillShape(4, 1024)}) {
+    StepCost s = EstimateStep(c, shape, DtypesFor(c, true));
+    RooflineParts p = RooflinePartsOf(s, hw);
+    RooflineTime whole = RooflineTimeOf(s, hw);
+    // Memory and compute terms each add up exactly over the parts.
+    EXPECT_NEAR(p.attention.memory_ms + p.moe.memory_ms + p.dense.memory_ms + p.other.memory_ms, whole.memory_ms, 1e-9);
+    EXPECT_NEAR(p.attention.compute_ms + p.moe.compute_ms + p.dense.compute_ms + p.other.compute_ms, whole.compute_ms,
+                1e-9);
+    EXPECT_GE(p.attention.ms() + p.moe.ms() + p.dense.ms() + p.other.ms(), whole.ms() - 1e-9);
+    EXPECT_GT(p.moe.ms(), 0);
+    EXPECT_GT(p.dense.ms(), 0);
+  }
+}
+}  // namespace
+}  // namespace ds::bench
