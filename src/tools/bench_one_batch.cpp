@@ -328,6 +328,8 @@ int RunOneBatch(int argc, char** argv) {
       std::printf("%8d %8d %12.3f %14.3f %8.2f\n", i + 1, step_ctx[i], step_ms[i], step_rl_ms[i],
                   step_ms[i] / std::max(1e-12, step_rl_ms[i]));
     }
+    std::printf("  (each timed step includes copying %s of fp32 logits [%d x %d] to the host)\n",
+                HumanBytes(4.0 * batch * cfg.vocab_size).c_str(), batch, cfg.vocab_size);
     med = bench::Percentile(step_ms, 50);
     rl_med = bench::Percentile(step_rl_ms, 50);
     std::printf("decode: median step %.3f ms (mean %.3f, p90 %.3f), roofline %.3f ms, ratio %.2fx; %.1f output tok/s\n",
@@ -361,6 +363,7 @@ int RunOneBatch(int argc, char** argv) {
     j["step_ms"] = med;
     j["roofline_step_ms"] = rl_med;
     j["decode_step_ms_mean"] = bench::Summarize(step_ms).mean;
+    j["logits_bytes_per_step"] = 4.0 * batch * cfg.vocab_size;
     j["steps"] = nlohmann::json::array();
     for (int i = 0; i < nsteps; ++i)
       j["steps"].push_back({{"context", step_ctx[i]}, {"ms", step_ms[i]}, {"roofline_ms", step_rl_ms[i]}});
