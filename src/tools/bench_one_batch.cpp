@@ -74,7 +74,8 @@ struct TempDir {
 std::string HumanBytes(double b) {
   char buf[32];
   if (b >= 1e9) std::snprintf(buf, sizeof(buf), "%.2f GB", b / 1e9);
-  else std::snprintf(buf, sizeof(buf), "%.2f MB", b / 1e6);
+  else if (b >= 1e6) std::snprintf(buf, sizeof(buf), "%.2f MB", b / 1e6);
+  else std::snprintf(buf, sizeof(buf), "%.1f KB", b / 1e3);
   return buf;
 }
 
