@@ -47,6 +47,11 @@ StatusOr<nlohmann::json> RunServeBench(const ServeBenchOptions& opt) {
   if (!opt.tokenizer_dir.empty()) {
     DS_ASSIGN_OR_RETURN(codec, LoadTextCodec(opt.tokenizer_dir));
   }
+  if (opt.prompt_format != "auto" && opt.prompt_format != "ids" && opt.prompt_format != "text")
+    return InvalidArgument("--prompt-format must be auto, ids or text");
+  if (opt.prompt_format == "text" && !codec) return InvalidArgument("--prompt-format text needs --tokenizer DIR");
+  const bool text_prompts = opt.prompt_format == "text" ||
+                            (opt.prompt_format == "auto" && codec && opt.dataset_name == "random");
   int vocab = opt.vocab_size > 0 ? opt.vocab_size : (codec ? codec->vocab_size() : 32000);
   TokenRange range = DefaultTokenRange(vocab);
 
@@ -56,7 +61,7 @@ StatusOr<nlohmann::json> RunServeBench(const ServeBenchOptions& opt) {
   if (opt.dataset_name == "random") {
     reqs = MakeRandomRequests(opt.num_prompts, opt.random_input_len, opt.random_output_len,
                               opt.random_range_ratio, range, opt.seed);
-    if (codec && (backend == Backend::kChat || opt.text_prompts)) {
+    if (codec && (backend == Backend::kChat || text_prompts)) {
       // Text prompts: decode, and count what the server will see.
       for (auto& r : reqs) {
         r.prompt_text = FitTextPrompt(*codec, std::move(r.prompt_ids), r.input_len, &r.input_len);
@@ -102,7 +107,7 @@ StatusOr<nlohmann::json> RunServeBench(const ServeBenchOptions& opt) {
   bo.model = model;
   bo.ignore_eos = opt.ignore_eos;
   bo.temperature = opt.temperature;
-  bo.text_prompts = opt.text_prompts;
+  bo.text_prompts = text_prompts;
   bo.codec = codec.get();
   bo.range = range;
   bo.seed = opt.seed;
@@ -168,6 +173,7 @@ StatusOr<nlohmann::json> RunServeBench(const ServeBenchOptions& opt) {
   j["burstiness"] = opt.burstiness;
   j["max_concurrency"] = opt.max_concurrency > 0 ? nlohmann::json(opt.max_concurrency) : nlohmann::json(nullptr);
   j["ignore_eos"] = opt.ignore_eos;
+  j["prompt_format"] = backend == Backend::kChat || text_prompts || opt.dataset_name == "sharegpt" ? "text" : "ids";
   j["seed"] = opt.seed;
   if (opt.dataset_name == "random") {
     j["random_input_len"] = opt.random_input_len;

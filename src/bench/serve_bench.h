@@ -35,7 +35,10 @@ struct ServeBenchOptions {
   double trace_duration_s = 0.0;
   std::string tokenizer_dir;       // text prompts / ShareGPT token counts
   int vocab_size = 0;              // token-id range for synthetic prompts (0: tokenizer's, else 32000)
-  bool text_prompts = false;       // completions: send decoded text instead of ids
+  // Synthetic prompts (random, trace) on the completions endpoint: "ids" (token id list),
+  // "text" (decoded with --tokenizer), "auto" (random: text when a tokenizer is given, else
+  // ids; trace: ids, so shared prefixes stay token-exact). The chat endpoint always sends text.
+  std::string prompt_format = "auto";
   // Load.
   int max_concurrency = 0;
   double request_rate = std::numeric_limits<double>::infinity();

@@ -39,7 +39,9 @@ int RunBenchServe(int argc, char** argv) {
   app.add_option("--trace-duration-s", o.trace_duration_s, "trace: replay only the first N seconds of the trace (0 = all)");
   app.add_option("--tokenizer", o.tokenizer_dir, "tokenizer dir: text prompts / exact ShareGPT token counts");
   app.add_option("--vocab-size", o.vocab_size, "vocabulary for synthetic token ids (default: tokenizer's, else 32000)");
-  app.add_flag("--text-prompts", o.text_prompts, "completions: send synthetic prompts as text (needs --tokenizer)");
+  app.add_option("--prompt-format", o.prompt_format,
+                 "synthetic prompts on /v1/completions: auto (random: text if --tokenizer, else ids; trace: ids) | ids | text")
+      ->capture_default_str();
   app.add_option("--max-concurrency", o.max_concurrency, "max requests in flight (0 = unbounded)");
   app.add_option("--request-rate", request_rate, "mean request rate (req/s), Poisson; inf = all at once")
       ->capture_default_str();
