@@ -91,6 +91,7 @@ StatusOr<HttpResponse> HttpGet(const HttpTarget& target, const std::string& path
 
 bool StreamAccumulator::OnEvent(const std::string& data, double t) {
   if (done_ || !error_.empty()) return false;
+  ++events_;
   auto chunk = ParseStreamChunk(data);
   if (!chunk.ok()) {
     error_ = chunk.status().message();
@@ -138,7 +139,8 @@ void StreamAccumulator::Finish(double t_end, int fallback_prompt_tokens, Request
     out->tokens_streamed = false;  // no per-token timing: excluded from TPOT
   } else if (content_chunks_ == 0) {
     out->success = false;
-    out->error = "stream ended without any token";
+    out->error = events_ == 0 ? "no SSE events in the response (did the server stream?)"
+                              : "stream ended without any token";
   } else {
     out->success = true;
   }

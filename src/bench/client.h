@@ -72,6 +72,7 @@ class StreamAccumulator {
 
  private:
   int content_chunks_ = 0;
+  int events_ = 0;
   double ttft_ = 0, last_ = 0;
   double first_finish_ = -1;  // first chunk with a finish_reason (fallback TTFT)
   std::vector<double> itl_;
