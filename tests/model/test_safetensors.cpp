@@ -175,6 +175,8 @@ std::vector<MalformedCase> MalformedCases() {
   c.push_back({"invalid JSON", RawFile(R"({"t": {"dtype": )", 0), "header is not valid JSON"});
   c.push_back({"trailing garbage", RawFile(R"({} x)", 0), "header is not valid JSON"});
   c.push_back({"not an object", RawFile("[1,2]", 0), "header is not a JSON object (it is array)"});
+  c.push_back({"nested too deep", RawFile(std::string(100, '[') + std::string(100, ']'), 0),
+               "header nests deeper than 8 levels"});
   c.push_back({"duplicate key",
                RawFile(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
                        R"("t":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2),
@@ -267,6 +269,18 @@ TEST(SafetensorsMalformed, EachHasItsOwnError) {
   // (they carry the offending value), so nothing collapses into a generic "failed".
   EXPECT_EQ(messages.size(), cases.size());
   EXPECT_GE(cases.size(), 12u);
+}
+
+// A 50 MB header of nested brackets is refused quickly, without building a huge DOM; a long
+// tensor name is cut in the message.
+TEST(SafetensorsMalformed, HugeHeadersStayCheap) {
+  const size_t depth = 25'000'000;
+  std::string deep = "{\"t\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  EXPECT_CONTAINS(ParseError(RawFile(deep, 0)), "nests deeper than 8 levels");
+  std::string name(1'000'000, 'n');
+  std::string msg = ParseError(RawFile("{\"" + name + "\":{\"dtype\":\"F4\"}}", 0));
+  EXPECT_CONTAINS(msg, "entry has no 'shape'");
+  EXPECT_LT(msg.size(), 1000u);
 }
 
 // Every strict prefix of a valid file is rejected cleanly (truncation anywhere).
