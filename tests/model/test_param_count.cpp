@@ -18,6 +18,7 @@
 
 #include "model/config.h"
 #include "model/param_count.h"
+#include "model/safetensors.h"
 #include "model/tensor_specs.h"
 
 namespace ds {
@@ -287,6 +288,39 @@ TEST(Inspect, CliJsonOnRealConfig) {
   int bad = std::system((std::string(DS_BINARY) + " inspect --model /nonexistent-dir 2>/dev/null").c_str());
   EXPECT_EQ(WEXITSTATUS(bad), 1);
 }
+
+// The committed fixtures (written by transformers, converted to the official layout) hold
+// exactly the tensors ExpectedTensors lists, with the same shapes and dtypes.
+class FixtureTensors : public testing::TestWithParam<const char*> {};
+
+TEST_P(FixtureTensors, MatchExpectedTensors) {
+  const std::string dir = std::string(DS_TEST_DATA_DIR) + "/" + GetParam();
+  ModelConfig c = Load(dir);
+  auto ck = Checkpoint::Open(dir);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  // MTP weights are optional in a checkpoint: include them only if the fixture has them.
+  const bool has_mtp = c.num_nextn_predict_layers > 0 &&
+                       (*ck)->Find("model.layers." + std::to_string(c.num_hidden_layers) +
+                                   ".eh_proj.weight") != nullptr;
+  auto expected = ExpectedTensors(c, has_mtp);
+  std::set<std::string> want;
+  for (const auto& t : expected) {
+    want.insert(t.name);
+    const TensorView* v = (*ck)->Find(t.name);
+    if (v == nullptr) {
+      ADD_FAILURE() << "fixture lacks " << t.name;
+      continue;
+    }
+    EXPECT_EQ(v->shape, t.shape) << t.name;
+    EXPECT_EQ(v->dtype, t.dtype) << t.name << ": fixture " << DTypeName(v->dtype) << ", expected "
+                                 << DTypeName(t.dtype);
+  }
+  for (const auto& n : (*ck)->Names()) EXPECT_TRUE(want.count(n)) << "unexpected tensor " << n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTensors,
+                         testing::Values("v3_tiny", "v3_fp8_tiny", "v2_lite_tiny", "v2_glg_tiny",
+                                         "v3_yarn_long", "v3_rotate_half_tiny"));
 
 }  // namespace
 }  // namespace ds
