@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
 #include <set>
 
@@ -150,6 +151,8 @@ struct MalformedCase {
   const char* expect;  // a substring unique to this error
 };
 
+void PrintTo(const MalformedCase& c, std::ostream* os) { *os << c.what; }
+
 std::string Entry(const std::string& body) { return R"({"t":)" + body + "}"; }
 
 std::vector<MalformedCase> MalformedCases() {
@@ -255,6 +258,23 @@ std::vector<MalformedCase> MalformedCases() {
                "__metadata__ value for 'format' is not a string (it is number)"});
   return c;
 }
+
+// One test per case (each shows up in ctest on its own).
+class MalformedFile : public testing::TestWithParam<MalformedCase> {};
+
+TEST_P(MalformedFile, GivesItsOwnError) {
+  const MalformedCase& tc = GetParam();
+  EXPECT_CONTAINS(ParseError(tc.file), tc.expect);
+}
+
+std::string CaseName(const testing::TestParamInfo<MalformedCase>& info) {
+  std::string n;
+  for (const char* c = info.param.what; *c; ++c)
+    n.push_back(std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_');
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Safetensors, MalformedFile, testing::ValuesIn(MalformedCases()), CaseName);
 
 TEST(SafetensorsMalformed, EachHasItsOwnError) {
   std::set<std::string> messages;
