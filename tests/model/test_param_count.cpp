@@ -20,6 +20,7 @@
 #include "model/param_count.h"
 #include "model/safetensors.h"
 #include "model/tensor_specs.h"
+#include "planner/model_size.h"
 
 namespace ds {
 namespace {
@@ -287,6 +288,21 @@ TEST(Inspect, CliJsonOnRealConfig) {
   EXPECT_NE(out.find("70,272 B bf16"), std::string::npos) << out;
   int bad = std::system((std::string(DS_BINARY) + " inspect --model /nonexistent-dir 2>/dev/null").c_str());
   EXPECT_EQ(WEXITSTATUS(bad), 1);
+}
+
+// The planner's own module count (src/planner/model_size) agrees with this one. Conventions
+// differ only in that the planner's "activated" includes the embedding table.
+TEST(ParamCount, AgreesWithPlannerModelSize) {
+  for (const std::string& dir : {kV3, kV2Lite}) {
+    ModelConfig c = Load(dir);
+    WeightStats s = ComputeWeightStats(c);
+    planner::ModuleShapes m = planner::CountModuleShapes(c);
+    EXPECT_EQ(planner::TotalParams(m), s.total_params) << dir;
+    EXPECT_EQ(planner::ActivatedParams(m), s.activated_params + s.embedding_params) << dir;
+    EXPECT_EQ(planner::MtpParams(m), s.mtp_unique_params) << dir;
+    if (c.quant.fp8)  // one routed expert of one layer, FP8 + block scales
+      EXPECT_EQ(m.routed_expert.bytes(planner::WType::kFP8), s.bytes_per_routed_expert) << dir;
+  }
 }
 
 // The committed fixtures (written by transformers, converted to the official layout) hold
