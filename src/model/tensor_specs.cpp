@@ -1,5 +1,8 @@
 #include "model/tensor_specs.h"
 
+#include <set>
+#include <sstream>
+
 #include "common/check.h"
 
 namespace ds {
@@ -179,6 +182,42 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c, bool include_mtp) 
     }
   }
   return out;
+}
+
+namespace {
+std::string Shape(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+}  // namespace
+
+TensorCheck CheckCheckpointTensors(const ModelConfig& c, const Checkpoint& ckpt) {
+  TensorCheck r;
+  r.has_mtp = c.num_nextn_predict_layers > 0 &&
+              ckpt.Find("model.layers." + std::to_string(c.num_hidden_layers) + ".eh_proj.weight") !=
+                  nullptr;
+  const auto expected = ExpectedTensors(c, r.has_mtp);
+  r.expected = expected.size();
+  std::set<std::string> names;
+  for (const TensorSpec& t : expected) {
+    names.insert(t.name);
+    const TensorView* v = ckpt.Find(t.name);
+    if (v == nullptr) {
+      r.missing.push_back(t.name);
+      continue;
+    }
+    if (v->shape != t.shape)
+      r.bad_shape.push_back(t.name + ": expected " + Shape(t.shape) + ", checkpoint has " + Shape(v->shape));
+    if (v->dtype != t.dtype)
+      r.other_dtype.push_back(t.name + ": expected " + DTypeName(t.dtype) + ", checkpoint has " +
+                              DTypeName(v->dtype));
+  }
+  for (const std::string& n : ckpt.Names())
+    if (!names.count(n)) r.unexpected.push_back(n);
+  return r;
 }
 
 }  // namespace ds

@@ -48,6 +48,7 @@
 
 #include "common/dtype.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 
 namespace ds {
 
@@ -94,5 +95,19 @@ std::vector<TensorSpec> ExpectedTensors(const ModelConfig& c, bool include_mtp);
 
 // The tensors of one decoder layer (main or MTP index), same conventions.
 std::vector<TensorSpec> ExpectedLayerTensors(const ModelConfig& c, int layer);
+
+// A checkpoint's tensors compared with ExpectedTensors (headers only; no data is read). MTP
+// tensors are expected only if the checkpoint has `model.layers.<L>.eh_proj.weight` (MTP
+// weights are optional). Each message names the tensor and both shapes / dtypes.
+struct TensorCheck {
+  bool has_mtp = false;
+  size_t expected = 0;                  // tensors expected
+  std::vector<std::string> missing;     // expected, absent
+  std::vector<std::string> unexpected;  // present, not expected
+  std::vector<std::string> bad_shape;   // present with another shape
+  std::vector<std::string> other_dtype; // present with another dtype (e.g. F32 fixtures): a note
+  bool ok() const { return missing.empty() && unexpected.empty() && bad_shape.empty(); }
+};
+TensorCheck CheckCheckpointTensors(const ModelConfig& c, const Checkpoint& ckpt);
 
 }  // namespace ds

@@ -1,7 +1,10 @@
 // `dsinfer inspect --model DIR [--output text|json]`: the architecture, parameter counts (total,
 // activated per token, MTP separately), bytes by module and dtype, and the latent KV cache per
 // token, computed from DIR/config.json alone (no weights are read).
+// --check-weights also maps the checkpoint's safetensors files (headers only) and compares
+// their tensors with the expected list: missing / unexpected / mis-shaped tensors (exit 1).
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -9,6 +12,8 @@
 
 #include "model/config.h"
 #include "model/param_count.h"
+#include "model/safetensors.h"
+#include "model/tensor_specs.h"
 #include "tools/command.h"
 
 namespace {
@@ -91,6 +96,28 @@ json BuildJson(const std::string& dir, const ds::ModelConfig& c, const ds::Weigh
   return j;
 }
 
+json CheckJson(const ds::TensorCheck& r) {
+  return {{"ok", r.ok()},           {"has_mtp", r.has_mtp},         {"expected", r.expected},
+          {"missing", r.missing},   {"unexpected", r.unexpected},   {"bad_shape", r.bad_shape},
+          {"other_dtype", r.other_dtype}};
+}
+
+void PrintList(const char* what, const std::vector<std::string>& v) {
+  if (v.empty()) return;
+  std::printf("  %s: %zu\n", what, v.size());
+  for (size_t i = 0; i < v.size() && i < 20; ++i) std::printf("    %s\n", v[i].c_str());
+  if (v.size() > 20) std::printf("    ... %zu more\n", v.size() - 20);
+}
+
+void PrintCheck(const ds::TensorCheck& r) {
+  std::printf("\nweights check (safetensors headers vs expected tensors%s): %s, %zu expected\n",
+              r.has_mtp ? ", MTP present" : ", no MTP weights", r.ok() ? "OK" : "MISMATCH", r.expected);
+  PrintList("missing", r.missing);
+  PrintList("unexpected", r.unexpected);
+  PrintList("wrong shape", r.bad_shape);
+  PrintList("other dtype (note)", r.other_dtype);
+}
+
 void PrintBytesTable(const ds::ByteTable& t, int64_t total) {
   std::printf("    %-16s %-8s %10s %22s %8s\n", "module", "dtype", "tensors", "bytes", "share");
   for (const auto& [key, cell] : t)
@@ -171,6 +198,9 @@ int RunInspect(int argc, char** argv) {
   std::string dir, output = "text";
   app.add_option("--model", dir, "checkpoint directory (or its config.json)")->required();
   app.add_option("--output", output, "text | json")->check(CLI::IsMember({"text", "json"}));
+  bool check_weights = false;
+  app.add_flag("--check-weights", check_weights,
+               "also compare the checkpoint's tensors (safetensors headers) with the expected list");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -183,9 +213,24 @@ int RunInspect(int argc, char** argv) {
     return 1;
   }
   const ds::WeightStats stats = ds::ComputeWeightStats(*cfg);
-  if (output == "json") std::printf("%s\n", BuildJson(dir, *cfg, stats).dump(2).c_str());
-  else PrintText(dir, *cfg, stats);
-  return 0;
+  std::optional<ds::TensorCheck> check;
+  if (check_weights) {
+    auto ckpt = ds::Checkpoint::Open(dir);
+    if (!ckpt.ok()) {
+      std::fprintf(stderr, "dsinfer inspect: %s\n", ckpt.status().ToString().c_str());
+      return 1;
+    }
+    check = ds::CheckCheckpointTensors(*cfg, **ckpt);
+  }
+  if (output == "json") {
+    json j = BuildJson(dir, *cfg, stats);
+    if (check) j["weights_check"] = CheckJson(*check);
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    PrintText(dir, *cfg, stats);
+    if (check) PrintCheck(*check);
+  }
+  return check && !check->ok() ? 1 : 0;
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "model/safetensors.h"
 #include "model/tensor_specs.h"
 #include "planner/model_size.h"
+#include "safetensors_test_util.h"
 
 namespace ds {
 namespace {
@@ -314,7 +315,11 @@ TEST_P(FixtureTensors, MatchExpectedTensors) {
   ModelConfig c = Load(dir);
   auto ck = Checkpoint::Open(dir);
   ASSERT_TRUE(ck.ok()) << ck.status().ToString();
-  // MTP weights are optional in a checkpoint: include them only if the fixture has them.
+  TensorCheck r = CheckCheckpointTensors(c, **ck);
+  EXPECT_TRUE(r.ok());
+  EXPECT_TRUE(r.other_dtype.empty());
+  EXPECT_EQ(r.expected, (*ck)->size());
+  // Independently of CheckCheckpointTensors: MTP weights are optional in a checkpoint: include them only if the fixture has them.
   const bool has_mtp = c.num_nextn_predict_layers > 0 &&
                        (*ck)->Find("model.layers." + std::to_string(c.num_hidden_layers) +
                                    ".eh_proj.weight") != nullptr;
@@ -332,6 +337,37 @@ TEST_P(FixtureTensors, MatchExpectedTensors) {
                                  << DTypeName(t.dtype);
   }
   for (const auto& n : (*ck)->Names()) EXPECT_TRUE(want.count(n)) << "unexpected tensor " << n;
+}
+
+// CheckCheckpointTensors and `inspect --check-weights` name what is missing, extra or mis-shaped.
+TEST(ParamCount, CheckWeightsReportsMismatches) {
+  const std::string src = std::string(DS_TEST_DATA_DIR) + "/v2_glg_tiny";
+  ModelConfig c = Load(src);
+  auto expected = ExpectedTensors(c, false);
+  std::vector<testutil::StTensor> ts;
+  for (const auto& t : expected) {
+    if (t.name == "model.norm.weight") continue;  // missing
+    std::vector<int64_t> shape = t.shape;
+    if (t.name == "model.layers.0.self_attn.kv_b_proj.weight") shape[0] += 1;  // mis-shaped
+    ts.push_back(testutil::PatternTensor(t.name, t.dtype, shape));
+  }
+  ts.push_back(testutil::PatternTensor("model.layers.0.extra.weight", DType::kBF16, {2}));
+  testutil::TempDir dir;
+  testutil::WriteFile(dir.path() / "model.safetensors", testutil::Serialize(ts));
+  std::filesystem::copy_file(src + "/config.json", dir.path() / "config.json");
+  auto ck = Checkpoint::Open(dir.str());
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  TensorCheck r = CheckCheckpointTensors(c, **ck);
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(r.missing, std::vector<std::string>{"model.norm.weight"});
+  EXPECT_EQ(r.unexpected, std::vector<std::string>{"model.layers.0.extra.weight"});
+  ASSERT_EQ(r.bad_shape.size(), 1u);
+  EXPECT_NE(r.bad_shape[0].find("kv_b_proj.weight: expected ["), std::string::npos) << r.bad_shape[0];
+  int rc = std::system((std::string(DS_BINARY) + " inspect --check-weights --model " + dir.str() +
+                        " >/dev/null").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 1);
+  rc = std::system((std::string(DS_BINARY) + " inspect --check-weights --model " + src + " >/dev/null").c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTensors,
