@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <deque>
 #include <fstream>
 #include <sstream>
@@ -17,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "server/unicode_delta.h"
 
 namespace ds {
 
@@ -183,44 +186,82 @@ std::string ByteLevelToBytes(const std::string& tok, bool* ok) {
 // Regex: PCRE2 (UTF + UCP + JIT) with Oniguruma's iteration semantics.
 // ------------------------------------------------------------------------------------------
 
+// "\p{X}" plus the code points Oniguruma's newer Unicode tables put in X (unicode_delta.h),
+// as the inside of a character class; empty if X has no table here.
+std::string ClassWithDelta(const std::string& name) {
+  auto fmt = [](const unicode_delta::Range* r, size_t n, const std::string& prop) {
+    std::string out = "\\p{" + prop + "}";
+    char buf[48];
+    for (size_t i = 0; i < n; ++i) {
+      if (r[i].lo == 0 && r[i].hi == 0) continue;
+      std::snprintf(buf, sizeof(buf), "\\x{%X}-\\x{%X}", r[i].lo, r[i].hi);
+      out += buf;
+    }
+    return out;
+  };
+#define DS_DELTA(X) \
+  if (name == #X) return fmt(unicode_delta::k##X, std::size(unicode_delta::k##X), #X);
+  DS_DELTA(L) DS_DELTA(M) DS_DELTA(N) DS_DELTA(Nd) DS_DELTA(P) DS_DELTA(S) DS_DELTA(Z)
+#undef DS_DELTA
+  return "";
+}
+
 // Oniguruma (Ruby syntax, UTF-8) -> PCRE2. The classes whose meaning differs are rewritten to
 // Oniguruma's definitions:
 //   \s  = U+0009..U+000D, U+0085, Zs, Zl, Zp (PCRE2 UCP adds U+180E via \h)
 //   \w  = L, M, Nd, Pc                       (PCRE2 10.42 UCP: L, N, '_')
 //   \h  = hex digit in Ruby syntax           (PCRE2: horizontal space)
+//   \d, \p{L|M|N|Nd|P|S|Z}: PCRE2's class plus the code points assigned after Unicode 14
+//        that Oniguruma knows (unicode_delta.h), so both see the same Unicode version.
 std::string TranslateOnigToPcre2(const std::string& p) {
-  static const std::string kSpace = "\\t-\\r\\x{85}\\p{Zs}\\p{Zl}\\p{Zp}";
-  static const std::string kWord = "\\p{L}\\p{M}\\p{Nd}\\p{Pc}";
-  static const std::string kHex = "0-9a-fA-F";
+  const std::string kSpace = "\\t-\\r\\x{85}" + ClassWithDelta("Z");  // \p{Z} = Zs, Zl, Zp
+  const std::string kWord = ClassWithDelta("L") + ClassWithDelta("M") + ClassWithDelta("Nd") + "\\p{Pc}";
+  const std::string kHex = "0-9a-fA-F";
+  const std::string kDigit = ClassWithDelta("Nd");
   std::string out;
   bool in_class = false;
   for (size_t i = 0; i < p.size(); ++i) {
     char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       char e = p[i + 1];
-      const std::string* set = nullptr;
+      std::string set;
       bool neg = false;
+      size_t consumed = 2;
       switch (e) {
-        case 's': set = &kSpace; break;
-        case 'S': set = &kSpace; neg = true; break;
-        case 'w': set = &kWord; break;
-        case 'W': set = &kWord; neg = true; break;
-        case 'h': set = &kHex; break;
-        case 'H': set = &kHex; neg = true; break;
+        case 's': set = kSpace; break;
+        case 'S': set = kSpace; neg = true; break;
+        case 'w': set = kWord; break;
+        case 'W': set = kWord; neg = true; break;
+        case 'h': set = kHex; break;
+        case 'H': set = kHex; neg = true; break;
+        case 'd': set = kDigit; break;
+        case 'D': set = kDigit; neg = true; break;
+        case 'p':
+        case 'P': {
+          size_t close = p.find('}', i + 2);
+          if (i + 2 < p.size() && p[i + 2] == '{' && close != std::string::npos) {
+            std::string name = p.substr(i + 3, close - i - 3);
+            bool caret = !name.empty() && name[0] == '^';  // \p{^X} = \P{X}
+            if (caret) name = name.substr(1);
+            set = ClassWithDelta(name);
+            neg = (e == 'P') != caret;
+            consumed = close - i + 1;
+          }
+          break;
+        }
         default: break;
       }
-      if (set && !in_class) {
+      if (!set.empty() && !in_class) {
         out += neg ? "[^" : "[";
-        out += *set;
+        out += set;
         out += "]";
-      } else if (set && !neg) {
-        out += *set;
+      } else if (!set.empty() && !neg) {
+        out += set;
       } else {
-        // A negated class inside [...]: keep PCRE2's meaning (not used by known tokenizers).
-        out += c;
-        out += e;
+        // Unknown escapes, and negated classes inside [...]: PCRE2's own meaning.
+        out.append(p, i, consumed);
       }
-      ++i;
+      i += consumed - 1;
       continue;
     }
     if (c == '[' && !in_class) {
