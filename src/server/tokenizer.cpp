@@ -340,6 +340,9 @@ enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext,
 
 struct PreStep {
   enum Kind { kSplit, kByteLevel } kind = kSplit;
+  // Native matchers for the DeepSeek patterns, used on pure-ASCII pieces (where they are
+  // trivially exact); other pieces go through the regex.
+  enum Fast { kNone, kDigitRuns3, kNoAsciiMatch } fast = kNone;
   std::unique_ptr<Regex> regex;  // kSplit: the pattern; kByteLevel: GPT-2 regex if use_regex
   std::string literal;           // kSplit with a String pattern
   bool is_literal = false;
@@ -521,7 +524,12 @@ Status ParsePreTokenizer(const json& pt, std::vector<PreStep>* steps) {
     st.kind = PreStep::kSplit;
     const auto& pat = pt.at("pattern");
     if (pat.contains("Regex")) {
-      DS_ASSIGN_OR_RETURN(st.regex, Regex::Compile(pat.at("Regex").get<std::string>()));
+      const std::string re = pat.at("Regex").get<std::string>();
+      DS_ASSIGN_OR_RETURN(st.regex, Regex::Compile(re));
+      // \p{N}{1,3}: in ASCII, runs of [0-9] cut every 3 digits.
+      if (re == "\\p{N}{1,3}") st.fast = PreStep::kDigitRuns3;
+      // A single class of non-ASCII ranges (the DeepSeek CJK/kana split) never matches ASCII.
+      if (re == "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+") st.fast = PreStep::kNoAsciiMatch;
     } else if (pat.contains("String")) {
       st.is_literal = true;
       st.literal = pat.at("String").get<std::string>();
@@ -547,6 +555,18 @@ Status ParsePreTokenizer(const json& pt, std::vector<PreStep>* steps) {
   return Status::Ok();
 }
 
+bool IsAscii(std::string_view s) {
+  size_t i = 0, n = s.size();
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    if (w & 0x8080808080808080ULL) return false;
+  }
+  for (; i < n; ++i)
+    if (static_cast<unsigned char>(s[i]) & 0x80) return false;
+  return true;
+}
+
 // Matches of `st` in s as a full cover of s (HF Pattern::find_matches), then the behaviour.
 void SplitPiece(const PreStep& st, std::string_view s, std::vector<Seg>* segs,
                 std::vector<Seg>* out) {
@@ -565,6 +585,20 @@ void SplitPiece(const PreStep& st, std::string_view s, std::vector<Seg>* segs,
       while ((pos = s.find(st.literal, pos)) != std::string_view::npos) {
         add(pos, pos + st.literal.size());
         pos += st.literal.size();
+      }
+    }
+  } else if (st.fast != PreStep::kNone && IsAscii(s)) {
+    if (st.fast == PreStep::kDigitRuns3) {
+      size_t i = 0;
+      while (i < s.size()) {
+        if (s[i] < '0' || s[i] > '9') {
+          ++i;
+          continue;
+        }
+        size_t j = i;
+        while (j < s.size() && j - i < 3 && s[j] >= '0' && s[j] <= '9') ++j;
+        add(i, j);
+        i = j;
       }
     }
   } else {
@@ -808,12 +842,49 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) c
 // Encoding
 // ------------------------------------------------------------------------------------------
 namespace {
-struct WordCache {
-  uint64_t owner = 0;
-  std::unordered_map<std::string, std::vector<int32_t>> map;
-};
-constexpr size_t kCacheMaxWords = 1 << 18;
+// Per-thread cache of BPE results per pre-token (word), as HF's BPE cache: open addressing
+// over a flat arena, no allocation per lookup. Cleared when full.
+constexpr size_t kCacheSlots = 1 << 17;
+constexpr size_t kCacheMaxWords = kCacheSlots / 2;
 constexpr size_t kCacheMaxWordLen = 64;
+struct WordCache {
+  struct Slot {
+    uint64_t hash = 0;  // 0: empty
+    uint32_t key_off, key_len, ids_off, ids_len;
+  };
+  uint64_t owner = 0;
+  std::vector<Slot> slots;
+  std::string keys;
+  std::vector<int32_t> ids;
+  size_t used = 0;
+  void Reset() {
+    slots.assign(kCacheSlots, Slot{});
+    keys.clear();
+    ids.clear();
+    used = 0;
+  }
+  static uint64_t HashOf(std::string_view w) { return std::hash<std::string_view>()(w) | 1; }
+  const Slot* Find(std::string_view w, uint64_t h) const {
+    size_t i = h & (kCacheSlots - 1);
+    while (slots[i].hash != 0) {
+      const Slot& sl = slots[i];
+      if (sl.hash == h && sl.key_len == w.size() && std::memcmp(keys.data() + sl.key_off, w.data(), w.size()) == 0)
+        return &sl;
+      i = (i + 1) & (kCacheSlots - 1);
+    }
+    return nullptr;
+  }
+  void Insert(std::string_view w, uint64_t h, const int32_t* v, size_t n) {
+    if (used >= kCacheMaxWords) Reset();
+    size_t i = h & (kCacheSlots - 1);
+    while (slots[i].hash != 0) i = (i + 1) & (kCacheSlots - 1);
+    slots[i] = Slot{h, static_cast<uint32_t>(keys.size()), static_cast<uint32_t>(w.size()),
+                    static_cast<uint32_t>(ids.size()), static_cast<uint32_t>(n)};
+    keys.append(w);
+    ids.insert(ids.end(), v, v + n);
+    ++used;
+  }
+};
 
 struct Sym {
   int32_t id;
@@ -839,16 +910,15 @@ void Tokenizer::BpeWord(std::string_view word, std::vector<int32_t>* out) const 
   }
   thread_local WordCache cache;
   if (cache.owner != uid_) {
-    cache.map.clear();
+    cache.Reset();
     cache.owner = uid_;
   }
   bool cacheable = word.size() <= kCacheMaxWordLen;
-  std::string key;
+  uint64_t h = 0;
   if (cacheable) {
-    key.assign(word);
-    auto it = cache.map.find(key);
-    if (it != cache.map.end()) {
-      out->insert(out->end(), it->second.begin(), it->second.end());
+    h = WordCache::HashOf(word);
+    if (const auto* sl = cache.Find(word, h)) {
+      out->insert(out->end(), cache.ids.begin() + sl->ids_off, cache.ids.begin() + sl->ids_off + sl->ids_len);
       return;
     }
   }
@@ -893,10 +963,7 @@ void Tokenizer::BpeWord(std::string_view word, std::vector<int32_t>* out) const 
   }
   size_t start = out->size();
   for (int32_t i = n > 0 ? 0 : -1; i >= 0; i = syms[i].next) out->push_back(syms[i].id);
-  if (cacheable) {
-    if (cache.map.size() >= kCacheMaxWords) cache.map.clear();
-    cache.map.emplace(std::move(key), std::vector<int32_t>(out->begin() + start, out->end()));
-  }
+  if (cacheable) cache.Insert(word, h, out->data() + start, out->size() - start);
 }
 
 void Tokenizer::EncodeOrdinary(std::string_view text, std::vector<int32_t>* out) const {
