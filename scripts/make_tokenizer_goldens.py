@@ -311,6 +311,115 @@ def apply_variant(tj, patch):
     return tj
 
 
+# ---------------------------------------------------------------------------------------------
+# Other chat templates, for the Jinja subset interpreter (rendered in transformers' Jinja
+# environment: sandboxed, trim_blocks, lstrip_blocks, tojson = json.dumps(ensure_ascii=False)).
+# ---------------------------------------------------------------------------------------------
+R1_STYLE = ("{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+            "{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}"
+            "{%- for message in messages %}{%- if message['role'] == 'system' %}{% set ns.system_prompt = message['content'] %}"
+            "{%- endif %}{%- endfor %}{{bos_token}}{{ns.system_prompt}}"
+            "{%- for message in messages %}{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}"
+            "{{'<｜User｜>' + message['content']}}{%- endif %}"
+            "{%- if message['role'] == 'assistant' and message['content'] is not none %}"
+            "{% set content = message['content'] %}{% if '</think>' in content %}"
+            "{% set content = content.split('</think>')[-1] %}{% endif %}"
+            "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor -%}"
+            "{% if add_generation_prompt %}{{'<｜Assistant｜><think>\\n'}}{% endif %}")
+
+CHATML_TOOLS = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- messages[0]['content'] }}
+    {%- else %}
+        {{- 'You are a helpful assistant.' }}
+    {%- endif %}
+    {{- "\\n\\n# Tools\\n\\n<tools>" }}
+    {%- for tool in tools %}
+        {{- "\\n" }}
+        {{- tool | tojson }}
+    {%- endfor %}
+    {{- "\\n</tools><|im_end|>\\n" }}
+{%- else %}
+    {%- if messages[0]['role'] == 'system' %}
+        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endif %}
+{%- for message in messages %}
+    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
+    {%- elif message.role == "assistant" %}
+        {{- '<|im_start|>' + message.role }}
+        {%- if message.content %}
+            {{- '\\n' + message.content }}
+        {%- endif %}
+        {%- for tool_call in message.tool_calls | default([]) %}
+            {%- if tool_call.function is defined %}
+                {%- set tool_call = tool_call.function %}
+            {%- endif %}
+            {{- '\\n<tool_call>\\n{"name": "' }}
+            {{- tool_call.name }}
+            {{- '", "arguments": ' }}
+            {{- tool_call.arguments }}
+            {{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
+            {{- '<|im_start|>user' }}
+        {%- endif %}
+        {{- '\\n<tool_response>\\n' }}
+        {{- message.content }}
+        {{- '\\n</tool_response>' }}
+        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
+            {{- '<|im_end|>\\n' }}
+        {%- endif %}
+    {%- else %}
+        {{- raise_exception('unknown role ' ~ message.role) }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}
+"""
+
+LLAMA_STYLE = """{{- bos_token }}
+{#- a comment #}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content'] | trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+{%- set n_user = messages | selectattr('role', 'equalto', 'user') | list | length %}
+<|start_header_id|>system<|end_header_id|>
+
+Users: {{ n_user }}; tools: {{ tools | length if tools else 0 }}; flag={{ (n_user > 1) }} {{ none }} {{ [1, 'a', none, true] }} {{ {'k': 2.5} }}
+{{ system_message }}<|eot_id|>
+{% for message in messages %}
+  {% if loop.first %}[first {{ loop.index }}/{{ loop.length }}]{% endif %}
+  <|start_header_id|>{{ message['role'] | upper }}<|end_header_id|>
+
+{{ message['content'] | default('', true) | trim }}{{ ' (last)' if loop.last else '' }}<|eot_id|>
+  {%- if message.tool_calls is defined and message.tool_calls %}
+    {%- for tc in message.tool_calls %}{{ tc.function.name ~ '(' ~ tc.function.arguments ~ ')' }}{% if not loop.last %}, {% endif %}{% endfor %}
+  {%- endif %}
+{% endfor %}
+{%- if add_generation_prompt -%}
+<|start_header_id|>assistant<|end_header_id|>{{ '\\n\\n' }}
+{%- endif %}
+{{- (messages | map(attribute='role') | join(',')) ~ ' ' ~ ('x' * 3) ~ ' ' ~ (7 // 2) ~ ' ' ~ (7 % 3) ~ ' ' ~ 'A-b-C'.split('-') | join('+') ~ ' ' ~ '  pad  '.strip() ~ '|' ~ 'abc'[1:] ~ '|' ~ 'abcdef'[::-1] }}
+{%- for k, v in {'a': 1, 'b': [2, 3]}.items() %} {{ k }}={{ v | tojson }}{% endfor %}
+{{ tools | tojson(indent=2) if tools else 'no tools' }}
+"""
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather; \"quoted\" and 中文",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+                         "required": ["city"]}}}]
+
+JINJA_TEMPLATES = [("r1_style", R1_STYLE), ("chatml_tools", CHATML_TOOLS), ("llama_style", LLAMA_STYLE)]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=os.path.join(ROOT, "..", "shared", "models", "deepseek-v3"))
@@ -405,6 +514,26 @@ def main():
             assert ids == tok.encode(text, add_special_tokens=False).ids, name
             f.write(json.dumps({"name": name, "messages": msgs, "add_generation_prompt": gen, "text": text,
                                 "ids": ids, "source": source}, ensure_ascii=False) + "\n")
+    # Other templates (Jinja interpreter goldens).
+    with open(os.path.join(args.out, "jinja_templates.jsonl"), "w", encoding="utf-8") as f:
+        for tname, template in JINJA_TEMPLATES:
+            comp = _compile_jinja_template(template)
+            cases = []
+            for name, msgs, gen in CHATS:
+                if tname == "r1_style" and any(m["role"] == "tool" for m in msgs):
+                    continue
+                for tools in ([None, TOOLS] if tname != "r1_style" else [None]):
+                    # transformers drops None-valued keys before rendering (see above).
+                    norm = [{k: v for k, v in m.items() if v is not None} for m in msgs]
+                    try:
+                        text = comp.render(messages=norm, tools=tools, documents=None, add_generation_prompt=gen,
+                                           bos_token=at.bos_token, eos_token=at.eos_token)
+                    except Exception as e:  # a conversation the template rejects: the error is the golden
+                        text = None
+                    cases.append({"conversation": name, "messages": norm, "tools": tools,
+                                  "add_generation_prompt": gen, "text": text})
+            f.write(json.dumps({"name": tname, "template": template, "cases": cases}, ensure_ascii=False) + "\n")
+    print("jinja_templates.jsonl: %d templates" % len(JINJA_TEMPLATES))
     print("chat_template.jsonl: %d conversations (transformers %s)" % (len(CHATS), transformers.__version__))
 
 

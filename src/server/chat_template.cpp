@@ -77,28 +77,59 @@ const std::string& ChatTemplate::DeepSeekV3Template() {
 StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromTokenizer(const Tokenizer& tok) {
   if (tok.chat_template().empty())
     return NotFound("the tokenizer directory has no chat_template in tokenizer_config.json");
-  return FromString(tok.chat_template(), tok.bos_token());
+  return FromString(tok.chat_template(), tok.bos_token(), tok.eos_token());
 }
 
+ChatTemplate::~ChatTemplate() = default;
+
 StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromString(const std::string& text,
-                                                                 const std::string& bos_token) {
+                                                                 const std::string& bos_token,
+                                                                 const std::string& eos_token,
+                                                                 bool force_jinja) {
   auto ct = std::unique_ptr<ChatTemplate>(new ChatTemplate);
   ct->bos_token_ = bos_token;
-  if (Trim(text) == Trim(DeepSeekV3Template())) {
+  ct->eos_token_ = eos_token;
+  if (!force_jinja && Trim(text) == Trim(DeepSeekV3Template())) {
     ct->kind_ = Kind::kDeepSeekV3;
     return ct;
   }
-  std::string head = text.substr(0, std::min<size_t>(text.size(), 80));
-  for (auto& ch : head)
-    if (ch == '\n') ch = ' ';
-  return Unimplemented("chat template " + TemplateId(text) + " (" + std::to_string(text.size()) +
-                       " chars, starting \"" + head + "\") is not a template dsinfer renders "
-                       "natively (known: DeepSeek-V3); pass a model directory with the "
-                       "DeepSeek-V3 template");
+  auto t = jinja::Template::Compile(text);
+  if (!t.ok()) {
+    std::string head = text.substr(0, std::min<size_t>(text.size(), 80));
+    for (auto& ch : head)
+      if (ch == '\n') ch = ' ';
+    return Status(t.status().code(), "chat template " + TemplateId(text) + " (" +
+                                         std::to_string(text.size()) + " chars, starting \"" + head +
+                                         "\") cannot be rendered: " + t.status().message());
+  }
+  ct->kind_ = Kind::kJinja;
+  ct->jinja_ = std::move(t).value();
+  return ct;
+}
+
+StatusOr<std::string> ChatTemplate::Apply(const nlohmann::ordered_json& messages,
+                                          bool add_generation_prompt,
+                                          const nlohmann::ordered_json& tools,
+                                          const nlohmann::ordered_json& extra) const {
+  if (kind_ == Kind::kDeepSeekV3) return Apply(json(messages), add_generation_prompt, json(tools));
+  if (!messages.is_array()) return InvalidArgument("chat template: messages must be a JSON array");
+  nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
+  if (extra.is_object())
+    for (auto it = extra.begin(); it != extra.end(); ++it) ctx[it.key()] = it.value();
+  ctx["messages"] = messages;
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  ctx["bos_token"] = bos_token_;
+  ctx["eos_token"] = eos_token_;
+  // transformers passes tools=None and documents=None when absent (so `tools is defined`).
+  ctx["tools"] = tools;
+  if (!ctx.contains("documents")) ctx["documents"] = nullptr;
+  return jinja_->Render(ctx);
 }
 
 StatusOr<std::string> ChatTemplate::Apply(const json& messages, bool add_generation_prompt,
                                           const json& tools) const {
+  if (kind_ == Kind::kJinja)
+    return Apply(nlohmann::ordered_json(messages), add_generation_prompt, nlohmann::ordered_json(tools));
   if (!messages.is_array()) return InvalidArgument("chat template: messages must be a JSON array");
   for (const auto& m : messages)
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())

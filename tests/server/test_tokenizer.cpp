@@ -285,13 +285,74 @@ TEST(ChatTemplate, MatchesTransformers) {
   std::printf("chat template: %zu/%zu conversations match (text and ids)\n", match, rows.size());
 }
 
-TEST(ChatTemplate, UnknownTemplateIsAClearError) {
-  auto ct = ChatTemplate::FromString("{% for m in messages %}{{ m.content }}{% endfor %}", "<s>");
+TEST(ChatTemplate, DeepSeekV3ThroughJinjaMatchesTransformers) {
+  const auto& tok = Tok();
+  auto ct = ChatTemplate::FromString(tok.chat_template(), tok.bos_token(), tok.eos_token(), /*force_jinja=*/true);
+  ASSERT_TRUE(ct.ok()) << ct.status().ToString();
+  ASSERT_EQ((*ct)->kind(), ChatTemplate::Kind::kJinja);
+  size_t match = 0;
+  auto rows = ReadJsonl(kData + "/chat_template.jsonl");
+  for (const auto& r : rows) {
+    auto text = (*ct)->Apply(r["messages"], r["add_generation_prompt"].get<bool>());
+    ASSERT_TRUE(text.ok()) << r["name"] << ": " << text.status().ToString();
+    EXPECT_EQ(*text, r["text"].get<std::string>()) << r["name"];
+    match += *text == r["text"].get<std::string>();
+  }
+  std::printf("chat template via jinja: %zu/%zu conversations match\n", match, rows.size());
+}
+
+TEST(ChatTemplate, JinjaTemplatesMatchTransformers) {
+  std::ifstream f(kData + "/jinja_templates.jsonl");
+  ASSERT_TRUE(f.good());
+  std::string line;
+  size_t templates = 0;
+  while (std::getline(f, line)) {
+    auto t = nlohmann::ordered_json::parse(line);
+    auto ct = ChatTemplate::FromString(t["template"].get<std::string>(), "<｜begin▁of▁sentence｜>",
+                                       "<｜end▁of▁sentence｜>");
+    ASSERT_TRUE(ct.ok()) << t["name"] << ": " << ct.status().ToString();
+    size_t match = 0;
+    for (const auto& c : t["cases"]) {
+      auto text = (*ct)->Apply(c["messages"], c["add_generation_prompt"].get<bool>(), c["tools"]);
+      if (c["text"].is_null()) {
+        EXPECT_FALSE(text.ok()) << t["name"] << " " << c["conversation"] << " should fail";
+        match += !text.ok();
+        continue;
+      }
+      ASSERT_TRUE(text.ok()) << t["name"] << " " << c["conversation"] << ": " << text.status().ToString();
+      EXPECT_EQ(*text, c["text"].get<std::string>()) << t["name"] << " " << c["conversation"];
+      match += *text == c["text"].get<std::string>();
+    }
+    std::printf("jinja template %s: %zu/%zu cases match\n", t["name"].get<std::string>().c_str(), match,
+                t["cases"].size());
+    ++templates;
+  }
+  EXPECT_GE(templates, 3u);
+}
+
+TEST(ChatTemplate, UnsupportedTemplateIsAClearError) {
+  auto ct = ChatTemplate::FromString("{% include 'other.jinja' %}{{ messages }}", "<s>");
   ASSERT_FALSE(ct.ok());
   EXPECT_EQ(ct.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(ct.status().message().find("{% for m in messages %}"), std::string::npos);
+  EXPECT_NE(ct.status().message().find("include"), std::string::npos) << ct.status().message();
+  auto bad_filter = ChatTemplate::FromString("{{ messages | wordwrap(5) }}", "<s>");
+  ASSERT_FALSE(bad_filter.ok());
+  EXPECT_NE(bad_filter.status().message().find("wordwrap"), std::string::npos);
+  auto syntax = ChatTemplate::FromString("{% if %}", "<s>");
+  EXPECT_FALSE(syntax.ok());
+  auto simple = ChatTemplate::FromString("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}", "<s>");
+  ASSERT_TRUE(simple.ok());
+  auto out = (*simple)->Apply(json::array({{{"role", "user"}, {"content", "hi"}}}), false);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ(*out, "[user]hi");
+  auto raise = ChatTemplate::FromString("{{ raise_exception('no system role') }}", "<s>");
+  ASSERT_TRUE(raise.ok());
+  auto r = (*raise)->Apply(json::array(), false);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no system role"), std::string::npos);
   auto ok = ChatTemplate::FromString(ChatTemplate::DeepSeekV3Template(), "<s>");
   ASSERT_TRUE(ok.ok());
+  EXPECT_EQ((*ok)->kind(), ChatTemplate::Kind::kDeepSeekV3);
   auto bad = (*ok)->Apply(json::object(), false);
   EXPECT_FALSE(bad.ok());
   auto bad2 = (*ok)->Apply(json::array({{{"role", "user"}, {"content", 3}}}), false);

@@ -1,0 +1,1642 @@
+// Jinja2 subset interpreter for chat templates (see jinja.h).
+#include "server/jinja.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
+
+namespace ds::jinja {
+
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+// Errors inside the interpreter are exceptions, turned into Status at the API edge.
+struct SyntaxError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct UnsupportedError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct RenderError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ------------------------------------------------------------------------------------------
+// Values
+// ------------------------------------------------------------------------------------------
+struct Val {
+  ojson j;
+  bool undef = false;
+  static Val Undef() {
+    Val v;
+    v.undef = true;
+    return v;
+  }
+  Val() = default;
+  Val(ojson x) : j(std::move(x)) {}  // NOLINT
+};
+
+std::string PyRepr(const ojson& j);
+
+std::string PyFloat(double d) {
+  if (std::isinf(d)) return d > 0 ? "inf" : "-inf";
+  if (std::isnan(d)) return "nan";
+  char buf[64];
+  for (int prec = 1; prec <= 17; ++prec) {
+    std::snprintf(buf, sizeof(buf), "%.*g", prec, d);
+    if (std::strtod(buf, nullptr) == d) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string PyStr(const Val& v) {
+  if (v.undef) return "";
+  const ojson& j = v.j;
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_null()) return "None";
+  if (j.is_boolean()) return j.get<bool>() ? "True" : "False";
+  if (j.is_number_integer()) return std::to_string(j.get<int64_t>());
+  if (j.is_number_unsigned()) return std::to_string(j.get<uint64_t>());
+  if (j.is_number_float()) return PyFloat(j.get<double>());
+  return PyRepr(j);
+}
+
+std::string PyStrRepr(const std::string& s) {
+  char q = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
+  std::string out(1, q);
+  for (char c : s) {
+    if (c == '\\') out += "\\\\";
+    else if (c == q) { out += '\\'; out += c; }
+    else if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c == '\t') out += "\\t";
+    else out += c;
+  }
+  return out + q;
+}
+
+std::string PyRepr(const ojson& j) {
+  if (j.is_string()) return PyStrRepr(j.get<std::string>());
+  if (j.is_array()) {
+    std::string s = "[";
+    for (size_t i = 0; i < j.size(); ++i) s += (i ? ", " : "") + PyRepr(j[i]);
+    return s + "]";
+  }
+  if (j.is_object()) {
+    std::string s = "{";
+    bool first = true;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      s += (first ? "" : ", ") + PyStrRepr(it.key()) + ": " + PyRepr(it.value());
+      first = false;
+    }
+    return s + "}";
+  }
+  return PyStr(Val(j));
+}
+
+// json.dumps(x, ensure_ascii=False, indent=indent, separators=..., sort_keys=...)
+void PyJsonDump(const ojson& j, int indent, const std::string& item_sep, const std::string& key_sep,
+                bool sort_keys, int depth, std::string* out) {
+  auto nl = [&](int d) {
+    if (indent < 0) return;
+    *out += '\n';
+    out->append(static_cast<size_t>(indent * d), ' ');
+  };
+  if (j.is_object()) {
+    if (j.empty()) { *out += "{}"; return; }
+    *out += '{';
+    std::vector<std::string> keys;
+    for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
+    if (sort_keys) std::sort(keys.begin(), keys.end());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (i) *out += item_sep;
+      nl(depth + 1);
+      PyJsonDump(ojson(keys[i]), indent, item_sep, key_sep, sort_keys, depth + 1, out);
+      *out += key_sep;
+      PyJsonDump(j.at(keys[i]), indent, item_sep, key_sep, sort_keys, depth + 1, out);
+    }
+    nl(depth);
+    *out += '}';
+  } else if (j.is_array()) {
+    if (j.empty()) { *out += "[]"; return; }
+    *out += '[';
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (i) *out += item_sep;
+      nl(depth + 1);
+      PyJsonDump(j[i], indent, item_sep, key_sep, sort_keys, depth + 1, out);
+    }
+    nl(depth);
+    *out += ']';
+  } else if (j.is_string()) {
+    *out += '"';
+    for (unsigned char c : j.get_ref<const std::string&>()) {
+      switch (c) {
+        case '"': *out += "\\\""; break;
+        case '\\': *out += "\\\\"; break;
+        case '\n': *out += "\\n"; break;
+        case '\r': *out += "\\r"; break;
+        case '\t': *out += "\\t"; break;
+        case '\b': *out += "\\b"; break;
+        case '\f': *out += "\\f"; break;
+        default:
+          if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+            *out += buf;
+          } else {
+            *out += static_cast<char>(c);
+          }
+      }
+    }
+    *out += '"';
+  } else if (j.is_null()) {
+    *out += "null";
+  } else if (j.is_boolean()) {
+    *out += j.get<bool>() ? "true" : "false";
+  } else if (j.is_number_float()) {
+    *out += PyFloat(j.get<double>());
+  } else {
+    *out += j.dump();
+  }
+}
+
+bool Truthy(const Val& v) {
+  if (v.undef) return false;
+  const ojson& j = v.j;
+  if (j.is_null()) return false;
+  if (j.is_boolean()) return j.get<bool>();
+  if (j.is_number()) return j.get<double>() != 0;
+  if (j.is_string() || j.is_array() || j.is_object()) return !j.empty();
+  return true;
+}
+
+[[noreturn]] void Fail(const std::string& m) { throw RenderError(m); }
+
+const ojson& Need(const Val& v, const char* what) {
+  if (v.undef) Fail(std::string("undefined value used in ") + what);
+  return v.j;
+}
+
+// UTF-8 code points of a string (for slicing, length, iteration as Python does).
+std::vector<std::string> CodePoints(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    auto c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+std::vector<Val> Iterate(const Val& v) {
+  std::vector<Val> out;
+  if (v.undef || v.j.is_null()) {
+    if (v.j.is_null() && !v.undef) Fail("'NoneType' object is not iterable");
+    return out;
+  }
+  if (v.j.is_array()) {
+    for (const auto& e : v.j) out.emplace_back(e);
+  } else if (v.j.is_object()) {
+    for (auto it = v.j.begin(); it != v.j.end(); ++it) out.emplace_back(ojson(it.key()));
+  } else if (v.j.is_string()) {
+    for (auto& c : CodePoints(v.j.get<std::string>())) out.emplace_back(ojson(c));
+  } else {
+    Fail("value is not iterable");
+  }
+  return out;
+}
+
+bool IsWs(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+
+std::string StripChars(const std::string& s, const std::string* chars, bool left, bool right) {
+  auto in = [&](char c) { return chars ? chars->find(c) != std::string::npos : IsWs(c); };
+  size_t b = 0, e = s.size();
+  if (left) while (b < e && in(s[b])) ++b;
+  if (right) while (e > b && in(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+ojson SplitStr(const std::string& s, const std::string* sep, int64_t maxsplit) {
+  ojson out = ojson::array();
+  if (!sep) {
+    size_t i = 0;
+    int64_t n = 0;
+    while (i < s.size()) {
+      while (i < s.size() && IsWs(s[i])) ++i;
+      if (i >= s.size()) break;
+      if (maxsplit >= 0 && n == maxsplit) {
+        out.push_back(StripChars(s.substr(i), nullptr, false, true));
+        return out;
+      }
+      size_t j = i;
+      while (j < s.size() && !IsWs(s[j])) ++j;
+      out.push_back(s.substr(i, j - i));
+      ++n;
+      i = j;
+    }
+    return out;
+  }
+  if (sep->empty()) Fail("empty separator");
+  size_t start = 0;
+  int64_t n = 0;
+  while (true) {
+    size_t p = s.find(*sep, start);
+    if (p == std::string::npos || (maxsplit >= 0 && n == maxsplit)) break;
+    out.push_back(s.substr(start, p - start));
+    start = p + sep->size();
+    ++n;
+  }
+  out.push_back(s.substr(start));
+  return out;
+}
+
+bool Equal(const Val& a, const Val& b) {
+  if (a.undef || b.undef) return a.undef && b.undef;
+  if (a.j.is_number() && b.j.is_number()) return a.j.get<double>() == b.j.get<double>();
+  if (a.j.is_boolean() && b.j.is_number()) return (a.j.get<bool>() ? 1.0 : 0.0) == b.j.get<double>();
+  if (b.j.is_boolean() && a.j.is_number()) return (b.j.get<bool>() ? 1.0 : 0.0) == a.j.get<double>();
+  return a.j == b.j;
+}
+
+int Compare(const Val& a, const Val& b) {
+  const ojson& x = Need(a, "comparison");
+  const ojson& y = Need(b, "comparison");
+  if (x.is_number() && y.is_number()) {
+    double p = x.get<double>(), q = y.get<double>();
+    return p < q ? -1 : p > q ? 1 : 0;
+  }
+  if (x.is_string() && y.is_string()) return x.get<std::string>().compare(y.get<std::string>()) < 0 ? -1 : x == y ? 0 : 1;
+  Fail("'<' not supported between these types");
+}
+
+bool Contains(const Val& container, const Val& item) {
+  const ojson& c = Need(container, "'in'");
+  if (c.is_string()) {
+    if (!item.j.is_string() || item.undef) Fail("'in <string>' requires string as left operand");
+    return c.get<std::string>().find(item.j.get<std::string>()) != std::string::npos;
+  }
+  if (c.is_array()) {
+    for (const auto& e : c)
+      if (Equal(Val(e), item)) return true;
+    return false;
+  }
+  if (c.is_object()) return item.j.is_string() && c.contains(item.j.get<std::string>());
+  Fail("argument of type is not iterable");
+}
+
+// ------------------------------------------------------------------------------------------
+// Expression lexer / parser
+// ------------------------------------------------------------------------------------------
+struct Tok {
+  enum Kind { kName, kString, kInt, kFloat, kOp, kEnd } kind;
+  std::string text;
+};
+
+std::vector<Tok> LexExpr(const std::string& s) {
+  std::vector<Tok> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    char c = s[i];
+    if (IsWs(c)) { ++i; continue; }
+    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t j = i;
+      while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      out.push_back({Tok::kName, s.substr(i, j - i)});
+      i = j;
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {
+      size_t j = i;
+      bool is_float = false;
+      while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+      if (j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]))) {
+        is_float = true;
+        ++j;
+        while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+      }
+      std::string num = s.substr(i, j - i);
+      num.erase(std::remove(num.begin(), num.end(), '_'), num.end());
+      out.push_back({is_float ? Tok::kFloat : Tok::kInt, num});
+      i = j;
+    } else if (c == '\'' || c == '"') {
+      std::string v;
+      size_t j = i + 1;
+      while (j < s.size() && s[j] != c) {
+        if (s[j] == '\\' && j + 1 < s.size()) {
+          char e = s[j + 1];
+          switch (e) {
+            case 'n': v += '\n'; break;
+            case 't': v += '\t'; break;
+            case 'r': v += '\r'; break;
+            case '\\': v += '\\'; break;
+            case '\'': v += '\''; break;
+            case '"': v += '"'; break;
+            case '0': v += '\0'; break;
+            default: v += '\\'; v += e; break;
+          }
+          j += 2;
+        } else {
+          v += s[j++];
+        }
+      }
+      if (j >= s.size()) throw SyntaxError("unterminated string literal");
+      out.push_back({Tok::kString, v});
+      i = j + 1;
+    } else {
+      static const char* two[] = {"==", "!=", "<=", ">=", "//", "**"};
+      std::string op(1, c);
+      for (const char* t : two)
+        if (s.compare(i, 2, t) == 0) op = t;
+      if (std::string("+-*/%~<>=()[]{}.,:|!").find(c) == std::string::npos)
+        throw SyntaxError(std::string("unexpected character '") + c + "'");
+      out.push_back({Tok::kOp, op});
+      i += op.size();
+    }
+  }
+  out.push_back({Tok::kEnd, ""});
+  return out;
+}
+
+struct Expr;
+using ExprP = std::shared_ptr<Expr>;
+struct Expr {
+  enum Kind { kLit, kName, kList, kDict, kAttr, kItem, kSlice, kCall, kFilter, kTest, kNeg,
+              kNot, kBin, kAnd, kOr, kCond } kind;
+  ojson lit;
+  std::string name;  // name / attr / filter / test / binary op
+  std::vector<ExprP> args;
+  std::vector<std::pair<std::string, ExprP>> kwargs;
+  bool negate = false;
+};
+
+ExprP Mk(Expr::Kind k) {
+  auto e = std::make_shared<Expr>();
+  e->kind = k;
+  return e;
+}
+
+const std::vector<std::string> kFilters = {
+    "length", "count", "trim", "tojson", "string", "lower", "upper", "title", "capitalize", "default",
+    "d", "join", "first", "last", "list", "items", "reverse", "int", "float", "abs", "replace", "safe",
+    "selectattr", "rejectattr", "map", "unique", "sort", "indent", "sum", "min", "max", "wordcount"};
+const std::vector<std::string> kTests = {
+    "defined", "undefined", "none", "string", "number", "integer", "float", "mapping", "iterable",
+    "sequence", "boolean", "true", "false", "odd", "even", "divisibleby", "eq", "equalto", "ne", "lt",
+    "gt", "le", "ge", "in", "lower", "upper", "sameas", "callable"};
+
+class ExprParser {
+ public:
+  explicit ExprParser(const std::string& s) : t_(LexExpr(s)) {}
+  ExprP ParseAll() {
+    ExprP e = Parse();
+    if (Peek().kind != Tok::kEnd) throw SyntaxError("unexpected '" + Peek().text + "' in expression");
+    return e;
+  }
+  ExprP Parse() { return ParseCond(); }
+  const Tok& Peek(size_t k = 0) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
+  bool IsOp(const char* op, size_t k = 0) const { return Peek(k).kind == Tok::kOp && Peek(k).text == op; }
+  bool IsName(const char* n, size_t k = 0) const { return Peek(k).kind == Tok::kName && Peek(k).text == n; }
+  void Expect(const char* op) {
+    if (!IsOp(op)) throw SyntaxError(std::string("expected '") + op + "' but got '" + Peek().text + "'");
+    ++p_;
+  }
+  std::string ExpectName() {
+    if (Peek().kind != Tok::kName) throw SyntaxError("expected a name, got '" + Peek().text + "'");
+    return t_[p_++].text;
+  }
+  bool AtEnd() const { return Peek().kind == Tok::kEnd; }
+  size_t pos() const { return p_; }
+
+  // `a if c else b` (no `if` when parsing a for-loop's iterable: with_cond=false)
+  ExprP ParseCond(bool with_cond = true) {
+    ExprP e = ParseOr();
+    while (with_cond && IsName("if")) {
+      ++p_;
+      ExprP c = ParseOr();
+      ExprP other;
+      if (IsName("else")) {
+        ++p_;
+        other = ParseCond();
+      } else {
+        other = Mk(Expr::kLit);
+        other->negate = true;  // marks "undefined" literal
+      }
+      ExprP n = Mk(Expr::kCond);
+      n->args = {c, e, other};
+      e = n;
+    }
+    return e;
+  }
+
+ private:
+  ExprP ParseOr() {
+    ExprP e = ParseAnd();
+    while (IsName("or")) {
+      ++p_;
+      ExprP n = Mk(Expr::kOr);
+      n->args = {e, ParseAnd()};
+      e = n;
+    }
+    return e;
+  }
+  ExprP ParseAnd() {
+    ExprP e = ParseNot();
+    while (IsName("and")) {
+      ++p_;
+      ExprP n = Mk(Expr::kAnd);
+      n->args = {e, ParseNot()};
+      e = n;
+    }
+    return e;
+  }
+  ExprP ParseNot() {
+    if (IsName("not")) {
+      ++p_;
+      ExprP n = Mk(Expr::kNot);
+      n->args = {ParseNot()};
+      return n;
+    }
+    return ParseCompare();
+  }
+  ExprP ParseCompare() {
+    ExprP e = ParseMath1();
+    while (true) {
+      std::string op;
+      if (Peek().kind == Tok::kOp && (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" ||
+                                      Peek().text == ">" || Peek().text == "<=" || Peek().text == ">=")) {
+        op = t_[p_++].text;
+      } else if (IsName("in")) {
+        ++p_;
+        op = "in";
+      } else if (IsName("not") && IsName("in", 1)) {
+        p_ += 2;
+        op = "notin";
+      } else if (IsName("is")) {
+        ++p_;
+        ExprP n = Mk(Expr::kTest);
+        if (IsName("not")) {
+          ++p_;
+          n->negate = true;
+        }
+        n->name = ExpectName();
+        if (std::find(kTests.begin(), kTests.end(), n->name) == kTests.end())
+          throw UnsupportedError("test '" + n->name + "'");
+        n->args = {e};
+        if (IsOp("(")) {
+          ++p_;
+          while (!IsOp(")")) {
+            n->args.push_back(Parse());
+            if (IsOp(",")) ++p_;
+          }
+          ++p_;
+        } else if (Peek().kind == Tok::kString || Peek().kind == Tok::kInt || Peek().kind == Tok::kFloat ||
+                   (Peek().kind == Tok::kName && !IsName("and") && !IsName("or") && !IsName("if") &&
+                    !IsName("else") && !IsName("is") && !IsName("in") && !IsName("not"))) {
+          n->args.push_back(ParseMath1());
+        }
+        e = n;
+        continue;
+      } else {
+        break;
+      }
+      ExprP n = Mk(Expr::kBin);
+      n->name = op;
+      n->args = {e, ParseMath1()};
+      e = n;
+    }
+    return e;
+  }
+  ExprP ParseMath1() {
+    ExprP e = ParseConcat();
+    while (IsOp("+") || IsOp("-")) {
+      ExprP n = Mk(Expr::kBin);
+      n->name = t_[p_++].text;
+      n->args = {e, ParseConcat()};
+      e = n;
+    }
+    return e;
+  }
+  ExprP ParseConcat() {
+    ExprP e = ParseMath2();
+    while (IsOp("~")) {
+      ++p_;
+      ExprP n = Mk(Expr::kBin);
+      n->name = "~";
+      n->args = {e, ParseMath2()};
+      e = n;
+    }
+    return e;
+  }
+  ExprP ParseMath2() {
+    ExprP e = ParsePow();
+    while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
+      ExprP n = Mk(Expr::kBin);
+      n->name = t_[p_++].text;
+      n->args = {e, ParsePow()};
+      e = n;
+    }
+    return e;
+  }
+  ExprP ParsePow() {
+    ExprP e = ParseUnary();
+    while (IsOp("**")) {
+      ++p_;
+      ExprP n = Mk(Expr::kBin);
+      n->name = "**";
+      n->args = {e, ParseUnary()};
+      e = n;
+    }
+    return e;
+  }
+  ExprP ParseUnary() {
+    if (IsOp("-")) {
+      ++p_;
+      ExprP n = Mk(Expr::kNeg);
+      n->args = {ParseUnary()};
+      return ParseFilters(n);
+    }
+    if (IsOp("+")) {
+      ++p_;
+      return ParseUnary();
+    }
+    return ParseFilters(ParsePostfix(ParsePrimary()));
+  }
+  void ParseArgs(std::vector<ExprP>* args, std::vector<std::pair<std::string, ExprP>>* kwargs) {
+    Expect("(");
+    while (!IsOp(")")) {
+      if (Peek().kind == Tok::kName && IsOp("=", 1)) {
+        std::string k = t_[p_].text;
+        p_ += 2;
+        kwargs->push_back({k, Parse()});
+      } else {
+        args->push_back(Parse());
+      }
+      if (IsOp(",")) ++p_;
+      else if (!IsOp(")")) throw SyntaxError("expected ',' or ')' in call");
+    }
+    ++p_;
+  }
+  ExprP ParseFilters(ExprP e) {
+    while (IsOp("|")) {
+      ++p_;
+      ExprP n = Mk(Expr::kFilter);
+      n->name = ExpectName();
+      if (std::find(kFilters.begin(), kFilters.end(), n->name) == kFilters.end())
+        throw UnsupportedError("filter '" + n->name + "'");
+      n->args = {e};
+      if (IsOp("(")) ParseArgs(&n->args, &n->kwargs);
+      e = ParsePostfix(n);
+    }
+    return e;
+  }
+  ExprP ParsePostfix(ExprP e) {
+    while (true) {
+      if (IsOp(".")) {
+        ++p_;
+        ExprP n = Mk(Expr::kAttr);
+        if (Peek().kind == Tok::kInt) n->name = t_[p_++].text;
+        else n->name = ExpectName();
+        n->args = {e};
+        e = n;
+      } else if (IsOp("[")) {
+        ++p_;
+        ExprP a, b, c;
+        bool slice = false;
+        if (!IsOp(":")) a = Parse();
+        if (IsOp(":")) {
+          slice = true;
+          ++p_;
+          if (!IsOp("]") && !IsOp(":")) b = Parse();
+          if (IsOp(":")) {
+            ++p_;
+            if (!IsOp("]")) c = Parse();
+          }
+        }
+        Expect("]");
+        ExprP n = Mk(slice ? Expr::kSlice : Expr::kItem);
+        n->args = {e, a, b, c};
+        e = n;
+      } else if (IsOp("(")) {
+        ExprP n = Mk(Expr::kCall);
+        n->args = {e};
+        ParseArgs(&n->args, &n->kwargs);
+        e = n;
+      } else {
+        return e;
+      }
+    }
+  }
+  ExprP ParsePrimary() {
+    const Tok& t = Peek();
+    if (t.kind == Tok::kString) {
+      ExprP n = Mk(Expr::kLit);
+      std::string s;
+      while (Peek().kind == Tok::kString) s += t_[p_++].text;  // adjacent literals concatenate
+      n->lit = s;
+      return n;
+    }
+    if (t.kind == Tok::kInt) {
+      ExprP n = Mk(Expr::kLit);
+      n->lit = std::stoll(t.text);
+      ++p_;
+      return n;
+    }
+    if (t.kind == Tok::kFloat) {
+      ExprP n = Mk(Expr::kLit);
+      n->lit = std::stod(t.text);
+      ++p_;
+      return n;
+    }
+    if (t.kind == Tok::kName) {
+      ++p_;
+      ExprP n = Mk(Expr::kLit);
+      if (t.text == "true" || t.text == "True") { n->lit = true; return n; }
+      if (t.text == "false" || t.text == "False") { n->lit = false; return n; }
+      if (t.text == "none" || t.text == "None") { n->lit = nullptr; return n; }
+      n->kind = Expr::kName;
+      n->name = t.text;
+      return n;
+    }
+    if (IsOp("(")) {
+      ++p_;
+      ExprP e = Parse();
+      if (IsOp(",")) {  // tuple -> list
+        ExprP l = Mk(Expr::kList);
+        l->args.push_back(e);
+        while (IsOp(",")) {
+          ++p_;
+          if (IsOp(")")) break;
+          l->args.push_back(Parse());
+        }
+        e = l;
+      }
+      Expect(")");
+      return e;
+    }
+    if (IsOp("[")) {
+      ++p_;
+      ExprP l = Mk(Expr::kList);
+      while (!IsOp("]")) {
+        l->args.push_back(Parse());
+        if (IsOp(",")) ++p_;
+        else if (!IsOp("]")) throw SyntaxError("expected ',' or ']'");
+      }
+      ++p_;
+      return l;
+    }
+    if (IsOp("{")) {
+      ++p_;
+      ExprP d = Mk(Expr::kDict);
+      while (!IsOp("}")) {
+        d->args.push_back(Parse());
+        Expect(":");
+        d->args.push_back(Parse());
+        if (IsOp(",")) ++p_;
+        else if (!IsOp("}")) throw SyntaxError("expected ',' or '}'");
+      }
+      ++p_;
+      return d;
+    }
+    throw SyntaxError("unexpected '" + t.text + "'");
+  }
+
+  std::vector<Tok> t_;
+  size_t p_ = 0;
+};
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------
+// Statements
+// ------------------------------------------------------------------------------------------
+struct Template::Node {
+  enum Kind { kBody, kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue } kind = kBody;
+  std::string text;                   // kText; kSet target name; kMacro name
+  std::string attr;                   // kSet: ns.attr
+  std::vector<std::string> targets;   // kFor targets; kMacro params
+  std::vector<ExprP> exprs;           // kOutput [e]; kIf conds; kFor [iter, filter]; kSet [value]; kMacro defaults
+  std::vector<std::unique_ptr<Node>> children;  // kBody items; kIf branch bodies (+ else); kFor [body, else]
+};
+
+namespace {
+
+using Node = Template::Node;
+
+struct RawTag {
+  enum Kind { kText, kExpr, kStmt } kind;
+  std::string content;
+};
+
+// Splits the source into text / {{ }} / {% %} pieces with Jinja's lexer rules for '-'
+// whitespace control, trim_blocks (a block or comment end eats one "\n"), lstrip_blocks
+// (blanks between a line start and a block/comment tag are dropped) and
+// keep_trailing_newline=False (one trailing "\n" of the source is dropped).
+std::vector<RawTag> SplitTemplate(std::string src) {
+  if (!src.empty() && src.back() == '\n') src.pop_back();
+  std::vector<RawTag> out;
+  size_t i = 0;
+  bool strip_next = false;    // previous tag ended with '-'
+  bool trim_nl = false;       // previous tag was a block/comment (trim_blocks)
+  bool line_starting = true;  // the previous token's match ended with "\n" (or template start)
+  while (true) {
+    size_t open = i;
+    while (true) {
+      open = src.find('{', open);
+      if (open == std::string::npos || open + 1 >= src.size()) {
+        open = std::string::npos;
+        break;
+      }
+      char k = src[open + 1];
+      if (k == '{' || k == '%' || k == '#') break;
+      ++open;
+    }
+    std::string text = src.substr(i, open == std::string::npos ? std::string::npos : open - i);
+    if (strip_next) {
+      size_t k = 0;
+      while (k < text.size() && IsWs(text[k])) ++k;
+      line_starting = k > 0 ? text[k - 1] == '\n' : line_starting;
+      text.erase(0, k);
+    } else if (trim_nl && !text.empty() && text[0] == '\n') {
+      text.erase(0, 1);
+      line_starting = true;
+    }
+    if (open == std::string::npos) {
+      if (!text.empty()) out.push_back({RawTag::kText, text});
+      break;
+    }
+    char kind = src[open + 1];
+    char sign = open + 2 < src.size() ? src[open + 2] : 0;
+    bool minus_left = sign == '-', plus_left = sign == '+' && kind != '{';
+    if (minus_left) {
+      size_t e = text.size();
+      while (e > 0 && IsWs(text[e - 1])) --e;
+      text.erase(e);
+    } else if (kind != '{' && !plus_left) {
+      size_t l_pos = text.rfind('\n');
+      l_pos = l_pos == std::string::npos ? 0 : l_pos + 1;
+      if (l_pos > 0 || line_starting) {
+        bool blank = true;
+        for (size_t k = l_pos; k < text.size(); ++k) blank = blank && (text[k] == ' ' || text[k] == '\t');
+        if (blank) text.erase(l_pos);
+      }
+    }
+    if (!text.empty()) out.push_back({RawTag::kText, text});
+    std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
+    size_t body_start = open + 2 + ((minus_left || plus_left) ? 1 : 0);
+    size_t end = std::string::npos;
+    if (kind == '#') {
+      end = src.find("#}", body_start);
+    } else {
+      char quote = 0;
+      for (size_t j = body_start; j + 1 < src.size(); ++j) {
+        char c = src[j];
+        if (quote) {
+          if (c == '\\') ++j;
+          else if (c == quote) quote = 0;
+        } else if (c == '\'' || c == '"') {
+          quote = c;
+        } else if (src.compare(j, 2, close) == 0) {
+          end = j;
+          break;
+        }
+      }
+    }
+    if (end == std::string::npos) throw SyntaxError("unclosed '{" + std::string(1, kind) + "'");
+    bool minus_right = end > body_start && src[end - 1] == '-';
+    std::string body = src.substr(body_start, end - body_start - (minus_right ? 1 : 0));
+    if (kind == '{') out.push_back({RawTag::kExpr, body});
+    else if (kind == '%') out.push_back({RawTag::kStmt, body});
+    strip_next = minus_right;
+    trim_nl = kind != '{';
+    line_starting = false;
+    i = end + 2;
+  }
+  return out;
+}
+
+std::string Trim(const std::string& s) { return StripChars(s, nullptr, true, true); }
+
+class Parser {
+ public:
+  explicit Parser(std::vector<RawTag> tags) : tags_(std::move(tags)) {}
+  std::unique_ptr<Node> ParseRoot() {
+    auto body = ParseBody({});
+    if (pos_ < tags_.size()) throw SyntaxError("unexpected '{% " + tags_[pos_].content + " %}'");
+    return body;
+  }
+
+ private:
+  static std::string Keyword(const std::string& stmt) {
+    std::string s = Trim(stmt);
+    size_t k = 0;
+    while (k < s.size() && (std::isalnum(static_cast<unsigned char>(s[k])) || s[k] == '_')) ++k;
+    return s.substr(0, k);
+  }
+  // Parses until a statement whose keyword is in `stops` (left unconsumed).
+  std::unique_ptr<Node> ParseBody(const std::vector<std::string>& stops) {
+    auto body = std::make_unique<Node>();
+    body->kind = Node::kBody;
+    while (pos_ < tags_.size()) {
+      const RawTag& t = tags_[pos_];
+      if (t.kind == RawTag::kText) {
+        auto n = std::make_unique<Node>();
+        n->kind = Node::kText;
+        n->text = t.content;
+        body->children.push_back(std::move(n));
+        ++pos_;
+      } else if (t.kind == RawTag::kExpr) {
+        auto n = std::make_unique<Node>();
+        n->kind = Node::kOutput;
+        n->exprs.push_back(ExprParser(t.content).ParseAll());
+        body->children.push_back(std::move(n));
+        ++pos_;
+      } else {
+        std::string kw = Keyword(t.content);
+        if (std::find(stops.begin(), stops.end(), kw) != stops.end()) return body;
+        body->children.push_back(ParseStmt(kw));
+      }
+    }
+    if (!stops.empty()) throw SyntaxError("missing '{% " + stops.back() + " %}'");
+    return body;
+  }
+  std::unique_ptr<Node> ParseStmt(const std::string& kw) {
+    std::string rest = Trim(Trim(tags_[pos_].content).substr(kw.size()));
+    ++pos_;
+    auto n = std::make_unique<Node>();
+    if (kw == "if") {
+      n->kind = Node::kIf;
+      n->exprs.push_back(ExprParser(rest).ParseAll());
+      n->children.push_back(ParseBody({"elif", "else", "endif"}));
+      while (true) {
+        std::string k = Keyword(tags_[pos_].content);
+        std::string r = Trim(Trim(tags_[pos_].content).substr(k.size()));
+        ++pos_;
+        if (k == "elif") {
+          n->exprs.push_back(ExprParser(r).ParseAll());
+          n->children.push_back(ParseBody({"elif", "else", "endif"}));
+        } else if (k == "else") {
+          n->children.push_back(ParseBody({"endif"}));
+        } else {
+          break;  // endif
+        }
+      }
+      return n;
+    }
+    if (kw == "for") {
+      n->kind = Node::kFor;
+      ExprParser p(rest);
+      n->targets.push_back(p.ExpectName());
+      while (p.IsOp(",")) {
+        p.Expect(",");
+        n->targets.push_back(p.ExpectName());
+      }
+      if (!p.IsName("in")) throw SyntaxError("expected 'in' in for");
+      p.ExpectName();
+      n->exprs.push_back(p.ParseCond(false));
+      if (p.IsName("if")) {
+        p.ExpectName();
+        n->exprs.push_back(p.ParseCond(false));
+      }
+      if (p.IsName("recursive")) throw UnsupportedError("recursive for loops");
+      if (!p.AtEnd()) throw SyntaxError("unexpected tokens in for");
+      n->children.push_back(ParseBody({"else", "endfor"}));
+      if (Keyword(tags_[pos_].content) == "else") {
+        ++pos_;
+        n->children.push_back(ParseBody({"endfor"}));
+      }
+      ++pos_;
+      return n;
+    }
+    if (kw == "set") {
+      ExprParser p(rest);
+      std::string name = p.ExpectName();
+      std::string attr;
+      if (p.IsOp(".")) {
+        p.Expect(".");
+        attr = p.ExpectName();
+      }
+      if (p.AtEnd()) {  // block set
+        n->kind = Node::kSetBlock;
+        n->text = name;
+        n->children.push_back(ParseBody({"endset"}));
+        ++pos_;
+        return n;
+      }
+      if (p.IsOp(",")) throw UnsupportedError("tuple assignment in set");
+      p.Expect("=");
+      n->kind = Node::kSet;
+      n->text = name;
+      n->attr = attr;
+      n->exprs.push_back(p.Parse());
+      if (!p.AtEnd()) throw SyntaxError("unexpected tokens in set");
+      return n;
+    }
+    if (kw == "macro") {
+      ExprParser p(rest);
+      n->kind = Node::kMacro;
+      n->text = p.ExpectName();
+      p.Expect("(");
+      while (!p.IsOp(")")) {
+        n->targets.push_back(p.ExpectName());
+        if (p.IsOp("=")) {
+          p.Expect("=");
+          n->exprs.push_back(p.Parse());
+        } else {
+          n->exprs.push_back(nullptr);
+        }
+        if (p.IsOp(",")) p.Expect(",");
+      }
+      n->children.push_back(ParseBody({"endmacro"}));
+      ++pos_;
+      return n;
+    }
+    if (kw == "generation") {
+      auto b = ParseBody({"endgeneration"});
+      ++pos_;
+      return b;
+    }
+    if (kw == "break" || kw == "continue") {
+      n->kind = kw == "break" ? Node::kBreak : Node::kContinue;
+      return n;
+    }
+    throw UnsupportedError("statement '{% " + kw + " %}'");
+  }
+
+  std::vector<RawTag> tags_;
+  size_t pos_ = 0;
+};
+
+// ------------------------------------------------------------------------------------------
+// Renderer
+// ------------------------------------------------------------------------------------------
+enum class Flow { kNormal, kBreak, kContinue };
+
+class Renderer {
+ public:
+  explicit Renderer(const ojson& ctx) {
+    scopes_.emplace_back();
+    for (auto it = ctx.begin(); it != ctx.end(); ++it) scopes_[0][it.key()] = Val(it.value());
+  }
+
+  Flow Run(const Node& n, std::string* out) {
+    switch (n.kind) {
+      case Node::kBody:
+        for (const auto& c : n.children) {
+          Flow f = Run(*c, out);
+          if (f != Flow::kNormal) return f;
+        }
+        return Flow::kNormal;
+      case Node::kText:
+        *out += n.text;
+        return Flow::kNormal;
+      case Node::kOutput:
+        *out += PyStr(Eval(*n.exprs[0]));
+        return Flow::kNormal;
+      case Node::kIf:
+        for (size_t k = 0; k < n.exprs.size(); ++k)
+          if (Truthy(Eval(*n.exprs[k]))) return Run(*n.children[k], out);
+        if (n.children.size() > n.exprs.size()) return Run(*n.children.back(), out);
+        return Flow::kNormal;
+      case Node::kFor:
+        return RunFor(n, out);
+      case Node::kSet: {
+        Val v = Eval(*n.exprs[0]);
+        if (n.attr.empty()) {
+          scopes_.back()[n.text] = v;
+        } else {
+          Val* ns = Lookup(n.text);
+          if (!ns || !ns->j.is_object()) Fail("cannot set attribute of '" + n.text + "'");
+          ns->j[n.attr] = v.undef ? ojson() : v.j;
+        }
+        return Flow::kNormal;
+      }
+      case Node::kSetBlock: {
+        std::string s;
+        Run(*n.children[0], &s);
+        scopes_.back()[n.text] = Val(ojson(s));
+        return Flow::kNormal;
+      }
+      case Node::kMacro:
+        macros_[n.text] = &n;
+        return Flow::kNormal;
+      case Node::kBreak:
+        return Flow::kBreak;
+      case Node::kContinue:
+        return Flow::kContinue;
+    }
+    return Flow::kNormal;
+  }
+
+ private:
+  Val* Lookup(const std::string& name) {
+    for (size_t k = scopes_.size(); k-- > 0;) {
+      auto it = scopes_[k].find(name);
+      if (it != scopes_[k].end()) return &it->second;
+    }
+    return nullptr;
+  }
+
+  Flow RunFor(const Node& n, std::string* out) {
+    std::vector<Val> items = Iterate(Eval(*n.exprs[0]));
+    auto bind = [&](const Val& item) {
+      if (n.targets.size() == 1) {
+        scopes_.back()[n.targets[0]] = item;
+      } else {
+        const ojson& j = Need(item, "for-loop unpacking");
+        if (!j.is_array() || j.size() != n.targets.size()) Fail("cannot unpack for-loop item");
+        for (size_t t = 0; t < n.targets.size(); ++t) scopes_.back()[n.targets[t]] = Val(j[t]);
+      }
+    };
+    if (n.exprs.size() > 1) {  // inline filter
+      std::vector<Val> kept;
+      for (const auto& it : items) {
+        scopes_.emplace_back();
+        bind(it);
+        if (Truthy(Eval(*n.exprs[1]))) kept.push_back(it);
+        scopes_.pop_back();
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) {
+      if (n.children.size() > 1) return Run(*n.children[1], out);
+      return Flow::kNormal;
+    }
+    const size_t len = items.size();
+    for (size_t i = 0; i < len; ++i) {
+      scopes_.emplace_back();
+      bind(items[i]);
+      ojson loop = {{"index", i + 1}, {"index0", i}, {"revindex", len - i}, {"revindex0", len - i - 1},
+                    {"first", i == 0}, {"last", i + 1 == len}, {"length", len}};
+      loop["previtem"] = i > 0 && !items[i - 1].undef ? items[i - 1].j : ojson();
+      loop["nextitem"] = i + 1 < len && !items[i + 1].undef ? items[i + 1].j : ojson();
+      scopes_.back()["loop"] = Val(loop);
+      Flow f = Run(*n.children[0], out);
+      scopes_.pop_back();
+      if (f == Flow::kBreak) break;
+    }
+    return Flow::kNormal;
+  }
+
+  Val GetAttr(const Val& obj, const std::string& name) {
+    if (obj.undef) Fail("'" + name + "' of an undefined value");
+    const ojson& j = obj.j;
+    if (j.is_object()) {
+      auto it = j.find(name);
+      if (it != j.end()) return Val(*it);
+      return Val::Undef();
+    }
+    if (j.is_array() && !name.empty() && std::isdigit(static_cast<unsigned char>(name[0]))) {
+      size_t k = std::stoul(name);
+      return k < j.size() ? Val(j[k]) : Val::Undef();
+    }
+    return Val::Undef();
+  }
+
+  Val GetItem(const Val& obj, const Val& key) {
+    if (obj.undef) Fail("subscript of an undefined value");
+    const ojson& j = obj.j;
+    if (j.is_object()) {
+      if (!key.j.is_string()) return Val::Undef();
+      auto it = j.find(key.j.get<std::string>());
+      return it != j.end() ? Val(*it) : Val::Undef();
+    }
+    if ((j.is_array() || j.is_string()) && key.j.is_number_integer()) {
+      int64_t k = key.j.get<int64_t>();
+      if (j.is_array()) {
+        int64_t n = static_cast<int64_t>(j.size());
+        if (k < 0) k += n;
+        return k >= 0 && k < n ? Val(j[k]) : Val::Undef();
+      }
+      auto cps = CodePoints(j.get<std::string>());
+      int64_t n = static_cast<int64_t>(cps.size());
+      if (k < 0) k += n;
+      return k >= 0 && k < n ? Val(ojson(cps[k])) : Val::Undef();
+    }
+    return Val::Undef();
+  }
+
+  Val Slice(const Val& obj, const Expr* a, const Expr* b, const Expr* c) {
+    const ojson& j = Need(obj, "slice");
+    std::vector<ojson> items;
+    bool is_str = j.is_string();
+    if (is_str) for (auto& cp : CodePoints(j.get<std::string>())) items.emplace_back(cp);
+    else if (j.is_array()) for (const auto& e : j) items.push_back(e);
+    else Fail("value cannot be sliced");
+    int64_t n = static_cast<int64_t>(items.size());
+    int64_t step = c ? Eval(*c).j.get<int64_t>() : 1;
+    if (step == 0) Fail("slice step cannot be zero");
+    auto norm = [&](const Expr* e, int64_t dflt) {
+      if (!e) return dflt;
+      int64_t v = Eval(*e).j.get<int64_t>();
+      if (v < 0) v += n;
+      if (step > 0) return std::clamp<int64_t>(v, 0, n);
+      return std::clamp<int64_t>(v, -1, n - 1);
+    };
+    int64_t start = norm(a, step > 0 ? 0 : n - 1), stop = norm(b, step > 0 ? n : -1);
+    ojson out = ojson::array();
+    std::string s;
+    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) {
+      if (is_str) s += items[k].get<std::string>();
+      else out.push_back(items[k]);
+    }
+    return is_str ? Val(ojson(s)) : Val(out);
+  }
+
+  Val CallMethod(const Val& obj, const std::string& m, const std::vector<Val>& a) {
+    const ojson& j = Need(obj, ("method ." + m + "()").c_str());
+    auto arg_str = [&](size_t k) -> const std::string* {
+      if (k >= a.size() || a[k].undef || a[k].j.is_null()) return nullptr;
+      if (!a[k].j.is_string()) Fail("." + m + "() needs a string argument");
+      return &a[k].j.get_ref<const std::string&>();
+    };
+    if (j.is_string()) {
+      const std::string& s = j.get_ref<const std::string&>();
+      if (m == "strip") return Val(ojson(StripChars(s, arg_str(0), true, true)));
+      if (m == "lstrip") return Val(ojson(StripChars(s, arg_str(0), true, false)));
+      if (m == "rstrip") return Val(ojson(StripChars(s, arg_str(0), false, true)));
+      if (m == "split") return Val(SplitStr(s, arg_str(0), a.size() > 1 ? a[1].j.get<int64_t>() : -1));
+      if (m == "startswith" || m == "endswith") {
+        const std::string* p = arg_str(0);
+        if (!p) Fail("." + m + "() needs an argument");
+        bool r = m == "startswith" ? s.compare(0, p->size(), *p) == 0
+                                   : s.size() >= p->size() && s.compare(s.size() - p->size(), p->size(), *p) == 0;
+        return Val(ojson(r));
+      }
+      if (m == "upper" || m == "lower") {
+        std::string r = s;
+        for (auto& ch : r) ch = static_cast<char>(m == "upper" ? std::toupper(static_cast<unsigned char>(ch)) : std::tolower(static_cast<unsigned char>(ch)));
+        return Val(ojson(r));
+      }
+      if (m == "replace") {
+        const std::string *from = arg_str(0), *to = arg_str(1);
+        if (!from || !to) Fail(".replace() needs two strings");
+        std::string r;
+        size_t p = 0;
+        if (from->empty()) return Val(ojson(s));
+        while (true) {
+          size_t q = s.find(*from, p);
+          if (q == std::string::npos) break;
+          r += s.substr(p, q - p) + *to;
+          p = q + from->size();
+        }
+        return Val(ojson(r + s.substr(p)));
+      }
+      if (m == "find") {
+        const std::string* p = arg_str(0);
+        size_t q = p ? s.find(*p) : std::string::npos;
+        return Val(ojson(q == std::string::npos ? int64_t{-1} : static_cast<int64_t>(q)));
+      }
+    }
+    if (j.is_object()) {
+      if (m == "items") {
+        ojson out = ojson::array();
+        for (auto it = j.begin(); it != j.end(); ++it) out.push_back(ojson::array({it.key(), it.value()}));
+        return Val(out);
+      }
+      if (m == "keys") {
+        ojson out = ojson::array();
+        for (auto it = j.begin(); it != j.end(); ++it) out.push_back(it.key());
+        return Val(out);
+      }
+      if (m == "values") {
+        ojson out = ojson::array();
+        for (auto it = j.begin(); it != j.end(); ++it) out.push_back(it.value());
+        return Val(out);
+      }
+      if (m == "get") {
+        const std::string* k = arg_str(0);
+        if (k && j.contains(*k)) return Val(j.at(*k));
+        return a.size() > 1 ? a[1] : Val(ojson());
+      }
+    }
+    Fail("unsupported method ." + m + "()");
+  }
+
+  Val CallGlobal(const std::string& name, const std::vector<Val>& a,
+                 const std::vector<std::pair<std::string, Val>>& kw) {
+    if (name == "raise_exception") Fail(a.empty() ? "raise_exception()" : PyStr(a[0]));
+    if (name == "namespace" || name == "dict") {
+      ojson o = ojson::object();
+      for (const auto& [k, v] : kw) o[k] = v.undef ? ojson() : v.j;
+      return Val(o);
+    }
+    if (name == "range") {
+      int64_t start = 0, stop, step = 1;
+      if (a.size() == 1) stop = a[0].j.get<int64_t>();
+      else if (a.size() >= 2) { start = a[0].j.get<int64_t>(); stop = a[1].j.get<int64_t>(); if (a.size() > 2) step = a[2].j.get<int64_t>(); }
+      else Fail("range() needs arguments");
+      if (step == 0) Fail("range() step cannot be zero");
+      ojson out = ojson::array();
+      for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(k);
+      return Val(out);
+    }
+    auto mit = macros_.find(name);
+    if (mit != macros_.end()) {
+      const Node& m = *mit->second;
+      scopes_.emplace_back();
+      for (size_t k = 0; k < m.targets.size(); ++k) {
+        Val v = k < a.size() ? a[k] : (m.exprs[k] ? Eval(*m.exprs[k]) : Val::Undef());
+        for (const auto& [kn, kv] : kw)
+          if (kn == m.targets[k]) v = kv;
+        scopes_.back()[m.targets[k]] = v;
+      }
+      std::string s;
+      Run(*m.children[0], &s);
+      scopes_.pop_back();
+      return Val(ojson(s));
+    }
+    if (name == "strftime_now") Fail("strftime_now() is not supported (output would depend on the clock)");
+    Fail("'" + name + "' is undefined or not callable");
+  }
+
+  bool Test(const std::string& t, const Val& v, const std::vector<Val>& a) {
+    const ojson& j = v.j;
+    if (t == "defined") return !v.undef;
+    if (t == "undefined") return v.undef;
+    if (t == "none") return !v.undef && j.is_null();
+    if (t == "string") return !v.undef && j.is_string();
+    if (t == "number") return !v.undef && j.is_number();
+    if (t == "integer") return !v.undef && j.is_number_integer();
+    if (t == "float") return !v.undef && j.is_number_float();
+    if (t == "mapping") return !v.undef && j.is_object();
+    if (t == "iterable") return !v.undef && (j.is_array() || j.is_object() || j.is_string());
+    if (t == "sequence") return !v.undef && (j.is_array() || j.is_object() || j.is_string());
+    if (t == "boolean") return !v.undef && j.is_boolean();
+    if (t == "true") return !v.undef && j.is_boolean() && j.get<bool>();
+    if (t == "false") return !v.undef && j.is_boolean() && !j.get<bool>();
+    if (t == "callable") return false;
+    if (t == "odd" || t == "even") return (Need(v, "test").get<int64_t>() % 2 != 0) == (t == "odd");
+    if (t == "divisibleby") return Need(v, "test").get<int64_t>() % a.at(0).j.get<int64_t>() == 0;
+    if (t == "lower" || t == "upper") {
+      std::string s = PyStr(v);
+      for (char c : s)
+        if (std::isalpha(static_cast<unsigned char>(c)) && (t == "lower" ? std::isupper(static_cast<unsigned char>(c)) : std::islower(static_cast<unsigned char>(c)))) return false;
+      return true;
+    }
+    if (a.empty()) Fail("test '" + t + "' needs an argument");
+    if (t == "eq" || t == "equalto" || t == "sameas") return Equal(v, a[0]);
+    if (t == "ne") return !Equal(v, a[0]);
+    if (t == "lt") return Compare(v, a[0]) < 0;
+    if (t == "gt") return Compare(v, a[0]) > 0;
+    if (t == "le") return Compare(v, a[0]) <= 0;
+    if (t == "ge") return Compare(v, a[0]) >= 0;
+    if (t == "in") return Contains(a[0], v);
+    Fail("unknown test '" + t + "'");
+  }
+
+  Val Filter(const std::string& f, const Val& v, const std::vector<Val>& a,
+             const std::vector<std::pair<std::string, Val>>& kw) {
+    auto kwarg = [&](const char* k, size_t pos) -> const Val* {
+      for (const auto& [kn, kv] : kw)
+        if (kn == k) return &kv;
+      return pos < a.size() ? &a[pos] : nullptr;
+    };
+    if (f == "default" || f == "d") {
+      const Val* b = kwarg("boolean", 1);
+      bool use = v.undef || (b && Truthy(*b) && !Truthy(v));
+      if (!use) return v;
+      const Val* d = kwarg("default_value", 0);
+      return d ? *d : Val(ojson(""));
+    }
+    if (f == "safe") return v;
+    if (f == "string") return Val(ojson(PyStr(v)));
+    if (f == "tojson") {
+      const Val* ind = kwarg("indent", 0);
+      int indent = ind && !ind->undef && !ind->j.is_null() ? static_cast<int>(ind->j.get<int64_t>()) : -1;
+      std::string item_sep = indent >= 0 ? "," : ", ", key_sep = ": ";
+      if (const Val* sep = kwarg("separators", 99); sep && sep->j.is_array() && sep->j.size() == 2) {
+        item_sep = sep->j[0].get<std::string>();
+        key_sep = sep->j[1].get<std::string>();
+      }
+      const Val* sk = kwarg("sort_keys", 99);
+      std::string out;
+      PyJsonDump(v.undef ? ojson() : v.j, indent, item_sep, key_sep, sk && Truthy(*sk), 0, &out);
+      return Val(ojson(out));
+    }
+    const ojson& j = Need(v, ("filter " + f).c_str());
+    if (f == "length" || f == "count") {
+      if (j.is_string()) return Val(ojson(static_cast<int64_t>(CodePoints(j.get<std::string>()).size())));
+      if (j.is_array() || j.is_object()) return Val(ojson(static_cast<int64_t>(j.size())));
+      Fail("object has no length");
+    }
+    if (f == "trim") return Val(ojson(StripChars(PyStr(v), nullptr, true, true)));
+    if (f == "lower" || f == "upper") return CallMethod(Val(ojson(PyStr(v))), f, {});
+    if (f == "capitalize" || f == "title") {
+      std::string s = PyStr(v);
+      bool start = true;
+      for (auto& c : s) {
+        auto uc = static_cast<unsigned char>(c);
+        c = static_cast<char>(start ? std::toupper(uc) : std::tolower(uc));
+        start = f == "title" ? !std::isalpha(uc) : false;
+      }
+      return Val(ojson(s));
+    }
+    if (f == "replace") return CallMethod(Val(ojson(PyStr(v))), "replace", a);
+    if (f == "join") {
+      const Val* sep = kwarg("d", 0);
+      const Val* attr = kwarg("attribute", 1);
+      std::string out;
+      bool first = true;
+      for (const auto& e : Iterate(v)) {
+        if (!first && sep) out += PyStr(*sep);
+        out += PyStr(attr ? GetAttr(e, PyStr(*attr)) : e);
+        first = false;
+      }
+      return Val(ojson(out));
+    }
+    if (f == "first" || f == "last") {
+      auto items = Iterate(v);
+      if (items.empty()) return Val::Undef();
+      return f == "first" ? items.front() : items.back();
+    }
+    if (f == "list") {
+      ojson out = ojson::array();
+      for (const auto& e : Iterate(v)) out.push_back(e.j);
+      return Val(out);
+    }
+    if (f == "items") return CallMethod(v, "items", {});
+    if (f == "reverse") {
+      if (j.is_string()) {
+        auto cps = CodePoints(j.get<std::string>());
+        std::string s;
+        for (size_t k = cps.size(); k-- > 0;) s += cps[k];
+        return Val(ojson(s));
+      }
+      ojson out = ojson::array();
+      auto items = Iterate(v);
+      for (size_t k = items.size(); k-- > 0;) out.push_back(items[k].j);
+      return Val(out);
+    }
+    if (f == "int") {
+      if (j.is_number()) return Val(ojson(static_cast<int64_t>(j.get<double>())));
+      try { return Val(ojson(std::stoll(PyStr(v)))); } catch (...) { return Val(ojson(0)); }
+    }
+    if (f == "float") {
+      if (j.is_number()) return Val(ojson(j.get<double>()));
+      try { return Val(ojson(std::stod(PyStr(v)))); } catch (...) { return Val(ojson(0.0)); }
+    }
+    if (f == "abs") {
+      if (j.is_number_integer()) return Val(ojson(std::llabs(j.get<int64_t>())));
+      return Val(ojson(std::fabs(j.get<double>())));
+    }
+    if (f == "selectattr" || f == "rejectattr") {
+      if (a.empty()) Fail(f + " needs an attribute");
+      std::string attr = PyStr(a[0]);
+      ojson out = ojson::array();
+      for (const auto& e : Iterate(v)) {
+        Val x = GetAttr(e, attr);
+        bool ok = a.size() > 1 ? Test(PyStr(a[1]), x, std::vector<Val>(a.begin() + 2, a.end())) : Truthy(x);
+        if (ok == (f == "selectattr")) out.push_back(e.j);
+      }
+      return Val(out);
+    }
+    if (f == "map") {
+      ojson out = ojson::array();
+      const Val* attr = nullptr;
+      for (const auto& [kn, kv] : kw)
+        if (kn == "attribute") attr = &kv;
+      for (const auto& e : Iterate(v)) {
+        if (attr) {
+          Val x = GetAttr(e, PyStr(*attr));
+          out.push_back(x.undef ? ojson() : x.j);
+        } else if (!a.empty()) {
+          Val x = Filter(PyStr(a[0]), e, std::vector<Val>(a.begin() + 1, a.end()), {});
+          out.push_back(x.undef ? ojson() : x.j);
+        } else {
+          Fail("map() needs a filter name or attribute=");
+        }
+      }
+      return Val(out);
+    }
+    if (f == "unique") {
+      ojson out = ojson::array();
+      for (const auto& e : Iterate(v)) {
+        bool seen = false;
+        for (const auto& o : out) seen = seen || Equal(Val(o), e);
+        if (!seen) out.push_back(e.j);
+      }
+      return Val(out);
+    }
+    if (f == "sort") {
+      auto items = Iterate(v);
+      const Val* attr = kwarg("attribute", 99);
+      const Val* rev = kwarg("reverse", 0);
+      std::stable_sort(items.begin(), items.end(), [&](const Val& x, const Val& y) {
+        return attr ? Compare(GetAttr(x, PyStr(*attr)), GetAttr(y, PyStr(*attr))) < 0 : Compare(x, y) < 0;
+      });
+      if (rev && Truthy(*rev)) std::reverse(items.begin(), items.end());
+      ojson out = ojson::array();
+      for (const auto& e : items) out.push_back(e.j);
+      return Val(out);
+    }
+    if (f == "sum" || f == "min" || f == "max") {
+      auto items = Iterate(v);
+      if (f == "sum") {
+        ojson acc = 0;
+        for (const auto& e : items) acc = Binary("+", Val(acc), e).j;
+        return Val(acc);
+      }
+      if (items.empty()) return Val::Undef();
+      Val best = items[0];
+      for (const auto& e : items)
+        if ((f == "min") ? Compare(e, best) < 0 : Compare(e, best) > 0) best = e;
+      return best;
+    }
+    if (f == "wordcount") return Val(ojson(static_cast<int64_t>(SplitStr(PyStr(v), nullptr, -1).size())));
+    if (f == "indent") {
+      const Val* w = kwarg("width", 0);
+      const Val* first = kwarg("first", 1);
+      std::string pad = w ? (w->j.is_string() ? w->j.get<std::string>() : std::string(w->j.get<int64_t>(), ' ')) : "    ";
+      std::string s = PyStr(v), out;
+      bool line_start = first && Truthy(*first);
+      for (char c : s) {
+        if (line_start && c != '\n') out += pad;
+        line_start = false;
+        out += c;
+        if (c == '\n') line_start = true;
+      }
+      return Val(ojson(out));
+    }
+    Fail("unsupported filter '" + f + "'");
+  }
+
+  Val Binary(const std::string& op, const Val& x, const Val& y) {
+    if (op == "~") return Val(ojson(PyStr(x) + PyStr(y)));
+    if (op == "==") return Val(ojson(Equal(x, y)));
+    if (op == "!=") return Val(ojson(!Equal(x, y)));
+    if (op == "<") return Val(ojson(Compare(x, y) < 0));
+    if (op == ">") return Val(ojson(Compare(x, y) > 0));
+    if (op == "<=") return Val(ojson(Compare(x, y) <= 0));
+    if (op == ">=") return Val(ojson(Compare(x, y) >= 0));
+    if (op == "in") return Val(ojson(Contains(y, x)));
+    if (op == "notin") return Val(ojson(!Contains(y, x)));
+    const ojson& a = Need(x, ("operator " + op).c_str());
+    const ojson& b = Need(y, ("operator " + op).c_str());
+    if (op == "+") {
+      if (a.is_string() && b.is_string()) return Val(ojson(a.get<std::string>() + b.get<std::string>()));
+      if (a.is_array() && b.is_array()) {
+        ojson r = a;
+        for (const auto& e : b) r.push_back(e);
+        return Val(r);
+      }
+    }
+    if (op == "*" && a.is_string() && b.is_number_integer()) {
+      std::string r;
+      for (int64_t k = 0; k < b.get<int64_t>(); ++k) r += a.get<std::string>();
+      return Val(ojson(r));
+    }
+    if (!(a.is_number() || a.is_boolean()) || !(b.is_number() || b.is_boolean()))
+      Fail("unsupported operand types for " + op);
+    bool ints = (a.is_number_integer() || a.is_boolean()) && (b.is_number_integer() || b.is_boolean());
+    double p = a.is_boolean() ? a.get<bool>() : a.get<double>();
+    double q = b.is_boolean() ? b.get<bool>() : b.get<double>();
+    int64_t pi = a.is_boolean() ? a.get<bool>() : a.is_number_integer() ? a.get<int64_t>() : 0;
+    int64_t qi = b.is_boolean() ? b.get<bool>() : b.is_number_integer() ? b.get<int64_t>() : 0;
+    if (op == "+") return ints ? Val(ojson(pi + qi)) : Val(ojson(p + q));
+    if (op == "-") return ints ? Val(ojson(pi - qi)) : Val(ojson(p - q));
+    if (op == "*") return ints ? Val(ojson(pi * qi)) : Val(ojson(p * q));
+    if (op == "/") {
+      if (q == 0) Fail("division by zero");
+      return Val(ojson(p / q));
+    }
+    if (op == "//" || op == "%") {
+      if (q == 0) Fail("division by zero");
+      if (ints) {
+        int64_t d = pi / qi, m = pi % qi;
+        if (m != 0 && ((m < 0) != (qi < 0))) { d -= 1; m += qi; }
+        return Val(ojson(op == "//" ? d : m));
+      }
+      double d = std::floor(p / q);
+      return Val(ojson(op == "//" ? d : p - d * q));
+    }
+    if (op == "**") return ints && qi >= 0 ? Val(ojson(static_cast<int64_t>(std::llround(std::pow(p, q))))) : Val(ojson(std::pow(p, q)));
+    Fail("unknown operator " + op);
+  }
+
+ public:
+  Val Eval(const Expr& e) {
+    switch (e.kind) {
+      case Expr::kLit:
+        return e.negate ? Val::Undef() : Val(e.lit);
+      case Expr::kName: {
+        Val* v = Lookup(e.name);
+        return v ? *v : Val::Undef();
+      }
+      case Expr::kList: {
+        ojson out = ojson::array();
+        for (const auto& a : e.args) {
+          Val v = Eval(*a);
+          out.push_back(v.undef ? ojson() : v.j);
+        }
+        return Val(out);
+      }
+      case Expr::kDict: {
+        ojson out = ojson::object();
+        for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
+          Val key = Eval(*e.args[k]), val = Eval(*e.args[k + 1]);
+          out[PyStr(key)] = val.undef ? ojson() : val.j;
+        }
+        return Val(out);
+      }
+      case Expr::kAttr:
+        return GetAttr(Eval(*e.args[0]), e.name);
+      case Expr::kItem:
+        return GetItem(Eval(*e.args[0]), Eval(*e.args[1]));
+      case Expr::kSlice:
+        return Slice(Eval(*e.args[0]), e.args[1].get(), e.args[2].get(), e.args[3].get());
+      case Expr::kCall: {
+        std::vector<Val> a;
+        std::vector<std::pair<std::string, Val>> kw;
+        for (size_t k = 1; k < e.args.size(); ++k) a.push_back(Eval(*e.args[k]));
+        for (const auto& [kn, kv] : e.kwargs) kw.push_back({kn, Eval(*kv)});
+        const Expr& callee = *e.args[0];
+        if (callee.kind == Expr::kAttr) return CallMethod(Eval(*callee.args[0]), callee.name, a);
+        if (callee.kind == Expr::kName) return CallGlobal(callee.name, a, kw);
+        Fail("value is not callable");
+      }
+      case Expr::kFilter: {
+        Val v = Eval(*e.args[0]);
+        std::vector<Val> a;
+        std::vector<std::pair<std::string, Val>> kw;
+        for (size_t k = 1; k < e.args.size(); ++k) a.push_back(Eval(*e.args[k]));
+        for (const auto& [kn, kv] : e.kwargs) kw.push_back({kn, Eval(*kv)});
+        return Filter(e.name, v, a, kw);
+      }
+      case Expr::kTest: {
+        Val v = Eval(*e.args[0]);
+        std::vector<Val> a;
+        for (size_t k = 1; k < e.args.size(); ++k) a.push_back(Eval(*e.args[k]));
+        return Val(ojson(Test(e.name, v, a) != e.negate));
+      }
+      case Expr::kNeg: {
+        Val v = Eval(*e.args[0]);
+        return Binary("-", Val(ojson(0)), v);
+      }
+      case Expr::kNot:
+        return Val(ojson(!Truthy(Eval(*e.args[0]))));
+      case Expr::kAnd: {
+        Val a = Eval(*e.args[0]);
+        return Truthy(a) ? Eval(*e.args[1]) : a;
+      }
+      case Expr::kOr: {
+        Val a = Eval(*e.args[0]);
+        return Truthy(a) ? a : Eval(*e.args[1]);
+      }
+      case Expr::kCond:
+        return Truthy(Eval(*e.args[0])) ? Eval(*e.args[1]) : Eval(*e.args[2]);
+      case Expr::kBin:
+        if (e.name == "+" || e.name == "-" || e.name == "*" || e.name == "/" || e.name == "//" ||
+            e.name == "%" || e.name == "**" || e.name == "~" || e.name == "==" || e.name == "!=" ||
+            e.name == "<" || e.name == ">" || e.name == "<=" || e.name == ">=" || e.name == "in" ||
+            e.name == "notin")
+          return Binary(e.name, Eval(*e.args[0]), Eval(*e.args[1]));
+        Fail("unknown operator");
+    }
+    Fail("bad expression");
+  }
+
+ private:
+  std::vector<std::unordered_map<std::string, Val>> scopes_;
+  std::unordered_map<std::string, const Node*> macros_;
+};
+
+}  // namespace
+
+Template::Template() = default;
+Template::~Template() = default;
+
+StatusOr<std::unique_ptr<Template>> Template::Compile(const std::string& source) {
+  auto t = std::unique_ptr<Template>(new Template);
+  try {
+    t->root_ = Parser(SplitTemplate(source)).ParseRoot();
+  } catch (const UnsupportedError& e) {
+    return Unimplemented(std::string("jinja: unsupported ") + e.what());
+  } catch (const SyntaxError& e) {
+    return InvalidArgument(std::string("jinja: syntax error: ") + e.what());
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("jinja: ") + e.what());
+  }
+  return t;
+}
+
+StatusOr<std::string> Template::Render(const ojson& context) const {
+  try {
+    Renderer r(context);
+    std::string out;
+    r.Run(*root_, &out);
+    return out;
+  } catch (const RenderError& e) {
+    return InvalidArgument(std::string("chat template error: ") + e.what());
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("chat template error: ") + e.what());
+  }
+}
+
+}  // namespace ds::jinja
