@@ -72,8 +72,7 @@ ReasoningSplit SplitReasoning(std::string_view text, bool prompt_opened_think) {
     r.reasoning_content += d.reasoning;
     r.content += d.content;
   }
-  r.has_reasoning = prompt_opened_think || p.reasoning_ended() || p.in_reasoning() ||
-                    (text.substr(0, 7) == "<think>");
+  r.has_reasoning = p.saw_reasoning();
   return r;
 }
 

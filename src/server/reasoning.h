@@ -35,6 +35,8 @@ class ReasoningStreamParser {
   // True once the end tag has been seen (the model is answering).
   bool reasoning_ended() const { return state_ == State::kContent && saw_reasoning_; }
   bool in_reasoning() const { return state_ == State::kReasoning; }
+  // True if a reasoning section was opened (by the prompt or a leading start tag).
+  bool saw_reasoning() const { return saw_reasoning_; }
 
  private:
   enum class State { kStart, kReasoning, kContent };

@@ -160,21 +160,21 @@ int RunChatTemplate(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   auto tok = LoadOrExit(dir);
   if (!tok) return 1;
-  json msgs, tools;
+  nlohmann::ordered_json msgs, tools;
   try {
     std::ifstream f(messages_file);
     if (!f) {
       std::fprintf(stderr, "dsinfer chat-template: cannot open %s\n", messages_file.c_str());
       return 1;
     }
-    msgs = json::parse(f);
+    msgs = nlohmann::ordered_json::parse(f);
     if (msgs.is_object()) {
       if (msgs.contains("tools")) tools = msgs["tools"];
       msgs = msgs.at("messages");
     }
     if (!tools_file.empty()) {
       std::ifstream tf(tools_file);
-      tools = json::parse(tf);
+      tools = nlohmann::ordered_json::parse(tf);
     }
   } catch (const json::exception& e) {
     std::fprintf(stderr, "dsinfer chat-template: bad JSON: %s\n", e.what());

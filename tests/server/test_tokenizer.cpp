@@ -2,7 +2,9 @@
 // (scripts/make_tokenizer_goldens.py; files under tests/data/tokenizer/).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
+#include <thread>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -246,6 +248,44 @@ TEST(Tokenizer, SpecialTokensAndApi) {
   EXPECT_EQ(tok.IdToToken(19923), "Hello");
   // Invalid UTF-8 input is encoded as its U+FFFD replacement.
   EXPECT_EQ(tok.Encode("a\xFF" "b"), tok.Encode("a\xEF\xBF\xBD" "b"));
+}
+
+TEST(Tokenizer, RandomBytesNeverCrashAndRoundTrip) {
+  const auto& tok = Tok();
+  uint64_t x = 88172645463325252ULL;
+  auto next = [&] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  const std::vector<std::string> pieces = {"<｜User｜>", "<｜end▁of▁sentence｜>", "<|EOT|>", "\r\n", " ", "1", "中", "😀", "\xCC\x81"};
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::string s;
+    int n = static_cast<int>(next() % 40);
+    for (int k = 0; k < n; ++k) {
+      if (next() % 3 == 0) s += pieces[next() % pieces.size()];
+      else s.push_back(static_cast<char>(next() & 0xFF));
+    }
+    auto ids = tok.Encode(s);
+    std::string fixed = Utf8Lossy(s);
+    ASSERT_EQ(tok.Decode(ids), fixed);
+    ASSERT_EQ(Stream(tok, ids), fixed);
+  }
+}
+
+TEST(Tokenizer, ConcurrentEncodeIsConsistent) {
+  const auto& tok = Tok();
+  auto rows = ReadJsonl(kData + "/corpus.jsonl");
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (size_t k = t; k < rows.size(); k += 2)
+        if (tok.Encode(rows[k]["text"].get<std::string>()) != rows[k]["ids"].get<std::vector<int32_t>>()) ++mismatches;
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(Tokenizer, LoadErrors) {
