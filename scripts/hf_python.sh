@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Prints the path of a python that can `import tokenizers` (HF), installing it into the venv
-# build/pyenv with pip when needed. Order: $DS_HF_PYTHON, build/pyenv, a new build/pyenv.
+# build/pyenv with pip when needed. Order: $DS_HF_PYTHON, python3 on PATH, build/pyenv, a new
+# build/pyenv.
 # Exit 77 (with a message on stderr) only when pip cannot reach PyPI; other failures exit 1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=${DS_PYENV:-build/pyenv}
 has_tok() { "$1" -c "import tokenizers" >/dev/null 2>&1; }
 if [ -n "${DS_HF_PYTHON:-}" ] && has_tok "$DS_HF_PYTHON"; then echo "$DS_HF_PYTHON"; exit 0; fi
+if command -v python3 >/dev/null && has_tok python3; then command -v python3; exit 0; fi
 if [ -x "$VENV/bin/python" ] && has_tok "$VENV/bin/python"; then echo "$VENV/bin/python"; exit 0; fi
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV" >&2 || { echo "hf_python: python3 -m venv failed (install python3-venv: scripts/setup.sh)" >&2; exit 1; }

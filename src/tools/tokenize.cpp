@@ -152,8 +152,9 @@ int RunDetokenize(int argc, char** argv) {
 int RunChatTemplate(int argc, char** argv) {
   CLI::App app{"Render a conversation with the model's chat template (prints {\"text\", \"ids\"})"};
   std::string dir, messages_file, tools_file;
-  bool gen = false;
+  bool gen = false, force_jinja = false;
   app.add_option("--tokenizer", dir, "directory with tokenizer.json + tokenizer_config.json")->required();
+  app.add_flag("--force-jinja", force_jinja, "render with the Jinja interpreter even for a template known natively");
   app.add_option("--messages-json", messages_file, "file with a JSON array of messages (or {\"messages\": [...], \"tools\": [...]})")->required();
   app.add_option("--tools-json", tools_file, "file with a JSON array of tools");
   app.add_flag("--add-generation-prompt", gen, "end with the assistant prefix");
@@ -180,7 +181,8 @@ int RunChatTemplate(int argc, char** argv) {
     std::fprintf(stderr, "dsinfer chat-template: bad JSON: %s\n", e.what());
     return 1;
   }
-  auto ct = ds::ChatTemplate::FromTokenizer(*tok);
+  auto ct = force_jinja ? ds::ChatTemplate::FromString(tok->chat_template(), tok->bos_token(), tok->eos_token(), true)
+                        : ds::ChatTemplate::FromTokenizer(*tok);
   if (!ct.ok()) {
     std::fprintf(stderr, "dsinfer chat-template: %s\n", ct.status().ToString().c_str());
     return 1;
