@@ -391,6 +391,15 @@ const std::vector<std::string> kTests = {
     "sequence", "boolean", "true", "false", "odd", "even", "divisibleby", "eq", "equalto", "ne", "lt",
     "gt", "le", "ge", "in", "lower", "upper", "sameas", "callable"};
 
+// Bounds recursion depth (parsers of untrusted templates must not overflow the stack).
+struct Guard {
+  explicit Guard(int* d) : d_(d) {
+    if (++*d_ > 400) throw SyntaxError("template nested too deeply");
+  }
+  ~Guard() { --*d_; }
+  int* d_;
+};
+
 class ExprParser {
  public:
   explicit ExprParser(const std::string& s) : t_(LexExpr(s)) {}
@@ -416,6 +425,7 @@ class ExprParser {
 
   // `a if c else b` (no `if` when parsing a for-loop's iterable: with_cond=false)
   ExprP ParseCond(bool with_cond = true) {
+    Guard g(&depth_);
     ExprP e = ParseOr();
     while (with_cond && IsName("if")) {
       ++p_;
@@ -457,6 +467,7 @@ class ExprParser {
     return e;
   }
   ExprP ParseNot() {
+    Guard g(&depth_);
     if (IsName("not")) {
       ++p_;
       ExprP n = Mk(Expr::kNot);
@@ -556,6 +567,7 @@ class ExprParser {
     return e;
   }
   ExprP ParseUnary() {
+    Guard g(&depth_);
     if (IsOp("-")) {
       ++p_;
       ExprP n = Mk(Expr::kNeg);
@@ -709,6 +721,7 @@ class ExprParser {
 
   std::vector<Tok> t_;
   size_t p_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -841,6 +854,7 @@ class Parser {
   }
   // Parses until a statement whose keyword is in `stops` (left unconsumed).
   std::unique_ptr<Node> ParseBody(const std::vector<std::string>& stops) {
+    Guard g(&depth_);
     auto body = std::make_unique<Node>();
     body->kind = Node::kBody;
     while (pos_ < tags_.size()) {
@@ -971,6 +985,7 @@ class Parser {
 
   std::vector<RawTag> tags_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 // ------------------------------------------------------------------------------------------
@@ -986,6 +1001,7 @@ class Renderer {
   }
 
   Flow Run(const Node& n, std::string* out) {
+    if (++steps_ > 20'000'000 || out->size() > (256u << 20)) Fail("template too expensive to render");
     switch (n.kind) {
       case Node::kBody:
         for (const auto& c : n.children) {
@@ -1233,12 +1249,14 @@ class Renderer {
       else if (a.size() >= 2) { start = a[0].j.get<int64_t>(); stop = a[1].j.get<int64_t>(); if (a.size() > 2) step = a[2].j.get<int64_t>(); }
       else Fail("range() needs arguments");
       if (step == 0) Fail("range() step cannot be zero");
+      if ((stop - start) / step > 1000000) Fail("range() too large");
       ojson out = ojson::array();
       for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step) out.push_back(k);
       return Val(out);
     }
     auto mit = macros_.find(name);
     if (mit != macros_.end()) {
+      if (call_depth_ >= 64) Fail("macro recursion too deep");
       const Node& m = *mit->second;
       scopes_.emplace_back();
       for (size_t k = 0; k < m.targets.size(); ++k) {
@@ -1248,7 +1266,9 @@ class Renderer {
         scopes_.back()[m.targets[k]] = v;
       }
       std::string s;
+      ++call_depth_;
       Run(*m.children[0], &s);
+      --call_depth_;
       scopes_.pop_back();
       return Val(ojson(s));
     }
@@ -1488,6 +1508,8 @@ class Renderer {
       }
     }
     if (op == "*" && a.is_string() && b.is_number_integer()) {
+      if (static_cast<double>(a.get_ref<const std::string&>().size()) * static_cast<double>(b.get<int64_t>()) > 1e7)
+        Fail("string repetition too large");
       std::string r;
       for (int64_t k = 0; k < b.get<int64_t>(); ++k) r += a.get<std::string>();
       return Val(ojson(r));
@@ -1605,6 +1627,8 @@ class Renderer {
  private:
   std::vector<std::unordered_map<std::string, Val>> scopes_;
   std::unordered_map<std::string, const Node*> macros_;
+  int call_depth_ = 0;
+  uint64_t steps_ = 0;
 };
 
 }  // namespace
