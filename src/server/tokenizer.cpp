@@ -310,7 +310,12 @@ class Regex {
     while (last_end <= s.size()) {
       int rc = jit_ ? pcre2_jit_match(code_, subj, s.size(), last_end, PCRE2_NO_UTF_CHECK, md, nullptr)
                     : pcre2_match(code_, subj, s.size(), last_end, PCRE2_NO_UTF_CHECK, md, nullptr);
-      if (rc < 0) return;
+      if (rc < 0 && rc != PCRE2_ERROR_NOMATCH && jit_) {
+        // JIT stack exhausted (or another JIT limit): the interpreter uses the heap.
+        rc = pcre2_match(code_, subj, s.size(), last_end, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
+      }
+      if (rc == PCRE2_ERROR_NOMATCH) return;
+      DS_CHECK(rc >= 0) << "PCRE2 match failed with error " << rc << " on a " << s.size() << "-byte piece";
       PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       size_t ms = ov[0], me = ov[1];
       if (ms == me && last_match_end == me) {
