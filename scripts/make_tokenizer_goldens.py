@@ -417,6 +417,20 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "description":
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
                          "required": ["city"]}}}]
 
+
+
+def r1_from_v3(v3):
+    """The R1 form of the local DeepSeek-V3 template: assistant history keeps only the text
+    after </think>, and the generation prompt opens <think> (as the R1 releases do)."""
+    old_asst = "{{'<｜Assistant｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}"
+    new_asst = ("{% set content = message['content'] %}{% if '</think>' in content %}"
+                "{% set content = content.split('</think>')[-1] %}{% endif %}"
+                "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}")
+    old_gen = "{{'<｜Assistant｜>'}}{% endif %}"
+    assert old_asst in v3 and v3.endswith(old_gen)
+    return v3.replace(old_asst, new_asst)[:-len(old_gen)] + "{{'<｜Assistant｜><think>\\n'}}{% endif %}"
+
+
 JINJA_TEMPLATES = [("r1_style", R1_STYLE), ("chatml_tools", CHATML_TOOLS), ("llama_style", LLAMA_STYLE)]
 
 
@@ -516,15 +530,19 @@ def main():
                                 "ids": ids, "source": source}, ensure_ascii=False) + "\n")
     # Other templates (Jinja interpreter goldens).
     with open(os.path.join(args.out, "jinja_templates.jsonl"), "w", encoding="utf-8") as f:
-        for tname, template in JINJA_TEMPLATES:
+        for tname, template in JINJA_TEMPLATES + [("deepseek_r1_from_v3", r1_from_v3(at.chat_template))]:
             comp = _compile_jinja_template(template)
             cases = []
             for name, msgs, gen in CHATS:
                 if tname == "r1_style" and any(m["role"] == "tool" for m in msgs):
                     continue
-                for tools in ([None, TOOLS] if tname != "r1_style" else [None]):
-                    # transformers drops None-valued keys before rendering (see above).
-                    norm = [{k: v for k, v in m.items() if v is not None} for m in msgs]
+                for tools in ([None, TOOLS] if tname in ("chatml_tools", "llama_style") else [None]):
+                    # transformers drops None-valued keys before rendering (see above); the
+                    # DeepSeek-style template needs them (tool-call branch), as vLLM passes them.
+                    if tname == "deepseek_r1_from_v3":
+                        norm = msgs
+                    else:
+                        norm = [{k: v for k, v in m.items() if v is not None} for m in msgs]
                     try:
                         text = comp.render(messages=norm, tools=tools, documents=None, add_generation_prompt=gen,
                                            bos_token=at.bos_token, eos_token=at.eos_token)
@@ -533,7 +551,7 @@ def main():
                     cases.append({"conversation": name, "messages": norm, "tools": tools,
                                   "add_generation_prompt": gen, "text": text})
             f.write(json.dumps({"name": tname, "template": template, "cases": cases}, ensure_ascii=False) + "\n")
-    print("jinja_templates.jsonl: %d templates" % len(JINJA_TEMPLATES))
+    print("jinja_templates.jsonl: %d templates" % (len(JINJA_TEMPLATES) + 1))
     print("chat_template.jsonl: %d conversations (transformers %s)" % (len(CHATS), transformers.__version__))
 
 

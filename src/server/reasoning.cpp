@@ -76,4 +76,11 @@ ReasoningSplit SplitReasoning(std::string_view text, bool prompt_opened_think) {
   return r;
 }
 
+bool PromptOpensThink(std::string_view prompt) {
+  size_t open = prompt.rfind("<think>");
+  if (open == std::string_view::npos) return false;
+  size_t close = prompt.rfind("</think>");
+  return close == std::string_view::npos || close < open;
+}
+
 }  // namespace ds

@@ -54,4 +54,9 @@ struct ReasoningSplit {
 
 ReasoningSplit SplitReasoning(std::string_view text, bool prompt_opened_think = false);
 
+// True if the rendered prompt leaves a <think> section open (its last "<think>" comes after its
+// last "</think>"), e.g. an R1 template's generation prompt "<｜Assistant｜><think>\n": the
+// value to pass as prompt_opened_think.
+bool PromptOpensThink(std::string_view prompt);
+
 }  // namespace ds

@@ -424,6 +424,13 @@ TEST(Reasoning, Split) {
   EXPECT_EQ(r.content, "<thin");
 }
 
+TEST(Reasoning, PromptOpensThink) {
+  EXPECT_TRUE(PromptOpensThink("<｜User｜>hi<｜Assistant｜><think>\n"));
+  EXPECT_FALSE(PromptOpensThink("<｜User｜>hi<｜Assistant｜>"));
+  EXPECT_FALSE(PromptOpensThink("<think>a</think>b<｜Assistant｜>"));
+  EXPECT_TRUE(PromptOpensThink("<think>a</think>b<｜Assistant｜><think>"));
+}
+
 TEST(Reasoning, StreamingEqualsWhole) {
   const std::vector<std::pair<std::string, bool>> cases = {
       {"<think>\nLet me think about 你好.\n</think>\n\nThe answer is 4.", false},
