@@ -5,6 +5,8 @@
 
 #include <cstdio>
 #include <string>
+
+#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 namespace {
@@ -24,7 +26,12 @@ TEST(TokenizerHfCorpus, TwentyMegabytesMatchHuggingFace) {
   std::printf("%s", out.c_str());
   if (rc == 77) GTEST_SKIP() << out;
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_NE(out.find("\"matching_documents\""), std::string::npos);
+  // The record is the last line of the output.
+  size_t start = out.rfind("{\"corpus\"");
+  ASSERT_NE(start, std::string::npos) << out;
+  auto rec = nlohmann::json::parse(out.substr(start, out.find('\n', start) - start));
+  EXPECT_GE(rec["text_bytes"].get<int64_t>(), 20LL * 1024 * 1024) << "corpus smaller than 20 MiB";
+  EXPECT_EQ(rec["matching_documents"], rec["documents"]);
 }
 
 }  // namespace
