@@ -4,18 +4,20 @@
 //
 // Supported: {{ }}, {% %}, {# #} with '-' whitespace control; if/elif/else, for (one or two
 // targets, `else`, inline `if` filter, loop.index/index0/revindex/revindex0/first/last/length/
-// previtem/nextitem, break/continue), set (name, ns.attr, block set), generation blocks (render
-// their body), macros without defaults-by-expression limits (positional + keyword args);
-// expressions: literals (string, int, float, true/false/none, list, dict, tuple),
-// attribute/subscript/slice access, calls, filters, tests (`is [not] x`), arithmetic
-// (+ - * / // % **), `~`, comparisons, in/not in, and/or/not, `a if c else b`.
-// Filters: length count trim tojson string lower upper title capitalize default/d join first
-// last list items keys values reverse sort(attribute) unique int float abs round replace
-// safe e escape selectattr rejectattr map(attribute) indent wordcount center max min sum
-// batch? no. Methods: str strip/lstrip/rstrip/split/rsplit/startswith/endswith/upper/lower/
-// replace/title/capitalize/format-free; dict items/keys/values/get; list index/count.
-// Tests: defined undefined none string number integer float mapping iterable sequence
-// boolean true false callable odd even divisibleby eq ne equalto lt gt le ge in lower upper.
+// previtem/nextitem, break/continue), set (name, ns.attr, block set), generation blocks (their
+// body is rendered), macros (positional and keyword arguments, defaults); expressions:
+// literals (string, int, float, true/false/none, list, dict, tuple as list), attribute /
+// subscript / slice access, calls, filters, tests (`is [not] x`), arithmetic (+ - * / // % **),
+// `~`, comparisons, in / not in, and / or / not, `a if c else b`.
+// Filters: length count trim tojson string lower upper title capitalize default d join first
+// last list items reverse int float abs replace safe selectattr rejectattr map unique sort
+// indent sum min max wordcount. Globals: namespace dict range raise_exception.
+// Methods: str strip lstrip rstrip split startswith endswith upper lower replace find;
+// dict items keys values get.
+// Tests: defined undefined none string number integer float mapping iterable sequence boolean
+// true false callable odd even divisibleby eq equalto sameas ne lt gt le ge in lower upper.
+// Limits (untrusted templates): nesting depth 400, macro recursion 64, range() 1e6 items,
+// 2e7 render steps, 256 MiB output.
 // Anything else fails at compile time (Unimplemented, naming the construct) or at render
 // time (InvalidArgument with the template's message, e.g. raise_exception()).
 //
