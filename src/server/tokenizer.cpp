@@ -347,7 +347,7 @@ struct PreStep {
   enum Kind { kSplit, kByteLevel } kind = kSplit;
   // Native matchers for the DeepSeek patterns, used on pure-ASCII pieces (where they are
   // trivially exact); other pieces go through the regex.
-  enum Fast { kNone, kDigitRuns3, kNoAsciiMatch } fast = kNone;
+  enum Fast { kNone, kDigitRuns3, kNoAsciiMatch, kDeepSeekWords } fast = kNone;
   std::unique_ptr<Regex> regex;  // kSplit: the pattern; kByteLevel: GPT-2 regex if use_regex
   std::string literal;           // kSplit with a String pattern
   bool is_literal = false;
@@ -514,6 +514,11 @@ Status ParseBehavior(const std::string& b, Behavior* out) {
   return Status::Ok();
 }
 
+// The DeepSeek-V3 word pattern (third Split of its pre-tokenizer).
+const std::string kDeepSeekWordPattern =
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+    " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
+
 constexpr const char* kGpt2Pattern =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
@@ -535,6 +540,7 @@ Status ParsePreTokenizer(const json& pt, std::vector<PreStep>* steps) {
       if (re == "\\p{N}{1,3}") st.fast = PreStep::kDigitRuns3;
       // A single class of non-ASCII ranges (the DeepSeek CJK/kana split) never matches ASCII.
       if (re == "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+") st.fast = PreStep::kNoAsciiMatch;
+      if (re == kDeepSeekWordPattern) st.fast = PreStep::kDeepSeekWords;
     } else if (pat.contains("String")) {
       st.is_literal = true;
       st.literal = pat.at("String").get<std::string>();
@@ -558,6 +564,72 @@ Status ParsePreTokenizer(const json& pt, std::vector<PreStep>* steps) {
   }
   steps->push_back(std::move(st));
   return Status::Ok();
+}
+
+// kDeepSeekWordPattern's matches on a pure-ASCII piece, by hand: in ASCII \p{L} = [A-Za-z],
+// \p{M} is empty, \p{P}|\p{S} = the 32 punctuation/symbol characters, \s = [\t-\r ].
+// Alternatives are tried in order at each start position, with the backtracking the regex
+// engine would do (see the comments); the regex path gives identical results (tests).
+template <typename Add>
+void AsciiDeepSeekWords(std::string_view s, Add&& add) {
+  auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); };
+  auto punct = [](char c) {
+    return (c >= '!' && c <= '/') || (c >= ':' && c <= '@') || (c >= '[' && c <= '`') || (c >= '{' && c <= '~');
+  };
+  auto space = [](char c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
+  auto crlf = [](char c) { return c == '\r' || c == '\n'; };
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const char c = s[i];
+    size_t e = 0;  // match end; 0 = no match at i
+    // A1: [punct][A-Za-z]+
+    if (punct(c) && i + 1 < n && letter(s[i + 1])) {
+      e = i + 2;
+      while (e < n && letter(s[e])) ++e;
+    }
+    // A2: [^\r\n L P S]? [L M]+ (greedy optional first, then without it)
+    if (!e) {
+      size_t k = i;
+      if (!crlf(c) && !letter(c) && !punct(c) && i + 1 < n && letter(s[i + 1])) k = i + 1;
+      if (letter(s[k])) {
+        e = k + 1;
+        while (e < n && letter(s[e])) ++e;
+      }
+    }
+    // A3: ' '? [P S]+ [\r\n]*
+    if (!e) {
+      size_t k = (c == ' ' && i + 1 < n && punct(s[i + 1])) ? i + 1 : i;
+      if (punct(s[k])) {
+        e = k + 1;
+        while (e < n && punct(s[e])) ++e;
+        while (e < n && crlf(s[e])) ++e;
+      }
+    }
+    if (!e && space(c)) {
+      size_t j = i;
+      while (j < n && space(s[j])) ++j;  // the whitespace run [i, j)
+      // A4: \s* [\r\n]+ : \s* backs off to the last \r or \n of the run.
+      for (size_t k = j; k > i; --k)
+        if (crlf(s[k - 1])) {
+          e = k;
+          break;
+        }
+      // A5: \s+ (?!\S) : the whole run at the end of the piece, else all but its last char.
+      if (!e) {
+        if (j == n) e = j;
+        else if (j - i >= 2) e = j - 1;
+      }
+      // A6: \s+
+      if (!e) e = j;
+    }
+    if (e) {
+      add(i, e);
+      i = e;
+    } else {
+      ++i;
+    }
+  }
 }
 
 bool IsAscii(std::string_view s) {
@@ -605,6 +677,8 @@ void SplitPiece(const PreStep& st, std::string_view s, std::vector<Seg>* segs,
         add(i, j);
         i = j;
       }
+    } else if (st.fast == PreStep::kDeepSeekWords) {
+      AsciiDeepSeekWords(s, add);
     }
   } else {
     st.regex->FindIter(s, add);
@@ -913,11 +987,18 @@ void Tokenizer::BpeWord(std::string_view word, std::vector<int32_t>* out) const 
     if (id >= 0) out->push_back(id);
     return;
   }
-  thread_local WordCache cache;
-  if (cache.owner != uid_) {
-    cache.Reset();
-    cache.owner = uid_;
+  // A few caches per thread, one per tokenizer instance in use on it.
+  thread_local std::array<WordCache, 4> caches;
+  thread_local size_t next_victim = 0;
+  WordCache* cp = nullptr;
+  for (auto& c : caches)
+    if (c.owner == uid_) cp = &c;
+  if (!cp) {
+    cp = &caches[next_victim++ % caches.size()];
+    cp->Reset();
+    cp->owner = uid_;
   }
+  WordCache& cache = *cp;
   bool cacheable = word.size() <= kCacheMaxWordLen;
   uint64_t h = 0;
   if (cacheable) {

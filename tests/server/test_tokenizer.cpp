@@ -189,6 +189,48 @@ std::string ByteToken(unsigned char b) {
   return "";
 }
 
+// The hand-written ASCII matchers for the DeepSeek pre-tokenizer patterns against the PCRE2
+// path: the same tokenizer.json with each pattern wrapped in a no-op group "(?:...)" (which
+// disables the fast paths), on every ASCII string of up to 5 characters over an alphabet with
+// one character of each class, and on random longer ones.
+TEST(Tokenizer, AsciiFastPathsEqualRegex) {
+  const auto& tok = Tok();
+  json tj = json::parse(ReadAll(kModelDir + "/tokenizer.json"));
+  for (auto& step : tj["pre_tokenizer"]["pretokenizers"])
+    if (step["type"] == "Split")
+      step["pattern"]["Regex"] = "(?:" + step["pattern"]["Regex"].get<std::string>() + ")";
+  auto slow = Tokenizer::FromJson(tj.dump(), ReadAll(kModelDir + "/tokenizer_config.json"));
+  ASSERT_TRUE(slow.ok()) << slow.status().ToString();
+  const std::string alphabet = std::string("aZ1 \t\n\r!_\x0b\x01-", 12);
+  size_t checked = 0;
+  std::vector<size_t> digits;
+  for (size_t len = 1; len <= 5; ++len) {
+    digits.assign(len, 0);
+    while (true) {
+      std::string str;
+      for (size_t d : digits) str.push_back(alphabet[d]);
+      ASSERT_EQ(tok.Encode(str), (*slow)->Encode(str)) << json(str).dump();
+      ++checked;
+      size_t k = 0;
+      while (k < len && ++digits[k] == alphabet.size()) digits[k++] = 0;
+      if (k == len) break;
+    }
+  }
+  uint64_t x = 0x9E3779B97F4A7C15ULL;
+  for (int iter = 0; iter < 20000; ++iter) {
+    std::string str;
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    int len = static_cast<int>((x >> 33) % 40);
+    for (int k = 0; k < len; ++k) {
+      x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+      str.push_back(static_cast<char>((x >> 35) % 128));
+    }
+    ASSERT_EQ(tok.Encode(str), (*slow)->Encode(str)) << json(str).dump();
+    ++checked;
+  }
+  std::printf("ascii fast paths: %zu strings equal to the regex path\n", checked);
+}
+
 TEST(Tokenizer, StreamingWithPromptEndingMidCharacter) {
   const auto& tok = Tok();
   for (std::string text : {"你好世界😀👨‍👩‍👧‍👦 done", "e\xCC\x81 สวัสดี 🇺🇸🇨🇳", "Hello 🙂 world"}) {
