@@ -1,0 +1,71 @@
+// Token sampling: greedy at temperature 0, else temperature / top-k / top-p with a
+// counter-based RNG. RNG (every backend must use the same): u = (SplitMix64(seed ^
+// SplitMix64(step)) >> 11) * 2^-53, a uniform double in [0, 1).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "common/check.h"
+
+namespace ds::cpu {
+namespace {
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+int32_t Sample(const SampleParams& p) {
+  DS_CHECK(p.vocab > 0) << "empty vocabulary";
+  if (p.temperature <= 0.0f) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < p.vocab; ++i)
+      if (p.logits[i] > p.logits[best]) best = i;
+    return static_cast<int32_t>(best);
+  }
+  // softmax(logits / T) in double.
+  std::vector<double> prob(p.vocab);
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < p.vocab; ++i) mx = std::max(mx, static_cast<double>(p.logits[i]) / p.temperature);
+  double sum = 0.0;
+  for (int64_t i = 0; i < p.vocab; ++i) {
+    prob[i] = std::exp(static_cast<double>(p.logits[i]) / p.temperature - mx);
+    sum += prob[i];
+  }
+  for (auto& v : prob) v /= sum;
+  std::vector<int32_t> order(p.vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return prob[a] > prob[b]; });
+  int64_t keep = p.vocab;
+  if (p.top_k > 0) keep = std::min<int64_t>(keep, p.top_k);
+  double kept_mass = 0.0;
+  for (int64_t i = 0; i < keep; ++i) kept_mass += prob[order[i]];
+  if (p.top_p > 0.0f && p.top_p < 1.0f) {
+    // Smallest prefix whose (renormalised) mass reaches top_p.
+    double cum = 0.0;
+    int64_t k = 0;
+    while (k < keep) {
+      cum += prob[order[k]];
+      ++k;
+      if (cum >= p.top_p * kept_mass) break;
+    }
+    keep = k;
+    kept_mass = cum;
+  }
+  const double u = static_cast<double>(SplitMix64(p.seed ^ SplitMix64(p.step)) >> 11) * 0x1.0p-53;
+  const double target = u * kept_mass;
+  double cum = 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    cum += prob[order[i]];
+    if (target < cum) return order[i];
+  }
+  return order[keep - 1];
+}
+
+}  // namespace ds::cpu
