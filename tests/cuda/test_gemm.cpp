@@ -1,0 +1,100 @@
+// cuBLASLt GEMMs vs ds::cpu::Gemm: BF16 (fp32 and bf16 out, accumulate) and FP8 e4m3 with
+// DeepSeek block scales (1x128 activations from the CUDA quantiser, 128x128 weights), at
+// DeepSeek-V3 projection shapes and edge shapes.
+#include "backend/cpu/ops.h"
+#include "backend/cuda/fp8_quant.h"
+#include "backend/cuda/gemm.h"
+#include "test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+struct Shape { int64_t M, N, K; const char* name; };
+
+void RunBf16(const Shape& s, DTypeOut out_type, bool accumulate) {
+  auto x = RoundBf16Vec(RandomF(s.M * s.K));
+  auto w = RoundBf16Vec(RandomF(s.N * s.K, -0.05f, 0.05f));
+  auto y0 = RandomF(s.M * s.N);
+  std::vector<float> ref = accumulate ? y0 : std::vector<float>(s.M * s.N, 0.f);
+  cpu::Gemm({x.data(), s.K, w.data(), s.K, ref.data(), s.N, s.M, s.N, s.K, accumulate});
+  Dev<__nv_bfloat16> dx(ToBf16(x)), dw(ToBf16(w));
+  std::vector<float> got;
+  if (out_type == DTypeOut::kF32) {
+    Dev<float> dy(s.M * s.N);
+    if (accumulate) dy.Upload(y0);
+    GemmBf16({dx.get(), s.K, dw.get(), s.K, dy.get(), s.N, DTypeOut::kF32, s.M, s.N, s.K, accumulate, nullptr});
+    got = dy.Download();
+  } else {
+    Dev<__nv_bfloat16> dy(s.M * s.N);
+    GemmBf16({dx.get(), s.K, dw.get(), s.K, dy.get(), s.N, DTypeOut::kBF16, s.M, s.N, s.K, false, nullptr});
+    got = FromBf16(dy.Download());
+  }
+  std::string cas = std::string(s.name) + (out_type == DTypeOut::kF32 ? "_f32" : "_bf16") + (accumulate ? "_acc" : "");
+  ExpectClose("gemm_bf16", cas, got, ref, out_type == DTypeOut::kF32 ? 1e-5 : 5e-3);
+}
+
+TEST(CudaGemm, Bf16MatchesCpu) {
+  const Shape shapes[] = {
+      {64, 1536, 7168, "q_a_proj_M64"}, {1, 576, 7168, "kv_a_proj_M1"}, {64, 24576, 1536, "q_b_proj_M64"},
+      {7, 7168, 16384, "o_proj_M7"},    {3, 24, 40, "odd_M3"},           {17, 129280, 256, "vocab_N_M17"}};
+  for (const auto& s : shapes) {
+    RunBf16(s, DTypeOut::kF32, false);
+    RunBf16(s, DTypeOut::kBF16, false);
+  }
+  RunBf16({5, 7168, 2048, "down_M5"}, DTypeOut::kF32, true);
+}
+
+// FP8: x quantised on the GPU (group-major scales), w random codes with 128x128 block scales.
+void RunFp8(const Shape& s, DTypeOut out_type) {
+  const int64_t kb = (s.K + 127) / 128, nb = (s.N + 127) / 128, sld = Fp8WeightScaleLd(s.K);
+  auto x = RandomNormal(s.M * s.K);
+  std::vector<uint8_t> wq(s.N * s.K);
+  std::uniform_int_distribution<int> code(0, 255);
+  for (auto& c : wq) { int v = code(Rng()); if ((v & 0x7f) == 0x7f) v = 0x3f; c = static_cast<uint8_t>(v); }
+  std::vector<float> ws(nb * sld, 0.f), ws_cpu(nb * kb);
+  for (int64_t i = 0; i < nb; ++i)
+    for (int64_t j = 0; j < kb; ++j) ws[i * sld + j] = ws_cpu[i * kb + j] = std::ldexp(1.0f, -8) * (1 + (i + j) % 5);
+  Dev<float> dx(x);
+  Dev<uint8_t> dxq(s.M * s.K), dwq(wq);
+  Dev<float> dxs(kb * s.M), dws(ws);
+  Fp8QuantizePerTokenGroup({dx.get(), false, s.K, s.M, s.K, 128, dxq.get(), s.K, dxs.get(), ScaleLayout::kGroupMajor, nullptr});
+  std::vector<float> got;
+  if (out_type == DTypeOut::kF32) {
+    Dev<float> dy(s.M * s.N);
+    GemmFp8({dxq.get(), s.K, dxs.get(), dwq.get(), s.K, dws.get(), sld, dy.get(), s.N, DTypeOut::kF32, s.M, s.N, s.K, nullptr});
+    got = dy.Download();
+  } else {
+    Dev<__nv_bfloat16> dy(s.M * s.N);
+    GemmFp8({dxq.get(), s.K, dxs.get(), dwq.get(), s.K, dws.get(), sld, dy.get(), s.N, DTypeOut::kBF16, s.M, s.N, s.K, nullptr});
+    got = FromBf16(dy.Download());
+  }
+  // Reference: dequantise both operands exactly (x from the GPU's own codes and scales).
+  auto xq = dxq.Download();
+  auto xs = dxs.Download();
+  std::vector<float> xd(s.M * s.K), wd(s.N * s.K), ref(s.M * s.N);
+  for (int64_t m = 0; m < s.M; ++m)
+    for (int64_t k = 0; k < s.K; ++k) xd[m * s.K + k] = Fp8E4M3ToF32(xq[m * s.K + k]) * xs[(k / 128) * s.M + m];
+  for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t k = 0; k < s.K; ++k) wd[n * s.K + k] = Fp8E4M3ToF32(wq[n * s.K + k]) * ws_cpu[(n / 128) * kb + k / 128];
+  cpu::Gemm({xd.data(), s.K, wd.data(), s.K, ref.data(), s.N, s.M, s.N, s.K, false});
+  ExpectClose("gemm_fp8", std::string(s.name) + (out_type == DTypeOut::kF32 ? "_f32" : "_bf16"), got, ref,
+              out_type == DTypeOut::kF32 ? 1e-4 : 5e-3);
+  // And the quantisation error itself vs the unquantised activations (documents FP8's cost).
+  std::vector<float> ref_x(s.M * s.N);
+  cpu::Gemm({x.data(), s.K, wd.data(), s.K, ref_x.data(), s.N, s.M, s.N, s.K, false});
+  ErrStats q = Compare(got, ref_x);
+  std::printf("[metric] op=gemm_fp8_vs_unquantised_x case=%s rel_l2=%.3e (informational)\n", s.name, q.rel_l2);
+}
+
+TEST(CudaGemm, Fp8BlockScaledMatchesCpu) {
+  const Shape shapes[] = {{64, 1536, 7168, "q_a_proj_M64"}, {1, 7168, 2048, "down_M1"},
+                          {33, 576, 7168, "kv_a_proj_M33"}, {16, 7168, 16384, "o_proj_M16"},
+                          {2, 200, 272, "odd_N200_K272"}};
+  for (const auto& s : shapes) {
+    RunFp8(s, DTypeOut::kBF16);
+    RunFp8(s, DTypeOut::kF32);
+  }
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
