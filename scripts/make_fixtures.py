@@ -96,6 +96,17 @@ FIXTURES = {
                  n_group=2, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5,
                  first_k_dense_replace=1, max_position_embeddings=128,
                  scoring_func="sigmoid", topk_method="noaux_tc", num_nextn_predict_layers=0)),
+    # rope_interleave false (transformers' rotate_half RoPE), plain RoPE, no q_lora.
+    "v3_rotate_half_tiny": dict(
+        model_type="deepseek_v3", seed=6, prompt_len=16, spelling="rope_parameters", fp8=False,
+        rope=dict(theta=50000.0, scaling=None),
+        cfg=dict(vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                 num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+                 q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
+                 v_head_dim=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
+                 n_group=1, topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0,
+                 first_k_dense_replace=1, max_position_embeddings=4096, rope_interleave=False,
+                 scoring_func="sigmoid", topk_method="noaux_tc", num_nextn_predict_layers=0)),
 }
 
 

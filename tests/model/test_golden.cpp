@@ -18,7 +18,8 @@ namespace {
 
 using json = nlohmann::json;
 
-const char* kFixtures[] = {"v3_tiny", "v2_lite_tiny", "v2_glg_tiny", "v3_fp8_tiny", "v3_yarn_long"};
+const char* kFixtures[] = {"v3_tiny", "v2_lite_tiny", "v2_glg_tiny", "v3_fp8_tiny", "v3_yarn_long",
+                           "v3_rotate_half_tiny"};
 
 std::string FixtureDir(const std::string& name) { return std::string(DS_TEST_DATA_DIR) + "/" + name; }
 
