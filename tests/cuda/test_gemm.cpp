@@ -54,31 +54,39 @@ void RunFp8(const Shape& s, DTypeOut out_type) {
   std::vector<float> ws(nb * sld, 0.f), ws_cpu(nb * kb);
   for (int64_t i = 0; i < nb; ++i)
     for (int64_t j = 0; j < kb; ++j) ws[i * sld + j] = ws_cpu[i * kb + j] = std::ldexp(1.0f, -8) * (1 + (i + j) % 5);
+  const int64_t Mp = Fp8PaddedM(s.M);
   Dev<float> dx(x);
-  Dev<uint8_t> dxq(s.M * s.K), dwq(wq);
-  Dev<float> dxs(kb * s.M), dws(ws);
-  Fp8QuantizePerTokenGroup({dx.get(), false, s.K, s.M, s.K, 128, dxq.get(), s.K, dxs.get(), ScaleLayout::kGroupMajor, nullptr});
+  Dev<uint8_t> dxq(Mp * s.K), dwq(wq);
+  Dev<float> dxs(kb * Mp), dws(ws);
+  DS_CUDA_CHECK(cudaMemset(dxq.get(), 0, Mp * s.K));
+  Fp8QuantParams qp{dx.get(), false, s.K, s.M, s.K, 128, dxq.get(), s.K, dxs.get(), ScaleLayout::kGroupMajor, nullptr};
+  qp.scale_ld = Mp;
+  Fp8QuantizePerTokenGroup(qp);
   std::vector<float> got;
   if (out_type == DTypeOut::kF32) {
-    Dev<float> dy(s.M * s.N);
+    Dev<float> dy(Mp * s.N);
     GemmFp8({dxq.get(), s.K, dxs.get(), dwq.get(), s.K, dws.get(), sld, dy.get(), s.N, DTypeOut::kF32, s.M, s.N, s.K, nullptr});
     got = dy.Download();
+    got.resize(s.M * s.N);
   } else {
-    Dev<__nv_bfloat16> dy(s.M * s.N);
+    Dev<__nv_bfloat16> dy(Mp * s.N);
     GemmFp8({dxq.get(), s.K, dxs.get(), dwq.get(), s.K, dws.get(), sld, dy.get(), s.N, DTypeOut::kBF16, s.M, s.N, s.K, nullptr});
     got = FromBf16(dy.Download());
+    got.resize(s.M * s.N);
   }
   // Reference: dequantise both operands exactly (x from the GPU's own codes and scales).
   auto xq = dxq.Download();
   auto xs = dxs.Download();
   std::vector<float> xd(s.M * s.K), wd(s.N * s.K), ref(s.M * s.N);
   for (int64_t m = 0; m < s.M; ++m)
-    for (int64_t k = 0; k < s.K; ++k) xd[m * s.K + k] = Fp8E4M3ToF32(xq[m * s.K + k]) * xs[(k / 128) * s.M + m];
+    for (int64_t k = 0; k < s.K; ++k) xd[m * s.K + k] = Fp8E4M3ToF32(xq[m * s.K + k]) * xs[(k / 128) * Mp + m];
   for (int64_t n = 0; n < s.N; ++n)
     for (int64_t k = 0; k < s.K; ++k) wd[n * s.K + k] = Fp8E4M3ToF32(wq[n * s.K + k]) * ws_cpu[(n / 128) * kb + k / 128];
   cpu::Gemm({xd.data(), s.K, wd.data(), s.K, ref.data(), s.N, s.M, s.N, s.K, false});
+  // fp32 out: 1e-3, not ~1e-6 as BF16: Hopper's FP8 tensor cores accumulate with reduced
+  // precision inside each 128-wide K block (DeepSeek-V3 report 3.3.2); measured 2.4e-4.
   ExpectClose("gemm_fp8", std::string(s.name) + (out_type == DTypeOut::kF32 ? "_f32" : "_bf16"), got, ref,
-              out_type == DTypeOut::kF32 ? 1e-4 : 5e-3);
+              out_type == DTypeOut::kF32 ? 1e-3 : 5e-3);
   // And the quantisation error itself vs the unquantised activations (documents FP8's cost).
   std::vector<float> ref_x(s.M * s.N);
   cpu::Gemm({x.data(), s.K, wd.data(), s.K, ref_x.data(), s.N, s.M, s.N, s.K, false});
@@ -87,7 +95,7 @@ void RunFp8(const Shape& s, DTypeOut out_type) {
 }
 
 TEST(CudaGemm, Fp8BlockScaledMatchesCpu) {
-  const Shape shapes[] = {{64, 1536, 7168, "q_a_proj_M64"}, {1, 7168, 2048, "down_M1"},
+  const Shape shapes[] = {{64, 1536, 7168, "q_a_proj_M64"}, {1, 7168, 2048, "down_M1"}, {5, 7168, 2048, "down_M5"},
                           {33, 576, 7168, "kv_a_proj_M33"}, {16, 7168, 16384, "o_proj_M16"},
                           {2, 200, 272, "odd_N200_K272"}};
   for (const auto& s : shapes) {

@@ -22,7 +22,7 @@ __global__ void Fp8QuantKernel(Fp8QuantParams p, int64_t groups) {
   for (int64_t i = k0 + lane; i < k1; i += 32) q[i] = dev::F32ToE4M3(dev::ToF(x[i]) / scale);
   if (lane == 0) {
     if (p.layout == ScaleLayout::kTokenMajor) p.scales[t * groups + g] = scale;
-    else p.scales[g * p.n + t] = scale;
+    else p.scales[g * (p.scale_ld > 0 ? p.scale_ld : p.n) + t] = scale;
   }
 }
 

@@ -22,6 +22,7 @@ struct Fp8QuantParams {
   float* scales;                                     // [n, ceil(k/group)] or transposed
   ScaleLayout layout = ScaleLayout::kTokenMajor;
   cudaStream_t stream = nullptr;
+  int64_t scale_ld = 0;  // kGroupMajor: elements between groups (0 = n; GemmFp8 wants round_up(n, 16))
 };
 void Fp8QuantizePerTokenGroup(const Fp8QuantParams& p);
 

@@ -14,12 +14,13 @@ namespace {
 constexpr size_t kWorkspaceBytes = 64u << 20;
 
 struct PlanKey {
-  int kind;  // 0 bf16, 1 fp8
+  int kind;  // 0 bf16, 1 fp8, 2 fp32
   int64_t M, N, K, ldx, ldw, ldy;
   int out, acc;
+  int64_t batch = 1, sx = 0, sw = 0, sy = 0;
   bool operator<(const PlanKey& o) const {
-    return std::tie(kind, M, N, K, ldx, ldw, ldy, out, acc) <
-           std::tie(o.kind, o.M, o.N, o.K, o.ldx, o.ldw, o.ldy, o.out, o.acc);
+    return std::tie(kind, M, N, K, ldx, ldw, ldy, out, acc, batch, sx, sw, sy) <
+           std::tie(o.kind, o.M, o.N, o.K, o.ldx, o.ldw, o.ldy, o.out, o.acc, o.batch, o.sx, o.sw, o.sy);
   }
 };
 
@@ -69,6 +70,14 @@ Plan MakePlan(const PlanKey& k, cudaDataType_t ab_type, cudaDataType_t out_type,
   DS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, ab_type, k.K, k.N, k.ldw));
   DS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, ab_type, k.K, k.M, k.ldx));
   DS_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, out_type, k.N, k.M, k.ldy));
+  if (k.batch > 1) {
+    const int32_t bc = static_cast<int32_t>(k.batch);
+    for (auto [layout, stride] : {std::pair{p.a, k.sw}, std::pair{p.b, k.sx}, std::pair{p.c, k.sy}}) {
+      DS_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bc, sizeof bc));
+      DS_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                       sizeof stride));
+    }
+  }
   cublasLtMatmulPreference_t pref;
   DS_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   size_t ws = kWorkspaceBytes;
@@ -78,7 +87,8 @@ Plan MakePlan(const PlanKey& k, cudaDataType_t ab_type, cudaDataType_t out_type,
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt.handle(), p.desc, p.a, p.b, p.c, p.c, pref, 4, res, &n);
   cublasLtMatmulPreferenceDestroy(pref);
   DS_CHECK(st == CUBLAS_STATUS_SUCCESS && n > 0)
-      << "cuBLASLt has no algorithm for " << (k.kind ? "FP8 block-scaled" : "BF16") << " GEMM M=" << k.M
+      << "cuBLASLt has no algorithm for " << (k.kind == 1 ? "FP8 block-scaled" : k.kind == 2 ? "FP32" : "BF16")
+      << " GEMM M=" << k.M
       << " N=" << k.N << " K=" << k.K << " ldx=" << k.ldx << " ldw=" << k.ldw << " ldy=" << k.ldy
       << " (" << CublasStatusName(st) << ")";
   p.algo = res[0].algo;
@@ -103,13 +113,45 @@ void Run(const PlanKey& key, cudaDataType_t ab, cudaDataType_t out, const void* 
 
 }  // namespace
 
+bool GemmFp8Supported(int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw, int64_t ldy, DTypeOut y_type) {
+  if (K % 16 != 0 || ldx % 16 != 0 || ldw % 16 != 0) return false;
+  PlanKey key{1, Fp8PaddedM(M), N, K, ldx, ldw, ldy, int(y_type), 0};
+  Lt& lt = Lt::Get();
+  std::lock_guard<std::mutex> lock(lt.mu);
+  static std::map<PlanKey, bool>* known = new std::map<PlanKey, bool>();
+  auto it = known->find(key);
+  if (it != known->end()) return it->second;
+  bool ok = true;
+  if (lt.plans.find(key) == lt.plans.end()) {
+    try {
+      // Scale pointers are only recorded here; Run() sets the real ones per call.
+      static float dummy_scale = 0.f;
+      lt.plans.emplace(key, MakePlan(key, CUDA_R_8F_E4M3, y_type == DTypeOut::kF32 ? CUDA_R_32F : CUDA_R_16BF,
+                                     &dummy_scale, &dummy_scale));
+    } catch (const CheckError&) {
+      ok = false;
+    }
+  }
+  (*known)[key] = ok;
+  return ok;
+}
+
 void GemmBf16(const GemmBf16Params& p) {
   DS_CHECK(p.M >= 0 && p.N > 0 && p.K > 0) << "GemmBf16: bad shape M=" << p.M << " N=" << p.N << " K=" << p.K;
   DS_CHECK(p.ldx >= p.K && p.ldw >= p.K && p.ldy >= p.N) << "GemmBf16: leading dimension too small";
   if (p.M == 0) return;
-  PlanKey key{0, p.M, p.N, p.K, p.ldx, p.ldw, p.ldy, int(p.y_type), int(p.accumulate)};
+  DS_CHECK(p.batch >= 1) << "GemmBf16: batch must be >= 1";
+  PlanKey key{0, p.M, p.N, p.K, p.ldx, p.ldw, p.ldy, int(p.y_type), int(p.accumulate), p.batch,
+              p.batch > 1 ? p.stride_x : 0, p.batch > 1 ? p.stride_w : 0, p.batch > 1 ? p.stride_y : 0};
   Run(key, CUDA_R_16BF, p.y_type == DTypeOut::kF32 ? CUDA_R_32F : CUDA_R_16BF, p.w, p.x, p.y, nullptr, nullptr,
       p.accumulate ? 1.0f : 0.0f, p.stream);
+}
+
+void GemmF32(const GemmF32Params& p) {
+  DS_CHECK(p.M >= 0 && p.N > 0 && p.K > 0) << "GemmF32: bad shape";
+  if (p.M == 0) return;
+  PlanKey key{2, p.M, p.N, p.K, p.ldx, p.ldw, p.ldy, 0, 0};
+  Run(key, CUDA_R_32F, CUDA_R_32F, p.w, p.x, p.y, nullptr, nullptr, 0.0f, p.stream);
 }
 
 void GemmFp8(const GemmFp8Params& p) {
@@ -118,7 +160,8 @@ void GemmFp8(const GemmFp8Params& p) {
       << "GemmFp8: K and leading dimensions must be multiples of 16 (K=" << p.K << ")";
   DS_CHECK(p.w_scale_ld == Fp8WeightScaleLd(p.K)) << "GemmFp8: w_scale_ld must be round_up(ceil(K/128), 4)";
   if (p.M == 0) return;
-  PlanKey key{1, p.M, p.N, p.K, p.ldx, p.ldw, p.ldy, int(p.y_type), 0};
+  const int64_t Mp = Fp8PaddedM(p.M);
+  PlanKey key{1, Mp, p.N, p.K, p.ldx, p.ldw, p.ldy, int(p.y_type), 0};
   Run(key, CUDA_R_8F_E4M3, p.y_type == DTypeOut::kF32 ? CUDA_R_32F : CUDA_R_16BF, p.wq, p.xq, p.y, p.w_scales,
       p.x_scales, 0.0f, p.stream);
 }

@@ -69,7 +69,7 @@ __global__ void MoeRoutingKernel(MoeRoutingParams p) {
         const float v = sel[e];
         if (v > m1) { m2 = m1; m1 = v; } else if (v > m2) { m2 = v; }
       }
-      group_score[g] = p.topk_method == 1 ? m1 : m1 + m2;
+      group_score[g] = (p.topk_method == 1 || gs < 2) ? m1 : m1 + m2;
       group_ok[g] = false;
     }
     __syncthreads();

@@ -37,7 +37,7 @@ __global__ void SiluAndMulKernel(SiluAndMulParams p, int64_t groups) {
   }
   if (lane == 0) {
     if (p.scale_layout == ScaleLayout::kTokenMajor) p.scales[t * groups + g] = scale;
-    else p.scales[g * p.n + t] = scale;
+    else p.scales[g * (p.scale_ld > 0 ? p.scale_ld : p.n) + t] = scale;
   }
 }
 

@@ -22,6 +22,7 @@ struct SiluAndMulParams {
   ScaleLayout scale_layout = ScaleLayout::kGroupMajor;
   int64_t n, inter;
   cudaStream_t stream = nullptr;
+  int64_t scale_ld = 0;  // kGroupMajor: elements between groups (0 = n)
 };
 void SiluAndMul(const SiluAndMulParams& p);
 
