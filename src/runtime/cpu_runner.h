@@ -28,6 +28,7 @@ class CpuModelRunner : public ModelRunner {
   int num_kv_blocks() const override { return opts_.num_kv_blocks; }
   Status Forward(const ForwardBatch& batch, ForwardOutput* out) override;
 
+  const DeepseekModel& model() const { return *model_; }
   MlaMode mla_mode() const { return opts_.mla_mode; }
   void set_mla_mode(MlaMode m) { opts_.mla_mode = m; }
   // Layer l's cache [num_kv_blocks, kBlockSize, latent_dim] (for tests and debugging).

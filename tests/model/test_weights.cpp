@@ -14,6 +14,7 @@
 #include "common/dtype.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "runtime/cpu_runner.h"
 
 namespace ds {
 namespace {
@@ -128,6 +129,54 @@ TEST_F(WeightsTest, ErrorsNameTheTensor) {
   EXPECT_NE(bs.status().message().find("badscale_scale_inv"), std::string::npos);
   auto ints = LoadTensorF32(*c, "ints", {4});
   EXPECT_EQ(ints.status().code(), StatusCode::kUnimplemented);
+}
+
+// Copies fixture `name` into dir_ with `drop` removed from the checkpoint and config.json
+// fields overridden by `patch`.
+void CopyFixture(const std::filesystem::path& dir, const std::string& name, const std::string& drop,
+                 const nlohmann::json& patch) {
+  const std::string src = std::string(DS_TEST_DATA_DIR) + "/" + name;
+  auto ck = Checkpoint::Open(src);
+  ASSERT_TRUE(ck.ok()) << ck.status().ToString();
+  std::vector<RawTensor> ts;
+  for (const auto& n : (*ck)->Names()) {
+    if (n == drop) continue;
+    const TensorView* t = (*ck)->Find(n);
+    ts.push_back({n, DTypeName(t->dtype), t->shape, std::vector<uint8_t>(t->data, t->data + t->nbytes)});
+  }
+  WriteSafetensors((dir / "model.safetensors").string(), ts);
+  std::ifstream cf(src + "/config.json");
+  nlohmann::json cfg = nlohmann::json::parse(cf);
+  if (!patch.is_null()) cfg.merge_patch(patch);
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+}
+
+TEST_F(WeightsTest, ModelLoadNamesMissingTensor) {
+  CopyFixture(dir_, "v3_fp8_tiny", "model.layers.1.mlp.experts.3.up_proj.weight_scale_inv", nlohmann::json::object());
+  auto r = CpuModelRunner::Create(dir_.string(), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("model.layers.1.mlp.experts.3.up_proj.weight_scale_inv"),
+            std::string::npos) << r.status().ToString();
+  CopyFixture(dir_, "v3_tiny", "model.layers.2.mlp.gate.e_score_correction_bias", nlohmann::json::object());
+  r = CpuModelRunner::Create(dir_.string(), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("e_score_correction_bias"), std::string::npos) << r.status().ToString();
+}
+
+TEST_F(WeightsTest, ModelLoadRejectsMisshapedTensor) {
+  // A config whose kv_lora_rank disagrees with the checkpoint.
+  CopyFixture(dir_, "v2_lite_tiny", "", {{"kv_lora_rank", 48}});
+  auto r = CpuModelRunner::Create(dir_.string(), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("kv_a_proj_with_mqa"), std::string::npos) << r.status().ToString();
+}
+
+TEST_F(WeightsTest, MtpAbsentMeansMtpOff) {
+  CopyFixture(dir_, "v3_tiny", "", {{"num_nextn_predict_layers", 1}});
+  auto r = CpuModelRunner::Create(dir_.string(), {});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->config().num_nextn_predict_layers, 1);
+  EXPECT_FALSE((*r)->model().mtp_available());
 }
 
 }  // namespace
