@@ -8,7 +8,8 @@
 #   BIN_DIR: prebuilt binaries (dsinfer_cuda_tests, dsinfer, dsinfer_tests; lib/ with extra
 #            shared libraries; data/ with the fixtures and the V3 config). Without it, the
 #            script configures and builds build-cuda here (needs the Debian dev packages).
-#   STAGES="ops cpu fixtures bench" selects stages (default: all).
+#   STAGES="ops cpu fixtures bench" selects stages (default: ops fixtures bench).
+#   OPS_FILTER: a gtest filter for the op tests (default: all op cases).
 #   BENCH_LAYERS / BENCH_BATCH / BENCH_PROMPT / BENCH_GEN size the real-shape run.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
@@ -23,7 +24,7 @@ fi
 BIN=$(cd "$BIN" && pwd)
 DATA=${DATA:-$BIN/data}
 [ -d "$DATA" ] || DATA="$ROOT/tests/data"
-STAGES=${STAGES:-"ops cpu fixtures bench"}
+STAGES=${STAGES:-"ops fixtures bench"}
 CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
 export DS_TEST_DATA_DIR="$DATA"
@@ -38,7 +39,7 @@ for stage in $STAGES; do
   case $stage in
     ops)
       t0=$(date +%s)
-      "$BIN/dsinfer_cuda_tests" --gtest_color=no >"$OUT/cuda_ops.log" 2>&1
+      "$BIN/dsinfer_cuda_tests" --gtest_color=no --gtest_filter="${OPS_FILTER:--CudaRunner*}" >"$OUT/cuda_ops.log" 2>&1
       rc=$?
       note "ops: rc=$rc ($(( $(date +%s) - t0 )) s); $(grep -c '^\[       OK' "$OUT/cuda_ops.log") ok, $(grep -c '^\[  FAILED  \].*ms)' "$OUT/cuda_ops.log") failed; metrics: $(grep -c PASS "$OUT/cuda_ops.log") pass, $(grep -c ' FAIL$' "$OUT/cuda_ops.log") fail"
       grep -E '^\[  FAILED|FAIL$' "$OUT/cuda_ops.log" | head -40 | tee -a "$SUMMARY"
@@ -58,8 +59,8 @@ for stage in $STAGES; do
       ;;
     bench)
       if [ -x "$BIN/dsinfer" ] && [ -f "$DATA/deepseek-v3/config.json" ]; then
-        "$BIN/dsinfer" generate --device cuda --model "$DATA/deepseek-v3" --load-format dummy \
-          --num-layers "${BENCH_LAYERS:-8}" --bench-batch "${BENCH_BATCH:-64}" --bench-prompt-len "${BENCH_PROMPT:-2048}" \
+        timeout "${BENCH_TIMEOUT:-300}" "$BIN/dsinfer" generate --device cuda --model "$DATA/deepseek-v3" --load-format dummy \
+          --num-layers "${BENCH_LAYERS:-12}" --bench-batch "${BENCH_BATCH:-64}" --bench-prompt-len "${BENCH_PROMPT:-2048}" \
           --max-tokens "${BENCH_GEN:-256}" >"$OUT/bench_v3.log" 2>&1
         note "bench: rc=$?"
         tail -15 "$OUT/bench_v3.log" | tee -a "$SUMMARY"

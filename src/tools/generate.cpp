@@ -127,6 +127,7 @@ int RunBench(const ds::ModelConfig& cfg, const std::string& model_dir, const std
   ds::Status st = runner->Forward(b, &out);
   if (!st.ok()) return Fail(1, "prefill: " + st.ToString());
   const double prefill_ms = Ms(tp0, Clock::now());
+  std::fprintf(stderr, "bench: prefill of %d x %d tokens done in %.1f ms\n", B, P, prefill_ms);
   sample_all(out, 0);
   std::vector<double> step_ms;
   for (int step = 1; step < max_tokens; ++step) {
@@ -145,6 +146,7 @@ int RunBench(const ds::ModelConfig& cfg, const std::string& model_dir, const std
     st = runner->Forward(d, &out);
     if (!st.ok()) return Fail(1, "decode step " + std::to_string(step) + ": " + st.ToString());
     step_ms.push_back(Ms(t0, Clock::now()));
+    if (step % 32 == 0) std::fprintf(stderr, "bench: decode step %d: %.2f ms\n", step, step_ms.back());
     sample_all(out, step);
   }
   std::vector<double> sorted = step_ms;

@@ -44,6 +44,31 @@ TEST(CudaGemm, Bf16MatchesCpu) {
   RunBf16({5, 7168, 2048, "down_M5"}, DTypeOut::kF32, true);
 }
 
+// Strided-batched bf16 GEMM (the absorbed-MLA per-head products) and the fp32 router GEMM.
+TEST(CudaGemm, BatchedAndF32MatchCpu) {
+  const int64_t H = 16, T = 7, dqk = 192, nope = 128, kvl = 512, L = 576;
+  auto q = RoundBf16Vec(RandomF(T * H * dqk));
+  auto w = RoundBf16Vec(RandomF(H * kvl * nope, -0.1f, 0.1f));
+  std::vector<float> ref(T * H * L, 0.f), got_all;
+  for (int64_t h = 0; h < H; ++h)
+    cpu::Gemm({q.data() + h * dqk, H * dqk, w.data() + h * kvl * nope, nope, ref.data() + h * L, H * L, T, kvl, nope, false});
+  Dev<__nv_bfloat16> dq(ToBf16(q)), dw(ToBf16(w));
+  Dev<float> dy(T * H * L);
+  DS_CUDA_CHECK(cudaMemset(dy.get(), 0, T * H * L * sizeof(float)));
+  GemmBf16Params g{dq.get(), H * dqk, dw.get(), nope, dy.get(), H * L, DTypeOut::kF32, T, kvl, nope, false, nullptr};
+  g.batch = H; g.stride_x = dqk; g.stride_w = kvl * nope; g.stride_y = L;
+  GemmBf16(g);
+  ExpectClose("gemm_bf16_batched", "absorbed_wuk_H16_T7", dy.Download(), ref, 1e-5);
+  const int64_t M = 33, N = 256, K = 7168;
+  auto x = RandomNormal(M * K);
+  auto r = RandomF(N * K, -0.02f, 0.02f);
+  std::vector<float> yr(M * N);
+  cpu::Gemm({x.data(), K, r.data(), K, yr.data(), N, M, N, K, false});
+  Dev<float> dx(x), dr(r), dyy(M * N);
+  GemmF32({dx.get(), K, dr.get(), K, dyy.get(), N, M, N, K, nullptr});
+  ExpectClose("gemm_f32", "router_M33_E256", dyy.Download(), yr, 1e-6);
+}
+
 // FP8: x quantised on the GPU (group-major scales), w random codes with 128x128 block scales.
 void RunFp8(const Shape& s, DTypeOut out_type) {
   const int64_t kb = (s.K + 127) / 128, nb = (s.N + 127) / 128, sld = Fp8WeightScaleLd(s.K);

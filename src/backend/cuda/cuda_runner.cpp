@@ -44,7 +44,7 @@ void Upload(DeviceBuffer* b, const std::vector<T>& h) {
 
 std::vector<uint16_t> ToBf16Bits(const std::vector<float>& v) {
   std::vector<uint16_t> o(v.size());
-  for (size_t i = 0; i < v.size(); ++i) o[i] = F32ToBf16(v[i]);
+  for (size_t i = 0; i < v.size(); ++i) o[i] = ::ds::F32ToBf16(v[i]);
   return o;
 }
 
