@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -96,7 +97,10 @@ class CudaModelRunner : public ModelRunner {
   void FinishLinear(Linear* L, const std::vector<float>* raw_scales);
 
   // ---- compute ----
-  void LinearFwd(const Linear& L, const bf16* x, int64_t ldx, int64_t M, void* y, DTypeOut yt, int64_t ldy);
+  void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
+  // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise).
+  void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
+                int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch);
   void RunPass(const ForwardBatch& b, float* logits_out);
   void Mla(int l, const ForwardBatch& b, int64_t T);
   void Mlp(int l, int64_t T);
@@ -119,11 +123,11 @@ class CudaModelRunner : public ModelRunner {
 
   // ---- activations (grown on demand) ----
   DeviceBuffer ids_, pos_, slots_, residual_, h32_, h16_, o32_, mlp32_, q32_, cq32_, cq16_, lat32_;
-  DeviceBuffer attn16_, gu32_, act16_, xq_, xs_, offs1_;
+  DeviceBuffer attn32_, gu32_, act32_, xq_, xs_, offs1_, xhi_, xlo_, hhi_, hlo_;
   DeviceBuffer ctx_slots_, lat16_, rope32_, kv32_, grp_qs_, grp_ks_, grp_pos0_;
-  DeviceBuffer tok_idx_, qa32_, qa16_, qlat32_, olat16_, ova16_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
+  DeviceBuffer tok_idx_, qa32_, qlat32_, olat32_, ova32_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
   DeviceBuffer rlogits_, topk_ids_, topk_w_, moe_offs_, moe_pos_, moe_src_, moe_ws_, xp16_, egu32_, eact16_, ey16_;
-  DeviceBuffer sel16_, logits_;
+  DeviceBuffer sel32_, logits_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -388,6 +392,7 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
 Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   ckpt_ = ckpt;
   dummy_ = ckpt == nullptr;
+  if (const char* e = std::getenv("DS_CUDA_FP8_GEMM")) use_cublas_fp8_ = std::string(e) != "kernel";
   s_ = stream_.get();
   const int64_t V = cfg_.vocab_size, Hd = cfg_.hidden_size;
   DS_RETURN_IF_ERROR(LoadBf16("model.embed_tokens.weight", V, Hd, &embed_));
@@ -441,34 +446,62 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
 // ---------------------------------------------------------------------------------------------
 // Compute
 
-void CudaModelRunner::LinearFwd(const Linear& L, const bf16* x, int64_t ldx, int64_t M, void* y, DTypeOut yt,
-                                int64_t ldy) {
+void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy) {
   if (M == 0) return;
-  if (!L.fp8) {
-    GemmBf16({x, ldx, L.w.as<bf16>(), L.K, y, ldy, yt, M, L.N, L.K, false, s_});
-    return;
-  }
-  if (use_cublas_fp8_ && GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, yt)) {
+  // cuBLASLt's block-scaled FP8 GEMM for whole 128-wide K blocks (every DeepSeek-V3
+  // projection), activations quantised per 1x128 group straight from fp32; other FP8 shapes
+  // (tiny fixtures) dequantise the weights in the kernel.
+  if (L.fp8 && use_cublas_fp8_ && L.K % 128 == 0 && GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32)) {
     const int64_t Mp = Fp8PaddedM(M), kb = (L.K + 127) / 128;
     xq_.Reserve(Mp * L.K);
     xs_.Reserve(kb * Mp * sizeof(float));
-    Fp8QuantParams qp{x, true, ldx, M, L.K, 128, xq_.as<uint8_t>(), L.K, xs_.as<float>(), ScaleLayout::kGroupMajor, s_};
+    Fp8QuantParams qp{x, false, ldx, M, L.K, 128, xq_.as<uint8_t>(), L.K, xs_.as<float>(), ScaleLayout::kGroupMajor, s_};
     qp.scale_ld = Mp;
     Fp8QuantizePerTokenGroup(qp);
     GemmFp8({xq_.as<uint8_t>(), L.K, xs_.as<float>(), L.wq.as<uint8_t>(), L.K, L.s_blk.as<float>(),
-             Fp8WeightScaleLd(L.K), y, ldy, yt, M, L.N, L.K, s_});
+             Fp8WeightScaleLd(L.K), y, ldy, DTypeOut::kF32, M, L.N, L.K, s_});
     return;
   }
-  // In-kernel dequantisation: the grouped GEMM with one group of RoundUp(M, 64) rows.
+  const int64_t Mr = RoundUp(M, kGroupedGemmRowAlign);
+  const bool split = opts_.precise_activations && !L.fp8;
+  xhi_.Reserve(Mr * L.K * sizeof(bf16));
+  if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
+  SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
+  if (!L.fp8) {
+    GemmBf16({xhi_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_});
+    if (split) GemmBf16({xlo_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, true, s_});
+    return;
+  }
+  // In-kernel dequantisation: the grouped GEMM with one group of Mr rows.
   offs1_.Reserve(2 * sizeof(int32_t));
-  const int32_t offs[2] = {0, static_cast<int32_t>(RoundUp(M, kGroupedGemmRowAlign))};
+  const int32_t offs[2] = {0, static_cast<int32_t>(Mr)};
   DS_CUDA_CHECK(cudaMemcpyAsync(offs1_.get(), offs, sizeof offs, cudaMemcpyHostToDevice, s_));
   GroupedGemmParams gp{};
-  gp.a = x; gp.lda = ldx; gp.offsets = offs1_.as<int32_t>(); gp.max_rows = offs[1];
+  gp.a = xhi_.as<bf16>(); gp.lda = L.K; gp.offsets = offs1_.as<int32_t>(); gp.max_rows = Mr;
   gp.w = L.wq.get(); gp.w_fp8 = true; gp.w_scales = L.s_raw.as<float>();
-  gp.num_experts = 1; gp.N = L.N; gp.K = L.K; gp.out = y; gp.out_type = yt; gp.ldo = ldy; gp.stream = s_;
+  gp.num_experts = 1; gp.N = L.N; gp.K = L.K; gp.out = y; gp.out_type = DTypeOut::kF32; gp.ldo = ldy; gp.stream = s_;
   GroupedGemm(gp);
   DS_CUDA_CHECK(cudaStreamSynchronize(s_));  // `offs` is on this stack frame
+}
+
+void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w,
+                               int64_t ldw, int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y,
+                               int64_t batch) {
+  // x32 viewed as [rows, ldx]; only the first `batch` strided K-wide slices are used, but the
+  // whole row is split (simple, and the rows are short).
+  const bool split = opts_.precise_activations;
+  const int64_t Rr = RoundUp(rows, 64);
+  hhi_.Reserve(Rr * ldx * sizeof(bf16));
+  if (split) hlo_.Reserve(Rr * ldx * sizeof(bf16));
+  SplitBf16(x32, ldx, rows, ldx, hhi_.as<bf16>(), split ? hlo_.as<bf16>() : nullptr, ldx, s_);
+  GemmBf16Params g{hhi_.as<bf16>(), ldx, w, ldw, y, ldy, DTypeOut::kF32, rows, N, K, false, s_};
+  g.batch = batch; g.stride_x = stride_x; g.stride_w = stride_w; g.stride_y = stride_y;
+  GemmBf16(g);
+  if (split) {
+    g.x = hlo_.as<bf16>();
+    g.accumulate = true;
+    GemmBf16(g);
+  }
 }
 
 void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
@@ -479,23 +512,22 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   const int64_t Tr = RoundUp(T, 64) + 64, S = b.num_seqs();
   const float scale = static_cast<float>(cfg_.softmax_scale());
   const bool interleave = cfg_.model_type == "deepseek_v2" ? true : cfg_.rope_interleave;
-  bf16* h16 = h16_.as<bf16>();
+  const float* hn = h32_.as<float>();  // input_layernorm output [T, hidden] fp32
   // q: [T, H, dqk] fp32
   q32_.Reserve(Tr * H * dqk * sizeof(float));
   if (ql > 0) {
     cq32_.Reserve(Tr * ql * sizeof(float));
-    cq16_.Reserve(Tr * ql * sizeof(bf16));
-    LinearFwd(w.q_a, h16, cfg_.hidden_size, T, cq32_.get(), DTypeOut::kF32, ql);
-    RmsNorm({cq32_.as<float>(), ql, nullptr, 0, w.q_a_norm.as<float>(), cq16_.get(), ql, DTypeOut::kBF16, T, ql,
-             kLatentNormEps, s_});
-    LinearFwd(w.q_b, cq16_.as<bf16>(), ql, T, q32_.get(), DTypeOut::kF32, H * dqk);
+    float* cq = cq32_.as<float>();  // c_q: [T, q_lora]
+    LinearFwd(w.q_a, hn, cfg_.hidden_size, T, cq, ql);
+    RmsNorm({cq, ql, nullptr, 0, w.q_a_norm.as<float>(), cq, ql, DTypeOut::kF32, T, ql, kLatentNormEps, s_});
+    LinearFwd(w.q_b, cq, ql, T, q32_.as<float>(), H * dqk);
   } else {
-    LinearFwd(w.q, h16, cfg_.hidden_size, T, q32_.get(), DTypeOut::kF32, H * dqk);
+    LinearFwd(w.q, hn, cfg_.hidden_size, T, q32_.as<float>(), H * dqk);
   }
   // latent: [T, kv_lora + rope] = [c_kv | k_pe]; c_kv normalised in place.
   lat32_.Reserve(Tr * L * sizeof(float));
   float* lat = lat32_.as<float>();
-  LinearFwd(w.kv_a, h16, cfg_.hidden_size, T, lat, DTypeOut::kF32, L);
+  LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L);
   RmsNorm({lat, L, nullptr, 0, w.kv_a_norm.as<float>(), lat, L, DTypeOut::kF32, T, kvl, kLatentNormEps, s_});
   float* q = q32_.as<float>();
   ApplyRope({q, T, H, H * dqk, dqk, nope, rd, pos_.as<int32_t>(), d_cos_.as<float>(), d_sin_.as<float>(),
@@ -504,8 +536,8 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   RopeAndWriteKvCache({lat, L, lat + kvl, L, pos_.as<int32_t>(), slots_.as<int64_t>(), d_cos_.as<float>(),
                        d_sin_.as<float>(), rope_.max_pos, T, kvl, rd, interleave, cache, s_});
 
-  attn16_.Reserve(Tr * H * vd * sizeof(bf16));
-  bf16* attn = attn16_.as<bf16>();
+  attn32_.Reserve(Tr * H * vd * sizeof(float));
+  float* attn = attn32_.as<float>();  // attn: [T, H, v] per-head attention outputs
   // Split the sequences: naive (prefill chunks) and absorbed (decode).
   std::vector<char> naive(S);
   for (int64_t s = 0; s < S; ++s) {
@@ -557,7 +589,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     pp.k_nope = kv32_.as<float>(); pp.kn_tok_stride = H * (nope + vd); pp.kn_head_stride = nope + vd;
     pp.k_rope = rope32_.as<float>(); pp.kr_tok_stride = rd; pp.kr_head_stride = 0;
     pp.v = kv32_.as<float>() + nope; pp.v_tok_stride = H * (nope + vd); pp.v_head_stride = nope + vd;
-    pp.out = attn; pp.o_tok_stride = H * vd; pp.o_head_stride = vd; pp.out_type = DTypeOut::kBF16;
+    pp.out = attn; pp.o_tok_stride = H * vd; pp.o_head_stride = vd; pp.out_type = DTypeOut::kF32;
     pp.num_seqs = s1 - s0; pp.heads = H; pp.d_nope = nope; pp.d_rope = rd; pp.dv = vd;
     pp.q_start = grp_qs_.as<int32_t>(); pp.k_start = grp_ks_.as<int32_t>(); pp.q_pos0 = grp_pos0_.as<int32_t>();
     pp.max_q_len = max_q; pp.softmax_scale = scale; pp.stream = s_;
@@ -588,14 +620,9 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       GatherRows(q, H * dqk * 4, tok_idx_.as<int32_t>(), Ta, H * dqk * 4, qa32_.get(), H * dqk * 4, s_);
       qa = qa32_.as<float>();
     }
-    qa16_.Reserve(Tar * H * dqk * sizeof(bf16));
     qlat32_.Reserve(Tar * H * L * sizeof(float));
-    F32ToBf16(qa, H * dqk, qa16_.as<bf16>(), H * dqk, Ta, H * dqk, s_);
     // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads); q_lat[:, h, kv_lora:] = q_pe_h
-    GemmBf16Params g{qa16_.as<bf16>(), H * dqk, w.w_uk_t.as<bf16>(), nope, qlat32_.get(), H * L, DTypeOut::kF32,
-                     Ta, kvl, nope, false, s_};
-    g.batch = H; g.stride_x = dqk; g.stride_w = kvl * nope; g.stride_y = L;
-    GemmBf16(g);
+    HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
     Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_);
     dec_qs_.Reserve(qs.size() * 4);
     dec_ctx_.Reserve(ctxs.size() * 4);
@@ -605,31 +632,29 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     DS_CUDA_CHECK(cudaMemcpyAsync(dec_bt_.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice, s_));
     const int64_t chunk = 256;
     dec_ws_.Reserve(MlaDecodeWorkspaceFloats(Ta, H, kvl, max_ctx, chunk) * sizeof(float));
-    olat16_.Reserve(Tar * H * kvl * sizeof(bf16));
+    olat32_.Reserve(Tar * H * kvl * sizeof(float));
     MlaDecodeParams dp{};
     dp.q = qlat32_.as<float>(); dp.q_tok_stride = H * L; dp.q_head_stride = L;
     dp.cache = cache; dp.num_tokens = Ta; dp.num_seqs = Sa; dp.heads = H; dp.kv_lora = kvl; dp.rope_dim = rd;
     dp.block_size = kBlockSize; dp.query_start = dec_qs_.as<int32_t>(); dp.context_lens = dec_ctx_.as<int32_t>();
     dp.block_table = dec_bt_.as<int32_t>(); dp.max_blocks = b.max_blocks; dp.max_context = max_ctx;
     dp.kv_chunk = chunk; dp.softmax_scale = scale; dp.workspace = dec_ws_.as<float>();
-    dp.out = olat16_.get(); dp.o_tok_stride = H * kvl; dp.o_head_stride = kvl; dp.out_type = DTypeOut::kBF16;
+    dp.out = olat32_.get(); dp.o_tok_stride = H * kvl; dp.o_head_stride = kvl; dp.out_type = DTypeOut::kF32;
     dp.stream = s_;
     MlaDecodeAttention(dp);
     // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v]
-    bf16* ov = attn;
+    float* ov = attn;
     if (!all) {
-      ova16_.Reserve(Tar * H * vd * sizeof(bf16));
-      ov = ova16_.as<bf16>();
+      ova32_.Reserve(Tar * H * vd * sizeof(float));
+      ov = ova32_.as<float>();
     }
-    GemmBf16Params g2{olat16_.as<bf16>(), H * kvl, w.kv_b.as<bf16>() + nope * kvl, kvl, ov, H * vd, DTypeOut::kBF16,
-                      Ta, vd, kvl, false, s_};
-    g2.batch = H; g2.stride_x = kvl; g2.stride_w = (nope + vd) * kvl; g2.stride_y = vd;
-    GemmBf16(g2);
-    if (!all) ScatterRows(ov, H * vd * 2, tok_idx_.as<int32_t>(), Ta, H * vd * 2, attn, H * vd * 2, s_);
+    HeadGemm(olat32_.as<float>(), H * kvl, kvl, Ta, kvl, w.kv_b.as<bf16>() + nope * kvl, kvl, (nope + vd) * kvl, vd, ov,
+             H * vd, vd, H);
+    if (!all) ScatterRows(ov, H * vd * 4, tok_idx_.as<int32_t>(), Ta, H * vd * 4, attn, H * vd * 4, s_);
     DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
   // o_proj -> o32 [T, hidden]
-  LinearFwd(w.o, attn, H * vd, T, o32_.get(), DTypeOut::kF32, cfg_.hidden_size);
+  LinearFwd(w.o, attn, H * vd, T, o32_.as<float>(), cfg_.hidden_size);
 }
 
 void CudaModelRunner::Mlp(int l, int64_t T) {
@@ -637,14 +662,15 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   const int64_t Hd = cfg_.hidden_size, Tr = RoundUp(T, 64) + 64;
   float* out = mlp32_.as<float>();
   bf16* h16 = h16_.as<bf16>();
+  const float* hn = h32_.as<float>();  // post_attention_layernorm output [T, hidden]
   auto dense = [&](const Linear& gu, const Linear& down) {
     const int64_t I = gu.N / 2;
     gu32_.Reserve(Tr * 2 * I * sizeof(float));
-    act16_.Reserve(Tr * I * sizeof(bf16));
-    LinearFwd(gu, h16, Hd, T, gu32_.get(), DTypeOut::kF32, 2 * I);
-    SiluAndMul({gu32_.as<float>(), 2 * I, act16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
+    act32_.Reserve(Tr * I * sizeof(float));
+    LinearFwd(gu, hn, Hd, T, gu32_.as<float>(), 2 * I);
+    SiluAndMul({gu32_.as<float>(), 2 * I, act32_.get(), I, DTypeOut::kF32, nullptr, 0, nullptr,
                 ScaleLayout::kGroupMajor, T, I, s_});
-    LinearFwd(down, act16_.as<bf16>(), I, T, out, DTypeOut::kF32, Hd);
+    LinearFwd(down, act32_.as<float>(), I, T, out, Hd);
   };
   if (!LW.moe) {
     dense(LW.gate_up, LW.down);
@@ -716,9 +742,9 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
     const LayerW& LW = layers_[l];
     // h = input_layernorm(residual (+= previous MLP output))
     if (l == 0)
-      RmsNorm({residual, Hd, nullptr, 0, LW.in_norm.as<float>(), h16_.get(), Hd, DTypeOut::kBF16, T, Hd, eps, s_});
+      RmsNorm({residual, Hd, nullptr, 0, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
     else
-      RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, LW.in_norm.as<float>(), h16_.get(), Hd, DTypeOut::kBF16, T, Hd, eps, s_});
+      RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
     Mla(l, b, T);
     // residual += attn; h = post_attention_layernorm(residual)
     RmsNorm({o32_.as<float>(), Hd, residual, Hd, LW.post_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
@@ -728,9 +754,9 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
   // Final norm (with the last residual add) and the LM head on the requested rows.
   const int64_t R = static_cast<int64_t>(b.logits_indices.size());
   if (cfg_.num_hidden_layers > 0)
-    RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, final_norm_.as<float>(), h16_.get(), Hd, DTypeOut::kBF16, T, Hd, eps, s_});
+    RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
   else
-    RmsNorm({residual, Hd, nullptr, 0, final_norm_.as<float>(), h16_.get(), Hd, DTypeOut::kBF16, T, Hd, eps, s_});
+    RmsNorm({residual, Hd, nullptr, 0, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
   if (R == 0) {
     DS_CUDA_CHECK(cudaStreamSynchronize(s_));
     return;
@@ -738,10 +764,10 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
   const int64_t Rr = RoundUp(R, 64) + 64;
   tok_idx_.Reserve(R * 4);
   DS_CUDA_CHECK(cudaMemcpyAsync(tok_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
-  sel16_.Reserve(Rr * Hd * sizeof(bf16));
+  sel32_.Reserve(Rr * Hd * sizeof(float));
   logits_.Reserve(Rr * V * sizeof(float));
-  GatherRows(h16_.get(), Hd * 2, tok_idx_.as<int32_t>(), R, Hd * 2, sel16_.get(), Hd * 2, s_);
-  LinearFwd(lm_head_lin_, sel16_.as<bf16>(), Hd, R, logits_.get(), DTypeOut::kF32, V);
+  GatherRows(h32_.get(), Hd * 4, tok_idx_.as<int32_t>(), R, Hd * 4, sel32_.get(), Hd * 4, s_);
+  LinearFwd(lm_head_lin_, sel32_.as<float>(), Hd, R, logits_.as<float>(), V);
   DS_CUDA_CHECK(cudaMemcpyAsync(logits_out, logits_.get(), R * V * sizeof(float), cudaMemcpyDeviceToHost, s_));
   DS_CUDA_CHECK(cudaStreamSynchronize(s_));
 }

@@ -41,6 +41,9 @@ struct CudaRunnerOptions {
   int max_tokens_per_pass = 8192;      // tokens per model pass
   int64_t naive_ctx_budget = 16384;    // context tokens decompressed at once (naive MLA)
   MlaMode mla_mode = MlaMode::kAuto;
+  // Split each fp32 activation into bf16 hi + lo for the bf16 GEMMs (2x their cost, ~16-bit
+  // activations): a reference-precision mode for small models; off = production numerics.
+  bool precise_activations = false;
   int device = 0;
 };
 

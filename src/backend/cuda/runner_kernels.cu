@@ -37,6 +37,17 @@ __global__ void F32ToBf16Kernel(const float* in, int64_t ld_in, __nv_bfloat16* o
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[r * ld_out + c] = __float2bfloat16_rn(in[r * ld_in + c]);
 }
 
+__global__ void SplitKernel(const float* in, int64_t ld_in, int64_t cols, __nv_bfloat16* hi, __nv_bfloat16* lo,
+                            int64_t ld_out) {
+  const int64_t r = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = in[r * ld_in + c];
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    hi[r * ld_out + c] = h;
+    if (lo) lo[r * ld_out + c] = __float2bfloat16_rn(v - __bfloat162float(h));
+  }
+}
+
 __global__ void Copy2DKernel(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t cols) {
   const int64_t r = blockIdx.x;
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[r * ld_out + c] = in[r * ld_in + c];
@@ -113,6 +124,13 @@ void F32ToBf16(const float* in, int64_t ld_in, __nv_bfloat16* out, int64_t ld_ou
   if (rows == 0) return;
   F32ToBf16Kernel<<<rows, 256, 0, s>>>(in, ld_in, out, ld_out, cols);
   DS_CUDA_CHECK_LAUNCH("F32ToBf16Kernel");
+}
+
+void SplitBf16(const float* in, int64_t ld_in, int64_t rows, int64_t cols, __nv_bfloat16* hi, __nv_bfloat16* lo,
+               int64_t ld_out, cudaStream_t s) {
+  if (rows == 0) return;
+  SplitKernel<<<rows, 256, 0, s>>>(in, ld_in, cols, hi, lo, ld_out);
+  DS_CUDA_CHECK_LAUNCH("SplitKernel");
 }
 
 void Copy2D(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t rows, int64_t cols, cudaStream_t s) {

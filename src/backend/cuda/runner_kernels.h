@@ -26,6 +26,11 @@ void ScatterRows(const void* src, int64_t src_stride, const int32_t* idx, int64_
 // out[r, c] (bf16, ld_out) = in[r, c] (fp32, ld_in) for r < rows, c < cols.
 void F32ToBf16(const float* in, int64_t ld_in, __nv_bfloat16* out, int64_t ld_out, int64_t rows, int64_t cols,
                cudaStream_t s);
+// Split fp32 into bf16 hi = bf16(x) and, when lo != nullptr, lo = bf16(x - hi): hi + lo
+// carries ~16 mantissa bits, so two bf16 GEMMs (hi, then lo accumulated) give near-fp32
+// activations on bf16 tensor cores.
+void SplitBf16(const float* in, int64_t ld_in, int64_t rows, int64_t cols, __nv_bfloat16* hi, __nv_bfloat16* lo,
+               int64_t ld_out, cudaStream_t s);
 // out[r, c] (fp32) = in[r, c] (fp32), strided, r < rows, c < cols.
 void Copy2D(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t rows, int64_t cols, cudaStream_t s);
 
