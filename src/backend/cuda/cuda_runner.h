@@ -44,6 +44,10 @@ struct CudaRunnerOptions {
   // Split each fp32 activation into bf16 hi + lo for the bf16 GEMMs (2x their cost, ~16-bit
   // activations): a reference-precision mode for small models; off = production numerics.
   bool precise_activations = false;
+  // FP8 dense projections: "auto" = cuBLASLt block-scaled FP8 (1x128 activation quantisation)
+  // when K is a multiple of 128, else in-kernel weight dequantisation; "cublas" = cuBLASLt
+  // whenever it has a kernel; "kernel" = always in-kernel dequantisation (bf16 activations).
+  std::string fp8_gemm = "auto";
   int device = 0;
 };
 
