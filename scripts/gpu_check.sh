@@ -54,12 +54,19 @@ for stage in $STAGES; do
       if "$BIN/dsinfer_cuda_tests" --gtest_list_tests | grep -q CudaRunner; then
         "$BIN/dsinfer_cuda_tests" --gtest_color=no --gtest_filter='CudaRunner*' >"$OUT/cuda_fixtures.log" 2>&1
         note "fixtures: rc=$?"
-        grep -E '^\[fixture\]|FAILED' "$OUT/cuda_fixtures.log" | head -40 | tee -a "$SUMMARY"
+        grep -E '^\[fixture\]|FAILED' "$OUT/cuda_fixtures.log" | head -60 | tee -a "$SUMMARY"
       fi
+      # The CLI end to end on a fixture: CUDA vs CPU greedy ids.
+      for fx in v3_tiny v2_lite_tiny; do
+        [ -d "$DATA/$fx" ] || continue
+        a=$("$BIN/dsinfer" generate --device cuda --model "$DATA/$fx" --prompt-ids 5,17,99,3,250,42,7,11 --max-tokens 12 2>>"$OUT/cli.log")
+        b=$("$BIN/dsinfer" generate --device cpu --model "$DATA/$fx" --prompt-ids 5,17,99,3,250,42,7,11 --max-tokens 12 2>>"$OUT/cli.log")
+        note "cli $fx: cuda [$a] cpu [$b] $([ "$a" = "$b" ] && echo SAME || echo DIFFERENT)"
+      done
       ;;
     bench)
       if [ -x "$BIN/dsinfer" ] && [ -f "$DATA/deepseek-v3/config.json" ]; then
-        timeout "${BENCH_TIMEOUT:-300}" "$BIN/dsinfer" generate --device cuda --model "$DATA/deepseek-v3" --load-format dummy \
+        DS_CUDA_PROFILE=1 timeout "${BENCH_TIMEOUT:-300}" "$BIN/dsinfer" generate --device cuda --model "$DATA/deepseek-v3" --load-format dummy \
           --num-layers "${BENCH_LAYERS:-12}" --bench-batch "${BENCH_BATCH:-64}" --bench-prompt-len "${BENCH_PROMPT:-2048}" \
           --max-tokens "${BENCH_GEN:-256}" >"$OUT/bench_v3.log" 2>&1
         note "bench: rc=$?"

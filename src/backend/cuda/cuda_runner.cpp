@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "backend/cuda/allocator.h"
@@ -80,7 +81,22 @@ struct LayerW {
 
 class CudaModelRunner : public ModelRunner {
  public:
-  CudaModelRunner(const ModelConfig& cfg, const CudaRunnerOptions& o) : cfg_(cfg), opts_(o) {}
+  CudaModelRunner(const ModelConfig& cfg, const CudaRunnerOptions& o) : cfg_(cfg), opts_(o) {
+    const char* e = std::getenv("DS_CUDA_PROFILE");
+    prof_on_ = e && std::string(e) == "1";
+  }
+  ~CudaModelRunner() override {
+    if (!prof_on_ || prof_ms_.empty()) return;
+    double total = 0;
+    for (const auto& [k, v] : prof_ms_) total += v;
+    std::string line = "cuda runner profile (device ms, all passes):";
+    for (const auto& [k, v] : prof_ms_) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " %s=%.1f (%.1f%%)", k.c_str(), v, 100.0 * v / total);
+      line += buf;
+    }
+    DS_LOG(INFO) << line;
+  }
   const ModelConfig& config() const override { return cfg_; }
   int num_kv_blocks() const override { return num_blocks_; }
   Status Forward(const ForwardBatch& batch, ForwardOutput* out) override;
@@ -104,6 +120,29 @@ class CudaModelRunner : public ModelRunner {
   void RunPass(const ForwardBatch& b, float* logits_out);
   void Mla(int l, const ForwardBatch& b, int64_t T);
   void Mlp(int l, int64_t T);
+  // DS_CUDA_PROFILE=1: events between phases; Mark(name) ends phase `name`.
+  void Mark(const char* name) {
+    if (!prof_on_) return;
+    cudaEvent_t e;
+    DS_CUDA_CHECK(cudaEventCreate(&e));
+    DS_CUDA_CHECK(cudaEventRecord(e, s_));
+    marks_.push_back({prof_prefix_ + name, e});
+  }
+  void CollectMarks() {
+    if (!prof_on_ || marks_.empty()) return;
+    DS_CUDA_CHECK(cudaEventSynchronize(marks_.back().second));
+    for (size_t i = 1; i < marks_.size(); ++i) {
+      float ms = 0;
+      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second));
+      prof_ms_[marks_[i].first] += ms;
+    }
+    for (auto& m : marks_) cudaEventDestroy(m.second);
+    marks_.clear();
+  }
+  bool prof_on_ = false;
+  std::string prof_prefix_;
+  std::vector<std::pair<std::string, cudaEvent_t>> marks_;
+  std::map<std::string, double> prof_ms_;
 
   ModelConfig cfg_;
   CudaRunnerOptions opts_;
@@ -538,6 +577,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
 
   attn32_.Reserve(Tr * H * vd * sizeof(float));
   float* attn = attn32_.as<float>();  // attn: [T, H, v] per-head attention outputs
+  Mark("attn_proj_rope_cache");
   // Split the sequences: naive (prefill chunks) and absorbed (decode).
   std::vector<char> naive(S);
   for (int64_t s = 0; s < S; ++s) {
@@ -653,8 +693,10 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     if (!all) ScatterRows(ov, H * vd * 4, tok_idx_.as<int32_t>(), Ta, H * vd * 4, attn, H * vd * 4, s_);
     DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
+  Mark("attn_core");
   // o_proj -> o32 [T, hidden]
   LinearFwd(w.o, attn, H * vd, T, o32_.as<float>(), cfg_.hidden_size);
+  Mark("attn_o_proj");
 }
 
 void CudaModelRunner::Mlp(int l, int64_t T) {
@@ -674,6 +716,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   };
   if (!LW.moe) {
     dense(LW.gate_up, LW.down);
+    Mark("dense_mlp");
     return;
   }
   const int64_t E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok, I = cfg_.moe_intermediate_size;
@@ -707,6 +750,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   g.w = LW.w13.get(); g.w_fp8 = LW.experts_fp8; g.w_scales = LW.experts_fp8 ? LW.w13_s.as<float>() : nullptr;
   g.num_experts = E; g.N = 2 * I; g.K = Hd; g.out = egu32_.get(); g.out_type = DTypeOut::kF32; g.ldo = 2 * I;
   g.stream = s_;
+  Mark("moe_route_permute");
   GroupedGemm(g);
   SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
               ScaleLayout::kGroupMajor, cap, I, s_});
@@ -715,7 +759,9 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   g2.N = Hd; g2.K = I; g2.out = ey16_.get(); g2.out_type = DTypeOut::kBF16; g2.ldo = Hd;
   GroupedGemm(g2);
   // Shared experts write `out`, the routed experts are added with their weights.
+  Mark("moe_experts");
   if (LW.has_mlp) dense(LW.gate_up, LW.down);
+  Mark("moe_shared");
   MoeCombine({ey16_.get(), true, Hd, moe_pos_.as<int32_t>(), topk_w_.as<float>(), T, K, Hd, out, Hd, LW.has_mlp, s_});
 }
 
@@ -737,6 +783,8 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
   for (DeviceBuffer* buf : {&residual_, &h32_, &o32_, &mlp32_}) buf->Reserve(Tr * Hd * sizeof(float));
   h16_.Reserve(Tr * Hd * sizeof(bf16));
   float* residual = residual_.as<float>();
+  prof_prefix_ = T > b.num_seqs() ? "prefill/" : "decode/";
+  Mark("start");
   Embedding({ids_.as<int32_t>(), T, embed_.get(), true, V, Hd, residual, s_});
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerW& LW = layers_[l];
@@ -745,10 +793,12 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
       RmsNorm({residual, Hd, nullptr, 0, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
     else
       RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
+    Mark("norms_embed_combine");
     Mla(l, b, T);
     // residual += attn; h = post_attention_layernorm(residual)
     RmsNorm({o32_.as<float>(), Hd, residual, Hd, LW.post_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
     F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_);
+    Mark("norms_embed_combine");
     Mlp(l, T);
   }
   // Final norm (with the last residual add) and the LM head on the requested rows.
@@ -759,6 +809,8 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
     RmsNorm({residual, Hd, nullptr, 0, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
   if (R == 0) {
     DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+    Mark("final_norm_lm_head");
+    CollectMarks();
     return;
   }
   const int64_t Rr = RoundUp(R, 64) + 64;
@@ -768,8 +820,11 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
   logits_.Reserve(Rr * V * sizeof(float));
   GatherRows(h32_.get(), Hd * 4, tok_idx_.as<int32_t>(), R, Hd * 4, sel32_.get(), Hd * 4, s_);
   LinearFwd(lm_head_lin_, sel32_.as<float>(), Hd, R, logits_.as<float>(), V);
+  Mark("final_norm_lm_head");
   DS_CUDA_CHECK(cudaMemcpyAsync(logits_out, logits_.get(), R * V * sizeof(float), cudaMemcpyDeviceToHost, s_));
   DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  Mark("logits_to_host");
+  CollectMarks();
 }
 
 Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
