@@ -10,7 +10,8 @@
 #            script configures and builds build-cuda here (needs the Debian dev packages).
 #   STAGES="ops cpu fixtures bench" selects stages (default: ops fixtures bench).
 #   OPS_FILTER: a gtest filter for the op tests (default: all op cases).
-#   BENCH_LAYERS / BENCH_BATCH / BENCH_PROMPT / BENCH_GEN size the real-shape run.
+#   BENCH_LAYERS / BENCH_BATCH / BENCH_PROMPT / BENCH_GEN size the real-shape run;
+#   BENCH_FP8_GEMM picks its FP8 projection path (default cublas, as measured so far).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
@@ -66,7 +67,7 @@ for stage in $STAGES; do
       ;;
     bench)
       if [ -x "$BIN/dsinfer" ] && [ -f "$DATA/deepseek-v3/config.json" ]; then
-        DS_CUDA_PROFILE=1 timeout "${BENCH_TIMEOUT:-300}" "$BIN/dsinfer" generate --device cuda --model "$DATA/deepseek-v3" --load-format dummy \
+        DS_CUDA_PROFILE=1 timeout "${BENCH_TIMEOUT:-300}" "$BIN/dsinfer" generate --device cuda --model "$DATA/deepseek-v3" --load-format dummy --fp8-gemm "${BENCH_FP8_GEMM:-cublas}" \
           --num-layers "${BENCH_LAYERS:-12}" --bench-batch "${BENCH_BATCH:-64}" --bench-prompt-len "${BENCH_PROMPT:-2048}" \
           --max-tokens "${BENCH_GEN:-256}" >"$OUT/bench_v3.log" 2>&1
         note "bench: rc=$?"

@@ -8,11 +8,11 @@
 // on these fixtures (max_abs_diff), the size of the 0.05 margin, and an MoE routing near-tie
 // can flip an expert, so an occasional low-margin id can differ there.
 //
-// FP8 tolerance: the FP8 fixture's golden is fp32 math on the dequantised weights. Its
-// projections have K not a multiple of 128, so the runner dequantises FP8 weights in the
-// kernel (bf16 rounding of each weight, bf16 activations): the bf16 bound applies. The
-// DeepSeek activation-quantised cuBLASLt path (real V3 shapes) costs ~2.6% relative error per
-// GEMM output (test_gemm.cpp gemm_fp8_vs_unquantised_x); kFp8MinCosine = 0.99 covers it.
+// FP8 tolerance: the FP8 fixture's golden is fp32 math on the dequantised weights. The default
+// FP8 path dequantises weights in the kernel (bf16 rounding of each weight, bf16 activations)
+// and meets the bf16 bound (measured >= 0.9998). The DeepSeek activation-quantised cuBLASLt
+// path costs ~2.6% relative error per GEMM output (test_gemm.cpp gemm_fp8_vs_unquantised_x);
+// kFp8MinCosine = 0.99 is the documented FP8 bound (Fp8FixtureThroughCublasLt).
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -169,7 +169,7 @@ TEST(CudaRunner, Fp8FixtureThroughCublasLt) {
   CudaRunnerOptions o;
   o.model_dir = dir;
   o.num_kv_blocks = 4;
-  o.fp8_gemm = "cublas";
+  o.fp8_gemm = "cublas-all";
   auto r = CreateCudaModelRunner(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const int64_t V = (*r)->config().vocab_size;
@@ -248,7 +248,7 @@ TEST(CudaRunner, DummyV3CublasFp8MatchesInKernelFp8) {
   const std::string dir = DataDir() + "/deepseek-v3";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
   std::vector<std::vector<float>> logits;
-  for (const char* mode : {"auto", "kernel"}) {
+  for (const char* mode : {"cublas", "kernel"}) {
     CudaRunnerOptions o;
     o.model_dir = dir;
     o.load_format = "dummy";

@@ -5,6 +5,8 @@
 #include "backend/cuda/fp8_quant.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/grouped_gemm.h"
+
+#include <memory>
 #include "test_util.h"
 
 namespace ds::cuda::test {
@@ -182,6 +184,67 @@ TEST(CudaGemm, Fp8OddShapesBothPaths) {
     got.resize(s.M * s.N);
     ExpectClose("gemm_fp8_inkernel_odd", s.name, got, ref, 5e-3);
   }
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
+
+namespace ds::cuda::test {
+namespace {
+
+// Two layers of the same shape, different weights and block scales, back to back on one
+// non-default stream through the same cached plan (what the runner does per layer): each must
+// match its own CPU reference. Guards the per-call FP8 descriptor in gemm.cpp (run 4: the
+// runner's cuBLASLt FP8 path was wrong while single-call op tests passed).
+TEST(CudaGemm, Fp8SameShapeDifferentScalesBackToBack) {
+  const int64_t M = 16, N = 256, K = 512, kb = K / 128, nb = N / 128, sld = Fp8WeightScaleLd(K), Mp = Fp8PaddedM(M);
+  cudaStream_t st;
+  DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  struct Layer { std::vector<uint8_t> wq; std::vector<float> sraw, sblk, wd; };
+  std::vector<Layer> layers(3);
+  for (int l = 0; l < 3; ++l) {
+    Layer& L = layers[l];
+    L.wq.resize(N * K);
+    auto r = RandomNormal(N * K, 100.f);
+    for (int64_t i = 0; i < N * K; ++i) L.wq[i] = F32ToFp8E4M3(r[i]);
+    L.sraw = RandomF(nb * kb, 0.5f, 4.0f);
+    for (auto& v : L.sraw) v *= std::ldexp(1.f, -9) * (l + 1);
+    L.sblk.assign(nb * sld, 0.f);
+    for (int64_t i = 0; i < nb; ++i) for (int64_t j = 0; j < kb; ++j) L.sblk[i * sld + j] = L.sraw[i * kb + j];
+    L.wd.resize(N * K);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) L.wd[n * K + k] = Fp8E4M3ToF32(L.wq[n * K + k]) * L.sraw[(n / 128) * kb + k / 128];
+  }
+  auto x = RandomNormal(M * K);
+  Dev<float> dx(x), dxs(kb * Mp);
+  Dev<uint8_t> dxq(Mp * K);
+  Fp8QuantParams qp{dx.get(), false, K, M, K, 128, dxq.get(), K, dxs.get(), ScaleLayout::kGroupMajor, st};
+  qp.scale_ld = Mp;
+  Fp8QuantizePerTokenGroup(qp);
+  auto xq = dxq.Download();
+  auto xs = dxs.Download();
+  std::vector<float> xd(M * K);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) xd[m * K + k] = Fp8E4M3ToF32(xq[m * K + k]) * xs[(k / 128) * Mp + m];
+  std::vector<std::unique_ptr<Dev<uint8_t>>> dw;
+  std::vector<std::unique_ptr<Dev<float>>> ds, dy;
+  for (auto& L : layers) {
+    dw.push_back(std::make_unique<Dev<uint8_t>>(L.wq));
+    ds.push_back(std::make_unique<Dev<float>>(L.sblk));
+    dy.push_back(std::make_unique<Dev<float>>(Mp * N));
+  }
+  for (int rep = 0; rep < 2; ++rep)
+    for (int l = 0; l < 3; ++l)
+      GemmFp8({dxq.get(), K, dxs.get(), dw[l]->get(), K, ds[l]->get(), sld, dy[l]->get(), N, DTypeOut::kF32, M, N, K, st});
+  DS_CUDA_CHECK(cudaStreamSynchronize(st));
+  for (int l = 0; l < 3; ++l) {
+    std::vector<float> ref(M * N);
+    cpu::Gemm({xd.data(), K, layers[l].wd.data(), K, ref.data(), N, M, N, K, false});
+    auto got = dy[l]->Download();
+    got.resize(M * N);
+    ExpectClose("gemm_fp8_same_shape_layers", "layer" + std::to_string(l), got, ref, 1e-3);
+  }
+  cudaStreamDestroy(st);
 }
 
 }  // namespace

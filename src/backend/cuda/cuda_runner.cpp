@@ -431,7 +431,7 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
 Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   ckpt_ = ckpt;
   dummy_ = ckpt == nullptr;
-  use_cublas_fp8_ = opts_.fp8_gemm != "kernel";
+  use_cublas_fp8_ = opts_.fp8_gemm != "kernel";  // "cublas" | "cublas-all"
   s_ = stream_.get();
   const int64_t V = cfg_.vocab_size, Hd = cfg_.hidden_size;
   DS_RETURN_IF_ERROR(LoadBf16("model.embed_tokens.weight", V, Hd, &embed_));
@@ -487,10 +487,10 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
 
 void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy) {
   if (M == 0) return;
-  // cuBLASLt's block-scaled FP8 GEMM for whole 128-wide K blocks (every DeepSeek-V3
-  // projection), activations quantised per 1x128 group straight from fp32; other FP8 shapes
-  // (tiny fixtures) dequantise the weights in the kernel.
-  if (L.fp8 && use_cublas_fp8_ && (L.K % 128 == 0 || opts_.fp8_gemm == "cublas") && GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32)) {
+  // fp8_gemm "cublas": cuBLASLt's block-scaled FP8 GEMM for whole 128-wide K blocks (every
+  // DeepSeek-V3 projection), activations quantised per 1x128 group straight from fp32;
+  // otherwise the weights are dequantised in the kernel.
+  if (L.fp8 && use_cublas_fp8_ && (L.K % 128 == 0 || opts_.fp8_gemm == "cublas-all") && GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32)) {
     const int64_t Mp = Fp8PaddedM(M), kb = (L.K + 127) / 128;
     xq_.Reserve(Mp * L.K);
     xs_.Reserve(kb * Mp * sizeof(float));
@@ -889,8 +889,8 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
 }  // namespace
 
 StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOptions& o) {
-  if (o.fp8_gemm != "auto" && o.fp8_gemm != "cublas" && o.fp8_gemm != "kernel")
-    return InvalidArgument("fp8_gemm must be auto, cublas or kernel, got '" + o.fp8_gemm + "'");
+  if (o.fp8_gemm != "kernel" && o.fp8_gemm != "cublas" && o.fp8_gemm != "cublas-all")
+    return InvalidArgument("fp8 GEMM must be kernel, cublas or cublas-all, got '" + o.fp8_gemm + "'");
   if (o.load_format != "auto" && o.load_format != "dummy")
     return InvalidArgument("--load-format must be auto or dummy for the CUDA runner, got '" + o.load_format + "'");
   DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));

@@ -44,10 +44,14 @@ struct CudaRunnerOptions {
   // Split each fp32 activation into bf16 hi + lo for the bf16 GEMMs (2x their cost, ~16-bit
   // activations): a reference-precision mode for small models; off = production numerics.
   bool precise_activations = false;
-  // FP8 dense projections: "auto" = cuBLASLt block-scaled FP8 (1x128 activation quantisation)
-  // when K is a multiple of 128, else in-kernel weight dequantisation; "cublas" = cuBLASLt
-  // whenever it has a kernel; "kernel" = always in-kernel dequantisation (bf16 activations).
-  std::string fp8_gemm = "auto";
+  // FP8 dense projections: "kernel" (default) = in-kernel weight dequantisation with bf16
+  // activations (verified on the H200 against golden); "cublas" = cuBLASLt's block-scaled FP8
+  // GEMM with 1x128 activation quantisation where K is a multiple of 128 (every DeepSeek-V3
+  // projection), in-kernel elsewhere; "cublas-all" = cuBLASLt wherever it has a kernel.
+  // Run 4 found the cuBLASLt path wrong inside the runner (fixture cosine 0.80) while the op
+  // tests pass; the per-call descriptor fix in gemm.cpp is not yet verified on the GPU, hence
+  // the default.
+  std::string fp8_gemm = "kernel";
   int device = 0;
 };
 

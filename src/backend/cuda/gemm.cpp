@@ -95,6 +95,25 @@ Plan MakePlan(const PlanKey& k, cudaDataType_t ab_type, cudaDataType_t out_type,
   return p;
 }
 
+// A matmul descriptor carrying this call's FP8 block-scale pointers. FP8 calls get a fresh
+// descriptor every time (the cached plan keeps only layouts and the algorithm): run 4 on the
+// H200 showed wrong results when one cached descriptor was re-pointed at another layer's
+// scales between calls of the same shape (suspected cuBLASLt caching of the first pointers).
+cublasLtMatmulDesc_t MakeFp8Desc(const float* a_scale, const float* b_scale) {
+  cublasLtMatmulDesc_t d = nullptr;
+  DS_CUBLAS_CHECK(cublasLtMatmulDescCreate(&d, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  DS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+  DS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+  int32_t amode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+  int32_t bmode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+  DS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &amode, sizeof amode));
+  DS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bmode, sizeof bmode));
+  DS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
+  DS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
+  return d;
+}
+
 void Run(const PlanKey& key, cudaDataType_t ab, cudaDataType_t out, const void* w, const void* x, void* y,
          const float* a_scale, const float* b_scale, float beta, cudaStream_t stream) {
   Lt& lt = Lt::Get();
@@ -102,11 +121,15 @@ void Run(const PlanKey& key, cudaDataType_t ab, cudaDataType_t out, const void* 
   auto it = lt.plans.find(key);
   if (it == lt.plans.end()) it = lt.plans.emplace(key, MakePlan(key, ab, out, a_scale, b_scale)).first;
   Plan& p = it->second;
-  if (key.kind == 1) {  // scale pointers change per call
-    DS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a_scale, sizeof a_scale));
-    DS_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &b_scale, sizeof b_scale));
-  }
   const float alpha = 1.0f;
+  if (key.kind == 1) {
+    cublasLtMatmulDesc_t d = MakeFp8Desc(a_scale, b_scale);
+    const cublasStatus_t st = cublasLtMatmul(lt.handle(), d, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
+                                             lt.workspace(), kWorkspaceBytes, stream);
+    cublasLtMatmulDescDestroy(d);
+    DS_CUBLAS_CHECK(st);
+    return;
+  }
   DS_CUBLAS_CHECK(cublasLtMatmul(lt.handle(), p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                                  lt.workspace(), kWorkspaceBytes, stream));
 }
