@@ -82,7 +82,9 @@ TEST(Tokenizer, CorpusMatchesHuggingFace) {
     EXPECT_EQ(dec, text);
     std::string st = Stream(tok, want);
     EXPECT_EQ(st, dec);
-    if (IsValidUtf8(text)) EXPECT_EQ(st.find("\xEF\xBF\xBD"), text.find("\xEF\xBF\xBD"));
+    if (IsValidUtf8(text)) {
+      EXPECT_EQ(st.find("\xEF\xBF\xBD"), text.find("\xEF\xBF\xBD"));
+    }
     // BOS per add_bos_token.
     auto with_bos = tok.Encode(text, /*add_special_tokens=*/true);
     ASSERT_FALSE(with_bos.empty());
@@ -257,7 +259,9 @@ TEST(Tokenizer, StreamingWithPromptEndingMidCharacter) {
     auto id = tok.TokenToId(ByteToken(static_cast<unsigned char>(four[k])));
     ASSERT_TRUE(id.has_value()) << k;
     std::string delta = d.Push(*id);
-    if (k < 3) EXPECT_EQ(delta, "") << k;
+    if (k < 3) {
+      EXPECT_EQ(delta, "") << k;
+    }
     acc += delta;
   }
   EXPECT_EQ(acc, four);
@@ -554,7 +558,10 @@ TEST(TokenizerCli, TokenizeDetokenize) {
 
   auto hello = Tok().Encode("Hello 😀");
   std::string csv;
-  for (size_t i = 0; i < hello.size(); ++i) csv += (i ? "," : "") + std::to_string(hello[i]);
+  for (size_t i = 0; i < hello.size(); ++i) {
+    if (i) csv += ",";
+    csv += std::to_string(hello[i]);
+  }
   out = RunCmd(bin + " detokenize --tokenizer " + kModelDir + " --ids " + csv + " --output json", &rc);
   ASSERT_EQ(rc, 0);
   EXPECT_EQ(json::parse(out)["text"], "Hello 😀");
