@@ -1,4 +1,4 @@
-// `dsinfer bench <what>`: micro-benchmarks. `dsinfer bench tokenizer --tokenizer DIR --corpus
+// `dsinfer bench tokenizer --tokenizer DIR --corpus
 // FILE`: single-thread encode throughput (MB/s of UTF-8 input) over the documents of a corpus
 // (.jsonl of {"text": ...}, else one document per line), add_special_tokens=false, timing
 // only the Encode calls. Prints one JSON record.
@@ -72,21 +72,7 @@ int BenchTokenizer(int argc, char** argv) {
   return 0;
 }
 
-int RunBench(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    std::fprintf(argc < 2 ? stderr : stdout, "usage: dsinfer bench tokenizer --tokenizer DIR --corpus FILE [--repeat N]\n");
-    return argc < 2 ? 2 : 0;
-  }
-  std::string what = argv[1];
-  std::string name = std::string(argv[0]) + " " + what;
-  std::vector<char*> sub;
-  sub.push_back(name.data());
-  for (int i = 2; i < argc; ++i) sub.push_back(argv[i]);
-  if (what == "tokenizer") return BenchTokenizer(static_cast<int>(sub.size()), sub.data());
-  std::fprintf(stderr, "dsinfer bench: unknown benchmark '%s' (known: tokenizer)\n", what.c_str());
-  return 2;
-}
-
 }  // namespace
 
-DS_REGISTER_COMMAND(bench, "micro-benchmarks: `dsinfer bench tokenizer ...`", RunBench);
+DS_REGISTER_COMMAND_NAMED(bench_tokenizer, "bench tokenizer", "single-thread tokenizer encode throughput (MB/s)",
+                          BenchTokenizer);
