@@ -1,7 +1,6 @@
-// TextCodec over dsinfer's Hugging Face tokenizer (server/tokenizer.h), when it is in the tree.
+// TextCodec over dsinfer's Hugging Face tokenizer (server/tokenizer.h).
 #include "bench/serve_bench.h"
 
-#if __has_include("server/tokenizer.h")
 #include <span>
 
 #include "server/tokenizer.h"
@@ -31,16 +30,3 @@ StatusOr<std::unique_ptr<TextCodec>> LoadTextCodec(const std::string& dir) {
 }
 
 }  // namespace ds::bench
-
-#else
-
-namespace ds::bench {
-
-StatusOr<std::unique_ptr<TextCodec>> LoadTextCodec(const std::string& dir) {
-  return Unimplemented("--tokenizer: dsinfer's tokenizer is not in this build yet ('" + dir +
-                       "'); use token-id prompts (the default for random and trace datasets)");
-}
-
-}  // namespace ds::bench
-
-#endif

@@ -26,7 +26,7 @@
 #include "model/config.h"
 #include "model/mla.h"
 #include "runtime/cpu_runner.h"
-#include "tools/bench_commands.h"
+#include "tools/command.h"
 
 // Runner construction: the engine's factory when it is in the tree, else the CUDA runner
 // directly (CUDA builds); the CPU runner is always available here.
@@ -434,8 +434,11 @@ int RunRoofline(int argc, char** argv) {
 }
 
 }  // namespace
-
-int RunBenchOneBatch(int argc, char** argv) { return RunOneBatch(argc, argv); }
-int RunBenchRoofline(int argc, char** argv) { return RunRoofline(argc, argv); }
-
 }  // namespace ds::tools
+
+DS_REGISTER_COMMAND_NAMED(bench_one_batch, "bench one-batch",
+                          "time prefill and decode steps of a fixed batch through a ModelRunner, beside the roofline",
+                          ds::tools::RunOneBatch);
+DS_REGISTER_COMMAND_NAMED(bench_roofline, "bench roofline",
+                          "roofline time of prefill / decode steps from a model config (no model run)",
+                          ds::tools::RunRoofline);

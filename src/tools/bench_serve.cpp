@@ -9,9 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/serve_bench.h"
-#include "tools/bench_commands.h"
+#include "tools/command.h"
 
 namespace ds::tools {
+namespace {
 
 int RunBenchServe(int argc, char** argv) {
   bench::ServeBenchOptions o;
@@ -108,4 +109,9 @@ int RunBenchServe(int argc, char** argv) {
   return (*res)["completed"].get<int>() > 0 ? 0 : 1;
 }
 
+}  // namespace
 }  // namespace ds::tools
+
+DS_REGISTER_COMMAND_NAMED(bench_serve, "bench serve",
+                          "load-test an OpenAI-compatible server (dsinfer, vLLM, SGLang) with streamed requests",
+                          ds::tools::RunBenchServe);

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/arrival.h"
+#include "bench/serve_bench.h"
 
 namespace {
 
@@ -284,6 +285,44 @@ TEST(BenchServeIntegration, PoissonScheduleWarmupExtraBodyMetadata) {
   auto reqs = srv.Requests();
   ASSERT_EQ(reqs.size(), 23u);  // 3 warm-up + 20 measured
   for (const auto& q : reqs) EXPECT_EQ(q["body"]["top_k"], 5);
+}
+
+TEST(BenchServeIntegration, TextPromptsWithTheV3Tokenizer) {
+  if (!HavePython()) GTEST_SKIP() << "python3 not available";
+  const std::string tok = std::string(DS_SHARED_DIR) + "/models/deepseek-v3";
+  if (!fs::exists(tok + "/tokenizer.json")) GTEST_SKIP() << "no shared tokenizer";
+  auto codec = ds::bench::LoadTextCodec(tok);
+  ASSERT_TRUE(codec.ok()) << codec.status().ToString();
+  MockServer srv("--ttft-ms 1 --itl-ms 1");
+  ASSERT_GT(srv.port(), 0);
+  // Completions: random ids become text of exactly 200 tokens.
+  auto r = RunBench("--port " + std::to_string(srv.port()) +
+                    " --num-prompts 6 --random-input-len 200 --random-output-len 3 --tokenizer " + tok);
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["prompt_format"], "text");
+  // Chat: the same through messages.
+  auto c = RunBench("--port " + std::to_string(srv.port()) + " --backend openai-chat" +
+                    " --num-prompts 4 --random-input-len 120 --random-output-len 3 --tokenizer " + tok);
+  ASSERT_EQ(c.rc, 0) << c.out;
+  EXPECT_EQ(c.json["completed"], 4);
+  auto reqs = srv.Requests();
+  ASSERT_EQ(reqs.size(), 10u);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const auto& b = reqs[i]["body"];
+    std::string text = i < 6 ? b["prompt"].get<std::string>() : b["messages"][0]["content"].get<std::string>();
+    EXPECT_EQ((*codec)->Encode(text).size(), i < 6 ? 200u : 120u) << i;
+  }
+  // A trace stays token ids unless asked.
+  std::string trace = TempPath("tok_trace.jsonl");
+  std::ofstream(trace) << "{\"timestamp\": 0, \"input_length\": 600, \"output_length\": 2, \"hash_ids\": [1, 2]}\n";
+  auto t = RunBench("--port " + std::to_string(srv.port()) + " --dataset-name trace --dataset-path " + trace +
+                    " --tokenizer " + tok);
+  ASSERT_EQ(t.rc, 0) << t.out;
+  EXPECT_EQ(t.json["prompt_format"], "ids");
+  auto all = srv.Requests();
+  ASSERT_EQ(all.size(), 11u);
+  ASSERT_TRUE(all[10]["body"]["prompt"].is_array());
+  for (const auto& id : all[10]["body"]["prompt"]) EXPECT_LT(id.get<int>(), (*codec)->vocab_size() - 1000);
 }
 
 }  // namespace
