@@ -4,7 +4,8 @@
 #   length with `dsinfer bench serve` (random prompts, fixed output, ignore_eos), stop the
 #   server; then `dsinfer bench one-batch` (measured step time) and `dsinfer bench roofline`
 #   at batch = concurrency; the transformers baseline; optionally a trace replay; finally
-#   bench/results/e2e.json (bench/e2e_records.py) and the SVG plots (bench/plot_e2e.py).
+#   bench/results/e2e.json (bench/e2e_records.py), the SVG plots (bench/plot_e2e.py) and
+#   bench/results/summary.md with the acceptance figures (bench/analyze_e2e.py).
 #
 # Everything is set by environment variables (defaults in brackets):
 #   DSINFER [build/dsinfer]   DEVICE [cuda]   PORT [8100]   OUT_DIR [bench/results]
@@ -15,7 +16,7 @@
 #   NUM_GPUS [1]   SERVE_ARGS ["--max-running-requests 256"]: extra `dsinfer serve` flags
 #   SERVER_CMD [""]: replaces the server command; {port} {model_dir} {layers} are substituted
 #   SERVER_WAIT_S [900]   BENCH_TIMEOUT_S [1800]
-#   STAGES ["serve onebatch roofline hf trace records plot"]
+#   STAGES ["serve onebatch roofline hf trace records plot analyze"]
 #   ONE_BATCH_CONC [$CONCURRENCY]  ONE_BATCH_OUTPUT_LEN [16]
 #   MEM_BW_GBPS, FLOPS_TFLOPS: roofline rates. Unset on cuda: measured by bench/gpu_rates.py
 #       (torch) before the servers start; FP8 models then use the FP8 GEMM rate, others BF16.
@@ -42,7 +43,7 @@ SERVE_ARGS=${SERVE_ARGS:---max-running-requests 256}
 SERVER_CMD=${SERVER_CMD:-}
 SERVER_WAIT_S=${SERVER_WAIT_S:-900}
 BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-1800}
-STAGES=${STAGES:-"serve onebatch roofline hf trace records plot"}
+STAGES=${STAGES:-"serve onebatch roofline hf trace records plot analyze"}
 ONE_BATCH_CONC=${ONE_BATCH_CONC:-$CONCURRENCY}
 ONE_BATCH_OUTPUT_LEN=${ONE_BATCH_OUTPUT_LEN:-16}
 MEM_BW_GBPS=${MEM_BW_GBPS:-}
@@ -215,6 +216,10 @@ if has_stage records; then
 fi
 if has_stage plot && [ -f "$OUT_DIR/e2e.json" ]; then
   "$PYTHON" bench/plot_e2e.py "$OUT_DIR/e2e.json" --out-dir "$OUT_DIR" --baseline $(ls "$OUT_DIR"/hf_baseline_*.json 2>/dev/null) \
+    || FAILURES=$((FAILURES + 1))
+fi
+if has_stage analyze && [ -f "$OUT_DIR/e2e.json" ]; then
+  "$PYTHON" bench/analyze_e2e.py "$OUT_DIR/e2e.json" --raw "$RAW" --out "$OUT_DIR/summary.md" > /dev/null \
     || FAILURES=$((FAILURES + 1))
 fi
 log "done: $FAILURES failure(s)"

@@ -83,6 +83,23 @@ TEST(BenchScripts, RecordsAndPlots) {
               0)
         << svg << " " << out;
   }
+  // The summary: c=1 step/roofline = 7.5 / 6 = 1.25x (met); highest c with TPOT <= 50 ms is 8.
+  WriteJson(dir / "raw" / "roofline_m_in1024_b8.json",
+            {{"roofline_step_ms", 13.0},
+             {"decode_parts", {{"attention", {{"ms", 3.0}}}, {"moe", {{"ms", 8.0}}}, {"dense", {{"ms", 1.0}}},
+                               {"other", {{"ms", 1.0}}}}}});
+  out.clear();
+  ASSERT_EQ(Sh("python3 " + (root / "bench/analyze_e2e.py").string() + " " + (dir / "e2e.json").string() + " --out " +
+                   (dir / "summary.md").string(),
+               &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("**1.25x** (bound: 1.5x, met)"), std::string::npos) << out;
+  EXPECT_NE(out.find("median TPOT <= 50 ms: **8** -> 800.0 output tok/s per GPU"), std::string::npos) << out;
+  // Roofline throughput at c=8: 8 / 13 ms = 615.4 tok/s; measured 800 -> ratio 1.30.
+  EXPECT_NE(out.find("roofline 615.4 tok/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("moe 8.00 (62%)"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(dir / "summary.md"));
   // The Pareto frontier helper.
   out.clear();
   EXPECT_EQ(Sh("python3 -c \"import sys; sys.path.insert(0, sys.argv[1]); import plot_e2e as p; "
