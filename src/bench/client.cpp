@@ -260,6 +260,10 @@ asio::awaitable<void> StreamOne(RunState* st, size_t i) {
     sse.Feed(std::string_view(chunk.get(), n), &events);
     for (const auto& e : events)
       if (!acc.OnEvent(e, t)) { keep_going = false; break; }
+    if (sse.buffered() > (64u << 20)) {  // no line break in 64 MB: not an event stream
+      read_error = "response is not an event stream (64 MB without a line break)";
+      break;
+    }
   }
   double t_end = Seconds(Clock::now() - t0);
   if (ok_status && keep_going && read_error.empty()) {  // stream closed without [DONE]
