@@ -1,0 +1,39 @@
+// FakeModelRunner: a test double for the engine and server (no weights, no math). It keeps a
+// real paged "cache" (one 64-bit value per block slot, written from the token and position
+// like a KV write) and computes each returned logit row from the values it *reads back
+// through the block table* for the whole context. So a wrong block table, a bad prefix-cache
+// hit or a lost KV write changes the output, while the expected output stays a pure function
+// of the token sequence (ReferenceLogits). Used by tests/runtime and tests/scheduler, and by
+// `dsinfer serve --load-format fake` for server tests that must not depend on a model.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/model_runner.h"
+
+namespace ds {
+
+class FakeModelRunner : public ModelRunner {
+ public:
+  FakeModelRunner(ModelConfig config, int num_kv_blocks);
+  const ModelConfig& config() const override { return config_; }
+  int num_kv_blocks() const override { return num_blocks_; }
+  Status Forward(const ForwardBatch& batch, ForwardOutput* out) override;
+
+  // The logits row the runner returns after the context `tokens` (positions 0..n-1).
+  static void ReferenceLogits(const std::vector<int32_t>& tokens, int vocab, float* out);
+  // Number of Forward calls and tokens processed (for tests).
+  int64_t num_forward_calls() const { return calls_; }
+  int64_t num_tokens_processed() const { return tokens_; }
+
+ private:
+  static uint64_t SlotValue(int32_t token, int32_t pos);
+  static void LogitsFromState(uint64_t state, int vocab, float* out);
+  ModelConfig config_;
+  int num_blocks_;
+  std::vector<uint64_t> cache_;  // [num_blocks, kBlockSize]
+  int64_t calls_ = 0, tokens_ = 0;
+};
+
+}  // namespace ds

@@ -1,0 +1,33 @@
+#include "runtime/runner_factory.h"
+
+#include "runtime/fake_model_runner.h"
+
+namespace ds {
+
+StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o) {
+  if (o.device != "cpu" && o.device != "cuda")
+    return InvalidArgument("--device must be cpu or cuda, got '" + o.device + "'");
+  if (o.device == "cuda") {
+#ifndef DS_WITH_CUDA
+    return Unimplemented("--device cuda: this dsinfer was built without CUDA (configure with "
+                         "-DDS_CUDA=ON on a machine with the CUDA toolkit)");
+#else
+    return Unimplemented("--device cuda: the CUDA model runner is not available yet");
+#endif
+  }
+  DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));
+  if (o.num_layers > 0 && o.num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = o.num_layers;
+  int blocks = o.num_kv_blocks;
+  if (blocks <= 0) {
+    const int64_t tokens = o.max_kv_tokens > 0 ? o.max_kv_tokens : 65536;
+    blocks = static_cast<int>((tokens + kBlockSize - 1) / kBlockSize);
+  }
+  if (o.load_format == "fake") {
+    return std::unique_ptr<ModelRunner>(std::make_unique<FakeModelRunner>(cfg, blocks));
+  }
+  if (o.load_format != "auto" && o.load_format != "dummy")
+    return InvalidArgument("--load-format must be auto, dummy or fake, got '" + o.load_format + "'");
+  return Unimplemented("the CPU model runner is not available in this build yet");
+}
+
+}  // namespace ds

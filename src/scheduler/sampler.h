@@ -1,0 +1,38 @@
+// Sampler: turns one row of logits into the next token for one sequence.
+// Order: presence/frequency penalties (OpenAI: logit[t] -= presence * (count[t] > 0)
+// + frequency * count[t], over generated tokens) -> logprobs (log_softmax of the penalised
+// logits, before temperature, as the model's distribution) -> cpu::Sample (temperature,
+// top-k, top-p, counter-based RNG from (seed, step)).
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "scheduler/sampling_params.h"
+
+namespace ds {
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // highest first, size = requested k
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  bool has_logprobs = false;
+  TokenLogprob logprobs;
+};
+
+// logits: [vocab] fp32, modified in place (penalties). `counts`: generated-token counts.
+// `seed` is the sequence's seed, `step` the index of the token being generated.
+SampleResult SampleToken(float* logits, int64_t vocab, const SamplingParams& params,
+                         const std::unordered_map<int32_t, int>& counts, uint64_t seed,
+                         uint64_t step);
+
+// log_softmax over [vocab]; out may alias logits.
+void LogSoftmax(const float* logits, int64_t vocab, float* out);
+
+}  // namespace ds

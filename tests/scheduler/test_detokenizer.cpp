@@ -1,0 +1,83 @@
+#include <gtest/gtest.h>
+
+#include "scheduler/detokenizer.h"
+
+namespace ds {
+namespace {
+
+// ids < 256 are raw bytes.
+class ByteDecoder : public TokenDecoder {
+ public:
+  std::string Decode(const std::vector<int32_t>& ids, bool) const override {
+    std::string s;
+    for (int32_t id : ids) s.push_back(static_cast<char>(id));
+    return SanitizeUtf8(s);
+  }
+};
+
+TEST(StopStrings, HoldbackComputesLongestStopPrefixSuffix) {
+  EXPECT_EQ(StopPrefixHoldback("hello wor", {"world"}), 3u);
+  EXPECT_EQ(StopPrefixHoldback("hello", {"world"}), 0u);
+  EXPECT_EQ(StopPrefixHoldback("abc", {"c", "bcd"}), 2u);
+  EXPECT_EQ(StopPrefixHoldback("x", {}), 0u);
+}
+
+TEST(StopStrings, MatchSpanningDeltasIsExcludedAndNothingLeaks) {
+  StopStringMatcher m({"STOP"});
+  std::string emitted;
+  for (const char* d : {"ab", "cS", "T", "O", "Pxyz"}) {
+    auto r = m.Append(d);
+    emitted += r.emit;
+    if (r.stop) {
+      EXPECT_EQ(*r.stop, "STOP");
+      break;
+    }
+    EXPECT_EQ(emitted.find('S'), std::string::npos);  // the partial match was held back
+  }
+  EXPECT_TRUE(m.stopped());
+  EXPECT_EQ(emitted, "abc");
+}
+
+TEST(StopStrings, FalseStartIsReleased) {
+  StopStringMatcher m({"STOP"});
+  std::string emitted;
+  emitted += m.Append("aST").emit;
+  EXPECT_EQ(emitted, "a");
+  emitted += m.Append("x").emit;
+  EXPECT_EQ(emitted, "aSTx");
+  emitted += m.Append("S").emit;
+  emitted += m.Flush();
+  EXPECT_EQ(emitted, "aSTxS");
+  EXPECT_FALSE(m.stopped());
+}
+
+TEST(StopStrings, EarliestOfSeveral) {
+  StopStringMatcher m({"cd", "b"});
+  auto r = m.Append("abcd");
+  EXPECT_EQ(r.emit, "a");
+  EXPECT_EQ(*r.stop, "b");
+}
+
+TEST(Utf8, SanitizeReplacesInvalid) {
+  EXPECT_EQ(SanitizeUtf8("abc"), "abc");
+  EXPECT_EQ(SanitizeUtf8("\xC3\xA9"), "\xC3\xA9");
+  EXPECT_EQ(SanitizeUtf8("a\xFFz"), "a\xEF\xBF\xBDz");
+  EXPECT_EQ(SanitizeUtf8("\xE2\x82"), "\xEF\xBF\xBD");            // truncated 3-byte
+  EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+}
+
+TEST(IncrementalDetokenizer, HoldsIncompleteCharactersAndFlushesInvalid) {
+  ByteDecoder dec;
+  IncrementalDetokenizer d(&dec, true);
+  EXPECT_EQ(d.Add('h'), "h");
+  EXPECT_EQ(d.Add(0xE2), "");  // first byte of the euro sign: held back
+  EXPECT_EQ(d.Add(0x82), "");
+  EXPECT_EQ(d.Add(0xAC), "\xE2\x82\xAC");
+  EXPECT_EQ(d.Add(0xFF), "");   // invalid: held back (ends in U+FFFD) ...
+  EXPECT_EQ(d.Add('x'), "\xEF\xBF\xBDx");  // ... and released as U+FFFD with the next text
+  EXPECT_EQ(d.Add(0xF0), "");
+  EXPECT_EQ(d.Flush(), "\xEF\xBF\xBD");     // never-completed character at the end
+}
+
+}  // namespace
+}  // namespace ds
