@@ -1,0 +1,138 @@
+#include "server/text_tokenizer.h"
+
+namespace ds {
+
+namespace {
+std::string ContentText(const nlohmann::json& c) {
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_null()) return "";
+  std::string out;
+  if (c.is_array()) {
+    for (const auto& part : c) {
+      if (part.is_object() && part.value("type", "") == "text" && part.contains("text") &&
+          part["text"].is_string())
+        out += part["text"].get<std::string>();
+    }
+  }
+  return out;
+}
+}  // namespace
+
+StatusOr<std::string> RenderDeepSeekV3Chat(const nlohmann::json& messages,
+                                           const nlohmann::json& tools,
+                                           const ChatTemplateOptions& opts,
+                                           const std::string& bos, const std::string& eos) {
+  if (!messages.is_array() || messages.empty())
+    return InvalidArgument("'messages' must be a non-empty array");
+  std::string system;
+  bool first_sp = true;
+  for (const auto& m : messages) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      return InvalidArgument("each message must be an object with a string 'role'");
+    const std::string role = m["role"];
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
+        role != "developer")
+      return InvalidArgument("unknown message role '" + role + "'");
+    if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() &&
+        !m["content"].is_array())
+      return InvalidArgument("message 'content' must be a string or an array of parts");
+    if (role == "system" || role == "developer") {
+      system += (first_sp ? "" : "\n\n") + ContentText(m.value("content", nlohmann::json()));
+      first_sp = false;
+    }
+  }
+  if (tools.is_array() && !tools.empty()) {
+    system += (first_sp ? "" : "\n\n");
+    system += "## Tools\nYou can call the following functions:\n";
+    for (const auto& t : tools) system += t.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  }
+  std::string out = bos + system;
+  bool is_tool = false, output_first = true;
+  const size_t last = messages.size() - 1;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const auto& m = messages[i];
+    const std::string role = m["role"];
+    const bool open_end = opts.continue_final_message && i == last && role == "assistant";
+    if (role == "user") {
+      is_tool = false;
+      out += "<｜User｜>" + ContentText(m.value("content", nlohmann::json()));
+    } else if (role == "assistant") {
+      const bool has_content = m.contains("content") && !m["content"].is_null();
+      if (!has_content && m.contains("tool_calls") && m["tool_calls"].is_array()) {
+        is_tool = false;
+        bool first = true;
+        for (const auto& tc : m["tool_calls"]) {
+          if (!tc.is_object() || !tc.contains("function") || !tc["function"].is_object())
+            return InvalidArgument("malformed assistant tool_calls");
+          const auto& f = tc["function"];
+          std::string args = f.contains("arguments") && f["arguments"].is_string()
+                                 ? f["arguments"].get<std::string>() : "{}";
+          std::string call = std::string(first ? "<｜Assistant｜><｜tool▁calls▁begin｜>" : "\n") +
+                             "<｜tool▁call▁begin｜>" + tc.value("type", "function") + "<｜tool▁sep｜>" +
+                             f.value("name", "") + "\n```json\n" + args + "\n```<｜tool▁call▁end｜>";
+          out += call;
+          first = false;
+        }
+        out += "<｜tool▁calls▁end｜>" + eos;
+      } else {
+        std::string content = ContentText(m.value("content", nlohmann::json()));
+        if (is_tool) {
+          out += "<｜tool▁outputs▁end｜>" + content + (open_end ? "" : eos);
+          is_tool = false;
+        } else {
+          out += "<｜Assistant｜>" + content + (open_end ? "" : eos);
+        }
+      }
+    } else if (role == "tool") {
+      is_tool = true;
+      std::string content = ContentText(m.value("content", nlohmann::json()));
+      if (output_first) {
+        out += "<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>" + content + "<｜tool▁output▁end｜>";
+        output_first = false;
+      } else {
+        out += "\n<｜tool▁output▁begin｜>" + content + "<｜tool▁output▁end｜>";
+      }
+    }
+  }
+  if (is_tool) out += "<｜tool▁outputs▁end｜>";
+  const bool ends_open = opts.continue_final_message && messages[last]["role"] == "assistant";
+  if (opts.add_generation_prompt && !is_tool && !ends_open) out += "<｜Assistant｜>";
+  return out;
+}
+
+namespace {
+class ByteTokenizer : public TextTokenizer {
+ public:
+  explicit ByteTokenizer(int vocab) : vocab_(vocab) {}
+  StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_special) const override {
+    std::vector<int32_t> ids;
+    if (add_special) ids.push_back(256);
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const override {
+    std::string s;
+    for (int32_t id : ids) {
+      if (id < 256) s.push_back(static_cast<char>(id));
+      else if (!skip_special) s += "<" + std::to_string(id) + ">";
+    }
+    return SanitizeUtf8(s);
+  }
+  std::string TokenText(int32_t id) const override { return Decode({id}, false); }
+  int vocab_size() const override { return vocab_; }
+  std::vector<int32_t> eos_token_ids() const override { return {257}; }
+  StatusOr<std::string> ApplyChatTemplate(const nlohmann::json& messages, const nlohmann::json& tools,
+                                          const ChatTemplateOptions& opts) const override {
+    return RenderDeepSeekV3Chat(messages, tools, opts, "", "");
+  }
+
+ private:
+  int vocab_;
+};
+}  // namespace
+
+std::unique_ptr<TextTokenizer> MakeByteTokenizer(int vocab_size) {
+  return std::make_unique<ByteTokenizer>(vocab_size);
+}
+
+}  // namespace ds
