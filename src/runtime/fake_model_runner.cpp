@@ -13,10 +13,12 @@ uint64_t Mix(uint64_t x) {
 }
 }  // namespace
 
-FakeModelRunner::FakeModelRunner(ModelConfig config, int num_kv_blocks)
+FakeModelRunner::FakeModelRunner(ModelConfig config, int num_kv_blocks, FakeEcho echo)
     : config_(std::move(config)),
       num_blocks_(num_kv_blocks),
-      cache_(static_cast<size_t>(num_kv_blocks) * kBlockSize, 0) {}
+      echo_(echo),
+      cache_(static_cast<size_t>(num_kv_blocks) * kBlockSize, 0),
+      tokens_cache_(static_cast<size_t>(num_kv_blocks) * kBlockSize, -1) {}
 
 uint64_t FakeModelRunner::SlotValue(int32_t token, int32_t pos) {
   return Mix((static_cast<uint64_t>(static_cast<uint32_t>(token)) << 32) ^ static_cast<uint32_t>(pos));
@@ -48,8 +50,9 @@ Status FakeModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
     const int32_t* table = batch.block_tables.data() + static_cast<size_t>(s) * batch.max_blocks;
     for (int t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
       const int32_t pos = batch.positions[t];
-      cache_[static_cast<size_t>(table[pos / kBlockSize]) * kBlockSize + pos % kBlockSize] =
-          SlotValue(batch.token_ids[t], pos);
+      const size_t slot = static_cast<size_t>(table[pos / kBlockSize]) * kBlockSize + pos % kBlockSize;
+      cache_[slot] = SlotValue(batch.token_ids[t], pos);
+      tokens_cache_[slot] = batch.token_ids[t];
     }
   }
   // Logits for the requested tokens: read the whole context back through the block table.
@@ -64,7 +67,24 @@ Status FakeModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
     uint64_t state = 0x1234567ull;
     for (int32_t p = 0; p < ctx; ++p)
       state = Mix(state ^ cache_[static_cast<size_t>(table[p / kBlockSize]) * kBlockSize + p % kBlockSize]);
-    LogitsFromState(state, V, out->logits.data() + i * V);
+    float* row = out->logits.data() + i * V;
+    LogitsFromState(state, V, row);
+    if (echo_.enabled()) {
+      std::vector<int32_t> ctx_tokens(ctx);
+      for (int32_t p = 0; p < ctx; ++p)
+        ctx_tokens[p] = tokens_cache_[static_cast<size_t>(table[p / kBlockSize]) * kBlockSize + p % kBlockSize];
+      int32_t u = -1, a = -1;
+      for (int32_t p = ctx - 1; p >= 0; --p)
+        if (ctx_tokens[p] == echo_.begin) { u = p; break; }
+      if (u >= 0)
+        for (int32_t p = u + 1; p < ctx; ++p)
+          if (ctx_tokens[p] == echo_.end) { a = p; break; }
+      if (a >= 0) {
+        const int32_t src = u + 1 + (ctx - 1 - a);
+        const int32_t next = src < a ? ctx_tokens[src] : echo_.eos;
+        if (next >= 0 && next < V) row[next] += 30.0f;
+      }
+    }
   }
   return Status::Ok();
 }

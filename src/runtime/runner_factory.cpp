@@ -1,5 +1,10 @@
 #include "runtime/runner_factory.h"
 
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "runtime/fake_model_runner.h"
 
 namespace ds {
@@ -23,7 +28,21 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o)
     blocks = static_cast<int>((tokens + kBlockSize - 1) / kBlockSize);
   }
   if (o.load_format == "fake") {
-    return std::unique_ptr<ModelRunner>(std::make_unique<FakeModelRunner>(cfg, blocks));
+    // Optional DIR/fake_runner.json: {"echo_begin": id, "echo_end": id, "echo_eos": id}.
+    FakeEcho echo;
+    const std::filesystem::path fj = std::filesystem::path(o.model_dir) / "fake_runner.json";
+    if (std::filesystem::exists(fj)) {
+      try {
+        std::ifstream in(fj);
+        nlohmann::json j = nlohmann::json::parse(in);
+        echo.begin = j.value("echo_begin", -1);
+        echo.end = j.value("echo_end", -1);
+        echo.eos = j.value("echo_eos", -1);
+      } catch (const std::exception& e) {
+        return InvalidArgument(fj.string() + ": " + e.what());
+      }
+    }
+    return std::unique_ptr<ModelRunner>(std::make_unique<FakeModelRunner>(cfg, blocks, echo));
   }
   if (o.load_format != "auto" && o.load_format != "dummy")
     return InvalidArgument("--load-format must be auto, dummy or fake, got '" + o.load_format + "'");

@@ -1,5 +1,7 @@
 #include "server/text_tokenizer.h"
 
+#include <cstring>
+
 namespace ds {
 
 namespace {
@@ -101,20 +103,45 @@ StatusOr<std::string> RenderDeepSeekV3Chat(const nlohmann::json& messages,
 }
 
 namespace {
+// Bytes are ids 0..255; DeepSeek-V3's marker strings are single ids from 256 on (BOS and EOS
+// are "special": dropped by skip_special_tokens; the rest are ordinary added tokens, as in V3).
+const char* const kByteSpecials[] = {
+    "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
+    "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>", "<｜tool▁outputs▁begin｜>", "<｜tool▁outputs▁end｜>", "<｜tool▁output▁begin｜>",
+    "<｜tool▁output▁end｜>"};
+constexpr int kNumByteSpecials = sizeof(kByteSpecials) / sizeof(kByteSpecials[0]);
+
 class ByteTokenizer : public TextTokenizer {
  public:
   explicit ByteTokenizer(int vocab) : vocab_(vocab) {}
   StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_special) const override {
     std::vector<int32_t> ids;
     if (add_special) ids.push_back(256);
-    for (unsigned char c : text) ids.push_back(c);
+    for (size_t i = 0; i < text.size();) {
+      int hit = -1;
+      if (text[i] == '<')
+        for (int k = 0; k < kNumByteSpecials; ++k)
+          if (text.compare(i, std::strlen(kByteSpecials[k]), kByteSpecials[k]) == 0) { hit = k; break; }
+      if (hit >= 0) {
+        ids.push_back(256 + hit);
+        i += std::strlen(kByteSpecials[hit]);
+      } else {
+        ids.push_back(static_cast<unsigned char>(text[i]));
+        ++i;
+      }
+    }
     return ids;
   }
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const override {
     std::string s;
     for (int32_t id : ids) {
       if (id < 256) s.push_back(static_cast<char>(id));
-      else if (!skip_special) s += "<" + std::to_string(id) + ">";
+      else if (id < 256 + kNumByteSpecials) {
+        if (!(skip_special && id <= 257)) s += kByteSpecials[id - 256];
+      } else if (!skip_special) {
+        s += "<|" + std::to_string(id) + "|>";
+      }
     }
     return SanitizeUtf8(s);
   }
@@ -123,7 +150,7 @@ class ByteTokenizer : public TextTokenizer {
   std::vector<int32_t> eos_token_ids() const override { return {257}; }
   StatusOr<std::string> ApplyChatTemplate(const nlohmann::json& messages, const nlohmann::json& tools,
                                           const ChatTemplateOptions& opts) const override {
-    return RenderDeepSeekV3Chat(messages, tools, opts, "", "");
+    return RenderDeepSeekV3Chat(messages, tools, opts, kByteSpecials[0], kByteSpecials[1]);
   }
 
  private:

@@ -36,8 +36,9 @@ class TextTokenizer : public TokenDecoder {
                                                   const ChatTemplateOptions& opts) const = 0;
 };
 
-// ids 0..255 are bytes; 256 = BOS, 257 = EOS; the chat template is DeepSeek-V3's layout
-// with ASCII markers. For tests.
+// ids 0..255 are bytes; 256.. are DeepSeek-V3's marker strings (256 BOS, 257 EOS, 258
+// <｜User｜>, 259 <｜Assistant｜>, 260.. tool-call markers); DeepSeek-V3 chat layout. For tests
+// and `--tokenizer byte`.
 std::unique_ptr<TextTokenizer> MakeByteTokenizer(int vocab_size);
 
 // Loads the tokenizer in `dir` (tokenizer.json + tokenizer_config.json).
