@@ -1,6 +1,8 @@
 #include "runtime/fake_model_runner.h"
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 namespace ds {
 
@@ -43,6 +45,7 @@ void FakeModelRunner::ReferenceLogits(const std::vector<int32_t>& tokens, int vo
 Status FakeModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
   DS_RETURN_IF_ERROR(batch.Validate(num_blocks_));
   ++calls_;
+  if (echo_.step_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(echo_.step_delay_us));
   tokens_ += batch.num_tokens();
   const int S = batch.num_seqs();
   // Write the new tokens' "KV".

@@ -23,6 +23,7 @@ struct FakeEcho {
   int32_t end = -1;    // e.g. <｜Assistant｜>
   int32_t eos = -1;    // e.g. <｜end▁of▁sentence｜>
   bool enabled() const { return begin >= 0 && end >= 0 && eos >= 0; }
+  int step_delay_us = 0;  // sleep per Forward call (makes "slow" requests for fault tests)
 };
 
 class FakeModelRunner : public ModelRunner {

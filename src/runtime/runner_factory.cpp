@@ -28,7 +28,8 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o)
     blocks = static_cast<int>((tokens + kBlockSize - 1) / kBlockSize);
   }
   if (o.load_format == "fake") {
-    // Optional DIR/fake_runner.json: {"echo_begin": id, "echo_end": id, "echo_eos": id}.
+    // Optional DIR/fake_runner.json: {"echo_begin": id, "echo_end": id, "echo_eos": id,
+    // "step_delay_us": n}.
     FakeEcho echo;
     const std::filesystem::path fj = std::filesystem::path(o.model_dir) / "fake_runner.json";
     if (std::filesystem::exists(fj)) {
@@ -38,6 +39,7 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o)
         echo.begin = j.value("echo_begin", -1);
         echo.end = j.value("echo_end", -1);
         echo.eos = j.value("echo_eos", -1);
+        echo.step_delay_us = j.value("step_delay_us", 0);
       } catch (const std::exception& e) {
         return InvalidArgument(fj.string() + ": " + e.what());
       }

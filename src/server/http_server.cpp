@@ -85,7 +85,11 @@ class Session : public std::enable_shared_from_this<Session> {
     net::async_write(socket_, net::buffer(*data),
                      net::bind_executor(strand_, [self = shared_from_this(), data](
                                                      beast::error_code ec, size_t) {
-                       if (ec) { self->ClientGone(); return; }
+                       if (ec) {
+                         DS_LOG(DEBUG) << "http: write failed: " << ec.message();
+                         self->ClientGone();
+                         return;
+                       }
                        self->DoWrite();
                      }));
   }
@@ -230,6 +234,7 @@ void Session::Watch() {
       net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t n) {
         self->watching_ = false;
         if (ec) {
+          DS_LOG(DEBUG) << "http: connection read ended: " << ec.message();
           if (self->in_request_) self->ClientGone();
           else self->Close();
           return;

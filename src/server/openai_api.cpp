@@ -418,7 +418,7 @@ std::optional<ApiError> ParseBody(const HttpRequest& req, json* body) {
     return ApiError{400, "Content-Type must be application/json", "invalid_request_error", nullptr, nullptr};
   try {
     *body = json::parse(req.body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     return ApiError{400, std::string("malformed JSON body: ") + e.what(), "invalid_request_error", nullptr, nullptr};
   }
   if (!body->is_object())
@@ -568,6 +568,7 @@ void OpenAIServer::HandleGeneration(const HttpRequest& req, std::shared_ptr<Resp
       return std::nullopt;
     };
     auto add_text = [&](const std::string& s) -> std::optional<ApiError> {
+      if (s.empty()) return BadParam("prompt", "the prompt is empty");
       auto ids = tok_->Encode(s, true);
       if (!ids.ok()) return BadParam("prompt", ids.status().message());
       prompts.push_back(*ids);
