@@ -33,7 +33,7 @@ struct RopeConfig {
   int original_max_position_embeddings = 0;  // 0 when type == "default"
   double beta_fast = 32.0;
   double beta_slow = 1.0;
-  double mscale = 1.0;
+  double mscale = 0.0;          // 0 = absent (transformers then uses get_mscale(factor))
   double mscale_all_dim = 0.0;  // 0 = absent
   bool truncate = true;         // transformers' yarn `truncate` (round correction range)
 };
