@@ -1,10 +1,12 @@
 #include "runtime/runner_factory.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/cpu_runner.h"
 #include "runtime/fake_model_runner.h"
 
 namespace ds {
@@ -24,8 +26,13 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o)
   if (o.num_layers > 0 && o.num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = o.num_layers;
   int blocks = o.num_kv_blocks;
   if (blocks <= 0) {
-    const int64_t tokens = o.max_kv_tokens > 0 ? o.max_kv_tokens : 65536;
-    blocks = static_cast<int>((tokens + kBlockSize - 1) / kBlockSize);
+    // CPU: the pool holds max_kv_tokens tokens (default 65,536), capped at 1 GiB of fp32
+    // latent cache (kv_lora_rank + qk_rope_head_dim floats per token per layer).
+    int64_t tokens = o.max_kv_tokens > 0 ? o.max_kv_tokens : 65536;
+    const int64_t per_token = std::max<int64_t>(1, static_cast<int64_t>(cfg.latent_dim()) *
+                                                       cfg.num_hidden_layers * 4);
+    if (o.max_kv_tokens <= 0) tokens = std::min<int64_t>(tokens, (int64_t{1} << 30) / per_token);
+    blocks = static_cast<int>(std::max<int64_t>(1, (tokens + kBlockSize - 1) / kBlockSize));
   }
   if (o.load_format == "fake") {
     // Optional DIR/fake_runner.json: {"echo_begin": id, "echo_end": id, "echo_eos": id,
@@ -48,7 +55,14 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o)
   }
   if (o.load_format != "auto" && o.load_format != "dummy")
     return InvalidArgument("--load-format must be auto, dummy or fake, got '" + o.load_format + "'");
-  return Unimplemented("the CPU model runner is not available in this build yet");
+  if (o.load_format == "dummy")
+    return Unimplemented("--load-format dummy is not supported by the CPU runner yet");
+  if (o.num_layers > 0)
+    return Unimplemented("--num-layers is not supported by the CPU runner yet");
+  CpuRunnerOptions co;
+  co.num_kv_blocks = blocks;
+  DS_ASSIGN_OR_RETURN(auto cpu, CpuModelRunner::Create(o.model_dir, co));
+  return std::unique_ptr<ModelRunner>(std::move(cpu));
 }
 
 }  // namespace ds

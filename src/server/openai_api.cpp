@@ -110,6 +110,7 @@ struct Choice {
   json stop_reason = nullptr;
   std::string error;
   int completion_tokens = 0;
+  std::vector<int32_t> token_ids;
   std::optional<ReasoningParser> rparser;
   std::optional<ToolCallParser> tparser;
 };
@@ -123,6 +124,7 @@ struct Job : std::enable_shared_from_this<Job> {
   bool chat = true, stream = false, include_usage = false, echo = false;
   int logprobs = -1;       // top-k requested (chat: top_logprobs; completions: logprobs)
   bool want_logprobs = false;
+  bool return_token_ids = false;  // vLLM extension: choices carry "token_ids"
   std::string id, model;
   int64_t created = 0;
   std::vector<std::string> prompt_texts;
@@ -164,6 +166,7 @@ struct Job : std::enable_shared_from_this<Job> {
     Choice& c = choices[ci];
     if (c.finished) return;
     c.completion_tokens = o.num_output_tokens;
+    c.token_ids.insert(c.token_ids.end(), o.token_ids.begin(), o.token_ids.end());
     if (o.finished) {
       prompt_cached[c.prompt_index] = o.num_cached_tokens;
       prompt_lens[c.prompt_index] = o.num_prompt_tokens;
@@ -245,7 +248,7 @@ struct Job : std::enable_shared_from_this<Job> {
         delta["tool_calls"] = tc;
       }
       bool has_lp = want_logprobs && !o.logprobs.empty();
-      if (delta.empty() && !has_lp && !o.finished) return;
+      if (delta.empty() && !has_lp && !o.finished && !(return_token_ids && !o.token_ids.empty())) return;
       choice["delta"] = delta;
       choice["logprobs"] = has_lp ? json{{"content", LogprobsChat(o)}} : json(nullptr);
     } else {
@@ -255,7 +258,7 @@ struct Job : std::enable_shared_from_this<Job> {
         c.echo_sent = true;
       }
       bool has_lp = want_logprobs && !o.logprobs.empty();
-      if (text.empty() && !has_lp && !o.finished) return;
+      if (text.empty() && !has_lp && !o.finished && !(return_token_ids && !o.token_ids.empty())) return;
       choice["text"] = text;
       if (has_lp) {
         json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
@@ -266,6 +269,7 @@ struct Job : std::enable_shared_from_this<Job> {
         choice["logprobs"] = nullptr;
       }
     }
+    if (return_token_ids) choice["token_ids"] = o.token_ids;
     choice["finish_reason"] = o.finished ? json(c.finish_reason) : json(nullptr);
     if (o.finished) choice["stop_reason"] = c.stop_reason;
     chunk["choices"] = json::array({choice});
@@ -327,6 +331,7 @@ struct Job : std::enable_shared_from_this<Job> {
     json arr = json::array();
     for (const Choice& c : choices) {
       json ch = {{"index", c.index}, {"finish_reason", c.finish_reason}, {"stop_reason", c.stop_reason}};
+      if (return_token_ids) ch["token_ids"] = c.token_ids;
       if (chat) {
         json msg = {{"role", "assistant"}};
         msg["content"] = (c.text.empty() && !c.calls.empty()) ? json(nullptr) : json(c.text);
@@ -451,7 +456,7 @@ void OpenAIServer::HandleGeneration(const HttpRequest& req, std::shared_ptr<Resp
   SamplingParams sp;
   std::optional<double> temperature, top_p, presence, frequency;
   std::optional<int64_t> top_k, max_tokens, n, seed, min_tokens, top_logprobs, lp_int;
-  std::optional<bool> stream, echo, ignore_eos, lp_bool, skip_special;
+  std::optional<bool> stream, echo, ignore_eos, lp_bool, skip_special, ret_ids;
   std::optional<ApiError> err;
   if ((err = ReadNumber(b, "temperature", 0.0, 2.0, false, &temperature)) ||
       (err = ReadNumber(b, "top_p", 0.0, 1.0, true, &top_p)) ||
@@ -463,7 +468,8 @@ void OpenAIServer::HandleGeneration(const HttpRequest& req, std::shared_ptr<Resp
       (err = ReadInt(b, "min_tokens", 0, 1 << 30, &min_tokens)) ||
       (err = ReadBool(b, "stream", &stream)) ||
       (err = ReadBool(b, "ignore_eos", &ignore_eos)) ||
-      (err = ReadBool(b, "skip_special_tokens", &skip_special)))
+      (err = ReadBool(b, "skip_special_tokens", &skip_special)) ||
+      (err = ReadBool(b, "return_token_ids", &ret_ids)))
     return Send(*w, *err);
   // max_tokens / max_completion_tokens: integer >= 1.
   for (const char* k : {"max_completion_tokens", "max_tokens"}) {
@@ -626,6 +632,7 @@ void OpenAIServer::HandleGeneration(const HttpRequest& req, std::shared_ptr<Resp
   job->echo = echo.value_or(false);
   job->logprobs = logprobs;
   job->want_logprobs = logprobs >= 0;
+  job->return_token_ids = ret_ids.value_or(false);
   const uint64_t rid = next_id_.fetch_add(prompts.size() * num_n + 1);
   char idbuf[48];
   std::snprintf(idbuf, sizeof(idbuf), "%s-%016llx", chat ? "chatcmpl" : "cmpl",

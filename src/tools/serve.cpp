@@ -1,7 +1,9 @@
 // `dsinfer serve`: the OpenAI-compatible continuous-batching server (docs/serve.md).
 #include <csignal>
 #include <cstdio>
-#include <pthread.h>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -16,6 +18,16 @@
 #include "tools/command.h"
 
 namespace {
+
+// SIGINT/SIGTERM: a handler (any thread may receive the signal: OpenBLAS/OpenMP threads exist
+// before we could block signals) records it; the main thread polls. A second signal during
+// the drain exits at once.
+volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_signal_count = 0;
+void OnSignal(int sig) {
+  g_signal = sig;
+  if (++g_signal_count >= 2) std::_Exit(1);
+}
 
 void RaiseFdLimit() {
   rlimit rl{};
@@ -115,12 +127,12 @@ int RunServe(int argc, char** argv) {
     if (std::find(eo.eos_token_ids.begin(), eo.eos_token_ids.end(), id) == eo.eos_token_ids.end())
       eo.eos_token_ids.push_back(id);
 
-  // Block SIGINT/SIGTERM in every thread; the main thread waits for them with sigwait.
-  sigset_t sigs;
-  sigemptyset(&sigs);
-  sigaddset(&sigs, SIGINT);
-  sigaddset(&sigs, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
 
   ds::Engine engine(runner.get(), tok.get(), eo);
   ds::OpenAIServerOptions so;
@@ -153,17 +165,13 @@ int RunServe(int argc, char** argv) {
   std::fprintf(stdout, "dsinfer serve: listening on %s:%d\n", host.c_str(), http.port());
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&sigs, &sig);
+  while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const int sig = g_signal;
   DS_LOG(INFO) << "signal " << sig << ": stopping admission, draining " << engine.num_in_flight()
                << " requests (timeout " << shutdown_timeout << " s)";
   engine.StopAdmission();
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout * 1000));
-  // A second signal during the drain ends it at once.
-  pthread_sigmask(SIG_UNBLOCK, &sigs, nullptr);
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
   while (std::chrono::steady_clock::now() < deadline &&
          (engine.num_in_flight() > 0 || api.num_open_requests() > 0))
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -46,4 +46,4 @@ echo "$STREAM" | grep -q 'data: \[DONE\]' || { echo "curl stream: unexpected $ST
 [ $CURL_OK = 1 ] && echo "PASS curl_smoke" || { echo "FAIL curl_smoke"; exit 1; }
 
 exec "$VENV/bin/python" "$ROOT/tests/server/test_openai_server.py" --dsinfer "$BIN" \
-  --fixture "$FIXTURE" --tokenizer "$TOKENIZER" --byte-fixture "$ROOT/tests/data/serve_fake"
+  --fixture "$FIXTURE" --tokenizer "$TOKENIZER" --byte-fixture "$ROOT/tests/data/serve_fake" --root "$ROOT"

@@ -48,8 +48,9 @@ class Server:
     def __init__(self, dsinfer, model_dir, tokenizer, extra, name="test-model"):
         self.name = name
         cmd = [dsinfer, "serve", "--model", model_dir, "--tokenizer", tokenizer,
-               "--load-format", "fake", "--device", "cpu", "--host", "127.0.0.1", "--port", "0",
-               "--served-model-name", name, "--stats-interval", "5"] + extra
+               "--device", "cpu", "--host", "127.0.0.1", "--port", "0",
+               "--served-model-name", name, "--stats-interval", "5"] + \
+            ([] if "--load-format" in extra else ["--load-format", "fake"]) + extra
         self.log = open(os.path.join(os.environ.get("DS_SERVE_LOG_DIR", "/tmp"),
                                      f"dsinfer_serve_{os.getpid()}_{id(self)}.log"), "w")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
@@ -558,6 +559,48 @@ def t_sigterm_drain(dsinfer, fixture, tokenizer):
     s.stop()
 
 
+def t_consistency_with_generate(dsinfer, root):
+    """Greedy output through the server (continuous batching, concurrent requests) equals
+    `dsinfer generate` on the real CPU runner for the committed fixtures."""
+    for fixture in ["v3_tiny", "v2_lite_tiny"]:
+        model = os.path.join(root, "tests", "data", fixture)
+        prompts = [[1, 2, 3, 4, 5], [7] * 70 + [9, 11], list(range(20, 150)), [5, 4, 3]]
+        expected = []
+        for p in prompts:
+            out = subprocess.run([dsinfer, "generate", "--model", model, "--prompt-ids", ",".join(map(str, p)),
+                                  "--max-tokens", "12", "--ignore-eos", "--output", "json"],
+                                 capture_output=True, text=True, check=True)
+            expected.append(json.loads(out.stdout)["token_ids"])
+        s = Server(dsinfer, model, "byte", ["--load-format", "auto", "--max-num-batched-tokens", "64"])
+        try:
+            got = [None] * len(prompts)
+
+            def one(i):
+                r = httpx.post(s.base + "/v1/completions", timeout=60, json={
+                    "prompt": prompts[i], "max_tokens": 12, "temperature": 0, "ignore_eos": True,
+                    "return_token_ids": True})
+                got[i] = r.json()["choices"][0]["token_ids"]
+
+            ts = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            check(got == expected, (fixture, got, expected))
+            # Streamed, one at a time, same tokens.
+            for i, p in enumerate(prompts[:2]):
+                ids = []
+                with httpx.stream("POST", s.base + "/v1/completions", timeout=60, json={
+                        "prompt": p, "max_tokens": 12, "temperature": 0, "ignore_eos": True, "stream": True,
+                        "return_token_ids": True}) as r:
+                    for line in r.iter_lines():
+                        if line.startswith("data: {"):
+                            ids += json.loads(line[6:])["choices"][0].get("token_ids", [])
+                check(ids == expected[i], (fixture, "stream", ids, expected[i]))
+        finally:
+            s.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dsinfer", required=True)
@@ -565,6 +608,7 @@ def main():
     ap.add_argument("--tokenizer", required=True)
     ap.add_argument("--byte-fixture", required=True)
     ap.add_argument("--only", default="")
+    ap.add_argument("--root", required=True)
     a = ap.parse_args()
     only = set(a.only.split(",")) if a.only else None
     s = Server(a.dsinfer, a.fixture, a.tokenizer,
@@ -582,7 +626,8 @@ def main():
     for fn, args in [(t_api_key, (a.dsinfer, a.fixture, a.tokenizer)),
                      (t_queue_full_503, (a.dsinfer, a.fixture, a.tokenizer)),
                      (t_invalid_utf8, (a.dsinfer, a.byte_fixture)),
-                     (t_sigterm_drain, (a.dsinfer, a.fixture, a.tokenizer))]:
+                     (t_sigterm_drain, (a.dsinfer, a.fixture, a.tokenizer)),
+                     (t_consistency_with_generate, (a.dsinfer, a.root))]:
         if only is None or fn.__name__ in only:
             run_test(fn, *args)
     print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
