@@ -46,7 +46,7 @@ struct Engine::Sequence {
   uint64_t seed = 0;
   bool ever_scheduled = false;
   std::unordered_map<int32_t, int> counts;
-  IncrementalDetokenizer detok;
+  DeltaDetokenizer detok;
   StopStringMatcher stopper;
   std::chrono::steady_clock::time_point arrival, first_scheduled, first_token, last_token;
   int num_output() const { return static_cast<int>(tokens.size()) - num_prompt; }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/cpu_runner.h"
+#include "runtime/dummy_checkpoint.h"
 #include "runtime/fake_model_runner.h"
 
 namespace ds {
@@ -55,13 +56,43 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o)
   }
   if (o.load_format != "auto" && o.load_format != "dummy")
     return InvalidArgument("--load-format must be auto, dummy or fake, got '" + o.load_format + "'");
-  if (o.load_format == "dummy")
-    return Unimplemented("--load-format dummy is not supported by the CPU runner yet");
-  if (o.num_layers > 0)
-    return Unimplemented("--num-layers is not supported by the CPU runner yet");
   CpuRunnerOptions co;
   co.num_kv_blocks = blocks;
-  DS_ASSIGN_OR_RETURN(auto cpu, CpuModelRunner::Create(o.model_dir, co));
+  if (o.load_format == "auto" && o.num_layers <= 0) {
+    DS_ASSIGN_OR_RETURN(auto cpu, CpuModelRunner::Create(o.model_dir, co));
+    return std::unique_ptr<ModelRunner>(std::move(cpu));
+  }
+  // dummy weights, or a layer-truncated view of a checkpoint: a scratch directory with the
+  // edited config.json and (dummy) the generated weights or (auto) links to the checkpoint.
+  namespace fs = std::filesystem;
+  const fs::path src = fs::is_directory(o.model_dir) ? fs::path(o.model_dir) : fs::path(o.model_dir).parent_path();
+  nlohmann::json cj;
+  try {
+    std::ifstream in(src / "config.json");
+    cj = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    return InvalidArgument((src / "config.json").string() + ": " + e.what());
+  }
+  if (o.num_layers > 0 && o.num_layers < cj.value("num_hidden_layers", 0)) cj["num_hidden_layers"] = o.num_layers;
+  DS_ASSIGN_OR_RETURN(std::string scratch, MakeScratchDir("dsinfer_model_"));
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::error_code ec; fs::remove_all(dir, ec); }
+  } cleanup{scratch};
+  if (o.load_format == "dummy") {
+    DS_RETURN_IF_ERROR(WriteDummyCheckpoint(cj, o.seed, scratch));
+  } else {
+    std::ofstream(fs::path(scratch) / "config.json") << cj.dump(1);
+    for (const auto& e : fs::directory_iterator(src)) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > 12 && (name.ends_with(".safetensors") || name.ends_with(".index.json"))) {
+        std::error_code ec;
+        fs::create_symlink(fs::absolute(e.path()), fs::path(scratch) / name, ec);
+        if (ec) return Internal("cannot link " + e.path().string() + ": " + ec.message());
+      }
+    }
+  }
+  DS_ASSIGN_OR_RETURN(auto cpu, CpuModelRunner::Create(scratch, co));
   return std::unique_ptr<ModelRunner>(std::move(cpu));
 }
 

@@ -10,7 +10,7 @@ bool EndsWithReplacementChar(const std::string& s) {
 }
 }  // namespace
 
-std::string IncrementalDetokenizer::Add(int32_t token) {
+std::string DeltaDetokenizer::Add(int32_t token) {
   ids_.push_back(token);
   std::vector<int32_t> prev(ids_.begin() + prefix_, ids_.begin() + read_);
   std::vector<int32_t> all(ids_.begin() + prefix_, ids_.end());
@@ -28,7 +28,7 @@ std::string IncrementalDetokenizer::Add(int32_t token) {
   return {};
 }
 
-std::string IncrementalDetokenizer::Flush() {
+std::string DeltaDetokenizer::Flush() {
   if (read_ == ids_.size()) return {};
   std::vector<int32_t> prev(ids_.begin() + prefix_, ids_.begin() + read_);
   std::vector<int32_t> all(ids_.begin() + prefix_, ids_.end());

@@ -20,9 +20,9 @@ class TokenDecoder {
 // vLLM-style prefix/read offsets: text of a new token = Decode(ids[prefix:]) minus
 // Decode(ids[prefix:read]); a delta ending in U+FFFD (an incomplete multi-byte character,
 // or genuinely invalid bytes) is held back until more tokens arrive or Flush().
-class IncrementalDetokenizer {
+class DeltaDetokenizer {
  public:
-  IncrementalDetokenizer(const TokenDecoder* decoder, bool skip_special_tokens)
+  DeltaDetokenizer(const TokenDecoder* decoder, bool skip_special_tokens)
       : decoder_(decoder), skip_special_(skip_special_tokens) {}
   // Adds one token; returns the newly complete text (possibly empty).
   std::string Add(int32_t token);

@@ -66,9 +66,9 @@ TEST(Utf8, SanitizeReplacesInvalid) {
   EXPECT_EQ(SanitizeUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
 }
 
-TEST(IncrementalDetokenizer, HoldsIncompleteCharactersAndFlushesInvalid) {
+TEST(DeltaDetokenizer, HoldsIncompleteCharactersAndFlushesInvalid) {
   ByteDecoder dec;
-  IncrementalDetokenizer d(&dec, true);
+  DeltaDetokenizer d(&dec, true);
   EXPECT_EQ(d.Add('h'), "h");
   EXPECT_EQ(d.Add(0xE2), "");  // first byte of the euro sign: held back
   EXPECT_EQ(d.Add(0x82), "");
