@@ -43,11 +43,7 @@ StatusOr<std::string> RenderDeepSeekV3Chat(const nlohmann::json& messages,
       first_sp = false;
     }
   }
-  if (tools.is_array() && !tools.empty()) {
-    system += (first_sp ? "" : "\n\n");
-    system += "## Tools\nYou can call the following functions:\n";
-    for (const auto& t : tools) system += t.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  }
+  (void)tools;  // the DeepSeek-V3 template renders no tool definitions (HF semantics)
   std::string out = bos + system;
   bool is_tool = false, output_first = true;
   const size_t last = messages.size() - 1;

@@ -46,8 +46,9 @@ StatusOr<std::unique_ptr<TextTokenizer>> LoadTextTokenizer(const std::string& di
 
 // DeepSeek-V3 chat layout rendered in C++ (the checkpoint's Jinja template, same output):
 // BOS + system prompts, <｜User｜>..., <｜Assistant｜>...<｜end▁of▁sentence｜>, tool calls and
-// tool outputs. `bos`/`eos` are the special token texts. Tools, if given, are described in
-// the system prompt as JSON (the V3 template itself has no tool-description section).
+// tool outputs. `bos`/`eos` are the special token texts. `tools` are accepted and not
+// rendered, exactly as the checkpoint's template does. continue_final_message leaves the
+// last assistant message open (no EOS, no generation prompt).
 StatusOr<std::string> RenderDeepSeekV3Chat(const nlohmann::json& messages,
                                            const nlohmann::json& tools,
                                            const ChatTemplateOptions& opts,
