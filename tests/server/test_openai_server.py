@@ -349,7 +349,7 @@ def t_errors(s):
     expect_error(h.post(chat, json={"model": s.name, "messages": "hi"}), 400)
     # Over the context length: 400, and the server keeps serving.
     expect_error(h.post(chat, json={"model": s.name, "messages": msgs, "max_tokens": 10 ** 7}), 400)
-    expect_error(h.post(cmpl, json={"model": s.name, "prompt": "word " * 3000, "max_tokens": 10}), 400)
+    expect_error(h.post(cmpl, json={"model": s.name, "prompt": "word " * 5000, "max_tokens": 10}), 400)
     expect_error(h.post(chat, json={"model": "no-such-model", "messages": msgs}), 404, "model")
     expect_error(h.post("/v1/nothing", json={}), 404)
     big = b'{"prompt": "' + b"a" * (9 << 20) + b'"}'
