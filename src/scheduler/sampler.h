@@ -26,6 +26,14 @@ struct SampleResult {
   TokenLogprob logprobs;
 };
 
+// cpu::Sample's distribution and RNG (ops.h), without sorting the whole vocabulary when the
+// draw falls among the 256 most likely tokens (the usual case). Probabilities and the walk
+// order (probability descending, then id) are identical; only the all-token mass is taken as
+// the normalised 1.0 instead of being re-summed in sorted order, so the token can differ from
+// cpu::Sample only when the draw lies within rounding (~1e-16) of a boundary.
+int32_t FastSample(const float* logits, int64_t vocab, float temperature, float top_p, int top_k,
+                   uint64_t seed, uint64_t step);
+
 // logits: [vocab] fp32, modified in place (penalties). `counts`: generated-token counts.
 // `seed` is the sequence's seed, `step` the index of the token being generated.
 SampleResult SampleToken(float* logits, int64_t vocab, const SamplingParams& params,

@@ -81,3 +81,32 @@ TEST(DeltaDetokenizer, HoldsIncompleteCharactersAndFlushesInvalid) {
 
 }  // namespace
 }  // namespace ds
+
+#include "backend/cpu/ops.h"
+#include "scheduler/sampler.h"
+
+namespace ds {
+namespace {
+TEST(Sampler, FastSampleMatchesCpuSample) {
+  // Peaked and flat distributions, with and without top-k / top-p.
+  for (int dist = 0; dist < 3; ++dist) {
+    const int V = 5000;
+    std::vector<float> logits(V);
+    uint64_t x = 12345 + dist;
+    for (int i = 0; i < V; ++i) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      logits[i] = static_cast<float>((x >> 40) % 1000) / (dist == 0 ? 100.0f : 1000.0f);
+    }
+    if (dist == 2) logits[77] += 25.0f;
+    for (float t : {0.0f, 0.5f, 1.0f, 1.7f})
+      for (float tp : {1.0f, 0.9f, 0.3f})
+        for (int tk : {0, 1, 5, 300})
+          for (uint64_t step = 0; step < 20; ++step) {
+            cpu::SampleParams p{logits.data(), V, t, tp, tk, 99, step};
+            ASSERT_EQ(FastSample(logits.data(), V, t, tp, tk, 99, step), cpu::Sample(p))
+                << "dist " << dist << " T " << t << " top_p " << tp << " top_k " << tk << " step " << step;
+          }
+  }
+}
+}  // namespace
+}  // namespace ds
