@@ -4,8 +4,7 @@
 // feature) is rendered by RenderDeepSeekV3Chat, the same layout.
 #include "server/text_tokenizer.h"
 
-#if __has_include("server/tokenizer.h") && __has_include("server/chat_template.h")
-#define DS_HAVE_HF_TOKENIZER 1
+#ifdef DS_HAVE_HF_TOKENIZER  // set by CMakeLists.txt when server/tokenizer.h exists
 #include "server/chat_template.h"
 #include "server/tokenizer.h"
 #endif
