@@ -601,6 +601,36 @@ def t_consistency_with_generate(dsinfer, root):
             s.stop()
 
 
+def t_dummy_model_real_tokenizer(dsinfer, root, tokenizer):
+    """The real CPU runner with --load-format dummy (V3 vocabulary, seeded random weights) and
+    the real tokenizer: chat, streaming, n > 1, greedy determinism across batching."""
+    model = os.path.join(root, "tests", "data", "serve_tiny")
+    s = Server(dsinfer, model, tokenizer, ["--load-format", "dummy", "--max-model-len", "1024"])
+    try:
+        c = s.client()
+        msgs = [{"role": "user", "content": "Hello! Who are you?"}]
+        r = c.chat.completions.create(model=s.name, messages=msgs, max_tokens=8, temperature=0)
+        check(r.choices[0].finish_reason in ("length", "stop") and r.usage.completion_tokens >= 1, r)
+        greedy = r.choices[0].message.content
+        chunks = list(c.chat.completions.create(model=s.name, messages=msgs, max_tokens=8, temperature=0, stream=True))
+        check("".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices) == greedy, chunks)
+        r = c.chat.completions.create(model=s.name, messages=msgs, max_tokens=8, n=3, temperature=1.0, seed=5)
+        check(sorted(ch.index for ch in r.choices) == [0, 1, 2], r.choices)
+        out = {}
+
+        def one(i):
+            out[i] = c.chat.completions.create(model=s.name, messages=msgs, max_tokens=8, temperature=0).choices[0].message.content
+
+        ts = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        check(all(v == greedy for v in out.values()), (greedy, out))
+    finally:
+        s.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dsinfer", required=True)
@@ -627,7 +657,8 @@ def main():
                      (t_queue_full_503, (a.dsinfer, a.fixture, a.tokenizer)),
                      (t_invalid_utf8, (a.dsinfer, a.byte_fixture)),
                      (t_sigterm_drain, (a.dsinfer, a.fixture, a.tokenizer)),
-                     (t_consistency_with_generate, (a.dsinfer, a.root))]:
+                     (t_consistency_with_generate, (a.dsinfer, a.root))] + \
+            ([(t_dummy_model_real_tokenizer, (a.dsinfer, a.root, a.tokenizer))] if a.tokenizer != "byte" else []):
         if only is None or fn.__name__ in only:
             run_test(fn, *args)
     print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
