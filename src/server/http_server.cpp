@@ -38,8 +38,8 @@ namespace {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, const HttpServerOptions& opts, const HttpHandler& handler)
-      : socket_(std::move(socket)), strand_(socket_.get_executor()), opts_(opts),
-        handler_(handler) {}
+      : socket_(std::move(socket)), strand_(socket_.get_executor()), idle_timer_(strand_),
+        opts_(opts), handler_(handler) {}
 
   void Start() { net::dispatch(strand_, [self = shared_from_this()] { self->DoRead(); }); }
 
@@ -60,7 +60,18 @@ class Session : public std::enable_shared_from_this<Session> {
   std::atomic<bool> gone{false};  // readable from any thread
 
  private:
+  // Closes a connection that sends no complete request within idle_timeout_s (keep-alive
+  // clients that went quiet; half-sent requests). Disarmed while a request is answered.
+  void ArmIdle() {
+    if (opts_.idle_timeout_s <= 0) return;
+    idle_timer_.expires_after(std::chrono::seconds(opts_.idle_timeout_s));
+    idle_timer_.async_wait(net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->in_request_) return;
+      self->Close();
+    }));
+  }
   void DoRead() {
+    ArmIdle();
     parser_.emplace();
     parser_->body_limit(opts_.body_limit);
     parser_->header_limit(64 * 1024);
@@ -99,6 +110,7 @@ class Session : public std::enable_shared_from_this<Session> {
     response_done_ = false;
     if (!keep_alive_) { Close(); return; }
     if (!watching_) DoRead();  // else the watcher continues into the next request
+    else ArmIdle();
   }
   void ClientGone() {
     if (client_gone_) return;
@@ -118,6 +130,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   tcp::socket socket_;
   net::strand<net::any_io_executor> strand_;
+  net::steady_timer idle_timer_;
   const HttpServerOptions& opts_;
   const HttpHandler& handler_;
   beast::flat_buffer buf_;
@@ -176,6 +189,7 @@ class Writer : public ResponseWriter {
 };
 
 void Session::OnRead(beast::error_code ec) {
+  idle_timer_.cancel();
   if (ec == http::error::body_limit) {
     keep_alive_ = false;
     in_request_ = true;

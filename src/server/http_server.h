@@ -55,6 +55,7 @@ struct HttpServerOptions {
   int port = 8000;           // 0: pick a free port
   int io_threads = 2;
   size_t body_limit = 8 << 20;  // bytes; larger bodies get 413
+  int idle_timeout_s = 60;      // close connections idle this long between requests (0 = never)
 };
 
 class HttpServer {
