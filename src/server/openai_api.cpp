@@ -657,39 +657,36 @@ void OpenAIServer::HandleGeneration(const HttpRequest& req, std::shared_ptr<Resp
   }
   open_requests_.fetch_add(1);
   job->open_counter = &open_requests_;
-  if (job->stream) w->StartStream(200, "text/event-stream");
+  // Hold the job lock while adding: outputs (engine thread) wait until the stream headers
+  // are queued, and a refused admission can still answer with its real status (503/400).
   std::vector<uint64_t> added;
-  for (size_t ci = 0; ci < job->choices.size(); ++ci) {
-    const Choice& c = job->choices[ci];
-    EngineRequest er;
-    er.id = c.engine_id;
-    er.prompt = prompts[c.prompt_index];
-    er.params = sp;
-    int64_t mt = max_tokens ? *max_tokens : (chat ? std::max(1, max_len - static_cast<int>(er.prompt.size())) : 16);
-    er.params.max_tokens = static_cast<int>(mt);
-    if (seed) er.params.seed = static_cast<uint64_t>(*seed) + static_cast<uint64_t>(c.index);
-    std::weak_ptr<Job> weak = job;
-    er.on_output = [job, ci](EngineOutput&& o) { job->OnOutput(static_cast<int>(ci), std::move(o)); };
-    Status st = engine_->Add(std::move(er));
-    if (!st.ok()) {
-      for (uint64_t id : added) engine_->Abort(id);
-      {
-        std::lock_guard<std::mutex> lock(job->mu);
-        job->closed = true;
+  {
+    std::unique_lock<std::mutex> job_lock(job->mu);
+    for (size_t ci = 0; ci < job->choices.size(); ++ci) {
+      const Choice& c = job->choices[ci];
+      EngineRequest er;
+      er.id = c.engine_id;
+      er.prompt = prompts[c.prompt_index];
+      er.params = sp;
+      int64_t mt = max_tokens ? *max_tokens : (chat ? std::max(1, max_len - static_cast<int>(er.prompt.size())) : 16);
+      er.params.max_tokens = static_cast<int>(mt);
+      if (seed) er.params.seed = static_cast<uint64_t>(*seed) + static_cast<uint64_t>(c.index);
+      er.on_output = [job, ci](EngineOutput&& o) { job->OnOutput(static_cast<int>(ci), std::move(o)); };
+      Status st = engine_->Add(std::move(er));
+      if (!st.ok()) {
+        job->closed = true;  // the aborts' final outputs are ignored
+        job_lock.unlock();
+        for (uint64_t id : added) engine_->Abort(id);
+        if (st.code() == StatusCode::kResourceExhausted) {
+          SendError(*w, 503, st.message(), "server_error", nullptr, "service_unavailable");
+        } else {
+          SendError(*w, 400, st.message(), "invalid_request_error");
+        }
+        return;
       }
-      if (job->stream) {
-        // Headers are out; report in-band then end the stream.
-        job->WriteEvent({{"error", {{"message", st.message()}, {"type", st.code() == StatusCode::kResourceExhausted ? "server_error" : "invalid_request_error"}, {"param", nullptr}, {"code", st.code() == StatusCode::kResourceExhausted ? 503 : 400}}}});
-        w->Write("data: [DONE]\n\n");
-        w->End();
-      } else if (st.code() == StatusCode::kResourceExhausted) {
-        SendError(*w, 503, st.message(), "server_error", nullptr, "service_unavailable");
-      } else {
-        SendError(*w, 400, st.message(), "invalid_request_error");
-      }
-      return;
+      added.push_back(job->choices[ci].engine_id);
     }
-    added.push_back(job->choices[ci].engine_id);
+    if (job->stream) w->StartStream(200, "text/event-stream");
   }
   // A disconnect aborts every choice; the engine frees their blocks at its next step.
   std::weak_ptr<Job> weak = job;

@@ -504,6 +504,28 @@ def t_queue_full_503(dsinfer, fixture, tokenizer):
         for r in results:
             if r.status_code == 503:
                 expect_error(r, 503)
+        # Streamed requests are refused with the status too (before any SSE is sent).
+        results.clear()
+
+        def one_stream():
+            with httpx.stream("POST", s.base + "/v1/chat/completions", timeout=60, json={
+                    "messages": [{"role": "user", "content": "q"}], "max_tokens": 100, "ignore_eos": True,
+                    "stream": True}) as r:
+                r.read()
+                results.append(r)
+
+        ts = [threading.Thread(target=one_stream) for _ in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        codes = sorted(r.status_code for r in results)
+        check(codes.count(503) >= 1 and codes.count(200) >= 3 and set(codes) <= {200, 503}, codes)
+        for r in results:
+            if r.status_code == 503:
+                check(json.loads(r.text)["error"]["message"], r.text)
+            else:
+                check(r.text.rstrip().endswith("data: [DONE]"), r.text[-200:])
     finally:
         s.stop()
 
