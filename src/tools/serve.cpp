@@ -1,5 +1,7 @@
 // `dsinfer serve`: the OpenAI-compatible continuous-batching server (docs/serve.md).
 #include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <chrono>
 #include <cstdlib>
@@ -7,9 +9,11 @@
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "common/logging.h"
 #include "model/config.h"
+#include "runtime/dummy_checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/runner_factory.h"
 #include "server/http_server.h"
@@ -29,6 +33,21 @@ void OnSignal(int sig) {
   if (++g_signal_count >= 2) std::_Exit(1);
 }
 
+// The embedded default model (no --model): DeepSeek-V3's architecture at toy size (2 layers,
+// hidden 32, 4 routed experts + 1 shared, MLA with kv_lora_rank 16) and the real 129,280-token
+// vocabulary, with seeded random weights. = tests/data/serve_tiny/config.json.
+constexpr const char* kEmbeddedTinyConfig = R"({"architectures": ["DeepseekV3ForCausalLM"],
+ "model_type": "deepseek_v3", "vocab_size": 129280, "hidden_size": 32, "intermediate_size": 64,
+ "moe_intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
+ "num_key_value_heads": 2, "q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8,
+ "qk_rope_head_dim": 8, "v_head_dim": 8, "n_routed_experts": 4, "n_shared_experts": 1,
+ "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "topk_method": "noaux_tc",
+ "scoring_func": "sigmoid", "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+ "first_k_dense_replace": 1, "moe_layer_freq": 1, "num_nextn_predict_layers": 0,
+ "max_position_embeddings": 4096, "rope_theta": 10000, "rms_norm_eps": 1e-06,
+ "hidden_act": "silu", "attention_bias": false, "tie_word_embeddings": false,
+ "bos_token_id": 0, "eos_token_id": 1, "torch_dtype": "bfloat16"})";
+
 void RaiseFdLimit() {
   rlimit rl{};
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -47,7 +66,9 @@ int RunServe(int argc, char** argv) {
   double shutdown_timeout = 30.0, stats_interval = 10.0;
   bool enable_prefix = true, disable_prefix = false;
   size_t max_body = 8 << 20;
-  app.add_option("--model", ro.model_dir, "model directory (config.json + safetensors)")->required();
+  app.add_option("--model", ro.model_dir,
+                 "model directory (config.json + safetensors); default: an embedded tiny "
+                 "DeepSeek-V3-architecture model with random weights");
   app.add_option("--tokenizer", tokenizer_dir,
                  "tokenizer directory (default: --model); 'byte' = byte-level test tokenizer");
   app.add_option("--served-model-name", served_name, "model name in the API (default: --model)");
@@ -90,7 +111,25 @@ int RunServe(int argc, char** argv) {
   ds::SetLogLevel(lvl);
   RaiseFdLimit();
 
+  std::string embedded_dir;
+  if (ro.model_dir.empty()) {
+    auto dir = ds::MakeScratchDir("dsinfer_embedded_");
+    if (!dir.ok()) {
+      std::fprintf(stderr, "dsinfer serve: %s\n", dir.status().ToString().c_str());
+      return 1;
+    }
+    embedded_dir = *dir;
+    if (served_name.empty()) served_name = "dsinfer-tiny";
+    if (tokenizer_dir.empty()) tokenizer_dir = "byte";
+    nlohmann::json cj = nlohmann::json::parse(kEmbeddedTinyConfig);
+    // With the byte-level tokenizer a 512-token vocabulary keeps the output visible text.
+    if (tokenizer_dir == "byte") cj["vocab_size"] = 512;
+    std::ofstream(embedded_dir + "/config.json") << cj.dump(1);
+    ro.model_dir = embedded_dir;
+    ro.load_format = "dummy";
+  }
   auto runner_or = ds::CreateModelRunner(ro);
+  if (!embedded_dir.empty()) std::filesystem::remove_all(embedded_dir);
   if (!runner_or.ok()) {
     std::fprintf(stderr, "dsinfer serve: %s\n", runner_or.status().ToString().c_str());
     return 1;

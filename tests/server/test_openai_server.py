@@ -47,8 +47,8 @@ def run_test(fn, *args):
 class Server:
     def __init__(self, dsinfer, model_dir, tokenizer, extra, name="test-model"):
         self.name = name
-        cmd = [dsinfer, "serve", "--model", model_dir, "--tokenizer", tokenizer,
-               "--device", "cpu", "--host", "127.0.0.1", "--port", "0",
+        cmd = [dsinfer, "serve"] + (["--model", model_dir] if model_dir else []) + \
+              (["--tokenizer", tokenizer] if tokenizer else []) + ["--device", "cpu", "--host", "127.0.0.1", "--port", "0",
                "--served-model-name", name, "--stats-interval", "5"] + \
             ([] if "--load-format" in extra else ["--load-format", "fake"]) + extra
         self.log = open(os.path.join(os.environ.get("DS_SERVE_LOG_DIR", "/tmp"),
@@ -653,6 +653,17 @@ def t_dummy_model_real_tokenizer(dsinfer, root, tokenizer):
         s.stop()
 
 
+def t_embedded_default_model(dsinfer):
+    """`dsinfer serve` with no --model: the embedded tiny model (CPU, dummy weights)."""
+    s = Server(dsinfer, None, None, ["--load-format", "dummy"], name="dsinfer-tiny")
+    try:
+        r = s.client().chat.completions.create(model="dsinfer-tiny", max_tokens=8,
+                                               messages=[{"role": "user", "content": "hi"}])
+        check(r.usage.completion_tokens == 8 and r.choices[0].finish_reason == "length", r)
+    finally:
+        check(s.stop() == 0, "exit code")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dsinfer", required=True)
@@ -679,7 +690,8 @@ def main():
                      (t_queue_full_503, (a.dsinfer, a.fixture, a.tokenizer)),
                      (t_invalid_utf8, (a.dsinfer, a.byte_fixture)),
                      (t_sigterm_drain, (a.dsinfer, a.fixture, a.tokenizer)),
-                     (t_consistency_with_generate, (a.dsinfer, a.root))] + \
+                     (t_consistency_with_generate, (a.dsinfer, a.root)),
+                     (t_embedded_default_model, (a.dsinfer,))] + \
             ([(t_dummy_model_real_tokenizer, (a.dsinfer, a.root, a.tokenizer))] if a.tokenizer != "byte" else []):
         if only is None or fn.__name__ in only:
             run_test(fn, *args)
