@@ -176,7 +176,10 @@ void Engine::Loop() {
       if (stop_thread_) return;
     }
     try {
-      Step();
+      // No progress with work queued (cannot happen with a consistent policy; defensive):
+      // back off instead of spinning.
+      if (!Step() && (!running_.empty() || !waiting_.empty()))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
     } catch (const std::exception& e) {
       DS_LOG(ERROR) << "engine step failed: " << e.what() << "; aborting running requests";
       std::vector<Sequence*> victims(running_.begin(), running_.end());
