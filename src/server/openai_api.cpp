@@ -650,6 +650,7 @@ void OpenAIServer::HandleGeneration(const HttpRequest& req, std::shared_ptr<Resp
       c.index = static_cast<int>(pi) * num_n + k;
       c.prompt_index = static_cast<int>(pi);
       c.engine_id = rid + 1 + c.index;
+      if (!chat && echo.value_or(false)) c.text_offset = prompt_texts[pi].size();
       if (chat && opts_.reasoning_parser == "deepseek-r1") c.rparser.emplace(opened_think);
       if (chat && tools_on) c.tparser.emplace();
       job->choices.push_back(std::move(c));
