@@ -12,15 +12,25 @@
 
 namespace ds {
 
+namespace {
+RunnerCreateFn& CudaFactory() {
+  static RunnerCreateFn fn = nullptr;
+  return fn;
+}
+}  // namespace
+
+void RegisterCudaRunnerFactory(RunnerCreateFn fn) { CudaFactory() = fn; }
+
 StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o) {
   if (o.device != "cpu" && o.device != "cuda")
     return InvalidArgument("--device must be cpu or cuda, got '" + o.device + "'");
-  if (o.device == "cuda") {
+  if (o.device == "cuda" && o.load_format != "fake") {
 #ifndef DS_WITH_CUDA
     return Unimplemented("--device cuda: this dsinfer was built without CUDA (configure with "
                          "-DDS_CUDA=ON on a machine with the CUDA toolkit)");
 #else
-    return Unimplemented("--device cuda: the CUDA model runner is not available yet");
+    if (!CudaFactory()) return Unimplemented("--device cuda: the CUDA model runner is not in this build");
+    return CudaFactory()(o);
 #endif
   }
   DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));

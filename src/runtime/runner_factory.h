@@ -25,4 +25,10 @@ struct RunnerOptions {
 // cuda in a build without CUDA).
 StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& options);
 
+// The CUDA backend lives in a library linked after dsinfer_core, so it plugs in here: a CUDA
+// build registers its constructor at start-up (src/tools/cuda_runner_hook.cpp) and
+// CreateModelRunner calls it for --device cuda.
+using RunnerCreateFn = StatusOr<std::unique_ptr<ModelRunner>> (*)(const RunnerOptions&);
+void RegisterCudaRunnerFactory(RunnerCreateFn fn);
+
 }  // namespace ds
