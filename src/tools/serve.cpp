@@ -30,7 +30,8 @@ volatile std::sig_atomic_t g_signal = 0;
 volatile std::sig_atomic_t g_signal_count = 0;
 void OnSignal(int sig) {
   g_signal = sig;
-  if (++g_signal_count >= 2) std::_Exit(1);
+  g_signal_count = g_signal_count + 1;
+  if (g_signal_count >= 2) std::_Exit(1);
 }
 
 // The embedded default model (no --model): DeepSeek-V3's architecture at toy size (2 layers,
