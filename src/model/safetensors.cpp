@@ -23,6 +23,9 @@ namespace {
 using json = nlohmann::json;
 
 constexpr uint64_t kMaxHeaderBytes = 100ull * 1000 * 1000;  // 100 MB, as the reference reader
+// {name: {"shape": [..]}} is 3 levels; allow a little slack for unknown entry fields.
+constexpr int kMaxHeaderDepth = 8;
+constexpr int kMaxIndexDepth = 32;  // index "metadata" is free-form
 
 std::string JsonTypeName(const json& j) { return j.type_name(); }
 
@@ -53,13 +56,29 @@ size_t FindInvalidUtf8(const uint8_t* s, size_t n) {
   return std::string::npos;
 }
 
+// Thrown from the parse callback to stop parsing a too-deeply nested document early.
+struct TooDeep {};
+
+std::string Truncated(std::string s, size_t max_chars = 300) {
+  if (s.size() > max_chars) {
+    s.resize(max_chars);
+    s += "...";
+  }
+  return s;
+}
+
 // Parses `text` as JSON; reports duplicate keys of the top-level object (nlohmann would keep
-// only the last one silently, which would hide a tensor).
+// only the last one silently, which would hide a tensor) and stops at nesting deeper than
+// `max_depth` (a safetensors header needs 3 levels; without a limit a 100 MB header of '['
+// builds a multi-GB DOM).
 Status ParseJsonNoDupTopKeys(const char* begin, const char* end, const std::string& what,
-                             json* out) {
+                             int max_depth, json* out) {
   std::set<std::string> seen;
   std::string dup;
   json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json& parsed) {
+    if ((ev == json::parse_event_t::object_start || ev == json::parse_event_t::array_start) &&
+        depth >= max_depth)
+      throw TooDeep{};
     if (ev == json::parse_event_t::key && depth == 1 && parsed.is_string()) {
       const auto& k = parsed.get_ref<const std::string&>();
       if (!seen.insert(k).second && dup.empty()) dup = k;
@@ -69,9 +88,11 @@ Status ParseJsonNoDupTopKeys(const char* begin, const char* end, const std::stri
   try {
     *out = json::parse(begin, end, cb, /*allow_exceptions=*/true);
   } catch (const json::exception& e) {
-    return DataLoss(what + " is not valid JSON: " + e.what());
+    return DataLoss(what + " is not valid JSON: " + Truncated(e.what()));
+  } catch (const TooDeep&) {
+    return DataLoss(what + " nests deeper than " + std::to_string(max_depth) + " levels");
   }
-  if (!dup.empty()) return DataLoss(what + " has the key '" + dup + "' more than once");
+  if (!dup.empty()) return DataLoss(what + " has the key '" + Truncated(dup) + "' more than once");
   return Status::Ok();
 }
 
@@ -179,7 +200,7 @@ Status SafetensorsFile::Parse(const uint8_t* data, size_t size) {
   json j;
   DS_RETURN_IF_ERROR(ParseJsonNoDupTopKeys(reinterpret_cast<const char*>(hdr),
                                            reinterpret_cast<const char*>(hdr + n),
-                                           p + ": header", &j));
+                                           p + ": header", kMaxHeaderDepth, &j));
   if (!j.is_object())
     return DataLoss(p + ": header is not a JSON object (it is " + JsonTypeName(j) + ")");
 
@@ -200,13 +221,13 @@ Status SafetensorsFile::Parse(const uint8_t* data, size_t size) {
                         JsonTypeName(e) + ")");
       for (auto mt = e.begin(); mt != e.end(); ++mt) {
         if (!mt.value().is_string())
-          return DataLoss(p + ": __metadata__ value for '" + mt.key() + "' is not a string (it is " +
+          return DataLoss(p + ": __metadata__ value for '" + Truncated(mt.key()) + "' is not a string (it is " +
                           JsonTypeName(mt.value()) + ")");
         metadata[mt.key()] = mt.value().get<std::string>();
       }
       continue;
     }
-    const std::string where = p + ": tensor '" + name + "'";
+    const std::string where = p + ": tensor '" + Truncated(name) + "'";
     if (!e.is_object())
       return DataLoss(where + ": entry is not an object (it is " + JsonTypeName(e) + ")");
     for (const char* key : {"dtype", "shape", "data_offsets"})
@@ -273,8 +294,9 @@ Status SafetensorsFile::Parse(const uint8_t* data, size_t size) {
   for (const Span& s : spans) {
     if (s.begin == s.end) continue;
     if (prev != nullptr && s.begin < prev->end)
-      return DataLoss(p + ": tensors '" + *prev->name + "' [" + std::to_string(prev->begin) + ", " +
-                      std::to_string(prev->end) + ") and '" + *s.name + "' [" +
+      return DataLoss(p + ": tensors '" + Truncated(*prev->name) + "' [" +
+                      std::to_string(prev->begin) + ", " + std::to_string(prev->end) + ") and '" +
+                      Truncated(*s.name) + "' [" +
                       std::to_string(s.begin) + ", " + std::to_string(s.end) +
                       ") overlap in the data section");
     if (prev == nullptr || s.end > prev->end) prev = &s;
@@ -293,7 +315,8 @@ StatusOr<std::map<std::string, std::string>> ParseSafetensorsIndex(const std::st
   if (bad != std::string::npos)
     return DataLoss(label + ": not valid UTF-8 (byte " + std::to_string(bad) + ")");
   json j;
-  DS_RETURN_IF_ERROR(ParseJsonNoDupTopKeys(text.data(), text.data() + text.size(), label, &j));
+  DS_RETURN_IF_ERROR(
+      ParseJsonNoDupTopKeys(text.data(), text.data() + text.size(), label, kMaxIndexDepth, &j));
   if (!j.is_object()) return DataLoss(label + ": not a JSON object (it is " + JsonTypeName(j) + ")");
   auto wm = j.find("weight_map");
   if (wm == j.end()) return DataLoss(label + ": no 'weight_map'");

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstring>
 #include <set>
 
@@ -150,6 +151,8 @@ struct MalformedCase {
   const char* expect;  // a substring unique to this error
 };
 
+void PrintTo(const MalformedCase& c, std::ostream* os) { *os << c.what; }
+
 std::string Entry(const std::string& body) { return R"({"t":)" + body + "}"; }
 
 std::vector<MalformedCase> MalformedCases() {
@@ -175,6 +178,8 @@ std::vector<MalformedCase> MalformedCases() {
   c.push_back({"invalid JSON", RawFile(R"({"t": {"dtype": )", 0), "header is not valid JSON"});
   c.push_back({"trailing garbage", RawFile(R"({} x)", 0), "header is not valid JSON"});
   c.push_back({"not an object", RawFile("[1,2]", 0), "header is not a JSON object (it is array)"});
+  c.push_back({"nested too deep", RawFile(std::string(100, '[') + std::string(100, ']'), 0),
+               "header nests deeper than 8 levels"});
   c.push_back({"duplicate key",
                RawFile(R"({"t":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
                        R"("t":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})", 2),
@@ -254,6 +259,23 @@ std::vector<MalformedCase> MalformedCases() {
   return c;
 }
 
+// One test per case (each shows up in ctest on its own).
+class MalformedFile : public testing::TestWithParam<MalformedCase> {};
+
+TEST_P(MalformedFile, GivesItsOwnError) {
+  const MalformedCase& tc = GetParam();
+  EXPECT_CONTAINS(ParseError(tc.file), tc.expect);
+}
+
+std::string CaseName(const testing::TestParamInfo<MalformedCase>& info) {
+  std::string n;
+  for (const char* c = info.param.what; *c; ++c)
+    n.push_back(std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_');
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Safetensors, MalformedFile, testing::ValuesIn(MalformedCases()), CaseName);
+
 TEST(SafetensorsMalformed, EachHasItsOwnError) {
   std::set<std::string> messages;
   auto cases = MalformedCases();
@@ -267,6 +289,18 @@ TEST(SafetensorsMalformed, EachHasItsOwnError) {
   // (they carry the offending value), so nothing collapses into a generic "failed".
   EXPECT_EQ(messages.size(), cases.size());
   EXPECT_GE(cases.size(), 12u);
+}
+
+// A 50 MB header of nested brackets is refused quickly, without building a huge DOM; a long
+// tensor name is cut in the message.
+TEST(SafetensorsMalformed, HugeHeadersStayCheap) {
+  const size_t depth = 25'000'000;
+  std::string deep = "{\"t\":" + std::string(depth, '[') + std::string(depth, ']') + "}";
+  EXPECT_CONTAINS(ParseError(RawFile(deep, 0)), "nests deeper than 8 levels");
+  std::string name(1'000'000, 'n');
+  std::string msg = ParseError(RawFile("{\"" + name + "\":{\"dtype\":\"F4\"}}", 0));
+  EXPECT_CONTAINS(msg, "entry has no 'shape'");
+  EXPECT_LT(msg.size(), 1000u);
 }
 
 // Every strict prefix of a valid file is rejected cleanly (truncation anywhere).
