@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/tensor_specs.h"
 
 namespace ds {
 
@@ -49,52 +50,16 @@ Status WriteDummyCheckpoint(const nlohmann::json& config_json, uint64_t seed, co
   cj.erase("quantization_config");
   cj["num_nextn_predict_layers"] = 0;
   DS_ASSIGN_OR_RETURN(ModelConfig c, ParseModelConfig(cj));
-  const int64_t H = c.hidden_size, V = c.vocab_size, heads = c.num_attention_heads;
+  // Names and shapes: the loader's own list (model/tensor_specs.h).
   std::vector<Spec> specs;
-  specs.push_back({"model.embed_tokens.weight", {V, H}, 3});
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l);
-    specs.push_back({p + ".input_layernorm.weight", {H}, 1});
-    specs.push_back({p + ".post_attention_layernorm.weight", {H}, 1});
-    const std::string a = p + ".self_attn";
-    if (c.q_lora_rank > 0) {
-      specs.push_back({a + ".q_a_proj.weight", {c.q_lora_rank, H}, 0});
-      specs.push_back({a + ".q_a_layernorm.weight", {c.q_lora_rank}, 1});
-      specs.push_back({a + ".q_b_proj.weight", {heads * c.qk_head_dim(), c.q_lora_rank}, 0});
-    } else {
-      specs.push_back({a + ".q_proj.weight", {heads * c.qk_head_dim(), H}, 0});
-    }
-    specs.push_back({a + ".kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, H}, 0});
-    specs.push_back({a + ".kv_a_layernorm.weight", {c.kv_lora_rank}, 1});
-    specs.push_back({a + ".kv_b_proj.weight", {heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}, 0});
-    specs.push_back({a + ".o_proj.weight", {H, heads * c.v_head_dim}, 0});
-    const std::string m = p + ".mlp";
-    if (c.is_moe_layer(l)) {
-      const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size;
-      specs.push_back({m + ".gate.weight", {E, H}, 0});
-      if (c.topk_method == TopkMethod::kNoauxTc) specs.push_back({m + ".gate.e_score_correction_bias", {E}, 2});
-      for (int64_t e = 0; e < E; ++e) {
-        const std::string x = m + ".experts." + std::to_string(e);
-        specs.push_back({x + ".gate_proj.weight", {I, H}, 0});
-        specs.push_back({x + ".up_proj.weight", {I, H}, 0});
-        specs.push_back({x + ".down_proj.weight", {H, I}, 0});
-      }
-      if (c.n_shared_experts > 0) {
-        const int64_t S = I * c.n_shared_experts;
-        specs.push_back({m + ".shared_experts.gate_proj.weight", {S, H}, 0});
-        specs.push_back({m + ".shared_experts.up_proj.weight", {S, H}, 0});
-        specs.push_back({m + ".shared_experts.down_proj.weight", {H, S}, 0});
-      }
-    } else {
-      const int64_t I = c.intermediate_size;
-      specs.push_back({m + ".gate_proj.weight", {I, H}, 0});
-      specs.push_back({m + ".up_proj.weight", {I, H}, 0});
-      specs.push_back({m + ".down_proj.weight", {H, I}, 0});
-    }
+  for (const TensorSpec& t : ExpectedTensors(c, /*include_mtp=*/false)) {
+    if (t.scale_inv) continue;
+    int kind = 0;
+    if (t.module == WeightModule::kNorm) kind = 1;
+    else if (t.name.ends_with(".bias") || t.name.ends_with("e_score_correction_bias")) kind = 2;
+    else if (t.module == WeightModule::kEmbedding) kind = 3;
+    specs.push_back({t.name, t.shape, kind});
   }
-  specs.push_back({"model.norm.weight", {H}, 1});
-  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {V, H}, 0});
-
   nlohmann::json header = nlohmann::json::object();
   int64_t offset = 0;
   for (const Spec& s : specs) {
