@@ -75,6 +75,28 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(opts_.body_limit);
     parser_->header_limit(64 * 1024);
+    http::async_read_header(socket_, buf_, *parser_,
+                            net::bind_executor(strand_, [self = shared_from_this()](
+                                                            beast::error_code ec, size_t) {
+                              self->OnHeader(ec);
+                            }));
+  }
+  // "Expect: 100-continue" (curl does this for bodies over 1 KiB): answer before the body.
+  void OnHeader(beast::error_code ec) {
+    if (ec || parser_->is_done()) { OnRead(ec); return; }
+    if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      auto msg = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+      net::async_write(socket_, net::buffer(*msg),
+                       net::bind_executor(strand_, [self = shared_from_this(), msg](
+                                                       beast::error_code wec, size_t) {
+                         if (wec) { self->Close(); return; }
+                         self->ReadBody();
+                       }));
+      return;
+    }
+    ReadBody();
+  }
+  void ReadBody() {
     http::async_read(socket_, buf_, *parser_,
                      net::bind_executor(strand_, [self = shared_from_this()](
                                                      beast::error_code ec, size_t) {
