@@ -521,8 +521,9 @@ void Engine::CheckInvariants() const {
   for (const auto& [id, s] : seqs_) {
     const int cap = static_cast<int>(s->blocks.ids.size()) * kBlockSize;
     DS_CHECK(s->num_computed <= cap) << "sequence " << id << " computed beyond its blocks";
-    if (s->status == SeqStatus::kWaiting || s->status == SeqStatus::kPreempted)
+    if (s->status == SeqStatus::kWaiting || s->status == SeqStatus::kPreempted) {
       DS_CHECK(s->blocks.ids.empty()) << "waiting sequence " << id << " holds blocks";
+    }
     held += static_cast<int>(s->blocks.ids.size());
   }
   DS_CHECK(held >= blocks_.num_used_blocks()) << "leaked KV blocks";

@@ -107,8 +107,12 @@ TEST_P(EngineMatrix, GreedyMatchesReferenceUnderAnySchedule) {
   }
   auto st = e.Stats();
   EXPECT_EQ(st.num_blocks_used, 0);
-  if (c.prefix && c.blocks >= 64 && c.budget < 100) EXPECT_GT(st.prefix_hit_tokens, 0);
-  if (!c.prefix) EXPECT_EQ(st.prefix_hit_tokens, 0);
+  if (c.prefix && c.blocks >= 64 && c.budget < 100) {
+    EXPECT_GT(st.prefix_hit_tokens, 0);
+  }
+  if (!c.prefix) {
+    EXPECT_EQ(st.prefix_hit_tokens, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, EngineMatrix,
