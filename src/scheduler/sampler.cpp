@@ -26,6 +26,52 @@ uint64_t SplitMix64(uint64_t x) {
 }
 }  // namespace
 
+// In the order (probability descending, id ascending) over the tokens `idx`, the first token at
+// which the running mass satisfies `crossed` (monotone), and that running mass; -1 if none.
+// Quickselect on cumulative mass: expected O(n), no full sort.
+template <typename Before, typename Pred>
+std::pair<int32_t, double> Crossing(std::vector<int32_t> idx, const std::vector<double>& prob,
+                                    const Before& before, const Pred& crossed) {
+  double offset = 0.0;
+  bool must = false;  // the crossing is known to lie inside idx (up to rounding)
+  uint64_t rng = 0x9E3779B97F4A7C15ull;
+  while (!idx.empty()) {
+    if (idx.size() <= 64) {
+      std::sort(idx.begin(), idx.end(), before);
+      for (int32_t t : idx) {
+        offset += prob[t];
+        if (crossed(offset)) return {t, offset};
+      }
+      return must ? std::make_pair(idx.back(), offset) : std::make_pair(int32_t{-1}, offset);
+    }
+    rng = SplitMix64(rng);
+    const int32_t pivot = idx[rng % idx.size()];
+    std::vector<int32_t> above, below;
+    above.reserve(idx.size() / 2);
+    below.reserve(idx.size() / 2);
+    double mass_above = 0.0;
+    for (int32_t t : idx) {
+      if (t == pivot) continue;
+      if (before(t, pivot)) {
+        above.push_back(t);
+        mass_above += prob[t];
+      } else {
+        below.push_back(t);
+      }
+    }
+    if (!above.empty() && crossed(offset + mass_above)) {
+      idx.swap(above);
+      must = true;
+      continue;
+    }
+    offset += mass_above;
+    offset += prob[pivot];
+    if (crossed(offset)) return {pivot, offset};
+    idx.swap(below);
+  }
+  return {-1, offset};
+}
+
 int32_t FastSample(const float* logits, int64_t vocab, float temperature, float top_p, int top_k,
                    uint64_t seed, uint64_t step) {
   if (temperature <= 0.0f) {
@@ -47,44 +93,36 @@ int32_t FastSample(const float* logits, int64_t vocab, float temperature, float 
   auto before = [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); };
   const double u = static_cast<double>(SplitMix64(seed ^ SplitMix64(step)) >> 11) * 0x1.0p-53;
   const int64_t K = top_k > 0 ? std::min<int64_t>(top_k, vocab) : vocab;
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  // Walks the m best tokens; returns -1 if the answer lies beyond them (m < K only when
-  // every token is kept, so the kept mass is the normalised 1).
-  auto walk = [&](int64_t m) -> int32_t {
-    std::partial_sort(order.begin(), order.begin() + m, order.end(), before);
-    double kept_mass = 1.0;
-    if (m == K) {
-      kept_mass = 0.0;
-      for (int64_t i = 0; i < K; ++i) kept_mass += prob[order[i]];
-    }
-    int64_t keep = K;
-    if (top_p > 0.0f && top_p < 1.0f) {
-      double cum = 0.0;
-      int64_t k = 0;
-      while (k < m) {
-        cum += prob[order[k]];
-        ++k;
-        if (cum >= top_p * kept_mass) break;
-      }
-      if (cum < top_p * kept_mass && m < K) return -1;
-      keep = k;
+  std::vector<int32_t> kept(vocab);
+  std::iota(kept.begin(), kept.end(), 0);
+  if (K < vocab) {
+    std::nth_element(kept.begin(), kept.begin() + (K - 1), kept.end(), before);
+    kept.resize(K);
+  }
+  double kept_mass = 1.0;  // all tokens: the normalised mass
+  if (K < vocab) {
+    kept_mass = 0.0;
+    for (int32_t t : kept) kept_mass += prob[t];
+  }
+  if (top_p > 0.0f && top_p < 1.0f) {
+    const double thr = top_p * kept_mass;
+    auto [tok, cum] = Crossing(kept, prob, before, [thr](double c) { return c >= thr; });
+    if (tok >= 0) {
+      // Keep the tokens ranked up to and including `tok`.
+      std::vector<int32_t> cut;
+      cut.reserve(64);
+      for (int32_t t : kept)
+        if (t == tok || before(t, tok)) cut.push_back(t);
+      kept.swap(cut);
       kept_mass = cum;
     }
-    const double target = u * kept_mass;
-    double cum = 0.0;
-    const int64_t n = std::min(keep, m);
-    for (int64_t i = 0; i < n; ++i) {
-      cum += prob[order[i]];
-      if (target < cum) return order[i];
-    }
-    return keep <= m ? order[keep - 1] : -1;
-  };
-  if (K == vocab && K > 256) {
-    const int32_t t = walk(256);
-    if (t >= 0) return t;
   }
-  return walk(K);
+  const double target = u * kept_mass;
+  auto [tok, cum] = Crossing(kept, prob, before, [target](double c) { return target < c; });
+  (void)cum;
+  if (tok >= 0) return tok;
+  // Rounding left the draw past the end: the last kept token, as cpu::Sample returns.
+  return *std::min_element(kept.begin(), kept.end(), [&](int32_t a, int32_t b) { return before(b, a); });
 }
 
 SampleResult SampleToken(float* logits, int64_t vocab, const SamplingParams& params,

@@ -26,11 +26,12 @@ struct SampleResult {
   TokenLogprob logprobs;
 };
 
-// cpu::Sample's distribution and RNG (ops.h), without sorting the whole vocabulary when the
-// draw falls among the 256 most likely tokens (the usual case). Probabilities and the walk
-// order (probability descending, then id) are identical; only the all-token mass is taken as
-// the normalised 1.0 instead of being re-summed in sorted order, so the token can differ from
-// cpu::Sample only when the draw lies within rounding (~1e-16) of a boundary.
+// cpu::Sample's distribution and RNG (ops.h) without sorting the vocabulary: the same
+// probabilities, the same walk order (probability descending, then id) and the same u, but
+// the token where the cumulative mass crosses the top-p cut / the draw is found by
+// quickselect on cumulative mass (expected O(vocab)). Masses are summed in a different order,
+// so the token can differ from cpu::Sample only when the draw lies within rounding (~1e-16)
+// of a boundary (tests/scheduler: token-for-token equal over peaked and flat distributions).
 int32_t FastSample(const float* logits, int64_t vocab, float temperature, float top_p, int top_k,
                    uint64_t seed, uint64_t step);
 

@@ -110,3 +110,24 @@ TEST(Sampler, FastSampleMatchesCpuSample) {
 }
 }  // namespace
 }  // namespace ds
+
+namespace ds {
+namespace {
+TEST(Sampler, FastSampleMatchesCpuSampleOnFlatFullVocabulary) {
+  const int V = 129280;  // DeepSeek-V3 vocabulary, near-uniform logits (a random model)
+  std::vector<float> logits(V);
+  uint64_t x = 777;
+  for (int i = 0; i < V; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    logits[i] = static_cast<float>((x >> 40) % 100000) / 50000.0f;
+  }
+  for (float tp : {1.0f, 0.95f, 0.5f})
+    for (int tk : {0, 1000})
+      for (uint64_t step = 0; step < 4; ++step) {
+        cpu::SampleParams p{logits.data(), V, 1.0f, tp, tk, 3, step};
+        ASSERT_EQ(FastSample(logits.data(), V, 1.0f, tp, tk, 3, step), cpu::Sample(p))
+            << "top_p " << tp << " top_k " << tk << " step " << step;
+      }
+}
+}  // namespace
+}  // namespace ds
