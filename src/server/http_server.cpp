@@ -263,7 +263,6 @@ void Session::OnRead(beast::error_code ec) {
 // One outstanding read while a response is in progress: EOF/reset means the client left.
 void Session::Watch() {
   if (watching_ || dead_) return;
-  if (buf_.size() > 64 * 1024) return;  // pipelined data piling up: stop watching
   watching_ = true;
   socket_.async_read_some(
       buf_.prepare(4096),
@@ -276,8 +275,10 @@ void Session::Watch() {
           return;
         }
         self->buf_.commit(n);
-        if (self->in_request_) self->Watch();
-        else self->DoRead();
+        // Bytes while a response is still going out: the next (pipelined) request, or the
+        // client's next request racing our write completion. Stop watching; OnResponseDone
+        // parses it from the buffer.
+        if (!self->in_request_) self->DoRead();
       }));
 }
 

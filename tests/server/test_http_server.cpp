@@ -69,6 +69,27 @@ TEST(HttpServer, KeepAliveTwoRequestsOneConnection) {
   EXPECT_NE(r2.find("GET /b 0"), std::string::npos) << r2;
 }
 
+TEST(HttpServer, ManyBackToBackRequestsOnOneConnection) {
+  // The next request often arrives before the server has seen its previous write complete;
+  // it must still be answered (regression: it used to wait for the idle timeout).
+  HttpServerOptions o;
+  o.idle_timeout_s = 3;
+  Fixture f(o);
+  auto s = f.Connect();
+  for (int i = 0; i < 300; ++i) {
+    std::string path = "/r" + std::to_string(i);
+    std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
+    net::write(s, net::buffer(req));
+    std::string want = "GET " + path + " 0";
+    std::string got;
+    auto t0 = std::chrono::steady_clock::now();
+    while (got.find(want) == std::string::npos &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
+      got += ReadSome(s, 1, 200);
+    ASSERT_NE(got.find(want), std::string::npos) << "request " << i << " unanswered";
+  }
+}
+
 TEST(HttpServer, BodyLimit413) {
   HttpServerOptions o;
   o.body_limit = 100;
