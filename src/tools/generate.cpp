@@ -1,7 +1,10 @@
 // `dsinfer generate`: one prompt through a ModelRunner: the whole prompt in one prefill forward,
 // then one token per decode step through the paged latent cache; sampling with cpu::Sample
 // (temperature 0 = greedy).
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <memory>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -15,6 +18,9 @@
 #include "model/config.h"
 #include "runtime/cpu_runner.h"
 #include "tools/command.h"
+#ifdef DS_WITH_CUDA
+#include "backend/cuda/cuda_runner.h"
+#endif
 
 namespace {
 
@@ -49,6 +55,123 @@ int Fail(int code, const std::string& msg) {
   return code;
 }
 
+// The CPU runner (checkpoint weights, fp32) or the CUDA runner (--device cuda).
+ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& model_dir, const std::string& device,
+                                                          const std::string& load_format, int num_layers, int blocks,
+                                                          int max_tokens_per_pass, ds::MlaMode mode, uint64_t seed,
+                                                          const std::string& fp8_gemm = "kernel") {
+  if (device == "cuda") {
+#ifdef DS_WITH_CUDA
+    ds::cuda::CudaRunnerOptions o;
+    o.model_dir = model_dir;
+    o.load_format = load_format;
+    o.num_layers = num_layers;
+    o.num_kv_blocks = blocks;
+    o.max_tokens_per_pass = max_tokens_per_pass;
+    o.mla_mode = mode;
+    o.seed = seed;
+    o.fp8_gemm = fp8_gemm;
+    return ds::cuda::CreateCudaModelRunner(o);
+#else
+    return ds::Unimplemented("--device cuda: this build has no CUDA backend");
+#endif
+  }
+  if (num_layers > 0) return ds::Unimplemented("--num-layers: only with --device cuda in this build");
+  ds::CpuRunnerOptions opts;
+  opts.num_kv_blocks = blocks;
+  opts.mla_mode = mode;
+  auto r = ds::CpuModelRunner::Create(model_dir, opts);
+  if (!r.ok()) return r.status();
+  return std::unique_ptr<ds::ModelRunner>(std::move(r).value());
+}
+
+// --bench-batch B --bench-prompt-len P: B random prompts of P tokens, prefilled in one
+// Forward (the runner chunks it), then max_tokens - 1 decode steps of B tokens each.
+// Prints the prefill time and the decode step time (median, mean, p90).
+int RunBench(const ds::ModelConfig& cfg, const std::string& model_dir, const std::string& device,
+             const std::string& load_format, int num_layers, int num_kv_blocks, int max_tokens_per_pass,
+             ds::MlaMode mode, int B, int P, int max_tokens, float temperature, float top_p, int top_k, uint64_t seed,
+             const std::string& fp8_gemm) {
+  const int per_seq = (P + max_tokens + ds::kBlockSize - 1) / ds::kBlockSize;
+  const int blocks = num_kv_blocks > 0 ? num_kv_blocks : B * per_seq;
+  if (blocks < B * per_seq) return Fail(2, "--num-kv-blocks too small for the benchmark");
+  const auto t_load0 = Clock::now();
+  auto runner_or = MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm);
+  if (!runner_or.ok()) return Fail(1, runner_or.status().ToString());
+  auto runner = std::move(runner_or).value();
+  const double load_ms = Ms(t_load0, Clock::now());
+  const int64_t V = cfg.vocab_size;
+  ds::ForwardBatch b;
+  b.max_blocks = per_seq;
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 12345;
+  b.query_start.push_back(0);
+  for (int s = 0; s < B; ++s) {
+    for (int i = 0; i < P; ++i) {
+      x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+      b.token_ids.push_back(static_cast<int32_t>(x % static_cast<uint64_t>(V)));
+      b.positions.push_back(i);
+    }
+    b.query_start.push_back((s + 1) * P);
+    b.context_lens.push_back(P);
+    for (int k = 0; k < per_seq; ++k) b.block_tables.push_back(s * per_seq + k);
+    b.logits_indices.push_back((s + 1) * P - 1);
+  }
+  std::vector<std::vector<int32_t>> gen(B);
+  int64_t nonfinite = 0;
+  auto sample_all = [&](const ds::ForwardOutput& out, int step) {
+    for (int s = 0; s < B; ++s) {
+      const float* lg = out.logits.data() + static_cast<int64_t>(s) * V;
+      for (int64_t i = 0; i < V; ++i) nonfinite += !std::isfinite(lg[i]);
+      gen[s].push_back(ds::cpu::Sample({lg, V, temperature, top_p, top_k, seed + s, static_cast<uint64_t>(step)}));
+    }
+  };
+  ds::ForwardOutput out;
+  const auto tp0 = Clock::now();
+  ds::Status st = runner->Forward(b, &out);
+  if (!st.ok()) return Fail(1, "prefill: " + st.ToString());
+  const double prefill_ms = Ms(tp0, Clock::now());
+  std::fprintf(stderr, "bench: prefill of %d x %d tokens done in %.1f ms\n", B, P, prefill_ms);
+  sample_all(out, 0);
+  std::vector<double> step_ms;
+  for (int step = 1; step < max_tokens; ++step) {
+    ds::ForwardBatch d;
+    d.max_blocks = per_seq;
+    d.block_tables = b.block_tables;
+    d.query_start.push_back(0);
+    for (int s = 0; s < B; ++s) {
+      d.token_ids.push_back(gen[s].back());
+      d.positions.push_back(P + step - 1);
+      d.query_start.push_back(s + 1);
+      d.context_lens.push_back(P + step);
+      d.logits_indices.push_back(s);
+    }
+    const auto t0 = Clock::now();
+    st = runner->Forward(d, &out);
+    if (!st.ok()) return Fail(1, "decode step " + std::to_string(step) + ": " + st.ToString());
+    step_ms.push_back(Ms(t0, Clock::now()));
+    if (step % 32 == 0) std::fprintf(stderr, "bench: decode step %d: %.2f ms\n", step, step_ms.back());
+    sample_all(out, step);
+  }
+  std::vector<double> sorted = step_ms;
+  std::sort(sorted.begin(), sorted.end());
+  double mean = 0;
+  for (double v : step_ms) mean += v;
+  mean = step_ms.empty() ? 0 : mean / step_ms.size();
+  const double med = sorted.empty() ? 0 : sorted[sorted.size() / 2];
+  const double p90 = sorted.empty() ? 0 : sorted[sorted.size() * 9 / 10];
+  std::printf("bench: device=%s model=%s layers=%d load=%s fp8_gemm=%s batch=%d prompt_len=%d generated=%d per sequence\n",
+              device.c_str(), cfg.model_type.c_str(), cfg.num_hidden_layers, load_format.c_str(), fp8_gemm.c_str(), B, P,
+              static_cast<int>(gen[0].size()));
+  std::printf("load_ms=%.0f\n", load_ms);
+  std::printf("prefill_ms=%.1f (%d tokens, %.0f tok/s)\n", prefill_ms, B * P, B * P / (prefill_ms / 1000.0));
+  std::printf("decode_step_ms median=%.2f mean=%.2f p90=%.2f over %zu steps (%.0f output tok/s)\n", med, mean, p90,
+              step_ms.size(), mean > 0 ? B / (mean / 1000.0) : 0.0);
+  std::printf("nonfinite_logits=%lld\nseq0_tokens:", static_cast<long long>(nonfinite));
+  for (size_t i = 0; i < std::min<size_t>(16, gen[0].size()); ++i) std::printf(" %d", gen[0][i]);
+  std::printf("\n");
+  return nonfinite == 0 ? 0 : 1;
+}
+
 int RunGenerate(int argc, char** argv) {
   CLI::App app{"Generate tokens for one prompt"};
   std::string model_dir, prompt, prompt_ids_str, device = "cpu", output = "text", mla = "auto";
@@ -56,7 +179,21 @@ int RunGenerate(int argc, char** argv) {
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool ignore_eos = false;
+  std::string load_format = "auto", fp8_gemm = "kernel";
+  int num_layers = 0, num_kv_blocks = 0, max_tokens_per_pass = 8192, bench_batch = 0, bench_prompt_len = 0;
   app.add_option("--model", model_dir, "model directory (config.json + safetensors)")->required();
+  app.add_option("--load-format", load_format, "auto (safetensors) | dummy (seeded random weights, --device cuda)")
+      ->check(CLI::IsMember({"auto", "dummy"}));
+  app.add_option("--num-layers", num_layers, "run only the first N decoder layers (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--num-kv-blocks", num_kv_blocks, "KV pool size in 64-token blocks (0 = what the run needs)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-tokens-per-pass", max_tokens_per_pass, "CUDA: tokens per model pass (longer prefills are chunked)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--fp8-gemm", fp8_gemm, "CUDA FP8 projections: kernel | cublas | cublas-all (see cuda_runner.h)")
+      ->check(CLI::IsMember({"kernel", "cublas", "cublas-all"}));
+  app.add_option("--bench-batch", bench_batch, "benchmark: this many random prompts (ignores --prompt-ids)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--bench-prompt-len", bench_prompt_len, "benchmark: tokens per random prompt")->check(CLI::NonNegativeNumber);
   auto* p_text = app.add_option("--prompt", prompt, "prompt text (needs the tokenizer)");
   auto* p_ids = app.add_option("--prompt-ids", prompt_ids_str, "prompt token ids, comma-separated");
   p_text->excludes(p_ids);
@@ -78,19 +215,22 @@ int RunGenerate(int argc, char** argv) {
   if (top_p <= 0.0f) return Fail(2, "--top-p must be in (0, 1]");
 
   std::vector<int32_t> prompt_ids;
-  if (!prompt.empty() || p_text->count() > 0) {
-    return Fail(2, "--prompt: tokenizer not available yet; pass --prompt-ids");
+  const bool bench = bench_batch > 0;
+  if (bench && bench_prompt_len <= 0) return Fail(2, "--bench-batch needs --bench-prompt-len > 0");
+  if (!bench) {
+    if (!prompt.empty() || p_text->count() > 0) {
+      return Fail(2, "--prompt: tokenizer not available yet; pass --prompt-ids");
+    }
+    if (p_ids->count() == 0) return Fail(2, "one of --prompt or --prompt-ids is required");
+    if (!ParseIds(prompt_ids_str, &prompt_ids))
+      return Fail(2, "--prompt-ids: expected a comma-separated list of non-negative integers");
   }
-  if (p_ids->count() == 0) return Fail(2, "one of --prompt or --prompt-ids is required");
-  if (!ParseIds(prompt_ids_str, &prompt_ids))
-    return Fail(2, "--prompt-ids: expected a comma-separated list of non-negative integers");
-
   if (device == "cuda") {
-#ifdef DS_WITH_CUDA
-    return Fail(1, "--device cuda: the CUDA model runner is not available in this build yet");
-#else
+#ifndef DS_WITH_CUDA
     return Fail(1, "--device cuda: this build has no CUDA backend (configure with -DDS_CUDA=ON)");
 #endif
+  } else if (load_format == "dummy") {
+    return Fail(2, "--load-format dummy: only with --device cuda in this build");
   }
 
   ds::MlaMode mode = ds::MlaMode::kAuto;
@@ -98,23 +238,24 @@ int RunGenerate(int argc, char** argv) {
   const auto t_load0 = Clock::now();
   auto cfg = ds::LoadModelConfig(model_dir);
   if (!cfg.ok()) return Fail(1, cfg.status().ToString());
+  if (num_layers > 0 && num_layers < cfg->num_hidden_layers) cfg->num_hidden_layers = num_layers;
+  if (bench) return RunBench(*cfg, model_dir, device, load_format, num_layers, num_kv_blocks, max_tokens_per_pass,
+                             mode, bench_batch, bench_prompt_len, max_tokens, temperature, top_p, top_k, seed, fp8_gemm);
   for (int32_t id : prompt_ids)
     if (id >= cfg->vocab_size)
       return Fail(2, "--prompt-ids: token " + std::to_string(id) + " is outside the vocabulary (" +
                          std::to_string(cfg->vocab_size) + ")");
   const int64_t total = static_cast<int64_t>(prompt_ids.size()) + max_tokens;
-  ds::CpuRunnerOptions opts;
-  opts.num_kv_blocks = static_cast<int>((total + ds::kBlockSize - 1) / ds::kBlockSize);
-  opts.mla_mode = mode;
-  auto runner_or = ds::CpuModelRunner::Create(model_dir, opts);
+  const int blocks = num_kv_blocks > 0 ? num_kv_blocks : static_cast<int>((total + ds::kBlockSize - 1) / ds::kBlockSize);
+  auto runner_or = MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm);
   if (!runner_or.ok()) return Fail(1, runner_or.status().ToString());
   auto runner = std::move(runner_or).value();
   const auto t_load1 = Clock::now();
 
   // One sequence owning blocks 0..n-1.
   ds::ForwardBatch b;
-  b.max_blocks = opts.num_kv_blocks;
-  for (int i = 0; i < opts.num_kv_blocks; ++i) b.block_tables.push_back(i);
+  b.max_blocks = blocks;
+  for (int i = 0; i < blocks; ++i) b.block_tables.push_back(i);
   b.query_start = {0, 0};
   b.context_lens = {0};
   const int64_t V = cfg->vocab_size;

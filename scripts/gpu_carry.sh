@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Packs what the GPU machine needs into DEST (default /work/main/.carry, an ignored folder of
+# the checkout that the device tool sends): bin.tar.xz with the prebuilt binaries from
+# build-cuda, the fixtures, the real DeepSeek-V3 config and shared libraries the target may
+# lack, plus the scripts. On the GPU machine: bash .carry/scripts/gpu_run.sh
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DEST=${1:-/work/main/.carry}
+B="$ROOT/build-cuda"
+STAGE=$(mktemp -d)
+mkdir -p "$STAGE/bin/lib" "$STAGE/bin/data/deepseek-v3"
+for f in dsinfer dsinfer_cuda_tests dsinfer_tests; do [ -x "$B/$f" ] && cp "$B/$f" "$STAGE/bin/"; done
+strip "$STAGE"/bin/dsinfer* 2>/dev/null || true
+cp -r "$ROOT"/tests/data/* "$STAGE/bin/data/"
+cp "$ROOT/../shared/models/deepseek-v3/config.json" "$STAGE/bin/data/deepseek-v3/"
+cp -L /usr/lib/x86_64-linux-gnu/libgomp.so.1 "$STAGE/bin/lib/"
+git -C "$ROOT" rev-parse --short HEAD >"$STAGE/bin/COMMIT"
+rm -rf "$DEST"
+mkdir -p "$DEST/scripts"
+tar -C "$STAGE" -cf - bin | xz -T2 -6 >"$DEST/bin.tar.xz"
+cp "$ROOT"/scripts/gpu_check.sh "$ROOT"/scripts/gpu_run.sh "$DEST/scripts/"
+rm -rf "$STAGE"
+du -sh "$DEST"

@@ -1,0 +1,917 @@
+#include "backend/cuda/cuda_runner.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "backend/cuda/allocator.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/embedding.h"
+#include "backend/cuda/fp8_quant.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/grouped_gemm.h"
+#include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_prefill.h"
+#include "backend/cuda/moe_permute.h"
+#include "backend/cuda/moe_routing.h"
+#include "backend/cuda/rmsnorm.h"
+#include "backend/cuda/rope.h"
+#include "backend/cuda/runner_kernels.h"
+#include "backend/cuda/silu_and_mul.h"
+#include "backend/cuda/stream.h"
+#include "common/dtype.h"
+#include "common/logging.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+namespace ds::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (as the CPU model)
+constexpr float kDummyStd = 0.02f;
+
+int64_t RoundUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+template <typename T>
+void Upload(DeviceBuffer* b, const std::vector<T>& h) {
+  b->Reset(std::max<size_t>(1, h.size() * sizeof(T)));
+  if (!h.empty()) DS_CUDA_CHECK(cudaMemcpy(b->get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+std::vector<uint16_t> ToBf16Bits(const std::vector<float>& v) {
+  std::vector<uint16_t> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) o[i] = ::ds::F32ToBf16(v[i]);
+  return o;
+}
+
+// y = x @ W^T; W bf16 [N, K], or e4m3 [N, K] with block scales.
+struct Linear {
+  int64_t N = 0, K = 0;
+  bool fp8 = false;
+  DeviceBuffer w;      // bf16 [N, K]
+  DeviceBuffer wq;     // e4m3 [N, K]
+  DeviceBuffer s_blk;  // [ceil(N/128), Fp8WeightScaleLd(K)] (cuBLASLt layout)
+  DeviceBuffer s_raw;  // [ceil(N/128), ceil(K/128)] (checkpoint layout, in-kernel path)
+};
+
+struct MlaW {
+  Linear q_a, q_b, q, kv_a, o;
+  DeviceBuffer q_a_norm, kv_a_norm;  // fp32
+  DeviceBuffer kv_b;                 // bf16 [H * (nope + v), kv_lora]
+  DeviceBuffer w_uk_t;               // bf16 [H, kv_lora, nope]
+};
+
+struct LayerW {
+  DeviceBuffer in_norm, post_norm;  // fp32 [hidden]
+  MlaW attn;
+  bool moe = false;
+  Linear gate_up, down;             // dense MLP, or the shared experts of a MoE layer
+  bool has_mlp = false;
+  DeviceBuffer router;              // fp32 [E, hidden]
+  DeviceBuffer bias;                // fp32 [E] (empty: none)
+  bool experts_fp8 = false;
+  DeviceBuffer w13, w13_s, w2, w2_s;  // [E, 2I, H], [E, H, I] (+ block scales [E, nb, kb])
+};
+
+class CudaModelRunner : public ModelRunner {
+ public:
+  CudaModelRunner(const ModelConfig& cfg, const CudaRunnerOptions& o) : cfg_(cfg), opts_(o) {
+    const char* e = std::getenv("DS_CUDA_PROFILE");
+    prof_on_ = e && std::string(e) == "1";
+  }
+  ~CudaModelRunner() override {
+    if (!prof_on_ || prof_ms_.empty()) return;
+    double total = 0;
+    for (const auto& [k, v] : prof_ms_) total += v;
+    std::string line = "cuda runner profile (device ms, all passes):";
+    for (const auto& [k, v] : prof_ms_) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " %s=%.1f (%.1f%%)", k.c_str(), v, 100.0 * v / total);
+      line += buf;
+    }
+    DS_LOG(INFO) << line;
+  }
+  const ModelConfig& config() const override { return cfg_; }
+  int num_kv_blocks() const override { return num_blocks_; }
+  Status Forward(const ForwardBatch& batch, ForwardOutput* out) override;
+
+  Status Init(const Checkpoint* ckpt);
+
+ private:
+  // ---- weights ----
+  Status LoadLinear(const std::string& name, int64_t N, int64_t K, Linear* L);
+  Status LoadVec(const std::string& name, int64_t n, float dummy_value, DeviceBuffer* b);
+  Status LoadBf16(const std::string& name, int64_t N, int64_t K, DeviceBuffer* b);  // dequantised if FP8
+  Status LoadLayer(int l, LayerW* L);
+  uint64_t NextSeed() { return opts_.seed * 0x9E3779B97F4A7C15ull + (++tensor_counter_) * 0xD1B54A32D192ED03ull; }
+  void FinishLinear(Linear* L, const std::vector<float>* raw_scales);
+
+  // ---- compute ----
+  void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
+  // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise).
+  void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
+                int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch);
+  void RunPass(const ForwardBatch& b, float* logits_out);
+  void Mla(int l, const ForwardBatch& b, int64_t T);
+  void Mlp(int l, int64_t T);
+  // DS_CUDA_PROFILE=1: events between phases; Mark(name) ends phase `name`.
+  void Mark(const char* name) {
+    if (!prof_on_) return;
+    cudaEvent_t e;
+    DS_CUDA_CHECK(cudaEventCreate(&e));
+    DS_CUDA_CHECK(cudaEventRecord(e, s_));
+    marks_.push_back({prof_prefix_ + name, e});
+  }
+  void CollectMarks() {
+    if (!prof_on_ || marks_.empty()) return;
+    DS_CUDA_CHECK(cudaEventSynchronize(marks_.back().second));
+    for (size_t i = 1; i < marks_.size(); ++i) {
+      float ms = 0;
+      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second));
+      prof_ms_[marks_[i].first] += ms;
+    }
+    for (auto& m : marks_) cudaEventDestroy(m.second);
+    marks_.clear();
+  }
+  bool prof_on_ = false;
+  std::string prof_prefix_;
+  std::vector<std::pair<std::string, cudaEvent_t>> marks_;
+  std::map<std::string, double> prof_ms_;
+
+  ModelConfig cfg_;
+  CudaRunnerOptions opts_;
+  const Checkpoint* ckpt_ = nullptr;
+  bool dummy_ = false;
+  uint64_t tensor_counter_ = 0;
+  Stream stream_;
+  cudaStream_t s_ = nullptr;
+  int num_blocks_ = 0;
+  RopeTables rope_;
+  DeviceBuffer d_cos_, d_sin_;
+  DeviceBuffer embed_, final_norm_, lm_head_;
+  Linear lm_head_lin_;
+  std::vector<LayerW> layers_;
+  std::vector<DeviceBuffer> cache_;  // per layer bf16 [num_blocks * 64, L]
+  bool use_cublas_fp8_ = true;
+
+  // ---- activations (grown on demand) ----
+  DeviceBuffer ids_, pos_, slots_, residual_, h32_, h16_, o32_, mlp32_, q32_, cq32_, cq16_, lat32_;
+  DeviceBuffer attn32_, gu32_, act32_, xq_, xs_, offs1_, xhi_, xlo_, hhi_, hlo_;
+  DeviceBuffer ctx_slots_, lat16_, rope32_, kv32_, grp_qs_, grp_ks_, grp_pos0_;
+  DeviceBuffer tok_idx_, qa32_, qlat32_, olat32_, ova32_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
+  DeviceBuffer rlogits_, topk_ids_, topk_w_, moe_offs_, moe_pos_, moe_src_, moe_ws_, xp16_, egu32_, eact16_, ey16_;
+  DeviceBuffer sel32_, logits_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Weights
+
+void CudaModelRunner::FinishLinear(Linear* L, const std::vector<float>* raw_scales) {
+  if (!L->fp8) return;
+  const int64_t nb = (L->N + 127) / 128, kb = (L->K + 127) / 128, ld = Fp8WeightScaleLd(L->K);
+  std::vector<float> raw;
+  if (raw_scales) {
+    raw = *raw_scales;
+  } else {  // dummy: dequantised values uniform in +-kDummyStd * sqrt(3)
+    raw.assign(nb * kb, kDummyStd * std::sqrt(3.f) / 448.f);
+  }
+  std::vector<float> blk(nb * ld, 0.f);
+  for (int64_t i = 0; i < nb; ++i)
+    for (int64_t j = 0; j < kb; ++j) blk[i * ld + j] = raw[i * kb + j];
+  Upload(&L->s_raw, raw);
+  Upload(&L->s_blk, blk);
+}
+
+Status CudaModelRunner::LoadLinear(const std::string& name, int64_t N, int64_t K, Linear* L) {
+  L->N = N;
+  L->K = K;
+  if (dummy_) {
+    L->fp8 = cfg_.quant.fp8;
+    if (L->fp8) {
+      L->wq.Reset(N * K);
+      RandomFp8(L->wq.as<uint8_t>(), N * K, NextSeed(), s_);
+      FinishLinear(L, nullptr);
+    } else {
+      L->w.Reset(N * K * sizeof(bf16));
+      RandomUniformBf16(L->w.as<bf16>(), N * K, kDummyStd * std::sqrt(3.f), NextSeed(), s_);
+    }
+    return Status::Ok();
+  }
+  const TensorView* t = ckpt_->Find(name);
+  if (!t) return NotFound("tensor '" + name + "' not found in the checkpoint");
+  if (t->dtype == DType::kF8E4M3) {
+    if (t->shape != std::vector<int64_t>{N, K})
+      return InvalidArgument("tensor '" + name + "' has an unexpected shape");
+    L->fp8 = true;
+    L->wq.Reset(N * K);
+    DS_CUDA_CHECK(cudaMemcpy(L->wq.get(), t->data, N * K, cudaMemcpyHostToDevice));
+    const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
+    DS_ASSIGN_OR_RETURN(std::vector<float> sc, LoadTensorF32(*ckpt_, name + "_scale_inv", {nb, kb}));
+    FinishLinear(L, &sc);
+    return Status::Ok();
+  }
+  DS_ASSIGN_OR_RETURN(std::vector<float> w, LoadTensorF32(*ckpt_, name, {N, K}, cfg_.quant.weight_block_size));
+  Upload(&L->w, ToBf16Bits(w));
+  return Status::Ok();
+}
+
+Status CudaModelRunner::LoadBf16(const std::string& name, int64_t N, int64_t K, DeviceBuffer* b) {
+  if (dummy_) {
+    b->Reset(N * K * sizeof(bf16));
+    RandomUniformBf16(b->as<bf16>(), N * K, kDummyStd * std::sqrt(3.f), NextSeed(), s_);
+    return Status::Ok();
+  }
+  DS_ASSIGN_OR_RETURN(std::vector<float> w, LoadTensorF32(*ckpt_, name, {N, K}, cfg_.quant.weight_block_size));
+  Upload(b, ToBf16Bits(w));
+  return Status::Ok();
+}
+
+Status CudaModelRunner::LoadVec(const std::string& name, int64_t n, float dummy_value, DeviceBuffer* b) {
+  if (dummy_) {
+    b->Reset(n * sizeof(float));
+    FillF32(b->as<float>(), n, dummy_value, s_);
+    return Status::Ok();
+  }
+  DS_ASSIGN_OR_RETURN(std::vector<float> v, LoadTensorF32(*ckpt_, name, {n}, cfg_.quant.weight_block_size));
+  Upload(b, v);
+  return Status::Ok();
+}
+
+Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
+  const int64_t Hd = cfg_.hidden_size, H = cfg_.num_attention_heads, nope = cfg_.qk_nope_head_dim;
+  const int64_t rd = cfg_.qk_rope_head_dim, dqk = nope + rd, vd = cfg_.v_head_dim, kvl = cfg_.kv_lora_rank;
+  const int64_t ql = cfg_.q_lora_rank;
+  const std::string p = "model.layers." + std::to_string(l);
+  DS_RETURN_IF_ERROR(LoadVec(p + ".input_layernorm.weight", Hd, 1.f, &L->in_norm));
+  DS_RETURN_IF_ERROR(LoadVec(p + ".post_attention_layernorm.weight", Hd, 1.f, &L->post_norm));
+  const std::string a = p + ".self_attn";
+  MlaW& m = L->attn;
+  if (ql > 0) {
+    DS_RETURN_IF_ERROR(LoadLinear(a + ".q_a_proj.weight", ql, Hd, &m.q_a));
+    DS_RETURN_IF_ERROR(LoadVec(a + ".q_a_layernorm.weight", ql, 1.f, &m.q_a_norm));
+    DS_RETURN_IF_ERROR(LoadLinear(a + ".q_b_proj.weight", H * dqk, ql, &m.q_b));
+  } else {
+    DS_RETURN_IF_ERROR(LoadLinear(a + ".q_proj.weight", H * dqk, Hd, &m.q));
+  }
+  DS_RETURN_IF_ERROR(LoadLinear(a + ".kv_a_proj_with_mqa.weight", kvl + rd, Hd, &m.kv_a));
+  DS_RETURN_IF_ERROR(LoadVec(a + ".kv_a_layernorm.weight", kvl, 1.f, &m.kv_a_norm));
+  DS_RETURN_IF_ERROR(LoadBf16(a + ".kv_b_proj.weight", H * (nope + vd), kvl, &m.kv_b));
+  DS_RETURN_IF_ERROR(LoadLinear(a + ".o_proj.weight", Hd, H * vd, &m.o));
+  {  // W_UK^T per head: w_uk_t[h][c][d] = kv_b[h * (nope + v) + d][c]
+    std::vector<uint16_t> kvb(H * (nope + vd) * kvl), t(H * kvl * nope);
+    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+    DS_CUDA_CHECK(cudaMemcpy(kvb.data(), m.kv_b.get(), kvb.size() * 2, cudaMemcpyDeviceToHost));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < nope; ++d)
+        for (int64_t c = 0; c < kvl; ++c) t[(h * kvl + c) * nope + d] = kvb[(h * (nope + vd) + d) * kvl + c];
+    Upload(&m.w_uk_t, t);
+  }
+  L->moe = cfg_.is_moe_layer(l);
+  const std::string mp = p + ".mlp";
+  if (!L->moe) {
+    const int64_t I = cfg_.intermediate_size;
+    Linear g, u;
+    // gate_up = [gate rows; up rows]
+    DS_RETURN_IF_ERROR(LoadLinear(mp + ".gate_proj.weight", I, Hd, &g));
+    DS_RETURN_IF_ERROR(LoadLinear(mp + ".up_proj.weight", I, Hd, &u));
+    DS_RETURN_IF_ERROR(LoadLinear(mp + ".down_proj.weight", Hd, I, &L->down));
+    L->has_mlp = true;
+    // Concatenate on the device.
+    Linear& gu = L->gate_up;
+    gu.N = 2 * I;
+    gu.K = Hd;
+    gu.fp8 = g.fp8 && (I % 128 == 0);
+    if (g.fp8 && !gu.fp8) {  // the block grid would straddle gate/up: keep bf16
+      g.w.Reset(I * Hd * sizeof(bf16));
+      u.w.Reset(I * Hd * sizeof(bf16));
+      DequantFp8ToBf16(g.wq.as<uint8_t>(), g.s_raw.as<float>(), I, Hd, g.w.as<bf16>(), s_);
+      DequantFp8ToBf16(u.wq.as<uint8_t>(), u.s_raw.as<float>(), I, Hd, u.w.as<bf16>(), s_);
+    }
+    if (gu.fp8) {
+      gu.wq.Reset(2 * I * Hd);
+      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.get(), g.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
+      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.as<uint8_t>() + I * Hd, u.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
+      const int64_t nb = I / 128, kb = (Hd + 127) / 128;
+      std::vector<float> sg(nb * kb), su(nb * kb);
+      DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+      DS_CUDA_CHECK(cudaMemcpy(sg.data(), g.s_raw.get(), sg.size() * 4, cudaMemcpyDeviceToHost));
+      DS_CUDA_CHECK(cudaMemcpy(su.data(), u.s_raw.get(), su.size() * 4, cudaMemcpyDeviceToHost));
+      sg.insert(sg.end(), su.begin(), su.end());
+      FinishLinear(&gu, &sg);
+    } else {
+      gu.w.Reset(2 * I * Hd * sizeof(bf16));
+      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.get(), g.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
+      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.as<bf16>() + I * Hd, u.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
+    }
+    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+    return Status::Ok();
+  }
+  // MoE layer.
+  const int64_t E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
+  if (dummy_) {
+    L->router.Reset(E * Hd * sizeof(float));
+    RandomUniformF32(L->router.as<float>(), E * Hd, kDummyStd * std::sqrt(3.f), NextSeed(), s_);
+    if (cfg_.topk_method == TopkMethod::kNoauxTc) {
+      L->bias.Reset(E * sizeof(float));
+      FillF32(L->bias.as<float>(), E, 0.f, s_);
+    }
+  } else {
+    DS_ASSIGN_OR_RETURN(std::vector<float> r, LoadTensorF32(*ckpt_, mp + ".gate.weight", {E, Hd}));
+    Upload(&L->router, r);
+    const std::string bn = mp + ".gate.e_score_correction_bias";
+    if (ckpt_->Find(bn)) {
+      DS_ASSIGN_OR_RETURN(std::vector<float> bv, LoadTensorF32(*ckpt_, bn, {E}));
+      Upload(&L->bias, bv);
+    } else if (cfg_.topk_method == TopkMethod::kNoauxTc) {
+      return NotFound("tensor '" + bn + "' is required by topk_method noaux_tc");
+    }
+  }
+  // Routed experts, stacked.
+  const bool fp8 = cfg_.quant.fp8 && (I % 128 == 0);
+  L->experts_fp8 = fp8;
+  const int64_t nb13 = (2 * I + 127) / 128, kb13 = (Hd + 127) / 128, nb2 = (Hd + 127) / 128, kb2 = (I + 127) / 128;
+  const size_t el = fp8 ? 1 : 2;
+  L->w13.Reset(E * 2 * I * Hd * el);
+  L->w2.Reset(E * Hd * I * el);
+  if (fp8) {
+    L->w13_s.Reset(E * nb13 * kb13 * sizeof(float));
+    L->w2_s.Reset(E * nb2 * kb2 * sizeof(float));
+  }
+  if (dummy_) {
+    if (fp8) {
+      RandomFp8(L->w13.as<uint8_t>(), E * 2 * I * Hd, NextSeed(), s_);
+      RandomFp8(L->w2.as<uint8_t>(), E * Hd * I, NextSeed(), s_);
+      FillF32(L->w13_s.as<float>(), E * nb13 * kb13, kDummyStd * std::sqrt(3.f) / 448.f, s_);
+      FillF32(L->w2_s.as<float>(), E * nb2 * kb2, kDummyStd * std::sqrt(3.f) / 448.f, s_);
+    } else {
+      RandomUniformBf16(L->w13.as<bf16>(), E * 2 * I * Hd, kDummyStd * std::sqrt(3.f), NextSeed(), s_);
+      RandomUniformBf16(L->w2.as<bf16>(), E * Hd * I, kDummyStd * std::sqrt(3.f), NextSeed(), s_);
+    }
+  } else {
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = mp + ".experts." + std::to_string(e);
+      Linear g, u, d;
+      DS_RETURN_IF_ERROR(LoadLinear(ep + ".gate_proj.weight", I, Hd, &g));
+      DS_RETURN_IF_ERROR(LoadLinear(ep + ".up_proj.weight", I, Hd, &u));
+      DS_RETURN_IF_ERROR(LoadLinear(ep + ".down_proj.weight", Hd, I, &d));
+      auto as_bf16 = [&](Linear& x, int64_t N, int64_t K) {
+        if (x.fp8) {
+          x.w.Reset(N * K * 2);
+          DequantFp8ToBf16(x.wq.as<uint8_t>(), x.s_raw.as<float>(), N, K, x.w.as<bf16>(), s_);
+        }
+      };
+      if (fp8) {
+        uint8_t* w13 = L->w13.as<uint8_t>() + e * 2 * I * Hd;
+        DS_CUDA_CHECK(cudaMemcpyAsync(w13, g.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
+        DS_CUDA_CHECK(cudaMemcpyAsync(w13 + I * Hd, u.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
+        DS_CUDA_CHECK(cudaMemcpyAsync(L->w2.as<uint8_t>() + e * Hd * I, d.wq.get(), Hd * I, cudaMemcpyDeviceToDevice, s_));
+        const int64_t half = (I / 128) * kb13;
+        float* s13 = L->w13_s.as<float>() + e * nb13 * kb13;
+        DS_CUDA_CHECK(cudaMemcpyAsync(s13, g.s_raw.get(), half * 4, cudaMemcpyDeviceToDevice, s_));
+        DS_CUDA_CHECK(cudaMemcpyAsync(s13 + half, u.s_raw.get(), half * 4, cudaMemcpyDeviceToDevice, s_));
+        DS_CUDA_CHECK(cudaMemcpyAsync(L->w2_s.as<float>() + e * nb2 * kb2, d.s_raw.get(), nb2 * kb2 * 4,
+                                      cudaMemcpyDeviceToDevice, s_));
+      } else {
+        as_bf16(g, I, Hd);
+        as_bf16(u, I, Hd);
+        as_bf16(d, Hd, I);
+        bf16* w13 = L->w13.as<bf16>() + e * 2 * I * Hd;
+        DS_CUDA_CHECK(cudaMemcpyAsync(w13, g.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
+        DS_CUDA_CHECK(cudaMemcpyAsync(w13 + I * Hd, u.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
+        DS_CUDA_CHECK(cudaMemcpyAsync(L->w2.as<bf16>() + e * Hd * I, d.w.get(), Hd * I * 2, cudaMemcpyDeviceToDevice, s_));
+      }
+      DS_CUDA_CHECK(cudaStreamSynchronize(s_));  // before the temporaries go
+    }
+  }
+  if (cfg_.n_shared_experts > 0) {
+    const int64_t Is = I * cfg_.n_shared_experts;
+    Linear g, u;
+    const std::string sp = mp + ".shared_experts";
+    DS_RETURN_IF_ERROR(LoadLinear(sp + ".gate_proj.weight", Is, Hd, &g));
+    DS_RETURN_IF_ERROR(LoadLinear(sp + ".up_proj.weight", Is, Hd, &u));
+    DS_RETURN_IF_ERROR(LoadLinear(sp + ".down_proj.weight", Hd, Is, &L->down));
+    L->has_mlp = true;
+    Linear& gu = L->gate_up;
+    gu.N = 2 * Is;
+    gu.K = Hd;
+    gu.fp8 = g.fp8 && (Is % 128 == 0);
+    if (g.fp8 && !gu.fp8) {
+      g.w.Reset(Is * Hd * 2);
+      u.w.Reset(Is * Hd * 2);
+      DequantFp8ToBf16(g.wq.as<uint8_t>(), g.s_raw.as<float>(), Is, Hd, g.w.as<bf16>(), s_);
+      DequantFp8ToBf16(u.wq.as<uint8_t>(), u.s_raw.as<float>(), Is, Hd, u.w.as<bf16>(), s_);
+    }
+    if (gu.fp8) {
+      gu.wq.Reset(2 * Is * Hd);
+      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.get(), g.wq.get(), Is * Hd, cudaMemcpyDeviceToDevice, s_));
+      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.as<uint8_t>() + Is * Hd, u.wq.get(), Is * Hd, cudaMemcpyDeviceToDevice, s_));
+      const int64_t nb = Is / 128, kb = (Hd + 127) / 128;
+      std::vector<float> sg(nb * kb), su(nb * kb);
+      DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+      DS_CUDA_CHECK(cudaMemcpy(sg.data(), g.s_raw.get(), sg.size() * 4, cudaMemcpyDeviceToHost));
+      DS_CUDA_CHECK(cudaMemcpy(su.data(), u.s_raw.get(), su.size() * 4, cudaMemcpyDeviceToHost));
+      sg.insert(sg.end(), su.begin(), su.end());
+      FinishLinear(&gu, &sg);
+    } else {
+      gu.w.Reset(2 * Is * Hd * 2);
+      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.get(), g.w.get(), Is * Hd * 2, cudaMemcpyDeviceToDevice, s_));
+      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.as<bf16>() + Is * Hd, u.w.get(), Is * Hd * 2, cudaMemcpyDeviceToDevice, s_));
+    }
+    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::Init(const Checkpoint* ckpt) {
+  ckpt_ = ckpt;
+  dummy_ = ckpt == nullptr;
+  use_cublas_fp8_ = opts_.fp8_gemm != "kernel";  // "cublas" | "cublas-all"
+  s_ = stream_.get();
+  const int64_t V = cfg_.vocab_size, Hd = cfg_.hidden_size;
+  DS_RETURN_IF_ERROR(LoadBf16("model.embed_tokens.weight", V, Hd, &embed_));
+  DS_RETURN_IF_ERROR(LoadVec("model.norm.weight", Hd, 1.f, &final_norm_));
+  if (!dummy_ && ckpt_->Find("lm_head.weight") == nullptr && cfg_.tie_word_embeddings) {
+    lm_head_lin_.N = V;
+    lm_head_lin_.K = Hd;
+    lm_head_lin_.w.Reset(V * Hd * 2);
+    DS_CUDA_CHECK(cudaMemcpy(lm_head_lin_.w.get(), embed_.get(), V * Hd * 2, cudaMemcpyDeviceToDevice));
+  } else {
+    lm_head_lin_.N = V;
+    lm_head_lin_.K = Hd;
+    DS_RETURN_IF_ERROR(LoadBf16("lm_head.weight", V, Hd, &lm_head_lin_.w));
+  }
+  layers_.resize(cfg_.num_hidden_layers);
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    DS_RETURN_IF_ERROR(LoadLayer(l, &layers_[l]));
+    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  }
+  // KV pool.
+  const int64_t L = cfg_.latent_dim();
+  const int64_t block_bytes = int64_t{kBlockSize} * L * 2 * cfg_.num_hidden_layers;
+  if (opts_.num_kv_blocks > 0) {
+    num_blocks_ = opts_.num_kv_blocks;
+  } else if (opts_.max_kv_tokens > 0) {
+    num_blocks_ = static_cast<int>((opts_.max_kv_tokens + kBlockSize - 1) / kBlockSize);
+  } else {
+    size_t fr = 0, tot = 0;
+    DS_CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    const double reserve = 24.0 * (1 << 30);  // activations at max_tokens_per_pass
+    const double avail = std::max(0.0, double(fr) * opts_.mem_fraction - reserve);
+    num_blocks_ = static_cast<int>(std::max<int64_t>(16, static_cast<int64_t>(avail / block_bytes)));
+  }
+  cache_.resize(cfg_.num_hidden_layers);
+  for (auto& c : cache_) {
+    c.Reset(static_cast<size_t>(num_blocks_) * kBlockSize * L * 2);
+    DS_CUDA_CHECK(cudaMemsetAsync(c.get(), 0, c.size(), s_));
+  }
+  rope_ = BuildRopeTables(cfg_, static_cast<int64_t>(num_blocks_) * kBlockSize);
+  Upload(&d_cos_, rope_.cos);
+  Upload(&d_sin_, rope_.sin);
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  DS_LOG(INFO) << "cuda runner: " << DescribeDevice(opts_.device) << "; " << cfg_.model_type << ", "
+               << cfg_.num_hidden_layers << " layers, " << (dummy_ ? "dummy" : "checkpoint") << " weights"
+               << (cfg_.quant.fp8 ? " (fp8)" : "") << ", " << num_blocks_ << " KV blocks ("
+               << (static_cast<double>(num_blocks_) * block_bytes / (1 << 30)) << " GiB), device memory in use "
+               << DeviceAllocator::Get().bytes_in_use() / double(1 << 30) << " GiB";
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compute
+
+void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy) {
+  if (M == 0) return;
+  // fp8_gemm "cublas": cuBLASLt's block-scaled FP8 GEMM for whole 128-wide K blocks (every
+  // DeepSeek-V3 projection), activations quantised per 1x128 group straight from fp32;
+  // otherwise the weights are dequantised in the kernel.
+  if (L.fp8 && use_cublas_fp8_ && (L.K % 128 == 0 || opts_.fp8_gemm == "cublas-all") && GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32)) {
+    const int64_t Mp = Fp8PaddedM(M), kb = (L.K + 127) / 128;
+    xq_.Reserve(Mp * L.K);
+    xs_.Reserve(kb * Mp * sizeof(float));
+    Fp8QuantParams qp{x, false, ldx, M, L.K, 128, xq_.as<uint8_t>(), L.K, xs_.as<float>(), ScaleLayout::kGroupMajor, s_};
+    qp.scale_ld = Mp;
+    Fp8QuantizePerTokenGroup(qp);
+    GemmFp8({xq_.as<uint8_t>(), L.K, xs_.as<float>(), L.wq.as<uint8_t>(), L.K, L.s_blk.as<float>(),
+             Fp8WeightScaleLd(L.K), y, ldy, DTypeOut::kF32, M, L.N, L.K, s_});
+    return;
+  }
+  const int64_t Mr = RoundUp(M, kGroupedGemmRowAlign);
+  const bool split = opts_.precise_activations && !L.fp8;
+  xhi_.Reserve(Mr * L.K * sizeof(bf16));
+  if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
+  SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
+  if (!L.fp8) {
+    GemmBf16({xhi_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_});
+    if (split) GemmBf16({xlo_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, true, s_});
+    return;
+  }
+  // In-kernel dequantisation: the grouped GEMM with one group of Mr rows.
+  offs1_.Reserve(2 * sizeof(int32_t));
+  const int32_t offs[2] = {0, static_cast<int32_t>(Mr)};
+  DS_CUDA_CHECK(cudaMemcpyAsync(offs1_.get(), offs, sizeof offs, cudaMemcpyHostToDevice, s_));
+  GroupedGemmParams gp{};
+  gp.a = xhi_.as<bf16>(); gp.lda = L.K; gp.offsets = offs1_.as<int32_t>(); gp.max_rows = Mr;
+  gp.w = L.wq.get(); gp.w_fp8 = true; gp.w_scales = L.s_raw.as<float>();
+  gp.num_experts = 1; gp.N = L.N; gp.K = L.K; gp.out = y; gp.out_type = DTypeOut::kF32; gp.ldo = ldy; gp.stream = s_;
+  GroupedGemm(gp);
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));  // `offs` is on this stack frame
+}
+
+void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w,
+                               int64_t ldw, int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y,
+                               int64_t batch) {
+  // x32 viewed as [rows, ldx]; only the first `batch` strided K-wide slices are used, but the
+  // whole row is split (simple, and the rows are short).
+  const bool split = opts_.precise_activations;
+  const int64_t Rr = RoundUp(rows, 64);
+  hhi_.Reserve(Rr * ldx * sizeof(bf16));
+  if (split) hlo_.Reserve(Rr * ldx * sizeof(bf16));
+  SplitBf16(x32, ldx, rows, ldx, hhi_.as<bf16>(), split ? hlo_.as<bf16>() : nullptr, ldx, s_);
+  GemmBf16Params g{hhi_.as<bf16>(), ldx, w, ldw, y, ldy, DTypeOut::kF32, rows, N, K, false, s_};
+  g.batch = batch; g.stride_x = stride_x; g.stride_w = stride_w; g.stride_y = stride_y;
+  GemmBf16(g);
+  if (split) {
+    g.x = hlo_.as<bf16>();
+    g.accumulate = true;
+    GemmBf16(g);
+  }
+}
+
+void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
+  const LayerW& LW = layers_[l];
+  const MlaW& w = LW.attn;
+  const int64_t H = cfg_.num_attention_heads, nope = cfg_.qk_nope_head_dim, rd = cfg_.qk_rope_head_dim;
+  const int64_t dqk = nope + rd, vd = cfg_.v_head_dim, kvl = cfg_.kv_lora_rank, L = kvl + rd, ql = cfg_.q_lora_rank;
+  const int64_t Tr = RoundUp(T, 64) + 64, S = b.num_seqs();
+  const float scale = static_cast<float>(cfg_.softmax_scale());
+  const bool interleave = cfg_.model_type == "deepseek_v2" ? true : cfg_.rope_interleave;
+  const float* hn = h32_.as<float>();  // input_layernorm output [T, hidden] fp32
+  // q: [T, H, dqk] fp32
+  q32_.Reserve(Tr * H * dqk * sizeof(float));
+  if (ql > 0) {
+    cq32_.Reserve(Tr * ql * sizeof(float));
+    float* cq = cq32_.as<float>();  // c_q: [T, q_lora]
+    LinearFwd(w.q_a, hn, cfg_.hidden_size, T, cq, ql);
+    RmsNorm({cq, ql, nullptr, 0, w.q_a_norm.as<float>(), cq, ql, DTypeOut::kF32, T, ql, kLatentNormEps, s_});
+    LinearFwd(w.q_b, cq, ql, T, q32_.as<float>(), H * dqk);
+  } else {
+    LinearFwd(w.q, hn, cfg_.hidden_size, T, q32_.as<float>(), H * dqk);
+  }
+  // latent: [T, kv_lora + rope] = [c_kv | k_pe]; c_kv normalised in place.
+  lat32_.Reserve(Tr * L * sizeof(float));
+  float* lat = lat32_.as<float>();
+  LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L);
+  RmsNorm({lat, L, nullptr, 0, w.kv_a_norm.as<float>(), lat, L, DTypeOut::kF32, T, kvl, kLatentNormEps, s_});
+  float* q = q32_.as<float>();
+  ApplyRope({q, T, H, H * dqk, dqk, nope, rd, pos_.as<int32_t>(), d_cos_.as<float>(), d_sin_.as<float>(),
+             rope_.max_pos, interleave, s_});
+  bf16* cache = cache_[l].as<bf16>();
+  RopeAndWriteKvCache({lat, L, lat + kvl, L, pos_.as<int32_t>(), slots_.as<int64_t>(), d_cos_.as<float>(),
+                       d_sin_.as<float>(), rope_.max_pos, T, kvl, rd, interleave, cache, s_});
+
+  attn32_.Reserve(Tr * H * vd * sizeof(float));
+  float* attn = attn32_.as<float>();  // attn: [T, H, v] per-head attention outputs
+  Mark("attn_proj_rope_cache");
+  // Split the sequences: naive (prefill chunks) and absorbed (decode).
+  std::vector<char> naive(S);
+  for (int64_t s = 0; s < S; ++s) {
+    const int32_t n_new = b.query_start[s + 1] - b.query_start[s];
+    naive[s] = opts_.mla_mode == MlaMode::kNaive || (opts_.mla_mode == MlaMode::kAuto && n_new > 1);
+  }
+  // Naive groups: runs of consecutive naive sequences, context total <= budget.
+  for (int64_t s0 = 0; s0 < S;) {
+    if (!naive[s0] || b.query_start[s0 + 1] == b.query_start[s0]) { ++s0; continue; }
+    int64_t s1 = s0, ctx_total = 0;
+    while (s1 < S && naive[s1] &&
+           (s1 == s0 || ctx_total + b.context_lens[s1] <= opts_.naive_ctx_budget)) {
+      ctx_total += b.context_lens[s1];
+      ++s1;
+    }
+    std::vector<int64_t> slots;
+    std::vector<int32_t> qs, ks{0}, pos0;
+    int64_t max_q = 0;
+    slots.reserve(ctx_total);
+    for (int64_t s = s0; s < s1; ++s) {
+      qs.push_back(b.query_start[s]);
+      const int32_t ctx = b.context_lens[s], n_new = b.query_start[s + 1] - b.query_start[s];
+      for (int32_t p = 0; p < ctx; ++p)
+        slots.push_back(static_cast<int64_t>(b.block_tables[s * b.max_blocks + p / kBlockSize]) * kBlockSize +
+                        p % kBlockSize);
+      ks.push_back(ks.back() + ctx);
+      pos0.push_back(ctx - n_new);
+      max_q = std::max<int64_t>(max_q, n_new);
+    }
+    qs.push_back(b.query_start[s1]);
+    ctx_slots_.Reserve(slots.size() * sizeof(int64_t));
+    DS_CUDA_CHECK(cudaMemcpyAsync(ctx_slots_.get(), slots.data(), slots.size() * sizeof(int64_t),
+                                  cudaMemcpyHostToDevice, s_));
+    grp_qs_.Reserve(qs.size() * 4);
+    grp_ks_.Reserve(ks.size() * 4);
+    grp_pos0_.Reserve(pos0.size() * 4);
+    DS_CUDA_CHECK(cudaMemcpyAsync(grp_qs_.get(), qs.data(), qs.size() * 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(grp_ks_.get(), ks.data(), ks.size() * 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(grp_pos0_.get(), pos0.data(), pos0.size() * 4, cudaMemcpyHostToDevice, s_));
+    lat16_.Reserve(ctx_total * L * sizeof(bf16));
+    rope32_.Reserve(ctx_total * rd * sizeof(float));
+    kv32_.Reserve(ctx_total * H * (nope + vd) * sizeof(float));
+    GatherLatentRows(cache, ctx_slots_.as<int64_t>(), ctx_total, L, rd, lat16_.as<bf16>(), rope32_.as<float>(), s_);
+    // kv: [ctx, H, nope + v] = c_kv W_UKV^T
+    GemmBf16({lat16_.as<bf16>(), L, w.kv_b.as<bf16>(), kvl, kv32_.get(), H * (nope + vd), DTypeOut::kF32, ctx_total,
+              H * (nope + vd), kvl, false, s_});
+    MlaPrefillParams pp{};
+    pp.q = q; pp.q_tok_stride = H * dqk; pp.q_head_stride = dqk;
+    pp.k_nope = kv32_.as<float>(); pp.kn_tok_stride = H * (nope + vd); pp.kn_head_stride = nope + vd;
+    pp.k_rope = rope32_.as<float>(); pp.kr_tok_stride = rd; pp.kr_head_stride = 0;
+    pp.v = kv32_.as<float>() + nope; pp.v_tok_stride = H * (nope + vd); pp.v_head_stride = nope + vd;
+    pp.out = attn; pp.o_tok_stride = H * vd; pp.o_head_stride = vd; pp.out_type = DTypeOut::kF32;
+    pp.num_seqs = s1 - s0; pp.heads = H; pp.d_nope = nope; pp.d_rope = rd; pp.dv = vd;
+    pp.q_start = grp_qs_.as<int32_t>(); pp.k_start = grp_ks_.as<int32_t>(); pp.q_pos0 = grp_pos0_.as<int32_t>();
+    pp.max_q_len = max_q; pp.softmax_scale = scale; pp.stream = s_;
+    MlaPrefillAttention(pp);
+    DS_CUDA_CHECK(cudaStreamSynchronize(s_));  // host vectors above go out of scope
+    s0 = s1;
+  }
+  // Absorbed sequences.
+  std::vector<int32_t> tok, qs{0}, ctxs, table;
+  int64_t max_ctx = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    if (naive[s] || b.query_start[s + 1] == b.query_start[s]) continue;
+    for (int32_t t = b.query_start[s]; t < b.query_start[s + 1]; ++t) tok.push_back(t);
+    qs.push_back(static_cast<int32_t>(tok.size()));
+    ctxs.push_back(b.context_lens[s]);
+    max_ctx = std::max<int64_t>(max_ctx, b.context_lens[s]);
+    table.insert(table.end(), b.block_tables.begin() + s * b.max_blocks, b.block_tables.begin() + (s + 1) * b.max_blocks);
+  }
+  const int64_t Ta = static_cast<int64_t>(tok.size()), Sa = static_cast<int64_t>(ctxs.size());
+  if (Ta > 0) {
+    const bool all = Ta == T;
+    const int64_t Tar = RoundUp(Ta, 64) + 64;
+    const float* qa = q;
+    if (!all) {
+      tok_idx_.Reserve(Ta * 4);
+      DS_CUDA_CHECK(cudaMemcpyAsync(tok_idx_.get(), tok.data(), Ta * 4, cudaMemcpyHostToDevice, s_));
+      qa32_.Reserve(Tar * H * dqk * sizeof(float));
+      GatherRows(q, H * dqk * 4, tok_idx_.as<int32_t>(), Ta, H * dqk * 4, qa32_.get(), H * dqk * 4, s_);
+      qa = qa32_.as<float>();
+    }
+    qlat32_.Reserve(Tar * H * L * sizeof(float));
+    // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads); q_lat[:, h, kv_lora:] = q_pe_h
+    HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
+    Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_);
+    dec_qs_.Reserve(qs.size() * 4);
+    dec_ctx_.Reserve(ctxs.size() * 4);
+    dec_bt_.Reserve(table.size() * 4);
+    DS_CUDA_CHECK(cudaMemcpyAsync(dec_qs_.get(), qs.data(), qs.size() * 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(dec_ctx_.get(), ctxs.data(), ctxs.size() * 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(dec_bt_.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice, s_));
+    const int64_t chunk = 256;
+    dec_ws_.Reserve(MlaDecodeWorkspaceFloats(Ta, H, kvl, max_ctx, chunk) * sizeof(float));
+    olat32_.Reserve(Tar * H * kvl * sizeof(float));
+    MlaDecodeParams dp{};
+    dp.q = qlat32_.as<float>(); dp.q_tok_stride = H * L; dp.q_head_stride = L;
+    dp.cache = cache; dp.num_tokens = Ta; dp.num_seqs = Sa; dp.heads = H; dp.kv_lora = kvl; dp.rope_dim = rd;
+    dp.block_size = kBlockSize; dp.query_start = dec_qs_.as<int32_t>(); dp.context_lens = dec_ctx_.as<int32_t>();
+    dp.block_table = dec_bt_.as<int32_t>(); dp.max_blocks = b.max_blocks; dp.max_context = max_ctx;
+    dp.kv_chunk = chunk; dp.softmax_scale = scale; dp.workspace = dec_ws_.as<float>();
+    dp.out = olat32_.get(); dp.o_tok_stride = H * kvl; dp.o_head_stride = kvl; dp.out_type = DTypeOut::kF32;
+    dp.stream = s_;
+    MlaDecodeAttention(dp);
+    // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v]
+    float* ov = attn;
+    if (!all) {
+      ova32_.Reserve(Tar * H * vd * sizeof(float));
+      ov = ova32_.as<float>();
+    }
+    HeadGemm(olat32_.as<float>(), H * kvl, kvl, Ta, kvl, w.kv_b.as<bf16>() + nope * kvl, kvl, (nope + vd) * kvl, vd, ov,
+             H * vd, vd, H);
+    if (!all) ScatterRows(ov, H * vd * 4, tok_idx_.as<int32_t>(), Ta, H * vd * 4, attn, H * vd * 4, s_);
+    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  }
+  Mark("attn_core");
+  // o_proj -> o32 [T, hidden]
+  LinearFwd(w.o, attn, H * vd, T, o32_.as<float>(), cfg_.hidden_size);
+  Mark("attn_o_proj");
+}
+
+void CudaModelRunner::Mlp(int l, int64_t T) {
+  const LayerW& LW = layers_[l];
+  const int64_t Hd = cfg_.hidden_size, Tr = RoundUp(T, 64) + 64;
+  float* out = mlp32_.as<float>();
+  bf16* h16 = h16_.as<bf16>();
+  const float* hn = h32_.as<float>();  // post_attention_layernorm output [T, hidden]
+  auto dense = [&](const Linear& gu, const Linear& down) {
+    const int64_t I = gu.N / 2;
+    gu32_.Reserve(Tr * 2 * I * sizeof(float));
+    act32_.Reserve(Tr * I * sizeof(float));
+    LinearFwd(gu, hn, Hd, T, gu32_.as<float>(), 2 * I);
+    SiluAndMul({gu32_.as<float>(), 2 * I, act32_.get(), I, DTypeOut::kF32, nullptr, 0, nullptr,
+                ScaleLayout::kGroupMajor, T, I, s_});
+    LinearFwd(down, act32_.as<float>(), I, T, out, Hd);
+  };
+  if (!LW.moe) {
+    dense(LW.gate_up, LW.down);
+    Mark("dense_mlp");
+    return;
+  }
+  const int64_t E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok, I = cfg_.moe_intermediate_size;
+  // Router (fp32, as the CPU and transformers), routing.
+  rlogits_.Reserve(Tr * E * sizeof(float));
+  topk_ids_.Reserve(Tr * K * 4);
+  topk_w_.Reserve(Tr * K * 4);
+  GemmF32({h32_.as<float>(), Hd, LW.router.as<float>(), Hd, rlogits_.as<float>(), E, T, E, Hd, s_});
+  MoeRoutingParams rp{};
+  rp.logits = rlogits_.as<float>(); rp.bias = LW.bias.get() ? LW.bias.as<float>() : nullptr; rp.n = T;
+  rp.num_experts = E; rp.top_k = static_cast<int>(K); rp.n_group = cfg_.n_group; rp.topk_group = cfg_.topk_group;
+  rp.scoring = cfg_.scoring_func == ScoringFunc::kSoftmax ? 0 : 1;
+  rp.topk_method = cfg_.topk_method == TopkMethod::kGreedy ? 0 : cfg_.topk_method == TopkMethod::kGroupLimitedGreedy ? 1 : 2;
+  rp.norm_topk_prob = cfg_.norm_topk_prob; rp.routed_scaling_factor = static_cast<float>(cfg_.routed_scaling_factor);
+  rp.topk_ids = topk_ids_.as<int32_t>(); rp.topk_weights = topk_w_.as<float>(); rp.stream = s_;
+  MoeRouting(rp);
+  // Permute, expert GEMMs, activation.
+  const int64_t cap = PermuteCapacity(T, K, E, kGroupedGemmRowAlign);
+  moe_offs_.Reserve((E + 1) * 4);
+  moe_pos_.Reserve(Tr * K * 4);
+  moe_src_.Reserve(cap * 4);
+  moe_ws_.Reserve(2 * E * 4);
+  xp16_.Reserve(cap * Hd * sizeof(bf16));
+  egu32_.Reserve(cap * 2 * I * sizeof(float));
+  eact16_.Reserve(cap * I * sizeof(bf16));
+  ey16_.Reserve(cap * Hd * sizeof(bf16));
+  MoePermute({topk_ids_.as<int32_t>(), T, K, E, kGroupedGemmRowAlign, h16, Hd, Hd, moe_offs_.as<int32_t>(),
+              moe_pos_.as<int32_t>(), moe_src_.as<int32_t>(), xp16_.as<bf16>(), moe_ws_.as<int32_t>(), s_});
+  GroupedGemmParams g{};
+  g.a = xp16_.as<bf16>(); g.lda = Hd; g.offsets = moe_offs_.as<int32_t>(); g.max_rows = cap;
+  g.w = LW.w13.get(); g.w_fp8 = LW.experts_fp8; g.w_scales = LW.experts_fp8 ? LW.w13_s.as<float>() : nullptr;
+  g.num_experts = E; g.N = 2 * I; g.K = Hd; g.out = egu32_.get(); g.out_type = DTypeOut::kF32; g.ldo = 2 * I;
+  g.stream = s_;
+  Mark("moe_route_permute");
+  GroupedGemm(g);
+  SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
+              ScaleLayout::kGroupMajor, cap, I, s_});
+  GroupedGemmParams g2 = g;
+  g2.a = eact16_.as<bf16>(); g2.lda = I; g2.w = LW.w2.get(); g2.w_scales = LW.experts_fp8 ? LW.w2_s.as<float>() : nullptr;
+  g2.N = Hd; g2.K = I; g2.out = ey16_.get(); g2.out_type = DTypeOut::kBF16; g2.ldo = Hd;
+  GroupedGemm(g2);
+  // Shared experts write `out`, the routed experts are added with their weights.
+  Mark("moe_experts");
+  if (LW.has_mlp) dense(LW.gate_up, LW.down);
+  Mark("moe_shared");
+  MoeCombine({ey16_.get(), true, Hd, moe_pos_.as<int32_t>(), topk_w_.as<float>(), T, K, Hd, out, Hd, LW.has_mlp, s_});
+}
+
+void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
+  const int64_t T = b.num_tokens(), Hd = cfg_.hidden_size, V = cfg_.vocab_size, Tr = RoundUp(T, 64) + 64;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  std::vector<int64_t> slots(T);
+  for (int64_t s = 0; s < b.num_seqs(); ++s)
+    for (int32_t t = b.query_start[s]; t < b.query_start[s + 1]; ++t) {
+      const int32_t p = b.positions[t];
+      slots[t] = static_cast<int64_t>(b.block_tables[s * b.max_blocks + p / kBlockSize]) * kBlockSize + p % kBlockSize;
+    }
+  ids_.Reserve(Tr * 4);
+  pos_.Reserve(Tr * 4);
+  slots_.Reserve(Tr * 8);
+  DS_CUDA_CHECK(cudaMemcpyAsync(ids_.get(), b.token_ids.data(), T * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(pos_.get(), b.positions.data(), T * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(slots_.get(), slots.data(), T * 8, cudaMemcpyHostToDevice, s_));
+  for (DeviceBuffer* buf : {&residual_, &h32_, &o32_, &mlp32_}) buf->Reserve(Tr * Hd * sizeof(float));
+  h16_.Reserve(Tr * Hd * sizeof(bf16));
+  float* residual = residual_.as<float>();
+  prof_prefix_ = T > b.num_seqs() ? "prefill/" : "decode/";
+  Mark("start");
+  Embedding({ids_.as<int32_t>(), T, embed_.get(), true, V, Hd, residual, s_});
+  for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const LayerW& LW = layers_[l];
+    // h = input_layernorm(residual (+= previous MLP output))
+    if (l == 0)
+      RmsNorm({residual, Hd, nullptr, 0, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
+    else
+      RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
+    Mark("norms_embed_combine");
+    Mla(l, b, T);
+    // residual += attn; h = post_attention_layernorm(residual)
+    RmsNorm({o32_.as<float>(), Hd, residual, Hd, LW.post_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
+    F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_);
+    Mark("norms_embed_combine");
+    Mlp(l, T);
+  }
+  // Final norm (with the last residual add) and the LM head on the requested rows.
+  const int64_t R = static_cast<int64_t>(b.logits_indices.size());
+  if (cfg_.num_hidden_layers > 0)
+    RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
+  else
+    RmsNorm({residual, Hd, nullptr, 0, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
+  if (R == 0) {
+    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+    Mark("final_norm_lm_head");
+    CollectMarks();
+    return;
+  }
+  const int64_t Rr = RoundUp(R, 64) + 64;
+  tok_idx_.Reserve(R * 4);
+  DS_CUDA_CHECK(cudaMemcpyAsync(tok_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
+  sel32_.Reserve(Rr * Hd * sizeof(float));
+  logits_.Reserve(Rr * V * sizeof(float));
+  GatherRows(h32_.get(), Hd * 4, tok_idx_.as<int32_t>(), R, Hd * 4, sel32_.get(), Hd * 4, s_);
+  LinearFwd(lm_head_lin_, sel32_.as<float>(), Hd, R, logits_.as<float>(), V);
+  Mark("final_norm_lm_head");
+  DS_CUDA_CHECK(cudaMemcpyAsync(logits_out, logits_.get(), R * V * sizeof(float), cudaMemcpyDeviceToHost, s_));
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  Mark("logits_to_host");
+  CollectMarks();
+}
+
+Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
+  DS_RETURN_IF_ERROR(batch.Validate(num_blocks_));
+  const int vocab = cfg_.vocab_size;
+  for (int32_t id : batch.token_ids)
+    if (id < 0 || id >= vocab)
+      return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary (" +
+                             std::to_string(vocab) + ")");
+  for (int32_t p : batch.positions)
+    if (p >= rope_.max_pos) return InvalidArgument("position " + std::to_string(p) + " beyond the KV pool");
+  const int64_t R = static_cast<int64_t>(batch.logits_indices.size());
+  out->logits.assign(R * vocab, 0.f);
+  // Pieces of at most max_tokens_per_pass tokens, packed in order into passes.
+  struct Piece { int64_t s; int32_t t0, t1; };
+  const int64_t budget = std::max(1, opts_.max_tokens_per_pass);
+  std::vector<std::vector<Piece>> passes(1);
+  int64_t cur = 0;
+  for (int64_t s = 0; s < batch.num_seqs(); ++s) {
+    for (int32_t t0 = batch.query_start[s]; t0 < batch.query_start[s + 1];) {
+      if (cur == budget) { passes.emplace_back(); cur = 0; }
+      const int32_t t1 = static_cast<int32_t>(std::min<int64_t>(batch.query_start[s + 1], t0 + (budget - cur)));
+      passes.back().push_back({s, t0, t1});
+      cur += t1 - t0;
+      t0 = t1;
+    }
+  }
+  try {
+    for (const auto& pass : passes) {
+      if (pass.empty()) continue;
+      ForwardBatch sub;
+      sub.max_blocks = batch.max_blocks;
+      sub.query_start.push_back(0);
+      std::vector<int64_t> out_rows;
+      for (const Piece& pc : pass) {
+        const int32_t q1 = batch.query_start[pc.s + 1];
+        for (int32_t t = pc.t0; t < pc.t1; ++t) {
+          sub.token_ids.push_back(batch.token_ids[t]);
+          sub.positions.push_back(batch.positions[t]);
+          for (int64_t r = 0; r < R; ++r)
+            if (batch.logits_indices[r] == t) {
+              sub.logits_indices.push_back(static_cast<int32_t>(sub.token_ids.size() - 1));
+              out_rows.push_back(r);
+            }
+        }
+        sub.query_start.push_back(static_cast<int32_t>(sub.token_ids.size()));
+        sub.context_lens.push_back(batch.context_lens[pc.s] - (q1 - pc.t1));
+        sub.block_tables.insert(sub.block_tables.end(), batch.block_tables.begin() + pc.s * batch.max_blocks,
+                                batch.block_tables.begin() + (pc.s + 1) * batch.max_blocks);
+      }
+      std::vector<float> logits(sub.logits_indices.size() * vocab);
+      RunPass(sub, logits.data());
+      for (size_t i = 0; i < out_rows.size(); ++i)
+        std::copy(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab, out->logits.begin() + out_rows[i] * vocab);
+    }
+  } catch (const CheckError& e) {
+    return Internal(std::string("cuda runner: ") + e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOptions& o) {
+  if (o.fp8_gemm != "kernel" && o.fp8_gemm != "cublas" && o.fp8_gemm != "cublas-all")
+    return InvalidArgument("fp8 GEMM must be kernel, cublas or cublas-all, got '" + o.fp8_gemm + "'");
+  if (o.load_format != "auto" && o.load_format != "dummy")
+    return InvalidArgument("--load-format must be auto or dummy for the CUDA runner, got '" + o.load_format + "'");
+  DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));
+  if (o.num_layers > 0 && o.num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = o.num_layers;
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= o.device) {
+    (void)cudaGetLastError();
+    return Unimplemented("--device cuda: no CUDA device available");
+  }
+  try {
+    DS_CUDA_CHECK(cudaSetDevice(o.device));
+    std::unique_ptr<Checkpoint> ckpt;
+    if (o.load_format == "auto") {
+      DS_ASSIGN_OR_RETURN(ckpt, Checkpoint::Open(o.model_dir));
+    }
+    auto r = std::make_unique<CudaModelRunner>(cfg, o);
+    DS_RETURN_IF_ERROR(r->Init(ckpt.get()));
+    return std::unique_ptr<ModelRunner>(std::move(r));
+  } catch (const CheckError& e) {
+    return Internal(std::string("cuda runner: ") + e.what());
+  }
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,28 @@
+#include "backend/cuda/embedding.h"
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_check.h"
+
+namespace ds::cuda {
+namespace {
+
+template <typename T>
+__global__ void EmbeddingKernel(EmbeddingParams p) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = p.ids[t];
+  float* out = p.out + t * p.d;
+  const bool ok = id >= 0 && id < p.vocab;
+  const T* row = static_cast<const T*>(p.table) + (ok ? static_cast<int64_t>(id) : 0) * p.d;
+  for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) out[i] = ok ? dev::ToF(row[i]) : 0.f;
+}
+
+}  // namespace
+
+void Embedding(const EmbeddingParams& p) {
+  if (p.n == 0) return;
+  if (p.table_bf16) EmbeddingKernel<__nv_bfloat16><<<p.n, 256, 0, p.stream>>>(p);
+  else EmbeddingKernel<float><<<p.n, 256, 0, p.stream>>>(p);
+  DS_CUDA_CHECK_LAUNCH("EmbeddingKernel");
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,20 @@
+// Token embedding lookup, the CUDA counterpart of ds::cpu::Embedding: out[i] = table[ids[i]]
+// as fp32. The table is bf16 or fp32 on the device. ids must be in [0, vocab) (the runner
+// validates them on the host); a row with an out-of-range id is written as zeros.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds::cuda {
+
+struct EmbeddingParams {
+  const int32_t* ids; int64_t n;  // [n] device
+  const void* table; bool table_bf16 = true; int64_t vocab, d;
+  float* out;                     // [n, d]
+  cudaStream_t stream = nullptr;
+};
+void Embedding(const EmbeddingParams& p);
+
+}  // namespace ds::cuda

@@ -1,0 +1,45 @@
+// MLA decode attention in the weight-absorbed form, straight over the paged latent cache (MQA
+// with kv_lora + rope_dim = 576-dim keys and kv_lora = 512-dim values for V3; DeepSeek-V2
+// paper section 2.1.3), the CUDA counterpart of ds::cpu::MlaDecodeAttention.
+// Sequence s has query tokens query_start[s]..query_start[s+1]-1; its last query sits at
+// position context_lens[s]-1 and query i of q_len at context_lens[s]-q_len+i (causal inside
+// the query block: MTP verification). Key position k of sequence s is cache row
+// block_table[s, k / block_size] * block_size + k % block_size.
+//
+// Split-KV always (flash-decoding): every (token, 8-head group) is split into chunks of
+// kv_chunk keys, one block per chunk, then a combine kernel merges the chunks with their
+// log-sum-exp. The work per block is the same for any mix of context lengths (SYSTEM.md
+// section 4), so a batch of 50K and 2K contexts stays on the same path.
+// Limits: kv_lora + rope_dim <= 640, kv_lora <= 512, both multiples of 2.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/gemm.h"
+
+namespace ds::cuda {
+
+struct MlaDecodeParams {
+  const float* q; int64_t q_tok_stride, q_head_stride;  // [T, H, kv_lora + rope] (q_nope absorbed)
+  const __nv_bfloat16* cache;                           // [num_blocks * block_size, kv_lora + rope]
+  int64_t num_tokens, num_seqs, heads, kv_lora, rope_dim, block_size;
+  const int32_t* query_start;   // [S + 1] device
+  const int32_t* context_lens;  // [S] device
+  const int32_t* block_table;   // [S, max_blocks] device
+  int64_t max_blocks;
+  int64_t max_context;          // >= every context_lens[s] (bounds the number of splits)
+  int64_t kv_chunk = 256;       // keys per split
+  float softmax_scale;
+  float* workspace;             // MlaDecodeWorkspaceFloats(...) floats
+  void* out; int64_t o_tok_stride, o_head_stride;  // [T, H, kv_lora]
+  DTypeOut out_type = DTypeOut::kF32;
+  cudaStream_t stream = nullptr;
+};
+int64_t MlaDecodeWorkspaceFloats(int64_t num_tokens, int64_t heads, int64_t kv_lora, int64_t max_context,
+                                 int64_t kv_chunk);
+void MlaDecodeAttention(const MlaDecodeParams& p);
+
+}  // namespace ds::cuda

@@ -1,0 +1,37 @@
+// MLA prefill attention over decompressed K/V (the "naive" MLA form, DeepSeek-V2 paper
+// section 2.1.2), the CUDA counterpart of ds::cpu::MlaPrefillAttention, batched over
+// sequences: sequence s has queries q_start[s]..q_start[s+1]-1 whose first sits at position
+// q_pos0[s], and keys k_start[s]..k_start[s+1]-1 at positions 0.. (its whole context, the
+// cached prefix included: chunked prefill). Query i attends keys 0..q_pos0[s]+i (causal).
+// Keys are given as two parts, k_nope (channels [0, d_nope)) and k_rope ([d_nope, d_nope +
+// d_rope)); a head stride of 0 shares a part across heads (MLA's single rope key).
+// Flash-attention style tiling (32 queries x 32 keys, online softmax), fp32 math.
+// Limits: d_nope + d_rope <= 256, dv <= 128.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/gemm.h"
+
+namespace ds::cuda {
+
+struct MlaPrefillParams {
+  const float* q; int64_t q_tok_stride, q_head_stride;        // [Tq, H, d_nope + d_rope]
+  const float* k_nope; int64_t kn_tok_stride, kn_head_stride; // [Tk, H, d_nope]
+  const float* k_rope; int64_t kr_tok_stride, kr_head_stride; // [Tk, (H,) d_rope]
+  const float* v; int64_t v_tok_stride, v_head_stride;        // [Tk, H, dv]
+  void* out; int64_t o_tok_stride, o_head_stride;             // [Tq, H, dv]
+  DTypeOut out_type = DTypeOut::kF32;
+  int64_t num_seqs, heads, d_nope, d_rope, dv;
+  const int32_t* q_start;  // [S + 1] device
+  const int32_t* k_start;  // [S + 1] device
+  const int32_t* q_pos0;   // [S] device
+  int64_t max_q_len;       // >= every sequence's query count (bounds the grid)
+  float softmax_scale;
+  cudaStream_t stream = nullptr;
+};
+void MlaPrefillAttention(const MlaPrefillParams& p);
+
+}  // namespace ds::cuda

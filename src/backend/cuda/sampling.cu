@@ -1,0 +1,160 @@
+#include "backend/cuda/sampling.h"
+
+#include <cub/cub.cuh>
+
+#include "backend/cuda/allocator.h"
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_check.h"
+
+namespace ds::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+__global__ void IotaKernel(int32_t* v, int64_t rows, int64_t vocab, int32_t* offsets) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * vocab) v[i] = static_cast<int32_t>(i % vocab);
+  if (i <= rows) offsets[i] = static_cast<int32_t>(i * vocab);
+}
+
+__global__ void CopyRowsKernel(const float* src, int64_t ld, float* dst, int64_t rows, int64_t vocab) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * vocab) dst[i] = src[(i / vocab) * ld + i % vocab];
+}
+
+using BlockScanD = cub::BlockScan<double, kThreads>;
+using BlockReduceD = cub::BlockReduce<double, kThreads>;
+
+// First k in [0, n) whose inclusive prefix sum of prob(order[k]) satisfies cum >= thr
+// (or_equal) / cum > thr; returns n if none. Also returns the prefix sum through k.
+template <typename ProbFn>
+__device__ int64_t FindPrefix(int64_t n, double thr, bool or_equal, ProbFn prob, double* cum_out,
+                              typename BlockScanD::TempStorage& scan, int64_t* found, double* found_cum) {
+  double base = 0.0;
+  for (int64_t c0 = 0; c0 < n; c0 += kThreads) {
+    const int64_t k = c0 + threadIdx.x;
+    const double v = k < n ? prob(k) : 0.0;
+    double incl, total;
+    BlockScanD(scan).InclusiveSum(v, incl, total);
+    incl += base;
+    if (threadIdx.x == 0) *found = -1;
+    __syncthreads();
+    const bool hit = k < n && (or_equal ? incl >= thr : incl > thr);
+    if (hit) atomicMin(reinterpret_cast<unsigned long long*>(found), static_cast<unsigned long long>(k));
+    __syncthreads();
+    // found == -1 reads as ULLONG_MAX for atomicMin; convert back.
+    const int64_t f = *found;
+    if (f >= 0 && f < n && static_cast<uint64_t>(f) != ~0ull) {
+      if (k == f) *found_cum = incl;
+      __syncthreads();
+      *cum_out = *found_cum;
+      __syncthreads();
+      return f;
+    }
+    base += total;
+    __syncthreads();
+  }
+  *cum_out = base;
+  return n;
+}
+
+__global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p, const float* sorted_logits,
+                                                         const int32_t* order) {
+  __shared__ typename BlockScanD::TempStorage scan;
+  __shared__ typename BlockReduceD::TempStorage red;
+  __shared__ int64_t found;
+  __shared__ double found_cum, bcast;
+  __shared__ float fv[32];
+  __shared__ int fi[32];
+  const int64_t row = blockIdx.x, V = p.vocab;
+  const float T = p.temperature[row];
+  const float* lg = p.logits + row * p.ld;
+  if (T <= 0.f) {
+    float bv = -INFINITY; int bi = 0x7fffffff;
+    for (int64_t i = threadIdx.x; i < V; i += kThreads)
+      if (bi == 0x7fffffff || lg[i] > bv) { bv = lg[i]; bi = static_cast<int>(i); }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    }
+    if ((threadIdx.x & 31) == 0) { fv[threadIdx.x >> 5] = bv; fi[threadIdx.x >> 5] = bi; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int w = 1; w < kThreads / 32; ++w)
+        if (fv[w] > bv || (fv[w] == bv && fi[w] < bi)) { bv = fv[w]; bi = fi[w]; }
+      // NaN logits never compare greater: fall back to lane 0's pick (as the CPU's loop).
+      p.out_ids[row] = bi == 0x7fffffff ? 0 : bi;
+    }
+    return;
+  }
+  const float* sl = sorted_logits + row * V;
+  const int32_t* ord = order + row * V;
+  const double Td = T;
+  const double mx = static_cast<double>(sl[0]) / Td;
+  double part = 0.0;
+  for (int64_t i = threadIdx.x; i < V; i += kThreads) part += exp(static_cast<double>(sl[i]) / Td - mx);
+  double sum = BlockReduceD(red).Sum(part);
+  if (threadIdx.x == 0) bcast = sum;
+  __syncthreads();
+  sum = bcast;
+  auto prob = [&](int64_t k) { return exp(static_cast<double>(sl[k]) / Td - mx) / sum; };
+  int64_t keep = V;
+  const int tk = p.top_k[row];
+  if (tk > 0 && tk < keep) keep = tk;
+  double kept = 0.0;
+  for (int64_t i = threadIdx.x; i < keep; i += kThreads) kept += prob(i);
+  __syncthreads();
+  kept = BlockReduceD(red).Sum(kept);
+  if (threadIdx.x == 0) bcast = kept;
+  __syncthreads();
+  kept = bcast;
+  const float tp = p.top_p[row];
+  if (tp > 0.f && tp < 1.f) {
+    double cum = 0.0;
+    const int64_t k = FindPrefix(keep, static_cast<double>(tp) * kept, true, prob, &cum, scan, &found, &found_cum);
+    if (k < keep) { keep = k + 1; kept = cum; }
+    else { kept = cum; }
+  }
+  const double u = static_cast<double>(SplitMix64(p.seed[row] ^ SplitMix64(p.step[row])) >> 11) * 0x1.0p-53;
+  double cum = 0.0;
+  const int64_t k = FindPrefix(keep, u * kept, false, prob, &cum, scan, &found, &found_cum);
+  if (threadIdx.x == 0) p.out_ids[row] = ord[k < keep ? k : keep - 1];
+}
+
+}  // namespace
+
+void Sample(const SampleParams& p) {
+  DS_CHECK(p.vocab > 0 && p.vocab < (1ll << 31)) << "Sample: bad vocab " << p.vocab;
+  if (p.rows == 0) return;
+  const int64_t n = p.rows * p.vocab;
+  DeviceBuffer keys_in(n * sizeof(float)), keys_out(n * sizeof(float));
+  DeviceBuffer vals_in(n * sizeof(int32_t)), vals_out(n * sizeof(int32_t));
+  DeviceBuffer offsets((p.rows + 1) * sizeof(int32_t));
+  CopyRowsKernel<<<dev::CeilDiv(n, 256), 256, 0, p.stream>>>(p.logits, p.ld, keys_in.as<float>(), p.rows, p.vocab);
+  IotaKernel<<<dev::CeilDiv(std::max<int64_t>(n, p.rows + 1), 256), 256, 0, p.stream>>>(vals_in.as<int32_t>(), p.rows,
+                                                                                        p.vocab, offsets.as<int32_t>());
+  DS_CUDA_CHECK_LAUNCH("Sample prep");
+  size_t temp_bytes = 0;
+  DS_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
+      nullptr, temp_bytes, keys_in.as<float>(), keys_out.as<float>(), vals_in.as<int32_t>(), vals_out.as<int32_t>(),
+      n, p.rows, offsets.as<int32_t>(), offsets.as<int32_t>() + 1, 0, 32, p.stream));
+  DeviceBuffer temp(temp_bytes);
+  DS_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
+      temp.get(), temp_bytes, keys_in.as<float>(), keys_out.as<float>(), vals_in.as<int32_t>(), vals_out.as<int32_t>(),
+      n, p.rows, offsets.as<int32_t>(), offsets.as<int32_t>() + 1, 0, 32, p.stream));
+  SampleKernel<<<p.rows, kThreads, 0, p.stream>>>(p, keys_out.as<float>(), vals_out.as<int32_t>());
+  DS_CUDA_CHECK_LAUNCH("SampleKernel");
+  // The scratch buffers return to the pool when they go out of scope; the pool only hands
+  // them out again to later work on this stream order, so keep the stream ordered.
+  DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,30 @@
+// Batched token sampling, the CUDA counterpart of ds::cpu::Sample with the same semantics and
+// the same counter-based RNG, so a (seed, step) pair picks the same token on both backends:
+// temperature <= 0: argmax (lowest id on ties). Else p = softmax(logits / T) in double, tokens
+// ordered by descending probability (ties: lower id first; a stable CUB radix sort), keep
+// top_k (0 = all), then the smallest prefix whose mass >= top_p * kept mass, and draw the
+// first token whose cumulative kept mass exceeds u * kept_mass, with
+// u = (SplitMix64(seed ^ SplitMix64(step)) >> 11) * 2^-53.
+// (Sums run in a different order than the CPU's sequential loop: a token can differ only when
+// u lands within ~1e-15 of a cumulative boundary.)
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace ds::cuda {
+
+struct SampleParams {
+  const float* logits; int64_t ld;  // [rows, vocab] device
+  int64_t rows, vocab;
+  // Per-row settings, device arrays [rows].
+  const float* temperature; const float* top_p; const int32_t* top_k;
+  const uint64_t* seed; const uint64_t* step;
+  int32_t* out_ids;                 // [rows] device
+  cudaStream_t stream = nullptr;
+};
+// Uses pooled scratch memory (allocator.h); stream-ordered, no host synchronisation.
+void Sample(const SampleParams& p);
+
+}  // namespace ds::cuda

@@ -1,0 +1,276 @@
+// CUDA model runner on the tiny transformers fixtures (tests/data/*), in both numerics modes
+// (production: bf16 GEMM inputs; precise: split hi/lo bf16 activations): every prompt
+// position's logits vs golden (cosine >= 0.999; FP8 fixture >= kFp8MinCosine, see below), a
+// chunked prefill (two chunks through the paged cache) vs golden, and teacher-forced greedy
+// decode (absorbed MLA over the paged cache) vs golden's greedy ids and the CPU runner's argmax
+// wherever golden's top-2 margin > 0.05. The id checks are asserted in precise mode; in
+// production mode they are measured and printed: bf16 activations move logits by up to ~0.1
+// on these fixtures (max_abs_diff), the size of the 0.05 margin, and an MoE routing near-tie
+// can flip an expert, so an occasional low-margin id can differ there.
+//
+// FP8 tolerance: the FP8 fixture's golden is fp32 math on the dequantised weights. The default
+// FP8 path dequantises weights in the kernel (bf16 rounding of each weight, bf16 activations)
+// and meets the bf16 bound (measured >= 0.9998). The DeepSeek activation-quantised cuBLASLt
+// path costs ~2.6% relative error per GEMM output (test_gemm.cpp gemm_fp8_vs_unquantised_x);
+// kFp8MinCosine = 0.99 is the documented FP8 bound (Fp8FixtureThroughCublasLt).
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cuda/cuda_runner.h"
+#include "runtime/cpu_runner.h"
+#include "test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+constexpr double kMinCosine = 0.999;
+constexpr double kFp8MinCosine = 0.99;
+constexpr double kMarginForIds = 0.05;
+
+std::string DataDir() {
+  const char* e = std::getenv("DS_TEST_DATA_DIR");
+  return e ? e : DS_TEST_DATA_DIR;
+}
+
+double Cosine(const float* a, const float* b, int64_t n) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < n; ++i) { ab += double(a[i]) * b[i]; aa += double(a[i]) * a[i]; bb += double(b[i]) * b[i]; }
+  return ab / std::sqrt(aa * bb + 1e-300);
+}
+int32_t ArgMax(const float* a, int64_t n) {
+  int64_t b = 0;
+  for (int64_t i = 1; i < n; ++i) if (a[i] > a[b]) b = i;
+  return static_cast<int32_t>(b);
+}
+
+// One sequence on blocks 0..nb-1: `ids` new tokens after `ctx0` cached ones.
+ForwardBatch Batch(const std::vector<int32_t>& ids, int32_t ctx0, int nb, bool all_logits) {
+  ForwardBatch b;
+  b.token_ids = ids;
+  for (size_t i = 0; i < ids.size(); ++i) b.positions.push_back(ctx0 + static_cast<int32_t>(i));
+  b.query_start = {0, static_cast<int32_t>(ids.size())};
+  b.context_lens = {ctx0 + static_cast<int32_t>(ids.size())};
+  b.max_blocks = nb;
+  for (int i = 0; i < nb; ++i) b.block_tables.push_back(i);
+  if (all_logits) for (size_t i = 0; i < ids.size(); ++i) b.logits_indices.push_back(static_cast<int32_t>(i));
+  else b.logits_indices = {static_cast<int32_t>(ids.size()) - 1};
+  return b;
+}
+
+void CheckFixture(const std::string& name, bool precise) {
+  const char* mode = precise ? "precise" : "bf16";
+  const std::string dir = DataDir() + "/" + name;
+  std::ifstream in(dir + "/golden.json");
+  ASSERT_TRUE(in.good()) << dir;
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  const auto golden_logits = g["prompt_logits"].get<std::vector<std::vector<float>>>();
+  const auto greedy = g["greedy_ids"].get<std::vector<int32_t>>();
+  const auto greedy_margin = g["greedy_margins"].get<std::vector<double>>();
+  const int P = static_cast<int>(prompt.size());
+  const int nb = (P + static_cast<int>(greedy.size()) + 1 + 63) / 64 + 1;
+  CudaRunnerOptions o;
+  o.model_dir = dir;
+  o.num_kv_blocks = nb;
+  o.precise_activations = precise;
+  auto r = CreateCudaModelRunner(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ModelRunner& cuda = **r;
+  const int64_t V = cuda.config().vocab_size;
+  const bool fp8 = cuda.config().quant.fp8;
+  const double min_cos_bound = fp8 ? kFp8MinCosine : kMinCosine;
+
+  // 1. Whole-prompt prefill: every position vs golden.
+  ForwardOutput out;
+  ASSERT_TRUE(cuda.Forward(Batch(prompt, 0, nb, true), &out).ok());
+  double min_cos = 1, max_abs = 0;
+  int64_t nonfinite = 0;
+  for (int i = 0; i < P; ++i) {
+    const float* got = out.logits.data() + i * V;
+    for (int64_t j = 0; j < V; ++j) {
+      nonfinite += !std::isfinite(got[j]);
+      max_abs = std::max(max_abs, std::fabs(double(got[j]) - golden_logits[i][j]));
+    }
+    min_cos = std::min(min_cos, Cosine(got, golden_logits[i].data(), V));
+  }
+  std::printf("[fixture] %s %s prefill: positions=%d min_cosine=%.6f max_abs_diff=%.4e nonfinite=%lld bound=%.3f%s\n",
+              name.c_str(), mode, P, min_cos, max_abs, (long long)nonfinite, min_cos_bound, min_cos >= min_cos_bound ? " PASS" : " FAIL");
+  EXPECT_EQ(nonfinite, 0);
+  EXPECT_GE(min_cos, min_cos_bound) << name;
+  const int32_t first = ArgMax(out.logits.data() + int64_t(P - 1) * V, V);
+
+  // 2. Teacher-forced greedy decode over golden's greedy ids, CUDA vs golden and vs CPU.
+  CpuRunnerOptions co;
+  co.num_kv_blocks = nb;
+  auto cpu_or = CpuModelRunner::Create(dir, co);
+  ASSERT_TRUE(cpu_or.ok()) << cpu_or.status().ToString();
+  auto& cpu = **cpu_or;
+  ForwardOutput cout_;
+  ASSERT_TRUE(cpu.Forward(Batch(prompt, 0, nb, false), &cout_).ok());
+  int checked = 0, mismatch_golden = 0, mismatch_cpu = 0;
+  double min_cos_cpu = 1;
+  auto check_step = [&](size_t i, int32_t cuda_id, int32_t cpu_id) {
+    if (greedy_margin[i] > kMarginForIds) {
+      ++checked;
+      mismatch_golden += cuda_id != greedy[i];
+      mismatch_cpu += cuda_id != cpu_id;
+      if (cuda_id != greedy[i] || cuda_id != cpu_id)
+        std::printf("  %s step %zu: cuda %d cpu %d golden %d (margin %.3f)\n", name.c_str(), i, cuda_id, cpu_id, greedy[i],
+                    greedy_margin[i]);
+    }
+  };
+  check_step(0, first, ArgMax(cout_.logits.data(), V));
+  for (size_t i = 1; i < greedy.size(); ++i) {
+    const int32_t ctx0 = P + static_cast<int32_t>(i) - 1;
+    ASSERT_TRUE(cuda.Forward(Batch({greedy[i - 1]}, ctx0, nb, false), &out).ok());
+    ASSERT_TRUE(cpu.Forward(Batch({greedy[i - 1]}, ctx0, nb, false), &cout_).ok());
+    min_cos_cpu = std::min(min_cos_cpu, Cosine(out.logits.data(), cout_.logits.data(), V));
+    check_step(i, ArgMax(out.logits.data(), V), ArgMax(cout_.logits.data(), V));
+  }
+  std::printf("[fixture] %s %s decode: steps=%zu checked(margin>%.2f)=%d mismatches_vs_golden=%d mismatches_vs_cpu=%d "
+              "min_cosine_vs_cpu=%.6f%s\n",
+              name.c_str(), mode, greedy.size(), kMarginForIds, checked, mismatch_golden, mismatch_cpu, min_cos_cpu,
+              (mismatch_golden == 0 && mismatch_cpu == 0) ? " PASS" : " FAIL");
+  if (precise) {
+    EXPECT_EQ(mismatch_golden, 0) << name;
+    EXPECT_EQ(mismatch_cpu, 0) << name;
+    EXPECT_GE(min_cos_cpu, min_cos_bound) << name;
+  }
+
+  // 3. Chunked prefill: the prompt in two chunks through the cache (fresh runner).
+  auto r2 = CreateCudaModelRunner(o);
+  ASSERT_TRUE(r2.ok());
+  const int half = P / 2;
+  std::vector<int32_t> a(prompt.begin(), prompt.begin() + half), b(prompt.begin() + half, prompt.end());
+  ASSERT_TRUE((*r2)->Forward(Batch(a, 0, nb, true), &out).ok());
+  double min_cos_chunk = 1;
+  for (int i = 0; i < half; ++i) min_cos_chunk = std::min(min_cos_chunk, Cosine(out.logits.data() + i * V, golden_logits[i].data(), V));
+  ASSERT_TRUE((*r2)->Forward(Batch(b, half, nb, true), &out).ok());
+  for (int i = half; i < P; ++i)
+    min_cos_chunk = std::min(min_cos_chunk, Cosine(out.logits.data() + (i - half) * V, golden_logits[i].data(), V));
+  std::printf("[fixture] %s %s chunked_prefill(%d+%d): min_cosine=%.6f%s\n", name.c_str(), mode, half, P - half, min_cos_chunk,
+              min_cos_chunk >= min_cos_bound ? " PASS" : " FAIL");
+  EXPECT_GE(min_cos_chunk, min_cos_bound) << name;
+}
+
+// The FP8 fixture with cuBLASLt's activation-quantised FP8 GEMM forced for every projection
+// (the path real V3 shapes take): measured, printed, bounded by kFp8MinCosine.
+TEST(CudaRunner, Fp8FixtureThroughCublasLt) {
+  const std::string dir = DataDir() + "/v3_fp8_tiny";
+  if (!std::filesystem::exists(dir + "/golden.json")) GTEST_SKIP();
+  std::ifstream in(dir + "/golden.json");
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  const auto golden_logits = g["prompt_logits"].get<std::vector<std::vector<float>>>();
+  CudaRunnerOptions o;
+  o.model_dir = dir;
+  o.num_kv_blocks = 4;
+  o.fp8_gemm = "cublas-all";
+  auto r = CreateCudaModelRunner(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const int64_t V = (*r)->config().vocab_size;
+  ForwardOutput out;
+  ASSERT_TRUE((*r)->Forward(Batch(prompt, 0, 4, true), &out).ok());
+  double min_cos = 1;
+  for (size_t i = 0; i < prompt.size(); ++i) min_cos = std::min(min_cos, Cosine(out.logits.data() + i * V, golden_logits[i].data(), V));
+  std::printf("[fixture] v3_fp8_tiny cublaslt_fp8 prefill: min_cosine=%.6f bound=%.3f%s\n", min_cos, kFp8MinCosine,
+              min_cos >= kFp8MinCosine ? " PASS" : " FAIL");
+  EXPECT_GE(min_cos, kFp8MinCosine);
+}
+
+TEST(CudaRunner, FixturesMatchGolden) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(DataDir()))
+    if (std::filesystem::exists(e.path() / "golden.json")) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  ASSERT_FALSE(names.empty()) << "no fixtures under " << DataDir();
+  for (const auto& n : names) {
+    SCOPED_TRACE(n);
+    CheckFixture(n, false);
+    CheckFixture(n, true);
+  }
+}
+
+// A real-width smoke test: DeepSeek-V3's config, dummy FP8 weights, 4 layers (3 dense + 1 MoE),
+// a mixed batch (two prefill chunks and two decode tokens) through one Forward: finite logits.
+TEST(CudaRunner, DummyV3MixedBatchIsFinite) {
+  const std::string dir = DataDir() + "/deepseek-v3";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
+  CudaRunnerOptions o;
+  o.model_dir = dir;
+  o.load_format = "dummy";
+  o.num_layers = 4;
+  o.num_kv_blocks = 64;
+  o.seed = 7;
+  auto r = CreateCudaModelRunner(o);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ModelRunner& m = **r;
+  const int64_t V = m.config().vocab_size;
+  // seq0: 300-token prompt; seq1: 70 tokens; then seq0 + seq1 decode one token each with
+  // seq2 (a 5-token prefill) in the same batch.
+  ForwardBatch b;
+  b.max_blocks = 8;
+  auto add_seq = [&](int n_new, int ctx0, int first_block) {
+    for (int i = 0; i < n_new; ++i) { b.token_ids.push_back((ctx0 + i * 7919) % V); b.positions.push_back(ctx0 + i); }
+    b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+    b.context_lens.push_back(ctx0 + n_new);
+    for (int k = 0; k < 8; ++k) b.block_tables.push_back(first_block + k);
+    b.logits_indices.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
+  };
+  b.query_start = {0};
+  add_seq(300, 0, 0);
+  add_seq(70, 0, 8);
+  ForwardOutput out;
+  ASSERT_TRUE(m.Forward(b, &out).ok());
+  b = ForwardBatch();
+  b.max_blocks = 8;
+  b.query_start = {0};
+  add_seq(1, 300, 0);
+  add_seq(5, 0, 16);
+  add_seq(1, 70, 8);
+  auto st = m.Forward(b, &out);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  int64_t bad = 0;
+  for (float v : out.logits) bad += !std::isfinite(v);
+  std::printf("[fixture] dummy_v3_4layers mixed batch: logits rows=%zu nonfinite=%lld%s\n", out.logits.size() / V,
+              (long long)bad, bad == 0 ? " PASS" : " FAIL");
+  EXPECT_EQ(bad, 0);
+}
+
+// Real V3 shapes, dummy FP8 weights: the cuBLASLt block-scaled FP8 path (activations quantised
+// per 1x128 group) vs in-kernel dequantisation (bf16 activations), same weights: per-row
+// logits cosine >= 0.98 (the difference is e4m3 activation rounding, ~2.6% per GEMM).
+TEST(CudaRunner, DummyV3CublasFp8MatchesInKernelFp8) {
+  const std::string dir = DataDir() + "/deepseek-v3";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
+  std::vector<std::vector<float>> logits;
+  for (const char* mode : {"cublas", "kernel"}) {
+    CudaRunnerOptions o;
+    o.model_dir = dir;
+    o.load_format = "dummy";
+    o.num_layers = 4;
+    o.num_kv_blocks = 8;
+    o.seed = 11;
+    o.fp8_gemm = mode;
+    auto r = CreateCudaModelRunner(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back((i * 104729 + 17) % (*r)->config().vocab_size);
+    ForwardOutput out;
+    ASSERT_TRUE((*r)->Forward(Batch(ids, 0, 8, true), &out).ok());
+    logits.push_back(out.logits);
+  }
+  const int64_t V = 129280, R = static_cast<int64_t>(logits[0].size()) / V;
+  double min_cos = 1;
+  for (int64_t i = 0; i < R; ++i) min_cos = std::min(min_cos, Cosine(logits[0].data() + i * V, logits[1].data() + i * V, V));
+  std::printf("[fixture] dummy_v3_4layers cublaslt_fp8_vs_inkernel_fp8: rows=%lld min_cosine=%.6f%s\n", (long long)R, min_cos,
+              min_cos >= 0.98 ? " PASS" : " FAIL");
+  EXPECT_GE(min_cos, 0.98);
+}
+
+}  // namespace
+}  // namespace ds::cuda::test

@@ -1,0 +1,142 @@
+// Helpers for the CUDA op-equivalence tests: device buffers, random inputs, error metrics.
+// Every comparison prints one "[metric]" line (op, case, errors, bound) so the GPU log records
+// the measured errors, and fails on NaN/Inf or an error above the op's bound.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/dtype.h"
+
+namespace ds::cuda::test {
+
+// Device copy of a host vector (freed on scope exit).
+template <typename T>
+class Dev {
+ public:
+  Dev() = default;
+  explicit Dev(size_t n) : n_(n) { DS_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(1, n) * sizeof(T))); Poison(); }
+  explicit Dev(const std::vector<T>& h) : Dev(h.size()) { Upload(h); }
+  ~Dev() { if (p_) cudaFree(p_); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  T* get() const { return p_; }
+  size_t size() const { return n_; }
+  void Upload(const std::vector<T>& h) {
+    DS_CHECK(h.size() == n_);
+    DS_CUDA_CHECK(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> Download() const {
+    DS_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<T> h(n_);
+    DS_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  // Fills with 0xFF bytes (NaN for floats), so unwritten outputs are caught.
+  void Poison() { DS_CUDA_CHECK(cudaMemset(p_, 0xFF, std::max<size_t>(1, n_) * sizeof(T))); }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+inline std::mt19937_64& Rng() {
+  static std::mt19937_64 rng(std::random_device{}());
+  return rng;
+}
+
+// Fast uniform/normal fills (xorshift64*, freshly seeded per call): big tensors at real
+// DeepSeek-V3 shapes (a 129280 x 7168 table) would take too long with <random>.
+inline uint64_t NextSeed() { return Rng()() | 1; }
+inline std::vector<float> RandomF(size_t n, float lo = -1.f, float hi = 1.f) {
+  std::vector<float> v(n);
+  uint64_t s = NextSeed();
+  for (auto& x : v) {
+    s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
+    const uint64_t r = s * 0x2545F4914F6CDD1Dull;
+    x = lo + (hi - lo) * static_cast<float>((r >> 40) * 0x1.0p-24);
+  }
+  return v;
+}
+// Approximately normal (Irwin-Hall of 4 uniforms, unit variance).
+inline std::vector<float> RandomNormal(size_t n, float stddev = 1.f) {
+  std::vector<float> v(n);
+  uint64_t s = NextSeed();
+  for (auto& x : v) {
+    float acc = 0.f;
+    for (int i = 0; i < 4; ++i) {
+      s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
+      acc += static_cast<float>(((s * 0x2545F4914F6CDD1Dull) >> 40) * 0x1.0p-24);
+    }
+    x = (acc - 2.f) * 1.7320508f * stddev;
+  }
+  return v;
+}
+// Rounds every value to bf16 (so CPU and GPU see the same inputs).
+inline std::vector<float> RoundBf16Vec(std::vector<float> v) {
+  for (auto& x : v) x = RoundBf16(x);
+  return v;
+}
+inline std::vector<__nv_bfloat16> ToBf16(const std::vector<float>& v) {
+  std::vector<__nv_bfloat16> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint16_t b = F32ToBf16(v[i]);
+    std::memcpy(static_cast<void*>(&o[i]), &b, 2);
+  }
+  return o;
+}
+inline std::vector<float> FromBf16(const std::vector<__nv_bfloat16>& v) {
+  std::vector<float> o(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint16_t b;
+    std::memcpy(&b, static_cast<const void*>(&v[i]), 2);
+    o[i] = Bf16ToF32(b);
+  }
+  return o;
+}
+
+struct ErrStats {
+  double max_abs = 0, rel_l2 = 0, max_ref = 0;
+  int64_t bad = 0;  // NaN/Inf count in the output
+};
+
+inline ErrStats Compare(const std::vector<float>& got, const std::vector<float>& ref) {
+  ErrStats s;
+  double num = 0, den = 0;
+  EXPECT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < std::min(got.size(), ref.size()); ++i) {
+    if (!std::isfinite(got[i])) { ++s.bad; continue; }
+    const double d = std::fabs(double(got[i]) - double(ref[i]));
+    s.max_abs = std::max(s.max_abs, d);
+    s.max_ref = std::max(s.max_ref, std::fabs(double(ref[i])));
+    num += d * d;
+    den += double(ref[i]) * ref[i];
+  }
+  s.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  return s;
+}
+
+// Checks got vs ref: no NaN/Inf, rel_l2 <= rel_bound, and max_abs <= abs_bound (if > 0).
+inline void ExpectClose(const std::string& op, const std::string& cas, const std::vector<float>& got,
+                        const std::vector<float>& ref, double rel_bound, double abs_bound = 0) {
+  ErrStats s = Compare(got, ref);
+  std::printf("[metric] op=%s case=%s n=%zu rel_l2=%.3e max_abs=%.3e max_ref=%.3e nonfinite=%lld bound_rel=%.1e%s\n",
+              op.c_str(), cas.c_str(), got.size(), s.rel_l2, s.max_abs, s.max_ref, (long long)s.bad, rel_bound,
+              (s.bad == 0 && s.rel_l2 <= rel_bound && (abs_bound <= 0 || s.max_abs <= abs_bound)) ? " PASS" : " FAIL");
+  EXPECT_EQ(s.bad, 0) << op << " " << cas << ": non-finite outputs";
+  EXPECT_LE(s.rel_l2, rel_bound) << op << " " << cas;
+  if (abs_bound > 0) EXPECT_LE(s.max_abs, abs_bound) << op << " " << cas;
+}
+
+}  // namespace ds::cuda::test
