@@ -4,14 +4,11 @@
 // feature) is rendered by RenderDeepSeekV3Chat, the same layout.
 #include "server/text_tokenizer.h"
 
-#ifdef DS_HAVE_HF_TOKENIZER  // set by CMakeLists.txt when server/tokenizer.h exists
 #include "server/chat_template.h"
 #include "server/tokenizer.h"
-#endif
 
 namespace ds {
 
-#ifdef DS_HAVE_HF_TOKENIZER
 namespace {
 class HfTextTokenizer : public TextTokenizer {
  public:
@@ -54,10 +51,5 @@ StatusOr<std::unique_ptr<TextTokenizer>> LoadTextTokenizer(const std::string& di
   }
   return std::unique_ptr<TextTokenizer>(std::make_unique<HfTextTokenizer>(std::move(tok), std::move(tmpl)));
 }
-#else
-StatusOr<std::unique_ptr<TextTokenizer>> LoadTextTokenizer(const std::string& dir) {
-  return Unimplemented("tokenizer loading is not available in this build (" + dir + ")");
-}
-#endif
 
 }  // namespace ds

@@ -690,7 +690,7 @@ def t_embedded_default_model(dsinfer):
     """`dsinfer serve` with no --model: the embedded tiny model (CPU, dummy weights)."""
     s = Server(dsinfer, None, None, ["--load-format", "dummy"], name="dsinfer-tiny")
     try:
-        r = s.client().chat.completions.create(model="dsinfer-tiny", max_tokens=8,
+        r = s.client().chat.completions.create(model="dsinfer-tiny", max_tokens=8, extra_body={"ignore_eos": True},
                                                messages=[{"role": "user", "content": "hi"}])
         check(r.usage.completion_tokens == 8 and r.choices[0].finish_reason == "length", r)
     finally:
