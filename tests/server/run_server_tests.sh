@@ -13,7 +13,8 @@ if ! "$VENV/bin/python" -c "import openai" >/dev/null 2>&1; then
   "$VENV/bin/pip" install -q --disable-pip-version-check openai
 fi
 # 2,000 concurrent connections need more than the usual 1,024 descriptors (client side).
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+for n in "$(ulimit -Hn)" 1048576 65536 16384 8192; do ulimit -n "$n" 2>/dev/null && break; done
+echo "server tests: open-file limit $(ulimit -n)"
 export DS_SERVE_LOG_DIR=${DS_SERVE_LOG_DIR:-$(dirname "$BIN")}
 
 SHARED=${DS_SHARED_DIR:-$ROOT/../shared}
