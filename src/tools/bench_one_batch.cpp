@@ -3,8 +3,6 @@
 // O-1 decode steps of B tokens (greedy). Prints prefill latency and each decode step's time
 // beside its roofline time (bench/roofline.h). `dsinfer bench roofline` prints the roofline
 // alone (no model run).
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,25 +17,15 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/dataset.h"
-#include "bench/dummy_checkpoint.h"
 #include "bench/hw_measure.h"
 #include "bench/metrics.h"
 #include "bench/roofline.h"
 #include "model/config.h"
 #include "model/mla.h"
 #include "runtime/cpu_runner.h"
+#include "runtime/runner_factory.h"
 #include "tools/command.h"
 
-// Runner construction: the engine's factory when it is in the tree, else the CUDA runner
-// directly (CUDA builds); the CPU runner is always available here.
-#if __has_include("runtime/runner_factory.h")
-#include "runtime/runner_factory.h"
-#define DS_BENCH_HAVE_RUNNER_FACTORY 1
-#endif
-#if defined(DS_WITH_CUDA) && __has_include("backend/cuda/cuda_runner.h")
-#include "backend/cuda/cuda_runner.h"
-#define DS_BENCH_HAVE_CUDA_RUNNER 1
-#endif
 
 namespace ds::tools {
 namespace {
@@ -59,17 +47,6 @@ StatusOr<nlohmann::json> ReadConfigJson(const std::string& model) {
   if (j.is_discarded() || !j.is_object()) return InvalidArgument(p.string() + ": not a JSON object");
   return j;
 }
-
-// Removes a temporary directory on scope exit.
-struct TempDir {
-  std::string path;
-  ~TempDir() {
-    if (!path.empty()) {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  }
-};
 
 std::string HumanBytes(double b) {
   char buf[32];
@@ -125,38 +102,6 @@ nlohmann::json PartsToJson(const bench::StepCost& c, const bench::Hardware& hw) 
   return {{"attention", one(p.attention)}, {"moe", one(p.moe)}, {"dense", one(p.dense)}, {"other", one(p.other)}};
 }
 
-// The CUDA runner, with its own dummy weights and layer truncation (no checkpoint written).
-StatusOr<std::unique_ptr<ModelRunner>> MakeCudaRunner(const std::string& model, const std::string& load_format,
-                                                      int num_layers, int num_kv_blocks, MlaMode mla, uint64_t seed) {
-#if defined(DS_BENCH_HAVE_CUDA_RUNNER)
-  cuda::CudaRunnerOptions o;
-  o.model_dir = model;
-  o.load_format = load_format;
-  o.num_layers = num_layers;
-  o.num_kv_blocks = num_kv_blocks;
-  o.mla_mode = mla;
-  o.seed = seed;
-  return cuda::CreateCudaModelRunner(o);
-#elif defined(DS_BENCH_HAVE_RUNNER_FACTORY)
-  RunnerOptions o;
-  o.model_dir = model;
-  o.device = "cuda";
-  o.load_format = load_format;
-  o.num_layers = num_layers;
-  o.num_kv_blocks = num_kv_blocks;
-  o.seed = seed;
-  (void)mla;
-  return CreateModelRunner(o);
-#else
-  (void)model, (void)load_format, (void)num_layers, (void)num_kv_blocks, (void)mla, (void)seed;
-#ifdef DS_WITH_CUDA
-  return Unimplemented("--device cuda: the CUDA model runner is not in this build yet");
-#else
-  return Unimplemented("--device cuda: this build has no CUDA backend (configure with -DDS_CUDA=ON)");
-#endif
-#endif
-}
-
 int RunOneBatch(int argc, char** argv) {
   CLI::App app{"Time prefill and decode steps of a fixed batch through a ModelRunner, beside the roofline",
                "dsinfer bench one-batch"};
@@ -191,53 +136,31 @@ int RunOneBatch(int argc, char** argv) {
   auto cj = ReadConfigJson(model);
   if (!cj.ok()) return Fail(who, 1, cj.status().ToString());
 
-  // The directory the runner loads: the checkpoint, or a temporary one (dummy weights, or a
-  // truncated config beside links to the checkpoint's files).
-  TempDir tmp;
-  std::string load_dir = fs::is_directory(model) ? model : fs::path(model).parent_path().string();
-  if (!cuda && (load_format == "dummy" || num_layers > 0)) {
-    std::string templ = (fs::temp_directory_path() / "dsinfer_one_batch_XXXXXX").string();
-    if (!mkdtemp(templ.data())) return Fail(who, 1, "cannot create a temporary directory");
-    tmp.path = templ;
-    if (load_format == "dummy") {
-      std::fprintf(stderr, "one-batch: writing dummy BF16 weights to %s\n", tmp.path.c_str());
-      Status st = bench::WriteDummyCheckpoint(*cj, num_layers, tmp.path, seed);
-      if (!st.ok()) return Fail(who, 1, st.ToString());
-    } else {
-      nlohmann::json t = *cj;
-      t["num_hidden_layers"] = num_layers;
-      std::ofstream(tmp.path + "/config.json") << t.dump(2);
-      for (const auto& e : fs::directory_iterator(load_dir)) {
-        std::string n = e.path().filename().string();
-        if (n.find(".safetensors") != std::string::npos)
-          fs::create_symlink(fs::absolute(e.path()), fs::path(tmp.path) / n);
-      }
-    }
-    load_dir = tmp.path;
-  }
-  auto cfg_or = LoadModelConfig(load_dir);
+  // The model's shape: its config, truncated like the runner truncates it.
+  if (num_layers > 0 && num_layers < cj->value("num_hidden_layers", 0)) (*cj)["num_hidden_layers"] = num_layers;
+  auto cfg_or = ParseModelConfig(*cj);
   if (!cfg_or.ok()) return Fail(who, 1, cfg_or.status().ToString());
-  ModelConfig cfg = *cfg_or;
-  if (cuda && num_layers > 0 && num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = num_layers;
+  const ModelConfig cfg = *cfg_or;
 
   const int total_len = input_len + output_len;
   const int blocks_per_seq = (total_len + kBlockSize - 1) / kBlockSize;
   MlaMode mla_mode = MlaMode::kAuto;
   ParseMlaMode(mla, &mla_mode);
+  if (cuda && mla_mode != MlaMode::kAuto) return Fail(who, 2, "--mla: only auto with --device cuda");
+  // The engine's runner factory: CPU (fp32; dummy weights / truncation through a scratch
+  // checkpoint) or CUDA (its own dummy weights on the device).
+  RunnerOptions ro;
+  ro.model_dir = model;
+  ro.device = device;
+  ro.load_format = load_format;
+  ro.num_layers = num_layers;
+  ro.num_kv_blocks = blocks_per_seq * batch;
+  ro.seed = seed;
   auto t_load = Clock::now();
-  std::unique_ptr<ModelRunner> runner;
-  if (cuda) {
-    auto r = MakeCudaRunner(load_dir, load_format, num_layers, blocks_per_seq * batch, mla_mode, seed);
-    if (!r.ok()) return Fail(who, 1, r.status().ToString());
-    runner = std::move(r).value();
-  } else {
-    CpuRunnerOptions ro;
-    ro.num_kv_blocks = blocks_per_seq * batch;
-    ro.mla_mode = mla_mode;
-    auto r = CpuModelRunner::Create(load_dir, ro);
-    if (!r.ok()) return Fail(who, 1, r.status().ToString());
-    runner = std::move(r).value();
-  }
+  auto runner_or = CreateModelRunner(ro);
+  if (!runner_or.ok()) return Fail(who, 1, runner_or.status().ToString());
+  std::unique_ptr<ModelRunner> runner = std::move(runner_or).value();
+  if (auto* cpu = dynamic_cast<CpuModelRunner*>(runner.get())) cpu->set_mla_mode(mla_mode);
   if (runner->config().num_hidden_layers != cfg.num_hidden_layers)
     return Fail(who, 1, "runner has " + std::to_string(runner->config().num_hidden_layers) + " layers, expected " +
                             std::to_string(cfg.num_hidden_layers));

@@ -1,5 +1,4 @@
-// `dsinfer bench one-batch` / `bench roofline` end to end on the tiny fixtures (CPU), and the
-// dummy checkpoint writer against the real loader.
+// `dsinfer bench one-batch` / `bench roofline` end to end on the tiny fixtures (CPU).
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -11,8 +10,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/dummy_checkpoint.h"
-#include "runtime/cpu_runner.h"
 
 namespace {
 
@@ -31,35 +28,6 @@ std::pair<int, std::string> RunBenchCmd(const std::string& args) {
 
 std::string Tmp(const std::string& n) {
   return (fs::temp_directory_path() / ("dsinfer_ob_" + std::to_string(getpid()) + "_" + n)).string();
-}
-
-TEST(BenchDummyCheckpoint, LoadsAndRunsInTheCpuRunner) {
-  for (const char* fixture : {"v3_tiny", "v2_lite_tiny"}) {
-    std::ifstream f(std::string(DS_TEST_DATA_DIR) + "/" + fixture + "/config.json");
-    ASSERT_TRUE(f) << fixture;
-    auto cj = nlohmann::json::parse(f);
-    std::string dir = Tmp(std::string("dummy_") + fixture);
-    fs::create_directories(dir);
-    ASSERT_TRUE(ds::bench::WriteDummyCheckpoint(cj, 2, dir, 7).ok());
-    ds::CpuRunnerOptions o;
-    o.num_kv_blocks = 2;
-    auto r = ds::CpuModelRunner::Create(dir, o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_EQ((*r)->config().num_hidden_layers, 2);
-    ds::ForwardBatch b;
-    b.token_ids = {3, 4, 5};
-    b.positions = {0, 1, 2};
-    b.query_start = {0, 3};
-    b.context_lens = {3};
-    b.block_tables = {0};
-    b.max_blocks = 1;
-    b.logits_indices = {2};
-    ds::ForwardOutput out;
-    ASSERT_TRUE((*r)->Forward(b, &out).ok());
-    ASSERT_EQ(out.logits.size(), static_cast<size_t>((*r)->config().vocab_size));
-    for (float v : out.logits) ASSERT_TRUE(std::isfinite(v));
-    fs::remove_all(dir);
-  }
 }
 
 TEST(BenchOneBatchTool, TinyCheckpointAndDummy) {
