@@ -14,7 +14,11 @@
 #   CONCURRENCY ["1 8 32 64 128 256"]   INPUT_LENS ["1024 4096"]   OUTPUT_LEN [256]
 #   PROMPTS_PER_CONC [3]  MIN_PROMPTS [8]: requests per point = max(MIN, C x PER_CONC)
 #   NUM_GPUS [1]   SERVE_ARGS ["--max-running-requests 256"]: extra `dsinfer serve` flags
-#   SERVER_CMD [""]: replaces the server command; {port} {model_dir} {layers} are substituted
+#   SERVER_CMD [""]: replaces the server command; {port} {model_dir} {layers} are substituted.
+#       The default command serves the model dir's tokenizer.json, or `--tokenizer byte` when
+#       the dir has none (V2-Lite's); prompts are token ids either way.
+#   EXTRA_BODY ['{"return_token_ids": true}']: merged into every request (dsinfer/vLLM
+#       extension: every chunk carries its token ids, so tokens with no text are timed too)
 #   SERVER_WAIT_S [900]   BENCH_TIMEOUT_S [1800]
 #   STAGES ["serve onebatch roofline hf trace records plot analyze"]
 #   ONE_BATCH_CONC [$CONCURRENCY]  ONE_BATCH_OUTPUT_LEN [16]
@@ -42,6 +46,7 @@ NUM_GPUS=${NUM_GPUS:-1}
 SERVE_ARGS=${SERVE_ARGS:---max-running-requests 256}
 SERVER_CMD=${SERVER_CMD:-}
 SERVER_WAIT_S=${SERVER_WAIT_S:-900}
+EXTRA_BODY=${EXTRA_BODY:-'{"return_token_ids": true}'}
 BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-1800}
 STAGES=${STAGES:-"serve onebatch roofline hf trace records plot analyze"}
 ONE_BATCH_CONC=${ONE_BATCH_CONC:-$CONCURRENCY}
@@ -100,7 +105,9 @@ start_server() {  # name dir layers
     cmd=${cmd//\{model_dir\}/$dir}
     cmd=${cmd//\{layers\}/$layers}
   else
-    cmd="$DSINFER serve --model $dir --load-format dummy --num-layers $layers --device $DEVICE --host 127.0.0.1 --port $PORT --served-model-name $name $SERVE_ARGS"
+    local tok=""
+    [ -f "$dir/tokenizer.json" ] || tok="--tokenizer byte"
+    cmd="$DSINFER serve --model $dir $tok --load-format dummy --num-layers $layers --device $DEVICE --host 127.0.0.1 --port $PORT --served-model-name $name $SERVE_ARGS"
   fi
   log "starting server: $cmd"
   bash -c "exec $cmd" > "$LOGS/server_$name.log" 2>&1 &
@@ -141,7 +148,7 @@ run_serve_sweep() {  # name dir layers dtype
       timeout "$BENCH_TIMEOUT_S" "$DSINFER" bench serve --port "$PORT" --model "$name" \
         --dataset-name random --random-input-len "$L" --random-output-len "$OUTPUT_LEN" --vocab-size "$vocab" \
         --num-prompts "$n" --max-concurrency "$C" --warmup-requests "$warm" --ignore-eos --seed 0 \
-        --num-gpus "$NUM_GPUS" --disable-tqdm --metadata "$meta" \
+        --num-gpus "$NUM_GPUS" --disable-tqdm --metadata "$meta" --extra-body "$EXTRA_BODY" \
         --output-file "$RAW/serve_${name}_in${L}_c${C}.json" > "$LOGS/serve_${name}_in${L}_c${C}.txt" 2>&1 \
         || { log "bench serve failed ($name in=$L c=$C), see $LOGS/serve_${name}_in${L}_c${C}.txt"; FAILURES=$((FAILURES + 1)); }
     done
@@ -153,7 +160,7 @@ run_trace() {  # name dir layers
   log "trace replay: $TRACE_FILE, first ${TRACE_DURATION_S}s, time scale $TRACE_TIME_SCALE"
   timeout "$BENCH_TIMEOUT_S" "$DSINFER" bench serve --port "$PORT" --model "$name" --dataset-name trace \
     --dataset-path "$TRACE_FILE" --trace-duration-s "$TRACE_DURATION_S" --trace-time-scale "$TRACE_TIME_SCALE" \
-    --vocab-size "$(vocab_of "$dir")" --ignore-eos --num-gpus "$NUM_GPUS" --disable-tqdm \
+    --vocab-size "$(vocab_of "$dir")" --ignore-eos --num-gpus "$NUM_GPUS" --disable-tqdm --extra-body "$EXTRA_BODY" \
     --metadata "$(printf '{"model_name":"%s","gpu":"%s","commit":"%s"}' "$name" "$GPU_NAME" "$COMMIT")" \
     --output-file "$OUT_DIR/trace_${name}.json" > "$OUT_DIR/trace_${name}.txt" 2>&1 \
     || { log "trace replay failed, see $OUT_DIR/trace_${name}.txt"; FAILURES=$((FAILURES + 1)); }

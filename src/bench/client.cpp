@@ -106,6 +106,7 @@ bool StreamAccumulator::OnEvent(const std::string& data, double t) {
     return false;
   }
   if (chunk->has_choice && first_finish_ < 0 && !chunk->finish_reason.empty()) first_finish_ = t;
+  if (chunk->num_token_ids > 0) streamed_token_ids_ += chunk->num_token_ids;
   if (chunk->has_content) {
     if (content_chunks_ == 0)
       ttft_ = t;
@@ -125,7 +126,9 @@ void StreamAccumulator::Finish(double t_end, int fallback_prompt_tokens, Request
   out->ttft_s = ttft_;
   out->itl_s = itl_;
   out->usage_reported = completion_tokens_ >= 0;
-  out->output_tokens = completion_tokens_ >= 0 ? completion_tokens_ : content_chunks_;
+  out->output_tokens = completion_tokens_ >= 0 ? completion_tokens_
+                      : streamed_token_ids_ > 0 ? streamed_token_ids_
+                                                : content_chunks_;
   out->prompt_tokens = prompt_tokens_ >= 0 ? prompt_tokens_ : fallback_prompt_tokens;
   out->cached_tokens = cached_tokens_;
   if (!error_.empty()) {

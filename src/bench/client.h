@@ -73,6 +73,7 @@ class StreamAccumulator {
  private:
   int content_chunks_ = 0;
   int events_ = 0;
+  int streamed_token_ids_ = 0;  // sum of token_ids lengths (when the server sends them)
   double ttft_ = 0, last_ = 0;
   double first_finish_ = -1;  // first chunk with a finish_reason (fallback TTFT)
   std::vector<double> itl_;

@@ -108,8 +108,10 @@ StatusOr<StreamChunk> ParseStreamChunk(std::string_view data) {
         role_only = d->contains("role");
       }
       chunk.finish_reason = StringField(c0, "finish_reason");
-      chunk.has_content =
-          !chunk.text.empty() || (text_field && !role_only && chunk.finish_reason.empty());
+      if (auto ids = c0.find("token_ids"); ids != c0.end() && ids->is_array())
+        chunk.num_token_ids = static_cast<int>(ids->size());
+      chunk.has_content = !chunk.text.empty() || chunk.num_token_ids > 0 ||
+                          (text_field && !role_only && chunk.finish_reason.empty() && chunk.num_token_ids != 0);
     }
   }
   if (auto u = j.find("usage"); u != j.end() && u->is_object()) {

@@ -44,6 +44,8 @@ struct StreamChunk {
   std::optional<int> prompt_tokens;      // usage.prompt_tokens
   std::optional<int> cached_tokens;      // usage.prompt_tokens_details.cached_tokens
   bool has_choice = false;        // a non-empty "choices" array (token, preamble or finish)
+  int num_token_ids = -1;         // choices[0].token_ids length when present (vLLM's
+                                  // return_token_ids extension): tokens in this chunk
   std::string finish_reason;
   std::string error;              // an {"error": ...} chunk's message
 };

@@ -173,3 +173,33 @@ TEST(BenchStreamAccumulator, TokensWithoutTextStillSucceed) {
 }
 }  // namespace
 }  // namespace ds::bench
+
+namespace ds::bench {
+namespace {
+TEST(BenchStreamAccumulator, TokenIdsMakeEmptyTextChunksTokenEvents) {
+  // return_token_ids: a token with no text yet still arrives as a chunk with its id.
+  auto c = ParseStreamChunk(R"({"choices":[{"text":"","token_ids":[301],"finish_reason":null}]})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c->has_content);
+  EXPECT_EQ(c->num_token_ids, 1);
+  auto fin = ParseStreamChunk(R"({"choices":[{"text":"","token_ids":[],"finish_reason":"length"}]})");
+  ASSERT_TRUE(fin.ok());
+  EXPECT_FALSE(fin->has_content);
+  auto empty_ids = ParseStreamChunk(R"({"choices":[{"text":"","token_ids":[],"finish_reason":null}]})");
+  ASSERT_TRUE(empty_ids.ok());
+  EXPECT_FALSE(empty_ids->has_content);  // the server says: no token in this chunk
+
+  StreamAccumulator acc;
+  acc.OnEvent(R"({"choices":[{"text":"","token_ids":[301]}]})", 0.10);
+  acc.OnEvent(R"({"choices":[{"text":"ab","token_ids":[302,303]}]})", 0.12);
+  acc.OnEvent(R"({"choices":[{"text":"","token_ids":[],"finish_reason":"length"}]})", 0.13);
+  acc.OnEvent("[DONE]", 0.13);
+  RequestOutcome r;
+  acc.Finish(0.13, 5, &r);
+  EXPECT_TRUE(r.success);
+  EXPECT_TRUE(r.tokens_streamed);
+  EXPECT_DOUBLE_EQ(r.ttft_s, 0.10);  // the first token, though it had no text
+  EXPECT_EQ(r.output_tokens, 3);     // no usage: the streamed ids
+}
+}  // namespace
+}  // namespace ds::bench
