@@ -29,3 +29,7 @@ struct CommandRegistrar {
 
 #define DS_REGISTER_COMMAND(name, help, fn) \
   static ::ds::tools::CommandRegistrar ds_command_registrar_##name(#name, help, fn)
+// A two-word command ("bench kernels"): main dispatches `dsinfer <w1> <w2> ...` to it before
+// looking up a one-word command <w1>, so a family such as `bench` can gain modes in separate files.
+#define DS_REGISTER_COMMAND_NAMED(id, name, help, fn) \
+  static ::ds::tools::CommandRegistrar ds_command_registrar_##id(name, help, fn)

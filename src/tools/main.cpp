@@ -32,16 +32,19 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   auto& reg = ds::tools::CommandRegistry();
-  auto it = reg.find(argv[1]);
+  int words = 1;  // a two-word command ("bench kernels") wins over the one-word family
+  auto it = argc >= 3 ? reg.find(std::string(argv[1]) + " " + argv[2]) : reg.end();
+  if (it != reg.end()) words = 2;
+  else it = reg.find(argv[1]);
   if (it == reg.end()) {
     std::fprintf(stderr, "dsinfer: unknown command '%s'\n\n", argv[1]);
     PrintUsage(stderr);
     return 2;
   }
-  std::string name = std::string("dsinfer ") + argv[1];
+  std::string name = std::string("dsinfer ") + it->first;
   std::vector<char*> sub_argv;
   sub_argv.push_back(name.data());
-  for (int i = 2; i < argc; ++i) sub_argv.push_back(argv[i]);
+  for (int i = 1 + words; i < argc; ++i) sub_argv.push_back(argv[i]);
   try {
     return it->second.fn(static_cast<int>(sub_argv.size()), sub_argv.data());
   } catch (const ds::CheckError& e) {
