@@ -32,6 +32,16 @@ __global__ void FillE4M3Kernel(uint8_t* x, int64_t n, uint64_t seed) {
 }
 constexpr int kGrid = 132 * 8, kBlock = 256;
 
+__global__ void __launch_bounds__(512) CopyKernel(uint4* __restrict__ dst, const uint4* __restrict__ src, int64_t n) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {  // four independent 16-byte loads in flight
+    const uint4 a = src[i], b = src[i + stride], c = src[i + 2 * stride], d = src[i + 3 * stride];
+    dst[i] = a; dst[i + stride] = b; dst[i + 2 * stride] = c; dst[i + 3 * stride] = d;
+  }
+  for (; i < n; i += stride) dst[i] = src[i];
+}
+
 }  // namespace
 
 void FillUniformF32(float* x, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
@@ -48,6 +58,14 @@ void FillE4M3(uint8_t* x, int64_t n, uint64_t seed, cudaStream_t stream) {
   if (n <= 0) return;
   FillE4M3Kernel<<<kGrid, kBlock, 0, stream>>>(x, n, seed);
   DS_CUDA_CHECK_LAUNCH("FillE4M3Kernel");
+}
+
+void CopyDeviceBytes(void* dst, const void* src, int64_t bytes, cudaStream_t stream) {
+  DS_CHECK(bytes % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0)
+      << "CopyDeviceBytes: 16-byte multiples";
+  if (bytes <= 0) return;
+  CopyKernel<<<132 * 4, 512, 0, stream>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src), bytes / 16);
+  DS_CUDA_CHECK_LAUNCH("CopyKernel");
 }
 
 }  // namespace ds::cuda

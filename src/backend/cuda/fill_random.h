@@ -15,5 +15,9 @@ namespace ds::cuda {
 void FillUniformF32(float* x, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream = nullptr);
 void FillUniformBf16(__nv_bfloat16* x, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream = nullptr);
 void FillE4M3(uint8_t* x, int64_t n, uint64_t seed, cudaStream_t stream = nullptr);
+// Device-to-device copy by an SM kernel (16-byte loads/stores, grid-stride): the bandwidth
+// ceiling for kernels, which a cudaMemcpyAsync captured in a graph (copy engine) may not reach.
+// bytes and both pointers must be multiples of 16.
+void CopyDeviceBytes(void* dst, const void* src, int64_t bytes, cudaStream_t stream = nullptr);
 
 }  // namespace ds::cuda
