@@ -7,7 +7,8 @@
 #   Then call the device tool's `run` with carry [".carry"] and the command
 #   `bash .carry/kernels/scripts/gpu_bench_kernels.sh run .carry/kernels`.
 # There (GPU):     bash gpu_bench_kernels.sh run CARRY_DIR
-#   1. nvidia-smi; 2. the MLA decode op tests (CUDA-core and tensor-core kernels vs the CPU op);
+#   1. nvidia-smi; 2. the MLA decode op tests (CUDA-core and tensor-core kernels vs the CPU op)
+#   and the runner check of the tensor-core kernel (dummy V3, 4 layers; TEST_FILTER overrides);
 #   3. `dsinfer bench kernels` (full list, cut by --budget-s; --quick if QUICK=1), which writes
 #   kernels.json + kernels.md. Logs and results go to $OUT (default /tmp/gpu_bench_kernels):
 #   summary.txt, nvidia_smi.txt, mla_tests.log, bench.log, kernels.json, kernels.md.
@@ -46,10 +47,10 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,tem
 
 # 2. MLA decode op tests (both kernels; see tests/cuda/test_mla_decode.cpp).
 t0=$(date +%s)
-timeout 100 "$BIN/dsinfer_cuda_tests" --gtest_color=no --gtest_filter="${TEST_FILTER:-CudaMlaDecode*}" >"$OUT/mla_tests.log" 2>&1
+timeout 100 "$BIN/dsinfer_cuda_tests" --gtest_color=no --gtest_filter="${TEST_FILTER:-CudaMlaDecode*:CudaRunner.DummyV3DecodeTensorCoresMatchesCudaCore}" >"$OUT/mla_tests.log" 2>&1
 rc=$?
 note "mla tests: rc=$rc ($(( $(date +%s) - t0 )) s); $(grep -c '^\[       OK' "$OUT/mla_tests.log") ok, $(grep -c '^\[  FAILED  \].*ms)' "$OUT/mla_tests.log") failed; metrics: $(grep -c ' PASS$' "$OUT/mla_tests.log") pass, $(grep -c ' FAIL$' "$OUT/mla_tests.log") fail"
-grep '^\[metric\]' "$OUT/mla_tests.log" | sed 's/^\[metric\] //' | tee -a "$SUMMARY"
+grep -E '^\[(metric|fixture)\]' "$OUT/mla_tests.log" | sed -E 's/^\[(metric|fixture)\] //' | tee -a "$SUMMARY"
 grep -E '^\[  FAILED|Failure|error' "$OUT/mla_tests.log" | head -20 | tee -a "$SUMMARY"
 
 # 3. The benchmark. A crashed tensor-core kernel (bad address) would take the whole bench
