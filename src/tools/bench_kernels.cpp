@@ -248,7 +248,7 @@ void Ceilings(Bench& b) {
 // ---------------------------------------------------------------- MLA decode
 // Times MLA decode at `ctx` (one entry per sequence) with q_len query tokens per sequence.
 double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
-                     const std::string& note = "") {
+                     const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -288,6 +288,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.max_blocks = max_blocks; p.max_context = max_ctx; p.kv_chunk = 256; p.softmax_scale = 0.1352f;
   p.workspace = ws.as<float>(); p.out = out.as<void>(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl;
   p.out_type = DTypeOut::kBF16; p.stream = b.st(); p.tensor_cores = tc; p.total_context = total; p.max_q_len = qlen;
+  p.tc_stages = tc_stages; p.tc_blocks_per_sm = tc_blocks_per_sm;
   const double us = b.TimeUs([&](int i) {
     MlaDecodeParams pi = p;
     pi.block_table = tables[i]->as<int32_t>();
@@ -295,7 +296,10 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   }, nsets, tc ? 20 : 3, tc ? 400 : 150);
   const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
   const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
-  b.Add(tc ? "mla_decode_tc" : "mla_decode_cudacore", label, us, bytes, flops, false, note);
+  std::string kernel = tc ? "mla_decode_tc" : "mla_decode_cudacore";
+  if (tc && (tc_stages || tc_blocks_per_sm))
+    kernel += "[stages" + std::to_string(tc_stages ? tc_stages : 3) + ",bpsm" + std::to_string(tc_blocks_per_sm ? tc_blocks_per_sm : 2) + "]";
+  b.Add(kernel, label, us, bytes, flops, false, note);
   return us;
 }
 
@@ -340,6 +344,18 @@ void MlaDecodeAnchors(Bench& b) {
   // The CUDA-core kernel (the reference/fallback) at two anchor shapes, for the record.
   if (!b.OutOfTime()) MlaDecodeCase(b, 128, Uniform(64, 4096), 1, false, "h128 b64 4K", "old kernel");
   if (!b.OutOfTime()) MlaDecodeCase(b, 16, Uniform(64, 4096), 1, false, "h16 b64 4K", "old kernel");
+}
+
+// The tensor-core kernel's tuning knobs at the anchor shapes (the defaults are measured above).
+void MlaDecodeTune(Bench& b) {
+  const int knobs[][2] = {{2, 2}, {2, 4}, {3, 4}, {3, 1}};
+  for (const auto& a : kAnchors)
+    for (const auto& k : knobs) {
+      const std::string name = std::string(a.name) + " stages" + std::to_string(k[0]) + " bpsm" + std::to_string(k[1]);
+      if (b.OutOfTime()) { b.skipped.push_back("mla_decode_tc " + name); continue; }
+      const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "", k[0], k[1]);
+    }
 }
 
 void MlaDecodeSweep(Bench& b) {
@@ -607,7 +623,7 @@ int RunBenchKernels(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
   app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
   app.add_option("--commit", commit, "commit id recorded in every record");
-  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sweep mla_prefill fp8_gemm moe small");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_tune mla_sweep mla_prefill fp8_gemm moe small");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -645,6 +661,7 @@ int RunBenchKernels(int argc, char** argv) {
     Ceilings(b);
     save();
     if (want("mla_anchors")) { MlaDecodeAnchors(b); save(); }
+    if (want("mla_tune")) { MlaDecodeTune(b); save(); }
     if (want("fp8_gemm")) { Fp8Gemms(b, quick ? std::vector<int64_t>{16, 4096} : std::vector<int64_t>{16, 4096, 64, 1, 16384}); save(); }
     if (want("moe")) { Moe(b); save(); }
     if (want("small")) {

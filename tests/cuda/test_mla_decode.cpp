@@ -5,7 +5,7 @@
 // pages) hold NaN, so a kernel that reads or mixes them in fails the NaN check; outputs and
 // workspace start poisoned (NaN), so an unwritten output fails too.
 //
-// Both kernels run on every case: the CUDA-core kernel (fp32 q and probabilities) at the
+// Both kernels run on every case (the tensor-core one in two configurations, see RunCase): the CUDA-core kernel (fp32 q and probabilities) at the
 // original bound 2e-5, and the tensor-core kernel (tensor_cores = true: bf16 q and bf16
 // probabilities, fp32 accumulation, FlashMLA's numerics) at 5e-3 against the CPU op fed the
 // same bf16-rounded q (its remaining error is the bf16 rounding of the probabilities), plus
@@ -60,7 +60,10 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
   Dev<float> dq(q);
   Dev<__nv_bfloat16> dc(ToBf16(cache));
   Dev<int32_t> dqs(qs), dctx(ctx), dtab(table);
-  for (bool tc : {false, true}) {
+  // variant 0: CUDA-core; 1: tensor cores, defaults; 2: tensor cores, 2-stage pipeline (two
+  // 16-row blocks per SM) and a 4-blocks-per-SM chunk target.
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool tc = variant > 0;
     Dev<float> ws(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, chunk));  // poisoned (NaN)
     Dev<float> out(T * H * kvl);                                         // poisoned (NaN)
     MlaDecodeParams p{};
@@ -70,6 +73,7 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
     p.max_context = max_ctx; p.kv_chunk = chunk; p.softmax_scale = scale; p.workspace = ws.get();
     p.out = out.get(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl; p.out_type = DTypeOut::kF32;
     p.tensor_cores = tc;
+    if (variant == 2) { p.tc_stages = 2; p.tc_blocks_per_sm = 4; }
     // Hints as the runner would pass them; the first tensor-core run of each case uses none.
     if (tc && (S % 2 == 0)) { p.total_context = total_ctx; p.max_q_len = max_q; }
     MlaDecodeAttention(p);
@@ -78,8 +82,9 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
     if (!tc) {
       ExpectClose("mla_decode", name, got, ref, 2e-5);
     } else if (MlaDecodeTcSupported(kvl, rope, bs)) {
-      ExpectClose("mla_decode_tc", std::string(name) + "_vs_bf16q_ref", got, ref_bf16q, 5e-3);
-      ExpectClose("mla_decode_tc", std::string(name) + "_vs_fp32q_ref", got, ref, 1e-2);
+      const std::string op = variant == 1 ? "mla_decode_tc" : "mla_decode_tc_2stage";
+      ExpectClose(op, std::string(name) + "_vs_bf16q_ref", got, ref_bf16q, 5e-3);
+      ExpectClose(op, std::string(name) + "_vs_fp32q_ref", got, ref, 1e-2);
     } else {  // unsupported dims: the flag falls back to the CUDA-core kernel
       ExpectClose("mla_decode_tc_fallback", name, got, ref, 2e-5);
     }

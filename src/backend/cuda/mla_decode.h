@@ -47,6 +47,9 @@ struct MlaDecodeParams {
   bool tensor_cores = false;
   int64_t total_context = 0;  // host hint: sum of context_lens (0 = assume num_seqs * max_context)
   int64_t max_q_len = 0;      // host hint: max query tokens per sequence (0 = derive a bound)
+  // Tuning knobs of the tensor-core path (0 = defaults, the configuration verified in run 1):
+  int tc_stages = 0;          // 0 = 3-stage pipeline; 2 = 2 stages (16-row tiles: 2 blocks per SM)
+  int tc_blocks_per_sm = 0;   // chunk sizing: key rows split over this many blocks per SM (0 = 2)
 };
 // True if the tensor-core path handles these dims.
 bool MlaDecodeTcSupported(int64_t kv_lora, int64_t rope_dim, int64_t block_size);

@@ -23,13 +23,14 @@ namespace {
 
 constexpr int kD = 576, kV = 512;  // key (latent + rope) and value (latent) dims
 constexpr int kBN = 32;            // keys per pipeline stage
-constexpr int kStages = 3;
+// Pipeline depth: 3 stages (default, verified on the H200 in run 1) or 2 (tc_stages = 2; then
+// a 16-row tile's block needs 109 KB and two blocks fit on one SM).
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kLd = kD + 8;  // padded shared-memory row (bf16): 1168 B, conflict-free ldmatrix
 constexpr int kChunksPerRow = kD / 8;  // 16-byte pieces per cache row
 constexpr int kKSteps = kD / 16;       // k16 steps of Q K^T
 
-template <int RT>
+template <int RT, int kStages>
 constexpr size_t SmemBytes() {
   return static_cast<size_t>(RT * 16 + kStages * kBN) * kLd * 2 + static_cast<size_t>(kWarps) * 16 * kBN * 4;
 }
@@ -70,8 +71,8 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-template <int RT>
-__global__ void __launch_bounds__(kThreads, 1)
+template <int RT, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     MlaDecodeTcKernel(MlaDecodeParams p, int nrb, int chunk, int max_splits) {
   constexpr int WV = kWarps / RT;  // warps per row tile
   constexpr int VW = kV / WV;      // value columns per warp
@@ -320,17 +321,18 @@ int NumSms() {
   return n;
 }
 
-template <int RT>
+template <int RT, int kStages, int kMinBlocks>
 void LaunchTc(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
-  constexpr size_t smem = SmemBytes<RT>();
+  constexpr size_t smem = SmemBytes<RT, kStages>();
+  static_assert(smem * kMinBlocks <= 227 * 1024, "shared memory per SM");
   static const bool attr_set = [] {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeTcKernel<RT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeTcKernel<RT, kStages, kMinBlocks>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)attr_set;
   dim3 grid(static_cast<unsigned>(p.num_seqs * nrb), static_cast<unsigned>(max_splits));
-  MlaDecodeTcKernel<RT><<<grid, kThreads, smem, p.stream>>>(p, nrb, chunk, max_splits);
+  MlaDecodeTcKernel<RT, kStages, kMinBlocks><<<grid, kThreads, smem, p.stream>>>(p, nrb, chunk, max_splits);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeTcKernel");
 }
 
@@ -354,15 +356,22 @@ void MlaDecodeAttentionTc(const MlaDecodeParams& p) {
   // Split-KV by work: one chunk size for the batch, ~2 blocks per SM over all key rows.
   const int64_t total = p.total_context > 0 ? p.total_context : p.num_seqs * p.max_context;
   const int64_t work = nrb * total;
-  const int64_t target = 2 * static_cast<int64_t>(NumSms());
+  const int64_t target = (p.tc_blocks_per_sm > 0 ? p.tc_blocks_per_sm : 2) * static_cast<int64_t>(NumSms());
   int64_t chunk = (work + target - 1) / target;
   chunk = (chunk + 63) / 64 * 64;
   chunk = std::max<int64_t>(chunk, p.kv_chunk);
   const int64_t max_splits = std::max<int64_t>(1, (p.max_context + chunk - 1) / chunk);
   DS_CHECK(max_splits < 65536 && p.num_seqs * nrb < (int64_t{1} << 31)) << "MlaDecodeAttentionTc: grid too large";
-  if (rt == 1) LaunchTc<1>(p, static_cast<int>(nrb), static_cast<int>(chunk), static_cast<int>(max_splits));
-  else if (rt == 2) LaunchTc<2>(p, static_cast<int>(nrb), static_cast<int>(chunk), static_cast<int>(max_splits));
-  else LaunchTc<4>(p, static_cast<int>(nrb), static_cast<int>(chunk), static_cast<int>(max_splits));
+  const int n = static_cast<int>(nrb), c = static_cast<int>(chunk), ms = static_cast<int>(max_splits);
+  if (p.tc_stages == 2) {
+    if (rt == 1) LaunchTc<1, 2, 2>(p, n, c, ms);
+    else if (rt == 2) LaunchTc<2, 2, 1>(p, n, c, ms);
+    else LaunchTc<4, 2, 1>(p, n, c, ms);
+  } else {
+    if (rt == 1) LaunchTc<1, 3, 1>(p, n, c, ms);
+    else if (rt == 2) LaunchTc<2, 3, 1>(p, n, c, ms);
+    else LaunchTc<4, 3, 1>(p, n, c, ms);
+  }
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
   if (p.out_type == DTypeOut::kF32) MlaDecodeTcCombine<float><<<cgrid, kV / 4, 0, p.stream>>>(p, static_cast<int>(max_splits));
   else MlaDecodeTcCombine<__nv_bfloat16><<<cgrid, kV / 4, 0, p.stream>>>(p, static_cast<int>(max_splits));
