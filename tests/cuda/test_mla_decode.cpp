@@ -61,8 +61,11 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
   Dev<__nv_bfloat16> dc(ToBf16(cache));
   Dev<int32_t> dqs(qs), dctx(ctx), dtab(table);
   // variant 0: CUDA-core; 1: tensor cores, defaults; 2: tensor cores, 2-stage pipeline (two
-  // 16-row blocks per SM) and a 4-blocks-per-SM chunk target.
-  for (int variant = 0; variant < 3; ++variant) {
+  // 16-row blocks per SM) and a 4-blocks-per-SM chunk target; 3: two 16-row M tiles per warp
+  // (64-row blocks); 4: both.
+  const char* kVariant[] = {"mla_decode", "mla_decode_tc", "mla_decode_tc_2stage", "mla_decode_tc_rows32",
+                            "mla_decode_tc_rows32_2stage"};
+  for (int variant = 0; variant < 5; ++variant) {
     const bool tc = variant > 0;
     Dev<float> ws(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, chunk));  // poisoned (NaN)
     Dev<float> out(T * H * kvl);                                         // poisoned (NaN)
@@ -73,7 +76,8 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
     p.max_context = max_ctx; p.kv_chunk = chunk; p.softmax_scale = scale; p.workspace = ws.get();
     p.out = out.get(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl; p.out_type = DTypeOut::kF32;
     p.tensor_cores = tc;
-    if (variant == 2) { p.tc_stages = 2; p.tc_blocks_per_sm = 4; }
+    if (variant == 2 || variant == 4) { p.tc_stages = 2; p.tc_blocks_per_sm = 4; }
+    if (variant >= 3) p.tc_rows_per_warp = 32;
     // Hints as the runner would pass them; the first tensor-core run of each case uses none.
     if (tc && (S % 2 == 0)) { p.total_context = total_ctx; p.max_q_len = max_q; }
     MlaDecodeAttention(p);
@@ -82,11 +86,11 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
     if (!tc) {
       ExpectClose("mla_decode", name, got, ref, 2e-5);
     } else if (MlaDecodeTcSupported(kvl, rope, bs)) {
-      const std::string op = variant == 1 ? "mla_decode_tc" : "mla_decode_tc_2stage";
+      const std::string op = kVariant[variant];
       ExpectClose(op, std::string(name) + "_vs_bf16q_ref", got, ref_bf16q, 5e-3);
       ExpectClose(op, std::string(name) + "_vs_fp32q_ref", got, ref, 1e-2);
     } else {  // unsupported dims: the flag falls back to the CUDA-core kernel
-      ExpectClose("mla_decode_tc_fallback", name, got, ref, 2e-5);
+      ExpectClose(std::string(kVariant[variant]) + "_fallback", name, got, ref, 2e-5);
     }
   }
 }

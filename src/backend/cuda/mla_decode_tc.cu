@@ -30,9 +30,9 @@ constexpr int kLd = kD + 8;  // padded shared-memory row (bf16): 1168 B, conflic
 constexpr int kChunksPerRow = kD / 8;  // 16-byte pieces per cache row
 constexpr int kKSteps = kD / 16;       // k16 steps of Q K^T
 
-template <int RT, int kStages>
+template <int RT, int kStages, int MT>
 constexpr size_t SmemBytes() {
-  return static_cast<size_t>(RT * 16 + kStages * kBN) * kLd * 2 + static_cast<size_t>(kWarps) * 16 * kBN * 4;
+  return static_cast<size_t>(RT * 16 + kStages * kBN) * kLd * 2 + static_cast<size_t>(kWarps) * MT * 16 * kBN * 4;
 }
 
 __device__ __forceinline__ uint32_t SmemAddr(const void* ptr) {
@@ -71,21 +71,25 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
-template <int RT, int kStages, int kMinBlocks>
+// MT = 16-row M tiles per warp (1, or 2 with tc_rows_per_warp = 32: each key/value fragment
+// read from shared memory then feeds two MMAs). A row group = MT tiles = 16 * MT rows.
+template <int RT, int kStages, int kMinBlocks, int MT>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MlaDecodeTcKernel(MlaDecodeParams p, int nrb, int chunk, int max_splits) {
-  constexpr int WV = kWarps / RT;  // warps per row tile
-  constexpr int VW = kV / WV;      // value columns per warp
-  constexpr int NT = VW / 8;       // n8 tiles of O per warp
-  constexpr int SN = kBN / 8;      // n8 tiles of S per stage
+  static_assert(RT % MT == 0, "row tiles per block must be a multiple of tiles per warp");
+  constexpr int WV = kWarps * MT / RT;  // warps per row group
+  constexpr int VW = kV / WV;           // value columns per warp
+  constexpr int NT = VW / 8;            // n8 tiles of O per warp
+  constexpr int SN = kBN / 8;           // n8 tiles of S per stage
+  constexpr int SPW = MT * SN * 4 * 32; // partial-score floats per warp
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [RT*16][kLd]
   __nv_bfloat16* Ks = Qs + RT * 16 * kLd;                             // [kStages][kBN][kLd]
-  float* Sp = reinterpret_cast<float*>(Ks + kStages * kBN * kLd);     // [kWarps][SN*4][32]
+  float* Sp = reinterpret_cast<float*>(Ks + kStages * kBN * kLd);     // [kWarps][MT][SN*4][32]
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
-  const int rt = warp / WV, wv = warp % WV;
+  const int rt = warp / WV, wv = warp % WV;  // row group, slice inside it
   const int s = blockIdx.x / nrb, rb = blockIdx.x % nrb;
   const int split = blockIdx.y;
   const int H = static_cast<int>(p.heads);
@@ -137,16 +141,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
   };
 
-  float acc[NT][4];
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int n = 0; n < NT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  int limit[2];  // keys < limit are visible to rows g and g + 8 of this warp's tile (causal MTP)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = row0 + rt * 16 + g + hr * 8;
-    limit[hr] = row < valid_rows ? min(kend, ctx - (q_len - 1 - row / H)) : -1;
-  }
+    for (int n = 0; n < NT; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
+  float m_run[MT][2], l_run[MT][2];
+  int limit[MT][2];  // keys < limit are visible to rows g and g + 8 of each of this warp's tiles (causal MTP)
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = row0 + (rt * MT + mt) * 16 + g + hr * 8;
+      limit[mt][hr] = row < valid_rows ? min(kend, ctx - (q_len - 1 - row / H)) : -1;
+      m_run[mt][hr] = -INFINITY;
+      l_run[mt][hr] = 0.f;
+    }
   const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
   const int ks_beg = wv * kKSteps / WV, ks_end = (wv + 1) * kKSteps / WV;
 
@@ -167,86 +177,105 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     const __nv_bfloat16* Kt = Ks + (it % kStages) * kBN * kLd;
 
     // Partial scores over this warp's k-steps.
-    float sc[SN][4];
+    float sc[MT][SN][4];
 #pragma unroll
-    for (int j = 0; j < SN; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.f;
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < SN; ++j) sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.f;
     for (int ks = ks_beg; ks < ks_end; ++ks) {
-      uint32_t a0, a1, a2, a3;
-      Ldsm4(SmemAddr(Qs + (rt * 16 + (lane & 15)) * kLd + ks * 16 + (lane >> 4) * 8), a0, a1, a2, a3);
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        Ldsm4(SmemAddr(Qs + ((rt * MT + mt) * 16 + (lane & 15)) * kLd + ks * 16 + (lane >> 4) * 8), a[mt][0], a[mt][1],
+              a[mt][2], a[mt][3]);
 #pragma unroll
       for (int nb = 0; nb < SN / 2; ++nb) {
         const int m = lane >> 3;
         uint32_t b0, b1, b2, b3;
         Ldsm4(SmemAddr(Kt + (nb * 16 + (m >> 1) * 8 + (lane & 7)) * kLd + ks * 16 + (m & 1) * 8), b0, b1, b2, b3);
-        Mma(sc[2 * nb], a0, a1, a2, a3, b0, b1);
-        Mma(sc[2 * nb + 1], a0, a1, a2, a3, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma(sc[mt][2 * nb], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+          Mma(sc[mt][2 * nb + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+        }
       }
     }
-    // Sum the WV partial scores of this row tile (same order in every warp: identical S).
+    // Sum the WV partial scores of this row group (same order in every warp: identical S).
     {
-      float* my = Sp + warp * (SN * 4 * 32);
+      float* my = Sp + warp * SPW;
 #pragma unroll
-      for (int j = 0; j < SN; ++j)
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) my[(j * 4 + c) * 32 + lane] = sc[j][c];
+        for (int j = 0; j < SN; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) my[((mt * SN + j) * 4 + c) * 32 + lane] = sc[mt][j][c];
       __syncthreads();
-      const float* base = Sp + rt * WV * (SN * 4 * 32);
+      const float* base = Sp + rt * WV * SPW;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < SN; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            float v = 0.f;
+#pragma unroll
+            for (int w2 = 0; w2 < WV; ++w2) v += base[w2 * SPW + ((mt * SN + j) * 4 + c) * 32 + lane];
+            sc[mt][j][c] = v;
+          }
+    }
+    // Online softmax (rows g and g + 8 of each tile; each row's 32 scores live in one quad).
+    const int kt0 = kbeg + it * kBN;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int j = 0; j < SN; ++j)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          float v = 0.f;
-#pragma unroll
-          for (int w2 = 0; w2 < WV; ++w2) v += base[w2 * (SN * 4 * 32) + (j * 4 + c) * 32 + lane];
-          sc[j][c] = v;
+          const int hr = c >> 1;
+          const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+          const float v = key < limit[mt][hr] ? sc[mt][j][c] * sl2 : -INFINITY;
+          sc[mt][j][c] = v;
+          mx[hr] = fmaxf(mx[hr], v);
         }
-    }
-    // Online softmax (rows g and g + 8; each row's 32 scores live in one quad).
-    const int kt0 = kbeg + it * kBN;
-    float mt[2] = {-INFINITY, -INFINITY};
+      float muse[2], alpha[2];
 #pragma unroll
-    for (int j = 0; j < SN; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int hr = c >> 1;
-        const int key = kt0 + j * 8 + 2 * tq + (c & 1);
-        const float v = key < limit[hr] ? sc[j][c] * sl2 : -INFINITY;
-        sc[j][c] = v;
-        mt[hr] = fmaxf(mt[hr], v);
+      for (int hr = 0; hr < 2; ++hr) {
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+        const float m_new = fmaxf(m_run[mt][hr], mx[hr]);
+        muse[hr] = m_new == -INFINITY ? 0.f : m_new;
+        alpha[hr] = exp2f(m_run[mt][hr] - muse[hr]);
+        m_run[mt][hr] = m_new;
       }
-    float muse[2], alpha[2];
+      float lsum[2] = {0.f, 0.f};
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 1));
-      mt[hr] = fmaxf(mt[hr], __shfl_xor_sync(0xffffffffu, mt[hr], 2));
-      const float m_new = fmaxf(m_run[hr], mt[hr]);
-      muse[hr] = m_new == -INFINITY ? 0.f : m_new;
-      alpha[hr] = exp2f(m_run[hr] - muse[hr]);
-      m_run[hr] = m_new;
-    }
-    float lsum[2] = {0.f, 0.f};
+      for (int j = 0; j < SN; ++j)
 #pragma unroll
-    for (int j = 0; j < SN; ++j)
+        for (int c = 0; c < 4; ++c) {
+          const float pv = exp2f(sc[mt][j][c] - muse[c >> 1]);
+          sc[mt][j][c] = pv;
+          lsum[c >> 1] += pv;
+        }
 #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float pv = exp2f(sc[j][c] - muse[c >> 1]);
-        sc[j][c] = pv;
-        lsum[c >> 1] += pv;
+      for (int hr = 0; hr < 2; ++hr) l_run[mt][hr] = l_run[mt][hr] * alpha[hr] + lsum[hr];
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        acc[mt][n][0] *= alpha[0]; acc[mt][n][1] *= alpha[0];
+        acc[mt][n][2] *= alpha[1]; acc[mt][n][3] *= alpha[1];
       }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
-#pragma unroll
-    for (int n = 0; n < NT; ++n) {
-      acc[n][0] *= alpha[0]; acc[n][1] *= alpha[0];
-      acc[n][2] *= alpha[1]; acc[n][3] *= alpha[1];
     }
     // O += P V over this warp's value columns.
 #pragma unroll
     for (int kk = 0; kk < kBN / 16; ++kk) {
-      const uint32_t a0 = PackBf16(sc[2 * kk][0], sc[2 * kk][1]);
-      const uint32_t a1 = PackBf16(sc[2 * kk][2], sc[2 * kk][3]);
-      const uint32_t a2 = PackBf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
-      const uint32_t a3 = PackBf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt][0] = PackBf16(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+        a[mt][1] = PackBf16(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+        a[mt][2] = PackBf16(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+        a[mt][3] = PackBf16(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int nb = 0; nb < NT / 2; ++nb) {
         const int m = lane >> 3;
@@ -254,8 +283,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         const int key = kk * 16 + (m & 1) * 8 + (lane & 7);
         uint32_t b0, b1, b2, b3;
         Ldsm4T(SmemAddr(Kt + key * kLd + col), b0, b1, b2, b3);
-        Mma(acc[2 * nb], a0, a1, a2, a3, b0, b1);
-        Mma(acc[2 * nb + 1], a0, a1, a2, a3, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma(acc[mt][2 * nb], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+          Mma(acc[mt][2 * nb + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+        }
       }
     }
   }
@@ -263,25 +295,31 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
   // Normalised partial output and its log-sum-exp (natural log) per row.
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
-    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
-  }
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = row0 + rt * 16 + g + hr * 8;
-    if (row >= valid_rows) continue;
-    const int t = q0 + row / H, h = row % H;
-    const int64_t part = (static_cast<int64_t>(t) * H + h) * max_splits + split;
-    float* po = p.workspace + part * kV + wv * VW;
-    const bool empty = !(l_run[hr] > 0.f);
-    const float inv = empty ? 0.f : 1.f / l_run[hr];
+    for (int hr = 0; hr < 2; ++hr) {
+      l_run[mt][hr] += __shfl_xor_sync(0xffffffffu, l_run[mt][hr], 1);
+      l_run[mt][hr] += __shfl_xor_sync(0xffffffffu, l_run[mt][hr], 2);
+    }
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
-      *reinterpret_cast<float2*>(po + n * 8 + 2 * tq) = make_float2(acc[n][2 * hr] * inv, acc[n][2 * hr + 1] * inv);
-    if (wv == 0 && tq == 0)
-      p.workspace[lse_base + part] = empty ? -INFINITY : (m_run[hr] + log2f(l_run[hr])) * 0.6931471805599453f;
-  }
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = row0 + (rt * MT + mt) * 16 + g + hr * 8;
+      if (row >= valid_rows) continue;
+      const int t = q0 + row / H, h = row % H;
+      const int64_t part = (static_cast<int64_t>(t) * H + h) * max_splits + split;
+      float* po = p.workspace + part * kV + wv * VW;
+      const bool empty = !(l_run[mt][hr] > 0.f);
+      const float inv = empty ? 0.f : 1.f / l_run[mt][hr];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+        *reinterpret_cast<float2*>(po + n * 8 + 2 * tq) =
+            make_float2(acc[mt][n][2 * hr] * inv, acc[mt][n][2 * hr + 1] * inv);
+      if (wv == 0 && tq == 0)
+        p.workspace[lse_base + part] =
+            empty ? -INFINITY : (m_run[mt][hr] + log2f(l_run[mt][hr])) * 0.6931471805599453f;
+    }
 }
 
 // out[t, h, :] = sum_s exp(lse_s - lse) * o_s (empty splits, lse = -inf, are skipped).
@@ -321,18 +359,18 @@ int NumSms() {
   return n;
 }
 
-template <int RT, int kStages, int kMinBlocks>
+template <int RT, int kStages, int kMinBlocks, int MT = 1>
 void LaunchTc(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
-  constexpr size_t smem = SmemBytes<RT, kStages>();
+  constexpr size_t smem = SmemBytes<RT, kStages, MT>();
   static_assert(smem * kMinBlocks <= 227 * 1024, "shared memory per SM");
   static const bool attr_set = [] {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeTcKernel<RT, kStages, kMinBlocks>,
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)attr_set;
   dim3 grid(static_cast<unsigned>(p.num_seqs * nrb), static_cast<unsigned>(max_splits));
-  MlaDecodeTcKernel<RT, kStages, kMinBlocks><<<grid, kThreads, smem, p.stream>>>(p, nrb, chunk, max_splits);
+  MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT><<<grid, kThreads, smem, p.stream>>>(p, nrb, chunk, max_splits);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeTcKernel");
 }
 
@@ -363,7 +401,10 @@ void MlaDecodeAttentionTc(const MlaDecodeParams& p) {
   const int64_t max_splits = std::max<int64_t>(1, (p.max_context + chunk - 1) / chunk);
   DS_CHECK(max_splits < 65536 && p.num_seqs * nrb < (int64_t{1} << 31)) << "MlaDecodeAttentionTc: grid too large";
   const int n = static_cast<int>(nrb), c = static_cast<int>(chunk), ms = static_cast<int>(max_splits);
-  if (p.tc_stages == 2) {
+  if (p.tc_rows_per_warp == 32 && rt == 4) {
+    if (p.tc_stages == 2) LaunchTc<4, 2, 1, 2>(p, n, c, ms);
+    else LaunchTc<4, 3, 1, 2>(p, n, c, ms);
+  } else if (p.tc_stages == 2) {
     if (rt == 1) LaunchTc<1, 2, 2>(p, n, c, ms);
     else if (rt == 2) LaunchTc<2, 2, 1>(p, n, c, ms);
     else LaunchTc<4, 2, 1>(p, n, c, ms);
