@@ -248,7 +248,8 @@ void Ceilings(Bench& b) {
 // ---------------------------------------------------------------- MLA decode
 // Times MLA decode at `ctx` (one entry per sequence) with q_len query tokens per sequence.
 double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
-                     const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0) {
+                     const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
+                     bool tc_fast_io = false) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -289,6 +290,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.workspace = ws.as<float>(); p.out = out.as<void>(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl;
   p.out_type = DTypeOut::kBF16; p.stream = b.st(); p.tensor_cores = tc; p.total_context = total; p.max_q_len = qlen;
   p.tc_stages = tc_stages; p.tc_blocks_per_sm = tc_blocks_per_sm; p.tc_rows_per_warp = tc_rows_per_warp;
+  p.tc_fast_io = tc_fast_io;
   const double us = b.TimeUs([&](int i) {
     MlaDecodeParams pi = p;
     pi.block_table = tables[i]->as<int32_t>();
@@ -297,9 +299,9 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
   const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
   std::string kernel = tc ? "mla_decode_tc" : "mla_decode_cudacore";
-  if (tc && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp))
+  if (tc && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io))
     kernel += "[stages" + std::to_string(tc_stages ? tc_stages : 3) + ",bpsm" + std::to_string(tc_blocks_per_sm ? tc_blocks_per_sm : 2) +
-              ",rows" + std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + "]";
+              ",rows" + std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io ? ",fastio" : "") + "]";
   b.Add(kernel, label, us, bytes, flops, false, note);
   return us;
 }
@@ -349,16 +351,17 @@ void MlaDecodeAnchors(Bench& b) {
 
 // The tensor-core kernel's tuning knobs at the anchor shapes (the defaults are measured above).
 void MlaDecodeTune(Bench& b) {
-  // {stages, blocks per SM, rows per warp}; rows 32 only changes 64-row blocks (128 heads).
-  const int knobs[][3] = {{3, 2, 32}, {2, 2, 32}, {2, 2, 16}, {2, 4, 16}, {3, 4, 16}, {3, 1, 16}};
+  // {stages, blocks per SM, rows per warp, fast io}; rows 32 only changes 64-row blocks (128 heads).
+  const int knobs[][4] = {{3, 2, 16, 1}, {3, 2, 32, 1}, {2, 2, 32, 1}, {2, 2, 16, 1}, {2, 4, 16, 1},
+                          {3, 4, 16, 1}, {3, 1, 16, 1}, {3, 2, 32, 0}, {2, 4, 16, 0}};
   for (const auto& a : kAnchors)
     for (const auto& k : knobs) {
       if (k[2] == 32 && a.H * a.qlen <= 32) continue;
       const std::string name = std::string(a.name) + " stages" + std::to_string(k[0]) + " bpsm" + std::to_string(k[1]) +
-                               " rows" + std::to_string(k[2]);
+                               " rows" + std::to_string(k[2]) + (k[3] ? " fastio" : "");
       if (b.OutOfTime()) { b.skipped.push_back("mla_decode_tc " + name); continue; }
       const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
-      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "", k[0], k[1], k[2]);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "", k[0], k[1], k[2], k[3] != 0);
     }
 }
 

@@ -62,10 +62,11 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
   Dev<int32_t> dqs(qs), dctx(ctx), dtab(table);
   // variant 0: CUDA-core; 1: tensor cores, defaults; 2: tensor cores, 2-stage pipeline (two
   // 16-row blocks per SM) and a 4-blocks-per-SM chunk target; 3: two 16-row M tiles per warp
-  // (64-row blocks); 4: both.
-  const char* kVariant[] = {"mla_decode", "mla_decode_tc", "mla_decode_tc_2stage", "mla_decode_tc_rows32",
-                            "mla_decode_tc_rows32_2stage"};
-  for (int variant = 0; variant < 5; ++variant) {
+  // (64-row blocks); 4: both; 5: fast Q load + pipelined combine; 6: every knob at once.
+  const char* kVariant[] = {"mla_decode",          "mla_decode_tc",         "mla_decode_tc_2stage",
+                            "mla_decode_tc_rows32", "mla_decode_tc_rows32_2stage", "mla_decode_tc_fastio",
+                            "mla_decode_tc_all_knobs"};
+  for (int variant = 0; variant < 7; ++variant) {
     const bool tc = variant > 0;
     Dev<float> ws(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, chunk));  // poisoned (NaN)
     Dev<float> out(T * H * kvl);                                         // poisoned (NaN)
@@ -76,8 +77,9 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
     p.max_context = max_ctx; p.kv_chunk = chunk; p.softmax_scale = scale; p.workspace = ws.get();
     p.out = out.get(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl; p.out_type = DTypeOut::kF32;
     p.tensor_cores = tc;
-    if (variant == 2 || variant == 4) { p.tc_stages = 2; p.tc_blocks_per_sm = 4; }
-    if (variant >= 3) p.tc_rows_per_warp = 32;
+    if (variant == 2 || variant == 4 || variant == 6) { p.tc_stages = 2; p.tc_blocks_per_sm = 4; }
+    if (variant == 3 || variant == 4 || variant == 6) p.tc_rows_per_warp = 32;
+    if (variant >= 5) p.tc_fast_io = true;
     // Hints as the runner would pass them; the first tensor-core run of each case uses none.
     if (tc && (S % 2 == 0)) { p.total_context = total_ctx; p.max_q_len = max_q; }
     MlaDecodeAttention(p);

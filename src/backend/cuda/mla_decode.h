@@ -51,6 +51,7 @@ struct MlaDecodeParams {
   int tc_stages = 0;          // 0 = 3-stage pipeline; 2 = 2 stages (16-row tiles: 2 blocks per SM)
   int tc_blocks_per_sm = 0;   // chunk sizing: key rows split over this many blocks per SM (0 = 2)
   int tc_rows_per_warp = 0;   // 0/16 = one 16-row M tile per warp; 32 = two (64-row blocks only)
+  bool tc_fast_io = false;    // 16-byte Q loads overlapped with the first K stages; pipelined combine
 };
 // True if the tensor-core path handles these dims.
 bool MlaDecodeTcSupported(int64_t kv_lora, int64_t rope_dim, int64_t block_size);

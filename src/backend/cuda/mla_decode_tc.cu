@@ -73,7 +73,10 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
 
 // MT = 16-row M tiles per warp (1, or 2 with tc_rows_per_warp = 32: each key/value fragment
 // read from shared memory then feeds two MMAs). A row group = MT tiles = 16 * MT rows.
-template <int RT, int kStages, int kMinBlocks, int MT>
+// kFastIo (tc_fast_io): the Q tile is read with 16-byte loads, all of a thread's loads in flight
+// at once, after the first K stages are issued (so the two overlap); and the combine keeps 8
+// splits' loads in flight. Off: the configuration verified in run 1.
+template <int RT, int kStages, int kMinBlocks, int MT, bool kFastIo>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MlaDecodeTcKernel(MlaDecodeParams p, int nrb, int chunk, int max_splits) {
   static_assert(RT % MT == 0, "row tiles per block must be a multiple of tiles per warp");
@@ -113,6 +116,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
 
   // Q tile -> bf16 shared memory (rows past the query block are zeros).
+  if constexpr (!kFastIo)
   for (int idx = threadIdx.x; idx < RT * 16 * (kD / 2); idx += kThreads) {
     const int r = idx / (kD / 2), c = (idx % (kD / 2)) * 2;
     const int row = row0 + r;
@@ -164,6 +168,32 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < ntiles) load_tile(st, st);
     CpAsyncCommit();
+  }
+  if constexpr (kFastIo) {  // Q tile, overlapping the K stages just issued (visible after the loop-top barrier)
+    constexpr int kVec = kD / 4;                   // float4 per row
+    constexpr int kPer = RT * 16 * kVec / kThreads;  // exact: 16 * 144 = 9 * 256
+    static_assert(RT * 16 * kVec % kThreads == 0, "Q tile split");
+    float4 v[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      const int r = idx / kVec, c = (idx % kVec) * 4;
+      const int row = row0 + r;
+      v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row < valid_rows)
+        v[i] = __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
+                                                     static_cast<int64_t>(row % H) * p.q_head_stride + c));
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      const int r = idx / kVec, c = (idx % kVec) * 4;
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(v[i].x, v[i].y), hi = __floats2bfloat162_rn(v[i].z, v[i].w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(Qs + r * kLd + c) = packed;
+    }
   }
 
   for (int it = 0; it < ntiles; ++it) {
@@ -349,6 +379,53 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombine(MlaDecodeParams p, 
   out[3] = dev::FromF<TOut>(acc.w * inv);
 }
 
+// Same result as MlaDecodeTcCombine, with 8 splits' loads in flight per thread.
+template <typename TOut>
+__global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombineFast(MlaDecodeParams p, int max_splits) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
+  const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
+  float gmax = -INFINITY;
+#pragma unroll 8
+  for (int s = 0; s < max_splits; ++s) gmax = fmaxf(gmax, lse[s]);
+  const int d = threadIdx.x * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+  int s = 0;
+  for (; s + 8 <= max_splits; s += 8) {
+    float w[8];
+    float4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const float l = lse[s + u];
+      w[u] = l == -INFINITY ? 0.f : expf(l - gmax);
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u)  // empty splits (w = 0) were never written: not read
+      v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(p.workspace + (base + s + u) * kV + d)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      wsum += w[u];
+      acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
+    }
+  }
+  for (; s < max_splits; ++s) {
+    const float l = lse[s];
+    if (l == -INFINITY) continue;
+    const float w = expf(l - gmax);
+    wsum += w;
+    const float4 v = *reinterpret_cast<const float4*>(p.workspace + (base + s) * kV + d);
+    acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + d;
+  out[0] = dev::FromF<TOut>(acc.x * inv);
+  out[1] = dev::FromF<TOut>(acc.y * inv);
+  out[2] = dev::FromF<TOut>(acc.z * inv);
+  out[3] = dev::FromF<TOut>(acc.w * inv);
+}
+
 int NumSms() {
   static const int n = [] {
     int dev = 0, v = 0;
@@ -359,19 +436,44 @@ int NumSms() {
   return n;
 }
 
-template <int RT, int kStages, int kMinBlocks, int MT = 1>
+template <int RT, int kStages, int kMinBlocks, int MT, bool kFastIo>
 void LaunchTc(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
   constexpr size_t smem = SmemBytes<RT, kStages, MT>();
   static_assert(smem * kMinBlocks <= 227 * 1024, "shared memory per SM");
   static const bool attr_set = [] {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT>,
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT, kFastIo>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)attr_set;
   dim3 grid(static_cast<unsigned>(p.num_seqs * nrb), static_cast<unsigned>(max_splits));
-  MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT><<<grid, kThreads, smem, p.stream>>>(p, nrb, chunk, max_splits);
+  MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT, kFastIo><<<grid, kThreads, smem, p.stream>>>(p, nrb, chunk, max_splits);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeTcKernel");
+}
+
+template <bool kFastIo>
+void DispatchTc(const MlaDecodeParams& p, int rt, int n, int c, int ms) {
+  if (p.tc_rows_per_warp == 32 && rt == 4) {
+    if (p.tc_stages == 2) LaunchTc<4, 2, 1, 2, kFastIo>(p, n, c, ms);
+    else LaunchTc<4, 3, 1, 2, kFastIo>(p, n, c, ms);
+  } else if (p.tc_stages == 2) {
+    if (rt == 1) LaunchTc<1, 2, 2, 1, kFastIo>(p, n, c, ms);
+    else if (rt == 2) LaunchTc<2, 2, 1, 1, kFastIo>(p, n, c, ms);
+    else LaunchTc<4, 2, 1, 1, kFastIo>(p, n, c, ms);
+  } else {
+    if (rt == 1) LaunchTc<1, 3, 1, 1, kFastIo>(p, n, c, ms);
+    else if (rt == 2) LaunchTc<2, 3, 1, 1, kFastIo>(p, n, c, ms);
+    else LaunchTc<4, 3, 1, 1, kFastIo>(p, n, c, ms);
+  }
+  dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
+  if constexpr (kFastIo) {
+    if (p.out_type == DTypeOut::kF32) MlaDecodeTcCombineFast<float><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
+    else MlaDecodeTcCombineFast<__nv_bfloat16><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
+  } else {
+    if (p.out_type == DTypeOut::kF32) MlaDecodeTcCombine<float><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
+    else MlaDecodeTcCombine<__nv_bfloat16><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
+  }
+  DS_CUDA_CHECK_LAUNCH("MlaDecodeTcCombine");
 }
 
 }  // namespace
@@ -401,22 +503,9 @@ void MlaDecodeAttentionTc(const MlaDecodeParams& p) {
   const int64_t max_splits = std::max<int64_t>(1, (p.max_context + chunk - 1) / chunk);
   DS_CHECK(max_splits < 65536 && p.num_seqs * nrb < (int64_t{1} << 31)) << "MlaDecodeAttentionTc: grid too large";
   const int n = static_cast<int>(nrb), c = static_cast<int>(chunk), ms = static_cast<int>(max_splits);
-  if (p.tc_rows_per_warp == 32 && rt == 4) {
-    if (p.tc_stages == 2) LaunchTc<4, 2, 1, 2>(p, n, c, ms);
-    else LaunchTc<4, 3, 1, 2>(p, n, c, ms);
-  } else if (p.tc_stages == 2) {
-    if (rt == 1) LaunchTc<1, 2, 2>(p, n, c, ms);
-    else if (rt == 2) LaunchTc<2, 2, 1>(p, n, c, ms);
-    else LaunchTc<4, 2, 1>(p, n, c, ms);
-  } else {
-    if (rt == 1) LaunchTc<1, 3, 1>(p, n, c, ms);
-    else if (rt == 2) LaunchTc<2, 3, 1>(p, n, c, ms);
-    else LaunchTc<4, 3, 1>(p, n, c, ms);
-  }
-  dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
-  if (p.out_type == DTypeOut::kF32) MlaDecodeTcCombine<float><<<cgrid, kV / 4, 0, p.stream>>>(p, static_cast<int>(max_splits));
-  else MlaDecodeTcCombine<__nv_bfloat16><<<cgrid, kV / 4, 0, p.stream>>>(p, static_cast<int>(max_splits));
-  DS_CUDA_CHECK_LAUNCH("MlaDecodeTcCombine");
+  const bool q_aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_tok_stride % 4 == 0 && p.q_head_stride % 4 == 0;
+  if (p.tc_fast_io && q_aligned) DispatchTc<true>(p, rt, n, c, ms);
+  else DispatchTc<false>(p, rt, n, c, ms);
 }
 
 }  // namespace ds::cuda
