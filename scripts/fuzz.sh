@@ -3,6 +3,7 @@
 # runs one for a bounded time on ONE core.
 #   scripts/fuzz.sh [SECONDS=60] [TARGET=fuzz_safetensors]
 #   TARGET: fuzz_safetensors (header parser) | fuzz_safetensors_index (index json)
+#           | fuzz_tokenizer (encode/decode/stream) | fuzz_jinja (chat-template interpreter)
 # Seeds: tests/fuzz/corpus/<safetensors|index>/ (small, committed). New inputs go to the
 # working corpus build-fuzz/corpus-<TARGET>/ (not committed); crashes to build-fuzz/crashes-<TARGET>/.
 # The log is build-fuzz/<TARGET>.log; the last line of libFuzzer's output gives the run count.
@@ -32,11 +33,15 @@ CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelW
   -DDS_FUZZ=ON -DDS_TESTS=OFF >/dev/null
 cmake --build "$BUILD_DIR" --target "$TARGET" -j "${JOBS:-2}"
 
+DICT=tests/fuzz/safetensors.dict
 case "$TARGET" in
   fuzz_safetensors) SEEDS=tests/fuzz/corpus/safetensors ;;
   fuzz_safetensors_index) SEEDS=tests/fuzz/corpus/index ;;
+  fuzz_tokenizer) SEEDS=tests/fuzz/corpus/tokenizer; DICT=tests/fuzz/tokenizer.dict ;;
+  fuzz_jinja) SEEDS=tests/fuzz/corpus/jinja; DICT=tests/fuzz/jinja.dict ;;
   *) SEEDS=tests/fuzz/corpus/safetensors ;;
 esac
+export DS_TOKENIZER_DIR=${DS_TOKENIZER_DIR:-$(pwd)/../shared/models/deepseek-v3}
 ROOT=$(pwd)
 B=$(cd "$BUILD_DIR" && pwd)
 CORPUS="$B/corpus-$TARGET"
@@ -48,7 +53,7 @@ echo "fuzz: $TARGET for ${SECONDS_TO_RUN}s on one core; log $LOG; $(date -u +%FT
 # fuzz-0.log in the current directory, so run inside the build dir.
 rm -f "$B/fuzz-0.log"
 set +e
-(cd "$B" && "$B/$TARGET" "$CORPUS" "$ROOT/$SEEDS" -dict="$ROOT/tests/fuzz/safetensors.dict" \
+(cd "$B" && "$B/$TARGET" "$CORPUS" "$ROOT/$SEEDS" -dict="$ROOT/$DICT" \
   -max_total_time="$SECONDS_TO_RUN" -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
   -jobs=1 -workers=1 -print_final_stats=1 -artifact_prefix="$CRASHES/") >"$LOG" 2>&1
 rc=$?

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <cstdio>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "common/logging.h"
 #include "model/config.h"
 #include "runtime/cpu_runner.h"
+#include "server/tokenizer.h"
 #include "tools/command.h"
 #ifdef DS_WITH_CUDA
 #include "backend/cuda/cuda_runner.h"
@@ -174,7 +176,7 @@ int RunBench(const ds::ModelConfig& cfg, const std::string& model_dir, const std
 
 int RunGenerate(int argc, char** argv) {
   CLI::App app{"Generate tokens for one prompt"};
-  std::string model_dir, prompt, prompt_ids_str, device = "cpu", output = "text", mla = "auto";
+  std::string model_dir, tokenizer_dir, prompt, prompt_ids_str, device = "cpu", output = "text", mla = "auto";
   int max_tokens = 16, top_k = 0;
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
@@ -194,7 +196,8 @@ int RunGenerate(int argc, char** argv) {
   app.add_option("--bench-batch", bench_batch, "benchmark: this many random prompts (ignores --prompt-ids)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--bench-prompt-len", bench_prompt_len, "benchmark: tokens per random prompt")->check(CLI::NonNegativeNumber);
-  auto* p_text = app.add_option("--prompt", prompt, "prompt text (needs the tokenizer)");
+  app.add_option("--tokenizer", tokenizer_dir, "tokenizer directory (tokenizer.json); default: --model");
+  auto* p_text = app.add_option("--prompt", prompt, "prompt text, encoded with the tokenizer (BOS per tokenizer_config.json)");
   auto* p_ids = app.add_option("--prompt-ids", prompt_ids_str, "prompt token ids, comma-separated");
   p_text->excludes(p_ids);
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 20));
@@ -218,12 +221,24 @@ int RunGenerate(int argc, char** argv) {
   const bool bench = bench_batch > 0;
   if (bench && bench_prompt_len <= 0) return Fail(2, "--bench-batch needs --bench-prompt-len > 0");
   if (!bench) {
-    if (!prompt.empty() || p_text->count() > 0) {
-      return Fail(2, "--prompt: tokenizer not available yet; pass --prompt-ids");
-    }
-    if (p_ids->count() == 0) return Fail(2, "one of --prompt or --prompt-ids is required");
-    if (!ParseIds(prompt_ids_str, &prompt_ids))
+    if (p_text->count() == 0 && p_ids->count() == 0) return Fail(2, "one of --prompt or --prompt-ids is required");
+    if (p_ids->count() > 0 && !ParseIds(prompt_ids_str, &prompt_ids))
       return Fail(2, "--prompt-ids: expected a comma-separated list of non-negative integers");
+  }
+  // The tokenizer: required for --prompt; otherwise used for the output text when present.
+  std::unique_ptr<ds::Tokenizer> tokenizer;
+  {
+    const std::string dir = tokenizer_dir.empty() ? model_dir : tokenizer_dir;
+    const bool have = std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json");
+    if (have) {
+      auto tok = ds::Tokenizer::Load(dir);
+      if (!tok.ok()) return Fail(1, "--tokenizer: " + tok.status().ToString());
+      tokenizer = std::move(tok).value();
+    } else if (p_text->count() > 0 || !tokenizer_dir.empty()) {
+      return Fail(2, "--tokenizer: no tokenizer.json in " + dir + " (pass --tokenizer DIR or --prompt-ids)");
+    }
+    if (!bench && p_text->count() > 0) prompt_ids = tokenizer->Encode(prompt, /*add_special_tokens=*/true);
+    if (!bench && prompt_ids.empty()) return Fail(2, "the prompt is empty");
   }
   if (device == "cuda") {
 #ifndef DS_WITH_CUDA
@@ -295,7 +310,7 @@ int RunGenerate(int argc, char** argv) {
   if (output == "json") {
     nlohmann::json j;
     j["token_ids"] = generated;
-    j["text"] = "";  // the tokenizer is not available yet
+    j["text"] = tokenizer ? tokenizer->Decode(generated, /*skip_special=*/true) : "";
     j["finish_reason"] = finish;
     j["prompt_tokens"] = prompt_ids.size();
     j["completion_tokens"] = generated.size();
@@ -305,8 +320,12 @@ int RunGenerate(int argc, char** argv) {
                    {"tpot_ms", tpot}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? " " : "", generated[i]);
-    std::printf("\n");
+    if (tokenizer) {
+      std::printf("%s\n", tokenizer->Decode(generated, /*skip_special=*/true).c_str());
+    } else {
+      for (size_t i = 0; i < generated.size(); ++i) std::printf("%s%d", i ? " " : "", generated[i]);
+      std::printf("\n");
+    }
     std::fprintf(stderr, "finish_reason=%s prompt_tokens=%zu completion_tokens=%zu ttft=%.1fms tpot=%.2fms\n",
                  finish.c_str(), prompt_ids.size(), generated.size(), ttft, tpot);
   }
@@ -315,4 +334,4 @@ int RunGenerate(int argc, char** argv) {
 
 }  // namespace
 
-DS_REGISTER_COMMAND(generate, "generate tokens for one prompt (CPU backend)", RunGenerate);
+DS_REGISTER_COMMAND(generate, "generate tokens for one prompt (CPU or CUDA backend)", RunGenerate);

@@ -1,0 +1,532 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace ds {
+
+const char* SeqStatusName(SeqStatus s) {
+  switch (s) {
+    case SeqStatus::kWaiting: return "waiting";
+    case SeqStatus::kRunning: return "running";
+    case SeqStatus::kPreempted: return "preempted";
+    case SeqStatus::kFinished: return "finished";
+    case SeqStatus::kAborted: return "aborted";
+  }
+  return "?";
+}
+
+namespace {
+std::vector<double> LatencyBuckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+          7.5, 10.0, 20.0, 40.0, 80.0, 160.0};
+}
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+}  // namespace
+
+// A sequence = one engine request (one OpenAI choice). Owned by Engine::seqs_.
+struct Engine::Sequence {
+  Sequence(EngineRequest r, const TokenDecoder* dec)
+      : req(std::move(r)),
+        detok(dec, req.params.skip_special_tokens),
+        stopper(req.params.stop) {}
+  EngineRequest req;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int num_prompt = 0;
+  int num_computed = 0;         // tokens whose KV is in `blocks`
+  int num_cached_prompt = -1;   // prefix-cache hit at first admission (-1: not yet admitted)
+  SeqBlocks blocks;
+  SeqStatus status = SeqStatus::kWaiting;
+  uint64_t seed = 0;
+  bool ever_scheduled = false;
+  std::unordered_map<int32_t, int> counts;
+  DeltaDetokenizer detok;
+  StopStringMatcher stopper;
+  std::chrono::steady_clock::time_point arrival, first_scheduled, first_token, last_token;
+  int num_output() const { return static_cast<int>(tokens.size()) - num_prompt; }
+};
+
+// The policy's read-only view of the cache.
+class Engine::View : public CacheView {
+ public:
+  explicit View(const Engine* e) : e_(e) {}
+  int block_size() const override { return kBlockSize; }
+  int num_free_blocks() const override { return e_->blocks_.num_free_blocks(); }
+  PrefixHit LookupPrefix(int64_t seq_id) const override {
+    auto it = e_->seqs_.find(static_cast<uint64_t>(seq_id));
+    if (it == e_->seqs_.end()) return {};
+    const Sequence& s = *it->second;
+    PrefixMatch m = e_->blocks_.Match(s.tokens, static_cast<int>(s.tokens.size()) - 1);
+    return {m.num_tokens(), static_cast<int>(m.block_ids.size()), m.num_free};
+  }
+
+ private:
+  const Engine* e_;
+};
+
+Engine::Engine(ModelRunner* runner, const TokenDecoder* decoder, EngineOptions options,
+               std::unique_ptr<SchedulerPolicy> policy)
+    : runner_(runner),
+      decoder_(decoder),
+      opts_(std::move(options)),
+      policy_(std::move(policy)),
+      vocab_size_(runner->config().vocab_size),
+      num_blocks_(runner->num_kv_blocks()),
+      blocks_(runner->num_kv_blocks(), opts_.enable_prefix_caching),
+      seed_state_(std::random_device{}()),
+      ttft_(LatencyBuckets()),
+      tpot_(LatencyBuckets()),
+      itl_(LatencyBuckets()),
+      e2e_(LatencyBuckets()),
+      queue_(LatencyBuckets()) {
+  DS_CHECK(opts_.max_num_batched_tokens > 0) << "max_num_batched_tokens must be positive";
+  DS_CHECK(opts_.max_running_requests > 0) << "max_running_requests must be positive";
+  max_model_len_ = opts_.max_model_len > 0 ? opts_.max_model_len
+                                           : runner->config().max_position_embeddings;
+  if (max_model_len_ <= 0) max_model_len_ = 4096;
+  if (!policy_)
+    policy_ = std::make_unique<FcfsPolicy>(
+        SchedulerLimits{opts_.max_num_batched_tokens, opts_.max_running_requests});
+  stats_.num_blocks_total = num_blocks_;
+  last_log_ = Clock::now();
+}
+
+Engine::~Engine() { Stop(); }
+
+Status Engine::Add(EngineRequest req) {
+  if (stop_admission_.load()) return ResourceExhausted("server is shutting down");
+  if (req.prompt.empty()) return InvalidArgument("the prompt is empty");
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= vocab_size_)
+      return InvalidArgument("prompt token id " + std::to_string(t) +
+                             " is outside the vocabulary [0, " + std::to_string(vocab_size_) + ")");
+  const int64_t total = static_cast<int64_t>(req.prompt.size()) + req.params.max_tokens;
+  if (total > max_model_len_)
+    return InvalidArgument("this model's maximum context length is " +
+                           std::to_string(max_model_len_) + " tokens; the request has " +
+                           std::to_string(req.prompt.size()) + " prompt tokens + " +
+                           std::to_string(req.params.max_tokens) + " max_tokens");
+  if ((total + kBlockSize - 1) / kBlockSize > num_blocks_)
+    return InvalidArgument("prompt + max_tokens (" + std::to_string(total) +
+                           " tokens) exceeds the KV cache capacity (" +
+                           std::to_string(static_cast<int64_t>(num_blocks_) * kBlockSize) + " tokens)");
+  if (req.params.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  if (queued_.fetch_add(1) >= opts_.max_queued_requests) {
+    queued_.fetch_sub(1);
+    return ResourceExhausted("the request queue is full (" +
+                             std::to_string(opts_.max_queued_requests) + " waiting)");
+  }
+  in_flight_.fetch_add(1);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_adds_.push_back(std::move(req));
+  }
+  cv_.notify_one();
+  return Status::Ok();
+}
+
+void Engine::Abort(uint64_t request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_aborts_.push_back(request_id);
+  }
+  cv_.notify_one();
+}
+
+void Engine::StopAdmission() { stop_admission_.store(true); }
+
+EngineStats Engine::Stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+void Engine::Start() {
+  DS_CHECK(!thread_.joinable()) << "engine already started";
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Engine::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_thread_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  // Abort whatever is left (callers waiting on outputs get a final "abort").
+  DrainInbox();
+  std::vector<Sequence*> all;
+  for (auto& [id, s] : seqs_) all.push_back(s.get());
+  for (Sequence* s : all) AbortSeq(s, "abort", "");
+}
+
+void Engine::Loop() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::seconds(1), [&] {
+        return stop_thread_ || !pending_adds_.empty() || !pending_aborts_.empty() ||
+               !running_.empty() || !waiting_.empty();
+      });
+      if (stop_thread_) return;
+    }
+    try {
+      // No progress with work queued (cannot happen with a consistent policy; defensive):
+      // back off instead of spinning.
+      if (!Step() && (!running_.empty() || !waiting_.empty()))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } catch (const std::exception& e) {
+      DS_LOG(ERROR) << "engine step failed: " << e.what() << "; aborting running requests";
+      std::vector<Sequence*> victims(running_.begin(), running_.end());
+      for (Sequence* s : victims) AbortSeq(s, "error", e.what());
+    }
+    MaybeLogStats();
+  }
+}
+
+void Engine::DrainInbox() {
+  std::vector<EngineRequest> adds;
+  std::vector<uint64_t> aborts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    adds.swap(pending_adds_);
+    aborts.swap(pending_aborts_);
+  }
+  const auto now = Clock::now();
+  for (EngineRequest& r : adds) {
+    const uint64_t id = r.id;
+    if (seqs_.count(id)) {
+      // Duplicate id: refuse the second one (the caller owns ids; this is a caller bug).
+      EngineOutput out;
+      out.request_id = id;
+      out.finished = true;
+      out.finish_reason = "error";
+      out.error = "duplicate request id";
+      queued_.fetch_sub(1);
+      in_flight_.fetch_sub(1);
+      if (r.on_output) r.on_output(std::move(out));
+      continue;
+    }
+    auto s = std::make_unique<Sequence>(std::move(r), decoder_);
+    s->tokens = s->req.prompt;
+    s->num_prompt = static_cast<int>(s->tokens.size());
+    s->arrival = now;
+    s->seed = s->req.params.seed ? *s->req.params.seed : (seed_state_ = seed_state_ * 6364136223846793005ull + 1442695040888963407ull);
+    waiting_.push_back(s.get());
+    seqs_[id] = std::move(s);
+  }
+  for (uint64_t id : aborts) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end()) AbortSeq(it->second.get(), "abort", "");
+  }
+}
+
+void Engine::RemoveFromQueues(Sequence* s) {
+  auto rit = std::find(running_.begin(), running_.end(), s);
+  if (rit != running_.end()) running_.erase(rit);
+  auto wit = std::find(waiting_.begin(), waiting_.end(), s);
+  if (wit != waiting_.end()) waiting_.erase(wit);
+}
+
+void Engine::AbortSeq(Sequence* s, const std::string& reason, const std::string& error) {
+  if (!s->ever_scheduled) queued_.fetch_sub(1);
+  RemoveFromQueues(s);
+  blocks_.Free(&s->blocks);
+  s->status = SeqStatus::kAborted;
+  EngineOutput out;
+  out.request_id = s->req.id;
+  out.finished = true;
+  out.finish_reason = reason;
+  out.error = error;
+  out.num_prompt_tokens = s->num_prompt;
+  out.num_output_tokens = s->num_output();
+  out.num_cached_tokens = std::max(0, s->num_cached_prompt);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.requests_finished_abort;
+  }
+  OutputCallback cb = std::move(s->req.on_output);
+  const uint64_t id = s->req.id;
+  seqs_.erase(id);  // destroys s
+  in_flight_.fetch_sub(1);
+  if (cb) cb(std::move(out));
+}
+
+void Engine::Preempt(Sequence* s) {
+  blocks_.Free(&s->blocks);
+  s->num_computed = 0;
+  s->status = SeqStatus::kPreempted;
+  auto rit = std::find(running_.begin(), running_.end(), s);
+  if (rit != running_.end()) running_.erase(rit);
+  waiting_.push_front(s);
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.num_preemptions;
+}
+
+void Engine::FinishSeq(Sequence* s, const std::string& reason, EngineOutput* out) {
+  // Flush any held-back text (incomplete UTF-8 becomes U+FFFD; stop-prefix holdback).
+  if (reason != "stop" || !s->stopper.stopped()) {
+    std::string tail = s->detok.Flush();
+    if (!tail.empty()) {
+      auto r = s->stopper.Append(tail);
+      out->text += r.emit;
+      if (r.stop) out->stop_str = r.stop;
+    }
+    if (!out->stop_str) out->text += s->stopper.Flush();
+  }
+  out->finished = true;
+  out->finish_reason = reason;
+  s->status = SeqStatus::kFinished;
+  const auto now = Clock::now();
+  e2e_.Observe(Seconds(now - s->arrival));
+  if (s->num_output() > 1) tpot_.Observe(Seconds(s->last_token - s->first_token) / (s->num_output() - 1));
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    if (reason == "stop") ++stats_.requests_finished_stop;
+    else ++stats_.requests_finished_length;
+  }
+}
+
+void Engine::ProcessSample(Sequence* s, const float* logits_row, EngineOutput* out) {
+  const SamplingParams& p = s->req.params;
+  std::vector<float> logits(logits_row, logits_row + vocab_size_);
+  const int step = s->num_output();
+  SampleResult r = SampleToken(logits.data(), vocab_size_, p, s->counts, s->seed, step);
+  const auto now = Clock::now();
+  if (step == 0) {
+    s->first_token = now;
+    ttft_.Observe(Seconds(now - s->arrival));
+  } else {
+    itl_.Observe(Seconds(now - s->last_token));
+  }
+  s->last_token = now;
+  s->tokens.push_back(r.token);
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) ++s->counts[r.token];
+  out->token_ids.push_back(r.token);
+  if (r.has_logprobs) out->logprobs.push_back(std::move(r.logprobs));
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.generation_tokens_total;
+  }
+  ++log_gen_tokens_;
+
+  const int n_out = s->num_output();
+  bool is_eos = !p.ignore_eos &&
+                std::find(opts_.eos_token_ids.begin(), opts_.eos_token_ids.end(), r.token) !=
+                    opts_.eos_token_ids.end();
+  bool is_stop_tok = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), r.token) !=
+                     p.stop_token_ids.end();
+  if ((is_eos || is_stop_tok) && n_out > p.min_tokens) {
+    out->stop_token = r.token;
+    FinishSeq(s, "stop", out);
+    return;
+  }
+  std::string delta = s->detok.Add(r.token);
+  if (!delta.empty()) {
+    auto sr = s->stopper.Append(delta);
+    out->text += sr.emit;
+    if (sr.stop) {
+      out->stop_str = sr.stop;
+      FinishSeq(s, "stop", out);
+      return;
+    }
+  }
+  if (n_out >= p.max_tokens || static_cast<int>(s->tokens.size()) >= max_model_len_) {
+    FinishSeq(s, "length", out);
+  }
+}
+
+bool Engine::Step() {
+  DrainInbox();
+  if (running_.empty() && waiting_.empty()) {
+    PublishGauges();
+    return false;
+  }
+  const auto t0 = Clock::now();
+  std::vector<SchedSeq> run_view, wait_view;
+  run_view.reserve(running_.size());
+  for (Sequence* s : running_)
+    run_view.push_back({static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()),
+                        s->num_computed, static_cast<int>(s->blocks.ids.size())});
+  for (Sequence* s : waiting_)
+    wait_view.push_back({static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()),
+                         0, 0});
+  View view(this);
+  SchedulerDecision d = policy_->Schedule(run_view, wait_view, view);
+
+  for (int64_t id : d.preempted) Preempt(seqs_.at(static_cast<uint64_t>(id)).get());
+
+  // Apply: take prefix blocks / grow, and build the batch.
+  struct Item { Sequence* s; int start; int num_new; };
+  std::vector<Item> items;
+  items.reserve(d.scheduled.size());
+  for (const ScheduledSeq& sc : d.scheduled) {
+    Sequence* s = seqs_.at(static_cast<uint64_t>(sc.id)).get();
+    if (sc.from_waiting) {
+      const int n = static_cast<int>(s->tokens.size());
+      PrefixMatch m = blocks_.Match(s->tokens, n - 1);
+      // The policy's assumed hit may have shrunk if this step's earlier allocations evicted
+      // blocks; keep the token count, not the end position.
+      const int cached = m.num_tokens();
+      const int num_new = std::min(sc.num_new_tokens, n - cached);
+      const int need = (cached + num_new + kBlockSize - 1) / kBlockSize -
+                       static_cast<int>(m.block_ids.size());
+      if (need > blocks_.num_free_blocks() - m.num_free) continue;  // stays waiting
+      blocks_.TakePrefix(&s->blocks, m, n - 1);
+      DS_CHECK(blocks_.Grow(&s->blocks, cached + num_new));
+      s->num_computed = cached;
+      if (!s->ever_scheduled) {
+        s->ever_scheduled = true;
+        s->first_scheduled = t0;
+        s->num_cached_prompt = cached;
+        queued_.fetch_sub(1);
+        queue_.Observe(Seconds(t0 - s->arrival));
+      }
+      auto wit = std::find(waiting_.begin(), waiting_.end(), s);
+      DS_CHECK(wit != waiting_.end());
+      waiting_.erase(wit);
+      running_.push_back(s);
+      s->status = SeqStatus::kRunning;
+      items.push_back({s, cached, num_new});
+    } else {
+      DS_CHECK(blocks_.Grow(&s->blocks, s->num_computed + sc.num_new_tokens))
+          << "policy over-committed KV blocks";
+      items.push_back({s, s->num_computed, sc.num_new_tokens});
+    }
+  }
+  if (items.empty()) {
+    PublishGauges();
+    return !d.preempted.empty();
+  }
+
+  ForwardBatch batch;
+  int max_blocks = 0;
+  for (const Item& it : items) max_blocks = std::max(max_blocks, static_cast<int>(it.s->blocks.ids.size()));
+  batch.max_blocks = max_blocks;
+  batch.query_start.push_back(0);
+  batch.block_tables.assign(items.size() * max_blocks, -1);
+  std::vector<Sequence*> samplers;
+  int num_prefill_tokens = 0, num_decode = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const Item& it = items[i];
+    for (int k = 0; k < it.num_new; ++k) {
+      batch.token_ids.push_back(it.s->tokens[it.start + k]);
+      batch.positions.push_back(it.start + k);
+    }
+    batch.query_start.push_back(batch.num_tokens());
+    batch.context_lens.push_back(it.start + it.num_new);
+    std::copy(it.s->blocks.ids.begin(), it.s->blocks.ids.end(),
+              batch.block_tables.begin() + i * max_blocks);
+    if (it.start + it.num_new == static_cast<int>(it.s->tokens.size())) {
+      batch.logits_indices.push_back(batch.num_tokens() - 1);
+      samplers.push_back(it.s);
+    }
+    if (it.start >= it.s->num_prompt) ++num_decode;
+    else num_prefill_tokens += it.num_new;
+  }
+  ForwardOutput fout;
+  Status st = runner_->Forward(batch, &fout);
+  if (!st.ok()) {
+    DS_LOG(ERROR) << "forward failed: " << st.ToString();
+    for (const Item& it : items) AbortSeq(it.s, "error", st.ToString());
+    PublishGauges();
+    return true;
+  }
+  DS_CHECK_EQ(fout.logits.size(), samplers.size() * static_cast<size_t>(vocab_size_));
+
+  int64_t prompt_tokens_step = 0;
+  for (const Item& it : items) {
+    Sequence* s = it.s;
+    // Prompt tokens computed for the first time count towards prompt throughput.
+    if (it.start < s->num_prompt) prompt_tokens_step += std::min(it.start + it.num_new, s->num_prompt) - it.start;
+    s->num_computed = it.start + it.num_new;
+    blocks_.CommitFullBlocks(&s->blocks, s->tokens, s->num_computed);
+  }
+  std::vector<std::pair<OutputCallback*, EngineOutput>> outs;
+  std::vector<Sequence*> finished;
+  for (size_t i = 0; i < samplers.size(); ++i) {
+    Sequence* s = samplers[i];
+    EngineOutput out;
+    out.request_id = s->req.id;
+    ProcessSample(s, fout.logits.data() + i * vocab_size_, &out);
+    out.num_prompt_tokens = s->num_prompt;
+    out.num_output_tokens = s->num_output();
+    out.num_cached_tokens = std::max(0, s->num_cached_prompt);
+    if (out.finished) finished.push_back(s);
+    if (s->req.on_output) s->req.on_output(std::move(out));
+  }
+  for (Sequence* s : finished) {
+    RemoveFromQueues(s);
+    blocks_.Free(&s->blocks);
+    seqs_.erase(s->req.id);
+    in_flight_.fetch_sub(1);
+  }
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.prompt_tokens_total += prompt_tokens_step;
+    ++stats_.num_steps;
+  }
+  log_prompt_tokens_ += prompt_tokens_step;
+  PublishGauges();
+  DS_LOG(DEBUG) << "step: seqs=" << items.size() << " tokens=" << batch.num_tokens()
+                << " prefill_tokens=" << num_prefill_tokens << " decode_seqs=" << num_decode
+                << " sampled=" << samplers.size() << " preempted=" << d.preempted.size()
+                << " running=" << running_.size() << " waiting=" << waiting_.size()
+                << " kv_used=" << blocks_.num_used_blocks() << "/" << blocks_.num_blocks()
+                << " time_ms=" << Seconds(Clock::now() - t0) * 1e3;
+  return true;
+}
+
+void Engine::PublishGauges() {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.num_running = static_cast<int>(running_.size());
+  stats_.num_waiting = static_cast<int>(waiting_.size());
+  stats_.num_blocks_used = blocks_.num_used_blocks();
+  stats_.num_blocks_cached = blocks_.num_cached_blocks();
+  stats_.prefix_query_tokens = blocks_.prefix_query_tokens();
+  stats_.prefix_hit_tokens = blocks_.prefix_hit_tokens();
+}
+
+void Engine::MaybeLogStats() {
+  if (opts_.stats_interval_s <= 0) return;
+  const auto now = Clock::now();
+  const double dt = Seconds(now - last_log_);
+  if (dt < opts_.stats_interval_s) return;
+  if (log_prompt_tokens_ || log_gen_tokens_ || !running_.empty() || !waiting_.empty()) {
+    EngineStats st = Stats();
+    const double hit = st.prefix_query_tokens
+                           ? 100.0 * st.prefix_hit_tokens / st.prefix_query_tokens : 0.0;
+    char buf[384];
+    std::snprintf(buf, sizeof(buf),
+                  "Avg prompt throughput: %.1f tokens/s, Avg generation throughput: %.1f tokens/s, "
+                  "Running: %d reqs, Waiting: %d reqs, KV cache usage: %.1f%%, "
+                  "Prefix cache hit rate: %.1f%%, Preemptions: %lld",
+                  log_prompt_tokens_ / dt, log_gen_tokens_ / dt, st.num_running, st.num_waiting,
+                  100.0 * st.num_blocks_used / std::max(1, st.num_blocks_total), hit,
+                  static_cast<long long>(st.num_preemptions));
+    DS_LOG(INFO) << buf;
+  }
+  log_prompt_tokens_ = log_gen_tokens_ = 0;
+  last_log_ = now;
+}
+
+void Engine::CheckInvariants() const {
+  blocks_.CheckInvariants();
+  int held = 0;
+  for (const auto& [id, s] : seqs_) {
+    const int cap = static_cast<int>(s->blocks.ids.size()) * kBlockSize;
+    DS_CHECK(s->num_computed <= cap) << "sequence " << id << " computed beyond its blocks";
+    if (s->status == SeqStatus::kWaiting || s->status == SeqStatus::kPreempted) {
+      DS_CHECK(s->blocks.ids.empty()) << "waiting sequence " << id << " holds blocks";
+    }
+    held += static_cast<int>(s->blocks.ids.size());
+  }
+  DS_CHECK(held >= blocks_.num_used_blocks()) << "leaked KV blocks";
+}
+
+}  // namespace ds

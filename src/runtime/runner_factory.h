@@ -1,0 +1,34 @@
+// CreateModelRunner: the one place that turns serve/generate options into a ModelRunner.
+// Backends plug in here (the CUDA runner behind DS_WITH_CUDA).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "runtime/model_runner.h"
+
+namespace ds {
+
+struct RunnerOptions {
+  std::string model_dir;            // directory with config.json (+ *.safetensors)
+  std::string device = "cpu";       // "cpu" | "cuda"
+  std::string load_format = "auto"; // "auto" (safetensors) | "dummy" (seeded random) | "fake"
+  int num_layers = 0;               // > 0: truncate the model to its first N layers
+  int num_kv_blocks = 0;            // 0: automatic (CPU: from max_kv_tokens; GPU: mem fraction)
+  int64_t max_kv_tokens = 0;        // CPU automatic pool size in tokens (0: 65536)
+  double mem_fraction_static = 0.9; // GPU: fraction of device memory for weights + KV pool
+  uint64_t seed = 0;                // dummy weights
+};
+
+// Errors: NOT_FOUND (no config), INVALID_ARGUMENT (bad option), UNIMPLEMENTED (e.g. --device
+// cuda in a build without CUDA).
+StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& options);
+
+// The CUDA backend lives in a library linked after dsinfer_core, so it plugs in here: a CUDA
+// build registers its constructor at start-up (src/tools/cuda_runner_hook.cpp) and
+// CreateModelRunner calls it for --device cuda.
+using RunnerCreateFn = StatusOr<std::unique_ptr<ModelRunner>> (*)(const RunnerOptions&);
+void RegisterCudaRunnerFactory(RunnerCreateFn fn);
+
+}  // namespace ds

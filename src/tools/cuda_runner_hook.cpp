@@ -1,0 +1,25 @@
+// Registers the CUDA model runner with CreateModelRunner (runtime/runner_factory.h) in CUDA
+// builds. Lives in src/tools (linked into the executable) because dsinfer_core is linked
+// before the CUDA library and cannot reference it.
+#if defined(DS_WITH_CUDA) && __has_include("backend/cuda/cuda_runner.h")
+#include "backend/cuda/cuda_runner.h"
+#include "runtime/runner_factory.h"
+
+namespace {
+ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOptions& o) {
+  ds::cuda::CudaRunnerOptions c;
+  c.model_dir = o.model_dir;
+  c.load_format = o.load_format;
+  c.num_layers = o.num_layers;
+  c.num_kv_blocks = o.num_kv_blocks;
+  c.max_kv_tokens = o.max_kv_tokens;
+  c.mem_fraction = o.mem_fraction_static;
+  c.seed = o.seed;
+  return ds::cuda::CreateCudaModelRunner(c);
+}
+const bool kRegistered = [] {
+  ds::RegisterCudaRunnerFactory(&CreateCuda);
+  return true;
+}();
+}  // namespace
+#endif

@@ -1,0 +1,269 @@
+// Engine tests over FakeModelRunner: outputs must equal the reference (a pure function of the
+// token sequence) under every batching, chunking, prefix-caching and preemption schedule.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "runtime/engine.h"
+#include "runtime/fake_model_runner.h"
+
+namespace ds {
+namespace {
+
+class ByteDecoder : public TokenDecoder {
+ public:
+  std::string Decode(const std::vector<int32_t>& ids, bool) const override {
+    std::string s;
+    for (int32_t id : ids) if (id < 256) s.push_back(static_cast<char>(id));
+    return SanitizeUtf8(s);
+  }
+};
+
+ModelConfig TinyConfig(int vocab) {
+  ModelConfig c;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = 4096;
+  return c;
+}
+
+// Greedy reference continuation computed without the engine.
+std::vector<int32_t> ReferenceGreedy(std::vector<int32_t> toks, int n, int vocab) {
+  std::vector<int32_t> out;
+  std::vector<float> logits(vocab);
+  for (int i = 0; i < n; ++i) {
+    FakeModelRunner::ReferenceLogits(toks, vocab, logits.data());
+    int best = 0;
+    for (int v = 1; v < vocab; ++v) if (logits[v] > logits[best]) best = v;
+    out.push_back(best);
+    toks.push_back(best);
+  }
+  return out;
+}
+
+struct Collector {
+  std::map<uint64_t, std::vector<int32_t>> tokens;
+  std::map<uint64_t, std::string> text;
+  std::map<uint64_t, EngineOutput> final_out;
+  OutputCallback For(uint64_t) {
+    return [this](EngineOutput&& o) {
+      auto& t = tokens[o.request_id];
+      t.insert(t.end(), o.token_ids.begin(), o.token_ids.end());
+      text[o.request_id] += o.text;
+      if (o.finished) final_out[o.request_id] = o;
+    };
+  }
+};
+
+std::vector<int32_t> Prompt(int n, int seed) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back((seed * 31 + i * 7) % 250 + 1);
+  return p;
+}
+
+void RunToCompletion(Engine& e, int max_steps = 100000) {
+  for (int i = 0; i < max_steps && (e.num_in_flight() > 0); ++i) {
+    e.Step();
+    e.CheckInvariants();
+  }
+  ASSERT_EQ(e.num_in_flight(), 0);
+}
+
+struct Case { int budget; int max_running; int blocks; bool prefix; };
+
+class EngineMatrix : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EngineMatrix, GreedyMatchesReferenceUnderAnySchedule) {
+  const Case c = GetParam();
+  const int V = 300;
+  FakeModelRunner runner(TinyConfig(V), c.blocks);
+  ByteDecoder dec;
+  EngineOptions o;
+  o.max_num_batched_tokens = c.budget;
+  o.max_running_requests = c.max_running;
+  o.enable_prefix_caching = c.prefix;
+  o.stats_interval_s = 0;
+  Engine e(&runner, &dec, o);
+  Collector col;
+  std::map<uint64_t, std::vector<int32_t>> prompts;
+  for (uint64_t id = 1; id <= 12; ++id) {
+    // Half the requests share a 130-token prefix (prefix-cache reuse).
+    std::vector<int32_t> p = Prompt(130, 1);
+    auto tail = Prompt(static_cast<int>(id * 13 % 90) + 1, static_cast<int>(id));
+    if (id % 2) p.insert(p.end(), tail.begin(), tail.end()); else p = Prompt(70 + static_cast<int>(id) * 5, static_cast<int>(id) + 100);
+    prompts[id] = p;
+    EngineRequest r;
+    r.id = id;
+    r.prompt = p;
+    r.params.temperature = 0;
+    r.params.max_tokens = 20 + static_cast<int>(id);
+    r.params.ignore_eos = true;
+    r.on_output = col.For(id);
+    ASSERT_TRUE(e.Add(std::move(r)).ok());
+  }
+  RunToCompletion(e);
+  for (auto& [id, p] : prompts) {
+    EXPECT_EQ(col.tokens[id], ReferenceGreedy(p, 20 + static_cast<int>(id), V)) << "request " << id;
+    EXPECT_EQ(col.final_out[id].finish_reason, "length");
+  }
+  auto st = e.Stats();
+  EXPECT_EQ(st.num_blocks_used, 0);
+  if (c.prefix && c.blocks >= 64 && c.budget < 100) {
+    EXPECT_GT(st.prefix_hit_tokens, 0);
+  }
+  if (!c.prefix) {
+    EXPECT_EQ(st.prefix_hit_tokens, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, EngineMatrix,
+                         ::testing::Values(Case{4096, 64, 256, true},   // all at once
+                                           Case{4096, 64, 256, false},
+                                           Case{50, 64, 256, true},     // chunked prefill
+                                           Case{37, 3, 256, true},      // few running
+                                           Case{4096, 64, 12, true},    // tight pool: preemption
+                                           Case{64, 64, 9, false}));    // tight + chunked
+
+TEST(Engine, PreemptionHappensInATightPool) {
+  const int V = 300;
+  FakeModelRunner runner(TinyConfig(V), 6);
+  ByteDecoder dec;
+  EngineOptions o;
+  o.stats_interval_s = 0;
+  Engine e(&runner, &dec, o);
+  Collector col;
+  for (uint64_t id = 1; id <= 4; ++id) {
+    EngineRequest r;
+    r.id = id;
+    r.prompt = Prompt(60, static_cast<int>(id));
+    r.params.temperature = 0;
+    r.params.max_tokens = 60;
+    r.params.ignore_eos = true;
+    r.on_output = col.For(id);
+    ASSERT_TRUE(e.Add(std::move(r)).ok());
+  }
+  RunToCompletion(e);
+  EXPECT_GT(e.Stats().num_preemptions, 0);
+  for (uint64_t id = 1; id <= 4; ++id)
+    EXPECT_EQ(col.tokens[id], ReferenceGreedy(Prompt(60, static_cast<int>(id)), 60, V));
+}
+
+TEST(Engine, AbortFreesBlocksAtNextStep) {
+  FakeModelRunner runner(TinyConfig(300), 64);
+  ByteDecoder dec;
+  EngineOptions o;
+  o.stats_interval_s = 0;
+  Engine e(&runner, &dec, o);
+  Collector col;
+  EngineRequest r;
+  r.id = 7;
+  r.prompt = Prompt(200, 3);
+  r.params.max_tokens = 1000;
+  r.params.ignore_eos = true;
+  r.on_output = col.For(7);
+  ASSERT_TRUE(e.Add(std::move(r)).ok());
+  e.Step();
+  e.Step();
+  EXPECT_GT(e.Stats().num_blocks_used, 0);
+  e.Abort(7);
+  e.Step();
+  EXPECT_EQ(e.Stats().num_blocks_used, 0);
+  EXPECT_EQ(col.final_out[7].finish_reason, "abort");
+  EXPECT_EQ(e.num_in_flight(), 0);
+}
+
+TEST(Engine, StopTokenEosAndStopString) {
+  const int V = 300;
+  FakeModelRunner runner(TinyConfig(V), 64);
+  ByteDecoder dec;
+  auto prompt = Prompt(10, 5);
+  auto ref = ReferenceGreedy(prompt, 30, V);
+  EngineOptions o;
+  o.stats_interval_s = 0;
+  o.eos_token_ids = {ref[4]};
+  Engine e(&runner, &dec, o);
+  Collector col;
+  auto add = [&](uint64_t id, SamplingParams p) {
+    EngineRequest r;
+    r.id = id;
+    r.prompt = prompt;
+    p.temperature = 0;
+    r.params = p;
+    r.on_output = col.For(id);
+    ASSERT_TRUE(e.Add(std::move(r)).ok());
+  };
+  SamplingParams eos; eos.max_tokens = 30;
+  add(1, eos);
+  SamplingParams ign = eos; ign.ignore_eos = true; ign.stop_token_ids = {ref[7]};
+  add(2, ign);
+  RunToCompletion(e);
+  // EOS (first occurrence of ref[4]) ends request 1.
+  size_t eos_at = std::find(ref.begin(), ref.end(), ref[4]) - ref.begin();
+  EXPECT_EQ(col.tokens[1].size(), eos_at + 1);
+  EXPECT_EQ(col.final_out[1].finish_reason, "stop");
+  EXPECT_EQ(*col.final_out[1].stop_token, ref[4]);
+  size_t st_at = std::find(ref.begin(), ref.end(), ref[7]) - ref.begin();
+  EXPECT_EQ(col.tokens[2].size(), st_at + 1);
+  EXPECT_EQ(*col.final_out[2].stop_token, ref[7]);
+}
+
+TEST(Engine, QueueLimitAndValidation) {
+  FakeModelRunner runner(TinyConfig(300), 4);
+  ByteDecoder dec;
+  EngineOptions o;
+  o.max_queued_requests = 2;
+  o.max_model_len = 1000;
+  o.stats_interval_s = 0;
+  Engine e(&runner, &dec, o);
+  EngineRequest r;
+  r.prompt = {1, 2, 3};
+  r.params.max_tokens = 4;
+  r.id = 1; EXPECT_TRUE(e.Add(r).ok());
+  r.id = 2; EXPECT_TRUE(e.Add(r).ok());
+  r.id = 3; EXPECT_EQ(e.Add(r).code(), StatusCode::kResourceExhausted);
+  EngineRequest bad = r;
+  bad.prompt = {1, 300};
+  EXPECT_EQ(e.Add(bad).code(), StatusCode::kInvalidArgument);
+  bad.prompt = {1};
+  bad.params.max_tokens = 1000;  // over max_model_len
+  EXPECT_EQ(e.Add(bad).code(), StatusCode::kInvalidArgument);
+  bad.params.max_tokens = 400;   // over the 4-block pool
+  EXPECT_EQ(e.Add(bad).code(), StatusCode::kInvalidArgument);
+  RunToCompletion(e);
+}
+
+TEST(Engine, ThreadedRunDeliversEverything) {
+  const int V = 300;
+  FakeModelRunner runner(TinyConfig(V), 128);
+  ByteDecoder dec;
+  EngineOptions o;
+  o.stats_interval_s = 0;
+  Engine e(&runner, &dec, o);
+  e.Start();
+  std::mutex mu;
+  std::condition_variable cv;
+  int done = 0;
+  for (uint64_t id = 1; id <= 50; ++id) {
+    EngineRequest r;
+    r.id = id;
+    r.prompt = Prompt(20, static_cast<int>(id));
+    r.params.max_tokens = 8;
+    r.params.temperature = 0.8f;
+    r.params.ignore_eos = true;
+    r.on_output = [&](EngineOutput&& out) {
+      if (out.finished) {
+        std::lock_guard<std::mutex> l(mu);
+        ++done;
+        cv.notify_all();
+      }
+    };
+    ASSERT_TRUE(e.Add(std::move(r)).ok());
+  }
+  std::unique_lock<std::mutex> l(mu);
+  ASSERT_TRUE(cv.wait_for(l, std::chrono::seconds(30), [&] { return done == 50; }));
+  l.unlock();
+  e.Stop();
+  EXPECT_EQ(e.Stats().generation_tokens_total, 400);
+}
+
+}  // namespace
+}  // namespace ds
