@@ -25,13 +25,12 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o)
   if (o.device != "cpu" && o.device != "cuda")
     return InvalidArgument("--device must be cpu or cuda, got '" + o.device + "'");
   if (o.device == "cuda" && o.load_format != "fake") {
-#ifndef DS_WITH_CUDA
-    return Unimplemented("--device cuda: this dsinfer was built without CUDA (configure with "
-                         "-DDS_CUDA=ON on a machine with the CUDA toolkit)");
-#else
-    if (!CudaFactory()) return Unimplemented("--device cuda: the CUDA model runner is not in this build");
+    // dsinfer_core is compiled without CUDA; a CUDA build registers its runner at start-up
+    // (src/tools/cuda_runner_hook.cpp), so the check is at run time.
+    if (!CudaFactory())
+      return Unimplemented("--device cuda: this dsinfer was built without CUDA (configure with "
+                           "-DDS_CUDA=ON on a machine with the CUDA toolkit)");
     return CudaFactory()(o);
-#endif
   }
   DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));
   if (o.num_layers > 0 && o.num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = o.num_layers;

@@ -1,6 +1,18 @@
 // MLA decode (absorbed, paged bf16 latent cache, split-KV + combine) vs
-// ds::cpu::MlaDecodeAttention: V3 dims (576-dim keys, 512-dim values, 128 heads), a mix of
-// context lengths (1 .. 5000, around block edges) in one batch, and 2-token queries (MTP).
+// ds::cpu::MlaDecodeAttention: V3 dims (576-dim keys, 512-dim values, 128 and 16 heads), a mix
+// of context lengths (1 .. 5000, around block edges; half long + half short) in one batch, and
+// 2-3-token queries (MTP). Cache rows that no sequence may read (past each context, unused
+// pages) hold NaN, so a kernel that reads or mixes them in fails the NaN check; outputs and
+// workspace start poisoned (NaN), so an unwritten output fails too.
+//
+// Both kernels run on every case (the tensor-core one in two configurations, see RunCase): the CUDA-core kernel (fp32 q and probabilities) at the
+// original bound 2e-5, and the tensor-core kernel (tensor_cores = true: bf16 q and bf16
+// probabilities, fp32 accumulation, FlashMLA's numerics) at 5e-3 against the CPU op fed the
+// same bf16-rounded q (its remaining error is the bf16 rounding of the probabilities), plus
+// 1e-2 against the fp32-q reference.
+#include <cmath>
+#include <limits>
+
 #include "backend/cpu/ops.h"
 #include "backend/cuda/mla_decode.h"
 #include "test_util.h"
@@ -9,10 +21,16 @@ namespace ds::cuda::test {
 namespace {
 
 void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kvl, int64_t rope,
-         int64_t chunk, const char* name) {
+             int64_t chunk, const char* name) {
   const int64_t S = static_cast<int64_t>(ctx.size()), L = kvl + rope, bs = 64;
-  int64_t max_blocks = 0, total_blocks = 0, max_ctx = 0;
-  for (auto c : ctx) { max_blocks = std::max<int64_t>(max_blocks, (c + bs - 1) / bs); total_blocks += (c + bs - 1) / bs; max_ctx = std::max<int64_t>(max_ctx, c); }
+  int64_t max_blocks = 0, total_blocks = 0, max_ctx = 0, total_ctx = 0, max_q = 0;
+  for (auto c : ctx) {
+    max_blocks = std::max<int64_t>(max_blocks, (c + bs - 1) / bs);
+    total_blocks += (c + bs - 1) / bs;
+    max_ctx = std::max<int64_t>(max_ctx, c);
+    total_ctx += c;
+  }
+  for (auto q : qlen) max_q = std::max<int64_t>(max_q, q);
   const int64_t num_blocks = total_blocks + 3;
   std::vector<int32_t> perm(num_blocks);
   for (int64_t i = 0; i < num_blocks; ++i) perm[i] = static_cast<int32_t>(i);
@@ -25,24 +43,58 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
   }
   const int64_t T = qs.back();
   auto cache = RoundBf16Vec(RandomNormal(num_blocks * bs * L));
+  // NaN in every cache row no sequence may read.
+  std::vector<char> readable(num_blocks * bs, 0);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t k = 0; k < ctx[s]; ++k) readable[table[s * max_blocks + k / bs] * bs + k % bs] = 1;
+  for (int64_t r = 0; r < num_blocks * bs; ++r)
+    if (!readable[r]) std::fill(cache.begin() + r * L, cache.begin() + (r + 1) * L, std::numeric_limits<float>::quiet_NaN());
   auto q = RandomNormal(T * H * L, 0.3f);
   const float scale = 0.1352f;
-  std::vector<float> ref(T * H * kvl);
+  std::vector<float> ref(T * H * kvl), ref_bf16q(T * H * kvl);
   cpu::MlaDecodeAttention({q.data(), cache.data(), ref.data(), S, H, kvl, rope, bs, qs.data(), ctx.data(), table.data(),
                            max_blocks, scale});
+  const auto q_bf16 = RoundBf16Vec(q);
+  cpu::MlaDecodeAttention({q_bf16.data(), cache.data(), ref_bf16q.data(), S, H, kvl, rope, bs, qs.data(), ctx.data(),
+                           table.data(), max_blocks, scale});
   Dev<float> dq(q);
   Dev<__nv_bfloat16> dc(ToBf16(cache));
   Dev<int32_t> dqs(qs), dctx(ctx), dtab(table);
-  Dev<float> ws(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, chunk));
-  Dev<float> out(T * H * kvl);
-  MlaDecodeParams p{};
-  p.q = dq.get(); p.q_tok_stride = H * L; p.q_head_stride = L;
-  p.cache = dc.get(); p.num_tokens = T; p.num_seqs = S; p.heads = H; p.kv_lora = kvl; p.rope_dim = rope; p.block_size = bs;
-  p.query_start = dqs.get(); p.context_lens = dctx.get(); p.block_table = dtab.get(); p.max_blocks = max_blocks;
-  p.max_context = max_ctx; p.kv_chunk = chunk; p.softmax_scale = scale; p.workspace = ws.get();
-  p.out = out.get(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl; p.out_type = DTypeOut::kF32;
-  MlaDecodeAttention(p);
-  ExpectClose("mla_decode", name, out.Download(), ref, 2e-5);
+  // variant 0: CUDA-core; 1: tensor cores, defaults; 2: tensor cores, 2-stage pipeline (two
+  // 16-row blocks per SM) and a 4-blocks-per-SM chunk target; 3: two 16-row M tiles per warp
+  // (64-row blocks); 4: both; 5: fast Q load + pipelined combine; 6: every knob at once.
+  const char* kVariant[] = {"mla_decode",          "mla_decode_tc",         "mla_decode_tc_2stage",
+                            "mla_decode_tc_rows32", "mla_decode_tc_rows32_2stage", "mla_decode_tc_fastio",
+                            "mla_decode_tc_all_knobs"};
+  for (int variant = 0; variant < 7; ++variant) {
+    const bool tc = variant > 0;
+    Dev<float> ws(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, chunk));  // poisoned (NaN)
+    Dev<float> out(T * H * kvl);                                         // poisoned (NaN)
+    MlaDecodeParams p{};
+    p.q = dq.get(); p.q_tok_stride = H * L; p.q_head_stride = L;
+    p.cache = dc.get(); p.num_tokens = T; p.num_seqs = S; p.heads = H; p.kv_lora = kvl; p.rope_dim = rope; p.block_size = bs;
+    p.query_start = dqs.get(); p.context_lens = dctx.get(); p.block_table = dtab.get(); p.max_blocks = max_blocks;
+    p.max_context = max_ctx; p.kv_chunk = chunk; p.softmax_scale = scale; p.workspace = ws.get();
+    p.out = out.get(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl; p.out_type = DTypeOut::kF32;
+    p.tensor_cores = tc;
+    if (variant == 2 || variant == 4 || variant == 6) { p.tc_stages = 2; p.tc_blocks_per_sm = 4; }
+    if (variant == 3 || variant == 4 || variant == 6) p.tc_rows_per_warp = 32;
+    if (variant >= 5) p.tc_fast_io = true;
+    // Hints as the runner would pass them; the first tensor-core run of each case uses none.
+    if (tc && (S % 2 == 0)) { p.total_context = total_ctx; p.max_q_len = max_q; }
+    MlaDecodeAttention(p);
+    DS_CUDA_CHECK(cudaGetLastError());
+    const auto got = out.Download();
+    if (!tc) {
+      ExpectClose("mla_decode", name, got, ref, 2e-5);
+    } else if (MlaDecodeTcSupported(kvl, rope, bs)) {
+      const std::string op = kVariant[variant];
+      ExpectClose(op, std::string(name) + "_vs_bf16q_ref", got, ref_bf16q, 5e-3);
+      ExpectClose(op, std::string(name) + "_vs_fp32q_ref", got, ref, 1e-2);
+    } else {  // unsupported dims: the flag falls back to the CUDA-core kernel
+      ExpectClose(std::string(kVariant[variant]) + "_fallback", name, got, ref, 2e-5);
+    }
+  }
 }
 
 TEST(CudaMlaDecode, MatchesCpu) {
@@ -50,6 +102,15 @@ TEST(CudaMlaDecode, MatchesCpu) {
   RunCase({2, 130, 4097}, {2, 2, 2}, 128, 512, 64, 256, "V3_mtp_qlen2");
   RunCase({300, 17}, {3, 1}, 16, 512, 64, 64, "TP8_heads16_chunk64");
   RunCase({5, 40}, {1, 2}, 3, 32, 16, 32, "odd_dims");
+}
+
+TEST(CudaMlaDecode, TensorCoresMixedLengths) {
+  // Half long + half short (the mixed batch), both head counts.
+  RunCase({8192, 512, 8192, 512}, {1, 1, 1, 1}, 128, 512, 64, 256, "V3_h128_half8K_half512");
+  RunCase({32768, 512, 32768, 512}, {1, 1, 1, 1}, 16, 512, 64, 256, "V3_h16_half32K_half512");
+  RunCase({1, 2, 31, 32, 33, 95, 96, 97, 2049}, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 16, 512, 64, 256, "V3_h16_edges");
+  RunCase({700, 64, 3, 129}, {2, 2, 2, 2}, 16, 512, 64, 256, "V3_h16_mtp_qlen2");
+  RunCase({1, 1500}, {1, 1}, 128, 512, 64, 256, "V3_h128_batch2");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -681,6 +682,9 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.kv_chunk = chunk; dp.softmax_scale = scale; dp.workspace = dec_ws_.as<float>();
     dp.out = olat32_.get(); dp.o_tok_stride = H * kvl; dp.o_head_stride = kvl; dp.out_type = DTypeOut::kF32;
     dp.stream = s_;
+    dp.tensor_cores = opts_.mla_decode_tensor_cores;
+    dp.total_context = std::accumulate(ctxs.begin(), ctxs.end(), int64_t{0});
+    for (size_t i = 0; i + 1 < qs.size(); ++i) dp.max_q_len = std::max<int64_t>(dp.max_q_len, qs[i + 1] - qs[i]);
     MlaDecodeAttention(dp);
     // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v]
     float* ov = attn;

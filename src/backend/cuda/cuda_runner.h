@@ -52,6 +52,11 @@ struct CudaRunnerOptions {
   // tests pass; the per-call descriptor fix in gemm.cpp is not yet verified on the GPU, hence
   // the default.
   std::string fp8_gemm = "kernel";
+  // Absorbed-MLA decode on tensor cores (mla_decode_tc.cu: bf16 q and probabilities, fp32
+  // accumulation; V3 dims only, other dims keep the CUDA-core kernel). Op-equivalent on the
+  // H200 (bench/results/KERNELS_RUNS.md); off by default until the runner checks
+  // (CudaRunner.DummyV3DecodeTensorCoresMatchesCudaCore) have run on the GPU.
+  bool mla_decode_tensor_cores = false;
   int device = 0;
 };
 

@@ -139,6 +139,10 @@ void MlaDecodeAttention(const MlaDecodeParams& p) {
       << "MlaDecodeAttention: unsupported dims kv_lora=" << p.kv_lora << " rope=" << p.rope_dim;
   DS_CHECK(p.kv_chunk >= kKeysPerTile && p.kv_chunk % kKeysPerTile == 0) << "MlaDecodeAttention: kv_chunk";
   if (p.num_tokens == 0) return;
+  if (p.tensor_cores && MlaDecodeTcSupported(p.kv_lora, p.rope_dim, p.block_size)) {
+    MlaDecodeAttentionTc(p);
+    return;
+  }
   const int max_splits = static_cast<int>(std::max<int64_t>(1, (p.max_context + p.kv_chunk - 1) / p.kv_chunk));
   DS_CHECK(max_splits < 65536) << "MlaDecodeAttention: context too long for the split grid";
   dim3 grid(p.num_tokens, dev::CeilDiv(p.heads, kHeadsPerBlock), max_splits);

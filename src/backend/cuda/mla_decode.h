@@ -37,7 +37,25 @@ struct MlaDecodeParams {
   void* out; int64_t o_tok_stride, o_head_stride;  // [T, H, kv_lora]
   DTypeOut out_type = DTypeOut::kF32;
   cudaStream_t stream = nullptr;
+  // Tensor-core path (mla_decode_tc.cu; V3 dims only: kv_lora 512, rope 64, block_size a
+  // multiple of 32; other dims fall back to the CUDA-core kernel): mma.sync m16n8k16 with
+  // bf16 q (q * softmax_scale is not pre-applied: q is rounded to bf16 as is), bf16
+  // probabilities and fp32 accumulation (FlashMLA's numerics). The heads (x query tokens) of
+  // one sequence form the M dimension (16/32/64-row tiles). Split-KV by work: one KV chunk
+  // size for the whole batch, chosen from the total work (>= kv_chunk, so the workspace of
+  // MlaDecodeWorkspaceFloats(..., kv_chunk) suffices), then the LSE combine.
+  bool tensor_cores = false;
+  int64_t total_context = 0;  // host hint: sum of context_lens (0 = assume num_seqs * max_context)
+  int64_t max_q_len = 0;      // host hint: max query tokens per sequence (0 = derive a bound)
+  // Tuning knobs of the tensor-core path (0 = defaults, the configuration verified in run 1):
+  int tc_stages = 0;          // 0 = 3-stage pipeline; 2 = 2 stages (16-row tiles: 2 blocks per SM)
+  int tc_blocks_per_sm = 0;   // chunk sizing: key rows split over this many blocks per SM (0 = 2)
+  int tc_rows_per_warp = 0;   // 0/16 = one 16-row M tile per warp; 32 = two (64-row blocks only)
+  bool tc_fast_io = false;    // 16-byte Q loads overlapped with the first K stages; pipelined combine
 };
+// True if the tensor-core path handles these dims.
+bool MlaDecodeTcSupported(int64_t kv_lora, int64_t rope_dim, int64_t block_size);
+void MlaDecodeAttentionTc(const MlaDecodeParams& p);
 int64_t MlaDecodeWorkspaceFloats(int64_t num_tokens, int64_t heads, int64_t kv_lora, int64_t max_context,
                                  int64_t kv_chunk);
 void MlaDecodeAttention(const MlaDecodeParams& p);

@@ -1,0 +1,511 @@
+// Tensor-core MLA decode (absorbed form over the paged bf16 latent cache), see mla_decode.h.
+//
+// One block = one sequence x one tile of RT*16 query rows (row = query token i * heads + head,
+// so the heads of one request form the M dimension of the MMAs) x one KV chunk. 8 warps:
+// warp w owns row tile w / WV (WV = 8 / RT warps per row tile) and, inside it,
+//   - a slice of the 36 k16-steps of S = Q K^T (partial scores summed through shared memory,
+//     so no warp repeats another's QK work), and
+//   - a slice of 512 / WV value columns of O = P V (P taken straight from the score
+//     accumulators: the m16n8k16 C layout of two n8 tiles is the A layout of one k16 step).
+// Keys stream through a 3-stage cp.async pipeline, 32 keys (half a 64-token page) per stage;
+// keys past the chunk are zero-filled and masked, so NaN garbage in unused cache rows never
+// reaches the output. Online softmax in base 2 with fp32 state. The chunk size is one for the
+// whole batch (split-KV by work: the total key rows to stream over ~2 blocks per SM, never
+// below kv_chunk), and the combine kernel merges the splits with their log-sum-exp.
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/mla_decode.h"
+
+namespace ds::cuda {
+namespace {
+
+constexpr int kD = 576, kV = 512;  // key (latent + rope) and value (latent) dims
+constexpr int kBN = 32;            // keys per pipeline stage
+// Pipeline depth: 3 stages (default, verified on the H200 in run 1) or 2 (tc_stages = 2; then
+// a 16-row tile's block needs 109 KB and two blocks fit on one SM).
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kLd = kD + 8;  // padded shared-memory row (bf16): 1168 B, conflict-free ldmatrix
+constexpr int kChunksPerRow = kD / 8;  // 16-byte pieces per cache row
+constexpr int kKSteps = kD / 16;       // k16 steps of Q K^T
+
+template <int RT, int kStages, int MT>
+constexpr size_t SmemBytes() {
+  return static_cast<size_t>(RT * 16 + kStages * kBN) * kLd * 2 + static_cast<size_t>(kWarps) * MT * 16 * kBN * 4;
+}
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* ptr) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
+}
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;  // 0 source bytes: the 16 destination bytes are zero-filled
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void Ldsm4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void Ldsm4T(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+// c[16x8] += a[16x16] (row) * b[16x8] (col), bf16 in, fp32 accumulate.
+__device__ __forceinline__ void Mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// MT = 16-row M tiles per warp (1, or 2 with tc_rows_per_warp = 32: each key/value fragment
+// read from shared memory then feeds two MMAs). A row group = MT tiles = 16 * MT rows.
+// kFastIo (tc_fast_io): the Q tile is read with 16-byte loads, all of a thread's loads in flight
+// at once, after the first K stages are issued (so the two overlap); and the combine keeps 8
+// splits' loads in flight. Off: the configuration verified in run 1.
+template <int RT, int kStages, int kMinBlocks, int MT, bool kFastIo>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
+    MlaDecodeTcKernel(MlaDecodeParams p, int nrb, int chunk, int max_splits) {
+  static_assert(RT % MT == 0, "row tiles per block must be a multiple of tiles per warp");
+  constexpr int WV = kWarps * MT / RT;  // warps per row group
+  constexpr int VW = kV / WV;           // value columns per warp
+  constexpr int NT = VW / 8;            // n8 tiles of O per warp
+  constexpr int SN = kBN / 8;           // n8 tiles of S per stage
+  constexpr int SPW = MT * SN * 4 * 32; // partial-score floats per warp
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [RT*16][kLd]
+  __nv_bfloat16* Ks = Qs + RT * 16 * kLd;                             // [kStages][kBN][kLd]
+  float* Sp = reinterpret_cast<float*>(Ks + kStages * kBN * kLd);     // [kWarps][MT][SN*4][32]
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int rt = warp / WV, wv = warp % WV;  // row group, slice inside it
+  const int s = blockIdx.x / nrb, rb = blockIdx.x % nrb;
+  const int split = blockIdx.y;
+  const int H = static_cast<int>(p.heads);
+  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
+  const int ctx = p.context_lens[s];
+  const int valid_rows = q_len * H;
+  const int row0 = rb * RT * 16;
+  if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
+  const int kbeg = split * chunk;
+  const int kend = min(ctx, kbeg + chunk);
+  const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
+  if (kbeg >= kend) {  // an empty split: the combine skips it
+    for (int r = threadIdx.x; r < RT * 16; r += kThreads) {
+      const int row = row0 + r;
+      if (row < valid_rows) {
+        const int t = q0 + row / H, h = row % H;
+        p.workspace[lse_base + (static_cast<int64_t>(t) * H + h) * max_splits + split] = -INFINITY;
+      }
+    }
+    return;
+  }
+
+  // Q tile -> bf16 shared memory (rows past the query block are zeros).
+  if constexpr (!kFastIo)
+  for (int idx = threadIdx.x; idx < RT * 16 * (kD / 2); idx += kThreads) {
+    const int r = idx / (kD / 2), c = (idx % (kD / 2)) * 2;
+    const int row = row0 + r;
+    float2 v = make_float2(0.f, 0.f);
+    if (row < valid_rows) {
+      const float* qp = p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
+                        static_cast<int64_t>(row % H) * p.q_head_stride + c;
+      v = make_float2(qp[0], qp[1]);
+    }
+    *reinterpret_cast<__nv_bfloat162*>(Qs + r * kLd + c) = __floats2bfloat162_rn(v.x, v.y);
+  }
+
+  const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
+  const int bs = static_cast<int>(p.block_size);
+  const int ntiles = (kend - kbeg + kBN - 1) / kBN;
+  auto load_tile = [&](int it, int stage) {
+    const int k0 = kbeg + it * kBN;  // a multiple of 32: the stage lies inside one page
+    __nv_bfloat16* dst = Ks + stage * kBN * kLd;
+    const int64_t page = bt[k0 / bs];
+    const __nv_bfloat16* src_base = p.cache + (page * bs + k0 % bs) * kD;
+    for (int c = threadIdx.x; c < kBN * kChunksPerRow; c += kThreads) {
+      const int j = c / kChunksPerRow, e = c % kChunksPerRow;
+      const bool ok = k0 + j < kend;
+      const __nv_bfloat16* src = ok ? src_base + static_cast<int64_t>(j) * kD + e * 8 : p.cache;
+      CpAsync16(SmemAddr(dst + j * kLd + e * 8), src, ok);
+    }
+  };
+
+  float acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int n = 0; n < NT; ++n) acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.f;
+  float m_run[MT][2], l_run[MT][2];
+  int limit[MT][2];  // keys < limit are visible to rows g and g + 8 of each of this warp's tiles (causal MTP)
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = row0 + (rt * MT + mt) * 16 + g + hr * 8;
+      limit[mt][hr] = row < valid_rows ? min(kend, ctx - (q_len - 1 - row / H)) : -1;
+      m_run[mt][hr] = -INFINITY;
+      l_run[mt][hr] = 0.f;
+    }
+  const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
+  const int ks_beg = wv * kKSteps / WV, ks_end = (wv + 1) * kKSteps / WV;
+
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < ntiles) load_tile(st, st);
+    CpAsyncCommit();
+  }
+  if constexpr (kFastIo) {  // Q tile, overlapping the K stages just issued (visible after the loop-top barrier)
+    constexpr int kVec = kD / 4;                   // float4 per row
+    constexpr int kPer = RT * 16 * kVec / kThreads;  // exact: 16 * 144 = 9 * 256
+    static_assert(RT * 16 * kVec % kThreads == 0, "Q tile split");
+    float4 v[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      const int r = idx / kVec, c = (idx % kVec) * 4;
+      const int row = row0 + r;
+      v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row < valid_rows)
+        v[i] = __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
+                                                     static_cast<int64_t>(row % H) * p.q_head_stride + c));
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = threadIdx.x + i * kThreads;
+      const int r = idx / kVec, c = (idx % kVec) * 4;
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(v[i].x, v[i].y), hi = __floats2bfloat162_rn(v[i].z, v[i].w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(Qs + r * kLd + c) = packed;
+    }
+  }
+
+  for (int it = 0; it < ntiles; ++it) {
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();  // stage `it` (and the Q tile) visible; stage it-1 free for reuse
+    {
+      const int nx = it + kStages - 1;
+      if (nx < ntiles) load_tile(nx, nx % kStages);
+      CpAsyncCommit();
+    }
+    const __nv_bfloat16* Kt = Ks + (it % kStages) * kBN * kLd;
+
+    // Partial scores over this warp's k-steps.
+    float sc[MT][SN][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int j = 0; j < SN; ++j) sc[mt][j][0] = sc[mt][j][1] = sc[mt][j][2] = sc[mt][j][3] = 0.f;
+    for (int ks = ks_beg; ks < ks_end; ++ks) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        Ldsm4(SmemAddr(Qs + ((rt * MT + mt) * 16 + (lane & 15)) * kLd + ks * 16 + (lane >> 4) * 8), a[mt][0], a[mt][1],
+              a[mt][2], a[mt][3]);
+#pragma unroll
+      for (int nb = 0; nb < SN / 2; ++nb) {
+        const int m = lane >> 3;
+        uint32_t b0, b1, b2, b3;
+        Ldsm4(SmemAddr(Kt + (nb * 16 + (m >> 1) * 8 + (lane & 7)) * kLd + ks * 16 + (m & 1) * 8), b0, b1, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma(sc[mt][2 * nb], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+          Mma(sc[mt][2 * nb + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+        }
+      }
+    }
+    // Sum the WV partial scores of this row group (same order in every warp: identical S).
+    {
+      float* my = Sp + warp * SPW;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < SN; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) my[((mt * SN + j) * 4 + c) * 32 + lane] = sc[mt][j][c];
+      __syncthreads();
+      const float* base = Sp + rt * WV * SPW;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int j = 0; j < SN; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            float v = 0.f;
+#pragma unroll
+            for (int w2 = 0; w2 < WV; ++w2) v += base[w2 * SPW + ((mt * SN + j) * 4 + c) * 32 + lane];
+            sc[mt][j][c] = v;
+          }
+    }
+    // Online softmax (rows g and g + 8 of each tile; each row's 32 scores live in one quad).
+    const int kt0 = kbeg + it * kBN;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < SN; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int hr = c >> 1;
+          const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+          const float v = key < limit[mt][hr] ? sc[mt][j][c] * sl2 : -INFINITY;
+          sc[mt][j][c] = v;
+          mx[hr] = fmaxf(mx[hr], v);
+        }
+      float muse[2], alpha[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+        const float m_new = fmaxf(m_run[mt][hr], mx[hr]);
+        muse[hr] = m_new == -INFINITY ? 0.f : m_new;
+        alpha[hr] = exp2f(m_run[mt][hr] - muse[hr]);
+        m_run[mt][hr] = m_new;
+      }
+      float lsum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < SN; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float pv = exp2f(sc[mt][j][c] - muse[c >> 1]);
+          sc[mt][j][c] = pv;
+          lsum[c >> 1] += pv;
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) l_run[mt][hr] = l_run[mt][hr] * alpha[hr] + lsum[hr];
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        acc[mt][n][0] *= alpha[0]; acc[mt][n][1] *= alpha[0];
+        acc[mt][n][2] *= alpha[1]; acc[mt][n][3] *= alpha[1];
+      }
+    }
+    // O += P V over this warp's value columns.
+#pragma unroll
+    for (int kk = 0; kk < kBN / 16; ++kk) {
+      uint32_t a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        a[mt][0] = PackBf16(sc[mt][2 * kk][0], sc[mt][2 * kk][1]);
+        a[mt][1] = PackBf16(sc[mt][2 * kk][2], sc[mt][2 * kk][3]);
+        a[mt][2] = PackBf16(sc[mt][2 * kk + 1][0], sc[mt][2 * kk + 1][1]);
+        a[mt][3] = PackBf16(sc[mt][2 * kk + 1][2], sc[mt][2 * kk + 1][3]);
+      }
+#pragma unroll
+      for (int nb = 0; nb < NT / 2; ++nb) {
+        const int m = lane >> 3;
+        const int col = wv * VW + nb * 16 + (m >> 1) * 8;
+        const int key = kk * 16 + (m & 1) * 8 + (lane & 7);
+        uint32_t b0, b1, b2, b3;
+        Ldsm4T(SmemAddr(Kt + key * kLd + col), b0, b1, b2, b3);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma(acc[mt][2 * nb], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b0, b1);
+          Mma(acc[mt][2 * nb + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b2, b3);
+        }
+      }
+    }
+  }
+  CpAsyncWait<0>();
+
+  // Normalised partial output and its log-sum-exp (natural log) per row.
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      l_run[mt][hr] += __shfl_xor_sync(0xffffffffu, l_run[mt][hr], 1);
+      l_run[mt][hr] += __shfl_xor_sync(0xffffffffu, l_run[mt][hr], 2);
+    }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = row0 + (rt * MT + mt) * 16 + g + hr * 8;
+      if (row >= valid_rows) continue;
+      const int t = q0 + row / H, h = row % H;
+      const int64_t part = (static_cast<int64_t>(t) * H + h) * max_splits + split;
+      float* po = p.workspace + part * kV + wv * VW;
+      const bool empty = !(l_run[mt][hr] > 0.f);
+      const float inv = empty ? 0.f : 1.f / l_run[mt][hr];
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+        *reinterpret_cast<float2*>(po + n * 8 + 2 * tq) =
+            make_float2(acc[mt][n][2 * hr] * inv, acc[mt][n][2 * hr + 1] * inv);
+      if (wv == 0 && tq == 0)
+        p.workspace[lse_base + part] =
+            empty ? -INFINITY : (m_run[mt][hr] + log2f(l_run[mt][hr])) * 0.6931471805599453f;
+    }
+}
+
+// out[t, h, :] = sum_s exp(lse_s - lse) * o_s (empty splits, lse = -inf, are skipped).
+template <typename TOut>
+__global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombine(MlaDecodeParams p, int max_splits) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
+  const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
+  float gmax = -INFINITY;
+  for (int s = 0; s < max_splits; ++s) gmax = fmaxf(gmax, lse[s]);
+  const int d = threadIdx.x * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+  for (int s = 0; s < max_splits; ++s) {
+    const float l = lse[s];
+    if (l == -INFINITY) continue;
+    const float w = expf(l - gmax);
+    wsum += w;
+    const float4 v = *reinterpret_cast<const float4*>(p.workspace + (base + s) * kV + d);
+    acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + d;
+  out[0] = dev::FromF<TOut>(acc.x * inv);
+  out[1] = dev::FromF<TOut>(acc.y * inv);
+  out[2] = dev::FromF<TOut>(acc.z * inv);
+  out[3] = dev::FromF<TOut>(acc.w * inv);
+}
+
+// Same result as MlaDecodeTcCombine, with 8 splits' loads in flight per thread.
+template <typename TOut>
+__global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombineFast(MlaDecodeParams p, int max_splits) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
+  const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
+  float gmax = -INFINITY;
+#pragma unroll 8
+  for (int s = 0; s < max_splits; ++s) gmax = fmaxf(gmax, lse[s]);
+  const int d = threadIdx.x * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+  int s = 0;
+  for (; s + 8 <= max_splits; s += 8) {
+    float w[8];
+    float4 v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      const float l = lse[s + u];
+      w[u] = l == -INFINITY ? 0.f : expf(l - gmax);
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u)  // empty splits (w = 0) were never written: not read
+      v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(p.workspace + (base + s + u) * kV + d)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+      wsum += w[u];
+      acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
+    }
+  }
+  for (; s < max_splits; ++s) {
+    const float l = lse[s];
+    if (l == -INFINITY) continue;
+    const float w = expf(l - gmax);
+    wsum += w;
+    const float4 v = *reinterpret_cast<const float4*>(p.workspace + (base + s) * kV + d);
+    acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + d;
+  out[0] = dev::FromF<TOut>(acc.x * inv);
+  out[1] = dev::FromF<TOut>(acc.y * inv);
+  out[2] = dev::FromF<TOut>(acc.z * inv);
+  out[3] = dev::FromF<TOut>(acc.w * inv);
+}
+
+int NumSms() {
+  static const int n = [] {
+    int dev = 0, v = 0;
+    DS_CUDA_CHECK(cudaGetDevice(&dev));
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return n;
+}
+
+template <int RT, int kStages, int kMinBlocks, int MT, bool kFastIo>
+void LaunchTc(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
+  constexpr size_t smem = SmemBytes<RT, kStages, MT>();
+  static_assert(smem * kMinBlocks <= 227 * 1024, "shared memory per SM");
+  static const bool attr_set = [] {
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT, kFastIo>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    return true;
+  }();
+  (void)attr_set;
+  dim3 grid(static_cast<unsigned>(p.num_seqs * nrb), static_cast<unsigned>(max_splits));
+  MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT, kFastIo><<<grid, kThreads, smem, p.stream>>>(p, nrb, chunk, max_splits);
+  DS_CUDA_CHECK_LAUNCH("MlaDecodeTcKernel");
+}
+
+template <bool kFastIo>
+void DispatchTc(const MlaDecodeParams& p, int rt, int n, int c, int ms) {
+  if (p.tc_rows_per_warp == 32 && rt == 4) {
+    if (p.tc_stages == 2) LaunchTc<4, 2, 1, 2, kFastIo>(p, n, c, ms);
+    else LaunchTc<4, 3, 1, 2, kFastIo>(p, n, c, ms);
+  } else if (p.tc_stages == 2) {
+    if (rt == 1) LaunchTc<1, 2, 2, 1, kFastIo>(p, n, c, ms);
+    else if (rt == 2) LaunchTc<2, 2, 1, 1, kFastIo>(p, n, c, ms);
+    else LaunchTc<4, 2, 1, 1, kFastIo>(p, n, c, ms);
+  } else {
+    if (rt == 1) LaunchTc<1, 3, 1, 1, kFastIo>(p, n, c, ms);
+    else if (rt == 2) LaunchTc<2, 3, 1, 1, kFastIo>(p, n, c, ms);
+    else LaunchTc<4, 3, 1, 1, kFastIo>(p, n, c, ms);
+  }
+  dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
+  if constexpr (kFastIo) {
+    if (p.out_type == DTypeOut::kF32) MlaDecodeTcCombineFast<float><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
+    else MlaDecodeTcCombineFast<__nv_bfloat16><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
+  } else {
+    if (p.out_type == DTypeOut::kF32) MlaDecodeTcCombine<float><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
+    else MlaDecodeTcCombine<__nv_bfloat16><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
+  }
+  DS_CUDA_CHECK_LAUNCH("MlaDecodeTcCombine");
+}
+
+}  // namespace
+
+bool MlaDecodeTcSupported(int64_t kv_lora, int64_t rope_dim, int64_t block_size) {
+  return kv_lora == kV && kv_lora + rope_dim == kD && block_size > 0 && block_size % kBN == 0;
+}
+
+void MlaDecodeAttentionTc(const MlaDecodeParams& p) {
+  DS_CHECK(MlaDecodeTcSupported(p.kv_lora, p.rope_dim, p.block_size))
+      << "MlaDecodeAttentionTc: needs kv_lora 512, rope 64, block_size % 32 == 0";
+  DS_CHECK(p.kv_chunk > 0 && p.kv_chunk % kBN == 0) << "MlaDecodeAttentionTc: kv_chunk % 32";
+  DS_CHECK(p.q_head_stride % 2 == 0 && p.q_tok_stride % 2 == 0 && p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0)
+      << "MlaDecodeAttentionTc: strides";
+  if (p.num_tokens == 0 || p.num_seqs == 0) return;
+  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.num_tokens - p.num_seqs + 1;
+  const int64_t rows = max_q * p.heads;
+  const int rt = rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
+  const int64_t nrb = (rows + rt * 16 - 1) / (rt * 16);
+  // Split-KV by work: one chunk size for the batch, ~2 blocks per SM over all key rows.
+  const int64_t total = p.total_context > 0 ? p.total_context : p.num_seqs * p.max_context;
+  const int64_t work = nrb * total;
+  const int64_t target = (p.tc_blocks_per_sm > 0 ? p.tc_blocks_per_sm : 2) * static_cast<int64_t>(NumSms());
+  int64_t chunk = (work + target - 1) / target;
+  chunk = (chunk + 63) / 64 * 64;
+  chunk = std::max<int64_t>(chunk, p.kv_chunk);
+  const int64_t max_splits = std::max<int64_t>(1, (p.max_context + chunk - 1) / chunk);
+  DS_CHECK(max_splits < 65536 && p.num_seqs * nrb < (int64_t{1} << 31)) << "MlaDecodeAttentionTc: grid too large";
+  const int n = static_cast<int>(nrb), c = static_cast<int>(chunk), ms = static_cast<int>(max_splits);
+  const bool q_aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_tok_stride % 4 == 0 && p.q_head_stride % 4 == 0;
+  if (p.tc_fast_io && q_aligned) DispatchTc<true>(p, rt, n, c, ms);
+  else DispatchTc<false>(p, rt, n, c, ms);
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,698 @@
+// `dsinfer bench kernels`: times the hot CUDA kernels at real DeepSeek-V3 shapes and writes
+// bench/results/kernels.json (a list of {"kernel", "shape", "metric", "value", "ceiling",
+// "ratio", "gpu", "commit", "date"}) and a markdown table beside it (kernels.md).
+//
+// Method (device/METHOD.md): inputs filled on the device with random data (never zeros);
+// warm-up launches first; then `per_graph` launches rotating over enough input sets to exceed
+// twice the L2 (60 MB on the H200) are captured in one CUDA graph, the graph is replayed many
+// times with a CUDA event pair around each replay, and the figure is the median replay time /
+// per_graph (launch gaps excluded). Ceilings are measured in the same run: device-to-device
+// copy (bytes read + written), cuBLASLt bf16 GEMM 8192^3 and cuBLASLt block-scaled fp8 GEMM
+// 8192^3 (1x128 activation / 128x128 weight scales).
+//
+// Conventions: MLA decode FLOPs = 2 x heads x q_len x total_kv x (576 + 512), bytes = latent
+// cache read + q + out (bf16 sizes, as FlashMLA's table in shared/docs/ANCHORS.md); MLA prefill
+// (naive form, causal) FLOPs = 2 x heads x T(T+1)/2 x (192 + 128); GEMMs 2 M N K, bytes =
+// weights + activations + output; MoE bytes count only the experts a batch touches.
+//
+// usage: dsinfer bench kernels [--quick] [--budget-s S] [--out DIR] [--commit C]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "tools/command.h"
+
+#ifdef DS_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fill_random.h"
+#include "backend/cuda/fp8_quant.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/grouped_gemm.h"
+#include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_prefill.h"
+#include "backend/cuda/moe_routing.h"
+#include "backend/cuda/rmsnorm.h"
+#include "backend/cuda/rope.h"
+#endif
+
+namespace {
+
+#ifdef DS_WITH_CUDA
+using namespace ds::cuda;
+
+// Plain device allocation (cudaMalloc), freed on scope exit.
+class Buf {
+ public:
+  explicit Buf(size_t bytes) : bytes_(std::max<size_t>(bytes, 16)) { DS_CUDA_CHECK(cudaMalloc(&p_, bytes_)); }
+  ~Buf() { cudaFree(p_); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  template <typename T> T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_;
+};
+
+template <typename T>
+std::unique_ptr<Buf> Upload(const std::vector<T>& h) {
+  auto b = std::make_unique<Buf>(h.size() * sizeof(T));
+  DS_CUDA_CHECK(cudaMemcpy(b->template as<void>(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+
+constexpr double kRotateBytes = 256.0 * 1024 * 1024;  // > 4x the H200's 60 MB L2
+int SetsFor(double bytes_per_set, int cap = 16) {
+  return static_cast<int>(std::clamp(std::ceil(kRotateBytes / std::max(1.0, bytes_per_set)), 1.0, double(cap)));
+}
+
+struct Record {
+  std::string kernel, shape, metric;
+  double value = 0, ceiling = 0, ratio = 0, time_us = 0;
+  std::string note;
+};
+
+class Bench {
+ public:
+  Bench(bool quick, double budget_s) : quick_(quick), budget_s_(budget_s), t0_(std::chrono::steady_clock::now()) {
+    DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
+    DS_CUDA_CHECK(cudaEventCreate(&ea_));
+    DS_CUDA_CHECK(cudaEventCreate(&eb_));
+  }
+  ~Bench() {
+    cudaEventDestroy(ea_);
+    cudaEventDestroy(eb_);
+    cudaStreamDestroy(st_);
+  }
+  cudaStream_t st() const { return st_; }
+  bool quick() const { return quick_; }
+  double Elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
+  bool OutOfTime() const { return budget_s_ > 0 && Elapsed() > budget_s_; }
+  uint64_t NextSeed() { return ++seed_ * 0x9E3779B97F4A7C15ull; }
+
+  // Median device time of one launch in microseconds (see the file comment).
+  double TimeUs(const std::function<void(int)>& launch, int nsets, int min_reps = 20, double max_ms = 400) {
+    for (int i = 0; i < std::max(2, nsets); ++i) launch(i % nsets);
+    DS_CUDA_CHECK(cudaStreamSynchronize(st_));
+    DS_CUDA_CHECK(cudaEventRecord(ea_, st_));
+    launch(0);
+    DS_CUDA_CHECK(cudaEventRecord(eb_, st_));
+    DS_CUDA_CHECK(cudaEventSynchronize(eb_));
+    float est_ms = 0;
+    DS_CUDA_CHECK(cudaEventElapsedTime(&est_ms, ea_, eb_));
+    const double est_us = std::max(1.0, est_ms * 1e3);
+    const int per_graph = static_cast<int>(std::clamp(std::ceil(300.0 / est_us), double(std::min(nsets, 16)), 64.0));
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    const bool slow = est_us > 20000;  // launch gaps don't matter: time launches one by one
+    bool graph_ok = !slow && cudaStreamBeginCapture(st_, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    if (graph_ok) {
+      try {
+        for (int k = 0; k < per_graph; ++k) launch(k % nsets);
+      } catch (const std::exception&) {
+        graph_ok = false;
+      }
+      graph_ok = cudaStreamEndCapture(st_, &graph) == cudaSuccess && graph_ok;
+      graph_ok = graph_ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+    }
+    (void)cudaGetLastError();  // clear a failed capture's error
+    const int n_launch = graph_ok ? per_graph : 1;
+    const int reps = static_cast<int>(std::clamp(max_ms * 1e3 / (est_us * n_launch), double(min_reps), 300.0));
+    std::vector<cudaEvent_t> ev(2 * reps);
+    for (auto& e : ev) DS_CUDA_CHECK(cudaEventCreate(&e));
+    for (int w = 0; w < (slow ? 0 : 2); ++w) {
+      if (graph_ok) DS_CUDA_CHECK(cudaGraphLaunch(exec, st_));
+      else launch(w % nsets);
+    }
+    for (int r = 0; r < reps; ++r) {
+      DS_CUDA_CHECK(cudaEventRecord(ev[2 * r], st_));
+      if (graph_ok) DS_CUDA_CHECK(cudaGraphLaunch(exec, st_));
+      else launch(r % nsets);
+      DS_CUDA_CHECK(cudaEventRecord(ev[2 * r + 1], st_));
+    }
+    DS_CUDA_CHECK(cudaStreamSynchronize(st_));
+    std::vector<double> t(reps);
+    for (int r = 0; r < reps; ++r) {
+      float ms = 0;
+      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]));
+      t[r] = ms * 1e3 / n_launch;
+    }
+    for (auto& e : ev) cudaEventDestroy(e);
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    std::nth_element(t.begin(), t.begin() + reps / 2, t.end());
+    return t[reps / 2];
+  }
+
+  // Adds a TB/s record (bytes > 0) and a TFLOP/s record (flops > 0).
+  void Add(const std::string& kernel, const std::string& shape, double us, double bytes, double flops,
+           bool fp8_ceiling, const std::string& note = "") {
+    if (bytes > 0) recs.push_back({kernel, shape, "TB/s", bytes / us * 1e-6, copy_tbs, bytes / us * 1e-6 / copy_tbs, us, note});
+    if (flops > 0) {
+      const double c = fp8_ceiling ? fp8_tflops : bf16_tflops;
+      recs.push_back({kernel, shape, "TFLOP/s", flops / us * 1e-6, c, flops / us * 1e-6 / c, us, note});
+    }
+    std::printf("%-28s %-44s %10.1f us", kernel.c_str(), shape.c_str(), us);
+    if (bytes > 0) std::printf("  %6.2f TB/s (%.2f)", bytes / us * 1e-6, bytes / us * 1e-6 / copy_tbs);
+    if (flops > 0) std::printf("  %7.1f TFLOP/s (%.2f)", flops / us * 1e-6, flops / us * 1e-6 / (fp8_ceiling ? fp8_tflops : bf16_tflops));
+    std::printf("%s%s\n", note.empty() ? "" : "  ", note.c_str());
+    std::fflush(stdout);
+  }
+
+  std::vector<Record> recs;
+  std::vector<std::string> skipped;
+  double copy_tbs = 0, bf16_tflops = 0, fp8_tflops = 0;
+  double copy_memcpy_tbs = 0, copy_kernel_tbs = 0;
+
+ private:
+  bool quick_;
+  double budget_s_;
+  std::chrono::steady_clock::time_point t0_;
+  cudaStream_t st_ = nullptr;
+  cudaEvent_t ea_ = nullptr, eb_ = nullptr;
+  uint64_t seed_ = 1;
+};
+
+// ---------------------------------------------------------------- ceilings
+void Ceilings(Bench& b) {
+  {
+    const size_t bytes = size_t{1} << 31;  // 2 GiB each way
+    Buf src(bytes), dst(bytes);
+    FillE4M3(src.as<uint8_t>(), static_cast<int64_t>(bytes), b.NextSeed(), b.st());
+    // Run 1 (2026-11-29) measured 2.72 TB/s through a graph-captured cudaMemcpyAsync while
+    // kernels reached 3.1-3.3 TB/s: time an SM copy kernel too and take the faster.
+    const double us_memcpy = b.TimeUs([&](int) {
+      DS_CUDA_CHECK(cudaMemcpyAsync(dst.as<void>(), src.as<void>(), bytes, cudaMemcpyDeviceToDevice, b.st()));
+    }, 1, 10);
+    const double us_kernel = b.TimeUs([&](int) {
+      CopyDeviceBytes(dst.as<void>(), src.as<void>(), static_cast<int64_t>(bytes), b.st());
+    }, 1, 10);
+    b.copy_memcpy_tbs = 2.0 * bytes / us_memcpy * 1e-6;
+    b.copy_kernel_tbs = 2.0 * bytes / us_kernel * 1e-6;
+    b.copy_tbs = std::max(b.copy_memcpy_tbs, b.copy_kernel_tbs);
+  }
+  const int64_t n = 8192;
+  {
+    Buf x(n * n * 2), w(n * n * 2), y(n * n * 2);
+    FillUniformBf16(x.as<__nv_bfloat16>(), n * n, b.NextSeed(), -1, 1, b.st());
+    FillUniformBf16(w.as<__nv_bfloat16>(), n * n, b.NextSeed(), -1, 1, b.st());
+    GemmBf16Params p{};
+    p.x = x.as<__nv_bfloat16>(); p.ldx = n; p.w = w.as<__nv_bfloat16>(); p.ldw = n; p.y = y.as<void>(); p.ldy = n;
+    p.y_type = DTypeOut::kBF16; p.M = p.N = p.K = n; p.stream = b.st();
+    const double us = b.TimeUs([&](int) { GemmBf16(p); }, 1, 10);
+    b.bf16_tflops = 2.0 * n * n * n / us * 1e-6;
+  }
+  {
+    const int64_t kb = n / 128;
+    Buf xq(n * n), wq(n * n), xs(kb * n * 4), ws(kb * Fp8WeightScaleLd(n) * 4), y(n * n * 2);
+    FillE4M3(xq.as<uint8_t>(), n * n, b.NextSeed(), b.st());
+    FillE4M3(wq.as<uint8_t>(), n * n, b.NextSeed(), b.st());
+    FillUniformF32(xs.as<float>(), kb * n, b.NextSeed(), 1e-3f, 2e-3f, b.st());
+    FillUniformF32(ws.as<float>(), kb * Fp8WeightScaleLd(n), b.NextSeed(), 1e-3f, 2e-3f, b.st());
+    GemmFp8Params p{};
+    p.xq = xq.as<uint8_t>(); p.ldx = n; p.x_scales = xs.as<float>(); p.wq = wq.as<uint8_t>(); p.ldw = n;
+    p.w_scales = ws.as<float>(); p.w_scale_ld = Fp8WeightScaleLd(n); p.y = y.as<void>(); p.ldy = n;
+    p.y_type = DTypeOut::kBF16; p.M = p.N = p.K = n; p.stream = b.st();
+    const double us = b.TimeUs([&](int) { GemmFp8(p); }, 1, 10);
+    b.fp8_tflops = 2.0 * n * n * n / us * 1e-6;
+  }
+  std::printf("copy: cudaMemcpyAsync %.2f TB/s, SM kernel %.2f TB/s\n", b.copy_memcpy_tbs, b.copy_kernel_tbs);
+  std::printf("ceilings: copy %.2f TB/s, bf16 GEMM 8192^3 %.0f TFLOP/s, fp8 block-scaled GEMM 8192^3 %.0f TFLOP/s\n",
+              b.copy_tbs, b.bf16_tflops, b.fp8_tflops);
+  b.recs.push_back({"ceiling/copy_d2d", "2 GiB", "TB/s", b.copy_tbs, b.copy_tbs, 1.0, 0,
+                    "bytes read + written; the faster of cudaMemcpyAsync and an SM copy kernel"});
+  b.recs.push_back({"copy_d2d/cudaMemcpyAsync", "2 GiB", "TB/s", b.copy_memcpy_tbs, b.copy_tbs, b.copy_memcpy_tbs / b.copy_tbs, 0, ""});
+  b.recs.push_back({"copy_d2d/sm_kernel", "2 GiB", "TB/s", b.copy_kernel_tbs, b.copy_tbs, b.copy_kernel_tbs / b.copy_tbs, 0, ""});
+  b.recs.push_back({"ceiling/gemm_bf16", "8192^3", "TFLOP/s", b.bf16_tflops, b.bf16_tflops, 1.0, 0, "cuBLASLt"});
+  b.recs.push_back({"ceiling/gemm_fp8", "8192^3", "TFLOP/s", b.fp8_tflops, b.fp8_tflops, 1.0, 0,
+                    "cuBLASLt, 1x128 activation / 128x128 weight scales"});
+}
+
+// ---------------------------------------------------------------- MLA decode
+// Times MLA decode at `ctx` (one entry per sequence) with q_len query tokens per sequence.
+double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
+                     const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
+                     bool tc_fast_io = false) {
+  const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
+  int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
+  for (auto c : ctx) {
+    pages += (c + bs - 1) / bs;
+    max_blocks = std::max<int64_t>(max_blocks, (c + bs - 1) / bs);
+    max_ctx = std::max<int64_t>(max_ctx, c);
+    total += c;
+  }
+  const double cache_bytes = double(pages) * bs * L * 2;
+  const int nsets = SetsFor(cache_bytes, 8);
+  Buf cache(static_cast<size_t>(pages * nsets * bs * L * 2));
+  FillUniformBf16(cache.as<__nv_bfloat16>(), pages * nsets * bs * L, b.NextSeed(), -1, 1, b.st());
+  std::mt19937 rng(static_cast<uint32_t>(b.NextSeed()));
+  std::vector<std::unique_ptr<Buf>> tables;
+  for (int set = 0; set < nsets; ++set) {
+    std::vector<int32_t> perm(pages);
+    std::iota(perm.begin(), perm.end(), static_cast<int32_t>(set * pages));
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> t(S * max_blocks, -1);
+    int64_t used = 0;
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t k = 0; k < (ctx[s] + bs - 1) / bs; ++k) t[s * max_blocks + k] = perm[used++];
+    tables.push_back(Upload(t));
+  }
+  std::vector<int32_t> qs{0};
+  for (int64_t s = 0; s < S; ++s) qs.push_back(qs.back() + qlen);
+  const int64_t T = qs.back();
+  auto dqs = Upload(qs);
+  auto dctx = Upload(ctx);
+  Buf q(T * H * L * 4), out(T * H * kvl * 2);
+  FillUniformF32(q.as<float>(), T * H * L, b.NextSeed(), -0.5f, 0.5f, b.st());
+  Buf ws(static_cast<size_t>(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, 256) * 4));
+  MlaDecodeParams p{};
+  p.q = q.as<float>(); p.q_tok_stride = H * L; p.q_head_stride = L;
+  p.cache = cache.as<__nv_bfloat16>(); p.num_tokens = T; p.num_seqs = S; p.heads = H; p.kv_lora = kvl; p.rope_dim = 64;
+  p.block_size = bs; p.query_start = dqs->as<int32_t>(); p.context_lens = dctx->as<int32_t>();
+  p.max_blocks = max_blocks; p.max_context = max_ctx; p.kv_chunk = 256; p.softmax_scale = 0.1352f;
+  p.workspace = ws.as<float>(); p.out = out.as<void>(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl;
+  p.out_type = DTypeOut::kBF16; p.stream = b.st(); p.tensor_cores = tc; p.total_context = total; p.max_q_len = qlen;
+  p.tc_stages = tc_stages; p.tc_blocks_per_sm = tc_blocks_per_sm; p.tc_rows_per_warp = tc_rows_per_warp;
+  p.tc_fast_io = tc_fast_io;
+  const double us = b.TimeUs([&](int i) {
+    MlaDecodeParams pi = p;
+    pi.block_table = tables[i]->as<int32_t>();
+    MlaDecodeAttention(pi);
+  }, nsets, tc ? 20 : 3, tc ? 400 : 150);
+  const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
+  const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
+  std::string kernel = tc ? "mla_decode_tc" : "mla_decode_cudacore";
+  if (tc && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io))
+    kernel += "[stages" + std::to_string(tc_stages ? tc_stages : 3) + ",bpsm" + std::to_string(tc_blocks_per_sm ? tc_blocks_per_sm : 2) +
+              ",rows" + std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io ? ",fastio" : "") + "]";
+  b.Add(kernel, label, us, bytes, flops, false, note);
+  return us;
+}
+
+std::vector<int32_t> Uniform(int batch, int ctx) { return std::vector<int32_t>(batch, ctx); }
+std::vector<int32_t> HalfLongHalfShort(int batch, int lo, int hi) {
+  std::vector<int32_t> v(batch);
+  for (int i = 0; i < batch; ++i) v[i] = i % 2 ? lo : hi;
+  return v;
+}
+
+struct Anchor { int H, batch, ctx, qlen; bool mixed; double flashmla_us; const char* name; };
+// FlashMLA on the project's H200 (shared/docs/ANCHORS.md, 2026-11-29).
+const Anchor kAnchors[] = {
+    {128, 128, 4096, 1, false, 244.8, "h128 b128 4K"},     {128, 64, 4096, 1, false, 134.9, "h128 b64 4K"},
+    {128, 128, 4096, 2, false, 453.9, "h128 b128 4K q2"},  {16, 64, 4096, 1, false, 106.1, "h16 b64 4K"},
+    {16, 128, 8192, 1, false, 295.0, "h16 b128 8K"},       {128, 64, 0, 1, true, 464.5, "h128 b64 half32K+half512"},
+    {16, 64, 0, 1, true, 313.2, "h16 b64 half32K+half512"}, {128, 1, 32768, 1, false, 65.2, "h128 b1 32K"},
+};
+
+struct AnchorResult { std::string name; double flashmla_us, ours_us; };
+std::vector<AnchorResult> g_anchor_results;
+std::vector<std::string> g_mixed_checks;
+
+void MlaDecodeAnchors(Bench& b) {
+  for (const auto& a : kAnchors) {
+    if (b.OutOfTime()) { b.skipped.push_back(std::string("mla_decode_tc ") + a.name); continue; }
+    const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
+    const double us = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
+                                    "FlashMLA " + std::to_string(a.flashmla_us).substr(0, 5) + " us");
+    g_anchor_results.push_back({a.name, a.flashmla_us, us});
+    if (a.mixed) {
+      // Prediction from the total context: a uniform batch of the same size and total.
+      const double uni = MlaDecodeCase(b, a.H, Uniform(a.batch, (512 + 32768) / 2), 1, true,
+                                       std::string("h") + std::to_string(a.H) + " b64 16640 (uniform, same total)");
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "%s: mixed %.1f us vs uniform same-total %.1f us -> %.3fx (need <= 1.1x)", a.name,
+                    us, uni, us / uni);
+      g_mixed_checks.push_back(buf);
+      std::printf("mixed check: %s\n", buf);
+    }
+  }
+  // The CUDA-core kernel (the reference/fallback) at two anchor shapes, for the record.
+  if (!b.OutOfTime()) MlaDecodeCase(b, 128, Uniform(64, 4096), 1, false, "h128 b64 4K", "old kernel");
+  if (!b.OutOfTime()) MlaDecodeCase(b, 16, Uniform(64, 4096), 1, false, "h16 b64 4K", "old kernel");
+}
+
+// The tensor-core kernel's tuning knobs at the anchor shapes (the defaults are measured above).
+void MlaDecodeTune(Bench& b) {
+  // {stages, blocks per SM, rows per warp, fast io}; rows 32 only changes 64-row blocks (128 heads).
+  const int knobs[][4] = {{3, 2, 16, 1}, {3, 2, 32, 1}, {2, 2, 32, 1}, {2, 2, 16, 1}, {2, 4, 16, 1},
+                          {3, 4, 16, 1}, {3, 1, 16, 1}, {3, 2, 32, 0}, {2, 4, 16, 0}};
+  for (const auto& a : kAnchors)
+    for (const auto& k : knobs) {
+      if (k[2] == 32 && a.H * a.qlen <= 32) continue;
+      const std::string name = std::string(a.name) + " stages" + std::to_string(k[0]) + " bpsm" + std::to_string(k[1]) +
+                               " rows" + std::to_string(k[2]) + (k[3] ? " fastio" : "");
+      if (b.OutOfTime()) { b.skipped.push_back("mla_decode_tc " + name); continue; }
+      const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "", k[0], k[1], k[2], k[3] != 0);
+    }
+}
+
+void MlaDecodeSweep(Bench& b) {
+  const std::vector<int> batches = b.quick() ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 32, 64, 128, 256};
+  const std::vector<int> ctxs = b.quick() ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 16384, 32768};
+  for (int H : {128, 16})
+    for (int bt : batches)
+      for (int c : ctxs) {
+        const std::string name = "h" + std::to_string(H) + " b" + std::to_string(bt) + " ctx" + std::to_string(c);
+        if (b.OutOfTime()) { b.skipped.push_back("mla_decode_tc " + name); continue; }
+        MlaDecodeCase(b, H, Uniform(bt, c), 1, true, name);
+      }
+}
+
+// ---------------------------------------------------------------- MLA prefill
+void MlaPrefillCase(Bench& b, int64_t T) {
+  const int64_t H = 128, dn = 128, dr = 64, dv = 128;
+  Buf q(T * H * (dn + dr) * 4), kn(T * H * dn * 4), kr(T * dr * 4), v(T * H * dv * 4), out(T * H * dv * 2);
+  FillUniformF32(q.as<float>(), T * H * (dn + dr), b.NextSeed(), -1, 1, b.st());
+  FillUniformF32(kn.as<float>(), T * H * dn, b.NextSeed(), -1, 1, b.st());
+  FillUniformF32(kr.as<float>(), T * dr, b.NextSeed(), -1, 1, b.st());
+  FillUniformF32(v.as<float>(), T * H * dv, b.NextSeed(), -1, 1, b.st());
+  auto qs = Upload(std::vector<int32_t>{0, static_cast<int32_t>(T)});
+  auto pos0 = Upload(std::vector<int32_t>{0});
+  MlaPrefillParams p{};
+  p.q = q.as<float>(); p.q_tok_stride = H * (dn + dr); p.q_head_stride = dn + dr;
+  p.k_nope = kn.as<float>(); p.kn_tok_stride = H * dn; p.kn_head_stride = dn;
+  p.k_rope = kr.as<float>(); p.kr_tok_stride = dr; p.kr_head_stride = 0;
+  p.v = v.as<float>(); p.v_tok_stride = H * dv; p.v_head_stride = dv;
+  p.out = out.as<void>(); p.o_tok_stride = H * dv; p.o_head_stride = dv; p.out_type = DTypeOut::kBF16;
+  p.num_seqs = 1; p.heads = H; p.d_nope = dn; p.d_rope = dr; p.dv = dv;
+  p.q_start = qs->as<int32_t>(); p.k_start = qs->as<int32_t>(); p.q_pos0 = pos0->as<int32_t>();
+  p.max_q_len = T; p.softmax_scale = 0.0722f; p.stream = b.st();
+  const double us = b.TimeUs([&](int) { MlaPrefillAttention(p); }, 1, 3, 300);
+  const double flops = 2.0 * H * (double(T) * (T + 1) / 2) * (dn + dr + dv);
+  const double bytes = double(T) * H * (dn + dr + dn + dv) * 4 + double(T) * dr * 4 + double(T) * H * dv * 2;
+  b.Add("mla_prefill_fp32cuda", "h128 T" + std::to_string(T) + " causal", us, bytes, flops, false,
+        "CUDA-core fp32 tiles (not yet tensor cores)");
+}
+
+// ---------------------------------------------------------------- FP8 dense GEMM
+struct Proj { const char* name; int64_t N, K; };
+const Proj kProjs[] = {
+    {"q_a_proj", 1536, 7168},       {"q_b_proj", 24576, 1536},     {"kv_a_proj_with_mqa", 576, 7168},
+    {"kv_b_proj", 32768, 512},      {"o_proj", 7168, 16384},       {"dense_gate_up", 36864, 7168},
+    {"dense_down", 7168, 18432},    {"shared_gate_up", 4096, 7168}, {"shared_down", 7168, 2048},
+};
+
+void Fp8GemmCase(Bench& b, const Proj& pr, int64_t M) {
+  const int64_t N = pr.N, K = pr.K, Mp = Fp8PaddedM(M), kb = (K + 127) / 128, ld = Fp8WeightScaleLd(K);
+  const std::string shape = std::string(pr.name) + " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
+  if (!GemmFp8Supported(M, N, K, K, K, N, DTypeOut::kBF16)) {
+    std::printf("%-28s %-44s cuBLASLt has no block-scaled kernel\n", "fp8_gemm_cublaslt", shape.c_str());
+    b.skipped.push_back("fp8_gemm " + shape + " (no cuBLASLt kernel)");
+    return;
+  }
+  const double wbytes = double(N) * K + double((N + 127) / 128) * ld * 4;
+  const int nsets = SetsFor(wbytes + double(Mp) * K, 16);
+  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc;
+  for (int i = 0; i < nsets; ++i) {
+    xq.push_back(std::make_unique<Buf>(Mp * K));
+    xs.push_back(std::make_unique<Buf>(kb * Mp * 4));
+    wq.push_back(std::make_unique<Buf>(N * K));
+    wsc.push_back(std::make_unique<Buf>((N + 127) / 128 * ld * 4));
+    FillE4M3(xq.back()->as<uint8_t>(), Mp * K, b.NextSeed(), b.st());
+    FillE4M3(wq.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
+    FillUniformF32(xs.back()->as<float>(), kb * Mp, b.NextSeed(), 1e-3f, 2e-3f, b.st());
+    FillUniformF32(wsc.back()->as<float>(), (N + 127) / 128 * ld, b.NextSeed(), 1e-3f, 2e-3f, b.st());
+  }
+  Buf y(Mp * N * 2);
+  const double us = b.TimeUs([&](int i) {
+    GemmFp8Params p{};
+    p.xq = xq[i]->as<uint8_t>(); p.ldx = K; p.x_scales = xs[i]->as<float>(); p.wq = wq[i]->as<uint8_t>(); p.ldw = K;
+    p.w_scales = wsc[i]->as<float>(); p.w_scale_ld = ld; p.y = y.as<void>(); p.ldy = N; p.y_type = DTypeOut::kBF16;
+    p.M = M; p.N = N; p.K = K; p.stream = b.st();
+    GemmFp8(p);
+  }, nsets);
+  b.Add("fp8_gemm_cublaslt", shape, us, wbytes + double(M) * K + double(M) * N * 2, 2.0 * M * N * K, true,
+        M <= 64 ? "TB/s on weight+act+out bytes" : "");
+}
+
+void Fp8Gemms(Bench& b, const std::vector<int64_t>& Ms) {
+  for (int64_t M : Ms)
+    for (const auto& pr : kProjs) {
+      if (b.OutOfTime()) { b.skipped.push_back(std::string("fp8_gemm ") + pr.name + " M" + std::to_string(M)); continue; }
+      Fp8GemmCase(b, pr, M);
+    }
+}
+
+// ---------------------------------------------------------------- MoE grouped GEMM
+void MoeCase(Bench& b, int ranks, int64_t tokens, bool gate_up) {
+  const int64_t E = 256 / ranks, top_k = 8, N = gate_up ? 4096 : 7168, K = gate_up ? 7168 : 2048;
+  const int64_t rows = tokens * top_k;  // token-expert pairs this rank receives (uniform routing)
+  std::vector<int32_t> off{0};
+  int64_t touched = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t c = rows / E + (e < rows % E ? 1 : 0);
+    touched += c > 0;
+    off.push_back(off.back() + static_cast<int32_t>((c + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign));
+  }
+  const int64_t max_rows = off.back();
+  const int64_t kbn = (N + 127) / 128, kbk = (K + 127) / 128;
+  Buf a(max_rows * K * 2), w(E * N * K), ws(E * kbn * kbk * 4), out(max_rows * N * 2);
+  FillUniformBf16(a.as<__nv_bfloat16>(), max_rows * K, b.NextSeed(), -1, 1, b.st());
+  FillE4M3(w.as<uint8_t>(), E * N * K, b.NextSeed(), b.st());
+  FillUniformF32(ws.as<float>(), E * kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  auto doff = Upload(off);
+  GroupedGemmParams p{};
+  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.offsets = doff->as<int32_t>(); p.max_rows = max_rows;
+  p.w = w.as<void>(); p.w_fp8 = true; p.w_scales = ws.as<float>(); p.num_experts = E; p.N = N; p.K = K;
+  p.out = out.as<void>(); p.out_type = DTypeOut::kBF16; p.ldo = N; p.stream = b.st();
+  const double us = b.TimeUs([&](int) { GroupedGemm(p); }, 1, 10);
+  const double wbytes = double(touched) * N * K + double(touched) * kbn * kbk * 4;
+  const std::string shape = std::string(gate_up ? "gate_up" : "down") + " EP" + std::to_string(ranks) + " E" +
+                            std::to_string(E) + " tok" + std::to_string(tokens) + " rows" + std::to_string(rows);
+  b.Add("moe_grouped_gemm_fp8w", shape, us, wbytes + double(rows) * (K + N) * 2, 2.0 * rows * N * K, true,
+        "fp8 weights dequantised in-kernel, bf16 activations (WMMA)");
+}
+
+void Moe(Bench& b) {
+  const std::vector<int64_t> toks = b.quick() ? std::vector<int64_t>{32, 4096} : std::vector<int64_t>{32, 128, 512, 2048, 8192};
+  for (int r : {1, 8, 32})
+    for (int64_t t : toks)
+      for (bool gu : {true, false}) {
+        if (b.OutOfTime()) { b.skipped.push_back("moe EP" + std::to_string(r) + " tok" + std::to_string(t)); continue; }
+        MoeCase(b, r, t, gu);
+      }
+}
+
+// ---------------------------------------------------------------- small kernels
+void SmallKernels(Bench& b, int64_t n) {
+  const std::string sn = "n" + std::to_string(n);
+  {  // RMSNorm with fused residual add, d = 7168, fp32
+    const int64_t d = 7168;
+    const double set_bytes = double(n) * d * 4 * 3;
+    const int nsets = SetsFor(set_bytes);
+    std::vector<std::unique_ptr<Buf>> x, r, o;
+    for (int i = 0; i < nsets; ++i) {
+      x.push_back(std::make_unique<Buf>(n * d * 4)); r.push_back(std::make_unique<Buf>(n * d * 4)); o.push_back(std::make_unique<Buf>(n * d * 4));
+      FillUniformF32(x.back()->as<float>(), n * d, b.NextSeed(), -1, 1, b.st());
+      FillUniformF32(r.back()->as<float>(), n * d, b.NextSeed(), -1, 1, b.st());
+    }
+    Buf wt(d * 4);
+    FillUniformF32(wt.as<float>(), d, b.NextSeed(), 0.5f, 1.5f, b.st());
+    const double us = b.TimeUs([&](int i) {
+      RmsNormParams p{};
+      p.x = x[i]->as<float>(); p.ldx = d; p.residual = r[i]->as<float>(); p.ldres = d; p.weight = wt.as<float>();
+      p.out = o[i]->as<void>(); p.ldout = d; p.out_type = DTypeOut::kF32; p.n = n; p.d = d; p.eps = 1e-6f; p.stream = b.st();
+      RmsNorm(p);
+    }, nsets);
+    b.Add("rmsnorm_residual", sn + " d7168 fp32", us, double(n) * d * 4 * 4, 0, false);
+  }
+  {  // RoPE on q_pe: [n, 128 heads, 192] fp32, 64 rope channels at offset 128
+    const int64_t H = 128, hd = 192, rd = 64, max_pos = 4096;
+    const int nsets = SetsFor(double(n) * H * hd * 4);
+    std::vector<std::unique_ptr<Buf>> x;
+    for (int i = 0; i < nsets; ++i) {
+      x.push_back(std::make_unique<Buf>(n * H * hd * 4));
+      FillUniformF32(x.back()->as<float>(), n * H * hd, b.NextSeed(), -1, 1, b.st());
+    }
+    Buf cs(max_pos * rd / 2 * 4), sn_(max_pos * rd / 2 * 4);
+    FillUniformF32(cs.as<float>(), max_pos * rd / 2, b.NextSeed(), -1, 1, b.st());
+    FillUniformF32(sn_.as<float>(), max_pos * rd / 2, b.NextSeed(), -1, 1, b.st());
+    std::vector<int32_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(i % max_pos);
+    auto dpos = Upload(pos);
+    const double us = b.TimeUs([&](int i) {
+      RopeParams p{};
+      p.x = x[i]->as<float>(); p.n = n; p.heads = H; p.token_stride = H * hd; p.head_stride = hd; p.offset = 128;
+      p.rope_dim = rd; p.positions = dpos->as<int32_t>(); p.cos = cs.as<float>(); p.sin = sn_.as<float>();
+      p.max_pos = max_pos; p.interleave = true; p.stream = b.st();
+      ApplyRope(p);
+    }, nsets);
+    b.Add("rope_q_pe", sn + " h128 rope64 fp32", us, 2.0 * n * H * rd * 4, 0, false);
+  }
+  {  // FP8 1x128 activation quantisation, bf16 in, group-major scales (the cuBLASLt layout)
+    const int64_t k = 7168, Mp = Fp8PaddedM(n);
+    const int nsets = SetsFor(double(n) * k * 3);
+    std::vector<std::unique_ptr<Buf>> x, qo, sc;
+    for (int i = 0; i < nsets; ++i) {
+      x.push_back(std::make_unique<Buf>(n * k * 2)); qo.push_back(std::make_unique<Buf>(Mp * k));
+      sc.push_back(std::make_unique<Buf>(Mp * (k / 128) * 4));
+      FillUniformBf16(x.back()->as<__nv_bfloat16>(), n * k, b.NextSeed(), -4, 4, b.st());
+    }
+    const double us = b.TimeUs([&](int i) {
+      Fp8QuantParams p{};
+      p.x = x[i]->as<void>(); p.x_bf16 = true; p.ldx = k; p.n = n; p.k = k; p.group = 128;
+      p.q = qo[i]->as<uint8_t>(); p.ldq = k; p.scales = sc[i]->as<float>(); p.layout = ScaleLayout::kGroupMajor;
+      p.scale_ld = Mp; p.stream = b.st();
+      Fp8QuantizePerTokenGroup(p);
+    }, nsets);
+    b.Add("fp8_quant_1x128", sn + " k7168 bf16->e4m3", us, double(n) * k * 3 + double(n) * k / 128 * 4, 0, false);
+  }
+  {  // MoE routing: 256 experts, sigmoid, noaux_tc (8 groups, top-4 groups), top-8
+    const int64_t E = 256;
+    const int nsets = SetsFor(double(n) * E * 4, 8);
+    std::vector<std::unique_ptr<Buf>> lg;
+    for (int i = 0; i < nsets; ++i) {
+      lg.push_back(std::make_unique<Buf>(n * E * 4));
+      FillUniformF32(lg.back()->as<float>(), n * E, b.NextSeed(), -3, 3, b.st());
+    }
+    Buf bias(E * 4), ids(n * 8 * 4), wts(n * 8 * 4);
+    FillUniformF32(bias.as<float>(), E, b.NextSeed(), -0.1f, 0.1f, b.st());
+    const double us = b.TimeUs([&](int i) {
+      MoeRoutingParams p{};
+      p.logits = lg[i]->as<float>(); p.bias = bias.as<float>(); p.n = n; p.num_experts = E; p.top_k = 8; p.n_group = 8;
+      p.topk_group = 4; p.scoring = 1; p.topk_method = 2; p.norm_topk_prob = true; p.routed_scaling_factor = 2.5f;
+      p.topk_ids = ids.as<int32_t>(); p.topk_weights = wts.as<float>(); p.stream = b.st();
+      MoeRouting(p);
+    }, nsets);
+    b.Add("moe_routing_noaux_tc", sn + " E256 top8", us, double(n) * E * 4 + double(n) * 8 * 8, 0, false);
+  }
+}
+
+std::string Json(const Bench& b, const std::string& gpu, const std::string& commit, const std::string& date) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& r : b.recs) {
+    nlohmann::json j = {{"kernel", r.kernel}, {"shape", r.shape}, {"metric", r.metric}, {"value", r.value},
+                        {"ceiling", r.ceiling}, {"ratio", r.ratio}, {"gpu", gpu}, {"commit", commit}, {"date", date}};
+    if (r.time_us > 0) j["time_us"] = r.time_us;
+    if (!r.note.empty()) j["note"] = r.note;
+    arr.push_back(j);
+  }
+  return arr.dump(1);
+}
+
+std::string Markdown(const Bench& b, const std::string& gpu, const std::string& commit, const std::string& date,
+                     const std::string& cmd) {
+  std::string s;
+  char buf[512];
+  s += "# dsinfer bench kernels\n\nGPU: " + gpu + "; commit " + commit + "; " + date + "\n\nCommand: `" + cmd + "`\n\n";
+  std::snprintf(buf, sizeof buf, "Ceilings (same run): copy %.2f TB/s; bf16 GEMM 8192^3 %.0f TFLOP/s; fp8 block-scaled GEMM 8192^3 %.0f TFLOP/s.\n\n",
+                b.copy_tbs, b.bf16_tflops, b.fp8_tflops);
+  s += buf;
+  if (!g_anchor_results.empty()) {
+    s += "## MLA decode vs FlashMLA (ANCHORS.md, same kind of H200)\n\n| case | FlashMLA us | ours us | FlashMLA time / ours (need >= 0.95) |\n|---|---:|---:|---:|\n";
+    for (const auto& a : g_anchor_results) {
+      std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.2f |\n", a.name.c_str(), a.flashmla_us, a.ours_us, a.flashmla_us / a.ours_us);
+      s += buf;
+    }
+    s += "\n";
+  }
+  for (const auto& m : g_mixed_checks) s += "Mixed-length check: " + m + "\n\n";
+  s += "## All figures\n\n| kernel | shape | time us | metric | value | ceiling | ratio | note |\n|---|---|---:|---|---:|---:|---:|---|\n";
+  for (const auto& r : b.recs) {
+    std::snprintf(buf, sizeof buf, "| %s | %s | %.1f | %s | %.3f | %.3f | %.2f | %s |\n", r.kernel.c_str(), r.shape.c_str(),
+                  r.time_us, r.metric.c_str(), r.value, r.ceiling, r.ratio, r.note.c_str());
+    s += buf;
+  }
+  if (!b.skipped.empty()) {
+    s += "\nSkipped (time budget or no kernel):\n";
+    for (const auto& k : b.skipped) s += "- " + k + "\n";
+  }
+  return s;
+}
+#endif  // DS_WITH_CUDA
+
+int RunBenchKernels(int argc, char** argv) {
+  CLI::App app{"Time the hot CUDA kernels at DeepSeek-V3 shapes; write kernels.json + kernels.md"};
+  bool quick = false;
+  double budget_s = 0;
+  std::string out_dir = "bench/results", commit = "unknown";
+  std::vector<std::string> only;
+  app.add_flag("--quick", quick, "one or two shapes per kernel family (smoke test)");
+  app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
+  app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
+  app.add_option("--commit", commit, "commit id recorded in every record");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_tune mla_sweep mla_prefill fp8_gemm moe small");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+#ifndef DS_WITH_CUDA
+  (void)quick; (void)budget_s;
+  std::fprintf(stderr, "dsinfer bench kernels needs a CUDA build (cmake -DDS_CUDA=ON)\n");
+  return 1;
+#else
+  std::string cmd = "dsinfer";
+  for (int i = 0; i < argc; ++i) cmd += std::string(" ") + argv[i];
+  const auto want = [&](const char* f) { return only.empty() || std::find(only.begin(), only.end(), f) != only.end(); };
+  try {
+    cudaDeviceProp prop{};
+    DS_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const std::string gpu = prop.name;
+    char date[64];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    std::printf("GPU %s, %d SMs, L2 %d MB; commit %s; %s\n", gpu.c_str(), prop.multiProcessorCount, prop.l2CacheSize >> 20,
+                commit.c_str(), date);
+    Bench b(quick, budget_s);
+    // Rewritten after every family, so a run stopped by a time limit keeps what it measured.
+    const auto save = [&] {
+      std::fstream(out_dir + "/kernels.json", std::ios::out) << Json(b, gpu, commit, date) << "\n";
+      std::fstream(out_dir + "/kernels.md", std::ios::out) << Markdown(b, gpu, commit, date, cmd);
+    };
+    const auto prefill = [&](const std::vector<int64_t>& Ts) {
+      for (int64_t T : Ts) {
+        if (b.OutOfTime()) { b.skipped.push_back("mla_prefill T" + std::to_string(T)); continue; }
+        MlaPrefillCase(b, T);
+      }
+    };
+    Ceilings(b);
+    save();
+    if (want("mla_anchors")) { MlaDecodeAnchors(b); save(); }
+    if (want("mla_tune")) { MlaDecodeTune(b); save(); }
+    if (want("fp8_gemm")) { Fp8Gemms(b, quick ? std::vector<int64_t>{16, 4096} : std::vector<int64_t>{16, 4096, 64, 1, 16384}); save(); }
+    if (want("moe")) { Moe(b); save(); }
+    if (want("small")) {
+      for (int64_t n : {64, 4096}) {
+        if (b.OutOfTime()) { b.skipped.push_back("small kernels n" + std::to_string(n)); continue; }
+        SmallKernels(b, n);
+      }
+      save();
+    }
+    if (want("mla_prefill")) { prefill(quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192}); save(); }
+    if (want("mla_sweep")) { MlaDecodeSweep(b); save(); }
+    if (want("fp8_gemm") && !quick) { Fp8Gemms(b, {128, 512, 2048}); save(); }
+    if (want("mla_prefill") && !quick) prefill({16384, 32768});
+    save();
+    std::printf("\n%s", Markdown(b, gpu, commit, date, cmd).c_str());
+    std::printf("wrote %s/kernels.json and kernels.md (%zu records, %.0f s)\n", out_dir.c_str(), b.recs.size(), b.Elapsed());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench kernels: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+#endif
+}
+
+}  // namespace
+
+DS_REGISTER_COMMAND_NAMED(bench_kernels, "bench kernels", "time the hot CUDA kernels at DeepSeek-V3 shapes (CUDA builds)", RunBenchKernels);

@@ -1,0 +1,42 @@
+// `dsinfer bench kernels`: the two-word command is dispatched (help works in every build) and a
+// CPU-only build refuses it with a clear error instead of crashing.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+// Runs a shell command, returns (exit code, stdout + stderr).
+std::pair<int, std::string> RunCmd(const std::string& cmd) {
+  std::string out;
+  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  if (!f) return {-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  int st = pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(BenchKernels, HelpAndListing) {
+  auto [rc, out] = RunCmd(std::string(DS_BINARY) + " bench kernels --help");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("--quick"), std::string::npos) << out;
+  EXPECT_NE(out.find("--budget-s"), std::string::npos) << out;
+  auto [rc2, usage] = RunCmd(std::string(DS_BINARY) + " help");
+  EXPECT_EQ(rc2, 0);
+  EXPECT_NE(usage.find("bench kernels"), std::string::npos) << usage;
+}
+
+TEST(BenchKernels, CpuBuildSaysItNeedsCuda) {
+  auto [vrc, version] = RunCmd(std::string(DS_BINARY) + " version");
+  ASSERT_EQ(vrc, 0);
+  if (version.find("cuda") != std::string::npos) GTEST_SKIP() << "CUDA build: the command would run on the GPU";
+  const std::string dir = ::testing::TempDir();
+  auto [rc, out] = RunCmd(std::string(DS_BINARY) + " bench kernels --quick --out " + dir);
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("needs a CUDA build"), std::string::npos) << out;
+}
+
+}  // namespace
