@@ -32,7 +32,7 @@ echo "server tests: fixture $FIXTURE, tokenizer $TOKENIZER"
 "$BIN" serve --model "$FIXTURE" --tokenizer "$TOKENIZER" --load-format fake --port 0 \
   --served-model-name curl-test > "$DS_SERVE_LOG_DIR/curl_serve.out" 2> "$DS_SERVE_LOG_DIR/curl_serve.log" &
 PID=$!
-for _ in $(seq 100); do grep -q "listening on" "$DS_SERVE_LOG_DIR/curl_serve.out" && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q "listening on" "$DS_SERVE_LOG_DIR/curl_serve.out" && break; sleep 0.1; done
 PORT=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$DS_SERVE_LOG_DIR/curl_serve.out")
 OUT=$(curl -sS --fail-with-body "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"model":"curl-test","messages":[{"role":"user","content":"curl says hi"}],"max_tokens":32}')

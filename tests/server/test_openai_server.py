@@ -95,7 +95,7 @@ class Server:
         return self.proc.returncode
 
 
-def wait_for(pred, timeout=10.0, what="condition"):
+def wait_for(pred, timeout=30.0, what="condition"):
     t0 = time.time()
     while time.time() - t0 < timeout:
         if pred():
@@ -396,14 +396,14 @@ def t_disconnect_frees_blocks(s):
     check(m["dsinfer:num_kv_blocks_used"] > 0 and m["dsinfer:num_requests_running"] == 1, m)
     sock.close()
     # The stream is closed: the request is aborted and its blocks return at the next step.
-    wait_for(lambda: s.metrics()["dsinfer:num_kv_blocks_used"] == 0, 10, "KV blocks back to baseline")
+    wait_for(lambda: s.metrics()["dsinfer:num_kv_blocks_used"] == 0, 30, "KV blocks back to baseline")
     m = s.metrics()
     check(m["dsinfer:num_requests_running"] == 0 and m["dsinfer:request_success_total:abort"] == aborts0 + 1, m)
     # Non-streamed: close the socket while the server is still generating.
     sock = send(dict(body, stream=False))
-    wait_for(lambda: s.metrics()["dsinfer:num_kv_blocks_used"] > 0, 10, "request running")
+    wait_for(lambda: s.metrics()["dsinfer:num_kv_blocks_used"] > 0, 30, "request running")
     sock.close()
-    wait_for(lambda: s.metrics()["dsinfer:num_kv_blocks_used"] == 0, 10, "KV blocks back after non-stream disconnect")
+    wait_for(lambda: s.metrics()["dsinfer:num_kv_blocks_used"] == 0, 30, "KV blocks back after non-stream disconnect")
     check(s.metrics()["dsinfer:request_success_total:abort"] == aborts0 + 2, s.metrics())
 
 
@@ -459,7 +459,7 @@ def t_concurrent_2000_streams(s):
     dt = time.time() - t0
     print(f"  2000 concurrent streams: {dt:.1f}s, {len(errors)} errors", flush=True)
     check(not errors, errors[:5])
-    wait_for(lambda: s.metrics()["dsinfer:num_kv_blocks_used"] == 0, 10, "blocks free after load")
+    wait_for(lambda: s.metrics()["dsinfer:num_kv_blocks_used"] == 0, 30, "blocks free after load")
 
 
 # ---------------------------------------------------------------------------------------
@@ -565,7 +565,7 @@ def t_sigterm_drain(dsinfer, fixture, tokenizer):
     ts = [threading.Thread(target=stream, args=(i,)) for i in range(3)]
     for t in ts:
         t.start()
-    wait_for(lambda: s.metrics()["dsinfer:num_requests_running"] == 3, 10, "3 running")
+    wait_for(lambda: s.metrics()["dsinfer:num_requests_running"] == 3, 30, "3 running")
     s.proc.send_signal(signal.SIGTERM)
     time.sleep(0.1)
     try:
@@ -681,7 +681,7 @@ def t_preemption_under_load(dsinfer, fixture, tokenizer):
         m = s.metrics()
         check(m["dsinfer:num_preemptions_total"] > 0, m)
         check(got == alone, "outputs changed under preemption")
-        wait_for(lambda: s.metrics()["dsinfer:num_kv_blocks_used"] == 0, 10, "blocks back")
+        wait_for(lambda: s.metrics()["dsinfer:num_kv_blocks_used"] == 0, 30, "blocks back")
     finally:
         s.stop()
 
