@@ -19,6 +19,7 @@ struct RunnerOptions {
   int64_t max_kv_tokens = 0;        // CPU automatic pool size in tokens (0: 65536)
   double mem_fraction_static = 0.9; // GPU: fraction of device memory for weights + KV pool
   uint64_t seed = 0;                // dummy weights
+  bool cuda_graphs = true;          // GPU: decode steps through CUDA graphs (--disable-cuda-graph)
 };
 
 // Errors: NOT_FOUND (no config), INVALID_ARGUMENT (bad option), UNIMPLEMENTED (e.g. --device

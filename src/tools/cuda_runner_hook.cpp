@@ -15,6 +15,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.max_kv_tokens = o.max_kv_tokens;
   c.mem_fraction = o.mem_fraction_static;
   c.seed = o.seed;
+  c.cuda_graphs = o.cuda_graphs;
   return ds::cuda::CreateCudaModelRunner(c);
 }
 const bool kRegistered = [] {

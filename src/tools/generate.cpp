@@ -61,7 +61,8 @@ int Fail(int code, const std::string& msg) {
 ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& model_dir, const std::string& device,
                                                           const std::string& load_format, int num_layers, int blocks,
                                                           int max_tokens_per_pass, ds::MlaMode mode, uint64_t seed,
-                                                          const std::string& fp8_gemm = "kernel") {
+                                                          const std::string& fp8_gemm = "kernel",
+                                                          bool cuda_graphs = true) {
   if (device == "cuda") {
 #ifdef DS_WITH_CUDA
     ds::cuda::CudaRunnerOptions o;
@@ -73,6 +74,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& mod
     o.mla_mode = mode;
     o.seed = seed;
     o.fp8_gemm = fp8_gemm;
+    o.cuda_graphs = cuda_graphs;
     return ds::cuda::CreateCudaModelRunner(o);
 #else
     return ds::Unimplemented("--device cuda: this build has no CUDA backend");
@@ -93,12 +95,13 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& mod
 int RunBench(const ds::ModelConfig& cfg, const std::string& model_dir, const std::string& device,
              const std::string& load_format, int num_layers, int num_kv_blocks, int max_tokens_per_pass,
              ds::MlaMode mode, int B, int P, int max_tokens, float temperature, float top_p, int top_k, uint64_t seed,
-             const std::string& fp8_gemm) {
+             const std::string& fp8_gemm, bool cuda_graphs) {
   const int per_seq = (P + max_tokens + ds::kBlockSize - 1) / ds::kBlockSize;
   const int blocks = num_kv_blocks > 0 ? num_kv_blocks : B * per_seq;
   if (blocks < B * per_seq) return Fail(2, "--num-kv-blocks too small for the benchmark");
   const auto t_load0 = Clock::now();
-  auto runner_or = MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm);
+  auto runner_or =
+      MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm, cuda_graphs);
   if (!runner_or.ok()) return Fail(1, runner_or.status().ToString());
   auto runner = std::move(runner_or).value();
   const double load_ms = Ms(t_load0, Clock::now());
@@ -161,8 +164,10 @@ int RunBench(const ds::ModelConfig& cfg, const std::string& model_dir, const std
   mean = step_ms.empty() ? 0 : mean / step_ms.size();
   const double med = sorted.empty() ? 0 : sorted[sorted.size() / 2];
   const double p90 = sorted.empty() ? 0 : sorted[sorted.size() * 9 / 10];
-  std::printf("bench: device=%s model=%s layers=%d load=%s fp8_gemm=%s batch=%d prompt_len=%d generated=%d per sequence\n",
-              device.c_str(), cfg.model_type.c_str(), cfg.num_hidden_layers, load_format.c_str(), fp8_gemm.c_str(), B, P,
+  std::printf("bench: device=%s model=%s layers=%d load=%s fp8_gemm=%s cuda_graphs=%s batch=%d prompt_len=%d generated=%d "
+              "per sequence\n",
+              device.c_str(), cfg.model_type.c_str(), cfg.num_hidden_layers, load_format.c_str(), fp8_gemm.c_str(),
+              device == "cuda" && cuda_graphs ? "on" : "off", B, P,
               static_cast<int>(gen[0].size()));
   std::printf("load_ms=%.0f\n", load_ms);
   std::printf("prefill_ms=%.1f (%d tokens, %.0f tok/s)\n", prefill_ms, B * P, B * P / (prefill_ms / 1000.0));
@@ -193,6 +198,9 @@ int RunGenerate(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--fp8-gemm", fp8_gemm, "CUDA FP8 projections: kernel | cublas | cublas-all (see cuda_runner.h)")
       ->check(CLI::IsMember({"kernel", "cublas", "cublas-all"}));
+  bool disable_graphs = false;
+  app.add_flag("--disable-cuda-graph,--enforce-eager", disable_graphs,
+               "CUDA: run decode steps eagerly instead of replaying CUDA graphs");
   app.add_option("--bench-batch", bench_batch, "benchmark: this many random prompts (ignores --prompt-ids)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--bench-prompt-len", bench_prompt_len, "benchmark: tokens per random prompt")->check(CLI::NonNegativeNumber);
@@ -255,14 +263,16 @@ int RunGenerate(int argc, char** argv) {
   if (!cfg.ok()) return Fail(1, cfg.status().ToString());
   if (num_layers > 0 && num_layers < cfg->num_hidden_layers) cfg->num_hidden_layers = num_layers;
   if (bench) return RunBench(*cfg, model_dir, device, load_format, num_layers, num_kv_blocks, max_tokens_per_pass,
-                             mode, bench_batch, bench_prompt_len, max_tokens, temperature, top_p, top_k, seed, fp8_gemm);
+                             mode, bench_batch, bench_prompt_len, max_tokens, temperature, top_p, top_k, seed, fp8_gemm,
+                             !disable_graphs);
   for (int32_t id : prompt_ids)
     if (id >= cfg->vocab_size)
       return Fail(2, "--prompt-ids: token " + std::to_string(id) + " is outside the vocabulary (" +
                          std::to_string(cfg->vocab_size) + ")");
   const int64_t total = static_cast<int64_t>(prompt_ids.size()) + max_tokens;
   const int blocks = num_kv_blocks > 0 ? num_kv_blocks : static_cast<int>((total + ds::kBlockSize - 1) / ds::kBlockSize);
-  auto runner_or = MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm);
+  auto runner_or = MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm,
+                              !disable_graphs);
   if (!runner_or.ok()) return Fail(1, runner_or.status().ToString());
   auto runner = std::move(runner_or).value();
   const auto t_load1 = Clock::now();

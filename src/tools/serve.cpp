@@ -83,6 +83,9 @@ int RunServe(int argc, char** argv) {
   app.add_option("--num-kv-blocks", ro.num_kv_blocks, "KV pool size in 64-token blocks (0 = automatic)");
   app.add_option("--max-kv-tokens", ro.max_kv_tokens, "CPU: automatic KV pool size in tokens");
   app.add_option("--seed", ro.seed, "seed of --load-format dummy weights");
+  bool no_graphs = false;
+  app.add_flag("--disable-cuda-graph,--enforce-eager", no_graphs,
+               "GPU: run decode steps eagerly instead of replaying CUDA graphs");
   app.add_option("--host", host, "listen address");
   app.add_option("--port", port, "listen port (0 = any free port)");
   app.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
@@ -104,6 +107,7 @@ int RunServe(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  ro.cuda_graphs = !no_graphs;
   ds::LogLevel lvl;
   if (!ds::ParseLogLevel(log_level, &lvl)) {
     std::fprintf(stderr, "dsinfer serve: unknown --log-level '%s'\n", log_level.c_str());

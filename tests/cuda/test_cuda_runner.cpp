@@ -13,10 +13,14 @@
 // and meets the bf16 bound (measured >= 0.9998). The DeepSeek activation-quantised cuBLASLt
 // path costs ~2.6% relative error per GEMM output (test_gemm.cpp gemm_fp8_vs_unquantised_x);
 // kFp8MinCosine = 0.99 is the documented FP8 bound (Fp8FixtureThroughCublasLt).
+#include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -327,6 +331,151 @@ TEST(CudaRunner, DummyV3DecodeTensorCoresMatchesCudaCore) {
               (long long)R, min_cos, (long long)bad, (min_cos >= 0.999 && bad == 0) ? " PASS" : " FAIL");
   EXPECT_EQ(bad, 0);
   EXPECT_GE(min_cos, 0.999);
+}
+
+
+// CUDA graphs for decode steps: a runner with graphs on and one with graphs off (same weights)
+// prefill the same 40 sequences (1..~700 tokens, so captured block-table widths of 4 and 16
+// blocks), then decode 18 steps of 1..40 sequences (each size twice, so the second step of a
+// shape replays its graph) over rotating subsets (a mix of context lengths per step).
+// Batch sizes equal to a bucket run the same kernels at the same shapes as the eager path:
+// logits must match within 1e-6 relative L2 (expected bitwise: the extra split-KV chunks of
+// the captured width are empty and add exact zeros). Sizes between buckets run the GEMMs at the
+// padded M, where cuBLASLt may pick another algorithm (fp32 accumulation order): measured and
+// printed, bounded by cosine >= 0.999 per row.
+void CheckGraphsMatchEager(const std::string& label, CudaRunnerOptions o) {
+  constexpr int kSeqs = 40, kMaxBlocks = 16;
+  o.num_kv_blocks = kSeqs * kMaxBlocks;
+  std::array<std::unique_ptr<ModelRunner>, 2> runners;
+  for (int i = 0; i < 2; ++i) {
+    o.cuda_graphs = i == 0;
+    auto r = CreateCudaModelRunner(o);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    runners[i] = std::move(r).value();
+  }
+  const int64_t V = runners[0]->config().vocab_size;
+  std::vector<int32_t> ctx(kSeqs);
+  for (int s = 0; s < kSeqs; ++s) ctx[s] = s == 7 ? 700 : 1 + (s * 97) % 260;
+  auto token = [&](int s, int p) { return static_cast<int32_t>((int64_t{s} * 7919 + int64_t{p} * 104729 + 3) % V); };
+  // Prefill (eager in both runners).
+  ForwardBatch pre;
+  pre.max_blocks = kMaxBlocks;
+  pre.query_start = {0};
+  for (int s = 0; s < kSeqs; ++s) {
+    for (int p = 0; p < ctx[s]; ++p) { pre.token_ids.push_back(token(s, p)); pre.positions.push_back(p); }
+    pre.query_start.push_back(static_cast<int32_t>(pre.token_ids.size()));
+    pre.context_lens.push_back(ctx[s]);
+    for (int k = 0; k < kMaxBlocks; ++k) pre.block_tables.push_back(s * kMaxBlocks + k);
+  }
+  for (auto& r : runners) {
+    ForwardOutput out;
+    auto st = r->Forward(pre, &out);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  const std::set<int> buckets = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256};
+  const std::vector<int> sizes = {1, 1, 3, 3, 8, 8, 13, 13, 24, 24, 40, 40, 5, 5, 16, 16, 32, 32};
+  double worst_exact = 0, worst_other = 0, min_cos_other = 1;
+  int64_t nonfinite = 0, rows_exact = 0, rows_other = 0;
+  for (size_t step = 0; step < sizes.size(); ++step) {
+    const int n = sizes[step];
+    ForwardBatch b;
+    b.max_blocks = kMaxBlocks;
+    b.query_start = {0};
+    std::vector<int> seqs;
+    for (int i = 0; i < n; ++i) seqs.push_back(static_cast<int>(((step / 2) * 7 + i) % kSeqs));
+    for (int s : seqs) {
+      b.token_ids.push_back(token(s, ctx[s]));
+      b.positions.push_back(ctx[s]);
+      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+      b.context_lens.push_back(ctx[s] + 1);
+      for (int k = 0; k < kMaxBlocks; ++k) b.block_tables.push_back(s * kMaxBlocks + k);
+    }
+    // Logits of every row, in reverse order (the indices are honoured, not assumed).
+    for (int i = n - 1; i >= 0; --i) b.logits_indices.push_back(i);
+    std::array<ForwardOutput, 2> outs;
+    for (int i = 0; i < 2; ++i) {
+      auto st = runners[i]->Forward(b, &outs[i]);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+    }
+    for (int s : seqs) ++ctx[s];
+    const bool exact = buckets.count(n) > 0;
+    for (int r = 0; r < n; ++r) {
+      const float* g = outs[0].logits.data() + int64_t{r} * V;
+      const float* e = outs[1].logits.data() + int64_t{r} * V;
+      double d2 = 0, e2 = 0;
+      for (int64_t j = 0; j < V; ++j) {
+        nonfinite += !std::isfinite(g[j]);
+        d2 += (double(g[j]) - e[j]) * (double(g[j]) - e[j]);
+        e2 += double(e[j]) * e[j];
+      }
+      const double rel = std::sqrt(d2 / (e2 + 1e-300));
+      if (exact) { worst_exact = std::max(worst_exact, rel); ++rows_exact; }
+      else { worst_other = std::max(worst_other, rel); min_cos_other = std::min(min_cos_other, Cosine(g, e, V)); ++rows_other; }
+    }
+  }
+  const CudaGraphStats gs = GetCudaGraphStats(*runners[0]);
+  const CudaGraphStats ge = GetCudaGraphStats(*runners[1]);
+  const bool pass = worst_exact <= 1e-6 && min_cos_other >= 0.999 && nonfinite == 0 && gs.replayed > 0;
+  std::printf("[fixture] %s cuda_graphs_vs_eager: steps=%zu graphs captured=%lld replayed=%lld eager_padded=%lld; "
+              "bucket-size rows=%lld max_rel_l2=%.3e; padded rows=%lld max_rel_l2=%.3e min_cosine=%.7f nonfinite=%lld%s\n",
+              label.c_str(), sizes.size(), (long long)gs.captured, (long long)gs.replayed, (long long)gs.eager_padded,
+              (long long)rows_exact, worst_exact, (long long)rows_other, worst_other, min_cos_other, (long long)nonfinite,
+              pass ? " PASS" : " FAIL");
+  EXPECT_EQ(nonfinite, 0);
+  EXPECT_LE(worst_exact, 1e-6);
+  EXPECT_GE(min_cos_other, 0.999);
+  // 9 pairs of same-shape steps: the first of a pair runs eagerly and captures, the second
+  // replays (unless a context crossed a power-of-2 block-table width in between).
+  EXPECT_GE(gs.captured, 5);
+  EXPECT_GE(gs.replayed, 5);
+  EXPECT_EQ(ge.captured + ge.replayed + ge.eager_padded, 0);
+}
+
+TEST(CudaRunner, GraphDecodeMatchesEagerFixture) {
+  CudaRunnerOptions o;
+  o.model_dir = DataDir() + "/v3_tiny";
+  CheckGraphsMatchEager("v3_tiny", o);
+}
+
+TEST(CudaRunner, GraphDecodeMatchesEagerDummyV3) {
+  const std::string dir = DataDir() + "/deepseek-v3";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
+  CudaRunnerOptions o;
+  o.model_dir = dir;
+  o.load_format = "dummy";
+  o.num_layers = 4;
+  o.seed = 21;
+  CheckGraphsMatchEager("dummy_v3_4layers", o);
+}
+
+// The generate CLI's --bench path with graphs on and off: both print the decode step time,
+// the header says which mode ran, and the greedy tokens agree (batch 4 = a bucket: same shapes).
+TEST(CudaRunner, GenerateBenchWithAndWithoutGraphs) {
+  const char* bin = std::getenv("DS_BINARY");
+  if (!bin || !std::filesystem::exists(bin)) GTEST_SKIP() << "set DS_BINARY to the dsinfer executable";
+  std::array<std::string, 2> outs;
+  for (int i = 0; i < 2; ++i) {
+    const std::string cmd = std::string(bin) + " generate --device cuda --model " + DataDir() +
+                            "/v3_tiny --bench-batch 4 --bench-prompt-len 40 --max-tokens 12" +
+                            (i == 1 ? " --disable-cuda-graph" : "") + " 2>/dev/null";
+    FILE* f = popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char buf[4096];
+    while (fgets(buf, sizeof buf, f)) outs[i] += buf;
+    ASSERT_EQ(pclose(f), 0) << outs[i];
+    const size_t at = outs[i].find("decode_step_ms");
+    std::printf("[fixture] generate --bench cuda_graphs=%s: %s", i == 0 ? "on" : "off",
+                at == std::string::npos ? "(no decode_step_ms line)\n" : outs[i].substr(at, outs[i].find('\n', at) - at + 1).c_str());
+  }
+  EXPECT_NE(outs[0].find("cuda_graphs=on"), std::string::npos) << outs[0];
+  EXPECT_NE(outs[1].find("cuda_graphs=off"), std::string::npos) << outs[1];
+  for (auto& o : outs) EXPECT_NE(o.find("decode_step_ms median="), std::string::npos) << o;
+  auto tokens = [](const std::string& o) {
+    const size_t at = o.find("seq0_tokens:");
+    return at == std::string::npos ? std::string() : o.substr(at);
+  };
+  EXPECT_FALSE(tokens(outs[0]).empty());
+  EXPECT_EQ(tokens(outs[0]), tokens(outs[1]));
 }
 
 }  // namespace

@@ -87,6 +87,7 @@ class CudaModelRunner : public ModelRunner {
     prof_on_ = e && std::string(e) == "1";
   }
   ~CudaModelRunner() override {
+    DropGraphs();
     if (!prof_on_ || prof_ms_.empty()) return;
     double total = 0;
     for (const auto& [k, v] : prof_ms_) total += v;
@@ -119,18 +120,51 @@ class CudaModelRunner : public ModelRunner {
   void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
                 int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch);
   void RunPass(const ForwardBatch& b, float* logits_out);
+  // ---- CUDA graphs for decode steps ----
+  // One captured decode forward: a bucket of `bucket` sequences with block tables of
+  // `cap_blocks` entries. Its inputs live in these persistent device buffers, written before
+  // every replay.
+  struct DecodeGraph {
+    int bucket = 0, cap_blocks = 0;
+    DeviceBuffer ids, pos, slots, qs, ctx, bt;  // [B] i32, [B] i32, [B] i64, [B+1], [B], [B, cap]
+    cudaGraphExec_t exec = nullptr;
+    bool failed = false;  // capture failed once: this key runs the padded pass eagerly
+  };
+  // True when `b` is a decode-only step this runner replays through a graph.
+  bool GraphEligible(const ForwardBatch& b) const;
+  void ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out);
+  void CaptureGraph(const ForwardBatch& padded, DecodeGraph* g);
+  // Device pointers of every activation buffer; a graph is valid only while they are unchanged.
+  std::vector<void*> ActivationPtrs() const;
+  void DropGraphs() {
+    for (auto& [k, g] : graphs_)
+      if (g->exec) { cudaGraphExecDestroy(g->exec); g->exec = nullptr; }
+  }
+  // Device copy of {0, rows} (the one-group offsets of the in-kernel FP8 linear), made once.
+  const int32_t* OneGroupOffsets(int64_t rows);
+  std::map<std::pair<int, int>, std::unique_ptr<DecodeGraph>> graphs_;
+ public:
+  CudaGraphStats graph_stats_;
+ private:
+  std::vector<void*> graph_ptrs_;
+  const DecodeGraph* gin_ = nullptr;  // graph-mode inputs of the current pass (nullptr: eager)
+  bool capturing_ = false;
+  int scratch_block_ = 0;             // KV block reserved for padded rows (not the engine's)
+  std::map<int64_t, DeviceBuffer> offs_by_rows_;
+  const int32_t* d_pos_ = nullptr;    // this pass's positions [T] and cache slots [T] (device)
+  const int64_t* d_slots_ = nullptr;
   void Mla(int l, const ForwardBatch& b, int64_t T);
   void Mlp(int l, int64_t T);
   // DS_CUDA_PROFILE=1: events between phases; Mark(name) ends phase `name`.
   void Mark(const char* name) {
-    if (!prof_on_) return;
+    if (!prof_on_ || capturing_ || gin_) return;  // graph-mode passes are not profiled
     cudaEvent_t e;
     DS_CUDA_CHECK(cudaEventCreate(&e));
     DS_CUDA_CHECK(cudaEventRecord(e, s_));
     marks_.push_back({prof_prefix_ + name, e});
   }
   void CollectMarks() {
-    if (!prof_on_ || marks_.empty()) return;
+    if (!prof_on_ || capturing_ || marks_.empty()) return;
     DS_CUDA_CHECK(cudaEventSynchronize(marks_.back().second));
     for (size_t i = 1; i < marks_.size(); ++i) {
       float ms = 0;
@@ -466,9 +500,11 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     const double avail = std::max(0.0, double(fr) * opts_.mem_fraction - reserve);
     num_blocks_ = static_cast<int>(std::max<int64_t>(16, static_cast<int64_t>(avail / block_bytes)));
   }
+  // One extra block past the engine's pool: the scratch block of padded graph rows.
+  scratch_block_ = num_blocks_;
   cache_.resize(cfg_.num_hidden_layers);
   for (auto& c : cache_) {
-    c.Reset(static_cast<size_t>(num_blocks_) * kBlockSize * L * 2);
+    c.Reset(static_cast<size_t>(num_blocks_ + 1) * kBlockSize * L * 2);
     DS_CUDA_CHECK(cudaMemsetAsync(c.get(), 0, c.size(), s_));
   }
   rope_ = BuildRopeTables(cfg_, static_cast<int64_t>(num_blocks_) * kBlockSize);
@@ -513,15 +549,23 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     return;
   }
   // In-kernel dequantisation: the grouped GEMM with one group of Mr rows.
-  offs1_.Reserve(2 * sizeof(int32_t));
-  const int32_t offs[2] = {0, static_cast<int32_t>(Mr)};
-  DS_CUDA_CHECK(cudaMemcpyAsync(offs1_.get(), offs, sizeof offs, cudaMemcpyHostToDevice, s_));
   GroupedGemmParams gp{};
-  gp.a = xhi_.as<bf16>(); gp.lda = L.K; gp.offsets = offs1_.as<int32_t>(); gp.max_rows = Mr;
+  gp.a = xhi_.as<bf16>(); gp.lda = L.K; gp.offsets = OneGroupOffsets(Mr); gp.max_rows = Mr;
   gp.w = L.wq.get(); gp.w_fp8 = true; gp.w_scales = L.s_raw.as<float>();
   gp.num_experts = 1; gp.N = L.N; gp.K = L.K; gp.out = y; gp.out_type = DTypeOut::kF32; gp.ldo = ldy; gp.stream = s_;
   GroupedGemm(gp);
-  DS_CUDA_CHECK(cudaStreamSynchronize(s_));  // `offs` is on this stack frame
+}
+
+const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
+  auto it = offs_by_rows_.find(rows);
+  if (it == offs_by_rows_.end()) {
+    DS_CHECK(!capturing_) << "one-group offsets for " << rows << " rows first needed inside a graph capture";
+    const int32_t offs[2] = {0, static_cast<int32_t>(rows)};
+    DeviceBuffer b(sizeof offs);
+    DS_CUDA_CHECK(cudaMemcpy(b.get(), offs, sizeof offs, cudaMemcpyHostToDevice));
+    it = offs_by_rows_.emplace(rows, std::move(b)).first;
+  }
+  return it->second.as<int32_t>();
 }
 
 void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w,
@@ -570,10 +614,10 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L);
   RmsNorm({lat, L, nullptr, 0, w.kv_a_norm.as<float>(), lat, L, DTypeOut::kF32, T, kvl, kLatentNormEps, s_});
   float* q = q32_.as<float>();
-  ApplyRope({q, T, H, H * dqk, dqk, nope, rd, pos_.as<int32_t>(), d_cos_.as<float>(), d_sin_.as<float>(),
+  ApplyRope({q, T, H, H * dqk, dqk, nope, rd, d_pos_, d_cos_.as<float>(), d_sin_.as<float>(),
              rope_.max_pos, interleave, s_});
   bf16* cache = cache_[l].as<bf16>();
-  RopeAndWriteKvCache({lat, L, lat + kvl, L, pos_.as<int32_t>(), slots_.as<int64_t>(), d_cos_.as<float>(),
+  RopeAndWriteKvCache({lat, L, lat + kvl, L, d_pos_, d_slots_, d_cos_.as<float>(),
                        d_sin_.as<float>(), rope_.max_pos, T, kvl, rd, interleave, cache, s_});
 
   attn32_.Reserve(Tr * H * vd * sizeof(float));
@@ -665,26 +709,45 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads); q_lat[:, h, kv_lora:] = q_pe_h
     HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
     Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_);
-    dec_qs_.Reserve(qs.size() * 4);
-    dec_ctx_.Reserve(ctxs.size() * 4);
-    dec_bt_.Reserve(table.size() * 4);
-    DS_CUDA_CHECK(cudaMemcpyAsync(dec_qs_.get(), qs.data(), qs.size() * 4, cudaMemcpyHostToDevice, s_));
-    DS_CUDA_CHECK(cudaMemcpyAsync(dec_ctx_.get(), ctxs.data(), ctxs.size() * 4, cudaMemcpyHostToDevice, s_));
-    DS_CUDA_CHECK(cudaMemcpyAsync(dec_bt_.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice, s_));
+    const int32_t *d_qs = nullptr, *d_ctx = nullptr, *d_bt = nullptr;
+    if (gin_) {
+      // Graph mode: inputs staged before the replay; the launch configuration depends only on
+      // the bucket and the captured block-table width (the kernels read the real lengths).
+      DS_CHECK(all && Sa == gin_->bucket) << "graph decode pass: every row must be a decode row";
+      d_qs = gin_->qs.as<int32_t>();
+      d_ctx = gin_->ctx.as<int32_t>();
+      d_bt = gin_->bt.as<int32_t>();
+      max_ctx = int64_t{gin_->cap_blocks} * kBlockSize;
+    } else {
+      dec_qs_.Reserve(qs.size() * 4);
+      dec_ctx_.Reserve(ctxs.size() * 4);
+      dec_bt_.Reserve(table.size() * 4);
+      DS_CUDA_CHECK(cudaMemcpyAsync(dec_qs_.get(), qs.data(), qs.size() * 4, cudaMemcpyHostToDevice, s_));
+      DS_CUDA_CHECK(cudaMemcpyAsync(dec_ctx_.get(), ctxs.data(), ctxs.size() * 4, cudaMemcpyHostToDevice, s_));
+      DS_CUDA_CHECK(cudaMemcpyAsync(dec_bt_.get(), table.data(), table.size() * 4, cudaMemcpyHostToDevice, s_));
+      d_qs = dec_qs_.as<int32_t>();
+      d_ctx = dec_ctx_.as<int32_t>();
+      d_bt = dec_bt_.as<int32_t>();
+    }
     const int64_t chunk = 256;
     dec_ws_.Reserve(MlaDecodeWorkspaceFloats(Ta, H, kvl, max_ctx, chunk) * sizeof(float));
     olat32_.Reserve(Tar * H * kvl * sizeof(float));
     MlaDecodeParams dp{};
     dp.q = qlat32_.as<float>(); dp.q_tok_stride = H * L; dp.q_head_stride = L;
     dp.cache = cache; dp.num_tokens = Ta; dp.num_seqs = Sa; dp.heads = H; dp.kv_lora = kvl; dp.rope_dim = rd;
-    dp.block_size = kBlockSize; dp.query_start = dec_qs_.as<int32_t>(); dp.context_lens = dec_ctx_.as<int32_t>();
-    dp.block_table = dec_bt_.as<int32_t>(); dp.max_blocks = b.max_blocks; dp.max_context = max_ctx;
+    dp.block_size = kBlockSize; dp.query_start = d_qs; dp.context_lens = d_ctx;
+    dp.block_table = d_bt; dp.max_blocks = gin_ ? gin_->cap_blocks : b.max_blocks; dp.max_context = max_ctx;
     dp.kv_chunk = chunk; dp.softmax_scale = scale; dp.workspace = dec_ws_.as<float>();
     dp.out = olat32_.get(); dp.o_tok_stride = H * kvl; dp.o_head_stride = kvl; dp.out_type = DTypeOut::kF32;
     dp.stream = s_;
     dp.tensor_cores = opts_.mla_decode_tensor_cores;
-    dp.total_context = std::accumulate(ctxs.begin(), ctxs.end(), int64_t{0});
-    for (size_t i = 0; i + 1 < qs.size(); ++i) dp.max_q_len = std::max<int64_t>(dp.max_q_len, qs[i + 1] - qs[i]);
+    if (gin_) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
+      dp.total_context = Sa * max_ctx;
+      dp.max_q_len = 1;
+    } else {
+      dp.total_context = std::accumulate(ctxs.begin(), ctxs.end(), int64_t{0});
+      for (size_t i = 0; i + 1 < qs.size(); ++i) dp.max_q_len = std::max<int64_t>(dp.max_q_len, qs[i + 1] - qs[i]);
+    }
     MlaDecodeAttention(dp);
     // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v]
     float* ov = attn;
@@ -695,7 +758,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     HeadGemm(olat32_.as<float>(), H * kvl, kvl, Ta, kvl, w.kv_b.as<bf16>() + nope * kvl, kvl, (nope + vd) * kvl, vd, ov,
              H * vd, vd, H);
     if (!all) ScatterRows(ov, H * vd * 4, tok_idx_.as<int32_t>(), Ta, H * vd * 4, attn, H * vd * 4, s_);
-    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+    if (!gin_) DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
   Mark("attn_core");
   // o_proj -> o32 [T, hidden]
@@ -772,24 +835,34 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
 void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
   const int64_t T = b.num_tokens(), Hd = cfg_.hidden_size, V = cfg_.vocab_size, Tr = RoundUp(T, 64) + 64;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  std::vector<int64_t> slots(T);
-  for (int64_t s = 0; s < b.num_seqs(); ++s)
-    for (int32_t t = b.query_start[s]; t < b.query_start[s + 1]; ++t) {
-      const int32_t p = b.positions[t];
-      slots[t] = static_cast<int64_t>(b.block_tables[s * b.max_blocks + p / kBlockSize]) * kBlockSize + p % kBlockSize;
-    }
-  ids_.Reserve(Tr * 4);
-  pos_.Reserve(Tr * 4);
-  slots_.Reserve(Tr * 8);
-  DS_CUDA_CHECK(cudaMemcpyAsync(ids_.get(), b.token_ids.data(), T * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(pos_.get(), b.positions.data(), T * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(slots_.get(), slots.data(), T * 8, cudaMemcpyHostToDevice, s_));
+  const int32_t* d_ids = nullptr;
+  if (gin_) {  // graph mode: inputs already staged in the graph's buffers
+    d_ids = gin_->ids.as<int32_t>();
+    d_pos_ = gin_->pos.as<int32_t>();
+    d_slots_ = gin_->slots.as<int64_t>();
+  } else {
+    std::vector<int64_t> slots(T);
+    for (int64_t s = 0; s < b.num_seqs(); ++s)
+      for (int32_t t = b.query_start[s]; t < b.query_start[s + 1]; ++t) {
+        const int32_t p = b.positions[t];
+        slots[t] = static_cast<int64_t>(b.block_tables[s * b.max_blocks + p / kBlockSize]) * kBlockSize + p % kBlockSize;
+      }
+    ids_.Reserve(Tr * 4);
+    pos_.Reserve(Tr * 4);
+    slots_.Reserve(Tr * 8);
+    DS_CUDA_CHECK(cudaMemcpyAsync(ids_.get(), b.token_ids.data(), T * 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(pos_.get(), b.positions.data(), T * 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(slots_.get(), slots.data(), T * 8, cudaMemcpyHostToDevice, s_));
+    d_ids = ids_.as<int32_t>();
+    d_pos_ = pos_.as<int32_t>();
+    d_slots_ = slots_.as<int64_t>();
+  }
   for (DeviceBuffer* buf : {&residual_, &h32_, &o32_, &mlp32_}) buf->Reserve(Tr * Hd * sizeof(float));
   h16_.Reserve(Tr * Hd * sizeof(bf16));
   float* residual = residual_.as<float>();
   prof_prefix_ = T > b.num_seqs() ? "prefill/" : "decode/";
   Mark("start");
-  Embedding({ids_.as<int32_t>(), T, embed_.get(), true, V, Hd, residual, s_});
+  Embedding({d_ids, T, embed_.get(), true, V, Hd, residual, s_});
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerW& LW = layers_[l];
     // h = input_layernorm(residual (+= previous MLP output))
@@ -806,7 +879,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
     Mlp(l, T);
   }
   // Final norm (with the last residual add) and the LM head on the requested rows.
-  const int64_t R = static_cast<int64_t>(b.logits_indices.size());
+  const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
   if (cfg_.num_hidden_layers > 0)
     RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
   else
@@ -818,6 +891,14 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
     return;
   }
   const int64_t Rr = RoundUp(R, 64) + 64;
+  if (gin_) {
+    // Graph mode: logits of every row (padded ones included) stay in logits_; the caller
+    // copies the rows it needs after the replay.
+    logits_.Reserve(Rr * V * sizeof(float));
+    LinearFwd(lm_head_lin_, h32_.as<float>(), Hd, R, logits_.as<float>(), V);
+    Mark("final_norm_lm_head");
+    return;
+  }
   tok_idx_.Reserve(R * 4);
   DS_CUDA_CHECK(cudaMemcpyAsync(tok_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
   sel32_.Reserve(Rr * Hd * sizeof(float));
@@ -842,6 +923,16 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
     if (p >= rope_.max_pos) return InvalidArgument("position " + std::to_string(p) + " beyond the KV pool");
   const int64_t R = static_cast<int64_t>(batch.logits_indices.size());
   out->logits.assign(R * vocab, 0.f);
+  if (GraphEligible(batch)) {
+    try {
+      ForwardDecodeGraph(batch, out);
+    } catch (const CheckError& e) {
+      gin_ = nullptr;
+      capturing_ = false;
+      return Internal(std::string("cuda runner (graph decode): ") + e.what());
+    }
+    return Status::Ok();
+  }
   // Pieces of at most max_tokens_per_pass tokens, packed in order into passes.
   struct Piece { int64_t s; int32_t t0, t1; };
   const int64_t budget = std::max(1, opts_.max_tokens_per_pass);
@@ -890,7 +981,150 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
   return Status::Ok();
 }
 
+// ---------------------------------------------------------------------------------------------
+// CUDA graphs for decode steps
+
+constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256};
+constexpr int kMinGraphBlocks = 4;  // smallest captured block-table width (256 keys)
+
+bool CudaModelRunner::GraphEligible(const ForwardBatch& b) const {
+  const int64_t S = b.num_seqs();
+  if (!opts_.cuda_graphs || opts_.mla_mode == MlaMode::kNaive || S == 0) return false;
+  if (S > std::min(opts_.cuda_graph_max_batch, kGraphBuckets[std::size(kGraphBuckets) - 1])) return false;
+  if (S > opts_.max_tokens_per_pass || b.num_tokens() != S) return false;
+  for (int64_t s = 0; s < S; ++s)
+    if (b.query_start[s + 1] - b.query_start[s] != 1) return false;
+  return true;
+}
+
+std::vector<void*> CudaModelRunner::ActivationPtrs() const {
+  std::vector<void*> v;
+  for (const DeviceBuffer* b :
+       {&ids_, &pos_, &slots_, &residual_, &h32_, &h16_, &o32_, &mlp32_, &q32_, &cq32_, &cq16_, &lat32_, &attn32_,
+        &gu32_, &act32_, &xq_, &xs_, &offs1_, &xhi_, &xlo_, &hhi_, &hlo_, &ctx_slots_, &lat16_, &rope32_, &kv32_,
+        &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &ova32_, &dec_qs_, &dec_ctx_, &dec_bt_,
+        &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_, &xp16_, &egu32_,
+        &eact16_, &ey16_, &sel32_, &logits_})
+    v.push_back(b->get());
+  return v;
+}
+
+void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out) {
+  const int S = b.num_seqs();
+  int bucket = 0;
+  for (int c : kGraphBuckets)
+    if (c >= S) { bucket = c; break; }
+  int need = 1;
+  for (int s = 0; s < S; ++s) need = std::max(need, (b.context_lens[s] + kBlockSize - 1) / kBlockSize);
+  int cap = kMinGraphBlocks;
+  while (cap < need) cap *= 2;
+  // The padded batch: real rows first, then dummy rows (token 0 at position 0 of the scratch
+  // block, context 1); every block-table entry past a row's own blocks is the scratch block.
+  ForwardBatch pb;
+  pb.max_blocks = cap;
+  pb.token_ids.assign(bucket, 0);
+  pb.positions.assign(bucket, 0);
+  pb.context_lens.assign(bucket, 1);
+  pb.block_tables.assign(static_cast<size_t>(bucket) * cap, scratch_block_);
+  pb.query_start.resize(bucket + 1);
+  for (int i = 0; i <= bucket; ++i) pb.query_start[i] = i;
+  std::vector<int64_t> slots(bucket, int64_t{scratch_block_} * kBlockSize);
+  for (int s = 0; s < S; ++s) {
+    pb.token_ids[s] = b.token_ids[s];
+    pb.positions[s] = b.positions[s];
+    pb.context_lens[s] = b.context_lens[s];
+    const int own = (b.context_lens[s] + kBlockSize - 1) / kBlockSize;
+    for (int k = 0; k < own; ++k) pb.block_tables[static_cast<size_t>(s) * cap + k] = b.block_tables[s * b.max_blocks + k];
+    const int32_t p = b.positions[s];
+    slots[s] = int64_t{b.block_tables[s * b.max_blocks + p / kBlockSize]} * kBlockSize + p % kBlockSize;
+  }
+  auto& slot = graphs_[{bucket, cap}];
+  if (!slot) {
+    slot = std::make_unique<DecodeGraph>();
+    slot->bucket = bucket;
+    slot->cap_blocks = cap;
+    slot->ids.Reset(bucket * 4);
+    slot->pos.Reset(bucket * 4);
+    slot->slots.Reset(bucket * 8);
+    slot->qs.Reset((bucket + 1) * 4);
+    slot->ctx.Reset(bucket * 4);
+    slot->bt.Reset(static_cast<size_t>(bucket) * cap * 4);
+  }
+  DecodeGraph* g = slot.get();
+  // Stage the inputs into the graph's persistent buffers (stream-ordered before the replay).
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->ids.get(), pb.token_ids.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->pos.get(), pb.positions.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->slots.get(), slots.data(), bucket * 8, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->qs.get(), pb.query_start.data(), (bucket + 1) * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->ctx.get(), pb.context_lens.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->bt.get(), pb.block_tables.data(), pb.block_tables.size() * 4,
+                                cudaMemcpyHostToDevice, s_));
+  // A graph holds the activation buffers' addresses: any buffer grown since the capture
+  // (a larger eager pass) invalidates every graph.
+  if (ActivationPtrs() != graph_ptrs_) DropGraphs();
+  gin_ = g;
+  if (g->exec) {
+    DS_CUDA_CHECK(cudaGraphLaunch(g->exec, s_));
+    ++graph_stats_.replayed;
+  } else {
+    ++graph_stats_.eager_padded;
+    RunPass(pb, nullptr);  // eager run of this step: warms the buffers, cuBLASLt plans and offsets
+    if (!g->failed) CaptureGraph(pb, g);
+  }
+  gin_ = nullptr;
+  const int64_t V = cfg_.vocab_size;
+  for (size_t r = 0; r < b.logits_indices.size(); ++r)
+    DS_CUDA_CHECK(cudaMemcpyAsync(out->logits.data() + r * V, logits_.as<float>() + int64_t{b.logits_indices[r]} * V,
+                                  V * sizeof(float), cudaMemcpyDeviceToHost, s_));
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+}
+
+void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  const std::vector<void*> before = ActivationPtrs();
+  if (before != graph_ptrs_) {
+    DropGraphs();
+    graph_ptrs_ = before;
+  }
+  cudaGraph_t graph = nullptr;
+  DS_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  std::string error;
+  try {
+    RunPass(padded, nullptr);
+  } catch (const CheckError& e) {
+    error = e.what();
+  }
+  capturing_ = false;
+  const cudaError_t end = cudaStreamEndCapture(s_, &graph);
+  if (error.empty() && end != cudaSuccess) error = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+  if (error.empty() && ActivationPtrs() != before) error = "an activation buffer was reallocated during capture";
+  if (error.empty()) {
+    const cudaError_t inst = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (inst != cudaSuccess) {
+      error = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
+      g->exec = nullptr;
+    }
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (!error.empty()) {
+    (void)cudaGetLastError();
+    g->failed = true;
+    DS_LOG(WARNING) << "cuda runner: decode graph for " << g->bucket << " sequences x " << g->cap_blocks
+                    << " blocks not captured (" << error << "); this shape runs eagerly";
+    return;
+  }
+  ++graph_stats_.captured;
+  DS_LOG(INFO) << "cuda runner: captured decode graph for " << g->bucket << " sequences x " << g->cap_blocks
+               << " KV blocks";
+}
+
 }  // namespace
+
+CudaGraphStats GetCudaGraphStats(const ModelRunner& runner) {
+  const auto* r = dynamic_cast<const CudaModelRunner*>(&runner);
+  return r ? r->graph_stats_ : CudaGraphStats{};
+}
 
 StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOptions& o) {
   if (o.fp8_gemm != "kernel" && o.fp8_gemm != "cublas" && o.fp8_gemm != "cublas-all")

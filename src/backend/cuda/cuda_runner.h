@@ -57,9 +57,25 @@ struct CudaRunnerOptions {
   // H200 (bench/results/KERNELS_RUNS.md); off by default until the runner checks
   // (CudaRunner.DummyV3DecodeTensorCoresMatchesCudaCore) have run on the GPU.
   bool mla_decode_tensor_cores = false;
+  // Decode steps (every sequence has exactly one new token, at most cuda_graph_max_batch
+  // sequences) run as CUDA graphs: the batch is padded to a bucket (1, 2, 4, 8, 16, 24, 32, 48,
+  // 64, 96, 128, ..., 256 sequences; padded rows attend to a reserved scratch KV block and
+  // their logits are dropped) and the whole forward is replayed from a graph captured once per
+  // (bucket, block-table width). Same kernels as the eager path. `--disable-cuda-graph` /
+  // `--enforce-eager` turn it off.
+  bool cuda_graphs = true;
+  int cuda_graph_max_batch = 256;
   int device = 0;
 };
 
 StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOptions& options);
+
+// Decode-graph counters of a runner made by CreateCudaModelRunner (all zero for another runner):
+// graphs captured, decode steps replayed from a graph, and padded decode steps run eagerly
+// (the first step of each shape, or a shape whose capture failed).
+struct CudaGraphStats {
+  int64_t captured = 0, replayed = 0, eager_padded = 0;
+};
+CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 
 }  // namespace ds::cuda
