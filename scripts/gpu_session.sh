@@ -79,7 +79,26 @@ PY
         curl -s localhost:$PORT/metrics | grep -E "^dsinfer:(num_requests|kv_cache_usage|generation_tokens_total|prompt_tokens_total)" | tee -a "$S"
       fi
       kill -TERM $SP 2>/dev/null; wait $SP 2>/dev/null
-      note "serve: stopped rc=$? ($(( $(date +%s) - t0 )) s); log tail:"; tail -5 "$OUT/serve.log" | tee -a "$S"
+      note "serve: stopped rc=$? ($(( $(date +%s) - t0 )) s); decode graphs captured: $(grep -c 'captured decode graph' "$OUT/serve.log"); log tail:"
+      tail -5 "$OUT/serve.log" | tee -a "$S"
+      ;;
+    serve_eager)
+      # The same greedy chat request with CUDA graphs off: the answer must be identical.
+      PORT=8124
+      "$B/dsinfer" serve --model "$B/data/deepseek-v3" --load-format dummy --num-layers "${SERVE_LAYERS:-4}" \
+        --tokenizer "$E/tok" --served-model-name deepseek-v3-dummy --device cuda --port $PORT \
+        --disable-cuda-graph >"$OUT/serve_eager.log" 2>&1 &
+      SP=$!
+      for _ in $(seq 1 600); do curl -sf localhost:$PORT/health >/dev/null 2>&1 && break; kill -0 $SP 2>/dev/null || break; sleep 0.5; done
+      curl -s localhost:$PORT/v1/chat/completions -H 'Content-Type: application/json' \
+        -d '{"model":"deepseek-v3-dummy","messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello in French."}],"max_tokens":32,"temperature":0}' \
+        >"$OUT/serve_chat_eager.json"
+      kill -TERM $SP 2>/dev/null; wait $SP 2>/dev/null
+      python3 - "$OUT/serve_chat.json" "$OUT/serve_chat_eager.json" <<'PY' 2>&1 | tee -a "$S"
+import json, sys
+a, b = (json.load(open(f))["choices"][0]["message"]["content"] for f in sys.argv[1:3])
+print(f"serve graphs-on vs --disable-cuda-graph greedy chat: identical={a == b}")
+PY
       ;;
     tokbench)
       bash "$E/bench/tokenizer_bench.sh" --dsinfer "$B/dsinfer" --tokenizer "$E/tok" --corpus "$E/corpus.jsonl" \
