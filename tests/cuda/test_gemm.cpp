@@ -249,3 +249,85 @@ TEST(CudaGemm, Fp8SameShapeDifferentScalesBackToBack) {
 
 }  // namespace
 }  // namespace ds::cuda::test
+
+namespace ds::cuda::test {
+namespace {
+
+// The runner's exact cuBLASLt FP8 call pattern (cuda_runner.cpp LinearFwd, fp8_gemm=cublas /
+// cublas-all), issue 4: fp32 activations read with ldx > K (a slice of a wider buffer), M not
+// a multiple of 16, N != K (incl. the fixture's kv_a N=80 < 128), fp32 output, a non-default
+// stream, and ONE shared quantised-activation buffer (xq, x_scales) reused by consecutive
+// projections of different K whose padding rows M..Mp-1 hold stale finite data from the
+// previous, larger call (the runner never clears them). Each call must match its own CPU
+// reference on dequantised operands (1e-3 as Fp8BlockScaledMatchesCpu), rows < M only.
+TEST(CudaGemm, Fp8RunnerCallPatternSharedBuffers) {
+  struct S { int64_t M, N, K; const char* name; };
+  const S calls[] = {{13, 96, 160, "fixture_q_a_M13"},   {13, 80, 160, "fixture_kv_a_N80_M13"},
+                     {13, 192, 96, "fixture_q_b_M13"},   {13, 160, 160, "fixture_o_M13"},
+                     {13, 160, 320, "fixture_down_M13"}, {13, 160, 80, "fixture_shared_down_M13"},
+                     {13, 576, 7168, "v3_kv_a_M13"},     {13, 1536, 7168, "v3_q_a_M13"},
+                     {13, 3072, 1536, "v3_q_b_part_M13"}, {1, 7168, 2048, "v3_shared_down_M1"}};
+  cudaStream_t st;
+  DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  int64_t max_xq = 0, max_xs = 0;
+  for (const auto& s : calls) {
+    max_xq = std::max(max_xq, Fp8PaddedM(s.M) * s.K);
+    max_xs = std::max(max_xs, (s.K + 127) / 128 * Fp8PaddedM(s.M));
+  }
+  // Shared buffers pre-filled with finite garbage (as a previous, larger call would leave them).
+  std::vector<uint8_t> junk(max_xq);
+  {
+    auto r = RandomNormal(max_xq, 50.f);
+    for (int64_t i = 0; i < max_xq; ++i) junk[i] = F32ToFp8E4M3(r[i]);
+  }
+  Dev<uint8_t> dxq(junk);
+  Dev<float> dxs(RandomF(max_xs, 1e-3f, 1.f));
+  for (const auto& s : calls) {
+    SCOPED_TRACE(s.name);
+    const int64_t kb = (s.K + 127) / 128, nb = (s.N + 127) / 128, sld = Fp8WeightScaleLd(s.K), Mp = Fp8PaddedM(s.M);
+    const int64_t ldx = s.K + 64;  // x is a slice of a wider fp32 buffer
+    auto xw = RandomNormal(s.M * ldx);
+    std::vector<uint8_t> wq(s.N * s.K);
+    auto r = RandomNormal(wq.size(), 100.f);
+    for (size_t i = 0; i < wq.size(); ++i) wq[i] = F32ToFp8E4M3(r[i]);
+    auto sc = RandomF(nb * kb, 0.5f, 4.0f);
+    for (auto& v : sc) v *= std::ldexp(1.f, -9);
+    std::vector<float> sblk(nb * sld, 0.f), wd(s.N * s.K);
+    for (int64_t i = 0; i < nb; ++i) for (int64_t j = 0; j < kb; ++j) sblk[i * sld + j] = sc[i * kb + j];
+    for (int64_t n = 0; n < s.N; ++n)
+      for (int64_t k = 0; k < s.K; ++k) wd[n * s.K + k] = Fp8E4M3ToF32(wq[n * s.K + k]) * sc[(n / 128) * kb + k / 128];
+    Dev<float> dx(xw), dsblk(sblk), dy(RandomF(Mp * s.N));
+    Dev<uint8_t> dwq(wq);
+    ASSERT_TRUE(GemmFp8Supported(s.M, s.N, s.K, s.K, s.K, s.N, DTypeOut::kF32));
+    Fp8QuantParams qp{dx.get(), false, ldx, s.M, s.K, 128, dxq.get(), s.K, dxs.get(), ScaleLayout::kGroupMajor, st};
+    qp.scale_ld = Mp;
+    Fp8QuantizePerTokenGroup(qp);
+    GemmFp8({dxq.get(), s.K, dxs.get(), dwq.get(), s.K, dsblk.get(), sld, dy.get(), s.N, DTypeOut::kF32, s.M, s.N, s.K, st});
+    DS_CUDA_CHECK(cudaStreamSynchronize(st));
+    auto got = dy.Download();
+    got.resize(s.M * s.N);
+    // Reference on the GPU's own codes/scales, and the quantiser checked against the CPU op.
+    auto xq_all = dxq.Download();
+    auto xs_all = dxs.Download();
+    std::vector<float> x(s.M * s.K), xd(s.M * s.K), ref(s.M * s.N);
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t k = 0; k < s.K; ++k) {
+        x[m * s.K + k] = xw[m * ldx + k];
+        xd[m * s.K + k] = Fp8E4M3ToF32(xq_all[m * s.K + k]) * xs_all[(k / 128) * Mp + m];
+      }
+    std::vector<uint8_t> cq(s.M * s.K);
+    std::vector<float> cs(s.M * kb);
+    cpu::Fp8QuantizePerTokenGroup({x.data(), s.M, s.K, 128, cq.data(), cs.data()});
+    int64_t scale_bad = 0;
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t g = 0; g < kb; ++g)
+        if (std::fabs(cs[m * kb + g] - xs_all[g * Mp + m]) > 1e-6f * std::fabs(cs[m * kb + g])) ++scale_bad;
+    EXPECT_EQ(scale_bad, 0) << "activation scales differ from the CPU quantiser";
+    cpu::Gemm({xd.data(), s.K, wd.data(), s.K, ref.data(), s.N, s.M, s.N, s.K, false});
+    ExpectClose("gemm_fp8_runner_pattern", s.name, got, ref, 1e-3);
+  }
+  cudaStreamDestroy(st);
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
