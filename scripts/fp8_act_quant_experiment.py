@@ -44,6 +44,9 @@ def main():
     ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
     ap.add_argument("--mode", choices=["fp8", "bf16", "none"], default="fp8")
     ap.add_argument("--routing", action="store_true")
+    ap.add_argument("--perturb", type=float, default=0.0,
+                    help="relative N(0,1) noise on every FP8 projection output (accumulation-order model)")
+    ap.add_argument("--dump", default="", help="write the prompt logits of this mode to a JSON file")
     ap.add_argument("--decode-steps", type=int, default=0, help="greedy steps after the prompt (routing report)")
     a = ap.parse_args()
     d = os.path.join(a.data, a.fixture)
@@ -71,6 +74,7 @@ def main():
     I = cj.get("intermediate_size", 0)
     Ie = cj.get("moe_intermediate_size", 0)
     hooks = []
+    gen = torch.Generator().manual_seed(7)
     for name, mod in model.named_modules():
         if not isinstance(mod, torch.nn.Linear):
             continue
@@ -91,6 +95,10 @@ def main():
                 return None
             return (act_quant_e4m3(x) if q else x.to(torch.bfloat16).float(),) + tuple(args[1:])
         hooks.append(mod.register_forward_pre_hook(pre))
+        if a.perturb > 0 and a.mode == "fp8" and is_fp8:
+            def post(m, args, out):
+                return out * (1 + a.perturb * torch.randn(out.shape, generator=gen))
+            hooks.append(mod.register_forward_hook(post))
     routes = []
     if a.routing:
         for name, mod in model.named_modules():
@@ -108,6 +116,11 @@ def main():
         cos = torch.nn.functional.cosine_similarity(logits, gold, dim=-1)
         print(f"{a.fixture} mode={a.mode}: prefill min_cosine={cos.min():.6f} mean={cos.mean():.6f} "
               f"argmax_mismatch={(logits.argmax(-1) != gold.argmax(-1)).sum().item()}/{len(prompt)}")
+        if a.dump:
+            with open(a.dump, "w") as f:
+                json.dump({"source": f"scripts/fp8_act_quant_experiment.py --fixture {a.fixture} --mode {a.mode}",
+                           "prompt_ids": prompt,
+                           "prompt_logits": [[float(f"{x:.7g}") for x in r] for r in logits.tolist()]}, f)
         cur = list(prompt)
         for step in range(a.decode_steps):
             routes.clear()
