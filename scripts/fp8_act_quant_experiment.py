@@ -130,11 +130,20 @@ def main():
             print(f"step {step}: id={nxt} golden={g['greedy_ids'][step]} logit_margin={float(top2[0]-top2[1]):.4f}")
             if a.routing:
                 k = cj["num_experts_per_tok"]
+                ng, tg = cj.get("n_group", 1), cj.get("topk_group", 1)
                 for name, sc in routes:
-                    s = sc[-1]  # the decode token
-                    v, idx = s.sort(descending=True)
-                    print(f"  {name}: top{k}={idx[:k].tolist()} scores={[round(float(x), 5) for x in v[:k+1]]} "
-                          f"margin_k_k+1={float(v[k-1]-v[k]):.3e}")
+                    s = sc[-1]  # the decode token: sigmoid(logit) + e_score_correction_bias
+                    E = s.numel()
+                    gs = s.view(ng, E // ng).topk(min(2, E // ng), dim=-1).values.sum(-1)  # noaux_tc group score
+                    gv, gi = gs.sort(descending=True)
+                    gmargin = float(gv[tg - 1] - gv[tg]) if tg < ng else float("inf")
+                    mask = torch.zeros(ng, dtype=torch.bool)
+                    mask[gi[:tg]] = True
+                    allowed = s.masked_fill(~mask.repeat_interleave(E // ng), float("-inf"))
+                    v, idx = allowed.sort(descending=True)
+                    print(f"  {name}: groups={sorted(gi[:tg].tolist())} group_margin={gmargin:.3e} "
+                          f"top{k}={sorted(idx[:k].tolist())} scores={[round(float(x), 5) for x in v[:k+1]]} "
+                          f"expert_margin_k_k+1={float(v[k-1]-v[k]):.3e}")
             cur.append(int(g["greedy_ids"][step]))  # teacher-force golden ids
 
 
