@@ -12,7 +12,7 @@ ONCE=0
 [ "${1:-}" = "--once" ] && ONCE=1
 PORT=${PORT:-8000}
 bash scripts/setup.sh
-bash scripts/build.sh
+TARGET=dsinfer bash scripts/build.sh
 TOK=byte
 [ -f ../shared/models/deepseek-v3/tokenizer.json ] && TOK=../shared/models/deepseek-v3
 ./build/dsinfer serve --tokenizer "$TOK" --served-model-name dsinfer-tiny --host 127.0.0.1 \

@@ -636,7 +636,7 @@ void OpenAIServer::HandleGeneration(const HttpRequest& req, std::shared_ptr<Resp
   const uint64_t rid = next_id_.fetch_add(prompts.size() * num_n + 1);
   char idbuf[48];
   std::snprintf(idbuf, sizeof(idbuf), "%s-%016llx", chat ? "chatcmpl" : "cmpl",
-                static_cast<unsigned long long>(rid * 0x9E3779B97F4A7C15ull));
+                static_cast<unsigned long long>((rid * 0x9E3779B97F4A7C15ull) ^ id_salt_));
   job->id = idbuf;
   job->model = opts_.served_model_name;
   job->created = NowUnix();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <random>
 #include <memory>
 #include <string>
 
@@ -54,6 +55,8 @@ class OpenAIServer {
   const TextTokenizer* tok_;
   OpenAIServerOptions opts_;
   std::atomic<uint64_t> next_id_{1};
+  // Per-process salt of the response ids, so that ids do not repeat across server restarts.
+  const uint64_t id_salt_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   std::atomic<int> open_requests_{0};
   int64_t start_time_;
 };

@@ -267,8 +267,9 @@ int RunGenerate(int argc, char** argv) {
                              !disable_graphs);
   for (int32_t id : prompt_ids)
     if (id >= cfg->vocab_size)
-      return Fail(2, "--prompt-ids: token " + std::to_string(id) + " is outside the vocabulary (" +
-                         std::to_string(cfg->vocab_size) + ")");
+      return Fail(2, "prompt token " + std::to_string(id) + " is outside the model's vocabulary (" +
+                         std::to_string(cfg->vocab_size) + ")" +
+                         (p_text->count() > 0 ? "; the tokenizer does not fit this model (--tokenizer)" : ""));
   const int64_t total = static_cast<int64_t>(prompt_ids.size()) + max_tokens;
   const int blocks = num_kv_blocks > 0 ? num_kv_blocks : static_cast<int>((total + ds::kBlockSize - 1) / ds::kBlockSize);
   auto runner_or = MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm,

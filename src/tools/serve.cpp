@@ -87,7 +87,7 @@ int RunServe(int argc, char** argv) {
   app.add_flag("--disable-cuda-graph,--enforce-eager", no_graphs,
                "GPU: run decode steps eagerly instead of replaying CUDA graphs");
   app.add_option("--host", host, "listen address");
-  app.add_option("--port", port, "listen port (0 = any free port)");
+  app.add_option("--port", port, "listen port (0 = any free port)")->check(CLI::Range(0, 65535));
   app.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
   app.add_option("--max-running-requests", max_running, "sequences in the running batch")->check(CLI::PositiveNumber);
   app.add_option("--max-num-batched-tokens", max_batched, "token budget per engine step")->check(CLI::PositiveNumber);

@@ -35,7 +35,7 @@ int RunTokenize(int argc, char** argv) {
   CLI::App app{"Tokenize text with a model directory's tokenizer (prints {\"ids\": [...]})"};
   std::string dir, text, input, output = "json";
   bool add_special = false, no_parse_special = false;
-  app.add_option("--tokenizer", dir, "directory with tokenizer.json (+ tokenizer_config.json)")->required();
+  app.add_option("--tokenizer,--model", dir, "directory with tokenizer.json (+ tokenizer_config.json)")->required();
   auto* t = app.add_option("--text", text, "the text to tokenize");
   auto* in = app.add_option("--input-jsonl", input, "file of {\"text\": ...} lines; one {\"ids\": [...]} line out per line");
   t->excludes(in);
@@ -104,7 +104,7 @@ int RunDetokenize(int argc, char** argv) {
   CLI::App app{"Decode token ids to text (prints {\"text\": ...})"};
   std::string dir, ids_str, input, output = "json";
   bool skip_special = false;
-  app.add_option("--tokenizer", dir, "directory with tokenizer.json")->required();
+  app.add_option("--tokenizer,--model", dir, "directory with tokenizer.json")->required();
   auto* i = app.add_option("--ids", ids_str, "comma-separated ids, e.g. 1,2,3");
   auto* in = app.add_option("--input-jsonl", input, "file of {\"ids\": [...]} lines; one {\"text\": ...} line out per line");
   i->excludes(in);
@@ -153,7 +153,7 @@ int RunChatTemplate(int argc, char** argv) {
   CLI::App app{"Render a conversation with the model's chat template (prints {\"text\", \"ids\"})"};
   std::string dir, messages_file, tools_file;
   bool gen = false, force_jinja = false;
-  app.add_option("--tokenizer", dir, "directory with tokenizer.json + tokenizer_config.json")->required();
+  app.add_option("--tokenizer,--model", dir, "directory with tokenizer.json + tokenizer_config.json")->required();
   app.add_flag("--force-jinja", force_jinja, "render with the Jinja interpreter even for a template known natively");
   app.add_option("--messages-json", messages_file, "file with a JSON array of messages (or {\"messages\": [...], \"tools\": [...]})")->required();
   app.add_option("--tools-json", tools_file, "file with a JSON array of tools");
