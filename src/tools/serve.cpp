@@ -116,6 +116,9 @@ int RunServe(int argc, char** argv) {
   ds::SetLogLevel(lvl);
   RaiseFdLimit();
 
+  // --model may name the config.json itself (as `plan` and `inspect` accept): use its folder.
+  if (!ro.model_dir.empty() && std::filesystem::is_regular_file(ro.model_dir))
+    ro.model_dir = std::filesystem::path(ro.model_dir).parent_path().string();
   std::string embedded_dir;
   if (ro.model_dir.empty()) {
     auto dir = ds::MakeScratchDir("dsinfer_embedded_");
