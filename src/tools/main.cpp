@@ -21,11 +21,12 @@ void PrintUsage(FILE* out) {
   std::fprintf(out, "dsinfer: inference engine for DeepSeek-V3/R1-family models\n\n");
   std::fprintf(out, "usage: dsinfer <command> [flags]   (dsinfer <command> --help for flags)\n\ncommands:\n");
   for (const auto& [name, info] : ds::tools::CommandRegistry())
-    std::fprintf(out, "  %-12s %s\n", name.c_str(), info.help.c_str());
+    std::fprintf(out, "  %-16s %s\n", name.c_str(), info.help.c_str());
 }
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "-V"))) argv[1] = const_cast<char*>("version");
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     PrintUsage(argc < 2 ? stderr : stdout);
@@ -37,6 +38,19 @@ int main(int argc, char** argv) {
   if (it != reg.end()) words = 2;
   else it = reg.find(argv[1]);
   if (it == reg.end()) {
+    // A family of two-word commands ("bench"): list its members.
+    const std::string family = std::string(argv[1]) + " ";
+    bool listed = false;
+    for (const auto& [cmd, info] : reg) {
+      if (cmd.rfind(family, 0) != 0) continue;
+      if (!listed) std::fprintf(stderr, "usage: dsinfer %s<what> [flags]\n\n", family.c_str());
+      std::fprintf(stderr, "  %-16s %s\n", cmd.c_str(), info.help.c_str());
+      listed = true;
+    }
+    if (listed) {
+      const bool asked = argc >= 3 && (!std::strcmp(argv[2], "--help") || !std::strcmp(argv[2], "-h"));
+      return asked ? 0 : 2;
+    }
     std::fprintf(stderr, "dsinfer: unknown command '%s'\n\n", argv[1]);
     PrintUsage(stderr);
     return 2;
@@ -46,7 +60,10 @@ int main(int argc, char** argv) {
   sub_argv.push_back(name.data());
   for (int i = 1 + words; i < argc; ++i) sub_argv.push_back(argv[i]);
   try {
-    return it->second.fn(static_cast<int>(sub_argv.size()), sub_argv.data());
+    const int rc = it->second.fn(static_cast<int>(sub_argv.size()), sub_argv.data());
+    // CLI11's parse errors exit with codes >= 100 (e.g. 106 for a missing required flag): a
+    // usage error is 2 for every command.
+    return rc >= 100 ? 2 : rc;
   } catch (const ds::CheckError& e) {
     std::fprintf(stderr, "dsinfer: internal error: %s\n", e.what());
     return 1;
