@@ -9,17 +9,11 @@
 
 #include "model/config.h"
 #include "model/tensor_specs.h"
+#include "common/rng.h"
 
 namespace ds {
 
 namespace {
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 uint16_t ToBf16(float f) {
   uint32_t u;
@@ -83,12 +77,12 @@ Status WriteDummyCheckpoint(const nlohmann::json& config_json, uint64_t seed, co
     for (int64_t d : s.shape) n *= d;
     buf.resize(n);
     const float scale = s.kind == 3 ? 1.0f : 1.0f / std::sqrt(static_cast<float>(s.shape.size() > 1 ? s.shape[1] : 1));
-    const uint64_t base = Mix(seed ^ Mix(si + 1));
+    const uint64_t base = SplitMix64(seed ^ SplitMix64(si + 1));
     for (int64_t i = 0; i < n; ++i) {
       float v;
       if (s.kind == 1) v = 1.0f;
       else if (s.kind == 2) v = 0.0f;
-      else v = (static_cast<float>(Mix(base + static_cast<uint64_t>(i)) >> 40) * (2.0f / 16777216.0f) - 1.0f) * scale;
+      else v = (static_cast<float>(SplitMix64(base + static_cast<uint64_t>(i)) >> 40) * (2.0f / 16777216.0f) - 1.0f) * scale;
       buf[i] = ToBf16(v);
     }
     out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(2 * n));

@@ -4,16 +4,9 @@
 #include <cmath>
 #include <thread>
 
-namespace ds {
+#include "common/rng.h"
 
-namespace {
-uint64_t Mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-}  // namespace
+namespace ds {
 
 FakeModelRunner::FakeModelRunner(ModelConfig config, int num_kv_blocks, FakeEcho echo)
     : config_(std::move(config)),
@@ -23,14 +16,14 @@ FakeModelRunner::FakeModelRunner(ModelConfig config, int num_kv_blocks, FakeEcho
       tokens_cache_(static_cast<size_t>(num_kv_blocks) * kBlockSize, -1) {}
 
 uint64_t FakeModelRunner::SlotValue(int32_t token, int32_t pos) {
-  return Mix((static_cast<uint64_t>(static_cast<uint32_t>(token)) << 32) ^ static_cast<uint32_t>(pos));
+  return SplitMix64((static_cast<uint64_t>(static_cast<uint32_t>(token)) << 32) ^ static_cast<uint32_t>(pos));
 }
 
 void FakeModelRunner::LogitsFromState(uint64_t state, int vocab, float* out) {
   // Pseudo-random logits in [-4, 4) with a clear maximum: peaked enough that greedy and
   // low-temperature sampling are stable, spread enough that top-k/top-p matter.
   for (int v = 0; v < vocab; ++v) {
-    uint64_t h = Mix(state ^ (static_cast<uint64_t>(v) * 0xD1B54A32D192ED03ull));
+    uint64_t h = SplitMix64(state ^ (static_cast<uint64_t>(v) * 0xD1B54A32D192ED03ull));
     out[v] = static_cast<float>(static_cast<double>(h >> 11) * (8.0 / 9007199254740992.0) - 4.0);
   }
 }
@@ -38,7 +31,7 @@ void FakeModelRunner::LogitsFromState(uint64_t state, int vocab, float* out) {
 void FakeModelRunner::ReferenceLogits(const std::vector<int32_t>& tokens, int vocab, float* out) {
   uint64_t state = 0x1234567ull;
   for (size_t p = 0; p < tokens.size(); ++p)
-    state = Mix(state ^ SlotValue(tokens[p], static_cast<int32_t>(p)));
+    state = SplitMix64(state ^ SlotValue(tokens[p], static_cast<int32_t>(p)));
   LogitsFromState(state, vocab, out);
 }
 
@@ -69,7 +62,7 @@ Status FakeModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
     const int32_t ctx = batch.positions[t] + 1;
     uint64_t state = 0x1234567ull;
     for (int32_t p = 0; p < ctx; ++p)
-      state = Mix(state ^ cache_[static_cast<size_t>(table[p / kBlockSize]) * kBlockSize + p % kBlockSize]);
+      state = SplitMix64(state ^ cache_[static_cast<size_t>(table[p / kBlockSize]) * kBlockSize + p % kBlockSize]);
     float* row = out->logits.data() + i * V;
     LogitsFromState(state, V, row);
     if (echo_.enabled()) {

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "backend/cpu/ops.h"
+#include "common/rng.h"
 
 namespace ds {
 
@@ -16,15 +17,6 @@ void LogSoftmax(const float* logits, int64_t vocab, float* out) {
   const float lse = mx + static_cast<float>(std::log(sum));
   for (int64_t i = 0; i < vocab; ++i) out[i] = logits[i] - lse;
 }
-
-namespace {
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-}  // namespace
 
 // In the order (probability descending, id ascending) over the tokens `idx`, the first token at
 // which the running mass satisfies `crossed` (monotone), and that running mass; -1 if none.
@@ -91,7 +83,7 @@ int32_t FastSample(const float* logits, int64_t vocab, float temperature, float 
   }
   for (auto& v : prob) v /= sum;
   auto before = [&](int32_t a, int32_t b) { return prob[a] > prob[b] || (prob[a] == prob[b] && a < b); };
-  const double u = static_cast<double>(SplitMix64(seed ^ SplitMix64(step)) >> 11) * 0x1.0p-53;
+  const double u = SampleUniform(seed, step);
   const int64_t K = top_k > 0 ? std::min<int64_t>(top_k, vocab) : vocab;
   std::vector<int32_t> kept(vocab);
   std::iota(kept.begin(), kept.end(), 0);

@@ -156,7 +156,7 @@ void Fp8QuantizePerTokenGroup(const Fp8QuantParams& p);
 // (0 = all), keep the smallest prefix of the sorted distribution whose mass >= top_p,
 // renormalise and draw with a counter-based RNG from (seed, step): the same seed and step
 // give the same token on every backend. RNG: u = (SplitMix64(seed ^ SplitMix64(step)) >> 11)
-// * 2^-53 (SplitMix64 as in sample.cpp); the token is the first in descending-probability
+// * 2^-53 (ds::SampleUniform in common/rng.h); the token is the first in descending-probability
 // order (ties: lower id first) whose cumulative kept mass exceeds u * kept_mass.
 struct SampleParams {
   const float* logits; int64_t vocab;

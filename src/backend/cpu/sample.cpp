@@ -8,19 +8,9 @@
 
 #include "backend/cpu/ops.h"
 #include "common/check.h"
+#include "common/rng.h"
 
 namespace ds::cpu {
-namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 int32_t Sample(const SampleParams& p) {
   DS_CHECK(p.vocab > 0) << "empty vocabulary";
   if (p.temperature <= 0.0f) {
@@ -58,7 +48,7 @@ int32_t Sample(const SampleParams& p) {
     keep = k;
     kept_mass = cum;
   }
-  const double u = static_cast<double>(SplitMix64(p.seed ^ SplitMix64(p.step)) >> 11) * 0x1.0p-53;
+  const double u = SampleUniform(p.seed, p.step);
   const double target = u * kept_mass;
   double cum = 0.0;
   for (int64_t i = 0; i < keep; ++i) {
