@@ -28,6 +28,9 @@
 #   HF_BATCH ["1 8"]  HF_INPUT_LENS [$INPUT_LENS]  HF_OUTPUT_LEN [$OUTPUT_LEN]  PYTHON [python3]
 #   TRACE_MODEL [first spec]  TRACE_FILE [../shared/traces/mooncake_conversation_trace.jsonl]
 #   TRACE_DURATION_S [600]  TRACE_TIME_SCALE [1]
+#   DEADLINE [""]: epoch seconds; serve points, one-batch and baseline runs not started by then
+#       are skipped (logged), so a time-limited GPU call still assembles what it measured
+#   COMMIT [git rev-parse --short HEAD]   ONE_BATCH_ARGS [""]: extra one-batch flags (e.g. --profile)
 # Raw outputs go to $OUT_DIR/raw/, logs to $OUT_DIR/logs/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -70,7 +73,10 @@ log() { echo "[sweep $(date -u +%H:%M:%S)] $*" >&2; }
 
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 [ -z "$GPU_NAME" ] && GPU_NAME="cpu ($(uname -m))"
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+DEADLINE=${DEADLINE:-}
+ONE_BATCH_ARGS=${ONE_BATCH_ARGS:-}
+past_deadline() { [ -n "$DEADLINE" ] && [ "$(date +%s)" -ge "$DEADLINE" ]; }
 FAILURES=0
 BF16_TFLOPS=""; FP8_TFLOPS=""
 if [ "$DEVICE" = cuda ] && { [ -z "$MEM_BW_GBPS" ] || [ -z "$FLOPS_TFLOPS" ]; }; then
@@ -139,6 +145,7 @@ run_serve_sweep() {  # name dir layers dtype
   vocab=$(vocab_of "$dir")
   for L in $INPUT_LENS; do
     for C in $CONCURRENCY; do
+      if past_deadline; then log "deadline: skipping $name in=$L c=$C"; continue; fi
       local n=$((C * PROMPTS_PER_CONC)); [ "$n" -lt "$MIN_PROMPTS" ] && n=$MIN_PROMPTS
       local warm=$C; [ "$warm" -gt 8 ] && warm=8
       local meta
@@ -184,9 +191,10 @@ for spec in $MODEL_SPECS; do
   for L in $INPUT_LENS; do
     if has_stage onebatch; then
       for B in $ONE_BATCH_CONC; do
+        if past_deadline; then log "deadline: skipping one-batch $name b=$B in=$L"; continue; fi
         log "one-batch $name b=$B in=$L"
         timeout "$BENCH_TIMEOUT_S" "$DSINFER" bench one-batch --model "$dir" --load-format dummy --num-layers "$layers" \
-          --batch-size "$B" --input-len "$L" --output-len "$ONE_BATCH_OUTPUT_LEN" --device "$DEVICE" "${RATE_FLAGS[@]}" \
+          --batch-size "$B" --input-len "$L" --output-len "$ONE_BATCH_OUTPUT_LEN" --device "$DEVICE" "${RATE_FLAGS[@]}" $ONE_BATCH_ARGS \
           --output-file "$RAW/onebatch_${name}_in${L}_b${B}.json" > "$LOGS/onebatch_${name}_in${L}_b${B}.txt" 2>&1 \
           || { log "one-batch failed ($name b=$B in=$L), see $LOGS/onebatch_${name}_in${L}_b${B}.txt"; FAILURES=$((FAILURES + 1)); }
       done
@@ -204,6 +212,7 @@ for spec in $MODEL_SPECS; do
     if "$PYTHON" -c 'import torch, transformers' 2>/dev/null; then
       for L in $HF_INPUT_LENS; do
         for B in $HF_BATCH; do
+          if past_deadline; then log "deadline: skipping transformers baseline $name b=$B in=$L"; continue; fi
           log "transformers baseline $name b=$B in=$L"
           timeout "$BENCH_TIMEOUT_S" "$PYTHON" bench/hf_baseline.py --model "$dir" --num-layers "$layers" \
             --batch-size "$B" --input-len "$L" --output-len "$HF_OUTPUT_LEN" --device "$DEVICE" \

@@ -13,6 +13,11 @@ for f in dsinfer dsinfer_cuda_tests dsinfer_tests; do [ -x "$B/$f" ] && cp "$B/$
 strip "$STAGE"/bin/dsinfer* 2>/dev/null || true
 cp -r "$ROOT"/tests/data/* "$STAGE/bin/data/"
 cp "$ROOT/../shared/models/deepseek-v3/config.json" "$STAGE/bin/data/deepseek-v3/"
+mkdir -p "$STAGE/bin/data/deepseek-v2-lite"
+cp "$ROOT/../shared/models/deepseek-v2-lite/config.json" "$STAGE/bin/data/deepseek-v2-lite/"
+# The conversation trace for the replay (bench serve --dataset-name trace), when present.
+[ -f "$ROOT/../shared/traces/mooncake_conversation_trace.jsonl" ] && mkdir -p "$STAGE/bin/data/traces" &&
+  cp "$ROOT/../shared/traces/mooncake_conversation_trace.jsonl" "$STAGE/bin/data/traces/"
 cp -L /usr/lib/x86_64-linux-gnu/libgomp.so.1 "$STAGE/bin/lib/"
 git -C "$ROOT" rev-parse --short HEAD >"$STAGE/bin/COMMIT"
 rm -rf "$DEST"

@@ -292,11 +292,16 @@ void Engine::FinishSeq(Sequence* s, const std::string& reason, EngineOutput* out
   }
 }
 
-void Engine::ProcessSample(Sequence* s, const float* logits_row, EngineOutput* out) {
+void Engine::ProcessSample(Sequence* s, const float* logits_row, int32_t runner_token, EngineOutput* out) {
   const SamplingParams& p = s->req.params;
-  std::vector<float> logits(logits_row, logits_row + vocab_size_);
   const int step = s->num_output();
-  SampleResult r = SampleToken(logits.data(), vocab_size_, p, s->counts, s->seed, step);
+  SampleResult r;
+  if (logits_row) {
+    std::vector<float> logits(logits_row, logits_row + vocab_size_);
+    r = SampleToken(logits.data(), vocab_size_, p, s->counts, s->seed, step);
+  } else {
+    r.token = runner_token;  // sampled by the runner (RowSampling: same semantics and RNG)
+  }
   const auto now = Clock::now();
   if (step == 0) {
     s->first_token = now;
@@ -429,6 +434,20 @@ bool Engine::Step() {
     if (it.start >= it.s->num_prompt) ++num_decode;
     else num_prefill_tokens += it.num_new;
   }
+  // Runner-side sampling (the CUDA runner samples on the device and returns ids, not logits)
+  // when the runner can and no sampled row needs the logits on the host (penalties, logprobs).
+  if (runner_->CanSample() && !samplers.empty()) {
+    bool all = true;
+    for (const Sequence* s : samplers) {
+      const SamplingParams& p = s->req.params;
+      if (p.logprobs >= 0 || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) { all = false; break; }
+    }
+    if (all)
+      for (const Sequence* s : samplers) {
+        const SamplingParams& p = s->req.params;
+        batch.sampling.push_back({p.temperature, p.top_p, p.top_k, s->seed, static_cast<uint64_t>(s->num_output())});
+      }
+  }
   ForwardOutput fout;
   Status st = runner_->Forward(batch, &fout);
   if (!st.ok()) {
@@ -437,7 +456,9 @@ bool Engine::Step() {
     PublishGauges();
     return true;
   }
-  DS_CHECK_EQ(fout.logits.size(), samplers.size() * static_cast<size_t>(vocab_size_));
+  const bool runner_sampled = !batch.sampling.empty();
+  if (runner_sampled) DS_CHECK_EQ(fout.token_ids.size(), samplers.size());
+  else DS_CHECK_EQ(fout.logits.size(), samplers.size() * static_cast<size_t>(vocab_size_));
 
   int64_t prompt_tokens_step = 0;
   for (const Item& it : items) {
@@ -453,7 +474,8 @@ bool Engine::Step() {
     Sequence* s = samplers[i];
     EngineOutput out;
     out.request_id = s->req.id;
-    ProcessSample(s, fout.logits.data() + i * vocab_size_, &out);
+    if (runner_sampled) ProcessSample(s, nullptr, fout.token_ids[i], &out);
+    else ProcessSample(s, fout.logits.data() + i * vocab_size_, -1, &out);
     out.num_prompt_tokens = s->num_prompt;
     out.num_output_tokens = s->num_output();
     out.num_cached_tokens = std::max(0, s->num_cached_prompt);

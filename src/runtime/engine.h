@@ -126,7 +126,8 @@ class Engine {
   void AbortSeq(Sequence* s, const std::string& reason, const std::string& error);
   void Preempt(Sequence* s);
   void RemoveFromQueues(Sequence* s);
-  void ProcessSample(Sequence* s, const float* logits, EngineOutput* out);
+  // logits: the row to sample on the host, or nullptr when the runner sampled `runner_token`.
+  void ProcessSample(Sequence* s, const float* logits, int32_t runner_token, EngineOutput* out);
   void MaybeLogStats();
   void PublishGauges();
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/rng.h"
+#include "scheduler/sampler.h"
 
 namespace ds {
 
@@ -37,6 +38,8 @@ void FakeModelRunner::ReferenceLogits(const std::vector<int32_t>& tokens, int vo
 
 Status FakeModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
   DS_RETURN_IF_ERROR(batch.Validate(num_blocks_));
+  if (!batch.sampling.empty() && !CanSample())
+    return InvalidArgument("FakeModelRunner: runner sampling requested but not enabled");
   ++calls_;
   if (echo_.step_delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(echo_.step_delay_us));
   tokens_ += batch.num_tokens();
@@ -81,6 +84,14 @@ Status FakeModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
         if (next >= 0 && next < V) row[next] += 30.0f;
       }
     }
+  }
+  if (!batch.sampling.empty()) {
+    out->token_ids.resize(batch.sampling.size());
+    for (size_t i = 0; i < batch.sampling.size(); ++i) {
+      const RowSampling& r = batch.sampling[i];
+      out->token_ids[i] = FastSample(out->logits.data() + i * V, V, r.temperature, r.top_p, r.top_k, r.seed, r.step);
+    }
+    out->logits.clear();
   }
   return Status::Ok();
 }

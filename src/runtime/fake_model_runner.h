@@ -24,6 +24,7 @@ struct FakeEcho {
   int32_t eos = -1;    // e.g. <｜end▁of▁sentence｜>
   bool enabled() const { return begin >= 0 && end >= 0 && eos >= 0; }
   int step_delay_us = 0;  // sleep per Forward call (makes "slow" requests for fault tests)
+  bool runner_sampling = false;  // CanSample(): samples like the CUDA runner (tests the engine path)
 };
 
 class FakeModelRunner : public ModelRunner {
@@ -32,6 +33,7 @@ class FakeModelRunner : public ModelRunner {
   const ModelConfig& config() const override { return config_; }
   int num_kv_blocks() const override { return num_blocks_; }
   Status Forward(const ForwardBatch& batch, ForwardOutput* out) override;
+  bool CanSample() const override { return echo_.runner_sampling; }
 
   // The logits row the runner returns after the context `tokens` (positions 0..n-1).
   // (Without echo; with echo the echoed token additionally gets +30.)

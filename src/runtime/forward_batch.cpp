@@ -38,6 +38,11 @@ Status ForwardBatch::Validate(int num_blocks) const {
   }
   for (int32_t i : logits_indices)
     if (i < 0 || i >= T) return InvalidArgument("ForwardBatch: logits index out of range");
+  if (!sampling.empty() && sampling.size() != logits_indices.size())
+    return InvalidArgument("ForwardBatch: sampling must be empty or have one entry per logits index");
+  for (const RowSampling& r : sampling)
+    if (!(r.top_p > 0.0f && r.top_p <= 1.0f) || r.top_k < 0 || !(r.temperature == r.temperature))
+      return InvalidArgument("ForwardBatch: bad sampling settings (top_p in (0, 1], top_k >= 0)");
   return Status::Ok();
 }
 

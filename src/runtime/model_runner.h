@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -18,6 +20,19 @@
 namespace ds {
 
 inline constexpr int kBlockSize = 64;  // tokens per KV block (page)
+
+// How the runner samples one logits row: the semantics and counter-based RNG of cpu::Sample
+// (backend/cpu/ops.h) and FastSample (scheduler/sampler.h): temperature <= 0 is argmax, else
+// softmax(logits / temperature), top_k (0 = all), top_p, and u = SplitMix64(seed ^
+// SplitMix64(step)) as the draw. Penalties and logprobs need the logits: the engine samples
+// such rows itself.
+struct RowSampling {
+  float temperature = 0.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  uint64_t seed = 0;
+  uint64_t step = 0;  // index of the token being generated (0 = first output token)
+};
 
 // One step's work. T = total new tokens, S = sequences.
 struct ForwardBatch {
@@ -30,6 +45,11 @@ struct ForwardBatch {
   // Token indices (into token_ids) whose logits are returned, in this order; usually the
   // last new token of each sequence that samples this step.
   std::vector<int32_t> logits_indices;
+  // Sampling in the runner (only when ModelRunner::CanSample()): empty, or one entry per
+  // logits row; then the runner samples those rows next to the logits and returns token ids
+  // (ForwardOutput::token_ids) instead of the [rows, vocab] fp32 logits, so a decode step of
+  // B sequences moves B ids to the host instead of B x vocab x 4 bytes.
+  std::vector<RowSampling> sampling;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }
@@ -38,7 +58,9 @@ struct ForwardBatch {
 };
 
 struct ForwardOutput {
-  std::vector<float> logits;  // [logits_indices.size(), vocab_size], fp32 on the host
+  std::vector<float> logits;      // [logits_indices.size(), vocab_size], fp32 on the host
+                                  // (empty when the batch asked for runner sampling)
+  std::vector<int32_t> token_ids; // [logits_indices.size()] when batch.sampling was given
 };
 
 class ModelRunner {
@@ -49,6 +71,12 @@ class ModelRunner {
   virtual int num_kv_blocks() const = 0;
   // Runs one step. Writes the new tokens' latent vectors into the cache.
   virtual Status Forward(const ForwardBatch& batch, ForwardOutput* out) = 0;
+  // Whether Forward() honours ForwardBatch::sampling (else it must be empty).
+  virtual bool CanSample() const { return false; }
+  // Device time per phase ("prefill/attn_core", "decode/moe_experts", ...) accumulated since
+  // the last call, in ms, when the runner was created with profiling on; empty otherwise.
+  // Clears the accumulators.
+  virtual std::map<std::string, double> TakeProfile() { return {}; }
 };
 
 }  // namespace ds

@@ -20,6 +20,7 @@ struct RunnerOptions {
   double mem_fraction_static = 0.9; // GPU: fraction of device memory for weights + KV pool
   uint64_t seed = 0;                // dummy weights
   bool cuda_graphs = true;          // GPU: decode steps through CUDA graphs (--disable-cuda-graph)
+  bool profile = false;             // GPU: per-phase device time (ModelRunner::TakeProfile; eager passes only)
 };
 
 // Errors: NOT_FOUND (no config), INVALID_ARGUMENT (bad option), UNIMPLEMENTED (e.g. --device

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <random>
 #include <string>
@@ -102,12 +103,69 @@ nlohmann::json PartsToJson(const bench::StepCost& c, const bench::Hardware& hw) 
   return {{"attention", one(p.attention)}, {"moe", one(p.moe)}, {"dense", one(p.dense)}, {"other", one(p.other)}};
 }
 
+// Device time by part from a runner profile (phase -> ms; ModelRunner::TakeProfile), the phases
+// of one prefix ("prefill/" or "decode/"), divided by `div` (e.g. the number of decode steps).
+struct PartTimes {
+  double attention = 0, moe = 0, dense = 0, other = 0;
+  double total() const { return attention + moe + dense + other; }
+};
+PartTimes PartsOfProfile(const std::map<std::string, double>& prof, const std::string& prefix, double div) {
+  PartTimes t;
+  for (const auto& [name, ms] : prof) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string ph = name.substr(prefix.size());
+    const double v = ms / div;
+    if (ph.rfind("attn_", 0) == 0) t.attention += v;
+    else if (ph.rfind("moe_", 0) == 0) t.moe += v;
+    else if (ph == "dense_mlp") t.dense += v;
+    else t.other += v;
+  }
+  return t;
+}
+
+nlohmann::json ProfileJson(const std::map<std::string, double>& prof, const std::string& prefix, double div,
+                           const ModelConfig& cfg) {
+  nlohmann::json phases = nlohmann::json::object();
+  for (const auto& [name, ms] : prof)
+    if (name.rfind(prefix, 0) == 0) phases[name.substr(prefix.size())] = ms / div;
+  const PartTimes t = PartsOfProfile(prof, prefix, div);
+  const int layers = cfg.num_hidden_layers;
+  int moe_layers = 0;
+  for (int l = 0; l < layers; ++l) moe_layers += cfg.is_moe_layer(l) ? 1 : 0;
+  const int dense_layers = layers - moe_layers;
+  return {{"phases_ms", phases},
+          {"parts_ms", {{"attention", t.attention}, {"moe", t.moe}, {"dense", t.dense}, {"other", t.other}}},
+          {"per_layer_ms",
+           {{"attention", layers ? t.attention / layers : 0.0},
+            {"moe", moe_layers ? t.moe / moe_layers : 0.0},
+            {"dense", dense_layers ? t.dense / dense_layers : 0.0}}},
+          {"layers", layers}, {"moe_layers", moe_layers}, {"dense_layers", dense_layers}, {"total_ms", t.total()}};
+}
+
+void PrintProfile(const char* what, const std::map<std::string, double>& prof, const std::string& prefix, double div,
+                  const ModelConfig& cfg) {
+  const nlohmann::json j = ProfileJson(prof, prefix, div, cfg);
+  const double tot = j["total_ms"].get<double>();
+  if (tot <= 0) return;
+  auto pct = [&](const char* k) { return 100.0 * j["parts_ms"][k].get<double>() / tot; };
+  std::printf("  %s device time by part (profiled eager pass%s): attention %.3f ms (%.0f%%; %.4f per layer), "
+              "MoE %.3f (%.0f%%; %.4f per MoE layer), dense MLP %.3f (%.0f%%; %.4f per dense layer), other %.3f (%.0f%%)\n",
+              what, div > 1 ? "es, per step" : "", j["parts_ms"]["attention"].get<double>(), pct("attention"),
+              j["per_layer_ms"]["attention"].get<double>(), j["parts_ms"]["moe"].get<double>(), pct("moe"),
+              j["per_layer_ms"]["moe"].get<double>(), j["parts_ms"]["dense"].get<double>(), pct("dense"),
+              j["per_layer_ms"]["dense"].get<double>(), j["parts_ms"]["other"].get<double>(), pct("other"));
+  std::printf("    phases:");
+  for (const auto& [k, v] : j["phases_ms"].items()) std::printf(" %s=%.3f", k.c_str(), v.get<double>());
+  std::printf("\n");
+}
+
 int RunOneBatch(int argc, char** argv) {
   CLI::App app{"Time prefill and decode steps of a fixed batch through a ModelRunner, beside the roofline",
                "dsinfer bench one-batch"};
   std::string model, load_format = "auto", device = "cpu", mla = "auto", output_file;
   int num_layers = 0, batch = 1, input_len = 128, output_len = 16, print_steps = 16;
   uint64_t seed = 0;
+  bool no_graphs = false, profile = false;
   HwFlags hw;
   app.add_option("--model", model, "model dir (config.json [+ safetensors])")->required();
   app.add_option("--load-format", load_format, "auto (checkpoint) | dummy (random weights from the config)")
@@ -122,6 +180,9 @@ int RunOneBatch(int argc, char** argv) {
   app.add_option("--seed", seed, "prompt tokens / dummy weights seed");
   app.add_option("--print-steps", print_steps, "decode steps printed (evenly spaced; all if O-1 <= this)");
   app.add_option("--output-file", output_file, "write results as JSON");
+  app.add_flag("--disable-cuda-graph,--enforce-eager", no_graphs, "cuda: run decode steps eagerly (no CUDA graphs)");
+  app.add_flag("--profile", profile,
+               "cuda: device time per phase (attention / MoE / dense / other, per layer); implies eager decode");
   AddRooflineFlags(app, &hw);
   try {
     app.parse(argc, argv);
@@ -156,6 +217,8 @@ int RunOneBatch(int argc, char** argv) {
   ro.num_layers = num_layers;
   ro.num_kv_blocks = blocks_per_seq * batch;
   ro.seed = seed;
+  ro.cuda_graphs = !no_graphs && !profile;
+  ro.profile = profile;
   auto t_load = Clock::now();
   auto runner_or = CreateModelRunner(ro);
   if (!runner_or.ok()) return Fail(who, 1, runner_or.status().ToString());
@@ -187,7 +250,15 @@ int RunOneBatch(int argc, char** argv) {
     b.logits_indices.push_back(b.num_tokens() - 1);
   }
   const int64_t V = cfg.vocab_size;
+  // Greedy next tokens: sampled by the runner where it can (the CUDA runner: on the device, B
+  // ids to the host per step, as the engine does), else argmax over the host logits.
+  const bool runner_samples = runner->CanSample();
+  if (runner_samples) b.sampling.assign(batch, RowSampling{});  // temperature 0: greedy
   auto argmax_rows = [&](const ForwardOutput& out, std::vector<int32_t>* next) {
+    if (runner_samples) {
+      *next = out.token_ids;
+      return;
+    }
     next->resize(batch);
     for (int s = 0; s < batch; ++s) {
       const float* row = out.logits.data() + static_cast<int64_t>(s) * V;
@@ -202,6 +273,7 @@ int RunOneBatch(int argc, char** argv) {
   if (!st.ok()) return Fail(who, 1, "prefill: " + st.ToString());
   std::vector<int32_t> next;
   argmax_rows(out, &next);
+  const std::map<std::string, double> prefill_prof = runner->TakeProfile();
   auto prefill_cost = bench::EstimateStep(cfg, bench::PrefillShape(batch, input_len), dt);
   auto prefill_rl = bench::RooflineTimeOf(prefill_cost, hwr);
 
@@ -228,6 +300,8 @@ int RunOneBatch(int argc, char** argv) {
     step_ctx.push_back(ctx);
   }
 
+  const std::map<std::string, double> decode_prof = runner->TakeProfile();
+  const double nsteps_d = std::max<double>(1.0, static_cast<double>(step_ms.size()));
   // Report.
   std::printf("================ One-batch benchmark ================\n");
   std::printf("model %s (%s), %d layers, device %s, weights %s, MLA %s\n", model.c_str(), cfg.model_type.c_str(),
@@ -238,6 +312,7 @@ int RunOneBatch(int argc, char** argv) {
   std::printf("prefill: %.3f ms (%.1f tok/s), roofline %.3f ms, ratio %.2fx\n", prefill_ms,
               batch * input_len / (prefill_ms / 1e3), prefill_rl.ms(), prefill_ms / std::max(1e-12, prefill_rl.ms()));
   PrintCostLine("prefill", prefill_cost, prefill_rl, hwr);
+  PrintProfile("prefill", prefill_prof, "prefill/", 1.0, cfg);
   const int nsteps = static_cast<int>(step_ms.size());
   double med = 0, rl_med = 0;
   if (nsteps > 0) {
@@ -252,13 +327,17 @@ int RunOneBatch(int argc, char** argv) {
       std::printf("%8d %8d %12.3f %14.3f %8.2f\n", i + 1, step_ctx[i], step_ms[i], step_rl_ms[i],
                   step_ms[i] / std::max(1e-12, step_rl_ms[i]));
     }
-    std::printf("  (each timed step includes copying %s of fp32 logits [%d x %d] to the host)\n",
-                HumanBytes(4.0 * batch * cfg.vocab_size).c_str(), batch, cfg.vocab_size);
+    if (runner_samples)
+      std::printf("  (each timed step includes greedy sampling on the device and copying %d ids to the host)\n", batch);
+    else
+      std::printf("  (each timed step includes copying %s of fp32 logits [%d x %d] to the host)\n",
+                  HumanBytes(4.0 * batch * cfg.vocab_size).c_str(), batch, cfg.vocab_size);
     med = bench::Percentile(step_ms, 50);
     rl_med = bench::Percentile(step_rl_ms, 50);
     std::printf("decode: median step %.3f ms (mean %.3f, p90 %.3f), roofline %.3f ms, ratio %.2fx; %.1f output tok/s\n",
                 med, bench::Summarize(step_ms).mean, bench::Percentile(step_ms, 90), rl_med,
                 med / std::max(1e-12, rl_med), batch / (med / 1e3));
+    PrintProfile("decode", decode_prof, "decode/", nsteps_d, cfg);
   }
   std::printf("=====================================================\n");
   if (!output_file.empty()) {
@@ -287,7 +366,11 @@ int RunOneBatch(int argc, char** argv) {
     j["step_ms"] = med;
     j["roofline_step_ms"] = rl_med;
     j["decode_step_ms_mean"] = bench::Summarize(step_ms).mean;
-    j["logits_bytes_per_step"] = 4.0 * batch * cfg.vocab_size;
+    j["logits_bytes_per_step"] = runner_samples ? 4.0 * batch : 4.0 * batch * cfg.vocab_size;
+    j["device_sampling"] = runner_samples;
+    j["cuda_graphs"] = cuda && ro.cuda_graphs;
+    if (!prefill_prof.empty()) j["prefill_profile"] = ProfileJson(prefill_prof, "prefill/", 1.0, cfg);
+    if (!decode_prof.empty()) j["decode_profile"] = ProfileJson(decode_prof, "decode/", nsteps_d, cfg);
     j["steps"] = nlohmann::json::array();
     for (int i = 0; i < nsteps; ++i)
       j["steps"].push_back({{"context", step_ctx[i]}, {"ms", step_ms[i]}, {"roofline_ms", step_rl_ms[i]}});

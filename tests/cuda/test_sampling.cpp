@@ -40,5 +40,37 @@ TEST(CudaSampling, MatchesCpu) {
   EXPECT_EQ(mismatch, 0);
 }
 
+// The greedy fast path (all_greedy: argmax kernel, no sort) against cpu::Sample at T = 0,
+// with ties at the top (lowest id wins), a -inf row and a row of a padded leading dimension.
+TEST(CudaSampling, AllGreedyArgmaxMatchesCpu) {
+  const int64_t V = 102400, ld = V + 64, R = 37;
+  auto logits = RandomNormal(R * ld, 3.f);
+  for (int64_t i = 0; i < 10; ++i) logits[3 * ld + 777 + i * 5] = 60.f;  // tie: 777 wins
+  for (int64_t v = 0; v < V; ++v) logits[7 * ld + v] = -INFINITY;      // degenerate row: token 0
+  logits[9 * ld + V - 1] = 99.f;                                       // last id wins
+  std::vector<float> temp(R, 0.f), top_p(R, 1.f);
+  std::vector<int32_t> top_k(R, 0);
+  std::vector<uint64_t> seed(R, 1), step(R, 0);
+  Dev<float> dl(logits), dt(temp), dp(top_p);
+  Dev<int32_t> dk(top_k), dout(R);
+  Dev<uint64_t> dseed(seed), dstep(step);
+  SampleParams sp{dl.get(), ld, R, V, dt.get(), dp.get(), dk.get(), dseed.get(), dstep.get(), dout.get(), nullptr};
+  sp.all_greedy = true;
+  Sample(sp);
+  auto got = dout.Download();
+  int64_t mismatch = 0;
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t ref = cpu::Sample({logits.data() + r * ld, V, 0.f, 1.f, 0, 1, 0});
+    if (ref != got[r]) {
+      ++mismatch;
+      std::printf("argmax row %lld: cuda %d cpu %d\n", (long long)r, got[r], ref);
+    }
+  }
+  EXPECT_EQ(got[3], 777);
+  EXPECT_EQ(got[9], V - 1);
+  std::printf("[metric] op=sample case=argmax_37rows mismatches=%lld of %lld\n", (long long)mismatch, (long long)R);
+  EXPECT_EQ(mismatch, 0);
+}
+
 }  // namespace
 }  // namespace ds::cuda::test

@@ -136,7 +136,7 @@ inline void ExpectClose(const std::string& op, const std::string& cas, const std
               (s.bad == 0 && s.rel_l2 <= rel_bound && (abs_bound <= 0 || s.max_abs <= abs_bound)) ? " PASS" : " FAIL");
   EXPECT_EQ(s.bad, 0) << op << " " << cas << ": non-finite outputs";
   EXPECT_LE(s.rel_l2, rel_bound) << op << " " << cas;
-  if (abs_bound > 0) EXPECT_LE(s.max_abs, abs_bound) << op << " " << cas;
+  if (abs_bound > 0) { EXPECT_LE(s.max_abs, abs_bound) << op << " " << cas; }
 }
 
 }  // namespace ds::cuda::test

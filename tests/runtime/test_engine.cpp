@@ -123,6 +123,72 @@ INSTANTIATE_TEST_SUITE_P(Schedules, EngineMatrix,
                                            Case{4096, 64, 12, true},    // tight pool: preemption
                                            Case{64, 64, 9, false}));    // tight + chunked
 
+// Runner-side sampling (what the CUDA runner does on the device) must give the same tokens
+// as the engine's host sampling: same semantics, same (seed, step) RNG. Rows that need the
+// logits (logprobs, penalties) keep host sampling, even mixed into the same step.
+TEST(Engine, RunnerSamplingEqualsHostSampling) {
+  const int V = 300;
+  auto run = [&](bool runner_sampling, int64_t* forward_calls) {
+    FakeEcho fe;
+    fe.runner_sampling = runner_sampling;
+    FakeModelRunner runner(TinyConfig(V), 256, fe);
+    EXPECT_EQ(runner.CanSample(), runner_sampling);
+    ByteDecoder dec;
+    EngineOptions o;
+    o.max_num_batched_tokens = 64;  // chunked prefill: sampling rows appear mid-batch
+    o.stats_interval_s = 0;
+    Engine e(&runner, &dec, o);
+    Collector col;
+    for (uint64_t id = 1; id <= 10; ++id) {
+      EngineRequest r;
+      r.id = id;
+      r.prompt = Prompt(20 + static_cast<int>(id) * 9, static_cast<int>(id));
+      r.params.temperature = id % 3 == 0 ? 0.0f : 0.9f;
+      r.params.top_p = id % 2 ? 0.8f : 1.0f;
+      r.params.top_k = id % 4 == 1 ? 20 : 0;
+      r.params.seed = 1000 + id;
+      if (id == 5) r.params.logprobs = 2;           // needs host logits
+      if (id == 7) r.params.presence_penalty = 0.5f;  // needs host logits
+      r.params.max_tokens = 30;
+      r.params.ignore_eos = true;
+      r.on_output = col.For(id);
+      EXPECT_TRUE(e.Add(std::move(r)).ok());
+    }
+    RunToCompletion(e);
+    *forward_calls = runner.num_forward_calls();
+    return col.tokens;
+  };
+  int64_t calls_host = 0, calls_runner = 0;
+  auto host = run(false, &calls_host);
+  auto dev = run(true, &calls_runner);
+  ASSERT_EQ(host.size(), 10u);
+  EXPECT_EQ(calls_host, calls_runner);
+  for (uint64_t id = 1; id <= 10; ++id) {
+    EXPECT_EQ(host[id].size(), 30u);
+    EXPECT_EQ(host[id], dev[id]) << "request " << id;
+  }
+}
+
+TEST(Engine, RunnerSamplingValidation) {
+  FakeModelRunner runner(TinyConfig(300), 8);  // cannot sample
+  ForwardBatch b;
+  b.token_ids = {1};
+  b.positions = {0};
+  b.query_start = {0, 1};
+  b.context_lens = {1};
+  b.block_tables = {0};
+  b.max_blocks = 1;
+  b.logits_indices = {0};
+  b.sampling.push_back({});
+  ForwardOutput out;
+  EXPECT_FALSE(runner.Forward(b, &out).ok());
+  b.sampling.push_back({});  // two entries for one row
+  EXPECT_FALSE(b.Validate(8).ok());
+  b.sampling.resize(1);
+  b.sampling[0].top_p = 0.0f;
+  EXPECT_FALSE(b.Validate(8).ok());
+}
+
 TEST(Engine, PreemptionHappensInATightPool) {
   const int V = 300;
   FakeModelRunner runner(TinyConfig(V), 6);

@@ -23,6 +23,7 @@
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/runner_kernels.h"
+#include "backend/cuda/sampling.h"
 #include "backend/cuda/silu_and_mul.h"
 #include "backend/cuda/stream.h"
 #include "common/dtype.h"
@@ -84,11 +85,17 @@ class CudaModelRunner : public ModelRunner {
  public:
   CudaModelRunner(const ModelConfig& cfg, const CudaRunnerOptions& o) : cfg_(cfg), opts_(o) {
     const char* e = std::getenv("DS_CUDA_PROFILE");
-    prof_on_ = e && std::string(e) == "1";
+    prof_log_ = e && std::string(e) == "1";
+    prof_on_ = prof_log_ || o.profile;
+  }
+  std::map<std::string, double> TakeProfile() override {
+    std::map<std::string, double> p;
+    p.swap(prof_ms_);
+    return p;
   }
   ~CudaModelRunner() override {
     DropGraphs();
-    if (!prof_on_ || prof_ms_.empty()) return;
+    if (!prof_log_ || prof_ms_.empty()) return;
     double total = 0;
     for (const auto& [k, v] : prof_ms_) total += v;
     std::string line = "cuda runner profile (device ms, all passes):";
@@ -102,6 +109,7 @@ class CudaModelRunner : public ModelRunner {
   const ModelConfig& config() const override { return cfg_; }
   int num_kv_blocks() const override { return num_blocks_; }
   Status Forward(const ForwardBatch& batch, ForwardOutput* out) override;
+  bool CanSample() const override { return true; }
 
   Status Init(const Checkpoint* ckpt);
 
@@ -119,7 +127,13 @@ class CudaModelRunner : public ModelRunner {
   // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise).
   void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
                 int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch);
-  void RunPass(const ForwardBatch& b, float* logits_out);
+  // One model pass. Logits rows go to logits_out (host), or, when b.sampling is set, are
+  // sampled on the device and only the ids go to ids_out (host).
+  void RunPass(const ForwardBatch& b, float* logits_out, int32_t* ids_out = nullptr);
+  // Samples R rows of d_logits ([R, ld] device fp32) with `rs` (RowSampling semantics) and
+  // copies the ids to host_ids; synchronises the stream.
+  void SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs, int32_t* host_ids);
+  DeviceBuffer samp_t_, samp_p_, samp_k_, samp_seed_, samp_step_, samp_ids_, samp_idx_, samp_rows_;
   // ---- CUDA graphs for decode steps ----
   // One captured decode forward: a bucket of `bucket` sequences with block tables of
   // `cap_blocks` entries. Its inputs live in these persistent device buffers, written before
@@ -174,7 +188,7 @@ class CudaModelRunner : public ModelRunner {
     for (auto& m : marks_) cudaEventDestroy(m.second);
     marks_.clear();
   }
-  bool prof_on_ = false;
+  bool prof_on_ = false, prof_log_ = false;
   std::string prof_prefix_;
   std::vector<std::pair<std::string, cudaEvent_t>> marks_;
   std::map<std::string, double> prof_ms_;
@@ -832,7 +846,33 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   MoeCombine({ey16_.get(), true, Hd, moe_pos_.as<int32_t>(), topk_w_.as<float>(), T, K, Hd, out, Hd, LW.has_mlp, s_});
 }
 
-void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
+void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
+                                 int32_t* host_ids) {
+  DS_CHECK(static_cast<int64_t>(rs.size()) == R) << "SampleRows: " << rs.size() << " settings for " << R << " rows";
+  std::vector<float> t(R), p(R);
+  std::vector<int32_t> k(R);
+  std::vector<uint64_t> seed(R), step(R);
+  bool greedy = true;
+  for (int64_t r = 0; r < R; ++r) {
+    t[r] = rs[r].temperature; p[r] = rs[r].top_p; k[r] = rs[r].top_k; seed[r] = rs[r].seed; step[r] = rs[r].step;
+    greedy = greedy && t[r] <= 0.0f;
+  }
+  samp_t_.Reserve(R * 4); samp_p_.Reserve(R * 4); samp_k_.Reserve(R * 4);
+  samp_seed_.Reserve(R * 8); samp_step_.Reserve(R * 8); samp_ids_.Reserve(R * 4);
+  DS_CUDA_CHECK(cudaMemcpyAsync(samp_t_.get(), t.data(), R * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(samp_p_.get(), p.data(), R * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(samp_k_.get(), k.data(), R * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(samp_seed_.get(), seed.data(), R * 8, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(samp_step_.get(), step.data(), R * 8, cudaMemcpyHostToDevice, s_));
+  SampleParams sp{d_logits, ld, R, cfg_.vocab_size, samp_t_.as<float>(), samp_p_.as<float>(), samp_k_.as<int32_t>(),
+                  samp_seed_.as<uint64_t>(), samp_step_.as<uint64_t>(), samp_ids_.as<int32_t>(), s_};
+  sp.all_greedy = greedy;
+  Sample(sp);
+  DS_CUDA_CHECK(cudaMemcpyAsync(host_ids, samp_ids_.get(), R * 4, cudaMemcpyDeviceToHost, s_));
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+}
+
+void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t* ids_out) {
   const int64_t T = b.num_tokens(), Hd = cfg_.hidden_size, V = cfg_.vocab_size, Tr = RoundUp(T, 64) + 64;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const int32_t* d_ids = nullptr;
@@ -906,9 +946,14 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out) {
   GatherRows(h32_.get(), Hd * 4, tok_idx_.as<int32_t>(), R, Hd * 4, sel32_.get(), Hd * 4, s_);
   LinearFwd(lm_head_lin_, sel32_.as<float>(), Hd, R, logits_.as<float>(), V);
   Mark("final_norm_lm_head");
-  DS_CUDA_CHECK(cudaMemcpyAsync(logits_out, logits_.get(), R * V * sizeof(float), cudaMemcpyDeviceToHost, s_));
-  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
-  Mark("logits_to_host");
+  if (!b.sampling.empty()) {
+    SampleRows(logits_.as<float>(), V, R, b.sampling, ids_out);
+    Mark("sample");
+  } else {
+    DS_CUDA_CHECK(cudaMemcpyAsync(logits_out, logits_.get(), R * V * sizeof(float), cudaMemcpyDeviceToHost, s_));
+    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+    Mark("logits_to_host");
+  }
   CollectMarks();
 }
 
@@ -922,7 +967,11 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
   for (int32_t p : batch.positions)
     if (p >= rope_.max_pos) return InvalidArgument("position " + std::to_string(p) + " beyond the KV pool");
   const int64_t R = static_cast<int64_t>(batch.logits_indices.size());
-  out->logits.assign(R * vocab, 0.f);
+  const bool sample = !batch.sampling.empty();
+  out->logits.clear();
+  out->token_ids.clear();
+  if (sample) out->token_ids.assign(R, 0);
+  else out->logits.assign(R * vocab, 0.f);
   if (GraphEligible(batch)) {
     try {
       ForwardDecodeGraph(batch, out);
@@ -962,6 +1011,7 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
           for (int64_t r = 0; r < R; ++r)
             if (batch.logits_indices[r] == t) {
               sub.logits_indices.push_back(static_cast<int32_t>(sub.token_ids.size() - 1));
+              if (sample) sub.sampling.push_back(batch.sampling[r]);
               out_rows.push_back(r);
             }
         }
@@ -969,6 +1019,12 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
         sub.context_lens.push_back(batch.context_lens[pc.s] - (q1 - pc.t1));
         sub.block_tables.insert(sub.block_tables.end(), batch.block_tables.begin() + pc.s * batch.max_blocks,
                                 batch.block_tables.begin() + (pc.s + 1) * batch.max_blocks);
+      }
+      if (sample) {
+        std::vector<int32_t> ids(sub.logits_indices.size());
+        RunPass(sub, nullptr, ids.data());
+        for (size_t i = 0; i < out_rows.size(); ++i) out->token_ids[out_rows[i]] = ids[i];
+        continue;
       }
       std::vector<float> logits(sub.logits_indices.size() * vocab);
       RunPass(sub, logits.data());
@@ -1073,6 +1129,22 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
   }
   gin_ = nullptr;
   const int64_t V = cfg_.vocab_size;
+  const int64_t R = static_cast<int64_t>(b.logits_indices.size());
+  if (!b.sampling.empty()) {
+    // Sample the requested rows on the device: the decode step returns R ids, not R x V logits.
+    bool identity = true;
+    for (int64_t r = 0; r < R; ++r) identity = identity && b.logits_indices[r] == r;
+    const float* rows = logits_.as<float>();
+    if (!identity) {
+      samp_idx_.Reserve(R * 4);  // own buffers: growing a graph's buffers would drop the graphs
+      samp_rows_.Reserve(R * V * sizeof(float));
+      DS_CUDA_CHECK(cudaMemcpyAsync(samp_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
+      GatherRows(logits_.get(), V * 4, samp_idx_.as<int32_t>(), R, V * 4, samp_rows_.get(), V * 4, s_);
+      rows = samp_rows_.as<float>();
+    }
+    SampleRows(rows, V, R, b.sampling, out->token_ids.data());
+    return;
+  }
   for (size_t r = 0; r < b.logits_indices.size(); ++r)
     DS_CUDA_CHECK(cudaMemcpyAsync(out->logits.data() + r * V, logits_.as<float>() + int64_t{b.logits_indices[r]} * V,
                                   V * sizeof(float), cudaMemcpyDeviceToHost, s_));

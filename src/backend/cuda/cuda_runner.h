@@ -65,6 +65,10 @@ struct CudaRunnerOptions {
   // `--enforce-eager` turn it off.
   bool cuda_graphs = true;
   int cuda_graph_max_batch = 256;
+  // Per-phase device time with CUDA events (ModelRunner::TakeProfile); graph replays are not
+  // profiled, so profile with cuda_graphs off. The environment variable DS_CUDA_PROFILE=1 also
+  // turns it on (and logs the totals when the runner is destroyed).
+  bool profile = false;
   int device = 0;
 };
 

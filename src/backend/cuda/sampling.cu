@@ -129,11 +129,42 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p, const f
   if (threadIdx.x == 0) p.out_ids[row] = ord[k < keep ? k : keep - 1];
 }
 
+// Argmax of each row (lowest id on ties, as cpu::Sample); one block per row.
+__global__ void __launch_bounds__(kThreads) ArgmaxKernel(const float* logits, int64_t ld, int64_t vocab, int32_t* out) {
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * ld;
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;
+  for (int64_t v = threadIdx.x; v < vocab; v += kThreads) {
+    const float x = row[v];
+    if (x > bv || (x == bv && static_cast<int32_t>(v) < bi)) { bv = x; bi = static_cast<int32_t>(v); }
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
+    if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+  }
+  __shared__ float sv[kThreads / 32];
+  __shared__ int32_t si[kThreads / 32];
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) { sv[w] = bv; si[w] = bi; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int i = 1; i < kThreads / 32; ++i)
+      if (sv[i] > bv || (sv[i] == bv && si[i] < bi)) { bv = sv[i]; bi = si[i]; }
+    out[blockIdx.x] = bi == INT32_MAX ? 0 : bi;  // all NaN / -inf: token 0
+  }
+}
+
 }  // namespace
 
 void Sample(const SampleParams& p) {
   DS_CHECK(p.vocab > 0 && p.vocab < (1ll << 31)) << "Sample: bad vocab " << p.vocab;
   if (p.rows == 0) return;
+  if (p.all_greedy) {
+    ArgmaxKernel<<<p.rows, kThreads, 0, p.stream>>>(p.logits, p.ld, p.vocab, p.out_ids);
+    DS_CUDA_CHECK_LAUNCH("ArgmaxKernel");
+    return;
+  }
   const int64_t n = p.rows * p.vocab;
   DeviceBuffer keys_in(n * sizeof(float)), keys_out(n * sizeof(float));
   DeviceBuffer vals_in(n * sizeof(int32_t)), vals_out(n * sizeof(int32_t));

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# On the GPU machine: issue 7's end-to-end runs (bench/sweep_e2e.sh) on the prebuilt binaries
+# that scripts/gpu_carry.sh packed into .carry/bin.tar.xz (run from the repository root):
+#   bash scripts/gpu_e2e.sh            (the device tool: carry [".carry"])
+# Environment (defaults in brackets):
+#   E2E_MODELS ["v2-lite"]: any of v2-lite (27 layers, dummy BF16), v3 (truncated, dummy FP8)
+#   V3_LAYERS [8]   E2E_BUDGET_S [540]: sweep stages stop starting new points after this
+#   E2E_STAGES ["serve onebatch roofline hf"]   plus whatever sweep_e2e.sh reads (CONCURRENCY,
+#   INPUT_LENS, PROMPTS_PER_CONC, MIN_PROMPTS, ONE_BATCH_CONC, ONE_BATCH_OUTPUT_LEN, HF_* ...)
+#   PROFILE_RUNS ["1:1024 64:1024"]: batch:input one-batch --profile runs per model (per-layer
+#   time by part, eager) for the analysis.
+# Results (JSON, logs, plots, summary.md) come back in $OUT/e2e_results.tgz, with summary.md,
+# e2e.json and the plots also as plain files.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+FINAL=${OUT:-/tmp/gpu_e2e_out}
+mkdir -p "$FINAL"
+T0=$(date +%s)
+W=/tmp/dsinfer_e2e
+mkdir -p $W && xz -dc .carry/bin.tar.xz | tar -C $W -xf - || { echo "no .carry/bin.tar.xz"; exit 1; }
+B=$W/bin
+CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
+RES=/tmp/e2e_results
+mkdir -p $RES/logs
+nvidia-smi > $RES/logs/nvidia_smi.txt 2>&1
+E2E_MODELS=${E2E_MODELS:-v2-lite}
+V3_LAYERS=${V3_LAYERS:-8}
+SPECS=""
+for m in $E2E_MODELS; do
+  case $m in
+    v2-lite) SPECS="$SPECS v2-lite:$B/data/deepseek-v2-lite:27:bf16" ;;
+    v3) SPECS="$SPECS v3:$B/data/deepseek-v3:$V3_LAYERS:fp8" ;;
+    *) echo "unknown model $m" ;;
+  esac
+done
+export COMMIT=$(cat $B/COMMIT)
+export DEADLINE=$((T0 + ${E2E_BUDGET_S:-540}))
+export DSINFER=$B/dsinfer PYTHON=${PYTHON:-python3} DEVICE=cuda OUT_DIR=$RES MODEL_SPECS="$SPECS"
+export STAGES="${E2E_STAGES:-serve onebatch roofline hf} records plot analyze"
+export PROMPTS_PER_CONC=${PROMPTS_PER_CONC:-1} MIN_PROMPTS=${MIN_PROMPTS:-4}
+export ONE_BATCH_CONC=${ONE_BATCH_CONC:-"1 8 64"} ONE_BATCH_OUTPUT_LEN=${ONE_BATCH_OUTPUT_LEN:-64}
+export HF_BATCH=${HF_BATCH:-"1 8"} HF_INPUT_LENS=${HF_INPUT_LENS:-1024} HF_OUTPUT_LEN=${HF_OUTPUT_LEN:-64}
+export BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-300} SERVER_WAIT_S=${SERVER_WAIT_S:-300}
+echo "[gpu_e2e] commit $COMMIT models: $SPECS; stages: $STAGES; budget ${E2E_BUDGET_S:-540} s" | tee $RES/logs/gpu_e2e.txt
+bash bench/sweep_e2e.sh 2>&1 | tee -a $RES/logs/gpu_e2e.txt
+# Per-layer time by part (profiled eager passes) for the analysis.
+for spec in $SPECS; do
+  IFS=: read -r name dir layers dtype <<< "$spec"
+  for pr in ${PROFILE_RUNS:-"1:1024 64:1024"}; do
+    IFS=: read -r pb pl <<< "$pr"
+    [ "$(date +%s)" -ge "$DEADLINE" ] && { echo "[gpu_e2e] deadline: skipping profile $name $pb:$pl" | tee -a $RES/logs/gpu_e2e.txt; continue; }
+    timeout 120 $B/dsinfer bench one-batch --model "$dir" --load-format dummy --num-layers "$layers" --batch-size "$pb" \
+      --input-len "$pl" --output-len 16 --device cuda --profile --mem-bw-gbps 3931 --flops-tflops 700 \
+      --output-file "$RES/raw/profile_${name}_in${pl}_b${pb}.json" > "$RES/logs/profile_${name}_in${pl}_b${pb}.txt" 2>&1
+    grep -E "device time by part|phases:" "$RES/logs/profile_${name}_in${pl}_b${pb}.txt" | tee -a $RES/logs/gpu_e2e.txt
+  done
+done
+echo "[gpu_e2e] done in $(( $(date +%s) - T0 )) s" | tee -a $RES/logs/gpu_e2e.txt
+tar -C /tmp -czf "$FINAL/e2e_results.tgz" e2e_results
+for f in summary.md e2e.json throughput_vs_concurrency.svg pareto.svg; do [ -f $RES/$f ] && cp $RES/$f "$FINAL/"; done
+cp $RES/logs/gpu_e2e.txt "$FINAL/"
+tail -40 $RES/logs/gpu_e2e.txt
