@@ -83,6 +83,34 @@ def main():
         else:
             lines.append("- No concurrency met median TPOT <= %g ms." % a.tpot_slo_ms)
         lines.append("")
+    # Measured device time by part (one-batch --profile: CUDA events between phases of eager
+    # passes; graphs off, so each step carries some launch overhead the graph path does not).
+    profs = sorted(glob.glob(os.path.join(raw, "profile_*.json")))
+    if profs:
+        lines += ["## Where the time goes (measured, one-batch --profile)", "",
+                  "| model | batch x input | pass | attention ms (per layer) | MoE ms (per MoE layer) | "
+                  "dense MLP ms (per dense layer) | other ms | total ms |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for path in profs:
+            pj = load(path)
+            if not pj:
+                continue
+            name = os.path.basename(path)[len("profile_"):-len(".json")]
+            for which, key in (("prefill", "prefill_profile"), ("decode step", "decode_profile")):
+                pr = pj.get(key)
+                if not pr:
+                    continue
+                parts, per = pr["parts_ms"], pr["per_layer_ms"]
+                tot = pr["total_ms"] or 1
+
+                def cell(k, per_k=None):
+                    v = parts[k]
+                    t = "%.3f (%.0f%%)" % (v, 100 * v / tot)
+                    return t + ("; %.4f" % per[per_k] if per_k else "")
+                lines.append("| %s | %d x %d | %s | %s | %s | %s | %s | %.3f |" % (
+                    name.rsplit("_in", 1)[0], pj.get("batch_size", 0), pj.get("input_len", 0), which,
+                    cell("attention", "attention"), cell("moe", "moe"), cell("dense", "dense"), cell("other"), tot))
+        lines.append("")
     for path in sorted(glob.glob(os.path.join(res_dir, "trace_*.json"))):
         t = load(path)
         if not t:
