@@ -2,44 +2,36 @@
 
 #include <algorithm>
 
+#include "common/utf8.h"
+
 namespace ds {
 
-namespace {
-bool EndsWithReplacementChar(const std::string& s) {
-  return s.size() >= 3 && s.compare(s.size() - 3, 3, "\xEF\xBF\xBD") == 0;
+DeltaDetokenizer::DeltaDetokenizer(const TokenDecoder* decoder, bool skip_special_tokens,
+                                   std::span<const int32_t> prompt_ids)
+    : decoder_(decoder), skip_special_(skip_special_tokens) {
+  for (int32_t id : prompt_ids) pending_.append(decoder_->TokenBytes(id, skip_special_));
+  prompt_text_ = Drain();
 }
-}  // namespace
+
+std::string DeltaDetokenizer::Drain() {
+  const size_t n = Utf8CompletePrefix(pending_);
+  if (n == 0) return {};
+  std::string out = Utf8Lossy(std::string_view(pending_).substr(0, n));
+  pending_.erase(0, n);
+  return out;
+}
 
 std::string DeltaDetokenizer::Add(int32_t token) {
-  ids_.push_back(token);
-  std::vector<int32_t> prev(ids_.begin() + prefix_, ids_.begin() + read_);
-  std::vector<int32_t> all(ids_.begin() + prefix_, ids_.end());
-  std::string prefix_text = decoder_->Decode(prev, skip_special_);
-  std::string new_text = decoder_->Decode(all, skip_special_);
-  if (new_text.size() > prefix_text.size() && !EndsWithReplacementChar(new_text) &&
-      new_text.compare(0, prefix_text.size(), prefix_text) == 0) {
-    std::string delta = new_text.substr(prefix_text.size());
-    prefix_ = read_;
-    read_ = ids_.size();
-    return delta;
-  }
-  // Keep the window bounded: if we have held back many tokens of garbage, emit it anyway.
-  if (ids_.size() - read_ > 16) return Flush();
-  return {};
+  std::string_view b = decoder_->TokenBytes(token, skip_special_);
+  if (b.empty()) return {};
+  pending_.append(b);
+  return Drain();
 }
 
 std::string DeltaDetokenizer::Flush() {
-  if (read_ == ids_.size()) return {};
-  std::vector<int32_t> prev(ids_.begin() + prefix_, ids_.begin() + read_);
-  std::vector<int32_t> all(ids_.begin() + prefix_, ids_.end());
-  std::string prefix_text = decoder_->Decode(prev, skip_special_);
-  std::string new_text = decoder_->Decode(all, skip_special_);
-  prefix_ = read_;
-  read_ = ids_.size();
-  if (new_text.size() > prefix_text.size() &&
-      new_text.compare(0, prefix_text.size(), prefix_text) == 0)
-    return new_text.substr(prefix_text.size());
-  return {};
+  std::string out = Utf8Lossy(pending_);
+  pending_.clear();
+  return out;
 }
 
 size_t StopPrefixHoldback(const std::string& text, const std::vector<std::string>& stops) {
@@ -99,43 +91,4 @@ std::string StopStringMatcher::Flush() {
   return rest;
 }
 
-}  // namespace ds
-
-namespace ds {
-std::string SanitizeUtf8(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  const unsigned char* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    unsigned char c = p[i];
-    if (c < 0x80) { out.push_back(static_cast<char>(c)); ++i; continue; }
-    int len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) { len = 3; lo = 0xA0; }
-    else if (c >= 0xE1 && c <= 0xEC) len = 3;
-    else if (c == 0xED) { len = 3; hi = 0x9F; }
-    else if (c >= 0xEE && c <= 0xEF) len = 3;
-    else if (c == 0xF0) { len = 4; lo = 0x90; }
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) { len = 4; hi = 0x8F; }
-    if (len == 0) { out += "\xEF\xBF\xBD"; ++i; continue; }
-    size_t j = 1;
-    for (; j < static_cast<size_t>(len) && i + j < n; ++j) {
-      unsigned char cc = p[i + j];
-      unsigned char l = (j == 1) ? lo : 0x80, h = (j == 1) ? hi : 0xBF;
-      if (cc < l || cc > h) break;
-    }
-    if (j == static_cast<size_t>(len)) {
-      out.append(s, i, len);
-      i += len;
-    } else {
-      out += "\xEF\xBF\xBD";
-      i += j;
-    }
-  }
-  return out;
-}
 }  // namespace ds

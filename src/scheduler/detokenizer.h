@@ -4,37 +4,49 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ds {
 
-// Decodes token ids to UTF-8 text. Implementations replace invalid UTF-8 with U+FFFD and
-// must be safe to call concurrently (const).
+// Decodes token ids to UTF-8 text (byte-level BPE: a token is a byte string, the text of ids
+// is the lossy UTF-8 decoding of their concatenated bytes). Implementations replace invalid
+// UTF-8 with U+FFFD and must be safe to call concurrently (const).
 class TokenDecoder {
  public:
   virtual ~TokenDecoder() = default;
   virtual std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const = 0;
+  // Raw bytes of one token (empty for a skipped special token or an unknown id); valid while
+  // the decoder lives. Decode(ids) == Utf8Lossy(concatenated TokenBytes).
+  virtual std::string_view TokenBytes(int32_t id, bool skip_special_tokens) const = 0;
 };
 
-// vLLM-style prefix/read offsets: text of a new token = Decode(ids[prefix:]) minus
-// Decode(ids[prefix:read]); a delta ending in U+FFFD (an incomplete multi-byte character,
-// or genuinely invalid bytes) is held back until more tokens arrive or Flush().
+// Incremental (streaming) detokenization, byte-level: each token's bytes are appended and the
+// longest prefix whose decoding is final (common/utf8.h Utf8CompletePrefix) is emitted, so a
+// delta never holds a broken character: bytes of a character split across tokens wait until
+// it is complete; invalid UTF-8 comes out as U+FFFD per maximal subpart exactly as Decode
+// would. Hence PromptText() + concat(Add deltas) + Flush() == Decode(prompt + generated).
+// When the prompt ends mid-character, the first delta that completes it carries the whole
+// character. O(bytes of the token) per Add. One instance per sequence; not thread-safe.
 class DeltaDetokenizer {
  public:
-  DeltaDetokenizer(const TokenDecoder* decoder, bool skip_special_tokens)
-      : decoder_(decoder), skip_special_(skip_special_tokens) {}
+  DeltaDetokenizer(const TokenDecoder* decoder, bool skip_special_tokens, std::span<const int32_t> prompt_ids = {});
   // Adds one token; returns the newly complete text (possibly empty).
   std::string Add(int32_t token);
-  // Everything still held back (invalid bytes come out as U+FFFD).
+  // End of stream: the held incomplete bytes as U+FFFD (empty if none).
   std::string Flush();
-  const std::vector<int32_t>& ids() const { return ids_; }
+  // Text of the prompt's complete characters (not emitted as a delta).
+  const std::string& PromptText() const { return prompt_text_; }
+  size_t pending_bytes() const { return pending_.size(); }
 
  private:
+  std::string Drain();
   const TokenDecoder* decoder_;
   bool skip_special_;
-  std::vector<int32_t> ids_;
-  size_t prefix_ = 0, read_ = 0;
+  std::string pending_;
+  std::string prompt_text_;
 };
 
 // Stop strings over a growing text. Stop strings are excluded from the output (OpenAI).
@@ -66,8 +78,3 @@ size_t StopPrefixHoldback(const std::string& text, const std::vector<std::string
 
 }  // namespace ds
 
-namespace ds {
-// Replaces each maximal invalid UTF-8 subsequence with U+FFFD (one per offending byte run
-// start, as WHATWG/Python "replace"). Valid input is returned unchanged.
-std::string SanitizeUtf8(const std::string& s);
-}  // namespace ds

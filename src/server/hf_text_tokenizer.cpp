@@ -20,6 +20,7 @@ class HfTextTokenizer : public TextTokenizer {
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const override {
     return tok_->Decode(ids, skip_special);
   }
+  std::string_view TokenBytes(int32_t id, bool skip_special) const override { return tok_->TokenBytes(id, skip_special); }
   std::string TokenText(int32_t id) const override { return Utf8Lossy(tok_->TokenBytes(id, false)); }
   int vocab_size() const override { return tok_->vocab_size(); }
   std::vector<int32_t> eos_token_ids() const override {

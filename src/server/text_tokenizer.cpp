@@ -1,6 +1,10 @@
 #include "server/text_tokenizer.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string_view>
+
+#include "common/utf8.h"
 
 namespace ds {
 
@@ -110,7 +114,13 @@ constexpr int kNumByteSpecials = sizeof(kByteSpecials) / sizeof(kByteSpecials[0]
 
 class ByteTokenizer : public TextTokenizer {
  public:
-  explicit ByteTokenizer(int vocab) : vocab_(vocab) {}
+  explicit ByteTokenizer(int vocab) : vocab_(vocab) {
+    bytes_.resize(std::max(vocab, 256 + kNumByteSpecials));
+    for (int id = 0; id < static_cast<int>(bytes_.size()); ++id)
+      bytes_[id] = id < 256 ? std::string(1, static_cast<char>(id))
+                   : id < 256 + kNumByteSpecials ? std::string(kByteSpecials[id - 256])
+                                                 : "<|" + std::to_string(id) + "|>";
+  }
   StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_special) const override {
     std::vector<int32_t> ids;
     if (add_special) ids.push_back(256);
@@ -139,7 +149,12 @@ class ByteTokenizer : public TextTokenizer {
         s += "<|" + std::to_string(id) + "|>";
       }
     }
-    return SanitizeUtf8(s);
+    return Utf8Lossy(s);
+  }
+  std::string_view TokenBytes(int32_t id, bool skip_special) const override {
+    if (id < 0 || id >= static_cast<int32_t>(bytes_.size())) return {};
+    if (skip_special && (id == 256 || id == 257 || id >= 256 + kNumByteSpecials)) return {};
+    return bytes_[id];
   }
   std::string TokenText(int32_t id) const override { return Decode({id}, false); }
   int vocab_size() const override { return vocab_; }
@@ -151,6 +166,7 @@ class ByteTokenizer : public TextTokenizer {
 
  private:
   int vocab_;
+  std::vector<std::string> bytes_;  // per id, as Decode renders it
 };
 }  // namespace
 

@@ -33,10 +33,12 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/utf8.h"
+#include "scheduler/detokenizer.h"
 
 namespace ds {
 
-class Tokenizer {
+class Tokenizer : public TokenDecoder {
  public:
   struct AddedToken {
     std::string content;
@@ -64,10 +66,14 @@ class Tokenizer {
                               bool parse_special = true) const;
   // Ids out of range are skipped (as HF does). skip_special drops special added tokens.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
+  // TokenDecoder (the engine's incremental detokenizer).
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override {
+    return Decode(std::span<const int32_t>(ids), skip_special_tokens);
+  }
 
   // The raw bytes one token contributes to a decode (empty for unknown ids, or for special
-  // tokens when skip_special). Used by IncrementalDetokenizer.
-  std::string_view TokenBytes(int32_t id, bool skip_special = false) const;
+  // tokens when skip_special). Used by DeltaDetokenizer (scheduler/detokenizer.h).
+  std::string_view TokenBytes(int32_t id, bool skip_special = false) const override;
   // The vocabulary string of an id (byte-level form, e.g. "Ġthe"); nullopt if unknown.
   std::optional<std::string> IdToToken(int32_t id) const;
   std::optional<int32_t> TokenToId(std::string_view token) const;
@@ -102,10 +108,5 @@ class Tokenizer {
   uint64_t uid_ = 0;  // distinguishes instances for the thread-local word cache
 };
 
-// Replaces invalid UTF-8 by U+FFFD per maximal subpart (Rust String::from_utf8_lossy /
-// WHATWG / Unicode "substitution of maximal subparts").
-std::string Utf8Lossy(std::string_view bytes);
-// True if bytes is valid UTF-8.
-bool IsValidUtf8(std::string_view bytes);
 
 }  // namespace ds

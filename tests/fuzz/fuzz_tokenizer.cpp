@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "server/detokenizer.h"
+#include "scheduler/detokenizer.h"
 #include "server/tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -25,14 +25,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto ids = tok->Encode(s, false, parse_special);
   std::string fixed = ds::Utf8Lossy(s);
   if (tok->Decode(ids) != fixed) std::abort();
-  ds::IncrementalDetokenizer d(*tok);
+  ds::DeltaDetokenizer d(tok.get(), false);
   std::string streamed;
   for (int32_t id : ids) {
-    std::string delta = d.Push(id);
+    std::string delta = d.Add(id);
     if (!ds::IsValidUtf8(delta)) std::abort();
     streamed += delta;
   }
-  streamed += d.Finish();
+  streamed += d.Flush();
   if (streamed != fixed) std::abort();
   // Arbitrary ids (including out-of-range ones) decode to valid UTF-8.
   std::vector<int32_t> raw;

@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "server/chat_template.h"
-#include "server/detokenizer.h"
-#include "server/reasoning.h"
+#include "scheduler/detokenizer.h"
+#include "server/output_parsers.h"
 #include "server/tokenizer.h"
 
 namespace ds {
@@ -53,14 +53,14 @@ std::string ReadAll(const std::string& path) {
 }
 
 std::string Stream(const Tokenizer& tok, const std::vector<int32_t>& ids, bool skip = false) {
-  IncrementalDetokenizer d(tok, {}, skip);
+  DeltaDetokenizer d(&tok, skip);
   std::string s;
   for (int32_t id : ids) {
-    std::string delta = d.Push(id);
+    std::string delta = d.Add(id);
     EXPECT_TRUE(IsValidUtf8(delta));
     s += delta;
   }
-  return s + d.Finish();
+  return s + d.Flush();
 }
 
 TEST(Tokenizer, CorpusMatchesHuggingFace) {
@@ -240,25 +240,25 @@ TEST(Tokenizer, StreamingWithPromptEndingMidCharacter) {
     // Byte-level tokens that split characters: prompt/generation cut at every position.
     for (size_t cut = 0; cut <= ids.size(); ++cut) {
       std::vector<int32_t> prompt(ids.begin(), ids.begin() + cut), gen(ids.begin() + cut, ids.end());
-      IncrementalDetokenizer d(tok, prompt);
+      DeltaDetokenizer d(&tok, false, prompt);
       std::string out = d.PromptText();
       for (int32_t id : gen) {
-        std::string delta = d.Push(id);
+        std::string delta = d.Add(id);
         EXPECT_TRUE(IsValidUtf8(delta));
         out += delta;
       }
-      out += d.Finish();
+      out += d.Flush();
       EXPECT_EQ(out, text) << "cut " << cut;
     }
   }
   // Single byte tokens of one 4-byte character: nothing until the last byte.
   std::string four = "\xF0\x9F\x98\x80";
-  IncrementalDetokenizer d(tok);
+  DeltaDetokenizer d(&tok, false);
   std::string acc;
   for (int k = 0; k < 4; ++k) {
     auto id = tok.TokenToId(ByteToken(static_cast<unsigned char>(four[k])));
     ASSERT_TRUE(id.has_value()) << k;
-    std::string delta = d.Push(*id);
+    std::string delta = d.Add(*id);
     if (k < 3) {
       EXPECT_EQ(delta, "") << k;
     }
@@ -266,15 +266,15 @@ TEST(Tokenizer, StreamingWithPromptEndingMidCharacter) {
   }
   EXPECT_EQ(acc, four);
   // Invalid bytes end as U+FFFD, never abort.
-  IncrementalDetokenizer bad(tok);
-  std::string s = bad.Push(*tok.TokenToId(ByteToken(0xF0)));
+  DeltaDetokenizer bad(&tok, false);
+  std::string s = bad.Add(*tok.TokenToId(ByteToken(0xF0)));
   EXPECT_EQ(s, "");
-  s += bad.Push(*tok.TokenToId("a"));
-  s += bad.Finish();
+  s += bad.Add(*tok.TokenToId("a"));
+  s += bad.Flush();
   EXPECT_EQ(s, "\xEF\xBF\xBD" "a");
-  IncrementalDetokenizer trunc(tok);
-  s = trunc.Push(*tok.TokenToId(ByteToken(0xF0)));
-  s += trunc.Finish();
+  DeltaDetokenizer trunc(&tok, false);
+  s = trunc.Add(*tok.TokenToId(ByteToken(0xF0)));
+  s += trunc.Flush();
   EXPECT_EQ(s, "\xEF\xBF\xBD");
 }
 
@@ -448,6 +448,22 @@ TEST(ChatTemplate, UnsupportedTemplateIsAClearError) {
 // ------------------------------------------------------------------------------------------
 // Reasoning split
 // ------------------------------------------------------------------------------------------
+struct WholeSplit {
+  std::string reasoning_content, content;
+  bool has_reasoning = false;
+};
+// The streaming ReasoningParser (server/output_parsers.h) over a whole text.
+WholeSplit SplitReasoning(const std::string& text, bool prompt_opened_think = false) {
+  ReasoningParser p(prompt_opened_think);
+  WholeSplit w;
+  for (const auto& d : {p.Feed(text), p.Flush()}) {
+    w.reasoning_content += d.reasoning;
+    w.content += d.content;
+  }
+  w.has_reasoning = prompt_opened_think || text.find("<think>") != std::string::npos;
+  return w;
+}
+
 TEST(Reasoning, Split) {
   auto r = SplitReasoning("<think>\nLet me think.\n</think>\n\nThe answer is 4.");
   EXPECT_EQ(r.reasoning_content, "\nLet me think.\n");
@@ -471,10 +487,10 @@ TEST(Reasoning, Split) {
 }
 
 TEST(Reasoning, PromptOpensThink) {
-  EXPECT_TRUE(PromptOpensThink("<｜User｜>hi<｜Assistant｜><think>\n"));
-  EXPECT_FALSE(PromptOpensThink("<｜User｜>hi<｜Assistant｜>"));
-  EXPECT_FALSE(PromptOpensThink("<think>a</think>b<｜Assistant｜>"));
-  EXPECT_TRUE(PromptOpensThink("<think>a</think>b<｜Assistant｜><think>"));
+  EXPECT_TRUE(ReasoningParser::PromptOpensThink("<｜User｜>hi<｜Assistant｜><think>\n"));
+  EXPECT_FALSE(ReasoningParser::PromptOpensThink("<｜User｜>hi<｜Assistant｜>"));
+  EXPECT_FALSE(ReasoningParser::PromptOpensThink("<think>a</think>b<｜Assistant｜>"));
+  EXPECT_TRUE(ReasoningParser::PromptOpensThink("<think>a</think>b<｜Assistant｜><think>"));
 }
 
 TEST(Reasoning, StreamingEqualsWhole) {
@@ -490,23 +506,23 @@ TEST(Reasoning, StreamingEqualsWhole) {
     auto whole = SplitReasoning(text, opened);
     // Every split into two deltas, and one byte at a time.
     for (size_t cut = 0; cut <= text.size(); ++cut) {
-      ReasoningStreamParser p(opened);
+      ReasoningParser p(opened);
       std::string rs, cs;
-      for (const auto& d : {p.Push(text.substr(0, cut)), p.Push(text.substr(cut)), p.Finish()}) {
+      for (const auto& d : {p.Feed(text.substr(0, cut)), p.Feed(text.substr(cut)), p.Flush()}) {
         rs += d.reasoning;
         cs += d.content;
       }
       EXPECT_EQ(rs, whole.reasoning_content) << text << " cut " << cut;
       EXPECT_EQ(cs, whole.content) << text << " cut " << cut;
     }
-    ReasoningStreamParser p(opened);
+    ReasoningParser p(opened);
     std::string rs, cs;
     for (char c : text) {
-      auto d = p.Push(std::string(1, c));
+      auto d = p.Feed(std::string(1, c));
       rs += d.reasoning;
       cs += d.content;
     }
-    auto d = p.Finish();
+    auto d = p.Flush();
     EXPECT_EQ(rs + d.reasoning, whole.reasoning_content);
     EXPECT_EQ(cs + d.content, whole.content);
   }
