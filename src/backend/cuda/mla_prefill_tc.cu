@@ -28,7 +28,6 @@ constexpr int kDn = 128, kDr = 64, kDqk = kDn + kDr, kDv = 128, kBK = 64;
 constexpr int kLdK = kDqk + 8;  // shared-memory row pitch (elements): 400 B, 25 16-byte units
 constexpr int kLdV = kDv + 8;   // 272 B, 17 units: 8 consecutive rows hit 8 distinct bank groups
 constexpr int kStage = kBK * kLdK + kBK * kLdV;  // elements per K/V stage
-constexpr int kKChunks = kDqk / 8, kVChunks = kDv / 8, kRowChunks = kKChunks + kVChunks;
 
 template <int kWarps>
 constexpr size_t SmemBytes() {
@@ -91,26 +90,37 @@ __global__ void __launch_bounds__(kWarps * 32, 8 / kWarps) MlaPrefillTcKernel(Ml
   const int n_kt = (kend + kBK - 1) / kBK;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 
+  // K/V tile kt -> stage st: k_nope and v (16 chunks of 16 bytes per row, adjacent in the
+  // kv_b_proj output) and k_rope (8 chunks); keys past the sequence are zero-filled.
+  const bf16* const kn_base = p.k_nope + static_cast<int64_t>(h) * p.kn_head_stride;
+  const bf16* const kr_base = p.k_rope + static_cast<int64_t>(h) * p.kr_head_stride;
+  const bf16* const v_base = p.v + static_cast<int64_t>(h) * p.v_head_stride;
   const auto load_kv = [&](int kt, bf16* st) {
     bf16* Ks = st;
     bf16* Vs = st + kBK * kLdK;
-    for (int c = tid; c < kBK * kRowChunks; c += NT) {
-      const int row = c / kRowChunks, ch = c % kRowChunks, key = kt * kBK + row;
-      const bool ok = key < nk;
-      const int64_t tok = k0 + (ok ? key : 0);
-      const bf16* src;
-      bf16* dst;
-      if (ch < kDn / 8) {
-        src = p.k_nope + tok * p.kn_tok_stride + h * p.kn_head_stride + ch * 8;
-        dst = Ks + row * kLdK + ch * 8;
-      } else if (ch < kKChunks) {
-        src = p.k_rope + tok * p.kr_tok_stride + h * p.kr_head_stride + (ch - kDn / 8) * 8;
-        dst = Ks + row * kLdK + ch * 8;
-      } else {
-        src = p.v + tok * p.v_tok_stride + h * p.v_head_stride + (ch - kKChunks) * 8;
-        dst = Vs + row * kLdV + (ch - kKChunks) * 8;
+    const int kbase = kt * kBK;
+    {
+      constexpr int kRowsPerPass = NT / 16;
+      const int ch = tid & 15;
+#pragma unroll
+      for (int i = 0; i < kBK / kRowsPerPass; ++i) {
+        const int row = (tid >> 4) + i * kRowsPerPass, key = kbase + row;
+        const bool ok = key < nk;
+        const int64_t tok = k0 + (ok ? key : 0);
+        CpAsync16(SmemAddr(Ks + row * kLdK + ch * 8), kn_base + tok * p.kn_tok_stride + ch * 8, ok);
+        CpAsync16(SmemAddr(Vs + row * kLdV + ch * 8), v_base + tok * p.v_tok_stride + ch * 8, ok);
       }
-      CpAsync16(SmemAddr(dst), src, ok);
+    }
+    {
+      constexpr int kRowsPerPass = NT / 8;
+      const int ch = tid & 7;
+#pragma unroll
+      for (int i = 0; i < kBK / kRowsPerPass; ++i) {
+        const int row = (tid >> 3) + i * kRowsPerPass, key = kbase + row;
+        const bool ok = key < nk;
+        const int64_t tok = k0 + (ok ? key : 0);
+        CpAsync16(SmemAddr(Ks + row * kLdK + kDn + ch * 8), kr_base + tok * p.kr_tok_stride + ch * 8, ok);
+      }
     }
     CpAsyncCommit();
   };
