@@ -2,12 +2,14 @@
 # One GPU call for the MLA prefill tensor-core work (branch prefill): the prefill op tests, the
 # prefill cases of `dsinfer bench kernels` (old vs tensor-core kernel, ceilings in the same run)
 # and the CUDA runner tests, each under its own time limit so a slow stage cannot eat the others.
-# Logs go to $OUT. Expects .carry/bin.tar.xz from scripts/gpu_carry.sh.
-# usage (device run, repository root): bash scripts/gpu_prefill_run.sh
+# Logs go to $OUT. Expects bin.tar.xz from scripts/gpu_carry.sh in CARRY (default .carry). The
+# device tool sends the session's checkout, not a helper's worktree: copy this script and
+# bin.tar.xz into an ignored folder of that checkout, carry it and run the copy from there.
+# usage (device run, repository root): CARRY=DIR bash DIR/gpu_prefill_run.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_prefill}
 mkdir -p "$OUT" /tmp/g
-xz -dc .carry/bin.tar.xz | tar -C /tmp/g -xf -
+xz -dc "${CARRY:-.carry}/bin.tar.xz" | tar -C /tmp/g -xf -
 BIN=/tmp/g/bin
 export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64:$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)"
 export DS_TEST_DATA_DIR="$BIN/data" DS_BINARY="$BIN/dsinfer"
