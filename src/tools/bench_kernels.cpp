@@ -401,7 +401,7 @@ void MlaPrefillCase(Bench& b, int64_t T) {
   const double flops = 2.0 * H * (double(T) * (T + 1) / 2) * (dn + dr + dv);
   const double bytes = double(T) * H * (dn + dr + dn + dv) * 4 + double(T) * dr * 4 + double(T) * H * dv * 2;
   b.Add("mla_prefill_fp32cuda", "h128 T" + std::to_string(T) + " causal", us, bytes, flops, false,
-        "CUDA-core fp32 tiles (not yet tensor cores)");
+        "CUDA-core fp32 tiles (the fallback kernel; tensor cores: mla_prefill_tc)");
 }
 
 // MLA prefill over `nseq` fresh prompts of `len` tokens each (one launch, the runner's
