@@ -12,7 +12,8 @@
 //
 // Conventions: MLA decode FLOPs = 2 x heads x q_len x total_kv x (576 + 512), bytes = latent
 // cache read + q + out (bf16 sizes, as FlashMLA's table in shared/docs/ANCHORS.md); MLA prefill
-// (naive form, causal) FLOPs = 2 x heads x T(T+1)/2 x (192 + 128); GEMMs 2 M N K, bytes =
+// (naive form, causal: only the unmasked half) FLOPs = 2 x heads x T(T+1)/2 x (192 + 128),
+// old CUDA-core kernel and tensor-core kernel (MlaPrefillCompare); GEMMs 2 M N K, bytes =
 // weights + activations + output; MoE bytes count only the experts a batch touches.
 //
 // usage: dsinfer bench kernels [--quick] [--budget-s S] [--out DIR] [--commit C]
@@ -400,7 +401,70 @@ void MlaPrefillCase(Bench& b, int64_t T) {
   const double flops = 2.0 * H * (double(T) * (T + 1) / 2) * (dn + dr + dv);
   const double bytes = double(T) * H * (dn + dr + dn + dv) * 4 + double(T) * dr * 4 + double(T) * H * dv * 2;
   b.Add("mla_prefill_fp32cuda", "h128 T" + std::to_string(T) + " causal", us, bytes, flops, false,
-        "CUDA-core fp32 tiles (not yet tensor cores)");
+        "CUDA-core fp32 tiles (the fallback kernel; tensor cores: mla_prefill_tc)");
+}
+
+// MLA prefill over `nseq` fresh prompts of `len` tokens each (one launch, the runner's
+// layouts: kv_b_proj output [T, H, 128 nope | 128 v], k_rope inside the [T, 576] latent rows),
+// fp32 CUDA-core kernel (block_q 0) or the tensor-core kernel (block_q 64 / 128). FLOPs count
+// only the unmasked (causal) half: 2 x H x sum_s len(len+1)/2 x (192 + 128).
+void MlaPrefillBatchCase(Bench& b, int64_t H, int64_t nseq, int64_t len, int block_q) {
+  const int64_t dn = 128, dr = 64, dv = 128, L = 576, T = nseq * len;
+  std::vector<int32_t> qs{0}, pos0(nseq, 0);
+  for (int64_t s = 0; s < nseq; ++s) qs.push_back(static_cast<int32_t>((s + 1) * len));
+  auto dqs = Upload(qs);
+  auto dpos0 = Upload(pos0);
+  Buf q(T * H * (dn + dr) * 4), out(T * H * dv * 4);
+  FillUniformF32(q.as<float>(), T * H * (dn + dr), b.NextSeed(), -1, 1, b.st());
+  const std::string shape = "h" + std::to_string(H) + " " + std::to_string(nseq) + "x" + std::to_string(len) + " causal";
+  const double flops = 2.0 * H * (double(nseq) * len * (len + 1) / 2) * (dn + dr + dv);
+  double us = 0;
+  if (block_q == 0) {
+    Buf kv(T * H * (dn + dv) * 4), kr(T * dr * 4);
+    FillUniformF32(kv.as<float>(), T * H * (dn + dv), b.NextSeed(), -1, 1, b.st());
+    FillUniformF32(kr.as<float>(), T * dr, b.NextSeed(), -1, 1, b.st());
+    MlaPrefillParams p{};
+    p.q = q.as<float>(); p.q_tok_stride = H * (dn + dr); p.q_head_stride = dn + dr;
+    p.k_nope = kv.as<float>(); p.kn_tok_stride = H * (dn + dv); p.kn_head_stride = dn + dv;
+    p.k_rope = kr.as<float>(); p.kr_tok_stride = dr; p.kr_head_stride = 0;
+    p.v = kv.as<float>() + dn; p.v_tok_stride = H * (dn + dv); p.v_head_stride = dn + dv;
+    p.out = out.as<void>(); p.o_tok_stride = H * dv; p.o_head_stride = dv; p.out_type = DTypeOut::kF32;
+    p.num_seqs = nseq; p.heads = H; p.d_nope = dn; p.d_rope = dr; p.dv = dv;
+    p.q_start = dqs->as<int32_t>(); p.k_start = dqs->as<int32_t>(); p.q_pos0 = dpos0->as<int32_t>();
+    p.max_q_len = len; p.softmax_scale = 0.0722f; p.stream = b.st();
+    us = b.TimeUs([&](int) { MlaPrefillAttention(p); }, 1, 3, 300);
+    b.Add("mla_prefill_fp32cuda", shape, us, 0, flops, false, "old kernel: CUDA-core fp32, fp32 K/V");
+    return;
+  }
+  Buf kv(T * H * (dn + dv) * 2), lat(T * L * 2);
+  FillUniformBf16(kv.as<__nv_bfloat16>(), T * H * (dn + dv), b.NextSeed(), -1, 1, b.st());
+  FillUniformBf16(lat.as<__nv_bfloat16>(), T * L, b.NextSeed(), -1, 1, b.st());
+  MlaPrefillTcParams p{};
+  p.q = q.as<float>(); p.q_tok_stride = H * (dn + dr); p.q_head_stride = dn + dr;
+  p.k_nope = kv.as<__nv_bfloat16>(); p.kn_tok_stride = H * (dn + dv); p.kn_head_stride = dn + dv;
+  p.k_rope = lat.as<__nv_bfloat16>() + 512; p.kr_tok_stride = L; p.kr_head_stride = 0;
+  p.v = kv.as<__nv_bfloat16>() + dn; p.v_tok_stride = H * (dn + dv); p.v_head_stride = dn + dv;
+  p.out = out.as<void>(); p.o_tok_stride = H * dv; p.o_head_stride = dv; p.out_type = DTypeOut::kF32;
+  p.num_seqs = nseq; p.heads = H; p.d_nope = dn; p.d_rope = dr; p.dv = dv;
+  p.q_start = dqs->as<int32_t>(); p.k_start = dqs->as<int32_t>(); p.q_pos0 = dpos0->as<int32_t>();
+  p.max_q_len = len; p.softmax_scale = 0.0722f; p.block_q = block_q; p.stream = b.st();
+  us = b.TimeUs([&](int) { MlaPrefillAttentionTc(p); }, 1, 5, 300);
+  b.Add("mla_prefill_tc[bq" + std::to_string(block_q) + "]", shape, us, 0, flops, false,
+        "tensor cores: bf16 q/k/v/P, fp32 accumulate, fp32 out");
+}
+
+// Old vs tensor-core prefill kernel at 1 x 4K, 4 x 1K and 16 x 4K tokens, 16 (V2-Lite) and
+// 128 (V3) heads. The old kernel is skipped at 128 heads x 16 x 4K (~1.5 s a launch).
+void MlaPrefillCompare(Bench& b) {
+  struct Shape { int64_t nseq, len; };
+  for (int64_t H : {16, 128})
+    for (Shape sh : {Shape{1, 4096}, Shape{4, 1024}, Shape{16, 4096}})
+      for (int bq : {0, 64, 128}) {
+        const std::string name = "mla_prefill h" + std::to_string(H) + " " + std::to_string(sh.nseq) + "x" +
+                                 std::to_string(sh.len) + " bq" + std::to_string(bq);
+        if (b.OutOfTime() || (bq == 0 && H == 128 && sh.nseq == 16)) { b.skipped.push_back(name); continue; }
+        MlaPrefillBatchCase(b, H, sh.nseq, sh.len, bq);
+      }
 }
 
 // ---------------------------------------------------------------- FP8 dense GEMM
@@ -678,6 +742,7 @@ int RunBenchKernels(int argc, char** argv) {
       }
       save();
     }
+    if (want("mla_prefill")) { MlaPrefillCompare(b); save(); }
     if (want("mla_prefill")) { prefill(quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192}); save(); }
     if (want("mla_sweep")) { MlaDecodeSweep(b); save(); }
     if (want("fp8_gemm") && !quick) { Fp8Gemms(b, {128, 512, 2048}); save(); }

@@ -678,21 +678,38 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     DS_CUDA_CHECK(cudaMemcpyAsync(grp_pos0_.get(), pos0.data(), pos0.size() * 4, cudaMemcpyHostToDevice, s_));
     lat16_.Reserve(ctx_total * L * sizeof(bf16));
     rope32_.Reserve(ctx_total * rd * sizeof(float));
-    kv32_.Reserve(ctx_total * H * (nope + vd) * sizeof(float));
     GatherLatentRows(cache, ctx_slots_.as<int64_t>(), ctx_total, L, rd, lat16_.as<bf16>(), rope32_.as<float>(), s_);
-    // kv: [ctx, H, nope + v] = c_kv W_UKV^T
-    GemmBf16({lat16_.as<bf16>(), L, w.kv_b.as<bf16>(), kvl, kv32_.get(), H * (nope + vd), DTypeOut::kF32, ctx_total,
-              H * (nope + vd), kvl, false, s_});
-    MlaPrefillParams pp{};
-    pp.q = q; pp.q_tok_stride = H * dqk; pp.q_head_stride = dqk;
-    pp.k_nope = kv32_.as<float>(); pp.kn_tok_stride = H * (nope + vd); pp.kn_head_stride = nope + vd;
-    pp.k_rope = rope32_.as<float>(); pp.kr_tok_stride = rd; pp.kr_head_stride = 0;
-    pp.v = kv32_.as<float>() + nope; pp.v_tok_stride = H * (nope + vd); pp.v_head_stride = nope + vd;
-    pp.out = attn; pp.o_tok_stride = H * vd; pp.o_head_stride = vd; pp.out_type = DTypeOut::kF32;
-    pp.num_seqs = s1 - s0; pp.heads = H; pp.d_nope = nope; pp.d_rope = rd; pp.dv = vd;
-    pp.q_start = grp_qs_.as<int32_t>(); pp.k_start = grp_ks_.as<int32_t>(); pp.q_pos0 = grp_pos0_.as<int32_t>();
-    pp.max_q_len = max_q; pp.softmax_scale = scale; pp.stream = s_;
-    MlaPrefillAttention(pp);
+    const bool tc = opts_.mla_prefill_tensor_cores && MlaPrefillTcSupported(nope, rd, vd);
+    // kv: [ctx, H, nope + v] = c_kv W_UKV^T (bf16 for the tensor-core kernel, else fp32; kv32_
+    // holds either)
+    kv32_.Reserve(ctx_total * H * (nope + vd) * (tc ? sizeof(bf16) : sizeof(float)));
+    GemmBf16({lat16_.as<bf16>(), L, w.kv_b.as<bf16>(), kvl, kv32_.get(), H * (nope + vd),
+              tc ? DTypeOut::kBF16 : DTypeOut::kF32, ctx_total, H * (nope + vd), kvl, false, s_});
+    if (tc) {
+      // k_rope: the bf16 rope part of the gathered latent rows [ctx, L], shared by all heads.
+      const bf16* kv16 = kv32_.as<bf16>();
+      MlaPrefillTcParams tp{};
+      tp.q = q; tp.q_tok_stride = H * dqk; tp.q_head_stride = dqk;
+      tp.k_nope = kv16; tp.kn_tok_stride = H * (nope + vd); tp.kn_head_stride = nope + vd;
+      tp.k_rope = lat16_.as<bf16>() + kvl; tp.kr_tok_stride = L; tp.kr_head_stride = 0;
+      tp.v = kv16 + nope; tp.v_tok_stride = H * (nope + vd); tp.v_head_stride = nope + vd;
+      tp.out = attn; tp.o_tok_stride = H * vd; tp.o_head_stride = vd; tp.out_type = DTypeOut::kF32;
+      tp.num_seqs = s1 - s0; tp.heads = H; tp.d_nope = nope; tp.d_rope = rd; tp.dv = vd;
+      tp.q_start = grp_qs_.as<int32_t>(); tp.k_start = grp_ks_.as<int32_t>(); tp.q_pos0 = grp_pos0_.as<int32_t>();
+      tp.max_q_len = max_q; tp.softmax_scale = scale; tp.stream = s_;
+      MlaPrefillAttentionTc(tp);
+    } else {
+      MlaPrefillParams pp{};
+      pp.q = q; pp.q_tok_stride = H * dqk; pp.q_head_stride = dqk;
+      pp.k_nope = kv32_.as<float>(); pp.kn_tok_stride = H * (nope + vd); pp.kn_head_stride = nope + vd;
+      pp.k_rope = rope32_.as<float>(); pp.kr_tok_stride = rd; pp.kr_head_stride = 0;
+      pp.v = kv32_.as<float>() + nope; pp.v_tok_stride = H * (nope + vd); pp.v_head_stride = nope + vd;
+      pp.out = attn; pp.o_tok_stride = H * vd; pp.o_head_stride = vd; pp.out_type = DTypeOut::kF32;
+      pp.num_seqs = s1 - s0; pp.heads = H; pp.d_nope = nope; pp.d_rope = rd; pp.dv = vd;
+      pp.q_start = grp_qs_.as<int32_t>(); pp.k_start = grp_ks_.as<int32_t>(); pp.q_pos0 = grp_pos0_.as<int32_t>();
+      pp.max_q_len = max_q; pp.softmax_scale = scale; pp.stream = s_;
+      MlaPrefillAttention(pp);
+    }
     DS_CUDA_CHECK(cudaStreamSynchronize(s_));  // host vectors above go out of scope
     s0 = s1;
   }

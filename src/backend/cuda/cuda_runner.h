@@ -57,6 +57,15 @@ struct CudaRunnerOptions {
   // H200 (bench/results/KERNELS_RUNS.md); off by default until the runner checks
   // (CudaRunner.DummyV3DecodeTensorCoresMatchesCudaCore) have run on the GPU.
   bool mla_decode_tensor_cores = false;
+  // Naive-MLA prefill attention on tensor cores (mla_prefill_tc.cu: flash-attention-2 style,
+  // bf16 q / k / v / probabilities, fp32 accumulation and softmax; the kv_b_proj GEMM then
+  // writes bf16 K/V). Head dims nope 128 / rope 64 / v 128 only (V2, V2-Lite, V3); other dims
+  // keep the fp32 CUDA-core kernel. On the H200 (2026-11-29, bench/results/
+  // mla_prefill_tc_2026-11-29_prefill_summary.md): 236-240 TFLOP/s at 128 heads x 4K tokens vs
+  // 6.7 for the CUDA-core kernel, op tests within their bf16 bounds, every previously passing
+  // fixture/runner test still passes; whole-model dummy-V3 logits vs the CUDA-core kernel: mean
+  // cosine 0.9995, min 0.990 (see CudaRunner.DummyV3PrefillTensorCoresMatchesCudaCore).
+  bool mla_prefill_tensor_cores = true;
   // Decode steps (every sequence has exactly one new token, at most cuda_graph_max_batch
   // sequences) run as CUDA graphs: the batch is padded to a bucket (1, 2, 4, 8, 16, 24, 32, 48,
   // 64, 96, 128, ..., 256 sequences; padded rows attend to a reserved scratch KV block and

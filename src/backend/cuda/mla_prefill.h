@@ -9,6 +9,7 @@
 // Limits: d_nope + d_rope <= 256, dv <= 128.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -33,5 +34,34 @@ struct MlaPrefillParams {
   cudaStream_t stream = nullptr;
 };
 void MlaPrefillAttention(const MlaPrefillParams& p);
+
+// The same attention on tensor cores (mla_prefill_tc.cu), flash-attention-2 style: bf16
+// operands (q rounded from fp32 while loading; k_nope, k_rope and v given in bf16), fp32
+// accumulation and online softmax (exp2, scale folded in). Blocks of block_q queries (64: 4
+// warps, 128: 8 warps, 16 query rows per warp) x 64 keys, K/V tiles double-buffered in shared
+// memory with cp.async. Specialised for d_nope 128, d_rope 64, dv 128 (DeepSeek-V2/V2-Lite/V3);
+// MlaPrefillTcSupported says whether a call qualifies. Sequence layout, causality and
+// head-sharing of k_rope exactly as MlaPrefillParams.
+// Alignment: every pointer 16-byte aligned; bf16 token/head strides multiples of 8 elements,
+// q strides multiples of 4 floats, out strides even. Errors: DS_CHECK on unsupported dims,
+// misalignment or an oversized grid.
+struct MlaPrefillTcParams {
+  const float* q; int64_t q_tok_stride, q_head_stride;                 // [Tq, H, 192] fp32
+  const __nv_bfloat16* k_nope; int64_t kn_tok_stride, kn_head_stride;  // [Tk, H, 128] bf16
+  const __nv_bfloat16* k_rope; int64_t kr_tok_stride, kr_head_stride;  // [Tk, (H,) 64] bf16
+  const __nv_bfloat16* v; int64_t v_tok_stride, v_head_stride;         // [Tk, H, 128] bf16
+  void* out; int64_t o_tok_stride, o_head_stride;                      // [Tq, H, 128]
+  DTypeOut out_type = DTypeOut::kF32;
+  int64_t num_seqs, heads, d_nope, d_rope, dv;
+  const int32_t* q_start;  // [S + 1] device
+  const int32_t* k_start;  // [S + 1] device
+  const int32_t* q_pos0;   // [S] device
+  int64_t max_q_len;
+  float softmax_scale;
+  int block_q = 0;  // queries per block: 64 or 128; 0 = default (64)
+  cudaStream_t stream = nullptr;
+};
+bool MlaPrefillTcSupported(int64_t d_nope, int64_t d_rope, int64_t dv);
+void MlaPrefillAttentionTc(const MlaPrefillTcParams& p);
 
 }  // namespace ds::cuda
