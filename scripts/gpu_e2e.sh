@@ -22,8 +22,21 @@ B=$W/bin
 CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
 RES=/tmp/e2e_results
-mkdir -p $RES/logs
+mkdir -p $RES/logs $RES/raw
 nvidia-smi > $RES/logs/nvidia_smi.txt 2>&1
+# Optional first: the CUDA test binary (op equivalence, fixtures, runner checks), its log and a
+# one-line summary per test in the results.
+if [ -n "${E2E_TESTS:-}" ]; then
+  t=$(date +%s)
+  timeout "${E2E_TESTS_TIMEOUT_S:-200}" $B/dsinfer_cuda_tests --gtest_filter="${E2E_TESTS_FILTER:-*}" \
+    > $RES/logs/cuda_tests.log 2>&1
+  echo "[gpu_e2e] dsinfer_cuda_tests rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
+  grep -E "^\[ +(OK|FAILED) +\]|^\[  PASSED|^\[  FAILED|\[fixture\]|\[metric\]" $RES/logs/cuda_tests.log \
+    > $RES/logs/cuda_tests_summary.txt
+  grep -E "FAILED" $RES/logs/cuda_tests_summary.txt | tee -a $RES/logs/gpu_e2e.txt
+  cp $RES/logs/cuda_tests_summary.txt "$FINAL/"
+  T0=$(date +%s)  # the e2e budget starts after the tests
+fi
 E2E_MODELS=${E2E_MODELS:-v2-lite}
 V3_LAYERS=${V3_LAYERS:-8}
 SPECS=""
@@ -41,6 +54,7 @@ export STAGES="${E2E_STAGES:-serve onebatch roofline hf} records plot analyze"
 export PROMPTS_PER_CONC=${PROMPTS_PER_CONC:-1} MIN_PROMPTS=${MIN_PROMPTS:-4}
 export ONE_BATCH_CONC=${ONE_BATCH_CONC:-"1 8 64"} ONE_BATCH_OUTPUT_LEN=${ONE_BATCH_OUTPUT_LEN:-64}
 export HF_BATCH=${HF_BATCH:-"1 8"} HF_INPUT_LENS=${HF_INPUT_LENS:-1024} HF_OUTPUT_LEN=${HF_OUTPUT_LEN:-64}
+export SERVE_ARGS=${SERVE_ARGS:-"--max-running-requests 256 --max-num-batched-tokens 8192"}
 export BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-300} SERVER_WAIT_S=${SERVER_WAIT_S:-300}
 echo "[gpu_e2e] commit $COMMIT models: $SPECS; stages: $STAGES; budget ${E2E_BUDGET_S:-540} s" | tee $RES/logs/gpu_e2e.txt
 bash bench/sweep_e2e.sh 2>&1 | tee -a $RES/logs/gpu_e2e.txt
