@@ -5,7 +5,8 @@
 # Environment (defaults in brackets):
 #   E2E_MODELS ["v2-lite"]: any of v2-lite (27 layers, dummy BF16), v3 (truncated, dummy FP8)
 #   V3_LAYERS [8]   E2E_BUDGET_S [540]: sweep stages stop starting new points after this
-#   E2E_STAGES ["serve onebatch roofline hf"]   plus whatever sweep_e2e.sh reads (CONCURRENCY,
+#   E2E_STAGES ["serve onebatch roofline hf"] (add "trace" for the trace replay on the first
+#   model: TRACE_TIME_SCALE, TRACE_DURATION_S; the carried mooncake conversation trace)   plus whatever sweep_e2e.sh reads (CONCURRENCY,
 #   INPUT_LENS, PROMPTS_PER_CONC, MIN_PROMPTS, ONE_BATCH_CONC, ONE_BATCH_OUTPUT_LEN, HF_* ...)
 #   PROFILE_RUNS ["1:1024 64:1024"]: batch:input one-batch --profile runs per model (per-layer
 #   time by part, eager) for the analysis.
@@ -47,14 +48,17 @@ for m in $E2E_MODELS; do
     *) echo "unknown model $m" ;;
   esac
 done
+[ -n "${E2E_SPECS:-}" ] && SPECS=$E2E_SPECS   # name:dir:layers:dtype list (tests of this script)
 export COMMIT=$(cat $B/COMMIT)
 export DEADLINE=$((T0 + ${E2E_BUDGET_S:-540}))
-export DSINFER=$B/dsinfer PYTHON=${PYTHON:-python3} DEVICE=cuda OUT_DIR=$RES MODEL_SPECS="$SPECS"
+export DEVICE=${DEVICE:-cuda}
+export DSINFER=$B/dsinfer PYTHON=${PYTHON:-python3} OUT_DIR=$RES MODEL_SPECS="$SPECS"
 export STAGES="${E2E_STAGES:-serve onebatch roofline hf} records plot analyze"
 export PROMPTS_PER_CONC=${PROMPTS_PER_CONC:-1} MIN_PROMPTS=${MIN_PROMPTS:-4}
 export ONE_BATCH_CONC=${ONE_BATCH_CONC:-"1 8 64"} ONE_BATCH_OUTPUT_LEN=${ONE_BATCH_OUTPUT_LEN:-64}
 export HF_BATCH=${HF_BATCH:-"1 8"} HF_INPUT_LENS=${HF_INPUT_LENS:-1024} HF_OUTPUT_LEN=${HF_OUTPUT_LEN:-64}
 export SERVE_ARGS=${SERVE_ARGS:-"--max-running-requests 256 --max-num-batched-tokens 8192"}
+[ -f $B/data/traces/mooncake_conversation_trace.jsonl ] && export TRACE_FILE=${TRACE_FILE:-$B/data/traces/mooncake_conversation_trace.jsonl}
 export BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-300} SERVER_WAIT_S=${SERVER_WAIT_S:-300}
 echo "[gpu_e2e] commit $COMMIT models: $SPECS; stages: $STAGES; budget ${E2E_BUDGET_S:-540} s" | tee $RES/logs/gpu_e2e.txt
 bash bench/sweep_e2e.sh 2>&1 | tee -a $RES/logs/gpu_e2e.txt
@@ -65,7 +69,7 @@ for spec in $SPECS; do
     IFS=: read -r pb pl <<< "$pr"
     [ "$(date +%s)" -ge "$DEADLINE" ] && { echo "[gpu_e2e] deadline: skipping profile $name $pb:$pl" | tee -a $RES/logs/gpu_e2e.txt; continue; }
     timeout 120 $B/dsinfer bench one-batch --model "$dir" --load-format dummy --num-layers "$layers" --batch-size "$pb" \
-      --input-len "$pl" --output-len 16 --device cuda --profile --mem-bw-gbps 3931 --flops-tflops 700 \
+      --input-len "$pl" --output-len 16 --device $DEVICE --profile --mem-bw-gbps 3931 --flops-tflops 700 \
       --output-file "$RES/raw/profile_${name}_in${pl}_b${pb}.json" > "$RES/logs/profile_${name}_in${pl}_b${pb}.txt" 2>&1
     grep -E "device time by part|phases:" "$RES/logs/profile_${name}_in${pl}_b${pb}.txt" | tee -a $RES/logs/gpu_e2e.txt
   done
