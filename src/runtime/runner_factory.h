@@ -20,6 +20,9 @@ struct RunnerOptions {
   double mem_fraction_static = 0.9; // GPU: fraction of device memory for weights + KV pool
   uint64_t seed = 0;                // dummy weights
   bool cuda_graphs = true;          // GPU: decode steps through CUDA graphs (--disable-cuda-graph)
+  // GPU: absorbed-MLA decode attention on tensor cores (V3 dims) or the CUDA-core kernel
+  // (--decode-attention-backend tensor-core | cuda-core).
+  bool mla_decode_tensor_cores = true;
 };
 
 // Errors: NOT_FOUND (no config), INVALID_ARGUMENT (bad option), UNIMPLEMENTED (e.g. --device

@@ -16,6 +16,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.mem_fraction = o.mem_fraction_static;
   c.seed = o.seed;
   c.cuda_graphs = o.cuda_graphs;
+  c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   return ds::cuda::CreateCudaModelRunner(c);
 }
 const bool kRegistered = [] {

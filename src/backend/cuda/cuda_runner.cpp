@@ -111,11 +111,18 @@ class CudaModelRunner : public ModelRunner {
   Status LoadVec(const std::string& name, int64_t n, float dummy_value, DeviceBuffer* b);
   Status LoadBf16(const std::string& name, int64_t N, int64_t K, DeviceBuffer* b);  // dequantised if FP8
   Status LoadLayer(int l, LayerW* L);
+  // gate_up = [gate rows; up rows] of one MLP (`prefix` + .gate_proj / .up_proj, [I, hidden]
+  // each) as one Linear: FP8 when the 128-row weight blocks do not straddle gate/up
+  // (I % 128 == 0), else bf16 (dequantised).
+  Status LoadGateUp(const std::string& prefix, int64_t I, Linear* gu);
   uint64_t NextSeed() { return opts_.seed * 0x9E3779B97F4A7C15ull + (++tensor_counter_) * 0xD1B54A32D192ED03ull; }
   void FinishLinear(Linear* L, const std::vector<float>* raw_scales);
 
   // ---- compute ----
   void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
+  // Debug (fp8_emulate_act_quant): xhi_ [M, K] bf16 = x quantised to e4m3 per 1x128 group as
+  // the cuBLASLt path does (Fp8QuantizePerTokenGroup), then dequantised.
+  void EmulateFp8Activations(const float* x, int64_t ldx, int64_t M, int64_t K);
   // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise).
   void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
                 int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch);
@@ -310,41 +317,9 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
   L->moe = cfg_.is_moe_layer(l);
   const std::string mp = p + ".mlp";
   if (!L->moe) {
-    const int64_t I = cfg_.intermediate_size;
-    Linear g, u;
-    // gate_up = [gate rows; up rows]
-    DS_RETURN_IF_ERROR(LoadLinear(mp + ".gate_proj.weight", I, Hd, &g));
-    DS_RETURN_IF_ERROR(LoadLinear(mp + ".up_proj.weight", I, Hd, &u));
-    DS_RETURN_IF_ERROR(LoadLinear(mp + ".down_proj.weight", Hd, I, &L->down));
+    DS_RETURN_IF_ERROR(LoadGateUp(mp, cfg_.intermediate_size, &L->gate_up));
+    DS_RETURN_IF_ERROR(LoadLinear(mp + ".down_proj.weight", Hd, cfg_.intermediate_size, &L->down));
     L->has_mlp = true;
-    // Concatenate on the device.
-    Linear& gu = L->gate_up;
-    gu.N = 2 * I;
-    gu.K = Hd;
-    gu.fp8 = g.fp8 && (I % 128 == 0);
-    if (g.fp8 && !gu.fp8) {  // the block grid would straddle gate/up: keep bf16
-      g.w.Reset(I * Hd * sizeof(bf16));
-      u.w.Reset(I * Hd * sizeof(bf16));
-      DequantFp8ToBf16(g.wq.as<uint8_t>(), g.s_raw.as<float>(), I, Hd, g.w.as<bf16>(), s_);
-      DequantFp8ToBf16(u.wq.as<uint8_t>(), u.s_raw.as<float>(), I, Hd, u.w.as<bf16>(), s_);
-    }
-    if (gu.fp8) {
-      gu.wq.Reset(2 * I * Hd);
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.get(), g.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.as<uint8_t>() + I * Hd, u.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
-      const int64_t nb = I / 128, kb = (Hd + 127) / 128;
-      std::vector<float> sg(nb * kb), su(nb * kb);
-      DS_CUDA_CHECK(cudaStreamSynchronize(s_));
-      DS_CUDA_CHECK(cudaMemcpy(sg.data(), g.s_raw.get(), sg.size() * 4, cudaMemcpyDeviceToHost));
-      DS_CUDA_CHECK(cudaMemcpy(su.data(), u.s_raw.get(), su.size() * 4, cudaMemcpyDeviceToHost));
-      sg.insert(sg.end(), su.begin(), su.end());
-      FinishLinear(&gu, &sg);
-    } else {
-      gu.w.Reset(2 * I * Hd * sizeof(bf16));
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.get(), g.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.as<bf16>() + I * Hd, u.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
-    }
-    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
     return Status::Ok();
   }
   // MoE layer.
@@ -426,40 +401,45 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
   }
   if (cfg_.n_shared_experts > 0) {
     const int64_t Is = I * cfg_.n_shared_experts;
-    Linear g, u;
     const std::string sp = mp + ".shared_experts";
-    DS_RETURN_IF_ERROR(LoadLinear(sp + ".gate_proj.weight", Is, Hd, &g));
-    DS_RETURN_IF_ERROR(LoadLinear(sp + ".up_proj.weight", Is, Hd, &u));
+    DS_RETURN_IF_ERROR(LoadGateUp(sp, Is, &L->gate_up));
     DS_RETURN_IF_ERROR(LoadLinear(sp + ".down_proj.weight", Hd, Is, &L->down));
     L->has_mlp = true;
-    Linear& gu = L->gate_up;
-    gu.N = 2 * Is;
-    gu.K = Hd;
-    gu.fp8 = g.fp8 && (Is % 128 == 0);
-    if (g.fp8 && !gu.fp8) {
-      g.w.Reset(Is * Hd * 2);
-      u.w.Reset(Is * Hd * 2);
-      DequantFp8ToBf16(g.wq.as<uint8_t>(), g.s_raw.as<float>(), Is, Hd, g.w.as<bf16>(), s_);
-      DequantFp8ToBf16(u.wq.as<uint8_t>(), u.s_raw.as<float>(), Is, Hd, u.w.as<bf16>(), s_);
-    }
-    if (gu.fp8) {
-      gu.wq.Reset(2 * Is * Hd);
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.get(), g.wq.get(), Is * Hd, cudaMemcpyDeviceToDevice, s_));
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.as<uint8_t>() + Is * Hd, u.wq.get(), Is * Hd, cudaMemcpyDeviceToDevice, s_));
-      const int64_t nb = Is / 128, kb = (Hd + 127) / 128;
-      std::vector<float> sg(nb * kb), su(nb * kb);
-      DS_CUDA_CHECK(cudaStreamSynchronize(s_));
-      DS_CUDA_CHECK(cudaMemcpy(sg.data(), g.s_raw.get(), sg.size() * 4, cudaMemcpyDeviceToHost));
-      DS_CUDA_CHECK(cudaMemcpy(su.data(), u.s_raw.get(), su.size() * 4, cudaMemcpyDeviceToHost));
-      sg.insert(sg.end(), su.begin(), su.end());
-      FinishLinear(&gu, &sg);
-    } else {
-      gu.w.Reset(2 * Is * Hd * 2);
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.get(), g.w.get(), Is * Hd * 2, cudaMemcpyDeviceToDevice, s_));
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.as<bf16>() + Is * Hd, u.w.get(), Is * Hd * 2, cudaMemcpyDeviceToDevice, s_));
-    }
-    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::LoadGateUp(const std::string& prefix, int64_t I, Linear* gu) {
+  const int64_t Hd = cfg_.hidden_size;
+  Linear g, u;
+  DS_RETURN_IF_ERROR(LoadLinear(prefix + ".gate_proj.weight", I, Hd, &g));
+  DS_RETURN_IF_ERROR(LoadLinear(prefix + ".up_proj.weight", I, Hd, &u));
+  gu->N = 2 * I;
+  gu->K = Hd;
+  gu->fp8 = g.fp8 && (I % 128 == 0);
+  if (g.fp8 && !gu->fp8) {  // the block grid would straddle gate/up: keep bf16
+    g.w.Reset(I * Hd * sizeof(bf16));
+    u.w.Reset(I * Hd * sizeof(bf16));
+    DequantFp8ToBf16(g.wq.as<uint8_t>(), g.s_raw.as<float>(), I, Hd, g.w.as<bf16>(), s_);
+    DequantFp8ToBf16(u.wq.as<uint8_t>(), u.s_raw.as<float>(), I, Hd, u.w.as<bf16>(), s_);
+  }
+  if (gu->fp8) {
+    gu->wq.Reset(2 * I * Hd);
+    DS_CUDA_CHECK(cudaMemcpyAsync(gu->wq.get(), g.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(gu->wq.as<uint8_t>() + I * Hd, u.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
+    const int64_t nb = I / 128, kb = (Hd + 127) / 128;
+    std::vector<float> sg(nb * kb), su(nb * kb);
+    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+    DS_CUDA_CHECK(cudaMemcpy(sg.data(), g.s_raw.get(), sg.size() * 4, cudaMemcpyDeviceToHost));
+    DS_CUDA_CHECK(cudaMemcpy(su.data(), u.s_raw.get(), su.size() * 4, cudaMemcpyDeviceToHost));
+    sg.insert(sg.end(), su.begin(), su.end());
+    FinishLinear(gu, &sg);
+  } else {
+    gu->w.Reset(2 * I * Hd * sizeof(bf16));
+    DS_CUDA_CHECK(cudaMemcpyAsync(gu->w.get(), g.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(gu->w.as<bf16>() + I * Hd, u.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
+  }
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));  // before the temporaries go
   return Status::Ok();
 }
 
@@ -542,7 +522,10 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   const bool split = opts_.precise_activations && !L.fp8;
   xhi_.Reserve(Mr * L.K * sizeof(bf16));
   if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
-  SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
+  if (L.fp8 && opts_.fp8_emulate_act_quant && L.K % 128 == 0 && GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32))
+    EmulateFp8Activations(x, ldx, M, L.K);  // debug: the cuBLASLt path's e4m3 activations, in bf16
+  else
+    SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
   if (!L.fp8) {
     GemmBf16({xhi_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_});
     if (split) GemmBf16({xlo_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, true, s_});
@@ -554,6 +537,15 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   gp.w = L.wq.get(); gp.w_fp8 = true; gp.w_scales = L.s_raw.as<float>();
   gp.num_experts = 1; gp.N = L.N; gp.K = L.K; gp.out = y; gp.out_type = DTypeOut::kF32; gp.ldo = ldy; gp.stream = s_;
   GroupedGemm(gp);
+}
+
+void CudaModelRunner::EmulateFp8Activations(const float* x, int64_t ldx, int64_t M, int64_t K) {
+  const int64_t kb = (K + 127) / 128;
+  xq_.Reserve(M * K);
+  xs_.Reserve(M * kb * sizeof(float));
+  Fp8QuantParams qp{x, false, ldx, M, K, 128, xq_.as<uint8_t>(), K, xs_.as<float>(), ScaleLayout::kTokenMajor, s_};
+  Fp8QuantizePerTokenGroup(qp);
+  Fp8DequantizePerTokenGroupToBf16(qp, xhi_.get(), K);
 }
 
 const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
@@ -741,6 +733,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.out = olat32_.get(); dp.o_tok_stride = H * kvl; dp.o_head_stride = kvl; dp.out_type = DTypeOut::kF32;
     dp.stream = s_;
     dp.tensor_cores = opts_.mla_decode_tensor_cores;
+    dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
     if (gin_) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
       dp.total_context = Sa * max_ctx;
       dp.max_q_len = 1;

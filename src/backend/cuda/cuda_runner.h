@@ -52,11 +52,21 @@ struct CudaRunnerOptions {
   // tests pass; the per-call descriptor fix in gemm.cpp is not yet verified on the GPU, hence
   // the default.
   std::string fp8_gemm = "kernel";
+  // Debug: the in-kernel FP8 path quantises its activations exactly as the cuBLASLt path
+  // (Fp8QuantizePerTokenGroup: 1x128 groups, e4m3, same scales) and dequantises them to bf16
+  // before its GEMM, on the projections fp8_gemm "cublas" sends to cuBLASLt. The reference the
+  // cuBLASLt path is tested against (docs/design/cuda_backend.md, "Numerics").
+  bool fp8_emulate_act_quant = false;
   // Absorbed-MLA decode on tensor cores (mla_decode_tc.cu: bf16 q and probabilities, fp32
-  // accumulation; V3 dims only, other dims keep the CUDA-core kernel). Op-equivalent on the
-  // H200 (bench/results/KERNELS_RUNS.md); off by default until the runner checks
-  // (CudaRunner.DummyV3DecodeTensorCoresMatchesCudaCore) have run on the GPU.
-  bool mla_decode_tensor_cores = false;
+  // accumulation, FlashMLA's numerics; V3 dims kv_lora 512 / rope 64 only, other dims keep the
+  // CUDA-core kernel mla_decode.cu). Default on: verified against golden on the
+  // v3_mla512_tiny fixture and against a CUDA-core emulation of its rounding at V3 shapes
+  // (docs/design/cuda_backend.md, "Numerics"). `--decode-attention-backend cuda-core` turns
+  // it off.
+  bool mla_decode_tensor_cores = true;
+  // Debug: MlaDecodeParams::emulate_tc_rounding for the CUDA-core decode kernel (bit 1: bf16
+  // q, bit 2: bf16 probabilities; tc softmax/split plan). Non-zero forces the CUDA-core kernel.
+  int mla_decode_emulate_tc = 0;
   // Decode steps (every sequence has exactly one new token, at most cuda_graph_max_batch
   // sequences) run as CUDA graphs: the batch is padded to a bucket (1, 2, 4, 8, 16, 24, 32, 48,
   // 64, 96, 128, ..., 256 sequences; padded rows attend to a reserved scratch KV block and

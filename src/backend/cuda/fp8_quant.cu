@@ -26,7 +26,25 @@ __global__ void Fp8QuantKernel(Fp8QuantParams p, int64_t groups) {
   }
 }
 
+__global__ void Fp8DequantKernel(Fp8QuantParams p, int64_t groups, __nv_bfloat16* out, int64_t ldo) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= p.n * p.k) return;
+  const int64_t t = i / p.k, c = i % p.k, g = c / p.group;
+  const float scale = p.layout == ScaleLayout::kTokenMajor ? p.scales[t * groups + g]
+                                                           : p.scales[g * (p.scale_ld > 0 ? p.scale_ld : p.n) + t];
+  out[t * ldo + c] = __float2bfloat16_rn(dev::E4M3ToF32(p.q[t * p.ldq + c]) * scale);
+}
+
 }  // namespace
+
+void Fp8DequantizePerTokenGroupToBf16(const Fp8QuantParams& p, void* out_bf16, int64_t ldo) {
+  if (p.n == 0) return;
+  const int64_t groups = (p.k + p.group - 1) / p.group;
+  const int64_t total = p.n * p.k;
+  Fp8DequantKernel<<<static_cast<unsigned>((total + 255) / 256), 256, 0, p.stream>>>(
+      p, groups, static_cast<__nv_bfloat16*>(out_bf16), ldo);
+  DS_CUDA_CHECK_LAUNCH("Fp8DequantKernel");
+}
 
 void Fp8QuantizePerTokenGroup(const Fp8QuantParams& p) {
   DS_CHECK(p.group >= 32 && p.group % 32 == 0 && p.group <= 1024)

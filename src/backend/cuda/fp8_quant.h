@@ -26,4 +26,10 @@ struct Fp8QuantParams {
 };
 void Fp8QuantizePerTokenGroup(const Fp8QuantParams& p);
 
+// The inverse, for emulating the quantised path on a bf16 GEMM: out[t, i] =
+// bf16(e4m3(q[t, i]) * scale(t, i / group)) (the e4m3 x fp32 product rounded once to bf16,
+// <= 2^-9 relative), scales in p.layout / p.scale_ld as written by Fp8QuantizePerTokenGroup.
+// p.x is unused; out is [n, k] with leading dimension ldo.
+void Fp8DequantizePerTokenGroupToBf16(const Fp8QuantParams& p, void* out_bf16, int64_t ldo);
+
 }  // namespace ds::cuda
