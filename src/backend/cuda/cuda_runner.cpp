@@ -59,6 +59,7 @@ struct Linear {
   DeviceBuffer wq;     // e4m3 [N, K]
   DeviceBuffer s_blk;  // [ceil(N/128), Fp8WeightScaleLd(K)] (cuBLASLt layout)
   DeviceBuffer s_raw;  // [ceil(N/128), ceil(K/128)] (checkpoint layout, in-kernel path)
+  DeviceBuffer w_hi, w_lo;  // debug (fp8_emulate_act_quant): dequantised weights, bf16 hi + lo [N, K]
 };
 
 struct MlaW {
@@ -120,9 +121,10 @@ class CudaModelRunner : public ModelRunner {
 
   // ---- compute ----
   void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
-  // Debug (fp8_emulate_act_quant): xhi_ [M, K] bf16 = x quantised to e4m3 per 1x128 group as
-  // the cuBLASLt path does (Fp8QuantizePerTokenGroup), then dequantised.
-  void EmulateFp8Activations(const float* x, int64_t ldx, int64_t M, int64_t K);
+  // Debug (fp8_emulate_act_quant): y = dequant(quant(x)) @ dequant(W)^T, x quantised to e4m3
+  // per 1x128 group exactly as the cuBLASLt path does (Fp8QuantizePerTokenGroup), both
+  // dequantised operands carried as bf16 hi + lo (~16-bit): three bf16 GEMMs, fp32 accumulation.
+  void EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
   // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise).
   void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
                 int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch);
@@ -228,6 +230,11 @@ void CudaModelRunner::FinishLinear(Linear* L, const std::vector<float>* raw_scal
     for (int64_t j = 0; j < kb; ++j) blk[i * ld + j] = raw[i * kb + j];
   Upload(&L->s_raw, raw);
   Upload(&L->s_blk, blk);
+  if (opts_.fp8_emulate_act_quant) {
+    L->w_hi.Reset(L->N * L->K * sizeof(bf16));
+    L->w_lo.Reset(L->N * L->K * sizeof(bf16));
+    DequantFp8BlocksToBf16Split(L->wq.as<uint8_t>(), L->s_raw.as<float>(), L->N, L->K, L->w_hi.get(), L->w_lo.get(), s_);
+  }
 }
 
 Status CudaModelRunner::LoadLinear(const std::string& name, int64_t N, int64_t K, Linear* L) {
@@ -504,6 +511,9 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
 
 void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy) {
   if (M == 0) return;
+  if (L.fp8 && opts_.fp8_emulate_act_quant && L.K % 128 == 0 &&
+      GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32))
+    return EmulateFp8Linear(L, x, ldx, M, y, ldy);  // debug: where fp8_gemm "cublas" takes cuBLASLt
   // fp8_gemm "cublas": cuBLASLt's block-scaled FP8 GEMM for whole 128-wide K blocks (every
   // DeepSeek-V3 projection), activations quantised per 1x128 group straight from fp32;
   // otherwise the weights are dequantised in the kernel.
@@ -522,10 +532,7 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   const bool split = opts_.precise_activations && !L.fp8;
   xhi_.Reserve(Mr * L.K * sizeof(bf16));
   if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
-  if (L.fp8 && opts_.fp8_emulate_act_quant && L.K % 128 == 0 && GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32))
-    EmulateFp8Activations(x, ldx, M, L.K);  // debug: the cuBLASLt path's e4m3 activations, in bf16
-  else
-    SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
+  SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
   if (!L.fp8) {
     GemmBf16({xhi_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_});
     if (split) GemmBf16({xlo_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, true, s_});
@@ -539,13 +546,25 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   GroupedGemm(gp);
 }
 
-void CudaModelRunner::EmulateFp8Activations(const float* x, int64_t ldx, int64_t M, int64_t K) {
-  const int64_t kb = (K + 127) / 128;
-  xq_.Reserve(M * K);
-  xs_.Reserve(M * kb * sizeof(float));
+void CudaModelRunner::EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y,
+                                       int64_t ldy) {
+  const int64_t K = L.K, kb = (K + 127) / 128, Mr = RoundUp(M, 64);
+  xq_.Reserve(Mr * K);
+  xs_.Reserve(Mr * kb * sizeof(float));
+  xhi_.Reserve(Mr * K * sizeof(bf16));
+  xlo_.Reserve(Mr * K * sizeof(bf16));
   Fp8QuantParams qp{x, false, ldx, M, K, 128, xq_.as<uint8_t>(), K, xs_.as<float>(), ScaleLayout::kTokenMajor, s_};
   Fp8QuantizePerTokenGroup(qp);
-  Fp8DequantizePerTokenGroupToBf16(qp, xhi_.get(), K);
+  Fp8DequantizePerTokenGroupToBf16(qp, xhi_.get(), xlo_.get(), K);
+  // y = (x_hi + x_lo) (w_hi + w_lo)^T without the lo x lo term (~2^-16 relative)
+  GemmBf16Params g{xhi_.as<bf16>(), K, L.w_hi.as<bf16>(), K, y, ldy, DTypeOut::kF32, M, L.N, K, false, s_};
+  GemmBf16(g);
+  g.accumulate = true;
+  g.w = L.w_lo.as<bf16>();
+  GemmBf16(g);
+  g.x = xlo_.as<bf16>();
+  g.w = L.w_hi.as<bf16>();
+  GemmBf16(g);
 }
 
 const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
