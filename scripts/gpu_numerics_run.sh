@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # On the GPU machine (one device call): the numerics checks of the runner (issue 4) on the
-# prebuilt binaries packed by scripts/gpu_carry.sh into .carry/bin.tar.xz. Writes to $OUT:
+# prebuilt binaries packed by scripts/gpu_carry.sh (bin.tar.xz beside this script: the device
+# tool sends the session checkout, so both are copied into its ignored .carry/numerics/). Writes to $OUT:
 # tests.log (CudaRunner.*, incl. the fixture tests, CudaMlaDecode.*, CudaFp8Quant.*,
 # CudaGemm.Fp8RunnerCallPatternSharedBuffers) and bench_decode_{tensor-core,cuda-core}.log (a
 # 4-layer dummy V3 decode step with each MLA decode backend).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-mkdir -p /tmp/g "$OUT" && xz -dc .carry/bin.tar.xz | tar -C /tmp/g -xf - || exit 1
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p /tmp/g "$OUT" && xz -dc "$HERE/bin.tar.xz" | tar -C /tmp/g -xf - || exit 1
 export LD_LIBRARY_PATH=/tmp/g/bin/lib:/usr/local/cuda/lib64:$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
 export DS_TEST_DATA_DIR=/tmp/g/bin/data DS_BINARY=/tmp/g/bin/dsinfer
 B=/tmp/g/bin
