@@ -9,7 +9,8 @@ For each fixture under tests/data/<name>/:
                      weight_scale_inv F32 per 128x128 block for the fp8 fixture;
                      e_score_correction_bias F32)
   golden.json        prompt ids, fp32 per-position logits of the prompt, greedy continuation ids,
-                     top-2 margins: computed by transformers' DeepseekV3ForCausalLM /
+                     top-2 margins, the logits of every greedy step (fixtures made since
+                     v3_mla512_tiny): computed by transformers' DeepseekV3ForCausalLM /
                      DeepseekV2ForCausalLM in fp32 (eager attention, eager experts) on exactly the
                      weights stored in the file (bf16-rounded / fp8-dequantised).
 
@@ -106,6 +107,20 @@ FIXTURES = {
                  v_head_dim=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2,
                  n_group=1, topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0,
                  first_k_dense_replace=1, max_position_embeddings=4096, rope_interleave=False,
+                 scoring_func="sigmoid", topk_method="noaux_tc", num_nextn_predict_layers=0)),
+    # DeepSeek-V3's MLA dims (kv_lora_rank 512, rope 64, nope 128, v 128): the only dims the
+    # tensor-core MLA decode kernel (src/backend/cuda/mla_decode_tc.cu) takes, so the one fixture
+    # that runs it; 3 heads (kv_b_proj is H x 256 x 512, the size budget), a dense layer and a
+    # MoE layer; a 50-token prompt + 20 greedy steps cross the 64-token KV page.
+    "v3_mla512_tiny": dict(
+        model_type="deepseek_v3", seed=7, prompt_len=50, spelling="official", fp8=False,
+        rope=dict(theta=10000.0, scaling=dict(type="yarn", **yarn(40, 4096, 1.0, 1.0))),
+        cfg=dict(vocab_size=256, hidden_size=128, intermediate_size=128, moe_intermediate_size=32,
+                 num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=3,
+                 q_lora_rank=32, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                 v_head_dim=128, n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2,
+                 n_group=2, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5,
+                 first_k_dense_replace=1, max_position_embeddings=163840,
                  scoring_func="sigmoid", topk_method="noaux_tc", num_nextn_predict_layers=0)),
 }
 
@@ -265,12 +280,13 @@ def build(name, fx, out_dir):
     with torch.no_grad():
         ids = torch.tensor([prompt])
         logits = model(ids).logits[0].float()
-        gen_ids, gen_margins = [], []
+        gen_ids, gen_margins, gen_logits = [], [], []
         cur = list(prompt)
         for _ in range(N_GEN):  # plain greedy loop, full recompute each step (no cache)
             last = model(torch.tensor([cur])).logits[0, -1].float()
             nxt = int(torch.argmax(last).item())
             gen_margins.append(margins(last))
+            gen_logits.append(last)
             gen_ids.append(nxt)
             cur.append(nxt)
         # Cross-check against transformers' own generate (with its cache).
@@ -298,6 +314,9 @@ def build(name, fx, out_dir):
         "prompt_margins": pm,
         "greedy_ids": gen_ids,
         "greedy_margins": gen_margins,
+        # Logits of each greedy step (= teacher-forced decode over greedy_ids: step i sees the
+        # prompt + greedy_ids[:i]).
+        "greedy_logits": [[float(f"{x:.7g}") for x in row.tolist()] for row in gen_logits],
         "max_abs_logit": float(logits.abs().max()),
     }
     with open(os.path.join(d, "golden.json"), "w") as f:

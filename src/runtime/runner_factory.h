@@ -21,6 +21,9 @@ struct RunnerOptions {
   uint64_t seed = 0;                // dummy weights
   bool cuda_graphs = true;          // GPU: decode steps through CUDA graphs (--disable-cuda-graph)
   bool profile = false;             // GPU: per-phase device time (ModelRunner::TakeProfile; eager passes only)
+  // GPU: absorbed-MLA decode attention on tensor cores (V3 dims) or the CUDA-core kernel
+  // (--decode-attention-backend tensor-core | cuda-core).
+  bool mla_decode_tensor_cores = true;
 };
 
 // Errors: NOT_FOUND (no config), INVALID_ARGUMENT (bad option), UNIMPLEMENTED (e.g. --device

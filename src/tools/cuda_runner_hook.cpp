@@ -17,6 +17,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.seed = o.seed;
   c.cuda_graphs = o.cuda_graphs;
   c.profile = o.profile;
+  c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   return ds::cuda::CreateCudaModelRunner(c);
 }
 const bool kRegistered = [] {

@@ -62,7 +62,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& mod
                                                           const std::string& load_format, int num_layers, int blocks,
                                                           int max_tokens_per_pass, ds::MlaMode mode, uint64_t seed,
                                                           const std::string& fp8_gemm = "kernel",
-                                                          bool cuda_graphs = true) {
+                                                          bool cuda_graphs = true, bool mla_tc = true) {
   if (device == "cuda") {
 #ifdef DS_WITH_CUDA
     ds::cuda::CudaRunnerOptions o;
@@ -75,6 +75,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& mod
     o.seed = seed;
     o.fp8_gemm = fp8_gemm;
     o.cuda_graphs = cuda_graphs;
+    o.mla_decode_tensor_cores = mla_tc;
     return ds::cuda::CreateCudaModelRunner(o);
 #else
     return ds::Unimplemented("--device cuda: this build has no CUDA backend");
@@ -95,13 +96,14 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& mod
 int RunBench(const ds::ModelConfig& cfg, const std::string& model_dir, const std::string& device,
              const std::string& load_format, int num_layers, int num_kv_blocks, int max_tokens_per_pass,
              ds::MlaMode mode, int B, int P, int max_tokens, float temperature, float top_p, int top_k, uint64_t seed,
-             const std::string& fp8_gemm, bool cuda_graphs) {
+             const std::string& fp8_gemm, bool cuda_graphs, bool mla_tc) {
   const int per_seq = (P + max_tokens + ds::kBlockSize - 1) / ds::kBlockSize;
   const int blocks = num_kv_blocks > 0 ? num_kv_blocks : B * per_seq;
   if (blocks < B * per_seq) return Fail(2, "--num-kv-blocks too small for the benchmark");
   const auto t_load0 = Clock::now();
   auto runner_or =
-      MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm, cuda_graphs);
+      MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm, cuda_graphs,
+                 mla_tc);
   if (!runner_or.ok()) return Fail(1, runner_or.status().ToString());
   auto runner = std::move(runner_or).value();
   const double load_ms = Ms(t_load0, Clock::now());
@@ -164,10 +166,10 @@ int RunBench(const ds::ModelConfig& cfg, const std::string& model_dir, const std
   mean = step_ms.empty() ? 0 : mean / step_ms.size();
   const double med = sorted.empty() ? 0 : sorted[sorted.size() / 2];
   const double p90 = sorted.empty() ? 0 : sorted[sorted.size() * 9 / 10];
-  std::printf("bench: device=%s model=%s layers=%d load=%s fp8_gemm=%s cuda_graphs=%s batch=%d prompt_len=%d generated=%d "
-              "per sequence\n",
+  std::printf("bench: device=%s model=%s layers=%d load=%s fp8_gemm=%s cuda_graphs=%s decode_attention=%s batch=%d "
+              "prompt_len=%d generated=%d per sequence\n",
               device.c_str(), cfg.model_type.c_str(), cfg.num_hidden_layers, load_format.c_str(), fp8_gemm.c_str(),
-              device == "cuda" && cuda_graphs ? "on" : "off", B, P,
+              device == "cuda" && cuda_graphs ? "on" : "off", device == "cuda" ? (mla_tc ? "tensor-core" : "cuda-core") : "cpu", B, P,
               static_cast<int>(gen[0].size()));
   std::printf("load_ms=%.0f\n", load_ms);
   std::printf("prefill_ms=%.1f (%d tokens, %.0f tok/s)\n", prefill_ms, B * P, B * P / (prefill_ms / 1000.0));
@@ -199,6 +201,10 @@ int RunGenerate(int argc, char** argv) {
   app.add_option("--fp8-gemm", fp8_gemm, "CUDA FP8 projections: kernel | cublas | cublas-all (see cuda_runner.h)")
       ->check(CLI::IsMember({"kernel", "cublas", "cublas-all"}));
   bool disable_graphs = false;
+  std::string decode_attn = "tensor-core";
+  app.add_option("--decode-attention-backend", decode_attn,
+                 "CUDA: MLA decode attention: tensor-core (default; DeepSeek-V3 dims, others fall back) | cuda-core")
+      ->check(CLI::IsMember({"tensor-core", "cuda-core"}));
   app.add_flag("--disable-cuda-graph,--enforce-eager", disable_graphs,
                "CUDA: run decode steps eagerly instead of replaying CUDA graphs");
   app.add_option("--bench-batch", bench_batch, "benchmark: this many random prompts (ignores --prompt-ids)")
@@ -264,7 +270,7 @@ int RunGenerate(int argc, char** argv) {
   if (num_layers > 0 && num_layers < cfg->num_hidden_layers) cfg->num_hidden_layers = num_layers;
   if (bench) return RunBench(*cfg, model_dir, device, load_format, num_layers, num_kv_blocks, max_tokens_per_pass,
                              mode, bench_batch, bench_prompt_len, max_tokens, temperature, top_p, top_k, seed, fp8_gemm,
-                             !disable_graphs);
+                             !disable_graphs, decode_attn == "tensor-core");
   for (int32_t id : prompt_ids)
     if (id >= cfg->vocab_size)
       return Fail(2, "prompt token " + std::to_string(id) + " is outside the model's vocabulary (" +
@@ -273,7 +279,7 @@ int RunGenerate(int argc, char** argv) {
   const int64_t total = static_cast<int64_t>(prompt_ids.size()) + max_tokens;
   const int blocks = num_kv_blocks > 0 ? num_kv_blocks : static_cast<int>((total + ds::kBlockSize - 1) / ds::kBlockSize);
   auto runner_or = MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm,
-                              !disable_graphs);
+                              !disable_graphs, decode_attn == "tensor-core");
   if (!runner_or.ok()) return Fail(1, runner_or.status().ToString());
   auto runner = std::move(runner_or).value();
   const auto t_load1 = Clock::now();

@@ -84,6 +84,10 @@ int RunServe(int argc, char** argv) {
   app.add_option("--max-kv-tokens", ro.max_kv_tokens, "CPU: automatic KV pool size in tokens");
   app.add_option("--seed", ro.seed, "seed of --load-format dummy weights");
   bool no_graphs = false;
+  std::string decode_attn = "tensor-core";
+  app.add_option("--decode-attention-backend", decode_attn,
+                 "GPU: MLA decode attention: tensor-core (default; DeepSeek-V3 dims, others fall back) | cuda-core")
+      ->check(CLI::IsMember({"tensor-core", "cuda-core"}));
   app.add_flag("--disable-cuda-graph,--enforce-eager", no_graphs,
                "GPU: run decode steps eagerly instead of replaying CUDA graphs");
   app.add_option("--host", host, "listen address");
@@ -108,6 +112,7 @@ int RunServe(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   ro.cuda_graphs = !no_graphs;
+  ro.mla_decode_tensor_cores = decode_attn == "tensor-core";
   ds::LogLevel lvl;
   if (!ds::ParseLogLevel(log_level, &lvl)) {
     std::fprintf(stderr, "dsinfer serve: unknown --log-level '%s'\n", log_level.c_str());

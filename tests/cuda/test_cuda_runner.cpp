@@ -6,7 +6,9 @@
 // wherever golden's top-2 margin > 0.05. The id checks are asserted in precise mode; in
 // production mode they are measured and printed: bf16 activations move logits by up to ~0.1
 // on these fixtures (max_abs_diff), the size of the 0.05 margin, and an MoE routing near-tie
-// can flip an expert, so an occasional low-margin id can differ there.
+// can flip an expert, so an occasional low-margin id can differ there. Where the golden has
+// the logits of each greedy step (v3_mla512_tiny: V3's MLA dims, so its decode steps run the
+// tensor-core MLA decode, the default), the decode steps' logits are bounded like the prompt's.
 //
 // FP8 tolerance: the FP8 fixture's golden is fp32 math on the dequantised weights. The default
 // FP8 path dequantises weights in the kernel (bf16 rounding of each weight, bf16 activations)
@@ -22,6 +24,7 @@
 // of the emulation's logits (tests/data/v3_fp8_tiny/fp8_act_reference.json; emulations
 // perturbed by 1e-4 / 3e-4 / 1e-3 / 3e-3 / 1e-2 keep 15 / 14 / 13 / 9 / 10), and (b) vs golden: mean cosine >= 0.95 and min >= 0.70 (emulation:
 // mean 0.9746-0.9764, min 0.794-0.806). A layout/scale bug moves every position.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -30,6 +33,7 @@
 #include <fstream>
 #include <memory>
 #include <set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -116,6 +120,12 @@ void CheckFixture(const std::string& name, bool precise) {
   EXPECT_EQ(nonfinite, 0);
   EXPECT_GE(min_cos, min_cos_bound) << name;
   const int32_t first = ArgMax(out.logits.data() + int64_t(P - 1) * V, V);
+  // Golden logits of each greedy step (fixtures made since v3_mla512_tiny): the decode steps'
+  // logits are bounded like the prompt's.
+  std::vector<std::vector<float>> step_logits;
+  if (g.contains("greedy_logits")) step_logits = g["greedy_logits"].get<std::vector<std::vector<float>>>();
+  double min_cos_steps = 1;
+  if (!step_logits.empty()) min_cos_steps = Cosine(out.logits.data() + int64_t(P - 1) * V, step_logits[0].data(), V);
 
   // 2. Teacher-forced greedy decode over golden's greedy ids, CUDA vs golden and vs CPU.
   CpuRunnerOptions co;
@@ -143,12 +153,18 @@ void CheckFixture(const std::string& name, bool precise) {
     ASSERT_TRUE(cuda.Forward(Batch({greedy[i - 1]}, ctx0, nb, false), &out).ok());
     ASSERT_TRUE(cpu.Forward(Batch({greedy[i - 1]}, ctx0, nb, false), &cout_).ok());
     min_cos_cpu = std::min(min_cos_cpu, Cosine(out.logits.data(), cout_.logits.data(), V));
+    if (i < step_logits.size()) min_cos_steps = std::min(min_cos_steps, Cosine(out.logits.data(), step_logits[i].data(), V));
     check_step(i, ArgMax(out.logits.data(), V), ArgMax(cout_.logits.data(), V));
   }
   std::printf("[fixture] %s %s decode: steps=%zu checked(margin>%.2f)=%d mismatches_vs_golden=%d mismatches_vs_cpu=%d "
               "min_cosine_vs_cpu=%.6f%s\n",
               name.c_str(), mode, greedy.size(), kMarginForIds, checked, mismatch_golden, mismatch_cpu, min_cos_cpu,
               (mismatch_golden == 0 && mismatch_cpu == 0) ? " PASS" : " FAIL");
+  if (!step_logits.empty()) {
+    std::printf("[fixture] %s %s decode: min_cosine_vs_golden_step_logits=%.6f bound=%.3f%s\n", name.c_str(), mode,
+                min_cos_steps, min_cos_bound, min_cos_steps >= min_cos_bound ? " PASS" : " FAIL");
+    EXPECT_GE(min_cos_steps, min_cos_bound) << name;
+  }
   if (precise) {
     EXPECT_EQ(mismatch_golden, 0) << name;
     EXPECT_EQ(mismatch_cpu, 0) << name;
@@ -277,121 +293,304 @@ TEST(CudaRunner, DummyV3MixedBatchIsFinite) {
   EXPECT_EQ(bad, 0);
 }
 
-// Real V3 shapes, dummy FP8 weights: the cuBLASLt FP8 path (activations quantised to e4m3 per
-// 1x128 group) vs the in-kernel dequantising path (bf16 activations), same weights, 40 prompt
-// rows. 3 layers = only V3's dense layers (first_k_dense_replace = 3): no routing, so the gap
-// is the FP8 activation error alone (~2.6% rel per GEMM output, test_gemm.cpp) and every row
-// must stay >= 0.99. 4 layers adds the first MoE layer (256 experts, top-8): e4m3 activation
-// error can flip an expert for a few rows (the FP8 fixture's CPU emulation shows such flips,
-// scripts/fp8_act_quant_experiment.py), so that case bounds the mean (>= 0.99) and the min
-// loosely (>= 0.95; run 4 measured min 0.9739 before this split).
-double DummyV3CublasVsKernelCosines(int layers, double* mean_out) {
-  const std::string dir = DataDir() + "/deepseek-v3";
-  std::vector<std::vector<float>> logits;
-  for (const char* mode : {"cublas", "kernel"}) {
-    CudaRunnerOptions o;
-    o.model_dir = dir;
-    o.load_format = "dummy";
-    o.num_layers = layers;
-    o.num_kv_blocks = 8;
-    o.seed = 11;
-    o.fp8_gemm = mode;
-    auto r = CreateCudaModelRunner(o);
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    if (!r.ok()) return 0;
-    std::vector<int32_t> ids;
-    for (int i = 0; i < 40; ++i) ids.push_back((i * 104729 + 17) % (*r)->config().vocab_size);
-    ForwardOutput out;
-    EXPECT_TRUE((*r)->Forward(Batch(ids, 0, 8, true), &out).ok());
-    logits.push_back(out.logits);
+// Row-wise comparison of two [R, V] logit sets: min / mean / median cosine, worst relative L2.
+struct RowStats {
+  std::vector<double> cos;  // per row
+  int64_t rows = 0;
+  double min_cos = 1, mean_cos = 0, median_cos = 1, max_rel_l2 = 0;
+  int below = 0;  // rows with cosine < the threshold given to Compare
+};
+RowStats Compare(const std::vector<float>& a, const std::vector<float>& b, int64_t V, double threshold) {
+  RowStats st;
+  EXPECT_EQ(a.size(), b.size());
+  st.rows = static_cast<int64_t>(std::min(a.size(), b.size())) / V;
+  std::vector<double> cs;
+  for (int64_t i = 0; i < st.rows; ++i) {
+    const float* x = a.data() + i * V;
+    const float* y = b.data() + i * V;
+    const double c = Cosine(x, y, V);
+    double d2 = 0, y2 = 0;
+    for (int64_t j = 0; j < V; ++j) { d2 += (double(x[j]) - y[j]) * (double(x[j]) - y[j]); y2 += double(y[j]) * y[j]; }
+    st.max_rel_l2 = std::max(st.max_rel_l2, std::sqrt(d2 / (y2 + 1e-300)));
+    cs.push_back(c);
+    st.cos.push_back(c);
+    st.min_cos = std::min(st.min_cos, c);
+    st.mean_cos += c / st.rows;
+    st.below += c < threshold;
   }
-  const int64_t V = 129280, R = static_cast<int64_t>(logits[0].size()) / V;
-  double min_cos = 1, sum = 0;
-  int below_099 = 0;
-  for (int64_t i = 0; i < R; ++i) {
-    const double c = Cosine(logits[0].data() + i * V, logits[1].data() + i * V, V);
-    min_cos = std::min(min_cos, c);
-    sum += c;
-    below_099 += c < 0.99;
+  if (!cs.empty()) {
+    std::sort(cs.begin(), cs.end());
+    st.median_cos = cs[cs.size() / 2];
   }
-  *mean_out = sum / R;
-  std::printf("[fixture] dummy_v3_%dlayers cublaslt_fp8_vs_inkernel_fp8: rows=%lld min_cosine=%.6f mean_cosine=%.6f "
-              "rows_below_0.99=%d\n", layers, (long long)R, min_cos, *mean_out, below_099);
-  return min_cos;
+  return st;
+}
+void PrintStats(const char* label, const RowStats& st, double threshold) {
+  std::printf("[fixture] %s: rows=%lld min_cosine=%.7f median=%.7f mean=%.7f max_rel_l2=%.3e rows_below_%g=%d\n", label,
+              (long long)st.rows, st.min_cos, st.median_cos, st.mean_cos, st.max_rel_l2, threshold, st.below);
+  std::string rows;
+  for (double c : st.cos) {
+    char buf[24];
+    std::snprintf(buf, sizeof buf, " %.6f", c);
+    rows += buf;
+  }
+  std::printf("[fixture]   per row:%s\n", rows.c_str());
 }
 
-TEST(CudaRunner, DummyV3DenseCublasFp8MatchesInKernelFp8) {
-  if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
-  double mean = 0;
-  const double min_cos = DummyV3CublasVsKernelCosines(3, &mean);
-  EXPECT_GE(min_cos, 0.99);
+// Real V3 shapes, dummy FP8 weights, 40 prompt rows, same weights in every run, three FP8
+// paths: "cublas" (cuBLASLt block-scaled FP8 GEMM, activations quantised to e4m3 per 1x128
+// group by Fp8QuantizePerTokenGroup), "kernel" (in-kernel weight dequantisation, bf16
+// activations: the default) and "emulation" (fp8_emulate_act_quant: on exactly the projections
+// "cublas" sends to cuBLASLt, the same Fp8QuantizePerTokenGroup, then both operands
+// dequantised in fp32 and carried as bf16 hi + lo through three bf16 GEMMs with fp32
+// accumulation: the FP8 math of the cuBLASLt path to ~2^-16 relative).
+// Per GEMM, cublas and the emulation differ only by accumulation order. Through the model they
+// do not stay that close, and no whole-model bound like cosine >= 0.9999 can hold: every
+// quantised GEMM input is rounded to e4m3 (steps of 2^-3 relative), and a tiny upstream
+// difference moves some of those roundings across a boundary, each a whole e4m3 step, so a
+// difference of 1e-6 grows towards the e4m3 noise itself over a few chained quantised GEMMs
+// (the mechanism behind the FP8 fixture's perturbed-emulation spread, header comment). Run 6
+// (3 dense layers): cublas vs emulation 1 - cos 3.2e-3 - 4.9e-3 on every row, cublas vs kernel
+// 5.0e-3 - 1.26e-2. So the test is the comparison the e4m3 noise does allow: the cuBLASLt path
+// is closer to the emulation of its own quantisation than to bf16 activations, row by row. A
+// correct path sits at the chained-rounding floor, 0.3-0.65x of its distance to bf16
+// activations (run 6: max 0.644, mean 0.41); a path that quantised differently (other scales,
+// groups or rounding) carries its own, independent e4m3 noise: ~2x the distance of the two
+// noises' own sizes from the emulation, ratio >= ~1; a path without activation quantisation:
+// ratio >> 1. Bound: (1 - cos(cublas, emulation)) <= 0.75 x (1 - cos(cublas, kernel)) on
+// every row (3 layers: V3's dense layers, no routing). 4 layers adds the first MoE layer (256
+// experts, top-8), where these differences flip routed experts at near-ties and move single
+// rows by more (run 6: one row at ratio 1.02): there the ratio of the mean distances over the
+// 40 rows is bounded by 0.75 (run 6: 0.47). The distances are printed as information
+// (docs/design/cuda_backend.md, "Numerics").
+std::vector<float> DummyV3Fp8Logits(int layers, const std::string& fp8_gemm, bool emulate) {
+  CudaRunnerOptions o;
+  o.model_dir = DataDir() + "/deepseek-v3";
+  o.load_format = "dummy";
+  o.num_layers = layers;
+  o.num_kv_blocks = 8;
+  o.seed = 11;
+  o.fp8_gemm = fp8_gemm;
+  o.fp8_emulate_act_quant = emulate;
+  auto r = CreateCudaModelRunner(o);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return {};
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i * 104729 + 17) % (*r)->config().vocab_size);
+  ForwardOutput out;
+  EXPECT_TRUE((*r)->Forward(Batch(ids, 0, 8, true), &out).ok());
+  return out.logits;
 }
 
-TEST(CudaRunner, DummyV3CublasFp8MatchesInKernelFp8) {
-  if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
-  double mean = 0;
-  const double min_cos = DummyV3CublasVsKernelCosines(4, &mean);
-  EXPECT_GE(mean, 0.99);
-  EXPECT_GE(min_cos, 0.95);
-}
-
-// Real V3 shapes, dummy FP8 weights: absorbed-MLA decode on tensor cores vs the CUDA-core
-// kernel, same weights, a 300-token and a 70-token sequence decoding 4 steps together (plus a
-// 2-token MTP-style step, kAbsorbed so both query tokens take the decode kernel): per-row
-// logits cosine >= 0.999 (the difference is bf16 q / probabilities in attention).
-TEST(CudaRunner, DummyV3DecodeTensorCoresMatchesCudaCore) {
-  const std::string dir = DataDir() + "/deepseek-v3";
-  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
-  std::vector<std::vector<float>> logits(2);
-  int64_t V = 0;
-  for (int tc = 0; tc < 2; ++tc) {
-    CudaRunnerOptions o;
-    o.model_dir = dir;
-    o.load_format = "dummy";
-    o.num_layers = 4;
-    o.num_kv_blocks = 16;
-    o.seed = 5;
-    o.mla_mode = MlaMode::kAbsorbed;
-    o.mla_decode_tensor_cores = tc == 1;
-    auto r = CreateCudaModelRunner(o);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ModelRunner& m = **r;
-    V = m.config().vocab_size;
-    auto step = [&](const std::vector<int>& n_new, const std::vector<int>& ctx0) {
-      ForwardBatch b;
-      b.max_blocks = 8;
-      b.query_start = {0};
-      for (size_t s = 0; s < n_new.size(); ++s) {
-        for (int i = 0; i < n_new[s]; ++i) {
-          b.token_ids.push_back((ctx0[s] + i * 7919 + 13 * static_cast<int>(s)) % V);
-          b.positions.push_back(ctx0[s] + i);
-        }
-        b.logits_indices.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
-        b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-        b.context_lens.push_back(ctx0[s] + n_new[s]);
-        for (int k = 0; k < 8; ++k) b.block_tables.push_back(static_cast<int32_t>(s) * 8 + k);
-      }
-      ForwardOutput out;
-      auto st = m.Forward(b, &out);
-      ASSERT_TRUE(st.ok()) << st.ToString();
-      logits[tc].insert(logits[tc].end(), out.logits.begin(), out.logits.end());
-    };
-    step({300, 70}, {0, 0});
-    for (int k = 0; k < 4; ++k) step({1, 1}, {300 + k, 70 + k});
-    step({2, 1}, {304, 74});
-  }
-  ASSERT_EQ(logits[0].size(), logits[1].size());
-  const int64_t R = static_cast<int64_t>(logits[0].size()) / V;
-  double min_cos = 1;
+void CheckCublasFp8AgainstEmulation(int layers) {
+  constexpr int64_t V = 129280;
+  constexpr double kPrint = 0.9999, kMaxRatio = 0.75;  // kPrint: rows_below count only
+  const auto cublas = DummyV3Fp8Logits(layers, "cublas", false);
+  const auto emu = DummyV3Fp8Logits(layers, "kernel", true);
+  const auto kernel = DummyV3Fp8Logits(layers, "kernel", false);
+  ASSERT_FALSE(cublas.empty());
   int64_t bad = 0;
-  for (float v : logits[1]) bad += !std::isfinite(v);
-  for (int64_t i = 0; i < R; ++i) min_cos = std::min(min_cos, Cosine(logits[0].data() + i * V, logits[1].data() + i * V, V));
-  std::printf("[fixture] dummy_v3_4layers mla_decode_tc_vs_cudacore: rows=%lld min_cosine=%.6f nonfinite=%lld%s\n",
-              (long long)R, min_cos, (long long)bad, (min_cos >= 0.999 && bad == 0) ? " PASS" : " FAIL");
+  for (float v : cublas) bad += !std::isfinite(v);
   EXPECT_EQ(bad, 0);
-  EXPECT_GE(min_cos, 0.999);
+  const RowStats ce = Compare(cublas, emu, V, kPrint), ck = Compare(cublas, kernel, V, 0.99),
+                 ek = Compare(emu, kernel, V, 0.99);
+  char label[128];
+  std::snprintf(label, sizeof label, "dummy_v3_%dlayers fp8 cublaslt_vs_actquant_emulation", layers);
+  PrintStats(label, ce, kPrint);
+  std::snprintf(label, sizeof label, "dummy_v3_%dlayers fp8 cublaslt_vs_bf16_activations (information)", layers);
+  PrintStats(label, ck, 0.99);
+  std::snprintf(label, sizeof label, "dummy_v3_%dlayers fp8 actquant_emulation_vs_bf16_activations (information)", layers);
+  PrintStats(label, ek, 0.99);
+  // (1 - cos(cublas, emulation)) / (1 - cos(cublas, bf16 activations)), per row and of the means.
+  double max_ratio = 0, sum_ce = 0, sum_ck = 0;
+  for (int64_t i = 0; i < ce.rows; ++i) {
+    max_ratio = std::max(max_ratio, (1 - ce.cos[i]) / std::max(1e-12, 1 - ck.cos[i]));
+    sum_ce += 1 - ce.cos[i];
+    sum_ck += 1 - ck.cos[i];
+  }
+  const double mean_ratio = sum_ce / std::max(1e-12, sum_ck);
+  const bool pass = layers <= 3 ? max_ratio <= kMaxRatio : mean_ratio <= kMaxRatio;
+  std::printf("[fixture] dummy_v3_%dlayers fp8 distance ratio (1-cos(cublas,emulation))/(1-cos(cublas,bf16act)): "
+              "max_per_row=%.3f of_means=%.3f bound=%.2f (%s)%s\n", layers, max_ratio, mean_ratio, kMaxRatio,
+              layers <= 3 ? "every row" : "of the means", pass ? " PASS" : " FAIL");
+  if (layers <= 3) {
+    EXPECT_LE(max_ratio, kMaxRatio);
+  } else {
+    EXPECT_LE(mean_ratio, kMaxRatio);
+  }
 }
 
+TEST(CudaRunner, DummyV3DenseCublasFp8CloserToActQuantEmulation) {
+  if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
+  CheckCublasFp8AgainstEmulation(3);
+}
+
+TEST(CudaRunner, DummyV3CublasFp8CloserToActQuantEmulation) {
+  if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
+  CheckCublasFp8AgainstEmulation(4);
+}
+
+// Real V3 shapes, dummy FP8 weights: absorbed-MLA decode (kAbsorbed: the prefill rows take
+// the decode kernel too) for a 300-token and a 70-token sequence, 4 decode steps together and
+// a 2-token MTP-style step; five decode kernels on the same weights: the CUDA-core kernel
+// (fp32 q and probabilities), the tensor-core kernel (bf16 q and P, FlashMLA's numerics), and
+// the CUDA-core kernel emulating the tc rounding (emulate_tc_rounding: 1 = bf16 q, 2 = bf16 P,
+// 3 = both, each with the tc path's base-2 softmax and split plan).
+// The bound: tc vs emulation(3) >= 0.9999 per row. Both round the same q to bf16 and the same
+// probabilities (same running maxima, same splits) to bf16; what differs at the op level is
+// fp32 summation order (<= 2.6e-5 relative, CudaMlaDecode tests). The model does not carry
+// that through linearly: every GEMM input is rounded to bf16, and a tiny upstream difference
+// moves a few of those roundings across a boundary, each a whole bf16 step, so any two paths
+// that differ at all settle at a floor of ~1e-5 in 1 - cos (run 6: tc vs emulation 1.1e-5 -
+// 1.8e-5 on every row, against 6e-5 for cuda-core vs tc): >= 0.9999 keeps that floor 5x
+// inside. 3 layers (V3's dense layers): every row. 4 layers adds the first MoE layer (256
+// experts, top-8), where any difference of this size can flip a routed expert at a near-tie
+// and move that row alone by ~3e-3 - 7e-3 (run 6: 2 of 12 rows between tc and the emulation,
+// rows 1 and 4; 1 row between cuda-core and all four bf16 variants, row 11: run 5's 0.9928):
+// there the median row and at least 3/4 of the rows are bounded. cuda-core vs tc and the
+// single-rounding emulations are printed as information (docs/design/cuda_backend.md,
+// "Numerics").
+std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate) {
+  CudaRunnerOptions o;
+  o.model_dir = DataDir() + "/deepseek-v3";
+  o.load_format = "dummy";
+  o.num_layers = layers;
+  o.num_kv_blocks = 16;
+  o.seed = 5;
+  o.mla_mode = MlaMode::kAbsorbed;
+  o.mla_decode_tensor_cores = tc;
+  o.mla_decode_emulate_tc = emulate;
+  auto r = CreateCudaModelRunner(o);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return {};
+  ModelRunner& m = **r;
+  const int64_t V = m.config().vocab_size;
+  std::vector<float> logits;
+  auto step = [&](const std::vector<int>& n_new, const std::vector<int>& ctx0) {
+    ForwardBatch b;
+    b.max_blocks = 8;
+    b.query_start = {0};
+    for (size_t s = 0; s < n_new.size(); ++s) {
+      for (int i = 0; i < n_new[s]; ++i) {
+        b.token_ids.push_back((ctx0[s] + i * 7919 + 13 * static_cast<int>(s)) % V);
+        b.positions.push_back(ctx0[s] + i);
+      }
+      b.logits_indices.push_back(static_cast<int32_t>(b.token_ids.size()) - 1);
+      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+      b.context_lens.push_back(ctx0[s] + n_new[s]);
+      for (int k = 0; k < 8; ++k) b.block_tables.push_back(static_cast<int32_t>(s) * 8 + k);
+    }
+    ForwardOutput out;
+    auto st = m.Forward(b, &out);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    logits.insert(logits.end(), out.logits.begin(), out.logits.end());
+  };
+  step({300, 70}, {0, 0});
+  for (int k = 0; k < 4; ++k) step({1, 1}, {300 + k, 70 + k});
+  step({2, 1}, {304, 74});
+  return logits;
+}
+
+TEST(CudaRunner, DummyV3DecodeTensorCoresMatchEmulation) {
+  if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
+  constexpr int64_t V = 129280;
+  constexpr double kBound = 0.9999;
+  for (int layers : {3, 4}) {
+    const auto cc = DummyV3DecodeLogits(layers, false, 0);
+    const auto tc = DummyV3DecodeLogits(layers, true, 0);
+    const auto emu_q = DummyV3DecodeLogits(layers, false, 1);
+    const auto emu_p = DummyV3DecodeLogits(layers, false, 2);
+    const auto emu = DummyV3DecodeLogits(layers, false, 3);
+    ASSERT_FALSE(tc.empty());
+    int64_t bad = 0;
+    for (float v : tc) bad += !std::isfinite(v);
+    EXPECT_EQ(bad, 0);
+    char label[128];
+    const RowStats te = Compare(tc, emu, V, kBound);
+    std::snprintf(label, sizeof label, "dummy_v3_%dlayers mla_decode tc_vs_emulation(bf16 q+P) (bounded)", layers);
+    PrintStats(label, te, kBound);
+    std::snprintf(label, sizeof label, "dummy_v3_%dlayers mla_decode cudacore_vs_tc (information)", layers);
+    PrintStats(label, Compare(cc, tc, V, 0.999), 0.999);
+    std::snprintf(label, sizeof label, "dummy_v3_%dlayers mla_decode cudacore_vs_emulation(bf16 q+P) (information)", layers);
+    PrintStats(label, Compare(cc, emu, V, 0.999), 0.999);
+    std::snprintf(label, sizeof label, "dummy_v3_%dlayers mla_decode cudacore_vs_emulation(bf16 q only) (information)", layers);
+    PrintStats(label, Compare(cc, emu_q, V, 0.999), 0.999);
+    std::snprintf(label, sizeof label, "dummy_v3_%dlayers mla_decode cudacore_vs_emulation(bf16 P only) (information)", layers);
+    PrintStats(label, Compare(cc, emu_p, V, 0.999), 0.999);
+    if (layers <= 3) {
+      EXPECT_GE(te.min_cos, kBound) << layers << " layers";
+    } else {
+      EXPECT_GE(te.median_cos, kBound) << layers << " layers";
+      EXPECT_LE(te.below, te.rows / 4) << layers << " layers";
+    }
+  }
+}
+
+// The fixture with DeepSeek-V3's MLA dims (v3_mla512_tiny: kv_lora 512, rope 64, nope 128,
+// v 128, 3 heads, a dense and a MoE layer), the only fixture whose absorbed decode runs on the
+// tensor-core kernel: for each decode backend (tensor cores = the default, the CUDA-core
+// kernel, and the CUDA-core kernel emulating the tc rounding), (1) the prompt prefilled in
+// kAbsorbed mode (50 query rows of one sequence through the decode kernel: causal masking
+// inside the query block, two 32-key tiles) vs golden's prompt logits, and (2) a kAuto prefill
+// (naive) then teacher-forced decode over golden's greedy ids (one token a step through the
+// paged cache, crossing the 64-token page; CUDA graphs on) vs golden's logits of each step:
+// cosine >= 0.999 per position, as every fixture. tc vs emulation: cosine >= 0.9999 per row
+// (the bf16-activation floor of DummyV3DecodeTensorCoresMatchEmulation; run 6: min 0.999973,
+// against 0.999776 for tc vs cuda-core).
+TEST(CudaRunner, MlaV3DimsFixtureDecodeBackends) {
+  const std::string dir = DataDir() + "/v3_mla512_tiny";
+  std::ifstream in(dir + "/golden.json");
+  ASSERT_TRUE(in.good()) << dir;
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  const auto greedy = g["greedy_ids"].get<std::vector<int32_t>>();
+  const auto prompt_logits = g["prompt_logits"].get<std::vector<std::vector<float>>>();
+  const auto step_logits = g["greedy_logits"].get<std::vector<std::vector<float>>>();
+  const int P = static_cast<int>(prompt.size()), nb = 4;
+  struct Backend { const char* name; bool tc; int emu; };
+  const Backend backends[] = {{"tensor-core", true, 0}, {"cuda-core", false, 0}, {"cuda-core-emulating-tc", false, 3}};
+  std::vector<std::vector<float>> all(3);
+  int64_t V = 0;
+  for (int bi = 0; bi < 3; ++bi) {
+    const Backend& be = backends[bi];
+    for (MlaMode mode : {MlaMode::kAbsorbed, MlaMode::kAuto}) {
+      CudaRunnerOptions o;
+      o.model_dir = dir;
+      o.num_kv_blocks = nb;
+      o.mla_mode = mode;
+      o.mla_decode_tensor_cores = be.tc;
+      o.mla_decode_emulate_tc = be.emu;
+      auto r = CreateCudaModelRunner(o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      V = (*r)->config().vocab_size;
+      ForwardOutput out;
+      double min_cos = 1;
+      std::vector<float> got;
+      if (mode == MlaMode::kAbsorbed) {
+        ASSERT_TRUE((*r)->Forward(Batch(prompt, 0, nb, true), &out).ok());
+        for (int i = 0; i < P; ++i) min_cos = std::min(min_cos, Cosine(out.logits.data() + i * V, prompt_logits[i].data(), V));
+        got = out.logits;
+      } else {
+        ASSERT_TRUE((*r)->Forward(Batch(prompt, 0, nb, false), &out).ok());
+        got = out.logits;
+        for (size_t i = 1; i < greedy.size(); ++i) {
+          ASSERT_TRUE((*r)->Forward(Batch({greedy[i - 1]}, P + static_cast<int32_t>(i) - 1, nb, false), &out).ok());
+          got.insert(got.end(), out.logits.begin(), out.logits.end());
+        }
+        for (size_t i = 0; i < greedy.size(); ++i)
+          min_cos = std::min(min_cos, Cosine(got.data() + i * V, step_logits[i].data(), V));
+      }
+      std::printf("[fixture] v3_mla512_tiny decode=%s %s: positions=%zu min_cosine_vs_golden=%.7f%s\n", be.name,
+                  mode == MlaMode::kAbsorbed ? "absorbed_prompt" : "teacher_forced_decode",
+                  got.size() / static_cast<size_t>(V), min_cos, min_cos >= kMinCosine ? " PASS" : " FAIL");
+      EXPECT_GE(min_cos, kMinCosine) << be.name;
+      all[bi].insert(all[bi].end(), got.begin(), got.end());
+    }
+  }
+  const RowStats te = Compare(all[0], all[2], V, 0.9999);
+  PrintStats("v3_mla512_tiny mla_decode tc_vs_emulation(bf16 q+P)", te, 0.9999);
+  PrintStats("v3_mla512_tiny mla_decode tc_vs_cudacore", Compare(all[0], all[1], V, 0.9999), 0.9999);
+  EXPECT_GE(te.min_cos, 0.9999);
+}
 
 // Real V3 shapes, dummy FP8 weights: naive-MLA prefill attention on tensor cores
 // (mla_prefill_tc.cu, bf16 K/V from kv_b_proj) vs the fp32 CUDA-core kernel (fp32 K/V), same
@@ -492,8 +691,17 @@ TEST(CudaRunner, DummyV3PrefillTensorCoresMatchesCudaCore) {
 // logits must match within 1e-6 relative L2 (expected bitwise: the extra split-KV chunks of
 // the captured width are empty and add exact zeros). Sizes between buckets run the GEMMs at the
 // padded M, where cuBLASLt may pick another algorithm (fp32 accumulation order): measured and
-// printed, bounded by cosine >= 0.999 per row.
-void CheckGraphsMatchEager(const std::string& label, CudaRunnerOptions o) {
+// printed, bounded by cosine >= 0.999 per row (bitwise = true: the CUDA-core decode).
+// With the tensor-core MLA decode (DeepSeek-V3 dims; bitwise = false) the split plan (keys per
+// split) comes from host hints: the real contexts in an eager step, the bucket x captured
+// width in a graph. The padded step of 40 sequences (bucket 48, width 16 blocks) gets 384-key
+// splits in the graph against 256 eagerly, so its bf16 probabilities round against other
+// running maxima; those rows' latents then feed the later steps of the same sequences
+// through the cache, so later bucket-size steps differ too. So every row is bounded by
+// cosine >= 0.999 (run 6: min 0.99995; bucket-size rows max relative L2 3.6e-3, padded
+// 9.6e-3: the bf16 floor of DummyV3DecodeTensorCoresMatchEmulation); the cuda-core variant
+// keeps the exact check of the graph machinery.
+void CheckGraphsMatchEager(const std::string& label, CudaRunnerOptions o, bool bitwise = true) {
   constexpr int kSeqs = 40, kMaxBlocks = 16;
   o.num_kv_blocks = kSeqs * kMaxBlocks;
   std::array<std::unique_ptr<ModelRunner>, 2> runners;
@@ -524,7 +732,7 @@ void CheckGraphsMatchEager(const std::string& label, CudaRunnerOptions o) {
   }
   const std::set<int> buckets = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256};
   const std::vector<int> sizes = {1, 1, 3, 3, 8, 8, 13, 13, 24, 24, 40, 40, 5, 5, 16, 16, 32, 32};
-  double worst_exact = 0, worst_other = 0, min_cos_other = 1;
+  double worst_exact = 0, worst_other = 0, min_cos_other = 1, min_cos_all = 1;
   int64_t nonfinite = 0, rows_exact = 0, rows_other = 0;
   for (size_t step = 0; step < sizes.size(); ++step) {
     const int n = sizes[step];
@@ -559,21 +767,28 @@ void CheckGraphsMatchEager(const std::string& label, CudaRunnerOptions o) {
         e2 += double(e[j]) * e[j];
       }
       const double rel = std::sqrt(d2 / (e2 + 1e-300));
+      min_cos_all = std::min(min_cos_all, Cosine(g, e, V));
       if (exact) { worst_exact = std::max(worst_exact, rel); ++rows_exact; }
       else { worst_other = std::max(worst_other, rel); min_cos_other = std::min(min_cos_other, Cosine(g, e, V)); ++rows_other; }
     }
   }
   const CudaGraphStats gs = GetCudaGraphStats(*runners[0]);
   const CudaGraphStats ge = GetCudaGraphStats(*runners[1]);
-  const bool pass = worst_exact <= 1e-6 && min_cos_other >= 0.999 && nonfinite == 0 && gs.replayed > 0;
+  const bool pass = (bitwise ? worst_exact <= 1e-6 && min_cos_other >= 0.999 : min_cos_all >= 0.999) && nonfinite == 0 &&
+                    gs.replayed > 0;
   std::printf("[fixture] %s cuda_graphs_vs_eager: steps=%zu graphs captured=%lld replayed=%lld eager_padded=%lld; "
-              "bucket-size rows=%lld max_rel_l2=%.3e; padded rows=%lld max_rel_l2=%.3e min_cosine=%.7f nonfinite=%lld%s\n",
+              "bucket-size rows=%lld max_rel_l2=%.3e; padded rows=%lld max_rel_l2=%.3e min_cosine=%.7f; all rows "
+              "min_cosine=%.7f; nonfinite=%lld%s\n",
               label.c_str(), sizes.size(), (long long)gs.captured, (long long)gs.replayed, (long long)gs.eager_padded,
-              (long long)rows_exact, worst_exact, (long long)rows_other, worst_other, min_cos_other, (long long)nonfinite,
-              pass ? " PASS" : " FAIL");
+              (long long)rows_exact, worst_exact, (long long)rows_other, worst_other, min_cos_other, min_cos_all,
+              (long long)nonfinite, pass ? " PASS" : " FAIL");
   EXPECT_EQ(nonfinite, 0);
-  EXPECT_LE(worst_exact, 1e-6);
-  EXPECT_GE(min_cos_other, 0.999);
+  if (bitwise) {
+    EXPECT_LE(worst_exact, 1e-6);
+    EXPECT_GE(min_cos_other, 0.999);
+  } else {
+    EXPECT_GE(min_cos_all, 0.999);
+  }
   // 9 pairs of same-shape steps: the first of a pair runs eagerly and captures, the second
   // replays (unless a context crossed a power-of-2 block-table width in between).
   EXPECT_GE(gs.captured, 5);
@@ -595,7 +810,20 @@ TEST(CudaRunner, GraphDecodeMatchesEagerDummyV3) {
   o.load_format = "dummy";
   o.num_layers = 4;
   o.seed = 21;
-  CheckGraphsMatchEager("dummy_v3_4layers", o);
+  o.mla_decode_tensor_cores = false;
+  CheckGraphsMatchEager("dummy_v3_4layers cuda-core-decode", o);
+}
+
+TEST(CudaRunner, GraphDecodeMatchesEagerDummyV3TensorCoreDecode) {
+  const std::string dir = DataDir() + "/deepseek-v3";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
+  CudaRunnerOptions o;
+  o.model_dir = dir;
+  o.load_format = "dummy";
+  o.num_layers = 4;
+  o.seed = 21;
+  o.mla_decode_tensor_cores = true;
+  CheckGraphsMatchEager("dummy_v3_4layers tensor-core-decode", o, /*bitwise=*/false);
 }
 
 // Runner-side sampling (ForwardBatch::sampling): the ids the runner samples on the device equal

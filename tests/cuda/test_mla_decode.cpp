@@ -9,7 +9,14 @@
 // original bound 2e-5, and the tensor-core kernel (tensor_cores = true: bf16 q and bf16
 // probabilities, fp32 accumulation, FlashMLA's numerics) at 5e-3 against the CPU op fed the
 // same bf16-rounded q (its remaining error is the bf16 rounding of the probabilities), plus
-// 1e-2 against the fp32-q reference.
+// 1e-2 against the fp32-q reference. A last variant runs the CUDA-core kernel emulating the
+// tensor-core rounding (emulate_tc_rounding = 3: bf16 q, bf16 probabilities, the tc split plan
+// and base-2 softmax, same hints as the default tc run): it must equal the default tc output
+// to 1e-4 relative L2, >= 4x below the roundings it emulates (the tc kernel is 4e-4 - 1.2e-3
+// from the bf16-q CPU reference here), which pins the tc kernel's error to exactly FlashMLA's
+// roundings. What is left is fp32 summation order, which moves a score by ~1e-7 relative and
+// so, now and then, a probability across a bf16 rounding boundary (one 2^-8 step of one
+// probability): run 6 measured 9e-8 - 2.6e-5 (longest contexts largest).
 #include <cmath>
 #include <limits>
 
@@ -65,9 +72,11 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
   // (64-row blocks); 4: both; 5: fast Q load + pipelined combine; 6: every knob at once.
   const char* kVariant[] = {"mla_decode",          "mla_decode_tc",         "mla_decode_tc_2stage",
                             "mla_decode_tc_rows32", "mla_decode_tc_rows32_2stage", "mla_decode_tc_fastio",
-                            "mla_decode_tc_all_knobs"};
-  for (int variant = 0; variant < 7; ++variant) {
-    const bool tc = variant > 0;
+                            "mla_decode_tc_all_knobs", "mla_decode_emulating_tc"};
+  std::vector<float> tc_default;
+  for (int variant = 0; variant < 8; ++variant) {
+    const bool emu = variant == 7;
+    const bool tc = variant > 0 && !emu;
     Dev<float> ws(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, chunk));  // poisoned (NaN)
     Dev<float> out(T * H * kvl);                                         // poisoned (NaN)
     MlaDecodeParams p{};
@@ -81,11 +90,18 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
     if (variant == 3 || variant == 4 || variant == 6) p.tc_rows_per_warp = 32;
     if (variant >= 5) p.tc_fast_io = true;
     // Hints as the runner would pass them; the first tensor-core run of each case uses none.
-    if (tc && (S % 2 == 0)) { p.total_context = total_ctx; p.max_q_len = max_q; }
+    if ((tc || emu) && (S % 2 == 0)) { p.total_context = total_ctx; p.max_q_len = max_q; }
+    if (emu) p.emulate_tc_rounding = 3;
     MlaDecodeAttention(p);
     DS_CUDA_CHECK(cudaGetLastError());
     const auto got = out.Download();
-    if (!tc) {
+    if (variant == 1) tc_default = got;
+    if (emu) {
+      if (MlaDecodeTcSupported(kvl, rope, bs)) {
+        ExpectClose(kVariant[variant], std::string(name) + "_vs_tc", got, tc_default, 1e-4);
+        ExpectClose(kVariant[variant], std::string(name) + "_vs_bf16q_ref", got, ref_bf16q, 5e-3);
+      }
+    } else if (!tc) {
       ExpectClose("mla_decode", name, got, ref, 2e-5);
     } else if (MlaDecodeTcSupported(kvl, rope, bs)) {
       const std::string op = kVariant[variant];
@@ -111,6 +127,14 @@ TEST(CudaMlaDecode, TensorCoresMixedLengths) {
   RunCase({1, 2, 31, 32, 33, 95, 96, 97, 2049}, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 16, 512, 64, 256, "V3_h16_edges");
   RunCase({700, 64, 3, 129}, {2, 2, 2, 2}, 16, 512, 64, 256, "V3_h16_mtp_qlen2");
   RunCase({1, 1500}, {1, 1}, 128, 512, 64, 256, "V3_h128_batch2");
+}
+
+// Whole prompts through the decode kernel (MlaMode::kAbsorbed prefill, as the runner's
+// DummyV3DecodeTensorCoresMatchEmulation does): query blocks of 40-300 tokens, causal inside
+// the block, so one sequence spans many 64-row tiles.
+TEST(CudaMlaDecode, TensorCoresLongQueryBlocks) {
+  RunCase({300, 70}, {300, 70}, 16, 512, 64, 256, "V3_h16_prefill_qlen300_70");
+  RunCase({100, 40}, {100, 40}, 128, 512, 64, 256, "V3_h128_prefill_qlen100_40");
 }
 
 }  // namespace

@@ -19,7 +19,7 @@ namespace {
 using json = nlohmann::json;
 
 const char* kFixtures[] = {"v3_tiny", "v2_lite_tiny", "v2_glg_tiny", "v3_fp8_tiny", "v3_yarn_long",
-                           "v3_rotate_half_tiny"};
+                           "v3_rotate_half_tiny", "v3_mla512_tiny"};
 
 std::string FixtureDir(const std::string& name) { return std::string(DS_TEST_DATA_DIR) + "/" + name; }
 
@@ -132,6 +132,33 @@ TEST_P(Golden, GreedyMatchesTransformers) {
     EXPECT_LT(margins[same], 1e-3) << name << ": divergence where transformers' choice is clear";
     EXPECT_GE(same, 12u) << name;
   }
+}
+
+// Teacher-forced decode over golden's greedy ids (one token a step through the paged cache,
+// absorbed MLA): each step's logits vs transformers' logits of that step, where the golden
+// has them (greedy_logits: fixtures made since v3_mla512_tiny).
+TEST_P(Golden, DecodeStepLogitsMatchTransformers) {
+  const std::string name = GetParam();
+  json g = LoadGolden(name);
+  if (!g.contains("greedy_logits")) GTEST_SKIP() << name << ": golden has no greedy_logits";
+  auto r = MakeRunner(name);
+  ASSERT_NE(r, nullptr);
+  const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  const auto ids = g["greedy_ids"].get<std::vector<int32_t>>();
+  const int64_t V = r->config().vocab_size;
+  Seq s{{4, 0, 11}, 0};
+  auto logits = Step(*r, {&s}, {prompt});
+  std::vector<float> got(logits.end() - V, logits.end()), want;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    auto l = Step(*r, {&s}, {{ids[i - 1]}});
+    got.insert(got.end(), l.begin(), l.end());
+  }
+  for (const auto& row : g["greedy_logits"])
+    for (const auto& x : row) want.push_back(x.get<float>());
+  const double err = MaxAbsDiff(got, want), ref = MaxAbs(want);
+  std::printf("[golden] %s: %zu decode steps, max abs err %.3e (%.2e x max|logit|)\n", name.c_str(), ids.size(), err,
+              err / ref);
+  EXPECT_LE(err, 1e-3 * ref) << name;
 }
 
 // Naive vs absorbed MLA: prefill of prompt + continuation in each forced form, then decode

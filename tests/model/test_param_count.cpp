@@ -372,7 +372,7 @@ TEST(ParamCount, CheckWeightsReportsMismatches) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTensors,
                          testing::Values("v3_tiny", "v3_fp8_tiny", "v2_lite_tiny", "v2_glg_tiny",
-                                         "v3_yarn_long", "v3_rotate_half_tiny"));
+                                         "v3_yarn_long", "v3_rotate_half_tiny", "v3_mla512_tiny"));
 
 }  // namespace
 }  // namespace ds

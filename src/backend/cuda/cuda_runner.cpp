@@ -60,6 +60,7 @@ struct Linear {
   DeviceBuffer wq;     // e4m3 [N, K]
   DeviceBuffer s_blk;  // [ceil(N/128), Fp8WeightScaleLd(K)] (cuBLASLt layout)
   DeviceBuffer s_raw;  // [ceil(N/128), ceil(K/128)] (checkpoint layout, in-kernel path)
+  DeviceBuffer w_hi, w_lo;  // debug (fp8_emulate_act_quant): dequantised weights, bf16 hi + lo [N, K]
 };
 
 struct MlaW {
@@ -119,11 +120,19 @@ class CudaModelRunner : public ModelRunner {
   Status LoadVec(const std::string& name, int64_t n, float dummy_value, DeviceBuffer* b);
   Status LoadBf16(const std::string& name, int64_t N, int64_t K, DeviceBuffer* b);  // dequantised if FP8
   Status LoadLayer(int l, LayerW* L);
+  // gate_up = [gate rows; up rows] of one MLP (`prefix` + .gate_proj / .up_proj, [I, hidden]
+  // each) as one Linear: FP8 when the 128-row weight blocks do not straddle gate/up
+  // (I % 128 == 0), else bf16 (dequantised).
+  Status LoadGateUp(const std::string& prefix, int64_t I, Linear* gu);
   uint64_t NextSeed() { return opts_.seed * 0x9E3779B97F4A7C15ull + (++tensor_counter_) * 0xD1B54A32D192ED03ull; }
   void FinishLinear(Linear* L, const std::vector<float>* raw_scales);
 
   // ---- compute ----
   void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
+  // Debug (fp8_emulate_act_quant): y = dequant(quant(x)) @ dequant(W)^T, x quantised to e4m3
+  // per 1x128 group exactly as the cuBLASLt path does (Fp8QuantizePerTokenGroup), both
+  // dequantised operands carried as bf16 hi + lo (~16-bit): three bf16 GEMMs, fp32 accumulation.
+  void EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
   // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise).
   void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
                 int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch);
@@ -235,6 +244,11 @@ void CudaModelRunner::FinishLinear(Linear* L, const std::vector<float>* raw_scal
     for (int64_t j = 0; j < kb; ++j) blk[i * ld + j] = raw[i * kb + j];
   Upload(&L->s_raw, raw);
   Upload(&L->s_blk, blk);
+  if (opts_.fp8_emulate_act_quant) {
+    L->w_hi.Reset(L->N * L->K * sizeof(bf16));
+    L->w_lo.Reset(L->N * L->K * sizeof(bf16));
+    DequantFp8BlocksToBf16Split(L->wq.as<uint8_t>(), L->s_raw.as<float>(), L->N, L->K, L->w_hi.get(), L->w_lo.get(), s_);
+  }
 }
 
 Status CudaModelRunner::LoadLinear(const std::string& name, int64_t N, int64_t K, Linear* L) {
@@ -324,41 +338,9 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
   L->moe = cfg_.is_moe_layer(l);
   const std::string mp = p + ".mlp";
   if (!L->moe) {
-    const int64_t I = cfg_.intermediate_size;
-    Linear g, u;
-    // gate_up = [gate rows; up rows]
-    DS_RETURN_IF_ERROR(LoadLinear(mp + ".gate_proj.weight", I, Hd, &g));
-    DS_RETURN_IF_ERROR(LoadLinear(mp + ".up_proj.weight", I, Hd, &u));
-    DS_RETURN_IF_ERROR(LoadLinear(mp + ".down_proj.weight", Hd, I, &L->down));
+    DS_RETURN_IF_ERROR(LoadGateUp(mp, cfg_.intermediate_size, &L->gate_up));
+    DS_RETURN_IF_ERROR(LoadLinear(mp + ".down_proj.weight", Hd, cfg_.intermediate_size, &L->down));
     L->has_mlp = true;
-    // Concatenate on the device.
-    Linear& gu = L->gate_up;
-    gu.N = 2 * I;
-    gu.K = Hd;
-    gu.fp8 = g.fp8 && (I % 128 == 0);
-    if (g.fp8 && !gu.fp8) {  // the block grid would straddle gate/up: keep bf16
-      g.w.Reset(I * Hd * sizeof(bf16));
-      u.w.Reset(I * Hd * sizeof(bf16));
-      DequantFp8ToBf16(g.wq.as<uint8_t>(), g.s_raw.as<float>(), I, Hd, g.w.as<bf16>(), s_);
-      DequantFp8ToBf16(u.wq.as<uint8_t>(), u.s_raw.as<float>(), I, Hd, u.w.as<bf16>(), s_);
-    }
-    if (gu.fp8) {
-      gu.wq.Reset(2 * I * Hd);
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.get(), g.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.as<uint8_t>() + I * Hd, u.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
-      const int64_t nb = I / 128, kb = (Hd + 127) / 128;
-      std::vector<float> sg(nb * kb), su(nb * kb);
-      DS_CUDA_CHECK(cudaStreamSynchronize(s_));
-      DS_CUDA_CHECK(cudaMemcpy(sg.data(), g.s_raw.get(), sg.size() * 4, cudaMemcpyDeviceToHost));
-      DS_CUDA_CHECK(cudaMemcpy(su.data(), u.s_raw.get(), su.size() * 4, cudaMemcpyDeviceToHost));
-      sg.insert(sg.end(), su.begin(), su.end());
-      FinishLinear(&gu, &sg);
-    } else {
-      gu.w.Reset(2 * I * Hd * sizeof(bf16));
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.get(), g.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.as<bf16>() + I * Hd, u.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
-    }
-    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
     return Status::Ok();
   }
   // MoE layer.
@@ -440,40 +422,45 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
   }
   if (cfg_.n_shared_experts > 0) {
     const int64_t Is = I * cfg_.n_shared_experts;
-    Linear g, u;
     const std::string sp = mp + ".shared_experts";
-    DS_RETURN_IF_ERROR(LoadLinear(sp + ".gate_proj.weight", Is, Hd, &g));
-    DS_RETURN_IF_ERROR(LoadLinear(sp + ".up_proj.weight", Is, Hd, &u));
+    DS_RETURN_IF_ERROR(LoadGateUp(sp, Is, &L->gate_up));
     DS_RETURN_IF_ERROR(LoadLinear(sp + ".down_proj.weight", Hd, Is, &L->down));
     L->has_mlp = true;
-    Linear& gu = L->gate_up;
-    gu.N = 2 * Is;
-    gu.K = Hd;
-    gu.fp8 = g.fp8 && (Is % 128 == 0);
-    if (g.fp8 && !gu.fp8) {
-      g.w.Reset(Is * Hd * 2);
-      u.w.Reset(Is * Hd * 2);
-      DequantFp8ToBf16(g.wq.as<uint8_t>(), g.s_raw.as<float>(), Is, Hd, g.w.as<bf16>(), s_);
-      DequantFp8ToBf16(u.wq.as<uint8_t>(), u.s_raw.as<float>(), Is, Hd, u.w.as<bf16>(), s_);
-    }
-    if (gu.fp8) {
-      gu.wq.Reset(2 * Is * Hd);
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.get(), g.wq.get(), Is * Hd, cudaMemcpyDeviceToDevice, s_));
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.wq.as<uint8_t>() + Is * Hd, u.wq.get(), Is * Hd, cudaMemcpyDeviceToDevice, s_));
-      const int64_t nb = Is / 128, kb = (Hd + 127) / 128;
-      std::vector<float> sg(nb * kb), su(nb * kb);
-      DS_CUDA_CHECK(cudaStreamSynchronize(s_));
-      DS_CUDA_CHECK(cudaMemcpy(sg.data(), g.s_raw.get(), sg.size() * 4, cudaMemcpyDeviceToHost));
-      DS_CUDA_CHECK(cudaMemcpy(su.data(), u.s_raw.get(), su.size() * 4, cudaMemcpyDeviceToHost));
-      sg.insert(sg.end(), su.begin(), su.end());
-      FinishLinear(&gu, &sg);
-    } else {
-      gu.w.Reset(2 * Is * Hd * 2);
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.get(), g.w.get(), Is * Hd * 2, cudaMemcpyDeviceToDevice, s_));
-      DS_CUDA_CHECK(cudaMemcpyAsync(gu.w.as<bf16>() + Is * Hd, u.w.get(), Is * Hd * 2, cudaMemcpyDeviceToDevice, s_));
-    }
-    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::LoadGateUp(const std::string& prefix, int64_t I, Linear* gu) {
+  const int64_t Hd = cfg_.hidden_size;
+  Linear g, u;
+  DS_RETURN_IF_ERROR(LoadLinear(prefix + ".gate_proj.weight", I, Hd, &g));
+  DS_RETURN_IF_ERROR(LoadLinear(prefix + ".up_proj.weight", I, Hd, &u));
+  gu->N = 2 * I;
+  gu->K = Hd;
+  gu->fp8 = g.fp8 && (I % 128 == 0);
+  if (g.fp8 && !gu->fp8) {  // the block grid would straddle gate/up: keep bf16
+    g.w.Reset(I * Hd * sizeof(bf16));
+    u.w.Reset(I * Hd * sizeof(bf16));
+    DequantFp8ToBf16(g.wq.as<uint8_t>(), g.s_raw.as<float>(), I, Hd, g.w.as<bf16>(), s_);
+    DequantFp8ToBf16(u.wq.as<uint8_t>(), u.s_raw.as<float>(), I, Hd, u.w.as<bf16>(), s_);
+  }
+  if (gu->fp8) {
+    gu->wq.Reset(2 * I * Hd);
+    DS_CUDA_CHECK(cudaMemcpyAsync(gu->wq.get(), g.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(gu->wq.as<uint8_t>() + I * Hd, u.wq.get(), I * Hd, cudaMemcpyDeviceToDevice, s_));
+    const int64_t nb = I / 128, kb = (Hd + 127) / 128;
+    std::vector<float> sg(nb * kb), su(nb * kb);
+    DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+    DS_CUDA_CHECK(cudaMemcpy(sg.data(), g.s_raw.get(), sg.size() * 4, cudaMemcpyDeviceToHost));
+    DS_CUDA_CHECK(cudaMemcpy(su.data(), u.s_raw.get(), su.size() * 4, cudaMemcpyDeviceToHost));
+    sg.insert(sg.end(), su.begin(), su.end());
+    FinishLinear(gu, &sg);
+  } else {
+    gu->w.Reset(2 * I * Hd * sizeof(bf16));
+    DS_CUDA_CHECK(cudaMemcpyAsync(gu->w.get(), g.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(gu->w.as<bf16>() + I * Hd, u.w.get(), I * Hd * 2, cudaMemcpyDeviceToDevice, s_));
+  }
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));  // before the temporaries go
   return Status::Ok();
 }
 
@@ -538,6 +525,9 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
 
 void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy) {
   if (M == 0) return;
+  if (L.fp8 && opts_.fp8_emulate_act_quant && L.K % 128 == 0 &&
+      GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32))
+    return EmulateFp8Linear(L, x, ldx, M, y, ldy);  // debug: where fp8_gemm "cublas" takes cuBLASLt
   // fp8_gemm "cublas": cuBLASLt's block-scaled FP8 GEMM for whole 128-wide K blocks (every
   // DeepSeek-V3 projection), activations quantised per 1x128 group straight from fp32;
   // otherwise the weights are dequantised in the kernel.
@@ -568,6 +558,27 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   gp.w = L.wq.get(); gp.w_fp8 = true; gp.w_scales = L.s_raw.as<float>();
   gp.num_experts = 1; gp.N = L.N; gp.K = L.K; gp.out = y; gp.out_type = DTypeOut::kF32; gp.ldo = ldy; gp.stream = s_;
   GroupedGemm(gp);
+}
+
+void CudaModelRunner::EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y,
+                                       int64_t ldy) {
+  const int64_t K = L.K, kb = (K + 127) / 128, Mr = RoundUp(M, 64);
+  xq_.Reserve(Mr * K);
+  xs_.Reserve(Mr * kb * sizeof(float));
+  xhi_.Reserve(Mr * K * sizeof(bf16));
+  xlo_.Reserve(Mr * K * sizeof(bf16));
+  Fp8QuantParams qp{x, false, ldx, M, K, 128, xq_.as<uint8_t>(), K, xs_.as<float>(), ScaleLayout::kTokenMajor, s_};
+  Fp8QuantizePerTokenGroup(qp);
+  Fp8DequantizePerTokenGroupToBf16(qp, xhi_.get(), xlo_.get(), K);
+  // y = (x_hi + x_lo) (w_hi + w_lo)^T without the lo x lo term (~2^-16 relative)
+  GemmBf16Params g{xhi_.as<bf16>(), K, L.w_hi.as<bf16>(), K, y, ldy, DTypeOut::kF32, M, L.N, K, false, s_};
+  GemmBf16(g);
+  g.accumulate = true;
+  g.w = L.w_lo.as<bf16>();
+  GemmBf16(g);
+  g.x = xlo_.as<bf16>();
+  g.w = L.w_hi.as<bf16>();
+  GemmBf16(g);
 }
 
 const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
@@ -772,6 +783,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.out = olat32_.get(); dp.o_tok_stride = H * kvl; dp.o_head_stride = kvl; dp.out_type = DTypeOut::kF32;
     dp.stream = s_;
     dp.tensor_cores = opts_.mla_decode_tensor_cores;
+    dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
     if (gin_) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
       dp.total_context = Sa * max_ctx;
       dp.max_q_len = 1;

@@ -26,4 +26,16 @@ struct Fp8QuantParams {
 };
 void Fp8QuantizePerTokenGroup(const Fp8QuantParams& p);
 
+// The inverse, for emulating the quantised path on bf16 GEMMs: v[t, i] = e4m3(q[t, i]) *
+// scale(t, i / group) (fp32), written as hi = bf16(v) and, when lo != nullptr,
+// lo = bf16(v - hi) (hi + lo = v to ~2^-17 relative). Scales in p.layout / p.scale_ld as
+// written by Fp8QuantizePerTokenGroup; p.x is unused; hi / lo are [n, k] with leading
+// dimension ldo.
+void Fp8DequantizePerTokenGroupToBf16(const Fp8QuantParams& p, void* hi, void* lo, int64_t ldo);
+
+// Weights: v[n, k] = e4m3(q[n, k]) * scales[n / 128, k / 128] (checkpoint layout
+// [ceil(N/128), ceil(K/128)]), written as hi = bf16(v), lo = bf16(v - hi), [N, K] each.
+void DequantFp8BlocksToBf16Split(const uint8_t* q, const float* scales, int64_t N, int64_t K, void* hi, void* lo,
+                                 cudaStream_t stream);
+
 }  // namespace ds::cuda

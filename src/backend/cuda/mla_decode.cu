@@ -20,7 +20,12 @@ __device__ __forceinline__ int FindSeq(const int32_t* qs, int S, int t) {
   return lo;
 }
 
-__global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaDecodeParams p, int max_splits) {
+// kEmu: the tensor-core path's numerics (MlaDecodeParams::emulate_tc_rounding): base-2 online
+// softmax over the scores of (optionally bf16-rounded) unscaled q, optionally bf16-rounded
+// probabilities in P V, `chunk` keys per split.
+template <bool kEmu>
+__global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaDecodeParams p, int max_splits,
+                                                                            int chunk) {
   __shared__ __align__(16) __nv_bfloat16 Ks[kKeysPerTile * kMaxQK];
   const int t = blockIdx.x, split = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -30,8 +35,10 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaD
   const int q_len = p.query_start[s + 1] - p.query_start[s];
   const int i = t - p.query_start[s];
   const int limit = p.context_lens[s] - (q_len - 1 - i);  // keys 0..limit-1
-  const int kbeg = split * static_cast<int>(p.kv_chunk);
-  const int kend = min(limit, kbeg + static_cast<int>(p.kv_chunk));
+  const int kbeg = split * chunk;
+  const int kend = min(limit, kbeg + chunk);
+  const bool round_q = kEmu && (p.emulate_tc_rounding & 1), round_p = kEmu && (p.emulate_tc_rounding & 2);
+  const float sl2 = p.softmax_scale * 1.4426950408889634f;  // kEmu: scores in base 2
   const int64_t part = (static_cast<int64_t>(t) * p.heads + h) * max_splits + split;
   float* part_o = p.workspace + part * V;
   float* part_lse = p.workspace + static_cast<int64_t>(p.num_tokens) * p.heads * max_splits * V + part;
@@ -45,7 +52,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaD
 #pragma unroll
   for (int j = 0; j < kQPerLane; ++j) {
     const int d = lane + 32 * j;
-    q[j] = d < D ? qp[d] * p.softmax_scale : 0.f;
+    if constexpr (kEmu) q[j] = d < D ? (round_q ? __bfloat162float(__float2bfloat16_rn(qp[d])) : qp[d]) : 0.f;
+    else q[j] = d < D ? qp[d] * p.softmax_scale : 0.f;
   }
   float acc[kVPerLane];
 #pragma unroll
@@ -74,18 +82,21 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaD
         if (d < D) part_s += q[jj] * __bfloat162float(kr[d]);
       }
       part_s = dev::WarpSum(part_s);
+      if (kEmu) part_s *= sl2;
       if (lane == j) my_s = part_s;
     }
     const float tmax = dev::WarpMax(my_s);
     const float m_new = fmaxf(m, tmax);
-    const float alpha = expf(m - m_new);  // m_new is finite here
-    const float pj = my_s == -INFINITY ? 0.f : expf(my_s - m_new);
+    // m_new is finite here
+    const float alpha = kEmu ? exp2f(m - m_new) : expf(m - m_new);
+    const float pj = my_s == -INFINITY ? 0.f : kEmu ? exp2f(my_s - m_new) : expf(my_s - m_new);
     l = l * alpha + dev::WarpSum(pj);
     m = m_new;
 #pragma unroll
     for (int jj = 0; jj < kVPerLane; ++jj) acc[jj] *= alpha;
     for (int j = 0; j < nkeys; ++j) {
-      const float pv = __shfl_sync(0xffffffffu, pj, j);
+      float pv = __shfl_sync(0xffffffffu, pj, j);
+      if (round_p) pv = __bfloat162float(__float2bfloat16_rn(pv));
       const __nv_bfloat16* kr = Ks + j * D;
 #pragma unroll
       for (int jj = 0; jj < kVPerLane; ++jj) {
@@ -101,7 +112,7 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaD
     const int d = lane + 32 * jj;
     if (d < V) part_o[d] = acc[jj] * inv;
   }
-  if (lane == 0) *part_lse = m + logf(l);
+  if (lane == 0) *part_lse = kEmu ? (m + log2f(l)) * 0.6931471805599453f : m + logf(l);
 }
 
 template <typename TOut>
@@ -139,14 +150,17 @@ void MlaDecodeAttention(const MlaDecodeParams& p) {
       << "MlaDecodeAttention: unsupported dims kv_lora=" << p.kv_lora << " rope=" << p.rope_dim;
   DS_CHECK(p.kv_chunk >= kKeysPerTile && p.kv_chunk % kKeysPerTile == 0) << "MlaDecodeAttention: kv_chunk";
   if (p.num_tokens == 0) return;
-  if (p.tensor_cores && MlaDecodeTcSupported(p.kv_lora, p.rope_dim, p.block_size)) {
+  if (p.tensor_cores && p.emulate_tc_rounding == 0 && MlaDecodeTcSupported(p.kv_lora, p.rope_dim, p.block_size)) {
     MlaDecodeAttentionTc(p);
     return;
   }
-  const int max_splits = static_cast<int>(std::max<int64_t>(1, (p.max_context + p.kv_chunk - 1) / p.kv_chunk));
+  const bool emu = p.emulate_tc_rounding != 0;
+  const int64_t chunk = emu ? MlaDecodeTcChunk(p) : p.kv_chunk;  // tc plan: a multiple of 64, >= kv_chunk
+  const int max_splits = static_cast<int>(std::max<int64_t>(1, (p.max_context + chunk - 1) / chunk));
   DS_CHECK(max_splits < 65536) << "MlaDecodeAttention: context too long for the split grid";
   dim3 grid(p.num_tokens, dev::CeilDiv(p.heads, kHeadsPerBlock), max_splits);
-  MlaDecodeSplitKernel<<<grid, kHeadsPerBlock * 32, 0, p.stream>>>(p, max_splits);
+  if (emu) MlaDecodeSplitKernel<true><<<grid, kHeadsPerBlock * 32, 0, p.stream>>>(p, max_splits, static_cast<int>(chunk));
+  else MlaDecodeSplitKernel<false><<<grid, kHeadsPerBlock * 32, 0, p.stream>>>(p, max_splits, static_cast<int>(chunk));
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSplitKernel");
   dim3 cgrid(p.num_tokens, p.heads);
   if (p.out_type == DTypeOut::kF32) MlaDecodeCombineKernel<float><<<cgrid, 128, 0, p.stream>>>(p, max_splits);

@@ -52,7 +52,17 @@ struct MlaDecodeParams {
   int tc_blocks_per_sm = 0;   // chunk sizing: key rows split over this many blocks per SM (0 = 2)
   int tc_rows_per_warp = 0;   // 0/16 = one 16-row M tile per warp; 32 = two (64-row blocks only)
   bool tc_fast_io = false;    // 16-byte Q loads overlapped with the first K stages; pipelined combine
+  // Debug, CUDA-core kernel only (ignored by the tensor-core path): emulate the tensor-core
+  // path's rounding. Bit 1: q rounded to bf16 as is (the softmax scale applied to the fp32
+  // scores); bit 2: probabilities rounded to bf16 in P V (the softmax denominator sums the
+  // unrounded fp32 ones, as the tc kernel does). Any bit also takes the tc path's base-2 online
+  // softmax and its split plan (MlaDecodeTcChunk), so the running maxima, and hence the rounded
+  // probabilities, are the tc kernel's: with both bits the result differs from the tc path
+  // only by fp32 summation order. 0 = the fp32 reference kernel.
+  int emulate_tc_rounding = 0;
 };
+// Keys per split the tensor-core path uses for these params (a multiple of 64, >= kv_chunk).
+int64_t MlaDecodeTcChunk(const MlaDecodeParams& p);
 // True if the tensor-core path handles these dims.
 bool MlaDecodeTcSupported(int64_t kv_lora, int64_t rope_dim, int64_t block_size);
 void MlaDecodeAttentionTc(const MlaDecodeParams& p);

@@ -476,7 +476,30 @@ void DispatchTc(const MlaDecodeParams& p, int rt, int n, int c, int ms) {
   DS_CUDA_CHECK_LAUNCH("MlaDecodeTcCombine");
 }
 
+// Row tiles per block (rt), row blocks per sequence (nrb) and keys per split of the tc path.
+int64_t TcPlan(const MlaDecodeParams& p, int* rt_out, int64_t* nrb_out) {
+  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.num_tokens - p.num_seqs + 1;
+  const int64_t rows = max_q * p.heads;
+  const int rt = rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
+  const int64_t nrb = (rows + rt * 16 - 1) / (rt * 16);
+  // Split-KV by work: one chunk size for the batch, ~2 blocks per SM over all key rows.
+  const int64_t total = p.total_context > 0 ? p.total_context : p.num_seqs * p.max_context;
+  const int64_t work = nrb * total;
+  const int64_t target = (p.tc_blocks_per_sm > 0 ? p.tc_blocks_per_sm : 2) * static_cast<int64_t>(NumSms());
+  int64_t chunk = (work + target - 1) / target;
+  chunk = (chunk + 63) / 64 * 64;
+  *rt_out = rt;
+  *nrb_out = nrb;
+  return std::max<int64_t>(chunk, p.kv_chunk);
+}
+
 }  // namespace
+
+int64_t MlaDecodeTcChunk(const MlaDecodeParams& p) {
+  int rt = 0;
+  int64_t nrb = 0;
+  return TcPlan(p, &rt, &nrb);
+}
 
 bool MlaDecodeTcSupported(int64_t kv_lora, int64_t rope_dim, int64_t block_size) {
   return kv_lora == kV && kv_lora + rope_dim == kD && block_size > 0 && block_size % kBN == 0;
@@ -489,17 +512,9 @@ void MlaDecodeAttentionTc(const MlaDecodeParams& p) {
   DS_CHECK(p.q_head_stride % 2 == 0 && p.q_tok_stride % 2 == 0 && p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0)
       << "MlaDecodeAttentionTc: strides";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
-  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.num_tokens - p.num_seqs + 1;
-  const int64_t rows = max_q * p.heads;
-  const int rt = rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
-  const int64_t nrb = (rows + rt * 16 - 1) / (rt * 16);
-  // Split-KV by work: one chunk size for the batch, ~2 blocks per SM over all key rows.
-  const int64_t total = p.total_context > 0 ? p.total_context : p.num_seqs * p.max_context;
-  const int64_t work = nrb * total;
-  const int64_t target = (p.tc_blocks_per_sm > 0 ? p.tc_blocks_per_sm : 2) * static_cast<int64_t>(NumSms());
-  int64_t chunk = (work + target - 1) / target;
-  chunk = (chunk + 63) / 64 * 64;
-  chunk = std::max<int64_t>(chunk, p.kv_chunk);
+  int rt = 0;
+  int64_t nrb = 0;
+  const int64_t chunk = TcPlan(p, &rt, &nrb);
   const int64_t max_splits = std::max<int64_t>(1, (p.max_context + chunk - 1) / chunk);
   DS_CHECK(max_splits < 65536 && p.num_seqs * nrb < (int64_t{1} << 31)) << "MlaDecodeAttentionTc: grid too large";
   const int n = static_cast<int>(nrb), c = static_cast<int>(chunk), ms = static_cast<int>(max_splits);
