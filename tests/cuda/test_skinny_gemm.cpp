@@ -193,6 +193,7 @@ TEST(CudaSkinnyGemm, GraphReplayWithNewOffsets) {
     const auto off = Offsets(rows, 1);
     doff.Upload(off);
     out.Poison();
+    DS_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy-stream copies before the replay
     DS_CUDA_CHECK(cudaGraphLaunch(exec, st));
     DS_CUDA_CHECK(cudaStreamSynchronize(st));
     ExpectClose("skinny_gemm_fp8_graph", "layout" + std::to_string(i++), out.Download(), Reference(w, a, lda, off), 2e-5);

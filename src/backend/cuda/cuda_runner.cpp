@@ -86,6 +86,9 @@ class CudaModelRunner : public ModelRunner {
   CudaModelRunner(const ModelConfig& cfg, const CudaRunnerOptions& o) : cfg_(cfg), opts_(o) {
     const char* e = std::getenv("DS_CUDA_PROFILE");
     prof_on_ = e && std::string(e) == "1";
+    // A/B switch for benchmarks: DS_SKINNY_GEMM=0 keeps decode sizes on the big-tile kernels.
+    const char* sk = std::getenv("DS_SKINNY_GEMM");
+    skinny_on_ = !(sk && std::string(sk) == "0");
   }
   ~CudaModelRunner() override {
     DropGraphs();
@@ -150,6 +153,7 @@ class CudaModelRunner : public ModelRunner {
   std::vector<void*> graph_ptrs_;
   const DecodeGraph* gin_ = nullptr;  // graph-mode inputs of the current pass (nullptr: eager)
   bool capturing_ = false;
+  bool skinny_on_ = true;  // decode-size GEMMs on the skinny kernel (skinny_gemm.h)
   int scratch_block_ = 0;             // KV block reserved for padded rows (not the engine's)
   std::map<int64_t, DeviceBuffer> offs_by_rows_;
   const int32_t* d_pos_ = nullptr;    // this pass's positions [T] and cache slots [T] (device)
@@ -545,7 +549,7 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
   SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
   // Decode sizes: the weight-streaming skinny kernel (one group of M rows, no padding).
-  if (L.fp8 ? M <= kSkinnyDenseMaxRows : (!split && M <= kSkinnyBf16MaxRows)) {
+  if (skinny_on_ && (L.fp8 ? M <= kSkinnyDenseMaxRows : (!split && M <= kSkinnyBf16MaxRows))) {
     SkinnyGemmParams sp{};
     sp.g.a = xhi_.as<bf16>(); sp.g.lda = L.K; sp.g.offsets = nullptr; sp.g.max_rows = M;
     sp.g.w = L.fp8 ? L.wq.get() : L.w.get(); sp.g.w_fp8 = L.fp8; sp.g.w_scales = L.fp8 ? L.s_raw.as<float>() : nullptr;
@@ -813,7 +817,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   MoeRouting(rp);
   // Permute, expert GEMMs, activation. Decode sizes use the skinny kernel, which needs no
   // padded segments (row_align 1: the permute, SiLU and GEMMs touch only the T * K rows).
-  const bool skinny = T * K <= kSkinnyMoeMaxPairs;
+  const bool skinny = skinny_on_ && T * K <= kSkinnyMoeMaxPairs;
   const int64_t align = skinny ? 1 : kGroupedGemmRowAlign;
   const int64_t cap = PermuteCapacity(T, K, E, align);
   moe_offs_.Reserve((E + 1) * 4);
