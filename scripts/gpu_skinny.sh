@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Skinny (decode-size) GEMM checks in one GPU call (branch skinny). Here: build build-cuda,
-# `bash scripts/gpu_carry.sh $PWD/.carry`, copy the V2-Lite config to .carry/v2lite/; then the
-# device tool's run with carry [".carry"] and `bash scripts/gpu_skinny.sh`.
+# `bash scripts/gpu_carry.sh DIR`, copy the V2-Lite config to DIR/v2lite/ and this script to
+# DIR, where DIR is an ignored folder of the checkout the device tool sends (the session's
+# checkout, not a helper's worktree); then run `CARRY=DIR bash DIR/gpu_skinny.sh` with carry [DIR].
 # There: 1. op tests (skinny GEMM, MoE experts, FP8 odd shapes), 2. CudaRunner.* tests (fixtures,
 # graphs, dummy V3), 3. `dsinfer bench kernels --only skinny`, 4. `dsinfer bench one-batch` at
 # batch 1 (V2-Lite full, V3 dummy 6 layers) with the skinny kernel and without
@@ -13,7 +14,8 @@ OUT=${OUT:-/tmp/gpu_skinny}
 mkdir -p "$OUT"
 left() { echo $(( TOTAL_S - ($(date +%s) - T0) )); }
 cap() { local want=$1 l; l=$(left); [ "$l" -lt "$want" ] && want=$l; [ "$want" -lt 1 ] && want=1; echo "$want"; }
-mkdir -p /tmp/g && xz -dc .carry/bin.tar.xz | tar -C /tmp/g -xf - || { echo "unpack failed"; exit 1; }
+CARRY=${CARRY:-.carry}
+mkdir -p /tmp/g && xz -dc "$CARRY/bin.tar.xz" | tar -C /tmp/g -xf - || { echo "unpack failed"; exit 1; }
 BIN=/tmp/g/bin
 CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
@@ -51,6 +53,6 @@ ob() {  # name, model dir, extra args...
     note "one-batch $name skinny=$sk rc=$? ($(( $(date +%s) - t )) s): $(grep -E '^decode:' "$OUT/one_batch_${name}_skinny$sk.log")"
   done
 }
-ob v2lite .carry/v2lite
+ob v2lite "$CARRY/v2lite"
 ob v3_6layers "$BIN/data/deepseek-v3" --num-layers 6
 note "total $(( $(date +%s) - T0 )) s"
