@@ -550,8 +550,53 @@ void SkinnyMoeCase(Bench& b, const char* model, bool fp8, int64_t E, int64_t act
   }
 }
 
+// Uniform routing: T tokens x top_k pairs spread evenly over all E experts (every expert gets
+// T * top_k / E rows, +1 for the first remainder), the worst case for weight bytes at a given T.
+void SkinnyMoeUniformCase(Bench& b, const char* model, bool fp8, int64_t E, int64_t top_k, const char* which, int64_t N,
+                          int64_t K, int64_t T) {
+  const int64_t es = fp8 ? 1 : 2, kbn = (N + 127) / 128, kbk = (K + 127) / 128, pairs = T * top_k;
+  std::vector<int32_t> oo{0}, on{0};
+  int64_t touched = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t c = pairs / E + (e < pairs % E ? 1 : 0);
+    touched += c > 0;
+    oo.push_back(oo.back() + static_cast<int32_t>((c + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign));
+    on.push_back(on.back() + static_cast<int32_t>(c));
+  }
+  const double wbytes = double(touched) * (N * K * es + (fp8 ? kbn * kbk * 4 : 0));
+  Buf w(E * N * K * es), ws(fp8 ? E * kbn * kbk * 4 : 16);
+  if (fp8) {
+    FillE4M3(w.as<uint8_t>(), E * N * K, b.NextSeed(), b.st());
+    FillUniformF32(ws.as<float>(), E * kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  } else {
+    FillUniformBf16(w.as<__nv_bfloat16>(), E * N * K, b.NextSeed(), -0.05f, 0.05f, b.st());
+  }
+  const int64_t rows_old = oo.back();
+  Buf a(rows_old * K * 2), out(rows_old * N * 2);
+  FillUniformBf16(a.as<__nv_bfloat16>(), rows_old * K, b.NextSeed(), -1, 1, b.st());
+  auto doo = Upload(oo), don = Upload(on);
+  GroupedGemmParams p{};
+  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.w = w.as<void>(); p.w_fp8 = fp8; p.w_scales = fp8 ? ws.as<float>() : nullptr;
+  p.num_experts = E; p.N = N; p.K = K; p.out = out.as<void>(); p.out_type = DTypeOut::kBF16; p.ldo = N; p.stream = b.st();
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "%s %s %s E%lld uniform T%lld pairs%lld N%lld K%lld", model, which, fp8 ? "fp8" : "bf16",
+                (long long)E, (long long)T, (long long)pairs, (long long)N, (long long)K);
+  const double us_old = b.TimeUs([&](int) {
+    GroupedGemmParams q = p;
+    q.offsets = doo->as<int32_t>(); q.max_rows = rows_old;
+    GroupedGemm(q);
+  }, 1, 5, 60);
+  b.Add("skinny/old_grouped_wmma", shape, us_old, wbytes, 0, fp8, "weight bytes of touched experts; padded to 64 rows");
+  const double us_new = b.TimeUs([&](int) {
+    GroupedGemmParams q = p;
+    q.offsets = don->as<int32_t>(); q.max_rows = pairs;
+    SkinnyGemm({q, T, std::min(E, pairs)});
+  }, 1, 5, 60);
+  b.Add("skinny/new_auto", shape, us_new, wbytes, 0, fp8, "weight bytes of touched experts");
+}
+
 void SkinnyDenseCase(Bench& b, const char* model, bool fp8, const char* name, int64_t N, int64_t K, int64_t M) {
-  const int64_t es = fp8 ? 1 : 2, kbn = (N + 127) / 128, kbk = (K + 127) / 128, Mr = 64;
+  const int64_t es = fp8 ? 1 : 2, kbn = (N + 127) / 128, kbk = (K + 127) / 128, Mr = (M + 63) / 64 * 64;
   const double wbytes = double(N) * K * es + (fp8 ? double(kbn) * kbk * 4 : 0);
   const int nsets = SetsFor(wbytes, 16);
   std::vector<std::unique_ptr<Buf>> w, ws;
@@ -597,13 +642,23 @@ void SkinnyDenseCase(Bench& b, const char* model, bool fp8, const char* name, in
 }
 
 void Skinny(Bench& b) {
-  const std::vector<int64_t> rs = b.quick() ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 2, 4, 8, 16};
+  const std::vector<int64_t> rs = b.quick() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 4, 16};
   for (int64_t r : rs) {
     if (b.OutOfTime()) { b.skipped.push_back("skinny moe rows" + std::to_string(r)); continue; }
     SkinnyMoeCase(b, "V3", true, 256, 8, 8, "gate_up", 4096, 7168, r);
     SkinnyMoeCase(b, "V3", true, 256, 8, 8, "down", 7168, 2048, r);
     SkinnyMoeCase(b, "V2-Lite", false, 64, 6, 6, "gate_up", 2816, 2048, r);
     SkinnyMoeCase(b, "V2-Lite", false, 64, 6, 6, "down", 2048, 1408, r);
+  }
+  for (int64_t t : {32, 128, 256}) {
+    if (b.OutOfTime()) { b.skipped.push_back("skinny moe uniform T" + std::to_string(t)); continue; }
+    SkinnyMoeUniformCase(b, "V3", true, 256, 8, "gate_up", 4096, 7168, t);
+    SkinnyMoeUniformCase(b, "V3", true, 256, 8, "down", 7168, 2048, t);
+  }
+  for (int64_t t : {16, 42, 85}) {
+    if (b.OutOfTime()) { b.skipped.push_back("skinny moe uniform T" + std::to_string(t)); continue; }
+    SkinnyMoeUniformCase(b, "V2-Lite", false, 64, 6, "gate_up", 2816, 2048, t);
+    SkinnyMoeUniformCase(b, "V2-Lite", false, 64, 6, "down", 2048, 1408, t);
   }
   struct D { const char* model; bool fp8; const char* name; int64_t N, K; };
   const D ds[] = {{"V3", true, "q_a_proj", 1536, 7168},        {"V3", true, "kv_a_proj", 576, 7168},
@@ -613,10 +668,10 @@ void Skinny(Bench& b) {
                   {"V2-Lite", false, "o_proj", 2048, 2048},    {"V2-Lite", false, "shared_gate_up", 5632, 2048},
                   {"V2-Lite", false, "shared_down", 2048, 2816}, {"V2-Lite", false, "dense_gate_up", 21888, 2048},
                   {"V2-Lite", false, "dense_down", 2048, 10944}, {"V2-Lite", false, "lm_head", 102400, 2048}};
-  for (int64_t M : b.quick() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 4, 16, 32})
+  for (int64_t M : b.quick() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 16, 64})
     for (const auto& d : ds) {
       if (b.OutOfTime()) { b.skipped.push_back(std::string("skinny ") + d.name + " M" + std::to_string(M)); continue; }
-      if (!d.fp8 && M > kSkinnyBf16MaxRows * 2) continue;
+      if (!d.fp8 && M > kSkinnyBf16MaxRows) continue;
       SkinnyDenseCase(b, d.model, d.fp8, d.name, d.N, d.K, M);
     }
 }

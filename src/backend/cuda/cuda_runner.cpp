@@ -549,7 +549,8 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
   SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
   // Decode sizes: the weight-streaming skinny kernel (one group of M rows, no padding).
-  if (skinny_on_ && (L.fp8 ? M <= kSkinnyDenseMaxRows : (!split && M <= kSkinnyBf16MaxRows))) {
+  if (skinny_on_ && (L.fp8 ? M <= kSkinnyDenseMaxRows
+                           : (!split && M <= kSkinnyBf16MaxRows && L.N * L.K <= kSkinnyBf16MaxWeights))) {
     SkinnyGemmParams sp{};
     sp.g.a = xhi_.as<bf16>(); sp.g.lda = L.K; sp.g.offsets = nullptr; sp.g.max_rows = M;
     sp.g.w = L.fp8 ? L.wq.get() : L.w.get(); sp.g.w_fp8 = L.fp8; sp.g.w_scales = L.fp8 ? L.s_raw.as<float>() : nullptr;
@@ -817,7 +818,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   MoeRouting(rp);
   // Permute, expert GEMMs, activation. Decode sizes use the skinny kernel, which needs no
   // padded segments (row_align 1: the permute, SiLU and GEMMs touch only the T * K rows).
-  const bool skinny = skinny_on_ && T * K <= kSkinnyMoeMaxPairs;
+  const bool skinny = skinny_on_ && T * K <= kSkinnyMoeMaxAvgRows * E;
   const int64_t align = skinny ? 1 : kGroupedGemmRowAlign;
   const int64_t cap = PermuteCapacity(T, K, E, align);
   moe_offs_.Reserve((E + 1) * 4);

@@ -77,8 +77,8 @@ __device__ __forceinline__ uint4 LoadA(const __nv_bfloat16* a, bool ok, int64_t 
 // lane (g = lane / 4, q = lane % 4) holds weight rows n0 + g and n0 + g + 8 and activation row
 // t0 + g; the 16 contiguous bytes a lane loads are the k values it owns in kEpl / 4 consecutive
 // k16 steps (the dot product is order-free, so A and B only need the same k permutation).
-template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT>
-__global__ void __launch_bounds__(kWarps * 32) SkinnyGemmKernel(GroupedGemmParams p) {
+template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(GroupedGemmParams p) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kTileN = kTileM * kMT;       // weight rows per block
   constexpr int kEs = kFp8 ? 1 : 2;          // weight element bytes
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kWarps * 32) SkinnyGemmKernel(GroupedGemmParam
   constexpr int kSteps = kEpl / 4;           // k16 mma steps per chunk
   constexpr int kAv = kEpl / 8;              // 16-byte activation loads per lane, chunk, 8 rows
   // chunks per warp iteration: ~8 weight loads per lane in flight
-  constexpr int kU = (kFp8 && kNT == 2) ? 2 / kMT : 4 / kMT;
+  constexpr int kU = std::max(1, ((kFp8 && kNT == 2) ? 2 : 4) / (kMT * kUDiv));
 
   __shared__ int s_group;
   __shared__ int s_cnt[kWarps];
@@ -260,15 +260,17 @@ __global__ void __launch_bounds__(kWarps * 32) SkinnyGemmKernel(GroupedGemmParam
   }
 }
 
-// Variants (warps per block splitting K, 16-row m-tiles per warp).
-struct Variant { int warps, mt; };
-constexpr Variant kVariants[kSkinnyVariants] = {{4, 1}, {8, 1}, {4, 2}, {2, 1}};
+// Variants: warps per block (splitting K), 16-row m-tiles per warp, min resident blocks per SM
+// (register cap, so that every tile of a decode-size GEMM is resident in one wave).
+// min_blocks 0 = no cap; u_div divides the chunks in flight per warp (register pressure).
+struct Variant { int warps, mt, min_blocks, u_div; };
+constexpr Variant kVariants[kSkinnyVariants] = {{4, 1, 0, 1}, {8, 1, 0, 1}, {4, 2, 0, 1}, {4, 2, 8, 2}, {8, 2, 3, 2}};
 
 template <bool kFp8, int kNT, typename TOut, int kV>
 void LaunchV(const GroupedGemmParams& p, int64_t slots) {
-  constexpr int kW = kVariants[kV].warps, kMT = kVariants[kV].mt;
-  const dim3 grid(dev::CeilDiv(p.N, kTileM * kMT), static_cast<unsigned>(slots));
-  SkinnyGemmKernel<kFp8, kNT, TOut, kW, kMT><<<grid, kW * 32, 0, p.stream>>>(p);
+  constexpr Variant v = kVariants[kV];
+  const dim3 grid(dev::CeilDiv(p.N, kTileM * v.mt), static_cast<unsigned>(slots));
+  SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div><<<grid, v.warps * 32, 0, p.stream>>>(p);
 }
 
 template <bool kFp8, int kNT, typename TOut>
@@ -277,7 +279,8 @@ void Launch(const GroupedGemmParams& p, int64_t slots, int v) {
     case 0: LaunchV<kFp8, kNT, TOut, 0>(p, slots); break;
     case 1: LaunchV<kFp8, kNT, TOut, 1>(p, slots); break;
     case 2: LaunchV<kFp8, kNT, TOut, 2>(p, slots); break;
-    default: LaunchV<kFp8, kNT, TOut, 3>(p, slots); break;
+    case 3: LaunchV<kFp8, kNT, TOut, 3>(p, slots); break;
+    default: LaunchV<kFp8, kNT, TOut, 4>(p, slots); break;
   }
 }
 
@@ -289,9 +292,13 @@ void Launch(const GroupedGemmParams& p, int64_t slots, int v) {
 
 }  // namespace
 
-int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t max_group_rows) {
-  (void)fp8; (void)N; (void)K; (void)max_group_rows;
-  return 0;
+int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max_group_rows) {
+  (void)fp8; (void)K; (void)max_group_rows;
+  // H200 (bench/results/skinny_gemm_2026-11-29.md): 32-row tiles (variant 2) when the grid has
+  // enough of them to fill the GPU (MoE, wide projections); else 16-row tiles with 8 warps
+  // splitting K (variant 1: narrow projections such as q_a / kv_a, few blocks).
+  const int64_t tiles32 = slots * ((N + 31) / 32);
+  return tiles32 >= 256 ? 2 : 1;
 }
 
 void SkinnyGemm(const SkinnyGemmParams& sp) {
@@ -305,7 +312,7 @@ void SkinnyGemm(const SkinnyGemmParams& sp) {
                                                    : p.num_experts;
   DS_CHECK(slots < 65536) << "SkinnyGemm: too many groups " << slots;
   DS_CHECK(sp.variant < kSkinnyVariants) << "SkinnyGemm: no variant " << sp.variant;
-  const int v = sp.variant >= 0 ? sp.variant : SkinnyAutoVariant(p.w_fp8, p.N, p.K, sp.max_group_rows);
+  const int v = sp.variant >= 0 ? sp.variant : SkinnyAutoVariant(p.w_fp8, p.N, p.K, slots, sp.max_group_rows);
   const bool nt2 = sp.max_group_rows > 8;
   if (p.w_fp8) {
     if (nt2) Launch<true, 2>(p, slots, v); else Launch<true, 1>(p, slots, v);

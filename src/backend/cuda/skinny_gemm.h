@@ -22,12 +22,17 @@
 namespace ds::cuda {
 
 // Dispatch thresholds (measured on the H200, bench/results/skinny_gemm_2026-11-29.md): the
-// skinny kernel is used for MoE layers when tokens * top_k <= kSkinnyMoeMaxPairs, for FP8
-// dense projections (in-kernel dequantisation path) when M <= kSkinnyDenseMaxRows and for
-// bf16 dense projections (instead of cuBLASLt) when M <= kSkinnyBf16MaxRows.
-inline constexpr int64_t kSkinnyMoeMaxPairs = 256;
-inline constexpr int64_t kSkinnyDenseMaxRows = 32;
+// runner uses the skinny kernel for MoE layers when tokens * top_k <= kSkinnyMoeMaxAvgRows *
+// n_experts (<= 8 rows per expert on average; the big-tile kernel reads each expert once per
+// 64 rows at ~0.2 of HBM bandwidth, this one once per 16 rows at ~0.6-0.8), for FP8 dense
+// projections (in-kernel dequantisation path) when M <= kSkinnyDenseMaxRows (the big-tile
+// kernel is 5-12x slower there), and for bf16 dense projections instead of cuBLASLt when
+// M <= kSkinnyBf16MaxRows and N * K <= kSkinnyBf16MaxWeights (cuBLASLt streams large bf16
+// matrices as fast or faster; the skinny kernel wins on small ones such as kv_a_proj).
+inline constexpr int64_t kSkinnyMoeMaxAvgRows = 8;
+inline constexpr int64_t kSkinnyDenseMaxRows = 64;
 inline constexpr int64_t kSkinnyBf16MaxRows = 16;
+inline constexpr int64_t kSkinnyBf16MaxWeights = int64_t{2048} * 2048;
 
 struct SkinnyGemmParams {
   // g.offsets may be nullptr: one group of g.max_rows rows starting at row 0.
@@ -37,13 +42,15 @@ struct SkinnyGemmParams {
   int64_t max_group_rows = 16;
   // Host-side upper bound on non-empty groups (MoE: min(E, tokens * top_k)); 0 = num_experts.
   int64_t max_active_groups = 0;
-  // Tuning variant (warps per block x 16-row tiles per warp: 0 = 4x1, 1 = 8x1, 2 = 4x2,
-  // 3 = 2x1); < 0 picks SkinnyAutoVariant. All variants compute the same result.
+  // Tuning variant (warps per block x 16-row tiles per warp [x min resident blocks per SM]:
+  // 0 = 4x1, 1 = 8x1, 2 = 4x2, 3 = 4x2x8, 4 = 4x4x6); < 0 picks SkinnyAutoVariant. All
+  // variants compute the same result.
   int variant = -1;
 };
 
-inline constexpr int kSkinnyVariants = 4;
-int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t max_group_rows);
+inline constexpr int kSkinnyVariants = 5;
+// The variant used when SkinnyGemmParams::variant < 0 (slots = grid slots for groups).
+int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max_group_rows);
 
 // Errors: DS_CHECK on bad shapes or missing FP8 scales. Does not synchronise.
 void SkinnyGemm(const SkinnyGemmParams& p);
