@@ -293,12 +293,17 @@ void Launch(const GroupedGemmParams& p, int64_t slots, int v) {
 }  // namespace
 
 int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max_group_rows) {
-  (void)fp8; (void)K; (void)max_group_rows;
-  // H200 (bench/results/skinny_gemm_2026-11-29.md): 32-row tiles (variant 2) when the grid has
-  // enough of them to fill the GPU (MoE, wide projections); else 16-row tiles with 8 warps
-  // splitting K (variant 1: narrow projections such as q_a / kv_a, few blocks).
+  (void)K; (void)max_group_rows;
+  // From the H200 sweep of every variant (bench/results/skinny_gemm_2026-11-29.md), by the
+  // number of 32-row tiles in the grid: many (MoE experts, q_b_proj) -> 32-row tiles, FP8 with
+  // the register cap that keeps all of a decode-size grid resident (variant 3: V3 experts
+  // 0.81-0.83 of the copy ceiling); a few hundred (o_proj, shared_down) -> 8 warps x 32 rows
+  // (variant 4); fewer (q_a / kv_a / shared gate_up, small bf16) -> 16-row tiles with 8 warps
+  // splitting K (variant 1).
   const int64_t tiles32 = slots * ((N + 31) / 32);
-  return tiles32 >= 256 ? 2 : 1;
+  if (tiles32 >= 512) return fp8 ? 3 : 2;
+  if (tiles32 >= 192) return 4;
+  return 1;
 }
 
 void SkinnyGemm(const SkinnyGemmParams& sp) {
