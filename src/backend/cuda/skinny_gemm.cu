@@ -72,8 +72,8 @@ __device__ __forceinline__ uint4 LoadA(const __nv_bfloat16* a, bool ok, int64_t 
   return r;
 }
 
-// Block (blockIdx.x = 16-row weight tile, blockIdx.y = non-empty group slot), 4 warps splitting
-// K in chunks of 64 bytes per weight row (4 lanes x 16 bytes). mma fragment mapping ("swap AB"):
+// Block (blockIdx.x = tile of kMT x 16 weight rows, blockIdx.y = non-empty group slot), kWarps
+// warps splitting K in chunks of 64 bytes per weight row (4 lanes x 16 bytes). mma fragment mapping ("swap AB"):
 // lane (g = lane / 4, q = lane % 4) holds weight rows n0 + g and n0 + g + 8 and activation row
 // t0 + g; the 16 contiguous bytes a lane loads are the k values it owns in kEpl / 4 consecutive
 // k16 steps (the dot product is order-free, so A and B only need the same k permutation).

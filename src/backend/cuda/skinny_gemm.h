@@ -3,12 +3,13 @@
 // r in [offsets[e], offsets[e+1]):  out[r, :] = a[r, :] @ w[e]^T,  w[e]: [N, K] bf16, or FP8
 // e4m3 with 128x128 block scales w_scales[e, n / 128, k / 128]; fp32 accumulation.
 //
-// Kernel (skinny_gemm.cu): one block per (16 weight rows, non-empty group); its warps split K
-// and stream the weight rows with 16-byte loads (8 bf16 / 16 fp8 per lane, 4 loads per row in
-// flight), the group's activation rows come through L1 (shared by the blocks of one group), and
-// the products run on tensor cores with the weights as the 16-row operand (mma m16n8k16,
-// "swap AB": the rows of `a` are the 8-wide side, 8 or 16 per pass; more rows loop, re-reading
-// the weights, mostly from L2). FP8 weights are widened to bf16 exactly (bit shifts + a 2^120
+// Kernel (skinny_gemm.cu): one block per (16 or 32 weight rows, non-empty group); its warps
+// split K and stream the weight rows with 16-byte loads (8 bf16 / 16 fp8 per lane, several
+// loads per row in flight), the group's activation rows come through L1 (shared by the blocks
+// of one group), and the products run on tensor cores with the weights as the 16-row operand
+// (mma m16n8k16, "swap AB": the rows of `a` are the 8-wide side, 8 or 16 per pass; more rows
+// loop, re-reading the weights, mostly from L2). FP8 weights are widened to bf16 exactly (bit
+// shifts + a 2^120
 // multiply); activations stay bf16, so no activation quantisation error is added.
 //
 // Segments need no padding (any offsets work; the runner permutes with row_align 1 for this
