@@ -9,8 +9,8 @@
 // of one group), and the products run on tensor cores with the weights as the 16-row operand
 // (mma m16n8k16, "swap AB": the rows of `a` are the 8-wide side, 8 or 16 per pass; more rows
 // loop, re-reading the weights, mostly from L2). FP8 weights are widened to bf16 exactly (bit
-// shifts + a 2^120
-// multiply); activations stay bf16, so no activation quantisation error is added.
+// shifts + a 2^120 multiply); activations stay bf16, so no activation quantisation error is
+// added.
 //
 // Segments need no padding (any offsets work; the runner permutes with row_align 1 for this
 // kernel). Empty groups cost one early-exiting block per grid slot: the grid has
