@@ -48,6 +48,7 @@
 #include "backend/cuda/moe_routing.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
+#include "backend/cuda/skinny_gemm.h"
 #endif
 
 namespace {
@@ -556,6 +557,189 @@ void Moe(Bench& b) {
       }
 }
 
+// ---------------------------------------------------------------- skinny (decode-size) GEMMs
+// Decode-size GEMMs, old path vs the skinny kernel (skinny_gemm.h); TB/s counts weight bytes
+// only (+ fp8 scales), the quantity a decode step must stream. MoE: `active` experts with `r`
+// rows each out of E (as r tokens that all pick the same experts; the runner's bounds
+// max_group_rows = r, max_active_groups = min(E, r * top_k)); old = GroupedGemm (WMMA, segments
+// padded to 64 rows). Dense: one group of M rows; old = the runner's path before this kernel
+// (GroupedGemm with M padded to 64 for FP8, cuBLASLt for bf16). Launches rotate over disjoint
+// expert sets / weight copies so the weights come from HBM.
+void SkinnyMoeCase(Bench& b, const char* model, bool fp8, int64_t E, int64_t active, int64_t top_k, const char* which,
+                   int64_t N, int64_t K, int64_t r) {
+  const int64_t es = fp8 ? 1 : 2, kbn = (N + 127) / 128, kbk = (K + 127) / 128;
+  const double wbytes = double(active) * (N * K * es + (fp8 ? kbn * kbk * 4 : 0));
+  const int nsets = static_cast<int>(std::min<int64_t>(SetsFor(wbytes, 16), E / active));
+  const int64_t E_alloc = active * nsets;
+  Buf w(E_alloc * N * K * es), ws(fp8 ? E_alloc * kbn * kbk * 4 : 16);
+  if (fp8) {
+    FillE4M3(w.as<uint8_t>(), E_alloc * N * K, b.NextSeed(), b.st());
+    FillUniformF32(ws.as<float>(), E_alloc * kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  } else {
+    FillUniformBf16(w.as<__nv_bfloat16>(), E_alloc * N * K, b.NextSeed(), -0.05f, 0.05f, b.st());
+  }
+  const int64_t rows_new = active * r, rows_old = active * kGroupedGemmRowAlign;
+  Buf a(rows_old * K * 2), out(rows_old * N * 2);
+  FillUniformBf16(a.as<__nv_bfloat16>(), rows_old * K, b.NextSeed(), -1, 1, b.st());
+  std::vector<std::unique_ptr<Buf>> off_old, off_new;
+  for (int i = 0; i < nsets; ++i) {
+    std::vector<int32_t> oo{0}, on{0};
+    for (int64_t e = 0; e < E; ++e) {
+      const bool on_e = e >= i * active && e < (i + 1) * active;
+      oo.push_back(oo.back() + (on_e ? static_cast<int32_t>(kGroupedGemmRowAlign) : 0));
+      on.push_back(on.back() + (on_e ? static_cast<int32_t>(r) : 0));
+    }
+    off_old.push_back(Upload(oo));
+    off_new.push_back(Upload(on));
+  }
+  GroupedGemmParams p{};
+  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.w = w.as<void>(); p.w_fp8 = fp8; p.w_scales = fp8 ? ws.as<float>() : nullptr;
+  p.num_experts = E; p.N = N; p.K = K; p.out = out.as<void>(); p.out_type = DTypeOut::kBF16; p.ldo = N; p.stream = b.st();
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "%s %s %s E%lld act%lld rows%lld N%lld K%lld", model, which, fp8 ? "fp8" : "bf16",
+                (long long)E, (long long)active, (long long)r, (long long)N, (long long)K);
+  const double us_old = b.TimeUs([&](int i) {
+    GroupedGemmParams q = p;
+    q.offsets = off_old[i]->as<int32_t>(); q.max_rows = rows_old;
+    GroupedGemm(q);
+  }, nsets, 5, 60);
+  b.Add("skinny/old_grouped_wmma", shape, us_old, wbytes, 0, fp8, "weight bytes; segments padded to 64 rows");
+  for (int v = 0; v < kSkinnyVariants; ++v) {
+    const double us_new = b.TimeUs([&](int i) {
+      GroupedGemmParams q = p;
+      q.offsets = off_new[i]->as<int32_t>(); q.max_rows = rows_new;
+      SkinnyGemm({q, r, std::min(E, r * top_k), v});
+    }, nsets, 5, 60);
+    b.Add("skinny/new_v" + std::to_string(v), shape, us_new, wbytes, 0, fp8, "weight bytes");
+  }
+}
+
+// Uniform routing: T tokens x top_k pairs spread evenly over all E experts (every expert gets
+// T * top_k / E rows, +1 for the first remainder), the worst case for weight bytes at a given T.
+void SkinnyMoeUniformCase(Bench& b, const char* model, bool fp8, int64_t E, int64_t top_k, const char* which, int64_t N,
+                          int64_t K, int64_t T) {
+  const int64_t es = fp8 ? 1 : 2, kbn = (N + 127) / 128, kbk = (K + 127) / 128, pairs = T * top_k;
+  std::vector<int32_t> oo{0}, on{0};
+  int64_t touched = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t c = pairs / E + (e < pairs % E ? 1 : 0);
+    touched += c > 0;
+    oo.push_back(oo.back() + static_cast<int32_t>((c + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign));
+    on.push_back(on.back() + static_cast<int32_t>(c));
+  }
+  const double wbytes = double(touched) * (N * K * es + (fp8 ? kbn * kbk * 4 : 0));
+  Buf w(E * N * K * es), ws(fp8 ? E * kbn * kbk * 4 : 16);
+  if (fp8) {
+    FillE4M3(w.as<uint8_t>(), E * N * K, b.NextSeed(), b.st());
+    FillUniformF32(ws.as<float>(), E * kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  } else {
+    FillUniformBf16(w.as<__nv_bfloat16>(), E * N * K, b.NextSeed(), -0.05f, 0.05f, b.st());
+  }
+  const int64_t rows_old = oo.back();
+  Buf a(rows_old * K * 2), out(rows_old * N * 2);
+  FillUniformBf16(a.as<__nv_bfloat16>(), rows_old * K, b.NextSeed(), -1, 1, b.st());
+  auto doo = Upload(oo), don = Upload(on);
+  GroupedGemmParams p{};
+  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.w = w.as<void>(); p.w_fp8 = fp8; p.w_scales = fp8 ? ws.as<float>() : nullptr;
+  p.num_experts = E; p.N = N; p.K = K; p.out = out.as<void>(); p.out_type = DTypeOut::kBF16; p.ldo = N; p.stream = b.st();
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "%s %s %s E%lld uniform T%lld pairs%lld N%lld K%lld", model, which, fp8 ? "fp8" : "bf16",
+                (long long)E, (long long)T, (long long)pairs, (long long)N, (long long)K);
+  const double us_old = b.TimeUs([&](int) {
+    GroupedGemmParams q = p;
+    q.offsets = doo->as<int32_t>(); q.max_rows = rows_old;
+    GroupedGemm(q);
+  }, 1, 5, 60);
+  b.Add("skinny/old_grouped_wmma", shape, us_old, wbytes, 0, fp8, "weight bytes of touched experts; padded to 64 rows");
+  const double us_new = b.TimeUs([&](int) {
+    GroupedGemmParams q = p;
+    q.offsets = don->as<int32_t>(); q.max_rows = pairs;
+    SkinnyGemm({q, T, std::min(E, pairs)});
+  }, 1, 5, 60);
+  b.Add("skinny/new_auto", shape, us_new, wbytes, 0, fp8, "weight bytes of touched experts");
+}
+
+void SkinnyDenseCase(Bench& b, const char* model, bool fp8, const char* name, int64_t N, int64_t K, int64_t M) {
+  const int64_t es = fp8 ? 1 : 2, kbn = (N + 127) / 128, kbk = (K + 127) / 128, Mr = (M + 63) / 64 * 64;
+  const double wbytes = double(N) * K * es + (fp8 ? double(kbn) * kbk * 4 : 0);
+  const int nsets = SetsFor(wbytes, 16);
+  std::vector<std::unique_ptr<Buf>> w, ws;
+  for (int i = 0; i < nsets; ++i) {
+    w.push_back(std::make_unique<Buf>(N * K * es));
+    ws.push_back(std::make_unique<Buf>(fp8 ? kbn * kbk * 4 : 16));
+    if (fp8) {
+      FillE4M3(w.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
+      FillUniformF32(ws.back()->as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+    } else {
+      FillUniformBf16(w.back()->as<__nv_bfloat16>(), N * K, b.NextSeed(), -0.05f, 0.05f, b.st());
+    }
+  }
+  Buf a(Mr * K * 2), out(Mr * N * 4);
+  FillUniformBf16(a.as<__nv_bfloat16>(), Mr * K, b.NextSeed(), -1, 1, b.st());
+  auto off = Upload(std::vector<int32_t>{0, static_cast<int32_t>(Mr)});
+  GroupedGemmParams p{};
+  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.w_fp8 = fp8; p.num_experts = 1; p.N = N; p.K = K;
+  p.out = out.as<void>(); p.out_type = DTypeOut::kF32; p.ldo = N; p.stream = b.st();
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "%s %s %s M%lld N%lld K%lld", model, name, fp8 ? "fp8" : "bf16", (long long)M,
+                (long long)N, (long long)K);
+  const double us_old = b.TimeUs([&](int i) {
+    if (fp8) {
+      GroupedGemmParams q = p;
+      q.w = w[i]->as<void>(); q.w_scales = ws[i]->as<float>(); q.offsets = off->as<int32_t>(); q.max_rows = Mr;
+      GroupedGemm(q);
+    } else {
+      GemmBf16({a.as<__nv_bfloat16>(), K, w[i]->as<__nv_bfloat16>(), K, out.as<void>(), N, DTypeOut::kF32, M, N, K,
+                false, b.st()});
+    }
+  }, nsets, 5, 60);
+  b.Add(fp8 ? "skinny/old_grouped_wmma" : "skinny/old_cublaslt_bf16", shape, us_old, wbytes, 0, fp8,
+        fp8 ? "weight bytes; M padded to 64" : "weight bytes");
+  for (int v = 0; v < kSkinnyVariants; ++v) {
+    const double us_new = b.TimeUs([&](int i) {
+      GroupedGemmParams q = p;
+      q.w = w[i]->as<void>(); q.w_scales = fp8 ? ws[i]->as<float>() : nullptr; q.offsets = nullptr; q.max_rows = M;
+      SkinnyGemm({q, M, 1, v});
+    }, nsets, 5, 60);
+    b.Add("skinny/new_v" + std::to_string(v), shape, us_new, wbytes, 0, fp8, "weight bytes");
+  }
+}
+
+void Skinny(Bench& b) {
+  const std::vector<int64_t> rs = b.quick() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 4, 16};
+  for (int64_t r : rs) {
+    if (b.OutOfTime()) { b.skipped.push_back("skinny moe rows" + std::to_string(r)); continue; }
+    SkinnyMoeCase(b, "V3", true, 256, 8, 8, "gate_up", 4096, 7168, r);
+    SkinnyMoeCase(b, "V3", true, 256, 8, 8, "down", 7168, 2048, r);
+    SkinnyMoeCase(b, "V2-Lite", false, 64, 6, 6, "gate_up", 2816, 2048, r);
+    SkinnyMoeCase(b, "V2-Lite", false, 64, 6, 6, "down", 2048, 1408, r);
+  }
+  for (int64_t t : {32, 128, 256}) {
+    if (b.OutOfTime()) { b.skipped.push_back("skinny moe uniform T" + std::to_string(t)); continue; }
+    SkinnyMoeUniformCase(b, "V3", true, 256, 8, "gate_up", 4096, 7168, t);
+    SkinnyMoeUniformCase(b, "V3", true, 256, 8, "down", 7168, 2048, t);
+  }
+  for (int64_t t : {16, 42, 85}) {
+    if (b.OutOfTime()) { b.skipped.push_back("skinny moe uniform T" + std::to_string(t)); continue; }
+    SkinnyMoeUniformCase(b, "V2-Lite", false, 64, 6, "gate_up", 2816, 2048, t);
+    SkinnyMoeUniformCase(b, "V2-Lite", false, 64, 6, "down", 2048, 1408, t);
+  }
+  struct D { const char* model; bool fp8; const char* name; int64_t N, K; };
+  const D ds[] = {{"V3", true, "q_a_proj", 1536, 7168},        {"V3", true, "kv_a_proj", 576, 7168},
+                  {"V3", true, "q_b_proj", 24576, 1536},       {"V3", true, "o_proj", 7168, 16384},
+                  {"V3", true, "shared_gate_up", 4096, 7168},  {"V3", true, "shared_down", 7168, 2048},
+                  {"V2-Lite", false, "q_proj", 3072, 2048},    {"V2-Lite", false, "kv_a_proj", 576, 2048},
+                  {"V2-Lite", false, "o_proj", 2048, 2048},    {"V2-Lite", false, "shared_gate_up", 5632, 2048},
+                  {"V2-Lite", false, "shared_down", 2048, 2816}, {"V2-Lite", false, "dense_gate_up", 21888, 2048},
+                  {"V2-Lite", false, "dense_down", 2048, 10944}, {"V2-Lite", false, "lm_head", 102400, 2048}};
+  for (int64_t M : b.quick() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 16, 64})
+    for (const auto& d : ds) {
+      if (b.OutOfTime()) { b.skipped.push_back(std::string("skinny ") + d.name + " M" + std::to_string(M)); continue; }
+      if (!d.fp8 && M > kSkinnyBf16MaxRows) continue;
+      SkinnyDenseCase(b, d.model, d.fp8, d.name, d.N, d.K, M);
+    }
+}
+
 // ---------------------------------------------------------------- small kernels
 void SmallKernels(Bench& b, int64_t n) {
   const std::string sn = "n" + std::to_string(n);
@@ -694,7 +878,7 @@ int RunBenchKernels(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
   app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
   app.add_option("--commit", commit, "commit id recorded in every record");
-  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_tune mla_sweep mla_prefill fp8_gemm moe small");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_tune mla_sweep mla_prefill fp8_gemm moe skinny small");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -735,6 +919,7 @@ int RunBenchKernels(int argc, char** argv) {
     if (want("mla_tune")) { MlaDecodeTune(b); save(); }
     if (want("fp8_gemm")) { Fp8Gemms(b, quick ? std::vector<int64_t>{16, 4096} : std::vector<int64_t>{16, 4096, 64, 1, 16384}); save(); }
     if (want("moe")) { Moe(b); save(); }
+    if (want("skinny")) { Skinny(b); save(); }
     if (want("small")) {
       for (int64_t n : {64, 4096}) {
         if (b.OutOfTime()) { b.skipped.push_back("small kernels n" + std::to_string(n)); continue; }

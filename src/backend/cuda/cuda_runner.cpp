@@ -25,6 +25,7 @@
 #include "backend/cuda/runner_kernels.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/silu_and_mul.h"
+#include "backend/cuda/skinny_gemm.h"
 #include "backend/cuda/stream.h"
 #include "common/dtype.h"
 #include "common/logging.h"
@@ -88,11 +89,17 @@ class CudaModelRunner : public ModelRunner {
     const char* e = std::getenv("DS_CUDA_PROFILE");
     prof_log_ = e && std::string(e) == "1";
     prof_on_ = prof_log_ || o.profile;
+    InitSkinnySwitch();
   }
   std::map<std::string, double> TakeProfile() override {
     std::map<std::string, double> p;
     p.swap(prof_ms_);
     return p;
+  }
+  void InitSkinnySwitch() {
+    // A/B switch for benchmarks: DS_SKINNY_GEMM=0 keeps decode sizes on the big-tile kernels.
+    const char* sk = std::getenv("DS_SKINNY_GEMM");
+    skinny_on_ = !(sk && std::string(sk) == "0");
   }
   ~CudaModelRunner() override {
     DropGraphs();
@@ -172,6 +179,7 @@ class CudaModelRunner : public ModelRunner {
   std::vector<void*> graph_ptrs_;
   const DecodeGraph* gin_ = nullptr;  // graph-mode inputs of the current pass (nullptr: eager)
   bool capturing_ = false;
+  bool skinny_on_ = true;  // decode-size GEMMs on the skinny kernel (skinny_gemm.h)
   int scratch_block_ = 0;             // KV block reserved for padded rows (not the engine's)
   std::map<int64_t, DeviceBuffer> offs_by_rows_;
   const int32_t* d_pos_ = nullptr;    // this pass's positions [T] and cache slots [T] (device)
@@ -547,6 +555,17 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   xhi_.Reserve(Mr * L.K * sizeof(bf16));
   if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
   SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
+  // Decode sizes: the weight-streaming skinny kernel (one group of M rows, no padding).
+  if (skinny_on_ && (L.fp8 ? M <= kSkinnyDenseMaxRows
+                           : (!split && M <= kSkinnyBf16MaxRows && L.N * L.K <= kSkinnyBf16MaxWeights))) {
+    SkinnyGemmParams sp{};
+    sp.g.a = xhi_.as<bf16>(); sp.g.lda = L.K; sp.g.offsets = nullptr; sp.g.max_rows = M;
+    sp.g.w = L.fp8 ? L.wq.get() : L.w.get(); sp.g.w_fp8 = L.fp8; sp.g.w_scales = L.fp8 ? L.s_raw.as<float>() : nullptr;
+    sp.g.num_experts = 1; sp.g.N = L.N; sp.g.K = L.K; sp.g.out = y; sp.g.out_type = DTypeOut::kF32; sp.g.ldo = ldy;
+    sp.g.stream = s_; sp.max_group_rows = M;
+    SkinnyGemm(sp);
+    return;
+  }
   if (!L.fp8) {
     GemmBf16({xhi_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_});
     if (split) GemmBf16({xlo_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, true, s_});
@@ -843,8 +862,11 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   rp.norm_topk_prob = cfg_.norm_topk_prob; rp.routed_scaling_factor = static_cast<float>(cfg_.routed_scaling_factor);
   rp.topk_ids = topk_ids_.as<int32_t>(); rp.topk_weights = topk_w_.as<float>(); rp.stream = s_;
   MoeRouting(rp);
-  // Permute, expert GEMMs, activation.
-  const int64_t cap = PermuteCapacity(T, K, E, kGroupedGemmRowAlign);
+  // Permute, expert GEMMs, activation. Decode sizes use the skinny kernel, which needs no
+  // padded segments (row_align 1: the permute, SiLU and GEMMs touch only the T * K rows).
+  const bool skinny = skinny_on_ && T * K <= kSkinnyMoeMaxAvgRows * E;
+  const int64_t align = skinny ? 1 : kGroupedGemmRowAlign;
+  const int64_t cap = PermuteCapacity(T, K, E, align);
   moe_offs_.Reserve((E + 1) * 4);
   moe_pos_.Reserve(Tr * K * 4);
   moe_src_.Reserve(cap * 4);
@@ -853,7 +875,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   egu32_.Reserve(cap * 2 * I * sizeof(float));
   eact16_.Reserve(cap * I * sizeof(bf16));
   ey16_.Reserve(cap * Hd * sizeof(bf16));
-  MoePermute({topk_ids_.as<int32_t>(), T, K, E, kGroupedGemmRowAlign, h16, Hd, Hd, moe_offs_.as<int32_t>(),
+  MoePermute({topk_ids_.as<int32_t>(), T, K, E, align, h16, Hd, Hd, moe_offs_.as<int32_t>(),
               moe_pos_.as<int32_t>(), moe_src_.as<int32_t>(), xp16_.as<bf16>(), moe_ws_.as<int32_t>(), s_});
   GroupedGemmParams g{};
   g.a = xp16_.as<bf16>(); g.lda = Hd; g.offsets = moe_offs_.as<int32_t>(); g.max_rows = cap;
@@ -861,13 +883,18 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   g.num_experts = E; g.N = 2 * I; g.K = Hd; g.out = egu32_.get(); g.out_type = DTypeOut::kF32; g.ldo = 2 * I;
   g.stream = s_;
   Mark("moe_route_permute");
-  GroupedGemm(g);
+  // A token picks an expert at most once: at most T rows per group, min(E, T * K) groups used.
+  const auto expert_gemm = [&](const GroupedGemmParams& gp) {
+    if (skinny) SkinnyGemm({gp, T, std::min(E, T * K)});
+    else GroupedGemm(gp);
+  };
+  expert_gemm(g);
   SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
               ScaleLayout::kGroupMajor, cap, I, s_});
   GroupedGemmParams g2 = g;
   g2.a = eact16_.as<bf16>(); g2.lda = I; g2.w = LW.w2.get(); g2.w_scales = LW.experts_fp8 ? LW.w2_s.as<float>() : nullptr;
   g2.N = Hd; g2.K = I; g2.out = ey16_.get(); g2.out_type = DTypeOut::kBF16; g2.ldo = Hd;
-  GroupedGemm(g2);
+  expert_gemm(g2);
   // Shared experts write `out`, the routed experts are added with their weights.
   Mark("moe_experts");
   if (LW.has_mlp) dense(LW.gate_up, LW.down);

@@ -1,0 +1,330 @@
+#include "backend/cuda/skinny_gemm.h"
+
+#include <algorithm>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_check.h"
+
+namespace ds::cuda {
+namespace {
+
+constexpr int kTileM = 16;  // weight rows per mma tile (the mma's 16-row operand)
+
+// Weight stream: 16 bytes, read-only path, not kept in L1 (read once).
+__device__ __forceinline__ uint4 LdStream(const void* ptr) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(ptr));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+// D += A(16x16, row) * B(16x8, col), bf16 in, fp32 accumulate.
+__device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two e4m3 bytes of x (selected by `sel`: 0x4140 = bytes 0,1; 0x4342 = bytes 2,3) to bf16x2,
+// exactly: the sign and the 7 exponent/mantissa bits move into bf16 position, which is the value
+// times 2^-120 for normal and subnormal e4m3 alike; one bf16 multiply by 2^120 restores it.
+__device__ __forceinline__ uint32_t E4M3x2ToBf16x2(uint32_t x, uint32_t sel) {
+  const uint32_t y = __byte_perm(x, 0u, sel);  // bytes [0, hi, 0, lo]
+  uint32_t t = ((y << 8) & 0x80008000u) | ((y << 4) & 0x07f007f0u);
+  __nv_bfloat162 v;
+  __builtin_memcpy(&v, &t, 4);
+  v = __hmul2(v, __nv_bfloat162(__float2bfloat16_rn(0x1p120f), __float2bfloat16_rn(0x1p120f)));
+  __builtin_memcpy(&t, &v, 4);
+  return t;
+}
+
+// 16 bytes of weight row `w` (element size kEs) starting at element k; zeros past K or past N.
+template <int kEs>
+__device__ __forceinline__ uint4 LoadW(const uint8_t* w, bool ok, int64_t k, int64_t K, bool vec) {
+  uint4 r = make_uint4(0, 0, 0, 0);
+  if (!ok || k >= K) return r;
+  if (vec) return LdStream(w + k * kEs);
+  uint8_t b[16];
+  constexpr int kN = 16 / kEs;
+#pragma unroll
+  for (int i = 0; i < kN; ++i)
+#pragma unroll
+    for (int j = 0; j < kEs; ++j) b[i * kEs + j] = k + i < K ? w[(k + i) * kEs + j] : 0;
+  __builtin_memcpy(&r, b, 16);
+  return r;
+}
+
+// 8 bf16 activations of row `a` starting at k; zeros past K or for rows past the group.
+__device__ __forceinline__ uint4 LoadA(const __nv_bfloat16* a, bool ok, int64_t k, int64_t K, bool vec) {
+  uint4 r = make_uint4(0, 0, 0, 0);
+  if (!ok || k >= K) return r;
+  if (vec) return __ldg(reinterpret_cast<const uint4*>(a + k));
+  __nv_bfloat16 v[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = k + i < K ? a[k + i] : __float2bfloat16_rn(0.f);
+  __builtin_memcpy(&r, v, 16);
+  return r;
+}
+
+// Block (blockIdx.x = tile of kMT x 16 weight rows, blockIdx.y = non-empty group slot), kWarps
+// warps splitting K in chunks of 64 bytes per weight row (4 lanes x 16 bytes). mma fragment mapping ("swap AB"):
+// lane (g = lane / 4, q = lane % 4) holds weight rows n0 + g and n0 + g + 8 and activation row
+// t0 + g; the 16 contiguous bytes a lane loads are the k values it owns in kEpl / 4 consecutive
+// k16 steps (the dot product is order-free, so A and B only need the same k permutation).
+template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(GroupedGemmParams p) {
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kTileN = kTileM * kMT;       // weight rows per block
+  constexpr int kEs = kFp8 ? 1 : 2;          // weight element bytes
+  constexpr int kEpl = 16 / kEs;             // weight elements per lane load (16 fp8 / 8 bf16)
+  constexpr int kChunkK = 4 * kEpl;          // k per chunk
+  constexpr int kSteps = kEpl / 4;           // k16 mma steps per chunk
+  constexpr int kAv = kEpl / 8;              // 16-byte activation loads per lane, chunk, 8 rows
+  // chunks per warp iteration: ~8 weight loads per lane in flight
+  constexpr int kU = std::max(1, ((kFp8 && kNT == 2) ? 2 : 4) / (kMT * kUDiv));
+
+  __shared__ int s_group;
+  __shared__ int s_cnt[kWarps];
+  __shared__ float s_red[kWarps - 1][kMT][kNT][4][32];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  int64_t e = 0, row0 = 0, rows = p.max_rows;
+  if (p.offsets != nullptr) {
+    const int64_t E = p.num_experts;
+    if (static_cast<int64_t>(gridDim.y) == E) {
+      e = blockIdx.y;
+    } else {  // the blockIdx.y-th non-empty group
+      const int j = static_cast<int>(blockIdx.y);
+      if (tid == 0) s_group = -1;
+      int seen = 0;
+      for (int64_t b = 0; b < E; b += kThreads) {
+        const int64_t ee = b + tid;
+        const bool f = ee < E && p.offsets[ee + 1] > p.offsets[ee];
+        const unsigned m = __ballot_sync(0xffffffffu, f);
+        __syncthreads();
+        if (lane == 0) s_cnt[warp] = __popc(m);
+        __syncthreads();
+        int before = seen, total = 0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          const int c = s_cnt[w];
+          if (w < warp) before += c;
+          total += c;
+        }
+        if (f && before + __popc(m & ((1u << lane) - 1u)) == j) s_group = static_cast<int>(ee);
+        seen += total;
+        if (seen > j) break;
+      }
+      __syncthreads();
+      if (s_group < 0) return;
+      e = s_group;
+    }
+    row0 = p.offsets[e];
+    rows = p.offsets[e + 1] - row0;
+    if (rows <= 0) return;
+  }
+
+  const int64_t N = p.N, K = p.K;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  // Rows of m-tile mt held by this lane: n0 + 16 mt + g (A) and + 8 (B).
+  const uint8_t* wA[kMT];
+  const uint8_t* wB[kMT];
+  bool okA[kMT], okB[kMT];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    const int64_t nA = n0 + kTileM * mt + g, nB = nA + 8;
+    okA[mt] = nA < N;
+    okB[mt] = nB < N;
+    wA[mt] = static_cast<const uint8_t*>(p.w) + (e * N + nA) * K * kEs;
+    wB[mt] = static_cast<const uint8_t*>(p.w) + (e * N + nB) * K * kEs;
+  }
+  const bool vec = (K * kEs) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.lda % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+  const int64_t nchunks = (K + kChunkK - 1) / kChunkK;
+  const int64_t kb_count = (K + 127) / 128, nb_count = (N + 127) / 128;
+  // FP8 block scales of each m-tile's 128-row block (16-row tiles never straddle one).
+  const float* srow[kMT];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    srow[mt] = nullptr;
+    if constexpr (kFp8) srow[mt] = p.w_scales + (e * nb_count + std::min(n0 + kTileM * mt, N - 1) / 128) * kb_count;
+  }
+
+  for (int64_t t0 = 0; t0 < rows; t0 += 8 * kNT) {
+    float acc[kMT][kNT][4];
+    const __nv_bfloat16* arow[kNT];
+    bool aok[kNT];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int64_t t = t0 + nt * 8 + g;
+      aok[nt] = t < rows;
+      arow[nt] = p.a + (row0 + t) * p.lda;
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+    for (int64_t c0 = static_cast<int64_t>(warp) * kU; c0 < nchunks; c0 += kWarps * kU) {
+      uint4 wa[kMT][kU], wb[kMT][kU], av[kU][kNT][kAv];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t kl = (c0 + u) * kChunkK + q * kEpl;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          wa[mt][u] = LoadW<kEs>(wA[mt], okA[mt], kl, K, vec);
+          wb[mt][u] = LoadW<kEs>(wB[mt], okB[mt], kl, K, vec);
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int v = 0; v < kAv; ++v) av[u][nt][v] = LoadA(arow[nt], aok[nt], kl + 8 * v, K, vec);
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (c0 + u >= nchunks) break;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          if constexpr (kFp8) {
+            float t[kNT][4];
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) t[nt][i] = 0.f;
+#pragma unroll
+            for (int s = 0; s < kSteps; ++s) {
+              const uint32_t xa = Word(wa[mt][u], s), xb = Word(wb[mt][u], s);
+              const uint32_t a0 = E4M3x2ToBf16x2(xa, 0x4140), a2 = E4M3x2ToBf16x2(xa, 0x4342);
+              const uint32_t a1 = E4M3x2ToBf16x2(xb, 0x4140), a3 = E4M3x2ToBf16x2(xb, 0x4342);
+#pragma unroll
+              for (int nt = 0; nt < kNT; ++nt) {
+                const uint4& bv = av[u][nt][s / 2];
+                Mma(t[nt], a0, a1, a2, a3, Word(bv, (s % 2) * 2), Word(bv, (s % 2) * 2 + 1));
+              }
+            }
+            const float sc = __ldg(srow[mt] + (c0 + u) * kChunkK / 128);
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) acc[mt][nt][i] = fmaf(sc, t[nt][i], acc[mt][nt][i]);
+          } else {
+#pragma unroll
+            for (int s = 0; s < kSteps; ++s) {
+              const uint32_t a0 = Word(wa[mt][u], 2 * s), a2 = Word(wa[mt][u], 2 * s + 1);
+              const uint32_t a1 = Word(wb[mt][u], 2 * s), a3 = Word(wb[mt][u], 2 * s + 1);
+#pragma unroll
+              for (int nt = 0; nt < kNT; ++nt) {
+                const uint4& bv = av[u][nt][0];
+                Mma(acc[mt][nt], a0, a1, a2, a3, Word(bv, 2 * s), Word(bv, 2 * s + 1));
+              }
+            }
+          }
+        }
+      }
+    }
+    // Sum the warps' K slices; warp 0 writes. C fragment: c0, c1 = (row n0 + 16 mt + g, rows
+    // t 2q, 2q+1), c2, c3 = (row + 8, same t).
+    if (warp > 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s_red[warp - 1][mt][nt][i][lane] = acc[mt][nt][i];
+    }
+    __syncthreads();
+    if (warp == 0) {
+      TOut* out = static_cast<TOut*>(p.out);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float v = acc[mt][nt][i];
+#pragma unroll
+            for (int w = 0; w < kWarps - 1; ++w) v += s_red[w][mt][nt][i][lane];
+            const int64_t n = n0 + kTileM * mt + g + (i < 2 ? 0 : 8), t = t0 + nt * 8 + 2 * q + (i & 1);
+            if (n < N && t < rows) out[(row0 + t) * p.ldo + n] = dev::FromF<TOut>(v);
+          }
+    }
+    __syncthreads();
+  }
+}
+
+// Variants: warps per block (splitting K), 16-row m-tiles per warp, min resident blocks per SM
+// (register cap, so that every tile of a decode-size GEMM is resident in one wave).
+// min_blocks 0 = no cap; u_div divides the chunks in flight per warp (register pressure).
+struct Variant { int warps, mt, min_blocks, u_div; };
+constexpr Variant kVariants[kSkinnyVariants] = {{4, 1, 0, 1}, {8, 1, 0, 1}, {4, 2, 0, 1}, {4, 2, 8, 2}, {8, 2, 3, 2}};
+
+template <bool kFp8, int kNT, typename TOut, int kV>
+void LaunchV(const GroupedGemmParams& p, int64_t slots) {
+  constexpr Variant v = kVariants[kV];
+  const dim3 grid(dev::CeilDiv(p.N, kTileM * v.mt), static_cast<unsigned>(slots));
+  SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div><<<grid, v.warps * 32, 0, p.stream>>>(p);
+}
+
+template <bool kFp8, int kNT, typename TOut>
+void Launch(const GroupedGemmParams& p, int64_t slots, int v) {
+  switch (v) {
+    case 0: LaunchV<kFp8, kNT, TOut, 0>(p, slots); break;
+    case 1: LaunchV<kFp8, kNT, TOut, 1>(p, slots); break;
+    case 2: LaunchV<kFp8, kNT, TOut, 2>(p, slots); break;
+    case 3: LaunchV<kFp8, kNT, TOut, 3>(p, slots); break;
+    default: LaunchV<kFp8, kNT, TOut, 4>(p, slots); break;
+  }
+}
+
+template <bool kFp8, int kNT>
+void Launch(const GroupedGemmParams& p, int64_t slots, int v) {
+  if (p.out_type == DTypeOut::kF32) Launch<kFp8, kNT, float>(p, slots, v);
+  else Launch<kFp8, kNT, __nv_bfloat16>(p, slots, v);
+}
+
+}  // namespace
+
+int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max_group_rows) {
+  (void)K; (void)max_group_rows;
+  // From the H200 sweep of every variant (bench/results/skinny_gemm_2026-11-29.md), by the
+  // number of 32-row tiles in the grid: many (MoE experts, q_b_proj) -> 32-row tiles, FP8 with
+  // the register cap that keeps all of a decode-size grid resident (variant 3: V3 experts
+  // 0.81-0.83 of the copy ceiling); a few hundred (o_proj, shared_down) -> 8 warps x 32 rows
+  // (variant 4); fewer (q_a / kv_a / shared gate_up, small bf16) -> 16-row tiles with 8 warps
+  // splitting K (variant 1).
+  const int64_t tiles32 = slots * ((N + 31) / 32);
+  if (tiles32 >= 512) return fp8 ? 3 : 2;
+  if (tiles32 >= 192) return 4;
+  return 1;
+}
+
+void SkinnyGemm(const SkinnyGemmParams& sp) {
+  const GroupedGemmParams& p = sp.g;
+  DS_CHECK(p.N > 0 && p.K > 0 && p.num_experts > 0) << "SkinnyGemm: bad shape N=" << p.N << " K=" << p.K;
+  DS_CHECK(!p.w_fp8 || p.w_scales) << "SkinnyGemm: FP8 weights need w_scales";
+  DS_CHECK(p.offsets != nullptr || p.num_experts == 1) << "SkinnyGemm: several groups need offsets";
+  if (p.max_rows == 0) return;
+  const int64_t slots = p.offsets == nullptr ? 1
+                        : sp.max_active_groups > 0 ? std::min(sp.max_active_groups, p.num_experts)
+                                                   : p.num_experts;
+  DS_CHECK(slots < 65536) << "SkinnyGemm: too many groups " << slots;
+  DS_CHECK(sp.variant < kSkinnyVariants) << "SkinnyGemm: no variant " << sp.variant;
+  const int v = sp.variant >= 0 ? sp.variant : SkinnyAutoVariant(p.w_fp8, p.N, p.K, slots, sp.max_group_rows);
+  const bool nt2 = sp.max_group_rows > 8;
+  if (p.w_fp8) {
+    if (nt2) Launch<true, 2>(p, slots, v); else Launch<true, 1>(p, slots, v);
+  } else {
+    if (nt2) Launch<false, 2>(p, slots, v); else Launch<false, 1>(p, slots, v);
+  }
+  DS_CUDA_CHECK_LAUNCH("SkinnyGemmKernel");
+}
+
+}  // namespace ds::cuda

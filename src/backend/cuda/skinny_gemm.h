@@ -1,0 +1,59 @@
+// Decode-size ("skinny") grouped GEMM: few rows per group, so the cost is streaming the
+// weights. Same math and layout as GroupedGemm (grouped_gemm.h): for each group e and each row
+// r in [offsets[e], offsets[e+1]):  out[r, :] = a[r, :] @ w[e]^T,  w[e]: [N, K] bf16, or FP8
+// e4m3 with 128x128 block scales w_scales[e, n / 128, k / 128]; fp32 accumulation.
+//
+// Kernel (skinny_gemm.cu): one block per (16 or 32 weight rows, non-empty group); its warps
+// split K and stream the weight rows with 16-byte loads (8 bf16 / 16 fp8 per lane, several
+// loads per row in flight), the group's activation rows come through L1 (shared by the blocks
+// of one group), and the products run on tensor cores with the weights as the 16-row operand
+// (mma m16n8k16, "swap AB": the rows of `a` are the 8-wide side, 8 or 16 per pass; more rows
+// loop, re-reading the weights, mostly from L2). FP8 weights are widened to bf16 exactly (bit
+// shifts + a 2^120 multiply); activations stay bf16, so no activation quantisation error is
+// added.
+//
+// Segments need no padding (any offsets work; the runner permutes with row_align 1 for this
+// kernel). Empty groups cost one early-exiting block per grid slot: the grid has
+// max_active_groups slots and block j finds the j-th non-empty group from the device offsets
+// (no host synchronisation; safe inside CUDA graph capture).
+#pragma once
+
+#include "backend/cuda/grouped_gemm.h"
+
+namespace ds::cuda {
+
+// Dispatch thresholds (measured on the H200, bench/results/skinny_gemm_2026-11-29.md): the
+// runner uses the skinny kernel for MoE layers when tokens * top_k <= kSkinnyMoeMaxAvgRows *
+// n_experts (<= 8 rows per expert on average; the big-tile kernel reads each expert once per
+// 64 rows at ~0.2 of HBM bandwidth, this one once per 16 rows at ~0.6-0.8), for FP8 dense
+// projections (in-kernel dequantisation path) when M <= kSkinnyDenseMaxRows (the big-tile
+// kernel is 5-12x slower there), and for bf16 dense projections instead of cuBLASLt when
+// M <= kSkinnyBf16MaxRows and N * K <= kSkinnyBf16MaxWeights (cuBLASLt streams large bf16
+// matrices as fast or faster; the skinny kernel wins on small ones such as kv_a_proj).
+inline constexpr int64_t kSkinnyMoeMaxAvgRows = 8;
+inline constexpr int64_t kSkinnyDenseMaxRows = 64;
+inline constexpr int64_t kSkinnyBf16MaxRows = 16;
+inline constexpr int64_t kSkinnyBf16MaxWeights = int64_t{2048} * 2048;
+
+struct SkinnyGemmParams {
+  // g.offsets may be nullptr: one group of g.max_rows rows starting at row 0.
+  GroupedGemmParams g;
+  // Host-side upper bound on the rows of any one group (MoE: tokens, as a token picks an
+  // expert at most once; dense: M). Picks 8 or 16 rows per pass; larger groups loop.
+  int64_t max_group_rows = 16;
+  // Host-side upper bound on non-empty groups (MoE: min(E, tokens * top_k)); 0 = num_experts.
+  int64_t max_active_groups = 0;
+  // Tuning variant (warps per block x 16-row tiles per warp [x min resident blocks per SM]:
+  // 0 = 4x1, 1 = 8x1, 2 = 4x2, 3 = 4x2x8, 4 = 4x4x6); < 0 picks SkinnyAutoVariant. All
+  // variants compute the same result.
+  int variant = -1;
+};
+
+inline constexpr int kSkinnyVariants = 5;
+// The variant used when SkinnyGemmParams::variant < 0 (slots = grid slots for groups).
+int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max_group_rows);
+
+// Errors: DS_CHECK on bad shapes or missing FP8 scales. Does not synchronise.
+void SkinnyGemm(const SkinnyGemmParams& p);
+
+}  // namespace ds::cuda
