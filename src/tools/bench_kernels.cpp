@@ -500,6 +500,29 @@ void MoeCase(Bench& b, const MoeModel& m, int ranks, int64_t tokens, bool gate_u
   }
 }
 
+// The runner's default FP8 dense projection path (`fp8_gemm = kernel`): GroupedGemm with one
+// group of M rows padded to 64. Old vs new kernel at decode (M 64) and prefill (M 4096) sizes.
+void DenseFp8InKernelCase(Bench& b, const Proj& pr, int64_t M) {
+  const int64_t N = pr.N, K = pr.K, Mr = (M + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign;
+  const int64_t kbn = (N + 127) / 128, kbk = (K + 127) / 128;
+  Buf a(Mr * K * 2), w(N * K), ws(kbn * kbk * 4), out(Mr * N * 4);
+  FillUniformBf16(a.as<__nv_bfloat16>(), Mr * K, b.NextSeed(), -1, 1, b.st());
+  FillE4M3(w.as<uint8_t>(), N * K, b.NextSeed(), b.st());
+  FillUniformF32(ws.as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  auto doff = Upload(std::vector<int32_t>{0, static_cast<int32_t>(Mr)});
+  const std::string shape = std::string(pr.name) + " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
+  for (bool old : {false, true}) {
+    GroupedGemmParams p{};
+    p.a = a.as<__nv_bfloat16>(); p.lda = K; p.offsets = doff->as<int32_t>(); p.max_rows = Mr;
+    p.w = w.as<void>(); p.w_fp8 = true; p.w_scales = ws.as<float>(); p.num_experts = 1; p.N = N; p.K = K;
+    p.out = out.as<void>(); p.out_type = DTypeOut::kF32; p.ldo = N; p.stream = b.st(); p.force_wmma = old;
+    const double us = b.TimeUs([&](int) { GroupedGemm(p); }, 1, 10);
+    b.Add(std::string("dense_fp8_inkernel") + (old ? "_wmma" : ""), shape, us,
+          double(N) * K + double(kbn) * kbk * 4 + double(M) * K * 2 + double(M) * N * 4, 2.0 * M * N * K, true,
+          old ? "old WMMA 64x64 kernel" : "mma.sync 128x128");
+  }
+}
+
 void Moe(Bench& b) {
   struct Sweep { const MoeModel* m; int ranks; std::vector<int64_t> toks; };
   const std::vector<Sweep> sweeps =
@@ -517,6 +540,12 @@ void Moe(Bench& b) {
         }
         MoeCase(b, *sw.m, sw.ranks, t, gu);
       }
+  for (int64_t M : {64, 4096})
+    for (const auto& pr : kProjs) {
+      if (std::string(pr.name) != "q_b_proj" && std::string(pr.name) != "o_proj" && std::string(pr.name) != "kv_a_proj_with_mqa") continue;
+      if (b.OutOfTime()) { b.skipped.push_back(std::string("dense_fp8_inkernel ") + pr.name); continue; }
+      DenseFp8InKernelCase(b, pr, M);
+    }
 }
 
 // ---------------------------------------------------------------- small kernels

@@ -156,10 +156,11 @@ template <bool kFp8> struct Cfg {
 };
 
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
 }
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 __device__ __forceinline__ void Mma(float* c, const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -228,53 +229,88 @@ __global__ void __launch_bounds__(kThreads, 1) GroupedGemmMmaKernel(GroupedGemmP
   const int sw8 = ((g >> 1) & 1) << 1;                  // e4m3 row swizzle
   const int64_t kb_count = (K + 127) / 128, nb_count = (N + 127) / 128;
 
-  for (int64_t t = blockIdx.x; t < total_tiles; t += gridDim.x) {
+  if (static_cast<int64_t>(blockIdx.x) >= total_tiles) return;
+
+  // Tile t -> expert, first row, valid rows, first column.
+  struct Tile { int64_t row0, n0; int rows, e; };
+  const auto decode = [&](int64_t t) {
     const int rt = static_cast<int>(t / n_tiles), nt = static_cast<int>(t % n_tiles);
     int lo = 0, hi = E - 1;
     while (lo < hi) {
       const int mid = (lo + hi + 1) >> 1;
       if (s_tile[mid] <= rt) lo = mid; else hi = mid - 1;
     }
-    const int e = lo;
-    const int64_t row0 = s_off[e] + static_cast<int64_t>(rt - s_tile[e]) * kBM;
-    const int64_t rem = s_off[e + 1] - row0;
-    const int rows = static_cast<int>(rem < kBM ? rem : kBM);
-    const int64_t n0 = static_cast<int64_t>(nt) * kBN;
+    Tile tl;
+    tl.e = lo;
+    tl.row0 = s_off[lo] + static_cast<int64_t>(rt - s_tile[lo]) * kBM;
+    const int64_t rem = s_off[lo + 1] - tl.row0;
+    tl.rows = static_cast<int>(rem < kBM ? rem : kBM);
+    tl.n0 = static_cast<int64_t>(nt) * kBN;
+    return tl;
+  };
 
-    // Loads of k tile kt into stage slot `stage`.
-    auto load_stage = [&](int stage, int kt) {
-      const uint32_t sa = smem_base + stage * C::kStageBytes, sb = sa + C::kABytes;
-      const int64_t k0 = static_cast<int64_t>(kt) * kBK;
+  // Loads k tile kt of tile tl into stage slot `stage`.
+  const auto load_stage = [&](int stage, const Tile& tl, int kt) {
+    const uint32_t sa = smem_base + stage * C::kStageBytes, sb = sa + C::kABytes;
+    const int64_t k0 = static_cast<int64_t>(kt) * kBK;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {  // A: 128 rows x 8 chunks
+    for (int i = 0; i < 4; ++i) {  // A: 128 rows x 8 chunks
+      const int id = tid + i * kThreads, r = id >> 3, c = id & 7;
+      const int64_t k = k0 + c * 8;
+      const bool ok = r < tl.rows && k < K;
+      const __nv_bfloat16* src = ok ? p.a + (tl.row0 + r) * p.lda + k : p.a;
+      CpAsync16(sa + r * 128 + ((c ^ ((r & 1) << 2)) << 4), src, ok);
+    }
+    if constexpr (kFp8) {
+      const uint8_t* w = static_cast<const uint8_t*>(p.w);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {  // B: 128 rows x 4 chunks of 16 e4m3
+        const int id = tid + i * kThreads, r = id >> 2, c = id & 3;
+        const int64_t k = k0 + c * 16;
+        const bool ok = tl.n0 + r < N && k < K;
+        const uint8_t* src = ok ? w + (tl.e * N + tl.n0 + r) * K + k : w;
+        CpAsync16(sb + r * 64 + ((c ^ (((r >> 1) & 1) << 1)) << 4), src, ok);
+      }
+    } else {
+      const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(p.w);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {  // B: 128 rows x 8 chunks
         const int id = tid + i * kThreads, r = id >> 3, c = id & 7;
         const int64_t k = k0 + c * 8;
-        const bool ok = r < rows && k < K;
-        const __nv_bfloat16* src = ok ? p.a + (row0 + r) * p.lda + k : p.a;
-        CpAsync16(sa + r * 128 + ((c ^ ((r & 1) << 2)) << 4), src, ok);
+        const bool ok = tl.n0 + r < N && k < K;
+        const __nv_bfloat16* src = ok ? w + (tl.e * N + tl.n0 + r) * K + k : w;
+        CpAsync16(sb + r * 128 + ((c ^ ((r & 1) << 2)) << 4), src, ok);
       }
-      if constexpr (kFp8) {
-        const uint8_t* w = static_cast<const uint8_t*>(p.w);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {  // B: 128 rows x 4 chunks of 16 e4m3
-          const int id = tid + i * kThreads, r = id >> 2, c = id & 3;
-          const int64_t k = k0 + c * 16;
-          const bool ok = n0 + r < N && k < K;
-          const uint8_t* src = ok ? w + (e * N + n0 + r) * K + k : w;
-          CpAsync16(sb + r * 64 + ((c ^ (((r >> 1) & 1) << 1)) << 4), src, ok);
-        }
-      } else {
-        const __nv_bfloat16* w = static_cast<const __nv_bfloat16*>(p.w);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {  // B: 128 rows x 8 chunks
-          const int id = tid + i * kThreads, r = id >> 3, c = id & 7;
-          const int64_t k = k0 + c * 8;
-          const bool ok = n0 + r < N && k < K;
-          const __nv_bfloat16* src = ok ? w + (e * N + n0 + r) * K + k : w;
-          CpAsync16(sb + r * 128 + ((c ^ ((r & 1) << 2)) << 4), src, ok);
-        }
+    }
+  };
+
+  // One pipeline across all of this CTA's tiles: the producer runs kStages - 1 k tiles ahead of
+  // the consumer, into the next tile once the current one is fully issued, so the next tile's
+  // first loads overlap the current tile's last MMAs and its epilogue.
+  int64_t pt = blockIdx.x;  // producer: tile, its geometry, next k tile, next slot
+  Tile ptl = decode(pt);
+  int pk = 0, pslot = 0;
+  const auto produce = [&] {
+    if (pt < total_tiles) {
+      load_stage(pslot, ptl, pk);
+      if (++pk == ktiles) {
+        pk = 0;
+        pt += gridDim.x;
+        if (pt < total_tiles) ptl = decode(pt);
       }
-    };
+    }
+    CpAsyncCommit();  // possibly empty: keeps one group per consumer step
+    pslot = pslot + 1 == kStages ? 0 : pslot + 1;
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) produce();
+
+  int cslot = 0;
+  for (int64_t ct = blockIdx.x; ct < total_tiles; ct += gridDim.x) {
+    const Tile tl = decode(ct);
+    // A 64-row (odd-slot) tile: the warps of the empty half skip the MMAs (loads and barriers
+    // stay CTA-wide), so small segments cost half a tile of tensor work, not a whole one.
+    const bool warp_active = wm * 64 < tl.rows;
 
     float acc[4][4][4];
     float part[kFp8 ? 4 : 1][4][4];
@@ -287,29 +323,22 @@ __global__ void __launch_bounds__(kThreads, 1) GroupedGemmMmaKernel(GroupedGemmP
           acc[i][j][v] = 0.f;
           if constexpr (kFp8) part[i][j][v] = 0.f;
         }
-    const float* scale_row = kFp8 ? p.w_scales + (e * nb_count + n0 / 128) * kb_count : nullptr;
+    const float* scale_row = kFp8 ? p.w_scales + (tl.e * nb_count + tl.n0 / 128) * kb_count : nullptr;
     float scale = 0.f;
 
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < ktiles) load_stage(s, s);
-      CpAsyncCommit();
-    }
     for (int kt = 0; kt < ktiles; ++kt) {
       if constexpr (kFp8) {
         if ((kt & 1) == 0) scale = __ldg(scale_row + (kt >> 1));  // used two k tiles later
       }
       CpAsyncWait<kStages - 2>();
-      __syncthreads();
-      {
-        const int nk = kt + kStages - 1;
-        if (nk < ktiles) load_stage(nk % kStages, nk);
-        CpAsyncCommit();
-      }
-      const uint8_t* sa = smem + (kt % kStages) * C::kStageBytes;
+      __syncthreads();  // slot cslot is loaded; every warp is done with the slot produce() refills
+      produce();
+      const uint8_t* sa = smem + cslot * C::kStageBytes;
       const uint8_t* sb = sa + C::kABytes;
+      cslot = cslot + 1 == kStages ? 0 : cslot + 1;
 #pragma unroll
       for (int u = 0; u < 2; ++u) {  // two k32 steps per k tile
+        if (!warp_active) break;     // warp-uniform: all of this warp's 64 rows are past the segment
         uint4 av[4][2];
 #pragma unroll
         for (int i = 0; i < 4; ++i)
@@ -361,9 +390,8 @@ __global__ void __launch_bounds__(kThreads, 1) GroupedGemmMmaKernel(GroupedGemmP
         }
       }
     }
-    CpAsyncWait<0>();
-    __syncthreads();  // every warp is done with the stages before the next tile refills them
 
+    // Epilogue straight from the accumulators (the next tile's loads are already in flight).
     TOut* out = static_cast<TOut*>(p.out);
     const bool pair_ok = (p.ldo % 2) == 0;
 #pragma unroll
@@ -371,11 +399,11 @@ __global__ void __launch_bounds__(kThreads, 1) GroupedGemmMmaKernel(GroupedGemmP
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = wm * 64 + i * 16 + h * 8 + g;
-        if (r >= rows) continue;
-        TOut* orow = out + (row0 + r) * p.ldo;
+        if (r >= tl.rows) continue;
+        TOut* orow = out + (tl.row0 + r) * p.ldo;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int64_t col = n0 + wn * 32 + j * 8 + 2 * q;
+          const int64_t col = tl.n0 + wn * 32 + j * 8 + 2 * q;
           const float v0 = acc[i][j][2 * h], v1 = acc[i][j][2 * h + 1];
           if (pair_ok && col + 1 < N) {
             if constexpr (std::is_same_v<TOut, float>) *reinterpret_cast<float2*>(orow + col) = make_float2(v0, v1);
@@ -387,6 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1) GroupedGemmMmaKernel(GroupedGemmP
         }
       }
   }
+  CpAsyncWait<0>();  // only empty groups remain; leave nothing in flight at exit
 }
 
 size_t SmemBytes(bool fp8, int64_t E) {
