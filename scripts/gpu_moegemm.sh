@@ -56,7 +56,7 @@ BG=$!
 
 # 3. New op tests.
 t0=$(date +%s)
-timeout 60 "$BIN/dsinfer_cuda_tests" --gtest_color=no --gtest_filter='CudaGroupedGemm.*:CudaPerf.GroupedGemmDecodeV3' >"$OUT/grouped_gemm_tests.log" 2>&1
+OPENBLAS_NUM_THREADS=8 timeout 60 "$BIN/dsinfer_cuda_tests" --gtest_color=no --gtest_filter='CudaGroupedGemm.*:CudaPerf.GroupedGemmDecodeV3' >"$OUT/grouped_gemm_tests.log" 2>&1
 rc=$?
 note "grouped gemm tests: rc=$rc ($(( $(date +%s) - t0 )) s); $(count "$OUT/grouped_gemm_tests.log")"
 grep -E '^\[metric\]|^\[perf\]' "$OUT/grouped_gemm_tests.log" | sed -E 's/^\[(metric|perf)\] //' | tee -a "$SUMMARY"

@@ -17,6 +17,7 @@ struct Case {
   std::vector<int32_t> seg_slots;  // segment length of expert e in 64-row slots (cycled over E)
   bool fp8;
   float w_std = 0.05f;             // bf16 weights; fp8: stddev of the pre-quantisation values
+  int64_t out_shift = 0;           // output starts this many elements into its buffer (alignment)
 };
 
 void RunGg(const Case& c, bool out_f32, bool force_wmma) {
@@ -53,21 +54,23 @@ void RunGg(const Case& c, bool out_f32, bool force_wmma) {
   Dev<__nv_bfloat16> dwb(c.fp8 ? std::vector<__nv_bfloat16>(1) : ToBf16(wdeq));
   Dev<uint8_t> dwq(c.fp8 ? wq : std::vector<uint8_t>(1));
   Dev<float> dws(c.fp8 ? wscale : std::vector<float>(1));
-  Dev<float> dyf(out_f32 ? max_rows * ldo : 1);
-  Dev<__nv_bfloat16> dyb(out_f32 ? 1 : max_rows * ldo);
+  const int64_t sh = c.out_shift;
+  Dev<float> dyf(out_f32 ? max_rows * ldo + sh : 1);
+  Dev<__nv_bfloat16> dyb(out_f32 ? 1 : max_rows * ldo + sh);
   GroupedGemmParams p{};
   p.a = da.get(); p.lda = K; p.offsets = doff.get(); p.max_rows = max_rows;
   p.w = c.fp8 ? static_cast<const void*>(dwq.get()) : dwb.get(); p.w_fp8 = c.fp8; p.w_scales = c.fp8 ? dws.get() : nullptr;
   p.num_experts = E; p.N = N; p.K = K;
-  p.out = out_f32 ? static_cast<void*>(dyf.get()) : dyb.get(); p.out_type = out_f32 ? DTypeOut::kF32 : DTypeOut::kBF16;
+  p.out = out_f32 ? static_cast<void*>(dyf.get() + sh) : dyb.get() + sh; p.out_type = out_f32 ? DTypeOut::kF32 : DTypeOut::kBF16;
   p.ldo = ldo; p.force_wmma = force_wmma;
   GroupedGemm(p);
   const std::vector<float> full = out_f32 ? dyf.Download() : FromBf16(dyb.Download());
   std::vector<float> got(rows * N);
   int64_t stray = 0;  // finite values where nothing may be written
+  for (int64_t i = 0; i < sh; ++i) stray += std::isfinite(full[i]) ? 1 : 0;
   for (int64_t r = 0; r < max_rows; ++r)
     for (int64_t n = 0; n < ldo; ++n) {
-      const float v = full[r * ldo + n];
+      const float v = full[sh + r * ldo + n];
       if (r < rows && n < N) got[r * N + n] = v;
       else stray += std::isfinite(v) ? 1 : 0;
     }
@@ -103,6 +106,9 @@ TEST(CudaGroupedGemm, OddShapes) {
   RunGg({"fp8_N200_K200", 5, 200, 200, slots, true, 100.f}, true, false);
   RunGg({"fp8_N200_K208", 5, 200, 208, slots, true, 100.f}, true, false);
   RunGg({"fp8_N200_K208", 5, 200, 208, slots, true, 100.f}, false, false);
+  // Output one element into its buffer: pair stores would be misaligned, single stores instead.
+  RunGg({"bf16_N256_K128_shift1", 3, 256, 128, slots, false, 0.05f, 1}, true, false);
+  RunGg({"fp8_N256_K128_shift1", 3, 256, 128, slots, true, 100.f, 1}, false, false);
   // bf16 K = 100 (not a multiple of 8): the WMMA fallback.
   RunGg({"bf16_N96_K100", 3, 96, 100, slots, false}, true, false);
 }

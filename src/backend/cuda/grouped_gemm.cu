@@ -393,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, 1) GroupedGemmMmaKernel(GroupedGemmP
 
     // Epilogue straight from the accumulators (the next tile's loads are already in flight).
     TOut* out = static_cast<TOut*>(p.out);
-    const bool pair_ok = (p.ldo % 2) == 0;
+    const bool pair_ok = (p.ldo % 2) == 0 && reinterpret_cast<uintptr_t>(p.out) % (2 * sizeof(TOut)) == 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
