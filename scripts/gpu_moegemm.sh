@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # MoE grouped GEMM rewrite (branch moegemm): correctness + benchmark in one GPU call.
 #
-# Here (no GPU):   bash scripts/gpu_moegemm.sh pack
-#   packs build-cuda's binaries with scripts/gpu_carry.sh into .carry/ (plus, when
-#   BASE_TESTS points at one, a dsinfer_cuda_tests built from the parent commit, for a baseline
-#   of the runner tests). Then `run` with carry [".carry"] and the command
-#   `bash scripts/gpu_moegemm.sh run`.
-# There (GPU):     bash scripts/gpu_moegemm.sh run      (logs under $OUT)
+# Here (no GPU):   bash scripts/gpu_moegemm.sh pack DEST
+#   packs build-cuda's binaries with scripts/gpu_carry.sh into DEST (plus, when BASE_TESTS
+#   points at one, a dsinfer_cuda_tests built from the parent commit, for a baseline of the
+#   runner tests) and copies this script there. The device tool sends the lead's checkout, so
+#   DEST is an ignored folder of it (e.g. /work/main/build-gpu-moegemm); then `run` with carry
+#   ["build-gpu-moegemm"] and the command `bash build-gpu-moegemm/gpu_moegemm.sh run`.
+# There (GPU):     bash DEST/gpu_moegemm.sh run      (logs under $OUT)
 #   1. nvidia-smi;
 #   2. in the background (CPU-heavy references, little GPU work): CudaMoeExperts.* and
 #      CudaGemm.Fp8OddShapesBothPaths (the existing grouped GEMM op tests);
@@ -17,22 +18,25 @@
 #   TOTAL_S (default 145) bounds the whole run.
 set -uo pipefail
 MODE=${1:-run}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if [ "$MODE" = pack ]; then
-  bash "$ROOT/scripts/gpu_carry.sh" "$ROOT/.carry" || exit 1
+  ROOT=$(cd "$(dirname "$0")/.." && pwd)
+  DEST=${2:?usage: gpu_moegemm.sh pack DEST}
+  bash "$ROOT/scripts/gpu_carry.sh" "$DEST" || exit 1
   if [ -n "${BASE_TESTS:-}" ]; then
-    strip -o /tmp/moegemm_base_tests "$BASE_TESTS" && xz -T2 -6 -c /tmp/moegemm_base_tests >"$ROOT/.carry/base_tests.xz"
+    strip -o /tmp/moegemm_base_tests "$BASE_TESTS" && xz -T2 -6 -c /tmp/moegemm_base_tests >"$DEST/base_tests.xz"
   fi
-  du -sh "$ROOT/.carry"/*
+  cp "$0" "$DEST/gpu_moegemm.sh"
+  du -sh "$DEST"/*
   exit 0
 fi
+CARRY=$(cd "$(dirname "$0")" && pwd)  # bin.tar.xz, base_tests.xz and this script
 
 T_START=$(date +%s)
 TOTAL_S=${TOTAL_S:-145}
 OUT=${OUT:-/tmp/gpu_moegemm}
 mkdir -p "$OUT"
 BIN=/tmp/g/bin
-mkdir -p /tmp/g && xz -dc "$ROOT/.carry/bin.tar.xz" | tar -C /tmp/g -xf - || { echo "unpack failed"; exit 1; }
+mkdir -p /tmp/g && xz -dc "$CARRY/bin.tar.xz" | tar -C /tmp/g -xf - || { echo "unpack failed"; exit 1; }
 CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
 export DS_TEST_DATA_DIR="$BIN/data"
@@ -70,8 +74,8 @@ timeout 40 "$BIN/dsinfer_cuda_tests" --gtest_color=no --gtest_filter='CudaRunner
 rc=$?
 note "runner tests: rc=$rc ($(( $(date +%s) - t0 )) s); $(count "$OUT/runner_tests.log")"
 grep -E '^\[fixture\]|^\[  FAILED  \].*ms\)' "$OUT/runner_tests.log" | head -40 | tee -a "$SUMMARY"
-if [ $rc -ne 0 ] && [ -f "$ROOT/.carry/base_tests.xz" ]; then
-  xz -dc "$ROOT/.carry/base_tests.xz" >/tmp/g/base_tests && chmod +x /tmp/g/base_tests
+if [ $rc -ne 0 ] && [ -f "$CARRY/base_tests.xz" ]; then
+  xz -dc "$CARRY/base_tests.xz" >/tmp/g/base_tests && chmod +x /tmp/g/base_tests
   F=$(grep -E '^\[  FAILED  \].*ms\)' "$OUT/runner_tests.log" | sed -E 's/.*\] ([^ ]+) .*/\1/' | paste -sd: -)
   timeout 30 /tmp/g/base_tests --gtest_color=no --gtest_filter="$F" >"$OUT/runner_tests_base.log" 2>&1
   note "baseline (parent commit) on the failing runner tests [$F]: rc=$? $(count "$OUT/runner_tests_base.log")"
