@@ -35,8 +35,8 @@ T_START=$(date +%s)
 TOTAL_S=${TOTAL_S:-145}
 OUT=${OUT:-/tmp/gpu_moegemm}
 mkdir -p "$OUT"
-BIN=/tmp/g/bin
-mkdir -p /tmp/g && xz -dc "$CARRY/bin.tar.xz" | tar -C /tmp/g -xf - || { echo "unpack failed"; exit 1; }
+BIN=/tmp/moegemm_g/bin
+rm -rf /tmp/moegemm_g && mkdir -p /tmp/moegemm_g && xz -dc "$CARRY/bin.tar.xz" | tar -C /tmp/moegemm_g -xf - || { echo "unpack failed"; exit 1; }
 CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
 export DS_TEST_DATA_DIR="$BIN/data"
@@ -75,9 +75,9 @@ rc=$?
 note "runner tests: rc=$rc ($(( $(date +%s) - t0 )) s); $(count "$OUT/runner_tests.log")"
 grep -E '^\[fixture\]|^\[  FAILED  \].*ms\)' "$OUT/runner_tests.log" | head -40 | tee -a "$SUMMARY"
 if [ $rc -ne 0 ] && [ -f "$CARRY/base_tests.xz" ]; then
-  xz -dc "$CARRY/base_tests.xz" >/tmp/g/base_tests && chmod +x /tmp/g/base_tests
+  xz -dc "$CARRY/base_tests.xz" >/tmp/moegemm_g/base_tests && chmod +x /tmp/moegemm_g/base_tests
   F=$(grep -E '^\[  FAILED  \].*ms\)' "$OUT/runner_tests.log" | sed -E 's/.*\] ([^ ]+) .*/\1/' | paste -sd: -)
-  timeout 30 /tmp/g/base_tests --gtest_color=no --gtest_filter="$F" >"$OUT/runner_tests_base.log" 2>&1
+  timeout 30 /tmp/moegemm_g/base_tests --gtest_color=no --gtest_filter="$F" >"$OUT/runner_tests_base.log" 2>&1
   note "baseline (parent commit) on the failing runner tests [$F]: rc=$? $(count "$OUT/runner_tests_base.log")"
   grep -E '^\[fixture\]|^\[  FAILED  \].*ms\)' "$OUT/runner_tests_base.log" | head -20 | tee -a "$SUMMARY"
 fi
