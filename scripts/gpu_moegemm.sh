@@ -50,7 +50,6 @@ count() {  # log -> "N ok, M failed; metrics P pass, F fail"
 }
 
 note "== gpu_moegemm $(date -u +%FT%TZ) commit $COMMIT"
-nvidia-smi >"$OUT/nvidia_smi.txt" 2>&1
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv | tee -a "$SUMMARY"
 
 # 2. Existing grouped GEMM op tests in the background (about 70 s of CPU reference work).
@@ -88,8 +87,10 @@ budget=$(( left - 25 ))
 [ $budget -lt 15 ] && budget=15
 note "bench: budget ${budget} s, hard limit $(( left - 5 )) s (started at $(elapsed) s)"
 if [ $CRASH = 0 ]; then
-  timeout $(( left - 5 )) "$BIN/dsinfer" bench kernels --only moe --budget-s "$budget" --out "$OUT" --commit "$COMMIT" >"$OUT/bench.log" 2>&1
+  mkdir -p /tmp/moegemm_bench
+  timeout $(( left - 5 )) "$BIN/dsinfer" bench kernels --only moe --budget-s "$budget" --out /tmp/moegemm_bench --commit "$COMMIT" >"$OUT/bench.log" 2>&1
   note "bench: rc=$? ($(elapsed) s since start)"
+  cp /tmp/moegemm_bench/kernels.md "$OUT/" 2>/dev/null
   grep -E 'moe_grouped|ceiling' "$OUT/bench.log" | tee -a "$SUMMARY"
 else
   note "bench skipped: the new kernel crashed"
