@@ -91,7 +91,7 @@ if [ $CRASH = 0 ]; then
   timeout $(( left - 5 )) "$BIN/dsinfer" bench kernels --only moe --budget-s "$budget" --out /tmp/moegemm_bench --commit "$COMMIT" >"$OUT/bench.log" 2>&1
   note "bench: rc=$? ($(elapsed) s since start)"
   cp /tmp/moegemm_bench/kernels.md "$OUT/" 2>/dev/null
-  grep -E 'moe_grouped|ceiling' "$OUT/bench.log" | tee -a "$SUMMARY"
+  grep -E 'moe_grouped|dense_fp8|ceiling' "$OUT/bench.log" | tee -a "$SUMMARY"
 else
   note "bench skipped: the new kernel crashed"
 fi
