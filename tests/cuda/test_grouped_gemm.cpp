@@ -78,7 +78,9 @@ void RunGg(const Case& c, bool out_f32, bool force_wmma) {
   // The mma.sync kernel converts e4m3 exactly and scales in fp32: only fp32 summation order
   // differs from the CPU (bound 1e-4 with fp32 output); the WMMA kernel rounds w * scale to bf16
   // (2^-9 relative per weight, bound 5e-3); bf16 output adds one rounding (2^-9): bound 5e-3.
-  const bool exact = !force_wmma || !c.fp8;
+  // fp8 with K % 16 != 0 takes the WMMA kernel even without force_wmma (GPU run 2026-11-29:
+  // fp8_N200_K200_f32_auto measured 1.67e-3 against a wrongly exact 1e-4 bound).
+  const bool exact = !c.fp8 || (!force_wmma && K % 16 == 0);
   const double rel = out_f32 && exact ? 1e-4 : 5e-3;
   double max_ref = 0;
   for (float v : ref) max_ref = std::max(max_ref, double(std::fabs(v)));
