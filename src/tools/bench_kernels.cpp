@@ -518,8 +518,18 @@ void Fp8Gemms(Bench& b, const std::vector<int64_t>& Ms) {
 }
 
 // ---------------------------------------------------------------- MoE grouped GEMM
-void MoeCase(Bench& b, int ranks, int64_t tokens, bool gate_up) {
-  const int64_t E = 256 / ranks, top_k = 8, N = gate_up ? 4096 : 7168, K = gate_up ? 7168 : 2048;
+// One expert GEMM of a MoE layer with uniform routing: `tokens` x top_k token-expert pairs over
+// the E experts of one rank, each expert's segment padded to kGroupedGemmRowAlign rows (as
+// moe_permute does). FLOPs count the real rows only (2 x rows x N x K), not the padding.
+// Both kernels run on the same buffers: the mma.sync kernel (what GroupedGemm picks) and the
+// WMMA kernel it replaced (force_wmma), kernel name suffix "_wmma".
+struct MoeModel { const char* name; int64_t experts, top_k, hidden, inter; bool fp8; };
+const MoeModel kMoeV3{"V3", 256, 8, 7168, 2048, true};
+const MoeModel kMoeV2Lite{"V2-Lite", 64, 6, 2048, 1408, false};
+
+void MoeCase(Bench& b, const MoeModel& m, int ranks, int64_t tokens, bool gate_up) {
+  const int64_t E = m.experts / ranks, top_k = m.top_k;
+  const int64_t N = gate_up ? 2 * m.inter : m.hidden, K = gate_up ? m.hidden : m.inter;
   const int64_t rows = tokens * top_k;  // token-expert pairs this rank receives (uniform routing)
   std::vector<int32_t> off{0};
   int64_t touched = 0;
@@ -529,32 +539,78 @@ void MoeCase(Bench& b, int ranks, int64_t tokens, bool gate_up) {
     off.push_back(off.back() + static_cast<int32_t>((c + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign));
   }
   const int64_t max_rows = off.back();
-  const int64_t kbn = (N + 127) / 128, kbk = (K + 127) / 128;
-  Buf a(max_rows * K * 2), w(E * N * K), ws(E * kbn * kbk * 4), out(max_rows * N * 2);
+  const int64_t kbn = (N + 127) / 128, kbk = (K + 127) / 128, wsize = m.fp8 ? 1 : 2;
+  Buf a(max_rows * K * 2), w(E * N * K * wsize), ws(m.fp8 ? E * kbn * kbk * 4 : 16), out(max_rows * N * 2);
   FillUniformBf16(a.as<__nv_bfloat16>(), max_rows * K, b.NextSeed(), -1, 1, b.st());
-  FillE4M3(w.as<uint8_t>(), E * N * K, b.NextSeed(), b.st());
-  FillUniformF32(ws.as<float>(), E * kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  if (m.fp8) {
+    FillE4M3(w.as<uint8_t>(), E * N * K, b.NextSeed(), b.st());
+    FillUniformF32(ws.as<float>(), E * kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  } else {
+    FillUniformBf16(w.as<__nv_bfloat16>(), E * N * K, b.NextSeed(), -0.05f, 0.05f, b.st());
+  }
   auto doff = Upload(off);
-  GroupedGemmParams p{};
-  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.offsets = doff->as<int32_t>(); p.max_rows = max_rows;
-  p.w = w.as<void>(); p.w_fp8 = true; p.w_scales = ws.as<float>(); p.num_experts = E; p.N = N; p.K = K;
-  p.out = out.as<void>(); p.out_type = DTypeOut::kBF16; p.ldo = N; p.stream = b.st();
-  const double us = b.TimeUs([&](int) { GroupedGemm(p); }, 1, 10);
-  const double wbytes = double(touched) * N * K + double(touched) * kbn * kbk * 4;
-  const std::string shape = std::string(gate_up ? "gate_up" : "down") + " EP" + std::to_string(ranks) + " E" +
-                            std::to_string(E) + " tok" + std::to_string(tokens) + " rows" + std::to_string(rows);
-  b.Add("moe_grouped_gemm_fp8w", shape, us, wbytes + double(rows) * (K + N) * 2, 2.0 * rows * N * K, true,
-        "fp8 weights dequantised in-kernel, bf16 activations (WMMA)");
+  const double wbytes = double(touched) * N * K * wsize + (m.fp8 ? double(touched) * kbn * kbk * 4 : 0.0);
+  const std::string shape = std::string(m.name) + " " + (gate_up ? "gate_up" : "down") + " EP" + std::to_string(ranks) +
+                            " E" + std::to_string(E) + " tok" + std::to_string(tokens) + " rows" + std::to_string(rows);
+  const std::string kname = m.fp8 ? "moe_grouped_gemm_fp8w" : "moe_grouped_gemm_bf16";
+  for (bool old : {false, true}) {
+    GroupedGemmParams p{};
+    p.a = a.as<__nv_bfloat16>(); p.lda = K; p.offsets = doff->as<int32_t>(); p.max_rows = max_rows;
+    p.w = w.as<void>(); p.w_fp8 = m.fp8; p.w_scales = m.fp8 ? ws.as<float>() : nullptr; p.num_experts = E; p.N = N; p.K = K;
+    p.out = out.as<void>(); p.out_type = DTypeOut::kBF16; p.ldo = N; p.stream = b.st(); p.force_wmma = old;
+    const double us = b.TimeUs([&](int) { GroupedGemm(p); }, 1, 10);
+    b.Add(kname + (old ? "_wmma" : ""), shape, us, wbytes + double(rows) * (K + N) * 2, 2.0 * rows * N * K, m.fp8,
+          old ? "old WMMA 64x64 kernel" : (m.fp8 ? "mma.sync 128x128, e4m3 -> bf16 in registers, bf16 activations"
+                                                 : "mma.sync 128x128"));
+  }
+}
+
+// The runner's default FP8 dense projection path (`fp8_gemm = kernel`): GroupedGemm with one
+// group of M rows padded to 64. Old vs new kernel at decode (M 64) and prefill (M 4096) sizes.
+void DenseFp8InKernelCase(Bench& b, const Proj& pr, int64_t M) {
+  const int64_t N = pr.N, K = pr.K, Mr = (M + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign;
+  const int64_t kbn = (N + 127) / 128, kbk = (K + 127) / 128;
+  Buf a(Mr * K * 2), w(N * K), ws(kbn * kbk * 4), out(Mr * N * 4);
+  FillUniformBf16(a.as<__nv_bfloat16>(), Mr * K, b.NextSeed(), -1, 1, b.st());
+  FillE4M3(w.as<uint8_t>(), N * K, b.NextSeed(), b.st());
+  FillUniformF32(ws.as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  auto doff = Upload(std::vector<int32_t>{0, static_cast<int32_t>(Mr)});
+  const std::string shape = std::string(pr.name) + " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
+  for (bool old : {false, true}) {
+    GroupedGemmParams p{};
+    p.a = a.as<__nv_bfloat16>(); p.lda = K; p.offsets = doff->as<int32_t>(); p.max_rows = Mr;
+    p.w = w.as<void>(); p.w_fp8 = true; p.w_scales = ws.as<float>(); p.num_experts = 1; p.N = N; p.K = K;
+    p.out = out.as<void>(); p.out_type = DTypeOut::kF32; p.ldo = N; p.stream = b.st(); p.force_wmma = old;
+    const double us = b.TimeUs([&](int) { GroupedGemm(p); }, 1, 10);
+    b.Add(std::string("dense_fp8_inkernel") + (old ? "_wmma" : ""), shape, us,
+          double(N) * K + double(kbn) * kbk * 4 + double(M) * K * 2 + double(M) * N * 4, 2.0 * M * N * K, true,
+          old ? "old WMMA 64x64 kernel" : "mma.sync 128x128");
+  }
 }
 
 void Moe(Bench& b) {
-  const std::vector<int64_t> toks = b.quick() ? std::vector<int64_t>{32, 4096} : std::vector<int64_t>{32, 128, 512, 2048, 8192};
-  for (int r : {1, 8, 32})
-    for (int64_t t : toks)
+  struct Sweep { const MoeModel* m; int ranks; std::vector<int64_t> toks; };
+  const std::vector<Sweep> sweeps =
+      b.quick() ? std::vector<Sweep>{{&kMoeV3, 8, {32, 512}}, {&kMoeV2Lite, 1, {1024}}}
+                : std::vector<Sweep>{{&kMoeV3, 8, {32, 512, 2048, 8192}},
+                                     {&kMoeV2Lite, 1, {32, 1024, 4096, 8192}},
+                                     {&kMoeV3, 1, {32, 512, 2048, 8192}},
+                                     {&kMoeV3, 32, {32, 512, 2048}}};
+  for (const auto& sw : sweeps)
+    for (int64_t t : sw.toks)
       for (bool gu : {true, false}) {
-        if (b.OutOfTime()) { b.skipped.push_back("moe EP" + std::to_string(r) + " tok" + std::to_string(t)); continue; }
-        MoeCase(b, r, t, gu);
+        if (b.OutOfTime()) {
+          b.skipped.push_back(std::string("moe ") + sw.m->name + " EP" + std::to_string(sw.ranks) + " tok" + std::to_string(t));
+          continue;
+        }
+        MoeCase(b, *sw.m, sw.ranks, t, gu);
       }
+  for (int64_t M : {64, 4096})
+    for (const auto& pr : kProjs) {
+      if (std::string(pr.name) != "q_b_proj" && std::string(pr.name) != "o_proj" && std::string(pr.name) != "kv_a_proj_with_mqa") continue;
+      if (b.OutOfTime()) { b.skipped.push_back(std::string("dense_fp8_inkernel ") + pr.name); continue; }
+      DenseFp8InKernelCase(b, pr, M);
+    }
 }
 
 // ---------------------------------------------------------------- skinny (decode-size) GEMMs

@@ -1,11 +1,18 @@
-// Grouped expert GEMM for MoE (our own kernel; tensor cores through WMMA bf16 16x16x16, fp32
-// accumulation): for each expert e and each permuted row r in [offsets[e], offsets[e+1]):
+// Grouped expert GEMM for MoE (our own kernels, bf16 tensor cores, fp32 accumulation): for each
+// expert e and each permuted row r in [offsets[e], offsets[e+1]):
 //   out[r, :] = a[r, :] @ w[e]^T,  w[e]: [N, K] (torch Linear layout).
 // Segments must be padded to kGroupedGemmRowAlign rows (moe_permute.h does this), so each
-// 64-row tile belongs to one expert. Weights are bf16, or FP8 e4m3 with the checkpoint's
-// 128x128 block scales w_scales[e, n / 128, k / 128] (dequantised to bf16 tile by tile in
-// shared memory; activations stay bf16, so no activation quantisation error is added).
-// The expert offsets stay on the device: no host synchronisation.
+// 64-row slot belongs to one expert. Weights are bf16, or FP8 e4m3 with the checkpoint's
+// 128x128 block scales w_scales[e, n / 128, k / 128] (e4m3 converted to bf16 exactly in the
+// kernel, the block scale applied in fp32; activations stay bf16, so no activation
+// quantisation error is added). The expert offsets stay on the device: no host synchronisation.
+//
+// Two kernels (docs/design/cuda_backend.md, "MoE grouped GEMM"):
+//   - mma.sync m16n8k16, 128x128x64 tiles, 4-stage cp.async pipeline, persistent CTAs; used
+//     whenever K % 8 == 0 (bf16) / K % 16 == 0 (fp8), lda % 8 == 0, a and w 16-byte aligned
+//     and num_experts <= 1024;
+//   - the original WMMA 64x64x32 kernel for everything else (or when force_wmma is set, which
+//     tests and `dsinfer bench kernels` use to compare the two).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,6 +35,7 @@ struct GroupedGemmParams {
   int64_t num_experts, N, K;
   void* out; DTypeOut out_type = DTypeOut::kBF16; int64_t ldo;  // [rows, N]
   cudaStream_t stream = nullptr;
+  bool force_wmma = false;              // use the WMMA kernel even where the mma.sync one applies
 };
 void GroupedGemm(const GroupedGemmParams& p);
 
