@@ -38,6 +38,17 @@ if [ -n "${E2E_TESTS:-}" ]; then
   cp $RES/logs/cuda_tests_summary.txt "$FINAL/"
   T0=$(date +%s)  # the e2e budget starts after the tests
 fi
+# Optional: issue 4's real-shape run (DeepSeek-V3 config, dummy FP8, REALSHAPE_LAYERS layers,
+# 64 prompts x 2,048 tokens, 256 generated; prints prefill time and decode step time).
+if [ -n "${E2E_REALSHAPE:-}" ]; then
+  t=$(date +%s)
+  timeout "${REALSHAPE_TIMEOUT_S:-150}" $B/dsinfer generate --device cuda --model $B/data/deepseek-v3 --load-format dummy \
+    --num-layers "${REALSHAPE_LAYERS:-13}" --bench-batch 64 --bench-prompt-len 2048 --max-tokens 256 \
+    > $RES/logs/realshape_v3.log 2>&1
+  echo "[gpu_e2e] real-shape V3 rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
+  grep -E "cuda runner:|bench:|prefill_ms|decode_step_ms|nonfinite|load_ms" $RES/logs/realshape_v3.log | tee -a $RES/logs/gpu_e2e.txt
+  T0=$(date +%s)
+fi
 E2E_MODELS=${E2E_MODELS:-v2-lite}
 V3_LAYERS=${V3_LAYERS:-8}
 SPECS=""
