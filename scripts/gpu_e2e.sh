@@ -4,7 +4,7 @@
 #   bash scripts/gpu_e2e.sh            (the device tool: carry [".carry"])
 # Environment (defaults in brackets):
 #   E2E_MODELS ["v2-lite"]: any of v2-lite (27 layers, dummy BF16), v3 (truncated, dummy FP8)
-#   V3_LAYERS [8]   E2E_BUDGET_S [540]: sweep stages stop starting new points after this
+#   V3_LAYERS [8]   SCRIPT_LIMIT_S [570]: the whole script (results are packed before it)
 #   E2E_STAGES ["serve onebatch roofline hf"] (add "trace" for the trace replay on the first
 #   model: TRACE_TIME_SCALE, TRACE_DURATION_S; the carried mooncake conversation trace)   plus whatever sweep_e2e.sh reads (CONCURRENCY,
 #   INPUT_LENS, PROMPTS_PER_CONC, MIN_PROMPTS, ONE_BATCH_CONC, ONE_BATCH_OUTPUT_LEN, HF_* ...)
@@ -17,6 +17,9 @@ cd "$(dirname "$0")/.."
 FINAL=${OUT:-/tmp/gpu_e2e_out}
 mkdir -p "$FINAL"
 T0=$(date +%s)
+START=$T0
+LIMIT=${SCRIPT_LIMIT_S:-570}   # the whole script, so results are packed before the call's limit
+left() { echo $(( LIMIT - ($(date +%s) - START) )); }
 W=/tmp/dsinfer_e2e
 mkdir -p $W && xz -dc .carry/bin.tar.xz | tar -C $W -xf - || { echo "no .carry/bin.tar.xz"; exit 1; }
 B=$W/bin
@@ -61,7 +64,8 @@ for m in $E2E_MODELS; do
 done
 [ -n "${E2E_SPECS:-}" ] && SPECS=$E2E_SPECS   # name:dir:layers:dtype list (tests of this script)
 export COMMIT=$(cat $B/COMMIT)
-export DEADLINE=$((T0 + ${E2E_BUDGET_S:-540}))
+# New sweep points stop starting E2E_POINT_MARGIN_S before the sweep's time is up.
+export DEADLINE=$(( START + LIMIT - ${PROFILE_RESERVE_S:-60} - ${E2E_POINT_MARGIN_S:-45} ))
 export DEVICE=${DEVICE:-cuda}
 export DSINFER=$B/dsinfer PYTHON=${PYTHON:-python3} OUT_DIR=$RES MODEL_SPECS="$SPECS"
 export STAGES="${E2E_STAGES:-serve onebatch roofline hf} records plot analyze"
@@ -71,20 +75,30 @@ export HF_BATCH=${HF_BATCH:-"1 8"} HF_INPUT_LENS=${HF_INPUT_LENS:-1024} HF_OUTPU
 export SERVE_ARGS=${SERVE_ARGS:-"--max-running-requests 256 --max-num-batched-tokens 8192"}
 [ -f $B/data/traces/mooncake_conversation_trace.jsonl ] && export TRACE_FILE=${TRACE_FILE:-$B/data/traces/mooncake_conversation_trace.jsonl}
 export BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-300} SERVER_WAIT_S=${SERVER_WAIT_S:-300}
-echo "[gpu_e2e] commit $COMMIT models: $SPECS; stages: $STAGES; budget ${E2E_BUDGET_S:-540} s" | tee $RES/logs/gpu_e2e.txt
-bash bench/sweep_e2e.sh 2>&1 | tee -a $RES/logs/gpu_e2e.txt
+echo "[gpu_e2e] commit $COMMIT models: $SPECS; stages: $STAGES; script limit ${LIMIT} s" | tee $RES/logs/gpu_e2e.txt
+SWEEP_S=$(( $(left) - ${PROFILE_RESERVE_S:-60} ))
+if [ "$SWEEP_S" -gt 30 ]; then
+  timeout "$SWEEP_S" bash bench/sweep_e2e.sh 2>&1 | tee -a $RES/logs/gpu_e2e.txt
+  echo "[gpu_e2e] sweep rc=${PIPESTATUS[0]} (timeout ${SWEEP_S} s)" | tee -a $RES/logs/gpu_e2e.txt
+  pkill -f "$B/dsinfer serve" 2>/dev/null; sleep 1
+  # A timed-out sweep skipped its own assembly: assemble what was measured.
+  [ -f $RES/e2e.json ] || { python3 bench/e2e_records.py --raw $RES/raw --out $RES/e2e.json --gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" --commit "$COMMIT";
+    python3 bench/plot_e2e.py $RES/e2e.json --out-dir $RES; python3 bench/analyze_e2e.py $RES/e2e.json --raw $RES/raw --out $RES/summary.md > /dev/null; } 2>&1 | tail -3
+fi
 # Per-layer time by part (profiled eager passes) for the analysis.
 for spec in $SPECS; do
   IFS=: read -r name dir layers dtype <<< "$spec"
   for pr in ${PROFILE_RUNS:-"1:1024 64:1024"}; do
     IFS=: read -r pb pl <<< "$pr"
-    [ "$(date +%s)" -ge "$DEADLINE" ] && { echo "[gpu_e2e] deadline: skipping profile $name $pb:$pl" | tee -a $RES/logs/gpu_e2e.txt; continue; }
-    timeout 120 $B/dsinfer bench one-batch --model "$dir" --load-format dummy --num-layers "$layers" --batch-size "$pb" \
+    [ "$(left)" -lt 40 ] && { echo "[gpu_e2e] no time left: skipping profile $name $pb:$pl" | tee -a $RES/logs/gpu_e2e.txt; continue; }
+    timeout $(( $(left) - 25 )) $B/dsinfer bench one-batch --model "$dir" --load-format dummy --num-layers "$layers" --batch-size "$pb" \
       --input-len "$pl" --output-len 16 --device $DEVICE --profile --mem-bw-gbps 3931 --flops-tflops 700 \
       --output-file "$RES/raw/profile_${name}_in${pl}_b${pb}.json" > "$RES/logs/profile_${name}_in${pl}_b${pb}.txt" 2>&1
     grep -E "device time by part|phases:" "$RES/logs/profile_${name}_in${pl}_b${pb}.txt" | tee -a $RES/logs/gpu_e2e.txt
   done
 done
+# Re-run the analysis so it includes the profiles.
+[ -f $RES/e2e.json ] && python3 bench/analyze_e2e.py $RES/e2e.json --raw $RES/raw --out $RES/summary.md > /dev/null 2>&1
 echo "[gpu_e2e] done in $(( $(date +%s) - T0 )) s" | tee -a $RES/logs/gpu_e2e.txt
 tar -C /tmp -czf "$FINAL/e2e_results.tgz" e2e_results
 for f in summary.md e2e.json throughput_vs_concurrency.svg pareto.svg; do [ -f $RES/$f ] && cp $RES/$f "$FINAL/"; done
