@@ -93,11 +93,13 @@ def main():
     assert new_tokens == a.output_len, (new_tokens, a.output_len)
     step_s = (full_s - prefill_s) / max(1, a.output_len - 1)
     gpu = torch.cuda.get_device_name(0) if dev == "cuda" else platform.processor() or "cpu"
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except OSError:
-        commit = ""
+    commit = os.environ.get("COMMIT", "")  # the sweep passes the commit of the binaries it runs
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                    cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        except OSError:
+            commit = ""
     res = {
         "engine": "transformers.generate",
         "model": a.model,

@@ -10,7 +10,8 @@
 # Everything is set by environment variables (defaults in brackets):
 #   DSINFER [build/dsinfer]   DEVICE [cuda]   PORT [8100]   OUT_DIR [bench/results]
 #   MODEL_SPECS ["v2-lite:../shared/models/deepseek-v2-lite:27:bf16 v3:../shared/models/deepseek-v3:8:fp8"]
-#       name:config_dir:layers:dtype (dtype is a label; the config decides BF16 vs FP8)
+#       name:config_dir:layers:dtype[:lens] (dtype is a label; the config decides BF16 vs FP8;
+#       lens, e.g. 1024,4096, replaces INPUT_LENS for that model)
 #   CONCURRENCY ["1 8 32 64 128 256"]   INPUT_LENS ["1024 4096"]   OUTPUT_LEN [256]
 #   PROMPTS_PER_CONC [3]  MIN_PROMPTS [8]: requests per point = max(MIN, C x PER_CONC)
 #   NUM_GPUS [1]   SERVE_ARGS ["--max-running-requests 256"]: extra `dsinfer serve` flags
@@ -73,7 +74,7 @@ log() { echo "[sweep $(date -u +%H:%M:%S)] $*" >&2; }
 
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 [ -z "$GPU_NAME" ] && GPU_NAME="cpu ($(uname -m))"
-COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+export COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 DEADLINE=${DEADLINE:-}
 ONE_BATCH_ARGS=${ONE_BATCH_ARGS:-}
 past_deadline() { [ -n "$DEADLINE" ] && [ "$(date +%s)" -ge "$DEADLINE" ]; }
@@ -143,7 +144,7 @@ trap stop_server EXIT
 run_serve_sweep() {  # name dir layers dtype
   local name=$1 dir=$2 layers=$3 dtype=$4 vocab
   vocab=$(vocab_of "$dir")
-  for L in $INPUT_LENS; do
+  for L in $MODEL_LENS; do
     for C in $CONCURRENCY; do
       if past_deadline; then log "deadline: skipping $name in=$L c=$C"; continue; fi
       local n=$((C * PROMPTS_PER_CONC)); [ "$n" -lt "$MIN_PROMPTS" ] && n=$MIN_PROMPTS
@@ -175,7 +176,9 @@ run_trace() {  # name dir layers
 
 first_name=""
 for spec in $MODEL_SPECS; do
-  IFS=: read -r name dir layers dtype <<< "$spec"
+  IFS=: read -r name dir layers dtype lens <<< "$spec"
+  MODEL_LENS=${lens:+${lens//,/ }}
+  MODEL_LENS=${MODEL_LENS:-$INPUT_LENS}
   [ -z "$first_name" ] && first_name=$name
   [ -d "$dir" ] || { log "no model dir $dir for $name"; FAILURES=$((FAILURES + 1)); continue; }
   rate_flags_for "$dtype"
@@ -188,7 +191,7 @@ for spec in $MODEL_SPECS; do
       FAILURES=$((FAILURES + 1))
     fi
   fi
-  for L in $INPUT_LENS; do
+  for L in $MODEL_LENS; do
     if has_stage onebatch; then
       for B in $ONE_BATCH_CONC; do
         if past_deadline; then log "deadline: skipping one-batch $name b=$B in=$L"; continue; fi

@@ -4,6 +4,7 @@
 #   bash scripts/gpu_e2e.sh            (the device tool: carry [".carry"])
 # Environment (defaults in brackets):
 #   E2E_MODELS ["v2-lite"]: any of v2-lite (27 layers, dummy BF16), v3 (truncated, dummy FP8)
+#   V2_LENS, V3_LENS [INPUT_LENS]: per-model input lengths (comma-separated)   PROFILE_MODELS [all]
 #   V3_LAYERS [8]   SCRIPT_LIMIT_S [570]: the whole script (results are packed before it)
 #   E2E_STAGES ["serve onebatch roofline hf"] (add "trace" for the trace replay on the first
 #   model: TRACE_TIME_SCALE, TRACE_DURATION_S; the carried mooncake conversation trace)   plus whatever sweep_e2e.sh reads (CONCURRENCY,
@@ -57,8 +58,8 @@ V3_LAYERS=${V3_LAYERS:-8}
 SPECS=""
 for m in $E2E_MODELS; do
   case $m in
-    v2-lite) SPECS="$SPECS v2-lite:$B/data/deepseek-v2-lite:27:bf16" ;;
-    v3) SPECS="$SPECS v3:$B/data/deepseek-v3:$V3_LAYERS:fp8" ;;
+    v2-lite) SPECS="$SPECS v2-lite:$B/data/deepseek-v2-lite:27:bf16:${V2_LENS:-}" ;;
+    v3) SPECS="$SPECS v3:$B/data/deepseek-v3:$V3_LAYERS:fp8:${V3_LENS:-}" ;;
     *) echo "unknown model $m" ;;
   esac
 done
@@ -87,7 +88,8 @@ if [ "$SWEEP_S" -gt 30 ]; then
 fi
 # Per-layer time by part (profiled eager passes) for the analysis.
 for spec in $SPECS; do
-  IFS=: read -r name dir layers dtype <<< "$spec"
+  IFS=: read -r name dir layers dtype lens <<< "$spec"
+  [[ " ${PROFILE_MODELS:-$E2E_MODELS} " == *" $name "* ]] || continue
   for pr in ${PROFILE_RUNS:-"1:1024 64:1024"}; do
     IFS=: read -r pb pl <<< "$pr"
     [ "$(left)" -lt 40 ] && { echo "[gpu_e2e] no time left: skipping profile $name $pb:$pl" | tee -a $RES/logs/gpu_e2e.txt; continue; }

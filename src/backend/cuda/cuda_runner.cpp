@@ -159,6 +159,9 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer ids, pos, slots, qs, ctx, bt;  // [B] i32, [B] i32, [B] i64, [B+1], [B], [B, cap]
     cudaGraphExec_t exec = nullptr;
     bool failed = false;  // capture failed once: this key runs the padded pass eagerly
+    // Profiling (prof_on_): event-record nodes captured at the phase marks; every replay
+    // records them, so the phases of graph decode steps are timed on the device.
+    std::vector<std::pair<std::string, cudaEvent_t>> marks;
   };
   // True when `b` is a decode-only step this runner replays through a graph.
   bool GraphEligible(const ForwardBatch& b) const;
@@ -167,8 +170,11 @@ class CudaModelRunner : public ModelRunner {
   // Device pointers of every activation buffer; a graph is valid only while they are unchanged.
   std::vector<void*> ActivationPtrs() const;
   void DropGraphs() {
-    for (auto& [k, g] : graphs_)
+    for (auto& [k, g] : graphs_) {
       if (g->exec) { cudaGraphExecDestroy(g->exec); g->exec = nullptr; }
+      for (auto& m : g->marks) cudaEventDestroy(m.second);
+      g->marks.clear();
+    }
   }
   // Device copy of {0, rows} (the one-group offsets of the in-kernel FP8 linear), made once.
   const int32_t* OneGroupOffsets(int64_t rows);
@@ -188,7 +194,15 @@ class CudaModelRunner : public ModelRunner {
   void Mlp(int l, int64_t T);
   // DS_CUDA_PROFILE=1: events between phases; Mark(name) ends phase `name`.
   void Mark(const char* name) {
-    if (!prof_on_ || capturing_ || gin_) return;  // graph-mode passes are not profiled
+    if (!prof_on_) return;
+    if (capturing_) {  // an event-record node in the graph being captured
+      cudaEvent_t e;
+      DS_CUDA_CHECK(cudaEventCreate(&e));
+      DS_CUDA_CHECK(cudaEventRecordWithFlags(e, s_, cudaEventRecordExternal));
+      cap_marks_.push_back({prof_prefix_ + name, e});
+      return;
+    }
+    if (gin_) return;  // the eager warm-up run of a graph shape is not profiled
     cudaEvent_t e;
     DS_CUDA_CHECK(cudaEventCreate(&e));
     DS_CUDA_CHECK(cudaEventRecord(e, s_));
@@ -202,10 +216,21 @@ class CudaModelRunner : public ModelRunner {
       DS_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second));
       prof_ms_[marks_[i].first] += ms;
     }
+    prof_ms_[prof_prefix_ + "#passes"] += 1;
     for (auto& m : marks_) cudaEventDestroy(m.second);
     marks_.clear();
   }
   bool prof_on_ = false, prof_log_ = false;
+  std::vector<std::pair<std::string, cudaEvent_t>> cap_marks_;  // marks of the graph being captured
+  // After a replay of g (stream synchronised): adds its phases' device times to prof_ms_.
+  void CollectGraphMarks(const DecodeGraph& g) {
+    for (size_t i = 1; i < g.marks.size(); ++i) {
+      float ms = 0;
+      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, g.marks[i - 1].second, g.marks[i].second));
+      prof_ms_[g.marks[i].first] += ms;
+    }
+    if (!g.marks.empty()) prof_ms_["decode/#passes"] += 1;
+  }
   std::string prof_prefix_;
   std::vector<std::pair<std::string, cudaEvent_t>> marks_;
   std::map<std::string, double> prof_ms_;
@@ -1175,9 +1200,11 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
   // (a larger eager pass) invalidates every graph.
   if (ActivationPtrs() != graph_ptrs_) DropGraphs();
   gin_ = g;
+  const DecodeGraph* replayed = nullptr;  // set when this step replays g (profiled below)
   if (g->exec) {
     DS_CUDA_CHECK(cudaGraphLaunch(g->exec, s_));
     ++graph_stats_.replayed;
+    replayed = g;
   } else {
     ++graph_stats_.eager_padded;
     RunPass(pb, nullptr);  // eager run of this step: warms the buffers, cuBLASLt plans and offsets
@@ -1199,12 +1226,14 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
       rows = samp_rows_.as<float>();
     }
     SampleRows(rows, V, R, b.sampling, out->token_ids.data());
+    if (prof_on_ && replayed) CollectGraphMarks(*replayed);
     return;
   }
   for (size_t r = 0; r < b.logits_indices.size(); ++r)
     DS_CUDA_CHECK(cudaMemcpyAsync(out->logits.data() + r * V, logits_.as<float>() + int64_t{b.logits_indices[r]} * V,
                                   V * sizeof(float), cudaMemcpyDeviceToHost, s_));
   DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  if (prof_on_ && replayed) CollectGraphMarks(*replayed);
 }
 
 void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {
@@ -1218,6 +1247,8 @@ void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {
   DS_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
   capturing_ = true;
   std::string error;
+  for (auto& m : cap_marks_) cudaEventDestroy(m.second);
+  cap_marks_.clear();
   try {
     RunPass(padded, nullptr);
   } catch (const CheckError& e) {
@@ -1243,6 +1274,7 @@ void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {
     return;
   }
   ++graph_stats_.captured;
+  g->marks.swap(cap_marks_);
   DS_LOG(INFO) << "cuda runner: captured decode graph for " << g->bucket << " sequences x " << g->cap_blocks
                << " KV blocks";
 }

@@ -85,9 +85,11 @@ struct CudaRunnerOptions {
   // `--enforce-eager` turn it off.
   bool cuda_graphs = true;
   int cuda_graph_max_batch = 256;
-  // Per-phase device time with CUDA events (ModelRunner::TakeProfile); graph replays are not
-  // profiled, so profile with cuda_graphs off. The environment variable DS_CUDA_PROFILE=1 also
-  // turns it on (and logs the totals when the runner is destroyed).
+  // Per-phase device time with CUDA events (ModelRunner::TakeProfile): eager passes record
+  // events between phases; decode graphs are captured with event-record nodes at the same
+  // marks, so graph replays are timed on the device too (the eager warm-up run of each graph
+  // shape is not counted). The environment variable DS_CUDA_PROFILE=1 also turns it on (and
+  // logs the totals when the runner is destroyed).
   bool profile = false;
   int device = 0;
 };
