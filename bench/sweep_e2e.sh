@@ -14,6 +14,8 @@
 #       lens, e.g. 1024,4096, replaces INPUT_LENS for that model)
 #   CONCURRENCY ["1 8 32 64 128 256"]   INPUT_LENS ["1024 4096"]   OUTPUT_LEN [256]
 #   PROMPTS_PER_CONC [3]  MIN_PROMPTS [8]: requests per point = max(MIN, C x PER_CONC)
+#       (each point draws its prompts with its own seed, so no point's prompts are prefix-cache
+#       hits from an earlier point; warm-up prompts are separate random prompts too)
 #   NUM_GPUS [1]   SERVE_ARGS ["--max-running-requests 256"]: extra `dsinfer serve` flags
 #   SERVER_CMD [""]: replaces the server command; {port} {model_dir} {layers} are substituted.
 #       The default command serves the model dir's tokenizer.json, or `--tokenizer byte` when
@@ -155,7 +157,7 @@ run_serve_sweep() {  # name dir layers dtype
       log "$name in=$L c=$C: $n requests"
       timeout "$BENCH_TIMEOUT_S" "$DSINFER" bench serve --port "$PORT" --model "$name" \
         --dataset-name random --random-input-len "$L" --random-output-len "$OUTPUT_LEN" --vocab-size "$vocab" \
-        --num-prompts "$n" --max-concurrency "$C" --warmup-requests "$warm" --ignore-eos --seed 0 \
+        --num-prompts "$n" --max-concurrency "$C" --warmup-requests "$warm" --ignore-eos --seed "$((C * 7919 + L))" \
         --num-gpus "$NUM_GPUS" --disable-tqdm --metadata "$meta" --extra-body "$EXTRA_BODY" \
         --output-file "$RAW/serve_${name}_in${L}_c${C}.json" > "$LOGS/serve_${name}_in${L}_c${C}.txt" 2>&1 \
         || { log "bench serve failed ($name in=$L c=$C), see $LOGS/serve_${name}_in${L}_c${C}.txt"; FAILURES=$((FAILURES + 1)); }

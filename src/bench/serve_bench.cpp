@@ -121,13 +121,22 @@ StatusOr<nlohmann::json> RunServeBench(const ServeBenchOptions& opt) {
   ro.api_key = opt.api_key;
   ro.progress = !opt.disable_tqdm;
 
-  // Warm-up: the first requests of the dataset, not measured.
+  // Warm-up, not measured: prompts of the first requests' lengths but fresh random tokens (own
+  // seed), so they share no prefix with the measured requests and leave nothing in the
+  // server's prefix cache that the measurement could hit.
   if (opt.warmup_requests > 0) {
     size_t w = static_cast<size_t>(opt.warmup_requests);
     std::vector<double> arr(w, 0.0);
     std::vector<int> fb(w);
-    for (size_t i = 0; i < w; ++i) fb[i] = reqs[i % reqs.size()].input_len;
-    BodyFn wbody = [&](size_t i) { return BuildRequestBody(bo, reqs[i % reqs.size()], i % reqs.size()); };
+    std::vector<BenchRequest> wreqs;
+    for (size_t i = 0; i < w; ++i) {
+      const BenchRequest& src = reqs[i % reqs.size()];
+      auto one = MakeRandomRequests(1, std::max(1, src.input_len), std::max(1, src.output_len), 0.0, range,
+                                    opt.seed * 0x9E3779B97F4A7C15ull + 0x5741524D55505EEDull + i);
+      wreqs.push_back(std::move(one[0]));
+      fb[i] = wreqs.back().input_len;
+    }
+    BodyFn wbody = [&](size_t i) { return BuildRequestBody(bo, wreqs[i], reqs.size() + i); };
     ro.progress_label = "warmup";
     auto wr = RunStreamingRequests(opt.target, ro, arr, wbody, fb);
     int wfail = 0;

@@ -88,14 +88,18 @@ TEST(BenchServeDsinfer, RandomIdsAndTraceAgainstRealServer) {
   const std::string port = std::to_string(srv.port());
   std::string out;
   // Model discovered from /v1/models; token-id prompts within the fake model's 300-token vocab.
-  auto [rc, j] = Bench("--port " + port + " --num-prompts 16 --random-input-len 40 --random-output-len 12"
+  // 200-token prompts fill 3 KV blocks: a warm-up that reused the measured prompts would show
+  // up as prefix-cache hits (the warm-up must use prompts of its own).
+  auto [rc, j] = Bench("--port " + port + " --num-prompts 16 --random-input-len 200 --random-output-len 12"
                        " --max-concurrency 4 --ignore-eos --vocab-size 300 --warmup-requests 2", &out);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_EQ(j["model_id"], "bench-test");
   EXPECT_EQ(j["completed"], 16) << out;
   EXPECT_EQ(j["failed"], 0) << out;
   EXPECT_EQ(j["total_output_tokens"], 16 * 12);  // ignore_eos + min_tokens honoured
-  EXPECT_EQ(j["total_input_tokens"], 16 * 40);
+  EXPECT_EQ(j["total_input_tokens"], 16 * 200);
+  ASSERT_TRUE(j.contains("prefix_cache_hit_rate")) << out;
+  EXPECT_EQ(j["prefix_cache_hit_rate"].get<double>(), 0.0) << out;
   EXPECT_GT(j["median_ttft_ms"].get<double>(), 0);
   EXPECT_GT(j["median_tpot_ms"].get<double>(), 0.5);  // >= ~1 ms per engine step
   EXPECT_LE(j["mean_concurrency"].get<double>(), 4.0 + 1e-6);
