@@ -33,6 +33,8 @@ nvidia-smi > $RES/logs/nvidia_smi.txt 2>&1
 # one-line summary per test in the results.
 if [ -n "${E2E_TESTS:-}" ]; then
   t=$(date +%s)
+  # The carried data dir has the fixtures and the DeepSeek-V3 config (the dummy-V3 runner tests).
+  export DS_TEST_DATA_DIR=$B/data DS_BINARY=$B/dsinfer
   timeout "${E2E_TESTS_TIMEOUT_S:-200}" $B/dsinfer_cuda_tests --gtest_filter="${E2E_TESTS_FILTER:-*}" \
     > $RES/logs/cuda_tests.log 2>&1
   echo "[gpu_e2e] dsinfer_cuda_tests rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
