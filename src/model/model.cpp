@@ -29,6 +29,7 @@ StatusOr<std::unique_ptr<DeepseekModel>> DeepseekModel::Load(const ModelConfig& 
     if (L.is_moe) DS_RETURN_IF_ERROR(LoadMoe(ckpt, cfg, p + ".mlp", &L.moe));
     else DS_RETURN_IF_ERROR(LoadMlp(ckpt, cfg, p + ".mlp", cfg.intermediate_size, &L.mlp));
   }
+  if (cfg.n_routed_experts > 0) m->expert_map_ = ExpertMap::Identity(cfg.num_hidden_layers, cfg.n_routed_experts);
   if (cfg.num_nextn_predict_layers > 0) {
     const std::string mtp = "model.layers." + std::to_string(cfg.num_hidden_layers) + ".eh_proj.weight";
     m->mtp_available_ = ckpt.Find(mtp) != nullptr;
@@ -42,8 +43,16 @@ StatusOr<std::unique_ptr<DeepseekModel>> DeepseekModel::Load(const ModelConfig& 
   return m;
 }
 
+Status DeepseekModel::SetExpertMap(ExpertMap map) {
+  if (cfg_.n_routed_experts <= 0) return InvalidArgument("expert map given, but the model has no routed experts");
+  DS_RETURN_IF_ERROR(map.CheckFits(cfg_.num_hidden_layers, cfg_.n_routed_experts));
+  expert_map_ = std::move(map);
+  return Status::Ok();
+}
+
 void DeepseekModel::Forward(const ForwardBatch& batch, const std::vector<float*>& caches,
-                            const RopeTables& rope, MlaMode mode, std::vector<float>* logits) const {
+                            const RopeTables& rope, MlaMode mode, std::vector<float>* logits,
+                            ExpertLoadRecorder* expert_load) const {
   const int64_t T = batch.num_tokens(), Hd = cfg_.hidden_size, V = cfg_.vocab_size;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   DS_CHECK_EQ(static_cast<int64_t>(caches.size()), static_cast<int64_t>(layers_.size()));
@@ -57,7 +66,7 @@ void DeepseekModel::Forward(const ForwardBatch& batch, const std::vector<float*>
     MlaForward(cfg_, L.attn, rope, batch, mode, caches[l], h.data(), o.data());
     // residual += attn; h = post_attention_layernorm(residual)
     cpu::RmsNorm({o.data(), Hd, residual.data(), Hd, L.post_norm.data(), h.data(), Hd, T, Hd, eps});
-    if (L.is_moe) MoeForward(cfg_, L.moe, h.data(), T, o.data());
+    if (L.is_moe) MoeForward(cfg_, L.moe, h.data(), T, o.data(), {&expert_map_, static_cast<int>(l), expert_load});
     else MlpForward(L.mlp, h.data(), T, o.data(), /*accumulate=*/false);
     for (int64_t i = 0; i < T * Hd; ++i) residual[i] += o[i];
   }

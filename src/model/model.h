@@ -38,11 +38,18 @@ class DeepseekModel {
   const ModelConfig& config() const { return cfg_; }
   bool mtp_available() const { return mtp_available_; }
 
+  // The logical->physical expert map every MoE layer routes through (parallel/expert_map.h):
+  // [num_hidden_layers] rows over n_routed_experts logical experts; identity after Load (empty
+  // for a model without routed experts). SetExpertMap rejects a map that does not fit.
+  const ExpertMap& expert_map() const { return expert_map_; }
+  Status SetExpertMap(ExpertMap map);
+
   // One step over `batch` (already validated). caches[l]: layer l's latent cache
   // [num_blocks, kBlockSize, kv_lora + rope]. rope: tables covering every position. Returns
-  // logits [batch.logits_indices.size(), vocab] in *logits.
+  // logits [batch.logits_indices.size(), vocab] in *logits. `expert_load` (optional) counts
+  // every MoE layer's routing decisions (logical experts and the physical slots serving them).
   void Forward(const ForwardBatch& batch, const std::vector<float*>& caches, const RopeTables& rope,
-               MlaMode mode, std::vector<float>* logits) const;
+               MlaMode mode, std::vector<float>* logits, ExpertLoadRecorder* expert_load = nullptr) const;
 
  private:
   explicit DeepseekModel(const ModelConfig& cfg) : cfg_(cfg) {}
@@ -52,6 +59,7 @@ class DeepseekModel {
   std::vector<float> norm_;     // [hidden]
   std::vector<float> lm_head_;  // [vocab, hidden]
   bool mtp_available_ = false;
+  ExpertMap expert_map_;
 };
 
 }  // namespace ds

@@ -14,6 +14,9 @@ StatusOr<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(const std::stri
   std::unique_ptr<CpuModelRunner> r(new CpuModelRunner());
   r->opts_ = opts;
   DS_ASSIGN_OR_RETURN(r->model_, DeepseekModel::Load(cfg, *ckpt));
+  if (!opts.expert_map.empty()) DS_RETURN_IF_ERROR(r->model_->SetExpertMap(opts.expert_map));
+  r->opts_.expert_map = ExpertMap();  // the model holds it
+  r->ResetExpertLoad();
   // RoPE tables for every position the cache can hold.
   r->rope_ = BuildRopeTables(cfg, static_cast<int64_t>(opts.num_kv_blocks) * kBlockSize);
   const size_t per_layer = static_cast<size_t>(opts.num_kv_blocks) * kBlockSize * cfg.latent_dim();
@@ -32,8 +35,20 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
     if (id < 0 || id >= vocab)
       return InvalidArgument("token id " + std::to_string(id) + " is outside the vocabulary (" +
                              std::to_string(vocab) + ")");
-  model_->Forward(batch, cache_ptrs_, rope_, opts_.mla_mode, &out->logits);
+  model_->Forward(batch, cache_ptrs_, rope_, opts_.mla_mode, &out->logits, &expert_load_);
+  expert_load_.EndForward();
   return Status::Ok();
+}
+
+Status CpuModelRunner::SetExpertMap(ExpertMap map) {
+  DS_RETURN_IF_ERROR(model_->SetExpertMap(std::move(map)));
+  ResetExpertLoad();
+  return Status::Ok();
+}
+
+void CpuModelRunner::ResetExpertLoad() {
+  const ExpertMap& m = model_->expert_map();
+  expert_load_ = ExpertLoadRecorder(config().num_hidden_layers, m.num_logical(), m.num_physical());
 }
 
 }  // namespace ds

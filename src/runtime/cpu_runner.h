@@ -16,6 +16,8 @@ namespace ds {
 struct CpuRunnerOptions {
   int num_kv_blocks = 64;           // cache pool size (64 tokens a block)
   MlaMode mla_mode = MlaMode::kAuto;
+  // Logical->physical expert map of the MoE layers; empty: identity.
+  ExpertMap expert_map;
 };
 
 class CpuModelRunner : public ModelRunner {
@@ -34,13 +36,22 @@ class CpuModelRunner : public ModelRunner {
   // Layer l's cache [num_kv_blocks, kBlockSize, latent_dim] (for tests and debugging).
   const float* layer_cache(int l) const { return cache_[l].data(); }
 
+  // Replaces the expert map (must fit the model) and resets the expert load counts.
+  Status SetExpertMap(ExpertMap map);
+  // Per-layer expert token counts of every Forward since creation / the last Reset (the EPLB
+  // input). Layers [num_hidden_layers]; dense layers stay zero.
+  const ExpertLoadRecorder& expert_load() const { return expert_load_; }
+  ExpertLoadRecorder& expert_load() { return expert_load_; }
+
  private:
   CpuModelRunner() = default;
+  void ResetExpertLoad();  // sizes the recorder to the current map, all zero
   CpuRunnerOptions opts_;
   std::unique_ptr<DeepseekModel> model_;
   RopeTables rope_;
   std::vector<std::vector<float>> cache_;
   std::vector<float*> cache_ptrs_;
+  ExpertLoadRecorder expert_load_;
 };
 
 }  // namespace ds
