@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <cstdio>
 #include <sstream>
@@ -224,6 +225,10 @@ int RunGenerate(int argc, char** argv) {
   app.add_option("--output", output, "text | json")->check(CLI::IsMember({"text", "json"}));
   app.add_option("--mla", mla, "MLA form: auto (naive prefill, absorbed decode) | naive | absorbed")
       ->check(CLI::IsMember({"auto", "naive", "absorbed"}));
+  std::string expert_map_file, dump_expert_load;
+  app.add_option("--expert-map", expert_map_file, "CPU: logical->physical expert map JSON (dsinfer eplb --output)");
+  app.add_option("--dump-expert-load", dump_expert_load,
+                 "CPU: write the per-layer expert token counts of the run (input of dsinfer eplb --load)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -268,6 +273,8 @@ int RunGenerate(int argc, char** argv) {
   auto cfg = ds::LoadModelConfig(model_dir);
   if (!cfg.ok()) return Fail(1, cfg.status().ToString());
   if (num_layers > 0 && num_layers < cfg->num_hidden_layers) cfg->num_hidden_layers = num_layers;
+  if (bench && (!expert_map_file.empty() || !dump_expert_load.empty()))
+    return Fail(2, "--expert-map / --dump-expert-load: not with --bench-batch");
   if (bench) return RunBench(*cfg, model_dir, device, load_format, num_layers, num_kv_blocks, max_tokens_per_pass,
                              mode, bench_batch, bench_prompt_len, max_tokens, temperature, top_p, top_k, seed, fp8_gemm,
                              !disable_graphs, decode_attn == "tensor-core");
@@ -282,6 +289,15 @@ int RunGenerate(int argc, char** argv) {
                               !disable_graphs, decode_attn == "tensor-core");
   if (!runner_or.ok()) return Fail(1, runner_or.status().ToString());
   auto runner = std::move(runner_or).value();
+  auto* cpu_runner = dynamic_cast<ds::CpuModelRunner*>(runner.get());
+  if ((!expert_map_file.empty() || !dump_expert_load.empty()) && cpu_runner == nullptr)
+    return Fail(2, "--expert-map / --dump-expert-load: only with --device cpu in this build");
+  if (!expert_map_file.empty()) {
+    auto m = ds::ExpertMap::LoadFile(expert_map_file, cfg->n_routed_experts);
+    if (!m.ok()) return Fail(2, m.status().ToString());
+    ds::Status st = cpu_runner->SetExpertMap(std::move(m).value());
+    if (!st.ok()) return Fail(2, st.ToString());
+  }
   const auto t_load1 = Clock::now();
 
   // One sequence owning blocks 0..n-1.
@@ -345,6 +361,11 @@ int RunGenerate(int argc, char** argv) {
     }
     std::fprintf(stderr, "finish_reason=%s prompt_tokens=%zu completion_tokens=%zu ttft=%.1fms tpot=%.2fms\n",
                  finish.c_str(), prompt_ids.size(), generated.size(), ttft, tpot);
+  }
+  if (!dump_expert_load.empty()) {
+    std::ofstream f(dump_expert_load);
+    f << cpu_runner->expert_load().Snapshot().ToJson();
+    if (!f) return Fail(1, "cannot write " + dump_expert_load);
   }
   return 0;
 }

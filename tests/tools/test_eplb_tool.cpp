@@ -17,9 +17,10 @@ namespace {
 
 using json = nlohmann::json;
 
-std::pair<int, std::string> RunCmd(const std::string& cmd) {
+// Runs a shell command; returns (exit code, stdout [+ stderr when merge_stderr]).
+std::pair<int, std::string> RunCmd(const std::string& cmd, bool merge_stderr = true) {
   std::string out;
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
+  FILE* f = popen((cmd + (merge_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
   if (!f) return {-1, ""};
   char buf[4096];
   size_t n;
@@ -97,6 +98,35 @@ TEST(EplbTool, RecordedLoadRebalancesAndRunsOnFixture) {
   // The recorder now counts the new map's slots.
   EXPECT_EQ((*r)->expert_load().num_physical(), 24);
   EXPECT_EQ((*r)->expert_load().Snapshot().num_forwards, 1);
+}
+
+// The CLI loop: generate --dump-expert-load -> eplb -> generate --expert-map: same greedy ids.
+TEST(EplbTool, GenerateDumpsLoadAndRunsWithTheNewMap) {
+  const std::string model = std::string(DS_TEST_DATA_DIR) + "/v3_tiny";
+  const std::string load = Tmp("gen_load.json"), map = Tmp("gen_map.json");
+  const std::string gen = std::string(DS_BINARY) + " generate --model " + model +
+                          " --prompt-ids 180,464,162,468,222,44,475,46 --max-tokens 6 --temperature 0 --ignore-eos"
+                          " --output json";
+  auto [rc1, out1] = RunCmd(gen + " --dump-expert-load " + load, false);
+  ASSERT_EQ(rc1, 0) << out1;
+  std::ifstream lf(load);
+  const json snap = json::parse(lf);
+  // 8 prompt tokens + 5 decode steps of one token, top-4 experts, 2 MoE layers of 3.
+  EXPECT_EQ(snap["num_forwards"], 6);
+  int64_t sum = 0;
+  for (int64_t c : snap["logical_count"][1].get<std::vector<int64_t>>()) sum += c;
+  EXPECT_EQ(sum, (8 + 5) * 4);
+  auto [rc2, out2] = RunCmd(std::string(DS_BINARY) + " eplb --load " + load +
+                            " --num-physical 20 --num-gpus 4 --num-groups 4 --output " + map);
+  ASSERT_EQ(rc2, 0) << out2;
+  auto [rc3, out3] = RunCmd(gen + " --expert-map " + map, false);
+  ASSERT_EQ(rc3, 0) << out3;
+  EXPECT_EQ(json::parse(out1)["token_ids"], json::parse(out3)["token_ids"]);
+  // A map for another model is rejected with a clear error.
+  Write(map, R"({"num_logical_experts": 8, "physical_to_logical_map": [[0,1,2,3,4,5,6,7]]})");
+  auto [rc4, out4] = RunCmd(gen + " --expert-map " + map);
+  EXPECT_EQ(rc4, 2);
+  EXPECT_NE(out4.find("'num_logical_experts' is 8, expected 16"), std::string::npos) << out4;
 }
 
 TEST(EplbTool, Errors) {
