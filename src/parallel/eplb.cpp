@@ -126,6 +126,7 @@ std::vector<int32_t> RebalanceLayer(const std::vector<double>& load, int num_phy
 }  // namespace
 
 StatusOr<EplbResult> RebalanceExperts(const std::vector<std::vector<double>>& load, const EplbOptions& o) {
+  constexpr int kMaxPhysical = 1 << 20;  // a sanity bound on the CLI input, far above any deployment
   if (load.empty()) return InvalidArgument("eplb: the load has no layers");
   const int E = static_cast<int>(load[0].size());
   if (E <= 0) return InvalidArgument("eplb: the load has no experts (layer 0 is empty)");
@@ -147,6 +148,9 @@ StatusOr<EplbResult> RebalanceExperts(const std::vector<std::vector<double>>& lo
   if (o.num_physical < E)
     return InvalidArgument("eplb: num_physical (" + std::to_string(o.num_physical) +
                            ") must be >= the number of logical experts (" + std::to_string(E) + ")");
+  if (o.num_physical > kMaxPhysical)
+    return InvalidArgument("eplb: num_physical (" + std::to_string(o.num_physical) + ") is above the limit of " +
+                           std::to_string(kMaxPhysical) + " slots a layer");
   if (o.num_physical % o.num_gpus != 0)
     return InvalidArgument("eplb: num_physical (" + std::to_string(o.num_physical) + ") must be a multiple of num_gpus (" +
                            std::to_string(o.num_gpus) + ")");

@@ -209,6 +209,7 @@ TEST(Eplb, BadInputsGiveClearErrors) {
       {{{1, NAN, 3, 4}}, {4, 2, 1, 1}, "must be finite"},
       {load, {12, 4, 1, 1}, "num_physical (12) must be >= the number of logical experts (16)"},
       {load, {18, 4, 1, 1}, "num_physical (18) must be a multiple of num_gpus (4)"},
+      {load, {1 << 21, 4, 1, 1}, "is above the limit"},
       {load, {16, 6, 4, 1}, "num_gpus (6) must be a multiple of num_nodes (4)"},
       {load, {16, 0, 1, 1}, "num_gpus must be > 0"},
       {load, {16, 4, 0, 1}, "num_nodes must be > 0"},
