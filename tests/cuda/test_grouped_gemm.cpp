@@ -32,15 +32,16 @@ void RunGg(const Case& c, bool out_f32, bool force_wmma) {
   if (c.fp8) {
     wq.resize(E * N * K);
     auto r = RandomNormal(wq.size(), c.w_std);
-    for (size_t i = 0; i < wq.size(); ++i) wq[i] = F32ToFp8E4M3(r[i]);
+    ParallelFor(static_cast<int64_t>(wq.size()), [&](int64_t i) { wq[i] = F32ToFp8E4M3(r[i]); });
     wscale = RandomF(E * nb * kb, 0.5f, 2.0f);
     for (auto& v : wscale) v *= std::ldexp(1.f, -9);
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t i = (e * N + n) * K + k;
-          wdeq[i] = Fp8E4M3ToF32(wq[i]) * wscale[(e * nb + n / 128) * kb + k / 128];
-        }
+    ParallelFor(E * N, [&](int64_t en) {
+      const int64_t e = en / N, n = en % N;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t i = en * K + k;
+        wdeq[i] = Fp8E4M3ToF32(wq[i]) * wscale[(e * nb + n / 128) * kb + k / 128];
+      }
+    });
   } else {
     wdeq = RoundBf16Vec(RandomNormal(E * N * K, c.w_std));
   }

@@ -33,25 +33,36 @@ void RunCase(int64_t n, int64_t E, int64_t top_k, int64_t N, int64_t K, bool fp8
     auto sc = RandomF(wscale.size(), 0.5f, 2.0f);
     for (size_t i = 0; i < wscale.size(); ++i) wscale[i] = sc[i] * std::ldexp(1.f, -9);
     auto r = RandomNormal(wq.size(), 100.f);
-    for (size_t i = 0; i < wq.size(); ++i) wq[i] = F32ToFp8E4M3(r[i]);
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t o = 0; o < N; ++o)
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t i = (e * N + o) * K + k;
-          wdeq[i] = Fp8E4M3ToF32(wq[i]) * wscale[(e * nb + o / 128) * kb + k / 128];
-        }
+    ParallelFor(static_cast<int64_t>(wq.size()), [&](int64_t i) { wq[i] = F32ToFp8E4M3(r[i]); });
+    ParallelFor(E * N, [&](int64_t eo) {
+      const int64_t e = eo / N, o = eo % N;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t i = eo * K + k;
+        wdeq[i] = Fp8E4M3ToF32(wq[i]) * wscale[(e * nb + o / 128) * kb + k / 128];
+      }
+    });
   } else {
     wbf = RoundBf16Vec(RandomNormal(E * N * K, 0.05f));
     wdeq = wbf;
   }
-  // CPU reference (fp32 dequantised weights).
-  std::vector<float> ref(n * N, 0.f), y(N);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t j = 0; j < top_k; ++j) {
-      const int64_t e = ids[t * top_k + j];
-      cpu::Gemm({x.data() + t * K, K, wdeq.data() + e * N * K, K, y.data(), N, 1, N, K, false});
-      for (int64_t o = 0; o < N; ++o) ref[t * N + o] += wts[t * top_k + j] * y[o];
-    }
+  // CPU reference (fp32 dequantised weights), one GEMM per expert over the (token, slot) pairs
+  // routed to it; each token's terms are then summed in slot order j = 0..top_k-1.
+  std::vector<float> ref(n * N, 0.f), yall(n * top_k * N);
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<int64_t> pairs;
+    for (int64_t i = 0; i < n * top_k; ++i)
+      if (ids[i] == e) pairs.push_back(i);
+    if (pairs.empty()) continue;
+    const int64_t m = static_cast<int64_t>(pairs.size());
+    std::vector<float> xe(m * K), ye(m * N);
+    for (int64_t r = 0; r < m; ++r) std::copy_n(x.data() + (pairs[r] / top_k) * K, K, xe.data() + r * K);
+    cpu::Gemm({xe.data(), K, wdeq.data() + e * N * K, K, ye.data(), N, m, N, K, false});
+    for (int64_t r = 0; r < m; ++r) std::copy_n(ye.data() + r * N, N, yall.data() + pairs[r] * N);
+  }
+  ParallelFor(n, [&](int64_t t) {
+    for (int64_t j = 0; j < top_k; ++j)
+      for (int64_t o = 0; o < N; ++o) ref[t * N + o] += wts[t * top_k + j] * yall[(t * top_k + j) * N + o];
+  });
   // GPU.
   const int64_t cap = PermuteCapacity(n, top_k, E, kGroupedGemmRowAlign);
   Dev<__nv_bfloat16> dx(ToBf16(x));

@@ -28,17 +28,18 @@ Weights MakeWeights(bool fp8, int64_t E, int64_t N, int64_t K) {
   if (fp8) {
     w.q.resize(E * N * K);
     auto r = RandomNormal(w.q.size(), 100.f);
-    for (size_t i = 0; i < w.q.size(); ++i) w.q[i] = F32ToFp8E4M3(r[i]);
+    ParallelFor(static_cast<int64_t>(w.q.size()), [&](int64_t i) { w.q[i] = F32ToFp8E4M3(r[i]); });
     // Every 61st weight is an e4m3 subnormal or zero (either sign): the widening must be exact.
     for (size_t i = 0; i < w.q.size(); i += 61) w.q[i] = static_cast<uint8_t>((i & 7) | ((i >> 3) & 1 ? 0x80 : 0));
     w.scales = RandomF(E * nb * kb, 0.5f, 2.0f);
     for (auto& s : w.scales) s *= std::ldexp(1.f, -9);
-    for (int64_t e = 0; e < E; ++e)
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t i = (e * N + n) * K + k;
-          w.deq[i] = Fp8E4M3ToF32(w.q[i]) * w.scales[(e * nb + n / 128) * kb + k / 128];
-        }
+    ParallelFor(E * N, [&](int64_t en) {
+      const int64_t e = en / N, n = en % N;
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t i = en * K + k;
+        w.deq[i] = Fp8E4M3ToF32(w.q[i]) * w.scales[(e * nb + n / 128) * kb + k / 128];
+      }
+    });
   } else {
     w.deq = RoundBf16Vec(RandomNormal(E * N * K, 0.05f));
     w.bf = ToBf16(w.deq);
@@ -52,13 +53,13 @@ std::vector<float> Reference(const Weights& w, const std::vector<float>& a, int6
   std::vector<float> ref(rows * w.N, 0.f);
   for (int64_t e = 0; e + 1 < static_cast<int64_t>(off.size()); ++e)
     for (int64_t r = off[e]; r < off[e + 1]; ++r)
-      for (int64_t n = 0; n < w.N; ++n) {
+      ParallelFor(w.N, [&](int64_t n) {
         const float* wr = w.deq.data() + (e * w.N + n) * w.K;
         const float* ar = a.data() + r * lda;
         double s = 0;
         for (int64_t k = 0; k < w.K; ++k) s += double(ar[k]) * wr[k];
         ref[r * w.N + n] = static_cast<float>(s);
-      }
+      });
   return ref;
 }
 

@@ -56,53 +56,72 @@ inline std::mt19937_64& Rng() {
   return rng;
 }
 
-// Fast uniform/normal fills (xorshift64*, freshly seeded per call): big tensors at real
-// DeepSeek-V3 shapes (a 129280 x 7168 table) would take too long with <random>.
+// Fast uniform/normal fills (xorshift64*, freshly seeded per call), filled in parallel
+// (OpenMP) in 1 Mi-element blocks with per-block seeds: tensors at real DeepSeek-V3 shapes (a
+// 129280 x 7168 table, 256 experts) would take most of a GPU test run's time serially.
 inline uint64_t NextSeed() { return Rng()() | 1; }
+inline uint64_t BlockSeed(uint64_t seed, int64_t block) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(block + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) | 1;
+}
+// Calls fn(i) for i in [0, n) on all cores (fn must write disjoint outputs).
+template <typename Fn>
+inline void ParallelFor(int64_t n, Fn fn) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) fn(i);
+}
+template <typename Fn>  // fn(x, state) per element, state = the block's xorshift64* state
+inline void FillBlocks(std::vector<float>& v, Fn fn) {
+  constexpr int64_t kBlock = 1 << 20;
+  const uint64_t seed = NextSeed();
+  const int64_t n = static_cast<int64_t>(v.size()), blocks = (n + kBlock - 1) / kBlock;
+  ParallelFor(blocks, [&](int64_t b) {
+    uint64_t st = BlockSeed(seed, b);
+    const int64_t end = std::min(n, (b + 1) * kBlock);
+    for (int64_t i = b * kBlock; i < end; ++i) fn(v[i], st);
+  });
+}
+inline float NextUniform01(uint64_t& s) {
+  s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
+  return static_cast<float>(((s * 0x2545F4914F6CDD1Dull) >> 40) * 0x1.0p-24);
+}
 inline std::vector<float> RandomF(size_t n, float lo = -1.f, float hi = 1.f) {
   std::vector<float> v(n);
-  uint64_t s = NextSeed();
-  for (auto& x : v) {
-    s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
-    const uint64_t r = s * 0x2545F4914F6CDD1Dull;
-    x = lo + (hi - lo) * static_cast<float>((r >> 40) * 0x1.0p-24);
-  }
+  FillBlocks(v, [&](float& x, uint64_t& st) { x = lo + (hi - lo) * NextUniform01(st); });
   return v;
 }
 // Approximately normal (Irwin-Hall of 4 uniforms, unit variance).
 inline std::vector<float> RandomNormal(size_t n, float stddev = 1.f) {
   std::vector<float> v(n);
-  uint64_t s = NextSeed();
-  for (auto& x : v) {
+  FillBlocks(v, [&](float& x, uint64_t& st) {
     float acc = 0.f;
-    for (int i = 0; i < 4; ++i) {
-      s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
-      acc += static_cast<float>(((s * 0x2545F4914F6CDD1Dull) >> 40) * 0x1.0p-24);
-    }
+    for (int i = 0; i < 4; ++i) acc += NextUniform01(st);
     x = (acc - 2.f) * 1.7320508f * stddev;
-  }
+  });
   return v;
 }
 // Rounds every value to bf16 (so CPU and GPU see the same inputs).
 inline std::vector<float> RoundBf16Vec(std::vector<float> v) {
-  for (auto& x : v) x = RoundBf16(x);
+  ParallelFor(static_cast<int64_t>(v.size()), [&](int64_t i) { v[i] = RoundBf16(v[i]); });
   return v;
 }
 inline std::vector<__nv_bfloat16> ToBf16(const std::vector<float>& v) {
   std::vector<__nv_bfloat16> o(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
+  ParallelFor(static_cast<int64_t>(v.size()), [&](int64_t i) {
     uint16_t b = F32ToBf16(v[i]);
     std::memcpy(static_cast<void*>(&o[i]), &b, 2);
-  }
+  });
   return o;
 }
 inline std::vector<float> FromBf16(const std::vector<__nv_bfloat16>& v) {
   std::vector<float> o(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
+  ParallelFor(static_cast<int64_t>(v.size()), [&](int64_t i) {
     uint16_t b;
     std::memcpy(&b, static_cast<const void*>(&v[i]), 2);
     o[i] = Bf16ToF32(b);
-  }
+  });
   return o;
 }
 

@@ -1,28 +1,12 @@
 #include <gtest/gtest.h>
 
-#include "common/utf8.h"
+#include "byte_decoder.h"
 #include "scheduler/detokenizer.h"
 
 namespace ds {
 namespace {
 
-// ids < 256 are raw bytes.
-class ByteDecoder : public TokenDecoder {
- public:
-  std::string Decode(const std::vector<int32_t>& ids, bool) const override {
-    std::string s;
-    for (int32_t id : ids) s.push_back(static_cast<char>(id));
-    return Utf8Lossy(s);
-  }
-  std::string_view TokenBytes(int32_t id, bool) const override {
-    static const std::string* table = [] {
-      auto* t = new std::string[256];
-      for (int i = 0; i < 256; ++i) t[i] = std::string(1, static_cast<char>(i));
-      return t;
-    }();
-    return id >= 0 && id < 256 ? std::string_view(table[id]) : std::string_view();
-  }
-};
+using test::ByteDecoder;
 
 TEST(StopStrings, HoldbackComputesLongestStopPrefixSuffix) {
   EXPECT_EQ(StopPrefixHoldback("hello wor", {"world"}), 3u);
