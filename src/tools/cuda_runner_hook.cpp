@@ -2,6 +2,9 @@
 // builds. Lives in src/tools (linked into the executable) because dsinfer_core is linked
 // before the CUDA library and cannot reference it.
 #if defined(DS_WITH_CUDA) && __has_include("backend/cuda/cuda_runner.h")
+#include <cstdlib>
+#include <string>
+
 #include "backend/cuda/cuda_runner.h"
 #include "runtime/runner_factory.h"
 
@@ -16,7 +19,14 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.mem_fraction = o.mem_fraction_static;
   c.seed = o.seed;
   c.cuda_graphs = o.cuda_graphs;
-  c.profile = o.profile;
+  // Environment switches of the CUDA runner, read here at the edge (the runner takes options):
+  // DS_CUDA_PROFILE=1 profiles and logs the per-phase totals; DS_SKINNY_GEMM=0 turns the
+  // decode-size skinny GEMMs off (benchmark A/B).
+  const char* prof = std::getenv("DS_CUDA_PROFILE");
+  const char* skinny = std::getenv("DS_SKINNY_GEMM");
+  c.profile_log = prof && std::string(prof) == "1";
+  c.profile = o.profile || c.profile_log;
+  c.skinny_gemm = !(skinny && std::string(skinny) == "0");
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   return ds::cuda::CreateCudaModelRunner(c);
 }

@@ -86,20 +86,14 @@ struct LayerW {
 class CudaModelRunner : public ModelRunner {
  public:
   CudaModelRunner(const ModelConfig& cfg, const CudaRunnerOptions& o) : cfg_(cfg), opts_(o) {
-    const char* e = std::getenv("DS_CUDA_PROFILE");
-    prof_log_ = e && std::string(e) == "1";
-    prof_on_ = prof_log_ || o.profile;
-    InitSkinnySwitch();
+    prof_on_ = o.profile;
+    prof_log_ = o.profile_log;
+    skinny_on_ = o.skinny_gemm;
   }
   std::map<std::string, double> TakeProfile() override {
     std::map<std::string, double> p;
     p.swap(prof_ms_);
     return p;
-  }
-  void InitSkinnySwitch() {
-    // A/B switch for benchmarks: DS_SKINNY_GEMM=0 keeps decode sizes on the big-tile kernels.
-    const char* sk = std::getenv("DS_SKINNY_GEMM");
-    skinny_on_ = !(sk && std::string(sk) == "0");
   }
   ~CudaModelRunner() override {
     DropGraphs();
@@ -192,7 +186,7 @@ class CudaModelRunner : public ModelRunner {
   const int64_t* d_slots_ = nullptr;
   void Mla(int l, const ForwardBatch& b, int64_t T);
   void Mlp(int l, int64_t T);
-  // DS_CUDA_PROFILE=1: events between phases; Mark(name) ends phase `name`.
+  // Profiling (opts_.profile): events between phases; Mark(name) ends phase `name`.
   void Mark(const char* name) {
     if (!prof_on_) return;
     if (capturing_) {  // an event-record node in the graph being captured

@@ -88,9 +88,13 @@ struct CudaRunnerOptions {
   // Per-phase device time with CUDA events (ModelRunner::TakeProfile): eager passes record
   // events between phases; decode graphs are captured with event-record nodes at the same
   // marks, so graph replays are timed on the device too (the eager warm-up run of each graph
-  // shape is not counted). The environment variable DS_CUDA_PROFILE=1 also turns it on (and
-  // logs the totals when the runner is destroyed).
+  // shape is not counted). profile_log: also log the totals when the runner is destroyed (the
+  // CLI sets both from DS_CUDA_PROFILE=1, src/tools/cuda_runner_hook.cpp).
   bool profile = false;
+  bool profile_log = false;
+  // Decode-size GEMMs on the weight-streaming skinny kernel (skinny_gemm.h); off keeps them on
+  // the big-tile kernels (A/B benchmarks: the CLI reads DS_SKINNY_GEMM=0).
+  bool skinny_gemm = true;
   int device = 0;
 };
 
