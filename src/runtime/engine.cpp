@@ -21,10 +21,6 @@ const char* SeqStatusName(SeqStatus s) {
 }
 
 namespace {
-std::vector<double> LatencyBuckets() {
-  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-          7.5, 10.0, 20.0, 40.0, 80.0, 160.0};
-}
 double Seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
 }
@@ -123,6 +119,7 @@ Status Engine::Add(EngineRequest req) {
                              std::to_string(opts_.max_queued_requests) + " waiting)");
   }
   in_flight_.fetch_add(1);
+  context_tokens_.fetch_add(static_cast<int64_t>(req.prompt.size()));
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_adds_.push_back(std::move(req));
@@ -209,6 +206,7 @@ void Engine::DrainInbox() {
       out.error = "duplicate request id";
       queued_.fetch_sub(1);
       in_flight_.fetch_sub(1);
+      context_tokens_.fetch_sub(static_cast<int64_t>(r.prompt.size()));
       if (r.on_output) r.on_output(std::move(out));
       continue;
     }
@@ -252,6 +250,7 @@ void Engine::AbortSeq(Sequence* s, const std::string& reason, const std::string&
   }
   OutputCallback cb = std::move(s->req.on_output);
   const uint64_t id = s->req.id;
+  context_tokens_.fetch_sub(static_cast<int64_t>(s->tokens.size()));
   seqs_.erase(id);  // destroys s
   in_flight_.fetch_sub(1);
   if (cb) cb(std::move(out));
@@ -311,6 +310,7 @@ void Engine::ProcessSample(Sequence* s, const float* logits_row, int32_t runner_
   }
   s->last_token = now;
   s->tokens.push_back(r.token);
+  context_tokens_.fetch_add(1);
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) ++s->counts[r.token];
   out->token_ids.push_back(r.token);
   if (r.has_logprobs) out->logprobs.push_back(std::move(r.logprobs));
@@ -485,6 +485,7 @@ bool Engine::Step() {
   for (Sequence* s : finished) {
     RemoveFromQueues(s);
     blocks_.Free(&s->blocks);
+    context_tokens_.fetch_sub(static_cast<int64_t>(s->tokens.size()));
     seqs_.erase(s->req.id);
     in_flight_.fetch_sub(1);
   }

@@ -94,6 +94,9 @@ class Engine {
   bool admission_stopped() const { return stop_admission_.load(); }
   // Requests queued or running (including ones still in the inbox).
   int num_in_flight() const { return in_flight_.load(); }
+  // Context tokens (prompt + generated) of the requests in flight: the attention cost a new
+  // request adds to this engine's steps (the DP balance signal, scheduler/dp_policy.h).
+  int64_t context_tokens_in_flight() const { return context_tokens_.load(); }
   EngineStats Stats() const;
   const Histogram& ttft() const { return ttft_; }
   const Histogram& tpot() const { return tpot_; }
@@ -156,6 +159,7 @@ class Engine {
 
   std::atomic<bool> stop_admission_{false};
   std::atomic<int> in_flight_{0};
+  std::atomic<int64_t> context_tokens_{0};
   std::atomic<int> queued_{0};  // inbox + waiting (never yet scheduled)
 
   // Stats (written by the engine thread, read under stats_mu_).

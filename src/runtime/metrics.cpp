@@ -4,6 +4,11 @@
 
 namespace ds {
 
+std::vector<double> LatencyBuckets() {
+  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+          7.5, 10.0, 20.0, 40.0, 80.0, 160.0};
+}
+
 Histogram::Histogram(std::vector<double> upper_bounds)
     : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
 
@@ -14,6 +19,15 @@ void Histogram::Observe(double v) {
   ++counts_[i];
   sum_ += v;
   ++count_;
+}
+
+void Histogram::AddTo(Histogram* into) const {
+  if (into == this) return;
+  std::scoped_lock lock(mu_, into->mu_);
+  if (into->bounds_ != bounds_) return;  // different buckets: nothing sensible to add
+  for (size_t i = 0; i < counts_.size(); ++i) into->counts_[i] += counts_[i];
+  into->sum_ += sum_;
+  into->count_ += count_;
 }
 
 uint64_t Histogram::count() const {

@@ -20,7 +20,8 @@ struct RunnerOptions {
   double mem_fraction_static = 0.9; // GPU: fraction of device memory for weights + KV pool
   uint64_t seed = 0;                // dummy weights
   bool cuda_graphs = true;          // GPU: decode steps through CUDA graphs (--disable-cuda-graph)
-  bool profile = false;             // GPU: per-phase device time (ModelRunner::TakeProfile; eager passes only)
+  bool profile = false;             // GPU: per-phase device time (ModelRunner::TakeProfile)
+  int gpu_id = 0;                   // GPU: CUDA device ordinal (data-parallel rank r uses GPU r)
   // GPU: absorbed-MLA decode attention on tensor cores (V3 dims) or the CUDA-core kernel
   // (--decode-attention-backend tensor-core | cuda-core).
   bool mla_decode_tensor_cores = true;

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/engine.h"
+#include "runtime/engine_group.h"
 #include "server/http_server.h"
 #include "server/text_tokenizer.h"
 
@@ -35,6 +36,9 @@ class OpenAIServer {
  public:
   // `engine` and `tokenizer` must outlive the server.
   OpenAIServer(Engine* engine, const TextTokenizer* tokenizer, OpenAIServerOptions options);
+  // Data-parallel serving: requests go to the group's ranks (runtime/engine_group.h); /metrics
+  // reports the sums over ranks. `group` must outlive the server.
+  OpenAIServer(EngineGroup* group, const TextTokenizer* tokenizer, OpenAIServerOptions options);
   void Handle(HttpRequest&& req, std::shared_ptr<ResponseWriter> w);
   std::string RenderMetrics() const;
   // Requests whose HTTP response is still open.
@@ -51,7 +55,8 @@ class OpenAIServer {
   void HandleDetokenize(const HttpRequest& req, std::shared_ptr<ResponseWriter> w);
   void HandleModels(std::shared_ptr<ResponseWriter> w);
 
-  Engine* engine_;
+  std::unique_ptr<EngineGroup> own_group_;  // the one-engine group of the Engine* constructor
+  EngineGroup* engine_;
   const TextTokenizer* tok_;
   OpenAIServerOptions opts_;
   std::atomic<uint64_t> next_id_{1};

@@ -19,6 +19,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.mem_fraction = o.mem_fraction_static;
   c.seed = o.seed;
   c.cuda_graphs = o.cuda_graphs;
+  c.device = o.gpu_id;
   // Environment switches of the CUDA runner, read here at the edge (the runner takes options):
   // DS_CUDA_PROFILE=1 profiles and logs the per-phase totals; DS_SKINNY_GEMM=0 turns the
   // decode-size skinny GEMMs off (benchmark A/B).

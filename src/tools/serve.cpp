@@ -15,6 +15,8 @@
 #include "model/config.h"
 #include "runtime/dummy_checkpoint.h"
 #include "runtime/engine.h"
+#include "runtime/engine_group.h"
+#include "scheduler/dp_policy.h"
 #include "runtime/runner_factory.h"
 #include "server/http_server.h"
 #include "server/openai_api.h"
@@ -63,7 +65,8 @@ int RunServe(int argc, char** argv) {
   std::string tokenizer_dir, served_name, host = "127.0.0.1", api_key, reasoning_parser,
               tool_parser, log_level = "info";
   int port = 8000, max_running = 64, max_batched = 2048, max_queued = 4096, max_model_len = 0;
-  int io_threads = 2;
+  int io_threads = 2, dp_size = 1;
+  std::string lb_method = "minimum_tokens";
   double shutdown_timeout = 30.0, stats_interval = 10.0;
   bool enable_prefix = true, disable_prefix = false;
   size_t max_body = 8 << 20;
@@ -93,7 +96,14 @@ int RunServe(int argc, char** argv) {
   app.add_option("--host", host, "listen address");
   app.add_option("--port", port, "listen port (0 = any free port)")->check(CLI::Range(0, 65535));
   app.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
-  app.add_option("--max-running-requests", max_running, "sequences in the running batch")->check(CLI::PositiveNumber);
+  app.add_option("--max-running-requests", max_running, "sequences in the running batch (per DP rank)")->check(CLI::PositiveNumber);
+  app.add_option("--dp-size,--data-parallel-size", dp_size,
+                 "data-parallel ranks: engines with their own runner and KV cache (cuda: rank r on GPU r)")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  app.add_option("--load-balance-method", lb_method,
+                 "DP request placement: minimum_tokens (least context tokens in flight = attention cost) | "
+                 "shortest_queue | round_robin")
+      ->check(CLI::IsMember({"minimum_tokens", "shortest_queue", "round_robin"}))->capture_default_str();
   app.add_option("--max-num-batched-tokens", max_batched, "token budget per engine step")->check(CLI::PositiveNumber);
   app.add_option("--max-queued-requests", max_queued, "waiting requests before 503")->check(CLI::PositiveNumber);
   app.add_option("--max-model-len", max_model_len, "context length (0 = model's)");
@@ -141,14 +151,22 @@ int RunServe(int argc, char** argv) {
     ro.model_dir = embedded_dir;
     ro.load_format = "dummy";
   }
-  auto runner_or = ds::CreateModelRunner(ro);
-  if (!embedded_dir.empty()) std::filesystem::remove_all(embedded_dir);
-  if (!runner_or.ok()) {
-    std::fprintf(stderr, "dsinfer serve: %s\n", runner_or.status().ToString().c_str());
-    return 1;
+  // One runner per data-parallel rank (the CUDA runner of rank r on device r).
+  std::vector<std::unique_ptr<ds::ModelRunner>> runners;
+  for (int r = 0; r < dp_size; ++r) {
+    ds::RunnerOptions rr = ro;
+    rr.gpu_id = r;
+    auto runner_or = ds::CreateModelRunner(rr);
+    if (!runner_or.ok()) {
+      if (!embedded_dir.empty()) std::filesystem::remove_all(embedded_dir);
+      std::fprintf(stderr, "dsinfer serve: %s%s\n", dp_size > 1 ? ("DP rank " + std::to_string(r) + ": ").c_str() : "",
+                   runner_or.status().ToString().c_str());
+      return 1;
+    }
+    runners.push_back(std::move(runner_or).value());
   }
-  std::unique_ptr<ds::ModelRunner> runner = std::move(runner_or).value();
-  const ds::ModelConfig& cfg = runner->config();
+  if (!embedded_dir.empty()) std::filesystem::remove_all(embedded_dir);
+  const ds::ModelConfig& cfg = runners[0]->config();
 
   std::unique_ptr<ds::TextTokenizer> tok;
   if (tokenizer_dir == "byte") {
@@ -186,13 +204,23 @@ int RunServe(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  ds::Engine engine(runner.get(), tok.get(), eo);
+  std::vector<std::unique_ptr<ds::Engine>> engines;
+  std::vector<ds::Engine*> engine_ptrs;
+  for (auto& r : runners) {
+    engines.push_back(std::make_unique<ds::Engine>(r.get(), tok.get(), eo));
+    engine_ptrs.push_back(engines.back().get());
+  }
+  std::unique_ptr<ds::DpPolicy> dp_policy;
+  if (dp_size > 1) dp_policy = std::move(ds::MakeDpPolicy(lb_method)).value();  // checked by CLI11
+  ds::EngineGroup group(engine_ptrs, std::move(dp_policy));
+  auto start_all = [&] { for (auto& e : engines) e->Start(); };
+  auto stop_all = [&] { for (auto& e : engines) e->Stop(); };
   ds::OpenAIServerOptions so;
   so.served_model_name = served_name.empty() ? ro.model_dir : served_name;
   so.api_key = api_key;
   so.reasoning_parser = reasoning_parser;
   so.tool_call_parser = tool_parser;
-  ds::OpenAIServer api(&engine, tok.get(), so);
+  ds::OpenAIServer api(&group, tok.get(), so);
   ds::HttpServerOptions ho;
   ho.host = host;
   ho.port = port;
@@ -201,34 +229,36 @@ int RunServe(int argc, char** argv) {
   ds::HttpServer http(ho, [&api](ds::HttpRequest&& r, std::shared_ptr<ds::ResponseWriter> w) {
     api.Handle(std::move(r), std::move(w));
   });
-  engine.Start();
+  start_all();
   ds::Status st = http.Start();
   if (!st.ok()) {
     std::fprintf(stderr, "dsinfer serve: %s\n", st.ToString().c_str());
-    engine.Stop();
+    stop_all();
     return 1;
   }
   DS_LOG(INFO) << "serving '" << so.served_model_name << "' (" << cfg.model_type << ", "
                << cfg.num_hidden_layers << " layers, vocab " << cfg.vocab_size << ") on http://"
                << host << ":" << http.port() << " | device " << ro.device << ", KV pool "
-               << runner->num_kv_blocks() << " blocks x " << ds::kBlockSize
-               << " tokens, max_model_len " << engine.max_model_len() << ", prefix caching "
-               << (eo.enable_prefix_caching ? "on" : "off");
+               << runners[0]->num_kv_blocks() << " blocks x " << ds::kBlockSize
+               << " tokens" << (dp_size > 1 ? " per rank" : "") << ", max_model_len " << group.max_model_len()
+               << ", prefix caching " << (eo.enable_prefix_caching ? "on" : "off");
+  if (dp_size > 1)
+    DS_LOG(INFO) << "data parallel: " << dp_size << " ranks, load balance " << group.policy_name();
   std::fprintf(stdout, "dsinfer serve: listening on %s:%d\n", host.c_str(), http.port());
   std::fflush(stdout);
 
   while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const int sig = g_signal;
-  DS_LOG(INFO) << "signal " << sig << ": stopping admission, draining " << engine.num_in_flight()
+  DS_LOG(INFO) << "signal " << sig << ": stopping admission, draining " << group.num_in_flight()
                << " requests (timeout " << shutdown_timeout << " s)";
-  engine.StopAdmission();
+  group.StopAdmission();
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(shutdown_timeout * 1000));
   while (std::chrono::steady_clock::now() < deadline &&
-         (engine.num_in_flight() > 0 || api.num_open_requests() > 0))
+         (group.num_in_flight() > 0 || api.num_open_requests() > 0))
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const int left = engine.num_in_flight();
-  engine.Stop();  // aborts whatever is left; their responses end
+  const int left = group.num_in_flight();
+  stop_all();  // aborts whatever is left; their responses end
   for (int i = 0; i < 50 && api.num_open_requests() > 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   http.Stop();

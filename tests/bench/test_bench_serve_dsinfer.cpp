@@ -30,11 +30,12 @@ bool HaveServe() {
 // `dsinfer serve --load-format fake --port 0`; reads "listening on HOST:PORT" from its stdout.
 class DsinferServer {
  public:
-  DsinferServer() {
-    out_ = Tmp("serve.out");
+  explicit DsinferServer(const std::string& extra_flags = "") {
+    static int instance = 0;
+    out_ = Tmp("serve" + std::to_string(instance++) + ".out");
     std::string cmd = "exec timeout 300 " + std::string(DS_BINARY) + " serve --model " + DS_TEST_DATA_DIR +
                       "/serve_fake --tokenizer byte --load-format fake --port 0 --served-model-name bench-test"
-                      " --host 127.0.0.1 > " + out_ + " 2> " + out_ + ".log";
+                      " --host 127.0.0.1 " + extra_flags + " > " + out_ + " 2> " + out_ + ".log";
     pid_ = fork();
     if (pid_ == 0) {
       execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
@@ -117,6 +118,43 @@ TEST(BenchServeDsinfer, RandomIdsAndTraceAgainstRealServer) {
   EXPECT_EQ(t["total_output_tokens"], 12);
   EXPECT_GE(t["duration"].get<double>(), 0.6);
   if (t.contains("prefix_cache_hit_rate")) EXPECT_GT(t["prefix_cache_hit_rate"].get<double>(), 0.0) << out;
+}
+
+// Data parallelism: two engines (DP ranks) behind one server, requests placed by the least
+// context tokens in flight. Every request completes, and /metrics reports both ranks.
+TEST(BenchServeDsinfer, DataParallelTwoRanks) {
+  if (!HaveServe()) GTEST_SKIP() << "dsinfer serve is not in this build";
+  DsinferServer srv("--dp-size 2 --load-balance-method minimum_tokens");
+  ASSERT_GT(srv.port(), 0) << "server did not report its port";
+  std::string out;
+  auto [rc, j] = Bench("--port " + std::to_string(srv.port()) + " --num-prompts 24 --random-input-len 100"
+                       " --random-output-len 10 --random-range-ratio 0.5 --max-concurrency 8 --ignore-eos --vocab-size 300",
+                       &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(j["completed"], 24) << out;
+  EXPECT_EQ(j["failed"], 0) << out;
+  std::string metrics;
+  FILE* p = popen(("curl -s http://127.0.0.1:" + std::to_string(srv.port()) + "/metrics").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof(buf), p)) > 0) metrics.append(buf, k);
+  pclose(p);
+  EXPECT_NE(metrics.find("dsinfer:dp_rank_requests_in_flight{model_name=\"bench-test\",dp_rank=\"0\"}"), std::string::npos) << metrics;
+  // Both ranks generated tokens, and together exactly what the client received.
+  long long gen[2] = {-1, -1};
+  for (int r = 0; r < 2; ++r) {
+    const std::string key = "dsinfer:dp_rank_generation_tokens_total{model_name=\"bench-test\",dp_rank=\"" +
+                            std::to_string(r) + "\"} ";
+    auto at = metrics.find(key);
+    ASSERT_NE(at, std::string::npos) << metrics;
+    gen[r] = std::atoll(metrics.c_str() + at + key.size());
+  }
+  EXPECT_GT(gen[0], 0);
+  EXPECT_GT(gen[1], 0);
+  EXPECT_EQ(gen[0] + gen[1], j["total_output_tokens"].get<long long>());
+  EXPECT_NE(metrics.find("dsinfer:request_success_total{model_name=\"bench-test\",finished_reason=\"length\"} 24"),
+            std::string::npos) << metrics;
 }
 
 }  // namespace
