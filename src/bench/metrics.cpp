@@ -181,7 +181,14 @@ std::string FormatReport(const BenchMetrics& m, int max_concurrency, double requ
   }
   if (!m.first_errors.empty()) {
     Header(&out, "Errors (first distinct)", '-');
-    for (const auto& e : m.first_errors) out += "  " + e.substr(0, 200) + "\n";
+    bool vocab_hint = false;
+    for (const auto& e : m.first_errors) {
+      out += "  " + e.substr(0, 200) + "\n";
+      vocab_hint = vocab_hint || e.find("outside the vocabulary") != std::string::npos;
+    }
+    if (vocab_hint)
+      out += "  hint: the random prompt ids exceed the server's vocabulary: pass --vocab-size N (the model's) "
+             "or --tokenizer DIR\n";
   }
   Header(&out, "", '=');
   return out;

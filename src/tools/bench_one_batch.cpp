@@ -190,7 +190,8 @@ int RunOneBatch(int argc, char** argv) {
   app.add_option("--print-steps", print_steps, "decode steps printed (evenly spaced; all if O-1 <= this)");
   app.add_option("--output-file", output_file, "write results as JSON");
   app.add_flag("--disable-cuda-graph,--enforce-eager", no_graphs, "cuda: run decode steps eagerly (no CUDA graphs)");
-  app.add_flag("!--no-warmup", warmup, "skip the untimed warm-up pass (<= 8,192 prompt tokens) before the prefill");
+  bool no_warmup = false;
+  app.add_flag("--no-warmup", no_warmup, "skip the untimed warm-up pass (<= 8,192 prompt tokens) before the prefill");
   app.add_flag("--profile", profile,
                "cuda: device time per phase (attention / MoE / dense / other, per layer), CUDA events "
                "(graph decode steps through event-record nodes)");
@@ -200,8 +201,12 @@ int RunOneBatch(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  warmup = !no_warmup;
   const char* who = "one-batch";
   const bool cuda = device == "cuda";
+  if (profile && !cuda)
+    std::fprintf(stderr, "one-batch: --profile: the CPU runner records no per-phase times; only --device cuda is "
+                         "profiled (the roofline's per-part split is printed either way)\n");
   std::string hw_source;
   Status hs = ResolveHardware(device, &hw, &hw_source);
   if (!hs.ok()) return Fail(who, 2, hs.ToString());

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/tokenizer.h"
+#include "tools/cli_checks.h"
 #include "tools/command.h"
 
 namespace {
@@ -25,7 +26,7 @@ int BenchTokenizer(int argc, char** argv) {
   int repeat = 1;
   app.add_option("--tokenizer", dir, "directory with tokenizer.json")->required();
   app.add_option("--corpus", corpus, ".jsonl of {\"text\"} documents, or a text file (one document per line)")->required();
-  app.add_option("--repeat", repeat, "passes over the corpus (the best pass is reported)")->check(CLI::PositiveNumber);
+  app.add_option("--repeat", repeat, "passes over the corpus (the best pass is reported)")->check(ds::tools::kPositive);
   CLI11_PARSE(app, argc, argv);
   auto tok = ds::Tokenizer::Load(dir);
   if (!tok.ok()) {

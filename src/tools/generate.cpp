@@ -20,6 +20,7 @@
 #include "model/config.h"
 #include "runtime/cpu_runner.h"
 #include "server/tokenizer.h"
+#include "tools/cli_checks.h"
 #include "tools/command.h"
 #ifdef DS_WITH_CUDA
 #include "backend/cuda/cuda_runner.h"
@@ -194,9 +195,9 @@ int RunGenerate(int argc, char** argv) {
   app.add_option("--model", model_dir, "model directory (config.json + safetensors)")->required();
   app.add_option("--load-format", load_format, "auto (safetensors) | dummy (seeded random weights, --device cuda)")
       ->check(CLI::IsMember({"auto", "dummy"}));
-  app.add_option("--num-layers", num_layers, "run only the first N decoder layers (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--num-layers", num_layers, "run only the first N decoder layers (0 = all)")->check(ds::tools::kNonNegative);
   app.add_option("--num-kv-blocks", num_kv_blocks, "KV pool size in 64-token blocks (0 = what the run needs)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(ds::tools::kNonNegative);
   app.add_option("--max-tokens-per-pass", max_tokens_per_pass, "CUDA: tokens per model pass (longer prefills are chunked)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--fp8-gemm", fp8_gemm, "CUDA FP8 projections: kernel | cublas | cublas-all (see cuda_runner.h)")
@@ -209,8 +210,8 @@ int RunGenerate(int argc, char** argv) {
   app.add_flag("--disable-cuda-graph,--enforce-eager", disable_graphs,
                "CUDA: run decode steps eagerly instead of replaying CUDA graphs");
   app.add_option("--bench-batch", bench_batch, "benchmark: this many random prompts (ignores --prompt-ids)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--bench-prompt-len", bench_prompt_len, "benchmark: tokens per random prompt")->check(CLI::NonNegativeNumber);
+      ->check(ds::tools::kNonNegative);
+  app.add_option("--bench-prompt-len", bench_prompt_len, "benchmark: tokens per random prompt")->check(ds::tools::kNonNegative);
   app.add_option("--tokenizer", tokenizer_dir, "tokenizer directory (tokenizer.json); default: --model");
   auto* p_text = app.add_option("--prompt", prompt, "prompt text, encoded with the tokenizer (BOS per tokenizer_config.json)");
   auto* p_ids = app.add_option("--prompt-ids", prompt_ids_str, "prompt token ids, comma-separated");
@@ -218,7 +219,7 @@ int RunGenerate(int argc, char** argv) {
   app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 20));
   app.add_option("--temperature", temperature, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
   app.add_option("--top-p", top_p, "nucleus sampling mass in (0, 1]")->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--top-k", top_k, "keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", top_k, "keep the k most likely tokens (0 = all)")->check(ds::tools::kNonNegative);
   app.add_option("--seed", seed, "sampling seed");
   app.add_flag("--ignore-eos", ignore_eos, "do not stop at an EOS token");
   app.add_option("--device", device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));

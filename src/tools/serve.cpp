@@ -21,6 +21,7 @@
 #include "server/http_server.h"
 #include "server/openai_api.h"
 #include "server/text_tokenizer.h"
+#include "tools/cli_checks.h"
 #include "tools/command.h"
 
 namespace {
@@ -78,13 +79,17 @@ int RunServe(int argc, char** argv) {
   app.add_option("--served-model-name", served_name, "model name in the API (default: --model)");
   app.add_option("--load-format", ro.load_format,
                  "auto (safetensors) | dummy (seeded random weights) | fake (test runner)")
-      ->check(CLI::IsMember({"auto", "dummy", "fake"}));
-  app.add_option("--num-layers", ro.num_layers, "use only the first N layers (0 = all)");
-  app.add_option("--device", ro.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+      ->check(CLI::IsMember({"auto", "dummy", "fake"}))->capture_default_str();
+  app.add_option("--num-layers", ro.num_layers, "use only the first N layers (0 = all)")
+      ->check(ds::tools::kNonNegative)->capture_default_str();
+  app.add_option("--device", ro.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--mem-fraction-static", ro.mem_fraction_static,
-                 "GPU: fraction of device memory for weights + KV pool");
-  app.add_option("--num-kv-blocks", ro.num_kv_blocks, "KV pool size in 64-token blocks (0 = automatic)");
-  app.add_option("--max-kv-tokens", ro.max_kv_tokens, "CPU: automatic KV pool size in tokens");
+                 "GPU: fraction of device memory for weights + KV pool, in (0, 1]")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
+  app.add_option("--num-kv-blocks", ro.num_kv_blocks, "KV pool size in 64-token blocks (0 = automatic)")
+      ->check(ds::tools::kNonNegative)->capture_default_str();
+  app.add_option("--max-kv-tokens", ro.max_kv_tokens, "CPU: automatic KV pool size in tokens (0 = 65,536)")
+      ->check(ds::tools::kNonNegative)->capture_default_str();
   app.add_option("--seed", ro.seed, "seed of --load-format dummy weights");
   bool no_graphs = false;
   std::string decode_attn = "tensor-core";
@@ -93,10 +98,12 @@ int RunServe(int argc, char** argv) {
       ->check(CLI::IsMember({"tensor-core", "cuda-core"}));
   app.add_flag("--disable-cuda-graph,--enforce-eager", no_graphs,
                "GPU: run decode steps eagerly instead of replaying CUDA graphs");
-  app.add_option("--host", host, "listen address");
-  app.add_option("--port", port, "listen port (0 = any free port)")->check(CLI::Range(0, 65535));
-  app.add_option("--api-key", api_key, "require 'Authorization: Bearer KEY' on /v1 routes");
-  app.add_option("--max-running-requests", max_running, "sequences in the running batch (per DP rank)")->check(CLI::PositiveNumber);
+  app.add_option("--host", host, "listen address")->capture_default_str();
+  app.add_option("--port", port, "listen port (0 = any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
+  app.add_option("--api-key", api_key,
+                 "require 'Authorization: Bearer KEY' on /v1 routes, /tokenize and /detokenize");
+  app.add_option("--max-running-requests", max_running, "sequences in the running batch (per DP rank)")
+      ->check(ds::tools::kPositive)->capture_default_str();
   app.add_option("--dp-size,--data-parallel-size", dp_size,
                  "data-parallel ranks: engines with their own runner and KV cache (cuda: rank r on GPU r)")
       ->check(CLI::Range(1, 64))->capture_default_str();
@@ -104,22 +111,32 @@ int RunServe(int argc, char** argv) {
                  "DP request placement: minimum_tokens (least context tokens in flight = attention cost) | "
                  "shortest_queue | round_robin")
       ->check(CLI::IsMember({"minimum_tokens", "shortest_queue", "round_robin"}))->capture_default_str();
-  app.add_option("--max-num-batched-tokens", max_batched, "token budget per engine step")->check(CLI::PositiveNumber);
-  app.add_option("--max-queued-requests", max_queued, "waiting requests before 503")->check(CLI::PositiveNumber);
-  app.add_option("--max-model-len", max_model_len, "context length (0 = model's)");
-  app.add_option("--shutdown-timeout", shutdown_timeout, "seconds to drain on SIGTERM");
+  app.add_option("--max-num-batched-tokens", max_batched, "token budget per engine step")
+      ->check(ds::tools::kPositive)->capture_default_str();
+  app.add_option("--max-queued-requests", max_queued, "waiting requests before 503")
+      ->check(ds::tools::kPositive)->capture_default_str();
+  app.add_option("--max-model-len", max_model_len, "context length (0 = model's)")
+      ->check(ds::tools::kNonNegative)->capture_default_str();
+  app.add_option("--shutdown-timeout", shutdown_timeout, "seconds to drain on SIGTERM")
+      ->check(ds::tools::kNonNegative)->capture_default_str();
   app.add_option("--reasoning-parser", reasoning_parser, "deepseek-r1")->check(CLI::IsMember({"", "deepseek-r1"}));
   app.add_option("--tool-call-parser", tool_parser, "deepseek_v3")->check(CLI::IsMember({"", "deepseek_v3"}));
   app.add_flag("--enable-prefix-caching", enable_prefix, "reuse KV blocks of shared prompt prefixes (default)");
   app.add_flag("--disable-prefix-caching", disable_prefix, "turn prefix caching off");
-  app.add_option("--log-level", log_level, "debug | info | warning | error");
-  app.add_option("--stats-interval", stats_interval, "seconds between engine stats lines (0 = off)");
-  app.add_option("--io-threads", io_threads, "HTTP I/O threads")->check(CLI::PositiveNumber);
-  app.add_option("--max-body-bytes", max_body, "request body limit (413 above)");
+  app.add_option("--log-level", log_level, "debug | info | warning | error")->capture_default_str();
+  app.add_option("--stats-interval", stats_interval, "seconds between engine stats lines (0 = off)")
+      ->check(ds::tools::kNonNegative)->capture_default_str();
+  app.add_option("--io-threads", io_threads, "HTTP I/O threads")->check(ds::tools::kPositive)->capture_default_str();
+  app.add_option("--max-body-bytes", max_body, "request body limit (413 above)")
+      ->check(ds::tools::kPositive)->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (ro.mem_fraction_static <= 0) {
+    std::fprintf(stderr, "dsinfer serve: --mem-fraction-static must be in (0, 1], got %g\n", ro.mem_fraction_static);
+    return 2;
   }
   ro.cuda_graphs = !no_graphs;
   ro.mla_decode_tensor_cores = decode_attn == "tensor-core";
@@ -174,7 +191,8 @@ int RunServe(int argc, char** argv) {
   } else {
     auto t = ds::LoadTextTokenizer(tokenizer_dir.empty() ? ro.model_dir : tokenizer_dir);
     if (!t.ok()) {
-      std::fprintf(stderr, "dsinfer serve: tokenizer: %s\n", t.status().ToString().c_str());
+      std::fprintf(stderr, "dsinfer serve: tokenizer: %s%s\n", t.status().ToString().c_str(),
+                   tokenizer_dir.empty() ? " (pass --tokenizer DIR, or --tokenizer byte for token-id prompts)" : "");
       return 1;
     }
     tok = std::move(t).value();
@@ -185,6 +203,9 @@ int RunServe(int argc, char** argv) {
     return 1;
   }
 
+  if (max_model_len > cfg.max_position_embeddings && cfg.max_position_embeddings > 0)
+    DS_LOG(WARNING) << "--max-model-len " << max_model_len << " is above the model's max_position_embeddings ("
+                    << cfg.max_position_embeddings << "): outputs past that length are untested extrapolation";
   ds::EngineOptions eo;
   eo.max_num_batched_tokens = max_batched;
   eo.max_running_requests = max_running;

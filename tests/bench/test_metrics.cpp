@@ -105,6 +105,16 @@ TEST(BenchMetrics, ThroughputLatencyAndSlo) {
   EXPECT_EQ(ReportValue(report, "Output tok/s per GPU (2 GPUs):"), "2.00") << report;
 }
 
+TEST(BenchMetrics, VocabularyErrorsGetAHint) {
+  RequestOutcome bad;
+  bad.error = "HTTP 500: boom";
+  BenchMetrics m = ComputeMetrics({bad}, 1.0, 1, SloConfig{});
+  EXPECT_EQ(FormatReport(m, 0, 1.0).find("--vocab-size"), std::string::npos);
+  bad.error = "HTTP 400: token id 13475 is outside the vocabulary [0, 512)";
+  m = ComputeMetrics({bad}, 1.0, 1, SloConfig{});
+  EXPECT_NE(FormatReport(m, 0, 1.0).find("pass --vocab-size N"), std::string::npos);
+}
+
 TEST(BenchMetrics, NoSloMeansEverySuccessCounts) {
   std::vector<RequestOutcome> rs = {Ok(5, 50, 3, 1), Ok(5, 50, 3, 1)};
   RequestOutcome bad;
