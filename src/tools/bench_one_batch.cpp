@@ -25,6 +25,7 @@
 #include "model/mla.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/runner_factory.h"
+#include "tools/cli_checks.h"
 #include "tools/command.h"
 
 
@@ -179,7 +180,7 @@ int RunOneBatch(int argc, char** argv) {
   app.add_option("--model", model, "model dir (config.json [+ safetensors])")->required();
   app.add_option("--load-format", load_format, "auto (checkpoint) | dummy (random weights from the config)")
       ->check(CLI::IsMember({"auto", "dummy"}))->capture_default_str();
-  app.add_option("--num-layers", num_layers, "truncate to the first N layers");
+  app.add_option("--num-layers", num_layers, "truncate to the first N layers (0 = all)")->check(ds::tools::kNonNegative);
   app.add_option("--batch-size", batch, "sequences")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   app.add_option("--input-len", input_len, "prompt tokens per sequence")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   app.add_option("--output-len", output_len, "output tokens per sequence (1 from prefill + O-1 decode steps)")
@@ -430,10 +431,10 @@ int RunRoofline(int argc, char** argv) {
   int num_layers = 0, batch = 1, input_len = 1024, output_len = 256;
   HwFlags hw;
   app.add_option("--model", model, "model dir or config.json")->required();
-  app.add_option("--num-layers", num_layers, "truncate to the first N layers");
+  app.add_option("--num-layers", num_layers, "truncate to the first N layers (0 = all)")->check(ds::tools::kNonNegative);
   app.add_option("--batch-size", batch, "sequences")->check(CLI::Range(1, 1 << 20))->capture_default_str();
-  app.add_option("--input-len", input_len, "prompt tokens")->capture_default_str();
-  app.add_option("--output-len", output_len, "output tokens")->capture_default_str();
+  app.add_option("--input-len", input_len, "prompt tokens")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("--output-len", output_len, "output tokens")->check(CLI::Range(1, 1 << 24))->capture_default_str();
   app.add_option("--device", device, "dtypes: cuda (bf16/fp8 per config) | cpu (fp32)")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--output-file", output_file, "write results as JSON");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -83,16 +84,23 @@ int RunTokenize(int argc, char** argv) {
   return 0;
 }
 
-bool ParseIds(const std::string& s, std::vector<int32_t>* ids) {
+// The first id outside [0, vocab_size) (Decode would drop it silently), if any.
+std::optional<long long> FirstIdOutside(const std::vector<long long>& ids, int32_t vocab_size) {
+  for (long long id : ids)
+    if (id < 0 || id >= vocab_size) return id;
+  return std::nullopt;
+}
+
+bool ParseIds(const std::string& s, std::vector<long long>* ids) {
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
     try {
       size_t pos = 0;
-      long v = std::stol(item, &pos);
+      long long v = std::stoll(item, &pos);
       if (pos != item.size()) return false;
-      ids->push_back(static_cast<int32_t>(v));
+      ids->push_back(v);
     } catch (...) {
       return false;
     }
@@ -118,12 +126,18 @@ int RunDetokenize(int argc, char** argv) {
   auto tok = LoadOrExit(dir);
   if (!tok) return 1;
   if (i->count()) {
-    std::vector<int32_t> ids;
+    std::vector<long long> ids;
     if (!ParseIds(ids_str, &ids)) {
       std::fprintf(stderr, "dsinfer detokenize: --ids must be comma-separated integers\n");
       return 2;
     }
-    std::printf("%s\n", Dump(json{{"text", tok->Decode(ids, skip_special)}}).c_str());
+    if (const auto bad = FirstIdOutside(ids, tok->vocab_size())) {
+      std::fprintf(stderr, "dsinfer detokenize: token id %lld is outside the vocabulary [0, %d)\n", *bad,
+                   tok->vocab_size());
+      return 2;
+    }
+    const std::vector<int32_t> ids32(ids.begin(), ids.end());
+    std::printf("%s\n", Dump(json{{"text", tok->Decode(ids32, skip_special)}}).c_str());
     return 0;
   }
   std::ifstream f(input, std::ios::binary);
@@ -135,16 +149,22 @@ int RunDetokenize(int argc, char** argv) {
   size_t lineno = 0;
   while (std::getline(f, line)) {
     ++lineno;
-    std::vector<int32_t> ids;
+    std::vector<long long> ids;
     try {
       json j = json::parse(line);
-      ids = j.at("ids").get<std::vector<int32_t>>();
+      ids = j.at("ids").get<std::vector<long long>>();
     } catch (const json::exception& e) {
       std::fprintf(stderr, "dsinfer detokenize: %s:%zu: expected {\"ids\": [int...]}: %s\n",
                    input.c_str(), lineno, e.what());
       return 1;
     }
-    std::printf("%s\n", Dump(json{{"text", tok->Decode(ids, skip_special)}}).c_str());
+    if (const auto bad = FirstIdOutside(ids, tok->vocab_size())) {
+      std::fprintf(stderr, "dsinfer detokenize: %s:%zu: token id %lld is outside the vocabulary [0, %d)\n",
+                   input.c_str(), lineno, *bad, tok->vocab_size());
+      return 1;
+    }
+    const std::vector<int32_t> ids32(ids.begin(), ids.end());
+    std::printf("%s\n", Dump(json{{"text", tok->Decode(ids32, skip_special)}}).c_str());
   }
   return 0;
 }

@@ -30,6 +30,8 @@ TEST(CliUsage, NegativeAndZeroNumbersAreUsageErrors) {
       {"serve --shutdown-timeout -1", "--shutdown-timeout: must be >= 0, got -1"},
       {"serve --mem-fraction-static 0", "--mem-fraction-static must be in (0, 1], got 0"},
       {"generate --model x --num-layers -1", "--num-layers: must be >= 0, got -1"},
+      {"bench roofline --model x --input-len -5", "--input-len: Value -5 not in range 1 to"},
+      {"bench one-batch --model x --num-layers -3", "--num-layers: must be >= 0, got -3"},
   };
   for (const auto& [args, want] : cases) {
     auto [rc, out] = Dsinfer(args);
@@ -44,6 +46,18 @@ TEST(CliUsage, ServeWithoutTokenizerNamesTheFlag) {
                            "/serve_fake --load-format fake --port 0");
   EXPECT_EQ(rc, 1) << out;
   EXPECT_NE(out.find("--tokenizer byte"), std::string::npos) << out;
+}
+
+TEST(CliUsage, DetokenizeRejectsIdsOutsideTheVocabulary) {
+  // The real DeepSeek-V3 tokenizer (128,815 ids); Decode would silently drop these ids.
+  const std::string tok = std::string(DS_SHARED_DIR) + "/models/deepseek-v3";
+  for (const char* ids : {"1,999999999", "-1", "4294967297", "128815"}) {
+    auto [rc, out] = Dsinfer("detokenize --tokenizer " + tok + " --ids " + ids);
+    EXPECT_EQ(rc, 2) << ids << "\n" << out;
+    EXPECT_NE(out.find("is outside the vocabulary [0, 128815)"), std::string::npos) << ids << "\n" << out;
+  }
+  auto [rc, out] = Dsinfer("detokenize --tokenizer " + tok + " --ids 128814");
+  EXPECT_EQ(rc, 0) << out;
 }
 
 TEST(CliUsage, OneBatchHelpShowsPlainNoWarmup) {
