@@ -194,7 +194,7 @@ int RunGenerate(int argc, char** argv) {
   int num_layers = 0, num_kv_blocks = 0, max_tokens_per_pass = 8192, bench_batch = 0, bench_prompt_len = 0;
   app.add_option("--model", model_dir, "model directory (config.json + safetensors)")->required();
   app.add_option("--load-format", load_format, "auto (safetensors) | dummy (seeded random weights, --device cuda)")
-      ->check(CLI::IsMember({"auto", "dummy"}));
+      ->check(CLI::IsMember({"auto", "dummy"}))->capture_default_str();
   app.add_option("--num-layers", num_layers, "run only the first N decoder layers (0 = all)")->check(ds::tools::kNonNegative);
   app.add_option("--num-kv-blocks", num_kv_blocks, "KV pool size in 64-token blocks (0 = what the run needs)")
       ->check(ds::tools::kNonNegative);
@@ -216,16 +216,16 @@ int RunGenerate(int argc, char** argv) {
   auto* p_text = app.add_option("--prompt", prompt, "prompt text, encoded with the tokenizer (BOS per tokenizer_config.json)");
   auto* p_ids = app.add_option("--prompt-ids", prompt_ids_str, "prompt token ids, comma-separated");
   p_text->excludes(p_ids);
-  app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 20));
-  app.add_option("--temperature", temperature, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f));
+  app.add_option("--max-tokens", max_tokens, "tokens to generate")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  app.add_option("--temperature", temperature, "sampling temperature (0 = greedy)")->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
   app.add_option("--top-p", top_p, "nucleus sampling mass in (0, 1]")->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--top-k", top_k, "keep the k most likely tokens (0 = all)")->check(ds::tools::kNonNegative);
   app.add_option("--seed", seed, "sampling seed");
   app.add_flag("--ignore-eos", ignore_eos, "do not stop at an EOS token");
-  app.add_option("--device", device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--output", output, "text | json")->check(CLI::IsMember({"text", "json"}));
+  app.add_option("--device", device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--output", output, "text | json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
   app.add_option("--mla", mla, "MLA form: auto (naive prefill, absorbed decode) | naive | absorbed")
-      ->check(CLI::IsMember({"auto", "naive", "absorbed"}));
+      ->check(CLI::IsMember({"auto", "naive", "absorbed"}))->capture_default_str();
   std::string expert_map_file, dump_expert_load;
   app.add_option("--expert-map", expert_map_file, "CPU: logical->physical expert map JSON (dsinfer eplb --output)");
   app.add_option("--dump-expert-load", dump_expert_load,
