@@ -166,7 +166,7 @@ int RunServe(int argc, char** argv) {
     if (tokenizer_dir == "byte") cj["vocab_size"] = 512;
     std::ofstream(embedded_dir + "/config.json") << cj.dump(1);
     ro.model_dir = embedded_dir;
-    ro.load_format = "dummy";
+    if (ro.load_format != "fake") ro.load_format = "dummy";  // no checkpoint: seeded random weights
   }
   // One runner per data-parallel rank (the CUDA runner of rank r on device r).
   std::vector<std::unique_ptr<ds::ModelRunner>> runners;
