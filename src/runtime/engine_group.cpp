@@ -22,7 +22,7 @@ Status EngineGroup::Add(EngineRequest req) {
       loads[i].accepting = !engines_[i]->admission_stopped();
     }
     r = policy_->Choose(loads, {static_cast<int64_t>(req.prompt.size()), req.params.max_tokens});
-    if (r < 0) return ResourceExhausted("no data-parallel rank accepts requests (admission stopped)");
+    if (r < 0) return ResourceExhausted("server is shutting down (no data-parallel rank accepts requests)");
   }
   const uint64_t id = req.id;
   // Forget the rank once the request's final output has been delivered.

@@ -1,5 +1,6 @@
 // `dsinfer <subcommand> [flags]`: the one executable. Subcommands register themselves
 // (command.h); this file only dispatches and turns escaped exceptions into clean errors.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
     // A family of two-word commands ("bench"): list its members.
     const std::string family = std::string(argv[1]) + " ";
     bool listed = false;
+    const bool has_family = std::any_of(reg.begin(), reg.end(), [&](const auto& kv) { return kv.first.rfind(family, 0) == 0; });
+    if (has_family && argc >= 3 && argv[2][0] != '-')
+      std::fprintf(stderr, "dsinfer: unknown command '%s %s'\n\n", argv[1], argv[2]);
     for (const auto& [cmd, info] : reg) {
       if (cmd.rfind(family, 0) != 0) continue;
       if (!listed) std::fprintf(stderr, "usage: dsinfer %s<what> [flags]\n\n", family.c_str());

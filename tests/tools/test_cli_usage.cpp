@@ -60,6 +60,13 @@ TEST(CliUsage, DetokenizeRejectsIdsOutsideTheVocabulary) {
   EXPECT_EQ(rc, 0) << out;
 }
 
+TEST(CliUsage, UnknownTwoWordCommandIsNamed) {
+  auto [rc, out] = Dsinfer("bench bogus");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("unknown command 'bench bogus'"), std::string::npos) << out;
+  EXPECT_NE(out.find("bench serve"), std::string::npos) << out;  // the family is listed
+}
+
 TEST(CliUsage, OneBatchHelpShowsPlainNoWarmup) {
   auto [rc, out] = Dsinfer("bench one-batch --help");
   EXPECT_EQ(rc, 0) << out;
