@@ -87,8 +87,10 @@ int RunPlan(int argc, char** argv) {
   Deployment base;
   std::string header = "dsinfer plan: " + cfg->model_type + " on " + hw->name + ", " + std::to_string(w.input_len) +
                        " in + " + std::to_string(w.output_len) + " out";
-  if (slo.tpot_ms > 0) header += ", TPOT <= " + std::to_string(static_cast<int>(slo.tpot_ms)) + " ms";
-  if (slo.ttft_ms > 0) header += ", TTFT <= " + std::to_string(static_cast<int>(slo.ttft_ms)) + " ms";
+  // %g: the SLO as given (47.6 printed as "47" by an int cast read as a tighter objective).
+  auto ms = [](double v) { char b[32]; std::snprintf(b, sizeof b, "%g", v); return std::string(b); };
+  if (slo.tpot_ms > 0) header += ", TPOT <= " + ms(slo.tpot_ms) + " ms";
+  if (slo.ttft_ms > 0) header += ", TTFT <= " + ms(slo.ttft_ms) + " ms";
   text += header + "\n";
 
   if (!deployment_file.empty()) {
