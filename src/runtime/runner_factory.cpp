@@ -1,11 +1,14 @@
 #include "runtime/runner_factory.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "model/param_count.h"
 #include "runtime/cpu_runner.h"
 #include "runtime/dummy_checkpoint.h"
 #include "runtime/fake_model_runner.h"
@@ -65,6 +68,20 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o)
   }
   if (o.load_format != "auto" && o.load_format != "dummy")
     return InvalidArgument("--load-format must be auto, dummy or fake, got '" + o.load_format + "'");
+  // The CPU runner holds every weight in fp32 (and --load-format dummy first writes them as a
+  // bf16 checkpoint under $TMPDIR): refuse a model that cannot fit in this machine's memory
+  // (DeepSeek-V3: 2.7 TB) before writing or loading anything.
+  const int64_t fp32_bytes = ComputeWeightStats(cfg).total_params * 4;
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0 && fp32_bytes > static_cast<int64_t>(pages) * page_size) {
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    char msg[320];
+    std::snprintf(msg, sizeof msg,
+                  "--device cpu: the CPU runner keeps weights in fp32: %.1f GiB for %d layers, more than this "
+                  "machine's %.1f GiB of memory (use --num-layers N, or --device cuda)",
+                  fp32_bytes / gib, cfg.num_hidden_layers, static_cast<double>(pages) * page_size / gib);
+    return ResourceExhausted(msg);
+  }
   CpuRunnerOptions co;
   co.num_kv_blocks = blocks;
   if (o.load_format == "auto" && o.num_layers <= 0) {

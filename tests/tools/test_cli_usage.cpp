@@ -60,6 +60,15 @@ TEST(CliUsage, DetokenizeRejectsIdsOutsideTheVocabulary) {
   EXPECT_EQ(rc, 0) << out;
 }
 
+TEST(CliUsage, CpuRefusesAModelLargerThanMemoryBeforeWritingDummyWeights) {
+  // DeepSeek-V3 in fp32 is 2.5 TiB: the CPU runner must refuse it up front instead of writing
+  // a 1.3 TB bf16 dummy checkpoint under $TMPDIR and then running out of memory.
+  auto [rc, out] = Dsinfer("bench one-batch --model " + std::string(DS_SHARED_DIR) +
+                           "/models/deepseek-v3 --load-format dummy");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("the CPU runner keeps weights in fp32: 2499.8 GiB for 61 layers"), std::string::npos) << out;
+}
+
 TEST(CliUsage, UnknownTwoWordCommandIsNamed) {
   auto [rc, out] = Dsinfer("bench bogus");
   EXPECT_EQ(rc, 2) << out;
