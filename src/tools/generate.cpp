@@ -20,6 +20,7 @@
 #include "model/config.h"
 #include "runtime/cpu_runner.h"
 #include "server/tokenizer.h"
+#include "runtime/runner_factory.h"
 #include "tools/cli_checks.h"
 #include "tools/command.h"
 #ifdef DS_WITH_CUDA
@@ -83,13 +84,19 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& mod
     return ds::Unimplemented("--device cuda: this build has no CUDA backend");
 #endif
   }
-  if (num_layers > 0) return ds::Unimplemented("--num-layers: only with --device cuda in this build");
-  ds::CpuRunnerOptions opts;
-  opts.num_kv_blocks = blocks;
-  opts.mla_mode = mode;
-  auto r = ds::CpuModelRunner::Create(model_dir, opts);
+  // The engine's factory: checkpoint weights, or dummy weights / a layer-truncated view through
+  // a scratch checkpoint (as serve and bench one-batch do).
+  ds::RunnerOptions ro;
+  ro.model_dir = model_dir;
+  ro.device = "cpu";
+  ro.load_format = load_format;
+  ro.num_layers = num_layers;
+  ro.num_kv_blocks = blocks;
+  ro.seed = seed;
+  auto r = ds::CreateModelRunner(ro);
   if (!r.ok()) return r.status();
-  return std::unique_ptr<ds::ModelRunner>(std::move(r).value());
+  if (auto* cpu = dynamic_cast<ds::CpuModelRunner*>(r->get())) cpu->set_mla_mode(mode);
+  return std::move(r).value();
 }
 
 // --bench-batch B --bench-prompt-len P: B random prompts of P tokens, prefilled in one
@@ -193,7 +200,7 @@ int RunGenerate(int argc, char** argv) {
   std::string load_format = "auto", fp8_gemm = "kernel";
   int num_layers = 0, num_kv_blocks = 0, max_tokens_per_pass = 8192, bench_batch = 0, bench_prompt_len = 0;
   app.add_option("--model", model_dir, "model directory (config.json + safetensors)")->required();
-  app.add_option("--load-format", load_format, "auto (safetensors) | dummy (seeded random weights, --device cuda)")
+  app.add_option("--load-format", load_format, "auto (safetensors) | dummy (seeded random weights from config.json; --seed)")
       ->check(CLI::IsMember({"auto", "dummy"}))->capture_default_str();
   app.add_option("--num-layers", num_layers, "run only the first N decoder layers (0 = all)")->check(ds::tools::kNonNegative);
   app.add_option("--num-kv-blocks", num_kv_blocks, "KV pool size in 64-token blocks (0 = what the run needs)")
@@ -264,8 +271,6 @@ int RunGenerate(int argc, char** argv) {
 #ifndef DS_WITH_CUDA
     return Fail(1, "--device cuda: this build has no CUDA backend (configure with -DDS_CUDA=ON)");
 #endif
-  } else if (load_format == "dummy") {
-    return Fail(2, "--load-format dummy: only with --device cuda in this build");
   }
 
   ds::MlaMode mode = ds::MlaMode::kAuto;

@@ -53,6 +53,29 @@ TEST(Generate, GreedyJsonMatchesGolden) {
   }
 }
 
+// The CPU path goes through the engine's runner factory: --num-layers N (a truncated view of
+// the checkpoint) and --load-format dummy (seeded random weights) work as in serve.
+TEST(Generate, CpuNumLayersAndDummyWeights) {
+  json g = Golden("v3_tiny");
+  const std::string ids = Ids(g["prompt_ids"].get<std::vector<int>>());
+  const std::string v3 = std::string(DS_BINARY) + " generate --model " + DS_TEST_DATA_DIR + "/v3_tiny --prompt-ids " +
+                         ids + " --max-tokens 8 --ignore-eos --output json";
+  // All 3 layers through the truncation path = the golden; 2 layers is another model.
+  auto all = RunCmd(v3 + " --num-layers 3"), two = RunCmd(v3 + " --num-layers 2");
+  ASSERT_EQ(all.first, 0);
+  ASSERT_EQ(two.first, 0);
+  const auto want = g["greedy_ids"].get<std::vector<int>>();
+  EXPECT_EQ(json::parse(all.second)["token_ids"].get<std::vector<int>>(), std::vector<int>(want.begin(), want.begin() + 8));
+  EXPECT_NE(json::parse(two.second)["token_ids"], json::parse(all.second)["token_ids"]);
+  // Dummy weights from the config alone: deterministic in --seed.
+  const std::string dummy = std::string(DS_BINARY) + " generate --model " + DS_TEST_DATA_DIR +
+                            "/serve_tiny --load-format dummy --prompt-ids 1,2,3 --max-tokens 8 --ignore-eos --output json";
+  auto a = RunCmd(dummy + " --seed 1"), b = RunCmd(dummy + " --seed 1"), c = RunCmd(dummy + " --seed 2");
+  ASSERT_EQ(a.first, 0);
+  EXPECT_EQ(json::parse(a.second)["token_ids"], json::parse(b.second)["token_ids"]);
+  EXPECT_NE(json::parse(a.second)["token_ids"], json::parse(c.second)["token_ids"]);
+}
+
 TEST(Generate, SamplingIsSeededAndStopsAtEos) {
   json g = Golden("v3_tiny");
   const std::string base = std::string(DS_BINARY) + " generate --model " + DS_TEST_DATA_DIR +
