@@ -119,8 +119,13 @@ int RunServe(int argc, char** argv) {
       ->check(ds::tools::kNonNegative)->capture_default_str();
   app.add_option("--shutdown-timeout", shutdown_timeout, "seconds to drain on SIGTERM")
       ->check(ds::tools::kNonNegative)->capture_default_str();
-  app.add_option("--reasoning-parser", reasoning_parser, "deepseek-r1")->check(CLI::IsMember({"", "deepseek-r1"}));
-  app.add_option("--tool-call-parser", tool_parser, "deepseek_v3")->check(CLI::IsMember({"", "deepseek_v3"}));
+  // SGLang spells them deepseek-r1 / deepseekv3, vLLM deepseek_r1 / deepseek_v3: both are accepted.
+  app.add_option("--reasoning-parser", reasoning_parser,
+                 "deepseek-r1 (= deepseek_r1): <think>...</think> -> reasoning_content (default: off)")
+      ->check(CLI::IsMember({"deepseek-r1", "deepseek_r1"}));
+  app.add_option("--tool-call-parser", tool_parser,
+                 "deepseek_v3 (= deepseekv3): DeepSeek-V3 tool-call markup -> tool_calls (default: off)")
+      ->check(CLI::IsMember({"deepseek_v3", "deepseekv3"}));
   app.add_flag("--enable-prefix-caching", enable_prefix, "reuse KV blocks of shared prompt prefixes (default)");
   app.add_flag("--disable-prefix-caching", disable_prefix, "turn prefix caching off");
   app.add_option("--log-level", log_level, "debug | info | warning | error")->capture_default_str();
@@ -138,6 +143,8 @@ int RunServe(int argc, char** argv) {
     std::fprintf(stderr, "dsinfer serve: --mem-fraction-static must be in (0, 1], got %g\n", ro.mem_fraction_static);
     return 2;
   }
+  if (reasoning_parser == "deepseek_r1") reasoning_parser = "deepseek-r1";
+  if (tool_parser == "deepseekv3") tool_parser = "deepseek_v3";
   ro.cuda_graphs = !no_graphs;
   ro.mla_decode_tensor_cores = decode_attn == "tensor-core";
   ds::LogLevel lvl;

@@ -30,6 +30,7 @@ TEST(CliUsage, NegativeAndZeroNumbersAreUsageErrors) {
       {"serve --shutdown-timeout -1", "--shutdown-timeout: must be >= 0, got -1"},
       {"serve --mem-fraction-static 0", "--mem-fraction-static must be in (0, 1], got 0"},
       {"generate --model x --num-layers -1", "--num-layers: must be >= 0, got -1"},
+      {"serve --reasoning-parser qwen3", "--reasoning-parser: qwen3 not in {deepseek-r1,deepseek_r1}"},
       {"bench roofline --model x --input-len -5", "--input-len: Value -5 not in range 1 to"},
       {"bench one-batch --model x --num-layers -3", "--num-layers: must be >= 0, got -3"},
   };
