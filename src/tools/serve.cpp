@@ -83,7 +83,7 @@ int RunServe(int argc, char** argv) {
   app.add_option("--num-layers", ro.num_layers, "use only the first N layers (0 = all)")
       ->check(ds::tools::kNonNegative)->capture_default_str();
   app.add_option("--device", ro.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--mem-fraction-static", ro.mem_fraction_static,
+  app.add_option("--mem-fraction-static,--gpu-memory-utilization", ro.mem_fraction_static,
                  "GPU: fraction of device memory for weights + KV pool, in (0, 1]")
       ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   app.add_option("--num-kv-blocks", ro.num_kv_blocks, "KV pool size in 64-token blocks (0 = automatic)")
@@ -102,7 +102,7 @@ int RunServe(int argc, char** argv) {
   app.add_option("--port", port, "listen port (0 = any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
   app.add_option("--api-key", api_key,
                  "require 'Authorization: Bearer KEY' on /v1 routes, /tokenize and /detokenize");
-  app.add_option("--max-running-requests", max_running, "sequences in the running batch (per DP rank)")
+  app.add_option("--max-running-requests,--max-num-seqs", max_running, "sequences in the running batch (per DP rank)")
       ->check(ds::tools::kPositive)->capture_default_str();
   app.add_option("--dp-size,--data-parallel-size", dp_size,
                  "data-parallel ranks: engines with their own runner and KV cache (cuda: rank r on GPU r)")
@@ -115,7 +115,7 @@ int RunServe(int argc, char** argv) {
       ->check(ds::tools::kPositive)->capture_default_str();
   app.add_option("--max-queued-requests", max_queued, "waiting requests before 503")
       ->check(ds::tools::kPositive)->capture_default_str();
-  app.add_option("--max-model-len", max_model_len, "context length (0 = model's)")
+  app.add_option("--max-model-len,--context-length", max_model_len, "context length (0 = model's)")
       ->check(ds::tools::kNonNegative)->capture_default_str();
   app.add_option("--shutdown-timeout", shutdown_timeout, "seconds to drain on SIGTERM")
       ->check(ds::tools::kNonNegative)->capture_default_str();
