@@ -480,7 +480,8 @@ void OpenAIServer::HandleGeneration(const HttpRequest& req, std::shared_ptr<Resp
     if (!Has(b, k)) continue;
     if (!b[k].is_number_integer()) return Send(*w, BadParam(k, std::string("'") + k + "' must be an integer"));
     if (b[k].is_number_unsigned() && b[k].get<uint64_t>() > (1ull << 31))
-      return Send(*w, BadParam(k, std::string("'") + k + "' is too large"));
+      return Send(*w, BadParam(k, std::string("'") + k + "' is too large: at most " +
+                                      std::to_string(engine_->max_model_len()) + " tokens (the context length)"));
     int64_t v = b[k].get<int64_t>();
     if (v < 1) return Send(*w, BadParam(k, std::string("'") + k + "' must be at least 1, got " + std::to_string(v)));
     max_tokens = v;
