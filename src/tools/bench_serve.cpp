@@ -38,7 +38,9 @@ int RunBenchServe(int argc, char** argv) {
   app.add_option("--trace-time-scale", o.trace_time_scale,
                  "trace: multiply timestamps by this (2 = half the request rate)")->capture_default_str();
   app.add_option("--trace-duration-s", o.trace_duration_s, "trace: replay only the first N seconds of the trace (0 = all)");
-  app.add_option("--tokenizer", o.tokenizer_dir, "tokenizer dir: text prompts / exact ShareGPT token counts");
+  app.add_option("--tokenizer", o.tokenizer_dir,
+                 "tokenizer dir (text prompts / exact ShareGPT token counts), or 'byte' for a server run with "
+                 "--tokenizer byte");
   app.add_option("--vocab-size", o.vocab_size, "vocabulary for synthetic token ids (default: tokenizer's, else 32000)");
   app.add_option("--prompt-format", o.prompt_format,
                  "synthetic prompts on /v1/completions: auto (random: text if --tokenizer, else ids; trace: ids) | ids | text")

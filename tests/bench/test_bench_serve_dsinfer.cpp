@@ -120,6 +120,22 @@ TEST(BenchServeDsinfer, RandomIdsAndTraceAgainstRealServer) {
   if (t.contains("prefix_cache_hit_rate")) EXPECT_GT(t["prefix_cache_hit_rate"].get<double>(), 0.0) << out;
 }
 
+// `--tokenizer byte` on both sides: text prompts (chat endpoint) against a byte-tokenizer server
+// count exactly the asked tokens.
+TEST(BenchServeDsinfer, ChatWithTheByteTokenizer) {
+  if (!HaveServe()) GTEST_SKIP() << "dsinfer serve is not in this build";
+  DsinferServer srv;
+  ASSERT_GT(srv.port(), 0);
+  std::string out;
+  auto [rc, j] = Bench("--port " + std::to_string(srv.port()) + " --backend openai-chat --tokenizer byte"
+                       " --num-prompts 6 --random-input-len 60 --random-output-len 5 --ignore-eos",
+                       &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(j["completed"], 6) << out;
+  EXPECT_EQ(j["failed"], 0) << out;
+  EXPECT_EQ(j["total_output_tokens"], 6 * 5);
+}
+
 // Data parallelism: two engines (DP ranks) behind one server, requests placed by the least
 // context tokens in flight. Every request completes, and /metrics reports both ranks.
 TEST(BenchServeDsinfer, DataParallelTwoRanks) {
