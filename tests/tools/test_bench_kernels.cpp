@@ -2,22 +2,15 @@
 // CPU-only build refuses it with a clear error instead of crashing.
 #include <gtest/gtest.h>
 
+#include "run_cmd.h"
+
 #include <cstdio>
 #include <string>
 
 namespace {
 
-// Runs a shell command, returns (exit code, stdout + stderr).
-std::pair<int, std::string> RunCmd(const std::string& cmd) {
-  std::string out;
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return {-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using ds::test::RunCmd;
+
 
 TEST(BenchKernels, HelpAndListing) {
   auto [rc, out] = RunCmd(std::string(DS_BINARY) + " bench kernels --help");

@@ -2,6 +2,8 @@
 // runner loop on a fixture (logits unchanged under the new map), usage and input errors.
 #include <gtest/gtest.h>
 
+#include "run_cmd.h"
+
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -15,19 +17,10 @@
 namespace ds {
 namespace {
 
+using ds::test::RunCmd;
+
 using json = nlohmann::json;
 
-// Runs a shell command; returns (exit code, stdout [+ stderr when merge_stderr]).
-std::pair<int, std::string> RunCmd(const std::string& cmd, bool merge_stderr = true) {
-  std::string out;
-  FILE* f = popen((cmd + (merge_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
-  if (!f) return {-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 std::string Tmp(const std::string& name) { return ::testing::TempDir() + "/eplb_tool_" + name; }
 

@@ -1,6 +1,8 @@
 // `dsinfer generate` end to end: greedy ids equal transformers' goldens; clear usage errors.
 #include <gtest/gtest.h>
 
+#include "run_cmd.h"
+
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -9,19 +11,11 @@
 
 namespace {
 
+// Runs a shell command, returns (exit code, stdout).
+std::pair<int, std::string> RunCmd(const std::string& cmd) { return ds::test::RunCmd(cmd, false); }
+
 using json = nlohmann::json;
 
-// Runs a shell command, returns (exit code, stdout).
-std::pair<int, std::string> RunCmd(const std::string& cmd) {
-  std::string out;
-  FILE* f = popen((cmd + " 2>/dev/null").c_str(), "r");
-  if (!f) return {-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
 
 json Golden(const std::string& name) {
   std::ifstream f(std::string(DS_TEST_DATA_DIR) + "/" + name + "/golden.json");
