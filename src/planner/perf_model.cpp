@@ -200,6 +200,50 @@ PlanContext MakeContext(const ModelConfig& c, const HardwareProfile& hw, const W
   return PlanContext{c, CountModuleShapes(c), hw, w, s};
 }
 
+// The FFN sublayer of one micro-batch, for decode and prefill alike. A MoE layer costs the
+// routed experts' grouped GEMM (expert imbalance, weights of this rank's experts, or only the
+// expected touched fraction when `only_touched_experts`), the shared experts (on dedicated
+// devices, or on every device) and dispatch/combine. A dense layer costs its FFN under dense
+// TP and the all-reduce. G: tokens of all DP groups; t_dev: tokens each device dispatches.
+void FfnTime(const Resolved& r, bool moe, double G, double t_dev, bool only_touched_experts, LayerTime* t,
+             double* imb_out) {
+  const auto& hw = r.ctx.hw;
+  const auto& c = r.ctx.config;
+  const auto& s = r.ctx.shapes;
+  const WType w = r.dep.weight_dtype;
+  const double peak_w = hw.PeakTflops(w), mfu = hw.eff.gemm_mfu;
+  if (!moe) {
+    const int dtp = r.dense_tp;
+    t->dense = RooflineUs(hw, 2.0 * t_dev * static_cast<double>(s.dense_ffn.linear_params()),
+                          s.dense_ffn.bytes(w) / static_cast<double>(dtp), peak_w, mfu);
+    if (dtp > 1)
+      t->dense_comm = 2.0 * ((dtp - 1) * t_dev * 2.0 * c.hidden_size / (hw.intra_bw_gbs * 1e9 * hw.eff.comm) * 1e6 +
+                             hw.intra_latency_us);
+    return;
+  }
+  // Ranks that hold routed experts (an EP wider than the expert slots leaves ranks without any).
+  const int E = std::max(1, std::min(r.l.ep(), s.n_routed + r.l.redundant_experts));
+  const double rows_mean = G * s.topk / E;
+  const double imb = ExpertImbalance(r, rows_mean);
+  if (imb_out) *imb_out = imb;
+  const double m = r.experts_per_rank;
+  const double touched = only_touched_experts ? 1.0 - std::exp(-rows_mean / m) : 1.0;
+  const double shared_lin = static_cast<double>(s.shared_experts.linear_params());
+  double moe_us = RooflineUs(hw, 2.0 * rows_mean * imb * static_cast<double>(s.routed_expert.linear_params()) +
+                                     2.0 * t_dev * s.n_routed * c.hidden_size,
+                             m * touched * s.routed_expert.bytes(w), peak_w, mfu);
+  if (r.l.shared_expert_devices > 0) {
+    const double rows_sh = G / r.l.shared_expert_devices;
+    moe_us = std::max(moe_us, RooflineUs(hw, 2.0 * rows_sh * shared_lin, s.shared_experts.bytes(w), peak_w, mfu));
+  } else {
+    t->shared = RooflineUs(hw, 2.0 * t_dev * shared_lin, s.shared_experts.bytes(w), peak_w, mfu);
+  }
+  t->moe_gemm = moe_us;
+  auto [dsp, cmb] = MoeCommUs(r, t_dev, imb);
+  t->dispatch = dsp;
+  t->combine = cmb;
+}
+
 RoleResult EvaluateDecode(const PlanContext& ctx, const Deployment& dep, const InstanceLayout& layout) {
   const Resolved r = Resolve(ctx, dep, layout);
   const auto& c = ctx.config;
@@ -231,11 +275,6 @@ RoleResult EvaluateDecode(const PlanContext& ctx, const Deployment& dep, const I
   res.straggler = 1.0 + ExpectedMaxNormal(dp * layout.pp) * cv_ctx / std::sqrt(std::max(Bg, 1.0));
 
   const double attn_lin = static_cast<double>(s.attention.linear_params());
-  const double expert_lin = static_cast<double>(s.routed_expert.linear_params());
-  const double shared_lin = static_cast<double>(s.shared_experts.linear_params());
-  const double dense_lin = static_cast<double>(s.dense_ffn.linear_params());
-  // Ranks that hold routed experts (an EP wider than the expert slots leaves ranks without any).
-  const int E = std::max(1, std::min(layout.ep(), s.n_routed + layout.redundant_experts));
 
   // One micro-batch holding fraction f of the batch.
   auto layer = [&](double f, bool moe, double* imb_out) {
@@ -247,32 +286,7 @@ RoleResult EvaluateDecode(const PlanContext& ctx, const Deployment& dep, const I
     const double core_bytes = Bg * f * ctx_avg * kv_layer_bytes;
     t.mla_core = RooflineUs(hw, core_flops, core_bytes, peak_bf16, mfu * hw.eff.mla_attention) * res.straggler;
     t.elementwise = t_dev * ElementwiseBytesPerToken(c, false) / (hw.hbm_bw_gbs * 1e9 * hw.eff.bandwidth) * 1e6;
-    if (moe) {
-      const double G = dp * tg;
-      const double rows_mean = G * s.topk / E;
-      const double imb = ExpertImbalance(r, rows_mean);
-      if (imb_out) *imb_out = imb;
-      const double m = r.experts_per_rank;
-      const double touched = 1.0 - std::exp(-rows_mean / m);
-      double moe_us = RooflineUs(hw, 2.0 * rows_mean * imb * expert_lin + 2.0 * t_dev * s.n_routed * c.hidden_size,
-                                 m * touched * s.routed_expert.bytes(w), peak_w, mfu);
-      if (layout.shared_expert_devices > 0) {
-        const double rows_sh = G / layout.shared_expert_devices;
-        moe_us = std::max(moe_us, RooflineUs(hw, 2.0 * rows_sh * shared_lin, s.shared_experts.bytes(w), peak_w, mfu));
-      } else {
-        t.shared = RooflineUs(hw, 2.0 * t_dev * shared_lin, s.shared_experts.bytes(w), peak_w, mfu);
-      }
-      t.moe_gemm = moe_us;
-      auto [dsp, cmb] = MoeCommUs(r, t_dev, imb);
-      t.dispatch = dsp;
-      t.combine = cmb;
-    } else {
-      const int dtp = r.dense_tp;
-      t.dense = RooflineUs(hw, 2.0 * t_dev * dense_lin, s.dense_ffn.bytes(w) / static_cast<double>(dtp), peak_w, mfu);
-      if (dtp > 1)
-        t.dense_comm = 2.0 * ((dtp - 1) * t_dev * 2.0 * c.hidden_size / (hw.intra_bw_gbs * 1e9 * hw.eff.comm) * 1e6 +
-                              hw.intra_latency_us);
-    }
+    FfnTime(r, moe, dp * tg, t_dev, /*only_touched_experts=*/true, &t, imb_out);
     return t;
   };
   const bool mbo = layout.micro_batch_overlap;
@@ -343,11 +357,6 @@ RoleResult EvaluatePrefill(const PlanContext& ctx, const Deployment& dep, const 
   res.chunks = static_cast<int>(chunks);
   const double attn_lin = static_cast<double>(s.attention.linear_params());
   const double kvb_lin = static_cast<double>(c.kv_lora_rank) * c.num_attention_heads * (c.qk_nope_head_dim + c.v_head_dim);
-  const double expert_lin = static_cast<double>(s.routed_expert.linear_params());
-  const double shared_lin = static_cast<double>(s.shared_experts.linear_params());
-  const double dense_lin = static_cast<double>(s.dense_ffn.linear_params());
-  // Ranks that hold routed experts (an EP wider than the expert slots leaves ranks without any).
-  const int E = std::max(1, std::min(layout.ep(), s.n_routed + layout.redundant_experts));
   double imb_full = 1.0;
 
   auto layer = [&](double f, bool moe, double* imb_out) {
@@ -368,30 +377,7 @@ RoleResult EvaluatePrefill(const PlanContext& ctx, const Deployment& dep, const 
       t.attn_comm = 2.0 * (a - 1.0) / a * tgf * 2.0 * c.hidden_size / bw * 1e6 +
                     2 * (a <= r.local ? hw.intra_latency_us : hw.inter_latency_us);
     }
-    if (moe) {
-      const double G = dp * tgf;
-      const double rows_mean = G * s.topk / E;
-      const double imb = ExpertImbalance(r, rows_mean);
-      if (imb_out) *imb_out = imb;
-      double moe_us = RooflineUs(hw, 2.0 * rows_mean * imb * expert_lin + 2.0 * tdf * s.n_routed * c.hidden_size,
-                                 r.experts_per_rank * s.routed_expert.bytes(w), peak_w, mfu);
-      if (layout.shared_expert_devices > 0) {
-        moe_us = std::max(moe_us, RooflineUs(hw, 2.0 * G / layout.shared_expert_devices * shared_lin,
-                                             s.shared_experts.bytes(w), peak_w, mfu));
-      } else {
-        t.shared = RooflineUs(hw, 2.0 * tdf * shared_lin, s.shared_experts.bytes(w), peak_w, mfu);
-      }
-      t.moe_gemm = moe_us;
-      auto [dsp, cmb] = MoeCommUs(r, tdf, imb);
-      t.dispatch = dsp;
-      t.combine = cmb;
-    } else {
-      const int dtp = r.dense_tp;
-      t.dense = RooflineUs(hw, 2.0 * tdf * dense_lin, s.dense_ffn.bytes(w) / static_cast<double>(dtp), peak_w, mfu);
-      if (dtp > 1)
-        t.dense_comm = 2.0 * ((dtp - 1) * tdf * 2.0 * c.hidden_size / (hw.intra_bw_gbs * 1e9 * hw.eff.comm) * 1e6 +
-                              hw.intra_latency_us);
-    }
+    FfnTime(r, moe, dp * tgf, tdf, /*only_touched_experts=*/false, &t, imb_out);
     return t;
   };
   const bool mbo = layout.micro_batch_overlap;
