@@ -84,22 +84,14 @@ EngineStats EngineGroup::Stats() const {
   return total;
 }
 
-void EngineGroup::RenderHistogram(const std::string& which, const std::string& name, const std::string& help,
+void EngineGroup::RenderHistogram(HistogramOf which, const std::string& name, const std::string& help,
                                   const std::string& labels, std::string* out) const {
-  auto pick = [&](const Engine* e) -> const Histogram& {
-    if (which == "ttft") return e->ttft();
-    if (which == "tpot") return e->tpot();
-    if (which == "itl") return e->itl();
-    if (which == "e2e") return e->e2e();
-    DS_CHECK(which == "queue_time") << "unknown histogram " << which;
-    return e->queue_time();
-  };
   if (engines_.size() == 1) {
-    pick(engines_[0]).Render(name, help, labels, out);
+    (engines_[0]->*which)().Render(name, help, labels, out);
     return;
   }
   Histogram sum(LatencyBuckets());
-  for (const Engine* e : engines_) pick(e).AddTo(&sum);
+  for (const Engine* e : engines_) (e->*which)().AddTo(&sum);
   sum.Render(name, help, labels, out);
 }
 

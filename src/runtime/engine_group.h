@@ -31,9 +31,10 @@ class EngineGroup {
   int num_in_flight() const;
   int max_model_len() const;       // the smallest over ranks
   EngineStats Stats() const;       // sums over ranks
-  // Prometheus text of the named latency histogram ("ttft", "tpot", "itl", "e2e",
-  // "queue_time") summed over ranks.
-  void RenderHistogram(const std::string& which, const std::string& name, const std::string& help,
+  // Prometheus text of one of the engines' latency histograms (e.g. &Engine::ttft) summed over
+  // ranks.
+  using HistogramOf = const Histogram& (Engine::*)() const;
+  void RenderHistogram(HistogramOf which, const std::string& name, const std::string& help,
                        const std::string& labels, std::string* out) const;
 
   int size() const { return static_cast<int>(engines_.size()); }

@@ -797,11 +797,11 @@ std::string OpenAIServer::RenderMetrics() const {
                 static_cast<long long>(st.requests_finished_abort));
   out += buf;
   gauge("dsinfer:http_requests_open", "OpenAI requests with an open response.", open_requests_.load());
-  engine_->RenderHistogram("ttft", "dsinfer:time_to_first_token_seconds", "Time to first token (TTFT).", labels, &out);
-  engine_->RenderHistogram("tpot", "dsinfer:time_per_output_token_seconds", "Mean time per output token after the first (TPOT), per request.", labels, &out);
-  engine_->RenderHistogram("itl", "dsinfer:inter_token_latency_seconds", "Time between consecutive output tokens (ITL).", labels, &out);
-  engine_->RenderHistogram("e2e", "dsinfer:e2e_request_latency_seconds", "End-to-end request latency.", labels, &out);
-  engine_->RenderHistogram("queue_time", "dsinfer:request_queue_time_seconds", "Time from arrival to first scheduling.", labels, &out);
+  engine_->RenderHistogram(&Engine::ttft, "dsinfer:time_to_first_token_seconds", "Time to first token (TTFT).", labels, &out);
+  engine_->RenderHistogram(&Engine::tpot, "dsinfer:time_per_output_token_seconds", "Mean time per output token after the first (TPOT), per request.", labels, &out);
+  engine_->RenderHistogram(&Engine::itl, "dsinfer:inter_token_latency_seconds", "Time between consecutive output tokens (ITL).", labels, &out);
+  engine_->RenderHistogram(&Engine::e2e, "dsinfer:e2e_request_latency_seconds", "End-to-end request latency.", labels, &out);
+  engine_->RenderHistogram(&Engine::queue_time, "dsinfer:request_queue_time_seconds", "Time from arrival to first scheduling.", labels, &out);
   if (engine_->size() > 1) {
     // Per-rank load (the DP balance signal): requests and context tokens in flight.
     out += "# HELP dsinfer:dp_rank_requests_in_flight Requests queued or running on each data-parallel rank.\n"

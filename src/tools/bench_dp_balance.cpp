@@ -46,49 +46,50 @@ SimResult Simulate(const std::vector<bench::BenchRequest>& reqs, int dp, int max
   SimResult r;
   r.method = policy->name();
   std::vector<std::vector<Running>> ranks(dp);
+  std::vector<DpRankLoad> loads(dp);  // kept in step with `ranks`
+  int64_t running = 0;
   std::deque<size_t> waiting;
   size_t next = 0;
   double now = 0, sum_ratio_w = 0, sum_w = 0, attn_max_total = 0, attn_mean_total = 0;
-  auto loads = [&] {
-    std::vector<DpRankLoad> l(dp);
-    for (int k = 0; k < dp; ++k) {
-      l[k].requests = static_cast<int64_t>(ranks[k].size());
-      for (const Running& x : ranks[k]) l[k].context_tokens += x.context;
-      l[k].accepting = static_cast<int>(ranks[k].size()) < max_running;
-    }
-    return l;
-  };
-  while (next < reqs.size() || !waiting.empty() ||
-         std::any_of(ranks.begin(), ranks.end(), [](const auto& v) { return !v.empty(); })) {
+  while (next < reqs.size() || !waiting.empty() || running > 0) {
     while (next < reqs.size() && reqs[next].arrival_s <= now) waiting.push_back(next++);
     // Place waiting requests in order while some rank has a slot.
     while (!waiting.empty()) {
-      const auto l = loads();
       const bench::BenchRequest& q = reqs[waiting.front()];
-      const int k = policy->Choose(l, {q.input_len, q.output_len});
+      const int k = policy->Choose(loads, {q.input_len, q.output_len});
       if (k < 0) break;
       ranks[k].push_back({q.input_len, std::max(1, q.output_len)});
+      loads[k].requests += 1;
+      loads[k].context_tokens += q.input_len;
+      loads[k].accepting = loads[k].requests < max_running;
+      ++running;
       waiting.pop_front();
     }
-    const auto l = loads();
     int64_t mx = 0, sum = 0;
-    for (const auto& x : l) { mx = std::max(mx, x.context_tokens); sum += x.context_tokens; }
-    if (sum == 0) {  // idle: jump to the next arrival
+    for (const auto& x : loads) { mx = std::max(mx, x.context_tokens); sum += x.context_tokens; }
+    if (running == 0) {  // idle: jump to the next arrival
       if (next < reqs.size()) now = std::max(now, reqs[next].arrival_s);
       continue;
     }
     const double mean = static_cast<double>(sum) / dp;
     const double step_ms = base_ms + attn_ms_per_mtok * static_cast<double>(mx) / 1e6;
-    sum_ratio_w += (static_cast<double>(mx) / mean) * step_ms;
+    sum_ratio_w += (mean > 0 ? static_cast<double>(mx) / mean : 1.0) * step_ms;
     sum_w += step_ms;
     attn_max_total += attn_ms_per_mtok * static_cast<double>(mx) / 1e6;
     attn_mean_total += attn_ms_per_mtok * mean / 1e6;
     now += step_ms / 1e3;
     ++r.steps;
-    for (auto& rank : ranks) {
-      for (Running& x : rank) { ++x.context; --x.remaining; ++r.tokens; }
-      rank.erase(std::remove_if(rank.begin(), rank.end(), [](const Running& x) { return x.remaining <= 0; }),
-                 rank.end());
+    for (int k = 0; k < dp; ++k) {
+      for (Running& x : ranks[k]) { ++x.context; --x.remaining; ++r.tokens; }
+      loads[k].context_tokens += static_cast<int64_t>(ranks[k].size());
+      for (const Running& x : ranks[k])
+        if (x.remaining <= 0) loads[k].context_tokens -= x.context;
+      const size_t before = ranks[k].size();
+      std::erase_if(ranks[k], [](const Running& x) { return x.remaining <= 0; });
+      const auto done = static_cast<int64_t>(before - ranks[k].size());
+      loads[k].requests -= done;
+      loads[k].accepting = loads[k].requests < max_running;
+      running -= done;
     }
   }
   r.imbalance = sum_w > 0 ? sum_ratio_w / sum_w : 1.0;

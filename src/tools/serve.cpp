@@ -210,9 +210,10 @@ int RunServe(int argc, char** argv) {
     return 1;
   }
 
-  if (max_model_len > cfg.max_position_embeddings && cfg.max_position_embeddings > 0)
+  if (max_model_len > cfg.max_position_embeddings && cfg.max_position_embeddings > 0) {
     DS_LOG(WARNING) << "--max-model-len " << max_model_len << " is above the model's max_position_embeddings ("
                     << cfg.max_position_embeddings << "): outputs past that length are untested extrapolation";
+  }
   ds::EngineOptions eo;
   eo.max_num_batched_tokens = max_batched;
   eo.max_running_requests = max_running;
@@ -270,8 +271,9 @@ int RunServe(int argc, char** argv) {
                << runners[0]->num_kv_blocks() << " blocks x " << ds::kBlockSize
                << " tokens" << (dp_size > 1 ? " per rank" : "") << ", max_model_len " << group.max_model_len()
                << ", prefix caching " << (eo.enable_prefix_caching ? "on" : "off");
-  if (dp_size > 1)
+  if (dp_size > 1) {
     DS_LOG(INFO) << "data parallel: " << dp_size << " ranks, load balance " << group.policy_name();
+  }
   std::fprintf(stdout, "dsinfer serve: listening on %s:%d\n", host.c_str(), http.port());
   std::fflush(stdout);
 

@@ -108,7 +108,7 @@ TEST(EngineGroup, MinimumTokensBalancesContextAndOutputsMatchReference) {
   EXPECT_EQ(st.requests_finished_length, 7);
   EXPECT_EQ(st.num_blocks_total, rig.e0.num_kv_blocks() + rig.e1.num_kv_blocks());
   std::string text;
-  g.RenderHistogram("ttft", "x_ttft", "h", "", &text);
+  g.RenderHistogram(&Engine::ttft, "x_ttft", "h", "", &text);
   EXPECT_NE(text.find("x_ttft_count{} 7"), std::string::npos) << text;
 }
 

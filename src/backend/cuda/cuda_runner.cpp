@@ -205,11 +205,7 @@ class CudaModelRunner : public ModelRunner {
   void CollectMarks() {
     if (!prof_on_ || capturing_ || marks_.empty()) return;
     DS_CUDA_CHECK(cudaEventSynchronize(marks_.back().second));
-    for (size_t i = 1; i < marks_.size(); ++i) {
-      float ms = 0;
-      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, marks_[i - 1].second, marks_[i].second));
-      prof_ms_[marks_[i].first] += ms;
-    }
+    AddMarkIntervals(marks_);
     prof_ms_[prof_prefix_ + "#passes"] += 1;
     for (auto& m : marks_) cudaEventDestroy(m.second);
     marks_.clear();
@@ -218,12 +214,16 @@ class CudaModelRunner : public ModelRunner {
   std::vector<std::pair<std::string, cudaEvent_t>> cap_marks_;  // marks of the graph being captured
   // After a replay of g (stream synchronised): adds its phases' device times to prof_ms_.
   void CollectGraphMarks(const DecodeGraph& g) {
-    for (size_t i = 1; i < g.marks.size(); ++i) {
-      float ms = 0;
-      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, g.marks[i - 1].second, g.marks[i].second));
-      prof_ms_[g.marks[i].first] += ms;
-    }
+    AddMarkIntervals(g.marks);
     if (!g.marks.empty()) prof_ms_["decode/#passes"] += 1;
+  }
+  // Adds the device time between consecutive marks to their phases (events complete).
+  void AddMarkIntervals(const std::vector<std::pair<std::string, cudaEvent_t>>& marks) {
+    for (size_t i = 1; i < marks.size(); ++i) {
+      float ms = 0;
+      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second));
+      prof_ms_[marks[i].first] += ms;
+    }
   }
   std::string prof_prefix_;
   std::vector<std::pair<std::string, cudaEvent_t>> marks_;
