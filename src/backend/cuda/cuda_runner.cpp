@@ -90,6 +90,7 @@ class CudaModelRunner : public ModelRunner {
     prof_on_ = o.profile;
     prof_log_ = o.profile_log;
     skinny_on_ = o.skinny_gemm;
+    sm90_gg_on_ = o.sm90_grouped_gemm;
   }
   std::map<std::string, double> TakeProfile() override {
     std::map<std::string, double> p;
@@ -181,6 +182,7 @@ class CudaModelRunner : public ModelRunner {
   const DecodeGraph* gin_ = nullptr;  // graph-mode inputs of the current pass (nullptr: eager)
   bool capturing_ = false;
   bool skinny_on_ = true;  // decode-size GEMMs on the skinny kernel (skinny_gemm.h)
+  bool sm90_gg_on_ = true;  // prefill-size expert GEMMs on the sm_90a kernel (grouped_gemm_sm90.h)
   int scratch_block_ = 0;             // KV block reserved for padded rows (not the engine's)
   std::map<int64_t, DeviceBuffer> offs_by_rows_;
   const int32_t* d_pos_ = nullptr;    // this pass's positions [T] and cache slots [T] (device)
@@ -916,7 +918,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   // from fp32). Elsewhere FP8 experts keep bf16 activations (in-kernel weight dequantisation).
   GroupedGemmSm90Params f1{}, f2{};
   bool fp8x8 = false;
-  if (!skinny && LW.experts_fp8 && use_cublas_fp8_ && GroupedGemmSm90Available()) {
+  if (!skinny && sm90_gg_on_ && LW.experts_fp8 && use_cublas_fp8_ && GroupedGemmSm90Available()) {
     const int64_t kmax = std::max(Hd, I);
     eq8_.Reserve(cap * kmax);
     es_.Reserve(cap * ((kmax + 127) / 128) * sizeof(float));
@@ -935,6 +937,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
     ws = std::max(GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kFp8, E, cap, 2 * I, Hd),
                   GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kFp8, E, cap, Hd, I));
   } else if (!skinny) {
+    g.sm90 = g2.sm90 = sm90_gg_on_;
     ws = std::max(GroupedGemmWorkspaceBytes(g), GroupedGemmWorkspaceBytes(g2));
   }
   if (ws > 0) moe_gg_ws_.Reserve(ws);
