@@ -13,8 +13,9 @@
 #      graphs);
 #   4. `dsinfer bench kernels --only moe_prefill` (ceilings + the expert GEMMs at prefill sizes
 #      on every kernel);
-#   5. V2-Lite (dummy bf16, 27 layers) prefill of 8192 tokens with the sm_90a expert GEMMs on
-#      and off (DS_SM90_GROUPED_GEMM=0), per-phase profile.
+#   5. V2-Lite (dummy bf16, 27 layers) prefill of 8192 tokens through `dsinfer generate`. Note:
+#      generate builds its runner options itself and reads neither DS_SM90_GROUPED_GEMM nor
+#      DS_CUDA_PROFILE, so both runs use the default (sm_90a on): not an A/B (run 2026-11-29).
 #   TOTAL_S (default 285) bounds the whole run.
 set -uo pipefail
 MODE=${1:-run}
