@@ -29,6 +29,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.profile = o.profile || c.profile_log;
   c.skinny_gemm = !(skinny && std::string(skinny) == "0");
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
+  c.fp8_gemm = o.fp8_gemm;
+  c.precise_activations = o.precise_activations;
   return ds::cuda::CreateCudaModelRunner(c);
 }
 const bool kRegistered = [] {
