@@ -31,6 +31,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   const char* sm90 = std::getenv("DS_SM90_GROUPED_GEMM");
   c.sm90_grouped_gemm = !(sm90 && std::string(sm90) == "0");
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
+  c.fp8_gemm = o.fp8_gemm;
+  c.precise_activations = o.precise_activations;
   return ds::cuda::CreateCudaModelRunner(c);
 }
 const bool kRegistered = [] {
