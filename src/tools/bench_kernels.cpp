@@ -342,6 +342,7 @@ void MlaDecodeAnchors(Bench& b) {
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "row-tile, best of run 2", 2, 2, 16, 1, 1);
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 2 blocks/SM", 0, 2, 0, 0, 0);
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 4 blocks/SM", 0, 4, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, 3 pairs x 3 stages, 1 block/SM", 3, 0, 0, 0, 0);
     } else {  // 128 heads: the chunk sizing of run 1 (2 blocks/SM) with the new default fast io
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "bpsm 2 (run-2 tune winner was bpsm 1)", 3, 2, 16, 1, 0);
     }

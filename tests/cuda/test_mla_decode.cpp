@@ -74,13 +74,14 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
   // chunk target (warp-split: smaller chunks); 3: two 16-row M tiles per warp (64-row blocks);
   // 4: both; 5: fast Q load + pipelined combine; 6: every knob at once; 7: the row-tile kernel
   // in run 1's configuration (fast io off), whatever the rows; 8: the row-tile kernel with
-  // fast io (the pre-warp-split path for 16 rows). Last: the CUDA-core kernel emulating the
+  // fast io (the pre-warp-split path for 16 rows); 9: tc_stages = 3 (warp-split: 3 pairs x
+  // 3-stage rings; row-tile: its default 3 stages). Last: the CUDA-core kernel emulating the
   // default tc path (its split plan included).
   const char* kVariant[] = {"mla_decode",          "mla_decode_tc",         "mla_decode_tc_2stage",
                             "mla_decode_tc_rows32", "mla_decode_tc_rows32_2stage", "mla_decode_tc_fastio",
                             "mla_decode_tc_all_knobs", "mla_decode_tc_rowtile_run1", "mla_decode_tc_rowtile_fastio",
-                            "mla_decode_emulating_tc"};
-  constexpr int kEmuVariant = 9;
+                            "mla_decode_tc_stages3", "mla_decode_emulating_tc"};
+  constexpr int kEmuVariant = 10;
   std::vector<float> tc_default;
   for (int variant = 0; variant <= kEmuVariant; ++variant) {
     const bool emu = variant == kEmuVariant;
@@ -99,6 +100,7 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
     if (variant == 5 || variant == 6 || variant == 8) p.tc_fast_io = 1;
     if (variant == 7) p.tc_fast_io = -1;
     if (variant == 7 || variant == 8) p.tc_kernel = 1;
+    if (variant == 9) p.tc_stages = 3;
     // Hints as the runner would pass them; the first tensor-core run of each case uses none.
     if ((tc || emu) && (S % 2 == 0)) { p.total_context = total_ctx; p.max_q_len = max_q; }
     if (emu) p.emulate_tc_rounding = 3;

@@ -60,7 +60,9 @@ struct MlaDecodeParams {
   // block, merged once at the end), both warps of a pair compute the 16 x 16 scores of a stage
   // and each keeps half the value columns; keys per block chosen by a wave cost model over the
   // total work (tc_blocks_per_sm > 0 overrides it); a batch of one split per sequence writes
-  // the output directly (no combine). tc_stages and tc_rows_per_warp do not apply to it.
+  // the output directly (no combine). tc_stages = 3 gives it 3 warp pairs with 3-stage rings
+  // (1 block per SM) instead of 2 pairs with 2-stage rings (2 per SM); tc_rows_per_warp and
+  // tc_fast_io do not apply to it.
   int tc_kernel = 0;
   // Debug, CUDA-core kernel only (ignored by the tensor-core path): emulate the tensor-core
   // path's rounding. Bit 1: q rounded to bf16 as is (the softmax scale applied to the fp32

@@ -441,20 +441,26 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombineFast(MlaDecodeParams
 // written either as the block's split partial or, when the whole batch has one split, straight
 // to the output. Numerics: as the row-tile kernel, with the online softmax of each pair over
 // 16-key tiles (MlaDecodeTcChunk reports sub-chunk and tile, which the emulation follows).
-constexpr int kWsPairs = 2, kWsThreads = kWsPairs * 64, kWsBN = 16, kWsStages = 2;
+// Configurations (template <pairs, stages, blocks per SM>): <2, 2, 2> the default; <3, 3, 1>
+// (tc_stages = 3: 6 warps, 3-deep rings, two stages in flight per pair while it computes).
+constexpr int kWsBN = 16;
 constexpr int kWsVW = kV / 2, kWsNT = kWsVW / 8;  // value columns per warp, n8 tiles
 constexpr int kWsRedLd = kV + 8;                  // fp32 row of the merge buffer (padded)
-constexpr size_t kWsSmem = static_cast<size_t>(16 + kWsPairs * kWsStages * kWsBN) * kLd * 2;
-static_assert(static_cast<size_t>(kWsPairs) * 16 * kWsRedLd * 4 + kWsPairs * 2 * 16 * 4 <= kWsSmem,
-              "merge buffer fits in the stage ring");
+template <int NP, int ST>
+constexpr size_t WsSmem() {
+  return static_cast<size_t>(16 + NP * ST * kWsBN) * kLd * 2;
+}
+static_assert(2 * 16 * kWsRedLd * 4 + 2 * 2 * 16 * 4 <= WsSmem<2, 2>(), "merge buffer fits in the stage ring");
+static_assert(3 * 16 * kWsRedLd * 4 + 3 * 2 * 16 * 4 <= WsSmem<3, 3>(), "merge buffer fits in the stage ring");
 
 __device__ __forceinline__ void PairBarrier(int pair) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(pair + 1), "n"(64) : "memory");
 }
 
-template <typename TOut>
-__global__ void __launch_bounds__(kWsThreads, 2)
+template <typename TOut, int kWsPairs, int kWsStages, int kMinBlocks>
+__global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
     MlaDecodeWsKernel(MlaDecodeParams p, int chunk, int max_splits, bool direct) {
+  constexpr int kWsThreads = kWsPairs * 64;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][kLd]
   __nv_bfloat16* Ks = Qs + 16 * kLd;                                  // [pairs][stages][kWsBN][kLd]
@@ -760,6 +766,7 @@ void DispatchTc(const MlaDecodeParams& p, int rt, int n, int c, int ms) {
 // The tensor-core path's plan: which kernel, its tiles and its split of the keys.
 struct TcPlanInfo {
   bool ws = false;           // warp-split kernel (<= 16 rows per sequence) vs row-tile kernel
+  int ws_pairs = 2;          // warp-split kernel: warp pairs per block (3: the 3-stage configuration)
   int rt = 1;                // row-tile kernel: 16-row tiles per block
   int64_t nrb = 1;           // row-tile kernel: row blocks per sequence
   int64_t chunk = 0;         // keys per block (split)
@@ -782,24 +789,27 @@ TcPlanInfo TcPlan(const MlaDecodeParams& p) {
     // prologue. Blocks: exact for a uniform batch (total = S x max, as in a graph bucket),
     // else ceil(total / chunk) + S / 2 (each sequence's last split half full on average).
     // tc_blocks_per_sm > 0 instead sizes chunks as ceil(total / (that x SMs)).
-    const int64_t c_min = (std::max<int64_t>(kWsPairs * p.kv_chunk, 64) + 63) / 64 * 64;
+    // Chunks are multiples of 64 x pairs (each pair's sub-chunk a multiple of 64 keys).
+    pl.ws_pairs = p.tc_stages == 3 ? 3 : 2;
+    const int64_t np = pl.ws_pairs, step = 64 * np;
+    const int64_t c_min = (std::max<int64_t>(np * p.kv_chunk, step) + step - 1) / step * step;
     int64_t best = c_min;
     if (p.tc_blocks_per_sm > 0) {
       const int64_t target = p.tc_blocks_per_sm * static_cast<int64_t>(NumSms());
-      best = std::max(c_min, ((total + target - 1) / target + 63) / 64 * 64);
+      best = std::max(c_min, ((total + target - 1) / target + step - 1) / step * step);
     } else {
-      const int64_t slots = 2 * static_cast<int64_t>(NumSms());
+      const int64_t slots = (np == 2 ? 2 : 1) * static_cast<int64_t>(NumSms());
       const bool uniform = total >= p.num_seqs * max_ctx;
       double best_cost = 0;
-      const int64_t c_max = std::max(c_min, (max_ctx + 63) / 64 * 64);
-      for (int64_t c = c_min; c <= c_max; c += 64) {
+      const int64_t c_max = std::max(c_min, (max_ctx + step - 1) / step * step);
+      for (int64_t c = c_min; c <= c_max; c += step) {
         const int64_t blocks = uniform ? p.num_seqs * ((max_ctx + c - 1) / c) : (total + c - 1) / c + p.num_seqs / 2;
         const double cost = static_cast<double>((blocks + slots - 1) / slots) * static_cast<double>(c + 88);
         if (c == c_min || cost < best_cost) { best_cost = cost; best = c; }
       }
     }
     pl.chunk = best;
-    pl.softmax_chunk = best / kWsPairs;
+    pl.softmax_chunk = best / np;
     pl.tile = kWsBN;
   } else {
     pl.rt = rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
@@ -820,18 +830,20 @@ TcPlanInfo TcPlan(const MlaDecodeParams& p) {
   return pl;
 }
 
-template <typename TOut>
+template <typename TOut, int NP, int ST, int MINB>
 void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
+  constexpr size_t smem = WsSmem<NP, ST>();
+  static_assert(smem * MINB <= 227 * 1024, "shared memory per SM");
   static const bool attr_set = [] {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeWsKernel<TOut>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kWsSmem)));
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeWsKernel<TOut, NP, ST, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
     return true;
   }();
   (void)attr_set;
   const bool direct = pl.max_splits == 1;
   dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(pl.max_splits));
-  MlaDecodeWsKernel<TOut><<<grid, kWsThreads, kWsSmem, p.stream>>>(p, static_cast<int>(pl.chunk),
-                                                                     static_cast<int>(pl.max_splits), direct);
+  MlaDecodeWsKernel<TOut, NP, ST, MINB><<<grid, NP * 64, smem, p.stream>>>(p, static_cast<int>(pl.chunk),
+                                                                          static_cast<int>(pl.max_splits), direct);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel");
   if (direct) return;
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
@@ -861,8 +873,13 @@ void MlaDecodeAttentionTc(const MlaDecodeParams& p) {
   const TcPlanInfo pl = TcPlan(p);
   DS_CHECK(pl.max_splits < 65536 && p.num_seqs * pl.nrb < (int64_t{1} << 31)) << "MlaDecodeAttentionTc: grid too large";
   if (pl.ws) {
-    if (p.out_type == DTypeOut::kF32) LaunchWs<float>(p, pl);
-    else LaunchWs<__nv_bfloat16>(p, pl);
+    if (pl.ws_pairs == 3) {
+      if (p.out_type == DTypeOut::kF32) LaunchWs<float, 3, 3, 1>(p, pl);
+      else LaunchWs<__nv_bfloat16, 3, 3, 1>(p, pl);
+    } else {
+      if (p.out_type == DTypeOut::kF32) LaunchWs<float, 2, 2, 2>(p, pl);
+      else LaunchWs<__nv_bfloat16, 2, 2, 2>(p, pl);
+    }
     return;
   }
   const int n = static_cast<int>(pl.nrb), c = static_cast<int>(pl.chunk), ms = static_cast<int>(pl.max_splits);
