@@ -381,7 +381,7 @@ void MlaDecodeTune(Bench& b) {
 void MlaDecodeSweep(Bench& b) {
   const std::vector<int> batches = b.quick() ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 32, 64, 128, 256};
   const std::vector<int> ctxs = b.quick() ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 16384, 32768};
-  for (int H : {128, 16})
+  for (int H : {16, 128})
     for (int bt : batches)
       for (int c : ctxs) {
         const std::string name = "h" + std::to_string(H) + " b" + std::to_string(bt) + " ctx" + std::to_string(c);
