@@ -814,10 +814,14 @@ TcPlanInfo TcPlan(const MlaDecodeParams& p) {
   } else {
     pl.rt = rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
     pl.nrb = (rows + pl.rt * 16 - 1) / (pl.rt * 16);
-    // Split-KV by work: one chunk size for the batch, ~bpsm blocks per SM over all key rows
-    // (default 1 for 64-row blocks, i.e. 128 heads: fastest at every 128-head anchor in run 2;
-    // else 2).
-    const int bpsm = p.tc_blocks_per_sm > 0 ? p.tc_blocks_per_sm : pl.rt == 4 ? 1 : 2;
+    // Split-KV by work: one chunk size for the batch, ~bpsm blocks per SM over all key rows.
+    // Default 2, except 1 for 64-row blocks (128 heads) when the batch has <= 16 row blocks
+    // (a 64-row block takes a whole SM, so 2 per SM is 2 waves): 128 heads, batch 1, 32K
+    // 70.6 us vs 98.9 us with 2 (mla_decode_2026-11-29_mladec.md), while at batch >= 64 the two
+    // are within 1.4%. Larger batches keep run 1's plan (and the split plans the runner's
+    // graph-vs-eager check was calibrated on).
+    const bool small = pl.rt == 4 && p.num_seqs * pl.nrb <= 16;
+    const int bpsm = p.tc_blocks_per_sm > 0 ? p.tc_blocks_per_sm : small ? 1 : 2;
     const int64_t work = pl.nrb * total;
     const int64_t target = bpsm * static_cast<int64_t>(NumSms());
     int64_t chunk = (work + target - 1) / target;
