@@ -251,7 +251,7 @@ void Ceilings(Bench& b) {
 // Times MLA decode at `ctx` (one entry per sequence) with q_len query tokens per sequence.
 double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
                      const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
-                     int tc_fast_io = 0, int tc_kernel = 0) {
+                     int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -292,7 +292,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.workspace = ws.as<float>(); p.out = out.as<void>(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl;
   p.out_type = DTypeOut::kBF16; p.stream = b.st(); p.tensor_cores = tc; p.total_context = total; p.max_q_len = qlen;
   p.tc_stages = tc_stages; p.tc_blocks_per_sm = tc_blocks_per_sm; p.tc_rows_per_warp = tc_rows_per_warp;
-  p.tc_fast_io = tc_fast_io; p.tc_kernel = tc_kernel;
+  p.tc_fast_io = tc_fast_io; p.tc_kernel = tc_kernel; p.tc_cluster_merge = tc_cluster_merge;
   const double us = b.TimeUs([&](int i) {
     MlaDecodeParams pi = p;
     pi.block_table = tables[i]->as<int32_t>();
@@ -301,8 +301,9 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
   const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
   std::string kernel = tc ? "mla_decode_tc" : "mla_decode_cudacore";
-  if (tc && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel))
-    kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + "stages" + std::to_string(tc_stages ? tc_stages : 3) +
+  if (tc && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge))
+    kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") + "stages" +
+              std::to_string(tc_stages ? tc_stages : 3) +
               ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
               std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
   b.Add(kernel, label, us, bytes, flops, false, note);
@@ -343,6 +344,7 @@ void MlaDecodeAnchors(Bench& b) {
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 2 blocks/SM", 0, 2, 0, 0, 0);
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 4 blocks/SM", 0, 4, 0, 0, 0);
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, 3 pairs x 3 stages, 1 block/SM", 3, 0, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, cluster merge (2-8 splits)", 0, 0, 0, 0, 0, 1);
     } else {  // 128 heads: the chunk sizing of run 1 (2 blocks/SM) with the new default fast io
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "bpsm 2 (run-2 tune winner was bpsm 1)", 3, 2, 16, 1, 0);
     }

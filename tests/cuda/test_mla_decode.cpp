@@ -75,13 +75,14 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
   // 4: both; 5: fast Q load + pipelined combine; 6: every knob at once; 7: the row-tile kernel
   // in run 1's configuration (fast io off), whatever the rows; 8: the row-tile kernel with
   // fast io (the pre-warp-split path for 16 rows); 9: tc_stages = 3 (warp-split: 3 pairs x
-  // 3-stage rings; row-tile: its default 3 stages). Last: the CUDA-core kernel emulating the
+  // 3-stage rings; row-tile: its default 3 stages); 10: tc_cluster_merge (warp-split with 2-8
+  // splits per sequence: the splits merge in a thread-block cluster). Last: the CUDA-core kernel emulating the
   // default tc path (its split plan included).
   const char* kVariant[] = {"mla_decode",          "mla_decode_tc",         "mla_decode_tc_2stage",
                             "mla_decode_tc_rows32", "mla_decode_tc_rows32_2stage", "mla_decode_tc_fastio",
                             "mla_decode_tc_all_knobs", "mla_decode_tc_rowtile_run1", "mla_decode_tc_rowtile_fastio",
-                            "mla_decode_tc_stages3", "mla_decode_emulating_tc"};
-  constexpr int kEmuVariant = 10;
+                            "mla_decode_tc_stages3", "mla_decode_tc_cluster_merge", "mla_decode_emulating_tc"};
+  constexpr int kEmuVariant = 11;
   std::vector<float> tc_default;
   for (int variant = 0; variant <= kEmuVariant; ++variant) {
     const bool emu = variant == kEmuVariant;
@@ -101,6 +102,7 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
     if (variant == 7) p.tc_fast_io = -1;
     if (variant == 7 || variant == 8) p.tc_kernel = 1;
     if (variant == 9) p.tc_stages = 3;
+    if (variant == 10) p.tc_cluster_merge = 1;
     // Hints as the runner would pass them; the first tensor-core run of each case uses none.
     if ((tc || emu) && (S % 2 == 0)) { p.total_context = total_ctx; p.max_q_len = max_q; }
     if (emu) p.emulate_tc_rounding = 3;
@@ -158,6 +160,9 @@ TEST(CudaMlaDecode, TensorCoresWarpSplit) {
   RunCase({700, 64, 3, 129}, {2, 2, 2, 2}, 8, 512, 64, 256, "V3_h8_mtp_qlen2_ws");
   RunCase({5000, 1, 700, 64}, {2, 1, 2, 2}, 8, 512, 64, 64, "V3_h8_mtp_mixed_chunk64");
   RunCase({8192}, {1}, 128, 512, 64, 256, "V3_h128_batch1_8K");
+  // 8 splits of 512 keys for the longest (a cluster of 8 with tc_cluster_merge), empty splits
+  // for the shorter ones.
+  RunCase({4096, 100, 3000, 4000}, {1, 1, 1, 1}, 16, 512, 64, 256, "V3_h16_8splits_mixed");
 }
 
 TEST(CudaMlaDecode, TensorCoresMixedLengths) {

@@ -64,6 +64,11 @@ struct MlaDecodeParams {
   // (1 block per SM) instead of 2 pairs with 2-stage rings (2 per SM); tc_rows_per_warp and
   // tc_fast_io do not apply to it.
   int tc_kernel = 0;
+  // Warp-split kernel, opt-in (not yet measured on the GPU): with 2-8 splits per sequence, the
+  // splits of a sequence run as one thread-block cluster and merge through distributed shared
+  // memory, writing the output directly (no partials in global memory, no combine launch).
+  // Same numerics (the LSE merge of the combine, in another fp32 order).
+  int tc_cluster_merge = 0;
   // Debug, CUDA-core kernel only (ignored by the tensor-core path): emulate the tensor-core
   // path's rounding. Bit 1: q rounded to bf16 as is (the softmax scale applied to the fp32
   // scores); bit 2: probabilities rounded to bf16 in P V (the softmax denominator sums the

@@ -15,6 +15,8 @@
 // reaches the output. Online softmax in base 2 with fp32 state. The chunk size is one for the
 // whole batch (split-KV by work: the total key rows to stream over ~2 blocks per SM, never
 // below kv_chunk), and the combine kernel merges the splits with their log-sum-exp.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -450,14 +452,17 @@ template <int NP, int ST>
 constexpr size_t WsSmem() {
   return static_cast<size_t>(16 + NP * ST * kWsBN) * kLd * 2;
 }
-static_assert(2 * 16 * kWsRedLd * 4 + 2 * 2 * 16 * 4 <= WsSmem<2, 2>(), "merge buffer fits in the stage ring");
-static_assert(3 * 16 * kWsRedLd * 4 + 3 * 2 * 16 * 4 <= WsSmem<3, 3>(), "merge buffer fits in the stage ring");
+static_assert(2 * 16 * kWsRedLd * 4 + (2 * 2 + 1) * 16 * 4 <= WsSmem<2, 2>(), "merge buffer fits in the stage ring");
+static_assert(3 * 16 * kWsRedLd * 4 + (3 * 2 + 1) * 16 * 4 <= WsSmem<3, 3>(), "merge buffer fits in the stage ring");
 
 __device__ __forceinline__ void PairBarrier(int pair) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(pair + 1), "n"(64) : "memory");
 }
 
-template <typename TOut, int kWsPairs, int kWsStages, int kMinBlocks>
+// kCluster (tc_cluster_merge, opt-in, not yet measured): the max_splits blocks of a sequence
+// form one thread-block cluster and merge their results through distributed shared memory, each
+// block writing a slice of the output (no partials in global memory, no combine launch).
+template <typename TOut, int kWsPairs, int kWsStages, int kMinBlocks, bool kCluster>
 __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
     MlaDecodeWsKernel(MlaDecodeParams p, int chunk, int max_splits, bool direct) {
   constexpr int kWsThreads = kWsPairs * 64;
@@ -476,7 +481,7 @@ __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
   const int kbeg = split * chunk;
   const int kend = min(ctx, kbeg + chunk);
   const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
-  if (kbeg >= kend) {  // an empty split: the combine skips it (direct: an empty context, output 0)
+  if (!kCluster && kbeg >= kend) {  // an empty split: the combine skips it (direct: an empty context, output 0)
     if (direct) {
       for (int idx = threadIdx.x; idx < valid_rows * kV; idx += kWsThreads) {
         const int r = idx / kV, c = idx % kV;
@@ -682,7 +687,13 @@ __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
     for (int n = 0; n < kWsNT; ++n)
       *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n][2 * hr] * scale, acc[n][2 * hr + 1] * scale);
   }
-  if (!direct && threadIdx.x < valid_rows) {
+  float* lseb = ml + kWsPairs * 2 * 16;  // kCluster: [16] the block's LSE per row (base 2)
+  if (kCluster && threadIdx.x < 16) {
+    float M, L;
+    row_stats(threadIdx.x, &M, &L);
+    lseb[threadIdx.x] = L > 0.f ? M + log2f(L) : -INFINITY;
+  }
+  if (!kCluster && !direct && threadIdx.x < valid_rows) {
     float M, L;
     row_stats(threadIdx.x, &M, &L);
     const int t = q0 + threadIdx.x / H, h = threadIdx.x % H;
@@ -690,6 +701,47 @@ __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
         L > 0.f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
   }
   __syncthreads();
+  if constexpr (kCluster) {
+    // The block's normalised output, summed over its pairs in place (pair 0's rows).
+    for (int idx = threadIdx.x; idx < 16 * (kV / 4); idx += kWsThreads) {
+      const int r = idx / (kV / 4), c = (idx % (kV / 4)) * 4;
+      float4 o = *reinterpret_cast<const float4*>(red + r * kWsRedLd + c);
+#pragma unroll
+      for (int q = 1; q < kWsPairs; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(red + (q * 16 + r) * kWsRedLd + c);
+        o.x += v.x; o.y += v.y; o.z += v.z; o.w += v.w;
+      }
+      *reinterpret_cast<float4*>(red + r * kWsRedLd + c) = o;
+    }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's output and LSE visible to the cluster
+    const int nb = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+    for (int idx = rank * kWsThreads + threadIdx.x; idx < 16 * (kV / 4); idx += nb * kWsThreads) {
+      const int r = idx / (kV / 4), c = (idx % (kV / 4)) * 4;
+      if (r >= valid_rows) continue;
+      float gmax = -INFINITY;
+      for (int b = 0; b < nb; ++b) gmax = fmaxf(gmax, cluster.map_shared_rank(lseb, b)[r]);
+      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+      float wsum = 0.f;
+      for (int b = 0; b < nb; ++b) {
+        const float l = cluster.map_shared_rank(lseb, b)[r];
+        if (l == -INFINITY) continue;
+        const float w = exp2f(l - gmax);
+        wsum += w;
+        const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, b) + r * kWsRedLd + c);
+        o.x += w * v.x; o.y += w * v.y; o.z += w * v.z; o.w += w * v.w;
+      }
+      const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+      const int t = q0 + r / H, h = r % H;
+      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + c;
+      out[0] = dev::FromF<TOut>(o.x * inv);
+      out[1] = dev::FromF<TOut>(o.y * inv);
+      out[2] = dev::FromF<TOut>(o.z * inv);
+      out[3] = dev::FromF<TOut>(o.w * inv);
+    }
+    cluster.sync();  // peers may still read this block's shared memory
+  } else {
   // Sum the pairs' scaled partials: 16 rows x 128 float4, coalesced writes.
   for (int idx = threadIdx.x; idx < 16 * (kV / 4); idx += kWsThreads) {
     const int r = idx / (kV / 4), c = (idx % (kV / 4)) * 4;
@@ -710,6 +762,7 @@ __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
     } else {
       *reinterpret_cast<float4*>(p.workspace + ((static_cast<int64_t>(t) * H + h) * max_splits + split) * kV + c) = o;
     }
+  }
   }
 }
 
@@ -839,15 +892,35 @@ void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
   constexpr size_t smem = WsSmem<NP, ST>();
   static_assert(smem * MINB <= 227 * 1024, "shared memory per SM");
   static const bool attr_set = [] {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeWsKernel<TOut, NP, ST, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeWsKernel<TOut, NP, ST, MINB, false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeWsKernel<TOut, NP, ST, MINB, true>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     return true;
   }();
   (void)attr_set;
-  const bool direct = pl.max_splits == 1;
   dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(pl.max_splits));
-  MlaDecodeWsKernel<TOut, NP, ST, MINB><<<grid, NP * 64, smem, p.stream>>>(p, static_cast<int>(pl.chunk),
-                                                                          static_cast<int>(pl.max_splits), direct);
+  if (p.tc_cluster_merge > 0 && pl.max_splits >= 2 && pl.max_splits <= 8) {  // one cluster per sequence
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(NP * 64);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = p.stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = static_cast<unsigned>(pl.max_splits);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, MlaDecodeWsKernel<TOut, NP, ST, MINB, true>, p, static_cast<int>(pl.chunk),
+                                     static_cast<int>(pl.max_splits), true));
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel (cluster merge)");
+    return;
+  }
+  const bool direct = pl.max_splits == 1;
+  MlaDecodeWsKernel<TOut, NP, ST, MINB, false><<<grid, NP * 64, smem, p.stream>>>(p, static_cast<int>(pl.chunk),
+                                                                                 static_cast<int>(pl.max_splits), direct);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel");
   if (direct) return;
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
