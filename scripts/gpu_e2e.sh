@@ -3,6 +3,8 @@
 # that scripts/gpu_carry.sh packed into .carry/bin.tar.xz (run from the repository root):
 #   bash scripts/gpu_e2e.sh            (the device tool: carry [".carry"])
 # Environment (defaults in brackets):
+#   E2E_TESTS=1: dsinfer_cuda_tests first; E2E_GREEDY_CLI=1: greedy ids via the CLI vs golden;
+#   E2E_REALSHAPE=1: issue 4's real-shape V3 run
 #   E2E_MODELS ["v2-lite"]: any of v2-lite (27 layers, dummy BF16), v3 (truncated, dummy FP8)
 #   V2_LENS, V3_LENS [INPUT_LENS]: per-model input lengths (comma-separated)   PROFILE_MODELS [all]
 #   V3_LAYERS [8]   SCRIPT_LIMIT_S [570]: the whole script (results are packed before it)
@@ -43,6 +45,16 @@ if [ -n "${E2E_TESTS:-}" ]; then
   grep -E "FAILED" $RES/logs/cuda_tests_summary.txt | tee -a $RES/logs/gpu_e2e.txt
   cp $RES/logs/cuda_tests_summary.txt "$FINAL/"
   T0=$(date +%s)  # the e2e budget starts after the tests
+fi
+# Optional: free-running greedy generation through the CLI on every fixture (cpu, cuda default
+# numerics, cuda --precise-activations) against golden's greedy ids (scripts/greedy_cli_check.py).
+if [ -n "${E2E_GREEDY_CLI:-}" ]; then
+  t=$(date +%s)
+  timeout 120 python3 scripts/greedy_cli_check.py --dsinfer $B/dsinfer --data $B/data > $RES/logs/greedy_cli.log 2>&1
+  echo "[gpu_e2e] greedy CLI check rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
+  cat $RES/logs/greedy_cli.log | tee -a $RES/logs/gpu_e2e.txt
+  cp $RES/logs/greedy_cli.log "$FINAL/"
+  T0=$(date +%s)
 fi
 # Optional: issue 4's real-shape run (DeepSeek-V3 config, dummy FP8, REALSHAPE_LAYERS layers,
 # 64 prompts x 2,048 tokens, 256 generated; prints prefill time and decode step time).

@@ -25,6 +25,10 @@ struct RunnerOptions {
   // GPU: absorbed-MLA decode attention on tensor cores (V3 dims) or the CUDA-core kernel
   // (--decode-attention-backend tensor-core | cuda-core).
   bool mla_decode_tensor_cores = true;
+  // GPU: FP8 projections "kernel" | "cublas" | "cublas-all" (--fp8-gemm) and the
+  // reference-precision mode (--precise-activations); see CudaRunnerOptions.
+  std::string fp8_gemm = "kernel";
+  bool precise_activations = false;
 };
 
 // Errors: NOT_FOUND (no config), INVALID_ARGUMENT (bad option), UNIMPLEMENTED (e.g. --device

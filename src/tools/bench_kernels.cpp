@@ -43,6 +43,7 @@
 #include "backend/cuda/fp8_quant.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/grouped_gemm.h"
+#include "backend/cuda/grouped_gemm_sm90.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_prefill.h"
 #include "backend/cuda/moe_routing.h"
@@ -626,6 +627,94 @@ void Moe(Bench& b) {
     }
 }
 
+// ---------------------------------------------------------------- MoE grouped GEMM, prefill sizes
+// The expert GEMMs at prefill token counts on every kernel the runner can pick, on the same
+// routing (uniform, segments padded to 64 rows as moe_permute writes them; FLOPs count the
+// real rows only): the mma.sync kernel with bf16 weights and with FP8 weights (bf16
+// activations), and the sm_90a CUTLASS kernels (grouped_gemm_sm90.h) with bf16 x bf16 and
+// e4m3 x e4m3 block-scaled inputs. "+quant" adds the 1x128 activation quantisation the runner
+// runs before the FP8 gate_up GEMM. bf16 records are rated against the bf16 ceiling, FP8 ones
+// against the fp8 ceiling. Family "moe_prefill".
+void MoePrefillCase(Bench& b, const MoeModel& m, int ranks, int64_t tokens, bool gate_up) {
+  const int64_t E = m.experts / ranks, top_k = m.top_k;
+  const int64_t N = gate_up ? 2 * m.inter : m.hidden, K = gate_up ? m.hidden : m.inter;
+  const int64_t rows = tokens * top_k;
+  std::vector<int32_t> off{0};
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t c = rows / E + (e < rows % E ? 1 : 0);
+    off.push_back(off.back() + static_cast<int32_t>((c + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign));
+  }
+  const int64_t max_rows = off.back(), kbn = (N + 127) / 128, kbk = (K + 127) / 128;
+  const DTypeOut ot = gate_up ? DTypeOut::kF32 : DTypeOut::kBF16;  // as the runner: w13 fp32, w2 bf16
+  Buf a(max_rows * K * 2), a8(max_rows * K), asc(max_rows * kbk * 4), wb(E * N * K * 2), w8(E * N * K),
+      ws(E * kbn * kbk * 4), out(max_rows * N * 4);
+  FillUniformBf16(a.as<__nv_bfloat16>(), max_rows * K, b.NextSeed(), -1, 1, b.st());
+  FillE4M3(a8.as<uint8_t>(), max_rows * K, b.NextSeed(), b.st());
+  FillUniformF32(asc.as<float>(), max_rows * kbk, b.NextSeed(), 1e-3f, 2e-3f, b.st());
+  FillUniformBf16(wb.as<__nv_bfloat16>(), E * N * K, b.NextSeed(), -0.05f, 0.05f, b.st());
+  FillE4M3(w8.as<uint8_t>(), E * N * K, b.NextSeed(), b.st());
+  FillUniformF32(ws.as<float>(), E * kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  auto doff = Upload(off);
+  const size_t wsb = std::max(GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kBf16, E, max_rows, N, K),
+                              GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kFp8, E, max_rows, N, K));
+  Buf gws(wsb);
+  const std::string shape = std::string(m.name) + " " + (gate_up ? "gate_up" : "down") + " EP" + std::to_string(ranks) +
+                            " E" + std::to_string(E) + " tok" + std::to_string(tokens) + " rows" + std::to_string(rows);
+  const double flops = 2.0 * rows * N * K;
+  GroupedGemmParams p{};
+  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.offsets = doff->as<int32_t>(); p.max_rows = max_rows;
+  p.num_experts = E; p.N = N; p.K = K; p.out = out.as<void>(); p.out_type = ot; p.ldo = N; p.stream = b.st();
+  p.sm90 = false;
+  {
+    GroupedGemmParams q = p;
+    q.w = wb.as<void>();
+    b.Add("moe_prefill_mma_bf16", shape, b.TimeUs([&](int) { GroupedGemm(q); }, 1, 10), 0, flops, false, "mma.sync 128x128");
+    q.w = w8.as<void>(); q.w_fp8 = true; q.w_scales = ws.as<float>();
+    b.Add("moe_prefill_mma_fp8w", shape, b.TimeUs([&](int) { GroupedGemm(q); }, 1, 10), 0, flops, true,
+          "mma.sync 128x128, e4m3 weights -> bf16, bf16 activations");
+  }
+  if (!GroupedGemmSm90Available()) {
+    b.skipped.push_back("moe_prefill sm90 (no CUTLASS / not sm_90): " + shape);
+    return;
+  }
+  GroupedGemmSm90Params s{};
+  s.a = a.as<void>(); s.lda = K; s.offsets = doff->as<int32_t>(); s.max_rows = max_rows; s.w = wb.as<void>();
+  s.num_experts = E; s.N = N; s.K = K; s.out = out.as<void>(); s.out_type = ot; s.ldo = N;
+  s.workspace = gws.as<void>(); s.workspace_bytes = wsb; s.stream = b.st();
+  b.Add("moe_prefill_sm90_bf16", shape, b.TimeUs([&](int) { GroupedGemmSm90(s); }, 1, 10), 0, flops, false,
+        "CUTLASS wgmma 128x256x64 cooperative");
+  GroupedGemmSm90Params f = s;
+  f.input = Sm90GemmInput::kFp8; f.a = a8.as<void>(); f.a_scales = asc.as<float>(); f.w = w8.as<void>(); f.w_scales = ws.as<float>();
+  b.Add("moe_prefill_sm90_fp8", shape, b.TimeUs([&](int) { GroupedGemmSm90(f); }, 1, 10), 0, flops, true,
+        "CUTLASS wgmma e4m3 128x128x128 cooperative, 1x128 / 128x128 block scales");
+  if (gate_up) {
+    const auto quant_and_gemm = [&](int) {
+      Fp8QuantParams qp{a.as<void>(), true, K, max_rows, K, 128, a8.as<uint8_t>(), K, asc.as<float>(), ScaleLayout::kTokenMajor, b.st()};
+      Fp8QuantizePerTokenGroup(qp);
+      GroupedGemmSm90(f);
+    };
+    b.Add("moe_prefill_sm90_fp8+quant", shape, b.TimeUs(quant_and_gemm, 1, 10), 0, flops, true,
+          "activation quantisation (bf16 -> e4m3, 1x128) + the FP8 GEMM");
+  }
+}
+
+void MoePrefill(Bench& b) {
+  struct Sweep { const MoeModel* m; int ranks; std::vector<int64_t> toks; };
+  const std::vector<Sweep> sweeps =
+      b.quick() ? std::vector<Sweep>{{&kMoeV3, 8, {4096}}, {&kMoeV2Lite, 1, {8192}}}
+                : std::vector<Sweep>{{&kMoeV3, 1, {2048, 8192}}, {&kMoeV3, 8, {2048, 8192}}, {&kMoeV3, 32, {2048, 8192}},
+                                     {&kMoeV2Lite, 1, {8192}}};
+  for (const auto& sw : sweeps)
+    for (int64_t t : sw.toks)
+      for (bool gu : {true, false}) {
+        if (b.OutOfTime()) {
+          b.skipped.push_back(std::string("moe_prefill ") + sw.m->name + " EP" + std::to_string(sw.ranks) + " tok" + std::to_string(t));
+          continue;
+        }
+        MoePrefillCase(b, *sw.m, sw.ranks, t, gu);
+      }
+}
+
 // ---------------------------------------------------------------- skinny (decode-size) GEMMs
 // Decode-size GEMMs, old path vs the skinny kernel (skinny_gemm.h); TB/s counts weight bytes
 // only (+ fp8 scales), the quantity a decode step must stream. MoE: `active` experts with `r`
@@ -948,7 +1037,7 @@ int RunBenchKernels(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
   app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
   app.add_option("--commit", commit, "commit id recorded in every record");
-  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_tune mla_sweep mla_prefill fp8_gemm moe skinny small");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny small");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -989,6 +1078,7 @@ int RunBenchKernels(int argc, char** argv) {
     if (want("mla_tune")) { MlaDecodeTune(b); save(); }
     if (want("fp8_gemm")) { Fp8Gemms(b, quick ? std::vector<int64_t>{16, 4096} : std::vector<int64_t>{16, 4096, 64, 1, 16384}); save(); }
     if (want("moe")) { Moe(b); save(); }
+    if (want("moe_prefill")) { MoePrefill(b); save(); }
     if (want("skinny")) { Skinny(b); save(); }
     if (want("small")) {
       for (int64_t n : {64, 4096}) {

@@ -26,6 +26,7 @@
 #include "runtime/cpu_runner.h"
 #include "runtime/runner_factory.h"
 #include "tools/cli_checks.h"
+#include "tools/cuda_cli.h"
 #include "tools/command.h"
 
 
@@ -175,7 +176,8 @@ int RunOneBatch(int argc, char** argv) {
   std::string model, load_format = "auto", device = "cpu", mla = "auto", output_file;
   int num_layers = 0, batch = 1, input_len = 128, output_len = 16, print_steps = 16;
   uint64_t seed = 0;
-  bool no_graphs = false, profile = false, warmup = true;
+  bool profile = false, warmup = true;
+  ds::tools::CudaFlags cuda_flags;
   HwFlags hw;
   app.add_option("--model", model, "model dir (config.json [+ safetensors])")->required();
   app.add_option("--load-format", load_format, "auto (checkpoint) | dummy (random weights from the config)")
@@ -190,7 +192,7 @@ int RunOneBatch(int argc, char** argv) {
   app.add_option("--seed", seed, "prompt tokens / dummy weights seed");
   app.add_option("--print-steps", print_steps, "decode steps printed (evenly spaced; all if O-1 <= this)");
   app.add_option("--output-file", output_file, "write results as JSON");
-  app.add_flag("--disable-cuda-graph,--enforce-eager", no_graphs, "cuda: run decode steps eagerly (no CUDA graphs)");
+  cuda_flags.AddTo(app);
   bool no_warmup = false;
   app.add_flag("--no-warmup", no_warmup, "skip the untimed warm-up pass (<= 8,192 prompt tokens) before the prefill");
   app.add_flag("--profile", profile,
@@ -234,7 +236,7 @@ int RunOneBatch(int argc, char** argv) {
   ro.num_layers = num_layers;
   ro.num_kv_blocks = blocks_per_seq * batch;
   ro.seed = seed;
-  ro.cuda_graphs = !no_graphs;
+  cuda_flags.ApplyTo(&ro);
   ro.profile = profile;
   auto t_load = Clock::now();
   auto runner_or = CreateModelRunner(ro);

@@ -22,13 +22,17 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.device = o.gpu_id;
   // Environment switches of the CUDA runner, read here at the edge (the runner takes options):
   // DS_CUDA_PROFILE=1 profiles and logs the per-phase totals; DS_SKINNY_GEMM=0 turns the
-  // decode-size skinny GEMMs off (benchmark A/B).
+  // decode-size skinny GEMMs off and DS_SM90_GROUPED_GEMM=0 the sm_90a expert GEMMs (benchmark A/B).
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   const char* skinny = std::getenv("DS_SKINNY_GEMM");
   c.profile_log = prof && std::string(prof) == "1";
   c.profile = o.profile || c.profile_log;
   c.skinny_gemm = !(skinny && std::string(skinny) == "0");
+  const char* sm90 = std::getenv("DS_SM90_GROUPED_GEMM");
+  c.sm90_grouped_gemm = !(sm90 && std::string(sm90) == "0");
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
+  c.fp8_gemm = o.fp8_gemm;
+  c.precise_activations = o.precise_activations;
   return ds::cuda::CreateCudaModelRunner(c);
 }
 const bool kRegistered = [] {

@@ -22,6 +22,7 @@
 #include "server/tokenizer.h"
 #include "runtime/runner_factory.h"
 #include "tools/cli_checks.h"
+#include "tools/cuda_cli.h"
 #include "tools/command.h"
 #ifdef DS_WITH_CUDA
 #include "backend/cuda/cuda_runner.h"
@@ -64,8 +65,7 @@ int Fail(int code, const std::string& msg) {
 ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& model_dir, const std::string& device,
                                                           const std::string& load_format, int num_layers, int blocks,
                                                           int max_tokens_per_pass, ds::MlaMode mode, uint64_t seed,
-                                                          const std::string& fp8_gemm = "kernel",
-                                                          bool cuda_graphs = true, bool mla_tc = true) {
+                                                          const ds::tools::CudaFlags& cf = {}) {
   if (device == "cuda") {
 #ifdef DS_WITH_CUDA
     ds::cuda::CudaRunnerOptions o;
@@ -76,9 +76,12 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& mod
     o.max_tokens_per_pass = max_tokens_per_pass;
     o.mla_mode = mode;
     o.seed = seed;
-    o.fp8_gemm = fp8_gemm;
-    o.cuda_graphs = cuda_graphs;
-    o.mla_decode_tensor_cores = mla_tc;
+    ds::RunnerOptions ro;
+    cf.ApplyTo(&ro);
+    o.fp8_gemm = ro.fp8_gemm;
+    o.cuda_graphs = ro.cuda_graphs;
+    o.mla_decode_tensor_cores = ro.mla_decode_tensor_cores;
+    o.precise_activations = ro.precise_activations;
     return ds::cuda::CreateCudaModelRunner(o);
 #else
     return ds::Unimplemented("--device cuda: this build has no CUDA backend");
@@ -105,14 +108,13 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& mod
 int RunBench(const ds::ModelConfig& cfg, const std::string& model_dir, const std::string& device,
              const std::string& load_format, int num_layers, int num_kv_blocks, int max_tokens_per_pass,
              ds::MlaMode mode, int B, int P, int max_tokens, float temperature, float top_p, int top_k, uint64_t seed,
-             const std::string& fp8_gemm, bool cuda_graphs, bool mla_tc) {
+             const ds::tools::CudaFlags& cf) {
   const int per_seq = (P + max_tokens + ds::kBlockSize - 1) / ds::kBlockSize;
   const int blocks = num_kv_blocks > 0 ? num_kv_blocks : B * per_seq;
   if (blocks < B * per_seq) return Fail(2, "--num-kv-blocks too small for the benchmark");
   const auto t_load0 = Clock::now();
   auto runner_or =
-      MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm, cuda_graphs,
-                 mla_tc);
+      MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, cf);
   if (!runner_or.ok()) return Fail(1, runner_or.status().ToString());
   auto runner = std::move(runner_or).value();
   const double load_ms = Ms(t_load0, Clock::now());
@@ -175,10 +177,12 @@ int RunBench(const ds::ModelConfig& cfg, const std::string& model_dir, const std
   mean = step_ms.empty() ? 0 : mean / step_ms.size();
   const double med = sorted.empty() ? 0 : sorted[sorted.size() / 2];
   const double p90 = sorted.empty() ? 0 : sorted[sorted.size() * 9 / 10];
-  std::printf("bench: device=%s model=%s layers=%d load=%s fp8_gemm=%s cuda_graphs=%s decode_attention=%s batch=%d "
-              "prompt_len=%d generated=%d per sequence\n",
-              device.c_str(), cfg.model_type.c_str(), cfg.num_hidden_layers, load_format.c_str(), fp8_gemm.c_str(),
-              device == "cuda" && cuda_graphs ? "on" : "off", device == "cuda" ? (mla_tc ? "tensor-core" : "cuda-core") : "cpu", B, P,
+  const bool on_cuda = device == "cuda";
+  std::printf("bench: device=%s model=%s layers=%d load=%s fp8_gemm=%s cuda_graphs=%s decode_attention=%s "
+              "precise_activations=%s batch=%d prompt_len=%d generated=%d per sequence\n",
+              device.c_str(), cfg.model_type.c_str(), cfg.num_hidden_layers, load_format.c_str(), cf.fp8_gemm.c_str(),
+              on_cuda && !cf.disable_graphs ? "on" : "off", on_cuda ? cf.decode_attn.c_str() : "cpu",
+              on_cuda && cf.precise_activations ? "on" : "off", B, P,
               static_cast<int>(gen[0].size()));
   std::printf("load_ms=%.0f\n", load_ms);
   std::printf("prefill_ms=%.1f (%d tokens, %.0f tok/s)\n", prefill_ms, B * P, B * P / (prefill_ms / 1000.0));
@@ -197,7 +201,7 @@ int RunGenerate(int argc, char** argv) {
   float temperature = 0.0f, top_p = 1.0f;
   uint64_t seed = 0;
   bool ignore_eos = false;
-  std::string load_format = "auto", fp8_gemm = "kernel";
+  std::string load_format = "auto";
   int num_layers = 0, num_kv_blocks = 0, max_tokens_per_pass = 8192, bench_batch = 0, bench_prompt_len = 0;
   app.add_option("--model", model_dir, "model directory (config.json + safetensors)")->required();
   app.add_option("--load-format", load_format, "auto (safetensors) | dummy (seeded random weights from config.json; --seed)")
@@ -207,15 +211,8 @@ int RunGenerate(int argc, char** argv) {
       ->check(ds::tools::kNonNegative);
   app.add_option("--max-tokens-per-pass", max_tokens_per_pass, "CUDA: tokens per model pass (longer prefills are chunked)")
       ->check(CLI::Range(1, 1 << 20));
-  app.add_option("--fp8-gemm", fp8_gemm, "CUDA FP8 projections: kernel | cublas | cublas-all (see cuda_runner.h)")
-      ->check(CLI::IsMember({"kernel", "cublas", "cublas-all"}));
-  bool disable_graphs = false;
-  std::string decode_attn = "tensor-core";
-  app.add_option("--decode-attention-backend", decode_attn,
-                 "CUDA: MLA decode attention: tensor-core (default; DeepSeek-V3 dims, others fall back) | cuda-core")
-      ->check(CLI::IsMember({"tensor-core", "cuda-core"}));
-  app.add_flag("--disable-cuda-graph,--enforce-eager", disable_graphs,
-               "CUDA: run decode steps eagerly instead of replaying CUDA graphs");
+  ds::tools::CudaFlags cuda_flags;
+  cuda_flags.AddTo(app);
   app.add_option("--bench-batch", bench_batch, "benchmark: this many random prompts (ignores --prompt-ids)")
       ->check(ds::tools::kNonNegative);
   app.add_option("--bench-prompt-len", bench_prompt_len, "benchmark: tokens per random prompt")->check(ds::tools::kNonNegative);
@@ -282,8 +279,7 @@ int RunGenerate(int argc, char** argv) {
   if (bench && (!expert_map_file.empty() || !dump_expert_load.empty()))
     return Fail(2, "--expert-map / --dump-expert-load: not with --bench-batch");
   if (bench) return RunBench(*cfg, model_dir, device, load_format, num_layers, num_kv_blocks, max_tokens_per_pass,
-                             mode, bench_batch, bench_prompt_len, max_tokens, temperature, top_p, top_k, seed, fp8_gemm,
-                             !disable_graphs, decode_attn == "tensor-core");
+                             mode, bench_batch, bench_prompt_len, max_tokens, temperature, top_p, top_k, seed, cuda_flags);
   for (int32_t id : prompt_ids)
     if (id >= cfg->vocab_size)
       return Fail(2, "prompt token " + std::to_string(id) + " is outside the model's vocabulary (" +
@@ -291,8 +287,7 @@ int RunGenerate(int argc, char** argv) {
                          (p_text->count() > 0 ? "; the tokenizer does not fit this model (--tokenizer)" : ""));
   const int64_t total = static_cast<int64_t>(prompt_ids.size()) + max_tokens;
   const int blocks = num_kv_blocks > 0 ? num_kv_blocks : static_cast<int>((total + ds::kBlockSize - 1) / ds::kBlockSize);
-  auto runner_or = MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, fp8_gemm,
-                              !disable_graphs, decode_attn == "tensor-core");
+  auto runner_or = MakeRunner(model_dir, device, load_format, num_layers, blocks, max_tokens_per_pass, mode, seed, cuda_flags);
   if (!runner_or.ok()) return Fail(1, runner_or.status().ToString());
   auto runner = std::move(runner_or).value();
   auto* cpu_runner = dynamic_cast<ds::CpuModelRunner*>(runner.get());

@@ -22,6 +22,7 @@
 #include "server/openai_api.h"
 #include "server/text_tokenizer.h"
 #include "tools/cli_checks.h"
+#include "tools/cuda_cli.h"
 #include "tools/command.h"
 
 namespace {
@@ -91,13 +92,8 @@ int RunServe(int argc, char** argv) {
   app.add_option("--max-kv-tokens", ro.max_kv_tokens, "CPU: automatic KV pool size in tokens (0 = 65,536)")
       ->check(ds::tools::kNonNegative)->capture_default_str();
   app.add_option("--seed", ro.seed, "seed of --load-format dummy weights");
-  bool no_graphs = false;
-  std::string decode_attn = "tensor-core";
-  app.add_option("--decode-attention-backend", decode_attn,
-                 "GPU: MLA decode attention: tensor-core (default; DeepSeek-V3 dims, others fall back) | cuda-core")
-      ->check(CLI::IsMember({"tensor-core", "cuda-core"}));
-  app.add_flag("--disable-cuda-graph,--enforce-eager", no_graphs,
-               "GPU: run decode steps eagerly instead of replaying CUDA graphs");
+  ds::tools::CudaFlags cuda_flags;
+  cuda_flags.AddTo(app);
   app.add_option("--host", host, "listen address")->capture_default_str();
   app.add_option("--port", port, "listen port (0 = any free port)")->check(CLI::Range(0, 65535))->capture_default_str();
   app.add_option("--api-key", api_key,
@@ -145,8 +141,7 @@ int RunServe(int argc, char** argv) {
   }
   if (reasoning_parser == "deepseek_r1") reasoning_parser = "deepseek-r1";
   if (tool_parser == "deepseekv3") tool_parser = "deepseek_v3";
-  ro.cuda_graphs = !no_graphs;
-  ro.mla_decode_tensor_cores = decode_attn == "tensor-core";
+  cuda_flags.ApplyTo(&ro);
   ds::LogLevel lvl;
   if (!ds::ParseLogLevel(log_level, &lvl)) {
     std::fprintf(stderr, "dsinfer serve: unknown --log-level '%s'\n", log_level.c_str());

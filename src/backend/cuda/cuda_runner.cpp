@@ -16,6 +16,7 @@
 #include "backend/cuda/fp8_quant.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/grouped_gemm.h"
+#include "backend/cuda/grouped_gemm_sm90.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_prefill.h"
 #include "backend/cuda/moe_permute.h"
@@ -89,6 +90,7 @@ class CudaModelRunner : public ModelRunner {
     prof_on_ = o.profile;
     prof_log_ = o.profile_log;
     skinny_on_ = o.skinny_gemm;
+    sm90_gg_on_ = o.sm90_grouped_gemm;
   }
   std::map<std::string, double> TakeProfile() override {
     std::map<std::string, double> p;
@@ -180,6 +182,7 @@ class CudaModelRunner : public ModelRunner {
   const DecodeGraph* gin_ = nullptr;  // graph-mode inputs of the current pass (nullptr: eager)
   bool capturing_ = false;
   bool skinny_on_ = true;  // decode-size GEMMs on the skinny kernel (skinny_gemm.h)
+  bool sm90_gg_on_ = true;  // prefill-size expert GEMMs on the sm_90a kernel (grouped_gemm_sm90.h)
   int scratch_block_ = 0;             // KV block reserved for padded rows (not the engine's)
   std::map<int64_t, DeviceBuffer> offs_by_rows_;
   const int32_t* d_pos_ = nullptr;    // this pass's positions [T] and cache slots [T] (device)
@@ -252,6 +255,9 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer tok_idx_, qa32_, qlat32_, olat32_, ova32_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
   DeviceBuffer rlogits_, topk_ids_, topk_w_, moe_offs_, moe_pos_, moe_src_, moe_ws_, xp16_, egu32_, eact16_, ey16_;
   DeviceBuffer sel32_, logits_;
+  // sm_90a expert GEMMs: workspace (grouped_gemm_sm90.h); FP8 x FP8 experts: e4m3 activations
+  // [cap, max(H, I)] and their token-major 1x128 scales.
+  DeviceBuffer moe_gg_ws_, eq8_, es_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -903,17 +909,57 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   g.stream = s_;
   Mark("moe_route_permute");
   // A token picks an expert at most once: at most T rows per group, min(E, T * K) groups used.
+  GroupedGemmParams g2 = g;
+  g2.a = eact16_.as<bf16>(); g2.lda = I; g2.w = LW.w2.get(); g2.w_scales = LW.experts_fp8 ? LW.w2_s.as<float>() : nullptr;
+  g2.N = Hd; g2.K = I; g2.out = ey16_.get(); g2.out_type = DTypeOut::kBF16; g2.ldo = Hd;
+  // FP8 experts with DeepSeek's FP8-activation numerics (fp8_gemm "cublas" / "cublas-all"):
+  // e4m3 x e4m3 block-scaled grouped GEMMs on the sm_90a kernel, the activations quantised per
+  // 1x128 group (w13 input from the permuted bf16 rows, w2 input by SiLU-and-mul straight
+  // from fp32). Elsewhere FP8 experts keep bf16 activations (in-kernel weight dequantisation).
+  GroupedGemmSm90Params f1{}, f2{};
+  bool fp8x8 = false;
+  if (!skinny && sm90_gg_on_ && LW.experts_fp8 && use_cublas_fp8_ && GroupedGemmSm90Available()) {
+    const int64_t kmax = std::max(Hd, I);
+    eq8_.Reserve(cap * kmax);
+    es_.Reserve(cap * ((kmax + 127) / 128) * sizeof(float));
+    f1.input = Sm90GemmInput::kFp8;
+    f1.a = eq8_.get(); f1.lda = Hd; f1.a_scales = es_.as<float>(); f1.offsets = moe_offs_.as<int32_t>(); f1.max_rows = cap;
+    f1.w = LW.w13.get(); f1.w_scales = LW.w13_s.as<float>(); f1.num_experts = E; f1.N = 2 * I; f1.K = Hd;
+    f1.out = egu32_.get(); f1.out_type = DTypeOut::kF32; f1.ldo = 2 * I; f1.stream = s_;
+    f2 = f1;
+    f2.lda = I; f2.w = LW.w2.get(); f2.w_scales = LW.w2_s.as<float>(); f2.N = Hd; f2.K = I;
+    f2.out = ey16_.get(); f2.out_type = DTypeOut::kBF16; f2.ldo = Hd;
+    fp8x8 = GroupedGemmSm90Unsupported(f1).empty() && GroupedGemmSm90Unsupported(f2).empty();
+  }
+  // sm_90a workspace, reserved before the GEMMs (sized by E, cap and the dims only).
+  size_t ws = 0;
+  if (fp8x8) {
+    ws = std::max(GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kFp8, E, cap, 2 * I, Hd),
+                  GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kFp8, E, cap, Hd, I));
+  } else if (!skinny) {
+    g.sm90 = g2.sm90 = sm90_gg_on_;
+    ws = std::max(GroupedGemmWorkspaceBytes(g), GroupedGemmWorkspaceBytes(g2));
+  }
+  if (ws > 0) moe_gg_ws_.Reserve(ws);
+  for (GroupedGemmParams* gp : {&g, &g2}) { gp->workspace = moe_gg_ws_.get(); gp->workspace_bytes = moe_gg_ws_.size(); }
+  for (GroupedGemmSm90Params* fp : {&f1, &f2}) { fp->workspace = moe_gg_ws_.get(); fp->workspace_bytes = moe_gg_ws_.size(); }
   const auto expert_gemm = [&](const GroupedGemmParams& gp) {
     if (skinny) SkinnyGemm({gp, T, std::min(E, T * K)});
     else GroupedGemm(gp);
   };
-  expert_gemm(g);
-  SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
-              ScaleLayout::kGroupMajor, cap, I, s_});
-  GroupedGemmParams g2 = g;
-  g2.a = eact16_.as<bf16>(); g2.lda = I; g2.w = LW.w2.get(); g2.w_scales = LW.experts_fp8 ? LW.w2_s.as<float>() : nullptr;
-  g2.N = Hd; g2.K = I; g2.out = ey16_.get(); g2.out_type = DTypeOut::kBF16; g2.ldo = Hd;
-  expert_gemm(g2);
+  if (fp8x8) {
+    Fp8QuantParams qp{xp16_.get(), true, Hd, cap, Hd, 128, eq8_.as<uint8_t>(), Hd, es_.as<float>(), ScaleLayout::kTokenMajor, s_};
+    Fp8QuantizePerTokenGroup(qp);
+    GroupedGemmSm90(f1);
+    SiluAndMul({egu32_.as<float>(), 2 * I, nullptr, I, DTypeOut::kBF16, eq8_.as<uint8_t>(), I, es_.as<float>(),
+                ScaleLayout::kTokenMajor, cap, I, s_});
+    GroupedGemmSm90(f2);
+  } else {
+    expert_gemm(g);
+    SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
+                ScaleLayout::kGroupMajor, cap, I, s_});
+    expert_gemm(g2);
+  }
   // Shared experts write `out`, the routed experts are added with their weights.
   Mark("moe_experts");
   if (LW.has_mlp) dense(LW.gate_up, LW.down);
@@ -1135,7 +1181,7 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
         &gu32_, &act32_, &xq_, &xs_, &offs1_, &xhi_, &xlo_, &hhi_, &hlo_, &ctx_slots_, &lat16_, &rope32_, &kv32_,
         &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &ova32_, &dec_qs_, &dec_ctx_, &dec_bt_,
         &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_, &xp16_, &egu32_,
-        &eact16_, &ey16_, &sel32_, &logits_})
+        &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_})
     v.push_back(b->get());
   return v;
 }

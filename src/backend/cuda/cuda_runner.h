@@ -95,6 +95,10 @@ struct CudaRunnerOptions {
   // Decode-size GEMMs on the weight-streaming skinny kernel (skinny_gemm.h); off keeps them on
   // the big-tile kernels (A/B benchmarks: the CLI reads DS_SKINNY_GEMM=0).
   bool skinny_gemm = true;
+  // Prefill-size MoE expert GEMMs on the sm_90a CUTLASS kernel (grouped_gemm_sm90.h) where it
+  // applies (built with CUTLASS, sm_90, aligned dims); off keeps them on the mma.sync kernel
+  // (A/B benchmarks: the CLI reads DS_SM90_GROUPED_GEMM=0).
+  bool sm90_grouped_gemm = true;
   int device = 0;
 };
 

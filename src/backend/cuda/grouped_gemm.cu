@@ -8,6 +8,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/grouped_gemm_sm90.h"
 
 namespace ds::cuda {
 namespace {
@@ -465,12 +466,37 @@ void Launch(const GroupedGemmParams& p, dim3 grid) {
   else GroupedGemmKernel<kFp8, __nv_bfloat16><<<grid, 128, 0, p.stream>>>(p);
 }
 
+GroupedGemmSm90Params Sm90Params(const GroupedGemmParams& p) {
+  GroupedGemmSm90Params s{};
+  s.input = Sm90GemmInput::kBf16;
+  s.a = p.a; s.lda = p.lda; s.offsets = p.offsets; s.max_rows = p.max_rows;
+  s.w = p.w; s.num_experts = p.num_experts; s.N = p.N; s.K = p.K;
+  s.out = p.out; s.out_type = p.out_type; s.ldo = p.ldo;
+  s.workspace = p.workspace; s.workspace_bytes = p.workspace_bytes; s.stream = p.stream;
+  return s;
+}
+
+bool Sm90Applies(const GroupedGemmParams& p) {
+  return p.sm90 && !p.force_wmma && !p.w_fp8 && GroupedGemmSm90Available() &&
+         GroupedGemmSm90Unsupported(Sm90Params(p)).empty();
+}
+
 }  // namespace
+
+size_t GroupedGemmWorkspaceBytes(const GroupedGemmParams& p) {
+  if (!Sm90Applies(p)) return 0;
+  return GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kBf16, p.num_experts, p.max_rows, p.N, p.K);
+}
 
 void GroupedGemm(const GroupedGemmParams& p) {
   DS_CHECK(p.N > 0 && p.K > 0 && p.num_experts > 0) << "GroupedGemm: bad shape N=" << p.N << " K=" << p.K;
   DS_CHECK(!p.w_fp8 || p.w_scales) << "GroupedGemm: FP8 weights need w_scales";
   if (p.max_rows == 0) return;
+  if (p.workspace && Sm90Applies(p) &&
+      p.workspace_bytes >= GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kBf16, p.num_experts, p.max_rows, p.N, p.K)) {
+    GroupedGemmSm90(Sm90Params(p));
+    return;
+  }
   if (MmaPathUsable(p)) {
     if (p.w_fp8) {
       if (p.out_type == DTypeOut::kF32) mmak::LaunchMma<true, float>(p);

@@ -7,7 +7,11 @@
 // kernel, the block scale applied in fp32; activations stay bf16, so no activation
 // quantisation error is added). The expert offsets stay on the device: no host synchronisation.
 //
-// Two kernels (docs/design/cuda_backend.md, "MoE grouped GEMM"):
+// Kernels (docs/design/cuda_backend.md, "MoE grouped GEMM"):
+//   - bf16 weights on sm_90 with CUTLASS built in: the wgmma grouped GEMM of
+//     grouped_gemm_sm90.h when the caller passes GroupedGemmWorkspaceBytes(p) bytes of
+//     workspace and its alignment rules hold (K, N, lda, ldo 16-byte rows; 16-byte aligned
+//     pointers); sm90 = false turns it off;
 //   - mma.sync m16n8k16, 128x128x64 tiles, 4-stage cp.async pipeline, persistent CTAs; used
 //     whenever K % 8 == 0 (bf16) / K % 16 == 0 (fp8), lda % 8 == 0, a and w 16-byte aligned
 //     and num_experts <= 1024;
@@ -36,7 +40,16 @@ struct GroupedGemmParams {
   void* out; DTypeOut out_type = DTypeOut::kBF16; int64_t ldo;  // [rows, N]
   cudaStream_t stream = nullptr;
   bool force_wmma = false;              // use the WMMA kernel even where the mma.sync one applies
+  bool sm90 = true;                     // allow the sm_90a (CUTLASS) kernel
+  void* workspace = nullptr;            // device, 256-byte aligned: for the sm_90a kernel
+  size_t workspace_bytes = 0;
 };
 void GroupedGemm(const GroupedGemmParams& p);
+
+// Device workspace the sm_90a kernel needs for these params (0 when it does not apply: FP8
+// weights, no CUTLASS, not sm_90, misaligned, sm90 / force_wmma set). Independent of pointers
+// other than their alignment, so callers can size it before the GEMM (and before a graph
+// capture).
+size_t GroupedGemmWorkspaceBytes(const GroupedGemmParams& p);
 
 }  // namespace ds::cuda
