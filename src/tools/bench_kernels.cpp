@@ -252,7 +252,7 @@ void Ceilings(Bench& b) {
 // Times MLA decode at `ctx` (one entry per sequence) with q_len query tokens per sequence.
 double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
                      const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
-                     bool tc_fast_io = false) {
+                     int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -293,7 +293,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.workspace = ws.as<float>(); p.out = out.as<void>(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl;
   p.out_type = DTypeOut::kBF16; p.stream = b.st(); p.tensor_cores = tc; p.total_context = total; p.max_q_len = qlen;
   p.tc_stages = tc_stages; p.tc_blocks_per_sm = tc_blocks_per_sm; p.tc_rows_per_warp = tc_rows_per_warp;
-  p.tc_fast_io = tc_fast_io;
+  p.tc_fast_io = tc_fast_io; p.tc_kernel = tc_kernel; p.tc_cluster_merge = tc_cluster_merge;
   const double us = b.TimeUs([&](int i) {
     MlaDecodeParams pi = p;
     pi.block_table = tables[i]->as<int32_t>();
@@ -302,9 +302,11 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
   const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
   std::string kernel = tc ? "mla_decode_tc" : "mla_decode_cudacore";
-  if (tc && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io))
-    kernel += "[stages" + std::to_string(tc_stages ? tc_stages : 3) + ",bpsm" + std::to_string(tc_blocks_per_sm ? tc_blocks_per_sm : 2) +
-              ",rows" + std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io ? ",fastio" : "") + "]";
+  if (tc && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge))
+    kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") + "stages" +
+              std::to_string(tc_stages ? tc_stages : 3) +
+              ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
+              std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
   b.Add(kernel, label, us, bytes, flops, false, note);
   return us;
 }
@@ -325,7 +327,7 @@ const Anchor kAnchors[] = {
     {16, 64, 0, 1, true, 313.2, "h16 b64 half32K+half512"}, {128, 1, 32768, 1, false, 65.2, "h128 b1 32K"},
 };
 
-struct AnchorResult { std::string name; double flashmla_us, ours_us; };
+struct AnchorResult { std::string name; double flashmla_us, ours_us, before_us; };
 std::vector<AnchorResult> g_anchor_results;
 std::vector<std::string> g_mixed_checks;
 
@@ -335,7 +337,18 @@ void MlaDecodeAnchors(Bench& b) {
     const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
     const double us = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
                                     "FlashMLA " + std::to_string(a.flashmla_us).substr(0, 5) + " us");
-    g_anchor_results.push_back({a.name, a.flashmla_us, us});
+    // Before: the row-tile kernel in run 1's configuration (the default until this change).
+    const double before = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "run-1 configuration (before)", 3, 2, 16, -1, 1);
+    g_anchor_results.push_back({a.name, a.flashmla_us, us, before});
+    if (a.H * a.qlen <= 16) {  // the alternatives for 16 rows: row-tile kernel at its best run-2 knobs, ws chunk sizing
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "row-tile, best of run 2", 2, 2, 16, 1, 1);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 2 blocks/SM", 0, 2, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 4 blocks/SM", 0, 4, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, 3 pairs x 3 stages, 1 block/SM", 3, 0, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, cluster merge (2-8 splits)", 0, 0, 0, 0, 0, 1);
+    } else {  // 128 heads: the chunk sizing of run 1 (2 blocks/SM) with the new default fast io
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "bpsm 2 (run-2 tune winner was bpsm 1)", 3, 2, 16, 1, 0);
+    }
     if (a.mixed) {
       // Prediction from the total context: a uniform batch of the same size and total.
       const double uni = MlaDecodeCase(b, a.H, Uniform(a.batch, (512 + 32768) / 2), 1, true,
@@ -364,14 +377,14 @@ void MlaDecodeTune(Bench& b) {
                                " rows" + std::to_string(k[2]) + (k[3] ? " fastio" : "");
       if (b.OutOfTime()) { b.skipped.push_back("mla_decode_tc " + name); continue; }
       const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
-      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "", k[0], k[1], k[2], k[3] != 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "", k[0], k[1], k[2], k[3] ? 1 : -1, 1);
     }
 }
 
 void MlaDecodeSweep(Bench& b) {
   const std::vector<int> batches = b.quick() ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 32, 64, 128, 256};
   const std::vector<int> ctxs = b.quick() ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 16384, 32768};
-  for (int H : {128, 16})
+  for (int H : {16, 128})
     for (int bt : batches)
       for (int c : ctxs) {
         const std::string name = "h" + std::to_string(H) + " b" + std::to_string(bt) + " ctx" + std::to_string(c);
@@ -991,9 +1004,10 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
                 b.copy_tbs, b.bf16_tflops, b.fp8_tflops);
   s += buf;
   if (!g_anchor_results.empty()) {
-    s += "## MLA decode vs FlashMLA (ANCHORS.md, same kind of H200)\n\n| case | FlashMLA us | ours us | FlashMLA time / ours (need >= 0.95) |\n|---|---:|---:|---:|\n";
+    s += "## MLA decode vs FlashMLA (ANCHORS.md, same kind of H200)\n\n| case | FlashMLA us | ours us | FlashMLA time / ours (need >= 0.95) | before (run-1 config) us |\n|---|---:|---:|---:|---:|\n";
     for (const auto& a : g_anchor_results) {
-      std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.2f |\n", a.name.c_str(), a.flashmla_us, a.ours_us, a.flashmla_us / a.ours_us);
+      std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.2f | %.1f |\n", a.name.c_str(), a.flashmla_us, a.ours_us,
+                    a.flashmla_us / a.ours_us, a.before_us);
       s += buf;
     }
     s += "\n";
