@@ -1,6 +1,7 @@
 #include "backend/cuda/skinny_gemm.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -9,6 +10,18 @@ namespace ds::cuda {
 namespace {
 
 constexpr int kTileM = 16;  // weight rows per mma tile (the mma's 16-row operand)
+constexpr int kMaxSplits = 16;
+
+// Kernel arguments: the op's params plus the batched-group strides and the split-K plan.
+struct KArgs {
+  GroupedGemmParams p;
+  int64_t ga, gw, go;    // per-group strides (elements) of a, w, out (batched form)
+  int64_t cps;           // K chunks per split
+  int splits;
+  float* ws;             // [splits, ws_rows, N] fp32 partials (splits > 1)
+  uint32_t* counters;    // [gridDim.y * gridDim.x] arrival counters, zero between launches
+  int64_t ws_rows;
+};
 
 // Weight stream: 16 bytes, read-only path, not kept in L1 (read once).
 __device__ __forceinline__ uint4 LdStream(const void* ptr) {
@@ -77,8 +90,10 @@ __device__ __forceinline__ uint4 LoadA(const __nv_bfloat16* a, bool ok, int64_t 
 // lane (g = lane / 4, q = lane % 4) holds weight rows n0 + g and n0 + g + 8 and activation row
 // t0 + g; the 16 contiguous bytes a lane loads are the k values it owns in kEpl / 4 consecutive
 // k16 steps (the dot product is order-free, so A and B only need the same k permutation).
+// blockIdx.z = K split: chunks [z * cps, min(nchunks, (z + 1) * cps)).
 template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(GroupedGemmParams p) {
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(KArgs ka) {
+  const GroupedGemmParams& p = ka.p;
   constexpr int kThreads = kWarps * 32;
   constexpr int kTileN = kTileM * kMT;       // weight rows per block
   constexpr int kEs = kFp8 ? 1 : 2;          // weight element bytes
@@ -90,13 +105,16 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
   constexpr int kU = std::max(1, ((kFp8 && kNT == 2) ? 2 : 4) / (kMT * kUDiv));
 
   __shared__ int s_group;
+  __shared__ bool s_last;
   __shared__ int s_cnt[kWarps];
   __shared__ float s_red[kWarps - 1][kMT][kNT][4][32];
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, q = lane & 3;
   int64_t e = 0, row0 = 0, rows = p.max_rows;
-  if (p.offsets != nullptr) {
+  if (p.offsets == nullptr) {
+    e = blockIdx.y;  // batched form: every group has max_rows rows
+  } else {
     const int64_t E = p.num_experts;
     if (static_cast<int64_t>(gridDim.y) == E) {
       e = blockIdx.y;
@@ -142,12 +160,17 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
     const int64_t nA = n0 + kTileM * mt + g, nB = nA + 8;
     okA[mt] = nA < N;
     okB[mt] = nB < N;
-    wA[mt] = static_cast<const uint8_t*>(p.w) + (e * N + nA) * K * kEs;
-    wB[mt] = static_cast<const uint8_t*>(p.w) + (e * N + nB) * K * kEs;
+    wA[mt] = static_cast<const uint8_t*>(p.w) + (e * ka.gw + nA * K) * kEs;
+    wB[mt] = static_cast<const uint8_t*>(p.w) + (e * ka.gw + nB * K) * kEs;
   }
-  const bool vec = (K * kEs) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.lda % 8 == 0 &&
-                   reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+  const bool vec = (K * kEs) % 16 == 0 && (ka.gw * kEs) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
+                   p.lda % 8 == 0 && ka.ga % 8 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   const int64_t nchunks = (K + kChunkK - 1) / kChunkK;
+  const int split = static_cast<int>(blockIdx.z);
+  const int64_t c_begin = split * ka.cps, c_end = std::min(nchunks, c_begin + ka.cps);
+  const __nv_bfloat16* a_base = p.a + e * ka.ga;
+  // Split-K partial rows of this group: ws[split, wrow0 + t, n].
+  const int64_t wrow0 = p.offsets == nullptr ? e * p.max_rows : row0;
   const int64_t kb_count = (K + 127) / 128, nb_count = (N + 127) / 128;
   // FP8 block scales of each m-tile's 128-row block (16-row tiles never straddle one).
   const float* srow[kMT];
@@ -165,7 +188,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
     for (int nt = 0; nt < kNT; ++nt) {
       const int64_t t = t0 + nt * 8 + g;
       aok[nt] = t < rows;
-      arow[nt] = p.a + (row0 + t) * p.lda;
+      arow[nt] = a_base + (row0 + t) * p.lda;
     }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -173,24 +196,25 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
-    for (int64_t c0 = static_cast<int64_t>(warp) * kU; c0 < nchunks; c0 += kWarps * kU) {
+    for (int64_t c0 = c_begin + static_cast<int64_t>(warp) * kU; c0 < c_end; c0 += kWarps * kU) {
       uint4 wa[kMT][kU], wb[kMT][kU], av[kU][kNT][kAv];
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
         const int64_t kl = (c0 + u) * kChunkK + q * kEpl;
+        const bool cin = c0 + u < c_end;  // no loads past this split's chunks
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
-          wa[mt][u] = LoadW<kEs>(wA[mt], okA[mt], kl, K, vec);
-          wb[mt][u] = LoadW<kEs>(wB[mt], okB[mt], kl, K, vec);
+          wa[mt][u] = LoadW<kEs>(wA[mt], okA[mt] && cin, kl, K, vec);
+          wb[mt][u] = LoadW<kEs>(wB[mt], okB[mt] && cin, kl, K, vec);
         }
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-          for (int v = 0; v < kAv; ++v) av[u][nt][v] = LoadA(arow[nt], aok[nt], kl + 8 * v, K, vec);
+          for (int v = 0; v < kAv; ++v) av[u][nt][v] = LoadA(arow[nt], aok[nt] && cin, kl + 8 * v, K, vec);
       }
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
-        if (c0 + u >= nchunks) break;
+        if (c0 + u >= c_end) break;
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           if constexpr (kFp8) {
@@ -242,7 +266,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
     }
     __syncthreads();
     if (warp == 0) {
-      TOut* out = static_cast<TOut*>(p.out);
+      TOut* out = static_cast<TOut*>(p.out) + e * ka.go;
+      float* ws = ka.splits > 1 ? ka.ws + (split * ka.ws_rows + wrow0) * N : nullptr;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -253,11 +278,34 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
 #pragma unroll
             for (int w = 0; w < kWarps - 1; ++w) v += s_red[w][mt][nt][i][lane];
             const int64_t n = n0 + kTileM * mt + g + (i < 2 ? 0 : 8), t = t0 + nt * 8 + 2 * q + (i & 1);
-            if (n < N && t < rows) out[(row0 + t) * p.ldo + n] = dev::FromF<TOut>(v);
+            if (n < N && t < rows) {
+              if (ka.splits > 1) ws[t * N + n] = v;
+              else out[(row0 + t) * p.ldo + n] = dev::FromF<TOut>(v);
+            }
           }
     }
     __syncthreads();
   }
+  if (ka.splits <= 1) return;
+  // Split-K: the last block of this tile to arrive sums the partials in split order.
+  __threadfence();
+  __syncthreads();
+  uint32_t* counter = ka.counters + blockIdx.y * gridDim.x + blockIdx.x;
+  if (tid == 0) s_last = atomicAdd(counter, 1u) == static_cast<uint32_t>(ka.splits - 1);
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  TOut* out = static_cast<TOut*>(p.out) + e * ka.go;
+  const float* ws = ka.ws + wrow0 * N;
+  const int64_t split_stride = ka.ws_rows * N;
+  for (int64_t idx = tid; idx < rows * kTileN; idx += kThreads) {
+    const int64_t t = idx / kTileN, n = n0 + idx % kTileN;
+    if (n >= N) continue;
+    float v = 0.f;
+    for (int s = 0; s < ka.splits; ++s) v += __ldcg(ws + s * split_stride + t * N + n);
+    out[(row0 + t) * p.ldo + n] = dev::FromF<TOut>(v);
+  }
+  if (tid == 0) *counter = 0u;  // every split has arrived: ready for the next launch / replay
 }
 
 // Variants: warps per block (splitting K), 16-row m-tiles per warp, min resident blocks per SM
@@ -267,30 +315,92 @@ struct Variant { int warps, mt, min_blocks, u_div; };
 constexpr Variant kVariants[kSkinnyVariants] = {{4, 1, 0, 1}, {8, 1, 0, 1}, {4, 2, 0, 1}, {4, 2, 8, 2}, {8, 2, 3, 2}};
 
 template <bool kFp8, int kNT, typename TOut, int kV>
-void LaunchV(const GroupedGemmParams& p, int64_t slots) {
+void LaunchV(const KArgs& a, int64_t slots) {
   constexpr Variant v = kVariants[kV];
-  const dim3 grid(dev::CeilDiv(p.N, kTileM * v.mt), static_cast<unsigned>(slots));
-  SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div><<<grid, v.warps * 32, 0, p.stream>>>(p);
+  const dim3 grid(dev::CeilDiv(a.p.N, kTileM * v.mt), static_cast<unsigned>(slots), static_cast<unsigned>(a.splits));
+  SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div><<<grid, v.warps * 32, 0, a.p.stream>>>(a);
 }
 
 template <bool kFp8, int kNT, typename TOut>
-void Launch(const GroupedGemmParams& p, int64_t slots, int v) {
+void Launch(const KArgs& a, int64_t slots, int v) {
   switch (v) {
-    case 0: LaunchV<kFp8, kNT, TOut, 0>(p, slots); break;
-    case 1: LaunchV<kFp8, kNT, TOut, 1>(p, slots); break;
-    case 2: LaunchV<kFp8, kNT, TOut, 2>(p, slots); break;
-    case 3: LaunchV<kFp8, kNT, TOut, 3>(p, slots); break;
-    default: LaunchV<kFp8, kNT, TOut, 4>(p, slots); break;
+    case 0: LaunchV<kFp8, kNT, TOut, 0>(a, slots); break;
+    case 1: LaunchV<kFp8, kNT, TOut, 1>(a, slots); break;
+    case 2: LaunchV<kFp8, kNT, TOut, 2>(a, slots); break;
+    case 3: LaunchV<kFp8, kNT, TOut, 3>(a, slots); break;
+    default: LaunchV<kFp8, kNT, TOut, 4>(a, slots); break;
   }
 }
 
 template <bool kFp8, int kNT>
-void Launch(const GroupedGemmParams& p, int64_t slots, int v) {
-  if (p.out_type == DTypeOut::kF32) Launch<kFp8, kNT, float>(p, slots, v);
-  else Launch<kFp8, kNT, __nv_bfloat16>(p, slots, v);
+void Launch(const KArgs& a, int64_t slots, int v) {
+  if (a.p.out_type == DTypeOut::kF32) Launch<kFp8, kNT, float>(a, slots, v);
+  else Launch<kFp8, kNT, __nv_bfloat16>(a, slots, v);
+}
+
+// Chunks one warp iteration covers (kWarps x kU at <= 8 rows per pass), the split unit.
+int64_t ChunksPerIteration(int v) {
+  const Variant& vv = kVariants[v];
+  return int64_t{vv.warps} * std::max(1, 4 / (vv.mt * vv.u_div));
+}
+
+int SmCount() {
+  static std::atomic<int> counts[64] = {};
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return 132;
+  if (counts[dev] == 0) {
+    int n = 0;
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    counts[dev] = std::max(1, n);
+  }
+  return counts[dev];
+}
+
+int64_t Slots(const SkinnyGemmParams& sp) {
+  const GroupedGemmParams& p = sp.g;
+  if (p.offsets == nullptr) return p.num_experts;
+  return sp.max_active_groups > 0 ? std::min(sp.max_active_groups, p.num_experts) : p.num_experts;
 }
 
 }  // namespace
+
+SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp) {
+  const GroupedGemmParams& p = sp.g;
+  const bool fp8 = p.w_fp8;
+  const int64_t slots = Slots(sp);
+  const int64_t chunk_k = fp8 ? 64 : 32, nchunks = (p.K + chunk_k - 1) / chunk_k;
+  const int64_t rows = std::max<int64_t>(1, sp.max_group_rows);
+  SkinnyPlan plan;
+  plan.variant = sp.variant >= 0 ? sp.variant : SkinnyAutoVariant(fp8, p.N, p.K, slots, sp.max_group_rows);
+  int64_t S = 1;
+  const int64_t tiles32 = slots * ((p.N + 31) / 32);
+  const int64_t sms = SmCount();
+  if (sp.splits > 1) {  // forced (tests, bench sweeps): the split-mode variant unless one is given
+    S = sp.splits;
+    if (sp.variant < 0) plan.variant = fp8 ? 3 : 2;
+  } else if (sp.splits == 0 && p.offsets == nullptr && tiles32 < 4 * sms) {
+    // Narrow weights: 32-row tiles capped at 8 resident blocks per SM, about one wave of them.
+    if (sp.variant < 0) plan.variant = fp8 ? 3 : 2;
+    const int64_t unit = ChunksPerIteration(plan.variant);
+    const int64_t es = fp8 ? 1 : 2;
+    S = std::min<int64_t>({kMaxSplits, (8 * sms) / tiles32, (nchunks + unit - 1) / unit,
+                           // fp32 partials of all splits <= 1/4 of the weight bytes
+                           std::max<int64_t>(1, p.K * es / (16 * rows))});
+  }
+  S = std::clamp<int64_t>(S, 1, std::min<int64_t>(kMaxSplits, nchunks));
+  const int64_t cps = (nchunks + S - 1) / S;
+  S = (nchunks + cps - 1) / cps;
+  plan.splits = static_cast<int>(S);
+  plan.chunks_per_split = cps;
+  if (S > 1) {
+    const int64_t tile_n = kTileM * kVariants[plan.variant].mt;
+    const int64_t ws_rows = p.offsets == nullptr ? slots * p.max_rows : p.max_rows;
+    plan.ws_floats = S * ws_rows * p.N;
+    plan.counters = slots * ((p.N + tile_n - 1) / tile_n);
+  }
+  return plan;
+}
 
 int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max_group_rows) {
   (void)K; (void)max_group_rows;
@@ -310,19 +420,26 @@ void SkinnyGemm(const SkinnyGemmParams& sp) {
   const GroupedGemmParams& p = sp.g;
   DS_CHECK(p.N > 0 && p.K > 0 && p.num_experts > 0) << "SkinnyGemm: bad shape N=" << p.N << " K=" << p.K;
   DS_CHECK(!p.w_fp8 || p.w_scales) << "SkinnyGemm: FP8 weights need w_scales";
-  DS_CHECK(p.offsets != nullptr || p.num_experts == 1) << "SkinnyGemm: several groups need offsets";
   if (p.max_rows == 0) return;
-  const int64_t slots = p.offsets == nullptr ? 1
-                        : sp.max_active_groups > 0 ? std::min(sp.max_active_groups, p.num_experts)
-                                                   : p.num_experts;
+  const int64_t slots = Slots(sp);
   DS_CHECK(slots < 65536) << "SkinnyGemm: too many groups " << slots;
   DS_CHECK(sp.variant < kSkinnyVariants) << "SkinnyGemm: no variant " << sp.variant;
-  const int v = sp.variant >= 0 ? sp.variant : SkinnyAutoVariant(p.w_fp8, p.N, p.K, slots, sp.max_group_rows);
+  SkinnyPlan plan = SkinnyPlanFor(sp);
+  if (plan.splits > 1 && (sp.splitk_ws == nullptr || sp.splitk_ws_floats < plan.ws_floats ||
+                          sp.splitk_counters == nullptr || sp.splitk_counter_count < plan.counters)) {
+    SkinnyGemmParams unsplit = sp;  // no (or too small a) workspace: run unsplit
+    unsplit.splits = 1;
+    plan = SkinnyPlanFor(unsplit);
+  }
+  KArgs a{p, sp.group_stride_a, sp.group_stride_w >= 0 ? sp.group_stride_w : p.N * p.K, sp.group_stride_out,
+          plan.chunks_per_split, plan.splits, sp.splitk_ws, sp.splitk_counters,
+          p.offsets == nullptr ? slots * p.max_rows : p.max_rows};
+  const int v = plan.variant;
   const bool nt2 = sp.max_group_rows > 8;
   if (p.w_fp8) {
-    if (nt2) Launch<true, 2>(p, slots, v); else Launch<true, 1>(p, slots, v);
+    if (nt2) Launch<true, 2>(a, slots, v); else Launch<true, 1>(a, slots, v);
   } else {
-    if (nt2) Launch<false, 2>(p, slots, v); else Launch<false, 1>(p, slots, v);
+    if (nt2) Launch<false, 2>(a, slots, v); else Launch<false, 1>(a, slots, v);
   }
   DS_CUDA_CHECK_LAUNCH("SkinnyGemmKernel");
 }

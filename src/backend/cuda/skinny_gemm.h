@@ -2,15 +2,25 @@
 // weights. Same math and layout as GroupedGemm (grouped_gemm.h): for each group e and each row
 // r in [offsets[e], offsets[e+1]):  out[r, :] = a[r, :] @ w[e]^T,  w[e]: [N, K] bf16, or FP8
 // e4m3 with 128x128 block scales w_scales[e, n / 128, k / 128]; fp32 accumulation.
+// Batched form (offsets == nullptr, num_experts = G > 1, e.g. the per-head GEMMs of absorbed
+// MLA): every group has max_rows rows t and reads a + e * group_stride_a + t * lda, writes
+// out + e * group_stride_out + t * ldo, with weights w + e * group_stride_w.
 //
-// Kernel (skinny_gemm.cu): one block per (16 or 32 weight rows, non-empty group); its warps
+// Kernel (skinny_gemm.cu): one block per (16 or 32 weight rows, group[, K split]); its warps
 // split K and stream the weight rows with 16-byte loads (8 bf16 / 16 fp8 per lane, several
 // loads per row in flight), the group's activation rows come through L1 (shared by the blocks
 // of one group), and the products run on tensor cores with the weights as the 16-row operand
 // (mma m16n8k16, "swap AB": the rows of `a` are the 8-wide side, 8 or 16 per pass; more rows
 // loop, re-reading the weights, mostly from L2). FP8 weights are widened to bf16 exactly (bit
 // shifts + a 2^120 multiply); activations stay bf16, so no activation quantisation error is
-// added.
+// added; the FP8 block scale multiplies each 64-k partial in fp32.
+//
+// Split-K (narrow weights: too few row tiles to fill the GPU): blockIdx.z takes a contiguous
+// range of K chunks; each split writes its fp32 partial to a caller-provided workspace, and the
+// last split block of a tile (a per-tile device counter, which that block resets to 0) sums
+// the partials in split order 0..S-1 and writes the output. One launch, deterministic (the sum
+// order never depends on scheduling), safe inside CUDA graph capture; the counters must be
+// zero before the first call (the kernel leaves them zero).
 //
 // Segments need no padding (any offsets work; the runner permutes with row_align 1 for this
 // kernel). Empty groups cost one early-exiting block per grid slot: the grid has
@@ -34,6 +44,9 @@ inline constexpr int64_t kSkinnyMoeMaxAvgRows = 8;
 inline constexpr int64_t kSkinnyDenseMaxRows = 64;
 inline constexpr int64_t kSkinnyBf16MaxRows = 16;
 inline constexpr int64_t kSkinnyBf16MaxWeights = int64_t{2048} * 2048;
+// Absorbed-MLA per-head GEMMs (q_nope W_UK, o_lat W_UV^T; bf16 weights, batched over heads):
+// the skinny kernel replaces cuBLAS's batched GEMM when the decode tokens <= this.
+inline constexpr int64_t kSkinnyHeadMaxRows = 64;
 
 struct SkinnyGemmParams {
   // g.offsets may be nullptr: one group of g.max_rows rows starting at row 0.
@@ -47,11 +60,36 @@ struct SkinnyGemmParams {
   // 0 = 4x1, 1 = 8x1, 2 = 4x2, 3 = 4x2x8, 4 = 4x4x6); < 0 picks SkinnyAutoVariant. All
   // variants compute the same result.
   int variant = -1;
+  // Batched form only (offsets == nullptr): per-group strides in elements of a, w and out
+  // (group_stride_w < 0: N * K, the contiguous [G, N, K] layout).
+  int64_t group_stride_a = 0, group_stride_w = -1, group_stride_out = 0;
+  // K splits: 0 = SkinnyPlanFor's choice, 1 = no split, > 1 = that many (clamped to the chunks).
+  // A split needs the workspace: splitk_ws (fp32, SkinnyPlan::ws_floats) and splitk_counters
+  // (SkinnyPlan::counters, zero-initialised once); without enough of either the op runs unsplit.
+  int splits = 0;
+  float* splitk_ws = nullptr;
+  int64_t splitk_ws_floats = 0;
+  uint32_t* splitk_counters = nullptr;
+  int64_t splitk_counter_count = 0;
 };
 
 inline constexpr int kSkinnyVariants = 5;
-// The variant used when SkinnyGemmParams::variant < 0 (slots = grid slots for groups).
+// The variant used when SkinnyGemmParams::variant < 0 and K is not split (slots = grid slots
+// for groups).
 int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max_group_rows);
+
+// Launch plan: variant, K splits, chunks (64 k fp8 / 32 k bf16) per split, and the split-K
+// workspace it needs (0 when unsplit). Heuristic (split only in the dense/batched form, where
+// the grid is fixed): when the 32-row tiles of all groups are fewer than 4 per SM, use the
+// register-capped 32-row variant (8 resident blocks per SM) and split K so that the grid is
+// about one wave of resident blocks (<= 8 per SM, <= 16 splits, >= 1 warp iteration of K per
+// split), with the fp32 partials of all splits capped at a quarter of the weight bytes.
+struct SkinnyPlan {
+  int variant = 0, splits = 1;
+  int64_t chunks_per_split = 0, ws_floats = 0, counters = 0;
+};
+// `sp` as SkinnyGemm would run it, ignoring whether a workspace is attached (size one with it).
+SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp);
 
 // Errors: DS_CHECK on bad shapes or missing FP8 scales. Does not synchronise.
 void SkinnyGemm(const SkinnyGemmParams& p);
