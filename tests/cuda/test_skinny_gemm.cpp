@@ -362,8 +362,41 @@ TEST(CudaSkinnyGemm, V3ProjectionsFp8SplitAndUnsplit) {
 TEST(CudaSkinnyGemm, V3NarrowProjectionsBf16SplitAndUnsplit) {
   for (const auto& pr : {kV3Projs[0], kV3Projs[1], kV3Projs[8]}) {
     const Weights w = MakeWeights(false, 1, pr.N, pr.K);
-    EXPECT_GT(RunBatched(std::string("v3_") + pr.name + "_bf16", w, {1, 7, 16, 64}, {0, 1}), 0);
+    // bf16 does not split on its own (not measured): auto, unsplit and a forced split.
+    EXPECT_GT(RunBatched(std::string("v3_") + pr.name + "_bf16", w, {1, 7, 16, 64}, {0, 1, 4}), 0);
   }
+}
+
+// The plan depends on the rows only through their power-of-2 class (the CUDA-graph buckets
+// 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128 never cross one), so a decode batch and its padded
+// bucket sum every row in the same order; the runner's FP8 dispatch has the same property.
+TEST(CudaSkinnyGemm, PlanDependsOnRowsByPowerOfTwoClass) {
+  const std::vector<std::pair<int, int>> pairs = {{3, 4}, {5, 8}, {13, 16}, {20, 24}, {30, 32},
+                                                  {40, 48}, {50, 64}, {70, 96}, {100, 128}};
+  int splits_seen = 0;
+  for (const auto& pr : kV3Projs)
+    for (const auto& [n, b] : pairs) {
+      SkinnyGemmParams x{}, y{};
+      for (SkinnyGemmParams* sp : {&x, &y}) {
+        sp->g.offsets = nullptr; sp->g.num_experts = 1; sp->g.N = pr.N; sp->g.K = pr.K; sp->g.w_fp8 = true;
+      }
+      x.g.max_rows = x.max_group_rows = n;
+      y.g.max_rows = y.max_group_rows = b;
+      const SkinnyPlan px = SkinnyPlanFor(x), py = SkinnyPlanFor(y);
+      EXPECT_EQ(px.variant, py.variant) << pr.name << " rows " << n << " vs " << b;
+      EXPECT_EQ(px.splits, py.splits) << pr.name << " rows " << n << " vs " << b;
+      EXPECT_EQ(px.chunks_per_split, py.chunks_per_split) << pr.name << " rows " << n << " vs " << b;
+      EXPECT_EQ(SkinnyDenseFp8(n, pr.N), SkinnyDenseFp8(b, pr.N)) << pr.name << " rows " << n << " vs " << b;
+      splits_seen += px.splits > 1;
+    }
+  EXPECT_GT(splits_seen, 0);
+  // The measured dispatch (splitk_2026-11-29.md): kv_b at 64 rows and o_proj at 128 go to the
+  // big-tile kernel, q_a at 128 stays skinny.
+  EXPECT_TRUE(SkinnyDenseFp8(32, 36864));
+  EXPECT_FALSE(SkinnyDenseFp8(64, 32768));
+  EXPECT_TRUE(SkinnyDenseFp8(64, 7168));
+  EXPECT_FALSE(SkinnyDenseFp8(128, 7168));
+  EXPECT_TRUE(SkinnyDenseFp8(128, 1536));
 }
 
 TEST(CudaSkinnyGemm, SplitKEdgeShapes) {

@@ -134,8 +134,9 @@ class CudaModelRunner : public ModelRunner {
   // per 1x128 group exactly as the cuBLASLt path does (Fp8QuantizePerTokenGroup), both
   // dequantised operands carried as bf16 hi + lo (~16-bit): three bf16 GEMMs, fp32 accumulation.
   void EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
-  // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise). Decode sizes
-  // (rows <= kSkinnyHeadMaxRows, not precise) run on the skinny kernel, heads as groups.
+  // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise): cuBLAS
+  // strided-batched; rows <= kSkinnyHeadMaxRows (not precise) would take the skinny kernel's
+  // batched form, heads as groups (kSkinnyHeadMaxRows = 0: cuBLAS measured faster).
   void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
                 int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch);
   // One model pass. Logits rows go to logits_out (host), or, when b.sampling is set, are
@@ -580,7 +581,7 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
   SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
   // Decode sizes: the weight-streaming skinny kernel (one group of M rows, no padding).
-  if (skinny_on_ && (L.fp8 ? M <= kSkinnyDenseMaxRows
+  if (skinny_on_ && (L.fp8 ? SkinnyDenseFp8(M, L.N)
                            : (!split && M <= kSkinnyBf16MaxRows && L.N * L.K <= kSkinnyBf16MaxWeights))) {
     SkinnyGemmParams sp{};
     sp.g.a = xhi_.as<bf16>(); sp.g.lda = L.K; sp.g.offsets = nullptr; sp.g.max_rows = M;

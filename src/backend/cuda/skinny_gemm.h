@@ -32,21 +32,36 @@
 
 namespace ds::cuda {
 
-// Dispatch thresholds (measured on the H200, bench/results/skinny_gemm_2026-11-29.md): the
-// runner uses the skinny kernel for MoE layers when tokens * top_k <= kSkinnyMoeMaxAvgRows *
-// n_experts (<= 8 rows per expert on average; the big-tile kernel reads each expert once per
-// 64 rows at ~0.2 of HBM bandwidth, this one once per 16 rows at ~0.6-0.8), for FP8 dense
-// projections (in-kernel dequantisation path) when M <= kSkinnyDenseMaxRows (the big-tile
-// kernel is 5-12x slower there), and for bf16 dense projections instead of cuBLASLt when
-// M <= kSkinnyBf16MaxRows and N * K <= kSkinnyBf16MaxWeights (cuBLASLt streams large bf16
-// matrices as fast or faster; the skinny kernel wins on small ones such as kv_a_proj).
+// Dispatch thresholds (measured on the H200, bench/results/skinny_gemm_2026-11-29.md and
+// splitk_2026-11-29.md): the runner uses the skinny kernel for MoE layers when tokens * top_k
+// <= kSkinnyMoeMaxAvgRows * n_experts (<= 8 rows per expert on average; the big-tile kernel
+// reads each expert once per 64 rows at ~0.2 of HBM bandwidth, this one once per 16 rows at
+// ~0.6-0.8), for FP8 dense projections (in-kernel dequantisation path) when SkinnyDenseFp8(M, N)
+// (below), and for bf16 dense projections instead of cuBLASLt when M <= kSkinnyBf16MaxRows and
+// N * K <= kSkinnyBf16MaxWeights (cuBLASLt streams large bf16 matrices as fast or faster; the
+// skinny kernel wins on small ones such as kv_a_proj).
 inline constexpr int64_t kSkinnyMoeMaxAvgRows = 8;
-inline constexpr int64_t kSkinnyDenseMaxRows = 64;
 inline constexpr int64_t kSkinnyBf16MaxRows = 16;
 inline constexpr int64_t kSkinnyBf16MaxWeights = int64_t{2048} * 2048;
+// FP8 dense: the skinny kernel re-reads the weights once per 16 rows (mostly from L2), the
+// big-tile GroupedGemm streams them once per 64 rows but with few tiles. Measured crossover
+// (V3 projections, splitk_2026-11-29.md): skinny faster for every projection at M <= 32; at
+// M = 64 for N <= 8192 (q_a, kv_a, o_proj, dense down, shared gate_up/down) but not for q_b
+// (66.7 vs 60.9 us), kv_b (33.3 vs 22.9) and dense gate_up (519 vs 413); at M = 128 only for
+// N <= 4096 (q_a, kv_a, shared gate_up). Thresholds at powers of 2, as the graph buckets.
+inline constexpr int64_t kSkinnyDenseMaxRows = 32;
+inline constexpr int64_t kSkinnyDenseMidRows = 64, kSkinnyDenseMidMaxN = 8192;
+inline constexpr int64_t kSkinnyDenseWideRows = 128, kSkinnyDenseWideMaxN = 4096;
+inline bool SkinnyDenseFp8(int64_t M, int64_t N) {
+  return M <= kSkinnyDenseMaxRows || (M <= kSkinnyDenseMidRows && N <= kSkinnyDenseMidMaxN) ||
+         (M <= kSkinnyDenseWideRows && N <= kSkinnyDenseWideMaxN);
+}
 // Absorbed-MLA per-head GEMMs (q_nope W_UK, o_lat W_UV^T; bf16 weights, batched over heads):
-// the skinny kernel replaces cuBLAS's batched GEMM when the decode tokens <= this.
-inline constexpr int64_t kSkinnyHeadMaxRows = 64;
+// the skinny kernel replaces cuBLAS's strided-batched GEMM when the decode tokens <= this.
+// 0 = never: measured slower at every size (V3, 128 heads: W_UK 9.4 vs 6.5 us at 1 token,
+// 37 vs 9.3 at 64; W_UV 7.2 vs 6.3, 20 vs 7.2; cuBLAS streams them at 0.6-0.7 of the copy
+// ceiling), so HeadGemm keeps cuBLAS; the batched form stays available and tested.
+inline constexpr int64_t kSkinnyHeadMaxRows = 0;
 
 struct SkinnyGemmParams {
   // g.offsets may be nullptr: one group of g.max_rows rows starting at row 0.
@@ -79,11 +94,12 @@ inline constexpr int kSkinnyVariants = 5;
 int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max_group_rows);
 
 // Launch plan: variant, K splits, chunks (64 k fp8 / 32 k bf16) per split, and the split-K
-// workspace it needs (0 when unsplit). Heuristic (split only in the dense/batched form, where
-// the grid is fixed): when the 32-row tiles of all groups are fewer than 4 per SM, use the
-// register-capped 32-row variant (8 resident blocks per SM) and split K so that the grid is
-// about one wave of resident blocks (<= 8 per SM, <= 16 splits, >= 1 warp iteration of K per
-// split), with the fp32 partials of all splits capped at a quarter of the weight bytes.
+// workspace it needs (0 when unsplit). Heuristic (measured on the H200, splitk_2026-11-29.md):
+// FP8 dense projections whose 32-row tiles are fewer than 4 per SM split K at decode sizes
+// (always at <= 8 rows; with more rows only where it measured faster: K >= 16384, N <= 1024,
+// or N <= 2048 at <= 16 rows; rows enter by their power-of-2 class), on the register-capped
+// 32-row variant (8 resident blocks per SM) with splits = min(16, 8 x SMs / tiles, K / one
+// warp iteration): about one wave of resident blocks.
 struct SkinnyPlan {
   int variant = 0, splits = 1;
   int64_t chunks_per_split = 0, ws_floats = 0, counters = 0;
