@@ -355,7 +355,8 @@ TEST(CudaSkinnyGemm, V3ProjectionsFp8SplitAndUnsplit) {
     const Weights w = MakeFp8WeightsFast(1, pr.N, pr.K);
     split_runs += RunBatched(std::string("v3_") + pr.name + "_fp8", w, kDecodeMs, {0, 1});
   }
-  // The narrow projections (q_a, kv_a, shared gate_up/down, o_proj, dense down) split.
+  // The narrow projections split where it measured faster (q_a, kv_a, shared gate_up at
+  // <= 8 rows, o_proj, dense down): 25 of the 54 cases.
   EXPECT_GE(split_runs, 20);
 }
 

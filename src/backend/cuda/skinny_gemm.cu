@@ -553,12 +553,13 @@ int SmCount() {
 // measured split-vs-unsplit, so they split only when asked). The rows enter through their
 // power-of-2 class, as the graph buckets do (a decode batch and its padded bucket get the same
 // plan, so a row's sum order is the same in a graph and eagerly). Splitting wins at <= 8 rows
-// whenever the 32-row tiles are fewer than 4 per SM (q_a, kv_a, o_proj, dense/shared down,
-// shared gate_up); with more rows the partial traffic and the last block's reduction cost more,
-// and it still wins only for K >= 16384 (o_proj, dense down; <= 128 rows), N <= 1024
-// (kv_a; <= 64 rows) and N <= 2048 at <= 16 rows (q_a).
+// whenever the 32-row tiles are fewer than 4 per SM and K >= 4096 (q_a, kv_a, o_proj, dense
+// down, shared gate_up; shared down, K = 2048: 8.7 us split vs 8.2 unsplit); with more rows the
+// partial traffic and the last block's reduction cost more, and it still wins only for
+// K >= 16384 (o_proj, dense down; <= 128 rows), N <= 1024 (kv_a; <= 64 rows) and N <= 2048 at
+// <= 16 rows (q_a).
 bool SplitKWins(bool fp8, bool dense, int64_t N, int64_t K, int64_t rows, int64_t tiles32, int64_t sms) {
-  if (!fp8 || !dense || tiles32 >= 4 * sms) return false;
+  if (!fp8 || !dense || tiles32 >= 4 * sms || K < 4096) return false;
   int64_t rc = 1;
   while (rc < rows) rc *= 2;
   if (rc <= 8) return true;

@@ -95,9 +95,9 @@ int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max
 
 // Launch plan: variant, K splits, chunks (64 k fp8 / 32 k bf16) per split, and the split-K
 // workspace it needs (0 when unsplit). Heuristic (measured on the H200, splitk_2026-11-29.md):
-// FP8 dense projections whose 32-row tiles are fewer than 4 per SM split K at decode sizes
-// (always at <= 8 rows; with more rows only where it measured faster: K >= 16384, N <= 1024,
-// or N <= 2048 at <= 16 rows; rows enter by their power-of-2 class), on the register-capped
+// FP8 dense projections whose 32-row tiles are fewer than 4 per SM and K >= 4096 split K at
+// decode sizes (always at <= 8 rows; with more rows only where it measured faster: K >= 16384,
+// N <= 1024, or N <= 2048 at <= 16 rows; rows enter by their power-of-2 class), on the register-capped
 // 32-row variant (8 resident blocks per SM) with splits = min(16, 8 x SMs / tiles, K / one
 // warp iteration): about one wave of resident blocks.
 struct SkinnyPlan {
