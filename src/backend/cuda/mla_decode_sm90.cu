@@ -231,7 +231,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* s_l = reinterpret_cast<float*>(smem + kOffL);
   const uint32_t bar_full = s_base + kOffBar, bar_empty = bar_full + kStages * 8;
 
-  const int tid = threadIdx.x, wg = tid >> 7, wtid = tid & 127;
+  const int tid = threadIdx.x, wtid = tid & 127;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform for the compiler (wgmma paths)
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const int rb = static_cast<int>(blockIdx.x % nrb);
   const int split = static_cast<int>((blockIdx.x / nrb) % max_splits);
@@ -292,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Q tile -> bf16, swizzled boxes (rows past the query block: zeros). 16-byte loads.
   {
     constexpr int kVec = kD / 4;  // float4 per row
-#pragma unroll 4
+#pragma unroll 1
     for (int idx = tid; idx < kBM * kVec; idx += kThreads) {
       const int r = idx / kVec, c = (idx % kVec) * 4;
       const int row = row0 + r;
@@ -347,10 +348,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     auto issue_s = [&](int it) {
       const uint32_t kt = sK + (it % kStages) * kTileBytes;
+      // Base descriptors made opaque here, so the compiler adds the per-step offsets (16-byte
+      // units, into the start-address field) instead of keeping 72 loop-invariant descriptors
+      // in registers.
+      uint64_t dq = DescKMajor(sQ, 0), dk = DescKMajor(kt, 0);
+      asm volatile("" : "+l"(dq), "+l"(dk));
       FenceRegs(sc);
       WgFence();
 #pragma unroll
-      for (int ks = 0; ks < kD / 16; ++ks) WgmmaQK(sc, DescKMajor(sQ, ks), DescKMajor(kt, ks), ks > 0 ? 1 : 0);
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const uint64_t off = static_cast<uint64_t>(((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4);
+        WgmmaQK(sc, dq + off, dk + off, ks > 0 ? 1 : 0);
+      }
       WgCommit();
     };
     prepare_tile(0);
@@ -432,16 +441,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         prepare_tile(it + 1);
         issue_s(it + 1);
         WgWait<1>();  // P V of tile `it` done
+        MbarArrive(bar_empty + (it % kStages) * 8);  // WG0 is done with this stage
+        WgWait<0>();
+        FenceRegs(sc);
       } else {
         WgWait<0>();
+        MbarArrive(bar_empty + (it % kStages) * 8);
       }
       FenceRegs(acc);
       FenceRegs(pa);
-      MbarArrive(bar_empty + (it % kStages) * 8);  // WG0 is done with this stage
-      if (it + 1 < ntiles) {
-        WgWait<0>();
-        FenceRegs(sc);
-      }
     }
     // Row sums over the quad; WG1 normalises with them.
 #pragma unroll
