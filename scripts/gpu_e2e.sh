@@ -11,6 +11,7 @@
 #   E2E_STAGES ["serve onebatch roofline hf"] (add "trace" for the trace replay on the first
 #   model: TRACE_TIME_SCALE, TRACE_DURATION_S; the carried mooncake conversation trace)   plus whatever sweep_e2e.sh reads (CONCURRENCY,
 #   INPUT_LENS, PROMPTS_PER_CONC, MIN_PROMPTS, ONE_BATCH_CONC, ONE_BATCH_OUTPUT_LEN, HF_* ...)
+#   EXTRA_RUNS: extra one-batch runs (label|env|flags;...), see below
 #   PROFILE_RUNS ["1:1024 64:1024"]: batch:input one-batch --profile runs per model (per-layer
 #   time by part, eager) for the analysis.
 # Results (JSON, logs, plots, summary.md) come back in $OUT/e2e_results.tgz, with summary.md,
@@ -123,6 +124,18 @@ for spec in $SPECS; do
       --output-file "$RES/raw/profile_${name}_in${pl}_b${pb}.json" > "$RES/logs/profile_${name}_in${pl}_b${pb}.txt" 2>&1
     grep -E "device time by part|phases:" "$RES/logs/profile_${name}_in${pl}_b${pb}.txt" | tee -a $RES/logs/gpu_e2e.txt
   done
+done
+# Extra one-batch runs for A/B figures: EXTRA_RUNS="label|ENV=V ...|one-batch flags;..." ($B
+# expands to the carried bin dir), each written to raw/extra_<label>.json and logs/extra_<label>.txt.
+IFS=';' read -ra EXTRA <<< "${EXTRA_RUNS:-}"
+for ex in "${EXTRA[@]}"; do
+  [ -z "$ex" ] && continue
+  IFS='|' read -r xl xenv xargs <<< "$ex"
+  [ "$(left)" -lt 40 ] && { echo "[gpu_e2e] no time left: skipping extra run $xl" | tee -a $RES/logs/gpu_e2e.txt; continue; }
+  eval "timeout $(( $(left) - 25 )) env $xenv $B/dsinfer bench one-batch --load-format dummy --output-len 16 --device cuda \
+    --mem-bw-gbps 3931 --flops-tflops 700 $xargs --output-file $RES/raw/extra_${xl}.json" > "$RES/logs/extra_${xl}.txt" 2>&1
+  echo "[gpu_e2e] extra run $xl rc=$?" | tee -a $RES/logs/gpu_e2e.txt
+  grep -E "prefill|decode step|device time by part|phases:" "$RES/logs/extra_${xl}.txt" | head -8 | tee -a $RES/logs/gpu_e2e.txt
 done
 # Re-run the analysis so it includes the profiles.
 [ -f $RES/e2e.json ] && python3 bench/analyze_e2e.py $RES/e2e.json --raw $RES/raw --out $RES/summary.md > /dev/null 2>&1
