@@ -253,7 +253,7 @@ void Ceilings(Bench& b) {
 // Times MLA decode at `ctx` (one entry per sequence) with q_len query tokens per sequence.
 double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
                      const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
-                     int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0) {
+                     int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0, bool sm90 = false) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -295,6 +295,10 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.out_type = DTypeOut::kBF16; p.stream = b.st(); p.tensor_cores = tc; p.total_context = total; p.max_q_len = qlen;
   p.tc_stages = tc_stages; p.tc_blocks_per_sm = tc_blocks_per_sm; p.tc_rows_per_warp = tc_rows_per_warp;
   p.tc_fast_io = tc_fast_io; p.tc_kernel = tc_kernel; p.tc_cluster_merge = tc_cluster_merge;
+  p.sm90 = sm90; p.cache_rows = pages * nsets * bs;
+  if (sm90) {
+    DS_CHECK(MlaDecodeSm90Selected(p)) << "bench: the sm90 MLA decode kernel does not apply to " << label;
+  }
   const double us = b.TimeUs([&](int i) {
     MlaDecodeParams pi = p;
     pi.block_table = tables[i]->as<int32_t>();
@@ -302,8 +306,8 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   }, nsets, tc ? 20 : 3, tc ? 400 : 150);
   const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
   const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
-  std::string kernel = tc ? "mla_decode_tc" : "mla_decode_cudacore";
-  if (tc && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge))
+  std::string kernel = sm90 ? "mla_decode_sm90" : tc ? "mla_decode_tc" : "mla_decode_cudacore";
+  if (tc && !sm90 && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge))
     kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") + "stages" +
               std::to_string(tc_stages ? tc_stages : 3) +
               ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
@@ -367,6 +371,24 @@ void MlaDecodeAnchors(Bench& b) {
 }
 
 // The tensor-core kernel's tuning knobs at the anchor shapes (the defaults are measured above).
+// The sm_90a wgmma kernel (mla_decode_sm90.cu, opt-in; not yet verified on the GPU when this
+// was written) at the anchors it applies to (>= 64 query rows per sequence: 128 heads), beside
+// the default tensor-core path timed in the same family.
+struct Sm90Result { std::string name; double flashmla_us, sm90_us, tc_us; };
+std::vector<Sm90Result> g_sm90_results;
+
+void MlaDecodeSm90Anchors(Bench& b) {
+  for (const auto& a : kAnchors) {
+    if (a.H * a.qlen < 64) continue;
+    if (b.OutOfTime()) { b.skipped.push_back(std::string("mla_decode_sm90 ") + a.name); continue; }
+    const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
+    const std::string note = "FlashMLA " + std::to_string(a.flashmla_us).substr(0, 5) + " us";
+    const double sm90 = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note, 0, 0, 0, 0, 0, 0, true);
+    const double tc = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
+    g_sm90_results.push_back({a.name, a.flashmla_us, sm90, tc});
+  }
+}
+
 void MlaDecodeTune(Bench& b) {
   // {stages, blocks per SM, rows per warp, fast io}; rows 32 only changes 64-row blocks (128 heads).
   const int knobs[][4] = {{3, 2, 16, 1}, {3, 2, 32, 1}, {2, 2, 32, 1}, {2, 2, 16, 1}, {2, 4, 16, 1},
@@ -1155,6 +1177,15 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
     }
     s += "\n";
   }
+  if (!g_sm90_results.empty()) {
+    s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\n| case | FlashMLA us | sm90 us | FlashMLA time / sm90 (need >= 0.95) | default tc us |\n|---|---:|---:|---:|---:|\n";
+    for (const auto& a : g_sm90_results) {
+      std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.2f | %.1f |\n", a.name.c_str(), a.flashmla_us, a.sm90_us,
+                    a.flashmla_us / a.sm90_us, a.tc_us);
+      s += buf;
+    }
+    s += "\n";
+  }
   for (const auto& m : g_mixed_checks) s += "Mixed-length check: " + m + "\n\n";
   s += "## All figures\n\n| kernel | shape | time us | metric | value | ceiling | ratio | note |\n|---|---|---:|---|---:|---:|---:|---|\n";
   for (const auto& r : b.recs) {
@@ -1180,7 +1211,7 @@ int RunBenchKernels(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
   app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
   app.add_option("--commit", commit, "commit id recorded in every record");
-  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -1218,6 +1249,8 @@ int RunBenchKernels(int argc, char** argv) {
     Ceilings(b);
     save();
     if (want("mla_anchors")) { MlaDecodeAnchors(b); save(); }
+    // Only when named (not part of the default run until the kernel is verified on the GPU).
+    if (!only.empty() && want("mla_sm90")) { MlaDecodeSm90Anchors(b); save(); }
     if (want("mla_tune")) { MlaDecodeTune(b); save(); }
     if (want("fp8_gemm")) { Fp8Gemms(b, quick ? std::vector<int64_t>{16, 4096} : std::vector<int64_t>{16, 4096, 64, 1, 16384}); save(); }
     if (want("moe")) { Moe(b); save(); }

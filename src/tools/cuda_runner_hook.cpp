@@ -30,6 +30,9 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.skinny_gemm = !(skinny && std::string(skinny) == "0");
   const char* sm90 = std::getenv("DS_SM90_GROUPED_GEMM");
   c.sm90_grouped_gemm = !(sm90 && std::string(sm90) == "0");
+  // DS_MLA_DECODE_SM90=1: absorbed-MLA decode on the sm_90a wgmma kernel (opt-in, not yet verified).
+  const char* mla_sm90 = std::getenv("DS_MLA_DECODE_SM90");
+  c.mla_decode_sm90 = mla_sm90 && std::string(mla_sm90) == "1";
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   c.fp8_gemm = o.fp8_gemm;
   c.precise_activations = o.precise_activations;

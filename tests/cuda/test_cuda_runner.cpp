@@ -39,6 +39,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/mla_decode.h"
 #include "runtime/cpu_runner.h"
 #include "test_util.h"
 
@@ -452,7 +453,7 @@ TEST(CudaRunner, DummyV3CublasFp8CloserToActQuantEmulation) {
 // there the median row and at least 3/4 of the rows are bounded. cuda-core vs tc and the
 // single-rounding emulations are printed as information (docs/design/cuda_backend.md,
 // "Numerics").
-std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate) {
+std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm90 = false) {
   CudaRunnerOptions o;
   o.model_dir = DataDir() + "/deepseek-v3";
   o.load_format = "dummy";
@@ -462,6 +463,7 @@ std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate) {
   o.mla_mode = MlaMode::kAbsorbed;
   o.mla_decode_tensor_cores = tc;
   o.mla_decode_emulate_tc = emulate;
+  o.mla_decode_sm90 = sm90;
   auto r = CreateCudaModelRunner(o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (!r.ok()) return {};
@@ -526,6 +528,35 @@ TEST(CudaRunner, DummyV3DecodeTensorCoresMatchEmulation) {
       EXPECT_LE(te.below, te.rows / 4) << layers << " layers";
     }
   }
+}
+
+// The sm_90a wgmma decode kernel (mla_decode_sm90.cu, opt-in: CudaRunnerOptions::mla_decode_sm90)
+// in the whole dummy-V3 model (128 heads: every absorbed call selects it, the 300-token prompt
+// included) vs the CUDA-core emulation of its rounding and split plan (emulate 3 with the option
+// on), at the bound of DummyV3DecodeTensorCoresMatchEmulation for 3 layers (every row); the
+// default tc path vs the sm90 kernel printed as information.
+TEST(CudaRunner, DummyV3DecodeSm90MatchEmulation) {
+  if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
+  {
+    int n = 0;
+    MlaDecodeParams p{};
+    p.kv_lora = 512; p.rope_dim = 64; p.block_size = 64;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || !MlaDecodeSm90Supported(p))
+      GTEST_SKIP() << "the sm_90a MLA decode kernel needs an sm_90 (Hopper) device";
+  }
+  constexpr int64_t V = 129280;
+  constexpr double kBound = 0.9999;
+  const auto sm90 = DummyV3DecodeLogits(3, true, 0, true);
+  const auto emu = DummyV3DecodeLogits(3, false, 3, true);
+  const auto tc = DummyV3DecodeLogits(3, true, 0, false);
+  ASSERT_FALSE(sm90.empty());
+  int64_t bad = 0;
+  for (float v : sm90) bad += !std::isfinite(v);
+  EXPECT_EQ(bad, 0);
+  const RowStats se = Compare(sm90, emu, V, kBound);
+  PrintStats("dummy_v3_3layers mla_decode sm90_vs_emulation(bf16 q+P, sm90 plan) (bounded)", se, kBound);
+  PrintStats("dummy_v3_3layers mla_decode tc_vs_sm90 (information)", Compare(tc, sm90, V, 0.999), 0.999);
+  EXPECT_GE(se.min_cos, kBound);
 }
 
 // The fixture with DeepSeek-V3's MLA dims (v3_mla512_tiny: kv_lora 512, rope 64, nope 128,

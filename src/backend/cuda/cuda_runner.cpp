@@ -866,6 +866,8 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.stream = s_;
     dp.tensor_cores = opts_.mla_decode_tensor_cores;
     dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
+    dp.sm90 = opts_.mla_decode_sm90;
+    dp.cache_rows = static_cast<int64_t>(num_blocks_ + 1) * kBlockSize;
     if (gin_) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
       dp.total_context = Sa * max_ctx;
       dp.max_q_len = 1;

@@ -68,6 +68,10 @@ struct CudaRunnerOptions {
   // Debug: MlaDecodeParams::emulate_tc_rounding for the CUDA-core decode kernel (bit 1: bf16
   // q, bit 2: bf16 probabilities; tc softmax/split plan). Non-zero forces the CUDA-core kernel.
   int mla_decode_emulate_tc = 0;
+  // Absorbed-MLA decode on the sm_90a wgmma + TMA kernel (mla_decode_sm90.cu) where it applies
+  // (sm_90 device, >= 64 query rows per sequence: 128 heads). Default off: NOT YET VERIFIED ON
+  // THE GPU (the CLI reads DS_MLA_DECODE_SM90=1).
+  bool mla_decode_sm90 = false;
   // Naive-MLA prefill attention on tensor cores (mla_prefill_tc.cu: flash-attention-2 style,
   // bf16 q / k / v / probabilities, fp32 accumulation and softmax; the kv_b_proj GEMM then
   // writes bf16 K/V). Head dims nope 128 / rope 64 / v 128 only (V2, V2-Lite, V3); other dims

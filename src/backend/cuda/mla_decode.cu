@@ -23,7 +23,7 @@ __device__ __forceinline__ int FindSeq(const int32_t* qs, int S, int t) {
 // kEmu: the tensor-core path's numerics (MlaDecodeParams::emulate_tc_rounding): base-2 online
 // softmax over the scores of (optionally bf16-rounded) unscaled q, optionally bf16-rounded
 // probabilities in P V, `chunk` keys per split, `tile` keys per online-softmax update (the tc
-// plan: MlaDecodeTcChunk).
+// plan, or the sm90 kernel's when it is selected: MlaDecodeTcChunk).
 template <bool kEmu>
 __global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaDecodeParams p, int max_splits,
                                                                             int chunk, int tile) {
@@ -62,47 +62,61 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaD
   float m = -INFINITY, l = 0.f;
   const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
   const int half_d = D / 2;
-  for (int k0 = kbeg; k0 < kend; k0 += tile) {  // tile <= kKeysPerTile: keys per softmax update
+  // tile <= 2 * kKeysPerTile keys per softmax update (64: the sm90 kernel's), scored and
+  // accumulated in sub-tiles of <= kKeysPerTile keys (key j of the tile: lane j % 32, slot j / 32).
+  for (int k0 = kbeg; k0 < kend; k0 += tile) {
     const int nkeys = min(tile, kend - k0);
-    __syncthreads();
-    // Load nkeys cache rows (bf16 pairs).
-    for (int idx = threadIdx.x; idx < nkeys * half_d; idx += blockDim.x) {
-      const int j = idx / half_d, e = idx % half_d;
-      const int kp = k0 + j;
-      const int64_t row = static_cast<int64_t>(bt[kp / p.block_size]) * p.block_size + kp % p.block_size;
-      reinterpret_cast<uint32_t*>(Ks + j * D)[e] = reinterpret_cast<const uint32_t*>(p.cache + row * D)[e];
-    }
-    __syncthreads();
-    float my_s = -INFINITY;
-    for (int j = 0; j < nkeys; ++j) {
-      const __nv_bfloat16* kr = Ks + j * D;
-      float part_s = 0.f;
-#pragma unroll
-      for (int jj = 0; jj < kQPerLane; ++jj) {
-        const int d = lane + 32 * jj;
-        if (d < D) part_s += q[jj] * __bfloat162float(kr[d]);
+    const int nsub = (nkeys + kKeysPerTile - 1) / kKeysPerTile;
+    auto load_sub = [&](int sub) {  // keys k0 + 32 sub .. (nk of them) -> Ks
+      const int nk = min(kKeysPerTile, nkeys - sub * kKeysPerTile);
+      __syncthreads();
+      for (int idx = threadIdx.x; idx < nk * half_d; idx += blockDim.x) {
+        const int j = idx / half_d, e = idx % half_d;
+        const int kp = k0 + sub * kKeysPerTile + j;
+        const int64_t row = static_cast<int64_t>(bt[kp / p.block_size]) * p.block_size + kp % p.block_size;
+        reinterpret_cast<uint32_t*>(Ks + j * D)[e] = reinterpret_cast<const uint32_t*>(p.cache + row * D)[e];
       }
-      part_s = dev::WarpSum(part_s);
-      if (kEmu) part_s *= sl2;
-      if (lane == j) my_s = part_s;
+      __syncthreads();
+      return nk;
+    };
+    float my_s[2] = {-INFINITY, -INFINITY};
+    for (int sub = 0; sub < nsub; ++sub) {
+      const int nk = load_sub(sub);
+      for (int j = 0; j < nk; ++j) {
+        const __nv_bfloat16* kr = Ks + j * D;
+        float part_s = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < kQPerLane; ++jj) {
+          const int d = lane + 32 * jj;
+          if (d < D) part_s += q[jj] * __bfloat162float(kr[d]);
+        }
+        part_s = dev::WarpSum(part_s);
+        if (kEmu) part_s *= sl2;
+        if (lane == j) my_s[sub] = part_s;
+      }
     }
-    const float tmax = dev::WarpMax(my_s);
+    const float tmax = dev::WarpMax(fmaxf(my_s[0], my_s[1]));
     const float m_new = fmaxf(m, tmax);
     // m_new is finite here
     const float alpha = kEmu ? exp2f(m - m_new) : expf(m - m_new);
-    const float pj = my_s == -INFINITY ? 0.f : kEmu ? exp2f(my_s - m_new) : expf(my_s - m_new);
-    l = l * alpha + dev::WarpSum(pj);
+    float pj[2];
+#pragma unroll
+    for (int u = 0; u < 2; ++u) pj[u] = my_s[u] == -INFINITY ? 0.f : kEmu ? exp2f(my_s[u] - m_new) : expf(my_s[u] - m_new);
+    l = l * alpha + dev::WarpSum(pj[0] + pj[1]);
     m = m_new;
 #pragma unroll
     for (int jj = 0; jj < kVPerLane; ++jj) acc[jj] *= alpha;
-    for (int j = 0; j < nkeys; ++j) {
-      float pv = __shfl_sync(0xffffffffu, pj, j);
-      if (round_p) pv = __bfloat162float(__float2bfloat16_rn(pv));
-      const __nv_bfloat16* kr = Ks + j * D;
+    for (int sub = nsub - 1; sub >= 0; --sub) {  // the last sub-tile is still in Ks
+      const int nk = sub == nsub - 1 ? min(kKeysPerTile, nkeys - sub * kKeysPerTile) : load_sub(sub);
+      for (int j = 0; j < nk; ++j) {
+        float pv = __shfl_sync(0xffffffffu, sub == 0 ? pj[0] : pj[1], j);
+        if (round_p) pv = __bfloat162float(__float2bfloat16_rn(pv));
+        const __nv_bfloat16* kr = Ks + j * D;
 #pragma unroll
-      for (int jj = 0; jj < kVPerLane; ++jj) {
-        const int d = lane + 32 * jj;
-        if (d < V) acc[jj] += pv * __bfloat162float(kr[d]);
+        for (int jj = 0; jj < kVPerLane; ++jj) {
+          const int d = lane + 32 * jj;
+          if (d < V) acc[jj] += pv * __bfloat162float(kr[d]);
+        }
       }
     }
   }
@@ -151,13 +165,18 @@ void MlaDecodeAttention(const MlaDecodeParams& p) {
       << "MlaDecodeAttention: unsupported dims kv_lora=" << p.kv_lora << " rope=" << p.rope_dim;
   DS_CHECK(p.kv_chunk >= kKeysPerTile && p.kv_chunk % kKeysPerTile == 0) << "MlaDecodeAttention: kv_chunk";
   if (p.num_tokens == 0) return;
+  if (p.emulate_tc_rounding == 0 && MlaDecodeSm90Selected(p)) {
+    MlaDecodeAttentionSm90(p);
+    return;
+  }
   if (p.tensor_cores && p.emulate_tc_rounding == 0 && MlaDecodeTcSupported(p.kv_lora, p.rope_dim, p.block_size)) {
     MlaDecodeAttentionTc(p);
     return;
   }
   const bool emu = p.emulate_tc_rounding != 0;
   int tile = kKeysPerTile;
-  const int64_t chunk = emu ? MlaDecodeTcChunk(p, &tile) : p.kv_chunk;  // tc plan: a multiple of 32, >= kv_chunk
+  const int64_t chunk = emu ? MlaDecodeTcChunk(p, &tile) : p.kv_chunk;  // tc / sm90 plan: a multiple of 32, >= kv_chunk
+  DS_CHECK(tile >= 1 && tile <= 2 * kKeysPerTile) << "MlaDecodeAttention: emulated tile " << tile;
   const int max_splits = static_cast<int>(std::max<int64_t>(1, (p.max_context + chunk - 1) / chunk));
   DS_CHECK(max_splits < 65536) << "MlaDecodeAttention: context too long for the split grid";
   dim3 grid(p.num_tokens, dev::CeilDiv(p.heads, kHeadsPerBlock), max_splits);

@@ -77,8 +77,20 @@ struct MlaDecodeParams {
   // probabilities, are the tc kernel's: with both bits the result differs from the tc path
   // only by fp32 summation order. 0 = the fp32 reference kernel.
   int emulate_tc_rounding = 0;
+  // sm_90a wgmma + TMA kernel (mla_decode_sm90.cu; NOT YET VERIFIED ON THE GPU, so off by
+  // default): taken by MlaDecodeAttention when this is set and MlaDecodeSm90Selected (an sm_90
+  // device, V3 dims, block_size % 64 == 0, >= 64 query rows per sequence: 128 heads, or heads x
+  // q_len >= 64), else the paths above. 64 query rows x one KV split per CTA, 64-key tiles
+  // (one page) through a TMA ring, S and O = P V on wgmma; the same numerics as the tensor-core
+  // path (bf16 q and P, fp32 softmax and accumulation) with its own split plan and 64 keys per
+  // online-softmax update, which the emulation (emulate_tc_rounding with sm90 set) follows.
+  bool sm90 = false;
+  // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
+  // given (unbounded: the block table must only name allocated pages, as always).
+  int64_t cache_rows = 0;
 };
 // Keys of one independent online softmax (split) of the tensor-core path for these params
+// (the sm90 kernel's plan, MlaDecodeSm90Chunk, when MlaDecodeSm90Selected)
 // (a multiple of 32, >= kv_chunk): the row-tile kernel's chunk per block, or the warp-split
 // kernel's sub-chunk per warp pair (its block merges its pairs' splits). *tile (if given): keys
 // per online-softmax update (32 row-tile, 16 warp-split). The emulation follows both.
@@ -86,6 +98,18 @@ int64_t MlaDecodeTcChunk(const MlaDecodeParams& p, int* tile = nullptr);
 // True if the tensor-core path handles these dims.
 bool MlaDecodeTcSupported(int64_t kv_lora, int64_t rope_dim, int64_t block_size);
 void MlaDecodeAttentionTc(const MlaDecodeParams& p);
+// sm_90a kernel (mla_decode_sm90.cu). Supported: an sm_90 device, kv_lora 512, rope 64,
+// block_size % 64 == 0. Selected: p.sm90, supported, and >= 64 query rows per sequence
+// (max_q_len hint, else derived, x heads): the condition MlaDecodeAttention dispatches on.
+bool MlaDecodeSm90Supported(const MlaDecodeParams& p);
+bool MlaDecodeSm90Selected(const MlaDecodeParams& p);
+// Keys per split of the sm90 plan (a multiple of 64, >= kv_chunk); *tile = 64 (keys per
+// online-softmax update).
+int64_t MlaDecodeSm90Chunk(const MlaDecodeParams& p, int* tile = nullptr);
+// Runs the sm90 kernel whatever p.sm90 says (tests call it directly); DS_CHECKs support and
+// alignment (q 16-byte aligned, strides % 4; output strides % 4). Workspace as
+// MlaDecodeWorkspaceFloats(..., kv_chunk).
+void MlaDecodeAttentionSm90(const MlaDecodeParams& p);
 int64_t MlaDecodeWorkspaceFloats(int64_t num_tokens, int64_t heads, int64_t kv_lora, int64_t max_context,
                                  int64_t kv_chunk);
 void MlaDecodeAttention(const MlaDecodeParams& p);

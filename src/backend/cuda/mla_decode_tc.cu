@@ -931,6 +931,7 @@ void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
 }  // namespace
 
 int64_t MlaDecodeTcChunk(const MlaDecodeParams& p, int* tile) {
+  if (MlaDecodeSm90Selected(p)) return MlaDecodeSm90Chunk(p, tile);
   const TcPlanInfo pl = TcPlan(p);
   if (tile) *tile = pl.tile;
   return pl.softmax_chunk;

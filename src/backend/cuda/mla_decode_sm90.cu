@@ -1,0 +1,708 @@
+// sm_90a absorbed-MLA decode (wgmma + TMA), see mla_decode.h (MlaDecodeParams::sm90) and
+// docs/design/cuda_backend.md ("MLA decode on sm_90a: wgmma + TMA"). NOT YET VERIFIED ON THE GPU.
+//
+// One CTA = one sequence x one tile of 64 query rows (row = query token i * heads + head, so the
+// 128 heads of one token are two tiles) x one KV split of `chunk` keys (a multiple of 64: every
+// 64-key tile is one page of the paged latent cache, block_size % 64 == 0). 256 threads = two
+// warpgroups, one CTA per SM (~225 KB of shared memory):
+//   shared memory: Q [64 x 576] bf16 (written once by all threads from the fp32 q), a 2-stage
+//   ring of K tiles [64 keys x 576] bf16 loaded by TMA (9 boxes of 64 x 64, 128-byte swizzle;
+//   V = the first 512 columns of the same rows, so K and V share the ring), P [64 x 64] bf16.
+//   WG0: S = Q K^T (36 x wgmma m64n64k16, both operands in shared memory), the online softmax
+//        in fp32 (base 2, FlashMLA's / mla_decode_tc.cu's numerics), P rounded to bf16 kept in
+//        registers as the A operand of O[:, 0:256] += P V (wgmma m64n256k16, A from registers,
+//        V MN-major from the ring), and P + the rescale factors written to shared memory;
+//        its O += P V of tile i overlaps its S of tile i + 1 (two wgmma groups in flight).
+//   WG1: O[:, 256:512] += P V from the shared P (wgmma m64n256k16, both from shared memory);
+//        one of its threads is the TMA producer (re-arms a stage when both warpgroups have
+//        released it: an mbarrier per stage for "full" (TMA bytes) and "empty" (256 arrivals)).
+// Hand-offs between the warpgroups: named barriers (P full / P empty). The last, partial tile
+// of a sequence has its rows past the context zeroed in shared memory before any wgmma reads
+// it (unused cache rows may hold anything, NaN included; P = 0 there, but 0 * NaN = NaN).
+// Split-KV by work (Sm90Plan: one chunk for the batch from a wave-cost model), the partials go
+// to the workspace with their LSE and MlaDecodeSm90Combine merges them; one split = direct
+// write. The CUDA-core emulation (emulate_tc_rounding with sm90 = true) follows this plan
+// (MlaDecodeTcChunk -> MlaDecodeSm90Chunk, 64 keys per online-softmax update).
+#include "backend/cuda/mla_decode.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_check.h"
+
+namespace ds::cuda {
+namespace {
+
+constexpr int kD = 576, kV = 512;      // key (latent + rope) and value (latent) dims
+constexpr int kBM = 64;                // query rows per CTA (one wgmma M tile)
+constexpr int kBN = 64;                // keys per tile (one page of 64 tokens)
+constexpr int kDB = kD / 64;           // 64-column boxes per row (9): one 128-byte swizzle atom wide
+constexpr int kBoxBytes = 64 * 128;    // one [64 rows x 64 cols] bf16 box
+constexpr int kTileBytes = kDB * kBoxBytes;  // 73728: a K tile or the Q tile
+constexpr int kStages = 2;
+constexpr int kThreads = 256;
+// Shared-memory map (offsets from a 1024-byte aligned base: the 128-byte swizzle repeats every
+// 1024 bytes, and TMA / wgmma compute it from the address bits).
+constexpr int kOffQ = 0;
+constexpr int kOffK = kTileBytes;
+constexpr int kOffP = kOffK + kStages * kTileBytes;      // [64 x 64] bf16, swizzled like a box
+constexpr int kOffAlpha = kOffP + kBoxBytes;             // [64] f32: per-row rescale of the tile
+constexpr int kOffL = kOffAlpha + kBM * 4;               // [64] f32: final row sums
+constexpr int kOffBar = kOffL + kBM * 4;                 // full[kStages], empty[kStages] (8 B each)
+constexpr int kSmemUsed = kOffBar + 2 * kStages * 8;
+constexpr int kSmemBytes = kSmemUsed + 1024;             // + alignment slack
+static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
+// Named barriers (0 is __syncthreads).
+constexpr int kBarPFull = 1, kBarPEmpty = 2, kBarWg0 = 3, kBarEnd = 4;
+constexpr int kPlanOverheadKeys = 192;  // per-CTA cost in key-equivalents (Q load, partial out)
+
+__device__ __forceinline__ uint32_t SmemU32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Byte offset of element (r, c) in a [rows x 64] bf16 box with the 128-byte swizzle (16-byte
+// chunk index XOR row % 8): the layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes and wgmma's
+// 128B-swizzle descriptors read.
+__device__ __forceinline__ uint32_t SwzOff(int r, int c) {
+  return static_cast<uint32_t>(r * 128 + ((((c >> 3) ^ r) & 7) << 4) + (c & 7) * 2);
+}
+// wgmma shared-memory matrix descriptor: start address, leading / stride byte offsets (16-byte
+// units), 128-byte swizzle (layout type 1 in bits 62-63); base offset 0 (atoms 1024-aligned).
+__device__ __forceinline__ uint64_t Desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (uint64_t{1} << 62);
+}
+// K-major operand (rows x K, K contiguous) stored as 64-column boxes: k16 step ks starts at box
+// ks / 4, 32 bytes per step inside the 128-byte row; 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t DescKMajor(uint32_t base, int ks) {
+  return Desc(base + (ks >> 2) * kBoxBytes + (ks & 3) * 32, 16, 1024);
+}
+// MN-major B operand (V: rows = keys = K, columns = value dims = N, contiguous): N atoms of 64
+// columns are the boxes (8192 bytes apart, LBO), 8-key groups 1024 bytes apart (SBO); k16 step
+// kk starts 16 rows = 2048 bytes further.
+__device__ __forceinline__ uint64_t DescV(uint32_t tile, int box0, int kk) {
+  return Desc(tile + box0 * kBoxBytes + kk * 2048, kBoxBytes, 1024);
+}
+
+__device__ __forceinline__ void WgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void WgWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps registers live (and unmoved) across asynchronous wgmma reads/writes of them.
+template <int N>
+__device__ __forceinline__ void FenceRegs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void FenceRegs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+__device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+__device__ __forceinline__ void NamedSync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void NamedArrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// One [64 rows x 64 cols] box of the cache (tensor map: dim 0 = the 576 columns, dim 1 = the
+// cache rows) into shared memory, completing `bytes` on the mbarrier.
+__device__ __forceinline__ void TmaLoadBox(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// d[64 x 64] (+)= A[64 x 16] (smem, K-major) * B[16 x 64] (smem, K-major); scale_d 0 overwrites d.
+__device__ __forceinline__ void WgmmaQK(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+// d[64 x 256] (+)= A[64 x 16] (smem, K-major) * B[16 x 256] (smem, MN-major); scale_d 0 overwrites d.
+__device__ __forceinline__ void WgmmaPVss(float (&d)[128], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+// d[64 x 256] += A[64 x 16] (registers, the m16n8k16 A layout per warp) * B[16 x 256] (smem, MN-major).
+__device__ __forceinline__ void WgmmaPVrs(float (&d)[128], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
+}
+
+// The kernel. Grid: one CTA per (sequence, split, 64-row block), the row blocks of one
+// (sequence, split) adjacent so they run together and share the tile reads in L2.
+template <typename TOut>
+__global__ void __launch_bounds__(kThreads, 1)
+    MlaDecodeSm90Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
+                        int max_splits, int direct) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const uint32_t s_base = SmemU32(smem);
+  const uint32_t sQ = s_base + kOffQ, sK = s_base + kOffK, sP = s_base + kOffP;
+  float* s_alpha = reinterpret_cast<float*>(smem + kOffAlpha);
+  float* s_l = reinterpret_cast<float*>(smem + kOffL);
+  const uint32_t bar_full = s_base + kOffBar, bar_empty = bar_full + kStages * 8;
+
+  const int tid = threadIdx.x, wtid = tid & 127;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform for the compiler (wgmma paths)
+  const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int rb = static_cast<int>(blockIdx.x % nrb);
+  const int split = static_cast<int>((blockIdx.x / nrb) % max_splits);
+  const int s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
+  const int H = static_cast<int>(p.heads);
+  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
+  const int ctx = p.context_lens[s];
+  const int valid_rows = q_len * H;
+  const int row0 = rb * kBM;
+  if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
+  const int kbeg = split * chunk;
+  const int kend = min(ctx, kbeg + chunk);
+  const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
+  if (kbeg >= kend) {  // an empty split: the combine skips it (direct: no keys at all, zeros)
+    if (direct) {
+      for (int idx = tid; idx < kBM * kV; idx += kThreads) {
+        const int row = row0 + idx / kV;
+        if (row < valid_rows)
+          static_cast<TOut*>(p.out)[static_cast<int64_t>(q0 + row / H) * p.o_tok_stride +
+                                    static_cast<int64_t>(row % H) * p.o_head_stride + idx % kV] = dev::FromF<TOut>(0.f);
+      }
+    } else {
+      for (int r = tid; r < kBM; r += kThreads) {
+        const int row = row0 + r;
+        if (row < valid_rows)
+          p.workspace[lse_base + (static_cast<int64_t>(q0 + row / H) * H + row % H) * max_splits + split] = -INFINITY;
+      }
+    }
+    return;
+  }
+  const int ntiles = (kend - kbeg + kBN - 1) / kBN;
+  const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
+  const int bs = static_cast<int>(p.block_size);
+  // Producer: tile `it` (64 keys from kbeg + 64 it, one page) into stage it % kStages.
+  auto issue_tile = [&](int it) {
+    const int k0 = kbeg + it * kBN;
+    const int row = bt[k0 / bs] * bs + k0 % bs;
+    const int st = it % kStages;
+    const uint32_t bar = bar_full + st * 8;
+    MbarExpectTx(bar, kTileBytes);
+#pragma unroll
+    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+  };
+  if (tid == 0) {
+#pragma unroll
+    for (int st = 0; st < kStages; ++st) {
+      MbarInit(bar_full + st * 8, 1);
+      MbarInit(bar_empty + st * 8, kThreads);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    FenceProxyAsync();
+  }
+  __syncthreads();
+  if (tid == 128) {  // the producer (WG1's first thread): the first stages, overlapping the Q load
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
+    for (int it = 0; it < min(kStages, ntiles); ++it) issue_tile(it);
+  }
+  // Q tile -> bf16, swizzled boxes (rows past the query block: zeros). 16-byte loads.
+  {
+    constexpr int kVec = kD / 4;  // float4 per row
+#pragma unroll 1
+    for (int idx = tid; idx < kBM * kVec; idx += kThreads) {
+      const int r = idx / kVec, c = (idx % kVec) * 4;
+      const int row = row0 + r;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row < valid_rows)
+        v = __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
+                                                  static_cast<int64_t>(row % H) * p.q_head_stride + c));
+      uint2 packed;
+      packed.x = PackBf16(v.x, v.y);
+      packed.y = PackBf16(v.z, v.w);
+      *reinterpret_cast<uint2*>(smem + kOffQ + (c >> 6) * kBoxBytes + SwzOff(r, c & 63)) = packed;
+    }
+  }
+  FenceProxyAsync();  // generic-proxy writes of Q -> visible to wgmma (async proxy)
+  __syncthreads();
+
+  // O accumulator: this warpgroup's 256 value columns, rows 16 warp + g (+ 8) per thread;
+  // element 4 j + c is column 8 j + 2 tq + (c & 1) of row half c >> 1.
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};  // in the CTA's 64-row tile
+
+  if (wg == 0) {
+    // ---------------- WG0: S = Q K^T, softmax, P, O[:, 0:256] ----------------
+    int limit[2];
+    float m_run[2], l_run[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = row0 + my_row[hr];
+      limit[hr] = row < valid_rows ? min(kend, ctx - (q_len - 1 - row / H)) : -1;  // causal inside the query block
+      m_run[hr] = -INFINITY;
+      l_run[hr] = 0.f;
+    }
+    const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
+    float sc[32];
+    uint32_t pa[16];
+    // Before any wgmma reads a freshly landed tile: its rows past the context are zeroed.
+    auto prepare_tile = [&](int it) {
+      MbarWait(bar_full + (it % kStages) * 8, (it / kStages) & 1);
+      const int nvalid = kend - (kbeg + it * kBN);
+      if (nvalid < kBN) {
+        unsigned char* t = smem + kOffK + (it % kStages) * kTileBytes;
+        const int nz = (kBN - nvalid) * 8;  // 16-byte pieces per box
+        for (int idx = wtid; idx < kDB * nz; idx += 128) {
+          const int b = idx / nz, e = idx % nz;
+          *reinterpret_cast<uint4*>(t + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
+        }
+        FenceProxyAsync();
+        NamedSync(kBarWg0, 128);
+      }
+    };
+    auto issue_s = [&](int it) {
+      const uint32_t kt = sK + (it % kStages) * kTileBytes;
+      // Base descriptors made opaque here, so the compiler adds the per-step offsets (16-byte
+      // units, into the start-address field) instead of keeping 72 loop-invariant descriptors
+      // in registers.
+      uint64_t dq = DescKMajor(sQ, 0), dk = DescKMajor(kt, 0);
+      asm volatile("" : "+l"(dq), "+l"(dk));
+      FenceRegs(sc);
+      WgFence();
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const uint64_t off = static_cast<uint64_t>(((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4);
+        WgmmaQK(sc, dq + off, dk + off, ks > 0 ? 1 : 0);
+      }
+      WgCommit();
+    };
+    prepare_tile(0);
+    issue_s(0);
+    WgWait<0>();
+    FenceRegs(sc);
+    for (int it = 0; it < ntiles; ++it) {
+      // Online softmax of tile `it` (row g / g + 8: 16 scores per thread, the rest in its quad).
+      const int kt0 = kbeg + it * kBN;
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int hr = c >> 1;
+          const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+          const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
+          sc[j * 4 + c] = v;
+          mx[hr] = fmaxf(mx[hr], v);
+        }
+      float muse[2], alpha[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+        const float m_new = fmaxf(m_run[hr], mx[hr]);
+        muse[hr] = m_new == -INFINITY ? 0.f : m_new;
+        alpha[hr] = exp2f(m_run[hr] - muse[hr]);
+        m_run[hr] = m_new;
+      }
+      float lsum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
+          sc[j * 4 + c] = pv;
+          lsum[c >> 1] += pv;
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+      // P in bf16: the A fragments of the four k16 steps (keys 16 kk .. 16 kk + 15).
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        pa[kk * 4 + 0] = PackBf16(sc[(2 * kk) * 4 + 0], sc[(2 * kk) * 4 + 1]);
+        pa[kk * 4 + 1] = PackBf16(sc[(2 * kk) * 4 + 2], sc[(2 * kk) * 4 + 3]);
+        pa[kk * 4 + 2] = PackBf16(sc[(2 * kk + 1) * 4 + 0], sc[(2 * kk + 1) * 4 + 1]);
+        pa[kk * 4 + 3] = PackBf16(sc[(2 * kk + 1) * 4 + 2], sc[(2 * kk + 1) * 4 + 3]);
+      }
+      // Hand P and the rescale factors to WG1 (after it finished reading the previous ones).
+      if (it > 0) NamedSync(kBarPEmpty, kThreads);
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          *reinterpret_cast<uint32_t*>(smem + kOffP + SwzOff(my_row[hr], j * 8 + 2 * tq)) =
+              pa[(j >> 1) * 4 + (j & 1) * 2 + hr];
+      if (tq == 0) {
+        s_alpha[my_row[0]] = alpha[0];
+        s_alpha[my_row[1]] = alpha[1];
+      }
+      FenceProxyAsync();
+      NamedArrive(kBarPFull, kThreads);
+      // O[:, 0:256] = alpha O + P V (the previous P V completed: waited below last iteration).
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
+        acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
+      }
+      const uint32_t kt = sK + (it % kStages) * kTileBytes;
+      FenceRegs(acc);
+      FenceRegs(pa);
+      WgFence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], DescV(kt, 0, kk));
+      WgCommit();
+      if (it + 1 < ntiles) {  // S of the next tile overlaps this P V
+        prepare_tile(it + 1);
+        issue_s(it + 1);
+        WgWait<1>();  // P V of tile `it` done
+        MbarArrive(bar_empty + (it % kStages) * 8);  // WG0 is done with this stage
+        WgWait<0>();
+        FenceRegs(sc);
+      } else {
+        WgWait<0>();
+        MbarArrive(bar_empty + (it % kStages) * 8);
+      }
+      FenceRegs(acc);
+      FenceRegs(pa);
+    }
+    // Row sums over the quad; WG1 normalises with them.
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
+      l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
+      if (tq == 0) s_l[my_row[hr]] = l_run[hr];
+    }
+    NamedSync(kBarEnd, kThreads);
+    if (!direct && tq == 0) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = row0 + my_row[hr];
+        if (row >= valid_rows) continue;
+        const int64_t part = (static_cast<int64_t>(q0 + row / H) * H + row % H) * max_splits + split;
+        p.workspace[lse_base + part] =
+            l_run[hr] > 0.f ? (m_run[hr] + log2f(l_run[hr])) * 0.6931471805599453f : -INFINITY;
+      }
+    }
+  } else {
+    // ---------------- WG1: O[:, 256:512] from the shared P; the TMA producer ----------------
+    for (int it = 0; it < ntiles; ++it) {
+      const int st = it % kStages;
+      MbarWait(bar_full + st * 8, (it / kStages) & 1);
+      NamedSync(kBarPFull, kThreads);  // P of tile `it` (and, for the last tile, its zeroed rows) ready
+      const float a0 = s_alpha[my_row[0]], a1 = s_alpha[my_row[1]];
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        acc[j * 4 + 0] *= a0; acc[j * 4 + 1] *= a0;
+        acc[j * 4 + 2] *= a1; acc[j * 4 + 3] *= a1;
+      }
+      const uint32_t kt = sK + st * kTileBytes;
+      FenceRegs(acc);
+      WgFence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, DescKMajor(sP, kk), DescV(kt, 4, kk), 1);
+      WgCommit();
+      WgWait<0>();
+      FenceRegs(acc);
+      if (it + 1 < ntiles) NamedArrive(kBarPEmpty, kThreads);
+      MbarArrive(bar_empty + st * 8);
+      if (wtid == 0 && it + kStages < ntiles) {
+        MbarWait(bar_empty + st * 8, (it / kStages) & 1);  // both warpgroups released the stage
+        issue_tile(it + kStages);
+      }
+      __syncwarp();
+    }
+    NamedSync(kBarEnd, kThreads);
+  }
+
+  // Normalised output of this warpgroup's 256 columns (direct) or the split's partial.
+  const int col0 = wg * 256;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = row0 + my_row[hr];
+    if (row >= valid_rows) continue;
+    const float l = s_l[my_row[hr]];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int t = q0 + row / H, h = row % H;
+    if (direct) {
+      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride +
+                  static_cast<int64_t>(h) * p.o_head_stride + col0 + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        out[j * 8] = dev::FromF<TOut>(acc[j * 4 + 2 * hr] * inv);
+        out[j * 8 + 1] = dev::FromF<TOut>(acc[j * 4 + 2 * hr + 1] * inv);
+      }
+    } else {
+      float* po = p.workspace + ((static_cast<int64_t>(t) * H + h) * max_splits + split) * kV + col0 + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
+    }
+  }
+}
+
+// out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped).
+template <typename TOut>
+__global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodeParams p, int max_splits) {
+  const int t = blockIdx.x, h = blockIdx.y;
+  const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
+  const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
+  float gmax = -INFINITY;
+  for (int s = 0; s < max_splits; ++s) gmax = fmaxf(gmax, lse[s]);
+  const int d = threadIdx.x * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+  int s = 0;
+  for (; s + 4 <= max_splits; s += 4) {  // 4 splits' loads in flight
+    float w[4];
+    float4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) w[u] = lse[s + u] == -INFINITY ? 0.f : expf(lse[s + u] - gmax);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)  // empty splits were never written: not read
+      v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(p.workspace + (base + s + u) * kV + d)
+                        : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      wsum += w[u];
+      acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
+    }
+  }
+  for (; s < max_splits; ++s) {
+    if (lse[s] == -INFINITY) continue;
+    const float w = expf(lse[s] - gmax);
+    const float4 v = *reinterpret_cast<const float4*>(p.workspace + (base + s) * kV + d);
+    wsum += w;
+    acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + d;
+  out[0] = dev::FromF<TOut>(acc.x * inv);
+  out[1] = dev::FromF<TOut>(acc.y * inv);
+  out[2] = dev::FromF<TOut>(acc.z * inv);
+  out[3] = dev::FromF<TOut>(acc.w * inv);
+}
+
+struct DevInfo {
+  int sms = 0;
+  bool sm90 = false;
+};
+const DevInfo& Info() {
+  static DevInfo cache[64];
+  static bool done[64] = {};
+  static std::mutex mu;
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  DS_CHECK(dev >= 0 && dev < 64) << "device " << dev;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done[dev]) {
+    int major = 0, minor = 0;
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&cache[dev].sms, cudaDevAttrMultiProcessorCount, dev));
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    cache[dev].sm90 = major == 9 && minor == 0;
+    done[dev] = true;
+  }
+  return cache[dev];
+}
+
+struct Sm90Plan {
+  int64_t nrb = 1;         // 64-row blocks per sequence
+  int64_t chunk = 0;       // keys per split (a multiple of 64)
+  int64_t max_splits = 1;
+};
+
+// Split-KV by work: the chunk (a multiple of 64, >= kv_chunk) minimising the estimated time,
+// ceil(CTAs / SMs) waves (one CTA per SM) of (chunk + kPlanOverheadKeys) key-equivalents. CTAs:
+// exact for a uniform batch (total = S x max, as in a graph bucket), else each sequence's last
+// split counted half full on average (as the tc path's warp-split plan).
+Sm90Plan MakePlan(const MlaDecodeParams& p) {
+  Sm90Plan pl;
+  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.num_tokens - p.num_seqs + 1;
+  pl.nrb = std::max<int64_t>(1, (max_q * p.heads + kBM - 1) / kBM);
+  const int64_t max_ctx = std::max<int64_t>(1, p.max_context);
+  const int64_t total = p.total_context > 0 ? p.total_context : p.num_seqs * max_ctx;
+  const bool uniform = total >= p.num_seqs * max_ctx;
+  const int64_t slots = Info().sms;
+  const int64_t c_min = (std::max<int64_t>(p.kv_chunk, kBN) + kBN - 1) / kBN * kBN;
+  const int64_t c_max = std::max(c_min, (max_ctx + kBN - 1) / kBN * kBN);
+  int64_t best = c_min;
+  double best_cost = 0;
+  for (int64_t c = c_min; c <= c_max; c += kBN) {
+    const int64_t per_row_block = uniform ? p.num_seqs * ((max_ctx + c - 1) / c) : (total + c - 1) / c + p.num_seqs / 2;
+    const int64_t ctas = pl.nrb * per_row_block;
+    const double cost = static_cast<double>((ctas + slots - 1) / slots) * static_cast<double>(c + kPlanOverheadKeys);
+    if (c == c_min || cost < best_cost) {
+      best_cost = cost;
+      best = c;
+    }
+  }
+  pl.chunk = best;
+  pl.max_splits = std::max<int64_t>(1, (p.max_context + pl.chunk - 1) / pl.chunk);
+  return pl;
+}
+
+// The cache as a 2-D tensor [rows, 576] bf16 for TMA: boxes of 64 rows x 64 columns (128 bytes,
+// the swizzle width), 128-byte swizzle. Rows: cache_rows, or unbounded (2^31) if not given.
+CUtensorMap MakeKvMap(const MlaDecodeParams& p) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    DS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    DS_CHECK(q == cudaDriverEntryPointSuccess && fn) << "cuTensorMapEncodeTiled unavailable";
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(kD),
+                              static_cast<cuuint64_t>(p.cache_rows > 0 ? p.cache_rows : int64_t{1} << 31)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kD) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(kBN)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(p.cache), dims,
+                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  DS_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed: " << static_cast<int>(r);
+  return map;
+}
+
+template <typename TOut>
+void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
+  static const bool attr_set = [] {
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeSm90Kernel<TOut>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       kSmemBytes));
+    return true;
+  }();
+  (void)attr_set;
+  const CUtensorMap map = MakeKvMap(p);
+  const bool direct = pl.max_splits == 1;
+  const int64_t ctas = p.num_seqs * pl.nrb * pl.max_splits;
+  DS_CHECK(ctas < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: grid too large";
+  MlaDecodeSm90Kernel<TOut><<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream>>>(
+      map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
+  DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Kernel");
+  if (direct) return;
+  dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
+  MlaDecodeSm90Combine<TOut><<<cgrid, kV / 4, 0, p.stream>>>(p, static_cast<int>(pl.max_splits));
+  DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Combine");
+}
+
+}  // namespace
+
+bool MlaDecodeSm90Supported(const MlaDecodeParams& p) {
+  return p.kv_lora == kV && p.kv_lora + p.rope_dim == kD && p.block_size > 0 && p.block_size % kBN == 0 &&
+         Info().sm90;
+}
+
+bool MlaDecodeSm90Selected(const MlaDecodeParams& p) {
+  if (!p.sm90 || !MlaDecodeSm90Supported(p)) return false;
+  const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.num_tokens - p.num_seqs + 1;
+  return max_q * p.heads >= kBM;
+}
+
+int64_t MlaDecodeSm90Chunk(const MlaDecodeParams& p, int* tile) {
+  if (tile) *tile = kBN;
+  return MakePlan(p).chunk;
+}
+
+void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
+  DS_CHECK(MlaDecodeSm90Supported(p))
+      << "MlaDecodeAttentionSm90: needs an sm_90 device, kv_lora 512, rope 64, block_size % 64 == 0";
+  DS_CHECK(p.kv_chunk > 0) << "MlaDecodeAttentionSm90: kv_chunk";
+  DS_CHECK(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_tok_stride % 4 == 0 && p.q_head_stride % 4 == 0)
+      << "MlaDecodeAttentionSm90: q must be 16-byte aligned with strides % 4 == 0";
+  DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
+  DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
+  DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
+  if (p.num_tokens == 0 || p.num_seqs == 0) return;
+  const Sm90Plan pl = MakePlan(p);
+  DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
+  if (p.out_type == DTypeOut::kF32) Launch<float>(p, pl);
+  else Launch<__nv_bfloat16>(p, pl);
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,174 @@
+// The sm_90a wgmma + TMA MLA decode kernel (mla_decode_sm90.cu), called explicitly
+// (MlaDecodeAttentionSm90, not through the default dispatch), at V3 dims: 128 heads (and 32 / 64
+// heads x 2-3 query tokens, so one 64-row tile spans several tokens), batch 1 / 2 / 4 / 64,
+// contexts 1, 63, 64, 65 (page edges: partial last tiles), 4K and 32K, MTP q_len 2, mixed
+// lengths, fp32 and bf16 output. Cache rows that no sequence may read hold NaN (the kernel
+// must zero the rows of a partial tile before its wgmmas read them), outputs and workspace
+// start poisoned (NaN), so unwritten outputs fail.
+//
+// References:
+//  - the CUDA-core kernel emulating the kernel's rounding and plan (emulate_tc_rounding = 3 with
+//    sm90 = true: bf16 q, bf16 probabilities, base-2 online softmax over the same 64-key tiles,
+//    the same split plan MlaDecodeSm90Chunk), on every row, at 1e-4 relative L2 (the remaining
+//    difference is fp32 summation order, as in test_mla_decode.cpp);
+//  - the CPU op (ds::cpu::MlaDecodeAttention) on a sample of heads (all heads where that is
+//    cheap): 5e-3 against the CPU op fed the same bf16-rounded q, 1e-2 against fp32 q;
+//  - bf16 output vs the kernel's fp32 output (5e-3), and the default dispatch (p.sm90 = true
+//    through MlaDecodeAttention) bit-equal to the explicit call.
+// Skipped (with the reason) on devices other than sm_90.
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/mla_decode.h"
+#include "test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+constexpr int64_t kKvl = 512, kRope = 64, kL = kKvl + kRope, kBs = 64;
+
+bool Sm90Available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  MlaDecodeParams p{};
+  p.kv_lora = kKvl; p.rope_dim = kRope; p.block_size = kBs;
+  return MlaDecodeSm90Supported(p);
+}
+#define SKIP_WITHOUT_SM90_DEVICE() \
+  if (!Sm90Available()) GTEST_SKIP() << "the sm_90a MLA decode kernel needs an sm_90 (Hopper) device (none here)"
+
+// heads_sample: heads checked against the CPU op (empty = all).
+void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
+                 std::vector<int64_t> heads_sample, const char* name) {
+  const int64_t S = static_cast<int64_t>(ctx.size());
+  int64_t max_blocks = 0, total_blocks = 0, max_ctx = 0, total_ctx = 0, max_q = 0;
+  for (auto c : ctx) {
+    max_blocks = std::max<int64_t>(max_blocks, (c + kBs - 1) / kBs);
+    total_blocks += (c + kBs - 1) / kBs;
+    max_ctx = std::max<int64_t>(max_ctx, c);
+    total_ctx += c;
+  }
+  for (auto q : qlen) max_q = std::max<int64_t>(max_q, q);
+  const int64_t num_blocks = total_blocks + 3;
+  std::vector<int32_t> perm(num_blocks);
+  for (int64_t i = 0; i < num_blocks; ++i) perm[i] = static_cast<int32_t>(i);
+  std::shuffle(perm.begin(), perm.end(), Rng());
+  std::vector<int32_t> table(S * max_blocks, -1), qs{0};
+  int64_t used = 0;
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t b = 0; b < (ctx[s] + kBs - 1) / kBs; ++b) table[s * max_blocks + b] = perm[used++];
+    qs.push_back(qs.back() + qlen[s]);
+  }
+  const int64_t T = qs.back();
+  auto cache = RoundBf16Vec(RandomNormal(num_blocks * kBs * kL));
+  std::vector<char> readable(num_blocks * kBs, 0);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t k = 0; k < ctx[s]; ++k) readable[table[s * max_blocks + k / kBs] * kBs + k % kBs] = 1;
+  for (int64_t r = 0; r < num_blocks * kBs; ++r)
+    if (!readable[r])
+      std::fill(cache.begin() + r * kL, cache.begin() + (r + 1) * kL, std::numeric_limits<float>::quiet_NaN());
+  auto q = RandomNormal(T * H * kL, 0.3f);
+  const float scale = 0.1352f;
+
+  Dev<float> dq(q);
+  Dev<__nv_bfloat16> dc(ToBf16(cache));
+  Dev<int32_t> dqs(qs), dctx(ctx), dtab(table);
+  auto params = [&](float* ws, void* out, DTypeOut ot) {
+    MlaDecodeParams p{};
+    p.q = dq.get(); p.q_tok_stride = H * kL; p.q_head_stride = kL;
+    p.cache = dc.get(); p.num_tokens = T; p.num_seqs = S; p.heads = H; p.kv_lora = kKvl; p.rope_dim = kRope;
+    p.block_size = kBs; p.query_start = dqs.get(); p.context_lens = dctx.get(); p.block_table = dtab.get();
+    p.max_blocks = max_blocks; p.max_context = max_ctx; p.kv_chunk = kv_chunk; p.softmax_scale = scale;
+    p.workspace = ws; p.out = out; p.o_tok_stride = H * kKvl; p.o_head_stride = kKvl; p.out_type = ot;
+    p.total_context = total_ctx; p.max_q_len = max_q; p.sm90 = true; p.cache_rows = num_blocks * kBs;
+    return p;
+  };
+  const int64_t ws_floats = MlaDecodeWorkspaceFloats(T, H, kKvl, max_ctx, kv_chunk);
+  std::printf("[info] case=%s sm90 chunk=%lld (kv_chunk %lld, max_ctx %lld)\n", name,
+              static_cast<long long>(MlaDecodeSm90Chunk(params(nullptr, nullptr, DTypeOut::kF32))),
+              static_cast<long long>(kv_chunk), static_cast<long long>(max_ctx));
+
+  // The kernel, explicitly; fp32 and bf16 outputs.
+  Dev<float> ws(ws_floats), out(T * H * kKvl);
+  MlaDecodeAttentionSm90(params(ws.get(), out.get(), DTypeOut::kF32));
+  DS_CUDA_CHECK(cudaGetLastError());
+  const auto got = out.Download();
+  Dev<float> ws16(ws_floats);
+  Dev<__nv_bfloat16> out16(T * H * kKvl);
+  MlaDecodeAttentionSm90(params(ws16.get(), out16.get(), DTypeOut::kBF16));
+  DS_CUDA_CHECK(cudaGetLastError());
+  ExpectClose("mla_decode_sm90_bf16_out", std::string(name) + "_vs_sm90_f32", FromBf16(out16.Download()), got, 5e-3);
+
+  // The emulation of its rounding and plan (CUDA-core kernel), every row.
+  {
+    Dev<float> ws_e(ws_floats), out_e(T * H * kKvl);
+    MlaDecodeParams p = params(ws_e.get(), out_e.get(), DTypeOut::kF32);
+    p.emulate_tc_rounding = 3;
+    MlaDecodeAttention(p);
+    DS_CUDA_CHECK(cudaGetLastError());
+    ExpectClose("mla_decode_sm90", std::string(name) + "_vs_emulation", got, out_e.Download(), 1e-4);
+  }
+  // The default dispatch with the option on: the same kernel, the same bits.
+  {
+    Dev<float> ws_d(ws_floats), out_d(T * H * kKvl);
+    MlaDecodeAttention(params(ws_d.get(), out_d.get(), DTypeOut::kF32));
+    DS_CUDA_CHECK(cudaGetLastError());
+    const auto via = out_d.Download();
+    int64_t diff = 0;
+    for (size_t i = 0; i < via.size(); ++i) diff += std::memcmp(&via[i], &got[i], sizeof(float)) != 0;
+    EXPECT_EQ(diff, 0) << name << ": dispatch (p.sm90) differs from the explicit call";
+  }
+
+  // CPU op on the sampled heads (q restricted to them).
+  if (heads_sample.empty())
+    for (int64_t h = 0; h < H; ++h) heads_sample.push_back(h);
+  const int64_t Hs = static_cast<int64_t>(heads_sample.size());
+  std::vector<float> q_sub(T * Hs * kL), got_sub(T * Hs * kKvl);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < Hs; ++i) {
+      const int64_t h = heads_sample[i];
+      std::copy(q.begin() + (t * H + h) * kL, q.begin() + (t * H + h + 1) * kL, q_sub.begin() + (t * Hs + i) * kL);
+      std::copy(got.begin() + (t * H + h) * kKvl, got.begin() + (t * H + h + 1) * kKvl,
+                got_sub.begin() + (t * Hs + i) * kKvl);
+    }
+  std::vector<float> ref(T * Hs * kKvl), ref_bf16q(T * Hs * kKvl);
+  cpu::MlaDecodeAttention({q_sub.data(), cache.data(), ref.data(), S, Hs, kKvl, kRope, kBs, qs.data(), ctx.data(),
+                           table.data(), max_blocks, scale});
+  const auto q_sub_bf16 = RoundBf16Vec(q_sub);
+  cpu::MlaDecodeAttention({q_sub_bf16.data(), cache.data(), ref_bf16q.data(), S, Hs, kKvl, kRope, kBs, qs.data(),
+                           ctx.data(), table.data(), max_blocks, scale});
+  ExpectClose("mla_decode_sm90", std::string(name) + "_vs_bf16q_ref", got_sub, ref_bf16q, 5e-3);
+  ExpectClose("mla_decode_sm90", std::string(name) + "_vs_fp32q_ref", got_sub, ref, 1e-2);
+}
+
+const std::vector<int64_t> kSampleH128 = {0, 37, 64, 127};  // both 64-row tiles of a token
+
+TEST(CudaMlaDecodeSm90, PageEdges) {
+  SKIP_WITHOUT_SM90_DEVICE();
+  RunSm90Case({1}, {1}, 128, 256, {}, "h128_b1_ctx1");
+  RunSm90Case({1, 63, 64, 65}, {1, 1, 1, 1}, 128, 256, {}, "h128_b4_ctx1_63_64_65");
+  RunSm90Case({65, 4096}, {1, 1}, 128, 256, {}, "h128_b2_65_4K");
+}
+
+TEST(CudaMlaDecodeSm90, LongContexts) {
+  SKIP_WITHOUT_SM90_DEVICE();
+  RunSm90Case({32768}, {1}, 128, 256, kSampleH128, "h128_b1_32K");
+  RunSm90Case({4000}, {1}, 128, 64, kSampleH128, "h128_b1_4000_kvchunk64");  // many 64-key splits + combine
+  RunSm90Case(std::vector<int32_t>(64, 4096), std::vector<int32_t>(64, 1), 128, 256, {5, 100}, "h128_b64_4K");
+}
+
+TEST(CudaMlaDecodeSm90, MtpAndMixed) {
+  SKIP_WITHOUT_SM90_DEVICE();
+  RunSm90Case({2, 130, 4097, 64}, {2, 2, 2, 2}, 128, 256, kSampleH128, "h128_mtp_qlen2");
+  RunSm90Case({32768, 512, 32768, 512}, {1, 1, 1, 1}, 128, 256, kSampleH128, "h128_half32K_half512");
+  // 64-row tiles spanning 2 tokens (32 heads x 2) and 3 tokens with a partial tile (64 heads x 3).
+  RunSm90Case({100, 700, 3}, {2, 2, 2}, 32, 256, {}, "h32_qlen2_tile_spans_tokens");
+  RunSm90Case({129, 1000}, {3, 1}, 64, 64, {}, "h64_qlen3_mixed_kvchunk64");
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
