@@ -90,9 +90,14 @@ __device__ __forceinline__ bool BarTryWait(uint32_t bar, uint32_t parity) {
       : "memory");
   return ok != 0;
 }
-// Waits until the phase of the given parity has completed.
+// Waits until the phase of the given parity has completed. A watchdog turns a pipeline
+// deadlock (a bug) into a launch error instead of a hung process: each try_wait suspends for up
+// to a hardware time limit, so 2^26 failed tries are far beyond any legitimate wait (the longest
+// is one K/V tile's compute).
 __device__ __forceinline__ void BarWait(uint32_t bar, uint32_t parity) {
+  uint32_t tries = 0;
   while (!BarTryWait(bar, parity)) {
+    if (++tries == (1u << 26)) __trap();
   }
 }
 // 3-d TMA tile load into shared memory, completion counted on `bar` (bytes).
