@@ -144,6 +144,7 @@ void RunCase(const Case& c) {
   const int64_t n_out = in.Tq * c.H * 128;
   ASSERT_TRUE(MlaPrefillSm90Supported(d.p)) << c.name;
   const auto got = RunInto(d.p, n_out, c.bf16_out, [](const MlaPrefillTcParams& p) { MlaPrefillAttentionSm90(p); });
+  EXPECT_FALSE(MlaPrefillSm90WatchdogFired()) << c.name << ": a pipeline barrier wait gave up (deadlock)";
   const auto tc = RunInto(d.p, n_out, c.bf16_out, [](MlaPrefillTcParams p) {
     p.sm90 = false;  // the mma.sync kernel
     p.block_q = 64;

@@ -82,5 +82,9 @@ void MlaPrefillAttentionTc(const MlaPrefillTcParams& p);
 // Not yet verified on the GPU.
 bool MlaPrefillSm90Supported(const MlaPrefillTcParams& p);
 void MlaPrefillAttentionSm90(const MlaPrefillTcParams& p);
+// Debug aid for the first GPU runs: true (and reset) if a launch of the sm_90a kernel gave up
+// waiting on one of its pipeline barriers (a deadlock: a bug) since the last call; that
+// launch's output is garbage. Synchronous (reads a device flag).
+bool MlaPrefillSm90WatchdogFired();
 
 }  // namespace ds::cuda

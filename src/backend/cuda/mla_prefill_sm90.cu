@@ -67,6 +67,8 @@ struct Sm90Args {
 #define DS_MLA_SM90_DEVICE 1
 #endif
 
+__device__ int g_watchdog = 0;  // set when a barrier wait gave up (see BarWait)
+
 // ------------------------------------------------------------------ PTX wrappers (sm_90a)
 __device__ __forceinline__ uint32_t SmemAddr(const void* ptr) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
@@ -91,13 +93,17 @@ __device__ __forceinline__ bool BarTryWait(uint32_t bar, uint32_t parity) {
   return ok != 0;
 }
 // Waits until the phase of the given parity has completed. A watchdog turns a pipeline
-// deadlock (a bug) into a launch error instead of a hung process: each try_wait suspends for up
-// to a hardware time limit, so 2^26 failed tries are far beyond any legitimate wait (the longest
-// is one K/V tile's compute).
+// deadlock (a bug) into wrong output plus a flag (MlaPrefillSm90WatchdogFired) instead of a
+// hung process: each try_wait suspends for up to a hardware time limit, so 2^26 failed tries
+// are far beyond any legitimate wait (the longest is one K/V tile's compute). (Not __trap():
+// a trap path makes ptxas keep the consumer code within the launch's 168 registers, spilling.)
 __device__ __forceinline__ void BarWait(uint32_t bar, uint32_t parity) {
   uint32_t tries = 0;
   while (!BarTryWait(bar, parity)) {
-    if (++tries == (1u << 26)) __trap();
+    if (++tries == (1u << 26)) {
+      g_watchdog = 1;
+      return;
+    }
   }
 }
 // 3-d TMA tile load into shared memory, completion counted on `bar` (bytes).
@@ -273,19 +279,32 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillSm90Kernel(const __grid
   const int w = ctid >> 5, g = lane >> 2, t4 = lane & 3;
 
   // Q: fp32 [64 rows, 192] -> bf16 into the swizzled Q panels (rows wg*64..), zero past nq.
-  for (int c = ctid; c < 64 * (kDqk / 4); c += 128) {
-    const int r = c / (kDqk / 4), col = (c % (kDqk / 4)) * 4;
-    const int qrow = qt0 + wg * 64 + r;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (qrow < nq)
-      v = *reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + qrow) * p.q_tok_stride +
-                                           static_cast<int64_t>(h) * p.q_head_stride + col);
-    const int prow = wg * 64 + r, pc = col & 63;
-    const int off = (col >> 6) * kPanel + prow * 128 + ((((pc >> 3) ^ (prow & 7))) << 4) + (pc & 7) * 2;
-    uint2 u;
-    u.x = PackBf16(v.x, v.y);
-    u.y = PackBf16(v.z, v.w);
-    *reinterpret_cast<uint2*>(smem + kOffQ + off) = u;
+  // 24 float4 per thread, in two batches of 12 loads issued before any is used (one memory
+  // latency per batch, not one per load).
+  {
+    constexpr int kPerThread = 64 * (kDqk / 4) / 128, kBatch = kPerThread / 3;
+    const float* const q_head = p.q + static_cast<int64_t>(h) * p.q_head_stride;
+#pragma unroll
+    for (int b0 = 0; b0 < kPerThread; b0 += kBatch) {
+      float4 v[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int c = ctid + (b0 + i) * 128, r = c / (kDqk / 4), col = (c % (kDqk / 4)) * 4;
+        const int qrow = qt0 + wg * 64 + r;
+        v[i] = qrow < nq ? __ldg(reinterpret_cast<const float4*>(q_head + static_cast<int64_t>(q0 + qrow) * p.q_tok_stride + col))
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int c = ctid + (b0 + i) * 128, r = c / (kDqk / 4), col = (c % (kDqk / 4)) * 4;
+        const int prow = wg * 64 + r, pc = col & 63;
+        const int off = (col >> 6) * kPanel + prow * 128 + (((pc >> 3) ^ (prow & 7)) << 4) + (pc & 7) * 2;
+        uint2 u;
+        u.x = PackBf16(v[i].x, v[i].y);
+        u.y = PackBf16(v[i].z, v[i].w);
+        *reinterpret_cast<uint2*>(smem + kOffQ + off) = u;
+      }
+    }
   }
   FenceProxyAsync();  // generic-proxy stores -> visible to wgmma (async proxy)
   NamedBarSync(1 + wg, 128);
@@ -516,6 +535,16 @@ void Launch(const Sm90Args& a) {
 }
 
 }  // namespace
+
+bool MlaPrefillSm90WatchdogFired() {
+  int fired = 0;
+  DS_CUDA_CHECK(cudaMemcpyFromSymbol(&fired, g_watchdog, sizeof(int)));
+  if (fired != 0) {
+    const int zero = 0;
+    DS_CUDA_CHECK(cudaMemcpyToSymbol(g_watchdog, &zero, sizeof(int)));
+  }
+  return fired != 0;
+}
 
 bool MlaPrefillSm90Supported(const MlaPrefillTcParams& p) {
   return Unsupported(p) == nullptr && DeviceIsSm90();
