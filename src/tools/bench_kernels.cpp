@@ -408,14 +408,15 @@ void MlaPrefillCase(Bench& b, int64_t T) {
         "CUDA-core fp32 tiles (the fallback kernel; tensor cores: mla_prefill_tc)");
 }
 
-constexpr int kPrefillSm90 = 90;  // MlaPrefillTcCase's variant for the sm_90a kernel
+constexpr int kPrefillSm90 = 90;          // MlaPrefillTcCase's variant for the sm_90a kernel
+constexpr int kPrefillSm90PingPong = 91;  // the same with sm90_pingpong
 void MlaPrefillTcCase(Bench& b, int64_t H, int64_t nseq, int64_t nq, int64_t nk, int variant);
 
 // MLA prefill over `nseq` fresh prompts of `len` tokens each (one launch, the runner's
 // layouts: kv_b_proj output [T, H, 128 nope | 128 v], k_rope inside the [T, 576] latent rows),
 // fp32 CUDA-core kernel (block_q 0) or a tensor-core kernel (block_q 64 / 128: mma.sync,
-// kPrefillSm90: sm_90a; MlaPrefillTcCase). FLOPs count only the unmasked (causal) half: 2 x H x
-// sum_s len(len+1)/2 x (192 + 128).
+// kPrefillSm90 / kPrefillSm90PingPong: sm_90a; MlaPrefillTcCase). FLOPs count only the
+// unmasked (causal) half: 2 x H x sum_s len(len+1)/2 x (192 + 128).
 void MlaPrefillBatchCase(Bench& b, int64_t H, int64_t nseq, int64_t len, int block_q) {
   if (block_q != 0) {
     MlaPrefillTcCase(b, H, nseq, len, len, block_q);
@@ -452,8 +453,8 @@ void MlaPrefillBatchCase(Bench& b, int64_t H, int64_t nseq, int64_t len, int blo
 // ones (nk == nq: fresh prompts), one launch, the runner's layouts (kv_b_proj output [Tk, H,
 // 128 nope | 128 v] bf16, k_rope inside the [Tk, 576] bf16 latent rows, q [Tq, H, 192] fp32,
 // fp32 out): the mma.sync kernel (variant 64 / 128 = block_q) or the sm_90a kernel (variant
-// kPrefillSm90). FLOPs count only the visible keys: 2 x H x nseq x (nq (nk - nq) + nq (nq + 1) / 2)
-// x (192 + 128).
+// kPrefillSm90, or kPrefillSm90PingPong for its ping-pong variant). FLOPs count only the
+// visible keys: 2 x H x nseq x (nq (nk - nq) + nq (nq + 1) / 2) x (192 + 128).
 void MlaPrefillTcCase(Bench& b, int64_t H, int64_t nseq, int64_t nq, int64_t nk, int variant) {
   const int64_t dn = 128, dr = 64, dv = 128, L = 576, Tq = nseq * nq, Tk = nseq * nk;
   std::vector<int32_t> qs{0}, ks{0}, pos0(nseq, static_cast<int32_t>(nk - nq));
@@ -482,22 +483,26 @@ void MlaPrefillTcCase(Bench& b, int64_t H, int64_t nseq, int64_t nq, int64_t nk,
   p.num_seqs = nseq; p.heads = H; p.d_nope = dn; p.d_rope = dr; p.dv = dv;
   p.q_start = dqs->as<int32_t>(); p.k_start = dks->as<int32_t>(); p.q_pos0 = dpos0->as<int32_t>();
   p.max_q_len = nq; p.softmax_scale = 0.0722f; p.stream = b.st(); p.total_k = Tk;
-  if (variant == kPrefillSm90) {
+  if (variant == kPrefillSm90 || variant == kPrefillSm90PingPong) {
+    const bool pingpong = variant == kPrefillSm90PingPong;
+    const std::string kernel = pingpong ? "mla_prefill_sm90[pingpong]" : "mla_prefill_sm90";
+    p.sm90_pingpong = pingpong;
     // DS_BENCH_SKIP_SM90_PREFILL=1 (scripts/gpu_mla_prefill_sm90.sh, when the kernel's op tests
     // failed): skip it, so a crashing kernel cannot take the rest of the bench down.
     const char* skip = std::getenv("DS_BENCH_SKIP_SM90_PREFILL");
     if (skip && std::string(skip) == "1") {
-      b.skipped.push_back("mla_prefill_sm90 " + shape + " (DS_BENCH_SKIP_SM90_PREFILL)");
+      b.skipped.push_back(kernel + " " + shape + " (DS_BENCH_SKIP_SM90_PREFILL)");
       return;
     }
     if (!MlaPrefillSm90Supported(p)) {
-      std::printf("%-28s %-44s not supported here (needs an sm_90 device)\n", "mla_prefill_sm90", shape.c_str());
-      b.skipped.push_back("mla_prefill_sm90 " + shape + " (unsupported)");
+      std::printf("%-28s %-44s not supported here (needs an sm_90 device)\n", kernel.c_str(), shape.c_str());
+      b.skipped.push_back(kernel + " " + shape + " (unsupported)");
       return;
     }
     const double us = b.TimeUs([&](int) { MlaPrefillAttentionSm90(p); }, 1, 5, 300);
-    b.Add("mla_prefill_sm90", shape, us, 0, flops, false,
-          "sm_90a: TMA + wgmma, producer/consumer warpgroups; bf16 q/k/v/P, fp32 accumulate, fp32 out");
+    b.Add(kernel, shape, us, 0, flops, false,
+          std::string("sm_90a: TMA + wgmma, producer/consumer warpgroups") + (pingpong ? ", ping-pong" : "") +
+              "; bf16 q/k/v/P, fp32 accumulate, fp32 out");
     return;
   }
   p.block_q = variant;
@@ -508,20 +513,21 @@ void MlaPrefillTcCase(Bench& b, int64_t H, int64_t nseq, int64_t nq, int64_t nk,
 
 // Old vs tensor-core (mma.sync bq64 / bq128) vs sm_90a prefill kernel at 1 x 4K, 4 x 1K and
 // 16 x 4K tokens, 16 (V2-Lite) and 128 (V3) heads. The old kernel is skipped at 128 heads x
-// 16 x 4K (~1.5 s a launch). Variant 0 = old, 64 / 128 = mma.sync block_q, kPrefillSm90.
+// 16 x 4K (~1.5 s a launch). Variant 0 = old, 64 / 128 = mma.sync block_q, kPrefillSm90 (90),
+// kPrefillSm90PingPong (91).
 void MlaPrefillCompare(Bench& b) {
   struct Shape { int64_t nseq, len; };
   for (int64_t H : {16, 128})
     for (Shape sh : {Shape{1, 4096}, Shape{4, 1024}, Shape{16, 4096}})
-      for (int bq : {0, 64, 128, kPrefillSm90}) {
+      for (int bq : {0, 64, 128, kPrefillSm90, kPrefillSm90PingPong}) {
         const std::string name = "mla_prefill h" + std::to_string(H) + " " + std::to_string(sh.nseq) + "x" +
-                                 std::to_string(sh.len) + (bq == kPrefillSm90 ? " sm90" : " bq" + std::to_string(bq));
+                                 std::to_string(sh.len) + " variant " + std::to_string(bq);
         if (b.OutOfTime() || (bq == 0 && H == 128 && sh.nseq == 16)) { b.skipped.push_back(name); continue; }
         MlaPrefillBatchCase(b, H, sh.nseq, sh.len, bq);
       }
 }
 
-// Long prefills on the tensor-core kernels (mma.sync bq128 vs sm_90a): 128 heads x one 8K /
+// Long prefills on the tensor-core kernels (mma.sync bq128 vs sm_90a, plain and ping-pong): 128 heads x one 8K /
 // 16K / 32K-token prompt, and issue 7's trace case at 16 heads: an 8192-token chunk after
 // 57344 cached tokens (8K queries x 64K keys). --quick: the 8K prompt and the trace case.
 void MlaPrefillLong(Bench& b) {
@@ -532,10 +538,10 @@ void MlaPrefillLong(Bench& b) {
     shapes.push_back({128, 32768, 32768});
   }
   for (const Shape& sh : shapes)
-    for (int v : {128, kPrefillSm90}) {
+    for (int v : {128, kPrefillSm90, kPrefillSm90PingPong}) {
       if (b.OutOfTime()) {
         b.skipped.push_back("mla_prefill long h" + std::to_string(sh.H) + " " + std::to_string(sh.nq) + "x" +
-                            std::to_string(sh.nk) + (v == kPrefillSm90 ? " sm90" : " bq128"));
+                            std::to_string(sh.nk) + " variant " + std::to_string(v));
         continue;
       }
       MlaPrefillTcCase(b, sh.H, 1, sh.nq, sh.nk, v);

@@ -24,7 +24,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   // DS_CUDA_PROFILE=1 profiles and logs the per-phase totals; DS_SKINNY_GEMM=0 turns the
   // decode-size skinny GEMMs off and DS_SM90_GROUPED_GEMM=0 the sm_90a expert GEMMs (benchmark A/B);
   // DS_MLA_PREFILL_SM90=1 turns the sm_90a MLA prefill attention kernel on (off by default until
-  // verified on the GPU).
+  // verified on the GPU), =pingpong its ping-pong variant.
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   const char* skinny = std::getenv("DS_SKINNY_GEMM");
   c.profile_log = prof && std::string(prof) == "1";
@@ -33,7 +33,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   const char* sm90 = std::getenv("DS_SM90_GROUPED_GEMM");
   c.sm90_grouped_gemm = !(sm90 && std::string(sm90) == "0");
   const char* mla_sm90 = std::getenv("DS_MLA_PREFILL_SM90");
-  c.mla_prefill_sm90 = mla_sm90 && std::string(mla_sm90) == "1";
+  c.mla_prefill_sm90 = mla_sm90 && (std::string(mla_sm90) == "1" || std::string(mla_sm90) == "pingpong");
+  c.mla_prefill_sm90_pingpong = mla_sm90 && std::string(mla_sm90) == "pingpong";
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   c.fp8_gemm = o.fp8_gemm;
   c.precise_activations = o.precise_activations;

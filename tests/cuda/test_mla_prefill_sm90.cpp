@@ -6,7 +6,8 @@
 // Shapes: V3 (128 heads) and V2-Lite (16 heads); several sequences per launch with lengths that
 // are not multiples of the 128-query / 128-key tiles; fresh prompts (q_pos0 = 0), chunks
 // extending a cached prefix (q_pos0 > 0), 1-token chunks and a 1-token prompt; up to 4K tokens;
-// fp32 and bf16 output; the shared rope key (head stride 0, as the runner) and a per-head one.
+// fp32 and bf16 output; the shared rope key (head stride 0, as the runner) and a per-head one;
+// both variants (plain and ping-pong, MlaPrefillTcParams::sm90_pingpong).
 // Device layouts as the runner's: k_nope and v interleaved per head in one [Tk, H, 256] bf16
 // buffer, k_rope [Tk, 64] (or [Tk, H, 64]), q [Tq, H, 192] fp32. Outputs start as NaN (Dev
 // poisons), so a row the kernel fails to write fails the non-finite check.
@@ -143,19 +144,24 @@ void RunCase(const Case& c) {
   DeviceCase d(c, in, scale);
   const int64_t n_out = in.Tq * c.H * 128;
   ASSERT_TRUE(MlaPrefillSm90Supported(d.p)) << c.name;
-  const auto got = RunInto(d.p, n_out, c.bf16_out, [](const MlaPrefillTcParams& p) { MlaPrefillAttentionSm90(p); });
-  EXPECT_FALSE(MlaPrefillSm90WatchdogFired()) << c.name << ": a pipeline barrier wait gave up (deadlock)";
   const auto tc = RunInto(d.p, n_out, c.bf16_out, [](MlaPrefillTcParams p) {
     p.sm90 = false;  // the mma.sync kernel
     p.block_q = 64;
     MlaPrefillAttentionTc(p);
   });
-  const std::string cas = std::string(c.name) + (c.bf16_out ? "_bf16" : "_f32");
-  ExpectClose("mla_prefill_sm90_vs_tc", cas, got, tc, 6e-3, c.bf16_out ? 0.06 : 0.03);
-  if (c.ref != Ref::kTcOnly)
-    ExpectClose("mla_prefill_sm90_vs_bf16_inputs", cas, got, CpuReference(c, in, scale, true), 6e-3, 0.03);
-  if (c.ref == Ref::kCpu) {
-    ExpectClose("mla_prefill_sm90_vs_fp32", cas, got, CpuReference(c, in, scale, false), 1.5e-2);
+  std::vector<float> ref_rounded, ref_fp32;
+  if (c.ref != Ref::kTcOnly) ref_rounded = CpuReference(c, in, scale, true);
+  if (c.ref == Ref::kCpu) ref_fp32 = CpuReference(c, in, scale, false);
+  // Both variants of the kernel: plain and ping-pong (the consumer warpgroups taking turns).
+  for (bool pingpong : {false, true}) {
+    MlaPrefillTcParams p = d.p;
+    p.sm90_pingpong = pingpong;
+    const auto got = RunInto(p, n_out, c.bf16_out, [](const MlaPrefillTcParams& q) { MlaPrefillAttentionSm90(q); });
+    EXPECT_FALSE(MlaPrefillSm90WatchdogFired()) << c.name << ": a pipeline barrier wait gave up (deadlock)";
+    const std::string cas = std::string(c.name) + (pingpong ? "_pingpong" : "") + (c.bf16_out ? "_bf16" : "_f32");
+    ExpectClose("mla_prefill_sm90_vs_tc", cas, got, tc, 6e-3, c.bf16_out ? 0.06 : 0.03);
+    if (!ref_rounded.empty()) ExpectClose("mla_prefill_sm90_vs_bf16_inputs", cas, got, ref_rounded, 6e-3, 0.03);
+    if (!ref_fp32.empty()) ExpectClose("mla_prefill_sm90_vs_fp32", cas, got, ref_fp32, 1.5e-2);
   }
 }
 
@@ -236,8 +242,13 @@ TEST(CudaMlaPrefillSm90, DispatchFromTc) {
     p.total_k = 0;
     MlaPrefillAttentionTc(p);
   });
+  const auto pingpong = RunInto(d.p, n_out, false, [](MlaPrefillTcParams p) {
+    p.sm90_pingpong = true;
+    MlaPrefillAttentionSm90(p);
+  });
   EXPECT_EQ(direct, via_tc);
   EXPECT_EQ(tc, fallback);
+  EXPECT_EQ(direct, pingpong);  // same arithmetic per row, only the issue order of the warpgroups differs
   EXPECT_NE(direct, tc);  // different kernels (tile sizes, accumulation order) differ in the last bits
 }
 

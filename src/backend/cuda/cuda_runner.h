@@ -80,8 +80,10 @@ struct CudaRunnerOptions {
   // With mla_prefill_tensor_cores: run the prefill attention on the FlashAttention-3-style
   // sm_90a kernel (mla_prefill_sm90.cu: TMA, wgmma, producer/consumer warpgroups) where it
   // applies (sm_90 device, same dims), else the mma.sync kernel. Off until verified on the GPU;
-  // the CLI reads DS_MLA_PREFILL_SM90=1.
+  // the CLI reads DS_MLA_PREFILL_SM90=1 (or =pingpong: also mla_prefill_sm90_pingpong).
   bool mla_prefill_sm90 = false;
+  // With mla_prefill_sm90: its ping-pong variant (MlaPrefillTcParams::sm90_pingpong).
+  bool mla_prefill_sm90_pingpong = false;
   // Decode steps (every sequence has exactly one new token, at most cuda_graph_max_batch
   // sequences) run as CUDA graphs: the batch is padded to a bucket (1, 2, 4, 8, 16, 24, 32, 48,
   // 64, 96, 128, ..., 256 sequences; padded rows attend to a reserved scratch KV block and

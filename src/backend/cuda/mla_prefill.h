@@ -66,6 +66,9 @@ struct MlaPrefillTcParams {
   // Route MlaPrefillAttentionTc to the sm_90a kernel where MlaPrefillSm90Supported(*this)
   // (the runner sets it from CudaRunnerOptions::mla_prefill_sm90); otherwise the mma.sync kernel.
   bool sm90 = false;
+  // sm_90a kernel variant: the two consumer warpgroups take turns issuing their GEMMs
+  // (FlashAttention-3's ping-pong); off until measured on the GPU.
+  bool sm90_pingpong = false;
 };
 bool MlaPrefillTcSupported(int64_t d_nope, int64_t d_rope, int64_t dv);
 void MlaPrefillAttentionTc(const MlaPrefillTcParams& p);

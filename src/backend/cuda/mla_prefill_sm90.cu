@@ -128,6 +128,9 @@ __device__ __forceinline__ void RegAlloc() {
 __device__ __forceinline__ void NamedBarSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+__device__ __forceinline__ void NamedBarArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 __device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ __forceinline__ void WgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void WgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -213,7 +216,9 @@ __device__ __forceinline__ void Store2(bf16* o, float a, float b) {
 }
 #endif  // DS_MLA_SM90_DEVICE
 
-template <typename TOut>
+// kPingPong: the consumer warpgroups take turns issuing their GEMMs (named barriers 3 and 4,
+// FlashAttention-3's inter-warpgroup "ping-pong"), so one's softmax overlaps the other's GEMMs.
+template <typename TOut, bool kPingPong>
 __global__ void __launch_bounds__(kThreads, 1) MlaPrefillSm90Kernel(const __grid_constant__ Sm90Args args) {
 #ifdef DS_MLA_SM90_DEVICE
   const MlaPrefillTcParams& p = args.p;
@@ -392,11 +397,26 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillSm90Kernel(const __grid
   const auto release = [&](int st) {
     if (lane == 0) BarArrive(empty(st));
   };
+  // Ping-pong turns: warpgroup wg issues its GEMMs after sync on barrier 3 + wg and then hands
+  // the turn to the other (arrive on 3 + (wg ^ 1)). Warpgroup 1 hands warpgroup 0 the first
+  // turn; warpgroup 0 consumes warpgroup 1's last hand-over at the end, so every barrier phase
+  // completes before the block exits.
+  const auto turn_begin = [&]() {
+    if constexpr (kPingPong) NamedBarSync(3 + wg, 256);
+  };
+  const auto turn_end = [&]() {
+    if constexpr (kPingPong) NamedBarArrive(3 + (wg ^ 1), 256);
+  };
+  if constexpr (kPingPong) {
+    if (wg == 1) NamedBarArrive(3, 256);
+  }
 
   if (n_kt > 0) {
     // Tile 0: S, softmax, P.
     BarWait(full_k(0), 0);
+    turn_begin();
     issue_s(0);
+    turn_end();
     WgWait<0>();
     FenceRegs(sc);
     {
@@ -407,12 +427,15 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillSm90Kernel(const __grid
     for (int kt = 1; kt < n_kt; ++kt) {
       const int st = kt % kStages, pst = (kt - 1) % kStages;
       BarWait(full_k(st), (kt / kStages) & 1);
+      if constexpr (kPingPong) BarWait(full_v(pst), ((kt - 1) / kStages) & 1);  // hold the turn only to issue
+      turn_begin();
       FenceRegs(sc);
       issue_s(st);
-      BarWait(full_v(pst), ((kt - 1) / kStages) & 1);
+      if constexpr (!kPingPong) BarWait(full_v(pst), ((kt - 1) / kStages) & 1);
       FenceRegs(o);
       FenceRegs(pa);
       issue_pv(pst);
+      turn_end();
       WgWait<1>();  // S of tile kt done; P V of tile kt-1 may still run
       FenceRegs(sc);
       float alpha[2];
@@ -432,12 +455,17 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillSm90Kernel(const __grid
     }
     const int lst = (n_kt - 1) % kStages;
     BarWait(full_v(lst), ((n_kt - 1) / kStages) & 1);
+    turn_begin();
     FenceRegs(o);
     FenceRegs(pa);
     issue_pv(lst);
+    turn_end();
     WgWait<0>();
     FenceRegs(o);
     release(lst);
+  }
+  if constexpr (kPingPong) {
+    if (wg == 0) NamedBarSync(3, 256);
   }
 
 #pragma unroll
@@ -524,13 +552,13 @@ const char* Unsupported(const MlaPrefillTcParams& p) {
   return nullptr;
 }
 
-template <typename TOut>
+template <typename TOut, bool kPingPong>
 void Launch(const Sm90Args& a) {
   const MlaPrefillTcParams& p = a.p;
   const dim3 grid(dev::CeilDiv(p.max_q_len, kBQ), static_cast<unsigned>(p.heads), static_cast<unsigned>(p.num_seqs));
-  DS_CUDA_CHECK(cudaFuncSetAttribute(MlaPrefillSm90Kernel<TOut>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  DS_CUDA_CHECK(cudaFuncSetAttribute(MlaPrefillSm90Kernel<TOut, kPingPong>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kSmemBytes)));
-  MlaPrefillSm90Kernel<TOut><<<grid, kThreads, kSmemBytes, p.stream>>>(a);
+  MlaPrefillSm90Kernel<TOut, kPingPong><<<grid, kThreads, kSmemBytes, p.stream>>>(a);
   DS_CUDA_CHECK_LAUNCH("MlaPrefillSm90Kernel");
 }
 
@@ -563,10 +591,11 @@ void MlaPrefillAttentionSm90(const MlaPrefillTcParams& p) {
   a.tm_kr = a.kr_shared ? MakeMap(p.k_rope, kDr, 1, p.total_k, kDr, p.kr_tok_stride)
                         : MakeMap(p.k_rope, kDr, p.heads, p.total_k, p.kr_head_stride, p.kr_tok_stride);
   a.tm_v = MakeMap(p.v, kDv, p.heads, p.total_k, p.v_head_stride, p.v_tok_stride);
-  if (p.out_type == DTypeOut::kF32) {
-    Launch<float>(a);
+  const bool f32 = p.out_type == DTypeOut::kF32;
+  if (p.sm90_pingpong) {
+    f32 ? Launch<float, true>(a) : Launch<bf16, true>(a);
   } else {
-    Launch<bf16>(a);
+    f32 ? Launch<float, false>(a) : Launch<bf16, false>(a);
   }
 }
 
