@@ -14,9 +14,10 @@ formulas, on top of a model of the Hopper pieces it relies on:
     l / 4 + 8 ((i % 4) >= 2), column 8 (i / 4) + 2 (l % 4) + (i % 2); register-A fragment (bf16x2
     regs a0..a3): a0 (row g, k 2t..2t+1), a1 (row g+8, same k), a2 (row g, k 8+2t..), a3 (row
     g+8, k 8+2t..) with g = l / 4, t = l % 4.
-  - mbarrier phases (parity waits) for the producer / consumer protocol, simulated as
-    cooperative actors: checks the parities, that every wait is eventually satisfied, and
-    that a stage is never overwritten while a consumer still reads it.
+  - mbarrier phases (parity waits) for the producer / consumer protocol and the named
+    barriers of the ping-pong variant, simulated as cooperative actors: checks the parities,
+    that every wait is eventually satisfied, that a stage is never overwritten while a consumer
+    still reads it, and that no named-barrier phase is left open at exit.
 Compares every output with a float64 reference on the same bf16-rounded inputs (P rounded to
 bf16 as the kernel does is the only remaining difference: tolerance 2e-2 max abs).
 This checks the kernel's composition of those pieces (panel offsets, k-step advance, V's
@@ -119,7 +120,7 @@ def a_frag_to_matrix(pa):
     return P
 
 
-def run_block(sm, p, tensors, s, h, qt, out, log):
+def run_block(sm, p, tensors, s, h, qt, out, log, pingpong=False):
     q0, nq = p["q_start"][s], p["q_start"][s + 1] - p["q_start"][s]
     qt0 = qt * kBQ
     if qt0 >= nq:
@@ -169,6 +170,28 @@ def run_block(sm, p, tensors, s, h, qt, out, log):
             yield "consumer full wait"
         assert bar[st] == kt // kStages + 1, "full wait passed on the wrong phase"
         assert stage_tile[st] == kt, f"stage {st} holds tile {stage_tile[st]}, expected {kt}"
+
+    # Named barriers 3 and 4 (ping-pong turns): [arrived threads, completed phases].
+    nbar = {3: [0, 0], 4: [0, 0]}
+
+    def bar_arrive(i):
+        nbar[i][0] += 128
+        if nbar[i][0] == 256:
+            nbar[i] = [0, nbar[i][1] + 1]
+
+    def bar_sync(i):
+        phase = nbar[i][1]
+        bar_arrive(i)
+        while nbar[i][1] == phase:
+            yield "consumer named-barrier wait"
+
+    def turn_begin(wg):
+        if pingpong:
+            yield from bar_sync(3 + wg)
+
+    def turn_end(wg):
+        if pingpong:
+            bar_arrive(3 + (wg ^ 1))
 
     def consumer(wg):
         # Q -> swizzled panels (the kernel's formula).
@@ -249,19 +272,28 @@ def run_block(sm, p, tensors, s, h, qt, out, log):
                 empty_arr[st] = 0
                 empty_phase[st] += 1
 
+        if pingpong and wg == 1:
+            bar_arrive(3)
         if n_kt > 0:
             yield from wait_full(full_k, 0, 0)
             readers[0].add(wg)
+            yield from turn_begin(wg)
             sc = gemm_s(0)
+            turn_end(wg)
             sc, _ = softmax(0, sc)
             pa = to_p(sc)
             for kt in range(1, n_kt):
                 st, pst = kt % kStages, (kt - 1) % kStages
                 yield from wait_full(full_k, st, kt)
                 readers[st].add(wg)
+                if pingpong:
+                    yield from wait_full(full_v, pst, kt - 1)
+                yield from turn_begin(wg)
                 sc = gemm_s(st)
-                yield from wait_full(full_v, pst, kt - 1)
+                if not pingpong:
+                    yield from wait_full(full_v, pst, kt - 1)
                 o = gemm_pv(pst, pa, o)
+                turn_end(wg)
                 sc, alpha = softmax(kt, sc)
                 release(pst)
                 o = o * np.where((_reg % 4) >= 2, alpha[:, 1:2], alpha[:, 0:1])
@@ -269,8 +301,12 @@ def run_block(sm, p, tensors, s, h, qt, out, log):
                 yield "consumer tile"
             lst = (n_kt - 1) % kStages
             yield from wait_full(full_v, lst, n_kt - 1)
+            yield from turn_begin(wg)
             o = gemm_pv(lst, pa, o)
+            turn_end(wg)
             release(lst)
+        if pingpong and wg == 0:
+            yield from bar_sync(3)
         # quad-reduce l and store
         ltot = l.reshape(32, 4, 2).sum(axis=1).repeat(4, axis=0)
         inv = np.where(ltot > 0, 1.0 / np.where(ltot > 0, ltot, 1), 0.0)
@@ -301,6 +337,7 @@ def run_block(sm, p, tensors, s, h, qt, out, log):
                 progressed = True
         stalls = 0 if progressed else stalls + 1
         assert stalls < 1000, "deadlock: no actor can progress"
+    assert nbar[3][0] == 0 and nbar[4][0] == 0, f"named barrier phase left open at exit: {nbar}"
 
 
 def reference(p, tensors):
@@ -325,7 +362,7 @@ def reference(p, tensors):
     return out
 
 
-def run_case(name, seqs, H, kr_shared=True, seed=0):
+def run_case(name, seqs, H, kr_shared=True, seed=0, pingpong=False):
     rng = np.random.default_rng(seed)
     qs, ks, pos0 = [0], [0], []
     for nq, nk in seqs:
@@ -347,13 +384,13 @@ def run_case(name, seqs, H, kr_shared=True, seed=0):
     for s in range(len(seqs)):
         for h in range(H):
             for bx in range(grid_x):
-                run_block(sm, p, tensors, s, h, grid_x - 1 - bx, out, log)
+                run_block(sm, p, tensors, s, h, grid_x - 1 - bx, out, log, pingpong)
     ref = reference(p, tensors)
     ok_written = bool((log == 1).all())
     err = np.nanmax(np.abs(out - ref)) if np.isfinite(out).all() else np.inf
     rel = np.sqrt(np.nansum((out - ref) ** 2) / np.sum(ref ** 2))
     ok = ok_written and err <= 2e-2 and rel <= 6e-3
-    print(f"{'PASS' if ok else 'FAIL'} {name}: every output written once: {ok_written}, max_abs {err:.3e}, "
+    print(f"{'PASS' if ok else 'FAIL'} {name}{' (ping-pong)' if pingpong else ''}: every output written once: {ok_written}, max_abs {err:.3e}, "
           f"rel_l2 {rel:.3e}")
     return ok
 
@@ -367,8 +404,9 @@ def main():
         ("4 query tiles x 5 key tiles (ring wraps twice), 1 head", [(512, 600)], 1),
     ]
     ok = True
-    for c in cases:
-        ok &= run_case(c[0], c[1], c[2], *(c[3:]))
+    for pingpong in (False, True):
+        for c in cases:
+            ok &= run_case(c[0], c[1], c[2], c[3] if len(c) > 3 else True, 0, pingpong)
     print("ALL PASS" if ok else "SOME FAILED")
     return 0 if ok else 1
 
