@@ -1,7 +1,8 @@
 // MLA prefill attention on Hopper (sm_90a): see mla_prefill.h, MlaPrefillAttentionSm90.
 // NOT YET VERIFIED ON THE GPU (written and compiled without one; tests/cuda/test_mla_prefill_sm90.cpp
-// and scripts/gpu_mla_prefill_sm90.sh check it). The runner uses it only with
-// CudaRunnerOptions::mla_prefill_sm90 (default off).
+// and scripts/gpu_mla_prefill_sm90.sh check it; scripts/emulate_mla_prefill_sm90.py replays its
+// index math on the CPU). The runner uses it only with CudaRunnerOptions::mla_prefill_sm90
+// (default off).
 //
 // FlashAttention-3 forward (Shah et al. 2024, "FlashAttention-3", sections 3.1-3.2) for MLA's
 // naive form: qk head dim 192 = 128 nope (per head) + 64 rope (one key shared by all heads), v
@@ -19,8 +20,10 @@
 //     MN-major (transposed B) in shared memory.
 //   - intra-warpgroup overlap: the S GEMM of tile j and the P V GEMM of tile j-1 are issued
 //     back to back; the softmax of tile j runs while P V of tile j-1 is still on the tensor
-//     cores. The two consumer warpgroups are not explicitly ping-ponged (the warp schedulers
-//     interleave them).
+//     cores.
+//   - across the two consumer warpgroups: by default nothing is forced (the warp schedulers
+//     interleave them); the ping-pong variant (MlaPrefillTcParams::sm90_pingpong) makes them
+//     take turns issuing their GEMMs, so one's softmax runs under the other's GEMMs.
 // Shared memory layout (each "panel" is 128 rows x 64 bf16 = 128 B rows, 16 KB, 1024-aligned,
 // 128-byte swizzle: 16-byte chunk c of row r sits at chunk c ^ (r % 8)): Q 3 panels, K 2 stages
 // x 3 panels, V 2 stages x 2 panels, barriers: 208 KB + 1 KB alignment slack.
