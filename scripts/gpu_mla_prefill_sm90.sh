@@ -61,7 +61,7 @@ TESTS="CudaMlaPrefillSm90.RejectsUnsupported CudaMlaPrefillSm90.SingleToken Cuda
 CudaMlaPrefillSm90.MatchesCpuV2Lite CudaMlaPrefillSm90.PerHeadRopeKey CudaMlaPrefillSm90.DispatchFromTc
 CudaMlaPrefillSm90.MatchesCpuV3Chunked CudaMlaPrefillSm90.MatchesCpuLong CudaMlaPrefillSm90.MatchesTcV3Long
 CudaMlaPrefillTc.MatchesCpuV3 CudaMlaPrefillTc.MatchesCpuV2Lite CudaRunner.DummyV3PrefillSm90MatchesTc"
-n_ok=0; n_fail=0; SM90_BROKEN=0
+n_ok=0; n_fail=0; n_skip=0; SM90_BROKEN=0
 for t in $TESTS; do
   if [ "$(left)" -lt 200 ]; then note "test $t: skipped (time)"; continue; fi
   t0=$(date +%s)
@@ -71,13 +71,13 @@ for t in $TESTS; do
   grep -q '^\[  PASSED  \] 1 test' "$OUT/tests/$t.log" && status=OK
   grep -q '^\[  SKIPPED \] 1 test' "$OUT/tests/$t.log" && status=SKIPPED
   [ $rc -eq 124 ] && status=TIMEOUT
-  if [ "$status" = OK ]; then n_ok=$((n_ok + 1)); else n_fail=$((n_fail + 1)); fi
+  case "$status" in OK) n_ok=$((n_ok + 1)) ;; SKIPPED) n_skip=$((n_skip + 1)) ;; *) n_fail=$((n_fail + 1)) ;; esac
   case "$t" in CudaMlaPrefillSm90.*) [ "$status" != OK ] && [ "$status" != SKIPPED ] && SM90_BROKEN=1 ;; esac
   note "test $t: $status rc=$rc ($(( $(date +%s) - t0 )) s)"
   grep -E '^\[(metric|fixture)\]' "$OUT/tests/$t.log" | sed -E 's/^\[(metric|fixture)\] /    /' | tee -a "$SUMMARY"
   grep -E 'Failure|error|illegal|trap|unspecified' "$OUT/tests/$t.log" | head -8 | sed 's/^/    /' | tee -a "$SUMMARY"
 done
-note "tests: $n_ok ok, $n_fail not ok"
+note "tests: $n_ok ok, $n_skip skipped, $n_fail failed or timed out"
 
 # 3. Benchmark: the MLA prefill family (all of it, cut by --budget-s).
 budget=$(( $(left) - 60 ))
