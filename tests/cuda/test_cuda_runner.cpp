@@ -712,6 +712,9 @@ TEST(CudaRunner, DummyV3PrefillSm90MatchesTc) {
       bad += c == -2.0;
     }
     const double mean = sum / static_cast<double>(cos.size());
+    // Not vacuous: if the runner had not dispatched to the sm_90a kernel, both runs would be
+    // the same deterministic kernel and every row's cosine would be 1 to rounding.
+    EXPECT_LT(min_cos, 1.0 - 1e-9) << "the sm_90a kernel did not run (MlaPrefillSm90Supported false?)";
     const bool pass = bad == 0 && (layers == 3 ? min_cos >= 0.999 : mean >= 0.999);
     std::printf("[fixture] dummy_v3_%dlayers mla_prefill_sm90_vs_tc: rows=%zu min_cosine=%.6f mean_cosine=%.6f "
                 "nonfinite_rows=%lld%s\n", layers, cos.size(), min_cos, mean, (long long)bad, pass ? " PASS" : " FAIL");
