@@ -4,13 +4,14 @@
 #   bash scripts/gpu_e2e.sh            (the device tool: carry [".carry"])
 # Environment (defaults in brackets):
 #   E2E_TESTS=1: dsinfer_cuda_tests first; E2E_GREEDY_CLI=1: greedy ids via the CLI vs golden;
-#   E2E_REALSHAPE=1: issue 4's real-shape V3 run
+#   E2E_REALSHAPE=1: issue 4's real-shape V3 run; E2E_KERNELS=1: bench kernels (KERNELS_BUDGET_S [120])
 #   E2E_MODELS ["v2-lite"]: any of v2-lite (27 layers, dummy BF16), v3 (truncated, dummy FP8)
 #   V2_LENS, V3_LENS [INPUT_LENS]: per-model input lengths (comma-separated)   PROFILE_MODELS [all]
 #   V3_LAYERS [8]   SCRIPT_LIMIT_S [570]: the whole script (results are packed before it)
 #   E2E_STAGES ["serve onebatch roofline hf"] (add "trace" for the trace replay on the first
 #   model: TRACE_TIME_SCALE, TRACE_DURATION_S; the carried mooncake conversation trace)   plus whatever sweep_e2e.sh reads (CONCURRENCY,
 #   INPUT_LENS, PROMPTS_PER_CONC, MIN_PROMPTS, ONE_BATCH_CONC, ONE_BATCH_OUTPUT_LEN, HF_* ...)
+#   EXTRA_RUNS: extra one-batch runs (label|env|flags;...), see below
 #   PROFILE_RUNS ["1:1024 64:1024"]: batch:input one-batch --profile runs per model (per-layer
 #   time by part, eager) for the analysis.
 # Results (JSON, logs, plots, summary.md) come back in $OUT/e2e_results.tgz, with summary.md,
@@ -54,6 +55,17 @@ if [ -n "${E2E_GREEDY_CLI:-}" ]; then
   echo "[gpu_e2e] greedy CLI check rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
   cat $RES/logs/greedy_cli.log | tee -a $RES/logs/gpu_e2e.txt
   cp $RES/logs/greedy_cli.log "$FINAL/"
+  T0=$(date +%s)
+fi
+# Optional: issue 5's kernel benchmark (`dsinfer bench kernels`, every family, cut by
+# KERNELS_BUDGET_S): kernels.json + kernels.md in the results and as plain files.
+if [ -n "${E2E_KERNELS:-}" ]; then
+  t=$(date +%s)
+  mkdir -p $RES/kernels
+  timeout $(( ${KERNELS_BUDGET_S:-120} + 60 )) $B/dsinfer bench kernels --budget-s "${KERNELS_BUDGET_S:-120}" --out $RES/kernels \
+    --commit "$(cat $B/COMMIT)" > $RES/logs/bench_kernels.log 2>&1
+  echo "[gpu_e2e] bench kernels rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
+  cp $RES/kernels/kernels.json $RES/kernels/kernels.md "$FINAL/" 2>/dev/null
   T0=$(date +%s)
 fi
 # Optional: issue 4's real-shape run (DeepSeek-V3 config, dummy FP8, REALSHAPE_LAYERS layers,
@@ -112,6 +124,18 @@ for spec in $SPECS; do
       --output-file "$RES/raw/profile_${name}_in${pl}_b${pb}.json" > "$RES/logs/profile_${name}_in${pl}_b${pb}.txt" 2>&1
     grep -E "device time by part|phases:" "$RES/logs/profile_${name}_in${pl}_b${pb}.txt" | tee -a $RES/logs/gpu_e2e.txt
   done
+done
+# Extra one-batch runs for A/B figures: EXTRA_RUNS="label|ENV=V ...|one-batch flags;..." ($B
+# expands to the carried bin dir), each written to raw/extra_<label>.json and logs/extra_<label>.txt.
+IFS=';' read -ra EXTRA <<< "${EXTRA_RUNS:-}"
+for ex in "${EXTRA[@]}"; do
+  [ -z "$ex" ] && continue
+  IFS='|' read -r xl xenv xargs <<< "$ex"
+  [ "$(left)" -lt 40 ] && { echo "[gpu_e2e] no time left: skipping extra run $xl" | tee -a $RES/logs/gpu_e2e.txt; continue; }
+  eval "timeout $(( $(left) - 25 )) env $xenv $B/dsinfer bench one-batch --load-format dummy --output-len 16 --device cuda \
+    --mem-bw-gbps 3931 --flops-tflops 700 $xargs --output-file $RES/raw/extra_${xl}.json" > "$RES/logs/extra_${xl}.txt" 2>&1
+  echo "[gpu_e2e] extra run $xl rc=$?" | tee -a $RES/logs/gpu_e2e.txt
+  grep -E "prefill|decode step|device time by part|phases:" "$RES/logs/extra_${xl}.txt" | head -8 | tee -a $RES/logs/gpu_e2e.txt
 done
 # Re-run the analysis so it includes the profiles.
 [ -f $RES/e2e.json ] && python3 bench/analyze_e2e.py $RES/e2e.json --raw $RES/raw --out $RES/summary.md > /dev/null 2>&1

@@ -29,6 +29,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -254,7 +255,7 @@ void Ceilings(Bench& b) {
 // Times MLA decode at `ctx` (one entry per sequence) with q_len query tokens per sequence.
 double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
                      const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
-                     bool tc_fast_io = false) {
+                     int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -295,7 +296,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.workspace = ws.as<float>(); p.out = out.as<void>(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl;
   p.out_type = DTypeOut::kBF16; p.stream = b.st(); p.tensor_cores = tc; p.total_context = total; p.max_q_len = qlen;
   p.tc_stages = tc_stages; p.tc_blocks_per_sm = tc_blocks_per_sm; p.tc_rows_per_warp = tc_rows_per_warp;
-  p.tc_fast_io = tc_fast_io;
+  p.tc_fast_io = tc_fast_io; p.tc_kernel = tc_kernel; p.tc_cluster_merge = tc_cluster_merge;
   const double us = b.TimeUs([&](int i) {
     MlaDecodeParams pi = p;
     pi.block_table = tables[i]->as<int32_t>();
@@ -304,9 +305,11 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
   const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
   std::string kernel = tc ? "mla_decode_tc" : "mla_decode_cudacore";
-  if (tc && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io))
-    kernel += "[stages" + std::to_string(tc_stages ? tc_stages : 3) + ",bpsm" + std::to_string(tc_blocks_per_sm ? tc_blocks_per_sm : 2) +
-              ",rows" + std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io ? ",fastio" : "") + "]";
+  if (tc && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge))
+    kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") + "stages" +
+              std::to_string(tc_stages ? tc_stages : 3) +
+              ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
+              std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
   b.Add(kernel, label, us, bytes, flops, false, note);
   return us;
 }
@@ -327,7 +330,7 @@ const Anchor kAnchors[] = {
     {16, 64, 0, 1, true, 313.2, "h16 b64 half32K+half512"}, {128, 1, 32768, 1, false, 65.2, "h128 b1 32K"},
 };
 
-struct AnchorResult { std::string name; double flashmla_us, ours_us; };
+struct AnchorResult { std::string name; double flashmla_us, ours_us, before_us; };
 std::vector<AnchorResult> g_anchor_results;
 std::vector<std::string> g_mixed_checks;
 
@@ -337,7 +340,18 @@ void MlaDecodeAnchors(Bench& b) {
     const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
     const double us = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
                                     "FlashMLA " + std::to_string(a.flashmla_us).substr(0, 5) + " us");
-    g_anchor_results.push_back({a.name, a.flashmla_us, us});
+    // Before: the row-tile kernel in run 1's configuration (the default until this change).
+    const double before = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "run-1 configuration (before)", 3, 2, 16, -1, 1);
+    g_anchor_results.push_back({a.name, a.flashmla_us, us, before});
+    if (a.H * a.qlen <= 16) {  // the alternatives for 16 rows: row-tile kernel at its best run-2 knobs, ws chunk sizing
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "row-tile, best of run 2", 2, 2, 16, 1, 1);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 2 blocks/SM", 0, 2, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 4 blocks/SM", 0, 4, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, 3 pairs x 3 stages, 1 block/SM", 3, 0, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, cluster merge (2-8 splits)", 0, 0, 0, 0, 0, 1);
+    } else {  // 128 heads: the chunk sizing of run 1 (2 blocks/SM) with the new default fast io
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "bpsm 2 (run-2 tune winner was bpsm 1)", 3, 2, 16, 1, 0);
+    }
     if (a.mixed) {
       // Prediction from the total context: a uniform batch of the same size and total.
       const double uni = MlaDecodeCase(b, a.H, Uniform(a.batch, (512 + 32768) / 2), 1, true,
@@ -366,14 +380,14 @@ void MlaDecodeTune(Bench& b) {
                                " rows" + std::to_string(k[2]) + (k[3] ? " fastio" : "");
       if (b.OutOfTime()) { b.skipped.push_back("mla_decode_tc " + name); continue; }
       const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
-      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "", k[0], k[1], k[2], k[3] != 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "", k[0], k[1], k[2], k[3] ? 1 : -1, 1);
     }
 }
 
 void MlaDecodeSweep(Bench& b) {
   const std::vector<int> batches = b.quick() ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 32, 64, 128, 256};
   const std::vector<int> ctxs = b.quick() ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 16384, 32768};
-  for (int H : {128, 16})
+  for (int H : {16, 128})
     for (int bt : batches)
       for (int c : ctxs) {
         const std::string name = "h" + std::to_string(H) + " b" + std::to_string(bt) + " ctx" + std::to_string(c);
@@ -790,7 +804,7 @@ void MoePrefill(Bench& b) {
 // (GroupedGemm with M padded to 64 for FP8, cuBLASLt for bf16). Launches rotate over disjoint
 // expert sets / weight copies so the weights come from HBM.
 void SkinnyMoeCase(Bench& b, const char* model, bool fp8, int64_t E, int64_t active, int64_t top_k, const char* which,
-                   int64_t N, int64_t K, int64_t r) {
+                   int64_t N, int64_t K, int64_t r, bool all_variants = true) {
   const int64_t es = fp8 ? 1 : 2, kbn = (N + 127) / 128, kbk = (K + 127) / 128;
   const double wbytes = double(active) * (N * K * es + (fp8 ? kbn * kbk * 4 : 0));
   const int nsets = static_cast<int>(std::min<int64_t>(SetsFor(wbytes, 16), E / active));
@@ -822,6 +836,15 @@ void SkinnyMoeCase(Bench& b, const char* model, bool fp8, int64_t E, int64_t act
   char shape[160];
   std::snprintf(shape, sizeof shape, "%s %s %s E%lld act%lld rows%lld N%lld K%lld", model, which, fp8 ? "fp8" : "bf16",
                 (long long)E, (long long)active, (long long)r, (long long)N, (long long)K);
+  if (!all_variants) {  // the variant the runner gets (SkinnyAutoVariant) only
+    const double us = b.TimeUs([&](int i) {
+      GroupedGemmParams q = p;
+      q.offsets = off_new[i]->as<int32_t>(); q.max_rows = rows_new;
+      SkinnyGemm({q, r, std::min(E, r * top_k)});
+    }, nsets, 5, 40);
+    b.Add("skinny/new_auto", shape, us, wbytes, 0, fp8, "weight bytes");
+    return;
+  }
   const double us_old = b.TimeUs([&](int i) {
     GroupedGemmParams q = p;
     q.offsets = off_old[i]->as<int32_t>(); q.max_rows = rows_old;
@@ -927,6 +950,139 @@ void SkinnyDenseCase(Bench& b, const char* model, bool fp8, const char* name, in
     }, nsets, 5, 60);
     b.Add("skinny/new_v" + std::to_string(v), shape, us_new, wbytes, 0, fp8, "weight bytes");
   }
+}
+
+// Split-K workspace for sp's plan (counters zeroed), attached to sp.
+struct SkinnyWs {
+  SkinnyPlan plan;
+  std::unique_ptr<Buf> ws, cnt;
+  void Attach(SkinnyGemmParams* sp, cudaStream_t st) {
+    plan = SkinnyPlanFor(*sp);
+    if (plan.splits <= 1) return;
+    ws = std::make_unique<Buf>(plan.ws_floats * 4);
+    cnt = std::make_unique<Buf>(plan.counters * 4);
+    DS_CUDA_CHECK(cudaMemsetAsync(cnt->as<void>(), 0, cnt->bytes(), st));
+    sp->splitk_ws = ws->as<float>(); sp->splitk_ws_floats = static_cast<int64_t>(ws->bytes() / 4);
+    sp->splitk_counters = cnt->as<uint32_t>(); sp->splitk_counter_count = static_cast<int64_t>(cnt->bytes() / 4);
+  }
+};
+
+// A V3 FP8 dense projection at M rows on the runner's decode path: the skinny kernel as
+// SkinnyPlanFor picks it ("skinny_dense/auto": THE figure per projection), unsplit
+// ("skinny_dense/unsplit", the kernel before split-K), forced split counts (`sweep`), and the
+// big-tile in-kernel-dequant GroupedGemm with M padded to 64 (`grouped`: the runner's path
+// above kSkinnyDenseMaxRows). TB/s counts weight + scale bytes; weight copies rotate over
+// more than L2.
+void SkinnyFp8DenseCase(Bench& b, const char* name, int64_t N, int64_t K, int64_t M, bool grouped,
+                        const std::vector<int>& sweep) {
+  const int64_t kbn = (N + 127) / 128, kbk = (K + 127) / 128, Mr = (M + 63) / 64 * 64;
+  const double wbytes = double(N) * K + double(kbn) * kbk * 4;
+  const int nsets = SetsFor(wbytes, 16);
+  std::vector<std::unique_ptr<Buf>> w, ws;
+  for (int i = 0; i < nsets; ++i) {
+    w.push_back(std::make_unique<Buf>(N * K));
+    ws.push_back(std::make_unique<Buf>(kbn * kbk * 4));
+    FillE4M3(w.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
+    FillUniformF32(ws.back()->as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  }
+  Buf a(Mr * K * 2), out(Mr * N * 4);
+  FillUniformBf16(a.as<__nv_bfloat16>(), Mr * K, b.NextSeed(), -1, 1, b.st());
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "V3 %s fp8 M%lld N%lld K%lld", name, (long long)M, (long long)N, (long long)K);
+  SkinnyGemmParams base{};
+  GroupedGemmParams& p = base.g;
+  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.offsets = nullptr; p.max_rows = M; p.w_fp8 = true; p.num_experts = 1;
+  p.N = N; p.K = K; p.out = out.as<void>(); p.out_type = DTypeOut::kF32; p.ldo = N; p.stream = b.st();
+  base.max_group_rows = M;
+  const auto run = [&](const std::string& kernel, int splits) {
+    SkinnyGemmParams sp = base;
+    sp.splits = splits;
+    SkinnyWs wsp;
+    wsp.Attach(&sp, b.st());
+    const double us = b.TimeUs([&](int i) {
+      SkinnyGemmParams q = sp;
+      q.g.w = w[i]->as<void>(); q.g.w_scales = ws[i]->as<float>();
+      SkinnyGemm(q);
+    }, nsets, 5, 40);
+    char note[96];
+    std::snprintf(note, sizeof note, "weight bytes; variant %d, %d split(s)", wsp.plan.variant, wsp.plan.splits);
+    b.Add(kernel, shape, us, wbytes, 0, true, note);
+    return us;
+  };
+  run("skinny_dense/auto", 0);
+  run("skinny_dense/unsplit", 1);
+  for (int s : sweep) run("skinny_dense/split" + std::to_string(s), s);
+  if (grouped) {
+    auto off = Upload(std::vector<int32_t>{0, static_cast<int32_t>(Mr)});
+    const double us = b.TimeUs([&](int i) {
+      GroupedGemmParams q = p;
+      q.w = w[i]->as<void>(); q.w_scales = ws[i]->as<float>(); q.offsets = off->as<int32_t>(); q.max_rows = Mr;
+      GroupedGemm(q);
+    }, nsets, 5, 40);
+    b.Add("skinny_dense/grouped_gemm", shape, us, wbytes, 0, true, "weight bytes; big-tile kernel, M padded to 64");
+  }
+}
+
+// Absorbed-MLA per-head GEMMs of V3 decode (128 heads, bf16 weights, fp32 out), `rows` decode
+// tokens: q_lat[t, h, :512] = q_nope[t, h, :128] W_UK_t[h]^T (a row stride 128 x 192, out 128 x
+// 576) and o[t, h, :128] = o_lat[t, h, :512] W_UV[h]^T (W_UV inside kv_b, head stride 256 x 512).
+// cuBLAS strided-batched (the runner's HeadGemm before) vs the skinny kernel, heads as groups.
+void SkinnyHeadsCase(Bench& b, bool uk, int64_t rows) {
+  const int64_t H = 128, N = uk ? 512 : 128, K = uk ? 128 : 512;
+  const int64_t stride_w = uk ? N * K : 2 * 128 * 512, woff = uk ? 0 : 128 * 512;
+  const int64_t lda = uk ? H * 192 : H * 512, ga = uk ? 192 : 512, ldo = uk ? H * 576 : H * 128, go = uk ? 576 : 128;
+  const double wbytes = double(H) * N * K * 2;
+  const int nsets = SetsFor(wbytes, 16);
+  std::vector<std::unique_ptr<Buf>> w;
+  for (int i = 0; i < nsets; ++i) {
+    w.push_back(std::make_unique<Buf>(H * stride_w * 2));
+    FillUniformBf16(w.back()->as<__nv_bfloat16>(), H * stride_w, b.NextSeed(), -0.05f, 0.05f, b.st());
+  }
+  Buf a(rows * lda * 2), out(rows * ldo * 4);
+  FillUniformBf16(a.as<__nv_bfloat16>(), rows * lda, b.NextSeed(), -1, 1, b.st());
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "V3 %s h128 N%lld K%lld tokens%lld", uk ? "q_nope@W_UK" : "o_lat@W_UV^T",
+                (long long)N, (long long)K, (long long)rows);
+  const double us_cublas = b.TimeUs([&](int i) {
+    GemmBf16Params g{a.as<__nv_bfloat16>(), lda, w[i]->as<__nv_bfloat16>() + woff, K, out.as<void>(), ldo,
+                     DTypeOut::kF32, rows, N, K, false, b.st()};
+    g.batch = H; g.stride_x = ga; g.stride_w = stride_w; g.stride_y = go;
+    GemmBf16(g);
+  }, nsets, 5, 40);
+  b.Add("mla_heads/cublas_batched", shape, us_cublas, wbytes, 0, false, "weight bytes");
+  const double us_skinny = b.TimeUs([&](int i) {
+    SkinnyGemmParams sp{};
+    sp.g.a = a.as<__nv_bfloat16>(); sp.g.lda = lda; sp.g.offsets = nullptr; sp.g.max_rows = rows;
+    sp.g.w = w[i]->as<__nv_bfloat16>() + woff; sp.g.num_experts = H; sp.g.N = N; sp.g.K = K; sp.g.out = out.as<void>();
+    sp.g.out_type = DTypeOut::kF32; sp.g.ldo = ldo; sp.g.stream = b.st();
+    sp.max_group_rows = rows; sp.group_stride_a = ga; sp.group_stride_w = stride_w; sp.group_stride_out = go;
+    SkinnyGemm(sp);
+  }, nsets, 5, 40);
+  b.Add("mla_heads/skinny", shape, us_skinny, wbytes, 0, false, "weight bytes");
+}
+
+// Issue 5's decode-size FP8 dense projections (M <= 64, plus 128 for the dispatch threshold),
+// the split sweep of the narrow ones, the per-head MLA GEMMs, and the V3 expert shapes as a
+// non-regression check of the grouped (MoE) form.
+void SkinnyDense(Bench& b) {
+  for (int64_t r : {1, 4, 16}) {
+    if (b.OutOfTime()) { b.skipped.push_back("skinny_dense moe rows" + std::to_string(r)); continue; }
+    SkinnyMoeCase(b, "V3", true, 256, 8, 8, "gate_up", 4096, 7168, r, false);
+    SkinnyMoeCase(b, "V3", true, 256, 8, 8, "down", 7168, 2048, r, false);
+  }
+  const std::set<std::string> narrow = {"q_a_proj", "kv_a_proj_with_mqa", "o_proj", "dense_down", "shared_gate_up",
+                                        "shared_down"};
+  for (int64_t M : {1, 4, 16, 32, 64, 128})
+    for (const auto& pr : kProjs) {
+      if (b.OutOfTime()) { b.skipped.push_back(std::string("skinny_dense ") + pr.name + " M" + std::to_string(M)); continue; }
+      const bool sw = narrow.count(pr.name) > 0 && (M == 1 || M == 64);
+      SkinnyFp8DenseCase(b, pr.name, pr.N, pr.K, M, M >= 16, sw ? std::vector<int>{2, 4, 8, 16} : std::vector<int>{});
+    }
+  for (int64_t rows : {1, 4, 16, 32, 64, 128})
+    for (bool uk : {true, false}) {
+      if (b.OutOfTime()) { b.skipped.push_back("mla_heads tokens" + std::to_string(rows)); continue; }
+      SkinnyHeadsCase(b, uk, rows);
+    }
 }
 
 void Skinny(Bench& b) {
@@ -1070,9 +1226,10 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
                 b.copy_tbs, b.bf16_tflops, b.fp8_tflops);
   s += buf;
   if (!g_anchor_results.empty()) {
-    s += "## MLA decode vs FlashMLA (ANCHORS.md, same kind of H200)\n\n| case | FlashMLA us | ours us | FlashMLA time / ours (need >= 0.95) |\n|---|---:|---:|---:|\n";
+    s += "## MLA decode vs FlashMLA (ANCHORS.md, same kind of H200)\n\n| case | FlashMLA us | ours us | FlashMLA time / ours (need >= 0.95) | before (run-1 config) us |\n|---|---:|---:|---:|---:|\n";
     for (const auto& a : g_anchor_results) {
-      std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.2f |\n", a.name.c_str(), a.flashmla_us, a.ours_us, a.flashmla_us / a.ours_us);
+      std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.2f | %.1f |\n", a.name.c_str(), a.flashmla_us, a.ours_us,
+                    a.flashmla_us / a.ours_us, a.before_us);
       s += buf;
     }
     s += "\n";
@@ -1102,7 +1259,7 @@ int RunBenchKernels(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
   app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
   app.add_option("--commit", commit, "commit id recorded in every record");
-  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny small");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -1145,6 +1302,7 @@ int RunBenchKernels(int argc, char** argv) {
     if (want("moe")) { Moe(b); save(); }
     if (want("moe_prefill")) { MoePrefill(b); save(); }
     if (want("skinny")) { Skinny(b); save(); }
+    if (want("skinny_dense")) { SkinnyDense(b); save(); }
     if (want("small")) {
       for (int64_t n : {64, 4096}) {
         if (b.OutOfTime()) { b.skipped.push_back("small kernels n" + std::to_string(n)); continue; }

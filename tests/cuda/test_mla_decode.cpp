@@ -5,7 +5,9 @@
 // pages) hold NaN, so a kernel that reads or mixes them in fails the NaN check; outputs and
 // workspace start poisoned (NaN), so an unwritten output fails too.
 //
-// Both kernels run on every case (the tensor-core one in two configurations, see RunCase): the CUDA-core kernel (fp32 q and probabilities) at the
+// Both kernels run on every case (the tensor-core one in several configurations, see RunCase:
+// the default path, which for <= 16 query rows per sequence is the warp-split kernel, its
+// knobs, the row-tile kernel forced, and bf16 output): the CUDA-core kernel (fp32 q and probabilities) at the
 // original bound 2e-5, and the tensor-core kernel (tensor_cores = true: bf16 q and bf16
 // probabilities, fp32 accumulation, FlashMLA's numerics) at 5e-3 against the CPU op fed the
 // same bf16-rounded q (its remaining error is the bf16 rounding of the probabilities), plus
@@ -67,15 +69,23 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
   Dev<float> dq(q);
   Dev<__nv_bfloat16> dc(ToBf16(cache));
   Dev<int32_t> dqs(qs), dctx(ctx), dtab(table);
-  // variant 0: CUDA-core; 1: tensor cores, defaults; 2: tensor cores, 2-stage pipeline (two
-  // 16-row blocks per SM) and a 4-blocks-per-SM chunk target; 3: two 16-row M tiles per warp
-  // (64-row blocks); 4: both; 5: fast Q load + pipelined combine; 6: every knob at once.
+  // variant 0: CUDA-core; 1: tensor cores, defaults (<= 16 rows per sequence: the warp-split
+  // kernel); 2: tensor cores, 2-stage pipeline (two 16-row blocks per SM) and a 4-blocks-per-SM
+  // chunk target (warp-split: smaller chunks); 3: two 16-row M tiles per warp (64-row blocks);
+  // 4: both; 5: fast Q load + pipelined combine; 6: every knob at once; 7: the row-tile kernel
+  // in run 1's configuration (fast io off), whatever the rows; 8: the row-tile kernel with
+  // fast io (the pre-warp-split path for 16 rows); 9: tc_stages = 3 (warp-split: 3 pairs x
+  // 3-stage rings; row-tile: its default 3 stages); 10: tc_cluster_merge (warp-split with 2-8
+  // splits per sequence: the splits merge in a thread-block cluster). Last: the CUDA-core kernel emulating the
+  // default tc path (its split plan included).
   const char* kVariant[] = {"mla_decode",          "mla_decode_tc",         "mla_decode_tc_2stage",
                             "mla_decode_tc_rows32", "mla_decode_tc_rows32_2stage", "mla_decode_tc_fastio",
-                            "mla_decode_tc_all_knobs", "mla_decode_emulating_tc"};
+                            "mla_decode_tc_all_knobs", "mla_decode_tc_rowtile_run1", "mla_decode_tc_rowtile_fastio",
+                            "mla_decode_tc_stages3", "mla_decode_tc_cluster_merge", "mla_decode_emulating_tc"};
+  constexpr int kEmuVariant = 11;
   std::vector<float> tc_default;
-  for (int variant = 0; variant < 8; ++variant) {
-    const bool emu = variant == 7;
+  for (int variant = 0; variant <= kEmuVariant; ++variant) {
+    const bool emu = variant == kEmuVariant;
     const bool tc = variant > 0 && !emu;
     Dev<float> ws(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, chunk));  // poisoned (NaN)
     Dev<float> out(T * H * kvl);                                         // poisoned (NaN)
@@ -88,7 +98,11 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
     p.tensor_cores = tc;
     if (variant == 2 || variant == 4 || variant == 6) { p.tc_stages = 2; p.tc_blocks_per_sm = 4; }
     if (variant == 3 || variant == 4 || variant == 6) p.tc_rows_per_warp = 32;
-    if (variant >= 5) p.tc_fast_io = true;
+    if (variant == 5 || variant == 6 || variant == 8) p.tc_fast_io = 1;
+    if (variant == 7) p.tc_fast_io = -1;
+    if (variant == 7 || variant == 8) p.tc_kernel = 1;
+    if (variant == 9) p.tc_stages = 3;
+    if (variant == 10) p.tc_cluster_merge = 1;
     // Hints as the runner would pass them; the first tensor-core run of each case uses none.
     if ((tc || emu) && (S % 2 == 0)) { p.total_context = total_ctx; p.max_q_len = max_q; }
     if (emu) p.emulate_tc_rounding = 3;
@@ -111,6 +125,22 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
       ExpectClose(std::string(kVariant[variant]) + "_fallback", name, got, ref, 2e-5);
     }
   }
+  if (!MlaDecodeTcSupported(kvl, rope, bs)) return;
+  // The default tensor-core path with bf16 output (the bench's; the warp-split kernel may write
+  // it directly): equal to the fp32 output up to its bf16 rounding.
+  Dev<float> ws(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, chunk));
+  Dev<__nv_bfloat16> out16(T * H * kvl);
+  MlaDecodeParams p{};
+  p.q = dq.get(); p.q_tok_stride = H * L; p.q_head_stride = L;
+  p.cache = dc.get(); p.num_tokens = T; p.num_seqs = S; p.heads = H; p.kv_lora = kvl; p.rope_dim = rope; p.block_size = bs;
+  p.query_start = dqs.get(); p.context_lens = dctx.get(); p.block_table = dtab.get(); p.max_blocks = max_blocks;
+  p.max_context = max_ctx; p.kv_chunk = chunk; p.softmax_scale = scale; p.workspace = ws.get();
+  p.out = out16.get(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl; p.out_type = DTypeOut::kBF16;
+  p.tensor_cores = true;
+  if (S % 2 == 0) { p.total_context = total_ctx; p.max_q_len = max_q; }
+  MlaDecodeAttention(p);
+  DS_CUDA_CHECK(cudaGetLastError());
+  ExpectClose("mla_decode_tc_bf16_out", std::string(name) + "_vs_tc_f32", FromBf16(out16.Download()), tc_default, 5e-3);
 }
 
 TEST(CudaMlaDecode, MatchesCpu) {
@@ -118,6 +148,21 @@ TEST(CudaMlaDecode, MatchesCpu) {
   RunCase({2, 130, 4097}, {2, 2, 2}, 128, 512, 64, 256, "V3_mtp_qlen2");
   RunCase({300, 17}, {3, 1}, 16, 512, 64, 64, "TP8_heads16_chunk64");
   RunCase({5, 40}, {1, 2}, 3, 32, 16, 32, "odd_dims");
+}
+
+// The warp-split kernel (<= 16 query rows per sequence) on its own shapes: one long request
+// (split-KV inside the block and across blocks), a batch whose every context fits one split
+// (the output written directly, no combine, fp32 and bf16 outputs alike), 8 heads x 2 query
+// tokens (16 rows with causal masking inside the query block), and one long 128-head request.
+TEST(CudaMlaDecode, TensorCoresWarpSplit) {
+  RunCase({20000}, {1}, 16, 512, 64, 256, "V3_h16_batch1_20K");
+  RunCase({1, 5, 64, 65, 200, 333, 3}, {1, 1, 1, 1, 1, 1, 1}, 16, 512, 64, 256, "V3_h16_one_split_direct");
+  RunCase({700, 64, 3, 129}, {2, 2, 2, 2}, 8, 512, 64, 256, "V3_h8_mtp_qlen2_ws");
+  RunCase({5000, 1, 700, 64}, {2, 1, 2, 2}, 8, 512, 64, 64, "V3_h8_mtp_mixed_chunk64");
+  RunCase({8192}, {1}, 128, 512, 64, 256, "V3_h128_batch1_8K");
+  // 8 splits of 512 keys for the longest (a cluster of 8 with tc_cluster_merge), empty splits
+  // for the shorter ones.
+  RunCase({4096, 100, 3000, 4000}, {1, 1, 1, 1}, 16, 512, 64, 256, "V3_h16_8splits_mixed");
 }
 
 TEST(CudaMlaDecode, TensorCoresMixedLengths) {

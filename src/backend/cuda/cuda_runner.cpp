@@ -136,7 +136,9 @@ class CudaModelRunner : public ModelRunner {
   // per 1x128 group exactly as the cuBLASLt path does (Fp8QuantizePerTokenGroup), both
   // dequantised operands carried as bf16 hi + lo (~16-bit): three bf16 GEMMs, fp32 accumulation.
   void EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
-  // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise).
+  // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise): cuBLAS
+  // strided-batched; rows <= kSkinnyHeadMaxRows (not precise) would take the skinny kernel's
+  // batched form, heads as groups (kSkinnyHeadMaxRows = 0: cuBLAS measured faster).
   void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
                 int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch);
   // One model pass. Logits rows go to logits_out (host), or, when b.sampling is set, are
@@ -172,6 +174,9 @@ class CudaModelRunner : public ModelRunner {
       g->marks.clear();
     }
   }
+  // SkinnyGemm with the runner's split-K workspace attached (grown outside graph capture: the
+  // eager pass of a shape precedes its capture; the counters are zeroed once).
+  void RunSkinny(SkinnyGemmParams sp);
   // Device copy of {0, rows} (the one-group offsets of the in-kernel FP8 linear), made once.
   const int32_t* OneGroupOffsets(int64_t rows);
   std::map<std::pair<int, int>, std::unique_ptr<DecodeGraph>> graphs_;
@@ -258,6 +263,7 @@ class CudaModelRunner : public ModelRunner {
   // sm_90a expert GEMMs: workspace (grouped_gemm_sm90.h); FP8 x FP8 experts: e4m3 activations
   // [cap, max(H, I)] and their token-major 1x128 scales.
   DeviceBuffer moe_gg_ws_, eq8_, es_;
+  DeviceBuffer skinny_ws_, skinny_cnt_;  // split-K partials (fp32) and per-tile counters (u32)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -581,14 +587,14 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
   SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
   // Decode sizes: the weight-streaming skinny kernel (one group of M rows, no padding).
-  if (skinny_on_ && (L.fp8 ? M <= kSkinnyDenseMaxRows
+  if (skinny_on_ && (L.fp8 ? SkinnyDenseFp8(M, L.N)
                            : (!split && M <= kSkinnyBf16MaxRows && L.N * L.K <= kSkinnyBf16MaxWeights))) {
     SkinnyGemmParams sp{};
     sp.g.a = xhi_.as<bf16>(); sp.g.lda = L.K; sp.g.offsets = nullptr; sp.g.max_rows = M;
     sp.g.w = L.fp8 ? L.wq.get() : L.w.get(); sp.g.w_fp8 = L.fp8; sp.g.w_scales = L.fp8 ? L.s_raw.as<float>() : nullptr;
     sp.g.num_experts = 1; sp.g.N = L.N; sp.g.K = L.K; sp.g.out = y; sp.g.out_type = DTypeOut::kF32; sp.g.ldo = ldy;
     sp.g.stream = s_; sp.max_group_rows = M;
-    SkinnyGemm(sp);
+    RunSkinny(sp);
     return;
   }
   if (!L.fp8) {
@@ -625,6 +631,26 @@ void CudaModelRunner::EmulateFp8Linear(const Linear& L, const float* x, int64_t 
   GemmBf16(g);
 }
 
+void CudaModelRunner::RunSkinny(SkinnyGemmParams sp) {
+  constexpr int64_t kCounters = 1 << 16;
+  const SkinnyPlan plan = SkinnyPlanFor(sp);
+  if (plan.splits > 1 && plan.counters <= kCounters) {
+    if (skinny_cnt_.get() == nullptr) {
+      DS_CHECK(!capturing_) << "split-K counters first needed inside a graph capture";
+      skinny_cnt_.Reset(kCounters * sizeof(uint32_t));
+      DS_CUDA_CHECK(cudaMemsetAsync(skinny_cnt_.get(), 0, kCounters * sizeof(uint32_t), s_));
+    }
+    DS_CHECK(!capturing_ || skinny_ws_.size() >= plan.ws_floats * sizeof(float))
+        << "split-K workspace grown inside a graph capture";
+    skinny_ws_.Reserve(plan.ws_floats * sizeof(float));
+    sp.splitk_ws = skinny_ws_.as<float>();
+    sp.splitk_ws_floats = static_cast<int64_t>(skinny_ws_.size() / sizeof(float));
+    sp.splitk_counters = skinny_cnt_.as<uint32_t>();
+    sp.splitk_counter_count = kCounters;
+  }
+  SkinnyGemm(sp);
+}
+
 const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
   auto it = offs_by_rows_.find(rows);
   if (it == offs_by_rows_.end()) {
@@ -647,6 +673,18 @@ void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, 
   hhi_.Reserve(Rr * ldx * sizeof(bf16));
   if (split) hlo_.Reserve(Rr * ldx * sizeof(bf16));
   SplitBf16(x32, ldx, rows, ldx, hhi_.as<bf16>(), split ? hlo_.as<bf16>() : nullptr, ldx, s_);
+  if (skinny_on_ && !split && rows <= kSkinnyHeadMaxRows && ldw == K) {
+    // Heads as groups: group h reads x[t, h * stride_x ...], streams w + h * stride_w ([N, K]
+    // rows) and writes y[t, h * stride_y ...]; no copies.
+    SkinnyGemmParams sp{};
+    sp.g.a = hhi_.as<bf16>(); sp.g.lda = ldx; sp.g.offsets = nullptr; sp.g.max_rows = rows;
+    sp.g.w = w; sp.g.w_fp8 = false; sp.g.w_scales = nullptr; sp.g.num_experts = batch; sp.g.N = N; sp.g.K = K;
+    sp.g.out = y; sp.g.out_type = DTypeOut::kF32; sp.g.ldo = ldy; sp.g.stream = s_;
+    sp.max_group_rows = rows;
+    sp.group_stride_a = stride_x; sp.group_stride_w = stride_w; sp.group_stride_out = stride_y;
+    RunSkinny(sp);
+    return;
+  }
   GemmBf16Params g{hhi_.as<bf16>(), ldx, w, ldw, y, ldy, DTypeOut::kF32, rows, N, K, false, s_};
   g.batch = batch; g.stride_x = stride_x; g.stride_w = stride_w; g.stride_y = stride_y;
   GemmBf16(g);
@@ -1183,7 +1221,7 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
         &gu32_, &act32_, &xq_, &xs_, &offs1_, &xhi_, &xlo_, &hhi_, &hlo_, &ctx_slots_, &lat16_, &rope32_, &kv32_,
         &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &ova32_, &dec_qs_, &dec_ctx_, &dec_bt_,
         &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_, &xp16_, &egu32_,
-        &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_})
+        &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &skinny_ws_})
     v.push_back(b->get());
   return v;
 }

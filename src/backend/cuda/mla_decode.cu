@@ -22,10 +22,11 @@ __device__ __forceinline__ int FindSeq(const int32_t* qs, int S, int t) {
 
 // kEmu: the tensor-core path's numerics (MlaDecodeParams::emulate_tc_rounding): base-2 online
 // softmax over the scores of (optionally bf16-rounded) unscaled q, optionally bf16-rounded
-// probabilities in P V, `chunk` keys per split.
+// probabilities in P V, `chunk` keys per split, `tile` keys per online-softmax update (the tc
+// plan: MlaDecodeTcChunk).
 template <bool kEmu>
 __global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaDecodeParams p, int max_splits,
-                                                                            int chunk) {
+                                                                            int chunk, int tile) {
   __shared__ __align__(16) __nv_bfloat16 Ks[kKeysPerTile * kMaxQK];
   const int t = blockIdx.x, split = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -61,8 +62,8 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaD
   float m = -INFINITY, l = 0.f;
   const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
   const int half_d = D / 2;
-  for (int k0 = kbeg; k0 < kend; k0 += kKeysPerTile) {
-    const int nkeys = min(kKeysPerTile, kend - k0);
+  for (int k0 = kbeg; k0 < kend; k0 += tile) {  // tile <= kKeysPerTile: keys per softmax update
+    const int nkeys = min(tile, kend - k0);
     __syncthreads();
     // Load nkeys cache rows (bf16 pairs).
     for (int idx = threadIdx.x; idx < nkeys * half_d; idx += blockDim.x) {
@@ -155,12 +156,13 @@ void MlaDecodeAttention(const MlaDecodeParams& p) {
     return;
   }
   const bool emu = p.emulate_tc_rounding != 0;
-  const int64_t chunk = emu ? MlaDecodeTcChunk(p) : p.kv_chunk;  // tc plan: a multiple of 64, >= kv_chunk
+  int tile = kKeysPerTile;
+  const int64_t chunk = emu ? MlaDecodeTcChunk(p, &tile) : p.kv_chunk;  // tc plan: a multiple of 32, >= kv_chunk
   const int max_splits = static_cast<int>(std::max<int64_t>(1, (p.max_context + chunk - 1) / chunk));
   DS_CHECK(max_splits < 65536) << "MlaDecodeAttention: context too long for the split grid";
   dim3 grid(p.num_tokens, dev::CeilDiv(p.heads, kHeadsPerBlock), max_splits);
-  if (emu) MlaDecodeSplitKernel<true><<<grid, kHeadsPerBlock * 32, 0, p.stream>>>(p, max_splits, static_cast<int>(chunk));
-  else MlaDecodeSplitKernel<false><<<grid, kHeadsPerBlock * 32, 0, p.stream>>>(p, max_splits, static_cast<int>(chunk));
+  if (emu) MlaDecodeSplitKernel<true><<<grid, kHeadsPerBlock * 32, 0, p.stream>>>(p, max_splits, static_cast<int>(chunk), tile);
+  else MlaDecodeSplitKernel<false><<<grid, kHeadsPerBlock * 32, 0, p.stream>>>(p, max_splits, static_cast<int>(chunk), tile);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSplitKernel");
   dim3 cgrid(p.num_tokens, p.heads);
   if (p.out_type == DTypeOut::kF32) MlaDecodeCombineKernel<float><<<cgrid, 128, 0, p.stream>>>(p, max_splits);

@@ -51,7 +51,24 @@ struct MlaDecodeParams {
   int tc_stages = 0;          // 0 = 3-stage pipeline; 2 = 2 stages (16-row tiles: 2 blocks per SM)
   int tc_blocks_per_sm = 0;   // chunk sizing: key rows split over this many blocks per SM (0 = 2)
   int tc_rows_per_warp = 0;   // 0/16 = one 16-row M tile per warp; 32 = two (64-row blocks only)
-  bool tc_fast_io = false;    // 16-byte Q loads overlapped with the first K stages; pipelined combine
+  // 16-byte Q loads overlapped with the first K stages and a pipelined combine: 0 = default (on;
+  // faster at every anchor shape in run 2), 1 = on, -1 = off (run 1's loads).
+  int tc_fast_io = 0;
+  // Which tensor-core kernel: 0 = by shape (the warp-split kernel when a sequence has <= 16 query
+  // rows, i.e. 16 heads x 1 token; else the row-tile kernel), 1 = always the row-tile kernel.
+  // Warp-split kernel: each warp pair owns a slice of the block's keys (split-KV inside the
+  // block, merged once at the end), both warps of a pair compute the 16 x 16 scores of a stage
+  // and each keeps half the value columns; keys per block chosen by a wave cost model over the
+  // total work (tc_blocks_per_sm > 0 overrides it); a batch of one split per sequence writes
+  // the output directly (no combine). tc_stages = 3 gives it 3 warp pairs with 3-stage rings
+  // (1 block per SM) instead of 2 pairs with 2-stage rings (2 per SM); tc_rows_per_warp and
+  // tc_fast_io do not apply to it.
+  int tc_kernel = 0;
+  // Warp-split kernel, opt-in (not yet measured on the GPU): with 2-8 splits per sequence, the
+  // splits of a sequence run as one thread-block cluster and merge through distributed shared
+  // memory, writing the output directly (no partials in global memory, no combine launch).
+  // Same numerics (the LSE merge of the combine, in another fp32 order).
+  int tc_cluster_merge = 0;
   // Debug, CUDA-core kernel only (ignored by the tensor-core path): emulate the tensor-core
   // path's rounding. Bit 1: q rounded to bf16 as is (the softmax scale applied to the fp32
   // scores); bit 2: probabilities rounded to bf16 in P V (the softmax denominator sums the
@@ -61,8 +78,11 @@ struct MlaDecodeParams {
   // only by fp32 summation order. 0 = the fp32 reference kernel.
   int emulate_tc_rounding = 0;
 };
-// Keys per split the tensor-core path uses for these params (a multiple of 64, >= kv_chunk).
-int64_t MlaDecodeTcChunk(const MlaDecodeParams& p);
+// Keys of one independent online softmax (split) of the tensor-core path for these params
+// (a multiple of 32, >= kv_chunk): the row-tile kernel's chunk per block, or the warp-split
+// kernel's sub-chunk per warp pair (its block merges its pairs' splits). *tile (if given): keys
+// per online-softmax update (32 row-tile, 16 warp-split). The emulation follows both.
+int64_t MlaDecodeTcChunk(const MlaDecodeParams& p, int* tile = nullptr);
 // True if the tensor-core path handles these dims.
 bool MlaDecodeTcSupported(int64_t kv_lora, int64_t rope_dim, int64_t block_size);
 void MlaDecodeAttentionTc(const MlaDecodeParams& p);

@@ -1,6 +1,9 @@
-// Tensor-core MLA decode (absorbed form over the paged bf16 latent cache), see mla_decode.h.
+// Tensor-core MLA decode (absorbed form over the paged bf16 latent cache), see mla_decode.h
+// and docs/design/cuda_backend.md ("MLA decode on tensor cores"). Two kernels, chosen by TcPlan:
+// the warp-split kernel (MlaDecodeWsKernel, below) for <= 16 query rows per sequence, and the
+// row-tile kernel (MlaDecodeTcKernel) for the rest:
 //
-// One block = one sequence x one tile of RT*16 query rows (row = query token i * heads + head,
+// Row-tile kernel: one block = one sequence x one tile of RT*16 query rows (row = query token i * heads + head,
 // so the heads of one request form the M dimension of the MMAs) x one KV chunk. 8 warps:
 // warp w owns row tile w / WV (WV = 8 / RT warps per row tile) and, inside it,
 //   - a slice of the 36 k16-steps of S = Q K^T (partial scores summed through shared memory,
@@ -12,6 +15,8 @@
 // reaches the output. Online softmax in base 2 with fp32 state. The chunk size is one for the
 // whole batch (split-KV by work: the total key rows to stream over ~2 blocks per SM, never
 // below kv_chunk), and the combine kernel merges the splits with their log-sum-exp.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 
 #include "backend/cuda/common.cuh"
@@ -426,6 +431,341 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombineFast(MlaDecodeParams
   out[3] = dev::FromF<TOut>(acc.w * inv);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Warp-split kernel for <= 16 query rows per sequence (16 heads x 1 token: TP8; memory-bound).
+// One block = one sequence x one KV chunk; kWsPairs warp pairs, each owning a contiguous
+// sub-chunk of chunk / kWsPairs keys (split-KV inside the block). Both warps of a pair compute
+// the same 16 x 16 scores per stage (QK^T is cheap here; no partial-score exchange, no block
+// barrier per stage) and each keeps half the 512 value columns (128 fp32 accumulators). A pair
+// streams its keys through its own kWsStages-deep cp.async ring of 16-key stages, synchronised
+// by a 64-thread named barrier; 2 blocks per SM keep 4 pairs' loads (>= 75 KB) in flight. The
+// pairs' partial results are merged once through shared memory at the end (log-sum-exp), and
+// written either as the block's split partial or, when the whole batch has one split, straight
+// to the output. Numerics: as the row-tile kernel, with the online softmax of each pair over
+// 16-key tiles (MlaDecodeTcChunk reports sub-chunk and tile, which the emulation follows).
+// Configurations (template <pairs, stages, blocks per SM>): <2, 2, 2> the default; <3, 3, 1>
+// (tc_stages = 3: 6 warps, 3-deep rings, two stages in flight per pair while it computes).
+constexpr int kWsBN = 16;
+constexpr int kWsVW = kV / 2, kWsNT = kWsVW / 8;  // value columns per warp, n8 tiles
+constexpr int kWsRedLd = kV + 8;                  // fp32 row of the merge buffer (padded)
+template <int NP, int ST>
+constexpr size_t WsSmem() {
+  return static_cast<size_t>(16 + NP * ST * kWsBN) * kLd * 2;
+}
+static_assert(2 * 16 * kWsRedLd * 4 + (2 * 2 + 1) * 16 * 4 <= WsSmem<2, 2>(), "merge buffer fits in the stage ring");
+static_assert(3 * 16 * kWsRedLd * 4 + (3 * 2 + 1) * 16 * 4 <= WsSmem<3, 3>(), "merge buffer fits in the stage ring");
+
+__device__ __forceinline__ void PairBarrier(int pair) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(pair + 1), "n"(64) : "memory");
+}
+
+// kCluster (tc_cluster_merge, opt-in, not yet measured): the max_splits blocks of a sequence
+// form one thread-block cluster and merge their results through distributed shared memory, each
+// block writing a slice of the output (no partials in global memory, no combine launch).
+template <typename TOut, int kWsPairs, int kWsStages, int kMinBlocks, bool kCluster>
+__global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
+    MlaDecodeWsKernel(MlaDecodeParams p, int chunk, int max_splits, bool direct) {
+  constexpr int kWsThreads = kWsPairs * 64;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][kLd]
+  __nv_bfloat16* Ks = Qs + 16 * kLd;                                  // [pairs][stages][kWsBN][kLd]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int pair = warp >> 1, half = warp & 1;
+  const int ptid = threadIdx.x & 63;  // thread index inside the pair
+  const int s = blockIdx.x, split = blockIdx.y;
+  const int H = static_cast<int>(p.heads);
+  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
+  const int ctx = p.context_lens[s];
+  const int valid_rows = q_len * H;  // <= 16 (host plan)
+  const int kbeg = split * chunk;
+  const int kend = min(ctx, kbeg + chunk);
+  const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
+  if (!kCluster && kbeg >= kend) {  // an empty split: the combine skips it (direct: an empty context, output 0)
+    if (direct) {
+      for (int idx = threadIdx.x; idx < valid_rows * kV; idx += kWsThreads) {
+        const int r = idx / kV, c = idx % kV;
+        static_cast<TOut*>(p.out)[static_cast<int64_t>(q0 + r / H) * p.o_tok_stride + (r % H) * p.o_head_stride + c] =
+            dev::FromF<TOut>(0.f);
+      }
+    } else if (threadIdx.x < valid_rows) {
+      const int t = q0 + threadIdx.x / H, h = threadIdx.x % H;
+      p.workspace[lse_base + (static_cast<int64_t>(t) * H + h) * max_splits + split] = -INFINITY;
+    }
+    return;
+  }
+  const int sub = chunk / kWsPairs;
+  const int pbeg = kbeg + pair * sub, pend = min(kend, pbeg + sub);
+  const int ntiles = pend > pbeg ? (pend - pbeg + kWsBN - 1) / kWsBN : 0;
+  const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
+  const int bs = static_cast<int>(p.block_size);
+  __nv_bfloat16* ring = Ks + pair * kWsStages * kWsBN * kLd;
+  auto load_tile = [&](int it, int stage) {
+    const int k0 = pbeg + it * kWsBN;  // a multiple of 16: the stage lies inside one page
+    __nv_bfloat16* dst = ring + stage * kWsBN * kLd;
+    const int64_t page = bt[k0 / bs];
+    const __nv_bfloat16* src_base = p.cache + (page * bs + k0 % bs) * kD;
+#pragma unroll
+    for (int i = 0; i < kWsBN * kChunksPerRow / 64; ++i) {
+      const int c = ptid + i * 64;
+      const int j = c / kChunksPerRow, e = c % kChunksPerRow;
+      const bool ok = k0 + j < pend;
+      const __nv_bfloat16* src = ok ? src_base + static_cast<int64_t>(j) * kD + e * 8 : p.cache;
+      CpAsync16(SmemAddr(dst + j * kLd + e * 8), src, ok);
+    }
+  };
+#pragma unroll
+  for (int st = 0; st < kWsStages - 1; ++st) {
+    if (st < ntiles) load_tile(st, st);
+    CpAsyncCommit();
+  }
+  // Q tile (16 rows, fp32 -> bf16; rows past the query block are zeros), overlapping the first stages.
+  {
+    constexpr int kVec = kD / 4, kPer = 16 * kVec / kWsThreads;
+    static_assert(16 * kVec % kWsThreads == 0, "Q tile split");
+    const bool vec = (reinterpret_cast<uintptr_t>(p.q) % 16 == 0) && p.q_tok_stride % 4 == 0 && p.q_head_stride % 4 == 0;
+    float4 v[kPer];
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = threadIdx.x + i * kWsThreads;
+      const int r = idx / kVec, c = (idx % kVec) * 4;
+      v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r < valid_rows) {
+        const float* qp = p.q + static_cast<int64_t>(q0 + r / H) * p.q_tok_stride + static_cast<int64_t>(r % H) * p.q_head_stride + c;
+        if (vec) v[i] = __ldg(reinterpret_cast<const float4*>(qp));
+        else v[i] = make_float4(qp[0], qp[1], qp[2], qp[3]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = threadIdx.x + i * kWsThreads;
+      const int r = idx / kVec, c = (idx % kVec) * 4;
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(v[i].x, v[i].y), hi = __floats2bfloat162_rn(v[i].z, v[i].w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&lo);
+      packed.y = *reinterpret_cast<const uint32_t*>(&hi);
+      *reinterpret_cast<uint2*>(Qs + r * kLd + c) = packed;
+    }
+  }
+  __syncthreads();  // Q visible to every warp
+
+  float acc[kWsNT][4];
+#pragma unroll
+  for (int n = 0; n < kWsNT; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  float m_run[2], l_run[2];
+  int limit[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = g + hr * 8;
+    limit[hr] = row < valid_rows ? min(pend, ctx - (q_len - 1 - row / H)) : -1;
+    m_run[hr] = -INFINITY;
+    l_run[hr] = 0.f;
+  }
+  const float sl2 = p.softmax_scale * 1.4426950408889634f;
+  const uint32_t q_addr = SmemAddr(Qs + (lane & 15) * kLd + (lane >> 4) * 8);
+  const int mi = lane >> 3;
+  const int k_off = ((mi >> 1) * 8 + (lane & 7)) * kLd + (mi & 1) * 8;        // QK B fragment
+  const int v_off = ((mi & 1) * 8 + (lane & 7)) * kLd + half * kWsVW + (mi >> 1) * 8;  // PV B fragment
+
+  for (int it = 0; it < ntiles; ++it) {
+    CpAsyncWait<kWsStages - 2>();
+    PairBarrier(pair);  // stage `it` visible to both warps of the pair; stage it-1 consumed
+    {
+      const int nx = it + kWsStages - 1;
+      if (nx < ntiles) load_tile(nx, nx % kWsStages);
+      CpAsyncCommit();
+    }
+    const __nv_bfloat16* Kt = ring + (it % kWsStages) * kWsBN * kLd;
+    const uint32_t k_addr = SmemAddr(Kt + k_off);
+    // S = Q K^T over all 36 k-steps (two accumulator sets for ILP, summed at the end).
+    float sc[2][4], sc2[2][4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) sc[j][c] = sc2[j][c] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < kKSteps; ks += 2) {
+      uint32_t a0, a1, a2, a3, b0, b1, b2, b3;
+      Ldsm4(q_addr + ks * 32, a0, a1, a2, a3);
+      Ldsm4(k_addr + ks * 32, b0, b1, b2, b3);
+      Mma(sc[0], a0, a1, a2, a3, b0, b1);
+      Mma(sc[1], a0, a1, a2, a3, b2, b3);
+      Ldsm4(q_addr + (ks + 1) * 32, a0, a1, a2, a3);
+      Ldsm4(k_addr + (ks + 1) * 32, b0, b1, b2, b3);
+      Mma(sc2[0], a0, a1, a2, a3, b0, b1);
+      Mma(sc2[1], a0, a1, a2, a3, b2, b3);
+    }
+    // Online softmax in base 2 (rows g and g + 8; each row's 16 scores live in one quad).
+    const int kt0 = pbeg + it * kWsBN;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int hr = c >> 1;
+        const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+        const float v = key < limit[hr] ? (sc[j][c] + sc2[j][c]) * sl2 : -INFINITY;
+        sc[j][c] = v;
+        mx[hr] = fmaxf(mx[hr], v);
+      }
+    float muse[2], alpha[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+      const float m_new = fmaxf(m_run[hr], mx[hr]);
+      muse[hr] = m_new == -INFINITY ? 0.f : m_new;
+      alpha[hr] = exp2f(m_run[hr] - muse[hr]);
+      m_run[hr] = m_new;
+    }
+    float lsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float pv = exp2f(sc[j][c] - muse[c >> 1]);
+        sc[j][c] = pv;
+        lsum[c >> 1] += pv;
+      }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+    // O = O * alpha + P V over this warp's half of the value columns (P: bf16, the C layout of
+    // the two n8 score tiles is the A layout of one k16 step).
+    const uint32_t a0 = PackBf16(sc[0][0], sc[0][1]), a1 = PackBf16(sc[0][2], sc[0][3]);
+    const uint32_t a2 = PackBf16(sc[1][0], sc[1][1]), a3 = PackBf16(sc[1][2], sc[1][3]);
+    const uint32_t v_addr = SmemAddr(Kt + v_off);
+#pragma unroll
+    for (int nb = 0; nb < kWsNT / 2; ++nb) {
+      uint32_t b0, b1, b2, b3;
+      Ldsm4T(v_addr + nb * 32, b0, b1, b2, b3);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        acc[2 * nb][c] *= alpha[c >> 1];
+        acc[2 * nb + 1][c] *= alpha[c >> 1];
+      }
+      Mma(acc[2 * nb], a0, a1, a2, a3, b0, b1);
+      Mma(acc[2 * nb + 1], a0, a1, a2, a3, b2, b3);
+    }
+  }
+  CpAsyncWait<0>();
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
+    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
+  }
+  __syncthreads();  // every pair done with its ring: the shared memory becomes the merge buffer
+  float* red = reinterpret_cast<float*>(smem_raw);      // [pairs][16][kWsRedLd] scaled partial O
+  float* ml = red + kWsPairs * 16 * kWsRedLd;           // [pairs][2][16]: m, l per row
+  if (half == 0 && tq == 0) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      ml[(pair * 2 + 0) * 16 + g + hr * 8] = m_run[hr];
+      ml[(pair * 2 + 1) * 16 + g + hr * 8] = l_run[hr];
+    }
+  }
+  __syncthreads();
+  auto row_stats = [&](int row, float* M, float* L) {
+    float mm = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < kWsPairs; ++q) mm = fmaxf(mm, ml[(q * 2) * 16 + row]);
+    float ll = 0.f;
+    if (mm != -INFINITY) {
+#pragma unroll
+      for (int q = 0; q < kWsPairs; ++q) ll += ml[(q * 2 + 1) * 16 + row] * exp2f(ml[(q * 2) * 16 + row] - mm);
+    }
+    *M = mm;
+    *L = ll;
+  };
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = g + hr * 8;
+    float M, L;
+    row_stats(row, &M, &L);
+    const float scale = L > 0.f ? exp2f(m_run[hr] - M) / L : 0.f;  // m_run = -inf (no keys): 0
+    float* dst = red + (pair * 16 + row) * kWsRedLd + half * kWsVW + 2 * tq;
+#pragma unroll
+    for (int n = 0; n < kWsNT; ++n)
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(acc[n][2 * hr] * scale, acc[n][2 * hr + 1] * scale);
+  }
+  float* lseb = ml + kWsPairs * 2 * 16;  // kCluster: [16] the block's LSE per row (base 2)
+  if (kCluster && threadIdx.x < 16) {
+    float M, L;
+    row_stats(threadIdx.x, &M, &L);
+    lseb[threadIdx.x] = L > 0.f ? M + log2f(L) : -INFINITY;
+  }
+  if (!kCluster && !direct && threadIdx.x < valid_rows) {
+    float M, L;
+    row_stats(threadIdx.x, &M, &L);
+    const int t = q0 + threadIdx.x / H, h = threadIdx.x % H;
+    p.workspace[lse_base + (static_cast<int64_t>(t) * H + h) * max_splits + split] =
+        L > 0.f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
+  }
+  __syncthreads();
+  if constexpr (kCluster) {
+    // The block's normalised output, summed over its pairs in place (pair 0's rows).
+    for (int idx = threadIdx.x; idx < 16 * (kV / 4); idx += kWsThreads) {
+      const int r = idx / (kV / 4), c = (idx % (kV / 4)) * 4;
+      float4 o = *reinterpret_cast<const float4*>(red + r * kWsRedLd + c);
+#pragma unroll
+      for (int q = 1; q < kWsPairs; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(red + (q * 16 + r) * kWsRedLd + c);
+        o.x += v.x; o.y += v.y; o.z += v.z; o.w += v.w;
+      }
+      *reinterpret_cast<float4*>(red + r * kWsRedLd + c) = o;
+    }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's output and LSE visible to the cluster
+    const int nb = static_cast<int>(cluster.num_blocks()), rank = static_cast<int>(cluster.block_rank());
+    for (int idx = rank * kWsThreads + threadIdx.x; idx < 16 * (kV / 4); idx += nb * kWsThreads) {
+      const int r = idx / (kV / 4), c = (idx % (kV / 4)) * 4;
+      if (r >= valid_rows) continue;
+      float gmax = -INFINITY;
+      for (int b = 0; b < nb; ++b) gmax = fmaxf(gmax, cluster.map_shared_rank(lseb, b)[r]);
+      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+      float wsum = 0.f;
+      for (int b = 0; b < nb; ++b) {
+        const float l = cluster.map_shared_rank(lseb, b)[r];
+        if (l == -INFINITY) continue;
+        const float w = exp2f(l - gmax);
+        wsum += w;
+        const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(red, b) + r * kWsRedLd + c);
+        o.x += w * v.x; o.y += w * v.y; o.z += w * v.z; o.w += w * v.w;
+      }
+      const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+      const int t = q0 + r / H, h = r % H;
+      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + c;
+      out[0] = dev::FromF<TOut>(o.x * inv);
+      out[1] = dev::FromF<TOut>(o.y * inv);
+      out[2] = dev::FromF<TOut>(o.z * inv);
+      out[3] = dev::FromF<TOut>(o.w * inv);
+    }
+    cluster.sync();  // peers may still read this block's shared memory
+  } else {
+  // Sum the pairs' scaled partials: 16 rows x 128 float4, coalesced writes.
+  for (int idx = threadIdx.x; idx < 16 * (kV / 4); idx += kWsThreads) {
+    const int r = idx / (kV / 4), c = (idx % (kV / 4)) * 4;
+    if (r >= valid_rows) continue;
+    float4 o = *reinterpret_cast<const float4*>(red + r * kWsRedLd + c);
+#pragma unroll
+    for (int q = 1; q < kWsPairs; ++q) {
+      const float4 v = *reinterpret_cast<const float4*>(red + (q * 16 + r) * kWsRedLd + c);
+      o.x += v.x; o.y += v.y; o.z += v.z; o.w += v.w;
+    }
+    const int t = q0 + r / H, h = r % H;
+    if (direct) {
+      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + c;
+      out[0] = dev::FromF<TOut>(o.x);
+      out[1] = dev::FromF<TOut>(o.y);
+      out[2] = dev::FromF<TOut>(o.z);
+      out[3] = dev::FromF<TOut>(o.w);
+    } else {
+      *reinterpret_cast<float4*>(p.workspace + ((static_cast<int64_t>(t) * H + h) * max_splits + split) * kV + c) = o;
+    }
+  }
+  }
+}
+
 int NumSms() {
   static const int n = [] {
     int dev = 0, v = 0;
@@ -476,29 +816,124 @@ void DispatchTc(const MlaDecodeParams& p, int rt, int n, int c, int ms) {
   DS_CUDA_CHECK_LAUNCH("MlaDecodeTcCombine");
 }
 
-// Row tiles per block (rt), row blocks per sequence (nrb) and keys per split of the tc path.
-int64_t TcPlan(const MlaDecodeParams& p, int* rt_out, int64_t* nrb_out) {
+// The tensor-core path's plan: which kernel, its tiles and its split of the keys.
+struct TcPlanInfo {
+  bool ws = false;           // warp-split kernel (<= 16 rows per sequence) vs row-tile kernel
+  int ws_pairs = 2;          // warp-split kernel: warp pairs per block (3: the 3-stage configuration)
+  int rt = 1;                // row-tile kernel: 16-row tiles per block
+  int64_t nrb = 1;           // row-tile kernel: row blocks per sequence
+  int64_t chunk = 0;         // keys per block (split)
+  int64_t max_splits = 1;
+  int64_t softmax_chunk = 0; // keys of one independent online softmax (ws: chunk / kWsPairs)
+  int tile = kBN;            // keys per online-softmax update (ws: kWsBN)
+};
+
+TcPlanInfo TcPlan(const MlaDecodeParams& p) {
+  TcPlanInfo pl;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.num_tokens - p.num_seqs + 1;
   const int64_t rows = max_q * p.heads;
-  const int rt = rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
-  const int64_t nrb = (rows + rt * 16 - 1) / (rt * 16);
-  // Split-KV by work: one chunk size for the batch, ~2 blocks per SM over all key rows.
   const int64_t total = p.total_context > 0 ? p.total_context : p.num_seqs * p.max_context;
-  const int64_t work = nrb * total;
-  const int64_t target = (p.tc_blocks_per_sm > 0 ? p.tc_blocks_per_sm : 2) * static_cast<int64_t>(NumSms());
-  int64_t chunk = (work + target - 1) / target;
-  chunk = (chunk + 63) / 64 * 64;
-  *rt_out = rt;
-  *nrb_out = nrb;
-  return std::max<int64_t>(chunk, p.kv_chunk);
+  const int64_t max_ctx = std::max<int64_t>(1, p.max_context);
+  pl.ws = rows <= 16 && p.tc_kernel != 1;
+  if (pl.ws) {
+    // Split-KV by work: the keys per block minimising the estimated time, ceil(blocks / slots)
+    // waves of (chunk + per-block cost) key-equivalents, 2 blocks per SM. The per-block cost
+    // (~88 keys) is its partial output (16 rows x 2 KB written and read back) plus the
+    // prologue. Blocks: exact for a uniform batch (total = S x max, as in a graph bucket),
+    // else ceil(total / chunk) + S / 2 (each sequence's last split half full on average).
+    // tc_blocks_per_sm > 0 instead sizes chunks as ceil(total / (that x SMs)).
+    // Chunks are multiples of 64 x pairs (each pair's sub-chunk a multiple of 64 keys).
+    pl.ws_pairs = p.tc_stages == 3 ? 3 : 2;
+    const int64_t np = pl.ws_pairs, step = 64 * np;
+    const int64_t c_min = (std::max<int64_t>(np * p.kv_chunk, step) + step - 1) / step * step;
+    int64_t best = c_min;
+    if (p.tc_blocks_per_sm > 0) {
+      const int64_t target = p.tc_blocks_per_sm * static_cast<int64_t>(NumSms());
+      best = std::max(c_min, ((total + target - 1) / target + step - 1) / step * step);
+    } else {
+      const int64_t slots = (np == 2 ? 2 : 1) * static_cast<int64_t>(NumSms());
+      const bool uniform = total >= p.num_seqs * max_ctx;
+      double best_cost = 0;
+      const int64_t c_max = std::max(c_min, (max_ctx + step - 1) / step * step);
+      for (int64_t c = c_min; c <= c_max; c += step) {
+        const int64_t blocks = uniform ? p.num_seqs * ((max_ctx + c - 1) / c) : (total + c - 1) / c + p.num_seqs / 2;
+        const double cost = static_cast<double>((blocks + slots - 1) / slots) * static_cast<double>(c + 88);
+        if (c == c_min || cost < best_cost) { best_cost = cost; best = c; }
+      }
+    }
+    pl.chunk = best;
+    pl.softmax_chunk = best / np;
+    pl.tile = kWsBN;
+  } else {
+    pl.rt = rows <= 16 ? 1 : rows <= 32 ? 2 : 4;
+    pl.nrb = (rows + pl.rt * 16 - 1) / (pl.rt * 16);
+    // Split-KV by work: one chunk size for the batch, ~bpsm blocks per SM over all key rows.
+    // Default 2, except 1 for 64-row blocks (128 heads) when the batch has <= 16 row blocks
+    // (a 64-row block takes a whole SM, so 2 per SM is 2 waves): 128 heads, batch 1, 32K
+    // 70.6 us vs 98.9 us with 2 (mla_decode_2026-11-29_mladec.md), while at batch >= 64 the two
+    // are within 1.4%. Larger batches keep run 1's plan (and the split plans the runner's
+    // graph-vs-eager check was calibrated on).
+    const bool small = pl.rt == 4 && p.num_seqs * pl.nrb <= 16;
+    const int bpsm = p.tc_blocks_per_sm > 0 ? p.tc_blocks_per_sm : small ? 1 : 2;
+    const int64_t work = pl.nrb * total;
+    const int64_t target = bpsm * static_cast<int64_t>(NumSms());
+    int64_t chunk = (work + target - 1) / target;
+    chunk = (chunk + 63) / 64 * 64;
+    pl.chunk = std::max<int64_t>(chunk, p.kv_chunk);
+    pl.softmax_chunk = pl.chunk;
+    pl.tile = kBN;
+  }
+  pl.max_splits = std::max<int64_t>(1, (p.max_context + pl.chunk - 1) / pl.chunk);
+  return pl;
+}
+
+template <typename TOut, int NP, int ST, int MINB>
+void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
+  constexpr size_t smem = WsSmem<NP, ST>();
+  static_assert(smem * MINB <= 227 * 1024, "shared memory per SM");
+  static const bool attr_set = [] {
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeWsKernel<TOut, NP, ST, MINB, false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeWsKernel<TOut, NP, ST, MINB, true>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    return true;
+  }();
+  (void)attr_set;
+  dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(pl.max_splits));
+  if (p.tc_cluster_merge > 0 && pl.max_splits >= 2 && pl.max_splits <= 8) {  // one cluster per sequence
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(NP * 64);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = p.stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 1;
+    attr[0].val.clusterDim.y = static_cast<unsigned>(pl.max_splits);
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, MlaDecodeWsKernel<TOut, NP, ST, MINB, true>, p, static_cast<int>(pl.chunk),
+                                     static_cast<int>(pl.max_splits), true));
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel (cluster merge)");
+    return;
+  }
+  const bool direct = pl.max_splits == 1;
+  MlaDecodeWsKernel<TOut, NP, ST, MINB, false><<<grid, NP * 64, smem, p.stream>>>(p, static_cast<int>(pl.chunk),
+                                                                                 static_cast<int>(pl.max_splits), direct);
+  DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel");
+  if (direct) return;
+  dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
+  MlaDecodeTcCombineFast<TOut><<<cgrid, kV / 4, 0, p.stream>>>(p, static_cast<int>(pl.max_splits));
+  DS_CUDA_CHECK_LAUNCH("MlaDecodeTcCombine");
 }
 
 }  // namespace
 
-int64_t MlaDecodeTcChunk(const MlaDecodeParams& p) {
-  int rt = 0;
-  int64_t nrb = 0;
-  return TcPlan(p, &rt, &nrb);
+int64_t MlaDecodeTcChunk(const MlaDecodeParams& p, int* tile) {
+  const TcPlanInfo pl = TcPlan(p);
+  if (tile) *tile = pl.tile;
+  return pl.softmax_chunk;
 }
 
 bool MlaDecodeTcSupported(int64_t kv_lora, int64_t rope_dim, int64_t block_size) {
@@ -512,15 +947,22 @@ void MlaDecodeAttentionTc(const MlaDecodeParams& p) {
   DS_CHECK(p.q_head_stride % 2 == 0 && p.q_tok_stride % 2 == 0 && p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0)
       << "MlaDecodeAttentionTc: strides";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
-  int rt = 0;
-  int64_t nrb = 0;
-  const int64_t chunk = TcPlan(p, &rt, &nrb);
-  const int64_t max_splits = std::max<int64_t>(1, (p.max_context + chunk - 1) / chunk);
-  DS_CHECK(max_splits < 65536 && p.num_seqs * nrb < (int64_t{1} << 31)) << "MlaDecodeAttentionTc: grid too large";
-  const int n = static_cast<int>(nrb), c = static_cast<int>(chunk), ms = static_cast<int>(max_splits);
+  const TcPlanInfo pl = TcPlan(p);
+  DS_CHECK(pl.max_splits < 65536 && p.num_seqs * pl.nrb < (int64_t{1} << 31)) << "MlaDecodeAttentionTc: grid too large";
+  if (pl.ws) {
+    if (pl.ws_pairs == 3) {
+      if (p.out_type == DTypeOut::kF32) LaunchWs<float, 3, 3, 1>(p, pl);
+      else LaunchWs<__nv_bfloat16, 3, 3, 1>(p, pl);
+    } else {
+      if (p.out_type == DTypeOut::kF32) LaunchWs<float, 2, 2, 2>(p, pl);
+      else LaunchWs<__nv_bfloat16, 2, 2, 2>(p, pl);
+    }
+    return;
+  }
+  const int n = static_cast<int>(pl.nrb), c = static_cast<int>(pl.chunk), ms = static_cast<int>(pl.max_splits);
   const bool q_aligned = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_tok_stride % 4 == 0 && p.q_head_stride % 4 == 0;
-  if (p.tc_fast_io && q_aligned) DispatchTc<true>(p, rt, n, c, ms);
-  else DispatchTc<false>(p, rt, n, c, ms);
+  if (p.tc_fast_io >= 0 && q_aligned) DispatchTc<true>(p, pl.rt, n, c, ms);
+  else DispatchTc<false>(p, pl.rt, n, c, ms);
 }
 
 }  // namespace ds::cuda

@@ -1,6 +1,7 @@
 #include "backend/cuda/skinny_gemm.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -9,6 +10,18 @@ namespace ds::cuda {
 namespace {
 
 constexpr int kTileM = 16;  // weight rows per mma tile (the mma's 16-row operand)
+constexpr int kMaxSplits = 16;
+
+// Kernel arguments: the op's params plus the batched-group strides and the split-K plan.
+struct KArgs {
+  GroupedGemmParams p;
+  int64_t ga, gw, go;    // per-group strides (elements) of a, w, out (batched form)
+  int64_t cps;           // K chunks per split
+  int splits;
+  float* ws;             // [splits, ws_rows, N] fp32 partials (splits > 1)
+  uint32_t* counters;    // [gridDim.y * gridDim.x] arrival counters, zero between launches
+  int64_t ws_rows;
+};
 
 // Weight stream: 16 bytes, read-only path, not kept in L1 (read once).
 __device__ __forceinline__ uint4 LdStream(const void* ptr) {
@@ -260,6 +273,229 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
   }
 }
 
+
+// The general form (same mapping and math): blockIdx.z = K split (chunks [z * cps, min(nchunks,
+// (z + 1) * cps)), partials + last-block reduction when splits > 1) and per-group strides of
+// a / w / out (batched form). A separate kernel, so that the plain one above keeps its code:
+// with the general form's extra registers the register-capped 32-row variants ran 6-33% slower
+// on the H200 (splitk_2026-11-29.md).
+template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernelGen(KArgs ka) {
+  const GroupedGemmParams& p = ka.p;
+  constexpr int kThreads = kWarps * 32;
+  constexpr int kTileN = kTileM * kMT;       // weight rows per block
+  constexpr int kEs = kFp8 ? 1 : 2;          // weight element bytes
+  constexpr int kEpl = 16 / kEs;             // weight elements per lane load (16 fp8 / 8 bf16)
+  constexpr int kChunkK = 4 * kEpl;          // k per chunk
+  constexpr int kSteps = kEpl / 4;           // k16 mma steps per chunk
+  constexpr int kAv = kEpl / 8;              // 16-byte activation loads per lane, chunk, 8 rows
+  // chunks per warp iteration: ~8 weight loads per lane in flight
+  constexpr int kU = std::max(1, ((kFp8 && kNT == 2) ? 2 : 4) / (kMT * kUDiv));
+
+  __shared__ int s_group;
+  __shared__ bool s_last;
+  __shared__ int s_cnt[kWarps];
+  __shared__ float s_red[kWarps - 1][kMT][kNT][4][32];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  int64_t e = 0, row0 = 0, rows = p.max_rows;
+  if (p.offsets == nullptr) {
+    e = blockIdx.y;  // batched form: every group has max_rows rows
+  } else {
+    const int64_t E = p.num_experts;
+    if (static_cast<int64_t>(gridDim.y) == E) {
+      e = blockIdx.y;
+    } else {  // the blockIdx.y-th non-empty group
+      const int j = static_cast<int>(blockIdx.y);
+      if (tid == 0) s_group = -1;
+      int seen = 0;
+      for (int64_t b = 0; b < E; b += kThreads) {
+        const int64_t ee = b + tid;
+        const bool f = ee < E && p.offsets[ee + 1] > p.offsets[ee];
+        const unsigned m = __ballot_sync(0xffffffffu, f);
+        __syncthreads();
+        if (lane == 0) s_cnt[warp] = __popc(m);
+        __syncthreads();
+        int before = seen, total = 0;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          const int c = s_cnt[w];
+          if (w < warp) before += c;
+          total += c;
+        }
+        if (f && before + __popc(m & ((1u << lane) - 1u)) == j) s_group = static_cast<int>(ee);
+        seen += total;
+        if (seen > j) break;
+      }
+      __syncthreads();
+      if (s_group < 0) return;
+      e = s_group;
+    }
+    row0 = p.offsets[e];
+    rows = p.offsets[e + 1] - row0;
+    if (rows <= 0) return;
+  }
+
+  const int64_t N = p.N, K = p.K;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  // Rows of m-tile mt held by this lane: n0 + 16 mt + g (A) and + 8 (B).
+  const uint8_t* wA[kMT];
+  const uint8_t* wB[kMT];
+  bool okA[kMT], okB[kMT];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    const int64_t nA = n0 + kTileM * mt + g, nB = nA + 8;
+    okA[mt] = nA < N;
+    okB[mt] = nB < N;
+    wA[mt] = static_cast<const uint8_t*>(p.w) + (e * ka.gw + nA * K) * kEs;
+    wB[mt] = static_cast<const uint8_t*>(p.w) + (e * ka.gw + nB * K) * kEs;
+  }
+  const bool vec = (K * kEs) % 16 == 0 && (ka.gw * kEs) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
+                   p.lda % 8 == 0 && ka.ga % 8 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
+  const int64_t nchunks = (K + kChunkK - 1) / kChunkK;
+  const int split = static_cast<int>(blockIdx.z);
+  const int64_t c_begin = split * ka.cps, c_end = std::min(nchunks, c_begin + ka.cps);
+  const __nv_bfloat16* a_base = p.a + e * ka.ga;
+  // Split-K partial rows of this group: ws[split, wrow0 + t, n].
+  const int64_t wrow0 = p.offsets == nullptr ? e * p.max_rows : row0;
+  const int64_t kb_count = (K + 127) / 128, nb_count = (N + 127) / 128;
+  // FP8 block scales of each m-tile's 128-row block (16-row tiles never straddle one).
+  const float* srow[kMT];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    srow[mt] = nullptr;
+    if constexpr (kFp8) srow[mt] = p.w_scales + (e * nb_count + std::min(n0 + kTileM * mt, N - 1) / 128) * kb_count;
+  }
+
+  for (int64_t t0 = 0; t0 < rows; t0 += 8 * kNT) {
+    float acc[kMT][kNT][4];
+    const __nv_bfloat16* arow[kNT];
+    bool aok[kNT];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int64_t t = t0 + nt * 8 + g;
+      aok[nt] = t < rows;
+      arow[nt] = a_base + (row0 + t) * p.lda;
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nt][i] = 0.f;
+    for (int64_t c0 = c_begin + static_cast<int64_t>(warp) * kU; c0 < c_end; c0 += kWarps * kU) {
+      uint4 wa[kMT][kU], wb[kMT][kU], av[kU][kNT][kAv];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int64_t kl = (c0 + u) * kChunkK + q * kEpl;
+        const bool cin = c0 + u < c_end;  // no loads past this split's chunks
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          wa[mt][u] = LoadW<kEs>(wA[mt], okA[mt] && cin, kl, K, vec);
+          wb[mt][u] = LoadW<kEs>(wB[mt], okB[mt] && cin, kl, K, vec);
+        }
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int v = 0; v < kAv; ++v) av[u][nt][v] = LoadA(arow[nt], aok[nt] && cin, kl + 8 * v, K, vec);
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (c0 + u >= c_end) break;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          if constexpr (kFp8) {
+            float t[kNT][4];
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) t[nt][i] = 0.f;
+#pragma unroll
+            for (int s = 0; s < kSteps; ++s) {
+              const uint32_t xa = Word(wa[mt][u], s), xb = Word(wb[mt][u], s);
+              const uint32_t a0 = E4M3x2ToBf16x2(xa, 0x4140), a2 = E4M3x2ToBf16x2(xa, 0x4342);
+              const uint32_t a1 = E4M3x2ToBf16x2(xb, 0x4140), a3 = E4M3x2ToBf16x2(xb, 0x4342);
+#pragma unroll
+              for (int nt = 0; nt < kNT; ++nt) {
+                const uint4& bv = av[u][nt][s / 2];
+                Mma(t[nt], a0, a1, a2, a3, Word(bv, (s % 2) * 2), Word(bv, (s % 2) * 2 + 1));
+              }
+            }
+            const float sc = __ldg(srow[mt] + (c0 + u) * kChunkK / 128);
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) acc[mt][nt][i] = fmaf(sc, t[nt][i], acc[mt][nt][i]);
+          } else {
+#pragma unroll
+            for (int s = 0; s < kSteps; ++s) {
+              const uint32_t a0 = Word(wa[mt][u], 2 * s), a2 = Word(wa[mt][u], 2 * s + 1);
+              const uint32_t a1 = Word(wb[mt][u], 2 * s), a3 = Word(wb[mt][u], 2 * s + 1);
+#pragma unroll
+              for (int nt = 0; nt < kNT; ++nt) {
+                const uint4& bv = av[u][nt][0];
+                Mma(acc[mt][nt], a0, a1, a2, a3, Word(bv, 2 * s), Word(bv, 2 * s + 1));
+              }
+            }
+          }
+        }
+      }
+    }
+    // Sum the warps' K slices; warp 0 writes. C fragment: c0, c1 = (row n0 + 16 mt + g, rows
+    // t 2q, 2q+1), c2, c3 = (row + 8, same t).
+    if (warp > 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) s_red[warp - 1][mt][nt][i][lane] = acc[mt][nt][i];
+    }
+    __syncthreads();
+    if (warp == 0) {
+      TOut* out = static_cast<TOut*>(p.out) + e * ka.go;
+      float* ws = ka.splits > 1 ? ka.ws + (split * ka.ws_rows + wrow0) * N : nullptr;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float v = acc[mt][nt][i];
+#pragma unroll
+            for (int w = 0; w < kWarps - 1; ++w) v += s_red[w][mt][nt][i][lane];
+            const int64_t n = n0 + kTileM * mt + g + (i < 2 ? 0 : 8), t = t0 + nt * 8 + 2 * q + (i & 1);
+            if (n < N && t < rows) {
+              if (ka.splits > 1) ws[t * N + n] = v;
+              else out[(row0 + t) * p.ldo + n] = dev::FromF<TOut>(v);
+            }
+          }
+    }
+    __syncthreads();
+  }
+  if (ka.splits <= 1) return;
+  // Split-K: the last block of this tile to arrive sums the partials in split order.
+  __threadfence();
+  __syncthreads();
+  uint32_t* counter = ka.counters + blockIdx.y * gridDim.x + blockIdx.x;
+  if (tid == 0) s_last = atomicAdd(counter, 1u) == static_cast<uint32_t>(ka.splits - 1);
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  TOut* out = static_cast<TOut*>(p.out) + e * ka.go;
+  const float* ws = ka.ws + wrow0 * N;
+  const int64_t split_stride = ka.ws_rows * N;
+  for (int64_t idx = tid; idx < rows * kTileN; idx += kThreads) {
+    const int64_t t = idx / kTileN, n = n0 + idx % kTileN;
+    if (n >= N) continue;
+    float v = 0.f;
+    for (int s = 0; s < ka.splits; ++s) v += __ldcg(ws + s * split_stride + t * N + n);
+    out[(row0 + t) * p.ldo + n] = dev::FromF<TOut>(v);
+  }
+  if (tid == 0) *counter = 0u;  // every split has arrived: ready for the next launch / replay
+}
+
 // Variants: warps per block (splitting K), 16-row m-tiles per warp, min resident blocks per SM
 // (register cap, so that every tile of a decode-size GEMM is resident in one wave).
 // min_blocks 0 = no cap; u_div divides the chunks in flight per warp (register pressure).
@@ -267,30 +503,113 @@ struct Variant { int warps, mt, min_blocks, u_div; };
 constexpr Variant kVariants[kSkinnyVariants] = {{4, 1, 0, 1}, {8, 1, 0, 1}, {4, 2, 0, 1}, {4, 2, 8, 2}, {8, 2, 3, 2}};
 
 template <bool kFp8, int kNT, typename TOut, int kV>
-void LaunchV(const GroupedGemmParams& p, int64_t slots) {
+void LaunchV(const KArgs& a, int64_t slots, bool gen) {
   constexpr Variant v = kVariants[kV];
-  const dim3 grid(dev::CeilDiv(p.N, kTileM * v.mt), static_cast<unsigned>(slots));
-  SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div><<<grid, v.warps * 32, 0, p.stream>>>(p);
+  const dim3 grid(dev::CeilDiv(a.p.N, kTileM * v.mt), static_cast<unsigned>(slots), static_cast<unsigned>(a.splits));
+  if (gen)
+    SkinnyGemmKernelGen<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div><<<grid, v.warps * 32, 0, a.p.stream>>>(a);
+  else
+    SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div><<<grid, v.warps * 32, 0, a.p.stream>>>(a.p);
 }
 
 template <bool kFp8, int kNT, typename TOut>
-void Launch(const GroupedGemmParams& p, int64_t slots, int v) {
+void Launch(const KArgs& a, int64_t slots, int v, bool gen) {
   switch (v) {
-    case 0: LaunchV<kFp8, kNT, TOut, 0>(p, slots); break;
-    case 1: LaunchV<kFp8, kNT, TOut, 1>(p, slots); break;
-    case 2: LaunchV<kFp8, kNT, TOut, 2>(p, slots); break;
-    case 3: LaunchV<kFp8, kNT, TOut, 3>(p, slots); break;
-    default: LaunchV<kFp8, kNT, TOut, 4>(p, slots); break;
+    case 0: LaunchV<kFp8, kNT, TOut, 0>(a, slots, gen); break;
+    case 1: LaunchV<kFp8, kNT, TOut, 1>(a, slots, gen); break;
+    case 2: LaunchV<kFp8, kNT, TOut, 2>(a, slots, gen); break;
+    case 3: LaunchV<kFp8, kNT, TOut, 3>(a, slots, gen); break;
+    default: LaunchV<kFp8, kNT, TOut, 4>(a, slots, gen); break;
   }
 }
 
 template <bool kFp8, int kNT>
-void Launch(const GroupedGemmParams& p, int64_t slots, int v) {
-  if (p.out_type == DTypeOut::kF32) Launch<kFp8, kNT, float>(p, slots, v);
-  else Launch<kFp8, kNT, __nv_bfloat16>(p, slots, v);
+void Launch(const KArgs& a, int64_t slots, int v, bool gen) {
+  if (a.p.out_type == DTypeOut::kF32) Launch<kFp8, kNT, float>(a, slots, v, gen);
+  else Launch<kFp8, kNT, __nv_bfloat16>(a, slots, v, gen);
+}
+
+// Chunks one warp iteration covers (kWarps x kU at <= 8 rows per pass), the split unit.
+int64_t ChunksPerIteration(int v) {
+  const Variant& vv = kVariants[v];
+  return int64_t{vv.warps} * std::max(1, 4 / (vv.mt * vv.u_div));
+}
+
+int SmCount() {
+  static std::atomic<int> counts[64] = {};
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  if (dev < 0 || dev >= 64) return 132;
+  if (counts[dev] == 0) {
+    int n = 0;
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    counts[dev] = std::max(1, n);
+  }
+  return counts[dev];
+}
+
+// Whether the plan splits K on its own (SkinnyGemmParams::splits == 0), from the H200 sweep
+// (bench/results/splitk_2026-11-29.md; FP8 dense only: bf16 and the batched form were not
+// measured split-vs-unsplit, so they split only when asked). The rows enter through their
+// power-of-2 class, as the graph buckets do (a decode batch and its padded bucket get the same
+// plan, so a row's sum order is the same in a graph and eagerly). Splitting wins at <= 8 rows
+// whenever the 32-row tiles are fewer than 4 per SM and K >= 4096 (q_a, kv_a, o_proj, dense
+// down, shared gate_up; shared down, K = 2048: 8.7 us split vs 8.2 unsplit); with more rows the
+// partial traffic and the last block's reduction cost more, and it still wins only for
+// K >= 16384 (o_proj, dense down; <= 128 rows), N <= 1024 (kv_a; <= 64 rows) and N <= 2048 at
+// <= 16 rows (q_a).
+bool SplitKWins(bool fp8, bool dense, int64_t N, int64_t K, int64_t rows, int64_t tiles32, int64_t sms) {
+  if (!fp8 || !dense || tiles32 >= 4 * sms || K < 4096) return false;
+  int64_t rc = 1;
+  while (rc < rows) rc *= 2;
+  if (rc <= 8) return true;
+  if (rc <= 16 && N <= 2048) return true;
+  if (rc <= 64 && N <= 1024) return true;
+  return rc <= 128 && K >= 16384;
+}
+
+int64_t Slots(const SkinnyGemmParams& sp) {
+  const GroupedGemmParams& p = sp.g;
+  if (p.offsets == nullptr) return p.num_experts;
+  return sp.max_active_groups > 0 ? std::min(sp.max_active_groups, p.num_experts) : p.num_experts;
 }
 
 }  // namespace
+
+SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp) {
+  const GroupedGemmParams& p = sp.g;
+  const bool fp8 = p.w_fp8;
+  const int64_t slots = Slots(sp);
+  const int64_t chunk_k = fp8 ? 64 : 32, nchunks = (p.K + chunk_k - 1) / chunk_k;
+  SkinnyPlan plan;
+  plan.variant = sp.variant >= 0 ? sp.variant : SkinnyAutoVariant(fp8, p.N, p.K, slots, sp.max_group_rows);
+  int64_t S = 1;
+  const int64_t tiles32 = slots * ((p.N + 31) / 32);
+  const int64_t sms = SmCount();
+  if (sp.splits > 1) {  // forced (tests, bench sweeps): the split-mode variant unless one is given
+    S = sp.splits;
+    if (sp.variant < 0) plan.variant = fp8 ? 3 : 2;
+  } else if (sp.splits == 0 && SplitKWins(fp8, p.offsets == nullptr && p.num_experts == 1, p.N, p.K,
+                                          sp.max_group_rows, tiles32, sms)) {
+    // Narrow weights: 32-row tiles capped at 8 resident blocks per SM, about one wave of them,
+    // each split at least one warp iteration of K.
+    if (sp.variant < 0) plan.variant = 3;
+    const int64_t unit = ChunksPerIteration(plan.variant);
+    S = std::min<int64_t>({kMaxSplits, (8 * sms) / tiles32, (nchunks + unit - 1) / unit});
+  }
+  S = std::clamp<int64_t>(S, 1, std::min<int64_t>(kMaxSplits, nchunks));
+  const int64_t cps = (nchunks + S - 1) / S;
+  S = (nchunks + cps - 1) / cps;
+  plan.splits = static_cast<int>(S);
+  plan.chunks_per_split = cps;
+  if (S > 1) {
+    const int64_t tile_n = kTileM * kVariants[plan.variant].mt;
+    const int64_t ws_rows = p.offsets == nullptr ? slots * p.max_rows : p.max_rows;
+    plan.ws_floats = S * ws_rows * p.N;
+    plan.counters = slots * ((p.N + tile_n - 1) / tile_n);
+  }
+  return plan;
+}
 
 int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max_group_rows) {
   (void)K; (void)max_group_rows;
@@ -310,19 +629,30 @@ void SkinnyGemm(const SkinnyGemmParams& sp) {
   const GroupedGemmParams& p = sp.g;
   DS_CHECK(p.N > 0 && p.K > 0 && p.num_experts > 0) << "SkinnyGemm: bad shape N=" << p.N << " K=" << p.K;
   DS_CHECK(!p.w_fp8 || p.w_scales) << "SkinnyGemm: FP8 weights need w_scales";
-  DS_CHECK(p.offsets != nullptr || p.num_experts == 1) << "SkinnyGemm: several groups need offsets";
   if (p.max_rows == 0) return;
-  const int64_t slots = p.offsets == nullptr ? 1
-                        : sp.max_active_groups > 0 ? std::min(sp.max_active_groups, p.num_experts)
-                                                   : p.num_experts;
+  const int64_t slots = Slots(sp);
   DS_CHECK(slots < 65536) << "SkinnyGemm: too many groups " << slots;
   DS_CHECK(sp.variant < kSkinnyVariants) << "SkinnyGemm: no variant " << sp.variant;
-  const int v = sp.variant >= 0 ? sp.variant : SkinnyAutoVariant(p.w_fp8, p.N, p.K, slots, sp.max_group_rows);
+  SkinnyPlan plan = SkinnyPlanFor(sp);
+  if (plan.splits > 1 && (sp.splitk_ws == nullptr || sp.splitk_ws_floats < plan.ws_floats ||
+                          sp.splitk_counters == nullptr || sp.splitk_counter_count < plan.counters)) {
+    SkinnyGemmParams unsplit = sp;  // no (or too small a) workspace: run unsplit
+    unsplit.splits = 1;
+    plan = SkinnyPlanFor(unsplit);
+  }
+  KArgs a{p, sp.group_stride_a, sp.group_stride_w >= 0 ? sp.group_stride_w : p.N * p.K, sp.group_stride_out,
+          plan.chunks_per_split, plan.splits, sp.splitk_ws, sp.splitk_counters,
+          p.offsets == nullptr ? slots * p.max_rows : p.max_rows};
+  const int v = plan.variant;
   const bool nt2 = sp.max_group_rows > 8;
+  // The general kernel only where needed: K split, or several groups without offsets, or
+  // strides other than the contiguous [E, N, K] layout.
+  const bool gen = plan.splits > 1 || (p.offsets == nullptr && p.num_experts > 1) || sp.group_stride_a != 0 ||
+                   sp.group_stride_out != 0 || (sp.group_stride_w >= 0 && sp.group_stride_w != p.N * p.K);
   if (p.w_fp8) {
-    if (nt2) Launch<true, 2>(p, slots, v); else Launch<true, 1>(p, slots, v);
+    if (nt2) Launch<true, 2>(a, slots, v, gen); else Launch<true, 1>(a, slots, v, gen);
   } else {
-    if (nt2) Launch<false, 2>(p, slots, v); else Launch<false, 1>(p, slots, v);
+    if (nt2) Launch<false, 2>(a, slots, v, gen); else Launch<false, 1>(a, slots, v, gen);
   }
   DS_CUDA_CHECK_LAUNCH("SkinnyGemmKernel");
 }

@@ -2,15 +2,27 @@
 // weights. Same math and layout as GroupedGemm (grouped_gemm.h): for each group e and each row
 // r in [offsets[e], offsets[e+1]):  out[r, :] = a[r, :] @ w[e]^T,  w[e]: [N, K] bf16, or FP8
 // e4m3 with 128x128 block scales w_scales[e, n / 128, k / 128]; fp32 accumulation.
+// Batched form (offsets == nullptr, num_experts = G > 1, e.g. the per-head GEMMs of absorbed
+// MLA): every group has max_rows rows t and reads a + e * group_stride_a + t * lda, writes
+// out + e * group_stride_out + t * ldo, with weights w + e * group_stride_w.
 //
-// Kernel (skinny_gemm.cu): one block per (16 or 32 weight rows, non-empty group); its warps
+// Kernel (skinny_gemm.cu): one block per (16 or 32 weight rows, group[, K split]); its warps
 // split K and stream the weight rows with 16-byte loads (8 bf16 / 16 fp8 per lane, several
 // loads per row in flight), the group's activation rows come through L1 (shared by the blocks
 // of one group), and the products run on tensor cores with the weights as the 16-row operand
 // (mma m16n8k16, "swap AB": the rows of `a` are the 8-wide side, 8 or 16 per pass; more rows
 // loop, re-reading the weights, mostly from L2). FP8 weights are widened to bf16 exactly (bit
 // shifts + a 2^120 multiply); activations stay bf16, so no activation quantisation error is
-// added.
+// added; the FP8 block scale multiplies each 64-k partial in fp32.
+//
+// Split-K (narrow weights: too few row tiles to fill the GPU): blockIdx.z takes a contiguous
+// range of K chunks; each split writes its fp32 partial to a caller-provided workspace, and the
+// last split block of a tile (a per-tile device counter, which that block resets to 0) sums
+// the partials in split order 0..S-1 and writes the output. One launch, deterministic (the sum
+// order never depends on scheduling), safe inside CUDA graph capture; the counters must be
+// zero before the first call (the kernel leaves them zero). Split-K and the batched form run a
+// second kernel (SkinnyGemmKernelGen); MoE and unsplit dense GEMMs keep the plain kernel, whose
+// register-capped variants lost 6-33% with the general form's registers.
 //
 // Segments need no padding (any offsets work; the runner permutes with row_align 1 for this
 // kernel). Empty groups cost one early-exiting block per grid slot: the grid has
@@ -22,18 +34,36 @@
 
 namespace ds::cuda {
 
-// Dispatch thresholds (measured on the H200, bench/results/skinny_gemm_2026-11-29.md): the
-// runner uses the skinny kernel for MoE layers when tokens * top_k <= kSkinnyMoeMaxAvgRows *
-// n_experts (<= 8 rows per expert on average; the big-tile kernel reads each expert once per
-// 64 rows at ~0.2 of HBM bandwidth, this one once per 16 rows at ~0.6-0.8), for FP8 dense
-// projections (in-kernel dequantisation path) when M <= kSkinnyDenseMaxRows (the big-tile
-// kernel is 5-12x slower there), and for bf16 dense projections instead of cuBLASLt when
-// M <= kSkinnyBf16MaxRows and N * K <= kSkinnyBf16MaxWeights (cuBLASLt streams large bf16
-// matrices as fast or faster; the skinny kernel wins on small ones such as kv_a_proj).
+// Dispatch thresholds (measured on the H200, bench/results/skinny_gemm_2026-11-29.md and
+// splitk_2026-11-29.md): the runner uses the skinny kernel for MoE layers when tokens * top_k
+// <= kSkinnyMoeMaxAvgRows * n_experts (<= 8 rows per expert on average; the big-tile kernel
+// reads each expert once per 64 rows at ~0.2 of HBM bandwidth, this one once per 16 rows at
+// ~0.6-0.8), for FP8 dense projections (in-kernel dequantisation path) when SkinnyDenseFp8(M, N)
+// (below), and for bf16 dense projections instead of cuBLASLt when M <= kSkinnyBf16MaxRows and
+// N * K <= kSkinnyBf16MaxWeights (cuBLASLt streams large bf16 matrices as fast or faster; the
+// skinny kernel wins on small ones such as kv_a_proj).
 inline constexpr int64_t kSkinnyMoeMaxAvgRows = 8;
-inline constexpr int64_t kSkinnyDenseMaxRows = 64;
 inline constexpr int64_t kSkinnyBf16MaxRows = 16;
 inline constexpr int64_t kSkinnyBf16MaxWeights = int64_t{2048} * 2048;
+// FP8 dense: the skinny kernel re-reads the weights once per 16 rows (mostly from L2), the
+// big-tile GroupedGemm streams them once per 64 rows but with few tiles. Measured crossover
+// (V3 projections, splitk_2026-11-29.md): skinny faster for every projection at M <= 32; at
+// M = 64 for N <= 8192 (q_a, kv_a, o_proj, dense down, shared gate_up/down) but not for q_b
+// (66.7 vs 60.9 us), kv_b (33.3 vs 22.9) and dense gate_up (519 vs 413); at M = 128 only for
+// N <= 4096 (q_a, kv_a, shared gate_up). Thresholds at powers of 2, as the graph buckets.
+inline constexpr int64_t kSkinnyDenseMaxRows = 32;
+inline constexpr int64_t kSkinnyDenseMidRows = 64, kSkinnyDenseMidMaxN = 8192;
+inline constexpr int64_t kSkinnyDenseWideRows = 128, kSkinnyDenseWideMaxN = 4096;
+inline bool SkinnyDenseFp8(int64_t M, int64_t N) {
+  return M <= kSkinnyDenseMaxRows || (M <= kSkinnyDenseMidRows && N <= kSkinnyDenseMidMaxN) ||
+         (M <= kSkinnyDenseWideRows && N <= kSkinnyDenseWideMaxN);
+}
+// Absorbed-MLA per-head GEMMs (q_nope W_UK, o_lat W_UV^T; bf16 weights, batched over heads):
+// the skinny kernel replaces cuBLAS's strided-batched GEMM when the decode tokens <= this.
+// 0 = never: measured slower at every size (V3, 128 heads: W_UK 9.4 vs 6.5 us at 1 token,
+// 37 vs 9.3 at 64; W_UV 7.2 vs 6.3, 20 vs 7.2; cuBLAS streams them at 0.6-0.7 of the copy
+// ceiling), so HeadGemm keeps cuBLAS; the batched form stays available and tested.
+inline constexpr int64_t kSkinnyHeadMaxRows = 0;
 
 struct SkinnyGemmParams {
   // g.offsets may be nullptr: one group of g.max_rows rows starting at row 0.
@@ -47,11 +77,37 @@ struct SkinnyGemmParams {
   // 0 = 4x1, 1 = 8x1, 2 = 4x2, 3 = 4x2x8, 4 = 4x4x6); < 0 picks SkinnyAutoVariant. All
   // variants compute the same result.
   int variant = -1;
+  // Batched form only (offsets == nullptr): per-group strides in elements of a, w and out
+  // (group_stride_w < 0: N * K, the contiguous [G, N, K] layout).
+  int64_t group_stride_a = 0, group_stride_w = -1, group_stride_out = 0;
+  // K splits: 0 = SkinnyPlanFor's choice, 1 = no split, > 1 = that many (clamped to the chunks).
+  // A split needs the workspace: splitk_ws (fp32, SkinnyPlan::ws_floats) and splitk_counters
+  // (SkinnyPlan::counters, zero-initialised once); without enough of either the op runs unsplit.
+  int splits = 0;
+  float* splitk_ws = nullptr;
+  int64_t splitk_ws_floats = 0;
+  uint32_t* splitk_counters = nullptr;
+  int64_t splitk_counter_count = 0;
 };
 
 inline constexpr int kSkinnyVariants = 5;
-// The variant used when SkinnyGemmParams::variant < 0 (slots = grid slots for groups).
+// The variant used when SkinnyGemmParams::variant < 0 and K is not split (slots = grid slots
+// for groups).
 int SkinnyAutoVariant(bool fp8, int64_t N, int64_t K, int64_t slots, int64_t max_group_rows);
+
+// Launch plan: variant, K splits, chunks (64 k fp8 / 32 k bf16) per split, and the split-K
+// workspace it needs (0 when unsplit). Heuristic (measured on the H200, splitk_2026-11-29.md):
+// FP8 dense projections whose 32-row tiles are fewer than 4 per SM and K >= 4096 split K at
+// decode sizes (always at <= 8 rows; with more rows only where it measured faster: K >= 16384,
+// N <= 1024, or N <= 2048 at <= 16 rows; rows enter by their power-of-2 class), on the register-capped
+// 32-row variant (8 resident blocks per SM) with splits = min(16, 8 x SMs / tiles, K / one
+// warp iteration): about one wave of resident blocks.
+struct SkinnyPlan {
+  int variant = 0, splits = 1;
+  int64_t chunks_per_split = 0, ws_floats = 0, counters = 0;
+};
+// `sp` as SkinnyGemm would run it, ignoring whether a workspace is attached (size one with it).
+SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp);
 
 // Errors: DS_CHECK on bad shapes or missing FP8 scales. Does not synchronise.
 void SkinnyGemm(const SkinnyGemmParams& p);
