@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillSm90Kernel(const __grid
   // 24 float4 per thread, in two batches of 12 loads issued before any is used (one memory
   // latency per batch, not one per load).
   {
-    constexpr int kPerThread = 64 * (kDqk / 4) / 128, kBatch = kPerThread / 3;
+    constexpr int kPerThread = 64 * (kDqk / 4) / 128, kBatch = kPerThread / 2;
     const float* const q_head = p.q + static_cast<int64_t>(h) * p.q_head_stride;
 #pragma unroll
     for (int b0 = 0; b0 < kPerThread; b0 += kBatch) {
