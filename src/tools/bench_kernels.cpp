@@ -13,7 +13,8 @@
 // Conventions: MLA decode FLOPs = 2 x heads x q_len x total_kv x (576 + 512), bytes = latent
 // cache read + q + out (bf16 sizes, as FlashMLA's table in shared/docs/ANCHORS.md); MLA prefill
 // (naive form, causal: only the unmasked half) FLOPs = 2 x heads x T(T+1)/2 x (192 + 128),
-// old CUDA-core kernel and tensor-core kernel (MlaPrefillCompare); GEMMs 2 M N K, bytes =
+// old CUDA-core kernel, mma.sync tensor-core kernel and sm_90a kernel (MlaPrefillCompare,
+// MlaPrefillLong: chunks after a cached prefix count every visible key); GEMMs 2 M N K, bytes =
 // weights + activations + output; MoE bytes count only the experts a batch touches.
 //
 // usage: dsinfer bench kernels [--quick] [--budget-s S] [--out DIR] [--commit C]
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -442,12 +444,21 @@ void MlaPrefillCase(Bench& b, int64_t T) {
         "CUDA-core fp32 tiles (the fallback kernel; tensor cores: mla_prefill_tc)");
 }
 
+constexpr int kPrefillSm90 = 90;          // MlaPrefillTcCase's variant for the sm_90a kernel
+constexpr int kPrefillSm90PingPong = 91;  // the same with sm90_pingpong
+void MlaPrefillTcCase(Bench& b, int64_t H, int64_t nseq, int64_t nq, int64_t nk, int variant);
+
 // MLA prefill over `nseq` fresh prompts of `len` tokens each (one launch, the runner's
 // layouts: kv_b_proj output [T, H, 128 nope | 128 v], k_rope inside the [T, 576] latent rows),
-// fp32 CUDA-core kernel (block_q 0) or the tensor-core kernel (block_q 64 / 128). FLOPs count
-// only the unmasked (causal) half: 2 x H x sum_s len(len+1)/2 x (192 + 128).
+// fp32 CUDA-core kernel (block_q 0) or a tensor-core kernel (block_q 64 / 128: mma.sync,
+// kPrefillSm90 / kPrefillSm90PingPong: sm_90a; MlaPrefillTcCase). FLOPs count only the
+// unmasked (causal) half: 2 x H x sum_s len(len+1)/2 x (192 + 128).
 void MlaPrefillBatchCase(Bench& b, int64_t H, int64_t nseq, int64_t len, int block_q) {
-  const int64_t dn = 128, dr = 64, dv = 128, L = 576, T = nseq * len;
+  if (block_q != 0) {
+    MlaPrefillTcCase(b, H, nseq, len, len, block_q);
+    return;
+  }
+  const int64_t dn = 128, dr = 64, dv = 128, T = nseq * len;
   std::vector<int32_t> qs{0}, pos0(nseq, 0);
   for (int64_t s = 0; s < nseq; ++s) qs.push_back(static_cast<int32_t>((s + 1) * len));
   auto dqs = Upload(qs);
@@ -456,8 +467,7 @@ void MlaPrefillBatchCase(Bench& b, int64_t H, int64_t nseq, int64_t len, int blo
   FillUniformF32(q.as<float>(), T * H * (dn + dr), b.NextSeed(), -1, 1, b.st());
   const std::string shape = "h" + std::to_string(H) + " " + std::to_string(nseq) + "x" + std::to_string(len) + " causal";
   const double flops = 2.0 * H * (double(nseq) * len * (len + 1) / 2) * (dn + dr + dv);
-  double us = 0;
-  if (block_q == 0) {
+  {
     Buf kv(T * H * (dn + dv) * 4), kr(T * dr * 4);
     FillUniformF32(kv.as<float>(), T * H * (dn + dv), b.NextSeed(), -1, 1, b.st());
     FillUniformF32(kr.as<float>(), T * dr, b.NextSeed(), -1, 1, b.st());
@@ -470,13 +480,36 @@ void MlaPrefillBatchCase(Bench& b, int64_t H, int64_t nseq, int64_t len, int blo
     p.num_seqs = nseq; p.heads = H; p.d_nope = dn; p.d_rope = dr; p.dv = dv;
     p.q_start = dqs->as<int32_t>(); p.k_start = dqs->as<int32_t>(); p.q_pos0 = dpos0->as<int32_t>();
     p.max_q_len = len; p.softmax_scale = 0.0722f; p.stream = b.st();
-    us = b.TimeUs([&](int) { MlaPrefillAttention(p); }, 1, 3, 300);
+    const double us = b.TimeUs([&](int) { MlaPrefillAttention(p); }, 1, 3, 300);
     b.Add("mla_prefill_fp32cuda", shape, us, 0, flops, false, "old kernel: CUDA-core fp32, fp32 K/V");
-    return;
   }
-  Buf kv(T * H * (dn + dv) * 2), lat(T * L * 2);
-  FillUniformBf16(kv.as<__nv_bfloat16>(), T * H * (dn + dv), b.NextSeed(), -1, 1, b.st());
-  FillUniformBf16(lat.as<__nv_bfloat16>(), T * L, b.NextSeed(), -1, 1, b.st());
+}
+
+// Tensor-core MLA prefill over `nseq` sequences of `nq` new tokens each after nk - nq cached
+// ones (nk == nq: fresh prompts), one launch, the runner's layouts (kv_b_proj output [Tk, H,
+// 128 nope | 128 v] bf16, k_rope inside the [Tk, 576] bf16 latent rows, q [Tq, H, 192] fp32,
+// fp32 out): the mma.sync kernel (variant 64 / 128 = block_q) or the sm_90a kernel (variant
+// kPrefillSm90, or kPrefillSm90PingPong for its ping-pong variant). FLOPs count only the
+// visible keys: 2 x H x nseq x (nq (nk - nq) + nq (nq + 1) / 2) x (192 + 128).
+void MlaPrefillTcCase(Bench& b, int64_t H, int64_t nseq, int64_t nq, int64_t nk, int variant) {
+  const int64_t dn = 128, dr = 64, dv = 128, L = 576, Tq = nseq * nq, Tk = nseq * nk;
+  std::vector<int32_t> qs{0}, ks{0}, pos0(nseq, static_cast<int32_t>(nk - nq));
+  for (int64_t s = 0; s < nseq; ++s) {
+    qs.push_back(static_cast<int32_t>((s + 1) * nq));
+    ks.push_back(static_cast<int32_t>((s + 1) * nk));
+  }
+  std::string shape = "h" + std::to_string(H) + " " + std::to_string(nseq) + "x" + std::to_string(nq);
+  if (nk != nq) shape += " after " + std::to_string(nk - nq);
+  shape += " causal";
+  const double visible = double(nseq) * (double(nq) * (nk - nq) + double(nq) * (nq + 1) / 2);
+  const double flops = 2.0 * H * visible * (dn + dr + dv);
+  auto dqs = Upload(qs);
+  auto dks = Upload(ks);
+  auto dpos0 = Upload(pos0);
+  Buf q(Tq * H * (dn + dr) * 4), out(Tq * H * dv * 4), kv(Tk * H * (dn + dv) * 2), lat(Tk * L * 2);
+  FillUniformF32(q.as<float>(), Tq * H * (dn + dr), b.NextSeed(), -1, 1, b.st());
+  FillUniformBf16(kv.as<__nv_bfloat16>(), Tk * H * (dn + dv), b.NextSeed(), -1, 1, b.st());
+  FillUniformBf16(lat.as<__nv_bfloat16>(), Tk * L, b.NextSeed(), -1, 1, b.st());
   MlaPrefillTcParams p{};
   p.q = q.as<float>(); p.q_tok_stride = H * (dn + dr); p.q_head_stride = dn + dr;
   p.k_nope = kv.as<__nv_bfloat16>(); p.kn_tok_stride = H * (dn + dv); p.kn_head_stride = dn + dv;
@@ -484,25 +517,71 @@ void MlaPrefillBatchCase(Bench& b, int64_t H, int64_t nseq, int64_t len, int blo
   p.v = kv.as<__nv_bfloat16>() + dn; p.v_tok_stride = H * (dn + dv); p.v_head_stride = dn + dv;
   p.out = out.as<void>(); p.o_tok_stride = H * dv; p.o_head_stride = dv; p.out_type = DTypeOut::kF32;
   p.num_seqs = nseq; p.heads = H; p.d_nope = dn; p.d_rope = dr; p.dv = dv;
-  p.q_start = dqs->as<int32_t>(); p.k_start = dqs->as<int32_t>(); p.q_pos0 = dpos0->as<int32_t>();
-  p.max_q_len = len; p.softmax_scale = 0.0722f; p.block_q = block_q; p.stream = b.st();
-  us = b.TimeUs([&](int) { MlaPrefillAttentionTc(p); }, 1, 5, 300);
-  b.Add("mla_prefill_tc[bq" + std::to_string(block_q) + "]", shape, us, 0, flops, false,
+  p.q_start = dqs->as<int32_t>(); p.k_start = dks->as<int32_t>(); p.q_pos0 = dpos0->as<int32_t>();
+  p.max_q_len = nq; p.softmax_scale = 0.0722f; p.stream = b.st(); p.total_k = Tk;
+  if (variant == kPrefillSm90 || variant == kPrefillSm90PingPong) {
+    const bool pingpong = variant == kPrefillSm90PingPong;
+    const std::string kernel = pingpong ? "mla_prefill_sm90[pingpong]" : "mla_prefill_sm90";
+    p.sm90_pingpong = pingpong;
+    // DS_BENCH_SKIP_SM90_PREFILL=1 (scripts/gpu_mla_prefill_sm90.sh, when the kernel's op tests
+    // failed): skip it, so a crashing kernel cannot take the rest of the bench down.
+    const char* skip = std::getenv("DS_BENCH_SKIP_SM90_PREFILL");
+    if (skip && std::string(skip) == "1") {
+      b.skipped.push_back(kernel + " " + shape + " (DS_BENCH_SKIP_SM90_PREFILL)");
+      return;
+    }
+    if (!MlaPrefillSm90Supported(p)) {
+      std::printf("%-28s %-44s not supported here (needs an sm_90 device)\n", kernel.c_str(), shape.c_str());
+      b.skipped.push_back(kernel + " " + shape + " (unsupported)");
+      return;
+    }
+    const double us = b.TimeUs([&](int) { MlaPrefillAttentionSm90(p); }, 1, 5, 300);
+    b.Add(kernel, shape, us, 0, flops, false,
+          std::string("sm_90a: TMA + wgmma, producer/consumer warpgroups") + (pingpong ? ", ping-pong" : "") +
+              "; bf16 q/k/v/P, fp32 accumulate, fp32 out");
+    return;
+  }
+  p.block_q = variant;
+  const double us = b.TimeUs([&](int) { MlaPrefillAttentionTc(p); }, 1, 5, 300);
+  b.Add("mla_prefill_tc[bq" + std::to_string(variant) + "]", shape, us, 0, flops, false,
         "tensor cores: bf16 q/k/v/P, fp32 accumulate, fp32 out");
 }
 
-// Old vs tensor-core prefill kernel at 1 x 4K, 4 x 1K and 16 x 4K tokens, 16 (V2-Lite) and
-// 128 (V3) heads. The old kernel is skipped at 128 heads x 16 x 4K (~1.5 s a launch).
+// Old vs tensor-core (mma.sync bq64 / bq128) vs sm_90a prefill kernel at 1 x 4K, 4 x 1K and
+// 16 x 4K tokens, 16 (V2-Lite) and 128 (V3) heads. The old kernel is skipped at 128 heads x
+// 16 x 4K (~1.5 s a launch). Variant 0 = old, 64 / 128 = mma.sync block_q, kPrefillSm90 (90),
+// kPrefillSm90PingPong (91).
 void MlaPrefillCompare(Bench& b) {
   struct Shape { int64_t nseq, len; };
   for (int64_t H : {16, 128})
     for (Shape sh : {Shape{1, 4096}, Shape{4, 1024}, Shape{16, 4096}})
-      for (int bq : {0, 64, 128}) {
+      for (int bq : {0, 64, 128, kPrefillSm90, kPrefillSm90PingPong}) {
         const std::string name = "mla_prefill h" + std::to_string(H) + " " + std::to_string(sh.nseq) + "x" +
-                                 std::to_string(sh.len) + " bq" + std::to_string(bq);
+                                 std::to_string(sh.len) + " variant " + std::to_string(bq);
         if (b.OutOfTime() || (bq == 0 && H == 128 && sh.nseq == 16)) { b.skipped.push_back(name); continue; }
         MlaPrefillBatchCase(b, H, sh.nseq, sh.len, bq);
       }
+}
+
+// Long prefills on the tensor-core kernels (mma.sync bq128 vs sm_90a, plain and ping-pong): 128 heads x one 8K /
+// 16K / 32K-token prompt, and issue 7's trace case at 16 heads: an 8192-token chunk after
+// 57344 cached tokens (8K queries x 64K keys). --quick: the 8K prompt and the trace case.
+void MlaPrefillLong(Bench& b) {
+  struct Shape { int64_t H, nq, nk; };
+  std::vector<Shape> shapes{{128, 8192, 8192}, {16, 8192, 65536}};
+  if (!b.quick()) {
+    shapes.push_back({128, 16384, 16384});
+    shapes.push_back({128, 32768, 32768});
+  }
+  for (const Shape& sh : shapes)
+    for (int v : {128, kPrefillSm90, kPrefillSm90PingPong}) {
+      if (b.OutOfTime()) {
+        b.skipped.push_back("mla_prefill long h" + std::to_string(sh.H) + " " + std::to_string(sh.nq) + "x" +
+                            std::to_string(sh.nk) + " variant " + std::to_string(v));
+        continue;
+      }
+      MlaPrefillTcCase(b, sh.H, 1, sh.nq, sh.nk, v);
+    }
 }
 
 // ---------------------------------------------------------------- FP8 dense GEMM
@@ -1265,6 +1344,7 @@ int RunBenchKernels(int argc, char** argv) {
       save();
     }
     if (want("mla_prefill")) { MlaPrefillCompare(b); save(); }
+    if (want("mla_prefill")) { MlaPrefillLong(b); save(); }
     if (want("mla_prefill")) { prefill(quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 8192}); save(); }
     if (want("mla_sweep")) { MlaDecodeSweep(b); save(); }
     if (want("fp8_gemm") && !quick) { Fp8Gemms(b, {128, 512, 2048}); save(); }

@@ -22,7 +22,10 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.device = o.gpu_id;
   // Environment switches of the CUDA runner, read here at the edge (the runner takes options):
   // DS_CUDA_PROFILE=1 profiles and logs the per-phase totals; DS_SKINNY_GEMM=0 turns the
-  // decode-size skinny GEMMs off and DS_SM90_GROUPED_GEMM=0 the sm_90a expert GEMMs (benchmark A/B).
+  // decode-size skinny GEMMs off and DS_SM90_GROUPED_GEMM=0 the sm_90a expert GEMMs (benchmark A/B);
+  // DS_MLA_DECODE_SM90=0 / DS_MLA_PREFILL_SM90=0 turn the sm_90a (wgmma + TMA) MLA decode /
+  // prefill attention kernels off (on by default where they apply), DS_MLA_PREFILL_SM90=pingpong
+  // selects the prefill kernel's ping-pong variant.
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   const char* skinny = std::getenv("DS_SKINNY_GEMM");
   c.profile_log = prof && std::string(prof) == "1";
@@ -30,9 +33,13 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.skinny_gemm = !(skinny && std::string(skinny) == "0");
   const char* sm90 = std::getenv("DS_SM90_GROUPED_GEMM");
   c.sm90_grouped_gemm = !(sm90 && std::string(sm90) == "0");
-  // DS_MLA_DECODE_SM90=1: absorbed-MLA decode on the sm_90a wgmma kernel (opt-in, not yet verified).
-  const char* mla_sm90 = std::getenv("DS_MLA_DECODE_SM90");
-  c.mla_decode_sm90 = mla_sm90 && std::string(mla_sm90) == "1";
+  const auto env_is = [](const char* name, const char* value) {
+    const char* v = std::getenv(name);
+    return v != nullptr && std::string(v) == value;
+  };
+  c.mla_decode_sm90 = !env_is("DS_MLA_DECODE_SM90", "0");
+  c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
+  c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   c.fp8_gemm = o.fp8_gemm;
   c.precise_activations = o.precise_activations;

@@ -640,7 +640,9 @@ TEST(CudaRunner, MlaV3DimsFixtureDecodeBackends) {
 // flips, moving a few rows a lot, while a K/V layout or masking bug would move every row. So:
 //   - 3 layers (all dense, no routing): min cosine >= 0.999 (not yet run on the GPU);
 //   - 4 layers: mean cosine >= 0.999 (measured 0.9995) and no non-finite logits; min printed.
-std::vector<double> PrefillTcVsCudaCoreCosines(const std::string& dir, int layers) {
+// sm90_vs_tc: compare the mma.sync tensor-core kernel (runner 0) with the sm_90a kernel
+// (runner 1, CudaRunnerOptions::mla_prefill_sm90) instead.
+std::vector<double> PrefillTcVsCudaCoreCosines(const std::string& dir, int layers, bool sm90_vs_tc = false) {
   std::vector<std::vector<float>> logits(2);
   int64_t V = 0;
   for (int tc = 0; tc < 2; ++tc) {
@@ -651,7 +653,8 @@ std::vector<double> PrefillTcVsCudaCoreCosines(const std::string& dir, int layer
     o.num_kv_blocks = 16;
     o.seed = 5;
     o.mla_mode = MlaMode::kNaive;
-    o.mla_prefill_tensor_cores = tc == 1;
+    o.mla_prefill_tensor_cores = sm90_vs_tc || tc == 1;
+    o.mla_prefill_sm90 = sm90_vs_tc && tc == 1;
     auto r = CreateCudaModelRunner(o);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     if (!r.ok()) return {};
@@ -710,6 +713,42 @@ TEST(CudaRunner, DummyV3PrefillTensorCoresMatchesCudaCore) {
     std::printf("[fixture] dummy_v3_%dlayers mla_prefill_tc_vs_cudacore: rows=%zu min_cosine=%.6f mean_cosine=%.6f "
                 "rows_below_0.999=%lld nonfinite_rows=%lld%s\n", layers, cos.size(), min_cos, mean, (long long)below,
                 (long long)bad, pass ? " PASS" : " FAIL");
+    EXPECT_EQ(bad, 0) << layers << " layers";
+    if (layers == 3) EXPECT_GE(min_cos, 0.999) << "dense layers only";
+    else EXPECT_GE(mean, 0.999) << "with the first MoE layer";
+  }
+}
+
+// The same check for the sm_90a MLA prefill kernel (CudaRunnerOptions::mla_prefill_sm90)
+// against the mma.sync tensor-core kernel: same numerics (bf16 q/k/v/P), other tile sizes (128
+// keys vs 64, so other running maxima for the bf16 P rounding) and accumulation order; same
+// bounds (3 dense layers: min cosine >= 0.999; 4 layers: mean >= 0.999, no non-finite logits).
+// Not yet run on the GPU.
+TEST(CudaRunner, DummyV3PrefillSm90MatchesTc) {
+  const std::string dir = DataDir() + "/deepseek-v3";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess ||
+      !(prop.major == 9 && prop.minor == 0))
+    GTEST_SKIP() << "the sm_90a MLA prefill kernel needs a compute capability 9.0 device";
+  for (int layers : {3, 4}) {
+    const std::vector<double> cos = PrefillTcVsCudaCoreCosines(dir, layers, true);
+    ASSERT_FALSE(cos.empty());
+    double min_cos = 1, sum = 0;
+    int64_t bad = 0;
+    for (double c : cos) {
+      min_cos = std::min(min_cos, c);
+      sum += c;
+      bad += c == -2.0;
+    }
+    const double mean = sum / static_cast<double>(cos.size());
+    // Not vacuous: if the runner had not dispatched to the sm_90a kernel, both runs would be
+    // the same deterministic kernel and every row's cosine would be 1 to rounding.
+    EXPECT_LT(min_cos, 1.0 - 1e-9) << "the sm_90a kernel did not run (MlaPrefillSm90Supported false?)";
+    const bool pass = bad == 0 && (layers == 3 ? min_cos >= 0.999 : mean >= 0.999);
+    std::printf("[fixture] dummy_v3_%dlayers mla_prefill_sm90_vs_tc: rows=%zu min_cosine=%.6f mean_cosine=%.6f "
+                "nonfinite_rows=%lld%s\n", layers, cos.size(), min_cos, mean, (long long)bad, pass ? " PASS" : " FAIL");
     EXPECT_EQ(bad, 0) << layers << " layers";
     if (layers == 3) EXPECT_GE(min_cos, 0.999) << "dense layers only";
     else EXPECT_GE(mean, 0.999) << "with the first MoE layer";

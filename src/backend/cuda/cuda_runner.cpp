@@ -790,6 +790,8 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       tp.num_seqs = s1 - s0; tp.heads = H; tp.d_nope = nope; tp.d_rope = rd; tp.dv = vd;
       tp.q_start = grp_qs_.as<int32_t>(); tp.k_start = grp_ks_.as<int32_t>(); tp.q_pos0 = grp_pos0_.as<int32_t>();
       tp.max_q_len = max_q; tp.softmax_scale = scale; tp.stream = s_;
+      tp.total_k = ctx_total; tp.sm90 = opts_.mla_prefill_sm90;
+      tp.sm90_pingpong = opts_.mla_prefill_sm90_pingpong;
       MlaPrefillAttentionTc(tp);
     } else {
       MlaPrefillParams pp{};

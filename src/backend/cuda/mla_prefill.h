@@ -60,8 +60,34 @@ struct MlaPrefillTcParams {
   float softmax_scale;
   int block_q = 0;  // queries per block: 64 or 128; 0 = default (64)
   cudaStream_t stream = nullptr;
+  // For the sm_90a kernel (below): total key rows of the k_nope / k_rope / v buffers (=
+  // k_start[S], known on the host), which bounds its TMA descriptors; 0 = unknown.
+  int64_t total_k = 0;
+  // Route MlaPrefillAttentionTc to the sm_90a kernel where MlaPrefillSm90Supported(*this)
+  // (the runner sets it from CudaRunnerOptions::mla_prefill_sm90); otherwise the mma.sync kernel.
+  bool sm90 = false;
+  // sm_90a kernel variant: the two consumer warpgroups take turns issuing their GEMMs
+  // (FlashAttention-3's ping-pong); off until measured on the GPU.
+  bool sm90_pingpong = false;
 };
 bool MlaPrefillTcSupported(int64_t d_nope, int64_t d_rope, int64_t dv);
 void MlaPrefillAttentionTc(const MlaPrefillTcParams& p);
+
+// The same attention as MlaPrefillAttentionTc, same numerics (bf16 q/k/v/P, fp32 accumulation
+// and online softmax), as a FlashAttention-3-style Hopper kernel (mla_prefill_sm90.cu): a
+// producer warp streams 128-key K/V tiles by TMA into a two-stage mbarrier ring, two consumer
+// warpgroups (64 query rows each, 128 per block) run S = Q K^T and O += P V on wgmma (P from
+// registers), softmax overlapped with the previous tile's P V. block_q is ignored.
+// Supported (MlaPrefillSm90Supported) when: built for sm_90a, the current device is compute
+// capability 9.0, dims nope 128 / rope 64 / v 128, total_k > 0 and < 2^31, every k/v pointer
+// 16-byte aligned with token/head strides multiples of 8 elements (k_rope head stride 0 or a
+// multiple of 8), q and out as MlaPrefillAttentionTc. MlaPrefillAttentionSm90 DS_CHECKs the same.
+// Not yet verified on the GPU.
+bool MlaPrefillSm90Supported(const MlaPrefillTcParams& p);
+void MlaPrefillAttentionSm90(const MlaPrefillTcParams& p);
+// Debug aid for the first GPU runs: true (and reset) if a launch of the sm_90a kernel gave up
+// waiting on one of its pipeline barriers (a deadlock: a bug) since the last call; that
+// launch's output is garbage. Synchronous (reads a device flag).
+bool MlaPrefillSm90WatchdogFired();
 
 }  // namespace ds::cuda

@@ -282,6 +282,10 @@ void MlaPrefillAttentionTc(const MlaPrefillTcParams& p) {
       << "MlaPrefillAttentionTc: out strides must be even";
   DS_CHECK(p.num_seqs < 65536 && p.heads < 65536) << "MlaPrefillAttentionTc: grid too large";
   if (p.num_seqs == 0 || p.max_q_len == 0 || p.heads == 0) return;
+  if (p.sm90 && MlaPrefillSm90Supported(p)) {
+    MlaPrefillAttentionSm90(p);
+    return;
+  }
   const bool f32 = p.out_type == DTypeOut::kF32;
   if (p.block_q == 128) {
     f32 ? Launch<8, float>(p) : Launch<8, bf16>(p);
