@@ -4,7 +4,7 @@
 #   bash scripts/gpu_e2e.sh            (the device tool: carry [".carry"])
 # Environment (defaults in brackets):
 #   E2E_TESTS=1: dsinfer_cuda_tests first; E2E_GREEDY_CLI=1: greedy ids via the CLI vs golden;
-#   E2E_REALSHAPE=1: issue 4's real-shape V3 run; E2E_KERNELS=1: bench kernels (KERNELS_BUDGET_S [120])
+#   E2E_REALSHAPE=1: issue 4's real-shape V3 run; E2E_KERNELS=1: bench kernels (KERNELS_BUDGET_S [120], KERNELS_ONLY: families)
 #   E2E_MODELS ["v2-lite"]: any of v2-lite (27 layers, dummy BF16), v3 (truncated, dummy FP8)
 #   V2_LENS, V3_LENS [INPUT_LENS]: per-model input lengths (comma-separated)   PROFILE_MODELS [all]
 #   V3_LAYERS [8]   SCRIPT_LIMIT_S [570]: the whole script (results are packed before it)
@@ -63,7 +63,7 @@ if [ -n "${E2E_KERNELS:-}" ]; then
   t=$(date +%s)
   mkdir -p $RES/kernels
   timeout $(( ${KERNELS_BUDGET_S:-120} + 60 )) $B/dsinfer bench kernels --budget-s "${KERNELS_BUDGET_S:-120}" --out $RES/kernels \
-    --commit "$(cat $B/COMMIT)" > $RES/logs/bench_kernels.log 2>&1
+    --commit "$(cat $B/COMMIT)" ${KERNELS_ONLY:+--only $KERNELS_ONLY} > $RES/logs/bench_kernels.log 2>&1
   echo "[gpu_e2e] bench kernels rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
   cp $RES/kernels/kernels.json $RES/kernels/kernels.md "$FINAL/" 2>/dev/null
   T0=$(date +%s)
