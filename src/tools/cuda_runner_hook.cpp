@@ -23,9 +23,9 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   // Environment switches of the CUDA runner, read here at the edge (the runner takes options):
   // DS_CUDA_PROFILE=1 profiles and logs the per-phase totals; DS_SKINNY_GEMM=0 turns the
   // decode-size skinny GEMMs off and DS_SM90_GROUPED_GEMM=0 the sm_90a expert GEMMs (benchmark A/B);
-  // DS_MLA_DECODE_SM90=0 / DS_MLA_PREFILL_SM90=0 turn the sm_90a (wgmma + TMA) MLA decode /
-  // prefill attention kernels off (on by default where they apply), DS_MLA_PREFILL_SM90=pingpong
-  // selects the prefill kernel's ping-pong variant.
+  // DS_MLA_DECODE_SM90=1 turns the sm_90a (wgmma + TMA) MLA decode kernel on (opt-in, see
+  // CudaRunnerOptions::mla_decode_sm90); DS_MLA_PREFILL_SM90=0 turns the sm_90a prefill attention
+  // kernel off (on by default where it applies), =pingpong selects its ping-pong variant.
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   const char* skinny = std::getenv("DS_SKINNY_GEMM");
   c.profile_log = prof && std::string(prof) == "1";
@@ -37,7 +37,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     const char* v = std::getenv(name);
     return v != nullptr && std::string(v) == value;
   };
-  c.mla_decode_sm90 = !env_is("DS_MLA_DECODE_SM90", "0");
+  c.mla_decode_sm90 = env_is("DS_MLA_DECODE_SM90", "1");
   c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;

@@ -34,6 +34,10 @@
 #include "model/weights.h"
 
 namespace ds::cuda {
+
+// Absorbed-MLA decode: the tensor-core warp-split kernel only above this many keys of total
+// context in the batch (see Mla).
+constexpr int64_t kWarpSplitMinTotalContext = 32 * 1024;
 namespace {
 
 using bf16 = __nv_bfloat16;
@@ -877,6 +881,11 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       dp.total_context = std::accumulate(ctxs.begin(), ctxs.end(), int64_t{0});
       for (size_t i = 0; i + 1 < qs.size(); ++i) dp.max_q_len = std::max<int64_t>(dp.max_q_len, qs[i + 1] - qs[i]);
     }
+    // Sequences of <= 16 query rows (16 heads x 1 token): the warp-split kernel wins from more
+    // than 32K keys of total context, the row-tile kernel below that (bench/results/kernels.json,
+    // 16 heads, batch 1-256 x 1K-32K, session 3 run 2 vs session 2's row-tile figures: b1 x
+    // 1K-16K, b8 x 1K-4K and b32 x 1K are 13-38% faster on the row-tile kernel).
+    if (dp.total_context <= kWarpSplitMinTotalContext) dp.tc_kernel = 1;
     MlaDecodeAttention(dp);
     // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v]
     float* ov = attn;

@@ -77,8 +77,8 @@ struct MlaDecodeParams {
   // probabilities, are the tc kernel's: with both bits the result differs from the tc path
   // only by fp32 summation order. 0 = the fp32 reference kernel.
   int emulate_tc_rounding = 0;
-  // sm_90a wgmma + TMA kernel (mla_decode_sm90.cu; NOT YET VERIFIED ON THE GPU, so off by
-  // default): taken by MlaDecodeAttention when this is set and MlaDecodeSm90Selected (an sm_90
+  // sm_90a wgmma + TMA kernel (mla_decode_sm90.cu; verified on the H200, opt-in in the runner
+  // until its split plan is graph-stable, see CudaRunnerOptions::mla_decode_sm90): taken by MlaDecodeAttention when this is set and MlaDecodeSm90Selected (an sm_90
   // device, V3 dims, block_size % 64 == 0, >= 64 query rows per sequence: 128 heads, or heads x
   // q_len >= 64), else the paths above. 64 query rows x one KV split per CTA, 64-key tiles
   // (one page) through a TMA ring, S and O = P V on wgmma; the same numerics as the tensor-core

@@ -82,7 +82,7 @@ void MlaPrefillAttentionTc(const MlaPrefillTcParams& p);
 // capability 9.0, dims nope 128 / rope 64 / v 128, total_k > 0 and < 2^31, every k/v pointer
 // 16-byte aligned with token/head strides multiples of 8 elements (k_rope head stride 0 or a
 // multiple of 8), q and out as MlaPrefillAttentionTc. MlaPrefillAttentionSm90 DS_CHECKs the same.
-// Not yet verified on the GPU.
+// Verified on the H200 (session 3 runs 3-4; docs/design/cuda_backend.md).
 bool MlaPrefillSm90Supported(const MlaPrefillTcParams& p);
 void MlaPrefillAttentionSm90(const MlaPrefillTcParams& p);
 // Debug aid for the first GPU runs: true (and reset) if a launch of the sm_90a kernel gave up

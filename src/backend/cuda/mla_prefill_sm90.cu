@@ -1,8 +1,7 @@
 // MLA prefill attention on Hopper (sm_90a): see mla_prefill.h, MlaPrefillAttentionSm90.
-// NOT YET VERIFIED ON THE GPU (written and compiled without one; tests/cuda/test_mla_prefill_sm90.cpp
-// and scripts/gpu_mla_prefill_sm90.sh check it; scripts/emulate_mla_prefill_sm90.py replays its
-// index math on the CPU). The runner uses it only with CudaRunnerOptions::mla_prefill_sm90
-// (default off).
+// Verified on the H200 in session 3 (tests/cuda/test_mla_prefill_sm90.cpp via
+// scripts/gpu_mla_prefill_sm90.sh; scripts/emulate_mla_prefill_sm90.py replays its index math on
+// the CPU). The runner uses it by default (CudaRunnerOptions::mla_prefill_sm90).
 //
 // FlashAttention-3 forward (Shah et al. 2024, "FlashAttention-3", sections 3.1-3.2) for MLA's
 // naive form: qk head dim 192 = 128 nope (per head) + 64 rope (one key shared by all heads), v
