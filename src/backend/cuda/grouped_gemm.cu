@@ -1,3 +1,4 @@
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/grouped_gemm.h"
 
 #include <mma.h>
@@ -423,16 +424,7 @@ size_t SmemBytes(bool fp8, int64_t E) {
   return static_cast<size_t>(fp8 ? Cfg<true>::kPipeBytes : Cfg<false>::kPipeBytes) + 2 * (E + 1) * sizeof(int);
 }
 
-int NumSms() {
-  static int cached[64] = {};
-  int dev = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 64 && cached[dev] > 0) return cached[dev];
-  int n = 0;
-  DS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-  if (dev < 64) cached[dev] = n;
-  return n;
-}
+int NumSms() { return CurrentDeviceProps().sms; }
 
 template <bool kFp8, typename TOut>
 void LaunchMma(const GroupedGemmParams& p) {

@@ -3,6 +3,7 @@
 // the wgmma / TMA mainloop and epilogue for the element types, tile and schedule chosen here;
 // a setup kernel of ours turns the device-side expert offsets into CUTLASS's per-group
 // problem-shape / pointer / stride arrays.
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/grouped_gemm_sm90.h"
 
 #include <algorithm>
@@ -32,26 +33,6 @@ int CurrentDevice() {
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   return dev;
-}
-
-struct DeviceInfo {
-  int sms = 0;
-  bool sm90 = false;
-};
-
-const DeviceInfo& Info(int dev) {
-  static DeviceInfo cache[64];
-  static bool done[64] = {};
-  DS_CHECK(dev >= 0 && dev < 64) << "device " << dev;
-  if (!done[dev]) {
-    int major = 0, minor = 0;
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&cache[dev].sms, cudaDevAttrMultiProcessorCount, dev));
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    cache[dev].sm90 = major == 9 && minor == 0;
-    done[dev] = true;
-  }
-  return cache[dev];
 }
 
 constexpr size_t kAlign = 256;
@@ -231,7 +212,7 @@ typename Sm90Gemm<kFp8, ElementD>::Gemm::Arguments MakeArgs(int64_t E, void* ws,
   args.epilogue.ptr_D = At<ElementD*>(ws, l.ptr_d);
   args.epilogue.dD = At<typename G::StrideD>(ws, l.stride_d);
   args.hw_info.device_id = dev;
-  args.hw_info.sm_count = Info(dev).sms;
+  args.hw_info.sm_count = CurrentDeviceProps().sms;
   return args;
 }
 
@@ -264,7 +245,7 @@ void Run(const GroupedGemmSm90Params& p, const Layout& l, int dev) {
 
 bool GroupedGemmSm90Available() {
 #ifdef DS_HAVE_CUTLASS
-  return Info(CurrentDevice()).sm90;
+  return CurrentDeviceProps().sm90;
 #else
   return false;
 #endif
@@ -274,7 +255,7 @@ std::string GroupedGemmSm90Unsupported(const GroupedGemmSm90Params& p) {
 #ifndef DS_HAVE_CUTLASS
   return "built without CUTLASS (scripts/get_cutlass.sh)";
 #else
-  if (!Info(CurrentDevice()).sm90) return "device is not sm_90";
+  if (!CurrentDeviceProps().sm90) return "device is not sm_90";
   const bool fp8 = p.input == Sm90GemmInput::kFp8;
   const int64_t ab = fp8 ? 1 : 2, ob = p.out_type == DTypeOut::kF32 ? 4 : 2;
   const auto aligned16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };

@@ -23,19 +23,22 @@
 // to the workspace with their LSE and MlaDecodeSm90Combine merges them; one split = direct
 // write. The CUDA-core emulation (emulate_tc_rounding with sm90 = true) follows this plan
 // (MlaDecodeTcChunk -> MlaDecodeSm90Chunk, 64 keys per online-softmax update).
+#include "backend/cuda/device_props.h"
+#include "backend/cuda/sm90_ptx.cuh"
 #include "backend/cuda/mla_decode.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 
 namespace ds::cuda {
 namespace {
+
+using namespace sm90;  // PTX wrappers (sm90_ptx.cuh)
 
 constexpr int kD = 576, kV = 512;      // key (latent + rope) and value (latent) dims
 constexpr int kBM = 64;                // query rows per CTA (one wgmma M tile)
@@ -60,20 +63,11 @@ static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
 constexpr int kBarPFull = 1, kBarPEmpty = 2, kBarWg0 = 3, kBarEnd = 4;
 constexpr int kPlanOverheadKeys = 192;  // per-CTA cost in key-equivalents (Q load, partial out)
 
-__device__ __forceinline__ uint32_t SmemU32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 // Byte offset of element (r, c) in a [rows x 64] bf16 box with the 128-byte swizzle (16-byte
 // chunk index XOR row % 8): the layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes and wgmma's
 // 128B-swizzle descriptors read.
 __device__ __forceinline__ uint32_t SwzOff(int r, int c) {
   return static_cast<uint32_t>(r * 128 + ((((c >> 3) ^ r) & 7) << 4) + (c & 7) * 2);
-}
-// wgmma shared-memory matrix descriptor: start address, leading / stride byte offsets (16-byte
-// units), 128-byte swizzle (layout type 1 in bits 62-63); base offset 0 (atoms 1024-aligned).
-__device__ __forceinline__ uint64_t Desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
-         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (uint64_t{1} << 62);
 }
 // K-major operand (rows x K, K contiguous) stored as 64-column boxes: k16 step ks starts at box
 // ks / 4, 32 bytes per step inside the 128-byte row; 8-row groups 1024 bytes apart.
@@ -86,47 +80,16 @@ __device__ __forceinline__ uint64_t DescKMajor(uint32_t base, int ks) {
 __device__ __forceinline__ uint64_t DescV(uint32_t tile, int box0, int kk) {
   return Desc(tile + box0 * kBoxBytes + kk * 2048, kBoxBytes, 1024);
 }
-
-__device__ __forceinline__ void WgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void WgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void WgWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps registers live (and unmoved) across asynchronous wgmma reads/writes of them.
-template <int N>
-__device__ __forceinline__ void FenceRegs(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
+using sm90::FenceRegs;  // the fp32 form; this file adds the uint32_t one
 template <int N>
 __device__ __forceinline__ void FenceRegs(uint32_t (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
-__device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void NamedSync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void NamedArrive(int id, int n) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void MbarArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void MbarExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
+// Spins until the phase of the given parity has completed.
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
+  while (!BarTryWait(bar, parity)) {
+  }
 }
 // One [64 rows x 64 cols] box of the cache (tensor map: dim 0 = the 576 columns, dim 1 = the
 // cache rows) into shared memory, completing `bytes` on the mbarrier.
@@ -135,10 +98,6 @@ __device__ __forceinline__ void TmaLoadBox(uint32_t dst, const CUtensorMap* map,
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
       : "memory");
-}
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 // d[64 x 64] (+)= A[64 x 16] (smem, K-major) * B[16 x 64] (smem, K-major); scale_d 0 overwrites d.
@@ -225,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                         int max_splits, int direct) {
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
-  const uint32_t s_base = SmemU32(smem);
+  const uint32_t s_base = SmemAddr(smem);
   const uint32_t sQ = s_base + kOffQ, sK = s_base + kOffK, sP = s_base + kOffP;
   float* s_alpha = reinterpret_cast<float*>(smem + kOffAlpha);
   float* s_l = reinterpret_cast<float*>(smem + kOffL);
@@ -272,15 +231,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int row = bt[k0 / bs] * bs + k0 % bs;
     const int st = it % kStages;
     const uint32_t bar = bar_full + st * 8;
-    MbarExpectTx(bar, kTileBytes);
+    BarExpectTx(bar, kTileBytes);
 #pragma unroll
     for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
   };
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kStages; ++st) {
-      MbarInit(bar_full + st * 8, 1);
-      MbarInit(bar_empty + st * 8, kThreads);
+      BarInit(bar_full + st * 8, 1);
+      BarInit(bar_empty + st * 8, kThreads);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     FenceProxyAsync();
@@ -343,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           *reinterpret_cast<uint4*>(t + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
         }
         FenceProxyAsync();
-        NamedSync(kBarWg0, 128);
+        NamedBarSync(kBarWg0, 128);
       }
     };
     auto issue_s = [&](int it) {
@@ -410,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         pa[kk * 4 + 3] = PackBf16(sc[(2 * kk + 1) * 4 + 2], sc[(2 * kk + 1) * 4 + 3]);
       }
       // Hand P and the rescale factors to WG1 (after it finished reading the previous ones).
-      if (it > 0) NamedSync(kBarPEmpty, kThreads);
+      if (it > 0) NamedBarSync(kBarPEmpty, kThreads);
 #pragma unroll
       for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -422,7 +381,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         s_alpha[my_row[1]] = alpha[1];
       }
       FenceProxyAsync();
-      NamedArrive(kBarPFull, kThreads);
+      NamedBarArrive(kBarPFull, kThreads);
       // O[:, 0:256] = alpha O + P V (the previous P V completed: waited below last iteration).
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
@@ -441,12 +400,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         prepare_tile(it + 1);
         issue_s(it + 1);
         WgWait<1>();  // P V of tile `it` done
-        MbarArrive(bar_empty + (it % kStages) * 8);  // WG0 is done with this stage
+        BarArrive(bar_empty + (it % kStages) * 8);  // WG0 is done with this stage
         WgWait<0>();
         FenceRegs(sc);
       } else {
         WgWait<0>();
-        MbarArrive(bar_empty + (it % kStages) * 8);
+        BarArrive(bar_empty + (it % kStages) * 8);
       }
       FenceRegs(acc);
       FenceRegs(pa);
@@ -458,7 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
       if (tq == 0) s_l[my_row[hr]] = l_run[hr];
     }
-    NamedSync(kBarEnd, kThreads);
+    NamedBarSync(kBarEnd, kThreads);
     if (!direct && tq == 0) {
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -474,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int it = 0; it < ntiles; ++it) {
       const int st = it % kStages;
       MbarWait(bar_full + st * 8, (it / kStages) & 1);
-      NamedSync(kBarPFull, kThreads);  // P of tile `it` (and, for the last tile, its zeroed rows) ready
+      NamedBarSync(kBarPFull, kThreads);  // P of tile `it` (and, for the last tile, its zeroed rows) ready
       const float a0 = s_alpha[my_row[0]], a1 = s_alpha[my_row[1]];
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
@@ -489,15 +448,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       WgCommit();
       WgWait<0>();
       FenceRegs(acc);
-      if (it + 1 < ntiles) NamedArrive(kBarPEmpty, kThreads);
-      MbarArrive(bar_empty + st * 8);
+      if (it + 1 < ntiles) NamedBarArrive(kBarPEmpty, kThreads);
+      BarArrive(bar_empty + st * 8);
       if (wtid == 0 && it + kStages < ntiles) {
         MbarWait(bar_empty + st * 8, (it / kStages) & 1);  // both warpgroups released the stage
         issue_tile(it + kStages);
       }
       __syncwarp();
     }
-    NamedSync(kBarEnd, kThreads);
+    NamedBarSync(kBarEnd, kThreads);
   }
 
   // Normalised output of this warpgroup's 256 columns (direct) or the split's partial.
@@ -568,29 +527,6 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodePa
   out[3] = dev::FromF<TOut>(acc.w * inv);
 }
 
-struct DevInfo {
-  int sms = 0;
-  bool sm90 = false;
-};
-const DevInfo& Info() {
-  static DevInfo cache[64];
-  static bool done[64] = {};
-  static std::mutex mu;
-  int dev = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  DS_CHECK(dev >= 0 && dev < 64) << "device " << dev;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!done[dev]) {
-    int major = 0, minor = 0;
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&cache[dev].sms, cudaDevAttrMultiProcessorCount, dev));
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    cache[dev].sm90 = major == 9 && minor == 0;
-    done[dev] = true;
-  }
-  return cache[dev];
-}
-
 struct Sm90Plan {
   int64_t nrb = 1;         // 64-row blocks per sequence
   int64_t chunk = 0;       // keys per split (a multiple of 64)
@@ -608,7 +544,7 @@ Sm90Plan MakePlan(const MlaDecodeParams& p) {
   const int64_t max_ctx = std::max<int64_t>(1, p.max_context);
   const int64_t total = p.total_context > 0 ? p.total_context : p.num_seqs * max_ctx;
   const bool uniform = total >= p.num_seqs * max_ctx;
-  const int64_t slots = Info().sms;
+  const int64_t slots = CurrentDeviceProps().sms;
   const int64_t c_min = (std::max<int64_t>(p.kv_chunk, kBN) + kBN - 1) / kBN * kBN;
   const int64_t c_max = std::max(c_min, (max_ctx + kBN - 1) / kBN * kBN);
   int64_t best = c_min;
@@ -675,7 +611,7 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
 
 bool MlaDecodeSm90Supported(const MlaDecodeParams& p) {
   return p.kv_lora == kV && p.kv_lora + p.rope_dim == kD && p.block_size > 0 && p.block_size % kBN == 0 &&
-         Info().sm90;
+         CurrentDeviceProps().sm90;
 }
 
 bool MlaDecodeSm90Selected(const MlaDecodeParams& p) {

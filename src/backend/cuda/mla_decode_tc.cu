@@ -19,6 +19,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/mla_decode.h"
@@ -766,15 +767,7 @@ __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
   }
 }
 
-int NumSms() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    DS_CUDA_CHECK(cudaGetDevice(&dev));
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
+int NumSms() { return CurrentDeviceProps().sms; }
 
 template <int RT, int kStages, int kMinBlocks, int MT, bool kFastIo>
 void LaunchTc(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {

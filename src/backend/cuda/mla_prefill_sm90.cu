@@ -30,14 +30,18 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
-#include <mutex>
 
+#include "backend/cuda/device_props.h"
+#include "backend/cuda/sm90_ptx.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/mla_prefill.h"
 
 namespace ds::cuda {
 namespace {
+
+using namespace sm90;  // PTX wrappers (sm90_ptx.cuh)
+using sm90::FenceRegs;  // the fp32 form; this file adds the [N][M] uint32_t one
 
 using bf16 = __nv_bfloat16;
 
@@ -72,28 +76,7 @@ struct Sm90Args {
 __device__ int g_watchdog = 0;  // set when a barrier wait gave up (see BarWait)
 
 // ------------------------------------------------------------------ PTX wrappers (sm_90a)
-__device__ __forceinline__ uint32_t SmemAddr(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
 #ifdef DS_MLA_SM90_DEVICE
-__device__ __forceinline__ void BarInit(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void BarExpectTx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void BarArrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ bool BarTryWait(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
 // Waits until the phase of the given parity has completed. A watchdog turns a pipeline
 // deadlock (a bug) into wrong output plus a flag (MlaPrefillSm90WatchdogFired) instead of a
 // hung process: each try_wait suspends for up to a hardware time limit, so 2^26 failed tries
@@ -127,25 +110,6 @@ template <int kRegs>
 __device__ __forceinline__ void RegAlloc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
-__device__ __forceinline__ void NamedBarSync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void NamedBarArrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ __forceinline__ void WgFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void WgCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void WgWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving accesses of wgmma accumulators across the async window.
-template <int N>
-__device__ __forceinline__ void FenceRegs(float (&d)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 template <int N, int M>
 __device__ __forceinline__ void FenceRegs(uint32_t (&d)[N][M]) {
 #pragma unroll
@@ -154,15 +118,6 @@ __device__ __forceinline__ void FenceRegs(uint32_t (&d)[N][M]) {
     for (int j = 0; j < M; ++j) asm volatile("" : "+r"(d[i][j])::"memory");
 }
 
-// wgmma shared-memory matrix descriptor, 128-byte swizzle. Byte offsets: lbo = leading
-// dimension byte offset, sbo = stride dimension byte offset (PTX ISA, "Matrix Descriptor Format").
-__device__ __forceinline__ uint64_t Desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-  uint64_t d = static_cast<uint64_t>((saddr & 0x3FFFF) >> 4);
-  d |= static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16;
-  d |= static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32;
-  d |= static_cast<uint64_t>(1) << 62;  // SWIZZLE_128B
-  return d;
-}
 
 #define DS_WG_D_REGS                                                                   \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "             \
@@ -207,10 +162,6 @@ __device__ __forceinline__ float Exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
-}
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (low 16 bits) = lo
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 __device__ __forceinline__ void Store2(float* o, float a, float b) { *reinterpret_cast<float2*>(o) = make_float2(a, b); }
 __device__ __forceinline__ void Store2(bf16* o, float a, float b) {
@@ -523,21 +474,7 @@ CUtensorMap MakeMap(const bf16* ptr, int64_t cols, int64_t heads, int64_t total_
 
 bool Aligned(const void* ptr, size_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
-// Compute capability 9.0 on the current device (cached per device).
-bool DeviceIsSm90() {
-  static std::mutex mu;
-  static int cached[64];  // 0 unknown, 1 yes, 2 no
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (cached[dev] == 0) {
-    int major = 0, minor = 0;
-    const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess;
-    cached[dev] = ok && major == 9 && minor == 0 ? 1 : 2;
-  }
-  return cached[dev] == 1;
-}
+bool DeviceIsSm90() { return CurrentDeviceProps().sm90; }
 
 const char* Unsupported(const MlaPrefillTcParams& p) {
   if (!MlaPrefillTcSupported(p.d_nope, p.d_rope, p.dv)) return "head dims must be nope 128, rope 64, v 128";

@@ -1,7 +1,7 @@
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/skinny_gemm.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -535,18 +535,7 @@ int64_t ChunksPerIteration(int v) {
   return int64_t{vv.warps} * std::max(1, 4 / (vv.mt * vv.u_div));
 }
 
-int SmCount() {
-  static std::atomic<int> counts[64] = {};
-  int dev = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  if (dev < 0 || dev >= 64) return 132;
-  if (counts[dev] == 0) {
-    int n = 0;
-    DS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    counts[dev] = std::max(1, n);
-  }
-  return counts[dev];
-}
+int SmCount() { return std::max(1, CurrentDeviceProps().sms); }
 
 // Whether the plan splits K on its own (SkinnyGemmParams::splits == 0), from the H200 sweep
 // (bench/results/splitk_2026-11-29.md; FP8 dense only: bf16 and the batched form were not

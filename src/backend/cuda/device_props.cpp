@@ -1,0 +1,32 @@
+#include "backend/cuda/device_props.h"
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/check.h"
+
+namespace ds::cuda {
+
+const DeviceProps& CurrentDeviceProps() {
+  constexpr int kMaxDevices = 64;
+  static DeviceProps cache[kMaxDevices];
+  static bool done[kMaxDevices] = {};
+  static std::mutex mu;
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  DS_CHECK(dev >= 0 && dev < kMaxDevices) << "CUDA device ordinal " << dev << " (at most " << kMaxDevices << ")";
+  std::lock_guard<std::mutex> lock(mu);
+  if (!done[dev]) {
+    DeviceProps& d = cache[dev];
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, dev));
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, dev));
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, dev));
+    d.sm90 = d.major == 9 && d.minor == 0;
+    done[dev] = true;
+  }
+  return cache[dev];
+}
+
+}  // namespace ds::cuda
