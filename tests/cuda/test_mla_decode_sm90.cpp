@@ -44,33 +44,12 @@ bool Sm90Available() {
 // heads_sample: heads checked against the CPU op (empty = all).
 void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
                  std::vector<int64_t> heads_sample, const char* name) {
-  const int64_t S = static_cast<int64_t>(ctx.size());
-  int64_t max_blocks = 0, total_blocks = 0, max_ctx = 0, total_ctx = 0, max_q = 0;
-  for (auto c : ctx) {
-    max_blocks = std::max<int64_t>(max_blocks, (c + kBs - 1) / kBs);
-    total_blocks += (c + kBs - 1) / kBs;
-    max_ctx = std::max<int64_t>(max_ctx, c);
-    total_ctx += c;
-  }
-  for (auto q : qlen) max_q = std::max<int64_t>(max_q, q);
-  const int64_t num_blocks = total_blocks + 3;
-  std::vector<int32_t> perm(num_blocks);
-  for (int64_t i = 0; i < num_blocks; ++i) perm[i] = static_cast<int32_t>(i);
-  std::shuffle(perm.begin(), perm.end(), Rng());
-  std::vector<int32_t> table(S * max_blocks, -1), qs{0};
-  int64_t used = 0;
-  for (int64_t s = 0; s < S; ++s) {
-    for (int64_t b = 0; b < (ctx[s] + kBs - 1) / kBs; ++b) table[s * max_blocks + b] = perm[used++];
-    qs.push_back(qs.back() + qlen[s]);
-  }
-  const int64_t T = qs.back();
-  auto cache = RoundBf16Vec(RandomNormal(num_blocks * kBs * kL));
-  std::vector<char> readable(num_blocks * kBs, 0);
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t k = 0; k < ctx[s]; ++k) readable[table[s * max_blocks + k / kBs] * kBs + k % kBs] = 1;
-  for (int64_t r = 0; r < num_blocks * kBs; ++r)
-    if (!readable[r])
-      std::fill(cache.begin() + r * kL, cache.begin() + (r + 1) * kL, std::numeric_limits<float>::quiet_NaN());
+  PagedDecodeCase pc = MakePagedDecodeCase(ctx, qlen, kBs, kL);
+  const int64_t S = pc.S, T = pc.T, max_blocks = pc.max_blocks, max_ctx = pc.max_ctx, total_ctx = pc.total_ctx,
+                max_q = pc.max_q, num_blocks = pc.num_blocks;
+  const std::vector<int32_t>& table = pc.table;
+  const std::vector<int32_t>& qs = pc.qs;
+  const std::vector<float>& cache = pc.cache;
   auto q = RandomNormal(T * H * kL, 0.3f);
   const float scale = 0.1352f;
 

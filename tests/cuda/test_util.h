@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <random>
 #include <string>
+#include <limits>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -156,6 +157,50 @@ inline void ExpectClose(const std::string& op, const std::string& cas, const std
   EXPECT_EQ(s.bad, 0) << op << " " << cas << ": non-finite outputs";
   EXPECT_LE(s.rel_l2, rel_bound) << op << " " << cas;
   if (abs_bound > 0) { EXPECT_LE(s.max_abs, abs_bound) << op << " " << cas; }
+}
+
+
+// A paged latent cache for MLA decode tests: sequences with context lengths `ctx` and query
+// lengths `qlen` over `bs`-token blocks in shuffled order (3 spare blocks), each cache row
+// `row` values (bf16-rounded normals); every row no sequence may read is NaN, so a kernel that
+// reads past a context fails its NaN check. Draws from Rng() in a fixed order (shuffle, cache).
+struct PagedDecodeCase {
+  int64_t S = 0, T = 0, max_blocks = 0, total_blocks = 0, max_ctx = 0, total_ctx = 0, max_q = 0, num_blocks = 0;
+  std::vector<int32_t> table;  // [S, max_blocks], -1 past a sequence's blocks
+  std::vector<int32_t> qs;     // [S + 1] query starts
+  std::vector<float> cache;    // [num_blocks * bs, row]
+};
+inline PagedDecodeCase MakePagedDecodeCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen,
+                                           int64_t bs, int64_t row) {
+  PagedDecodeCase c;
+  c.S = static_cast<int64_t>(ctx.size());
+  for (auto n : ctx) {
+    c.max_blocks = std::max<int64_t>(c.max_blocks, (n + bs - 1) / bs);
+    c.total_blocks += (n + bs - 1) / bs;
+    c.max_ctx = std::max<int64_t>(c.max_ctx, n);
+    c.total_ctx += n;
+  }
+  for (auto q : qlen) c.max_q = std::max<int64_t>(c.max_q, q);
+  c.num_blocks = c.total_blocks + 3;
+  std::vector<int32_t> perm(c.num_blocks);
+  for (int64_t i = 0; i < c.num_blocks; ++i) perm[i] = static_cast<int32_t>(i);
+  std::shuffle(perm.begin(), perm.end(), Rng());
+  c.table.assign(c.S * c.max_blocks, -1);
+  c.qs = {0};
+  int64_t used = 0;
+  for (int64_t s = 0; s < c.S; ++s) {
+    for (int64_t b = 0; b < (ctx[s] + bs - 1) / bs; ++b) c.table[s * c.max_blocks + b] = perm[used++];
+    c.qs.push_back(c.qs.back() + qlen[s]);
+  }
+  c.T = c.qs.back();
+  c.cache = RoundBf16Vec(RandomNormal(c.num_blocks * bs * row));
+  std::vector<char> readable(c.num_blocks * bs, 0);
+  for (int64_t s = 0; s < c.S; ++s)
+    for (int64_t k = 0; k < ctx[s]; ++k) readable[c.table[s * c.max_blocks + k / bs] * bs + k % bs] = 1;
+  for (int64_t r = 0; r < c.num_blocks * bs; ++r)
+    if (!readable[r])
+      std::fill(c.cache.begin() + r * row, c.cache.begin() + (r + 1) * row, std::numeric_limits<float>::quiet_NaN());
+  return c;
 }
 
 }  // namespace ds::cuda::test
