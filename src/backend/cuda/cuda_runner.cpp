@@ -38,6 +38,15 @@ namespace ds::cuda {
 // Absorbed-MLA decode: the tensor-core warp-split kernel only above this many keys of total
 // context in the batch (see Mla).
 constexpr int64_t kWarpSplitMinTotalContext = 32 * 1024;
+
+constexpr int kMinGraphBlocks = 4;  // smallest captured block-table width (256 keys)
+// The block-table width of the decode graph that serves a batch whose longest sequence needs
+// `need` blocks: the smallest power-of-two multiple of kMinGraphBlocks that holds it.
+int GraphCapBlocks(int need) {
+  int cap = kMinGraphBlocks;
+  while (cap < need) cap *= 2;
+  return cap;
+}
 namespace {
 
 using bf16 = __nv_bfloat16;
@@ -840,6 +849,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
     Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_);
     const int32_t *d_qs = nullptr, *d_ctx = nullptr, *d_bt = nullptr;
+    bool graph_hints = gin_ != nullptr;
     if (gin_) {
       // Graph mode: inputs staged before the replay; the launch configuration depends only on
       // the bucket and the captured block-table width (the kernels read the real lengths).
@@ -858,6 +868,17 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       d_qs = dec_qs_.as<int32_t>();
       d_ctx = dec_ctx_.as<int32_t>();
       d_bt = dec_bt_.as<int32_t>();
+      // With the sm_90a decode kernel (whose split plan follows these hints), a decode-only
+      // batch uses the hints a graph replay of it would: the capacity of its graph's block
+      // table, every sequence counted at that length. Graph and eager passes of the same batch
+      // then run the same plan and round the same (CudaRunner.GraphDecodeMatchesEager*).
+      // Not yet run on the GPU.
+      if (opts_.mla_decode_sm90 && Ta == Sa) {
+        int need = 1;
+        for (int32_t c : ctxs) need = std::max(need, static_cast<int>((c + kBlockSize - 1) / kBlockSize));
+        max_ctx = int64_t{GraphCapBlocks(need)} * kBlockSize;
+        graph_hints = true;
+      }
     }
     const int64_t chunk = 256;
     dec_ws_.Reserve(MlaDecodeWorkspaceFloats(Ta, H, kvl, max_ctx, chunk) * sizeof(float));
@@ -874,7 +895,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
     dp.sm90 = opts_.mla_decode_sm90;
     dp.cache_rows = static_cast<int64_t>(num_blocks_ + 1) * kBlockSize;
-    if (gin_) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
+    if (graph_hints) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
       dp.total_context = Sa * max_ctx;
       dp.max_q_len = 1;
     } else {
@@ -1213,7 +1234,6 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
 // CUDA graphs for decode steps
 
 constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256};
-constexpr int kMinGraphBlocks = 4;  // smallest captured block-table width (256 keys)
 
 bool CudaModelRunner::GraphEligible(const ForwardBatch& b) const {
   const int64_t S = b.num_seqs();
@@ -1244,8 +1264,7 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     if (c >= S) { bucket = c; break; }
   int need = 1;
   for (int s = 0; s < S; ++s) need = std::max(need, (b.context_lens[s] + kBlockSize - 1) / kBlockSize);
-  int cap = kMinGraphBlocks;
-  while (cap < need) cap *= 2;
+  const int cap = GraphCapBlocks(need);
   // The padded batch: real rows first, then dummy rows (token 0 at position 0 of the scratch
   // block, context 1); every block-table entry past a row's own blocks is the scratch block.
   ForwardBatch pb;
