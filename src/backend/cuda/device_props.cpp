@@ -2,7 +2,9 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
@@ -27,6 +29,18 @@ const DeviceProps& CurrentDeviceProps() {
     done[dev] = true;
   }
   return cache[dev];
+}
+
+void EnsureMaxDynamicSmem(const void* func, int bytes) {
+  static std::mutex mu;
+  static auto* set = new std::map<std::pair<int, const void*>, int>();  // (device, kernel) -> bytes set
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  int& have = (*set)[{dev, func}];
+  if (have >= bytes) return;
+  DS_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  have = bytes;
 }
 
 }  // namespace ds::cuda

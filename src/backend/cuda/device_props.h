@@ -16,4 +16,12 @@ struct DeviceProps {
 // The device current on the calling thread (cudaGetDevice).
 const DeviceProps& CurrentDeviceProps();
 
+// Raises cudaFuncAttributeMaxDynamicSharedMemorySize of kernel `func` to at least `bytes` on the
+// current device. Function attributes are per device: a process that drives several GPUs
+// (data-parallel rank r on GPU r) must set them on each, so a process-wide "done once" flag
+// leaves every device but the first at the 48 KiB default (launches then fail with "invalid
+// argument"). Calls the driver once per (device, function, larger size); thread-safe.
+// Errors: a failed CUDA call throws CheckError.
+void EnsureMaxDynamicSmem(const void* func, int bytes);
+
 }  // namespace ds::cuda

@@ -430,12 +430,8 @@ template <bool kFp8, typename TOut>
 void LaunchMma(const GroupedGemmParams& p) {
   auto kernel = GroupedGemmMmaKernel<kFp8, TOut>;
   const size_t smem = SmemBytes(kFp8, p.num_experts);
-  static const bool attr_set = [&] {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(SmemBytes(kFp8, kMaxExperts))));
-    return true;
-  }();
-  (void)attr_set;
+  // Per device (device_props.h): a process-wide once-flag left GPUs other than the first at 48 KiB.
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(SmemBytes(kFp8, kMaxExperts)));
   // Upper bound on row tiles: sum_e ceil(len_e / 128) with len_e a multiple of 64.
   const int64_t slots = (p.max_rows + 63) / 64;
   const int64_t row_tiles = (slots + std::min<int64_t>(p.num_experts, slots) + 1) / 2;

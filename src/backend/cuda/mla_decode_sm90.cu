@@ -588,12 +588,8 @@ CUtensorMap MakeKvMap(const MlaDecodeParams& p) {
 
 template <typename TOut>
 void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
-  static const bool attr_set = [] {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeSm90Kernel<TOut>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       kSmemBytes));
-    return true;
-  }();
-  (void)attr_set;
+  // Per device (device_props.h): a process-wide once-flag left GPUs other than the first at 48 KiB.
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90Kernel<TOut>), static_cast<int>(kSmemBytes));
   const CUtensorMap map = MakeKvMap(p);
   const bool direct = pl.max_splits == 1;
   const int64_t ctas = p.num_seqs * pl.nrb * pl.max_splits;

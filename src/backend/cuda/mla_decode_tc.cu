@@ -773,12 +773,9 @@ template <int RT, int kStages, int kMinBlocks, int MT, bool kFastIo>
 void LaunchTc(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
   constexpr size_t smem = SmemBytes<RT, kStages, MT>();
   static_assert(smem * kMinBlocks <= 227 * 1024, "shared memory per SM");
-  static const bool attr_set = [] {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT, kFastIo>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    return true;
-  }();
-  (void)attr_set;
+  // Per device (device_props.h): a process-wide once-flag left GPUs other than the first at 48 KiB.
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT, kFastIo>),
+                       static_cast<int>(smem));
   dim3 grid(static_cast<unsigned>(p.num_seqs * nrb), static_cast<unsigned>(max_splits));
   MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT, kFastIo><<<grid, kThreads, smem, p.stream>>>(p, nrb, chunk, max_splits);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeTcKernel");
@@ -884,14 +881,11 @@ template <typename TOut, int NP, int ST, int MINB>
 void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
   constexpr size_t smem = WsSmem<NP, ST>();
   static_assert(smem * MINB <= 227 * 1024, "shared memory per SM");
-  static const bool attr_set = [] {
-    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeWsKernel<TOut, NP, ST, MINB, false>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeWsKernel<TOut, NP, ST, MINB, true>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    return true;
-  }();
-  (void)attr_set;
+  // Per device (device_props.h): a process-wide once-flag left GPUs other than the first at 48 KiB.
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeWsKernel<TOut, NP, ST, MINB, false>),
+                       static_cast<int>(smem));
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeWsKernel<TOut, NP, ST, MINB, true>),
+                       static_cast<int>(smem));
   dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(pl.max_splits));
   if (p.tc_cluster_merge > 0 && pl.max_splits >= 2 && pl.max_splits <= 8) {  // one cluster per sequence
     cudaLaunchConfig_t cfg{};
