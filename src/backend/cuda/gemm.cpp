@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "backend/cuda/cuda_check.h"
+#include "common/check.h"
 
 namespace ds::cuda {
 namespace {
@@ -30,16 +31,29 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
 };
 
+// cuBLASLt state of one device: handle, 64 MiB workspace (device memory of that device) and
+// the plans. One per device ordinal, made on first use on that device: a process driving
+// several GPUs (data-parallel rank r on GPU r) must not hand rank r a workspace allocated on
+// GPU 0. Within one device the mutex orders the enqueues; the workspace is shared by every
+// stream of that device (one runner per device).
 class Lt {
  public:
   static Lt& Get() {
-    static Lt* lt = new Lt();
-    return *lt;
+    constexpr int kMaxDevices = 64;
+    static std::mutex mu;
+    static Lt* per_device[kMaxDevices] = {};
+    int dev = 0;
+    DS_CUDA_CHECK(cudaGetDevice(&dev));
+    DS_CHECK(dev >= 0 && dev < kMaxDevices) << "CUDA device ordinal " << dev << " (at most " << kMaxDevices << ")";
+    std::lock_guard<std::mutex> lock(mu);
+    if (per_device[dev] == nullptr) per_device[dev] = new Lt();
+    return *per_device[dev];
   }
   cublasLtHandle_t handle() const { return h_; }
   void* workspace() const { return ws_; }
   std::mutex mu;
   std::map<PlanKey, Plan> plans;
+  std::map<PlanKey, bool> fp8_supported;  // GemmFp8Supported's answers
 
  private:
   Lt() {
@@ -141,9 +155,8 @@ bool GemmFp8Supported(int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw,
   PlanKey key{1, Fp8PaddedM(M), N, K, ldx, ldw, ldy, int(y_type), 0};
   Lt& lt = Lt::Get();
   std::lock_guard<std::mutex> lock(lt.mu);
-  static std::map<PlanKey, bool>* known = new std::map<PlanKey, bool>();
-  auto it = known->find(key);
-  if (it != known->end()) return it->second;
+  auto it = lt.fp8_supported.find(key);
+  if (it != lt.fp8_supported.end()) return it->second;
   bool ok = true;
   if (lt.plans.find(key) == lt.plans.end()) {
     try {
@@ -155,7 +168,7 @@ bool GemmFp8Supported(int64_t M, int64_t N, int64_t K, int64_t ldx, int64_t ldw,
       ok = false;
     }
   }
-  (*known)[key] = ok;
+  lt.fp8_supported[key] = ok;
   return ok;
 }
 
