@@ -111,6 +111,9 @@ class CudaModelRunner : public ModelRunner {
     return p;
   }
   ~CudaModelRunner() override {
+    // The members (graphs, buffers, stream) belong to opts_.device, which need not be current
+    // on the destroying thread (serve destroys every DP rank's runner on the main thread).
+    (void)cudaSetDevice(opts_.device);
     DropGraphs();
     if (!prof_log_ || prof_ms_.empty()) return;
     double total = 0;
@@ -1151,6 +1154,13 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
 }
 
 Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
+  // The current device is per host thread: the runner was made with opts_.device current on
+  // the creating thread, but an engine calls Forward from its own thread (serve: DP rank r's
+  // engine thread, whose current device would otherwise be 0).
+  if (const cudaError_t e = cudaSetDevice(opts_.device); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Internal("cuda runner: cudaSetDevice(" + std::to_string(opts_.device) + "): " + cudaGetErrorString(e));
+  }
   DS_RETURN_IF_ERROR(batch.Validate(num_blocks_));
   const int vocab = cfg_.vocab_size;
   for (int32_t id : batch.token_ids)
