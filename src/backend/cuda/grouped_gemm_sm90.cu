@@ -261,7 +261,12 @@ std::string GroupedGemmSm90Unsupported(const GroupedGemmSm90Params& p) {
   const auto aligned16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
   std::ostringstream why;
   if (p.num_experts <= 0 || p.N <= 0 || p.K <= 0) why << "empty shape; ";
-  if (p.N > INT32_MAX || p.K > INT32_MAX || p.max_rows > INT32_MAX) why << "dimension over 2^31; ";
+  if (p.max_rows < 0) why << "max_rows < 0; ";
+  // CUTLASS's group count and per-group (M, N, K) are int; one setup block per group.
+  if (p.N > INT32_MAX || p.K > INT32_MAX || p.max_rows > INT32_MAX || p.num_experts > INT32_MAX)
+    why << "dimension over 2^31; ";
+  if (p.lda < p.K || p.ldo < p.N) why << "lda < K or ldo < N; ";
+  if (p.offsets == nullptr) why << "offsets is null; ";
   // TMA: 16-byte aligned bases and row pitches.
   if ((p.K * ab) % 16 != 0) why << "K*elem % 16; ";
   if ((p.lda * ab) % 16 != 0) why << "lda*elem % 16; ";

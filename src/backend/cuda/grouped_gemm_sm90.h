@@ -56,7 +56,8 @@ struct GroupedGemmSm90Params {
 // True when this build has the kernels (CUTLASS headers found) and the current device is sm_90.
 bool GroupedGemmSm90Available();
 
-// Empty when GroupedGemmSm90 takes these params, else why not (alignment, shape, device, build).
+// Empty when GroupedGemmSm90 takes these params, else why not (alignment, shape: N, K, E > 0,
+// 0 <= max_rows, every dimension < 2^31, lda >= K, ldo >= N, offsets given; device, build).
 // The workspace is not checked here.
 std::string GroupedGemmSm90Unsupported(const GroupedGemmSm90Params& p);
 
