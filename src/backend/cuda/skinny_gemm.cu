@@ -567,6 +567,11 @@ int64_t Slots(const SkinnyGemmParams& sp) {
 
 SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp) {
   const GroupedGemmParams& p = sp.g;
+  // The runner sizes the split-K workspace with this before SkinnyGemm checks the shape: an
+  // empty shape plans no split (and no workspace) instead of clamping into an empty range.
+  DS_CHECK(p.N > 0 && p.K > 0 && p.num_experts > 0) << "SkinnyPlanFor: bad shape N=" << p.N << " K=" << p.K
+                                                    << " groups=" << p.num_experts;
+  DS_CHECK(p.max_rows >= 0) << "SkinnyPlanFor: max_rows " << p.max_rows;
   const bool fp8 = p.w_fp8;
   const int64_t slots = Slots(sp);
   const int64_t chunk_k = fp8 ? 64 : 32, nchunks = (p.K + chunk_k - 1) / chunk_k;
@@ -618,6 +623,7 @@ void SkinnyGemm(const SkinnyGemmParams& sp) {
   const GroupedGemmParams& p = sp.g;
   DS_CHECK(p.N > 0 && p.K > 0 && p.num_experts > 0) << "SkinnyGemm: bad shape N=" << p.N << " K=" << p.K;
   DS_CHECK(!p.w_fp8 || p.w_scales) << "SkinnyGemm: FP8 weights need w_scales";
+  DS_CHECK(p.max_rows >= 0) << "SkinnyGemm: max_rows " << p.max_rows;
   if (p.max_rows == 0) return;
   const int64_t slots = Slots(sp);
   DS_CHECK(slots < 65536) << "SkinnyGemm: too many groups " << slots;

@@ -107,6 +107,7 @@ struct SkinnyPlan {
   int64_t chunks_per_split = 0, ws_floats = 0, counters = 0;
 };
 // `sp` as SkinnyGemm would run it, ignoring whether a workspace is attached (size one with it).
+// Errors: CheckError on an empty shape (N, K or groups <= 0) or max_rows < 0.
 SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp);
 
 // Errors: DS_CHECK on bad shapes or missing FP8 scales. Does not synchronise.
