@@ -1413,11 +1413,15 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
     return InvalidArgument("--load-format must be auto or dummy for the CUDA runner, got '" + o.load_format + "'");
   DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));
   if (o.num_layers > 0 && o.num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = o.num_layers;
+  if (o.device < 0) return InvalidArgument("CUDA device ordinal must be >= 0, got " + std::to_string(o.device));
   int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= o.device) {
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     (void)cudaGetLastError();
     return Unimplemented("--device cuda: no CUDA device available");
   }
+  if (o.device >= ndev)
+    return InvalidArgument("CUDA device " + std::to_string(o.device) + " requested, " + std::to_string(ndev) +
+                           " present (data-parallel rank r runs on GPU r: --dp-size at most the GPU count)");
   try {
     DS_CUDA_CHECK(cudaSetDevice(o.device));
     std::unique_ptr<Checkpoint> ckpt;
