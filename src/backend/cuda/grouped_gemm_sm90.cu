@@ -284,6 +284,9 @@ size_t GroupedGemmSm90WorkspaceBytes(Sm90GemmInput input, int64_t num_experts, i
 #ifndef DS_HAVE_CUTLASS
   return 0;
 #else
+  DS_CHECK(num_experts > 0 && num_experts <= INT32_MAX && max_rows >= 0 && N > 0 && K > 0)
+      << "GroupedGemmSm90WorkspaceBytes: bad sizes E=" << num_experts << " max_rows=" << max_rows << " N=" << N
+      << " K=" << K;
   const bool fp8 = input == Sm90GemmInput::kFp8;
   const int dev = CurrentDevice();
   const size_t cw = std::max(CutlassWorkspaceFor(fp8, DTypeOut::kF32, num_experts, dev),

@@ -62,6 +62,7 @@ bool GroupedGemmSm90Available();
 std::string GroupedGemmSm90Unsupported(const GroupedGemmSm90Params& p);
 
 // Bytes of device workspace GroupedGemmSm90 needs for these sizes on the current device.
+// Errors: CheckError unless E in [1, 2^31), max_rows >= 0, N > 0, K > 0.
 size_t GroupedGemmSm90WorkspaceBytes(Sm90GemmInput input, int64_t num_experts, int64_t max_rows, int64_t N,
                                      int64_t K);
 
