@@ -13,12 +13,15 @@
 // starts poisoned (NaN): rows outside the groups, the gap past N (ldo > N) and the spare rows
 // must stay untouched; NaN/Inf in the result fail.
 // Also GroupedGemm()'s dispatch to the sm_90a kernel (workspace given) vs the mma.sync kernel.
+#include <cstdint>
 #include <random>
+#include <string>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/fp8_quant.h"
 #include "backend/cuda/grouped_gemm.h"
 #include "backend/cuda/grouped_gemm_sm90.h"
+#include "common/check.h"
 #include "test_util.h"
 
 namespace ds::cuda::test {
@@ -225,6 +228,38 @@ TEST(CudaGroupedGemmSm90, DispatchFromGroupedGemm) {
   q = p;
   q.sm90 = true; q.lda = K + 1;
   EXPECT_EQ(GroupedGemmWorkspaceBytes(q), 0u);
+}
+
+// Bad params get a reason (GroupedGemmSm90Unsupported) or a CheckError, never a launch. Only
+// the pointers' alignment is looked at, so fake aligned addresses do.
+TEST(CudaGroupedGemmSm90, UnsupportedParamsHaveAReason) {
+  if (!GroupedGemmSm90Available()) GTEST_SKIP() << "needs CUTLASS and an sm_90 device";
+  GroupedGemmSm90Params p{};
+  p.input = Sm90GemmInput::kBf16;
+  p.a = reinterpret_cast<const void*>(uintptr_t{1} << 12); p.lda = 256;
+  p.offsets = reinterpret_cast<const int32_t*>(uintptr_t{2} << 12); p.max_rows = 64;
+  p.w = reinterpret_cast<const void*>(uintptr_t{3} << 12);
+  p.num_experts = 4; p.N = 128; p.K = 256;
+  p.out = reinterpret_cast<void*>(uintptr_t{4} << 12); p.out_type = DTypeOut::kF32; p.ldo = 128;
+  EXPECT_EQ(GroupedGemmSm90Unsupported(p), "");
+  const auto reason = [&](auto edit) {
+    GroupedGemmSm90Params q = p;
+    edit(q);
+    return GroupedGemmSm90Unsupported(q);
+  };
+  EXPECT_NE(reason([](auto& q) { q.lda = 128; }).find("lda < K"), std::string::npos);
+  EXPECT_NE(reason([](auto& q) { q.ldo = 64; }).find("ldo < N"), std::string::npos);
+  EXPECT_NE(reason([](auto& q) { q.offsets = nullptr; }).find("offsets"), std::string::npos);
+  EXPECT_NE(reason([](auto& q) { q.max_rows = -1; }).find("max_rows"), std::string::npos);
+  EXPECT_NE(reason([](auto& q) { q.num_experts = 0; }).find("empty shape"), std::string::npos);
+  EXPECT_NE(reason([](auto& q) { q.N = int64_t{1} << 32; q.ldo = q.N; }).find("2^31"), std::string::npos);
+  EXPECT_NE(reason([](auto& q) { q.input = Sm90GemmInput::kFp8; q.K = 200; q.lda = 208; }).find("128x128"),
+            std::string::npos);
+  GroupedGemmSm90Params q = p;
+  q.lda = 128;
+  EXPECT_THROW(GroupedGemmSm90(q), CheckError);
+  EXPECT_THROW(GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kBf16, 0, 64, 128, 256), CheckError);
+  EXPECT_THROW(GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kBf16, 4, -1, 128, 256), CheckError);
 }
 
 }  // namespace

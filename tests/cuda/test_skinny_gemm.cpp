@@ -13,6 +13,7 @@
 #include <numeric>
 
 #include "backend/cuda/skinny_gemm.h"
+#include "common/check.h"
 #include "test_util.h"
 
 namespace ds::cuda::test {
@@ -491,6 +492,23 @@ TEST(CudaSkinnyGemm, GraphReplaySplitK) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(st);
+}
+
+// The runner plans (and sizes the split-K workspace) before SkinnyGemm checks the shape: an
+// empty shape is a CheckError there too, not an empty clamp range.
+TEST(CudaSkinnyGemm, PlanRejectsEmptyShapes) {
+  SkinnyGemmParams sp{};
+  sp.g.offsets = nullptr; sp.g.max_rows = 4; sp.g.num_experts = 1; sp.g.N = 256; sp.g.K = 0;
+  sp.g.w_fp8 = true; sp.max_group_rows = 4;
+  EXPECT_THROW(SkinnyPlanFor(sp), CheckError);
+  sp.g.K = 7168; sp.g.N = 0;
+  EXPECT_THROW(SkinnyPlanFor(sp), CheckError);
+  sp.g.N = 256; sp.g.max_rows = -1;
+  EXPECT_THROW(SkinnyPlanFor(sp), CheckError);
+  EXPECT_THROW(SkinnyGemm(sp), CheckError);
+  sp.g.max_rows = 4;
+  const SkinnyPlan plan = SkinnyPlanFor(sp);  // a valid shape plans
+  EXPECT_GE(plan.splits, 1);
 }
 
 }  // namespace
