@@ -17,6 +17,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/grouped_gemm.h"
 #include "backend/cuda/grouped_gemm_sm90.h"
+#include "backend/cuda/host_plans.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_prefill.h"
 #include "backend/cuda/moe_permute.h"
@@ -39,14 +40,8 @@ namespace ds::cuda {
 // context in the batch (see Mla).
 constexpr int64_t kWarpSplitMinTotalContext = 32 * 1024;
 
-constexpr int kMinGraphBlocks = 4;  // smallest captured block-table width (256 keys)
-// The block-table width of the decode graph that serves a batch whose longest sequence needs
-// `need` blocks: the smallest power-of-two multiple of kMinGraphBlocks that holds it.
-int GraphCapBlocks(int need) {
-  int cap = kMinGraphBlocks;
-  while (cap < need) cap *= 2;
-  return cap;
-}
+// Decode graph buckets and block-table widths: kGraphBuckets, GraphBucket, GraphCapBlocks
+// (host_plans.h).
 namespace {
 
 using bf16 = __nv_bfloat16;
@@ -1243,12 +1238,10 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
 // ---------------------------------------------------------------------------------------------
 // CUDA graphs for decode steps
 
-constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256};
-
 bool CudaModelRunner::GraphEligible(const ForwardBatch& b) const {
   const int64_t S = b.num_seqs();
   if (!opts_.cuda_graphs || opts_.mla_mode == MlaMode::kNaive || S == 0) return false;
-  if (S > std::min(opts_.cuda_graph_max_batch, kGraphBuckets[std::size(kGraphBuckets) - 1])) return false;
+  if (S > std::min(opts_.cuda_graph_max_batch, kMaxGraphBucket)) return false;
   if (S > opts_.max_tokens_per_pass || b.num_tokens() != S) return false;
   for (int64_t s = 0; s < S; ++s)
     if (b.query_start[s + 1] - b.query_start[s] != 1) return false;
@@ -1269,9 +1262,8 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
 
 void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out) {
   const int S = b.num_seqs();
-  int bucket = 0;
-  for (int c : kGraphBuckets)
-    if (c >= S) { bucket = c; break; }
+  const int bucket = GraphBucket(S);
+  DS_CHECK(bucket >= S) << "graph decode: " << S << " sequences, above the largest bucket";
   int need = 1;
   for (int s = 0; s < S; ++s) need = std::max(need, (b.context_lens[s] + kBlockSize - 1) / kBlockSize);
   const int cap = GraphCapBlocks(need);

@@ -24,6 +24,7 @@
 // write. The CUDA-core emulation (emulate_tc_rounding with sm90 = true) follows this plan
 // (MlaDecodeTcChunk -> MlaDecodeSm90Chunk, 64 keys per online-softmax update).
 #include "backend/cuda/device_props.h"
+#include "backend/cuda/host_plans.h"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "backend/cuda/mla_decode.h"
 
@@ -61,7 +62,8 @@ constexpr int kSmemBytes = kSmemUsed + 1024;             // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
 // Named barriers (0 is __syncthreads).
 constexpr int kBarPFull = 1, kBarPEmpty = 2, kBarWg0 = 3, kBarEnd = 4;
-constexpr int kPlanOverheadKeys = 192;  // per-CTA cost in key-equivalents (Q load, partial out)
+// The split plan (host_plans.h, CPU-tested) assumes these tile sizes.
+static_assert(kBM == kMlaDecodeSm90RowsPerCta && kBN == kMlaDecodeSm90KeysPerTile, "plan vs kernel tiles");
 
 // Byte offset of element (r, c) in a [rows x 64] bf16 box with the 128-byte swizzle (16-byte
 // chunk index XOR row % 8): the layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes and wgmma's
@@ -527,40 +529,13 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodePa
   out[3] = dev::FromF<TOut>(acc.w * inv);
 }
 
-struct Sm90Plan {
-  int64_t nrb = 1;         // 64-row blocks per sequence
-  int64_t chunk = 0;       // keys per split (a multiple of 64)
-  int64_t max_splits = 1;
-};
+using Sm90Plan = MlaDecodeSm90Plan;
 
-// Split-KV by work: the chunk (a multiple of 64, >= kv_chunk) minimising the estimated time,
-// ceil(CTAs / SMs) waves (one CTA per SM) of (chunk + kPlanOverheadKeys) key-equivalents. CTAs:
-// exact for a uniform batch (total = S x max, as in a graph bucket), else each sequence's last
-// split counted half full on average (as the tc path's warp-split plan).
+// PlanMlaDecodeSm90 (host_plans.h) on these params' hints and the device's SM count.
 Sm90Plan MakePlan(const MlaDecodeParams& p) {
-  Sm90Plan pl;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.num_tokens - p.num_seqs + 1;
-  pl.nrb = std::max<int64_t>(1, (max_q * p.heads + kBM - 1) / kBM);
-  const int64_t max_ctx = std::max<int64_t>(1, p.max_context);
-  const int64_t total = p.total_context > 0 ? p.total_context : p.num_seqs * max_ctx;
-  const bool uniform = total >= p.num_seqs * max_ctx;
-  const int64_t slots = CurrentDeviceProps().sms;
-  const int64_t c_min = (std::max<int64_t>(p.kv_chunk, kBN) + kBN - 1) / kBN * kBN;
-  const int64_t c_max = std::max(c_min, (max_ctx + kBN - 1) / kBN * kBN);
-  int64_t best = c_min;
-  double best_cost = 0;
-  for (int64_t c = c_min; c <= c_max; c += kBN) {
-    const int64_t per_row_block = uniform ? p.num_seqs * ((max_ctx + c - 1) / c) : (total + c - 1) / c + p.num_seqs / 2;
-    const int64_t ctas = pl.nrb * per_row_block;
-    const double cost = static_cast<double>((ctas + slots - 1) / slots) * static_cast<double>(c + kPlanOverheadKeys);
-    if (c == c_min || cost < best_cost) {
-      best_cost = cost;
-      best = c;
-    }
-  }
-  pl.chunk = best;
-  pl.max_splits = std::max<int64_t>(1, (p.max_context + pl.chunk - 1) / pl.chunk);
-  return pl;
+  return PlanMlaDecodeSm90(max_q, p.heads, p.num_seqs, p.max_context, p.total_context, p.kv_chunk,
+                           CurrentDeviceProps().sms);
 }
 
 // The cache as a 2-D tensor [rows, 576] bf16 for TMA: boxes of 64 rows x 64 columns (128 bytes,

@@ -537,25 +537,7 @@ int64_t ChunksPerIteration(int v) {
 
 int SmCount() { return std::max(1, CurrentDeviceProps().sms); }
 
-// Whether the plan splits K on its own (SkinnyGemmParams::splits == 0), from the H200 sweep
-// (bench/results/splitk_2026-11-29.md; FP8 dense only: bf16 and the batched form were not
-// measured split-vs-unsplit, so they split only when asked). The rows enter through their
-// power-of-2 class, as the graph buckets do (a decode batch and its padded bucket get the same
-// plan, so a row's sum order is the same in a graph and eagerly). Splitting wins at <= 8 rows
-// whenever the 32-row tiles are fewer than 4 per SM and K >= 4096 (q_a, kv_a, o_proj, dense
-// down, shared gate_up; shared down, K = 2048: 8.7 us split vs 8.2 unsplit); with more rows the
-// partial traffic and the last block's reduction cost more, and it still wins only for
-// K >= 16384 (o_proj, dense down; <= 128 rows), N <= 1024 (kv_a; <= 64 rows) and N <= 2048 at
-// <= 16 rows (q_a).
-bool SplitKWins(bool fp8, bool dense, int64_t N, int64_t K, int64_t rows, int64_t tiles32, int64_t sms) {
-  if (!fp8 || !dense || tiles32 >= 4 * sms || K < 4096) return false;
-  int64_t rc = 1;
-  while (rc < rows) rc *= 2;
-  if (rc <= 8) return true;
-  if (rc <= 16 && N <= 2048) return true;
-  if (rc <= 64 && N <= 1024) return true;
-  return rc <= 128 && K >= 16384;
-}
+// Whether the plan splits K on its own: SkinnySplitKWins (host_plans.h, with the measurements).
 
 int64_t Slots(const SkinnyGemmParams& sp) {
   const GroupedGemmParams& p = sp.g;
@@ -583,7 +565,7 @@ SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp) {
   if (sp.splits > 1) {  // forced (tests, bench sweeps): the split-mode variant unless one is given
     S = sp.splits;
     if (sp.variant < 0) plan.variant = fp8 ? 3 : 2;
-  } else if (sp.splits == 0 && SplitKWins(fp8, p.offsets == nullptr && p.num_experts == 1, p.N, p.K,
+  } else if (sp.splits == 0 && SkinnySplitKWins(fp8, p.offsets == nullptr && p.num_experts == 1, p.N, p.K,
                                           sp.max_group_rows, tiles32, sms)) {
     // Narrow weights: 32-row tiles capped at 8 resident blocks per SM, about one wave of them,
     // each split at least one warp iteration of K.

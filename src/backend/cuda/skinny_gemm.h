@@ -31,6 +31,7 @@
 #pragma once
 
 #include "backend/cuda/grouped_gemm.h"
+#include "backend/cuda/host_plans.h"
 
 namespace ds::cuda {
 
@@ -39,25 +40,13 @@ namespace ds::cuda {
 // <= kSkinnyMoeMaxAvgRows * n_experts (<= 8 rows per expert on average; the big-tile kernel
 // reads each expert once per 64 rows at ~0.2 of HBM bandwidth, this one once per 16 rows at
 // ~0.6-0.8), for FP8 dense projections (in-kernel dequantisation path) when SkinnyDenseFp8(M, N)
-// (below), and for bf16 dense projections instead of cuBLASLt when M <= kSkinnyBf16MaxRows and
+// (host_plans.h), and for bf16 dense projections instead of cuBLASLt when M <= kSkinnyBf16MaxRows and
 // N * K <= kSkinnyBf16MaxWeights (cuBLASLt streams large bf16 matrices as fast or faster; the
 // skinny kernel wins on small ones such as kv_a_proj).
 inline constexpr int64_t kSkinnyMoeMaxAvgRows = 8;
 inline constexpr int64_t kSkinnyBf16MaxRows = 16;
 inline constexpr int64_t kSkinnyBf16MaxWeights = int64_t{2048} * 2048;
-// FP8 dense: the skinny kernel re-reads the weights once per 16 rows (mostly from L2), the
-// big-tile GroupedGemm streams them once per 64 rows but with few tiles. Measured crossover
-// (V3 projections, splitk_2026-11-29.md): skinny faster for every projection at M <= 32; at
-// M = 64 for N <= 8192 (q_a, kv_a, o_proj, dense down, shared gate_up/down) but not for q_b
-// (66.7 vs 60.9 us), kv_b (33.3 vs 22.9) and dense gate_up (519 vs 413); at M = 128 only for
-// N <= 4096 (q_a, kv_a, shared gate_up). Thresholds at powers of 2, as the graph buckets.
-inline constexpr int64_t kSkinnyDenseMaxRows = 32;
-inline constexpr int64_t kSkinnyDenseMidRows = 64, kSkinnyDenseMidMaxN = 8192;
-inline constexpr int64_t kSkinnyDenseWideRows = 128, kSkinnyDenseWideMaxN = 4096;
-inline bool SkinnyDenseFp8(int64_t M, int64_t N) {
-  return M <= kSkinnyDenseMaxRows || (M <= kSkinnyDenseMidRows && N <= kSkinnyDenseMidMaxN) ||
-         (M <= kSkinnyDenseWideRows && N <= kSkinnyDenseWideMaxN);
-}
+// FP8 dense: SkinnyDenseFp8(M, N) and its measured thresholds are in host_plans.h (CPU-tested).
 // Absorbed-MLA per-head GEMMs (q_nope W_UK, o_lat W_UV^T; bf16 weights, batched over heads):
 // the skinny kernel replaces cuBLAS's strided-batched GEMM when the decode tokens <= this.
 // 0 = never: measured slower at every size (V3, 128 heads: W_UK 9.4 vs 6.5 us at 1 token,

@@ -1,0 +1,114 @@
+// Host-only launch-planning rules of the CUDA backend, free of CUDA headers so that the CPU
+// build's tests check them (tests/backend/cuda_host/test_host_plans.cpp): the decode-graph
+// buckets and block-table widths, the FP8 dense dispatch and split-K rule of the skinny GEMM,
+// and the split-KV plan of the sm_90a MLA decode kernel. The launchers call these; the
+// measurements behind each rule are cited where the launcher uses it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+
+namespace ds::cuda {
+
+// ---- decode CUDA graphs (cuda_runner.cpp)
+// Sequence-count buckets a decode step is padded to.
+inline constexpr int kGraphBuckets[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256};
+inline constexpr int kMaxGraphBucket = kGraphBuckets[std::size(kGraphBuckets) - 1];
+// The bucket of a step with `seqs` sequences (1..kMaxGraphBucket); 0 above the largest.
+inline int GraphBucket(int seqs) {
+  for (int c : kGraphBuckets)
+    if (c >= seqs) return c;
+  return 0;
+}
+inline constexpr int kMinGraphBlocks = 4;  // smallest captured block-table width (256 keys)
+// The block-table width of the decode graph that serves a batch whose longest sequence needs
+// `need` blocks (1 <= need <= 2^29): the smallest power-of-two multiple of kMinGraphBlocks
+// that holds it.
+inline int GraphCapBlocks(int need) {
+  int cap = kMinGraphBlocks;
+  while (cap < need) cap *= 2;
+  return cap;
+}
+
+// ---- skinny GEMM (skinny_gemm.h / skinny_gemm.cu)
+// FP8 dense: the skinny kernel re-reads the weights once per 16 rows (mostly from L2), the
+// big-tile GroupedGemm streams them once per 64 rows but with few tiles. Measured crossover
+// (V3 projections, splitk_2026-11-29.md): skinny faster for every projection at M <= 32; at
+// M = 64 for N <= 8192 (q_a, kv_a, o_proj, dense down, shared gate_up/down) but not for q_b
+// (66.7 vs 60.9 us), kv_b (33.3 vs 22.9) and dense gate_up (519 vs 413); at M = 128 only for
+// N <= 4096 (q_a, kv_a, shared gate_up). Thresholds at powers of 2, as the graph buckets.
+inline constexpr int64_t kSkinnyDenseMaxRows = 32;
+inline constexpr int64_t kSkinnyDenseMidRows = 64, kSkinnyDenseMidMaxN = 8192;
+inline constexpr int64_t kSkinnyDenseWideRows = 128, kSkinnyDenseWideMaxN = 4096;
+inline bool SkinnyDenseFp8(int64_t M, int64_t N) {
+  return M <= kSkinnyDenseMaxRows || (M <= kSkinnyDenseMidRows && N <= kSkinnyDenseMidMaxN) ||
+         (M <= kSkinnyDenseWideRows && N <= kSkinnyDenseWideMaxN);
+}
+
+// Whether the skinny GEMM splits K on its own (SkinnyGemmParams::splits == 0), from the H200
+// sweep (bench/results/splitk_2026-11-29.md; FP8 dense only: bf16 and the batched form were not
+// measured split-vs-unsplit, so they split only when asked). The rows enter through their
+// power-of-2 class, as the graph buckets do (a decode batch and its padded bucket get the same
+// plan, so a row's sum order is the same in a graph and eagerly). Splitting wins at <= 8 rows
+// whenever the 32-row tiles are fewer than 4 per SM and K >= 4096 (q_a, kv_a, o_proj, dense
+// down, shared gate_up; shared down, K = 2048: 8.7 us split vs 8.2 unsplit); with more rows the
+// partial traffic and the last block's reduction cost more, and it still wins only for
+// K >= 16384 (o_proj, dense down; <= 128 rows), N <= 1024 (kv_a; <= 64 rows) and N <= 2048 at
+// <= 16 rows (q_a).
+inline bool SkinnySplitKWins(bool fp8, bool dense, int64_t N, int64_t K, int64_t rows, int64_t tiles32,
+                             int64_t sms) {
+  if (!fp8 || !dense || tiles32 >= 4 * sms || K < 4096) return false;
+  int64_t rc = 1;
+  while (rc < rows) rc *= 2;
+  if (rc <= 8) return true;
+  if (rc <= 16 && N <= 2048) return true;
+  if (rc <= 64 && N <= 1024) return true;
+  return rc <= 128 && K >= 16384;
+}
+
+// ---- sm_90a MLA decode (mla_decode_sm90.cu)
+inline constexpr int64_t kMlaDecodeSm90RowsPerCta = 64;    // query rows per CTA (one wgmma M tile)
+inline constexpr int64_t kMlaDecodeSm90KeysPerTile = 64;   // keys per tile (one 64-token page)
+inline constexpr int64_t kMlaDecodeSm90CtaOverhead = 192;  // per-CTA cost in key-equivalents (Q load, partial out)
+struct MlaDecodeSm90Plan {
+  int64_t nrb = 1;         // 64-row blocks per sequence
+  int64_t chunk = 0;       // keys per split (a multiple of 64, >= kv_chunk)
+  int64_t max_splits = 1;  // splits of the longest sequence: ceil(max_context / chunk)
+};
+// Split-KV by work: the chunk (a multiple of 64, >= kv_chunk) minimising the estimated time,
+// ceil(CTAs / SMs) waves (one CTA per SM) of (chunk + overhead) key-equivalents. CTAs: exact
+// for a uniform batch (total = S x max, as in a graph bucket), else each sequence's last split
+// counted half full on average (as the tc path's warp-split plan). Inputs are the host hints
+// (max_q: query rows per sequence, max_context, total_context <= 0: S x max_context) and the
+// SM count; max_splits <= max(1, ceil(max_context / kv_chunk)), the splits
+// MlaDecodeWorkspaceFloats sizes for.
+inline MlaDecodeSm90Plan PlanMlaDecodeSm90(int64_t max_q, int64_t heads, int64_t num_seqs, int64_t max_context,
+                                           int64_t total_context, int64_t kv_chunk, int64_t sms) {
+  constexpr int64_t kBM = kMlaDecodeSm90RowsPerCta, kBN = kMlaDecodeSm90KeysPerTile;
+  MlaDecodeSm90Plan pl;
+  pl.nrb = std::max<int64_t>(1, (max_q * heads + kBM - 1) / kBM);
+  const int64_t max_ctx = std::max<int64_t>(1, max_context);
+  const int64_t total = total_context > 0 ? total_context : num_seqs * max_ctx;
+  const bool uniform = total >= num_seqs * max_ctx;
+  const int64_t slots = std::max<int64_t>(1, sms);
+  const int64_t c_min = (std::max<int64_t>(kv_chunk, kBN) + kBN - 1) / kBN * kBN;
+  const int64_t c_max = std::max(c_min, (max_ctx + kBN - 1) / kBN * kBN);
+  int64_t best = c_min;
+  double best_cost = 0;
+  for (int64_t c = c_min; c <= c_max; c += kBN) {
+    const int64_t per_row_block = uniform ? num_seqs * ((max_ctx + c - 1) / c) : (total + c - 1) / c + num_seqs / 2;
+    const int64_t ctas = pl.nrb * per_row_block;
+    const double cost =
+        static_cast<double>((ctas + slots - 1) / slots) * static_cast<double>(c + kMlaDecodeSm90CtaOverhead);
+    if (c == c_min || cost < best_cost) {
+      best_cost = cost;
+      best = c;
+    }
+  }
+  pl.chunk = best;
+  pl.max_splits = std::max<int64_t>(1, (max_context + pl.chunk - 1) / pl.chunk);
+  return pl;
+}
+
+}  // namespace ds::cuda

@@ -1,0 +1,132 @@
+// The CUDA backend's host-only planning rules (src/backend/cuda/host_plans.h), checked in the
+// CPU build: decode-graph buckets and block-table widths, the skinny GEMM's FP8 dense dispatch
+// and split-K rule (a decode batch and its padded graph bucket must get the same plan, so the
+// graph and the eager pass sum in the same order), and the sm_90a MLA decode split plan (its
+// splits must fit the workspace the runner reserves, MlaDecodeWorkspaceFloats: one partial per
+// ceil(max_context / kv_chunk) splits).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/host_plans.h"
+
+namespace ds::cuda {
+namespace {
+
+TEST(CudaHostPlans, GraphBucketIsTheSmallestHoldingBucket) {
+  for (int s = 1; s <= kMaxGraphBucket; ++s) {
+    const int b = GraphBucket(s);
+    ASSERT_GE(b, s);
+    bool listed = false;
+    for (int c : kGraphBuckets) {
+      listed = listed || c == b;
+      if (c < b) {
+        EXPECT_LT(c, s) << "bucket " << c << " holds " << s << " sequences but " << b << " was picked";
+      }
+    }
+    EXPECT_TRUE(listed) << b;
+  }
+  EXPECT_EQ(GraphBucket(kMaxGraphBucket + 1), 0);
+}
+
+TEST(CudaHostPlans, GraphCapBlocksIsTheSmallestPowerOfTwoWidth) {
+  for (int need = 1; need <= 5000; ++need) {
+    const int cap = GraphCapBlocks(need);
+    ASSERT_GE(cap, need);
+    ASSERT_GE(cap, kMinGraphBlocks);
+    EXPECT_EQ(cap % kMinGraphBlocks, 0);
+    const int m = cap / kMinGraphBlocks;
+    EXPECT_EQ(m & (m - 1), 0) << cap << " is not a power-of-two multiple of " << kMinGraphBlocks;
+    if (cap > kMinGraphBlocks) {
+      EXPECT_LT(cap / 2, need) << "width " << cap / 2 << " already holds " << need;
+    }
+  }
+}
+
+struct Proj {
+  const char* name;
+  int64_t N, K;
+};
+// DeepSeek-V3's FP8 dense projections (one GPU) and V2-Lite's shapes.
+const std::vector<Proj> kProjs = {
+    {"v3_q_a", 1536, 7168},         {"v3_q_b", 24576, 1536},       {"v3_kv_a", 576, 7168},
+    {"v3_kv_b", 32768, 512},        {"v3_o_proj", 7168, 16384},    {"v3_dense_gate_up", 36864, 7168},
+    {"v3_dense_down", 7168, 18432}, {"v3_shared_gate_up", 4096, 7168}, {"v3_shared_down", 7168, 2048},
+    {"v2lite_q", 3072, 2048},       {"v2lite_kv_a", 576, 2048},    {"v2lite_o_proj", 2048, 2048},
+};
+
+// Graph replay and eager pass of the same decode batch: S rows eagerly, GraphBucket(S) rows in
+// the graph. The dense dispatch and the split decision must not tell them apart.
+TEST(CudaHostPlans, SkinnyDispatchSameForBatchAndItsGraphBucket) {
+  for (const Proj& pr : kProjs)
+    for (int64_t sms : {78, 132})
+      for (int s = 1; s <= kMaxGraphBucket; ++s) {
+        const int b = GraphBucket(s);
+        EXPECT_EQ(SkinnyDenseFp8(s, pr.N), SkinnyDenseFp8(b, pr.N)) << pr.name << " rows " << s << " vs " << b;
+        const int64_t tiles32 = (pr.N + 31) / 32;
+        EXPECT_EQ(SkinnySplitKWins(true, true, pr.N, pr.K, s, tiles32, sms),
+                  SkinnySplitKWins(true, true, pr.N, pr.K, b, tiles32, sms))
+            << pr.name << " rows " << s << " vs " << b << ", " << sms << " SMs";
+      }
+}
+
+TEST(CudaHostPlans, SkinnySplitKRule) {
+  const int64_t sms = 132;
+  // Narrow FP8 dense weights at decode sizes split (q_a: 48 32-row tiles, K 7168).
+  EXPECT_TRUE(SkinnySplitKWins(true, true, 1536, 7168, 1, 48, sms));
+  EXPECT_TRUE(SkinnySplitKWins(true, true, 1536, 7168, 16, 48, sms));   // N <= 2048 at <= 16 rows
+  EXPECT_FALSE(SkinnySplitKWins(true, true, 1536, 7168, 17, 48, sms));  // class 32
+  EXPECT_TRUE(SkinnySplitKWins(true, true, 576, 7168, 64, 18, sms));    // kv_a: N <= 1024 at <= 64
+  EXPECT_TRUE(SkinnySplitKWins(true, true, 7168, 16384, 128, 224, sms));  // o_proj: K >= 16384 at <= 128
+  EXPECT_FALSE(SkinnySplitKWins(true, true, 7168, 16384, 129, 224, sms));
+  // Never: K < 4096 (shared down), bf16, MoE / batched groups, or >= 4 tiles per SM.
+  EXPECT_FALSE(SkinnySplitKWins(true, true, 7168, 2048, 1, 224, sms));
+  EXPECT_FALSE(SkinnySplitKWins(false, true, 1536, 7168, 1, 48, sms));
+  EXPECT_FALSE(SkinnySplitKWins(true, false, 1536, 7168, 1, 48, sms));
+  EXPECT_FALSE(SkinnySplitKWins(true, true, 24576, 7168, 1, 4 * sms, sms));
+}
+
+TEST(CudaHostPlans, SkinnyDenseFp8Thresholds) {
+  EXPECT_TRUE(SkinnyDenseFp8(32, 36864));
+  EXPECT_FALSE(SkinnyDenseFp8(33, 36864));
+  EXPECT_TRUE(SkinnyDenseFp8(64, 8192));
+  EXPECT_FALSE(SkinnyDenseFp8(64, 8193));
+  EXPECT_TRUE(SkinnyDenseFp8(128, 4096));
+  EXPECT_FALSE(SkinnyDenseFp8(128, 4097));
+  EXPECT_FALSE(SkinnyDenseFp8(129, 576));
+}
+
+// Every plan: chunks of whole 64-key tiles, at least kv_chunk keys, covering the longest
+// sequence, and no more splits than the workspace holds.
+TEST(CudaHostPlans, MlaDecodeSm90PlanFitsTheWorkspace) {
+  int checked = 0;
+  for (int64_t seqs : {1, 2, 3, 8, 64, 256})
+    for (int64_t max_ctx : {1, 63, 64, 65, 1000, 4096, 32768, 131072})
+      for (int64_t heads : {16, 128})
+        for (int64_t kv_chunk : {64, 256})
+          for (int64_t sms : {1, 78, 132})
+            for (bool uniform : {true, false}) {
+              // total <= 0: S x max (a graph bucket's hints); else a ragged batch.
+              const int64_t total = uniform ? 0 : (seqs - 1) * ((max_ctx + 1) / 2) + max_ctx;
+              const MlaDecodeSm90Plan pl = PlanMlaDecodeSm90(1, heads, seqs, max_ctx, total, kv_chunk, sms);
+              const std::string at = "seqs " + std::to_string(seqs) + " ctx " + std::to_string(max_ctx) + " heads " +
+                                     std::to_string(heads) + " kv_chunk " + std::to_string(kv_chunk) + " sms " +
+                                     std::to_string(sms) + (uniform ? " uniform" : " ragged");
+              ASSERT_EQ(pl.chunk % kMlaDecodeSm90KeysPerTile, 0) << at;
+              ASSERT_GE(pl.chunk, kv_chunk) << at;
+              ASSERT_GE(pl.max_splits * pl.chunk, max_ctx) << at;
+              ASSERT_LT((pl.max_splits - 1) * pl.chunk, std::max<int64_t>(1, max_ctx)) << at;
+              const int64_t ws_splits = std::max<int64_t>(1, (max_ctx + kv_chunk - 1) / kv_chunk);
+              ASSERT_LE(pl.max_splits, ws_splits) << at;
+              ASSERT_EQ(pl.nrb, (heads + kMlaDecodeSm90RowsPerCta - 1) / kMlaDecodeSm90RowsPerCta) << at;
+              ++checked;
+            }
+  EXPECT_EQ(checked, 6 * 8 * 2 * 2 * 3 * 2);
+  // MTP: 2 query rows per sequence x 128 heads = 4 row blocks.
+  EXPECT_EQ(PlanMlaDecodeSm90(2, 128, 4, 4096, 0, 256, 132).nrb, 4);
+}
+
+}  // namespace
+}  // namespace ds::cuda
