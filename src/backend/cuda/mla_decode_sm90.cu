@@ -608,6 +608,11 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
+  // Split partials: float2 stores and float4 loads of the workspace; the combine grid is
+  // (tokens, heads).
+  DS_CHECK(pl.max_splits == 1 || (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0))
+      << "MlaDecodeAttentionSm90: " << pl.max_splits << " splits need a 16-byte aligned workspace";
+  DS_CHECK(p.heads < 65536 && p.num_tokens < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: combine grid";
   if (p.out_type == DTypeOut::kF32) Launch<float>(p, pl);
   else Launch<__nv_bfloat16>(p, pl);
 }

@@ -937,6 +937,11 @@ void MlaDecodeAttentionTc(const MlaDecodeParams& p) {
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const TcPlanInfo pl = TcPlan(p);
   DS_CHECK(pl.max_splits < 65536 && p.num_seqs * pl.nrb < (int64_t{1} << 31)) << "MlaDecodeAttentionTc: grid too large";
+  // Partials go through float2 / float4 stores and float4 loads of the workspace (the row-tile
+  // kernel always, the warp-split kernel unless one split writes the output directly).
+  DS_CHECK((pl.ws && pl.max_splits == 1) ||
+           (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0))
+      << "MlaDecodeAttentionTc: " << pl.max_splits << " splits need a 16-byte aligned workspace";
   if (pl.ws) {
     if (pl.ws_pairs == 3) {
       if (p.out_type == DTypeOut::kF32) LaunchWs<float, 3, 3, 1>(p, pl);
