@@ -29,7 +29,7 @@ float EventTimer::StopMs() {
 }
 
 const char* DescribeDevice(int device) {
-  static std::string desc;
+  thread_local std::string desc;  // runners may be made on several threads (one per DP rank)
   DS_CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp p{};
   DS_CUDA_CHECK(cudaGetDeviceProperties(&p, device));

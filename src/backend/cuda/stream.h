@@ -31,7 +31,8 @@ class EventTimer {
   cudaEvent_t a_ = nullptr, b_ = nullptr;
 };
 
-// Sets the current device and returns a one-line description (name, SMs, memory).
+// Sets the current device and returns a one-line description (name, SMs, memory), valid on
+// the calling thread until its next call.
 const char* DescribeDevice(int device = 0);
 
 }  // namespace ds::cuda
