@@ -93,7 +93,8 @@ struct CudaRunnerOptions {
   // applies (sm_90 device, same dims), else the mma.sync kernel. Default on: on the H200
   // (session 3 run 3) its op tests pass against the CPU and the mma.sync kernel, the dummy-V3
   // model matches the mma.sync kernel (mean cosine 0.99965; the min 0.9929 is MoE routing
-  // near-ties), and it runs at 440-519 TFLOP/s, 1.8-2.0x the mma.sync kernel. The CLI reads
+  // near-ties), and it runs at 431-506 TFLOP/s at 4K-32K tokens, 1.8-1.9x the mma.sync kernel
+  // (run 4's bench kernels, session3_2026-11-29_run4/kernels). The CLI reads
   // DS_MLA_PREFILL_SM90=0 to turn it off (=pingpong: also mla_prefill_sm90_pingpong).
   bool mla_prefill_sm90 = true;
   // With mla_prefill_sm90: its ping-pong variant (MlaPrefillTcParams::sm90_pingpong).
