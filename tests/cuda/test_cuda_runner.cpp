@@ -41,6 +41,7 @@
 #include "backend/cuda/cuda_runner.h"
 #include "backend/cuda/mla_decode.h"
 #include "runtime/cpu_runner.h"
+#include "runner_test_util.h"
 #include "test_util.h"
 
 namespace ds::cuda::test {
@@ -49,11 +50,6 @@ namespace {
 constexpr double kMinCosine = 0.999;
 constexpr double kFp8MinCosine = 0.99;
 constexpr double kMarginForIds = 0.05;
-
-std::string DataDir() {
-  const char* e = std::getenv("DS_TEST_DATA_DIR");
-  return e ? e : DS_TEST_DATA_DIR;
-}
 
 double Cosine(const float* a, const float* b, int64_t n) {
   double ab = 0, aa = 0, bb = 0;
@@ -258,12 +254,7 @@ TEST(CudaRunner, FixturesMatchGolden) {
 TEST(CudaRunner, DummyV3MixedBatchIsFinite) {
   const std::string dir = DataDir() + "/deepseek-v3";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
-  CudaRunnerOptions o;
-  o.model_dir = dir;
-  o.load_format = "dummy";
-  o.num_layers = 4;
-  o.num_kv_blocks = 64;
-  o.seed = 7;
+  CudaRunnerOptions o = DummyV3Options(4, 64, 7);
   auto r = CreateCudaModelRunner(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ModelRunner& m = **r;
@@ -369,12 +360,7 @@ void PrintStats(const char* label, const RowStats& st, double threshold) {
 // 40 rows is bounded by 0.75 (run 6: 0.47). The distances are printed as information
 // (docs/design/cuda_backend.md, "Numerics").
 std::vector<float> DummyV3Fp8Logits(int layers, const std::string& fp8_gemm, bool emulate) {
-  CudaRunnerOptions o;
-  o.model_dir = DataDir() + "/deepseek-v3";
-  o.load_format = "dummy";
-  o.num_layers = layers;
-  o.num_kv_blocks = 8;
-  o.seed = 11;
+  CudaRunnerOptions o = DummyV3Options(layers, 8, 11);
   o.fp8_gemm = fp8_gemm;
   o.fp8_emulate_act_quant = emulate;
   auto r = CreateCudaModelRunner(o);
@@ -456,12 +442,7 @@ TEST(CudaRunner, DummyV3CublasFp8CloserToActQuantEmulation) {
 // single-rounding emulations are printed as information (docs/design/cuda_backend.md,
 // "Numerics").
 std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm90 = false) {
-  CudaRunnerOptions o;
-  o.model_dir = DataDir() + "/deepseek-v3";
-  o.load_format = "dummy";
-  o.num_layers = layers;
-  o.num_kv_blocks = 16;
-  o.seed = 5;
+  CudaRunnerOptions o = DummyV3Options(layers, 16, 5);
   o.mla_mode = MlaMode::kAbsorbed;
   o.mla_decode_tensor_cores = tc;
   o.mla_decode_emulate_tc = emulate;
@@ -880,11 +861,7 @@ TEST(CudaRunner, GraphDecodeMatchesEagerFixture) {
 TEST(CudaRunner, GraphDecodeMatchesEagerDummyV3) {
   const std::string dir = DataDir() + "/deepseek-v3";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
-  CudaRunnerOptions o;
-  o.model_dir = dir;
-  o.load_format = "dummy";
-  o.num_layers = 4;
-  o.seed = 21;
+  CudaRunnerOptions o = DummyV3Options(4, /*kv_blocks=*/0, 21);
   o.mla_decode_tensor_cores = false;
   CheckGraphsMatchEager("dummy_v3_4layers cuda-core-decode", o);
 }
@@ -892,11 +869,7 @@ TEST(CudaRunner, GraphDecodeMatchesEagerDummyV3) {
 TEST(CudaRunner, GraphDecodeMatchesEagerDummyV3TensorCoreDecode) {
   const std::string dir = DataDir() + "/deepseek-v3";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
-  CudaRunnerOptions o;
-  o.model_dir = dir;
-  o.load_format = "dummy";
-  o.num_layers = 4;
-  o.seed = 21;
+  CudaRunnerOptions o = DummyV3Options(4, /*kv_blocks=*/0, 21);
   o.mla_decode_tensor_cores = true;
   CheckGraphsMatchEager("dummy_v3_4layers tensor-core-decode", o, /*bitwise=*/false);
 }

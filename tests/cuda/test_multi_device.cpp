@@ -17,15 +17,11 @@
 #include <vector>
 
 #include "backend/cuda/cuda_runner.h"
+#include "runner_test_util.h"
 #include "test_util.h"
 
 namespace ds::cuda::test {
 namespace {
-
-std::string DataDir() {
-  const char* e = std::getenv("DS_TEST_DATA_DIR");
-  return e ? e : DS_TEST_DATA_DIR;
-}
 
 // A 300-token and a 70-token prompt, then two decode steps of both (the first captures the
 // decode graph, the second replays it): the last-position logits of every pass, in order.
@@ -69,12 +65,7 @@ TEST(CudaMultiDevice, RunnerOnDevice1FromAnotherThreadMatchesDevice0) {
   }
   const std::string dir = DataDir() + "/deepseek-v3";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
-  CudaRunnerOptions o;
-  o.model_dir = dir;
-  o.load_format = "dummy";
-  o.num_layers = 4;  // 3 dense + 1 MoE layer
-  o.num_kv_blocks = 64;
-  o.seed = 7;
+  CudaRunnerOptions o = DummyV3Options(4, 64, 7);  // 3 dense + 1 MoE layer
   std::vector<float> ref, got;
   {
     o.device = 0;
