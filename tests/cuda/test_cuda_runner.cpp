@@ -874,6 +874,25 @@ TEST(CudaRunner, GraphDecodeMatchesEagerDummyV3TensorCoreDecode) {
   CheckGraphsMatchEager("dummy_v3_4layers tensor-core-decode", o, /*bitwise=*/false);
 }
 
+// The sm_90a decode kernel (opt-in) under CUDA graphs: eager passes plan their splits from the
+// same graph-stable hints as a captured pass (bucketed batch, block-table width), so bucket-size
+// steps are bitwise equal to eager and padded steps agree to cosine 0.999.
+TEST(CudaRunner, GraphDecodeMatchesEagerDummyV3Sm90Decode) {
+  const std::string dir = DataDir() + "/deepseek-v3";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
+  {
+    int n = 0;
+    MlaDecodeParams p{};
+    p.kv_lora = 512; p.rope_dim = 64; p.block_size = 64;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || !MlaDecodeSm90Supported(p))
+      GTEST_SKIP() << "the sm_90a MLA decode kernel needs an sm_90 (Hopper) device";
+  }
+  CudaRunnerOptions o = DummyV3Options(4, /*kv_blocks=*/0, 21);
+  o.mla_decode_tensor_cores = true;
+  o.mla_decode_sm90 = true;
+  CheckGraphsMatchEager("dummy_v3_4layers sm90-decode", o);
+}
+
 // Runner-side sampling (ForwardBatch::sampling): the ids the runner samples on the device equal
 // cpu::Sample on the logits the same step returns without sampling (same settings, same
 // (seed, step) RNG), for greedy, temperature, top-k and top-p rows, through a CUDA graph
