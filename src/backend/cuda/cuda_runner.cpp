@@ -19,7 +19,9 @@
 #include "backend/cuda/grouped_gemm_sm90.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_prefill.h"
+#include "backend/cuda/moe_combine_norm.h"
 #include "backend/cuda/moe_permute.h"
+#include "backend/cuda/moe_route_permute.h"
 #include "backend/cuda/moe_routing.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
@@ -85,7 +87,11 @@ struct LayerW {
   DeviceBuffer router;              // fp32 [E, hidden]
   DeviceBuffer bias;                // fp32 [E] (empty: none)
   bool experts_fp8 = false;
-  DeviceBuffer w13, w13_s, w2, w2_s;  // [E, 2I, H], [E, H, I] (+ block scales [E, nb, kb])
+  DeviceBuffer w13, w13_s, w2, w2_s;  // [E (+S), 2I, H], [E (+S), H, I] (+ block scales [E (+S), nb, kb])
+  // fused_moe_shared: the S = n_shared_experts shared experts stacked as groups E .. E + S - 1
+  // of w13 / w2 (shared expert s = its gate/up rows [s I, (s + 1) I) and down columns likewise);
+  // 0 = not stacked.
+  int shared_groups = 0;
 };
 
 class CudaModelRunner : public ModelRunner {
@@ -197,7 +203,15 @@ class CudaModelRunner : public ModelRunner {
   const int32_t* d_pos_ = nullptr;    // this pass's positions [T] and cache slots [T] (device)
   const int64_t* d_slots_ = nullptr;
   void Mla(int l, const ForwardBatch& b, int64_t T);
-  void Mlp(int l, int64_t T);
+  // Returns true when it also applied the residual add and the next RMSNorm (fused_norm): h32
+  // then holds the next layer's normalised input (or the final norm's output).
+  bool Mlp(int l, int64_t T);
+  // fused_moe_shared: copies the shared experts (L->gate_up, L->down) into groups E .. E + S - 1
+  // of L->w13 / L->w2 (allocated with room for them) when their dtypes match.
+  void StackSharedExperts(LayerW* L);
+  bool FusedDecode(int64_t T) const {
+    return T <= std::min<int64_t>(opts_.fused_decode_max_tokens, kMoeRoutePermuteMaxTokens);
+  }
   // Profiling (opts_.profile): events between phases; Mark(name) ends phase `name`.
   void Mark(const char* name) {
     if (!prof_on_) return;
@@ -268,6 +282,7 @@ class CudaModelRunner : public ModelRunner {
   // [cap, max(H, I)] and their token-major 1x128 scales.
   DeviceBuffer moe_gg_ws_, eq8_, es_;
   DeviceBuffer skinny_ws_, skinny_cnt_;  // split-K partials (fp32) and per-tile counters (u32)
+  DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -411,11 +426,12 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
   L->experts_fp8 = fp8;
   const int64_t nb13 = (2 * I + 127) / 128, kb13 = (Hd + 127) / 128, nb2 = (Hd + 127) / 128, kb2 = (I + 127) / 128;
   const size_t el = fp8 ? 1 : 2;
-  L->w13.Reset(E * 2 * I * Hd * el);
-  L->w2.Reset(E * Hd * I * el);
+  const int64_t Es = E + (opts_.fused_moe_shared ? cfg_.n_shared_experts : 0);  // room for stacked shared experts
+  L->w13.Reset(Es * 2 * I * Hd * el);
+  L->w2.Reset(Es * Hd * I * el);
   if (fp8) {
-    L->w13_s.Reset(E * nb13 * kb13 * sizeof(float));
-    L->w2_s.Reset(E * nb2 * kb2 * sizeof(float));
+    L->w13_s.Reset(Es * nb13 * kb13 * sizeof(float));
+    L->w2_s.Reset(Es * nb2 * kb2 * sizeof(float));
   }
   if (dummy_) {
     if (fp8) {
@@ -469,8 +485,43 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
     DS_RETURN_IF_ERROR(LoadGateUp(sp, Is, &L->gate_up));
     DS_RETURN_IF_ERROR(LoadLinear(sp + ".down_proj.weight", Hd, Is, &L->down));
     L->has_mlp = true;
+    if (opts_.fused_moe_shared) StackSharedExperts(L);
   }
   return Status::Ok();
+}
+
+void CudaModelRunner::StackSharedExperts(LayerW* L) {
+  const int64_t E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size, Hd = cfg_.hidden_size;
+  const int64_t S = cfg_.n_shared_experts, Is = S * I;
+  const bool fp8 = L->experts_fp8;
+  if (L->gate_up.fp8 != fp8 || L->down.fp8 != fp8 || L->gate_up.N != 2 * Is || L->down.K != Is) {
+    DS_LOG(WARNING) << "cuda runner: shared experts not stacked with the routed ones (dtype or shape differs); "
+                    << "fused_moe_shared is off for this layer";
+    return;
+  }
+  const size_t el = fp8 ? 1 : 2;
+  const char* gu = static_cast<const char*>(fp8 ? L->gate_up.wq.get() : L->gate_up.w.get());
+  const char* dn = static_cast<const char*>(fp8 ? L->down.wq.get() : L->down.w.get());
+  const int64_t nb13 = (2 * I + 127) / 128, kb13 = (Hd + 127) / 128, nb2 = (Hd + 127) / 128, kb2 = (I + 127) / 128;
+  for (int64_t s = 0; s < S; ++s) {
+    // gate_up of shared expert s: gate rows [s I, (s + 1) I), then up rows [Is + s I, Is + (s + 1) I).
+    char* w13 = static_cast<char*>(L->w13.get()) + (E + s) * 2 * I * Hd * el;
+    DS_CUDA_CHECK(cudaMemcpyAsync(w13, gu + s * I * Hd * el, I * Hd * el, cudaMemcpyDeviceToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(w13 + I * Hd * el, gu + (Is + s * I) * Hd * el, I * Hd * el, cudaMemcpyDeviceToDevice, s_));
+    // down of shared expert s: columns [s I, (s + 1) I) of [Hd, Is].
+    char* w2 = static_cast<char*>(L->w2.get()) + (E + s) * Hd * I * el;
+    DS_CUDA_CHECK(cudaMemcpy2DAsync(w2, I * el, dn + s * I * el, Is * el, I * el, Hd, cudaMemcpyDeviceToDevice, s_));
+    if (fp8) {  // block scales (I % 128 == 0 for FP8 experts): the same row / column slices in blocks
+      const int64_t ib = I / 128, isb = Is / 128;
+      float* s13 = L->w13_s.as<float>() + (E + s) * nb13 * kb13;
+      const float* gs = L->gate_up.s_raw.as<float>();
+      DS_CUDA_CHECK(cudaMemcpyAsync(s13, gs + s * ib * kb13, ib * kb13 * 4, cudaMemcpyDeviceToDevice, s_));
+      DS_CUDA_CHECK(cudaMemcpyAsync(s13 + ib * kb13, gs + (isb + s * ib) * kb13, ib * kb13 * 4, cudaMemcpyDeviceToDevice, s_));
+      DS_CUDA_CHECK(cudaMemcpy2DAsync(L->w2_s.as<float>() + (E + s) * nb2 * kb2, kb2 * 4, L->down.s_raw.as<float>() + s * ib,
+                                      isb * 4, kb2 * 4, nb2, cudaMemcpyDeviceToDevice, s_));
+    }
+  }
+  L->shared_groups = static_cast<int>(S);
 }
 
 Status CudaModelRunner::LoadGateUp(const std::string& prefix, int64_t I, Linear* gu) {
@@ -550,6 +601,10 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   for (auto& c : cache_) {
     c.Reset(static_cast<size_t>(num_blocks_ + 1) * kBlockSize * L * 2);
     DS_CUDA_CHECK(cudaMemsetAsync(c.get(), 0, c.size(), s_));
+  }
+  if (opts_.fused_moe_route || opts_.fused_moe_shared) {
+    route_sync_.Reset(sizeof(uint32_t));
+    DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
   }
   rope_ = BuildRopeTables(cfg_, static_cast<int64_t>(num_blocks_) * kBlockSize);
   Upload(&d_cos_, rope_.cos);
@@ -904,7 +959,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   Mark("attn_o_proj");
 }
 
-void CudaModelRunner::Mlp(int l, int64_t T) {
+bool CudaModelRunner::Mlp(int l, int64_t T) {
   const LayerW& LW = layers_[l];
   const int64_t Hd = cfg_.hidden_size, Tr = RoundUp(T, 64) + 64;
   float* out = mlp32_.as<float>();
@@ -922,7 +977,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   if (!LW.moe) {
     dense(LW.gate_up, LW.down);
     Mark("dense_mlp");
-    return;
+    return false;
   }
   const int64_t E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok, I = cfg_.moe_intermediate_size;
   // Router (fp32, as the CPU and transformers), routing.
@@ -937,32 +992,42 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   rp.topk_method = cfg_.topk_method == TopkMethod::kGreedy ? 0 : cfg_.topk_method == TopkMethod::kGroupLimitedGreedy ? 1 : 2;
   rp.norm_topk_prob = cfg_.norm_topk_prob; rp.routed_scaling_factor = static_cast<float>(cfg_.routed_scaling_factor);
   rp.topk_ids = topk_ids_.as<int32_t>(); rp.topk_weights = topk_w_.as<float>(); rp.stream = s_;
-  MoeRouting(rp);
   // Permute, expert GEMMs, activation. Decode sizes use the skinny kernel, which needs no
   // padded segments (row_align 1: the permute, SiLU and GEMMs touch only the T * K rows).
   const bool skinny = skinny_on_ && T * K <= kSkinnyMoeMaxAvgRows * E;
+  // Small-batch fusions (CudaRunnerOptions::fused_*): routing + permute in one kernel; the S
+  // stacked shared experts as groups E .. E + S - 1 (T rows each, after the T * K routed rows)
+  // of the same GEMM / SiLU launches, whose down-proj output is then fp32.
+  const bool fuse_route = (opts_.fused_moe_route || opts_.fused_moe_shared) && skinny && FusedDecode(T);
+  const int64_t S = fuse_route && opts_.fused_moe_shared ? LW.shared_groups : 0;
   const int64_t align = skinny ? 1 : kGroupedGemmRowAlign;
-  const int64_t cap = PermuteCapacity(T, K, E, align);
-  moe_offs_.Reserve((E + 1) * 4);
+  const int64_t cap = PermuteCapacity(T, K, E, align) + S * T;
+  moe_offs_.Reserve((E + S + 1) * 4);
   moe_pos_.Reserve(Tr * K * 4);
   moe_src_.Reserve(cap * 4);
   moe_ws_.Reserve(2 * E * 4);
   xp16_.Reserve(cap * Hd * sizeof(bf16));
   egu32_.Reserve(cap * 2 * I * sizeof(float));
   eact16_.Reserve(cap * I * sizeof(bf16));
-  ey16_.Reserve(cap * Hd * sizeof(bf16));
-  MoePermute({topk_ids_.as<int32_t>(), T, K, E, align, h16, Hd, Hd, moe_offs_.as<int32_t>(),
-              moe_pos_.as<int32_t>(), moe_src_.as<int32_t>(), xp16_.as<bf16>(), moe_ws_.as<int32_t>(), s_});
+  ey16_.Reserve(cap * Hd * (S > 0 ? sizeof(float) : sizeof(bf16)));  // bf16, or fp32 with stacked shared experts
+  if (fuse_route) {
+    MoeRoutePermute({rp, h16, Hd, Hd, static_cast<int>(S), moe_offs_.as<int32_t>(), moe_pos_.as<int32_t>(),
+                     moe_src_.as<int32_t>(), xp16_.as<bf16>(), route_sync_.as<uint32_t>(), s_});
+  } else {
+    MoeRouting(rp);
+    MoePermute({topk_ids_.as<int32_t>(), T, K, E, align, h16, Hd, Hd, moe_offs_.as<int32_t>(),
+                moe_pos_.as<int32_t>(), moe_src_.as<int32_t>(), xp16_.as<bf16>(), moe_ws_.as<int32_t>(), s_});
+  }
   GroupedGemmParams g{};
   g.a = xp16_.as<bf16>(); g.lda = Hd; g.offsets = moe_offs_.as<int32_t>(); g.max_rows = cap;
   g.w = LW.w13.get(); g.w_fp8 = LW.experts_fp8; g.w_scales = LW.experts_fp8 ? LW.w13_s.as<float>() : nullptr;
-  g.num_experts = E; g.N = 2 * I; g.K = Hd; g.out = egu32_.get(); g.out_type = DTypeOut::kF32; g.ldo = 2 * I;
+  g.num_experts = E + S; g.N = 2 * I; g.K = Hd; g.out = egu32_.get(); g.out_type = DTypeOut::kF32; g.ldo = 2 * I;
   g.stream = s_;
   Mark("moe_route_permute");
   // A token picks an expert at most once: at most T rows per group, min(E, T * K) groups used.
   GroupedGemmParams g2 = g;
   g2.a = eact16_.as<bf16>(); g2.lda = I; g2.w = LW.w2.get(); g2.w_scales = LW.experts_fp8 ? LW.w2_s.as<float>() : nullptr;
-  g2.N = Hd; g2.K = I; g2.out = ey16_.get(); g2.out_type = DTypeOut::kBF16; g2.ldo = Hd;
+  g2.N = Hd; g2.K = I; g2.out = ey16_.get(); g2.out_type = S > 0 ? DTypeOut::kF32 : DTypeOut::kBF16; g2.ldo = Hd;
   // FP8 experts with DeepSeek's FP8-activation numerics (fp8_gemm "cublas" / "cublas-all"):
   // e4m3 x e4m3 block-scaled grouped GEMMs on the sm_90a kernel, the activations quantised per
   // 1x128 group (w13 input from the permuted bf16 rows, w2 input by SiLU-and-mul straight
@@ -995,7 +1060,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   for (GroupedGemmParams* gp : {&g, &g2}) { gp->workspace = moe_gg_ws_.get(); gp->workspace_bytes = moe_gg_ws_.size(); }
   for (GroupedGemmSm90Params* fp : {&f1, &f2}) { fp->workspace = moe_gg_ws_.get(); fp->workspace_bytes = moe_gg_ws_.size(); }
   const auto expert_gemm = [&](const GroupedGemmParams& gp) {
-    if (skinny) SkinnyGemm({gp, T, std::min(E, T * K)});
+    if (skinny) SkinnyGemm({gp, T, std::min(E, T * K) + S});
     else GroupedGemm(gp);
   };
   if (fp8x8) {
@@ -1011,11 +1076,34 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
                 ScaleLayout::kGroupMajor, cap, I, s_});
     expert_gemm(g2);
   }
-  // Shared experts write `out`, the routed experts are added with their weights.
+  // Shared experts write `out` (unless stacked), the routed experts are added with their weights.
   Mark("moe_experts");
-  if (LW.has_mlp) dense(LW.gate_up, LW.down);
+  if (LW.has_mlp && S == 0) dense(LW.gate_up, LW.down);
   Mark("moe_shared");
-  MoeCombine({ey16_.get(), true, Hd, moe_pos_.as<int32_t>(), topk_w_.as<float>(), T, K, Hd, out, Hd, LW.has_mlp, s_});
+  const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
+  if (!fuse_norm && S == 0) {
+    MoeCombine({ey16_.get(), true, Hd, moe_pos_.as<int32_t>(), topk_w_.as<float>(), T, K, Hd, out, Hd, LW.has_mlp, s_});
+    return false;
+  }
+  // out (+)= shared + sum_j w_j y_j, and with fuse_norm: residual += that, h32 = the next norm.
+  MoeCombineNormParams cp{};
+  cp.y = ey16_.get(); cp.y_bf16 = S == 0; cp.ldy = Hd; cp.round_y_bf16 = S > 0;
+  cp.pos = moe_pos_.as<int32_t>(); cp.weights = topk_w_.as<float>(); cp.n = T; cp.top_k = K; cp.d = Hd;
+  if (LW.has_mlp && S == 0) { cp.base = out; cp.ld_base = Hd; }
+  cp.num_shared = static_cast<int>(S); cp.shared_row0 = T * K;
+  cp.stream = s_;
+  if (!fuse_norm) {
+    cp.moe_out = out; cp.ld_moe_out = Hd;
+    MoeCombineNorm(cp);
+    return false;
+  }
+  const bool last = l + 1 == cfg_.num_hidden_layers;
+  cp.residual = residual_.as<float>(); cp.ldres = Hd;
+  cp.norm_weight = last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
+  cp.eps = static_cast<float>(cfg_.rms_norm_eps);
+  cp.out = h32_.as<float>(); cp.ldout = Hd;
+  MoeCombineNorm(cp);
+  return true;
 }
 
 void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
@@ -1075,26 +1163,30 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   prof_prefix_ = T > b.num_seqs() ? "prefill/" : "decode/";
   Mark("start");
   Embedding({d_ids, T, embed_.get(), true, V, Hd, residual, s_});
+  const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
+  bool normed = false;  // h32 already holds this layer's input norm (fused into the previous MoE combine)
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerW& LW = layers_[l];
     // h = input_layernorm(residual (+= previous MLP output))
     if (l == 0)
       RmsNorm({residual, Hd, nullptr, 0, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
-    else
+    else if (!normed)
       RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
     Mark("norms_embed_combine");
     Mla(l, b, T);
-    // residual += attn; h = post_attention_layernorm(residual)
-    RmsNorm({o32_.as<float>(), Hd, residual, Hd, LW.post_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
-    F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_);
+    // residual += attn; h = post_attention_layernorm(residual) (fp32 h32 and its bf16 copy h16)
+    RmsNormParams pn{o32_.as<float>(), Hd, residual, Hd, LW.post_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_};
+    if (fuse_norm) { pn.out_bf16 = h16_.get(); pn.ld_out_bf16 = Hd; }
+    RmsNorm(pn);
+    if (!fuse_norm) F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_);
     Mark("norms_embed_combine");
-    Mlp(l, T);
+    normed = Mlp(l, T);
   }
   // Final norm (with the last residual add) and the LM head on the requested rows.
   const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
-  if (cfg_.num_hidden_layers > 0)
+  if (cfg_.num_hidden_layers > 0 && !normed)  // (normed: done by the last MoE layer's fused combine)
     RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
-  else
+  else if (cfg_.num_hidden_layers == 0)
     RmsNorm({residual, Hd, nullptr, 0, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
   if (R == 0) {
     DS_CUDA_CHECK(cudaStreamSynchronize(s_));

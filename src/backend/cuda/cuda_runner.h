@@ -120,6 +120,25 @@ struct CudaRunnerOptions {
   // applies (built with CUTLASS, sm_90, aligned dims); off keeps them on the mma.sync kernel
   // (A/B benchmarks: the CLI reads DS_SM90_GROUPED_GEMM=0).
   bool sm90_grouped_gemm = true;
+  // Small-batch decode fusions (docs/design/decode_small_batch.md, "Launch fusions"): fewer
+  // launches per layer for passes of at most fused_decode_max_tokens tokens (and at most
+  // kMoeRoutePermuteMaxTokens = 16) on the skinny MoE path. NOT YET VERIFIED ON THE GPU: off by
+  // default; the CLI reads DS_FUSED_DECODE=1 (all three) or a comma list of route,shared,norm.
+  //  - fused_moe_route: routing + permutation in one kernel (moe_route_permute.h) instead of
+  //    MoeRouting + MoePermute's six launches; bit-identical ids, weights and logits.
+  //  - fused_moe_shared (with fused_moe_route): the shared experts as extra groups of the
+  //    routed experts' skinny GEMMs and SiLU launch (their weights stacked after the routed
+  //    experts': a second copy of the shared-expert weights per layer), the expert down-proj
+  //    output fp32 (routed rows rounded to bf16 in the combine, as stored unfused); equal to
+  //    the unfused path within fp32 rounding (other GEMM summation order; with several shared
+  //    experts their down-proj halves are summed in the combine).
+  //  - fused_norm: the MoE combine, the residual add and the next RMSNorm (the next layer's
+  //    input_layernorm or the final norm) in one kernel (moe_combine_norm.h), and the
+  //    post-attention RMSNorm writes its bf16 copy itself (no F32ToBf16 launch); bit-identical.
+  bool fused_moe_route = false;
+  bool fused_moe_shared = false;
+  bool fused_norm = false;
+  int fused_decode_max_tokens = 16;
   int device = 0;
 };
 
