@@ -780,8 +780,17 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L);
   RmsNorm({lat, L, nullptr, 0, w.kv_a_norm.as<float>(), lat, L, DTypeOut::kF32, T, kvl, kLatentNormEps, s_});
   float* q = q32_.as<float>();
-  ApplyRope({q, T, H, H * dqk, dqk, nope, rd, d_pos_, d_cos_.as<float>(), d_sin_.as<float>(),
-             rope_.max_pos, interleave, s_});
+  // fused_qpe, decode-only pass (every row absorbed): RoPE writes q_pe into q_lat's tail too.
+  bool qpe_done = opts_.fused_qpe && FusedDecode(T) && opts_.mla_mode != MlaMode::kNaive;
+  for (int64_t s = 0; s < S && qpe_done; ++s)
+    qpe_done = opts_.mla_mode == MlaMode::kAbsorbed || b.query_start[s + 1] - b.query_start[s] <= 1;
+  RopeParams rq{q, T, H, H * dqk, dqk, nope, rd, d_pos_, d_cos_.as<float>(), d_sin_.as<float>(), rope_.max_pos, interleave, s_};
+  if (qpe_done) {
+    qlat32_.Reserve((RoundUp(T, 64) + 64) * H * L * sizeof(float));  // as the absorbed branch reserves it
+    rq.out2 = qlat32_.as<float>() + kvl; rq.out2_token_stride = H * L; rq.out2_head_stride = L;
+    ++graph_stats_.fused_launches;
+  }
+  ApplyRope(rq);
   bf16* cache = cache_[l].as<bf16>();
   RopeAndWriteKvCache({lat, L, lat + kvl, L, d_pos_, d_slots_, d_cos_.as<float>(),
                        d_sin_.as<float>(), rope_.max_pos, T, kvl, rd, interleave, cache, s_});
@@ -893,7 +902,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     qlat32_.Reserve(Tar * H * L * sizeof(float));
     // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads); q_lat[:, h, kv_lora:] = q_pe_h
     HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
-    Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_);
+    if (!qpe_done) Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_);
     const int32_t *d_qs = nullptr, *d_ctx = nullptr, *d_bt = nullptr;
     if (gin_) {
       // Graph mode: inputs staged before the replay; the launch configuration depends only on
@@ -1013,6 +1022,8 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   if (fuse_route) {
     MoeRoutePermute({rp, h16, Hd, Hd, static_cast<int>(S), moe_offs_.as<int32_t>(), moe_pos_.as<int32_t>(),
                      moe_src_.as<int32_t>(), xp16_.as<bf16>(), route_sync_.as<uint32_t>(), s_});
+    ++graph_stats_.fused_launches;
+    graph_stats_.fused_shared_layers += S > 0;
   } else {
     MoeRouting(rp);
     MoePermute({topk_ids_.as<int32_t>(), T, K, E, align, h16, Hd, Hd, moe_offs_.as<int32_t>(),
@@ -1103,6 +1114,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   cp.eps = static_cast<float>(cfg_.rms_norm_eps);
   cp.out = h32_.as<float>(); cp.ldout = Hd;
   MoeCombineNorm(cp);
+  ++graph_stats_.fused_launches;
   return true;
 }
 
@@ -1176,7 +1188,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     Mla(l, b, T);
     // residual += attn; h = post_attention_layernorm(residual) (fp32 h32 and its bf16 copy h16)
     RmsNormParams pn{o32_.as<float>(), Hd, residual, Hd, LW.post_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_};
-    if (fuse_norm) { pn.out_bf16 = h16_.get(); pn.ld_out_bf16 = Hd; }
+    if (fuse_norm) { pn.out_bf16 = h16_.get(); pn.ld_out_bf16 = Hd; ++graph_stats_.fused_launches; }
     RmsNorm(pn);
     if (!fuse_norm) F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_);
     Mark("norms_embed_combine");

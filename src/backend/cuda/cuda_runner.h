@@ -123,7 +123,7 @@ struct CudaRunnerOptions {
   // Small-batch decode fusions (docs/design/decode_small_batch.md, "Launch fusions"): fewer
   // launches per layer for passes of at most fused_decode_max_tokens tokens (and at most
   // kMoeRoutePermuteMaxTokens = 16) on the skinny MoE path. NOT YET VERIFIED ON THE GPU: off by
-  // default; the CLI reads DS_FUSED_DECODE=1 (all three) or a comma list of route,shared,norm.
+  // default; the CLI reads DS_FUSED_DECODE=1 (all four) or a comma list of route,shared,norm,qpe.
   //  - fused_moe_route: routing + permutation in one kernel (moe_route_permute.h) instead of
   //    MoeRouting + MoePermute's six launches; bit-identical ids, weights and logits.
   //  - fused_moe_shared (with fused_moe_route): the shared experts as extra groups of the
@@ -135,9 +135,12 @@ struct CudaRunnerOptions {
   //  - fused_norm: the MoE combine, the residual add and the next RMSNorm (the next layer's
   //    input_layernorm or the final norm) in one kernel (moe_combine_norm.h), and the
   //    post-attention RMSNorm writes its bf16 copy itself (no F32ToBf16 launch); bit-identical.
+  //  - fused_qpe: in decode-only passes the q RoPE also writes the rotated q_pe into absorbed
+  //    MLA's q_lat (RopeParams::out2), no Copy2D launch; bit-identical.
   bool fused_moe_route = false;
   bool fused_moe_shared = false;
   bool fused_norm = false;
+  bool fused_qpe = false;
   int fused_decode_max_tokens = 16;
   int device = 0;
 };
@@ -147,8 +150,12 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
 // Decode-graph counters of a runner made by CreateCudaModelRunner (all zero for another runner):
 // graphs captured, decode steps replayed from a graph, and padded decode steps run eagerly
 // (the first step of each shape, or a shape whose capture failed).
+// fused_launches: host-side launches of the small-batch decode fusions (fused_* options; one
+// per fused kernel or fused copy issued in an eager pass or a capture, not per replay);
+// fused_shared_layers: of those, MoE layers run with the shared experts as extra groups.
 struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
+  int64_t fused_launches = 0, fused_shared_layers = 0;
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 
