@@ -5,7 +5,8 @@
 // MoePermute, skinny routed GEMMs with bf16 down output, the shared MLP as its own skinny GEMMs,
 // MoeCombine accumulating onto it) and vs a CPU reference. V2-Lite dims (hidden 2048,
 // moe_intermediate 1408, 2 shared experts, bf16, top-6) and V3 dims (7168, 2048, 1 shared expert,
-// FP8 with 128x128 scales, top-8), fewer routed experts than the models (host memory), T = 1..16.
+// FP8 with 128x128 scales, top-8), fewer routed experts than the models (host memory), T = 1..16;
+// the stacked layout is made by StackSharedExperts from the shared MLP's own weights (as at load).
 // The two GPU paths differ by the GEMMs' fp32 summation order (other grid / variant) and, with
 // two shared experts, by their down halves summed in the combine: bound 2e-3 relative L2 (a
 // bf16 rounding of an intermediate flipped by an fp32 ulp moves single values by ~2^-8).
@@ -14,6 +15,7 @@
 #include "backend/cuda/moe_combine_norm.h"
 #include "backend/cuda/moe_permute.h"
 #include "backend/cuda/moe_route_permute.h"
+#include "backend/cuda/moe_shared_stack.h"
 #include "backend/cuda/moe_routing.h"
 #include "backend/cuda/silu_and_mul.h"
 #include "backend/cuda/skinny_gemm.h"
@@ -31,48 +33,46 @@ void RunCase(const Dims& c, int64_t T) {
   const int64_t Hd = c.Hd, I = c.I, E = c.E, K = c.K, S = c.S, Is = S * I, m = T * K, cap = m + S * T;
   const int64_t nb13 = (2 * I + 127) / 128, kb13 = (Hd + 127) / 128, nb2 = (Hd + 127) / 128, kb2 = (I + 127) / 128;
   const size_t el = c.fp8 ? 1 : 2;
-  // Stacked weights [E + S, 2I, Hd] / [E + S, Hd, I]; the unfused shared MLP's [2 Is, Hd] /
-  // [Hd, Is] hold the same values (gate rows of all shared experts, then up rows; down columns).
-  DeviceBuffer w13((E + S) * 2 * I * Hd * el), w2((E + S) * Hd * I * el), w13_s, w2_s, sh_gu, sh_dn;
-  std::vector<float> w13f, w2f;  // host copies (bf16 case, CPU reference)
-  const void* sgu = nullptr;
-  const void* sdn = nullptr;
-  const float *sgu_s = nullptr, *sdn_s = nullptr;
+  // The routed experts [E, 2I, Hd] / [E, Hd, I] and the shared MLP [2 Is, Hd] / [Hd, Is] (gate
+  // rows of all shared experts, then up rows; down columns), stacked into groups E .. E + S - 1
+  // of w13 / w2 by StackSharedExperts (the runner's load-time step).
+  DeviceBuffer w13((E + S) * 2 * I * Hd * el), w2((E + S) * Hd * I * el), w13_s, w2_s, sh_gu(2 * Is * Hd * el),
+      sh_dn(Hd * Is * el), sh_gu_s, sh_dn_s;
+  std::vector<float> w13f, w2f, guf, dnf;  // host copies (bf16 case, CPU reference)
   if (c.fp8) {
-    DS_CHECK(S == 1) << "the FP8 case stacks one shared expert (its layout is the routed one)";
-    RandomFp8(w13.as<uint8_t>(), (E + S) * 2 * I * Hd, NextSeed(), nullptr);
-    RandomFp8(w2.as<uint8_t>(), (E + S) * Hd * I, NextSeed(), nullptr);
+    RandomFp8(w13.as<uint8_t>(), E * 2 * I * Hd, NextSeed(), nullptr);
+    RandomFp8(w2.as<uint8_t>(), E * Hd * I, NextSeed(), nullptr);
+    RandomFp8(sh_gu.as<uint8_t>(), 2 * Is * Hd, NextSeed(), nullptr);
+    RandomFp8(sh_dn.as<uint8_t>(), Hd * Is, NextSeed(), nullptr);
     w13_s.Reset((E + S) * nb13 * kb13 * 4);
     w2_s.Reset((E + S) * nb2 * kb2 * 4);
-    RandomUniformF32(w13_s.as<float>(), (E + S) * nb13 * kb13, 1e-4f, NextSeed(), nullptr);
-    RandomUniformF32(w2_s.as<float>(), (E + S) * nb2 * kb2, 1e-4f, NextSeed(), nullptr);
-    sgu = w13.as<uint8_t>() + E * 2 * I * Hd;
-    sdn = w2.as<uint8_t>() + E * Hd * I;
-    sgu_s = w13_s.as<float>() + E * nb13 * kb13;
-    sdn_s = w2_s.as<float>() + E * nb2 * kb2;
+    sh_gu_s.Reset(2 * Is / 128 * kb13 * 4);
+    sh_dn_s.Reset(nb2 * (Is / 128) * 4);
+    RandomUniformF32(w13_s.as<float>(), E * nb13 * kb13, 1e-4f, NextSeed(), nullptr);
+    RandomUniformF32(w2_s.as<float>(), E * nb2 * kb2, 1e-4f, NextSeed(), nullptr);
+    RandomUniformF32(sh_gu_s.as<float>(), 2 * Is / 128 * kb13, 1e-4f, NextSeed(), nullptr);
+    RandomUniformF32(sh_dn_s.as<float>(), nb2 * (Is / 128), 1e-4f, NextSeed(), nullptr);
   } else {
-    w13f = RoundBf16Vec(RandomNormal((E + S) * 2 * I * Hd, 0.03f));
-    w2f = RoundBf16Vec(RandomNormal((E + S) * Hd * I, 0.03f));
-    std::vector<float> gu(2 * Is * Hd), dn(Hd * Is);
-    for (int64_t s = 0; s < S; ++s) {
-      const float* st = w13f.data() + (E + s) * 2 * I * Hd;
-      std::copy_n(st, I * Hd, gu.data() + s * I * Hd);
-      std::copy_n(st + I * Hd, I * Hd, gu.data() + (Is + s * I) * Hd);
-      const float* sd = w2f.data() + (E + s) * Hd * I;
-      for (int64_t o = 0; o < Hd; ++o) std::copy_n(sd + o * I, I, dn.data() + o * Is + s * I);
-    }
+    w13f = RoundBf16Vec(RandomNormal(E * 2 * I * Hd, 0.03f));
+    w2f = RoundBf16Vec(RandomNormal(E * Hd * I, 0.03f));
+    guf = RoundBf16Vec(RandomNormal(2 * Is * Hd, 0.03f));
+    dnf = RoundBf16Vec(RandomNormal(Hd * Is, 0.03f));
     auto up = [](DeviceBuffer* b, const std::vector<float>& v) {
       const auto h = ToBf16(v);
-      b->Reset(h.size() * 2);
       DS_CUDA_CHECK(cudaMemcpy(b->get(), h.data(), h.size() * 2, cudaMemcpyHostToDevice));
     };
     up(&w13, w13f);
     up(&w2, w2f);
-    up(&sh_gu, gu);
-    up(&sh_dn, dn);
-    sgu = sh_gu.get();
-    sdn = sh_dn.get();
+    up(&sh_gu, guf);
+    up(&sh_dn, dnf);
   }
+  StackSharedExperts({E, S, I, Hd, c.fp8, sh_gu.get(), c.fp8 ? sh_gu_s.as<float>() : nullptr, sh_dn.get(),
+                      c.fp8 ? sh_dn_s.as<float>() : nullptr, w13.get(), c.fp8 ? w13_s.as<float>() : nullptr, w2.get(),
+                      c.fp8 ? w2_s.as<float>() : nullptr, nullptr});
+  const void* sgu = sh_gu.get();
+  const void* sdn = sh_dn.get();
+  const float* sgu_s = c.fp8 ? sh_gu_s.as<float>() : nullptr;
+  const float* sdn_s = c.fp8 ? sh_dn_s.as<float>() : nullptr;
   auto x = RoundBf16Vec(RandomNormal(T * Hd));
   auto logits = RandomNormal(T * E, 2.f);
   Dev<__nv_bfloat16> dx(ToBf16(x));
@@ -140,10 +140,8 @@ void RunCase(const Dims& c, int64_t T) {
   std::vector<float> ref(T * Hd, 0.f);
   ParallelFor(T, [&](int64_t t) {
     std::vector<float> yy(Hd);
-    for (int64_t s = 0; s < S; ++s) {
-      mlp(w13f.data() + (E + s) * 2 * I * Hd, w2f.data() + (E + s) * Hd * I, I, I, x.data() + t * Hd, yy.data());
-      for (int64_t o = 0; o < Hd; ++o) ref[t * Hd + o] += yy[o];
-    }
+    mlp(guf.data(), dnf.data(), Is, Is, x.data() + t * Hd, yy.data());  // the shared experts as one MLP
+    for (int64_t o = 0; o < Hd; ++o) ref[t * Hd + o] += yy[o];
     for (int64_t j = 0; j < K; ++j) {
       const int64_t e = ids[t * K + j];
       mlp(w13f.data() + e * 2 * I * Hd, w2f.data() + e * Hd * I, I, I, x.data() + t * Hd, yy.data());

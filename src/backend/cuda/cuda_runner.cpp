@@ -22,6 +22,7 @@
 #include "backend/cuda/moe_combine_norm.h"
 #include "backend/cuda/moe_permute.h"
 #include "backend/cuda/moe_route_permute.h"
+#include "backend/cuda/moe_shared_stack.h"
 #include "backend/cuda/moe_routing.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
@@ -141,7 +142,10 @@ class CudaModelRunner : public ModelRunner {
   void FinishLinear(Linear* L, const std::vector<float>* raw_scales);
 
   // ---- compute ----
-  void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
+  // x16 (optional, ld = L.K): bf16(x) already made by the producer (fused_norm: the norms'
+  // bf16 copies); used instead of this call's SplitBf16 where the GEMM takes bf16 activations.
+  void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
+                 const bf16* x16 = nullptr);
   // Debug (fp8_emulate_act_quant): y = dequant(quant(x)) @ dequant(W)^T, x quantised to e4m3
   // per 1x128 group exactly as the cuBLASLt path does (Fp8QuantizePerTokenGroup), both
   // dequantised operands carried as bf16 hi + lo (~16-bit): three bf16 GEMMs, fp32 accumulation.
@@ -491,37 +495,20 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
 }
 
 void CudaModelRunner::StackSharedExperts(LayerW* L) {
-  const int64_t E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size, Hd = cfg_.hidden_size;
-  const int64_t S = cfg_.n_shared_experts, Is = S * I;
+  const int64_t Is = cfg_.n_shared_experts * cfg_.moe_intermediate_size;
   const bool fp8 = L->experts_fp8;
   if (L->gate_up.fp8 != fp8 || L->down.fp8 != fp8 || L->gate_up.N != 2 * Is || L->down.K != Is) {
     DS_LOG(WARNING) << "cuda runner: shared experts not stacked with the routed ones (dtype or shape differs); "
                     << "fused_moe_shared is off for this layer";
     return;
   }
-  const size_t el = fp8 ? 1 : 2;
-  const char* gu = static_cast<const char*>(fp8 ? L->gate_up.wq.get() : L->gate_up.w.get());
-  const char* dn = static_cast<const char*>(fp8 ? L->down.wq.get() : L->down.w.get());
-  const int64_t nb13 = (2 * I + 127) / 128, kb13 = (Hd + 127) / 128, nb2 = (Hd + 127) / 128, kb2 = (I + 127) / 128;
-  for (int64_t s = 0; s < S; ++s) {
-    // gate_up of shared expert s: gate rows [s I, (s + 1) I), then up rows [Is + s I, Is + (s + 1) I).
-    char* w13 = static_cast<char*>(L->w13.get()) + (E + s) * 2 * I * Hd * el;
-    DS_CUDA_CHECK(cudaMemcpyAsync(w13, gu + s * I * Hd * el, I * Hd * el, cudaMemcpyDeviceToDevice, s_));
-    DS_CUDA_CHECK(cudaMemcpyAsync(w13 + I * Hd * el, gu + (Is + s * I) * Hd * el, I * Hd * el, cudaMemcpyDeviceToDevice, s_));
-    // down of shared expert s: columns [s I, (s + 1) I) of [Hd, Is].
-    char* w2 = static_cast<char*>(L->w2.get()) + (E + s) * Hd * I * el;
-    DS_CUDA_CHECK(cudaMemcpy2DAsync(w2, I * el, dn + s * I * el, Is * el, I * el, Hd, cudaMemcpyDeviceToDevice, s_));
-    if (fp8) {  // block scales (I % 128 == 0 for FP8 experts): the same row / column slices in blocks
-      const int64_t ib = I / 128, isb = Is / 128;
-      float* s13 = L->w13_s.as<float>() + (E + s) * nb13 * kb13;
-      const float* gs = L->gate_up.s_raw.as<float>();
-      DS_CUDA_CHECK(cudaMemcpyAsync(s13, gs + s * ib * kb13, ib * kb13 * 4, cudaMemcpyDeviceToDevice, s_));
-      DS_CUDA_CHECK(cudaMemcpyAsync(s13 + ib * kb13, gs + (isb + s * ib) * kb13, ib * kb13 * 4, cudaMemcpyDeviceToDevice, s_));
-      DS_CUDA_CHECK(cudaMemcpy2DAsync(L->w2_s.as<float>() + (E + s) * nb2 * kb2, kb2 * 4, L->down.s_raw.as<float>() + s * ib,
-                                      isb * 4, kb2 * 4, nb2, cudaMemcpyDeviceToDevice, s_));
-    }
-  }
-  L->shared_groups = static_cast<int>(S);
+  ds::cuda::StackSharedExperts({cfg_.n_routed_experts, cfg_.n_shared_experts, cfg_.moe_intermediate_size, cfg_.hidden_size, fp8,
+                                fp8 ? L->gate_up.wq.get() : L->gate_up.w.get(),
+                                fp8 ? L->gate_up.s_raw.as<float>() : nullptr,
+                                fp8 ? L->down.wq.get() : L->down.w.get(), fp8 ? L->down.s_raw.as<float>() : nullptr,
+                                L->w13.get(), fp8 ? L->w13_s.as<float>() : nullptr, L->w2.get(),
+                                fp8 ? L->w2_s.as<float>() : nullptr, s_});
+  L->shared_groups = static_cast<int>(cfg_.n_shared_experts);
 }
 
 Status CudaModelRunner::LoadGateUp(const std::string& prefix, int64_t I, Linear* gu) {
@@ -621,7 +608,8 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
 // ---------------------------------------------------------------------------------------------
 // Compute
 
-void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy) {
+void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
+                                const bf16* x16) {
   if (M == 0) return;
   if (L.fp8 && opts_.fp8_emulate_act_quant && L.K % 128 == 0 &&
       GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32))
@@ -642,14 +630,18 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   }
   const int64_t Mr = RoundUp(M, kGroupedGemmRowAlign);
   const bool split = opts_.precise_activations && !L.fp8;
-  xhi_.Reserve(Mr * L.K * sizeof(bf16));
-  if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
-  SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
+  const bf16* xa = split ? nullptr : x16;  // bf16 activations [M, L.K]
+  if (xa == nullptr) {
+    xhi_.Reserve(Mr * L.K * sizeof(bf16));
+    if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
+    SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
+    xa = xhi_.as<bf16>();
+  }
   // Decode sizes: the weight-streaming skinny kernel (one group of M rows, no padding).
   if (skinny_on_ && (L.fp8 ? SkinnyDenseFp8(M, L.N)
                            : (!split && M <= kSkinnyBf16MaxRows && L.N * L.K <= kSkinnyBf16MaxWeights))) {
     SkinnyGemmParams sp{};
-    sp.g.a = xhi_.as<bf16>(); sp.g.lda = L.K; sp.g.offsets = nullptr; sp.g.max_rows = M;
+    sp.g.a = xa; sp.g.lda = L.K; sp.g.offsets = nullptr; sp.g.max_rows = M;
     sp.g.w = L.fp8 ? L.wq.get() : L.w.get(); sp.g.w_fp8 = L.fp8; sp.g.w_scales = L.fp8 ? L.s_raw.as<float>() : nullptr;
     sp.g.num_experts = 1; sp.g.N = L.N; sp.g.K = L.K; sp.g.out = y; sp.g.out_type = DTypeOut::kF32; sp.g.ldo = ldy;
     sp.g.stream = s_; sp.max_group_rows = M;
@@ -657,13 +649,13 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     return;
   }
   if (!L.fp8) {
-    GemmBf16({xhi_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_});
+    GemmBf16({xa, L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_});
     if (split) GemmBf16({xlo_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, true, s_});
     return;
   }
   // In-kernel dequantisation: the grouped GEMM with one group of Mr rows.
   GroupedGemmParams gp{};
-  gp.a = xhi_.as<bf16>(); gp.lda = L.K; gp.offsets = OneGroupOffsets(Mr); gp.max_rows = Mr;
+  gp.a = xa; gp.lda = L.K; gp.offsets = OneGroupOffsets(Mr); gp.max_rows = Mr;
   gp.w = L.wq.get(); gp.w_fp8 = true; gp.w_scales = L.s_raw.as<float>();
   gp.num_experts = 1; gp.N = L.N; gp.K = L.K; gp.out = y; gp.out_type = DTypeOut::kF32; gp.ldo = ldy; gp.stream = s_;
   GroupedGemm(gp);
@@ -763,21 +755,23 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   const float scale = static_cast<float>(cfg_.softmax_scale());
   const bool interleave = cfg_.model_type == "deepseek_v2" ? true : cfg_.rope_interleave;
   const float* hn = h32_.as<float>();  // input_layernorm output [T, hidden] fp32
+  // fused_norm: its bf16 copy [T, hidden], written by the norm itself
+  const bf16* hn16 = opts_.fused_norm && FusedDecode(T) ? h16_.as<bf16>() : nullptr;
   // q: [T, H, dqk] fp32
   q32_.Reserve(Tr * H * dqk * sizeof(float));
   if (ql > 0) {
     cq32_.Reserve(Tr * ql * sizeof(float));
     float* cq = cq32_.as<float>();  // c_q: [T, q_lora]
-    LinearFwd(w.q_a, hn, cfg_.hidden_size, T, cq, ql);
+    LinearFwd(w.q_a, hn, cfg_.hidden_size, T, cq, ql, hn16);
     RmsNorm({cq, ql, nullptr, 0, w.q_a_norm.as<float>(), cq, ql, DTypeOut::kF32, T, ql, kLatentNormEps, s_});
     LinearFwd(w.q_b, cq, ql, T, q32_.as<float>(), H * dqk);
   } else {
-    LinearFwd(w.q, hn, cfg_.hidden_size, T, q32_.as<float>(), H * dqk);
+    LinearFwd(w.q, hn, cfg_.hidden_size, T, q32_.as<float>(), H * dqk, hn16);
   }
   // latent: [T, kv_lora + rope] = [c_kv | k_pe]; c_kv normalised in place.
   lat32_.Reserve(Tr * L * sizeof(float));
   float* lat = lat32_.as<float>();
-  LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L);
+  LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L, hn16);
   RmsNorm({lat, L, nullptr, 0, w.kv_a_norm.as<float>(), lat, L, DTypeOut::kF32, T, kvl, kLatentNormEps, s_});
   float* q = q32_.as<float>();
   // fused_qpe, decode-only pass (every row absorbed): RoPE writes q_pe into q_lat's tail too.
@@ -978,7 +972,8 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     const int64_t I = gu.N / 2;
     gu32_.Reserve(Tr * 2 * I * sizeof(float));
     act32_.Reserve(Tr * I * sizeof(float));
-    LinearFwd(gu, hn, Hd, T, gu32_.as<float>(), 2 * I);
+    // fused_norm: h16 (the post-attention norm's bf16 copy) instead of another split of hn
+    LinearFwd(gu, hn, Hd, T, gu32_.as<float>(), 2 * I, opts_.fused_norm && FusedDecode(T) ? h16 : nullptr);
     SiluAndMul({gu32_.as<float>(), 2 * I, act32_.get(), I, DTypeOut::kF32, nullptr, 0, nullptr,
                 ScaleLayout::kGroupMajor, T, I, s_});
     LinearFwd(down, act32_.as<float>(), I, T, out, Hd);
@@ -1113,6 +1108,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   cp.norm_weight = last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
   cp.eps = static_cast<float>(cfg_.rms_norm_eps);
   cp.out = h32_.as<float>(); cp.ldout = Hd;
+  cp.out_bf16 = h16_.as<bf16>(); cp.ldout_bf16 = Hd;  // the next projections' bf16 input
   MoeCombineNorm(cp);
   ++graph_stats_.fused_launches;
   return true;
@@ -1175,31 +1171,32 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   prof_prefix_ = T > b.num_seqs() ? "prefill/" : "decode/";
   Mark("start");
   Embedding({d_ids, T, embed_.get(), true, V, Hd, residual, s_});
+  // fused_norm: every norm also writes its bf16 copy h16 (the next projections' input; no
+  // F32ToBf16 / SplitBf16 launches), and an MoE layer's combine applies the next norm (normed).
   const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
-  bool normed = false;  // h32 already holds this layer's input norm (fused into the previous MoE combine)
+  const auto norm = [&](const float* x, float* res, const DeviceBuffer& w) {
+    RmsNormParams np{x, Hd, res, res ? Hd : 0, w.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_};
+    if (fuse_norm) { np.out_bf16 = h16_.get(); np.ld_out_bf16 = Hd; ++graph_stats_.fused_launches; }
+    RmsNorm(np);
+  };
+  bool normed = false;  // h32 (+ h16) already hold this layer's input norm (the previous MoE combine's)
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerW& LW = layers_[l];
     // h = input_layernorm(residual (+= previous MLP output))
-    if (l == 0)
-      RmsNorm({residual, Hd, nullptr, 0, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
-    else if (!normed)
-      RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
+    if (l == 0) norm(residual, nullptr, LW.in_norm);
+    else if (!normed) norm(mlp32_.as<float>(), residual, LW.in_norm);
     Mark("norms_embed_combine");
     Mla(l, b, T);
     // residual += attn; h = post_attention_layernorm(residual) (fp32 h32 and its bf16 copy h16)
-    RmsNormParams pn{o32_.as<float>(), Hd, residual, Hd, LW.post_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_};
-    if (fuse_norm) { pn.out_bf16 = h16_.get(); pn.ld_out_bf16 = Hd; ++graph_stats_.fused_launches; }
-    RmsNorm(pn);
+    norm(o32_.as<float>(), residual, LW.post_norm);
     if (!fuse_norm) F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_);
     Mark("norms_embed_combine");
     normed = Mlp(l, T);
   }
   // Final norm (with the last residual add) and the LM head on the requested rows.
   const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
-  if (cfg_.num_hidden_layers > 0 && !normed)  // (normed: done by the last MoE layer's fused combine)
-    RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
-  else if (cfg_.num_hidden_layers == 0)
-    RmsNorm({residual, Hd, nullptr, 0, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
+  if (cfg_.num_hidden_layers > 0 && !normed) norm(mlp32_.as<float>(), residual, final_norm_);
+  else if (cfg_.num_hidden_layers == 0) norm(residual, nullptr, final_norm_);  // (normed: the last MoE combine's)
   if (R == 0) {
     DS_CUDA_CHECK(cudaStreamSynchronize(s_));
     Mark("final_norm_lm_head");
@@ -1211,7 +1208,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     // Graph mode: logits of every row (padded ones included) stay in logits_; the caller
     // copies the rows it needs after the replay.
     logits_.Reserve(Rr * V * sizeof(float));
-    LinearFwd(lm_head_lin_, h32_.as<float>(), Hd, R, logits_.as<float>(), V);
+    LinearFwd(lm_head_lin_, h32_.as<float>(), Hd, R, logits_.as<float>(), V, fuse_norm ? h16_.as<bf16>() : nullptr);
     Mark("final_norm_lm_head");
     return;
   }

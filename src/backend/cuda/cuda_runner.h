@@ -133,8 +133,9 @@ struct CudaRunnerOptions {
   //    the unfused path within fp32 rounding (other GEMM summation order; with several shared
   //    experts their down-proj halves are summed in the combine).
   //  - fused_norm: the MoE combine, the residual add and the next RMSNorm (the next layer's
-  //    input_layernorm or the final norm) in one kernel (moe_combine_norm.h), and the
-  //    post-attention RMSNorm writes its bf16 copy itself (no F32ToBf16 launch); bit-identical.
+  //    input_layernorm or the final norm) in one kernel (moe_combine_norm.h), and every norm
+  //    writes the bf16 copy of its output that the next projections read (no F32ToBf16 /
+  //    SplitBf16 launches for q / q_a, kv_a, dense gate_up, graph-mode lm_head); bit-identical.
   //  - fused_qpe: in decode-only passes the q RoPE also writes the rotated q_pe into absorbed
   //    MLA's q_lat (RopeParams::out2), no Copy2D launch; bit-identical.
   bool fused_moe_route = false;
