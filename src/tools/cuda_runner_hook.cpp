@@ -40,6 +40,16 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.mla_decode_sm90 = env_is("DS_MLA_DECODE_SM90", "1");
   c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
+  // DS_FUSED_DECODE=1 turns on every small-batch decode fusion (CudaRunnerOptions::fused_*,
+  // not yet verified on the GPU), or a comma list picks some: route, shared, norm, qpe.
+  if (const char* f = std::getenv("DS_FUSED_DECODE")) {
+    const std::string v = std::string(",") + f + ",";
+    const bool all = v == ",1,";
+    c.fused_moe_route = all || v.find(",route,") != std::string::npos || v.find(",shared,") != std::string::npos;
+    c.fused_moe_shared = all || v.find(",shared,") != std::string::npos;
+    c.fused_norm = all || v.find(",norm,") != std::string::npos;
+    c.fused_qpe = all || v.find(",qpe,") != std::string::npos;
+  }
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   c.fp8_gemm = o.fp8_gemm;
   c.mla_mode = o.mla_mode;

@@ -20,7 +20,10 @@
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_prefill.h"
+#include "backend/cuda/moe_combine_norm.h"
 #include "backend/cuda/moe_permute.h"
+#include "backend/cuda/moe_route_permute.h"
+#include "backend/cuda/moe_shared_stack.h"
 #include "backend/cuda/moe_routing.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
@@ -89,7 +92,11 @@ struct LayerW {
   DeviceBuffer router;              // fp32 [E, hidden]
   DeviceBuffer bias;                // fp32 [E] (empty: none)
   bool experts_fp8 = false;
-  DeviceBuffer w13, w13_s, w2, w2_s;  // [E, 2I, H], [E, H, I] (+ block scales [E, nb, kb])
+  DeviceBuffer w13, w13_s, w2, w2_s;  // [E (+S), 2I, H], [E (+S), H, I] (+ block scales [E (+S), nb, kb])
+  // fused_moe_shared: the S = n_shared_experts shared experts stacked as groups E .. E + S - 1
+  // of w13 / w2 (shared expert s = its gate/up rows [s I, (s + 1) I) and down columns likewise);
+  // 0 = not stacked.
+  int shared_groups = 0;
 };
 
 class CudaModelRunner : public ModelRunner {
@@ -142,7 +149,10 @@ class CudaModelRunner : public ModelRunner {
   void FinishLinear(Linear* L, const std::vector<float>* raw_scales);
 
   // ---- compute ----
-  void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
+  // x16 (optional, ld = L.K): bf16(x) already made by the producer (fused_norm: the norms'
+  // bf16 copies); used instead of this call's SplitBf16 where the GEMM takes bf16 activations.
+  void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
+                 const bf16* x16 = nullptr);
   // Debug (fp8_emulate_act_quant): y = dequant(quant(x)) @ dequant(W)^T, x quantised to e4m3
   // per 1x128 group exactly as the cuBLASLt path does (Fp8QuantizePerTokenGroup), both
   // dequantised operands carried as bf16 hi + lo (~16-bit): three bf16 GEMMs, fp32 accumulation.
@@ -204,7 +214,15 @@ class CudaModelRunner : public ModelRunner {
   const int32_t* d_pos_ = nullptr;    // this pass's positions [T] and cache slots [T] (device)
   const int64_t* d_slots_ = nullptr;
   void Mla(int l, const ForwardBatch& b, int64_t T);
-  void Mlp(int l, int64_t T);
+  // Returns true when it also applied the residual add and the next RMSNorm (fused_norm): h32
+  // then holds the next layer's normalised input (or the final norm's output).
+  bool Mlp(int l, int64_t T);
+  // fused_moe_shared: copies the shared experts (L->gate_up, L->down) into groups E .. E + S - 1
+  // of L->w13 / L->w2 (allocated with room for them) when their dtypes match.
+  void StackSharedExperts(LayerW* L);
+  bool FusedDecode(int64_t T) const {
+    return T <= std::min<int64_t>(opts_.fused_decode_max_tokens, kMoeRoutePermuteMaxTokens);
+  }
   // Profiling (opts_.profile): events between phases; Mark(name) ends phase `name`.
   void Mark(const char* name) {
     if (!prof_on_) return;
@@ -275,6 +293,7 @@ class CudaModelRunner : public ModelRunner {
   // [cap, max(H, I)] and their token-major 1x128 scales.
   DeviceBuffer moe_gg_ws_, eq8_, es_;
   DeviceBuffer skinny_ws_, skinny_cnt_;  // split-K partials (fp32) and per-tile counters (u32)
+  DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -418,11 +437,12 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
   L->experts_fp8 = fp8;
   const int64_t nb13 = (2 * I + 127) / 128, kb13 = (Hd + 127) / 128, nb2 = (Hd + 127) / 128, kb2 = (I + 127) / 128;
   const size_t el = fp8 ? 1 : 2;
-  L->w13.Reset(E * 2 * I * Hd * el);
-  L->w2.Reset(E * Hd * I * el);
+  const int64_t Es = E + (opts_.fused_moe_shared ? cfg_.n_shared_experts : 0);  // room for stacked shared experts
+  L->w13.Reset(Es * 2 * I * Hd * el);
+  L->w2.Reset(Es * Hd * I * el);
   if (fp8) {
-    L->w13_s.Reset(E * nb13 * kb13 * sizeof(float));
-    L->w2_s.Reset(E * nb2 * kb2 * sizeof(float));
+    L->w13_s.Reset(Es * nb13 * kb13 * sizeof(float));
+    L->w2_s.Reset(Es * nb2 * kb2 * sizeof(float));
   }
   if (dummy_) {
     if (fp8) {
@@ -476,8 +496,26 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
     DS_RETURN_IF_ERROR(LoadGateUp(sp, Is, &L->gate_up));
     DS_RETURN_IF_ERROR(LoadLinear(sp + ".down_proj.weight", Hd, Is, &L->down));
     L->has_mlp = true;
+    if (opts_.fused_moe_shared) StackSharedExperts(L);
   }
   return Status::Ok();
+}
+
+void CudaModelRunner::StackSharedExperts(LayerW* L) {
+  const int64_t Is = cfg_.n_shared_experts * cfg_.moe_intermediate_size;
+  const bool fp8 = L->experts_fp8;
+  if (L->gate_up.fp8 != fp8 || L->down.fp8 != fp8 || L->gate_up.N != 2 * Is || L->down.K != Is) {
+    DS_LOG(WARNING) << "cuda runner: shared experts not stacked with the routed ones (dtype or shape differs); "
+                    << "fused_moe_shared is off for this layer";
+    return;
+  }
+  ds::cuda::StackSharedExperts({cfg_.n_routed_experts, cfg_.n_shared_experts, cfg_.moe_intermediate_size, cfg_.hidden_size, fp8,
+                                fp8 ? L->gate_up.wq.get() : L->gate_up.w.get(),
+                                fp8 ? L->gate_up.s_raw.as<float>() : nullptr,
+                                fp8 ? L->down.wq.get() : L->down.w.get(), fp8 ? L->down.s_raw.as<float>() : nullptr,
+                                L->w13.get(), fp8 ? L->w13_s.as<float>() : nullptr, L->w2.get(),
+                                fp8 ? L->w2_s.as<float>() : nullptr, s_});
+  L->shared_groups = static_cast<int>(cfg_.n_shared_experts);
 }
 
 Status CudaModelRunner::LoadGateUp(const std::string& prefix, int64_t I, Linear* gu) {
@@ -558,6 +596,10 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     c.Reset(static_cast<size_t>(num_blocks_ + 1) * kBlockSize * L * 2);
     DS_CUDA_CHECK(cudaMemsetAsync(c.get(), 0, c.size(), s_));
   }
+  if (opts_.fused_moe_route || opts_.fused_moe_shared) {
+    route_sync_.Reset(sizeof(uint32_t));
+    DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
+  }
   rope_ = BuildRopeTables(cfg_, static_cast<int64_t>(num_blocks_) * kBlockSize);
   Upload(&d_cos_, rope_.cos);
   Upload(&d_sin_, rope_.sin);
@@ -573,7 +615,8 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
 // ---------------------------------------------------------------------------------------------
 // Compute
 
-void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy) {
+void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
+                                const bf16* x16) {
   if (M == 0) return;
   if (L.fp8 && opts_.fp8_emulate_act_quant && L.K % 128 == 0 &&
       GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32))
@@ -594,14 +637,18 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   }
   const int64_t Mr = RoundUp(M, kGroupedGemmRowAlign);
   const bool split = opts_.precise_activations && !L.fp8;
-  xhi_.Reserve(Mr * L.K * sizeof(bf16));
-  if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
-  SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
+  const bf16* xa = split ? nullptr : x16;  // bf16 activations [M, L.K]
+  if (xa == nullptr) {
+    xhi_.Reserve(Mr * L.K * sizeof(bf16));
+    if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
+    SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
+    xa = xhi_.as<bf16>();
+  }
   // Decode sizes: the weight-streaming skinny kernel (one group of M rows, no padding).
   if (skinny_on_ && (L.fp8 ? SkinnyDenseFp8(M, L.N)
                            : (!split && M <= kSkinnyBf16MaxRows && L.N * L.K <= kSkinnyBf16MaxWeights))) {
     SkinnyGemmParams sp{};
-    sp.g.a = xhi_.as<bf16>(); sp.g.lda = L.K; sp.g.offsets = nullptr; sp.g.max_rows = M;
+    sp.g.a = xa; sp.g.lda = L.K; sp.g.offsets = nullptr; sp.g.max_rows = M;
     sp.g.w = L.fp8 ? L.wq.get() : L.w.get(); sp.g.w_fp8 = L.fp8; sp.g.w_scales = L.fp8 ? L.s_raw.as<float>() : nullptr;
     sp.g.num_experts = 1; sp.g.N = L.N; sp.g.K = L.K; sp.g.out = y; sp.g.out_type = DTypeOut::kF32; sp.g.ldo = ldy;
     sp.g.stream = s_; sp.max_group_rows = M;
@@ -609,13 +656,13 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     return;
   }
   if (!L.fp8) {
-    GemmBf16({xhi_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_});
+    GemmBf16({xa, L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_});
     if (split) GemmBf16({xlo_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, true, s_});
     return;
   }
   // In-kernel dequantisation: the grouped GEMM with one group of Mr rows.
   GroupedGemmParams gp{};
-  gp.a = xhi_.as<bf16>(); gp.lda = L.K; gp.offsets = OneGroupOffsets(Mr); gp.max_rows = Mr;
+  gp.a = xa; gp.lda = L.K; gp.offsets = OneGroupOffsets(Mr); gp.max_rows = Mr;
   gp.w = L.wq.get(); gp.w_fp8 = true; gp.w_scales = L.s_raw.as<float>();
   gp.num_experts = 1; gp.N = L.N; gp.K = L.K; gp.out = y; gp.out_type = DTypeOut::kF32; gp.ldo = ldy; gp.stream = s_;
   GroupedGemm(gp);
@@ -715,25 +762,36 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   const float scale = static_cast<float>(cfg_.softmax_scale());
   const bool interleave = cfg_.model_type == "deepseek_v2" ? true : cfg_.rope_interleave;
   const float* hn = h32_.as<float>();  // input_layernorm output [T, hidden] fp32
+  // fused_norm: its bf16 copy [T, hidden], written by the norm itself
+  const bf16* hn16 = opts_.fused_norm && FusedDecode(T) ? h16_.as<bf16>() : nullptr;
   // q: [T, H, dqk] fp32
   q32_.Reserve(Tr * H * dqk * sizeof(float));
   if (ql > 0) {
     cq32_.Reserve(Tr * ql * sizeof(float));
     float* cq = cq32_.as<float>();  // c_q: [T, q_lora]
-    LinearFwd(w.q_a, hn, cfg_.hidden_size, T, cq, ql);
+    LinearFwd(w.q_a, hn, cfg_.hidden_size, T, cq, ql, hn16);
     RmsNorm({cq, ql, nullptr, 0, w.q_a_norm.as<float>(), cq, ql, DTypeOut::kF32, T, ql, kLatentNormEps, s_});
     LinearFwd(w.q_b, cq, ql, T, q32_.as<float>(), H * dqk);
   } else {
-    LinearFwd(w.q, hn, cfg_.hidden_size, T, q32_.as<float>(), H * dqk);
+    LinearFwd(w.q, hn, cfg_.hidden_size, T, q32_.as<float>(), H * dqk, hn16);
   }
   // latent: [T, kv_lora + rope] = [c_kv | k_pe]; c_kv normalised in place.
   lat32_.Reserve(Tr * L * sizeof(float));
   float* lat = lat32_.as<float>();
-  LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L);
+  LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L, hn16);
   RmsNorm({lat, L, nullptr, 0, w.kv_a_norm.as<float>(), lat, L, DTypeOut::kF32, T, kvl, kLatentNormEps, s_});
   float* q = q32_.as<float>();
-  ApplyRope({q, T, H, H * dqk, dqk, nope, rd, d_pos_, d_cos_.as<float>(), d_sin_.as<float>(),
-             rope_.max_pos, interleave, s_});
+  // fused_qpe, decode-only pass (every row absorbed): RoPE writes q_pe into q_lat's tail too.
+  bool qpe_done = opts_.fused_qpe && FusedDecode(T) && opts_.mla_mode != MlaMode::kNaive;
+  for (int64_t s = 0; s < S && qpe_done; ++s)
+    qpe_done = opts_.mla_mode == MlaMode::kAbsorbed || b.query_start[s + 1] - b.query_start[s] <= 1;
+  RopeParams rq{q, T, H, H * dqk, dqk, nope, rd, d_pos_, d_cos_.as<float>(), d_sin_.as<float>(), rope_.max_pos, interleave, s_};
+  if (qpe_done) {
+    qlat32_.Reserve((RoundUp(T, 64) + 64) * H * L * sizeof(float));  // as the absorbed branch reserves it
+    rq.out2 = qlat32_.as<float>() + kvl; rq.out2_token_stride = H * L; rq.out2_head_stride = L;
+    ++graph_stats_.fused_launches;
+  }
+  ApplyRope(rq);
   bf16* cache = cache_[l].as<bf16>();
   RopeAndWriteKvCache({lat, L, lat + kvl, L, d_pos_, d_slots_, d_cos_.as<float>(),
                        d_sin_.as<float>(), rope_.max_pos, T, kvl, rd, interleave, cache, s_});
@@ -845,7 +903,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     qlat32_.Reserve(Tar * H * L * sizeof(float));
     // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads); q_lat[:, h, kv_lora:] = q_pe_h
     HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
-    Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_);
+    if (!qpe_done) Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_);
     const int32_t *d_qs = nullptr, *d_ctx = nullptr, *d_bt = nullptr;
     bool graph_hints = gin_ != nullptr;
     if (gin_) {
@@ -923,7 +981,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   Mark("attn_o_proj");
 }
 
-void CudaModelRunner::Mlp(int l, int64_t T) {
+bool CudaModelRunner::Mlp(int l, int64_t T) {
   const LayerW& LW = layers_[l];
   const int64_t Hd = cfg_.hidden_size, Tr = RoundUp(T, 64) + 64;
   float* out = mlp32_.as<float>();
@@ -933,7 +991,8 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
     const int64_t I = gu.N / 2;
     gu32_.Reserve(Tr * 2 * I * sizeof(float));
     act32_.Reserve(Tr * I * sizeof(float));
-    LinearFwd(gu, hn, Hd, T, gu32_.as<float>(), 2 * I);
+    // fused_norm: h16 (the post-attention norm's bf16 copy) instead of another split of hn
+    LinearFwd(gu, hn, Hd, T, gu32_.as<float>(), 2 * I, opts_.fused_norm && FusedDecode(T) ? h16 : nullptr);
     SiluAndMul({gu32_.as<float>(), 2 * I, act32_.get(), I, DTypeOut::kF32, nullptr, 0, nullptr,
                 ScaleLayout::kGroupMajor, T, I, s_});
     LinearFwd(down, act32_.as<float>(), I, T, out, Hd);
@@ -941,7 +1000,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   if (!LW.moe) {
     dense(LW.gate_up, LW.down);
     Mark("dense_mlp");
-    return;
+    return false;
   }
   const int64_t E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok, I = cfg_.moe_intermediate_size;
   // Router (fp32, as the CPU and transformers), routing.
@@ -956,32 +1015,44 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   rp.topk_method = cfg_.topk_method == TopkMethod::kGreedy ? 0 : cfg_.topk_method == TopkMethod::kGroupLimitedGreedy ? 1 : 2;
   rp.norm_topk_prob = cfg_.norm_topk_prob; rp.routed_scaling_factor = static_cast<float>(cfg_.routed_scaling_factor);
   rp.topk_ids = topk_ids_.as<int32_t>(); rp.topk_weights = topk_w_.as<float>(); rp.stream = s_;
-  MoeRouting(rp);
   // Permute, expert GEMMs, activation. Decode sizes use the skinny kernel, which needs no
   // padded segments (row_align 1: the permute, SiLU and GEMMs touch only the T * K rows).
   const bool skinny = skinny_on_ && T * K <= kSkinnyMoeMaxAvgRows * E;
+  // Small-batch fusions (CudaRunnerOptions::fused_*): routing + permute in one kernel; the S
+  // stacked shared experts as groups E .. E + S - 1 (T rows each, after the T * K routed rows)
+  // of the same GEMM / SiLU launches, whose down-proj output is then fp32.
+  const bool fuse_route = (opts_.fused_moe_route || opts_.fused_moe_shared) && skinny && FusedDecode(T);
+  const int64_t S = fuse_route && opts_.fused_moe_shared ? LW.shared_groups : 0;
   const int64_t align = skinny ? 1 : kGroupedGemmRowAlign;
-  const int64_t cap = PermuteCapacity(T, K, E, align);
-  moe_offs_.Reserve((E + 1) * 4);
+  const int64_t cap = PermuteCapacity(T, K, E, align) + S * T;
+  moe_offs_.Reserve((E + S + 1) * 4);
   moe_pos_.Reserve(Tr * K * 4);
   moe_src_.Reserve(cap * 4);
   moe_ws_.Reserve(2 * E * 4);
   xp16_.Reserve(cap * Hd * sizeof(bf16));
   egu32_.Reserve(cap * 2 * I * sizeof(float));
   eact16_.Reserve(cap * I * sizeof(bf16));
-  ey16_.Reserve(cap * Hd * sizeof(bf16));
-  MoePermute({topk_ids_.as<int32_t>(), T, K, E, align, h16, Hd, Hd, moe_offs_.as<int32_t>(),
-              moe_pos_.as<int32_t>(), moe_src_.as<int32_t>(), xp16_.as<bf16>(), moe_ws_.as<int32_t>(), s_});
+  ey16_.Reserve(cap * Hd * (S > 0 ? sizeof(float) : sizeof(bf16)));  // bf16, or fp32 with stacked shared experts
+  if (fuse_route) {
+    MoeRoutePermute({rp, h16, Hd, Hd, static_cast<int>(S), moe_offs_.as<int32_t>(), moe_pos_.as<int32_t>(),
+                     moe_src_.as<int32_t>(), xp16_.as<bf16>(), route_sync_.as<uint32_t>(), s_});
+    ++graph_stats_.fused_launches;
+    graph_stats_.fused_shared_layers += S > 0;
+  } else {
+    MoeRouting(rp);
+    MoePermute({topk_ids_.as<int32_t>(), T, K, E, align, h16, Hd, Hd, moe_offs_.as<int32_t>(),
+                moe_pos_.as<int32_t>(), moe_src_.as<int32_t>(), xp16_.as<bf16>(), moe_ws_.as<int32_t>(), s_});
+  }
   GroupedGemmParams g{};
   g.a = xp16_.as<bf16>(); g.lda = Hd; g.offsets = moe_offs_.as<int32_t>(); g.max_rows = cap;
   g.w = LW.w13.get(); g.w_fp8 = LW.experts_fp8; g.w_scales = LW.experts_fp8 ? LW.w13_s.as<float>() : nullptr;
-  g.num_experts = E; g.N = 2 * I; g.K = Hd; g.out = egu32_.get(); g.out_type = DTypeOut::kF32; g.ldo = 2 * I;
+  g.num_experts = E + S; g.N = 2 * I; g.K = Hd; g.out = egu32_.get(); g.out_type = DTypeOut::kF32; g.ldo = 2 * I;
   g.stream = s_;
   Mark("moe_route_permute");
   // A token picks an expert at most once: at most T rows per group, min(E, T * K) groups used.
   GroupedGemmParams g2 = g;
   g2.a = eact16_.as<bf16>(); g2.lda = I; g2.w = LW.w2.get(); g2.w_scales = LW.experts_fp8 ? LW.w2_s.as<float>() : nullptr;
-  g2.N = Hd; g2.K = I; g2.out = ey16_.get(); g2.out_type = DTypeOut::kBF16; g2.ldo = Hd;
+  g2.N = Hd; g2.K = I; g2.out = ey16_.get(); g2.out_type = S > 0 ? DTypeOut::kF32 : DTypeOut::kBF16; g2.ldo = Hd;
   // FP8 experts with DeepSeek's FP8-activation numerics (fp8_gemm "cublas" / "cublas-all"):
   // e4m3 x e4m3 block-scaled grouped GEMMs on the sm_90a kernel, the activations quantised per
   // 1x128 group (w13 input from the permuted bf16 rows, w2 input by SiLU-and-mul straight
@@ -1014,7 +1085,7 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
   for (GroupedGemmParams* gp : {&g, &g2}) { gp->workspace = moe_gg_ws_.get(); gp->workspace_bytes = moe_gg_ws_.size(); }
   for (GroupedGemmSm90Params* fp : {&f1, &f2}) { fp->workspace = moe_gg_ws_.get(); fp->workspace_bytes = moe_gg_ws_.size(); }
   const auto expert_gemm = [&](const GroupedGemmParams& gp) {
-    if (skinny) SkinnyGemm({gp, T, std::min(E, T * K)});
+    if (skinny) SkinnyGemm({gp, T, std::min(E, T * K) + S});
     else GroupedGemm(gp);
   };
   if (fp8x8) {
@@ -1030,11 +1101,36 @@ void CudaModelRunner::Mlp(int l, int64_t T) {
                 ScaleLayout::kGroupMajor, cap, I, s_});
     expert_gemm(g2);
   }
-  // Shared experts write `out`, the routed experts are added with their weights.
+  // Shared experts write `out` (unless stacked), the routed experts are added with their weights.
   Mark("moe_experts");
-  if (LW.has_mlp) dense(LW.gate_up, LW.down);
+  if (LW.has_mlp && S == 0) dense(LW.gate_up, LW.down);
   Mark("moe_shared");
-  MoeCombine({ey16_.get(), true, Hd, moe_pos_.as<int32_t>(), topk_w_.as<float>(), T, K, Hd, out, Hd, LW.has_mlp, s_});
+  const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
+  if (!fuse_norm && S == 0) {
+    MoeCombine({ey16_.get(), true, Hd, moe_pos_.as<int32_t>(), topk_w_.as<float>(), T, K, Hd, out, Hd, LW.has_mlp, s_});
+    return false;
+  }
+  // out (+)= shared + sum_j w_j y_j, and with fuse_norm: residual += that, h32 = the next norm.
+  MoeCombineNormParams cp{};
+  cp.y = ey16_.get(); cp.y_bf16 = S == 0; cp.ldy = Hd; cp.round_y_bf16 = S > 0;
+  cp.pos = moe_pos_.as<int32_t>(); cp.weights = topk_w_.as<float>(); cp.n = T; cp.top_k = K; cp.d = Hd;
+  if (LW.has_mlp && S == 0) { cp.base = out; cp.ld_base = Hd; }
+  cp.num_shared = static_cast<int>(S); cp.shared_row0 = T * K;
+  cp.stream = s_;
+  if (!fuse_norm) {
+    cp.moe_out = out; cp.ld_moe_out = Hd;
+    MoeCombineNorm(cp);
+    return false;
+  }
+  const bool last = l + 1 == cfg_.num_hidden_layers;
+  cp.residual = residual_.as<float>(); cp.ldres = Hd;
+  cp.norm_weight = last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
+  cp.eps = static_cast<float>(cfg_.rms_norm_eps);
+  cp.out = h32_.as<float>(); cp.ldout = Hd;
+  cp.out_bf16 = h16_.as<bf16>(); cp.ldout_bf16 = Hd;  // the next projections' bf16 input
+  MoeCombineNorm(cp);
+  ++graph_stats_.fused_launches;
+  return true;
 }
 
 void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
@@ -1094,27 +1190,32 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   prof_prefix_ = T > b.num_seqs() ? "prefill/" : "decode/";
   Mark("start");
   Embedding({d_ids, T, embed_.get(), true, V, Hd, residual, s_});
+  // fused_norm: every norm also writes its bf16 copy h16 (the next projections' input; no
+  // F32ToBf16 / SplitBf16 launches), and an MoE layer's combine applies the next norm (normed).
+  const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
+  const auto norm = [&](const float* x, float* res, const DeviceBuffer& w) {
+    RmsNormParams np{x, Hd, res, res ? Hd : 0, w.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_};
+    if (fuse_norm) { np.out_bf16 = h16_.get(); np.ld_out_bf16 = Hd; ++graph_stats_.fused_launches; }
+    RmsNorm(np);
+  };
+  bool normed = false;  // h32 (+ h16) already hold this layer's input norm (the previous MoE combine's)
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerW& LW = layers_[l];
     // h = input_layernorm(residual (+= previous MLP output))
-    if (l == 0)
-      RmsNorm({residual, Hd, nullptr, 0, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
-    else
-      RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, LW.in_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
+    if (l == 0) norm(residual, nullptr, LW.in_norm);
+    else if (!normed) norm(mlp32_.as<float>(), residual, LW.in_norm);
     Mark("norms_embed_combine");
     Mla(l, b, T);
-    // residual += attn; h = post_attention_layernorm(residual)
-    RmsNorm({o32_.as<float>(), Hd, residual, Hd, LW.post_norm.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
-    F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_);
+    // residual += attn; h = post_attention_layernorm(residual) (fp32 h32 and its bf16 copy h16)
+    norm(o32_.as<float>(), residual, LW.post_norm);
+    if (!fuse_norm) F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_);
     Mark("norms_embed_combine");
-    Mlp(l, T);
+    normed = Mlp(l, T);
   }
   // Final norm (with the last residual add) and the LM head on the requested rows.
   const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
-  if (cfg_.num_hidden_layers > 0)
-    RmsNorm({mlp32_.as<float>(), Hd, residual, Hd, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
-  else
-    RmsNorm({residual, Hd, nullptr, 0, final_norm_.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_});
+  if (cfg_.num_hidden_layers > 0 && !normed) norm(mlp32_.as<float>(), residual, final_norm_);
+  else if (cfg_.num_hidden_layers == 0) norm(residual, nullptr, final_norm_);  // (normed: the last MoE combine's)
   if (R == 0) {
     DS_CUDA_CHECK(cudaStreamSynchronize(s_));
     Mark("final_norm_lm_head");
@@ -1126,7 +1227,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     // Graph mode: logits of every row (padded ones included) stay in logits_; the caller
     // copies the rows it needs after the replay.
     logits_.Reserve(Rr * V * sizeof(float));
-    LinearFwd(lm_head_lin_, h32_.as<float>(), Hd, R, logits_.as<float>(), V);
+    LinearFwd(lm_head_lin_, h32_.as<float>(), Hd, R, logits_.as<float>(), V, fuse_norm ? h16_.as<bf16>() : nullptr);
     Mark("final_norm_lm_head");
     return;
   }

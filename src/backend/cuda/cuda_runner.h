@@ -121,6 +121,29 @@ struct CudaRunnerOptions {
   // applies (built with CUTLASS, sm_90, aligned dims); off keeps them on the mma.sync kernel
   // (A/B benchmarks: the CLI reads DS_SM90_GROUPED_GEMM=0).
   bool sm90_grouped_gemm = true;
+  // Small-batch decode fusions (docs/design/decode_small_batch.md, "Launch fusions"): fewer
+  // launches per layer for passes of at most fused_decode_max_tokens tokens (and at most
+  // kMoeRoutePermuteMaxTokens = 16) on the skinny MoE path. NOT YET VERIFIED ON THE GPU: off by
+  // default; the CLI reads DS_FUSED_DECODE=1 (all four) or a comma list of route,shared,norm,qpe.
+  //  - fused_moe_route: routing + permutation in one kernel (moe_route_permute.h) instead of
+  //    MoeRouting + MoePermute's six launches; bit-identical ids, weights and logits.
+  //  - fused_moe_shared (with fused_moe_route): the shared experts as extra groups of the
+  //    routed experts' skinny GEMMs and SiLU launch (their weights stacked after the routed
+  //    experts': a second copy of the shared-expert weights per layer), the expert down-proj
+  //    output fp32 (routed rows rounded to bf16 in the combine, as stored unfused); equal to
+  //    the unfused path within fp32 rounding (other GEMM summation order; with several shared
+  //    experts their down-proj halves are summed in the combine).
+  //  - fused_norm: the MoE combine, the residual add and the next RMSNorm (the next layer's
+  //    input_layernorm or the final norm) in one kernel (moe_combine_norm.h), and every norm
+  //    writes the bf16 copy of its output that the next projections read (no F32ToBf16 /
+  //    SplitBf16 launches for q / q_a, kv_a, dense gate_up, graph-mode lm_head); bit-identical.
+  //  - fused_qpe: in decode-only passes the q RoPE also writes the rotated q_pe into absorbed
+  //    MLA's q_lat (RopeParams::out2), no Copy2D launch; bit-identical.
+  bool fused_moe_route = false;
+  bool fused_moe_shared = false;
+  bool fused_norm = false;
+  bool fused_qpe = false;
+  int fused_decode_max_tokens = 16;
   int device = 0;
 };
 
@@ -129,8 +152,12 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
 // Decode-graph counters of a runner made by CreateCudaModelRunner (all zero for another runner):
 // graphs captured, decode steps replayed from a graph, and padded decode steps run eagerly
 // (the first step of each shape, or a shape whose capture failed).
+// fused_launches: host-side launches of the small-batch decode fusions (fused_* options; one
+// per fused kernel or fused copy issued in an eager pass or a capture, not per replay);
+// fused_shared_layers: of those, MoE layers run with the shared experts as extra groups.
 struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
+  int64_t fused_launches = 0, fused_shared_layers = 0;
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

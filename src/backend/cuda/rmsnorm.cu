@@ -22,14 +22,20 @@ __global__ void RmsNormKernel(RmsNormParams p) {
   const float inv = rsqrtf(total / static_cast<float>(p.d) + p.eps);
   TOut* out = static_cast<TOut*>(p.out) + row * p.ldout;
   const float* src = res ? res : x;
-  for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x)
-    out[i] = dev::FromF<TOut>(src[i] * inv * p.weight[i]);
+  __nv_bfloat16* o16 = static_cast<__nv_bfloat16*>(p.out_bf16);
+  if (o16) o16 += row * p.ld_out_bf16;
+  for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+    const float o = src[i] * inv * p.weight[i];
+    out[i] = dev::FromF<TOut>(o);
+    if (o16) o16[i] = __float2bfloat16_rn(o);
+  }
 }
 
 }  // namespace
 
 void RmsNorm(const RmsNormParams& p) {
   DS_CHECK(p.n >= 0 && p.d > 0) << "RmsNorm: bad shape n=" << p.n << " d=" << p.d;
+  DS_CHECK(!p.out_bf16 || p.out_type == DTypeOut::kF32) << "RmsNorm: out_bf16 needs an fp32 out";
   if (p.n == 0) return;
   const int threads = p.d >= 1024 ? 1024 : 256;
   if (p.out_type == DTypeOut::kF32)

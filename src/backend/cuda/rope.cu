@@ -44,6 +44,11 @@ __global__ void RopeKernel(RopeParams p) {
   if (pos < 0 || pos >= p.max_pos) return;
   float* v = p.x + t * p.token_stride + h * p.head_stride + p.offset;
   RotateHead<float>(v, v, static_cast<int>(p.rope_dim / 2), pos, p.cos, p.sin, p.interleave);
+  if (p.out2 != nullptr) {
+    __syncwarp();  // the other lanes' rotated values
+    float* o = p.out2 + t * p.out2_token_stride + h * p.out2_head_stride;
+    for (int64_t i = threadIdx.x & 31; i < p.rope_dim; i += 32) o[i] = v[i];
+  }
 }
 
 __global__ void KvCacheWriteKernel(KvCacheWriteParams p) {

@@ -24,6 +24,11 @@ struct RopeParams {
   int64_t max_pos;
   bool interleave;
   cudaStream_t stream = nullptr;
+  // Optional: also copy each rotated head's rope_dim channels (fp32, the values written in
+  // place) to out2 + t * out2_token_stride + h * out2_head_stride (absorbed MLA's q_pe slot of
+  // q_lat; replaces a Copy2D launch). Rows with an out-of-range position are not written.
+  float* out2 = nullptr;
+  int64_t out2_token_stride = 0, out2_head_stride = 0;
 };
 void ApplyRope(const RopeParams& p);
 

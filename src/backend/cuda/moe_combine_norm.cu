@@ -1,0 +1,62 @@
+#include "backend/cuda/moe_combine_norm.h"
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_check.h"
+
+namespace ds::cuda {
+namespace {
+
+template <typename T>
+__global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
+  __shared__ float red[32];
+  const int64_t t = blockIdx.x;
+  const T* y = static_cast<const T*>(p.y);
+  const float* fy = static_cast<const float*>(p.y);
+  float* res = p.residual ? p.residual + t * p.ldres : nullptr;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+    // MoeCombine (moe_permute.cu CombineKernel), with the shared groups first.
+    float acc = p.base ? p.base[t * p.ld_base + i] : 0.f;
+    for (int s = 0; s < p.num_shared; ++s) acc += fy[(p.shared_row0 + s * p.n + t) * p.ldy + i];
+    for (int64_t j = 0; j < p.top_k; ++j) {
+      const int32_t r = p.pos[t * p.top_k + j];
+      if (r < 0) continue;
+      float yv = dev::ToF(y[static_cast<int64_t>(r) * p.ldy + i]);
+      if (p.round_y_bf16) yv = __bfloat162float(__float2bfloat16_rn(yv));
+      acc += p.weights[t * p.top_k + j] * yv;
+    }
+    if (p.moe_out) p.moe_out[t * p.ld_moe_out + i] = acc;
+    // RmsNorm (rmsnorm.cu) with x = acc and the residual.
+    if (res) {
+      float v = acc;
+      v += res[i];
+      res[i] = v;
+      ss += v * v;
+    }
+  }
+  if (!res) return;
+  const float total = dev::BlockSum(ss, red);
+  const float inv = rsqrtf(total / static_cast<float>(p.d) + p.eps);
+  for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
+    const float o = res[i] * inv * p.norm_weight[i];
+    p.out[t * p.ldout + i] = o;
+    if (p.out_bf16) p.out_bf16[t * p.ldout_bf16 + i] = __float2bfloat16_rn(o);
+  }
+}
+
+}  // namespace
+
+void MoeCombineNorm(const MoeCombineNormParams& p) {
+  DS_CHECK(p.n >= 0 && p.d > 0 && p.top_k >= 0) << "MoeCombineNorm: bad shape n=" << p.n << " d=" << p.d;
+  DS_CHECK(p.num_shared == 0 || !p.y_bf16) << "MoeCombineNorm: fused shared groups need fp32 y";
+  DS_CHECK(!p.round_y_bf16 || !p.y_bf16) << "MoeCombineNorm: round_y_bf16 is for fp32 y";
+  DS_CHECK(p.residual || p.moe_out) << "MoeCombineNorm: no output";
+  DS_CHECK(!p.residual || (p.norm_weight && p.out)) << "MoeCombineNorm: the norm needs its weight and output";
+  if (p.n == 0) return;
+  const int threads = p.d >= 1024 ? 1024 : 256;  // RmsNorm's block size (same reduction order)
+  if (p.y_bf16) MoeCombineNormKernel<__nv_bfloat16><<<p.n, threads, 0, p.stream>>>(p);
+  else MoeCombineNormKernel<float><<<p.n, threads, 0, p.stream>>>(p);
+  DS_CUDA_CHECK_LAUNCH("MoeCombineNormKernel");
+}
+
+}  // namespace ds::cuda

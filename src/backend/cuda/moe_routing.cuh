@@ -1,0 +1,122 @@
+// Device side of MoE routing (include only from .cu): the routing of one token by one block of
+// kMoeRoutingThreads threads, shared by MoeRoutingKernel (moe_routing.cu) and the fused decode
+// routing + permutation (moe_route_permute.cu), so that both run the same fp32 operations in the
+// same order (bit-identical ids and weights). The math is documented in moe_routing.h.
+#pragma once
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/moe_routing.h"
+
+namespace ds::cuda::routing {
+
+// Block size the routing is written for (the softmax sum and argmax reductions run over its
+// threads: another block size would sum in another order).
+constexpr int kMoeRoutingThreads = 256;
+constexpr int kMaxExperts = 1024;
+
+// Block-wide argmax over (value, index) with ties to the lower index.
+__device__ inline void BlockArgMax(float v, int idx, float* sv, int* si, float* out_v, int* out_i) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+    if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+  }
+  __syncthreads();
+  if (lane == 0) { sv[warp] = v; si[warp] = idx; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float bv = sv[0]; int bi = si[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
+      if (sv[w] > bv || (sv[w] == bv && si[w] < bi)) { bv = sv[w]; bi = si[w]; }
+    *out_v = bv; *out_i = bi;
+  }
+  __syncthreads();
+}
+
+// Routes token t (row t of p.logits) and writes p.topk_ids / p.topk_weights row t (thread 0).
+// Every thread of the block (blockDim.x == kMoeRoutingThreads) must call it.
+__device__ inline void RouteToken(const MoeRoutingParams& p, int64_t t) {
+  __shared__ float scores[kMaxExperts];
+  __shared__ float sel[kMaxExperts];
+  __shared__ float group_score[64];
+  __shared__ bool group_ok[64];
+  __shared__ float red[32];
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  __shared__ float best_v;
+  __shared__ int best_i;
+  __shared__ int chosen[32];
+  const int E = static_cast<int>(p.num_experts);
+  const float* lg = p.logits + t * p.num_experts;
+  // Scores.
+  if (p.scoring == 0) {
+    float m = -INFINITY;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) m = fmaxf(m, lg[e]);
+    m = dev::BlockMax(m, red);
+    float s = 0.f;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) { const float x = expf(lg[e] - m); scores[e] = x; s += x; }
+    s = dev::BlockSum(s, red);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) scores[e] /= s;
+  } else {
+    for (int e = threadIdx.x; e < E; e += blockDim.x) scores[e] = 1.0f / (1.0f + expf(-lg[e]));
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) sel[e] = scores[e] + (p.bias ? p.bias[e] : 0.f);
+  __syncthreads();
+  // Group masking.
+  if (p.topk_method != 0 && p.n_group > 1) {
+    const int gs = E / p.n_group;
+    if (threadIdx.x < p.n_group) {
+      const int g = threadIdx.x;
+      float m1 = -INFINITY, m2 = -INFINITY;
+      for (int e = g * gs; e < (g + 1) * gs; ++e) {
+        const float v = sel[e];
+        if (v > m1) { m2 = m1; m1 = v; } else if (v > m2) { m2 = v; }
+      }
+      group_score[g] = (p.topk_method == 1 || gs < 2) ? m1 : m1 + m2;
+      group_ok[g] = false;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int r = 0; r < p.topk_group; ++r) {
+        int bg = -1; float bv = -INFINITY;
+        for (int g = 0; g < p.n_group; ++g)
+          if (!group_ok[g] && (bg < 0 || group_score[g] > bv)) { bg = g; bv = group_score[g]; }
+        group_ok[bg] = true;
+      }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x)
+      if (!group_ok[e / gs]) sel[e] = -INFINITY;
+    __syncthreads();
+  }
+  // Top-k by repeated argmax (masked experts have -inf; picked ones are set to NaN-free -inf
+  // and excluded through `chosen`).
+  for (int r = 0; r < p.top_k; ++r) {
+    float v = -INFINITY; int idx = 0x7fffffff;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      bool taken = false;
+      for (int j = 0; j < r; ++j) taken |= (chosen[j] == e);
+      if (taken) continue;
+      const float s = sel[e];
+      if (idx == 0x7fffffff || s > v || (s == v && e < idx)) { v = s; idx = e; }
+    }
+    BlockArgMax(v, idx, sv, si, &best_v, &best_i);
+    if (threadIdx.x == 0) chosen[r] = best_i;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float w[32];
+    float sum = 0.f;
+    for (int r = 0; r < p.top_k; ++r) { w[r] = scores[chosen[r]]; sum += w[r]; }
+    const float denom = p.norm_topk_prob ? sum + 1e-20f : 1.0f;
+    for (int r = 0; r < p.top_k; ++r) {
+      p.topk_ids[t * p.top_k + r] = chosen[r];
+      p.topk_weights[t * p.top_k + r] = w[r] / denom * p.routed_scaling_factor;
+    }
+  }
+}
+
+}  // namespace ds::cuda::routing
