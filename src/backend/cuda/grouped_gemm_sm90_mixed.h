@@ -27,7 +27,7 @@
 // operand swap inside CUTLASS) and the output is written column-major = out row-major. Per-
 // group scales along K with chunk (group) size 128; CUTLASS wants them per row of W
 // ([K/128][N], N contiguous), so a kernel of ours expands the 128x128 block scales into the
-// workspace each call (E * N * K/128 floats, e.g. 15 MB for 32 V3 experts' w13). Tile 128 (N)
+// workspace each call (E * N * K/128 floats, e.g. 29 MB for 32 V3 experts' w13). Tile 128 (N)
 // x 128 (rows) x 64 (K), cooperative (two consumer warpgroups), cluster 1x1, persistent.
 //
 // Graph-safe: the offsets stay on the device; a setup kernel writes the per-group problem
