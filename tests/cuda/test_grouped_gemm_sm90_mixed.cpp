@@ -16,7 +16,9 @@
 // 128. The output starts poisoned (NaN): rows outside the groups, the gap past N (ldo > N) and
 // the spare rows must stay untouched; NaN/Inf in the result fail. Also: the dispatch from
 // GroupedGemm (opt-in sm90_mixed), the unsupported-shape reasons, and a CUDA-graph capture
-// replayed with other device-side offsets (graph safety: no host-read offsets).
+// replayed with other device-side offsets (graph safety: no host-read offsets). Both tiles (128
+// and 256 tokens) run the edge groups; the shape cases use the automatic choice (both occur)
+// plus one forced 256-token case.
 // Every test skips (GTEST_SKIP, with the reason) without CUTLASS or on a non-sm_90 device.
 #include <random>
 
@@ -107,6 +109,7 @@ struct Case {
   std::vector<int32_t> counts;  // rows of each group (size E)
   bool out_f32;
   bool vs_exact = false;        // also bound the distance to the unrounded (mma.sync) numerics
+  Sm90MixedTile tile = Sm90MixedTile::kAuto;
 };
 
 void RunMixed(const Case& c) {
@@ -133,7 +136,7 @@ void RunMixed(const Case& c) {
   const size_t wsb = GroupedGemmSm90MixedWorkspaceBytes(E, N, K);
   Dev<uint8_t> ws(wsb);
   p.workspace = ws.get(); p.workspace_bytes = wsb;
-  GroupedGemmSm90Mixed(p);
+  GroupedGemmSm90Mixed(p, c.tile);
   DS_CUDA_CHECK(cudaGetLastError());
 
   const std::vector<float> full = c.out_f32 ? dyf.Download() : FromBf16(dyb.Download());
@@ -144,7 +147,8 @@ void RunMixed(const Case& c) {
   const double rel = c.out_f32 ? 2e-4 : 5e-3;
   double max_ref = 0;
   for (float v : ref) max_ref = std::max(max_ref, double(std::fabs(v)));
-  const std::string cas = c.name + (c.out_f32 ? "_f32" : "_bf16");
+  const std::string cas = c.name + (c.out_f32 ? "_f32" : "_bf16") +
+                          (GroupedGemmSm90MixedWideTile(p, c.tile) ? "_t256" : "_t128");
   ExpectClose("grouped_gemm_sm90_mixed", cas, got, ref, rel, 16 * rel * max_ref);
   if (c.vs_exact) {
     // The error bound of scale-then-round: <= 2^-9 relative per weight; on these random inputs
@@ -161,18 +165,19 @@ void RunMixed(const Case& c) {
 
 TEST(CudaGroupedGemmSm90Mixed, EdgeGroups) {
   SKIP_WITHOUT_MIXED();
-  for (bool f32 : {true, false}) {
-    // Empty groups (first, middle, last), sizes not multiples of 64 / 128, one > 2 tiles.
-    RunMixed({"uneven", 7, 384, 256, {0, 1, 77, 0, 300, 129, 0}, f32, true});
-    // One group owns every row.
-    RunMixed({"one_owner", 5, 256, 512, {0, 0, 517, 0, 0}, f32});
-    // A single row.
-    RunMixed({"single_row", 3, 256, 384, {0, 1, 0}, f32});
-    // Every group empty: nothing is written.
-    RunMixed({"all_empty", 4, 128, 128, {0, 0, 0, 0}, f32});
-    // N a multiple of 8 but not of 128: partial weight tiles and a partial last scale block.
-    RunMixed({"N200", 4, 200, 384, {70, 0, 3, 131}, f32});
-  }
+  for (Sm90MixedTile tile : {Sm90MixedTile::k128, Sm90MixedTile::k256})
+    for (bool f32 : {true, false}) {
+      // Empty groups (first, middle, last), sizes not multiples of 64 / 128, one > 2 tiles.
+      RunMixed({"uneven", 7, 384, 256, {0, 1, 77, 0, 300, 129, 0}, f32, true, tile});
+      // One group owns every row.
+      RunMixed({"one_owner", 5, 256, 512, {0, 0, 517, 0, 0}, f32, false, tile});
+      // A single row.
+      RunMixed({"single_row", 3, 256, 384, {0, 1, 0}, f32, false, tile});
+      // Every group empty: nothing is written.
+      RunMixed({"all_empty", 4, 128, 128, {0, 0, 0, 0}, f32, false, tile});
+      // N a multiple of 8 but not of 128: partial weight tiles and a partial last scale block.
+      RunMixed({"N200", 4, 200, 384, {70, 0, 3, 131}, f32, false, tile});
+    }
 }
 
 TEST(CudaGroupedGemmSm90Mixed, V3Experts) {
@@ -187,6 +192,7 @@ TEST(CudaGroupedGemmSm90Mixed, V3Experts) {
   // EP8: 32 local experts.
   const std::vector<int32_t> ep8(cnt.begin(), cnt.begin() + 32);
   RunMixed({"v3_ep8_w2", 32, 7168, 2048, ep8, false});
+  RunMixed({"v3_ep8_w2", 32, 7168, 2048, ep8, false, false, Sm90MixedTile::k256});
   RunMixed({"v3_ep8_w13_n1024", 32, 1024, 7168, ep8, true});
   // EP1: all 256 experts (N cut to keep the host reference small; K real).
   RunMixed({"v3_ep1_w13_n256", 256, 256, 7168, RoutedCounts(256, 8, 256), true});

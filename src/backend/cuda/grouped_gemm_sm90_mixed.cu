@@ -52,12 +52,14 @@ using ElementX = cutlass::bfloat16_t;
 // type); a bf16 scale type would round the scale itself first.
 using ElementScale = float;
 
-template <class ElementD>
+template <class ElementD, bool kWide>
 struct MixedGemm {
   static constexpr int kAlignW = 16;  // elements: 16-byte TMA rows
   static constexpr int kAlignX = 8;
   static constexpr int kAlignD = 16 / static_cast<int>(sizeof(ElementD));
-  using TileShape = Shape<_128, _128, _64>;  // (weight rows, tokens, K)
+  // (weight rows, tokens, K): 128 or 256 tokens per tile (kWide: half the conversions and
+  // weight-tile reads per MAC, for groups of >= 256 rows).
+  using TileShape = std::conditional_t<kWide, Shape<_128, _256, _64>, Shape<_128, _128, _64>>;
   using ClusterShape = Shape<_1, _1, _1>;
   using KernelSchedule = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
   using EpilogueSchedule = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
@@ -84,12 +86,12 @@ struct MixedGemm {
 using StrideKMajor = cute::Stride<int64_t, cute::Int<1>, cute::Int<0>>;  // (ld, 1, 0)
 using StrideColD = cute::Stride<cute::Int<1>, int64_t, cute::Int<0>>;    // (1, ld, 0)
 using StrideScale = cute::Stride<cute::Int<1>, int64_t, int64_t>;        // (1, N, N * K/128)
-static_assert(std::is_same_v<MixedGemm<float>::StrideW, StrideKMajor>);
-static_assert(std::is_same_v<MixedGemm<float>::StrideX, StrideKMajor>);
-static_assert(std::is_same_v<MixedGemm<float>::StrideD, StrideColD>);
-static_assert(std::is_same_v<MixedGemm<float>::StrideS, StrideScale>);
-static_assert(std::is_same_v<MixedGemm<cutlass::bfloat16_t>::StrideD, StrideColD>);
-static_assert(std::is_same_v<MixedGemm<cutlass::bfloat16_t>::StrideS, StrideScale>);
+static_assert(std::is_same_v<MixedGemm<float, false>::StrideW, StrideKMajor>);
+static_assert(std::is_same_v<MixedGemm<float, false>::StrideX, StrideKMajor>);
+static_assert(std::is_same_v<MixedGemm<float, false>::StrideD, StrideColD>);
+static_assert(std::is_same_v<MixedGemm<float, false>::StrideS, StrideScale>);
+static_assert(std::is_same_v<MixedGemm<cutlass::bfloat16_t, true>::StrideD, StrideColD>);
+static_assert(std::is_same_v<MixedGemm<cutlass::bfloat16_t, true>::StrideS, StrideScale>);
 using GroupShape = ProblemShape::UnderlyingProblemShape;
 
 // Workspace layout (each piece 256-byte aligned), E groups.
@@ -173,9 +175,9 @@ void CheckStatus(cutlass::Status s, const char* what) {
   DS_CHECK(s == cutlass::Status::kSuccess) << "GroupedGemmSm90Mixed: " << what << ": " << cutlassGetStatusString(s);
 }
 
-template <class ElementD>
-typename MixedGemm<ElementD>::Gemm::Arguments MakeArgs(int64_t E, void* ws, const Layout& l, int dev) {
-  using G = MixedGemm<ElementD>;
+template <class ElementD, bool kWide>
+typename MixedGemm<ElementD, kWide>::Gemm::Arguments MakeArgs(int64_t E, void* ws, const Layout& l, int dev) {
+  using G = MixedGemm<ElementD, kWide>;
   typename G::Gemm::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.problem_shape = {static_cast<int>(E), At<GroupShape>(ws, l.shapes), nullptr};  // shapes on the device only
@@ -197,20 +199,24 @@ typename MixedGemm<ElementD>::Gemm::Arguments MakeArgs(int64_t E, void* ws, cons
   return args;
 }
 
-template <class ElementD>
+template <class ElementD, bool kWide>
 size_t CutlassWorkspace(int64_t E, int dev) {
   Layout l{};
-  return MixedGemm<ElementD>::Gemm::get_workspace_size(MakeArgs<ElementD>(E, nullptr, l, dev));
+  return MixedGemm<ElementD, kWide>::Gemm::get_workspace_size(MakeArgs<ElementD, kWide>(E, nullptr, l, dev));
 }
 
-size_t CutlassWorkspaceFor(DTypeOut out, int64_t E, int dev) {
-  return out == DTypeOut::kF32 ? CutlassWorkspace<float>(E, dev) : CutlassWorkspace<cutlass::bfloat16_t>(E, dev);
+// The largest CUTLASS workspace over the four instantiations (per-SM tensor maps; the same
+// for all today), so one workspace size serves every output type and tile.
+size_t CutlassWorkspaceAll(int64_t E, int dev) {
+  return std::max({CutlassWorkspace<float, false>(E, dev), CutlassWorkspace<float, true>(E, dev),
+                   CutlassWorkspace<cutlass::bfloat16_t, false>(E, dev),
+                   CutlassWorkspace<cutlass::bfloat16_t, true>(E, dev)});
 }
 
-template <class ElementD>
+template <class ElementD, bool kWide>
 void Run(const GroupedGemmParams& p, const Layout& l, int dev) {
-  using G = MixedGemm<ElementD>;
-  auto args = MakeArgs<ElementD>(p.num_experts, p.workspace, l, dev);
+  using G = MixedGemm<ElementD, kWide>;
+  auto args = MakeArgs<ElementD, kWide>(p.num_experts, p.workspace, l, dev);
   typename G::Gemm gemm;
   CheckStatus(gemm.can_implement(args), "can_implement");
   DS_CHECK(G::Gemm::get_workspace_size(args) <= l.total - l.cutlass_ws) << "GroupedGemmSm90Mixed: CUTLASS workspace grew";
@@ -262,23 +268,25 @@ size_t GroupedGemmSm90MixedWorkspaceBytes(int64_t num_experts, int64_t N, int64_
   (void)num_experts; (void)N; (void)K;
   return 0;
 #else
-  const int dev = CurrentDevice();
-  const size_t cw = std::max(CutlassWorkspaceFor(DTypeOut::kF32, num_experts, dev),
-                             CutlassWorkspaceFor(DTypeOut::kBF16, num_experts, dev));
-  return MakeLayout(num_experts, N, K, cw).total;
+  return MakeLayout(num_experts, N, K, CutlassWorkspaceAll(num_experts, CurrentDevice())).total;
 #endif
 }
 
-void GroupedGemmSm90Mixed(const GroupedGemmParams& p) {
+bool GroupedGemmSm90MixedWideTile(const GroupedGemmParams& p, Sm90MixedTile tile) {
+  if (tile != Sm90MixedTile::kAuto) return tile == Sm90MixedTile::k256;
+  return p.max_rows >= 256 * p.num_experts;  // >= 256 rows per group on average (rows allocated)
+}
+
+void GroupedGemmSm90Mixed(const GroupedGemmParams& p, Sm90MixedTile tile) {
 #ifndef DS_HAVE_CUTLASS
-  (void)p;
+  (void)p; (void)tile;
   DS_CHECK(false) << "GroupedGemmSm90Mixed: built without CUTLASS (scripts/get_cutlass.sh)";
 #else
   const std::string why = GroupedGemmSm90MixedUnsupported(p);
   DS_CHECK(why.empty()) << "GroupedGemmSm90Mixed: unsupported: " << why;
   if (p.max_rows == 0) return;
   const int dev = CurrentDevice();
-  const Layout l = MakeLayout(p.num_experts, p.N, p.K, CutlassWorkspaceFor(p.out_type, p.num_experts, dev));
+  const Layout l = MakeLayout(p.num_experts, p.N, p.K, CutlassWorkspaceAll(p.num_experts, dev));
   DS_CHECK(p.workspace && p.workspace_bytes >= l.total && (reinterpret_cast<uintptr_t>(p.workspace) % kAlign) == 0)
       << "GroupedGemmSm90Mixed: workspace " << p.workspace_bytes << " bytes, need " << l.total << " (256-byte aligned)";
   SetupParams sp{};
@@ -293,8 +301,14 @@ void GroupedGemmSm90Mixed(const GroupedGemmParams& p) {
   const dim3 grid(static_cast<unsigned>((per_expert + 255) / 256), static_cast<unsigned>(p.num_experts));
   ExpandScalesKernel<<<grid, 256, 0, p.stream>>>(p.w_scales, p.offsets, p.N, p.K, At<float>(p.workspace, l.scales));
   DS_CUDA_CHECK_LAUNCH("GroupedGemmSm90Mixed scales");
-  if (p.out_type == DTypeOut::kF32) Run<float>(p, l, dev);
-  else Run<cutlass::bfloat16_t>(p, l, dev);
+  const bool wide = GroupedGemmSm90MixedWideTile(p, tile);
+  if (p.out_type == DTypeOut::kF32) {
+    if (wide) Run<float, true>(p, l, dev);
+    else Run<float, false>(p, l, dev);
+  } else {
+    if (wide) Run<cutlass::bfloat16_t, true>(p, l, dev);
+    else Run<cutlass::bfloat16_t, false>(p, l, dev);
+  }
 #endif
 }
 

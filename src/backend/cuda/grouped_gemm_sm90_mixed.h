@@ -27,8 +27,9 @@
 // operand swap inside CUTLASS) and the output is written column-major = out row-major. Per-
 // group scales along K with chunk (group) size 128; CUTLASS wants them per row of W
 // ([K/128][N], N contiguous), so a kernel of ours expands the 128x128 block scales into the
-// workspace each call (E * N * K/128 floats, e.g. 29 MB for 32 V3 experts' w13). Tile 128 (N)
-// x 128 (rows) x 64 (K), cooperative (two consumer warpgroups), cluster 1x1, persistent.
+// workspace each call (E * N * K/128 floats, e.g. 29 MB for 32 V3 experts' w13). Tiles 128 (N)
+// x 128 or 256 (rows) x 64 (K) (Sm90MixedTile; auto: 256 when the groups average >= 256
+// allocated rows), cooperative (two consumer warpgroups), cluster 1x1, persistent.
 //
 // Graph-safe: the offsets stay on the device; a setup kernel writes the per-group problem
 // shapes, pointers and strides into `workspace`; nothing is allocated and the host never
@@ -57,8 +58,13 @@ std::string GroupedGemmSm90MixedUnsupported(const GroupedGemmParams& p);
 // [N, K] weights on the current device (both output types). 0 without CUTLASS.
 size_t GroupedGemmSm90MixedWorkspaceBytes(int64_t num_experts, int64_t N, int64_t K);
 
-// Runs the GEMM on p.stream with p.workspace (>= GroupedGemmSm90MixedWorkspaceBytes bytes).
-// Ignores p.force_wmma / p.sm90 / p.sm90_mixed (callers dispatch through GroupedGemm).
-void GroupedGemmSm90Mixed(const GroupedGemmParams& p);
+// Tokens per tile: 128, 256, or kAuto = 256 when max_rows >= 256 * num_experts, else 128.
+enum class Sm90MixedTile { kAuto, k128, k256 };
+bool GroupedGemmSm90MixedWideTile(const GroupedGemmParams& p, Sm90MixedTile tile);  // 256-token tile?
+
+// Runs the GEMM on p.stream with p.workspace (>= GroupedGemmSm90MixedWorkspaceBytes bytes; the
+// same size serves both tiles and output types). Ignores p.force_wmma / p.sm90 / p.sm90_mixed
+// (callers dispatch through GroupedGemm, which uses kAuto).
+void GroupedGemmSm90Mixed(const GroupedGemmParams& p, Sm90MixedTile tile = Sm90MixedTile::kAuto);
 
 }  // namespace ds::cuda
