@@ -19,7 +19,7 @@
 #      (smallest first), CudaRunner.DummyV3Sm90MixedGemmMatchesMmaSync, then the existing
 #      CudaGroupedGemmSm90.*, CudaGroupedGemm.* and CudaMoeExperts.* (unchanged paths: the
 #      dispatch change must not move them);
-#   3. `dsinfer bench kernels --only moe_prefill` (mma.sync bf16 / fp8w, sm_90a bf16 / fp8 /
+#   3. `dsinfer bench kernels --only moe_prefill` (mma.sync bf16 / fp8w, sm_90a bf16 / fp8 / both tiles of
 #      mixed at V3 EP1/8/32 x 2K/8K tokens and V2-Lite, plus the dense V3 projections at M 4096),
 #      cut by --budget-s; the mixed kernel is left out of it (DS_BENCH_SKIP_SM90_MIXED) when its
 #      op tests failed, so a broken kernel cannot crash the bench.
