@@ -30,7 +30,7 @@
 #       Unset on cpu: measured by dsinfer itself.
 #   HF_BATCH ["1 8"]  HF_INPUT_LENS [$INPUT_LENS]  HF_OUTPUT_LEN [$OUTPUT_LEN]  PYTHON [python3]
 #   TRACE_MODEL [first spec]  TRACE_FILE [../shared/traces/mooncake_conversation_trace.jsonl]
-#   TRACE_DURATION_S [600]  TRACE_TIME_SCALE [1]
+#   TRACE_DURATION_S [600]  TRACE_TIME_SCALE [1]  TRACE_TIMEOUT_S [BENCH_TIMEOUT_S]
 #   DEADLINE [""]: epoch seconds; serve points, one-batch and baseline runs not started by then
 #       are skipped (logged), so a time-limited GPU call still assembles what it measured
 #   COMMIT [git rev-parse --short HEAD]   ONE_BATCH_ARGS [""]: extra one-batch flags (e.g. --profile)
@@ -168,7 +168,7 @@ run_serve_sweep() {  # name dir layers dtype
 run_trace() {  # name dir layers
   local name=$1 dir=$2
   log "trace replay: $TRACE_FILE, first ${TRACE_DURATION_S}s, time scale $TRACE_TIME_SCALE"
-  timeout "$BENCH_TIMEOUT_S" "$DSINFER" bench serve --port "$PORT" --model "$name" --dataset-name trace \
+  timeout "${TRACE_TIMEOUT_S:-$BENCH_TIMEOUT_S}" "$DSINFER" bench serve --port "$PORT" --model "$name" --dataset-name trace \
     --dataset-path "$TRACE_FILE" --trace-duration-s "$TRACE_DURATION_S" --trace-time-scale "$TRACE_TIME_SCALE" \
     --vocab-size "$(vocab_of "$dir")" --ignore-eos --num-gpus "$NUM_GPUS" --disable-tqdm --extra-body "$EXTRA_BODY" \
     --metadata "$(printf '{"model_name":"%s","gpu":"%s","commit":"%s"}' "$name" "$GPU_NAME" "$COMMIT")" \

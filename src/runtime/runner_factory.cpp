@@ -86,6 +86,7 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o)
   co.num_kv_blocks = blocks;
   if (o.load_format == "auto" && o.num_layers <= 0) {
     DS_ASSIGN_OR_RETURN(auto cpu, CpuModelRunner::Create(o.model_dir, co));
+    cpu->set_mla_mode(o.mla_mode);
     return std::unique_ptr<ModelRunner>(std::move(cpu));
   }
   // dummy weights, or a layer-truncated view of a checkpoint: a scratch directory with the
@@ -119,6 +120,7 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateModelRunner(const RunnerOptions& o)
     }
   }
   DS_ASSIGN_OR_RETURN(auto cpu, CpuModelRunner::Create(scratch, co));
+  cpu->set_mla_mode(o.mla_mode);
   return std::unique_ptr<ModelRunner>(std::move(cpu));
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/status.h"
+#include "model/mla.h"
 #include "runtime/model_runner.h"
 
 namespace ds {
@@ -29,6 +30,10 @@ struct RunnerOptions {
   // reference-precision mode (--precise-activations); see CudaRunnerOptions.
   std::string fp8_gemm = "kernel";
   bool precise_activations = false;
+  // MLA form (CPU: any; GPU: auto only) and, GPU, the tokens per model pass (longer prefills
+  // are chunked).
+  MlaMode mla_mode = MlaMode::kAuto;
+  int max_tokens_per_pass = 8192;
 };
 
 // Errors: NOT_FOUND (no config), INVALID_ARGUMENT (bad option), UNIMPLEMENTED (e.g. --device

@@ -237,12 +237,12 @@ int RunOneBatch(int argc, char** argv) {
   ro.num_kv_blocks = blocks_per_seq * batch;
   ro.seed = seed;
   cuda_flags.ApplyTo(&ro);
+  ro.mla_mode = mla_mode;
   ro.profile = profile;
   auto t_load = Clock::now();
   auto runner_or = CreateModelRunner(ro);
   if (!runner_or.ok()) return Fail(who, 1, runner_or.status().ToString());
   std::unique_ptr<ModelRunner> runner = std::move(runner_or).value();
-  if (auto* cpu = dynamic_cast<CpuModelRunner*>(runner.get())) cpu->set_mla_mode(mla_mode);
   if (runner->config().num_hidden_layers != cfg.num_hidden_layers)
     return Fail(who, 1, "runner has " + std::to_string(runner->config().num_hidden_layers) + " layers, expected " +
                             std::to_string(cfg.num_hidden_layers));

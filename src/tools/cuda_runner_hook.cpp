@@ -45,6 +45,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   c.fp8_gemm = o.fp8_gemm;
+  c.mla_mode = o.mla_mode;
+  c.max_tokens_per_pass = o.max_tokens_per_pass;
   c.precise_activations = o.precise_activations;
   return ds::cuda::CreateCudaModelRunner(c);
 }

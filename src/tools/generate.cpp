@@ -24,9 +24,6 @@
 #include "tools/cli_checks.h"
 #include "tools/cuda_cli.h"
 #include "tools/command.h"
-#ifdef DS_WITH_CUDA
-#include "backend/cuda/cuda_runner.h"
-#endif
 
 namespace {
 
@@ -61,45 +58,24 @@ int Fail(int code, const std::string& msg) {
   return code;
 }
 
-// The CPU runner (checkpoint weights, fp32) or the CUDA runner (--device cuda).
+// The CPU runner (checkpoint weights, fp32) or the CUDA runner (--device cuda), through the
+// engine's factory (as serve and bench one-batch: dummy weights / a layer-truncated view, the
+// CUDA flags and environment switches).
 ds::StatusOr<std::unique_ptr<ds::ModelRunner>> MakeRunner(const std::string& model_dir, const std::string& device,
                                                           const std::string& load_format, int num_layers, int blocks,
                                                           int max_tokens_per_pass, ds::MlaMode mode, uint64_t seed,
                                                           const ds::tools::CudaFlags& cf = {}) {
-  if (device == "cuda") {
-#ifdef DS_WITH_CUDA
-    ds::cuda::CudaRunnerOptions o;
-    o.model_dir = model_dir;
-    o.load_format = load_format;
-    o.num_layers = num_layers;
-    o.num_kv_blocks = blocks;
-    o.max_tokens_per_pass = max_tokens_per_pass;
-    o.mla_mode = mode;
-    o.seed = seed;
-    ds::RunnerOptions ro;
-    cf.ApplyTo(&ro);
-    o.fp8_gemm = ro.fp8_gemm;
-    o.cuda_graphs = ro.cuda_graphs;
-    o.mla_decode_tensor_cores = ro.mla_decode_tensor_cores;
-    o.precise_activations = ro.precise_activations;
-    return ds::cuda::CreateCudaModelRunner(o);
-#else
-    return ds::Unimplemented("--device cuda: this build has no CUDA backend");
-#endif
-  }
-  // The engine's factory: checkpoint weights, or dummy weights / a layer-truncated view through
-  // a scratch checkpoint (as serve and bench one-batch do).
   ds::RunnerOptions ro;
   ro.model_dir = model_dir;
-  ro.device = "cpu";
+  ro.device = device;
   ro.load_format = load_format;
   ro.num_layers = num_layers;
   ro.num_kv_blocks = blocks;
   ro.seed = seed;
-  auto r = ds::CreateModelRunner(ro);
-  if (!r.ok()) return r.status();
-  if (auto* cpu = dynamic_cast<ds::CpuModelRunner*>(r->get())) cpu->set_mla_mode(mode);
-  return std::move(r).value();
+  ro.mla_mode = mode;
+  ro.max_tokens_per_pass = max_tokens_per_pass;
+  cf.ApplyTo(&ro);
+  return ds::CreateModelRunner(ro);
 }
 
 // --bench-batch B --bench-prompt-len P: B random prompts of P tokens, prefilled in one
