@@ -253,6 +253,7 @@ std::string GroupedGemmSm90MixedUnsupported(const GroupedGemmParams& p) {
   std::ostringstream why;
   if (!p.w_fp8 || !p.w_scales) why << "needs e4m3 weights with block scales; ";
   if (p.num_experts <= 0 || p.N <= 0 || p.K <= 0) why << "empty shape; ";
+  if (p.num_experts > 65535) why << "more than 65535 groups; ";  // the scale expansion's grid y
   if (p.N > INT32_MAX || p.K > INT32_MAX || p.max_rows > INT32_MAX) why << "dimension over 2^31; ";
   if (p.K % kScaleBlock != 0) why << "K % 128 (whole scale blocks along K); ";
   if (p.N % 8 != 0) why << "N % 8; ";  // 16-byte TMA rows of D^T (bf16) and of the expanded scales
@@ -297,7 +298,6 @@ void GroupedGemmSm90Mixed(const GroupedGemmParams& p, Sm90MixedTile tile) {
   SetupKernel<<<static_cast<unsigned>((p.num_experts + 127) / 128), 128, 0, p.stream>>>(sp);
   DS_CUDA_CHECK_LAUNCH("GroupedGemmSm90Mixed setup");
   const int64_t per_expert = (p.K / kScaleBlock) * p.N;
-  DS_CHECK(p.num_experts <= 65535) << "GroupedGemmSm90Mixed: " << p.num_experts << " groups (grid y limit)";
   const dim3 grid(static_cast<unsigned>((per_expert + 255) / 256), static_cast<unsigned>(p.num_experts));
   ExpandScalesKernel<<<grid, 256, 0, p.stream>>>(p.w_scales, p.offsets, p.N, p.K, At<float>(p.workspace, l.scales));
   DS_CUDA_CHECK_LAUNCH("GroupedGemmSm90Mixed scales");
