@@ -616,8 +616,9 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   gp.sm90_mixed = opts_.sm90_mixed_gemm;
   if (gp.sm90_mixed) {
     const size_t wsb = GroupedGemmWorkspaceBytes(gp);
-    // Grown only outside a graph capture (a capture that finds it too small keeps the mma.sync
-    // kernel; decode graphs' dense GEMMs are skinny-sized anyway).
+    // Grown only outside a graph capture: the eager warm-up pass of each decode-graph shape
+    // (buckets above the skinny sizes) grows it first; a capture that still finds it too small
+    // keeps the mma.sync kernel.
     if (wsb > 0 && !capturing_) dense_gg_ws_.Reserve(wsb);
     if (wsb > 0 && dense_gg_ws_.size() >= wsb) { gp.workspace = dense_gg_ws_.get(); gp.workspace_bytes = dense_gg_ws_.size(); }
   }

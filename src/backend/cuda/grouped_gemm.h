@@ -55,9 +55,8 @@ void GroupedGemm(const GroupedGemmParams& p);
 
 // Device workspace the sm_90a kernel needs for these params (0 when it does not apply: no
 // CUTLASS, not sm_90, misaligned, sm90 unset or force_wmma set; FP8 weights without sm90_mixed).
-// Independent of pointers
-// other than their alignment, so callers can size it before the GEMM (and before a graph
-// capture).
+// Independent of pointers other than their alignment, so callers can size it before the GEMM
+// (and before a graph capture).
 size_t GroupedGemmWorkspaceBytes(const GroupedGemmParams& p);
 
 }  // namespace ds::cuda
