@@ -47,6 +47,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/grouped_gemm.h"
 #include "backend/cuda/grouped_gemm_sm90.h"
+#include "backend/cuda/grouped_gemm_sm90_mixed.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_prefill.h"
 #include "backend/cuda/moe_routing.h"
@@ -730,13 +731,71 @@ void Moe(Bench& b) {
 }
 
 // ---------------------------------------------------------------- MoE grouped GEMM, prefill sizes
+// The sm_90a mixed-input kernel (grouped_gemm_sm90_mixed.h) on given inputs, both tiles (128 /
+// 256 tokens; "auto's choice" marks the one GroupedGemm would take), each rated against the bf16
+// ceiling (its MMAs are bf16), then the faster one against the fp8 ceiling ("_best_vs_fp8": what
+// the e4m3 x e4m3 path could reach). Skipped (with the reason) where it does not apply.
+void MixedCase(Bench& b, const std::string& kernel, const std::string& shape, const void* a, int64_t lda,
+               const int32_t* offsets, int64_t max_rows, const void* w8, const float* wscales, int64_t E, int64_t N,
+               int64_t K, void* out, DTypeOut ot, double flops) {
+  GroupedGemmParams p{};
+  p.a = static_cast<const __nv_bfloat16*>(a); p.lda = lda; p.offsets = offsets; p.max_rows = max_rows;
+  p.w = w8; p.w_fp8 = true; p.w_scales = wscales; p.num_experts = E; p.N = N; p.K = K;
+  p.out = out; p.out_type = ot; p.ldo = N; p.stream = b.st();
+  const std::string why = GroupedGemmSm90MixedUnsupported(p);
+  if (!why.empty() || std::getenv("DS_BENCH_SKIP_SM90_MIXED")) {
+    b.skipped.push_back(kernel + " " + shape + " (" + (why.empty() ? "DS_BENCH_SKIP_SM90_MIXED" : why) + ")");
+    return;
+  }
+  const size_t wsb = GroupedGemmSm90MixedWorkspaceBytes(E, N, K);
+  Buf ws(wsb);
+  p.workspace = ws.as<void>(); p.workspace_bytes = wsb;
+  double best = 0;
+  for (Sm90MixedTile tile : {Sm90MixedTile::k128, Sm90MixedTile::k256}) {
+    const bool wide = tile == Sm90MixedTile::k256;
+    const double us = b.TimeUs([&](int) { GroupedGemmSm90Mixed(p, tile); }, 1, 10);
+    b.Add(kernel + (wide ? "_t256" : "_t128"), shape, us, 0, flops, false,
+          std::string("CUTLASS RS wgmma 128x") + (wide ? "256" : "128") +
+              "x64 cooperative, e4m3 -> fp32 x scale -> bf16 in registers" +
+              (GroupedGemmSm90MixedWideTile(p, Sm90MixedTile::kAuto) == wide ? " (auto's choice)" : ""));
+    best = best == 0 ? us : std::min(best, us);
+  }
+  b.Add(kernel + "_best_vs_fp8", shape, best, 0, flops, true, "the faster tile, rated against the fp8 ceiling");
+}
+
+// One V3 dense FP8 projection at M rows (the runner's in-kernel path: one group of M rows padded
+// to 64): the mma.sync kernel vs the sm_90a mixed-input kernel.
+void DenseMixedCase(Bench& b, const Proj& pr, int64_t M) {
+  const int64_t N = pr.N, K = pr.K, Mr = (M + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign;
+  const int64_t kbn = (N + 127) / 128, kbk = (K + 127) / 128;
+  Buf a(Mr * K * 2), w(N * K), ws(kbn * kbk * 4), out(Mr * N * 4);
+  FillUniformBf16(a.as<__nv_bfloat16>(), Mr * K, b.NextSeed(), -1, 1, b.st());
+  FillE4M3(w.as<uint8_t>(), N * K, b.NextSeed(), b.st());
+  FillUniformF32(ws.as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  auto doff = Upload(std::vector<int32_t>{0, static_cast<int32_t>(Mr)});
+  const std::string shape = std::string(pr.name) + " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
+  const double flops = 2.0 * M * N * K;
+  GroupedGemmParams p{};
+  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.offsets = doff->as<int32_t>(); p.max_rows = Mr;
+  p.w = w.as<void>(); p.w_fp8 = true; p.w_scales = ws.as<float>(); p.num_experts = 1; p.N = N; p.K = K;
+  p.out = out.as<void>(); p.out_type = DTypeOut::kF32; p.ldo = N; p.stream = b.st();
+  b.Add("dense_prefill_mma_fp8w", shape, b.TimeUs([&](int) { GroupedGemm(p); }, 1, 10), 0, flops, false,
+        "mma.sync 128x128, e4m3 weights -> bf16, bf16 activations");
+  MixedCase(b, "dense_prefill_sm90_mixed", shape, a.as<void>(), K, doff->as<int32_t>(), Mr, w.as<void>(), ws.as<float>(),
+            1, N, K, out.as<void>(), DTypeOut::kF32, flops);
+}
+
 // The expert GEMMs at prefill token counts on every kernel the runner can pick, on the same
 // routing (uniform, segments padded to 64 rows as moe_permute writes them; FLOPs count the
 // real rows only): the mma.sync kernel with bf16 weights and with FP8 weights (bf16
 // activations), and the sm_90a CUTLASS kernels (grouped_gemm_sm90.h) with bf16 x bf16 and
 // e4m3 x e4m3 block-scaled inputs. "+quant" adds the 1x128 activation quantisation the runner
-// runs before the FP8 gate_up GEMM. bf16 records are rated against the bf16 ceiling, FP8 ones
-// against the fp8 ceiling. Family "moe_prefill".
+// runs before the FP8 gate_up GEMM. "sm90_mixed" is the sm_90a mixed-input kernel
+// (grouped_gemm_sm90_mixed.h: bf16 activations x e4m3 weights, the default numerics of
+// mma_fp8w; its time includes the per-call block-scale expansion). bf16-activation records are
+// rated against the bf16 ceiling (the MMAs are bf16), e4m3 x e4m3 ones against the fp8 ceiling;
+// mma_fp8w keeps its fp8 rating (as before) and sm90_mixed gets both. Family "moe_prefill"; it
+// also times the V3 dense FP8 projections at M = 4096 (one group: mma.sync vs sm90_mixed).
 void MoePrefillCase(Bench& b, const MoeModel& m, int ranks, int64_t tokens, bool gate_up) {
   const int64_t E = m.experts / ranks, top_k = m.top_k;
   const int64_t N = gate_up ? 2 * m.inter : m.hidden, K = gate_up ? m.hidden : m.inter;
@@ -775,6 +834,8 @@ void MoePrefillCase(Bench& b, const MoeModel& m, int ranks, int64_t tokens, bool
     b.Add("moe_prefill_mma_fp8w", shape, b.TimeUs([&](int) { GroupedGemm(q); }, 1, 10), 0, flops, true,
           "mma.sync 128x128, e4m3 weights -> bf16, bf16 activations");
   }
+  MixedCase(b, "moe_prefill_sm90_mixed", shape, a.as<void>(), K, doff->as<int32_t>(), max_rows, w8.as<void>(),
+            ws.as<float>(), E, N, K, out.as<void>(), ot, flops);
   if (!GroupedGemmSm90Available()) {
     b.skipped.push_back("moe_prefill sm90 (no CUTLASS / not sm_90): " + shape);
     return;
@@ -801,6 +862,11 @@ void MoePrefillCase(Bench& b, const MoeModel& m, int ranks, int64_t tokens, bool
 }
 
 void MoePrefill(Bench& b) {
+  // The V3 dense FP8 projections at prefill size, mma.sync vs the sm_90a mixed-input kernel.
+  for (const auto& pr : kProjs) {
+    if (b.OutOfTime()) { b.skipped.push_back(std::string("moe_prefill dense ") + pr.name); continue; }
+    DenseMixedCase(b, pr, 4096);
+  }
   struct Sweep { const MoeModel* m; int ranks; std::vector<int64_t> toks; };
   const std::vector<Sweep> sweeps =
       b.quick() ? std::vector<Sweep>{{&kMoeV3, 8, {4096}}, {&kMoeV2Lite, 1, {8192}}}

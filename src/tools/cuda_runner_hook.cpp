@@ -25,7 +25,9 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   // decode-size skinny GEMMs off and DS_SM90_GROUPED_GEMM=0 the sm_90a expert GEMMs (benchmark A/B);
   // DS_MLA_DECODE_SM90=1 turns the sm_90a (wgmma + TMA) MLA decode kernel on (opt-in, see
   // CudaRunnerOptions::mla_decode_sm90); DS_MLA_PREFILL_SM90=0 turns the sm_90a prefill attention
-  // kernel off (on by default where it applies), =pingpong selects its ping-pong variant.
+  // kernel off (on by default where it applies), =pingpong selects its ping-pong variant;
+  // DS_SM90_MIXED_GEMM=1 turns the sm_90a mixed-input (bf16 x e4m3 block-scaled) GEMM on for the
+  // default FP8 numerics' prefill-size GEMMs (opt-in, CudaRunnerOptions::sm90_mixed_gemm).
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   const char* skinny = std::getenv("DS_SKINNY_GEMM");
   c.profile_log = prof && std::string(prof) == "1";
@@ -38,6 +40,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     return v != nullptr && std::string(v) == value;
   };
   c.mla_decode_sm90 = env_is("DS_MLA_DECODE_SM90", "1");
+  c.sm90_mixed_gemm = env_is("DS_SM90_MIXED_GEMM", "1");
   c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
   // DS_FUSED_DECODE=1 turns on every small-batch decode fusion (CudaRunnerOptions::fused_*,

@@ -39,6 +39,7 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/grouped_gemm_sm90_mixed.h"
 #include "backend/cuda/mla_decode.h"
 #include "runtime/cpu_runner.h"
 #include "runner_test_util.h"
@@ -738,6 +739,54 @@ TEST(CudaRunner, DummyV3PrefillSm90MatchesTc) {
   }
 }
 
+
+// CudaRunnerOptions::sm90_mixed_gemm: the default FP8 numerics' GEMMs at prefill sizes (the
+// dense projections and the expert GEMMs) on the sm_90a mixed-input kernel
+// (grouped_gemm_sm90_mixed.h) vs the mma.sync kernel (option off). Real V3 shapes, dummy FP8
+// weights, one 320-token prompt (every dense projection non-skinny: M > 128; the MoE layer has
+// 320 x 8 rows, > 8 per expert on average), logits of every row. Per weight the two differ by
+// the bf16 rounding of the scaled weight (<= 2^-9 relative: the floor the bf16 activations
+// already have), so the bounds of the other kernel swaps: 3 dense layers min cosine >= 0.999;
+// 4 layers (the first MoE layer: routing near-ties can flip an expert and move single rows)
+// mean >= 0.999; no non-finite logits; and the rows must differ somewhere (min cosine
+// < 1 - 1e-9), else the new kernel did not run. Not yet run on the GPU.
+TEST(CudaRunner, DummyV3Sm90MixedGemmMatchesMmaSync) {
+  const std::string dir = DataDir() + "/deepseek-v3";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
+  if (!GroupedGemmSm90MixedAvailable())
+    GTEST_SKIP() << "no sm_90a mixed-input grouped GEMM (built without CUTLASS, or not a compute capability 9.0 device)";
+  constexpr int kTokens = 320;
+  for (int layers : {3, 4}) {
+    std::array<std::vector<float>, 2> logits;
+    int64_t V = 0;
+    for (int on = 0; on < 2; ++on) {
+      CudaRunnerOptions o = DummyV3Options(layers, 16, 5);
+      o.sm90_mixed_gemm = on == 1;
+      auto r = CreateCudaModelRunner(o);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      V = (*r)->config().vocab_size;
+      std::vector<int32_t> ids;
+      for (int i = 0; i < kTokens; ++i) ids.push_back(static_cast<int32_t>((int64_t{i} * 104729 + 31) % V));
+      ForwardOutput out;
+      auto st = (*r)->Forward(Batch(ids, 0, 8, true), &out);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      logits[on] = std::move(out.logits);
+    }
+    int64_t bad = 0;
+    for (float v : logits[1]) bad += !std::isfinite(v);
+    const RowStats st = Compare(logits[0], logits[1], V, 0.999);
+    char label[96];
+    std::snprintf(label, sizeof label, "dummy_v3_%dlayers sm90_mixed_gemm_vs_mma_sync", layers);
+    PrintStats(label, st, 0.999);
+    const bool pass = bad == 0 && st.min_cos < 1.0 - 1e-9 && (layers == 3 ? st.min_cos >= 0.999 : st.mean_cos >= 0.999);
+    std::printf("[fixture] dummy_v3_%dlayers sm90_mixed_gemm: nonfinite=%lld%s\n", layers, (long long)bad,
+                pass ? " PASS" : " FAIL");
+    EXPECT_EQ(bad, 0) << layers << " layers";
+    EXPECT_LT(st.min_cos, 1.0 - 1e-9) << "the sm_90a mixed-input kernel did not run (GroupedGemmSm90MixedUnsupported?)";
+    if (layers == 3) EXPECT_GE(st.min_cos, 0.999) << "dense layers only";
+    else EXPECT_GE(st.mean_cos, 0.999) << "with the first MoE layer";
+  }
+}
 
 // CUDA graphs for decode steps: a runner with graphs on and one with graphs off (same weights)
 // prefill the same 40 sequences (1..~700 tokens, so captured block-table widths of 4 and 16

@@ -292,6 +292,7 @@ class CudaModelRunner : public ModelRunner {
   // sm_90a expert GEMMs: workspace (grouped_gemm_sm90.h); FP8 x FP8 experts: e4m3 activations
   // [cap, max(H, I)] and their token-major 1x128 scales.
   DeviceBuffer moe_gg_ws_, eq8_, es_;
+  DeviceBuffer dense_gg_ws_;  // sm_90a mixed-input dense projections (sm90_mixed_gemm): workspace
   DeviceBuffer skinny_ws_, skinny_cnt_;  // split-K partials (fp32) and per-tile counters (u32)
   DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
 };
@@ -660,11 +661,21 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     if (split) GemmBf16({xlo_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, true, s_});
     return;
   }
-  // In-kernel dequantisation: the grouped GEMM with one group of Mr rows.
+  // In-kernel dequantisation: the grouped GEMM with one group of Mr rows (with sm90_mixed_gemm
+  // on the sm_90a mixed-input kernel where it applies; its workspace holds the expanded scales).
   GroupedGemmParams gp{};
   gp.a = xa; gp.lda = L.K; gp.offsets = OneGroupOffsets(Mr); gp.max_rows = Mr;
   gp.w = L.wq.get(); gp.w_fp8 = true; gp.w_scales = L.s_raw.as<float>();
   gp.num_experts = 1; gp.N = L.N; gp.K = L.K; gp.out = y; gp.out_type = DTypeOut::kF32; gp.ldo = ldy; gp.stream = s_;
+  gp.sm90_mixed = opts_.sm90_mixed_gemm;
+  if (gp.sm90_mixed) {
+    const size_t wsb = GroupedGemmWorkspaceBytes(gp);
+    // Grown only outside a graph capture: the eager warm-up pass of each decode-graph shape
+    // (buckets above the skinny sizes) grows it first; a capture that still finds it too small
+    // keeps the mma.sync kernel.
+    if (wsb > 0 && !capturing_) dense_gg_ws_.Reserve(wsb);
+    if (wsb > 0 && dense_gg_ws_.size() >= wsb) { gp.workspace = dense_gg_ws_.get(); gp.workspace_bytes = dense_gg_ws_.size(); }
+  }
   GroupedGemm(gp);
 }
 
@@ -1079,6 +1090,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
                   GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kFp8, E, cap, Hd, I));
   } else if (!skinny) {
     g.sm90 = g2.sm90 = sm90_gg_on_;
+    g.sm90_mixed = g2.sm90_mixed = opts_.sm90_mixed_gemm;  // FP8 experts, bf16 activations
     ws = std::max(GroupedGemmWorkspaceBytes(g), GroupedGemmWorkspaceBytes(g2));
   }
   if (ws > 0) moe_gg_ws_.Reserve(ws);
@@ -1356,7 +1368,7 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
         &gu32_, &act32_, &xq_, &xs_, &offs1_, &xhi_, &xlo_, &hhi_, &hlo_, &ctx_slots_, &lat16_, &rope32_, &kv32_,
         &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &ova32_, &dec_qs_, &dec_ctx_, &dec_bt_,
         &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_, &xp16_, &egu32_,
-        &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &skinny_ws_})
+        &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &skinny_ws_, &dense_gg_ws_})
     v.push_back(b->get());
   return v;
 }

@@ -144,6 +144,15 @@ struct CudaRunnerOptions {
   bool fused_norm = false;
   bool fused_qpe = false;
   int fused_decode_max_tokens = 16;
+  // FP8 GEMMs of the default numerics (fp8_gemm "kernel": bf16 activations, e4m3 weights with
+  // 128x128 block scales) at prefill sizes -- the expert GEMMs and the dense projections that do
+  // not take the skinny kernel -- on the sm_90a wgmma mixed-input grouped GEMM
+  // (grouped_gemm_sm90_mixed.h) where it applies (built with CUTLASS, sm_90, K % 128 == 0,
+  // N % 8 == 0), else the mma.sync kernel. Its weights are dequantised to bf16 with the block
+  // scale before the MMA (scale-then-round, <= 2^-9 relative per weight vs the mma.sync kernel's
+  // per-K-block fp32 scaling; docs/design/cuda_backend.md). Opt-in until verified on the GPU
+  // (the CLI reads DS_SM90_MIXED_GEMM=1).
+  bool sm90_mixed_gemm = false;
   int device = 0;
 };
 

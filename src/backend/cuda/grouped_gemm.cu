@@ -10,6 +10,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/grouped_gemm_sm90.h"
+#include "backend/cuda/grouped_gemm_sm90_mixed.h"
 
 namespace ds::cuda {
 namespace {
@@ -469,9 +470,16 @@ bool Sm90Applies(const GroupedGemmParams& p) {
          GroupedGemmSm90Unsupported(Sm90Params(p)).empty();
 }
 
+// FP8 weights (bf16 activations) on the sm_90a mixed-input kernel: opt-in (sm90_mixed).
+bool Sm90MixedApplies(const GroupedGemmParams& p) {
+  return p.sm90_mixed && !p.force_wmma && p.w_fp8 && GroupedGemmSm90MixedAvailable() &&
+         GroupedGemmSm90MixedUnsupported(p).empty();
+}
+
 }  // namespace
 
 size_t GroupedGemmWorkspaceBytes(const GroupedGemmParams& p) {
+  if (Sm90MixedApplies(p)) return GroupedGemmSm90MixedWorkspaceBytes(p.num_experts, p.N, p.K);
   if (!Sm90Applies(p)) return 0;
   return GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kBf16, p.num_experts, p.max_rows, p.N, p.K);
 }
@@ -483,6 +491,11 @@ void GroupedGemm(const GroupedGemmParams& p) {
   if (p.workspace && Sm90Applies(p) &&
       p.workspace_bytes >= GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kBf16, p.num_experts, p.max_rows, p.N, p.K)) {
     GroupedGemmSm90(Sm90Params(p));
+    return;
+  }
+  if (p.workspace && Sm90MixedApplies(p) &&
+      p.workspace_bytes >= GroupedGemmSm90MixedWorkspaceBytes(p.num_experts, p.N, p.K)) {
+    GroupedGemmSm90Mixed(p);
     return;
   }
   if (MmaPathUsable(p)) {

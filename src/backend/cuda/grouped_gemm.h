@@ -12,6 +12,12 @@
 //     grouped_gemm_sm90.h when the caller passes GroupedGemmWorkspaceBytes(p) bytes of
 //     workspace and its alignment rules hold (K, N, lda, ldo 16-byte rows; 16-byte aligned
 //     pointers); sm90 = false turns it off;
+//   - FP8 weights on sm_90 with CUTLASS built in, only when sm90_mixed is set (opt-in, not yet
+//     verified on the GPU): the wgmma mixed-input grouped GEMM of grouped_gemm_sm90_mixed.h
+//     (bf16 activations x e4m3 weights, each weight dequantised to bf16 with its block scale
+//     before the MMA: "scale-then-round", see that header for the error bound vs the mma.sync
+//     kernel's per-K-block fp32 scaling) when the workspace is given and K % 128 == 0, N % 8 == 0
+//     and the rows / pointers are 16-byte aligned;
 //   - mma.sync m16n8k16, 128x128x64 tiles, 4-stage cp.async pipeline, persistent CTAs; used
 //     whenever K % 8 == 0 (bf16) / K % 16 == 0 (fp8), lda % 8 == 0, a and w 16-byte aligned
 //     and num_experts <= 1024;
@@ -41,15 +47,16 @@ struct GroupedGemmParams {
   cudaStream_t stream = nullptr;
   bool force_wmma = false;              // use the WMMA kernel even where the mma.sync one applies
   bool sm90 = true;                     // allow the sm_90a (CUTLASS) kernel
+  bool sm90_mixed = false;              // FP8 weights: allow the sm_90a mixed-input kernel (opt-in)
   void* workspace = nullptr;            // device, 256-byte aligned: for the sm_90a kernel
   size_t workspace_bytes = 0;
 };
 void GroupedGemm(const GroupedGemmParams& p);
 
-// Device workspace the sm_90a kernel needs for these params (0 when it does not apply: FP8
-// weights, no CUTLASS, not sm_90, misaligned, sm90 / force_wmma set). Independent of pointers
-// other than their alignment, so callers can size it before the GEMM (and before a graph
-// capture).
+// Device workspace the sm_90a kernel needs for these params (0 when it does not apply: no
+// CUTLASS, not sm_90, misaligned, sm90 unset or force_wmma set; FP8 weights without sm90_mixed).
+// Independent of pointers other than their alignment, so callers can size it before the GEMM
+// (and before a graph capture).
 size_t GroupedGemmWorkspaceBytes(const GroupedGemmParams& p);
 
 }  // namespace ds::cuda
