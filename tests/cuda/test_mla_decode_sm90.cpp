@@ -14,7 +14,9 @@
 //  - the CPU op (ds::cpu::MlaDecodeAttention) on a sample of heads (all heads where that is
 //    cheap): 5e-3 against the CPU op fed the same bf16-rounded q, 1e-2 against fp32 q;
 //  - bf16 output vs the kernel's fp32 output (5e-3), and the default dispatch (p.sm90 = true
-//    through MlaDecodeAttention) bit-equal to the explicit call.
+//    through MlaDecodeAttention) bit-equal to the explicit call;
+//  - variant 1 vs variant 0 at 1e-5 (the same P, rescales and accumulation order; only the fp32
+//    order of the row sums differs).
 // Every case runs on each kernel variant (MlaDecodeParams::sm90_variant: 0 the verified kernel,
 // 1 "seesaw"; cases of variant 1 carry the suffix _v1), each against the emulation of the
 // (shared) plan and the CPU op.
@@ -90,6 +92,16 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
   DS_CUDA_CHECK(cudaGetLastError());
   ExpectClose("mla_decode_sm90_bf16_out", std::string(name) + "_vs_sm90_f32", FromBf16(out16.Download()), got, 5e-3);
 
+  // A variant vs variant 0 (the verified kernel): the same P, rescales and accumulation order,
+  // only the row sums' fp32 order differs, so the bound is tight (any wrong tile would show).
+  if (variant != 0) {
+    Dev<float> ws0(ws_floats), out0(T * H * kKvl);
+    MlaDecodeParams p0 = params(ws0.get(), out0.get(), DTypeOut::kF32);
+    p0.sm90_variant = 0;
+    MlaDecodeAttentionSm90(p0);
+    DS_CUDA_CHECK(cudaGetLastError());
+    ExpectClose("mla_decode_sm90", std::string(name) + "_vs_variant0", got, out0.Download(), 1e-5);
+  }
   // The emulation of its rounding and plan (CUDA-core kernel), every row.
   {
     Dev<float> ws_e(ws_floats), out_e(T * H * kKvl);
