@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # Usage: /opt/refenv/bin/python scripts/check_mla_sm90_seesaw_model.py   (numpy; no GPU)
 # CPU model of one CTA of the "seesaw" sm90 decode kernel (MlaDecodeSm90SeesawKernel in
-# mla_decode_sm90.cu, MlaDecodeParams::sm90_variant = 1): the two warpgroups' control flow,
+# mla_decode_sm90.cu, MlaDecodeParams::sm90_variant = 1 (early release of a stage) and 2 (late
+# release)): the two warpgroups' control flow,
 # transcribed from the .cu at warpgroup granularity, run under random interleavings against a
 # model of the synchronisation hardware:
 #  - mbarriers with phase parity (try_wait.parity(P) passes once the phase of parity P has
@@ -130,6 +131,11 @@ class Sim:
         for t in range(ntiles):
             full_par = (t >> 1) & 1
             if (t & 1) == wg:
+                if self.early:  # variant 1: drain the P V of tile t - 1, release it, then S_t
+                    yield ('wait_group', wg, 0)
+                    touch('acc')
+                    if t >= 1:
+                        self.arrive_empty(other, wg)
                 nvalid = self.nvalid_last if t == ntiles - 1 else kBN
                 if nvalid < kBN:
                     for b in range(kDB):
@@ -149,7 +155,7 @@ class Sim:
                 self.wg_q[wg].append({'reads': reads, 'fn': s_done, 'uses': {'sc'}})
                 yield ('wait_group', wg, 0)
                 touch('sc'); touch('acc')
-                if t >= 1:
+                if not self.early and t >= 1:  # variant 2: release tile t - 1 after S_t
                     self.arrive_empty(other, wg)
                 sc = st_['sc']
                 mx = sc.max(axis=1)
@@ -174,6 +180,13 @@ class Sim:
                     st_['acc'] = st_['acc'] + pa @ self.V[t][:, 4 * wg:4 * wg + 4]
                 self.wg_q[wg].append({'reads': vreads, 'fn': pv_own, 'uses': {'acc', 'pa'}})
             else:
+                yield ('wait_group', wg, 0)
+                touch('acc')
+                if t >= 1:
+                    self.arrive_empty(wg, wg)
+                    if t + 1 < ntiles:
+                        yield ('wait_empty', wg, ((t - 1) >> 1) & 1)
+                        self.issue_tile(t + 1)
                 yield ('bar_sync', wg, 1 + other)
                 # the owner's publication of tile t
                 self.check_read(('a', other), ('a', t), f"WG{wg} alpha read")
@@ -183,13 +196,6 @@ class Sim:
                 st_['l_run'] = st_['l_run'] * alpha
                 for b in range(4 * wg, 4 * wg + 4):
                     yield ('wait_full', other, b, full_par)
-                yield ('wait_group', wg, 0)
-                touch('acc')
-                if t >= 1:
-                    self.arrive_empty(wg, wg)
-                    if t + 1 < ntiles:
-                        yield ('wait_empty', wg, ((t - 1) >> 1) & 1)
-                        self.issue_tile(t + 1)
                 st_['acc'] = st_['acc'] * alpha[:, None]
                 ktag = ('Kz', t) if (t == ntiles - 1 and self.nvalid_last < kBN) else ('K', t)
                 reads = [(('K', other, kDB - 1), ('P', t))] + [(('K', other, b), ktag) for b in range(4 * wg, 4 * wg + 4)]
@@ -285,32 +291,35 @@ def reference(sim):
 
 def main():
     n = 0
-    for ntiles in range(1, 8):
-        for nvalid in (1, 37, 63, 64):
-            for seed in range(40):
-                rng = np.random.default_rng(seed * 131 + ntiles * 7 + nvalid)
-                sim = Sim(ntiles, nvalid, rng)
-                sim.rng_py = random.Random(seed * 1000 + ntiles * 10 + nvalid)
-                # per run: how fast TMA boxes land and wgmma groups complete relative to the
-                # warpgroups' progress (slow ones keep reads / registers in flight for long)
-                sim.w_tma = sim.rng_py.choice([0.01, 0.2, 1.0, 5.0])
-                sim.w_mma = sim.rng_py.choice([0.01, 0.2, 1.0, 5.0])
-                try:
-                    sim.run()
-                except Fail as e:
-                    print(f"FAIL ntiles={ntiles} nvalid={nvalid} seed={seed}: {e}")
-                    raise SystemExit(1)
-                O_ref, l_ref, m_ref = reference(sim)
-                O = np.concatenate([sim.result[0][0], sim.result[1][0]], axis=1)
-                for w in range(2):
-                    assert np.allclose(sim.result[w][1], l_ref, rtol=1e-12, atol=0), (ntiles, nvalid, seed, 'l')
-                    assert np.array_equal(sim.result[w][2], m_ref), (ntiles, nvalid, seed, 'm')
-                err = np.abs(O - O_ref).max() / max(1e-300, np.abs(O_ref).max())
-                assert err < 1e-12, (ntiles, nvalid, seed, err)
-                n += 1
-    print(f"seesaw schedule model: {n} random interleavings (1-7 tiles, partial last tiles) OK: "
-          "no deadlock, no stale / overwritten reads, no register hazards, O / l / m = the sequential "
-          "64-key online softmax with bf16 P")
+    for early in (True, False):
+        for ntiles in range(1, 8):
+            for nvalid in (1, 37, 63, 64):
+                for seed in range(40):
+                    rng = np.random.default_rng(seed * 131 + ntiles * 7 + nvalid)
+                    sim = Sim(ntiles, nvalid, rng)
+                    sim.early = early
+                    sim.rng_py = random.Random(seed * 1000 + ntiles * 10 + nvalid)
+                    # per run: how fast TMA boxes land and wgmma groups complete relative to the
+                    # warpgroups' progress (slow ones keep reads / registers in flight for long)
+                    sim.w_tma = sim.rng_py.choice([0.01, 0.2, 1.0, 5.0])
+                    sim.w_mma = sim.rng_py.choice([0.01, 0.2, 1.0, 5.0])
+                    try:
+                        sim.run()
+                    except Fail as e:
+                        print(f"FAIL variant {1 if early else 2} ntiles={ntiles} nvalid={nvalid} seed={seed}: {e}")
+                        raise SystemExit(1)
+                    O_ref, l_ref, m_ref = reference(sim)
+                    O = np.concatenate([sim.result[0][0], sim.result[1][0]], axis=1)
+                    for w in range(2):
+                        assert np.allclose(sim.result[w][1], l_ref, rtol=1e-12, atol=0), (ntiles, nvalid, seed, 'l')
+                        assert np.array_equal(sim.result[w][2], m_ref), (ntiles, nvalid, seed, 'm')
+                    err = np.abs(O - O_ref).max() / max(1e-300, np.abs(O_ref).max())
+                    assert err < 1e-12, (ntiles, nvalid, seed, err)
+                    n += 1
+    print(f"seesaw schedule model (variants 1 and 2): {n} random interleavings (1-7 tiles, partial last "
+          "tiles) OK: no deadlock, no stale / overwritten reads, no register hazards, O / l / m = the "
+          "sequential 64-key online softmax with bf16 P")
+
 
 if __name__ == '__main__':
     main()

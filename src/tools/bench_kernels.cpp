@@ -310,7 +310,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
   const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
   std::string kernel = sm90 ? "mla_decode_sm90" : tc ? "mla_decode_tc" : "mla_decode_cudacore";
-  if (sm90 && sm90_variant == 1) kernel += "[seesaw]";
+  if (sm90 && sm90_variant > 0) kernel += sm90_variant == 1 ? "[seesaw]" : "[seesaw,late-release]";
   if (tc && !sm90 && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge))
     kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") + "stages" +
               std::to_string(tc_stages ? tc_stages : 3) +
@@ -376,10 +376,10 @@ void MlaDecodeAnchors(Bench& b) {
 
 // The tensor-core kernel's tuning knobs at the anchor shapes (the defaults are measured above).
 // The sm_90a wgmma kernel (mla_decode_sm90.cu, opt-in; verified in session 3) and its "seesaw"
-// variant (MlaDecodeParams::sm90_variant = 1, not yet verified when this was written) at the
+// variants (MlaDecodeParams::sm90_variant = 1 / 2, not yet verified when this was written) at the
 // anchors they apply to (>= 64 query rows per sequence: 128 heads), beside the default
 // tensor-core path timed in the same family.
-struct Sm90Result { std::string name; double flashmla_us, sm90_us, seesaw_us, tc_us; };
+struct Sm90Result { std::string name; double flashmla_us, sm90_us, seesaw_us, seesaw2_us, tc_us; };
 std::vector<Sm90Result> g_sm90_results;
 
 void MlaDecodeSm90Anchors(Bench& b) {
@@ -389,15 +389,18 @@ void MlaDecodeSm90Anchors(Bench& b) {
     const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
     const std::string note = "FlashMLA " + std::to_string(a.flashmla_us).substr(0, 5) + " us";
     const double sm90 = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note, 0, 0, 0, 0, 0, 0, true);
-    // DS_BENCH_SKIP_SM90_SEESAW=1 (scripts/gpu_mla_decode_sm90.sh, when the variant's op tests
-    // hung or failed): the variant is not timed (-1 in the table).
-    const char* skip_ss = std::getenv("DS_BENCH_SKIP_SM90_SEESAW");
-    const double seesaw = skip_ss && std::string(skip_ss) == "1"
-                              ? -1.0
-                              : MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", seesaw variant", 0, 0, 0,
-                                              0, 0, 0, true, 1);
+    // DS_BENCH_SKIP_SM90_SEESAW=<digits> (scripts/gpu_mla_decode_sm90.sh: the seesaw variants
+    // whose op tests hung or failed, e.g. "12"): those are not timed (-1 in the table).
+    const char* skip_env = std::getenv("DS_BENCH_SKIP_SM90_SEESAW");
+    const std::string skip_ss = skip_env ? skip_env : "";
+    const double seesaw = skip_ss.find('1') != std::string::npos ? -1.0
+                               : MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", seesaw variant 1", 0, 0, 0,
+                                               0, 0, 0, true, 1);
+    const double seesaw2 = skip_ss.find('2') != std::string::npos ? -1.0
+                                : MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", seesaw variant 2", 0, 0,
+                                                0, 0, 0, 0, true, 2);
     const double tc = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
-    g_sm90_results.push_back({a.name, a.flashmla_us, sm90, seesaw, tc});
+    g_sm90_results.push_back({a.name, a.flashmla_us, sm90, seesaw, seesaw2, tc});
   }
 }
 
@@ -1267,10 +1270,11 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
     s += "\n";
   }
   if (!g_sm90_results.empty()) {
-    s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\n| case | FlashMLA us | sm90 us | FlashMLA time / sm90 (need >= 0.95) | seesaw us | FlashMLA time / seesaw | default tc us |\n|---|---:|---:|---:|---:|---:|---:|\n";
+    s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\n| case | FlashMLA us | sm90 us | FlashMLA time / sm90 (need >= 0.95) | seesaw v1 us | FlashMLA / v1 | seesaw v2 us | FlashMLA / v2 | default tc us |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& a : g_sm90_results) {
-      std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f |\n", a.name.c_str(), a.flashmla_us,
-                    a.sm90_us, a.flashmla_us / a.sm90_us, a.seesaw_us, a.flashmla_us / a.seesaw_us, a.tc_us);
+      std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f |\n", a.name.c_str(),
+                    a.flashmla_us, a.sm90_us, a.flashmla_us / a.sm90_us, a.seesaw_us, a.flashmla_us / a.seesaw_us,
+                    a.seesaw2_us, a.flashmla_us / a.seesaw2_us, a.tc_us);
       s += buf;
     }
     s += "\n";

@@ -27,8 +27,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   // DS_MLA_DECODE_SM90=1 turns the sm_90a (wgmma + TMA) MLA decode kernel on (opt-in, see
   // CudaRunnerOptions::mla_decode_sm90); DS_MLA_PREFILL_SM90=0 turns the sm_90a prefill attention
   // kernel off (on by default where it applies), =pingpong selects its ping-pong variant;
-  // DS_MLA_DECODE_SM90_VARIANT=N picks the sm_90a decode kernel variant (0 default, 1 seesaw;
-  // MlaDecodeParams::sm90_variant), only with DS_MLA_DECODE_SM90=1.
+  // DS_MLA_DECODE_SM90_VARIANT=N picks the sm_90a decode kernel variant (0 default, 1 / 2
+  // seesaw; MlaDecodeParams::sm90_variant), only with DS_MLA_DECODE_SM90=1.
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   const char* skinny = std::getenv("DS_SKINNY_GEMM");
   c.profile_log = prof && std::string(prof) == "1";
@@ -43,8 +43,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.mla_decode_sm90 = env_is("DS_MLA_DECODE_SM90", "1");
   if (const char* v = std::getenv("DS_MLA_DECODE_SM90_VARIANT"); v != nullptr && *v != '\0') {
     const std::string sv(v);
-    if (sv == "0" || sv == "1") c.mla_decode_sm90_variant = sv[0] - '0';
-    else DS_LOG(WARNING) << "DS_MLA_DECODE_SM90_VARIANT=" << sv << " ignored (0 or 1)";
+    if (sv == "0" || sv == "1" || sv == "2") c.mla_decode_sm90_variant = sv[0] - '0';
+    else DS_LOG(WARNING) << "DS_MLA_DECODE_SM90_VARIANT=" << sv << " ignored (0, 1 or 2)";
   }
   c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");

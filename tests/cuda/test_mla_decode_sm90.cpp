@@ -15,11 +15,11 @@
 //    cheap): 5e-3 against the CPU op fed the same bf16-rounded q, 1e-2 against fp32 q;
 //  - bf16 output vs the kernel's fp32 output (5e-3), and the default dispatch (p.sm90 = true
 //    through MlaDecodeAttention) bit-equal to the explicit call;
-//  - variant 1 vs variant 0 at 1e-5 (the same P, rescales and accumulation order; only the fp32
+//  - variants 1, 2 vs variant 0 at 1e-5 (the same P, rescales and accumulation order; only the fp32
 //    order of the row sums differs).
 // Every case runs on each kernel variant (MlaDecodeParams::sm90_variant: 0 the verified kernel,
-// 1 "seesaw"; cases of variant 1 carry the suffix _v1), each against the emulation of the
-// (shared) plan and the CPU op.
+// 1 / 2 "seesaw" with early / late stage release; cases of variant N > 0 carry the suffix _vN),
+// each against the emulation of the (shared) plan and the CPU op.
 // Skipped (with the reason) on devices other than sm_90.
 #include <cmath>
 #include <cstdlib>
@@ -144,10 +144,10 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
   ExpectClose("mla_decode_sm90", std::string(name) + "_vs_fp32q_ref", got_sub, ref, 1e-2);
 }
 
-// Every case on every variant of the kernel (0: the verified kernel; 1: seesaw). The GPU script
-// runs the variants in separate processes (DS_TEST_SM90_VARIANTS=0, =1: the digits of the
+// Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw). The GPU script
+// runs the variants in separate processes (DS_TEST_SM90_VARIANTS=0, =1, =2: the digits of the
 // variants to run; unset = all), so a hang of one does not hide the other's results.
-constexpr int kVariants = 2;
+constexpr int kVariants = 3;
 void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
                  const std::vector<int64_t>& heads_sample, const char* name) {
   const char* only = std::getenv("DS_TEST_SM90_VARIANTS");
@@ -165,7 +165,7 @@ TEST(CudaMlaDecodeSm90, PageEdges) {
   RunSm90Case({1, 63, 64, 65}, {1, 1, 1, 1}, 128, 256, {}, "h128_b4_ctx1_63_64_65");
   RunSm90Case({65, 4096}, {1, 1}, 128, 256, {}, "h128_b2_65_4K");
   // Splits of 2-4 tiles with the partial last tile at an even or an odd index (the seesaw
-  // variant: owned by warpgroup 0 or 1).
+  // variants: owned by warpgroup 0 or 1).
   RunSm90Case({191, 192, 257, 100}, {1, 1, 1, 1}, 128, 192, {}, "h128_b4_odd_even_tiles_kvchunk192");
 }
 

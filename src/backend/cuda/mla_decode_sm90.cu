@@ -23,9 +23,9 @@
 // to the workspace with their LSE and MlaDecodeSm90Combine merges them; one split = direct
 // write. The CUDA-core emulation (emulate_tc_rounding with sm90 = true) follows this plan
 // (MlaDecodeTcChunk -> MlaDecodeSm90Chunk, 64 keys per online-softmax update).
-// MlaDecodeParams::sm90_variant = 1 selects the "seesaw" kernel below (MlaDecodeSm90SeesawKernel;
-// same plan and numerics, S and the softmax alternate between the warpgroups; not yet verified
-// on the GPU).
+// MlaDecodeParams::sm90_variant = 1 / 2 selects the "seesaw" kernel below
+// (MlaDecodeSm90SeesawKernel; same plan and numerics, S and the softmax alternate between the
+// warpgroups; 1 and 2 differ in when a ring stage is released; not yet verified on the GPU).
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "backend/cuda/mla_decode.h"
@@ -489,7 +489,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Variant 1 ("seesaw", MlaDecodeParams::sm90_variant = 1; not yet verified on the GPU). The same
+// Variants 1 and 2 ("seesaw", MlaDecodeParams::sm90_variant; not yet verified on the GPU). The same
 // CTA shape, plan and numerics as the kernel above; the work of a tile is split differently:
 // tile t (64 keys) belongs to warpgroup t % 2 and always sits in ring stage t % 2. Its owner
 // computes S_t = Q K_t^T, the online softmax of tile t from the running max m_{t-1} published by
@@ -515,7 +515,10 @@ static_assert(kSsSmemBytes <= 227 * 1024, "shared memory per SM");
 // warpgroup-local barrier per warpgroup (zeroing of a partial tile), the end exchange.
 constexpr int kSsBarPub0 = 1, kSsBarWg0 = 3, kSsBarEnd = 5;
 
-template <typename TOut>
+// kEarlyRelease (variant 1 = true, variant 2 = false): when a warpgroup releases the other's
+// tile t - 1 in its own iteration t: before issuing S_t (after draining the P V of tile t - 1)
+// or after S_t completed.
+template <typename TOut, bool kEarlyRelease>
 __global__ void __launch_bounds__(kThreads, 1)
     MlaDecodeSm90SeesawKernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                               int max_splits, int direct) {
@@ -624,10 +627,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   float sc[32];
   uint32_t pa[16];
 
-  for (int t = 0; t < ntiles; ++t) {
+  auto own_tile = [&](int t) {
     const uint32_t full_par = static_cast<uint32_t>((t >> 1) & 1);
-    if ((t & 1) == wg) {
       // ---------------- own tile: S_t, softmax, publish, O += alpha, P V (P from registers) ----------------
+      if constexpr (kEarlyRelease) {
+        // The P V of tile t - 1 (the other's) done before S_t is issued: this warpgroup has
+        // finished tile t - 1 and releases it now, an S_t earlier than the late release, so the
+        // other warpgroup re-arms that stage with tile t + 1 sooner (at the cost of the tensor
+        // pipe draining between that P V and S_t). (A wgmma.wait_group 1 after S_t would do it
+        // without the drain, but makes ptxas serialise the wgmmas of this loop.)
+        WgWait<0>();
+        FenceRegs(acc);
+        if (t >= 1) BarArrive(bar_empty + other * 8);
+      }
       const int nvalid = kend - (kbeg + t * kBN);
       if (nvalid < kBN) {  // the last, partial tile: every box landed, rows past the context zeroed
         for (int b = 0; b < kDB; ++b) MbarWait(bar_full + (wg * kDB + b) * 8, full_par);
@@ -644,22 +656,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint64_t dq = DescKMajor(sQ, 0), dk = DescKMajor(my_stage, 0);
         asm volatile("" : "+l"(dq), "+l"(dk));
         FenceRegs(sc);
-        WgFence();
 #pragma unroll
         for (int ks = 0; ks < kD / 16; ++ks) {
           if ((ks & 3) == 0) {  // box ks / 4 landed
             MbarWait(bar_full + (wg * kDB + (ks >> 2)) * 8, full_par);
             __syncwarp();
+            WgFence();
           }
           const uint64_t off = static_cast<uint64_t>(((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4);
           WgmmaQK(sc, dq + off, dk + off, ks > 0 ? 1 : 0);
         }
         WgCommit();
       }
-      WgWait<0>();  // S_t (and the other's-tile P V issued before it)
+      WgWait<0>();  // S_t (and, if still in flight, the P V of tile t - 1)
       FenceRegs(sc);
       FenceRegs(acc);
-      if (t >= 1) BarArrive(bar_empty + other * 8);  // this warpgroup is done with tile t - 1
+      if constexpr (!kEarlyRelease) {
+        if (t >= 1) BarArrive(bar_empty + other * 8);  // this warpgroup is done with tile t - 1
+      }
       const int kt0 = kbeg + t * kBN;
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -721,16 +735,33 @@ __global__ void __launch_bounds__(kThreads, 1)
         acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
         acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
       }
+      uint64_t dv = DescV(my_stage, 4 * wg, 0);  // + kk * 2048 bytes per k16 step (start-address field)
+      asm volatile("" : "+l"(dv));
       FenceRegs(acc);
       FenceRegs(pa);
       WgFence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], DescV(my_stage, 4 * wg, kk));
+        WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
       WgCommit();
       FenceRegs(pa);
-    } else {
+  };
+  auto other_tile = [&](int t) {
+    const uint32_t full_par = static_cast<uint32_t>((t >> 1) & 1);
       // ---------------- the other's tile: O += alpha, P V (P from shared memory) ----------------
+      // First the own P V of tile t - 1: then acc is free and this warpgroup is done with tile
+      // t - 1, so tile t + 1 (mine) can go into its stage as soon as the other warpgroup released
+      // it too (before it publishes tile t).
+      WgWait<0>();
+      FenceRegs(acc);
+      if (t >= 1) {
+        BarArrive(bar_empty + wg * 8);
+        if (wtid == 0 && t + 1 < ntiles) {
+          MbarWait(bar_empty + wg * 8, static_cast<uint32_t>(((t - 1) >> 1) & 1));  // the other released t - 1
+          issue_tile(t + 1);
+        }
+        __syncwarp();
+      }
       NamedBarSync(kSsBarPub0 + other, kThreads);  // P_t, m_t, alpha_t published (partial rows zeroed)
       float alpha[2];
 #pragma unroll
@@ -741,27 +772,31 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
 #pragma unroll
       for (int b = 0; b < 4; ++b) MbarWait(bar_full + (other * kDB + 4 * wg + b) * 8, full_par);  // my V boxes
-      WgWait<0>();  // the own P V of tile t - 1: acc is free, tile t - 1 released by this warpgroup
-      FenceRegs(acc);
-      if (t >= 1) {
-        BarArrive(bar_empty + wg * 8);
-        if (wtid == 0 && t + 1 < ntiles) {  // tile t + 1 (mine) into the stage of t - 1
-          MbarWait(bar_empty + wg * 8, static_cast<uint32_t>(((t - 1) >> 1) & 1));  // the other released t - 1
-          issue_tile(t + 1);
-        }
-        __syncwarp();
-      }
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
         acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
       }
+      // Descriptors: P in the rope box (+ 32 bytes per k16 step), V (+ 2048 bytes per step).
+      uint64_t dp = DescKMajor(other_stage + (kDB - 1) * kBoxBytes, 0), dv = DescV(other_stage, 4 * wg, 0);
+      asm volatile("" : "+l"(dp), "+l"(dv));
       FenceRegs(acc);
       WgFence();
-      const uint32_t pbox = other_stage + (kDB - 1) * kBoxBytes;
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, DescKMajor(pbox, kk), DescV(other_stage, 4 * wg, kk), 1);
+      for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, dp + (kk * 32 >> 4), dv + (kk * 2048 >> 4), 1);
       WgCommit();
+  };
+  // The roles are fixed per warpgroup at compile time (no role branch inside the loop), so
+  // the wgmmas left in flight across the loop's control flow are not serialised by ptxas.
+  if (wg == 0) {
+    for (int t = 0; t < ntiles; t += 2) {
+      own_tile(t);
+      if (t + 1 < ntiles) other_tile(t + 1);
+    }
+  } else {
+    for (int t = 0; t < ntiles; t += 2) {
+      other_tile(t);
+      if (t + 1 < ntiles) own_tile(t + 1);
     }
   }
   WgWait<0>();
@@ -909,8 +944,10 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
   static const bool attr_set = [] {
     DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeSm90Kernel<TOut>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        kSmemBytes));
-    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeSm90SeesawKernel<TOut>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       kSsSmemBytes));
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeSm90SeesawKernel<TOut, true>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSsSmemBytes));
+    DS_CUDA_CHECK(cudaFuncSetAttribute(MlaDecodeSm90SeesawKernel<TOut, false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, kSsSmemBytes));
     return true;
   }();
   (void)attr_set;
@@ -918,8 +955,9 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
   const bool direct = pl.max_splits == 1;
   const int64_t ctas = p.num_seqs * pl.nrb * pl.max_splits;
   DS_CHECK(ctas < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: grid too large";
-  if (p.sm90_variant == 1) {
-    MlaDecodeSm90SeesawKernel<TOut><<<static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream>>>(
+  if (p.sm90_variant == 1 || p.sm90_variant == 2) {
+    auto kernel = p.sm90_variant == 1 ? MlaDecodeSm90SeesawKernel<TOut, true> : MlaDecodeSm90SeesawKernel<TOut, false>;
+    kernel<<<static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream>>>(
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90SeesawKernel");
   } else {
@@ -960,7 +998,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
-  DS_CHECK(p.sm90_variant == 0 || p.sm90_variant == 1) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 2) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
