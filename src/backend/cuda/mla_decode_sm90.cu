@@ -629,165 +629,165 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   auto own_tile = [&](int t) {
     const uint32_t full_par = static_cast<uint32_t>((t >> 1) & 1);
-      // ---------------- own tile: S_t, softmax, publish, O += alpha, P V (P from registers) ----------------
-      if constexpr (kEarlyRelease) {
-        // The P V of tile t - 1 (the other's) done before S_t is issued: this warpgroup has
-        // finished tile t - 1 and releases it now, an S_t earlier than the late release, so the
-        // other warpgroup re-arms that stage with tile t + 1 sooner (at the cost of the tensor
-        // pipe draining between that P V and S_t). (A wgmma.wait_group 1 after S_t would do it
-        // without the drain, but makes ptxas serialise the wgmmas of this loop.)
-        WgWait<0>();
-        FenceRegs(acc);
-        if (t >= 1) BarArrive(bar_empty + other * 8);
-      }
-      const int nvalid = kend - (kbeg + t * kBN);
-      if (nvalid < kBN) {  // the last, partial tile: every box landed, rows past the context zeroed
-        for (int b = 0; b < kDB; ++b) MbarWait(bar_full + (wg * kDB + b) * 8, full_par);
-        unsigned char* tp = smem + kSsOffK + wg * kTileBytes;
-        const int nz = (kBN - nvalid) * 8;
-        for (int idx = wtid; idx < kDB * nz; idx += 128) {
-          const int b = idx / nz, e = idx % nz;
-          *reinterpret_cast<uint4*>(tp + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
-        }
-        FenceProxyAsync();
-        NamedBarSync(kSsBarWg0 + wg, 128);
-      }
-      {
-        uint64_t dq = DescKMajor(sQ, 0), dk = DescKMajor(my_stage, 0);
-        asm volatile("" : "+l"(dq), "+l"(dk));
-        FenceRegs(sc);
-#pragma unroll
-        for (int ks = 0; ks < kD / 16; ++ks) {
-          if ((ks & 3) == 0) {  // box ks / 4 landed
-            MbarWait(bar_full + (wg * kDB + (ks >> 2)) * 8, full_par);
-            __syncwarp();
-            WgFence();
-          }
-          const uint64_t off = static_cast<uint64_t>(((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4);
-          WgmmaQK(sc, dq + off, dk + off, ks > 0 ? 1 : 0);
-        }
-        WgCommit();
-      }
-      WgWait<0>();  // S_t (and, if still in flight, the P V of tile t - 1)
-      FenceRegs(sc);
+    // ---------------- own tile: S_t, softmax, publish, O += alpha, P V (P from registers) ----------------
+    if constexpr (kEarlyRelease) {
+      // The P V of tile t - 1 (the other's) done before S_t is issued: this warpgroup has
+      // finished tile t - 1 and releases it now, an S_t earlier than the late release, so the
+      // other warpgroup re-arms that stage with tile t + 1 sooner (at the cost of the tensor
+      // pipe draining between that P V and S_t). (A wgmma.wait_group 1 after S_t would do it
+      // without the drain, but makes ptxas serialise the wgmmas of this loop.)
+      WgWait<0>();
       FenceRegs(acc);
-      if constexpr (!kEarlyRelease) {
-        if (t >= 1) BarArrive(bar_empty + other * 8);  // this warpgroup is done with tile t - 1
-      }
-      const int kt0 = kbeg + t * kBN;
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int hr = c >> 1;
-          const int key = kt0 + j * 8 + 2 * tq + (c & 1);
-          const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
-          sc[j * 4 + c] = v;
-          mx[hr] = fmaxf(mx[hr], v);
-        }
-      float muse[2], alpha[2];
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-        const float m_new = fmaxf(m_run[hr], mx[hr]);
-        muse[hr] = m_new == -INFINITY ? 0.f : m_new;
-        alpha[hr] = exp2f(m_run[hr] - muse[hr]);
-        m_run[hr] = m_new;
-      }
-      float lsum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
-          sc[j * 4 + c] = pv;
-          lsum[c >> 1] += pv;
-        }
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        pa[kk * 4 + 0] = PackBf16(sc[(2 * kk) * 4 + 0], sc[(2 * kk) * 4 + 1]);
-        pa[kk * 4 + 1] = PackBf16(sc[(2 * kk) * 4 + 2], sc[(2 * kk) * 4 + 3]);
-        pa[kk * 4 + 2] = PackBf16(sc[(2 * kk + 1) * 4 + 0], sc[(2 * kk + 1) * 4 + 1]);
-        pa[kk * 4 + 3] = PackBf16(sc[(2 * kk + 1) * 4 + 2], sc[(2 * kk + 1) * 4 + 3]);
-      }
-      // Publish P_t (into the rope box of its stage), m_t and alpha_t.
-      unsigned char* pbox = smem + kSsOffK + wg * kTileBytes + (kDB - 1) * kBoxBytes;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-          *reinterpret_cast<uint32_t*>(pbox + SwzOff(my_row[hr], j * 8 + 2 * tq)) = pa[(j >> 1) * 4 + (j & 1) * 2 + hr];
-      if (tq == 0) {
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          s_m[wg * kBM + my_row[hr]] = m_run[hr];
-          s_alpha[wg * kBM + my_row[hr]] = alpha[hr];
-        }
+      if (t >= 1) BarArrive(bar_empty + other * 8);
+    }
+    const int nvalid = kend - (kbeg + t * kBN);
+    if (nvalid < kBN) {  // the last, partial tile: every box landed, rows past the context zeroed
+      for (int b = 0; b < kDB; ++b) MbarWait(bar_full + (wg * kDB + b) * 8, full_par);
+      unsigned char* tp = smem + kSsOffK + wg * kTileBytes;
+      const int nz = (kBN - nvalid) * 8;
+      for (int idx = wtid; idx < kDB * nz; idx += 128) {
+        const int b = idx / nz, e = idx % nz;
+        *reinterpret_cast<uint4*>(tp + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
       }
       FenceProxyAsync();
-      NamedBarArrive(kSsBarPub0 + wg, kThreads);
+      NamedBarSync(kSsBarWg0 + wg, 128);
+    }
+    {
+      uint64_t dq = DescKMajor(sQ, 0), dk = DescKMajor(my_stage, 0);
+      asm volatile("" : "+l"(dq), "+l"(dk));
+      FenceRegs(sc);
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
-        acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        if ((ks & 3) == 0) {  // box ks / 4 landed
+          MbarWait(bar_full + (wg * kDB + (ks >> 2)) * 8, full_par);
+          __syncwarp();
+          WgFence();
+        }
+        const uint64_t off = static_cast<uint64_t>(((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4);
+        WgmmaQK(sc, dq + off, dk + off, ks > 0 ? 1 : 0);
       }
-      uint64_t dv = DescV(my_stage, 4 * wg, 0);  // + kk * 2048 bytes per k16 step (start-address field)
-      asm volatile("" : "+l"(dv));
-      FenceRegs(acc);
-      FenceRegs(pa);
-      WgFence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
       WgCommit();
-      FenceRegs(pa);
+    }
+    WgWait<0>();  // S_t (and, if still in flight, the P V of tile t - 1)
+    FenceRegs(sc);
+    FenceRegs(acc);
+    if constexpr (!kEarlyRelease) {
+      if (t >= 1) BarArrive(bar_empty + other * 8);  // this warpgroup is done with tile t - 1
+    }
+    const int kt0 = kbeg + t * kBN;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int hr = c >> 1;
+        const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+        const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
+        sc[j * 4 + c] = v;
+        mx[hr] = fmaxf(mx[hr], v);
+      }
+    float muse[2], alpha[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+      const float m_new = fmaxf(m_run[hr], mx[hr]);
+      muse[hr] = m_new == -INFINITY ? 0.f : m_new;
+      alpha[hr] = exp2f(m_run[hr] - muse[hr]);
+      m_run[hr] = m_new;
+    }
+    float lsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
+        sc[j * 4 + c] = pv;
+        lsum[c >> 1] += pv;
+      }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pa[kk * 4 + 0] = PackBf16(sc[(2 * kk) * 4 + 0], sc[(2 * kk) * 4 + 1]);
+      pa[kk * 4 + 1] = PackBf16(sc[(2 * kk) * 4 + 2], sc[(2 * kk) * 4 + 3]);
+      pa[kk * 4 + 2] = PackBf16(sc[(2 * kk + 1) * 4 + 0], sc[(2 * kk + 1) * 4 + 1]);
+      pa[kk * 4 + 3] = PackBf16(sc[(2 * kk + 1) * 4 + 2], sc[(2 * kk + 1) * 4 + 3]);
+    }
+    // Publish P_t (into the rope box of its stage), m_t and alpha_t.
+    unsigned char* pbox = smem + kSsOffK + wg * kTileBytes + (kDB - 1) * kBoxBytes;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        *reinterpret_cast<uint32_t*>(pbox + SwzOff(my_row[hr], j * 8 + 2 * tq)) = pa[(j >> 1) * 4 + (j & 1) * 2 + hr];
+    if (tq == 0) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        s_m[wg * kBM + my_row[hr]] = m_run[hr];
+        s_alpha[wg * kBM + my_row[hr]] = alpha[hr];
+      }
+    }
+    FenceProxyAsync();
+    NamedBarArrive(kSsBarPub0 + wg, kThreads);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
+      acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
+    }
+    uint64_t dv = DescV(my_stage, 4 * wg, 0);  // + kk * 2048 bytes per k16 step (start-address field)
+    asm volatile("" : "+l"(dv));
+    FenceRegs(acc);
+    FenceRegs(pa);
+    WgFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
+    WgCommit();
+    FenceRegs(pa);
   };
   auto other_tile = [&](int t) {
     const uint32_t full_par = static_cast<uint32_t>((t >> 1) & 1);
-      // ---------------- the other's tile: O += alpha, P V (P from shared memory) ----------------
-      // First the own P V of tile t - 1: then acc is free and this warpgroup is done with tile
-      // t - 1, so tile t + 1 (mine) can go into its stage as soon as the other warpgroup released
-      // it too (before it publishes tile t).
-      WgWait<0>();
-      FenceRegs(acc);
-      if (t >= 1) {
-        BarArrive(bar_empty + wg * 8);
-        if (wtid == 0 && t + 1 < ntiles) {
-          MbarWait(bar_empty + wg * 8, static_cast<uint32_t>(((t - 1) >> 1) & 1));  // the other released t - 1
-          issue_tile(t + 1);
-        }
-        __syncwarp();
+    // ---------------- the other's tile: O += alpha, P V (P from shared memory) ----------------
+    // First the own P V of tile t - 1: then acc is free and this warpgroup is done with tile
+    // t - 1, so tile t + 1 (mine) can go into its stage as soon as the other warpgroup released
+    // it too (before it publishes tile t).
+    WgWait<0>();
+    FenceRegs(acc);
+    if (t >= 1) {
+      BarArrive(bar_empty + wg * 8);
+      if (wtid == 0 && t + 1 < ntiles) {
+        MbarWait(bar_empty + wg * 8, static_cast<uint32_t>(((t - 1) >> 1) & 1));  // the other released t - 1
+        issue_tile(t + 1);
       }
-      NamedBarSync(kSsBarPub0 + other, kThreads);  // P_t, m_t, alpha_t published (partial rows zeroed)
-      float alpha[2];
+      __syncwarp();
+    }
+    NamedBarSync(kSsBarPub0 + other, kThreads);  // P_t, m_t, alpha_t published (partial rows zeroed)
+    float alpha[2];
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        alpha[hr] = s_alpha[other * kBM + my_row[hr]];
-        m_run[hr] = s_m[other * kBM + my_row[hr]];
-        l_run[hr] *= alpha[hr];
-      }
+    for (int hr = 0; hr < 2; ++hr) {
+      alpha[hr] = s_alpha[other * kBM + my_row[hr]];
+      m_run[hr] = s_m[other * kBM + my_row[hr]];
+      l_run[hr] *= alpha[hr];
+    }
 #pragma unroll
-      for (int b = 0; b < 4; ++b) MbarWait(bar_full + (other * kDB + 4 * wg + b) * 8, full_par);  // my V boxes
+    for (int b = 0; b < 4; ++b) MbarWait(bar_full + (other * kDB + 4 * wg + b) * 8, full_par);  // my V boxes
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
-        acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
-      }
-      // Descriptors: P in the rope box (+ 32 bytes per k16 step), V (+ 2048 bytes per step).
-      uint64_t dp = DescKMajor(other_stage + (kDB - 1) * kBoxBytes, 0), dv = DescV(other_stage, 4 * wg, 0);
-      asm volatile("" : "+l"(dp), "+l"(dv));
-      FenceRegs(acc);
-      WgFence();
+    for (int j = 0; j < 32; ++j) {
+      acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
+      acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
+    }
+    // Descriptors: P in the rope box (+ 32 bytes per k16 step), V (+ 2048 bytes per step).
+    uint64_t dp = DescKMajor(other_stage + (kDB - 1) * kBoxBytes, 0), dv = DescV(other_stage, 4 * wg, 0);
+    asm volatile("" : "+l"(dp), "+l"(dv));
+    FenceRegs(acc);
+    WgFence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, dp + (kk * 32 >> 4), dv + (kk * 2048 >> 4), 1);
-      WgCommit();
+    for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, dp + (kk * 32 >> 4), dv + (kk * 2048 >> 4), 1);
+    WgCommit();
   };
-  // The roles are fixed per warpgroup at compile time (no role branch inside the loop), so
-  // the wgmmas left in flight across the loop's control flow are not serialised by ptxas.
+  // Each warpgroup runs its own copy of the loop, with its role per tile fixed in the code (a
+  // role branch inside one shared loop made ptxas serialise the wgmmas: C7514 / C7515).
   if (wg == 0) {
     for (int t = 0; t < ntiles; t += 2) {
       own_tile(t);
