@@ -137,3 +137,31 @@ for t in range(128):
         j, hr, e = i // 4, (i % 4) >> 1, i & 1
         assert (r, c) == (w * 16 + g + 8 * hr, 8 * j + 2 * tq + e)
 print("output mapping OK")
+# ---- the seesaw variant (sm90_variant = 1): tile in stage 1, P_t stored into that stage's rope box
+# (box 8: kernel pbox = smem + kSsOffK + wg * kTileBytes + (kDB - 1) * kBoxBytes, the same P-store
+# arithmetic), read by the other warpgroup through DescKMajor(pbox, kk) and its V half through
+# DescV(other_stage, 4 * wg, kk); the owner's own half through DescV(my_stage, 4 * wg, kk).
+ST1 = OFF_K + kTile
+for b in range(kDB): tma_box(ST1 + b * kBox, K[:, b * 64:(b + 1) * 64])
+for idx in range(kDB * nz):
+    b, e = idx // nz, idx % nz
+    SMEM[ST1 + b * kBox + nvalid * 128 + e * 16: ST1 + b * kBox + nvalid * 128 + e * 16 + 16] = 0
+PBOX = ST1 + (kDB - 1) * kBox
+for t in range(128):
+    w, lane = t // 32, t % 32
+    g, tq = lane // 4, lane % 4
+    for j in range(8):
+        for hr in range(2):
+            row = w * 16 + g + 8 * hr
+            kk, reg = j >> 1, (j & 1) * 2 + hr
+            v = (P[row, 16 * kk + 8 * (reg >> 1) + 2 * tq], P[row, 16 * kk + 8 * (reg >> 1) + 2 * tq + 1])
+            st_bf16(PBOX + SwzOff(row, j * 8 + 2 * tq), v[0])
+            st_bf16(PBOX + SwzOff(row, j * 8 + 2 * tq) + 2, v[1])
+for wg in range(2):
+    Ow = np.zeros((64, 256))
+    for kk in range(4):
+        Ap = hw_read_kmajor(DescKMajor(PBOX, kk), 64)
+        assert np.array_equal(Ap, P[:, 16 * kk:16 * kk + 16]), (wg, kk)
+        Ow += Ap.astype(np.float64) @ hw_read_mnmajor(DescV(ST1, 4 * wg, kk), 256)
+    print(f"seesaw: P from the rope box of stage 1, O half {wg} max err",
+          np.abs(Ow - ref_O[:, 256 * wg:256 * wg + 256]).max())

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_runner.h"
+#include "common/logging.h"
 #include "runtime/runner_factory.h"
 
 namespace {
@@ -27,7 +28,9 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   // CudaRunnerOptions::mla_decode_sm90); DS_MLA_PREFILL_SM90=0 turns the sm_90a prefill attention
   // kernel off (on by default where it applies), =pingpong selects its ping-pong variant;
   // DS_SM90_MIXED_GEMM=1 turns the sm_90a mixed-input (bf16 x e4m3 block-scaled) GEMM on for the
-  // default FP8 numerics' prefill-size GEMMs (opt-in, CudaRunnerOptions::sm90_mixed_gemm).
+  // default FP8 numerics' prefill-size GEMMs (opt-in, CudaRunnerOptions::sm90_mixed_gemm);
+  // DS_MLA_DECODE_SM90_VARIANT=N picks the sm_90a decode kernel variant (0 default, 1 / 2
+  // seesaw; MlaDecodeParams::sm90_variant), only with DS_MLA_DECODE_SM90=1.
   const char* prof = std::getenv("DS_CUDA_PROFILE");
   const char* skinny = std::getenv("DS_SKINNY_GEMM");
   c.profile_log = prof && std::string(prof) == "1";
@@ -41,6 +44,11 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   };
   c.mla_decode_sm90 = env_is("DS_MLA_DECODE_SM90", "1");
   c.sm90_mixed_gemm = env_is("DS_SM90_MIXED_GEMM", "1");
+  if (const char* v = std::getenv("DS_MLA_DECODE_SM90_VARIANT"); v != nullptr && *v != '\0') {
+    const std::string sv(v);
+    if (sv == "0" || sv == "1" || sv == "2") c.mla_decode_sm90_variant = sv[0] - '0';
+    else DS_LOG(WARNING) << "DS_MLA_DECODE_SM90_VARIANT=" << sv << " ignored (0, 1 or 2)";
+  }
   c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
   // DS_FUSED_DECODE=1 turns on every small-batch decode fusion (CudaRunnerOptions::fused_*,

@@ -442,12 +442,13 @@ TEST(CudaRunner, DummyV3CublasFp8CloserToActQuantEmulation) {
 // there the median row and at least 3/4 of the rows are bounded. cuda-core vs tc and the
 // single-rounding emulations are printed as information (docs/design/cuda_backend.md,
 // "Numerics").
-std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm90 = false) {
+std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm90 = false, int sm90_variant = 0) {
   CudaRunnerOptions o = DummyV3Options(layers, 16, 5);
   o.mla_mode = MlaMode::kAbsorbed;
   o.mla_decode_tensor_cores = tc;
   o.mla_decode_emulate_tc = emulate;
   o.mla_decode_sm90 = sm90;
+  o.mla_decode_sm90_variant = sm90_variant;
   auto r = CreateCudaModelRunner(o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (!r.ok()) return {};
@@ -540,6 +541,32 @@ TEST(CudaRunner, DummyV3DecodeSm90MatchEmulation) {
   const RowStats se = Compare(sm90, emu, V, kBound);
   PrintStats("dummy_v3_3layers mla_decode sm90_vs_emulation(bf16 q+P, sm90 plan) (bounded)", se, kBound);
   PrintStats("dummy_v3_3layers mla_decode tc_vs_sm90 (information)", Compare(tc, sm90, V, 0.999), 0.999);
+  EXPECT_GE(se.min_cos, kBound);
+}
+
+// The same for the sm90 "seesaw" variant (CudaRunnerOptions::mla_decode_sm90_variant = 1; same
+// split plan and numerics, so the same emulation and bound); variant 1 vs variant 0 printed.
+TEST(CudaRunner, DummyV3DecodeSm90SeesawMatchEmulation) {
+  if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
+  {
+    int n = 0;
+    MlaDecodeParams p{};
+    p.kv_lora = 512; p.rope_dim = 64; p.block_size = 64;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || !MlaDecodeSm90Supported(p))
+      GTEST_SKIP() << "the sm_90a MLA decode kernel needs an sm_90 (Hopper) device";
+  }
+  constexpr int64_t V = 129280;
+  constexpr double kBound = 0.9999;
+  const auto v1 = DummyV3DecodeLogits(3, true, 0, true, 1);
+  const auto emu = DummyV3DecodeLogits(3, false, 3, true);
+  const auto v0 = DummyV3DecodeLogits(3, true, 0, true, 0);
+  ASSERT_FALSE(v1.empty());
+  int64_t bad = 0;
+  for (float v : v1) bad += !std::isfinite(v);
+  EXPECT_EQ(bad, 0);
+  const RowStats se = Compare(v1, emu, V, kBound);
+  PrintStats("dummy_v3_3layers mla_decode sm90_seesaw_vs_emulation(bf16 q+P, sm90 plan) (bounded)", se, kBound);
+  PrintStats("dummy_v3_3layers mla_decode sm90_v0_vs_seesaw (information)", Compare(v0, v1, V, 0.999), 0.999);
   EXPECT_GE(se.min_cos, kBound);
 }
 

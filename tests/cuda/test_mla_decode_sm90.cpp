@@ -14,9 +14,16 @@
 //  - the CPU op (ds::cpu::MlaDecodeAttention) on a sample of heads (all heads where that is
 //    cheap): 5e-3 against the CPU op fed the same bf16-rounded q, 1e-2 against fp32 q;
 //  - bf16 output vs the kernel's fp32 output (5e-3), and the default dispatch (p.sm90 = true
-//    through MlaDecodeAttention) bit-equal to the explicit call.
+//    through MlaDecodeAttention) bit-equal to the explicit call;
+//  - variants 1, 2 vs variant 0 at 1e-5 (the same P, rescales and accumulation order; only the fp32
+//    order of the row sums differs).
+// Every case runs on each kernel variant (MlaDecodeParams::sm90_variant: 0 the verified kernel,
+// 1 / 2 "seesaw" with early / late stage release; cases of variant N > 0 carry the suffix _vN),
+// each against the emulation of the (shared) plan and the CPU op.
 // Skipped (with the reason) on devices other than sm_90.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "backend/cpu/ops.h"
@@ -41,9 +48,11 @@ bool Sm90Available() {
 #define SKIP_WITHOUT_SM90_DEVICE() \
   if (!Sm90Available()) GTEST_SKIP() << "the sm_90a MLA decode kernel needs an sm_90 (Hopper) device (none here)"
 
-// heads_sample: heads checked against the CPU op (empty = all).
-void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
-                 std::vector<int64_t> heads_sample, const char* name) {
+// heads_sample: heads checked against the CPU op (empty = all). variant: MlaDecodeParams::sm90_variant.
+void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
+                        std::vector<int64_t> heads_sample, const std::string& name_in, int variant) {
+  const std::string name_s = variant == 0 ? name_in : name_in + "_v" + std::to_string(variant);
+  const char* name = name_s.c_str();
   PagedDecodeCase pc = MakePagedDecodeCase(ctx, qlen, kBs, kL);
   const int64_t S = pc.S, T = pc.T, max_blocks = pc.max_blocks, max_ctx = pc.max_ctx, total_ctx = pc.total_ctx,
                 max_q = pc.max_q, num_blocks = pc.num_blocks;
@@ -64,10 +73,11 @@ void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& ql
     p.max_blocks = max_blocks; p.max_context = max_ctx; p.kv_chunk = kv_chunk; p.softmax_scale = scale;
     p.workspace = ws; p.out = out; p.o_tok_stride = H * kKvl; p.o_head_stride = kKvl; p.out_type = ot;
     p.total_context = total_ctx; p.max_q_len = max_q; p.sm90 = true; p.cache_rows = num_blocks * kBs;
+    p.sm90_variant = variant;
     return p;
   };
   const int64_t ws_floats = MlaDecodeWorkspaceFloats(T, H, kKvl, max_ctx, kv_chunk);
-  std::printf("[info] case=%s sm90 chunk=%lld (kv_chunk %lld, max_ctx %lld)\n", name,
+  std::printf("[info] case=%s sm90 variant %d chunk=%lld (kv_chunk %lld, max_ctx %lld)\n", name, variant,
               static_cast<long long>(MlaDecodeSm90Chunk(params(nullptr, nullptr, DTypeOut::kF32))),
               static_cast<long long>(kv_chunk), static_cast<long long>(max_ctx));
 
@@ -82,6 +92,16 @@ void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& ql
   DS_CUDA_CHECK(cudaGetLastError());
   ExpectClose("mla_decode_sm90_bf16_out", std::string(name) + "_vs_sm90_f32", FromBf16(out16.Download()), got, 5e-3);
 
+  // A variant vs variant 0 (the verified kernel): the same P, rescales and accumulation order,
+  // only the row sums' fp32 order differs, so the bound is tight (any wrong tile would show).
+  if (variant != 0) {
+    Dev<float> ws0(ws_floats), out0(T * H * kKvl);
+    MlaDecodeParams p0 = params(ws0.get(), out0.get(), DTypeOut::kF32);
+    p0.sm90_variant = 0;
+    MlaDecodeAttentionSm90(p0);
+    DS_CUDA_CHECK(cudaGetLastError());
+    ExpectClose("mla_decode_sm90", std::string(name) + "_vs_variant0", got, out0.Download(), 1e-5);
+  }
   // The emulation of its rounding and plan (CUDA-core kernel), every row.
   {
     Dev<float> ws_e(ws_floats), out_e(T * H * kKvl);
@@ -124,6 +144,19 @@ void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& ql
   ExpectClose("mla_decode_sm90", std::string(name) + "_vs_fp32q_ref", got_sub, ref, 1e-2);
 }
 
+// Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw). The GPU script
+// runs the variants in separate processes (DS_TEST_SM90_VARIANTS=0, =1, =2: the digits of the
+// variants to run; unset = all), so a hang of one does not hide the other's results.
+constexpr int kVariants = 3;
+void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
+                 const std::vector<int64_t>& heads_sample, const char* name) {
+  const char* only = std::getenv("DS_TEST_SM90_VARIANTS");
+  for (int v = 0; v < kVariants; ++v) {
+    if (only != nullptr && *only != '\0' && std::strchr(only, '0' + v) == nullptr) continue;
+    RunSm90CaseVariant(ctx, qlen, H, kv_chunk, heads_sample, name, v);
+  }
+}
+
 const std::vector<int64_t> kSampleH128 = {0, 37, 64, 127};  // both 64-row tiles of a token
 
 TEST(CudaMlaDecodeSm90, PageEdges) {
@@ -131,6 +164,9 @@ TEST(CudaMlaDecodeSm90, PageEdges) {
   RunSm90Case({1}, {1}, 128, 256, {}, "h128_b1_ctx1");
   RunSm90Case({1, 63, 64, 65}, {1, 1, 1, 1}, 128, 256, {}, "h128_b4_ctx1_63_64_65");
   RunSm90Case({65, 4096}, {1, 1}, 128, 256, {}, "h128_b2_65_4K");
+  // Splits of 2-4 tiles with the partial last tile at an even or an odd index (the seesaw
+  // variants: owned by warpgroup 0 or 1).
+  RunSm90Case({191, 192, 257, 100}, {1, 1, 1, 1}, 128, 192, {}, "h128_b4_odd_even_tiles_kvchunk192");
 }
 
 TEST(CudaMlaDecodeSm90, LongContexts) {

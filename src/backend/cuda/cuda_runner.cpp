@@ -961,6 +961,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.tensor_cores = opts_.mla_decode_tensor_cores;
     dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
     dp.sm90 = opts_.mla_decode_sm90;
+    dp.sm90_variant = opts_.mla_decode_sm90_variant;
     dp.cache_rows = static_cast<int64_t>(num_blocks_ + 1) * kBlockSize;
     if (graph_hints) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
       dp.total_context = Sa * max_ctx;

@@ -79,6 +79,10 @@ struct CudaRunnerOptions {
   // batch, so the two round differently and CudaRunner.GraphDecodeMatchesEagerDummyV3* fail
   // with it on (run 4). The fix is a plan from graph-stable quantities.
   bool mla_decode_sm90 = false;
+  // Which sm90 decode kernel (MlaDecodeParams::sm90_variant; A/B, the CLI reads
+  // DS_MLA_DECODE_SM90_VARIANT=N): 0 = the verified kernel, 1 / 2 = the "seesaw" kernel with an
+  // early / late ring-stage release (not yet verified on the GPU). Only with mla_decode_sm90.
+  int mla_decode_sm90_variant = 0;
   // Naive-MLA prefill attention on tensor cores (mla_prefill_tc.cu: flash-attention-2 style,
   // bf16 q / k / v / probabilities, fp32 accumulation and softmax; the kv_b_proj GEMM then
   // writes bf16 K/V). Head dims nope 128 / rope 64 / v 128 only (V2, V2-Lite, V3); other dims

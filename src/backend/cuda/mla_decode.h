@@ -85,6 +85,15 @@ struct MlaDecodeParams {
   // path (bf16 q and P, fp32 softmax and accumulation) with its own split plan and 64 keys per
   // online-softmax update, which the emulation (emulate_tc_rounding with sm90 set) follows.
   bool sm90 = false;
+  // Which sm90 kernel (A/B; the same split plan and the same numerics, so the emulation above
+  // covers all): 0 = the kernel verified in session 3 (WG0 computes every S tile, WG1 half of
+  // P V); 1 / 2 = "seesaw" (NOT YET VERIFIED ON THE GPU): the 64-key tiles alternate between
+  // the warpgroups (even tiles WG0, odd tiles WG1), each computes S and the online softmax of
+  // its own tiles, publishes P (in the tile's rope box), the rescale and the running max through
+  // shared memory, and both accumulate their 256 value columns of P V for every tile in order;
+  // per-box TMA barriers let S start on the first 64 columns of a tile. 1 releases a ring stage
+  // before issuing the next S (earlier TMA, a short tensor-pipe drain), 2 after it.
+  int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).
   int64_t cache_rows = 0;

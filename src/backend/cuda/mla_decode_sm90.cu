@@ -23,6 +23,9 @@
 // to the workspace with their LSE and MlaDecodeSm90Combine merges them; one split = direct
 // write. The CUDA-core emulation (emulate_tc_rounding with sm90 = true) follows this plan
 // (MlaDecodeTcChunk -> MlaDecodeSm90Chunk, 64 keys per online-softmax update).
+// MlaDecodeParams::sm90_variant = 1 / 2 selects the "seesaw" kernel below
+// (MlaDecodeSm90SeesawKernel; same plan and numerics, S and the softmax alternate between the
+// warpgroups; 1 and 2 differ in when a ring stage is released; not yet verified on the GPU).
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/sm90_ptx.cuh"
@@ -487,6 +490,356 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Variants 1 and 2 ("seesaw", MlaDecodeParams::sm90_variant; not yet verified on the GPU). The same
+// CTA shape, plan and numerics as the kernel above; the work of a tile is split differently:
+// tile t (64 keys) belongs to warpgroup t % 2 and always sits in ring stage t % 2. Its owner
+// computes S_t = Q K_t^T, the online softmax of tile t from the running max m_{t-1} published by
+// the other warpgroup (tile t - 1), and publishes m_t, the rescale alpha_t and P_t (bf16, in the
+// tile's rope box: columns 512-575 are read only by S_t, which has completed) through shared
+// memory; each warpgroup then does O[:, 256 w : 256 w + 256] = alpha_t O + P_t V_t for every
+// tile in order (its own tiles with P from registers, the other's with P from shared memory).
+// So the owner's softmax of tile t overlaps the other warpgroup's S_{t+1} on the tensor cores,
+// and the S work is shared. Row sums: each warpgroup keeps l_w (its own tiles' sums, rescaled by
+// every alpha); l = l_0 + l_1 at the end (fp32 order differs from the emulation only).
+// Ring: 2 stages x 9 boxes, one "full" mbarrier per box (S starts on box 0 while the others land),
+// one "empty" mbarrier per stage (256 arrivals: both warpgroups finished tile t's S / P V halves).
+// Tile t + 2 is issued by a thread of tile t + 2's owner right after that warpgroup released tile
+// t (the last release of the two, see below).
+constexpr int kSsOffK = kTileBytes;                              // 2 stages, as above
+constexpr int kSsOffM = kSsOffK + kStages * kTileBytes;          // [2][64] f32: m_t per stage
+constexpr int kSsOffAlpha = kSsOffM + kStages * kBM * 4;         // [2][64] f32: alpha_t per stage
+constexpr int kSsOffL = kSsOffAlpha + kStages * kBM * 4;         // [2][64] f32: l_w per warpgroup
+constexpr int kSsOffBar = kSsOffL + 2 * kBM * 4;                 // full[2][9], empty[2]
+constexpr int kSsSmemBytes = kSsOffBar + (kStages * kDB + kStages) * 8 + 1024;
+static_assert(kSsSmemBytes <= 227 * 1024, "shared memory per SM");
+// Named barriers: "tile published" by warpgroup 0 / 1 (owner arrives, the other syncs), a
+// warpgroup-local barrier per warpgroup (zeroing of a partial tile), the end exchange.
+constexpr int kSsBarPub0 = 1, kSsBarWg0 = 3, kSsBarEnd = 5;
+
+// kEarlyRelease (variant 1 = true, variant 2 = false): when a warpgroup releases the other's
+// tile t - 1 in its own iteration t: before issuing S_t (after draining the P V of tile t - 1)
+// or after S_t completed.
+template <typename TOut, bool kEarlyRelease>
+__global__ void __launch_bounds__(kThreads, 1)
+    MlaDecodeSm90SeesawKernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
+                              int max_splits, int direct) {
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const uint32_t s_base = SmemAddr(smem);
+  const uint32_t sQ = s_base + kOffQ, sK = s_base + kSsOffK;
+  float* s_m = reinterpret_cast<float*>(smem + kSsOffM);
+  float* s_alpha = reinterpret_cast<float*>(smem + kSsOffAlpha);
+  float* s_l = reinterpret_cast<float*>(smem + kSsOffL);
+  const uint32_t bar_full = s_base + kSsOffBar, bar_empty = bar_full + kStages * kDB * 8;
+
+  const int tid = threadIdx.x, wtid = tid & 127;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
+  const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int rb = static_cast<int>(blockIdx.x % nrb);
+  const int split = static_cast<int>((blockIdx.x / nrb) % max_splits);
+  const int s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
+  const int H = static_cast<int>(p.heads);
+  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
+  const int ctx = p.context_lens[s];
+  const int valid_rows = q_len * H;
+  const int row0 = rb * kBM;
+  if (row0 >= valid_rows) return;
+  const int kbeg = split * chunk;
+  const int kend = min(ctx, kbeg + chunk);
+  const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
+  if (kbeg >= kend) {  // an empty split (as the kernel above)
+    if (direct) {
+      for (int idx = tid; idx < kBM * kV; idx += kThreads) {
+        const int row = row0 + idx / kV;
+        if (row < valid_rows)
+          static_cast<TOut*>(p.out)[static_cast<int64_t>(q0 + row / H) * p.o_tok_stride +
+                                    static_cast<int64_t>(row % H) * p.o_head_stride + idx % kV] = dev::FromF<TOut>(0.f);
+      }
+    } else {
+      for (int r = tid; r < kBM; r += kThreads) {
+        const int row = row0 + r;
+        if (row < valid_rows)
+          p.workspace[lse_base + (static_cast<int64_t>(q0 + row / H) * H + row % H) * max_splits + split] = -INFINITY;
+      }
+    }
+    return;
+  }
+  const int ntiles = (kend - kbeg + kBN - 1) / kBN;
+  const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
+  const int bs = static_cast<int>(p.block_size);
+  // Tile t -> stage t % 2, one mbarrier per box.
+  auto issue_tile = [&](int t) {
+    const int k0 = kbeg + t * kBN;
+    const int row = bt[k0 / bs] * bs + k0 % bs;
+    const int st = t & 1;
+#pragma unroll
+    for (int b = 0; b < kDB; ++b) {
+      const uint32_t bar = bar_full + (st * kDB + b) * 8;
+      BarExpectTx(bar, kBoxBytes);
+      TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+    }
+  };
+  if (tid == 0) {
+    for (int i = 0; i < kStages * kDB; ++i) BarInit(bar_full + i * 8, 1);
+    for (int st = 0; st < kStages; ++st) BarInit(bar_empty + st * 8, kThreads);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    FenceProxyAsync();
+  }
+  __syncthreads();
+  if (tid == 0) {  // the first two tiles, overlapping the Q load
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
+    for (int t = 0; t < min(kStages, ntiles); ++t) issue_tile(t);
+  }
+  {  // Q tile -> bf16 swizzled boxes (as above)
+    constexpr int kVec = kD / 4;
+#pragma unroll 1
+    for (int idx = tid; idx < kBM * kVec; idx += kThreads) {
+      const int r = idx / kVec, c = (idx % kVec) * 4;
+      const int row = row0 + r;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row < valid_rows)
+        v = __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
+                                                  static_cast<int64_t>(row % H) * p.q_head_stride + c));
+      uint2 packed;
+      packed.x = PackBf16(v.x, v.y);
+      packed.y = PackBf16(v.z, v.w);
+      *reinterpret_cast<uint2*>(smem + kOffQ + (c >> 6) * kBoxBytes + SwzOff(r, c & 63)) = packed;
+    }
+  }
+  FenceProxyAsync();
+  __syncthreads();
+
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};
+  int limit[2];
+  float m_run[2], l_run[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = row0 + my_row[hr];
+    limit[hr] = row < valid_rows ? min(kend, ctx - (q_len - 1 - row / H)) : -1;
+    m_run[hr] = -INFINITY;  // m_{t-1}: the running max before tile t
+    l_run[hr] = 0.f;        // this warpgroup's share of the row sum (its own tiles)
+  }
+  const float sl2 = p.softmax_scale * 1.4426950408889634f;
+  const int other = wg ^ 1;
+  const uint32_t my_stage = sK + wg * kTileBytes, other_stage = sK + other * kTileBytes;
+  float sc[32];
+  uint32_t pa[16];
+
+  auto own_tile = [&](int t) {
+    const uint32_t full_par = static_cast<uint32_t>((t >> 1) & 1);
+    // ---------------- own tile: S_t, softmax, publish, O += alpha, P V (P from registers) ----------------
+    if constexpr (kEarlyRelease) {
+      // The P V of tile t - 1 (the other's) done before S_t is issued: this warpgroup has
+      // finished tile t - 1 and releases it now, an S_t earlier than the late release, so the
+      // other warpgroup re-arms that stage with tile t + 1 sooner (at the cost of the tensor
+      // pipe draining between that P V and S_t). (A wgmma.wait_group 1 after S_t would do it
+      // without the drain, but makes ptxas serialise the wgmmas of this loop.)
+      WgWait<0>();
+      FenceRegs(acc);
+      if (t >= 1) BarArrive(bar_empty + other * 8);
+    }
+    const int nvalid = kend - (kbeg + t * kBN);
+    if (nvalid < kBN) {  // the last, partial tile: every box landed, rows past the context zeroed
+      for (int b = 0; b < kDB; ++b) MbarWait(bar_full + (wg * kDB + b) * 8, full_par);
+      unsigned char* tp = smem + kSsOffK + wg * kTileBytes;
+      const int nz = (kBN - nvalid) * 8;
+      for (int idx = wtid; idx < kDB * nz; idx += 128) {
+        const int b = idx / nz, e = idx % nz;
+        *reinterpret_cast<uint4*>(tp + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
+      }
+      FenceProxyAsync();
+      NamedBarSync(kSsBarWg0 + wg, 128);
+    }
+    {
+      uint64_t dq = DescKMajor(sQ, 0), dk = DescKMajor(my_stage, 0);
+      asm volatile("" : "+l"(dq), "+l"(dk));
+      FenceRegs(sc);
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        if ((ks & 3) == 0) {  // box ks / 4 landed
+          MbarWait(bar_full + (wg * kDB + (ks >> 2)) * 8, full_par);
+          __syncwarp();
+          WgFence();
+        }
+        const uint64_t off = static_cast<uint64_t>(((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4);
+        WgmmaQK(sc, dq + off, dk + off, ks > 0 ? 1 : 0);
+      }
+      WgCommit();
+    }
+    WgWait<0>();  // S_t (and, if still in flight, the P V of tile t - 1)
+    FenceRegs(sc);
+    FenceRegs(acc);
+    if constexpr (!kEarlyRelease) {
+      if (t >= 1) BarArrive(bar_empty + other * 8);  // this warpgroup is done with tile t - 1
+    }
+    const int kt0 = kbeg + t * kBN;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int hr = c >> 1;
+        const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+        const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
+        sc[j * 4 + c] = v;
+        mx[hr] = fmaxf(mx[hr], v);
+      }
+    float muse[2], alpha[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+      const float m_new = fmaxf(m_run[hr], mx[hr]);
+      muse[hr] = m_new == -INFINITY ? 0.f : m_new;
+      alpha[hr] = exp2f(m_run[hr] - muse[hr]);
+      m_run[hr] = m_new;
+    }
+    float lsum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
+        sc[j * 4 + c] = pv;
+        lsum[c >> 1] += pv;
+      }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pa[kk * 4 + 0] = PackBf16(sc[(2 * kk) * 4 + 0], sc[(2 * kk) * 4 + 1]);
+      pa[kk * 4 + 1] = PackBf16(sc[(2 * kk) * 4 + 2], sc[(2 * kk) * 4 + 3]);
+      pa[kk * 4 + 2] = PackBf16(sc[(2 * kk + 1) * 4 + 0], sc[(2 * kk + 1) * 4 + 1]);
+      pa[kk * 4 + 3] = PackBf16(sc[(2 * kk + 1) * 4 + 2], sc[(2 * kk + 1) * 4 + 3]);
+    }
+    // Publish P_t (into the rope box of its stage), m_t and alpha_t.
+    unsigned char* pbox = smem + kSsOffK + wg * kTileBytes + (kDB - 1) * kBoxBytes;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr)
+        *reinterpret_cast<uint32_t*>(pbox + SwzOff(my_row[hr], j * 8 + 2 * tq)) = pa[(j >> 1) * 4 + (j & 1) * 2 + hr];
+    if (tq == 0) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        s_m[wg * kBM + my_row[hr]] = m_run[hr];
+        s_alpha[wg * kBM + my_row[hr]] = alpha[hr];
+      }
+    }
+    FenceProxyAsync();
+    NamedBarArrive(kSsBarPub0 + wg, kThreads);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
+      acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
+    }
+    uint64_t dv = DescV(my_stage, 4 * wg, 0);  // + kk * 2048 bytes per k16 step (start-address field)
+    asm volatile("" : "+l"(dv));
+    FenceRegs(acc);
+    FenceRegs(pa);
+    WgFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
+    WgCommit();
+    FenceRegs(pa);
+  };
+  auto other_tile = [&](int t) {
+    const uint32_t full_par = static_cast<uint32_t>((t >> 1) & 1);
+    // ---------------- the other's tile: O += alpha, P V (P from shared memory) ----------------
+    // First the own P V of tile t - 1: then acc is free and this warpgroup is done with tile
+    // t - 1, so tile t + 1 (mine) can go into its stage as soon as the other warpgroup released
+    // it too (before it publishes tile t).
+    WgWait<0>();
+    FenceRegs(acc);
+    if (t >= 1) {
+      BarArrive(bar_empty + wg * 8);
+      if (wtid == 0 && t + 1 < ntiles) {
+        MbarWait(bar_empty + wg * 8, static_cast<uint32_t>(((t - 1) >> 1) & 1));  // the other released t - 1
+        issue_tile(t + 1);
+      }
+      __syncwarp();
+    }
+    NamedBarSync(kSsBarPub0 + other, kThreads);  // P_t, m_t, alpha_t published (partial rows zeroed)
+    float alpha[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      alpha[hr] = s_alpha[other * kBM + my_row[hr]];
+      m_run[hr] = s_m[other * kBM + my_row[hr]];
+      l_run[hr] *= alpha[hr];
+    }
+#pragma unroll
+    for (int b = 0; b < 4; ++b) MbarWait(bar_full + (other * kDB + 4 * wg + b) * 8, full_par);  // my V boxes
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
+      acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
+    }
+    // Descriptors: P in the rope box (+ 32 bytes per k16 step), V (+ 2048 bytes per step).
+    uint64_t dp = DescKMajor(other_stage + (kDB - 1) * kBoxBytes, 0), dv = DescV(other_stage, 4 * wg, 0);
+    asm volatile("" : "+l"(dp), "+l"(dv));
+    FenceRegs(acc);
+    WgFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, dp + (kk * 32 >> 4), dv + (kk * 2048 >> 4), 1);
+    WgCommit();
+  };
+  // Each warpgroup runs its own copy of the loop, with its role per tile fixed in the code (a
+  // role branch inside one shared loop made ptxas serialise the wgmmas: C7514 / C7515).
+  if (wg == 0) {
+    for (int t = 0; t < ntiles; t += 2) {
+      own_tile(t);
+      if (t + 1 < ntiles) other_tile(t + 1);
+    }
+  } else {
+    for (int t = 0; t < ntiles; t += 2) {
+      other_tile(t);
+      if (t + 1 < ntiles) own_tile(t + 1);
+    }
+  }
+  WgWait<0>();
+  FenceRegs(acc);
+  // Row sums: l = l_0 + l_1 (quad-reduced); the final max m_run is the same in both warpgroups.
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
+    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
+    if (tq == 0) s_l[wg * kBM + my_row[hr]] = l_run[hr];
+  }
+  NamedBarSync(kSsBarEnd, kThreads);
+  const int col0 = wg * 256;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = row0 + my_row[hr];
+    if (row >= valid_rows) continue;
+    const float l = s_l[my_row[hr]] + s_l[kBM + my_row[hr]];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int t = q0 + row / H, h = row % H;
+    if (direct) {
+      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride +
+                  static_cast<int64_t>(h) * p.o_head_stride + col0 + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        out[j * 8] = dev::FromF<TOut>(acc[j * 4 + 2 * hr] * inv);
+        out[j * 8 + 1] = dev::FromF<TOut>(acc[j * 4 + 2 * hr + 1] * inv);
+      }
+    } else {
+      float* po = p.workspace + ((static_cast<int64_t>(t) * H + h) * max_splits + split) * kV + col0 + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
+      if (wg == 0 && tq == 0) {
+        const int64_t part = (static_cast<int64_t>(t) * H + h) * max_splits + split;
+        p.workspace[lse_base + part] = l > 0.f ? (m_run[hr] + log2f(l)) * 0.6931471805599453f : -INFINITY;
+      }
+    }
+  }
+}
+
 // out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped).
 template <typename TOut>
 __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodeParams p, int max_splits) {
@@ -565,13 +918,24 @@ template <typename TOut>
 void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
   // Per device (device_props.h): a process-wide once-flag left GPUs other than the first at 48 KiB.
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90Kernel<TOut>), static_cast<int>(kSmemBytes));
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90SeesawKernel<TOut, true>),
+                       static_cast<int>(kSsSmemBytes));
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90SeesawKernel<TOut, false>),
+                       static_cast<int>(kSsSmemBytes));
   const CUtensorMap map = MakeKvMap(p);
   const bool direct = pl.max_splits == 1;
   const int64_t ctas = p.num_seqs * pl.nrb * pl.max_splits;
   DS_CHECK(ctas < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: grid too large";
-  MlaDecodeSm90Kernel<TOut><<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream>>>(
-      map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
-  DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Kernel");
+  if (p.sm90_variant == 1 || p.sm90_variant == 2) {
+    auto kernel = p.sm90_variant == 1 ? MlaDecodeSm90SeesawKernel<TOut, true> : MlaDecodeSm90SeesawKernel<TOut, false>;
+    kernel<<<static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream>>>(
+        map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90SeesawKernel");
+  } else {
+    MlaDecodeSm90Kernel<TOut><<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream>>>(
+        map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Kernel");
+  }
   if (direct) return;
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
   MlaDecodeSm90Combine<TOut><<<cgrid, kV / 4, 0, p.stream>>>(p, static_cast<int>(pl.max_splits));
@@ -605,6 +969,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 2) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
