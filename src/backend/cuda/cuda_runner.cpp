@@ -1,4 +1,5 @@
 #include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/cuda_runner_impl.h"
 
 #include <cuda_bf16.h>
 
@@ -45,9 +46,8 @@ constexpr int64_t kWarpSplitMinTotalContext = 32 * 1024;
 
 // Decode graph buckets and block-table widths: kGraphBuckets, GraphBucket, GraphCapBlocks
 // (host_plans.h).
-namespace {
+namespace runner_impl {
 
-using bf16 = __nv_bfloat16;
 constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (as the CPU model)
 constexpr float kDummyStd = 0.02f;
 
@@ -64,238 +64,6 @@ std::vector<uint16_t> ToBf16Bits(const std::vector<float>& v) {
   for (size_t i = 0; i < v.size(); ++i) o[i] = ::ds::F32ToBf16(v[i]);
   return o;
 }
-
-// y = x @ W^T; W bf16 [N, K], or e4m3 [N, K] with block scales.
-struct Linear {
-  int64_t N = 0, K = 0;
-  bool fp8 = false;
-  DeviceBuffer w;      // bf16 [N, K]
-  DeviceBuffer wq;     // e4m3 [N, K]
-  DeviceBuffer s_blk;  // [ceil(N/128), Fp8WeightScaleLd(K)] (cuBLASLt layout)
-  DeviceBuffer s_raw;  // [ceil(N/128), ceil(K/128)] (checkpoint layout, in-kernel path)
-  DeviceBuffer w_hi, w_lo;  // debug (fp8_emulate_act_quant): dequantised weights, bf16 hi + lo [N, K]
-};
-
-struct MlaW {
-  Linear q_a, q_b, q, kv_a, o;
-  DeviceBuffer q_a_norm, kv_a_norm;  // fp32
-  DeviceBuffer kv_b;                 // bf16 [H * (nope + v), kv_lora]
-  DeviceBuffer w_uk_t;               // bf16 [H, kv_lora, nope]
-};
-
-struct LayerW {
-  DeviceBuffer in_norm, post_norm;  // fp32 [hidden]
-  MlaW attn;
-  bool moe = false;
-  Linear gate_up, down;             // dense MLP, or the shared experts of a MoE layer
-  bool has_mlp = false;
-  DeviceBuffer router;              // fp32 [E, hidden]
-  DeviceBuffer bias;                // fp32 [E] (empty: none)
-  bool experts_fp8 = false;
-  DeviceBuffer w13, w13_s, w2, w2_s;  // [E (+S), 2I, H], [E (+S), H, I] (+ block scales [E (+S), nb, kb])
-  // fused_moe_shared: the S = n_shared_experts shared experts stacked as groups E .. E + S - 1
-  // of w13 / w2 (shared expert s = its gate/up rows [s I, (s + 1) I) and down columns likewise);
-  // 0 = not stacked.
-  int shared_groups = 0;
-};
-
-class CudaModelRunner : public ModelRunner {
- public:
-  CudaModelRunner(const ModelConfig& cfg, const CudaRunnerOptions& o) : cfg_(cfg), opts_(o) {
-    prof_on_ = o.profile;
-    prof_log_ = o.profile_log;
-    skinny_on_ = o.skinny_gemm;
-    sm90_gg_on_ = o.sm90_grouped_gemm;
-  }
-  std::map<std::string, double> TakeProfile() override {
-    std::map<std::string, double> p;
-    p.swap(prof_ms_);
-    return p;
-  }
-  ~CudaModelRunner() override {
-    // The members (graphs, buffers, stream) belong to opts_.device, which need not be current
-    // on the destroying thread (serve destroys every DP rank's runner on the main thread).
-    (void)cudaSetDevice(opts_.device);
-    DropGraphs();
-    if (!prof_log_ || prof_ms_.empty()) return;
-    double total = 0;
-    for (const auto& [k, v] : prof_ms_) total += v;
-    std::string line = "cuda runner profile (device ms, all passes):";
-    for (const auto& [k, v] : prof_ms_) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, " %s=%.1f (%.1f%%)", k.c_str(), v, 100.0 * v / total);
-      line += buf;
-    }
-    DS_LOG(INFO) << line;
-  }
-  const ModelConfig& config() const override { return cfg_; }
-  int num_kv_blocks() const override { return num_blocks_; }
-  Status Forward(const ForwardBatch& batch, ForwardOutput* out) override;
-  bool CanSample() const override { return true; }
-
-  Status Init(const Checkpoint* ckpt);
-
- private:
-  // ---- weights ----
-  Status LoadLinear(const std::string& name, int64_t N, int64_t K, Linear* L);
-  Status LoadVec(const std::string& name, int64_t n, float dummy_value, DeviceBuffer* b);
-  Status LoadBf16(const std::string& name, int64_t N, int64_t K, DeviceBuffer* b);  // dequantised if FP8
-  Status LoadLayer(int l, LayerW* L);
-  // gate_up = [gate rows; up rows] of one MLP (`prefix` + .gate_proj / .up_proj, [I, hidden]
-  // each) as one Linear: FP8 when the 128-row weight blocks do not straddle gate/up
-  // (I % 128 == 0), else bf16 (dequantised).
-  Status LoadGateUp(const std::string& prefix, int64_t I, Linear* gu);
-  uint64_t NextSeed() { return opts_.seed * 0x9E3779B97F4A7C15ull + (++tensor_counter_) * 0xD1B54A32D192ED03ull; }
-  void FinishLinear(Linear* L, const std::vector<float>* raw_scales);
-
-  // ---- compute ----
-  // x16 (optional, ld = L.K): bf16(x) already made by the producer (fused_norm: the norms'
-  // bf16 copies); used instead of this call's SplitBf16 where the GEMM takes bf16 activations.
-  void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
-                 const bf16* x16 = nullptr);
-  // Debug (fp8_emulate_act_quant): y = dequant(quant(x)) @ dequant(W)^T, x quantised to e4m3
-  // per 1x128 group exactly as the cuBLASLt path does (Fp8QuantizePerTokenGroup), both
-  // dequantised operands carried as bf16 hi + lo (~16-bit): three bf16 GEMMs, fp32 accumulation.
-  void EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
-  // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise): cuBLAS
-  // strided-batched; rows <= kSkinnyHeadMaxRows (not precise) would take the skinny kernel's
-  // batched form, heads as groups (kSkinnyHeadMaxRows = 0: cuBLAS measured faster).
-  void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
-                int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch);
-  // One model pass. Logits rows go to logits_out (host), or, when b.sampling is set, are
-  // sampled on the device and only the ids go to ids_out (host).
-  void RunPass(const ForwardBatch& b, float* logits_out, int32_t* ids_out = nullptr);
-  // Samples R rows of d_logits ([R, ld] device fp32) with `rs` (RowSampling semantics) and
-  // copies the ids to host_ids; synchronises the stream.
-  void SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs, int32_t* host_ids);
-  DeviceBuffer samp_t_, samp_p_, samp_k_, samp_seed_, samp_step_, samp_ids_, samp_idx_, samp_rows_;
-  // ---- CUDA graphs for decode steps ----
-  // One captured decode forward: a bucket of `bucket` sequences with block tables of
-  // `cap_blocks` entries. Its inputs live in these persistent device buffers, written before
-  // every replay.
-  struct DecodeGraph {
-    int bucket = 0, cap_blocks = 0;
-    DeviceBuffer ids, pos, slots, qs, ctx, bt;  // [B] i32, [B] i32, [B] i64, [B+1], [B], [B, cap]
-    cudaGraphExec_t exec = nullptr;
-    bool failed = false;  // capture failed once: this key runs the padded pass eagerly
-    // Profiling (prof_on_): event-record nodes captured at the phase marks; every replay
-    // records them, so the phases of graph decode steps are timed on the device.
-    std::vector<std::pair<std::string, cudaEvent_t>> marks;
-  };
-  // True when `b` is a decode-only step this runner replays through a graph.
-  bool GraphEligible(const ForwardBatch& b) const;
-  void ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out);
-  void CaptureGraph(const ForwardBatch& padded, DecodeGraph* g);
-  // Device pointers of every activation buffer; a graph is valid only while they are unchanged.
-  std::vector<void*> ActivationPtrs() const;
-  void DropGraphs() {
-    for (auto& [k, g] : graphs_) {
-      if (g->exec) { cudaGraphExecDestroy(g->exec); g->exec = nullptr; }
-      for (auto& m : g->marks) cudaEventDestroy(m.second);
-      g->marks.clear();
-    }
-  }
-  // SkinnyGemm with the runner's split-K workspace attached (grown outside graph capture: the
-  // eager pass of a shape precedes its capture; the counters are zeroed once).
-  void RunSkinny(SkinnyGemmParams sp);
-  // Device copy of {0, rows} (the one-group offsets of the in-kernel FP8 linear), made once.
-  const int32_t* OneGroupOffsets(int64_t rows);
-  std::map<std::pair<int, int>, std::unique_ptr<DecodeGraph>> graphs_;
- public:
-  CudaGraphStats graph_stats_;
- private:
-  std::vector<void*> graph_ptrs_;
-  const DecodeGraph* gin_ = nullptr;  // graph-mode inputs of the current pass (nullptr: eager)
-  bool capturing_ = false;
-  bool skinny_on_ = true;  // decode-size GEMMs on the skinny kernel (skinny_gemm.h)
-  bool sm90_gg_on_ = true;  // prefill-size expert GEMMs on the sm_90a kernel (grouped_gemm_sm90.h)
-  int scratch_block_ = 0;             // KV block reserved for padded rows (not the engine's)
-  std::map<int64_t, DeviceBuffer> offs_by_rows_;
-  const int32_t* d_pos_ = nullptr;    // this pass's positions [T] and cache slots [T] (device)
-  const int64_t* d_slots_ = nullptr;
-  void Mla(int l, const ForwardBatch& b, int64_t T);
-  // Returns true when it also applied the residual add and the next RMSNorm (fused_norm): h32
-  // then holds the next layer's normalised input (or the final norm's output).
-  bool Mlp(int l, int64_t T);
-  // fused_moe_shared: copies the shared experts (L->gate_up, L->down) into groups E .. E + S - 1
-  // of L->w13 / L->w2 (allocated with room for them) when their dtypes match.
-  void StackSharedExperts(LayerW* L);
-  bool FusedDecode(int64_t T) const {
-    return T <= std::min<int64_t>(opts_.fused_decode_max_tokens, kMoeRoutePermuteMaxTokens);
-  }
-  // Profiling (opts_.profile): events between phases; Mark(name) ends phase `name`.
-  void Mark(const char* name) {
-    if (!prof_on_) return;
-    if (capturing_) {  // an event-record node in the graph being captured
-      cudaEvent_t e;
-      DS_CUDA_CHECK(cudaEventCreate(&e));
-      DS_CUDA_CHECK(cudaEventRecordWithFlags(e, s_, cudaEventRecordExternal));
-      cap_marks_.push_back({prof_prefix_ + name, e});
-      return;
-    }
-    if (gin_) return;  // the eager warm-up run of a graph shape is not profiled
-    cudaEvent_t e;
-    DS_CUDA_CHECK(cudaEventCreate(&e));
-    DS_CUDA_CHECK(cudaEventRecord(e, s_));
-    marks_.push_back({prof_prefix_ + name, e});
-  }
-  void CollectMarks() {
-    if (!prof_on_ || capturing_ || marks_.empty()) return;
-    DS_CUDA_CHECK(cudaEventSynchronize(marks_.back().second));
-    AddMarkIntervals(marks_);
-    prof_ms_[prof_prefix_ + "#passes"] += 1;
-    for (auto& m : marks_) cudaEventDestroy(m.second);
-    marks_.clear();
-  }
-  bool prof_on_ = false, prof_log_ = false;
-  std::vector<std::pair<std::string, cudaEvent_t>> cap_marks_;  // marks of the graph being captured
-  // After a replay of g (stream synchronised): adds its phases' device times to prof_ms_.
-  void CollectGraphMarks(const DecodeGraph& g) {
-    AddMarkIntervals(g.marks);
-    if (!g.marks.empty()) prof_ms_["decode/#passes"] += 1;
-  }
-  // Adds the device time between consecutive marks to their phases (events complete).
-  void AddMarkIntervals(const std::vector<std::pair<std::string, cudaEvent_t>>& marks) {
-    for (size_t i = 1; i < marks.size(); ++i) {
-      float ms = 0;
-      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second));
-      prof_ms_[marks[i].first] += ms;
-    }
-  }
-  std::string prof_prefix_;
-  std::vector<std::pair<std::string, cudaEvent_t>> marks_;
-  std::map<std::string, double> prof_ms_;
-
-  ModelConfig cfg_;
-  CudaRunnerOptions opts_;
-  const Checkpoint* ckpt_ = nullptr;
-  bool dummy_ = false;
-  uint64_t tensor_counter_ = 0;
-  Stream stream_;
-  cudaStream_t s_ = nullptr;
-  int num_blocks_ = 0;
-  RopeTables rope_;
-  DeviceBuffer d_cos_, d_sin_;
-  DeviceBuffer embed_, final_norm_, lm_head_;
-  Linear lm_head_lin_;
-  std::vector<LayerW> layers_;
-  std::vector<DeviceBuffer> cache_;  // per layer bf16 [num_blocks * 64, L]
-  bool use_cublas_fp8_ = true;
-
-  // ---- activations (grown on demand) ----
-  DeviceBuffer ids_, pos_, slots_, residual_, h32_, h16_, o32_, mlp32_, q32_, cq32_, cq16_, lat32_;
-  DeviceBuffer attn32_, gu32_, act32_, xq_, xs_, offs1_, xhi_, xlo_, hhi_, hlo_;
-  DeviceBuffer ctx_slots_, lat16_, rope32_, kv32_, grp_qs_, grp_ks_, grp_pos0_;
-  DeviceBuffer tok_idx_, qa32_, qlat32_, olat32_, ova32_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
-  DeviceBuffer rlogits_, topk_ids_, topk_w_, moe_offs_, moe_pos_, moe_src_, moe_ws_, xp16_, egu32_, eact16_, ey16_;
-  DeviceBuffer sel32_, logits_;
-  // sm_90a expert GEMMs: workspace (grouped_gemm_sm90.h); FP8 x FP8 experts: e4m3 activations
-  // [cap, max(H, I)] and their token-major 1x128 scales.
-  DeviceBuffer moe_gg_ws_, eq8_, es_;
-  DeviceBuffer dense_gg_ws_;  // sm_90a mixed-input dense projections (sm90_mixed_gemm): workspace
-  DeviceBuffer skinny_ws_, skinny_cnt_;  // split-K partials (fp32) and per-tile counters (u32)
-  DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
-};
 
 // ---------------------------------------------------------------------------------------------
 // Weights
@@ -1505,7 +1273,9 @@ void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {
                << " KV blocks";
 }
 
-}  // namespace
+}  // namespace runner_impl
+
+using runner_impl::CudaModelRunner;
 
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner) {
   const auto* r = dynamic_cast<const CudaModelRunner*>(&runner);
