@@ -125,7 +125,7 @@ while IFS='|' read -r label envs flags; do
   pre=$(grep -m1 -oE '^prefill: [0-9.]+ ms \([0-9.]+ tok/s\)' "$L/onebatch/$label.txt")
   dec=$(grep -m1 -oE '^decode: median step [0-9.]+ ms \(mean [0-9.]+, p90 [0-9.]+\)' "$L/onebatch/$label.txt")
   note "onebatch $label (env: ${envs:-none}): rc=$rc in $(( $(date +%s) - t0 )) s | ${pre:-no prefill line} | ${dec:-no decode line}"
-  [ $rc -ne 0 ] && grep -E 'error|Error|ERROR|failed|Check|illegal' "$L/onebatch/$label.txt" | head -4 | sed 's/^/    /' | tee -a "$S"
+  [ $rc -ne 0 ] && tail -3 "$L/onebatch/$label.txt" | cut -c1-300 | sed 's/^/    /' | tee -a "$S"
 done <<<"$RUNS"
 # The records as one JSON object {label: record} (one file back instead of eight).
 {
@@ -155,6 +155,7 @@ else
     --out "$OUT" --commit "$COMMIT" >"$L/bench_kernels.log" 2>&1
   note "bench kernels mla_sm90 (seesaw variants not timed: '${skip_ss}'): rc=$? in $(( $(date +%s) - t0 )) s (budget $budget s)"
   grep -E '^(mla_decode|ceilings)' "$L/bench_kernels.log" | head -30 | sed 's/^/    /' | tee -a "$S"
+  tail -2 "$L/bench_kernels.log" | cut -c1-300 | sed 's/^/    /' | tee -a "$S"
 fi
 
 note "== done $(date -u +%FT%TZ) ($(( $(date +%s) - T_START )) s)"
