@@ -132,7 +132,8 @@ for ex in "${EXTRA[@]}"; do
   [ -z "$ex" ] && continue
   IFS='|' read -r xl xenv xargs <<< "$ex"
   [ "$(left)" -lt 40 ] && { echo "[gpu_e2e] no time left: skipping extra run $xl" | tee -a $RES/logs/gpu_e2e.txt; continue; }
-  eval "timeout $(( $(left) - 25 )) env $xenv $B/dsinfer bench one-batch --load-format dummy --output-len 16 --device cuda \
+  xol="--output-len 16"; [[ "$xargs" == *--output-len* ]] && xol=""  # the run's own --output-len wins
+  eval "timeout $(( $(left) - 25 )) env $xenv $B/dsinfer bench one-batch --load-format dummy $xol --device cuda \
     --mem-bw-gbps 3931 --flops-tflops 700 $xargs --output-file $RES/raw/extra_${xl}.json" > "$RES/logs/extra_${xl}.txt" 2>&1
   echo "[gpu_e2e] extra run $xl rc=$?" | tee -a $RES/logs/gpu_e2e.txt
   grep -E "prefill|decode step|device time by part|phases:" "$RES/logs/extra_${xl}.txt" | head -8 | tee -a $RES/logs/gpu_e2e.txt

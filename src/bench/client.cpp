@@ -9,12 +9,14 @@
 #include <boost/beast/http.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -168,7 +170,16 @@ struct RunState {
   // Dispatcher-strand state.
   asio::strand<asio::io_context::executor_type> dispatch_strand{ioc.get_executor()};
   asio::steady_timer slot_timer{dispatch_strand};
+  asio::steady_timer arrival_timer{dispatch_strand};
   int in_flight = 0;
+  size_t dispatched = 0;                 // requests spawned (dispatcher strand)
+  // Interruption (StreamRunOptions::stop_on_signal): the signal set, the flag every loop
+  // checks, and the streams in flight (by request index) so that they can be cancelled.
+  std::unique_ptr<asio::signal_set> signals;
+  std::atomic<bool> interrupted{false};
+  std::mutex active_mu;
+  std::unordered_map<size_t, beast::tcp_stream*> active;
+  std::vector<uint8_t> ended_after_interrupt;  // [n]: request i ended after the signal
   std::atomic<size_t> finished{0};
   std::atomic<size_t> failed{0};
   std::atomic<long long> out_tokens{0};
@@ -204,6 +215,22 @@ asio::awaitable<void> StreamOne(RunState* st, size_t i) {
     co_return;
   }
   beast::tcp_stream stream(ex);
+  {
+    std::lock_guard<std::mutex> lk(st->active_mu);
+    st->active.emplace(i, &stream);
+  }
+  struct Unregister {
+    RunState* st;
+    size_t i;
+    ~Unregister() {
+      std::lock_guard<std::mutex> lk(st->active_mu);
+      st->active.erase(i);
+    }
+  } unregister{st, i};
+  if (st->interrupted.load()) {
+    out.error = kInterruptedError;
+    co_return;
+  }
   stream.expires_after(timeout);
   co_await stream.async_connect(st->endpoints, tok);
   if (ec) {
@@ -288,35 +315,65 @@ asio::awaitable<void> StreamOne(RunState* st, size_t i) {
   co_return;
 }
 
+// Ends the run early (on the signal set's handler): nothing more is dispatched, every stream
+// in flight is cancelled on its own strand (where it also unregisters, so the pointer is
+// live), and the dispatcher's timers are cancelled so that its loop sees the flag.
+void Interrupt(RunState* st) {
+  if (st->interrupted.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lk(st->active_mu);
+    for (auto& [i, stream] : st->active) {
+      asio::post(stream->get_executor(), [st, i = i] {
+        std::lock_guard<std::mutex> lk2(st->active_mu);
+        auto it = st->active.find(i);
+        if (it != st->active.end()) it->second->cancel();
+      });
+    }
+  }
+  asio::post(st->dispatch_strand, [st] {
+    st->arrival_timer.cancel();
+    st->slot_timer.cancel();
+  });
+}
+
 void OnRequestDone(RunState* st, size_t i) {
   const auto& r = st->outcomes[i];
+  st->ended_after_interrupt[i] = st->interrupted.load();
   if (!r.success) st->failed.fetch_add(1);
   st->out_tokens.fetch_add(r.success ? r.output_tokens : 0);
   asio::post(st->dispatch_strand, [st] {
     --st->in_flight;
     st->slot_timer.cancel();
-    if (st->finished.fetch_add(1) + 1 == st->outcomes.size())
+    if (st->finished.fetch_add(1) + 1 == st->outcomes.size()) {
       st->end_ticks.store(Clock::now().time_since_epoch().count());
+      if (st->signals) st->signals->cancel();  // its pending wait would keep run() going
+    }
   });
 }
 
 asio::awaitable<void> Dispatch(RunState* st) {
   beast::error_code ec;
   auto tok = asio::redirect_error(asio::use_awaitable, ec);
-  asio::steady_timer timer(st->dispatch_strand);
+  asio::steady_timer& timer = st->arrival_timer;
   const auto& arrivals = *st->arrivals;
   const int max_conc = st->opt->max_concurrency;
   for (size_t i = 0; i < st->outcomes.size(); ++i) {
     auto due = st->start + ToDuration(arrivals[i]);
-    if (Clock::now() < due) {
+    if (Clock::now() < due && !st->interrupted.load()) {
       timer.expires_at(due);
       co_await timer.async_wait(tok);
     }
-    while (max_conc > 0 && st->in_flight >= max_conc) {
+    while (max_conc > 0 && st->in_flight >= max_conc && !st->interrupted.load()) {
       st->slot_timer.expires_at(Clock::time_point::max());
       co_await st->slot_timer.async_wait(tok);  // cancelled when a request finishes
     }
+    if (st->interrupted.load()) {
+      // Stopped: the end time is the interruption; pending timers end with the signal set.
+      st->end_ticks.store(Clock::now().time_since_epoch().count());
+      co_return;
+    }
     ++st->in_flight;
+    ++st->dispatched;
     asio::co_spawn(asio::make_strand(st->ioc), StreamOne(st, i), [st, i](std::exception_ptr e) {
       if (e) {
         try {
@@ -385,6 +442,7 @@ StreamRunResult RunStreamingRequests(const HttpTarget& target, const StreamRunOp
   fallback.resize(n, 0);
   st->fallback = &fallback;
   st->outcomes.resize(n);
+  st->ended_after_interrupt.assign(n, 0);
   {
     beast::error_code ec;
     tcp::resolver resolver(st->ioc);
@@ -393,6 +451,15 @@ StreamRunResult RunStreamingRequests(const HttpTarget& target, const StreamRunOp
   }
   RaiseOpenFileLimit();
   st->start = Clock::now();
+  if (opt.stop_on_signal) {
+    st->signals = std::make_unique<asio::signal_set>(st->ioc, SIGINT, SIGTERM);
+    st->signals->async_wait([s = st.get()](const beast::error_code& ec, int sig) {
+      if (ec) return;  // cancelled: the run finished
+      std::fprintf(stderr, "\n%s: signal %d: stopping (no new requests, cancelling those in flight)\n",
+                   s->opt->progress_label.c_str(), sig);
+      Interrupt(s);
+    });
+  }
   asio::co_spawn(st->dispatch_strand, Dispatch(st.get()), asio::detached);
   std::atomic<bool> stop{false};
   std::thread progress;
@@ -406,6 +473,22 @@ StreamRunResult RunStreamingRequests(const HttpTarget& target, const StreamRunOp
   auto end_ticks = st->end_ticks.load();
   Clock::time_point end = end_ticks ? Clock::time_point(Clock::duration(end_ticks)) : Clock::now();
   result.duration_s = Seconds(end - st->start);
+  result.interrupted = st->interrupted.load();
+  if (result.interrupted) {
+    // Requests not spawned keep a default outcome; spawned ones that did not succeed after the
+    // signal were cut off by it (their own error, e.g. "operation canceled", is replaced).
+    for (size_t i = 0; i < n; ++i) {
+      RequestOutcome& o = st->outcomes[i];
+      if (i >= st->dispatched) {
+        o.success = false;
+        o.error = kNotSentError;
+        ++result.num_not_sent;
+      } else if (!o.success && st->ended_after_interrupt[i]) {
+        o.error = kInterruptedError;
+        ++result.num_interrupted;
+      }
+    }
+  }
   result.outcomes = std::move(st->outcomes);
   return result;
 }

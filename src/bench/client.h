@@ -44,6 +44,10 @@ struct StreamRunOptions {
   std::string api_key;                   // sent as "Authorization: Bearer ..." when set
   bool progress = true;                  // progress bar on stderr
   std::string progress_label = "bench";
+  // SIGINT / SIGTERM end the run early instead of killing the process: no further request is
+  // sent, the streams in flight are cancelled, and the run returns what it has (see
+  // StreamRunResult::interrupted). The previous dispositions are restored when the run ends.
+  bool stop_on_signal = false;
 };
 
 // Builds the body of request i when it is sent (may run on any I/O thread concurrently).
@@ -51,8 +55,15 @@ using BodyFn = std::function<StatusOr<std::string>(size_t i)>;
 
 struct StreamRunResult {
   std::vector<RequestOutcome> outcomes;  // [n], in dataset order
-  double duration_s = 0;                 // first send -> last completion
+  double duration_s = 0;                 // first send -> last completion (or the interruption)
+  // Set when a signal ended the run (stop_on_signal): the requests then in flight end with
+  // error kInterruptedError (RequestOutcome::error), those not yet sent with kNotSentError.
+  bool interrupted = false;
+  int num_interrupted = 0;               // in flight at the signal
+  int num_not_sent = 0;
 };
+inline constexpr const char* kInterruptedError = "interrupted (in flight when the run was stopped)";
+inline constexpr const char* kNotSentError = "not sent (the run was stopped first)";
 
 // Runs n requests. arrivals: [n] seconds from the start (non-decreasing); fallback_prompt_tokens:
 // [n] prompt lengths used when the server reports no usage.

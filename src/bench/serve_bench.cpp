@@ -157,6 +157,7 @@ StatusOr<nlohmann::json> RunServeBench(const ServeBenchOptions& opt) {
   for (const auto& r : reqs) fallback.push_back(r.input_len);
   BodyFn body = [&](size_t i) { return BuildRequestBody(bo, reqs[i], i); };
   ro.progress_label = "bench";
+  ro.stop_on_signal = true;  // SIGINT / SIGTERM: report what was measured so far
   std::fprintf(stderr, "bench: %zu requests to http://%s:%s%s%s, model '%s', max concurrency %s\n",
                reqs.size(), opt.target.host.c_str(), opt.target.port.c_str(),
                opt.target.path_prefix.c_str(), endpoint.c_str(), model.c_str(),
@@ -166,10 +167,19 @@ StatusOr<nlohmann::json> RunServeBench(const ServeBenchOptions& opt) {
   BenchMetrics m = ComputeMetrics(run.outcomes, run.duration_s, opt.num_gpus, opt.slo);
   double shown_rate = opt.dataset_name == "trace" ? reqs.size() / std::max(1e-9, reqs.back().arrival_s)
                                                   : opt.request_rate;
+  if (run.interrupted)
+    std::printf("Run stopped by a signal after %.1f s: %d request(s) cut off in flight, %d not sent; the "
+                "figures below cover the requests that ended before it.\n",
+                run.duration_s, run.num_interrupted, run.num_not_sent);
   std::fputs(FormatReport(m, opt.max_concurrency, shown_rate).c_str(), stdout);
   std::fflush(stdout);
 
   nlohmann::json j = MetricsToJson(m);
+  j["interrupted"] = run.interrupted;
+  if (run.interrupted) {
+    j["num_interrupted_in_flight"] = run.num_interrupted;
+    j["num_not_sent"] = run.num_not_sent;
+  }
   j["date"] = UtcNow();
   j["backend"] = opt.backend;
   j["endpoint"] = endpoint;

@@ -84,11 +84,13 @@ struct RunResult {
   nlohmann::json json;
 };
 
-RunResult RunBench(const std::string& flags) {
+// `timeout` sends its signal (TERM unless `timeout_flags` says otherwise) after `limit`.
+RunResult RunBench(const std::string& flags, const std::string& timeout_flags = "", const std::string& limit = "60") {
   static int n = 0;
   std::string json_path = TempPath("result_" + std::to_string(n++) + ".json");
   std::remove(json_path.c_str());
-  std::string cmd = "timeout 60 " + std::string(DS_BINARY) + " bench serve --disable-tqdm --output-file " +
+  std::string cmd = "timeout " + timeout_flags + " " + limit + " " + std::string(DS_BINARY) +
+                    " bench serve --disable-tqdm --output-file " +
                     json_path + " " + flags + " 2>&1";
   RunResult r;
   FILE* p = popen(cmd.c_str(), "r");
@@ -171,6 +173,44 @@ TEST(BenchServeIntegration, FailuresAreCountedNotFatal) {
                       " --model nope --num-prompts 2 --random-input-len 8 --random-output-len 4");
   EXPECT_EQ(bad.rc, 1) << bad.out;
   EXPECT_EQ(bad.json["failed"], 2);
+}
+
+// SIGINT / SIGTERM mid-run (what `timeout` sends a replay that runs over its budget): the
+// client stops sending, cancels the streams in flight and still writes its report and JSON
+// over the requests that ended. 30 requests at 10 req/s (~3 s of arrivals), each ~20 + 9 x 40
+// ms long, stopped after 1.2 s: some completed, some cut off in flight, the rest never sent.
+TEST(BenchServeIntegration, SignalStopsTheRunAndReportsWhatEnded) {
+  if (!HavePython()) GTEST_SKIP() << "python3 not available";
+  for (const char* sig : {"-s INT", "-s TERM"}) {
+    MockServer srv("--ttft-ms 20 --itl-ms 40");
+    ASSERT_GT(srv.port(), 0);
+    auto r = RunBench("--port " + std::to_string(srv.port()) +
+                          " --num-prompts 30 --random-input-len 8 --random-output-len 10 --ignore-eos"
+                          " --request-rate 10 --seed 1",
+                      std::string("-k 20 ") + sig, "1.2");
+    EXPECT_EQ(r.rc, 124) << sig << ": timeout's status when it had to signal\n" << r.out;  // not 137: no KILL
+    ASSERT_TRUE(r.json.is_object()) << sig << "\n" << r.out;
+    const auto& j = r.json;
+    EXPECT_EQ(j["interrupted"], true) << sig;
+    const int completed = j["completed"], failed = j["failed"];
+    const int cut = j["num_interrupted_in_flight"], not_sent = j["num_not_sent"];
+    EXPECT_EQ(completed + failed, 30) << sig;
+    EXPECT_EQ(cut + not_sent, failed) << sig;  // the mock fails nothing by itself
+    EXPECT_GE(completed, 2) << sig;            // arrivals before ~0.8 s had time to finish
+    EXPECT_GE(not_sent, 10) << sig;            // arrivals after ~2 s were never due
+    EXPECT_LT(j["duration"].get<double>(), 1.2 + 1.0) << sig;
+    EXPECT_GT(j["median_ttft_ms"].get<double>(), 0.0) << sig;  // figures over the completed ones
+    EXPECT_NE(r.out.find("Run stopped by a signal"), std::string::npos) << sig;
+    // The server saw no request that was not sent (one cut off while connecting may be unseen).
+    const int seen = static_cast<int>(srv.Requests().size());
+    EXPECT_LE(seen, 30 - not_sent) << sig;
+    EXPECT_GE(seen, completed) << sig;
+  }
+  // A run that ends by itself reports interrupted = false.
+  MockServer srv("--ttft-ms 1 --itl-ms 1");
+  auto r = RunBench("--port " + std::to_string(srv.port()) + " --num-prompts 3 --random-input-len 8 --random-output-len 2");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.json["interrupted"], false);
 }
 
 TEST(BenchServeIntegration, ConnectionRefusedIsReported) {

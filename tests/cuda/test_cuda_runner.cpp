@@ -972,6 +972,17 @@ TEST(CudaRunner, DISABLED_GraphDecodeMatchesEagerDummyV3Sm90Decode) {
   CheckGraphsMatchEager("dummy_v3_4layers sm90-decode", o);
 }
 
+// The same with V3's 3 dense layers only (no MoE routing to amplify a difference): how far the
+// graph and eager passes of the sm_90a decode kernel differ before any routing flip.
+TEST(CudaRunner, DISABLED_GraphDecodeMatchesEagerDummyV3DenseSm90Decode) {
+  const std::string dir = DataDir() + "/deepseek-v3";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
+  CudaRunnerOptions o = DummyV3Options(3, /*kv_blocks=*/0, 21);
+  o.mla_decode_tensor_cores = true;
+  o.mla_decode_sm90 = true;
+  CheckGraphsMatchEager("dummy_v3_3layers sm90-decode", o);
+}
+
 // Runner-side sampling (ForwardBatch::sampling): the ids the runner samples on the device equal
 // cpu::Sample on the logits the same step returns without sampling (same settings, same
 // (seed, step) RNG), for greedy, temperature, top-k and top-p rows, through a CUDA graph

@@ -122,6 +122,37 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     EXPECT_EQ(diff, 0) << name << ": dispatch (p.sm90) differs from the explicit call";
   }
 
+  // What differs between an eager pass and a CUDA-graph replay of the same decode batch (the
+  // runner's graph hints): a wider block table (the graph's capacity; the extra entries name a
+  // real block, which the kernel must not read past a sequence's context) and max_context / total_context taken from that capacity. With
+  // the same hints the plan is the same, so the bits must be too.
+  if (max_q == 1) {
+    int64_t cap = 4;
+    while (cap * kBs < max_ctx) cap *= 2;
+    std::vector<int32_t> wide(S * cap, table.empty() ? 0 : table[0]);
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t b = 0; b < max_blocks; ++b)
+        if (table[s * max_blocks + b] >= 0) wide[s * cap + b] = table[s * max_blocks + b];
+    Dev<int32_t> dwide(wide);
+    auto hinted = [&](float* ws, void* out, const int32_t* tab, int64_t stride) {
+      MlaDecodeParams p = params(ws, out, DTypeOut::kF32);
+      p.block_table = tab; p.max_blocks = stride;
+      p.max_context = cap * kBs; p.total_context = S * cap * kBs; p.max_q_len = 1;
+      return p;
+    };
+    const int64_t ws_h = MlaDecodeWorkspaceFloats(T, H, kKvl, cap * kBs, kv_chunk);
+    Dev<float> ws_a(ws_h), out_a(T * H * kKvl), ws_b(ws_h), out_b(T * H * kKvl);
+    MlaDecodeAttentionSm90(hinted(ws_a.get(), out_a.get(), dtab.get(), max_blocks));
+    MlaDecodeAttentionSm90(hinted(ws_b.get(), out_b.get(), dwide.get(), cap));
+    DS_CUDA_CHECK(cudaGetLastError());
+    const auto a = out_a.Download(), bw = out_b.Download();
+    int64_t diff = 0;
+    for (size_t i = 0; i < a.size(); ++i) diff += std::memcmp(&a[i], &bw[i], sizeof(float)) != 0;
+    EXPECT_EQ(diff, 0) << name << ": the block-table stride (" << max_blocks << " vs " << cap
+                       << ") changes the bits under the same hints";
+    ExpectClose("mla_decode_sm90", std::string(name) + "_graph_hints_vs_exact_hints", a, got, 1e-4);
+  }
+
   // CPU op on the sampled heads (q restricted to them).
   if (heads_sample.empty())
     for (int64_t h = 0; h < H; ++h) heads_sample.push_back(h);
