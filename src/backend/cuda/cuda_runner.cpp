@@ -707,8 +707,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       // batch uses the hints a graph replay of it would: the capacity of its graph's block
       // table, every sequence counted at that length. Graph and eager passes of the same batch
       // then run the same plan and round the same (CudaRunner.GraphDecodeMatchesEager*).
-      // Not yet run on the GPU.
-      if (opts_.mla_decode_sm90 && Ta == Sa) {
+      if (opts_.mla_decode_sm90 && opts_.mla_decode_tensor_cores && Ta == Sa) {
         int need = 1;
         for (int32_t c : ctxs) need = std::max(need, static_cast<int>((c + kBlockSize - 1) / kBlockSize));
         max_ctx = int64_t{GraphCapBlocks(need)} * kBlockSize;
@@ -728,7 +727,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.stream = s_;
     dp.tensor_cores = opts_.mla_decode_tensor_cores;
     dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
-    dp.sm90 = opts_.mla_decode_sm90;
+    dp.sm90 = opts_.mla_decode_sm90 && opts_.mla_decode_tensor_cores;  // cuda-core asked: no wgmma kernel
     dp.sm90_variant = opts_.mla_decode_sm90_variant;
     dp.cache_rows = static_cast<int64_t>(num_blocks_ + 1) * kBlockSize;
     if (graph_hints) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)

@@ -69,16 +69,15 @@ struct CudaRunnerOptions {
   // q, bit 2: bf16 probabilities; tc softmax/split plan). Non-zero forces the CUDA-core kernel.
   int mla_decode_emulate_tc = 0;
   // Absorbed-MLA decode on the sm_90a wgmma + TMA kernel (mla_decode_sm90.cu) where it applies
-  // (sm_90 device, V3 dims, >= 64 query rows per sequence: 128 heads). Opt-in (the CLI reads
-  // DS_MLA_DECODE_SM90=1). On the H200 (session 3 runs 3-4, bench/results/session3_2026-11-29_
-  // run{3,4}) its op tests pass against the CPU op and the emulation of its rounding and split
-  // plan, the whole dummy-V3 model matches that emulation (cosine >= 0.99998), and it is
-  // 2.1-2.3x the mma.sync kernel at 128 heads (0.57-0.74 of FlashMLA's time; 1.13x FlashMLA at
-  // batch 1 x 32K). Not the default yet: its split plan is computed from the host's context
-  // hints, which differ between a graph replay (bucket capacity) and an eager pass of the same
-  // batch, so the two round differently and CudaRunner.GraphDecodeMatchesEagerDummyV3* fail
-  // with it on (run 4). The fix is a plan from graph-stable quantities.
-  bool mla_decode_sm90 = false;
+  // (sm_90 device, V3 dims, >= 64 query rows per sequence: 128 heads); the default (the CLI's
+  // DS_MLA_DECODE_SM90=0 turns it off). On the H200 its op tests pass against the CPU op and the
+  // emulation of its rounding and split plan (session 3 runs 3-4), the whole dummy-V3 model
+  // matches that emulation (cosine >= 0.99998), a CUDA-graph replay matches the eager pass
+  // (3 dense layers: cosine 0.99996, as the mma.sync kernel; session 4 run 3), and it is
+  // 2.0-2.3x the mma.sync kernel at 128 heads (0.57-0.74 of FlashMLA's time; about FlashMLA's
+  // time at batch 1 x 32K). Eager decode-only passes take the split plan that a graph replay
+  // of the batch would (bucket capacity hints), so the two run the same plan.
+  bool mla_decode_sm90 = true;
   // Which sm90 decode kernel (MlaDecodeParams::sm90_variant; A/B, the CLI reads
   // DS_MLA_DECODE_SM90_VARIANT=N): 0 = the verified kernel, 1 / 2 = the "seesaw" kernel with an
   // early / late ring-stage release (not yet verified on the GPU). Only with mla_decode_sm90.
@@ -127,8 +126,11 @@ struct CudaRunnerOptions {
   bool sm90_grouped_gemm = true;
   // Small-batch decode fusions (docs/design/decode_small_batch.md, "Launch fusions"): fewer
   // launches per layer for passes of at most fused_decode_max_tokens tokens (and at most
-  // kMoeRoutePermuteMaxTokens = 16) on the skinny MoE path. NOT YET VERIFIED ON THE GPU: off by
-  // default; the CLI reads DS_FUSED_DECODE=1 (all four) or a comma list of route,shared,norm,qpe.
+  // kMoeRoutePermuteMaxTokens = 16) on the skinny MoE path. route, norm and qpe are on by
+  // default: bit-identical to the unfused path on the H200 (every fixture, dummy V2-Lite and V3,
+  // graphs on and off; session 4 run 3). shared is off: on V2-Lite dims it moved logits by
+  // 1.8e-2 relative L2 (min cosine 0.99985), above its fp32-rounding bound. The CLI reads
+  // DS_FUSED_DECODE=0 (none), =1 (all four) or a comma list of route,shared,norm,qpe.
   //  - fused_moe_route: routing + permutation in one kernel (moe_route_permute.h) instead of
   //    MoeRouting + MoePermute's six launches; bit-identical ids, weights and logits.
   //  - fused_moe_shared (with fused_moe_route): the shared experts as extra groups of the
@@ -143,10 +145,10 @@ struct CudaRunnerOptions {
   //    SplitBf16 launches for q / q_a, kv_a, dense gate_up, graph-mode lm_head); bit-identical.
   //  - fused_qpe: in decode-only passes the q RoPE also writes the rotated q_pe into absorbed
   //    MLA's q_lat (RopeParams::out2), no Copy2D launch; bit-identical.
-  bool fused_moe_route = false;
+  bool fused_moe_route = true;
   bool fused_moe_shared = false;
-  bool fused_norm = false;
-  bool fused_qpe = false;
+  bool fused_norm = true;
+  bool fused_qpe = true;
   int fused_decode_max_tokens = 16;
   // FP8 GEMMs of the default numerics (fp8_gemm "kernel": bf16 activations, e4m3 weights with
   // 128x128 block scales) at prefill sizes -- the expert GEMMs and the dense projections that do
@@ -154,9 +156,11 @@ struct CudaRunnerOptions {
   // (grouped_gemm_sm90_mixed.h) where it applies (built with CUTLASS, sm_90, K % 128 == 0,
   // N % 8 == 0), else the mma.sync kernel. Its weights are dequantised to bf16 with the block
   // scale before the MMA (scale-then-round, <= 2^-9 relative per weight vs the mma.sync kernel's
-  // per-K-block fp32 scaling; docs/design/cuda_backend.md). Opt-in until verified on the GPU
-  // (the CLI reads DS_SM90_MIXED_GEMM=1).
-  bool sm90_mixed_gemm = false;
+  // per-K-block fp32 scaling; docs/design/cuda_backend.md). The default: on the H200 its op
+  // tests pass against the exact scale-then-round emulation and the dummy-V3 model matches the
+  // mma.sync kernel (3 layers: min cosine 0.99982), and V3's 64 x 1K prefill (8 layers) runs at
+  // 45.1K tok/s against 17.2K (session 4 run 3). The CLI's DS_SM90_MIXED_GEMM=0 turns it off.
+  bool sm90_mixed_gemm = true;
   int device = 0;
 };
 
