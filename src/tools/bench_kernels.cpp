@@ -376,8 +376,8 @@ void MlaDecodeAnchors(Bench& b) {
 }
 
 // The tensor-core kernel's tuning knobs at the anchor shapes (the defaults are measured above).
-// The sm_90a wgmma kernel (mla_decode_sm90.cu, opt-in; verified in session 3) and its "seesaw"
-// variants (MlaDecodeParams::sm90_variant = 1 / 2, not yet verified when this was written) at the
+// The sm_90a wgmma kernel (mla_decode_sm90.cu, the runner's default since session 4) and its "seesaw"
+// variants (MlaDecodeParams::sm90_variant = 1 / 2; not timed when their op tests failed) at the
 // anchors they apply to (>= 64 query rows per sequence: 128 heads), beside the default
 // tensor-core path timed in the same family.
 struct Sm90Result { std::string name; double flashmla_us, sm90_us, seesaw_us, seesaw2_us, tc_us; };

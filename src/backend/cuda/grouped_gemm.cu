@@ -470,7 +470,7 @@ bool Sm90Applies(const GroupedGemmParams& p) {
          GroupedGemmSm90Unsupported(Sm90Params(p)).empty();
 }
 
-// FP8 weights (bf16 activations) on the sm_90a mixed-input kernel: opt-in (sm90_mixed).
+// FP8 weights (bf16 activations) on the sm_90a mixed-input kernel: when sm90_mixed is set.
 bool Sm90MixedApplies(const GroupedGemmParams& p) {
   return p.sm90_mixed && !p.force_wmma && p.w_fp8 && GroupedGemmSm90MixedAvailable() &&
          GroupedGemmSm90MixedUnsupported(p).empty();

@@ -12,8 +12,8 @@
 //     grouped_gemm_sm90.h when the caller passes GroupedGemmWorkspaceBytes(p) bytes of
 //     workspace and its alignment rules hold (K, N, lda, ldo 16-byte rows; 16-byte aligned
 //     pointers); sm90 = false turns it off;
-//   - FP8 weights on sm_90 with CUTLASS built in, only when sm90_mixed is set (opt-in, not yet
-//     verified on the GPU): the wgmma mixed-input grouped GEMM of grouped_gemm_sm90_mixed.h
+//   - FP8 weights on sm_90 with CUTLASS built in, only when sm90_mixed is set (the runner
+//     sets it by default, CudaRunnerOptions::sm90_mixed_gemm; verified on the H200, session 4): the wgmma mixed-input grouped GEMM of grouped_gemm_sm90_mixed.h
 //     (bf16 activations x e4m3 weights, each weight dequantised to bf16 with its block scale
 //     before the MMA: "scale-then-round", see that header for the error bound vs the mma.sync
 //     kernel's per-K-block fp32 scaling) when the workspace is given and K % 128 == 0, N % 8 == 0
@@ -47,7 +47,7 @@ struct GroupedGemmParams {
   cudaStream_t stream = nullptr;
   bool force_wmma = false;              // use the WMMA kernel even where the mma.sync one applies
   bool sm90 = true;                     // allow the sm_90a (CUTLASS) kernel
-  bool sm90_mixed = false;              // FP8 weights: allow the sm_90a mixed-input kernel (opt-in)
+  bool sm90_mixed = false;              // FP8 weights: allow the sm_90a mixed-input kernel
   void* workspace = nullptr;            // device, 256-byte aligned: for the sm_90a kernel
   size_t workspace_bytes = 0;
 };

@@ -77,8 +77,9 @@ struct MlaDecodeParams {
   // probabilities, are the tc kernel's: with both bits the result differs from the tc path
   // only by fp32 summation order. 0 = the fp32 reference kernel.
   int emulate_tc_rounding = 0;
-  // sm_90a wgmma + TMA kernel (mla_decode_sm90.cu; verified on the H200, opt-in in the runner
-  // until its split plan is graph-stable, see CudaRunnerOptions::mla_decode_sm90): taken by MlaDecodeAttention when this is set and MlaDecodeSm90Selected (an sm_90
+  // sm_90a wgmma + TMA kernel (mla_decode_sm90.cu; verified on the H200, the runner's default,
+  // see CudaRunnerOptions::mla_decode_sm90): taken by MlaDecodeAttention when this is set and
+  // MlaDecodeSm90Selected (an sm_90
   // device, V3 dims, block_size % 64 == 0, >= 64 query rows per sequence: 128 heads, or heads x
   // q_len >= 64), else the paths above. 64 query rows x one KV split per CTA, 64-key tiles
   // (one page) through a TMA ring, S and O = P V on wgmma; the same numerics as the tensor-core
@@ -87,7 +88,7 @@ struct MlaDecodeParams {
   bool sm90 = false;
   // Which sm90 kernel (A/B; the same split plan and the same numerics, so the emulation above
   // covers all): 0 = the kernel verified in session 3 (WG0 computes every S tile, WG1 half of
-  // P V); 1 / 2 = "seesaw" (NOT YET VERIFIED ON THE GPU): the 64-key tiles alternate between
+  // P V); 1 / 2 = "seesaw" (fail the MTP / mixed-length op test on the H200, session 4): the 64-key tiles alternate between
   // the warpgroups (even tiles WG0, odd tiles WG1), each computes S and the online softmax of
   // its own tiles, publishes P (in the tile's rope box), the rescale and the running max through
   // shared memory, and both accumulate their 256 value columns of P V for every tile in order;

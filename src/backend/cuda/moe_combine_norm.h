@@ -1,5 +1,6 @@
 // MoE combine fused with the residual add and the next RMSNorm, for decode-size batches (one
-// launch instead of MoeCombine + RmsNorm). Not yet verified on the GPU.
+// launch instead of MoeCombine + RmsNorm). Verified on the H200 (session 4): bit-identical to the
+// unfused pair; the runner's default for passes of <= 16 tokens (CudaRunnerOptions::fused_norm).
 //
 // Per token t (one block), for each channel i, in this order of fp32 operations:
 //   acc  = base[t, i] if base, else 0                        (the unfused shared-expert output)

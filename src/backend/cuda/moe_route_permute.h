@@ -1,5 +1,6 @@
 // Fused MoE routing + token permutation for decode-size batches (one launch instead of
-// MoeRouting + MoePermute's memset and five kernels). Not yet verified on the GPU.
+// MoeRouting + MoePermute's memset and five kernels). Verified on the H200 (session 4): bit-identical
+// to the unfused pair; the runner's default for passes of <= 16 tokens (CudaRunnerOptions::fused_moe_route).
 //
 // Computes exactly what MoeRouting (moe_routing.h) followed by MoePermute (moe_permute.h) with
 // row_align 1 compute:
