@@ -390,8 +390,9 @@ void MlaDecodeSm90Anchors(Bench& b) {
     const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
     const std::string note = "FlashMLA " + std::to_string(a.flashmla_us).substr(0, 5) + " us";
     const double sm90 = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note, 0, 0, 0, 0, 0, 0, true);
-    // DS_BENCH_SKIP_SM90_SEESAW=<digits> (scripts/gpu_mla_decode_sm90.sh: the seesaw variants
-    // whose op tests hung or failed, e.g. "12"): those are not timed (-1 in the table).
+    // DS_BENCH_SKIP_SM90_SEESAW=<digits> (set by the caller, e.g. around scripts/gpu_e2e.sh
+    // E2E_KERNELS=1: the seesaw variants whose op tests hung or failed, e.g. "12"): those are not
+    // timed (-1 in the table).
     const char* skip_env = std::getenv("DS_BENCH_SKIP_SM90_SEESAW");
     const std::string skip_ss = skip_env ? skip_env : "";
     const double seesaw = skip_ss.find('1') != std::string::npos ? -1.0
@@ -537,8 +538,9 @@ void MlaPrefillTcCase(Bench& b, int64_t H, int64_t nseq, int64_t nq, int64_t nk,
     const bool pingpong = variant == kPrefillSm90PingPong;
     const std::string kernel = pingpong ? "mla_prefill_sm90[pingpong]" : "mla_prefill_sm90";
     p.sm90_pingpong = pingpong;
-    // DS_BENCH_SKIP_SM90_PREFILL=1 (scripts/gpu_mla_prefill_sm90.sh, when the kernel's op tests
-    // failed): skip it, so a crashing kernel cannot take the rest of the bench down.
+    // DS_BENCH_SKIP_SM90_PREFILL=1 (set by the caller, e.g. around scripts/gpu_e2e.sh
+    // E2E_KERNELS=1, when the kernel's op tests failed): skip it, so a crashing kernel cannot take
+    // the rest of the bench down.
     const char* skip = std::getenv("DS_BENCH_SKIP_SM90_PREFILL");
     if (skip && std::string(skip) == "1") {
       b.skipped.push_back(kernel + " " + shape + " (DS_BENCH_SKIP_SM90_PREFILL)");

@@ -176,9 +176,10 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
   ExpectClose("mla_decode_sm90", std::string(name) + "_vs_fp32q_ref", got_sub, ref, 1e-2);
 }
 
-// Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw). The GPU script
-// runs the variants in separate processes (DS_TEST_SM90_VARIANTS=0, =1, =2: the digits of the
-// variants to run; unset = all), so a hang of one does not hide the other's results.
+// Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw). To run the
+// variants in separate processes (e.g. scripts/gpu_e2e.sh E2E_TESTS=1 once per variant), set
+// DS_TEST_SM90_VARIANTS=0, =1, =2 (the digits of the variants to run; unset = all), so a hang of
+// one does not hide the other's results.
 constexpr int kVariants = 3;
 void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
                  const std::vector<int64_t>& heads_sample, const char* name) {

@@ -1,6 +1,6 @@
 // MLA prefill attention on Hopper (sm_90a): see mla_prefill.h, MlaPrefillAttentionSm90.
-// Verified on the H200 in session 3 (tests/cuda/test_mla_prefill_sm90.cpp via
-// scripts/gpu_mla_prefill_sm90.sh; scripts/emulate_mla_prefill_sm90.py replays its index math on
+// Verified on the H200 in session 3 (tests/cuda/test_mla_prefill_sm90.cpp, now run by
+// scripts/gpu_e2e.sh with E2E_TESTS=1; scripts/emulate_mla_prefill_sm90.py replays its index math on
 // the CPU). The runner uses it by default (CudaRunnerOptions::mla_prefill_sm90).
 //
 // FlashAttention-3 forward (Shah et al. 2024, "FlashAttention-3", sections 3.1-3.2) for MLA's
