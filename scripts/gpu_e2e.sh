@@ -16,10 +16,50 @@
 #   time by part, eager) for the analysis.
 # Results (JSON, logs, plots, summary.md) come back in $OUT/e2e_results.tgz, with summary.md,
 # e2e.json and the plots also as plain files.
+#
+# Runs longer than one device call (10 minutes; e.g. a trace replay at a time scale that keeps
+# up): E2E_DETACH=1 starts this script's whole run detached (setsid nohup, from a private copy of
+# scripts/, bench/*.py|sh and .carry under /tmp/e2e_detached, SCRIPT_LIMIT_S from
+# DETACHED_LIMIT_S [1500]) and returns after DETACH_WAIT_S [540] with its log so far. A next call
+# with E2E_ATTACH=1, made while the machine is still warm (30 s after the call), waits up to
+# ATTACH_WAIT_S [540] for it to finish and returns its results. Whether a detached process
+# outlives a device call is the device tool's business: ATTACH says plainly when it did not.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FINAL=${OUT:-/tmp/gpu_e2e_out}
 mkdir -p "$FINAL"
+DET=/tmp/e2e_detached
+if [ -n "${E2E_DETACH:-}" ]; then
+  rm -rf "$DET" && mkdir -p "$DET/repo/bench" "$DET/out"
+  cp -r scripts .carry "$DET/repo/" && cp bench/*.py bench/*.sh "$DET/repo/bench/"
+  E2E_DETACH='' OUT="$DET/out" SCRIPT_LIMIT_S=${DETACHED_LIMIT_S:-1500} \
+    setsid nohup bash "$DET/repo/scripts/gpu_e2e.sh" >"$DET/log.txt" 2>&1 </dev/null &
+  echo $! >"$DET/pid"
+  echo "[gpu_e2e] detached: pid $(cat "$DET/pid"), log $DET/log.txt, results $DET/out"
+  t=$(date +%s)
+  while kill -0 "$(cat "$DET/pid")" 2>/dev/null && [ $(( $(date +%s) - t )) -lt "${DETACH_WAIT_S:-540}" ]; do sleep 5; done
+  kill -0 "$(cat "$DET/pid")" 2>/dev/null && echo "[gpu_e2e] still running after $(( $(date +%s) - t )) s: attach with E2E_ATTACH=1" \
+    || { echo "[gpu_e2e] the detached run finished"; cp "$DET"/out/* "$FINAL/" 2>/dev/null; }
+  cp "$DET/log.txt" "$FINAL/detached_log.txt"
+  tail -30 "$DET/log.txt"
+  exit 0
+fi
+if [ -n "${E2E_ATTACH:-}" ]; then
+  [ -f "$DET/pid" ] || { echo "[gpu_e2e] attach: no detached run on this machine (a fresh machine?)"; exit 1; }
+  t=$(date +%s)
+  while kill -0 "$(cat "$DET/pid")" 2>/dev/null && [ $(( $(date +%s) - t )) -lt "${ATTACH_WAIT_S:-540}" ]; do sleep 5; done
+  if kill -0 "$(cat "$DET/pid")" 2>/dev/null; then
+    echo "[gpu_e2e] attach: still running after $(( $(date +%s) - t )) s more"
+  elif [ -f "$DET/out/gpu_e2e.txt" ]; then
+    echo "[gpu_e2e] attach: the detached run finished"
+  else
+    echo "[gpu_e2e] attach: the detached process is gone without results (ended with the earlier call?)"
+  fi
+  cp "$DET"/out/* "$FINAL/" 2>/dev/null
+  cp "$DET/log.txt" "$FINAL/detached_log.txt" 2>/dev/null
+  tail -30 "$DET/log.txt" 2>/dev/null
+  exit 0
+fi
 T0=$(date +%s)
 START=$T0
 LIMIT=${SCRIPT_LIMIT_S:-570}   # the whole script, so results are packed before the call's limit
