@@ -481,6 +481,16 @@ std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm
   return logits;
 }
 
+// Whether the sm_90a MLA decode kernel runs here at V3's MLA shapes (kv_lora 512, rope 64,
+// 64-token blocks): a CUDA device is present and MlaDecodeSm90Supported accepts them.
+bool Sm90MlaDecodeAvailable() {
+  int n = 0;
+  MlaDecodeParams p{};
+  p.kv_lora = 512; p.rope_dim = 64; p.block_size = 64;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0 && MlaDecodeSm90Supported(p);
+}
+constexpr const char* kNoSm90MlaDecode = "the sm_90a MLA decode kernel needs an sm_90 (Hopper) device";
+
 TEST(CudaRunner, DummyV3DecodeTensorCoresMatchEmulation) {
   if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
   constexpr int64_t V = 129280;
@@ -523,13 +533,7 @@ TEST(CudaRunner, DummyV3DecodeTensorCoresMatchEmulation) {
 // default tc path vs the sm90 kernel printed as information.
 TEST(CudaRunner, DummyV3DecodeSm90MatchEmulation) {
   if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
-  {
-    int n = 0;
-    MlaDecodeParams p{};
-    p.kv_lora = 512; p.rope_dim = 64; p.block_size = 64;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || !MlaDecodeSm90Supported(p))
-      GTEST_SKIP() << "the sm_90a MLA decode kernel needs an sm_90 (Hopper) device";
-  }
+  if (!Sm90MlaDecodeAvailable()) GTEST_SKIP() << kNoSm90MlaDecode;
   constexpr int64_t V = 129280;
   constexpr double kBound = 0.9999;
   const auto sm90 = DummyV3DecodeLogits(3, true, 0, true);
@@ -549,13 +553,7 @@ TEST(CudaRunner, DummyV3DecodeSm90MatchEmulation) {
 // split plan and numerics, so the same emulation and bound); variant 1 vs variant 0 printed.
 TEST(CudaRunner, DummyV3DecodeSm90SeesawMatchEmulation) {
   if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
-  {
-    int n = 0;
-    MlaDecodeParams p{};
-    p.kv_lora = 512; p.rope_dim = 64; p.block_size = 64;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || !MlaDecodeSm90Supported(p))
-      GTEST_SKIP() << "the sm_90a MLA decode kernel needs an sm_90 (Hopper) device";
-  }
+  if (!Sm90MlaDecodeAvailable()) GTEST_SKIP() << kNoSm90MlaDecode;
   constexpr int64_t V = 129280;
   constexpr double kBound = 0.9999;
   const auto v1 = DummyV3DecodeLogits(3, true, 0, true, 1);
@@ -963,13 +961,7 @@ TEST(CudaRunner, GraphDecodeMatchesEagerDummyV3TensorCoreDecode) {
 TEST(CudaRunner, GraphDecodeMatchesEagerDummyV3DenseSm90Decode) {
   const std::string dir = DataDir() + "/deepseek-v3";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no " << dir;
-  {
-    int n = 0;
-    MlaDecodeParams p{};
-    p.kv_lora = 512; p.rope_dim = 64; p.block_size = 64;
-    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0 || !MlaDecodeSm90Supported(p))
-      GTEST_SKIP() << "the sm_90a MLA decode kernel needs an sm_90 (Hopper) device";
-  }
+  if (!Sm90MlaDecodeAvailable()) GTEST_SKIP() << kNoSm90MlaDecode;
   CudaRunnerOptions o = DummyV3Options(3, /*kv_blocks=*/0, 21);
   o.mla_decode_tensor_cores = true;
   o.mla_decode_sm90 = true;

@@ -167,15 +167,23 @@ void RunAll(const std::string& label, const CudaRunnerOptions& o, bool full, boo
   }
 }
 
-TEST(CudaRunnerFused, DummyV2LiteMatchesUnfused) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+// Dummy weights (seeded) for the config in dir, truncated to its first `layers` layers.
+CudaRunnerOptions DummyOptions(const std::string& dir, int layers, uint64_t seed) {
   CudaRunnerOptions o;
   o.model_dir = dir;
   o.load_format = "dummy";
-  o.num_layers = 4;  // 1 dense + 3 MoE layers
-  o.seed = 5;
-  RunAll("dummy_v2lite_4layers", o, true, /*with_all=*/false);
+  o.num_layers = layers;
+  o.seed = seed;
+  return o;
+}
+
+// V2-Lite's first 4 layers: 1 dense + 3 MoE layers.
+CudaRunnerOptions DummyV2LiteOptions(const std::string& dir) { return DummyOptions(dir, 4, 5); }
+
+TEST(CudaRunnerFused, DummyV2LiteMatchesUnfused) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  RunAll("dummy_v2lite_4layers", DummyV2LiteOptions(dir), true, /*with_all=*/false);
 }
 
 // The shared experts as extra groups (fused_moe_shared, off by default) on V2-Lite dims: fails
@@ -185,23 +193,15 @@ TEST(CudaRunnerFused, DummyV2LiteMatchesUnfused) {
 TEST(CudaRunnerFused, DISABLED_DummyV2LiteSharedAsGroupsMatchesUnfused) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  CudaRunnerOptions o;
-  o.model_dir = dir;
-  o.load_format = "dummy";
-  o.num_layers = 4;
-  o.seed = 5;
+  const CudaRunnerOptions o = DummyV2LiteOptions(dir);
   for (bool graphs : {false, true}) CompareFused("dummy_v2lite_4layers", o, kFusions[4], graphs);
 }
 
 TEST(CudaRunnerFused, DummyV3MatchesUnfused) {
   const std::string dir = ConfigDir("deepseek-v3");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
-  CudaRunnerOptions o;
-  o.model_dir = dir;
-  o.load_format = "dummy";
-  o.num_layers = 5;  // 3 dense + 2 MoE layers (FP8 experts, noaux_tc routing)
-  o.seed = 11;
-  RunAll("dummy_v3_5layers", o, false);
+  // 3 dense + 2 MoE layers (FP8 experts, noaux_tc routing).
+  RunAll("dummy_v3_5layers", DummyOptions(dir, 5, 11), false);
 }
 
 TEST(CudaRunnerFused, FixturesMatchUnfused) {
