@@ -80,7 +80,7 @@ struct CudaRunnerOptions {
   bool mla_decode_sm90 = true;
   // Which sm90 decode kernel (MlaDecodeParams::sm90_variant; A/B, the CLI reads
   // DS_MLA_DECODE_SM90_VARIANT=N): 0 = the verified kernel, 1 / 2 = the "seesaw" kernel with an
-  // early / late ring-stage release (they fail the MTP / mixed-length op test). Only with mla_decode_sm90.
+  // early / late ring-stage release (verified on the H200, not yet timed). Only with mla_decode_sm90.
   int mla_decode_sm90_variant = 0;
   // Naive-MLA prefill attention on tensor cores (mla_prefill_tc.cu: flash-attention-2 style,
   // bf16 q / k / v / probabilities, fp32 accumulation and softmax; the kv_b_proj GEMM then

