@@ -52,6 +52,14 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     if (sv == "0" || sv == "1" || sv == "2") c.mla_decode_sm90_variant = sv[0] - '0';
     else DS_LOG(WARNING) << "DS_MLA_DECODE_SM90_VARIANT=" << sv << " ignored (0, 1 or 2)";
   }
+  // DS_MLA_DECODE_SMALL_CHUNK=N: CudaRunnerOptions::mla_decode_small_batch_chunk (A/B; N a
+  // multiple of 64, 0 off; not yet measured on the GPU).
+  if (const char* v = std::getenv("DS_MLA_DECODE_SMALL_CHUNK"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && n >= 0 && n <= 65536) c.mla_decode_small_batch_chunk = static_cast<int>(n);
+    else DS_LOG(WARNING) << "DS_MLA_DECODE_SMALL_CHUNK=" << v << " ignored (a multiple of 64, or 0)";
+  }
   c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:

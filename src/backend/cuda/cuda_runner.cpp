@@ -43,6 +43,11 @@ namespace ds::cuda {
 // Absorbed-MLA decode: the tensor-core warp-split kernel only above this many keys of total
 // context in the batch (see Mla).
 constexpr int64_t kWarpSplitMinTotalContext = 32 * 1024;
+// CudaRunnerOptions::mla_decode_small_batch_chunk applies to passes of at most this many
+// absorbed tokens, while the split workspace it needs stays within this many bytes (the graph
+// buckets 1-8 are graph-stable: eager and graph passes of a batch decide alike).
+constexpr int64_t kMlaSmallBatchTokens = 8;
+constexpr int64_t kMlaSmallBatchWorkspaceBytes = int64_t{256} << 20;
 
 // Decode graph buckets and block-table widths: kGraphBuckets, GraphBucket, GraphCapBlocks
 // (host_plans.h).
@@ -714,7 +719,10 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
         graph_hints = true;
       }
     }
-    const int64_t chunk = 256;
+    int64_t chunk = 256;
+    if (const int64_t small = opts_.mla_decode_small_batch_chunk; small > 0 && Ta <= kMlaSmallBatchTokens &&
+        MlaDecodeWorkspaceFloats(Ta, H, kvl, max_ctx, small) * int64_t{sizeof(float)} <= kMlaSmallBatchWorkspaceBytes)
+      chunk = small;
     dec_ws_.Reserve(MlaDecodeWorkspaceFloats(Ta, H, kvl, max_ctx, chunk) * sizeof(float));
     olat32_.Reserve(Tar * H * kvl * sizeof(float));
     MlaDecodeParams dp{};
@@ -1289,6 +1297,9 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
   DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));
   if (o.num_layers > 0 && o.num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = o.num_layers;
   if (o.device < 0) return InvalidArgument("CUDA device ordinal must be >= 0, got " + std::to_string(o.device));
+  if (o.mla_decode_small_batch_chunk < 0 || o.mla_decode_small_batch_chunk % 64 != 0)
+    return InvalidArgument("MLA decode small-batch chunk must be 0 or a positive multiple of 64, got " +
+                           std::to_string(o.mla_decode_small_batch_chunk));
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     (void)cudaGetLastError();

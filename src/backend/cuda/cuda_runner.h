@@ -82,6 +82,14 @@ struct CudaRunnerOptions {
   // DS_MLA_DECODE_SM90_VARIANT=N): 0 = the verified kernel, 1 / 2 = the "seesaw" kernel with an
   // early / late ring-stage release (verified on the H200, not yet timed). Only with mla_decode_sm90.
   int mla_decode_sm90_variant = 0;
+  // Absorbed-MLA decode split size for small batches: > 0 (a multiple of 64) is the minimum
+  // keys per KV split (MlaDecodeParams::kv_chunk) for passes of <= kMlaSmallBatchTokens tokens
+  // whose split workspace stays within kMlaSmallBatchWorkspaceBytes; 0 keeps 256 everywhere.
+  // Why: at batch 1 the decode kernels run a handful of CTAs of >= 256 keys each (V2-Lite 1 x
+  // 1K: 4), so the step waits on a few SMs' load latency (bench kernels: 16 heads, batch 1,
+  // 39-44 us at 1K-32K). A 64-key minimum gives such a batch 4x the CTAs. Not yet measured on
+  // the GPU: off by default (the CLI reads DS_MLA_DECODE_SMALL_CHUNK=64 for the A/B).
+  int mla_decode_small_batch_chunk = 0;
   // Naive-MLA prefill attention on tensor cores (mla_prefill_tc.cu: flash-attention-2 style,
   // bf16 q / k / v / probabilities, fp32 accumulation and softmax; the kv_b_proj GEMM then
   // writes bf16 K/V). Head dims nope 128 / rope 64 / v 128 only (V2, V2-Lite, V3); other dims
