@@ -689,6 +689,10 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
     if (!qpe_done) Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_);
     const int32_t *d_qs = nullptr, *d_ctx = nullptr, *d_bt = nullptr;
+    // The sm_90a decode kernel, or the CUDA-core emulation of its plan (mla_decode_emulate_tc);
+    // the cuda-core backend asked for (tensor cores off, no emulation) keeps it off.
+    const bool sm90_decode =
+        opts_.mla_decode_sm90 && (opts_.mla_decode_tensor_cores || opts_.mla_decode_emulate_tc != 0);
     bool graph_hints = gin_ != nullptr;
     if (gin_) {
       // Graph mode: inputs staged before the replay; the launch configuration depends only on
@@ -712,7 +716,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       // batch uses the hints a graph replay of it would: the capacity of its graph's block
       // table, every sequence counted at that length. Graph and eager passes of the same batch
       // then run the same plan and round the same (CudaRunner.GraphDecodeMatchesEager*).
-      if (opts_.mla_decode_sm90 && opts_.mla_decode_tensor_cores && Ta == Sa) {
+      if (sm90_decode && Ta == Sa) {
         int need = 1;
         for (int32_t c : ctxs) need = std::max(need, static_cast<int>((c + kBlockSize - 1) / kBlockSize));
         max_ctx = int64_t{GraphCapBlocks(need)} * kBlockSize;
@@ -735,7 +739,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.stream = s_;
     dp.tensor_cores = opts_.mla_decode_tensor_cores;
     dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
-    dp.sm90 = opts_.mla_decode_sm90 && opts_.mla_decode_tensor_cores;  // cuda-core asked: no wgmma kernel
+    dp.sm90 = sm90_decode;
     dp.sm90_variant = opts_.mla_decode_sm90_variant;
     dp.cache_rows = static_cast<int64_t>(num_blocks_ + 1) * kBlockSize;
     if (graph_hints) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
