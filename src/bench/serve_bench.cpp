@@ -94,7 +94,7 @@ StatusOr<nlohmann::json> RunServeBench(const ServeBenchOptions& opt) {
   if (backend == Backend::kChat && !codec)
     for (const auto& r : reqs)
       if (r.prompt_text.empty())
-        return InvalidArgument("the chat endpoint needs text prompts: pass --tokenizer DIR for the " +
+        return InvalidArgument("the chat endpoint needs text prompts: pass --tokenizer DIR (or byte) for the " +
                                opt.dataset_name + " dataset, or use --endpoint /v1/completions");
 
   std::string model = opt.model;

@@ -235,7 +235,9 @@ int RunGenerate(int argc, char** argv) {
       if (!tok.ok()) return Fail(1, "--tokenizer: " + tok.status().ToString());
       tokenizer = std::move(tok).value();
     } else if (p_text->count() > 0 || !tokenizer_dir.empty()) {
-      return Fail(2, "--tokenizer: no tokenizer.json in " + dir + " (pass --tokenizer DIR or --prompt-ids)");
+      return Fail(2, "--tokenizer: no tokenizer.json in " + dir +
+                         " (pass --tokenizer DIR or --prompt-ids; the byte-level test tokenizer, 'byte', is for "
+                         "serve and bench serve only)");
     }
     if (!bench && p_text->count() > 0) prompt_ids = tokenizer->Encode(prompt, /*add_special_tokens=*/true);
     if (!bench && prompt_ids.empty()) return Fail(2, "the prompt is empty");
