@@ -88,7 +88,7 @@ Engine::Engine(ModelRunner* runner, const TokenDecoder* decoder, EngineOptions o
   if (max_model_len_ <= 0) max_model_len_ = 4096;
   if (!policy_)
     policy_ = std::make_unique<FcfsPolicy>(
-        SchedulerLimits{opts_.max_num_batched_tokens, opts_.max_running_requests});
+        SchedulerLimits{opts_.max_num_batched_tokens, opts_.max_running_requests, opts_.decode_reserve_ratio});
   stats_.num_blocks_total = num_blocks_;
   last_log_ = Clock::now();
 }
@@ -357,10 +357,11 @@ bool Engine::Step() {
   run_view.reserve(running_.size());
   for (Sequence* s : running_)
     run_view.push_back({static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()),
-                        s->num_computed, static_cast<int>(s->blocks.ids.size())});
+                        s->num_computed, static_cast<int>(s->blocks.ids.size()),
+                        std::max(0, s->req.params.max_tokens - s->num_output())});
   for (Sequence* s : waiting_)
     wait_view.push_back({static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()),
-                         0, 0});
+                         0, 0, std::max(0, s->req.params.max_tokens - s->num_output())});
   View view(this);
   SchedulerDecision d = policy_->Schedule(run_view, wait_view, view);
 

@@ -40,6 +40,7 @@ namespace ds {
 struct EngineOptions {
   int max_num_batched_tokens = 2048;
   int max_running_requests = 64;
+  double decode_reserve_ratio = 0.0;  // SchedulerLimits::decode_reserve_ratio (0: vLLM v1 admission)
   int max_queued_requests = 4096;   // waiting (not yet admitted) requests; more -> rejected
   int max_model_len = 0;            // 0: the model's max_position_embeddings
   bool enable_prefix_caching = true;

@@ -16,6 +16,7 @@ struct SchedSeq {
   int num_tokens = 0;      // prompt + generated tokens that must be in the cache to sample next
   int num_computed = 0;    // tokens whose KV is already in this sequence's blocks
   int num_blocks = 0;      // blocks the sequence holds now
+  int remaining_output = 0;  // tokens it may still generate (max_tokens - generated; admission reserve)
 };
 
 struct PrefixHit {
@@ -36,6 +37,14 @@ class CacheView {
 struct SchedulerLimits {
   int max_num_batched_tokens = 8192;  // per-step token budget (prefill chunks + decodes)
   int max_running_requests = 256;     // sequences in the running set
+  // Admission reserve (SGLang's new-token-ratio idea; serve's --schedule-conservativeness):
+  // > 0 admits a waiting sequence only while the free blocks, less what the running set is
+  // still expected to need (each sequence's uncomputed prompt plus this share of its remaining
+  // output), cover its own whole uncomputed prompt plus this share of its output budget. Fewer
+  // sequences run at once, so fewer are preempted (and recomputed) when the cache fills.
+  // 0: vLLM v1's admission (blocks for this step's chunk only; a full cache is resolved by
+  // preemption).
+  double decode_reserve_ratio = 0.0;
 };
 
 struct ScheduledSeq {
@@ -64,8 +73,10 @@ class SchedulerPolicy {
 //     do not fit, the lowest-priority running sequence (the last) is preempted until they do
 //     (possibly the sequence itself);
 //  2. if nothing was preempted, waiting sequences are admitted in order while the running
-//     set is below max_running_requests, budget is left and their blocks fit; the first that
-//     does not fit stops admission (no overtaking, so long prompts cannot starve).
+//     set is below max_running_requests, budget is left and their blocks fit (with
+//     decode_reserve_ratio > 0: also their whole prompt and reserved output, after the running
+//     set's reserve); the first that does not fit stops admission (no overtaking, so long
+//     prompts cannot starve).
 class FcfsPolicy : public SchedulerPolicy {
  public:
   explicit FcfsPolicy(SchedulerLimits limits) : limits_(limits) {}

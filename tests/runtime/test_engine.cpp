@@ -62,7 +62,7 @@ void RunToCompletion(Engine& e, int max_steps = 100000) {
   ASSERT_EQ(e.num_in_flight(), 0);
 }
 
-struct Case { int budget; int max_running; int blocks; bool prefix; };
+struct Case { int budget; int max_running; int blocks; bool prefix; double reserve = 0; };
 
 class EngineMatrix : public ::testing::TestWithParam<Case> {};
 
@@ -75,6 +75,7 @@ TEST_P(EngineMatrix, GreedyMatchesReferenceUnderAnySchedule) {
   o.max_num_batched_tokens = c.budget;
   o.max_running_requests = c.max_running;
   o.enable_prefix_caching = c.prefix;
+  o.decode_reserve_ratio = c.reserve;
   o.stats_interval_s = 0;
   Engine e(&runner, &dec, o);
   Collector col;
@@ -115,7 +116,9 @@ INSTANTIATE_TEST_SUITE_P(Schedules, EngineMatrix,
                                            Case{50, 64, 256, true},     // chunked prefill
                                            Case{37, 3, 256, true},      // few running
                                            Case{4096, 64, 12, true},    // tight pool: preemption
-                                           Case{64, 64, 9, false}));    // tight + chunked
+                                           Case{64, 64, 9, false},      // tight + chunked
+                                           Case{4096, 64, 12, true, 1.0},  // admission reserve (all output)
+                                           Case{64, 64, 9, false, 0.3}));  // reserve + chunked
 
 // Runner-side sampling (what the CUDA runner does on the device) must give the same tokens
 // as the engine's host sampling: same semantics, same (seed, step) RNG. Rows that need the

@@ -95,5 +95,47 @@ TEST(FcfsPolicy, HeadOfLineBlocksLaterWaiting) {
   EXPECT_TRUE(d.scheduled.empty());  // 1 does not fit; 2 must not overtake it
 }
 
+// decode_reserve_ratio (--schedule-conservativeness): admission needs the whole prompt plus the
+// reserved share of the output, after the running set's own reserve; 0 keeps vLLM v1's chunk-only
+// admission.
+TEST(FcfsPolicy, ReserveAdmitsWholePromptsOnly) {
+  FakeCache c;
+  c.free = 10;
+  // A 1,000-token prompt (16 blocks) with 100 output tokens; budget 256: a 4-block chunk.
+  const std::vector<SchedSeq> waiting = {{1, 1000, 0, 0, 100}};
+  auto d = FcfsPolicy({256, 8, 0.0}).Schedule({}, waiting, c);
+  ASSERT_EQ(d.scheduled.size(), 1u);  // vLLM v1: the chunk fits
+  EXPECT_EQ(d.scheduled[0].num_new_tokens, 256);
+  // With a reserve the whole prompt would be needed, but an empty running set still admits by
+  // the chunk (nothing running could free blocks later).
+  d = FcfsPolicy({256, 8, 0.5}).Schedule({}, waiting, c);
+  ASSERT_EQ(d.scheduled.size(), 1u);
+  // Behind a running sequence it waits: 1,050 tokens = 17 blocks > 10 free.
+  const std::vector<SchedSeq> running = {{7, 11, 10, 1, 5}};
+  d = FcfsPolicy({256, 8, 0.5}).Schedule(running, waiting, c);
+  ASSERT_EQ(d.scheduled.size(), 1u);
+  EXPECT_EQ(d.scheduled[0].id, 7);
+  c.free = 17;  // seq 7 reserves nothing more (11 + 3 tokens fit its block): 17 free blocks cover 17
+  d = FcfsPolicy({256, 8, 0.5}).Schedule(running, waiting, c);
+  ASSERT_EQ(d.scheduled.size(), 2u);
+}
+
+TEST(FcfsPolicy, RunningReserveLimitsLaterAdmissions) {
+  FakeCache c;
+  c.free = 12;
+  // Seq 1 decodes (65 tokens, 64 computed, 1 block) and may still write 640 tokens.
+  const std::vector<SchedSeq> running = {{1, 65, 64, 1, 640}};
+  const std::vector<SchedSeq> waiting = {{2, 64, 0, 0, 0}, {3, 64, 0, 0, 0}};
+  // Ratio 0: both one-block prompts are admitted.
+  auto d = FcfsPolicy({1000, 8, 0.0}).Schedule(running, waiting, c);
+  EXPECT_EQ(d.scheduled.size(), 3u);
+  // Ratio 1: seq 1 takes a block now (12 -> 11 free) and reserves ceil(705 / 64) - 2 = 10 more;
+  // seq 2's block fits the one left, seq 3's does not.
+  d = FcfsPolicy({1000, 8, 1.0}).Schedule(running, waiting, c);
+  ASSERT_EQ(d.scheduled.size(), 2u);
+  EXPECT_EQ(d.scheduled[1].id, 2);
+  EXPECT_TRUE(d.preempted.empty());
+}
+
 }  // namespace
 }  // namespace ds
