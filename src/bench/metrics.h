@@ -83,6 +83,9 @@ struct BenchMetrics {
   // -1 when no response reported it.
   double cached_token_fraction = -1;
   std::vector<std::string> first_errors;  // up to 5 distinct error strings
+  // Token chunks the successful requests streamed (ITL samples + 1 per request with tokens);
+  // well below total_output_tokens means the server packs several tokens per chunk.
+  long long streamed_chunks = 0;
 };
 
 BenchMetrics ComputeMetrics(const std::vector<RequestOutcome>& outcomes, double duration_s,

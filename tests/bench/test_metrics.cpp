@@ -115,6 +115,21 @@ TEST(BenchMetrics, VocabularyErrorsGetAHint) {
   EXPECT_NE(FormatReport(m, 0, 1.0).find("pass --vocab-size N"), std::string::npos);
 }
 
+// Several tokens per streamed chunk (a server holding back incomplete UTF-8): the report says
+// that TTFT and ITL time chunks, and how to stream every token; one chunk per token: no note.
+TEST(BenchMetrics, PackedChunksGetANote) {
+  std::vector<RequestOutcome> packed = {Ok(0.9, 1.0, 8, 10, {0.1}), Ok(0.9, 1.0, 8, 10, {0.1})};  // 16 tokens, 4 chunks
+  BenchMetrics m = ComputeMetrics(packed, 1.0, 1, {});
+  EXPECT_EQ(m.streamed_chunks, 4);
+  const std::string rep = FormatReport(m, 0, 1.0);
+  EXPECT_NE(rep.find("16 tokens arrived in 4 streamed chunks"), std::string::npos) << rep;
+  EXPECT_NE(rep.find("return_token_ids"), std::string::npos);
+  std::vector<RequestOutcome> per_token = {Ok(0.1, 1.0, 4, 10, {0.3, 0.3, 0.3})};
+  m = ComputeMetrics(per_token, 1.0, 1, {});
+  EXPECT_EQ(m.streamed_chunks, 4);
+  EXPECT_EQ(FormatReport(m, 0, 1.0).find("streamed chunks"), std::string::npos);
+}
+
 TEST(BenchMetrics, NoSloMeansEverySuccessCounts) {
   std::vector<RequestOutcome> rs = {Ok(5, 50, 3, 1), Ok(5, 50, 3, 1)};
   RequestOutcome bad;
