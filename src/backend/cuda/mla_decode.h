@@ -98,6 +98,25 @@ struct MlaDecodeParams {
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).
   int64_t cache_rows = 0;
+  // Tensor-core warp-split kernel (tc_kernel above), opt-in (not yet verified on the GPU): fused
+  // combine (kept last in the struct, so the fields above keep their kernel-parameter offsets).
+  // With > 1 split in the batch, each block writes its partial and LSE to the workspace as for
+  // the combine kernel, then (release fence, atomicAdd) arrives at its sequence's counter; the
+  // last of the sequence's
+  // non-empty splits to arrive merges them (the combine kernel's arithmetic and split order, so
+  // the output equals the unfused path's) while the partials are still in L2, writes the output
+  // and resets the counter to 0. No combine launch; a sequence with one split writes directly.
+  // Ignored by the row-tile and sm90 kernels; tc_cluster_merge takes precedence where it
+  // applies (2-8 splits); more than (ws shared memory / 64 B) - 1 (~1450) splits fall back to
+  // the combine. The workspace is needed as without it.
+  int tc_fused_combine = 0;
+  // Counters of tc_fused_combine: >= num_seqs uint32 (one per sequence: a warp-split block holds
+  // every query row of its sequence), DS_CHECKed when the knob is on and the warp-split kernel
+  // runs. The caller zeroes them once (at allocation, outside any graph capture); every launch
+  // leaves them 0 again, so CUDA-graph replays need no memset. One launch at a time per buffer
+  // (launches sharing it must be stream-ordered).
+  uint32_t* split_counters = nullptr;
+  int64_t split_counter_count = 0;
 };
 // Keys of one independent online softmax (split) of the tensor-core path for these params
 // (the sm90 kernel's plan, MlaDecodeSm90Chunk, when MlaDecodeSm90Selected)

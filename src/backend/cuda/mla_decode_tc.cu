@@ -456,6 +456,79 @@ constexpr size_t WsSmem() {
 static_assert(2 * 16 * kWsRedLd * 4 + (2 * 2 + 1) * 16 * 4 <= WsSmem<2, 2>(), "merge buffer fits in the stage ring");
 static_assert(3 * 16 * kWsRedLd * 4 + (3 * 2 + 1) * 16 * 4 <= WsSmem<3, 3>(), "merge buffer fits in the stage ring");
 
+// The fused combine of one sequence (kFused below), run by the block that arrived last: out[t,
+// h, :] = sum_s exp(lse_s - max) * o_s / sum_s exp(lse_s - max) over the sequence's nsplit
+// splits, the arithmetic of MlaDecodeTcCombineFast in its order (weights and their sum in split
+// order; each output element accumulates its splits in split order with the same fused
+// multiply-adds; splits past nsplit, empty for this sequence, add exact zeros there), so the
+// result equals the combine kernel's. wsm: shared memory for 16 x nsplit weights + 16 inverses.
+// Each thread keeps all its float4 outputs (ceil(16 * 128 / threads)) in registers and, per
+// split, has all their loads in flight (one L2 round trip per split).
+template <typename TOut, int kThreadsM>
+__device__ __forceinline__ void FusedMerge(const MlaDecodeParams& p, float* wsm, int q0, int valid_rows, int nsplit,
+                                           int max_splits) {
+  const int H = static_cast<int>(p.heads);
+  const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
+  float* winv = wsm + 16 * nsplit;
+  for (int idx = threadIdx.x; idx < valid_rows * nsplit; idx += kThreadsM) {
+    const int r = idx / nsplit, sp = idx % nsplit;
+    wsm[idx] = __ldcg(p.workspace + lse_base + (static_cast<int64_t>(q0 + r / H) * H + r % H) * max_splits + sp);
+  }
+  __syncthreads();
+  if (threadIdx.x < valid_rows) {
+    float* wr = wsm + threadIdx.x * nsplit;
+    float gmax = -INFINITY;
+    for (int sp = 0; sp < nsplit; ++sp) gmax = fmaxf(gmax, wr[sp]);
+    float wsum = 0.f;
+    for (int sp = 0; sp < nsplit; ++sp) {
+      const float l = wr[sp];
+      const float w = l == -INFINITY ? 0.f : expf(l - gmax);
+      wr[sp] = w;
+      wsum += w;
+    }
+    winv[threadIdx.x] = wsum > 0.f ? 1.f / wsum : 0.f;
+  }
+  __syncthreads();
+  constexpr int kCols = kV / 4;                                   // float4 per row
+  constexpr int kItems = (16 * kCols + kThreadsM - 1) / kThreadsM;  // float4 outputs per thread
+  float4 acc[kItems];
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int sp = 0; sp < nsplit; ++sp) {
+    float w[kItems];
+    float4 v[kItems];
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      const int idx = threadIdx.x + i * kThreadsM;
+      const int r = idx / kCols, c = (idx % kCols) * 4;
+      w[i] = 0.f;
+      v[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (idx < 16 * kCols && r < valid_rows) {
+        w[i] = wsm[r * nsplit + sp];
+        if (w[i] > 0.f)  // an empty (row, split) was written as zeros with LSE -inf: not read, as in the combine
+          v[i] = __ldcg(reinterpret_cast<const float4*>(
+              p.workspace + ((static_cast<int64_t>(q0 + r / H) * H + r % H) * max_splits + sp) * kV + c));
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      acc[i].x += w[i] * v[i].x; acc[i].y += w[i] * v[i].y; acc[i].z += w[i] * v[i].z; acc[i].w += w[i] * v[i].w;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kItems; ++i) {
+    const int idx = threadIdx.x + i * kThreadsM;
+    const int r = idx / kCols, c = (idx % kCols) * 4;
+    if (idx >= 16 * kCols || r >= valid_rows) continue;
+    const float inv = winv[r];
+    TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(q0 + r / H) * p.o_tok_stride + (r % H) * p.o_head_stride + c;
+    out[0] = dev::FromF<TOut>(acc[i].x * inv);
+    out[1] = dev::FromF<TOut>(acc[i].y * inv);
+    out[2] = dev::FromF<TOut>(acc[i].z * inv);
+    out[3] = dev::FromF<TOut>(acc[i].w * inv);
+  }
+}
+
 __device__ __forceinline__ void PairBarrier(int pair) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(pair + 1), "n"(64) : "memory");
 }
@@ -463,7 +536,12 @@ __device__ __forceinline__ void PairBarrier(int pair) {
 // kCluster (tc_cluster_merge, opt-in, not yet measured): the max_splits blocks of a sequence
 // form one thread-block cluster and merge their results through distributed shared memory, each
 // block writing a slice of the output (no partials in global memory, no combine launch).
-template <typename TOut, int kWsPairs, int kWsStages, int kMinBlocks, bool kCluster>
+// kFused (tc_fused_combine, opt-in, not yet verified on the GPU): every block of a sequence with
+// more than one non-empty split writes its partial and LSE as for the combine, then arrives at
+// the sequence's counter (p.split_counters[s]); the last to arrive merges all the sequence's
+// splits (FusedMerge: the combine kernel's arithmetic in its split order) and writes the output,
+// then leaves the counter at 0 for the next launch. A sequence with one split writes directly.
+template <typename TOut, int kWsPairs, int kWsStages, int kMinBlocks, bool kCluster, bool kFused = false>
 __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
     MlaDecodeWsKernel(MlaDecodeParams p, int chunk, int max_splits, bool direct) {
   constexpr int kWsThreads = kWsPairs * 64;
@@ -483,18 +561,24 @@ __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
   const int kend = min(ctx, kbeg + chunk);
   const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
   if (!kCluster && kbeg >= kend) {  // an empty split: the combine skips it (direct: an empty context, output 0)
-    if (direct) {
+    // kFused: an empty split arrives nowhere (the merge reads splits < nsplit only); split 0 is
+    // empty only for an empty context, whose output is 0.
+    if (direct || (kFused && split == 0)) {
       for (int idx = threadIdx.x; idx < valid_rows * kV; idx += kWsThreads) {
         const int r = idx / kV, c = idx % kV;
         static_cast<TOut*>(p.out)[static_cast<int64_t>(q0 + r / H) * p.o_tok_stride + (r % H) * p.o_head_stride + c] =
             dev::FromF<TOut>(0.f);
       }
-    } else if (threadIdx.x < valid_rows) {
+    } else if (!kFused && threadIdx.x < valid_rows) {
       const int t = q0 + threadIdx.x / H, h = threadIdx.x % H;
       p.workspace[lse_base + (static_cast<int64_t>(t) * H + h) * max_splits + split] = -INFINITY;
     }
     return;
   }
+  // kFused: the sequence's non-empty splits (the blocks that arrive at its counter); with one,
+  // the block writes the output directly, as `direct` does for the whole batch.
+  const int nsplit = kFused ? (ctx + chunk - 1) / chunk : 0;
+  const bool dir = kFused ? (direct || nsplit == 1) : direct;
   const int sub = chunk / kWsPairs;
   const int pbeg = kbeg + pair * sub, pend = min(kend, pbeg + sub);
   const int ntiles = pend > pbeg ? (pend - pbeg + kWsBN - 1) / kWsBN : 0;
@@ -694,7 +778,7 @@ __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
     row_stats(threadIdx.x, &M, &L);
     lseb[threadIdx.x] = L > 0.f ? M + log2f(L) : -INFINITY;
   }
-  if (!kCluster && !direct && threadIdx.x < valid_rows) {
+  if (!kCluster && !dir && threadIdx.x < valid_rows) {
     float M, L;
     row_stats(threadIdx.x, &M, &L);
     const int t = q0 + threadIdx.x / H, h = threadIdx.x % H;
@@ -754,7 +838,7 @@ __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
       o.x += v.x; o.y += v.y; o.z += v.z; o.w += v.w;
     }
     const int t = q0 + r / H, h = r % H;
-    if (direct) {
+    if (dir) {
       TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + c;
       out[0] = dev::FromF<TOut>(o.x);
       out[1] = dev::FromF<TOut>(o.y);
@@ -763,6 +847,24 @@ __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
     } else {
       *reinterpret_cast<float4*>(p.workspace + ((static_cast<int64_t>(t) * H + h) * max_splits + split) * kV + c) = o;
     }
+  }
+  if constexpr (kFused) {
+    if (dir) return;
+    // Split-KV "last block merges" (the pattern of skinny_gemm.cu's split-K): release fence by
+    // every thread after its partial / LSE stores, the block's arrival, and an acquire fence in
+    // the last block before it reads the other blocks' stores (through L2: __ldcg).
+    __shared__ int s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned prev = atomicAdd(p.split_counters + s, 1u);
+      s_last = prev == static_cast<unsigned>(nsplit - 1);
+      if (s_last) p.split_counters[s] = 0u;  // every split has arrived: ready for the next launch / replay
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    FusedMerge<TOut, kWsThreads>(p, reinterpret_cast<float*>(smem_raw), q0, valid_rows, nsplit, max_splits);
   }
   }
 }
@@ -906,6 +1008,14 @@ void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
     return;
   }
   const bool direct = pl.max_splits == 1;
+  if (p.tc_fused_combine > 0 && !direct && 16 * (pl.max_splits + 1) * 4 <= static_cast<int64_t>(smem)) {
+    // Fused combine: the last block of each sequence merges (counters checked by the caller).
+    const auto kernel = MlaDecodeWsKernel<TOut, NP, ST, MINB, false, true>;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
+    kernel<<<grid, NP * 64, smem, p.stream>>>(p, static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), false);
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel (fused combine)");
+    return;
+  }
   MlaDecodeWsKernel<TOut, NP, ST, MINB, false><<<grid, NP * 64, smem, p.stream>>>(p, static_cast<int>(pl.chunk),
                                                                                  static_cast<int>(pl.max_splits), direct);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel");
@@ -943,6 +1053,12 @@ void MlaDecodeAttentionTc(const MlaDecodeParams& p) {
            (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0))
       << "MlaDecodeAttentionTc: " << pl.max_splits << " splits need a 16-byte aligned workspace";
   if (pl.ws) {
+    if (p.tc_fused_combine > 0) {
+      DS_CHECK(p.split_counters != nullptr && p.split_counter_count >= p.num_seqs &&
+               reinterpret_cast<uintptr_t>(p.split_counters) % alignof(uint32_t) == 0)
+          << "MlaDecodeAttentionTc: tc_fused_combine needs split_counters (" << p.split_counter_count << " given, "
+          << p.num_seqs << " needed: one zeroed uint32 per sequence)";
+    }
     if (pl.ws_pairs == 3) {
       if (p.out_type == DTypeOut::kF32) LaunchWs<float, 3, 3, 1>(p, pl);
       else LaunchWs<__nv_bfloat16, 3, 3, 1>(p, pl);
