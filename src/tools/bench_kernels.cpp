@@ -257,7 +257,7 @@ void Ceilings(Bench& b) {
 double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
                      const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
                      int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0, bool sm90 = false,
-                     int sm90_variant = 0) {
+                     int sm90_variant = 0, int tc_fused_combine = 0) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -290,6 +290,8 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   Buf q(T * H * L * 4), out(T * H * kvl * 2);
   FillUniformF32(q.as<float>(), T * H * L, b.NextSeed(), -0.5f, 0.5f, b.st());
   Buf ws(static_cast<size_t>(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, 256) * 4));
+  Buf split_cnt(static_cast<size_t>(S) * sizeof(uint32_t));  // tc_fused_combine: zeroed once, self-resetting
+  DS_CUDA_CHECK(cudaMemsetAsync(split_cnt.as<void>(), 0, split_cnt.bytes(), b.st()));
   MlaDecodeParams p{};
   p.q = q.as<float>(); p.q_tok_stride = H * L; p.q_head_stride = L;
   p.cache = cache.as<__nv_bfloat16>(); p.num_tokens = T; p.num_seqs = S; p.heads = H; p.kv_lora = kvl; p.rope_dim = 64;
@@ -300,6 +302,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.tc_stages = tc_stages; p.tc_blocks_per_sm = tc_blocks_per_sm; p.tc_rows_per_warp = tc_rows_per_warp;
   p.tc_fast_io = tc_fast_io; p.tc_kernel = tc_kernel; p.tc_cluster_merge = tc_cluster_merge;
   p.sm90 = sm90; p.cache_rows = pages * nsets * bs; p.sm90_variant = sm90_variant;
+  p.tc_fused_combine = tc_fused_combine; p.split_counters = split_cnt.as<uint32_t>(); p.split_counter_count = S;
   if (sm90) {
     DS_CHECK(MlaDecodeSm90Selected(p)) << "bench: the sm90 MLA decode kernel does not apply to " << label;
   }
@@ -312,8 +315,10 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
   std::string kernel = sm90 ? "mla_decode_sm90" : tc ? "mla_decode_tc" : "mla_decode_cudacore";
   if (sm90 && sm90_variant > 0) kernel += sm90_variant == 1 ? "[seesaw]" : "[seesaw,late-release]";
-  if (tc && !sm90 && (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge))
-    kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") + "stages" +
+  if (tc && !sm90 &&
+      (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge || tc_fused_combine))
+    kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") +
+              (tc_fused_combine ? "fused-combine," : "") + "stages" +
               std::to_string(tc_stages ? tc_stages : 3) +
               ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
               std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
@@ -356,6 +361,8 @@ void MlaDecodeAnchors(Bench& b) {
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 4 blocks/SM", 0, 4, 0, 0, 0);
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, 3 pairs x 3 stages, 1 block/SM", 3, 0, 0, 0, 0);
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, cluster merge (2-8 splits)", 0, 0, 0, 0, 0, 1);
+      // tc_fused_combine (opt-in): the last block of each sequence merges its splits, no combine launch.
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, fused combine", 0, 0, 0, 0, 0, 0, false, 0, 1);
     } else {  // 128 heads: the chunk sizing of run 1 (2 blocks/SM) with the new default fast io
       MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "bpsm 2 (run-2 tune winner was bpsm 1)", 3, 2, 16, 1, 0);
     }
