@@ -60,6 +60,10 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     if (end != v && *end == '\0' && n >= 0 && n <= 65536) c.mla_decode_small_batch_chunk = static_cast<int>(n);
     else DS_LOG(WARNING) << "DS_MLA_DECODE_SMALL_CHUNK=" << v << " ignored (a multiple of 64, or 0)";
   }
+  // DS_MLA_DECODE_FUSED_COMBINE=1: CudaRunnerOptions::mla_decode_fused_combine (A/B; the
+  // warp-split MLA decode kernel merges its KV splits itself; not yet verified on the GPU).
+  if (env_is("DS_MLA_DECODE_FUSED_COMBINE", "1")) c.mla_decode_fused_combine = true;
+  if (env_is("DS_MLA_DECODE_FUSED_COMBINE", "0")) c.mla_decode_fused_combine = false;
   c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:

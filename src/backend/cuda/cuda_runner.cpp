@@ -48,6 +48,9 @@ constexpr int64_t kWarpSplitMinTotalContext = 32 * 1024;
 // buckets 1-8 are graph-stable: eager and graph passes of a batch decide alike).
 constexpr int64_t kMlaSmallBatchTokens = 8;
 constexpr int64_t kMlaSmallBatchWorkspaceBytes = int64_t{256} << 20;
+// CudaRunnerOptions::mla_decode_fused_combine: counters (one per sequence of a pass) allocated
+// once at start-up (256 KiB).
+constexpr int64_t kMlaSplitCounters = int64_t{1} << 16;
 
 // Decode graph buckets and block-table widths: kGraphBuckets, GraphBucket, GraphCapBlocks
 // (host_plans.h).
@@ -373,6 +376,10 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   if (opts_.fused_moe_route || opts_.fused_moe_shared) {
     route_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
+  }
+  if (opts_.mla_decode_fused_combine) {  // allocated and zeroed here, outside any graph capture
+    mla_split_cnt_.Reset(kMlaSplitCounters * sizeof(uint32_t));
+    DS_CUDA_CHECK(cudaMemsetAsync(mla_split_cnt_.get(), 0, kMlaSplitCounters * sizeof(uint32_t), s_));
   }
   rope_ = BuildRopeTables(cfg_, static_cast<int64_t>(num_blocks_) * kBlockSize);
   Upload(&d_cos_, rope_.cos);
@@ -754,6 +761,12 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     // 16 heads, batch 1-256 x 1K-32K, session 3 run 2 vs session 2's row-tile figures: b1 x
     // 1K-16K, b8 x 1K-4K and b32 x 1K are 13-38% faster on the row-tile kernel).
     if (dp.total_context <= kWarpSplitMinTotalContext) dp.tc_kernel = 1;
+    if (opts_.mla_decode_fused_combine) {
+      DS_CHECK(Sa <= kMlaSplitCounters) << "MLA decode fused combine: " << Sa << " sequences in one pass";
+      dp.tc_fused_combine = 1;
+      dp.split_counters = mla_split_cnt_.as<uint32_t>();
+      dp.split_counter_count = kMlaSplitCounters;
+    }
     MlaDecodeAttention(dp);
     // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v]
     float* ov = attn;

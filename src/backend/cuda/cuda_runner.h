@@ -90,6 +90,13 @@ struct CudaRunnerOptions {
   // 39-44 us at 1K-32K). A 64-key minimum gives such a batch 4x the CTAs. Not yet measured on
   // the GPU: off by default (the CLI reads DS_MLA_DECODE_SMALL_CHUNK=64 for the A/B).
   int mla_decode_small_batch_chunk = 0;
+  // Absorbed-MLA decode, tensor-core warp-split kernel (<= 16 query rows per sequence: 16 heads,
+  // V2-Lite / TP8): merge the KV splits in the kernel (MlaDecodeParams::tc_fused_combine: the
+  // last block of each sequence merges them, no combine launch) with a persistent zeroed
+  // counter buffer (self-resetting, so graph replays need no memset). Same output as the
+  // combine kernel by construction; not yet verified on the GPU: off by default (the CLI reads
+  // DS_MLA_DECODE_FUSED_COMBINE=1 for the A/B).
+  bool mla_decode_fused_combine = false;
   // Naive-MLA prefill attention on tensor cores (mla_prefill_tc.cu: flash-attention-2 style,
   // bf16 q / k / v / probabilities, fp32 accumulation and softmax; the kv_b_proj GEMM then
   // writes bf16 K/V). Head dims nope 128 / rope 64 / v 128 only (V2, V2-Lite, V3); other dims

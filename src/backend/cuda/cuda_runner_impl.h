@@ -261,6 +261,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer dense_gg_ws_;  // sm_90a mixed-input dense projections (sm90_mixed_gemm): workspace
   DeviceBuffer skinny_ws_, skinny_cnt_;  // split-K partials (fp32) and per-tile counters (u32)
   DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
+  DeviceBuffer mla_split_cnt_;  // MLA decode fused combine: per-sequence counters (u32, zeroed once)
 };
 
 }  // namespace ds::cuda::runner_impl
