@@ -844,19 +844,11 @@ void CheckGraphsMatchEager(const std::string& label, CudaRunnerOptions o, bool b
     runners[i] = std::move(r).value();
   }
   const int64_t V = runners[0]->config().vocab_size;
-  std::vector<int32_t> ctx(kSeqs);
+  std::vector<int> ctx(kSeqs);
   for (int s = 0; s < kSeqs; ++s) ctx[s] = s == 7 ? 700 : 1 + (s * 97) % 260;
   auto token = [&](int s, int p) { return static_cast<int32_t>((int64_t{s} * 7919 + int64_t{p} * 104729 + 3) % V); };
   // Prefill (eager in both runners).
-  ForwardBatch pre;
-  pre.max_blocks = kMaxBlocks;
-  pre.query_start = {0};
-  for (int s = 0; s < kSeqs; ++s) {
-    for (int p = 0; p < ctx[s]; ++p) { pre.token_ids.push_back(token(s, p)); pre.positions.push_back(p); }
-    pre.query_start.push_back(static_cast<int32_t>(pre.token_ids.size()));
-    pre.context_lens.push_back(ctx[s]);
-    for (int k = 0; k < kMaxBlocks; ++k) pre.block_tables.push_back(s * kMaxBlocks + k);
-  }
+  const ForwardBatch pre = PrefillBatch(ctx, kMaxBlocks, token, /*last_logits=*/false);
   for (auto& r : runners) {
     ForwardOutput out;
     auto st = r->Forward(pre, &out);

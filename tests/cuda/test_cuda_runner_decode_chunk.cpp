@@ -23,12 +23,6 @@
 namespace ds::cuda::test {
 namespace {
 
-std::string ConfigDir(const std::string& name) {
-  for (const std::string& d : {DataDir() + "/" + name, std::string(DS_SHARED_DIR) + "/models/" + name})
-    if (std::filesystem::exists(d + "/config.json")) return d;
-  return "";
-}
-
 // Logits of every decode row (in step order) of the fixed schedule above.
 std::vector<float> DecodeLogits(CudaRunnerOptions o, int64_t* vocab) {
   constexpr int kSeqs = 4, kMaxBlocks = 24;
@@ -41,33 +35,16 @@ std::vector<float> DecodeLogits(CudaRunnerOptions o, int64_t* vocab) {
   *vocab = V;
   std::vector<int> ctx = {1000, 70, 431, 257};
   auto token = [&](int s, int p) { return static_cast<int32_t>((int64_t{s} * 7919 + int64_t{p} * 104729 + 5) % V); };
-  ForwardBatch pre;
-  pre.max_blocks = kMaxBlocks;
-  pre.query_start = {0};
-  for (int s = 0; s < kSeqs; ++s) {
-    for (int p = 0; p < ctx[s]; ++p) { pre.token_ids.push_back(token(s, p)); pre.positions.push_back(p); }
-    pre.query_start.push_back(static_cast<int32_t>(pre.token_ids.size()));
-    pre.context_lens.push_back(ctx[s]);
-    pre.logits_indices.push_back(static_cast<int32_t>(pre.token_ids.size()) - 1);
-    for (int k = 0; k < kMaxBlocks; ++k) pre.block_tables.push_back(s * kMaxBlocks + k);
-  }
+  const ForwardBatch pre = PrefillBatch(ctx, kMaxBlocks, token);
   ForwardOutput pout;
   auto st = m.Forward(pre, &pout);
   EXPECT_TRUE(st.ok()) << st.ToString();
   std::vector<float> logits;
   for (int n : {1, 1, 2, 2, 3, 3, 4, 4, 1}) {
-    ForwardBatch b;
-    b.max_blocks = kMaxBlocks;
-    b.query_start = {0};
-    for (int s = 0; s < n; ++s) {
-      b.token_ids.push_back(token(s, ctx[s]));
-      b.positions.push_back(ctx[s]);
-      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-      b.context_lens.push_back(ctx[s] + 1);
-      b.logits_indices.push_back(s);
-      for (int k = 0; k < kMaxBlocks; ++k) b.block_tables.push_back(s * kMaxBlocks + k);
-      ++ctx[s];
-    }
+    std::vector<int> seqs;
+    for (int s = 0; s < n; ++s) seqs.push_back(s);
+    const ForwardBatch b = DecodeBatch(seqs, ctx, kMaxBlocks, token);
+    for (int s : seqs) ++ctx[s];
     ForwardOutput out;
     st = m.Forward(b, &out);
     EXPECT_TRUE(st.ok()) << st.ToString();

@@ -27,14 +27,6 @@
 namespace ds::cuda::test {
 namespace {
 
-// The config directory `name` (deepseek-v3, deepseek-v2-lite): the carried test data, else
-// the shared models folder.
-std::string ConfigDir(const std::string& name) {
-  for (const std::string& d : {DataDir() + "/" + name, std::string(DS_SHARED_DIR) + "/models/" + name})
-    if (std::filesystem::exists(d + "/config.json")) return d;
-  return "";
-}
-
 struct Fusion { const char* name; bool route, shared, norm, qpe, bitwise; };
 
 // Whether the model's shared experts can be stacked with the routed ones (same dtype: FP8

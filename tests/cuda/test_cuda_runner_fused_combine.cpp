@@ -23,12 +23,6 @@
 namespace ds::cuda::test {
 namespace {
 
-std::string V2LiteDir() {
-  for (const std::string& d : {DataDir() + "/deepseek-v2-lite", std::string(DS_SHARED_DIR) + "/models/deepseek-v2-lite"})
-    if (std::filesystem::exists(d + "/config.json")) return d;
-  return "";
-}
-
 std::vector<float> LongDecodeLogits(CudaRunnerOptions o, int64_t* vocab) {
   constexpr int kSeqs = 4, kMaxBlocks = 160, kPrefill = 100;
   o.num_kv_blocks = kSeqs * kMaxBlocks;
@@ -39,34 +33,17 @@ std::vector<float> LongDecodeLogits(CudaRunnerOptions o, int64_t* vocab) {
   const int64_t V = m.config().vocab_size;
   *vocab = V;
   auto token = [&](int s, int p) { return static_cast<int32_t>((int64_t{s} * 7919 + int64_t{p} * 104729 + 5) % V); };
-  ForwardBatch pre;
-  pre.max_blocks = kMaxBlocks;
-  pre.query_start = {0};
-  for (int s = 0; s < kSeqs; ++s) {
-    for (int p = 0; p < kPrefill; ++p) { pre.token_ids.push_back(token(s, p)); pre.positions.push_back(p); }
-    pre.query_start.push_back(static_cast<int32_t>(pre.token_ids.size()));
-    pre.context_lens.push_back(kPrefill);
-    pre.logits_indices.push_back(static_cast<int32_t>(pre.token_ids.size()) - 1);
-    for (int k = 0; k < kMaxBlocks; ++k) pre.block_tables.push_back(s * kMaxBlocks + k);
-  }
+  const ForwardBatch pre = PrefillBatch(std::vector<int>(kSeqs, kPrefill), kMaxBlocks, token);
   ForwardOutput pout;
   auto st = m.Forward(pre, &pout);
   EXPECT_TRUE(st.ok()) << st.ToString();
   std::vector<int> ctx = {9000, 8999, 9100, 9050};  // decode positions (rows before them: prefill or zeros)
   std::vector<float> logits;
   for (int step = 0; step < 6; ++step) {
-    ForwardBatch b;
-    b.max_blocks = kMaxBlocks;
-    b.query_start = {0};
-    for (int s = 0; s < kSeqs; ++s) {
-      b.token_ids.push_back(token(s, ctx[s]));
-      b.positions.push_back(ctx[s]);
-      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-      b.context_lens.push_back(ctx[s] + 1);
-      b.logits_indices.push_back(s);
-      for (int k = 0; k < kMaxBlocks; ++k) b.block_tables.push_back(s * kMaxBlocks + k);
-      ctx[s] += 1 + step * 37;  // lengths change between replays
-    }
+    std::vector<int> seqs(kSeqs);
+    for (int s = 0; s < kSeqs; ++s) seqs[s] = s;
+    const ForwardBatch b = DecodeBatch(seqs, ctx, kMaxBlocks, token);
+    for (int s = 0; s < kSeqs; ++s) ctx[s] += 1 + step * 37;  // lengths change between replays
     ForwardOutput out;
     st = m.Forward(b, &out);
     EXPECT_TRUE(st.ok()) << st.ToString();
@@ -76,7 +53,7 @@ std::vector<float> LongDecodeLogits(CudaRunnerOptions o, int64_t* vocab) {
 }
 
 TEST(CudaRunnerFusedCombine, DummyV2LiteDenseLongContext) {
-  const std::string dir = V2LiteDir();
+  const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
