@@ -17,6 +17,7 @@
 #       (each point draws its prompts with its own seed, so no point's prompts are prefix-cache
 #       hits from an earlier point; warm-up prompts are separate random prompts too)
 #   NUM_GPUS [1]   SERVE_ARGS ["--max-running-requests 256"]: extra `dsinfer serve` flags
+#   LOAD_FORMAT [dummy]: the servers' --load-format (fake: the test runner, for dry runs on a CPU)
 #   SERVER_CMD [""]: replaces the server command; {port} {model_dir} {layers} are substituted.
 #       The default command serves the model dir's tokenizer.json, or `--tokenizer byte` when
 #       the dir has none (V2-Lite's); prompts are token ids either way.
@@ -116,7 +117,7 @@ start_server() {  # name dir layers
   else
     local tok=""
     [ -f "$dir/tokenizer.json" ] || tok="--tokenizer byte"
-    cmd="$DSINFER serve --model $dir $tok --load-format dummy --num-layers $layers --device $DEVICE --host 127.0.0.1 --port $PORT --served-model-name $name $SERVE_ARGS"
+    cmd="$DSINFER serve --model $dir $tok --load-format ${LOAD_FORMAT:-dummy} --num-layers $layers --device $DEVICE --host 127.0.0.1 --port $PORT --served-model-name $name $SERVE_ARGS"
   fi
   log "starting server: $cmd"
   bash -c "exec $cmd" > "$LOGS/server_$name.log" 2>&1 &
