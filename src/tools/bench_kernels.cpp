@@ -704,22 +704,43 @@ void MoeCase(Bench& b, const MoeModel& m, int ranks, int64_t tokens, bool gate_u
   }
 }
 
-// The runner's default FP8 dense projection path (`fp8_gemm = kernel`): GroupedGemm with one
-// group of M rows padded to 64. Old vs new kernel at decode (M 64) and prefill (M 4096) sizes.
-void DenseFp8InKernelCase(Bench& b, const Proj& pr, int64_t M) {
-  const int64_t N = pr.N, K = pr.K, Mr = (M + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign;
-  const int64_t kbn = (N + 127) / 128, kbk = (K + 127) / 128;
-  Buf a(Mr * K * 2), w(N * K), ws(kbn * kbk * 4), out(Mr * N * 4);
-  FillUniformBf16(a.as<__nv_bfloat16>(), Mr * K, b.NextSeed(), -1, 1, b.st());
-  FillE4M3(w.as<uint8_t>(), N * K, b.NextSeed(), b.st());
-  FillUniformF32(ws.as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
-  auto doff = Upload(std::vector<int32_t>{0, static_cast<int32_t>(Mr)});
-  const std::string shape = std::string(pr.name) + " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
-  for (bool old : {false, true}) {
+// One V3 dense FP8 projection as the runner's in-kernel path runs it (`fp8_gemm = kernel`):
+// GroupedGemm with one group of M rows padded to 64, bf16 activations, e4m3 weights with
+// 128x128 fp32 block scales, fp32 output; random inputs filled on the bench stream.
+struct DenseFp8Inputs {
+  int64_t M, N, K, Mr, kbn, kbk;
+  Buf a, w, ws, out;
+  std::unique_ptr<Buf> doff;
+  std::string shape;
+  DenseFp8Inputs(Bench& b, const Proj& pr, int64_t rows)
+      : M(rows), N(pr.N), K(pr.K),
+        Mr((rows + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign),
+        kbn((N + 127) / 128), kbk((K + 127) / 128),
+        a(Mr * K * 2), w(N * K), ws(kbn * kbk * 4), out(Mr * N * 4),
+        doff(Upload(std::vector<int32_t>{0, static_cast<int32_t>(Mr)})),
+        shape(std::string(pr.name) + " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K)) {
+    FillUniformBf16(a.as<__nv_bfloat16>(), Mr * K, b.NextSeed(), -1, 1, b.st());
+    FillE4M3(w.as<uint8_t>(), N * K, b.NextSeed(), b.st());
+    FillUniformF32(ws.as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  }
+  GroupedGemmParams Params(cudaStream_t st) {
     GroupedGemmParams p{};
     p.a = a.as<__nv_bfloat16>(); p.lda = K; p.offsets = doff->as<int32_t>(); p.max_rows = Mr;
     p.w = w.as<void>(); p.w_fp8 = true; p.w_scales = ws.as<float>(); p.num_experts = 1; p.N = N; p.K = K;
-    p.out = out.as<void>(); p.out_type = DTypeOut::kF32; p.ldo = N; p.stream = b.st(); p.force_wmma = old;
+    p.out = out.as<void>(); p.out_type = DTypeOut::kF32; p.ldo = N; p.stream = st;
+    return p;
+  }
+};
+
+// The runner's default FP8 dense projection path (`fp8_gemm = kernel`): GroupedGemm with one
+// group of M rows padded to 64. Old vs new kernel at decode (M 64) and prefill (M 4096) sizes.
+void DenseFp8InKernelCase(Bench& b, const Proj& pr, int64_t M) {
+  DenseFp8Inputs in(b, pr, M);
+  const int64_t N = in.N, K = in.K, kbn = in.kbn, kbk = in.kbk;
+  const std::string& shape = in.shape;
+  for (bool old : {false, true}) {
+    GroupedGemmParams p = in.Params(b.st());
+    p.force_wmma = old;
     const double us = b.TimeUs([&](int) { GroupedGemm(p); }, 1, 10);
     b.Add(std::string("dense_fp8_inkernel") + (old ? "_wmma" : ""), shape, us,
           double(N) * K + double(kbn) * kbk * 4 + double(M) * K * 2 + double(M) * N * 4, 2.0 * M * N * K, true,
@@ -788,23 +809,13 @@ void MixedCase(Bench& b, const std::string& kernel, const std::string& shape, co
 // One V3 dense FP8 projection at M rows (the runner's in-kernel path: one group of M rows padded
 // to 64): the mma.sync kernel vs the sm_90a mixed-input kernel.
 void DenseMixedCase(Bench& b, const Proj& pr, int64_t M) {
-  const int64_t N = pr.N, K = pr.K, Mr = (M + kGroupedGemmRowAlign - 1) / kGroupedGemmRowAlign * kGroupedGemmRowAlign;
-  const int64_t kbn = (N + 127) / 128, kbk = (K + 127) / 128;
-  Buf a(Mr * K * 2), w(N * K), ws(kbn * kbk * 4), out(Mr * N * 4);
-  FillUniformBf16(a.as<__nv_bfloat16>(), Mr * K, b.NextSeed(), -1, 1, b.st());
-  FillE4M3(w.as<uint8_t>(), N * K, b.NextSeed(), b.st());
-  FillUniformF32(ws.as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
-  auto doff = Upload(std::vector<int32_t>{0, static_cast<int32_t>(Mr)});
-  const std::string shape = std::string(pr.name) + " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
-  const double flops = 2.0 * M * N * K;
-  GroupedGemmParams p{};
-  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.offsets = doff->as<int32_t>(); p.max_rows = Mr;
-  p.w = w.as<void>(); p.w_fp8 = true; p.w_scales = ws.as<float>(); p.num_experts = 1; p.N = N; p.K = K;
-  p.out = out.as<void>(); p.out_type = DTypeOut::kF32; p.ldo = N; p.stream = b.st();
-  b.Add("dense_prefill_mma_fp8w", shape, b.TimeUs([&](int) { GroupedGemm(p); }, 1, 10), 0, flops, false,
+  DenseFp8Inputs in(b, pr, M);
+  const double flops = 2.0 * M * in.N * in.K;
+  GroupedGemmParams p = in.Params(b.st());
+  b.Add("dense_prefill_mma_fp8w", in.shape, b.TimeUs([&](int) { GroupedGemm(p); }, 1, 10), 0, flops, false,
         "mma.sync 128x128, e4m3 weights -> bf16, bf16 activations");
-  MixedCase(b, "dense_prefill_sm90_mixed", shape, a.as<void>(), K, doff->as<int32_t>(), Mr, w.as<void>(), ws.as<float>(),
-            1, N, K, out.as<void>(), DTypeOut::kF32, flops);
+  MixedCase(b, "dense_prefill_sm90_mixed", in.shape, in.a.as<void>(), in.K, in.doff->as<int32_t>(), in.Mr,
+            in.w.as<void>(), in.ws.as<float>(), 1, in.N, in.K, in.out.as<void>(), DTypeOut::kF32, flops);
 }
 
 // The expert GEMMs at prefill token counts on every kernel the runner can pick, on the same

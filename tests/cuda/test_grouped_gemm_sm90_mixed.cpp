@@ -30,20 +30,6 @@
 namespace ds::cuda::test {
 namespace {
 
-// Group sizes of `tokens` tokens routed to top_k distinct experts of E, uniformly at random.
-std::vector<int32_t> RoutedCounts(int64_t tokens, int64_t top_k, int64_t E) {
-  std::vector<int32_t> cnt(E, 0), ids(E);
-  for (int64_t e = 0; e < E; ++e) ids[e] = static_cast<int32_t>(e);
-  std::mt19937_64 rng(NextSeed());
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int64_t j = 0; j < std::min(top_k, E); ++j) {
-      std::uniform_int_distribution<int64_t> d(j, E - 1);
-      std::swap(ids[j], ids[d(rng)]);
-      ++cnt[ids[j]];
-    }
-  return cnt;
-}
-
 // Random FP8 expert weights [E, N, K] (e4m3 codes over the whole range) with fp32 block scales
 // [E, ceil(N/128), K/128] of DeepSeek's size (~amax / 448) and full fp32 mantissas.
 struct Fp8Weights {

@@ -61,6 +61,21 @@ inline std::mt19937_64& Rng() {
 // (OpenMP) in 1 Mi-element blocks with per-block seeds: tensors at real DeepSeek-V3 shapes (a
 // 129280 x 7168 table, 256 experts) would take most of a GPU test run's time serially.
 inline uint64_t NextSeed() { return Rng()() | 1; }
+
+// Group sizes of `tokens` tokens routed to top_k distinct experts of E, uniformly at random
+// (the load of one rank holding E experts): the grouped-GEMM tests' expert segments.
+inline std::vector<int32_t> RoutedCounts(int64_t tokens, int64_t top_k, int64_t E) {
+  std::vector<int32_t> cnt(E, 0), ids(E);
+  for (int64_t e = 0; e < E; ++e) ids[e] = static_cast<int32_t>(e);
+  std::mt19937_64 rng(NextSeed());
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < std::min(top_k, E); ++j) {
+      std::uniform_int_distribution<int64_t> d(j, E - 1);
+      std::swap(ids[j], ids[d(rng)]);
+      ++cnt[ids[j]];
+    }
+  return cnt;
+}
 inline uint64_t BlockSeed(uint64_t seed, int64_t block) {
   uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(block + 1);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
