@@ -14,6 +14,10 @@
 #   EXTRA_RUNS: extra one-batch runs (label|env|flags;...), see below
 #   PROFILE_RUNS ["1:1024 64:1024"]: batch:input one-batch --profile runs per model (per-layer
 #   time by part, eager) for the analysis.
+#   E2E_NCU=1: per-kernel device time of a one-batch run under Nsight Compute (ncu
+#   --clock-control none, metric gpu__time_duration.sum; NCU_ARGS [V2-Lite, 2 layers, batch 1 x
+#   1024, 4 tokens], NCU_TIMEOUT_S [150]) -> logs/ncu.csv and a per-kernel summary
+#   (bench/ncu_summary.py) in logs/ncu_summary.txt.
 # Results (JSON, logs, plots, summary.md) come back in $OUT/e2e_results.tgz, with summary.md,
 # e2e.json and the plots also as plain files.
 #
@@ -32,7 +36,9 @@ DET=/tmp/e2e_detached
 if [ -n "${E2E_DETACH:-}" ]; then
   rm -rf "$DET" && mkdir -p "$DET/repo/bench" "$DET/out"
   cp -r scripts .carry "$DET/repo/" && cp bench/*.py bench/*.sh "$DET/repo/bench/"
-  E2E_DETACH='' OUT="$DET/out" SCRIPT_LIMIT_S=${DETACHED_LIMIT_S:-1500} \
+  # Its own results folder, so a foreground run of this script in the same call (before the
+  # detach) stays out of the detached run's results.
+  E2E_DETACH='' OUT="$DET/out" E2E_RES=/tmp/e2e_results_detached SCRIPT_LIMIT_S=${DETACHED_LIMIT_S:-1500} \
     setsid nohup bash "$DET/repo/scripts/gpu_e2e.sh" >"$DET/log.txt" 2>&1 </dev/null &
   echo $! >"$DET/pid"
   echo "[gpu_e2e] detached: pid $(cat "$DET/pid"), log $DET/log.txt, results $DET/out"
@@ -69,7 +75,8 @@ mkdir -p $W && xz -dc .carry/bin.tar.xz | tar -C $W -xf - || { echo "no .carry/b
 B=$W/bin
 CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
 export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
-RES=/tmp/e2e_results
+RES=${E2E_RES:-/tmp/e2e_results}
+rm -rf "$RES"   # a warm machine keeps the last call's results
 mkdir -p $RES/logs $RES/raw
 nvidia-smi > $RES/logs/nvidia_smi.txt 2>&1
 # Optional first: the CUDA test binary (op equivalence, fixtures, runner checks), its log and a
@@ -119,6 +126,25 @@ if [ -n "${E2E_REALSHAPE:-}" ]; then
   grep -E "cuda runner:|bench:|prefill_ms|decode_step_ms|nonfinite|load_ms" $RES/logs/realshape_v3.log | tee -a $RES/logs/gpu_e2e.txt
   T0=$(date +%s)
 fi
+# Optional: per-kernel device time of one one-batch run under Nsight Compute (each kernel
+# replayed alone, caches flushed between kernels: ncu's defaults; clocks left alone).
+if [ -n "${E2E_NCU:-}" ]; then
+  t=$(date +%s)
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  if [ -z "$NCU" ]; then
+    echo "[gpu_e2e] ncu: not found" | tee -a $RES/logs/gpu_e2e.txt
+  else
+    eval "timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+      $B/dsinfer bench one-batch --load-format dummy --device cuda \
+      ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4}" \
+      > $RES/logs/ncu.csv 2> $RES/logs/ncu_stderr.txt
+    echo "[gpu_e2e] ncu rc=$? in $(( $(date +%s) - t )) s ($NCU)" | tee -a $RES/logs/gpu_e2e.txt
+    python3 bench/ncu_summary.py $RES/logs/ncu.csv > $RES/logs/ncu_summary.txt 2>&1
+    head -60 $RES/logs/ncu_summary.txt | tee -a $RES/logs/gpu_e2e.txt
+    cp $RES/logs/ncu.csv $RES/logs/ncu_summary.txt "$FINAL/" 2>/dev/null
+  fi
+  T0=$(date +%s)
+fi
 E2E_MODELS=${E2E_MODELS:-v2-lite}
 V3_LAYERS=${V3_LAYERS:-8}
 SPECS=""
@@ -142,7 +168,7 @@ export HF_BATCH=${HF_BATCH:-"1 8"} HF_INPUT_LENS=${HF_INPUT_LENS:-1024} HF_OUTPU
 export SERVE_ARGS=${SERVE_ARGS:-"--max-running-requests 256 --max-num-batched-tokens 8192"}
 [ -f $B/data/traces/mooncake_conversation_trace.jsonl ] && export TRACE_FILE=${TRACE_FILE:-$B/data/traces/mooncake_conversation_trace.jsonl}
 export BENCH_TIMEOUT_S=${BENCH_TIMEOUT_S:-300} SERVER_WAIT_S=${SERVER_WAIT_S:-300}
-echo "[gpu_e2e] commit $COMMIT models: $SPECS; stages: $STAGES; script limit ${LIMIT} s" | tee $RES/logs/gpu_e2e.txt
+echo "[gpu_e2e] commit $COMMIT models: $SPECS; stages: $STAGES; script limit ${LIMIT} s" | tee -a $RES/logs/gpu_e2e.txt
 SWEEP_S=$(( $(left) - ${PROFILE_RESERVE_S:-60} ))
 if [ "$SWEEP_S" -gt 30 ]; then
   timeout "$SWEEP_S" bash bench/sweep_e2e.sh 2>&1 | tee -a $RES/logs/gpu_e2e.txt
@@ -181,7 +207,7 @@ done
 # Re-run the analysis so it includes the profiles.
 [ -f $RES/e2e.json ] && python3 bench/analyze_e2e.py $RES/e2e.json --raw $RES/raw --out $RES/summary.md > /dev/null 2>&1
 echo "[gpu_e2e] done in $(( $(date +%s) - T0 )) s" | tee -a $RES/logs/gpu_e2e.txt
-tar -C /tmp -czf "$FINAL/e2e_results.tgz" e2e_results
+tar -C "$(dirname "$RES")" -czf "$FINAL/e2e_results.tgz" "$(basename "$RES")"
 for f in summary.md e2e.json throughput_vs_concurrency.svg pareto.svg; do [ -f $RES/$f ] && cp $RES/$f "$FINAL/"; done
 cp $RES/logs/gpu_e2e.txt "$FINAL/"
 tail -40 $RES/logs/gpu_e2e.txt
