@@ -14,6 +14,7 @@ from collections import OrderedDict
 
 
 def short(name: str) -> str:
+    name = name.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     name = re.sub(r"\(.*", "", name)          # drop the argument list
     name = re.sub(r"<.*>", "<..>", name)        # and template arguments
     return name.replace("void ", "").strip()[:70]

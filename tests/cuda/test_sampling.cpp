@@ -72,5 +72,38 @@ TEST(CudaSampling, AllGreedyArgmaxMatchesCpu) {
   EXPECT_EQ(mismatch, 0);
 }
 
+// The argmax kernel's scalar paths: rows not 16-byte aligned (odd leading dimension), a vocab
+// that is not a multiple of 4, a vocab smaller than the block, NaN entries (never chosen) and an
+// all-NaN row (token 0), a tie split between the vector body and the scalar tail.
+TEST(CudaSampling, AllGreedyArgmaxUnalignedRowsAndTails) {
+  for (const int64_t V : {int64_t{7}, int64_t{1003}, int64_t{129281}}) {
+    const int64_t ld = V, R = 6;
+    auto logits = RandomNormal(R * ld, 3.f);
+    logits[1] = NAN;                                                   // row 0: a NaN at id 1 is skipped
+    for (int64_t v = 0; v < V; ++v) logits[2 * ld + v] = NAN;          // row 2: all NaN -> token 0
+    logits[3 * ld + V - 1] = 80.f;                                     // row 3: tie, lowest id wins
+    logits[3 * ld + (V > 8 ? 4 : 1)] = 80.f;
+    logits[4 * ld + V - 1] = 90.f;                                     // row 4: last id (scalar tail)
+    std::vector<float> temp(R, 0.f), top_p(R, 1.f);
+    std::vector<int32_t> top_k(R, 0);
+    std::vector<uint64_t> seed(R, 1), step(R, 0);
+    Dev<float> dl(logits), dt(temp), dp(top_p);
+    Dev<int32_t> dk(top_k), dout(R);
+    Dev<uint64_t> dseed(seed), dstep(step);
+    SampleParams sp{dl.get(), ld, R, V, dt.get(), dp.get(), dk.get(), dseed.get(), dstep.get(), dout.get(), nullptr};
+    sp.all_greedy = true;
+    Sample(sp);
+    auto got = dout.Download();
+    for (int64_t r = 0; r < R; ++r) {
+      const int32_t ref = cpu::Sample({logits.data() + r * ld, V, 0.f, 1.f, 0, 1, 0});
+      EXPECT_EQ(got[r], ref) << "V " << V << " row " << r;
+    }
+    EXPECT_NE(got[0], 1) << "V " << V;
+    EXPECT_EQ(got[2], 0) << "V " << V;
+    EXPECT_EQ(got[3], V > 8 ? 4 : 1) << "V " << V;
+    EXPECT_EQ(got[4], V - 1) << "V " << V;
+  }
+}
+
 }  // namespace
 }  // namespace ds::cuda::test

@@ -86,10 +86,12 @@ struct CudaRunnerOptions {
   // keys per KV split (MlaDecodeParams::kv_chunk) for passes of <= kMlaSmallBatchTokens tokens
   // whose split workspace stays within kMlaSmallBatchWorkspaceBytes; 0 keeps 256 everywhere.
   // Why: at batch 1 the decode kernels run a handful of CTAs of >= 256 keys each (V2-Lite 1 x
-  // 1K: 4), so the step waits on a few SMs' load latency (bench kernels: 16 heads, batch 1,
-  // 39-44 us at 1K-32K). A 64-key minimum gives such a batch 4x the CTAs. Not yet measured on
-  // the GPU: off by default (the CLI reads DS_MLA_DECODE_SMALL_CHUNK=64 for the A/B).
-  int mla_decode_small_batch_chunk = 0;
+  // 1K: 4), so the step waits on a few SMs' load latency. A 64-key minimum gives such a batch
+  // 4x the CTAs. Measured on the H200 (session 5 run 1): V2-Lite batch 1 x 1K decode step
+  // 3.78 ms vs 4.08 ms with 256 (attention core 0.90 vs 1.19 ms per step); the sm_90a kernel
+  // (128 heads) plans its own splits, so V3 is unchanged (3.58 vs 3.57 ms). The default; the
+  // CLI reads DS_MLA_DECODE_SMALL_CHUNK=0 to turn it off.
+  int mla_decode_small_batch_chunk = 64;
   // Absorbed-MLA decode, tensor-core warp-split kernel (<= 16 query rows per sequence: 16 heads,
   // V2-Lite / TP8): merge the KV splits in the kernel (MlaDecodeParams::tc_fused_combine: the
   // last block of each sequence merges them, no combine launch) with a persistent zeroed
