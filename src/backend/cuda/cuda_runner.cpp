@@ -719,11 +719,16 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       d_qs = dec_qs_.as<int32_t>();
       d_ctx = dec_ctx_.as<int32_t>();
       d_bt = dec_bt_.as<int32_t>();
-      // With the sm_90a decode kernel (whose split plan follows these hints), a decode-only
-      // batch uses the hints a graph replay of it would: the capacity of its graph's block
-      // table, every sequence counted at that length. Graph and eager passes of the same batch
-      // then run the same plan and round the same (CudaRunner.GraphDecodeMatchesEager*).
-      if (sm90_decode && Ta == Sa) {
+      // With the sm_90a decode kernel (whose split plan follows these hints), and with the
+      // small-batch split minimum (where the tensor-core kernels size 64-key-minimum splits by
+      // these hints), a decode-only batch uses the hints a graph replay of it would: the
+      // capacity of its graph's block table, every sequence counted at that length. Graph and
+      // eager passes of the same batch then run the same plan and round the same
+      // (CudaRunner.GraphDecodeMatchesEager*; session 5 run 4: without this, the small-batch
+      // minimum planned eager and graph passes differently and moved one row of 4-layer dummy
+      // V3 to cosine 0.9936 through an MoE routing near-tie).
+      const bool small_batch_plan = opts_.mla_decode_small_batch_chunk > 0 && Ta <= kMlaSmallBatchTokens;
+      if ((sm90_decode || small_batch_plan) && Ta == Sa) {
         int need = 1;
         for (int32_t c : ctxs) need = std::max(need, static_cast<int>((c + kBlockSize - 1) / kBlockSize));
         max_ctx = int64_t{GraphCapBlocks(need)} * kBlockSize;
