@@ -701,6 +701,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     const bool sm90_decode =
         opts_.mla_decode_sm90 && (opts_.mla_decode_tensor_cores || opts_.mla_decode_emulate_tc != 0);
     bool graph_hints = gin_ != nullptr;
+    int64_t hint_seqs = Sa;  // sequences the host hints count (graph_hints)
     if (gin_) {
       // Graph mode: inputs staged before the replay; the launch configuration depends only on
       // the bucket and the captured block-table width (the kernels read the real lengths).
@@ -727,12 +728,16 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       // (CudaRunner.GraphDecodeMatchesEager*; session 5 run 4: without this, the small-batch
       // minimum planned eager and graph passes differently and moved one row of 4-layer dummy
       // V3 to cosine 0.9936 through an MoE routing near-tie).
+      // The tensor-core kernels size their splits from the total context, which a graph replay
+      // counts over the whole padded bucket: an eager pass counts its sequences as that bucket
+      // too, so its real rows split (and round) exactly as the padded replay's.
       const bool small_batch_plan = opts_.mla_decode_small_batch_chunk > 0 && Ta <= kMlaSmallBatchTokens;
       if ((sm90_decode || small_batch_plan) && Ta == Sa) {
         int need = 1;
         for (int32_t c : ctxs) need = std::max(need, static_cast<int>((c + kBlockSize - 1) / kBlockSize));
         max_ctx = int64_t{GraphCapBlocks(need)} * kBlockSize;
         graph_hints = true;
+        if (!sm90_decode && GraphBucket(static_cast<int>(Sa)) > 0) hint_seqs = GraphBucket(static_cast<int>(Sa));
       }
     }
     int64_t chunk = 256;
@@ -755,7 +760,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.sm90_variant = opts_.mla_decode_sm90_variant;
     dp.cache_rows = static_cast<int64_t>(num_blocks_ + 1) * kBlockSize;
     if (graph_hints) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
-      dp.total_context = Sa * max_ctx;
+      dp.total_context = hint_seqs * max_ctx;
       dp.max_q_len = 1;
     } else {
       dp.total_context = std::accumulate(ctxs.begin(), ctxs.end(), int64_t{0});
