@@ -725,9 +725,9 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       // these hints), a decode-only batch uses the hints a graph replay of it would: the
       // capacity of its graph's block table, every sequence counted at that length. Graph and
       // eager passes of the same batch then run the same plan and round the same
-      // (CudaRunner.GraphDecodeMatchesEager*; session 5 run 4: without this, the small-batch
-      // minimum planned eager and graph passes differently and moved one row of 4-layer dummy
-      // V3 to cosine 0.9936 through an MoE routing near-tie).
+      // (CudaRunner.GraphDecodeMatchesEager*). For the small-batch minimum this is by
+      // construction; it did not change the checks' figures (session 5 runs 4-6: their
+      // remaining eager-vs-graph differences come from padded steps of > 8 sequences).
       // The tensor-core kernels size their splits from the total context, which a graph replay
       // counts over the whole padded bucket: an eager pass counts its sequences as that bucket
       // too, so its real rows split (and round) exactly as the padded replay's.
