@@ -40,14 +40,9 @@ TEST(CudaSampling, MatchesCpu) {
   EXPECT_EQ(mismatch, 0);
 }
 
-// The greedy fast path (all_greedy: argmax kernel, no sort) against cpu::Sample at T = 0,
-// with ties at the top (lowest id wins), a -inf row and a row of a padded leading dimension.
-TEST(CudaSampling, AllGreedyArgmaxMatchesCpu) {
-  const int64_t V = 102400, ld = V + 64, R = 37;
-  auto logits = RandomNormal(R * ld, 3.f);
-  for (int64_t i = 0; i < 10; ++i) logits[3 * ld + 777 + i * 5] = 60.f;  // tie: 777 wins
-  for (int64_t v = 0; v < V; ++v) logits[7 * ld + v] = -INFINITY;      // degenerate row: token 0
-  logits[9 * ld + V - 1] = 99.f;                                       // last id wins
+// Sample() on the greedy fast path (all_greedy: every row at temperature 0) over host logits
+// [R, ld] (V of each row used); returns the ids.
+std::vector<int32_t> GreedyOnDevice(const std::vector<float>& logits, int64_t ld, int64_t R, int64_t V) {
   std::vector<float> temp(R, 0.f), top_p(R, 1.f);
   std::vector<int32_t> top_k(R, 0);
   std::vector<uint64_t> seed(R, 1), step(R, 0);
@@ -57,7 +52,18 @@ TEST(CudaSampling, AllGreedyArgmaxMatchesCpu) {
   SampleParams sp{dl.get(), ld, R, V, dt.get(), dp.get(), dk.get(), dseed.get(), dstep.get(), dout.get(), nullptr};
   sp.all_greedy = true;
   Sample(sp);
-  auto got = dout.Download();
+  return dout.Download();
+}
+
+// The greedy fast path (all_greedy: argmax kernel, no sort) against cpu::Sample at T = 0,
+// with ties at the top (lowest id wins), a -inf row and a row of a padded leading dimension.
+TEST(CudaSampling, AllGreedyArgmaxMatchesCpu) {
+  const int64_t V = 102400, ld = V + 64, R = 37;
+  auto logits = RandomNormal(R * ld, 3.f);
+  for (int64_t i = 0; i < 10; ++i) logits[3 * ld + 777 + i * 5] = 60.f;  // tie: 777 wins
+  for (int64_t v = 0; v < V; ++v) logits[7 * ld + v] = -INFINITY;      // degenerate row: token 0
+  logits[9 * ld + V - 1] = 99.f;                                       // last id wins
+  const std::vector<int32_t> got = GreedyOnDevice(logits, ld, R, V);
   int64_t mismatch = 0;
   for (int64_t r = 0; r < R; ++r) {
     const int32_t ref = cpu::Sample({logits.data() + r * ld, V, 0.f, 1.f, 0, 1, 0});
@@ -84,16 +90,7 @@ TEST(CudaSampling, AllGreedyArgmaxUnalignedRowsAndTails) {
     logits[3 * ld + V - 1] = 80.f;                                     // row 3: tie, lowest id wins
     logits[3 * ld + (V > 8 ? 4 : 1)] = 80.f;
     logits[4 * ld + V - 1] = 90.f;                                     // row 4: last id (scalar tail)
-    std::vector<float> temp(R, 0.f), top_p(R, 1.f);
-    std::vector<int32_t> top_k(R, 0);
-    std::vector<uint64_t> seed(R, 1), step(R, 0);
-    Dev<float> dl(logits), dt(temp), dp(top_p);
-    Dev<int32_t> dk(top_k), dout(R);
-    Dev<uint64_t> dseed(seed), dstep(step);
-    SampleParams sp{dl.get(), ld, R, V, dt.get(), dp.get(), dk.get(), dseed.get(), dstep.get(), dout.get(), nullptr};
-    sp.all_greedy = true;
-    Sample(sp);
-    auto got = dout.Download();
+    const std::vector<int32_t> got = GreedyOnDevice(logits, ld, R, V);
     for (int64_t r = 0; r < R; ++r) {
       const int32_t ref = cpu::Sample({logits.data() + r * ld, V, 0.f, 1.f, 0, 1, 0});
       EXPECT_EQ(got[r], ref) << "V " << V << " row " << r;
