@@ -514,19 +514,24 @@ const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
 
 void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w,
                                int64_t ldw, int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y,
-                               int64_t batch) {
+                               int64_t batch, const bf16* x16) {
   // x32 viewed as [rows, ldx]; only the first `batch` strided K-wide slices are used, but the
   // whole row is split (simple, and the rows are short).
   const bool split = opts_.precise_activations;
-  const int64_t Rr = RoundUp(rows, 64);
-  hhi_.Reserve(Rr * ldx * sizeof(bf16));
-  if (split) hlo_.Reserve(Rr * ldx * sizeof(bf16));
-  SplitBf16(x32, ldx, rows, ldx, hhi_.as<bf16>(), split ? hlo_.as<bf16>() : nullptr, ldx, s_);
+  DS_CHECK(x16 == nullptr || !split) << "HeadGemm: a pre-made bf16 input with precise_activations";
+  const bf16* xa = x16;  // bf16 activations [rows, ldx]
+  if (xa == nullptr) {
+    const int64_t Rr = RoundUp(rows, 64);
+    hhi_.Reserve(Rr * ldx * sizeof(bf16));
+    if (split) hlo_.Reserve(Rr * ldx * sizeof(bf16));
+    SplitBf16(x32, ldx, rows, ldx, hhi_.as<bf16>(), split ? hlo_.as<bf16>() : nullptr, ldx, s_);
+    xa = hhi_.as<bf16>();
+  }
   if (skinny_on_ && !split && rows <= kSkinnyHeadMaxRows && ldw == K) {
     // Heads as groups: group h reads x[t, h * stride_x ...], streams w + h * stride_w ([N, K]
     // rows) and writes y[t, h * stride_y ...]; no copies.
     SkinnyGemmParams sp{};
-    sp.g.a = hhi_.as<bf16>(); sp.g.lda = ldx; sp.g.offsets = nullptr; sp.g.max_rows = rows;
+    sp.g.a = xa; sp.g.lda = ldx; sp.g.offsets = nullptr; sp.g.max_rows = rows;
     sp.g.w = w; sp.g.w_fp8 = false; sp.g.w_scales = nullptr; sp.g.num_experts = batch; sp.g.N = N; sp.g.K = K;
     sp.g.out = y; sp.g.out_type = DTypeOut::kF32; sp.g.ldo = ldy; sp.g.stream = s_;
     sp.max_group_rows = rows;
@@ -534,7 +539,7 @@ void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, 
     RunSkinny(sp);
     return;
   }
-  GemmBf16Params g{hhi_.as<bf16>(), ldx, w, ldw, y, ldy, DTypeOut::kF32, rows, N, K, false, s_};
+  GemmBf16Params g{xa, ldx, w, ldw, y, ldy, DTypeOut::kF32, rows, N, K, false, s_};
   g.batch = batch; g.stride_x = stride_x; g.stride_w = stride_w; g.stride_y = stride_y;
   GemmBf16(g);
   if (split) {
@@ -745,14 +750,21 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
         MlaDecodeWorkspaceFloats(Ta, H, kvl, max_ctx, small) * int64_t{sizeof(float)} <= kMlaSmallBatchWorkspaceBytes)
       chunk = small;
     dec_ws_.Reserve(MlaDecodeWorkspaceFloats(Ta, H, kvl, max_ctx, chunk) * sizeof(float));
-    olat32_.Reserve(Tar * H * kvl * sizeof(float));
+    // fused_olat (decode-size pass, not precise): o_lat written as bf16 [Ta, H, kv_lora] by the
+    // decode attention's final writer (combine, or the kernel itself with one split), each
+    // rounding the fp32 value it would have stored with __float2bfloat16_rn, as SplitBf16 does:
+    // the W_UV GEMM below reads it directly (no SplitBf16 launch), bit-identical.
+    const bool olat16 = opts_.fused_olat && !opts_.precise_activations && FusedDecode(T);
+    if (olat16) olat16_.Reserve(Tar * H * kvl * sizeof(bf16));  // o_lat bf16 [Ta, H, kv_lora]
+    else olat32_.Reserve(Tar * H * kvl * sizeof(float));        // o_lat fp32 [Ta, H, kv_lora]
     MlaDecodeParams dp{};
     dp.q = qlat32_.as<float>(); dp.q_tok_stride = H * L; dp.q_head_stride = L;
     dp.cache = cache; dp.num_tokens = Ta; dp.num_seqs = Sa; dp.heads = H; dp.kv_lora = kvl; dp.rope_dim = rd;
     dp.block_size = kBlockSize; dp.query_start = d_qs; dp.context_lens = d_ctx;
     dp.block_table = d_bt; dp.max_blocks = gin_ ? gin_->cap_blocks : b.max_blocks; dp.max_context = max_ctx;
     dp.kv_chunk = chunk; dp.softmax_scale = scale; dp.workspace = dec_ws_.as<float>();
-    dp.out = olat32_.get(); dp.o_tok_stride = H * kvl; dp.o_head_stride = kvl; dp.out_type = DTypeOut::kF32;
+    dp.out = olat16 ? olat16_.get() : olat32_.get(); dp.o_tok_stride = H * kvl; dp.o_head_stride = kvl;
+    dp.out_type = olat16 ? DTypeOut::kBF16 : DTypeOut::kF32;
     dp.stream = s_;
     dp.tensor_cores = opts_.mla_decode_tensor_cores;
     dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
@@ -778,14 +790,18 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       dp.split_counter_count = kMlaSplitCounters;
     }
     MlaDecodeAttention(dp);
+    if (olat16) {
+      ++graph_stats_.fused_launches;
+      ++graph_stats_.fused_olat_layers;
+    }
     // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v]
     float* ov = attn;
     if (!all) {
       ova32_.Reserve(Tar * H * vd * sizeof(float));
       ov = ova32_.as<float>();
     }
-    HeadGemm(olat32_.as<float>(), H * kvl, kvl, Ta, kvl, w.kv_b.as<bf16>() + nope * kvl, kvl, (nope + vd) * kvl, vd, ov,
-             H * vd, vd, H);
+    HeadGemm(olat16 ? nullptr : olat32_.as<float>(), H * kvl, kvl, Ta, kvl, w.kv_b.as<bf16>() + nope * kvl, kvl,
+             (nope + vd) * kvl, vd, ov, H * vd, vd, H, olat16 ? olat16_.as<bf16>() : nullptr);
     if (!all) ScatterRows(ov, H * vd * 4, tok_idx_.as<int32_t>(), Ta, H * vd * 4, attn, H * vd * 4, s_);
     if (!gin_) DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
@@ -1169,8 +1185,8 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
   for (const DeviceBuffer* b :
        {&ids_, &pos_, &slots_, &residual_, &h32_, &h16_, &o32_, &mlp32_, &q32_, &cq32_, &cq16_, &lat32_, &attn32_,
         &gu32_, &act32_, &xq_, &xs_, &offs1_, &xhi_, &xlo_, &hhi_, &hlo_, &ctx_slots_, &lat16_, &rope32_, &kv32_,
-        &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &ova32_, &dec_qs_, &dec_ctx_, &dec_bt_,
-        &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_, &xp16_, &egu32_,
+        &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &olat16_, &ova32_, &dec_qs_, &dec_ctx_,
+        &dec_bt_, &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_, &xp16_, &egu32_,
         &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &skinny_ws_, &dense_gg_ws_})
     v.push_back(b->get());
   return v;

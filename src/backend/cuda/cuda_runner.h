@@ -146,8 +146,9 @@ struct CudaRunnerOptions {
   // kMoeRoutePermuteMaxTokens = 16) on the skinny MoE path. route, norm and qpe are on by
   // default: bit-identical to the unfused path on the H200 (every fixture, dummy V2-Lite and V3,
   // graphs on and off; session 4 run 3). shared is off: on V2-Lite dims it moved logits by
-  // 1.8e-2 relative L2 (min cosine 0.99985), above its fp32-rounding bound. The CLI reads
-  // DS_FUSED_DECODE=0 (none), =1 (all four) or a comma list of route,shared,norm,qpe.
+  // 1.8e-2 relative L2 (min cosine 0.99985), above its fp32-rounding bound. olat is off: not
+  // yet verified on the GPU. The CLI reads DS_FUSED_DECODE=0 (none), =1 (all five) or a comma
+  // list of route,shared,norm,qpe,olat (fused_decode_flags.h).
   //  - fused_moe_route: routing + permutation in one kernel (moe_route_permute.h) instead of
   //    MoeRouting + MoePermute's six launches; bit-identical ids, weights and logits.
   //  - fused_moe_shared (with fused_moe_route): the shared experts as extra groups of the
@@ -162,10 +163,18 @@ struct CudaRunnerOptions {
   //    SplitBf16 launches for q / q_a, kv_a, dense gate_up, graph-mode lm_head); bit-identical.
   //  - fused_qpe: in decode-only passes the q RoPE also writes the rotated q_pe into absorbed
   //    MLA's q_lat (RopeParams::out2), no Copy2D launch; bit-identical.
+  //  - fused_olat (not with precise_activations): absorbed-MLA decode writes o_lat as bf16
+  //    (MlaDecodeParams::out_type kBF16: every decode path's final writer, the combine or the
+  //    one-split kernel, rounds the fp32 value it would have stored with __float2bfloat16_rn,
+  //    as SplitBf16 does) and the W_UV per-head GEMM reads it directly: no SplitBf16 launch
+  //    per layer. Bit-identical by construction; not yet verified on the GPU, off by default.
+  //    (The W_UV GEMM's output for o_proj stays fp32: it runs on cuBLASLt at these shapes,
+  //    whose bf16-output algorithm choice and rounding are not documented to match.)
   bool fused_moe_route = true;
   bool fused_moe_shared = false;
   bool fused_norm = true;
   bool fused_qpe = true;
+  bool fused_olat = false;
   int fused_decode_max_tokens = 16;
   // FP8 GEMMs of the default numerics (fp8_gemm "kernel": bf16 activations, e4m3 weights with
   // 128x128 block scales) at prefill sizes -- the expert GEMMs and the dense projections that do
@@ -188,10 +197,12 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
 // (the first step of each shape, or a shape whose capture failed).
 // fused_launches: host-side launches of the small-batch decode fusions (fused_* options; one
 // per fused kernel or fused copy issued in an eager pass or a capture, not per replay);
-// fused_shared_layers: of those, MoE layers run with the shared experts as extra groups.
+// fused_shared_layers: of those, MoE layers run with the shared experts as extra groups;
+// fused_olat_layers: of those, absorbed-MLA layers whose decode attention wrote bf16 o_lat
+// (fused_olat; each also counts one fused launch).
 struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
-  int64_t fused_launches = 0, fused_shared_layers = 0;
+  int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0;
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

@@ -1,0 +1,42 @@
+// DS_FUSED_DECODE, the CLI's switch for the small-batch decode fusions
+// (CudaRunnerOptions::fused_*; docs/design/decode_small_batch.md, "Launch fusions"), parsed
+// here so that the CPU build's tests check it (tests/backend/cuda_host/test_fused_decode_flags.cpp);
+// src/tools/cuda_runner_hook.cpp applies the result. Free of CUDA headers.
+//   unset: the runner's defaults (route, norm, qpe; the caller does not call this);
+//   "0": none; "1": all (route, shared, norm, qpe, olat);
+//   else a comma list of route, shared (implies route), norm, qpe, olat.
+#pragma once
+
+#include <algorithm>
+#include <string>
+
+namespace ds::cuda {
+
+struct FusedDecodeFlags {
+  bool route = false, shared = false, norm = false, qpe = false, olat = false;
+  std::string unknown;  // comma list of the names not recognised (ignored), "" if none
+};
+
+inline FusedDecodeFlags ParseFusedDecodeFlags(const std::string& value) {
+  FusedDecodeFlags f;
+  if (value == "1") {
+    f.route = f.shared = f.norm = f.qpe = f.olat = true;
+    return f;
+  }
+  if (value == "0") return f;
+  size_t pos = 0;
+  while (pos <= value.size()) {
+    const size_t end = std::min(value.find(',', pos), value.size());
+    const std::string name = value.substr(pos, end - pos);
+    if (name == "route") f.route = true;
+    else if (name == "shared") f.route = f.shared = true;
+    else if (name == "norm") f.norm = true;
+    else if (name == "qpe") f.qpe = true;
+    else if (name == "olat") f.olat = true;
+    else if (!name.empty()) f.unknown += (f.unknown.empty() ? "" : ",") + name;
+    pos = end + 1;
+  }
+  return f;
+}
+
+}  // namespace ds::cuda
