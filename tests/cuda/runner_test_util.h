@@ -26,15 +26,22 @@ inline std::string ConfigDir(const std::string& name) {
   return "";
 }
 
-// DeepSeek-V3's config (DataDir()/deepseek-v3), dummy weights from `seed`, the first `layers`
-// layers, a KV pool of `kv_blocks` blocks; every other option at its default.
-inline CudaRunnerOptions DummyV3Options(int layers, int kv_blocks, uint64_t seed) {
+// The config in `dir`, dummy weights from `seed`, its first `layers` layers; every other
+// option at its default (num_kv_blocks 0: the runner sizes the pool).
+inline CudaRunnerOptions DummyOptions(const std::string& dir, int layers, uint64_t seed) {
   CudaRunnerOptions o;
-  o.model_dir = DataDir() + "/deepseek-v3";
+  o.model_dir = dir;
   o.load_format = "dummy";
   o.num_layers = layers;
-  o.num_kv_blocks = kv_blocks;
   o.seed = seed;
+  return o;
+}
+
+// DeepSeek-V3's config (DataDir()/deepseek-v3) through DummyOptions, with a KV pool of
+// `kv_blocks` blocks.
+inline CudaRunnerOptions DummyV3Options(int layers, int kv_blocks, uint64_t seed) {
+  CudaRunnerOptions o = DummyOptions(DataDir() + "/deepseek-v3", layers, seed);
+  o.num_kv_blocks = kv_blocks;
   return o;
 }
 

@@ -159,16 +159,6 @@ void RunAll(const std::string& label, const CudaRunnerOptions& o, bool full, boo
   }
 }
 
-// Dummy weights (seeded) for the config in dir, truncated to its first `layers` layers.
-CudaRunnerOptions DummyOptions(const std::string& dir, int layers, uint64_t seed) {
-  CudaRunnerOptions o;
-  o.model_dir = dir;
-  o.load_format = "dummy";
-  o.num_layers = layers;
-  o.seed = seed;
-  return o;
-}
-
 // V2-Lite's first 4 layers: 1 dense + 3 MoE layers.
 CudaRunnerOptions DummyV2LiteOptions(const std::string& dir) { return DummyOptions(dir, 4, 5); }
 

@@ -51,6 +51,16 @@ struct Diff {
   }
 };
 
+// Runs one batch through both runners [unfused, fused] and adds their logits' difference to d.
+void RunBoth(std::array<std::unique_ptr<ModelRunner>, 2>& runners, const ForwardBatch& b, int64_t V, Diff* d) {
+  std::array<ForwardOutput, 2> outs;
+  for (int i = 0; i < 2; ++i) {
+    auto st = runners[i]->Forward(b, &outs[i]);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  d->Add(outs[0], outs[1], static_cast<int64_t>(b.logits_indices.size()), V);
+}
+
 // Runs the schedule above on runners [unfused, fused] and reports the difference.
 void CompareOlat(const std::string& label, CudaRunnerOptions o, bool graphs, bool expect_fused = true) {
   constexpr int kSeqs = 24, kMaxBlocks = 8;
@@ -69,14 +79,7 @@ void CompareOlat(const std::string& label, CudaRunnerOptions o, bool graphs, boo
   for (int s = 0; s < kSeqs; ++s) ctx[s] = s == 0 ? 9 : 20 + (s * 37) % 200;
   auto token = [&](int s, int p) { return static_cast<int32_t>((int64_t{s} * 7919 + int64_t{p} * 104729 + 3) % V); };
   Diff d;
-  auto run = [&](const ForwardBatch& b) {
-    std::array<ForwardOutput, 2> outs;
-    for (int i = 0; i < 2; ++i) {
-      auto st = runners[i]->Forward(b, &outs[i]);
-      ASSERT_TRUE(st.ok()) << st.ToString();
-    }
-    d.Add(outs[0], outs[1], static_cast<int64_t>(b.logits_indices.size()), V);
-  };
+  auto run = [&](const ForwardBatch& b) { RunBoth(runners, b, V, &d); };
   // Prefill: sequence 0 alone (9 tokens: a decode-size pass), then the others in one pass.
   run(PrefillBatch({ctx[0]}, kMaxBlocks, token));
   {
@@ -157,15 +160,6 @@ void RunPaths(const std::string& label, const CudaRunnerOptions& base, bool abso
   }
 }
 
-CudaRunnerOptions DummyOptions(const std::string& dir, int layers, uint64_t seed) {
-  CudaRunnerOptions o;
-  o.model_dir = dir;
-  o.load_format = "dummy";
-  o.num_layers = layers;
-  o.seed = seed;
-  return o;
-}
-
 TEST(CudaRunnerFusedOlat, FixturesMatchUnfused) {
   for (const char* name : {"v3_tiny", "v2_lite_tiny", "v3_mla512_tiny"}) {
     const std::string dir = DataDir() + "/" + name;
@@ -223,14 +217,7 @@ TEST(CudaRunnerFusedOlat, DummyV2LiteWarpSplitMatchesUnfused) {
     const int64_t V = runners[0]->config().vocab_size;
     auto token = [&](int s, int p) { return static_cast<int32_t>((int64_t{s} * 7919 + int64_t{p} * 104729 + 5) % V); };
     Diff d;
-    auto run = [&](const ForwardBatch& b) {
-      std::array<ForwardOutput, 2> outs;
-      for (int i = 0; i < 2; ++i) {
-        auto st = runners[i]->Forward(b, &outs[i]);
-        ASSERT_TRUE(st.ok()) << st.ToString();
-      }
-      d.Add(outs[0], outs[1], static_cast<int64_t>(b.logits_indices.size()), V);
-    };
+    auto run = [&](const ForwardBatch& b) { RunBoth(runners, b, V, &d); };
     run(PrefillBatch(std::vector<int>(kSeqs, kPrefill), kMaxBlocks, token));
     std::vector<int> ctx = {9000, 8999, 9100, 9050};
     for (int step = 0; step < 6; ++step) {
