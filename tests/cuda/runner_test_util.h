@@ -1,10 +1,18 @@
 // Shared by the CUDA runner tests: where the fixtures and the carried DeepSeek-V3 config live,
-// and the runner options of a DeepSeek-V3-config model with dummy weights.
+// the runner options of a DeepSeek-V3-config model with dummy weights, prefill / decode
+// batches, and the bit-for-bit comparison of two runners (the opt-in decode fusions' tests:
+// Diff, RunBoth, RunFusionSchedule).
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -79,6 +87,96 @@ ForwardBatch DecodeBatch(const std::vector<int>& seqs, const std::vector<int>& c
     for (int k = 0; k < max_blocks; ++k) b.block_tables.push_back(s * max_blocks + k);
   }
   return b;
+}
+
+// Element-wise difference of two runners' logits over the rows compared so far.
+struct Diff {
+  double max_abs = 0;
+  int64_t nonfinite = 0, rows = 0, differ = 0;
+  void Add(const ForwardOutput& a, const ForwardOutput& b, int64_t n, int64_t V) {
+    for (int64_t r = 0; r < n; ++r, ++rows)
+      for (int64_t j = 0; j < V; ++j) {
+        const float x = a.logits[r * V + j], y = b.logits[r * V + j];
+        nonfinite += !std::isfinite(x) + !std::isfinite(y);
+        differ += !(x == y);
+        max_abs = std::max(max_abs, std::fabs(double(x) - y));
+      }
+  }
+};
+
+// Runs one batch through both runners (e.g. [unfused, fused]) and adds their logits'
+// difference to d.
+inline void RunBoth(std::array<std::unique_ptr<ModelRunner>, 2>& runners, const ForwardBatch& b, int64_t V, Diff* d) {
+  std::array<ForwardOutput, 2> outs;
+  for (int i = 0; i < 2; ++i) {
+    auto st = runners[i]->Forward(b, &outs[i]);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  d->Add(outs[0], outs[1], static_cast<int64_t>(b.logits_indices.size()), V);
+}
+
+// The schedule of the decode-fusion comparisons (RunFusionSchedule): kFusionSeqs sequences,
+// block-table rows of kFusionMaxBlocks blocks (the runners' KV pools need
+// kFusionSeqs * kFusionMaxBlocks blocks).
+inline constexpr int kFusionSeqs = 24, kFusionMaxBlocks = 8;
+
+// Runs both runners through the same batches and adds their logits' difference to d: a
+// prefill (sequence 0 alone, 9 tokens: a decode-size pass; then the others, 20-219 tokens, in
+// one pass), decode steps of 1..24 sequences (<= 16 tokens: the fusions' sizes; 24: unfused in
+// both), a mixed step (sequence 3 with 3 new tokens beside 4 decode rows, 7 tokens) and two
+// more decode steps (4 and 1 sequences). With CUDA graphs on, the repeated decode sizes are
+// replayed.
+inline void RunFusionSchedule(std::array<std::unique_ptr<ModelRunner>, 2>& runners, Diff* d) {
+  constexpr int kSeqs = kFusionSeqs, kMaxBlocks = kFusionMaxBlocks;
+  const int64_t V = runners[0]->config().vocab_size;
+  std::vector<int> ctx(kSeqs);
+  for (int s = 0; s < kSeqs; ++s) ctx[s] = s == 0 ? 9 : 20 + (s * 37) % 200;
+  auto token = [&](int s, int p) { return static_cast<int32_t>((int64_t{s} * 7919 + int64_t{p} * 104729 + 3) % V); };
+  auto run = [&](const ForwardBatch& b) { RunBoth(runners, b, V, d); };
+  // Prefill: sequence 0 alone (9 tokens: a decode-size pass), then the others in one pass.
+  run(PrefillBatch({ctx[0]}, kMaxBlocks, token));
+  {
+    ForwardBatch b;  // sequences 1 .. kSeqs - 1 (block-table rows as PrefillBatch numbers them)
+    b.max_blocks = kMaxBlocks;
+    b.query_start = {0};
+    for (int s = 1; s < kSeqs; ++s) {
+      for (int p = 0; p < ctx[s]; ++p) { b.token_ids.push_back(token(s, p)); b.positions.push_back(p); }
+      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+      b.context_lens.push_back(ctx[s]);
+      for (int k = 0; k < kMaxBlocks; ++k) b.block_tables.push_back(s * kMaxBlocks + k);
+      b.logits_indices.push_back(b.query_start.back() - 1);
+    }
+    run(b);
+  }
+  auto decode = [&](int n, int step) {
+    std::vector<int> seqs;
+    for (int i = 0; i < n; ++i) seqs.push_back((step * 5 + i) % kSeqs);
+    run(DecodeBatch(seqs, ctx, kMaxBlocks, token));
+    for (int s : seqs) ++ctx[s];
+  };
+  const std::vector<int> sizes = {1, 1, 3, 3, 8, 8, 16, 16, 5, 5, 24, 24, 2, 2};
+  for (size_t step = 0; step < sizes.size(); ++step) decode(sizes[step], static_cast<int>(step));
+  {
+    // Mixed pass (7 tokens): sequence 3 gets 3 new tokens, sequences 10..13 one each.
+    ForwardBatch b;
+    b.max_blocks = kMaxBlocks;
+    b.query_start = {0};
+    for (int s : {10, 3, 11, 12, 13}) {
+      const int n_new = s == 3 ? 3 : 1;
+      for (int i = 0; i < n_new; ++i) {
+        b.token_ids.push_back(token(s, ctx[s] + i));
+        b.positions.push_back(ctx[s] + i);
+      }
+      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
+      b.context_lens.push_back(ctx[s] + n_new);
+      for (int k = 0; k < kMaxBlocks; ++k) b.block_tables.push_back(s * kMaxBlocks + k);
+      b.logits_indices.push_back(b.query_start.back() - 1);
+      ctx[s] += n_new;
+    }
+    run(b);
+  }
+  decode(4, 20);
+  decode(1, 21);
 }
 
 }  // namespace ds::cuda::test

@@ -1,11 +1,11 @@
 // CudaRunnerOptions::fused_olat on the whole model: absorbed-MLA decode writes o_lat as bf16
 // (each decode path's final writer rounds the fp32 value it would have stored with
 // __float2bfloat16_rn, as the unfused SplitBf16 does) and the W_UV per-head GEMM reads it
-// directly. Same runner options with fused_olat off and on, the same dummy weights (same seed):
-// a prefill (seq 0 alone, 9 tokens, then the others in one pass), decode steps of 1..24
-// sequences (<= 16 tokens: the fused path; 24: unfused in both), a mixed step (one sequence of
-// 3 new tokens, naive in kAuto, beside 4 decode rows: the !all gather/scatter form) and two more
-// decode steps, CUDA graphs on and off; then the same in MlaMode::kAbsorbed (the 9-token prompt
+// directly. Same runner options with fused_olat off and on, the same dummy weights (same seed),
+// RunFusionSchedule (runner_test_util.h): a prefill (seq 0 alone, 9 tokens, then the others in
+// one pass), decode steps of 1..24 sequences (<= 16 tokens: the fused path; 24: unfused in
+// both), a mixed step (one sequence of 3 new tokens, naive in kAuto, beside 4 decode rows: the
+// !all gather/scatter form) and two more decode steps, CUDA graphs on and off; then the same in MlaMode::kAbsorbed (the 9-token prompt
 // and the 3-token step absorbed too: several query rows per sequence). Every decode kernel
 // path the runner can select is run: the sm_90a kernel (dummy V3, 128 heads, on an sm_90
 // device), the tensor-core row-tile kernel (tensor cores on, sm90 off; V3 dims), the CUDA-core
@@ -37,34 +37,9 @@ constexpr DecodePath kPaths[] = {
     {"cudacore", false, false},     // CUDA-core split kernel + combine
 };
 
-struct Diff {
-  double max_abs = 0;
-  int64_t nonfinite = 0, rows = 0, differ = 0;
-  void Add(const ForwardOutput& a, const ForwardOutput& b, int64_t n, int64_t V) {
-    for (int64_t r = 0; r < n; ++r, ++rows)
-      for (int64_t j = 0; j < V; ++j) {
-        const float x = a.logits[r * V + j], y = b.logits[r * V + j];
-        nonfinite += !std::isfinite(x) + !std::isfinite(y);
-        differ += !(x == y);
-        max_abs = std::max(max_abs, std::fabs(double(x) - y));
-      }
-  }
-};
-
-// Runs one batch through both runners [unfused, fused] and adds their logits' difference to d.
-void RunBoth(std::array<std::unique_ptr<ModelRunner>, 2>& runners, const ForwardBatch& b, int64_t V, Diff* d) {
-  std::array<ForwardOutput, 2> outs;
-  for (int i = 0; i < 2; ++i) {
-    auto st = runners[i]->Forward(b, &outs[i]);
-    ASSERT_TRUE(st.ok()) << st.ToString();
-  }
-  d->Add(outs[0], outs[1], static_cast<int64_t>(b.logits_indices.size()), V);
-}
-
 // Runs the schedule above on runners [unfused, fused] and reports the difference.
 void CompareOlat(const std::string& label, CudaRunnerOptions o, bool graphs, bool expect_fused = true) {
-  constexpr int kSeqs = 24, kMaxBlocks = 8;
-  o.num_kv_blocks = kSeqs * kMaxBlocks;
+  o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
   o.cuda_graphs = graphs;
   std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: fused_olat off, 1: on
   for (int i = 0; i < 2; ++i) {
@@ -74,56 +49,8 @@ void CompareOlat(const std::string& label, CudaRunnerOptions o, bool graphs, boo
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     runners[i] = std::move(r).value();
   }
-  const int64_t V = runners[0]->config().vocab_size;
-  std::vector<int> ctx(kSeqs);
-  for (int s = 0; s < kSeqs; ++s) ctx[s] = s == 0 ? 9 : 20 + (s * 37) % 200;
-  auto token = [&](int s, int p) { return static_cast<int32_t>((int64_t{s} * 7919 + int64_t{p} * 104729 + 3) % V); };
   Diff d;
-  auto run = [&](const ForwardBatch& b) { RunBoth(runners, b, V, &d); };
-  // Prefill: sequence 0 alone (9 tokens: a decode-size pass), then the others in one pass.
-  run(PrefillBatch({ctx[0]}, kMaxBlocks, token));
-  {
-    ForwardBatch b;  // sequences 1 .. kSeqs - 1 (block-table rows as PrefillBatch numbers them)
-    b.max_blocks = kMaxBlocks;
-    b.query_start = {0};
-    for (int s = 1; s < kSeqs; ++s) {
-      for (int p = 0; p < ctx[s]; ++p) { b.token_ids.push_back(token(s, p)); b.positions.push_back(p); }
-      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-      b.context_lens.push_back(ctx[s]);
-      for (int k = 0; k < kMaxBlocks; ++k) b.block_tables.push_back(s * kMaxBlocks + k);
-      b.logits_indices.push_back(b.query_start.back() - 1);
-    }
-    run(b);
-  }
-  auto decode = [&](int n, int step) {
-    std::vector<int> seqs;
-    for (int i = 0; i < n; ++i) seqs.push_back((step * 5 + i) % kSeqs);
-    run(DecodeBatch(seqs, ctx, kMaxBlocks, token));
-    for (int s : seqs) ++ctx[s];
-  };
-  const std::vector<int> sizes = {1, 1, 3, 3, 8, 8, 16, 16, 5, 5, 24, 24, 2, 2};
-  for (size_t step = 0; step < sizes.size(); ++step) decode(sizes[step], static_cast<int>(step));
-  {
-    // Mixed pass (7 tokens): sequence 3 gets 3 new tokens, sequences 10..13 one each.
-    ForwardBatch b;
-    b.max_blocks = kMaxBlocks;
-    b.query_start = {0};
-    for (int s : {10, 3, 11, 12, 13}) {
-      const int n_new = s == 3 ? 3 : 1;
-      for (int i = 0; i < n_new; ++i) {
-        b.token_ids.push_back(token(s, ctx[s] + i));
-        b.positions.push_back(ctx[s] + i);
-      }
-      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-      b.context_lens.push_back(ctx[s] + n_new);
-      for (int k = 0; k < kMaxBlocks; ++k) b.block_tables.push_back(s * kMaxBlocks + k);
-      b.logits_indices.push_back(b.query_start.back() - 1);
-      ctx[s] += n_new;
-    }
-    run(b);
-  }
-  decode(4, 20);
-  decode(1, 21);
+  RunFusionSchedule(runners, &d);
   const CudaGraphStats g0 = GetCudaGraphStats(*runners[0]), g1 = GetCudaGraphStats(*runners[1]);
   const bool pass = d.nonfinite == 0 && d.max_abs == 0 && (!graphs || g1.replayed > 0) &&
                     (expect_fused ? g1.fused_olat_layers > 0 : g1.fused_olat_layers == 0) && g0.fused_olat_layers == 0;

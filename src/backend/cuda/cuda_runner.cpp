@@ -396,16 +396,27 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
 // ---------------------------------------------------------------------------------------------
 // Compute
 
-void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
-                                const bf16* x16) {
-  if (M == 0) return;
+CudaModelRunner::LinearInput CudaModelRunner::LinearInputFor(const Linear& L, int64_t M, int64_t ldy) const {
   if (L.fp8 && opts_.fp8_emulate_act_quant && L.K % 128 == 0 &&
       GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32))
-    return EmulateFp8Linear(L, x, ldx, M, y, ldy);  // debug: where fp8_gemm "cublas" takes cuBLASLt
+    return LinearInput::kFp8Emulated;  // debug: where fp8_gemm "cublas" takes cuBLASLt
   // fp8_gemm "cublas": cuBLASLt's block-scaled FP8 GEMM for whole 128-wide K blocks (every
   // DeepSeek-V3 projection), activations quantised per 1x128 group straight from fp32;
   // otherwise the weights are dequantised in the kernel.
-  if (L.fp8 && use_cublas_fp8_ && (L.K % 128 == 0 || opts_.fp8_gemm == "cublas-all") && GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32)) {
+  if (L.fp8 && use_cublas_fp8_ && (L.K % 128 == 0 || opts_.fp8_gemm == "cublas-all") &&
+      GemmFp8Supported(M, L.N, L.K, L.K, L.K, ldy, DTypeOut::kF32))
+    return LinearInput::kFp8Quant;
+  return opts_.precise_activations && !L.fp8 ? LinearInput::kBf16Split : LinearInput::kBf16;
+}
+
+void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
+                                const bf16* x16) {
+  if (M == 0) return;
+  const LinearInput in = LinearInputFor(L, M, ldy);
+  DS_CHECK(x != nullptr || (in == LinearInput::kBf16 && x16 != nullptr))
+      << "LinearFwd: no fp32 input for a GEMM that reads it (N=" << L.N << " K=" << L.K << " M=" << M << ")";
+  if (in == LinearInput::kFp8Emulated) return EmulateFp8Linear(L, x, ldx, M, y, ldy);
+  if (in == LinearInput::kFp8Quant) {
     const int64_t Mp = Fp8PaddedM(M), kb = (L.K + 127) / 128;
     xq_.Reserve(Mp * L.K);
     xs_.Reserve(kb * Mp * sizeof(float));
@@ -417,7 +428,7 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     return;
   }
   const int64_t Mr = RoundUp(M, kGroupedGemmRowAlign);
-  const bool split = opts_.precise_activations && !L.fp8;
+  const bool split = in == LinearInput::kBf16Split;
   const bf16* xa = split ? nullptr : x16;  // bf16 activations [M, L.K]
   if (xa == nullptr) {
     xhi_.Reserve(Mr * L.K * sizeof(bf16));
@@ -820,12 +831,28 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   auto dense = [&](const Linear& gu, const Linear& down) {
     const int64_t I = gu.N / 2;
     gu32_.Reserve(Tr * 2 * I * sizeof(float));
-    act32_.Reserve(Tr * I * sizeof(float));
+    // fused_silu16 (decode-size pass, not precise, a down projection that reads bf16(act):
+    // LinearInput::kBf16): SiLU-and-mul writes act as bf16 [T, I] -- the same fp32 value
+    // a / (1 + exp(-a)) * b in either instantiation of its kernel, stored as
+    // __float2bfloat16_rn of it, the rounding SplitBf16 applies -- and the down projection
+    // reads it as x16 (same GEMM, same layout: no SplitBf16 launch), bit-identical. Not where
+    // the down projection quantises fp32 act to e4m3 (cuBLASLt FP8) or splits it hi + lo.
+    const bool silu16 = opts_.fused_silu16 && !opts_.precise_activations && FusedDecode(T) &&
+                        LinearInputFor(down, T, Hd) == LinearInput::kBf16;
+    // Tr rows: >= the RoundUp(T, 64) rows the in-kernel FP8 GEMM reads (LinearFwd's Mr).
+    if (silu16) act16_.Reserve(Tr * I * sizeof(bf16));  // act bf16 [T, I]
+    else act32_.Reserve(Tr * I * sizeof(float));        // act fp32 [T, I]
     // fused_norm: h16 (the post-attention norm's bf16 copy) instead of another split of hn
     LinearFwd(gu, hn, Hd, T, gu32_.as<float>(), 2 * I, opts_.fused_norm && FusedDecode(T) ? h16 : nullptr);
-    SiluAndMul({gu32_.as<float>(), 2 * I, act32_.get(), I, DTypeOut::kF32, nullptr, 0, nullptr,
-                ScaleLayout::kGroupMajor, T, I, s_});
-    LinearFwd(down, act32_.as<float>(), I, T, out, Hd);
+    SiluAndMul({gu32_.as<float>(), 2 * I, silu16 ? act16_.get() : act32_.get(), I,
+                silu16 ? DTypeOut::kBF16 : DTypeOut::kF32, nullptr, 0, nullptr, ScaleLayout::kGroupMajor, T, I, s_});
+    if (silu16) {
+      ++graph_stats_.fused_launches;
+      ++graph_stats_.fused_silu16_mlps;
+      LinearFwd(down, nullptr, I, T, out, Hd, act16_.as<bf16>());
+    } else {
+      LinearFwd(down, act32_.as<float>(), I, T, out, Hd);
+    }
   };
   if (!LW.moe) {
     dense(LW.gate_up, LW.down);
@@ -1184,10 +1211,10 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
   std::vector<void*> v;
   for (const DeviceBuffer* b :
        {&ids_, &pos_, &slots_, &residual_, &h32_, &h16_, &o32_, &mlp32_, &q32_, &cq32_, &cq16_, &lat32_, &attn32_,
-        &gu32_, &act32_, &xq_, &xs_, &offs1_, &xhi_, &xlo_, &hhi_, &hlo_, &ctx_slots_, &lat16_, &rope32_, &kv32_,
-        &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &olat16_, &ova32_, &dec_qs_, &dec_ctx_,
-        &dec_bt_, &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_, &xp16_, &egu32_,
-        &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &skinny_ws_, &dense_gg_ws_})
+        &gu32_, &act32_, &act16_, &xq_, &xs_, &offs1_, &xhi_, &xlo_, &hhi_, &hlo_, &ctx_slots_, &lat16_, &rope32_,
+        &kv32_, &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &olat16_, &ova32_, &dec_qs_,
+        &dec_ctx_, &dec_bt_, &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_,
+        &xp16_, &egu32_, &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &skinny_ws_, &dense_gg_ws_})
     v.push_back(b->get());
   return v;
 }

@@ -146,9 +146,9 @@ struct CudaRunnerOptions {
   // kMoeRoutePermuteMaxTokens = 16) on the skinny MoE path. route, norm and qpe are on by
   // default: bit-identical to the unfused path on the H200 (every fixture, dummy V2-Lite and V3,
   // graphs on and off; session 4 run 3). shared is off: on V2-Lite dims it moved logits by
-  // 1.8e-2 relative L2 (min cosine 0.99985), above its fp32-rounding bound. olat is off: not
-  // yet verified on the GPU. The CLI reads DS_FUSED_DECODE=0 (none), =1 (all five) or a comma
-  // list of route,shared,norm,qpe,olat (fused_decode_flags.h).
+  // 1.8e-2 relative L2 (min cosine 0.99985), above its fp32-rounding bound. olat and silu16
+  // are off: not yet verified on the GPU. The CLI reads DS_FUSED_DECODE=0 (none), =1 (all six)
+  // or a comma list of route,shared,norm,qpe,olat,silu16 (fused_decode_flags.h).
   //  - fused_moe_route: routing + permutation in one kernel (moe_route_permute.h) instead of
   //    MoeRouting + MoePermute's six launches; bit-identical ids, weights and logits.
   //  - fused_moe_shared (with fused_moe_route): the shared experts as extra groups of the
@@ -170,11 +170,21 @@ struct CudaRunnerOptions {
   //    per layer. Bit-identical by construction; not yet verified on the GPU, off by default.
   //    (The W_UV GEMM's output for o_proj stays fp32: it runs on cuBLASLt at these shapes,
   //    whose bf16-output algorithm choice and rounding are not documented to match.)
+  //  - fused_silu16 (not with precise_activations): the dense MLP (first_k_dense layers) and
+  //    the unstacked shared experts (MoE layers without fused_moe_shared) run SiLU-and-mul
+  //    with bf16 output (SiluAndMulParams::out_type kBF16: the same fp32 value, stored as its
+  //    __float2bfloat16_rn, the rounding SplitBf16 applies) and the down projection reads it
+  //    as LinearFwd's x16: no SplitBf16 launch per MLP. Only where the down projection takes
+  //    bf16 activations (bf16 weights; FP8 weights with in-kernel dequantisation), not where
+  //    it quantises its fp32 input to e4m3 (fp8_gemm "cublas" on cuBLASLt, or
+  //    fp8_emulate_act_quant). Bit-identical by construction; not yet verified on the GPU, off
+  //    by default.
   bool fused_moe_route = true;
   bool fused_moe_shared = false;
   bool fused_norm = true;
   bool fused_qpe = true;
   bool fused_olat = false;
+  bool fused_silu16 = false;
   int fused_decode_max_tokens = 16;
   // FP8 GEMMs of the default numerics (fp8_gemm "kernel": bf16 activations, e4m3 weights with
   // 128x128 block scales) at prefill sizes -- the expert GEMMs and the dense projections that do
@@ -199,10 +209,12 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
 // per fused kernel or fused copy issued in an eager pass or a capture, not per replay);
 // fused_shared_layers: of those, MoE layers run with the shared experts as extra groups;
 // fused_olat_layers: of those, absorbed-MLA layers whose decode attention wrote bf16 o_lat
-// (fused_olat; each also counts one fused launch).
+// (fused_olat; each also counts one fused launch); fused_silu16_mlps: of those, dense MLPs
+// and unstacked shared experts whose SiLU-and-mul wrote the down projection's bf16 input
+// (fused_silu16; each also counts one fused launch).
 struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
-  int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0;
+  int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

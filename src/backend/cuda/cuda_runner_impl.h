@@ -115,8 +115,19 @@ class CudaModelRunner : public ModelRunner {
   void FinishLinear(Linear* L, const std::vector<float>* raw_scales);
 
   // ---- compute ----
+  // What LinearFwd(L, x, ldx, M, y, ldy, x16) feeds L's GEMM (one decision, shared by
+  // LinearFwd and the producers that make x16 only where it is read):
+  //  kFp8Emulated: fp8_emulate_act_quant (EmulateFp8Linear; reads x fp32);
+  //  kFp8Quant: cuBLASLt's FP8 GEMM, x fp32 quantised to e4m3 per 1x128 group (fp8_gemm
+  //    "cublas" / "cublas-all");
+  //  kBf16Split: bf16 weights with precise_activations: bf16 hi + lo of x (reads x fp32);
+  //  kBf16: bf16(x) = the SplitBf16 hi of x, or x16 when given (bf16 weights, or FP8 weights
+  //    dequantised in the kernel: skinny, mma.sync or sm_90a mixed-input GEMM).
+  enum class LinearInput { kFp8Emulated, kFp8Quant, kBf16Split, kBf16 };
+  LinearInput LinearInputFor(const Linear& L, int64_t M, int64_t ldy) const;
   // x16 (optional, ld = L.K): bf16(x) already made by the producer (fused_norm: the norms'
-  // bf16 copies); used instead of this call's SplitBf16 where the GEMM takes bf16 activations.
+  // bf16 copies; fused_silu16: SiLU-and-mul's bf16 output); used instead of this call's
+  // SplitBf16 where the GEMM takes bf16 activations (LinearInput::kBf16; x may then be null).
   void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
                  const bf16* x16 = nullptr);
   // Debug (fp8_emulate_act_quant): y = dequant(quant(x)) @ dequant(W)^T, x quantised to e4m3
@@ -254,7 +265,7 @@ class CudaModelRunner : public ModelRunner {
 
   // ---- activations (grown on demand) ----
   DeviceBuffer ids_, pos_, slots_, residual_, h32_, h16_, o32_, mlp32_, q32_, cq32_, cq16_, lat32_;
-  DeviceBuffer attn32_, gu32_, act32_, xq_, xs_, offs1_, xhi_, xlo_, hhi_, hlo_;
+  DeviceBuffer attn32_, gu32_, act32_, act16_, xq_, xs_, offs1_, xhi_, xlo_, hhi_, hlo_;
   DeviceBuffer ctx_slots_, lat16_, rope32_, kv32_, grp_qs_, grp_ks_, grp_pos0_;
   DeviceBuffer tok_idx_, qa32_, qlat32_, olat32_, olat16_, ova32_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
   DeviceBuffer rlogits_, topk_ids_, topk_w_, moe_offs_, moe_pos_, moe_src_, moe_ws_, xp16_, egu32_, eact16_, ey16_;

@@ -1,8 +1,8 @@
 // DS_FUSED_DECODE's parser (src/backend/cuda/fused_decode_flags.h), checked in the CPU build:
-// "0" none, "1" all five (route, shared, norm, qpe, olat), a comma list those named (shared
-// implies route), unknown names reported and ignored. Unset is not parsed: the runner keeps its
-// defaults (route, norm, qpe; shared and olat off), checked against CudaRunnerOptions in the
-// CUDA build only.
+// "0" none, "1" all six (route, shared, norm, qpe, olat, silu16), a comma list those named
+// (shared implies route), unknown names reported and ignored. Unset is not parsed: the runner
+// keeps its defaults (route, norm, qpe; shared, olat and silu16 off), checked against
+// CudaRunnerOptions in the CUDA build only.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -14,34 +14,47 @@ namespace {
 
 std::string Str(const FusedDecodeFlags& f) {
   return std::string(f.route ? "R" : "-") + (f.shared ? "S" : "-") + (f.norm ? "N" : "-") + (f.qpe ? "Q" : "-") +
-         (f.olat ? "O" : "-");
+         (f.olat ? "O" : "-") + (f.silu16 ? "U" : "-");
 }
 
 TEST(FusedDecodeFlags, ZeroAndOne) {
-  EXPECT_EQ(Str(ParseFusedDecodeFlags("0")), "-----");
-  EXPECT_EQ(Str(ParseFusedDecodeFlags("1")), "RSNQO");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("0")), "------");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("1")), "RSNQOU");
   EXPECT_TRUE(ParseFusedDecodeFlags("1").unknown.empty());
   EXPECT_TRUE(ParseFusedDecodeFlags("0").unknown.empty());
 }
 
 TEST(FusedDecodeFlags, Lists) {
-  EXPECT_EQ(Str(ParseFusedDecodeFlags("olat")), "----O");
-  EXPECT_EQ(Str(ParseFusedDecodeFlags("route,norm,qpe")), "R-NQ-");
-  EXPECT_EQ(Str(ParseFusedDecodeFlags("route,norm,qpe,olat")), "R-NQO");
-  EXPECT_EQ(Str(ParseFusedDecodeFlags("qpe,olat,norm")), "--NQO");
-  EXPECT_EQ(Str(ParseFusedDecodeFlags("shared")), "RS---");  // shared implies route
-  EXPECT_EQ(Str(ParseFusedDecodeFlags("")), "-----");
-  EXPECT_EQ(Str(ParseFusedDecodeFlags(",olat,")), "----O");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("olat")), "----O-");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("silu16")), "-----U");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("route,norm,qpe")), "R-NQ--");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("route,norm,qpe,olat")), "R-NQO-");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("route,norm,qpe,silu16")), "R-NQ-U");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("route,norm,qpe,olat,silu16")), "R-NQOU");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("route,shared,norm,qpe,olat,silu16")), "RSNQOU");  // == "1"
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("qpe,olat,norm")), "--NQO-");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("silu16,olat")), "----OU");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("shared")), "RS----");  // shared implies route
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("")), "------");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags(",olat,")), "----O-");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags(",silu16,,")), "-----U");
   EXPECT_TRUE(ParseFusedDecodeFlags("route,norm,qpe,olat").unknown.empty());
+  EXPECT_TRUE(ParseFusedDecodeFlags("route,norm,qpe,olat,silu16").unknown.empty());
 }
 
 TEST(FusedDecodeFlags, UnknownNamesAreReportedAndIgnored) {
   const FusedDecodeFlags f = ParseFusedDecodeFlags("norm,olats,1, qpe");
-  EXPECT_EQ(Str(f), "--N--");
+  EXPECT_EQ(Str(f), "--N---");
   EXPECT_EQ(f.unknown, "olats,1, qpe");
+  // Names match whole and exactly (case, spaces).
+  const FusedDecodeFlags g = ParseFusedDecodeFlags("silu,silu16x,SILU16, silu16,silu16");
+  EXPECT_EQ(Str(g), "-----U");
+  EXPECT_EQ(g.unknown, "silu,silu16x,SILU16, silu16");
   // "1" / "0" only mean all / none alone.
-  EXPECT_EQ(Str(ParseFusedDecodeFlags("1,olat")), "----O");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("1,olat")), "----O-");
   EXPECT_EQ(ParseFusedDecodeFlags("1,olat").unknown, "1");
+  EXPECT_EQ(Str(ParseFusedDecodeFlags("0,silu16")), "-----U");
+  EXPECT_EQ(ParseFusedDecodeFlags("0,silu16").unknown, "0");
 }
 
 }  // namespace
