@@ -115,6 +115,19 @@ inline void RunBoth(std::array<std::unique_ptr<ModelRunner>, 2>& runners, const 
   d->Add(outs[0], outs[1], static_cast<int64_t>(b.logits_indices.size()), V);
 }
 
+// Two runners from `o` for an on/off comparison: set(options, false) for [0], set(options,
+// true) for [1]. Callers check both are non-null (a failed creation is a test failure here).
+template <class SetFn>
+void MakeRunnerPair(const CudaRunnerOptions& o, SetFn set, std::array<std::unique_ptr<ModelRunner>, 2>* runners) {
+  for (int i = 0; i < 2; ++i) {
+    CudaRunnerOptions oi = o;
+    set(oi, i == 1);
+    auto r = CreateCudaModelRunner(oi);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    (*runners)[i] = std::move(r).value();
+  }
+}
+
 // The schedule of the decode-fusion comparisons (RunFusionSchedule): kFusionSeqs sequences,
 // block-table rows of kFusionMaxBlocks blocks (the runners' KV pools need
 // kFusionSeqs * kFusionMaxBlocks blocks).

@@ -45,13 +45,8 @@ void CompareSilu16(const std::string& label, CudaRunnerOptions o, bool graphs, i
   o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
   o.cuda_graphs = graphs;
   std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: fused_silu16 off, 1: on
-  for (int i = 0; i < 2; ++i) {
-    CudaRunnerOptions oi = o;
-    oi.fused_silu16 = i == 1;
-    auto r = CreateCudaModelRunner(oi);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    runners[i] = std::move(r).value();
-  }
+  MakeRunnerPair(o, [](CudaRunnerOptions& x, bool on) { x.fused_silu16 = on; }, &runners);
+  ASSERT_TRUE(runners[0] && runners[1]);
   Diff d;
   RunFusionSchedule(runners, &d);
   const CudaGraphStats g0 = GetCudaGraphStats(*runners[0]), g1 = GetCudaGraphStats(*runners[1]);
