@@ -66,12 +66,7 @@ std::pair<int32_t, double> Crossing(std::vector<int32_t> idx, const std::vector<
 
 int32_t FastSample(const float* logits, int64_t vocab, float temperature, float top_p, int top_k,
                    uint64_t seed, uint64_t step) {
-  if (temperature <= 0.0f) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i)
-      if (logits[i] > logits[best]) best = i;
-    return static_cast<int32_t>(best);
-  }
+  if (temperature <= 0.0f) return cpu::GreedyArgmax(logits, vocab);
   // prob = softmax(logits / T) in double, exactly as cpu::Sample computes it.
   std::vector<double> prob(vocab);
   double mx = -INFINITY;

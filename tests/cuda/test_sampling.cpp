@@ -83,13 +83,16 @@ TEST(CudaSampling, AllGreedyArgmaxMatchesCpu) {
 // all-NaN row (token 0), a tie split between the vector body and the scalar tail.
 TEST(CudaSampling, AllGreedyArgmaxUnalignedRowsAndTails) {
   for (const int64_t V : {int64_t{7}, int64_t{1003}, int64_t{129281}}) {
+    // Odd V: row r starts 4 * r * V bytes in, so rows 0 and 4 are 16-byte aligned (vector
+    // body + scalar tail) and rows 1, 2, 3, 5 are not (scalar only).
     const int64_t ld = V, R = 6;
     auto logits = RandomNormal(R * ld, 3.f);
     logits[1] = NAN;                                                   // row 0: a NaN at id 1 is skipped
     for (int64_t v = 0; v < V; ++v) logits[2 * ld + v] = NAN;          // row 2: all NaN -> token 0
-    logits[3 * ld + V - 1] = 80.f;                                     // row 3: tie, lowest id wins
-    logits[3 * ld + (V > 8 ? 4 : 1)] = 80.f;
-    logits[4 * ld + V - 1] = 90.f;                                     // row 4: last id (scalar tail)
+    logits[3 * ld + V - 1] = 80.f;                                     // row 3: last id wins (scalar)
+    logits[4 * ld + 2] = 90.f;                                         // row 4: tie between the vector
+    logits[4 * ld + V - 1] = 90.f;                                     //   body (id 2) and the tail: 2
+    logits[5 * ld] = NAN;                                              // row 5: a NaN at id 0 never wins
     const std::vector<int32_t> got = GreedyOnDevice(logits, ld, R, V);
     for (int64_t r = 0; r < R; ++r) {
       const int32_t ref = cpu::Sample({logits.data() + r * ld, V, 0.f, 1.f, 0, 1, 0});
@@ -97,8 +100,9 @@ TEST(CudaSampling, AllGreedyArgmaxUnalignedRowsAndTails) {
     }
     EXPECT_NE(got[0], 1) << "V " << V;
     EXPECT_EQ(got[2], 0) << "V " << V;
-    EXPECT_EQ(got[3], V > 8 ? 4 : 1) << "V " << V;
-    EXPECT_EQ(got[4], V - 1) << "V " << V;
+    EXPECT_EQ(got[3], V - 1) << "V " << V;
+    EXPECT_EQ(got[4], 2) << "V " << V;
+    EXPECT_NE(got[5], 0) << "V " << V;
   }
 }
 

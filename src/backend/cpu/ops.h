@@ -164,5 +164,8 @@ struct SampleParams {
   uint64_t seed; uint64_t step;
 };
 int32_t Sample(const SampleParams& p);
+// The greedy choice of Sample (temperature <= 0): the argmax of logits [vocab], lowest id on
+// ties; NaN never wins; a row of only NaN gives 0 (the CUDA argmax applies the same rule).
+int32_t GreedyArgmax(const float* logits, int64_t vocab);
 
 }  // namespace ds::cpu

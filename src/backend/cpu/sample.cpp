@@ -11,14 +11,17 @@
 #include "common/rng.h"
 
 namespace ds::cpu {
+int32_t GreedyArgmax(const float* logits, int64_t vocab) {
+  // NaN never wins (before, a NaN at id 0 pinned the result to 0, unlike the CUDA argmax).
+  int64_t best = -1;
+  for (int64_t i = 0; i < vocab; ++i)
+    if (!std::isnan(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+  return static_cast<int32_t>(best < 0 ? 0 : best);
+}
+
 int32_t Sample(const SampleParams& p) {
   DS_CHECK(p.vocab > 0) << "empty vocabulary";
-  if (p.temperature <= 0.0f) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < p.vocab; ++i)
-      if (p.logits[i] > p.logits[best]) best = i;
-    return static_cast<int32_t>(best);
-  }
+  if (p.temperature <= 0.0f) return GreedyArgmax(p.logits, p.vocab);
   // softmax(logits / T) in double.
   std::vector<double> prob(p.vocab);
   double mx = -INFINITY;

@@ -342,6 +342,21 @@ TEST(CpuOps, SampleGreedyAndDeterministic) {
   }
 }
 
+// Greedy with NaN logits: NaN never wins, also at id 0; a row of only NaN gives 0; -inf rows
+// give the lowest id (as the CUDA argmax, tests/cuda/test_sampling.cpp).
+TEST(CpuOps, SampleGreedyNaNNeverWins) {
+  const float nan = std::nanf("");
+  std::vector<float> a = {nan, 1.0f, 3.0f, 3.0f};
+  EXPECT_EQ(Sample({a.data(), 4, 0.0f, 1.0f, 0, 1, 0}), 2);
+  std::vector<float> b = {1.0f, nan, 0.5f};
+  EXPECT_EQ(Sample({b.data(), 3, 0.0f, 1.0f, 0, 1, 0}), 0);
+  std::vector<float> c = {nan, nan};
+  EXPECT_EQ(Sample({c.data(), 2, 0.0f, 1.0f, 0, 1, 0}), 0);
+  std::vector<float> d = {nan, -INFINITY, -INFINITY};
+  EXPECT_EQ(Sample({d.data(), 3, 0.0f, 1.0f, 0, 1, 0}), 1);
+  EXPECT_EQ(GreedyArgmax(a.data(), 4), 2);
+}
+
 TEST(CpuOps, SampleFollowsDistribution) {
   std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
   int counts[3] = {0, 0, 0};
