@@ -716,6 +716,8 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     // the cuda-core backend asked for (tensor cores off, no emulation) keeps it off.
     const bool sm90_decode =
         opts_.mla_decode_sm90 && (opts_.mla_decode_tensor_cores || opts_.mla_decode_emulate_tc != 0);
+    // CudaRunnerOptions::mla_decode_small_batch_chunk applies to this pass (size; workspace below)
+    const bool small_batch_plan = opts_.mla_decode_small_batch_chunk > 0 && Ta <= kMlaSmallBatchTokens;
     bool graph_hints = gin_ != nullptr;
     int64_t hint_seqs = Sa;  // sequences the host hints count (graph_hints)
     if (gin_) {
@@ -747,7 +749,6 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       // The tensor-core kernels size their splits from the total context, which a graph replay
       // counts over the whole padded bucket: an eager pass counts its sequences as that bucket
       // too, so its real rows split (and round) exactly as the padded replay's.
-      const bool small_batch_plan = opts_.mla_decode_small_batch_chunk > 0 && Ta <= kMlaSmallBatchTokens;
       if ((sm90_decode || small_batch_plan) && Ta == Sa) {
         int need = 1;
         for (int32_t c : ctxs) need = std::max(need, static_cast<int>((c + kBlockSize - 1) / kBlockSize));
@@ -757,7 +758,8 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       }
     }
     int64_t chunk = 256;
-    if (const int64_t small = opts_.mla_decode_small_batch_chunk; small > 0 && Ta <= kMlaSmallBatchTokens &&
+    if (const int64_t small = opts_.mla_decode_small_batch_chunk;
+        small_batch_plan &&
         MlaDecodeWorkspaceFloats(Ta, H, kvl, max_ctx, small) * int64_t{sizeof(float)} <= kMlaSmallBatchWorkspaceBytes)
       chunk = small;
     dec_ws_.Reserve(MlaDecodeWorkspaceFloats(Ta, H, kvl, max_ctx, chunk) * sizeof(float));
