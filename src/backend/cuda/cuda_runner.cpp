@@ -20,6 +20,7 @@
 #include "backend/cuda/grouped_gemm_sm90.h"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_kv_rope_fused.h"
 #include "backend/cuda/mla_prefill.h"
 #include "backend/cuda/moe_combine_norm.h"
 #include "backend/cuda/moe_permute.h"
@@ -586,7 +587,6 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   lat32_.Reserve(Tr * L * sizeof(float));
   float* lat = lat32_.as<float>();
   LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L, hn16);
-  RmsNorm({lat, L, nullptr, 0, w.kv_a_norm.as<float>(), lat, L, DTypeOut::kF32, T, kvl, kLatentNormEps, s_});
   float* q = q32_.as<float>();
   // fused_qpe, decode-only pass (every row absorbed): RoPE writes q_pe into q_lat's tail too.
   bool qpe_done = opts_.fused_qpe && FusedDecode(T) && opts_.mla_mode != MlaMode::kNaive;
@@ -598,10 +598,30 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     rq.out2 = qlat32_.as<float>() + kvl; rq.out2_token_stride = H * L; rq.out2_head_stride = L;
     ++graph_stats_.fused_launches;
   }
-  ApplyRope(rq);
-  bf16* cache = cache_[l].as<bf16>();
-  RopeAndWriteKvCache({lat, L, lat + kvl, L, d_pos_, d_slots_, d_cos_.as<float>(),
-                       d_sin_.as<float>(), rope_.max_pos, T, kvl, rd, interleave, cache, s_});
+  bf16* cache = cache_[l].as<bf16>();  // this layer's paged latent cache [slots, kv_lora + rope] bf16
+  if (opts_.fused_kvrope && FusedDecode(T)) {
+    // fused_kvrope (decode-size pass): the three launches below in one kernel
+    // (mla_kv_rope_fused.h): the same device routines, RmsNorm's block size for kv_lora (its
+    // reduction order), the same lat, q (q_lat's q_pe with fused_qpe) and cache bits.
+    MlaKvRopeParams kp{};
+    kp.lat = lat; kp.ld_lat = L; kp.norm_weight = w.kv_a_norm.as<float>(); kp.eps = kLatentNormEps;
+    kp.n = T; kp.kv_lora = kvl; kp.rope_dim = rd;
+    kp.q = q; kp.heads = H; kp.q_token_stride = rq.token_stride; kp.q_head_stride = rq.head_stride;
+    kp.q_offset = rq.offset;
+    kp.q_out2 = rq.out2; kp.q_out2_token_stride = rq.out2_token_stride; kp.q_out2_head_stride = rq.out2_head_stride;
+    kp.positions = d_pos_; kp.slots = d_slots_; kp.cos = d_cos_.as<float>(); kp.sin = d_sin_.as<float>();
+    kp.max_pos = rope_.max_pos; kp.interleave = interleave; kp.cache = cache; kp.stream = s_;
+    MlaKvRope(kp);
+    ++graph_stats_.fused_launches;
+    ++graph_stats_.fused_kvrope_layers;
+  } else {
+    // c_kv (lat[:, :kvl]) normalised in place; q's rope channels rotated in place (and q_pe
+    // into q_lat with fused_qpe); [c_kv | rope(k_pe)] written to the cache as bf16.
+    RmsNorm({lat, L, nullptr, 0, w.kv_a_norm.as<float>(), lat, L, DTypeOut::kF32, T, kvl, kLatentNormEps, s_});
+    ApplyRope(rq);
+    RopeAndWriteKvCache({lat, L, lat + kvl, L, d_pos_, d_slots_, d_cos_.as<float>(),
+                         d_sin_.as<float>(), rope_.max_pos, T, kvl, rd, interleave, cache, s_});
+  }
 
   attn32_.Reserve(Tr * H * vd * sizeof(float));
   float* attn = attn32_.as<float>();  // attn: [T, H, v] per-head attention outputs

@@ -3,8 +3,8 @@
 // here so that the CPU build's tests check it (tests/backend/cuda_host/test_fused_decode_flags.cpp);
 // src/tools/cuda_runner_hook.cpp applies the result. Free of CUDA headers.
 //   unset: the runner's defaults (route, norm, qpe; the caller does not call this);
-//   "0": none; "1": all (route, shared, norm, qpe, olat, silu16);
-//   else a comma list of route, shared (implies route), norm, qpe, olat, silu16.
+//   "0": none; "1": all (route, shared, norm, qpe, olat, silu16, kvrope);
+//   else a comma list of route, shared (implies route), norm, qpe, olat, silu16, kvrope.
 #pragma once
 
 #include <algorithm>
@@ -14,13 +14,14 @@ namespace ds::cuda {
 
 struct FusedDecodeFlags {
   bool route = false, shared = false, norm = false, qpe = false, olat = false, silu16 = false;
+  bool kvrope = false;
   std::string unknown;  // comma list of the names not recognised (ignored), "" if none
 };
 
 inline FusedDecodeFlags ParseFusedDecodeFlags(const std::string& value) {
   FusedDecodeFlags f;
   if (value == "1") {
-    f.route = f.shared = f.norm = f.qpe = f.olat = f.silu16 = true;
+    f.route = f.shared = f.norm = f.qpe = f.olat = f.silu16 = f.kvrope = true;
     return f;
   }
   if (value == "0") return f;
@@ -34,6 +35,7 @@ inline FusedDecodeFlags ParseFusedDecodeFlags(const std::string& value) {
     else if (name == "qpe") f.qpe = true;
     else if (name == "olat") f.olat = true;
     else if (name == "silu16") f.silu16 = true;
+    else if (name == "kvrope") f.kvrope = true;
     else if (!name.empty()) f.unknown += (f.unknown.empty() ? "" : ",") + name;
     pos = end + 1;
   }

@@ -2,38 +2,10 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/rope.cuh"
 
 namespace ds::cuda {
 namespace {
-
-constexpr int kMaxPairsPerLane = 4;  // rope_dim <= 256
-
-// One warp rotates one head's rope channels in place at `v` (fp32) and writes the result to
-// `out` (may equal v) as TOut.
-template <typename TOut>
-__device__ void RotateHead(const float* v, TOut* out, int half, int pos, const float* cos, const float* sin,
-                           bool interleave) {
-  const int lane = threadIdx.x & 31;
-  float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
-#pragma unroll
-  for (int j = 0; j < kMaxPairsPerLane; ++j) {
-    const int i = lane + 32 * j;
-    if (i < half) {
-      a[j] = interleave ? v[2 * i] : v[i];
-      b[j] = interleave ? v[2 * i + 1] : v[i + half];
-    }
-  }
-  __syncwarp();
-#pragma unroll
-  for (int j = 0; j < kMaxPairsPerLane; ++j) {
-    const int i = lane + 32 * j;
-    if (i < half) {
-      const float c = cos[static_cast<int64_t>(pos) * half + i], s = sin[static_cast<int64_t>(pos) * half + i];
-      out[i] = dev::FromF<TOut>(a[j] * c - b[j] * s);
-      out[i + half] = dev::FromF<TOut>(b[j] * c + a[j] * s);
-    }
-  }
-}
 
 __global__ void RopeKernel(RopeParams p) {
   const int warps = blockDim.x >> 5;
@@ -42,13 +14,9 @@ __global__ void RopeKernel(RopeParams p) {
   const int64_t t = item / p.heads, h = item % p.heads;
   const int pos = p.positions[t];
   if (pos < 0 || pos >= p.max_pos) return;
-  float* v = p.x + t * p.token_stride + h * p.head_stride + p.offset;
-  RotateHead<float>(v, v, static_cast<int>(p.rope_dim / 2), pos, p.cos, p.sin, p.interleave);
-  if (p.out2 != nullptr) {
-    __syncwarp();  // the other lanes' rotated values
-    float* o = p.out2 + t * p.out2_token_stride + h * p.out2_head_stride;
-    for (int64_t i = threadIdx.x & 31; i < p.rope_dim; i += 32) o[i] = v[i];
-  }
+  rope::RopeHeadInPlace(p.x + t * p.token_stride + h * p.head_stride + p.offset, p.rope_dim, pos, p.cos, p.sin,
+                        p.interleave,
+                        p.out2 ? p.out2 + t * p.out2_token_stride + h * p.out2_head_stride : nullptr);
 }
 
 __global__ void KvCacheWriteKernel(KvCacheWriteParams p) {
@@ -62,15 +30,14 @@ __global__ void KvCacheWriteKernel(KvCacheWriteParams p) {
   if (threadIdx.x < 32) {
     const int pos = p.positions[t];
     if (pos < 0 || pos >= p.max_pos) return;
-    RotateHead<__nv_bfloat16>(p.k_pe + t * p.ld_k_pe, dst + p.kv_lora, static_cast<int>(p.rope_dim / 2), pos,
-                              p.cos, p.sin, p.interleave);
+    rope::RopeKpeToCache(p.k_pe + t * p.ld_k_pe, dst + p.kv_lora, p.rope_dim, pos, p.cos, p.sin, p.interleave);
   }
 }
 
 }  // namespace
 
 void ApplyRope(const RopeParams& p) {
-  DS_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= 64 * kMaxPairsPerLane)
+  DS_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= 64 * rope::kMaxPairsPerLane)
       << "ApplyRope: rope_dim must be even and <= 256, got " << p.rope_dim;
   if (p.n == 0 || p.heads == 0) return;
   const int64_t items = p.n * p.heads;
@@ -80,7 +47,7 @@ void ApplyRope(const RopeParams& p) {
 }
 
 void RopeAndWriteKvCache(const KvCacheWriteParams& p) {
-  DS_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= 64 * kMaxPairsPerLane)
+  DS_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= 64 * rope::kMaxPairsPerLane)
       << "RopeAndWriteKvCache: bad rope_dim " << p.rope_dim;
   if (p.n == 0) return;
   KvCacheWriteKernel<<<p.n, 128, 0, p.stream>>>(p);
