@@ -2,12 +2,14 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds::cuda {
 namespace {
 
 template <typename TOut>
 __global__ void RmsNormKernel(RmsNormParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const float* x = p.x + row * p.ldx;
@@ -39,9 +41,9 @@ void RmsNorm(const RmsNormParams& p) {
   if (p.n == 0) return;
   const int threads = p.d >= 1024 ? 1024 : 256;
   if (p.out_type == DTypeOut::kF32)
-    RmsNormKernel<float><<<p.n, threads, 0, p.stream>>>(p);
+    LaunchKernel(RmsNormKernel<float>, p.n, threads, 0, p.stream, p.pdl, p);
   else
-    RmsNormKernel<__nv_bfloat16><<<p.n, threads, 0, p.stream>>>(p);
+    LaunchKernel(RmsNormKernel<__nv_bfloat16>, p.n, threads, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("RmsNormKernel");
 }
 

@@ -2,6 +2,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -36,6 +37,7 @@ __device__ void RotateHead(const float* v, TOut* out, int half, int pos, const f
 }
 
 __global__ void RopeKernel(RopeParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int warps = blockDim.x >> 5;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * warps + (threadIdx.x >> 5);
   if (item >= p.n * p.heads) return;
@@ -52,6 +54,7 @@ __global__ void RopeKernel(RopeParams p) {
 }
 
 __global__ void KvCacheWriteKernel(KvCacheWriteParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t t = blockIdx.x;
   const int64_t slot = p.slots[t];
   if (slot < 0) return;
@@ -75,7 +78,7 @@ void ApplyRope(const RopeParams& p) {
   if (p.n == 0 || p.heads == 0) return;
   const int64_t items = p.n * p.heads;
   const int warps = 8;
-  RopeKernel<<<dev::CeilDiv(items, warps), warps * 32, 0, p.stream>>>(p);
+  LaunchKernel(RopeKernel, dev::CeilDiv(items, warps), warps * 32, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("RopeKernel");
 }
 
@@ -83,7 +86,7 @@ void RopeAndWriteKvCache(const KvCacheWriteParams& p) {
   DS_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= 64 * kMaxPairsPerLane)
       << "RopeAndWriteKvCache: bad rope_dim " << p.rope_dim;
   if (p.n == 0) return;
-  KvCacheWriteKernel<<<p.n, 128, 0, p.stream>>>(p);
+  LaunchKernel(KvCacheWriteKernel, p.n, 128, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("KvCacheWriteKernel");
 }
 
