@@ -5,7 +5,8 @@
 // (runner_test_util.h: prefill, decode steps of 1..24 sequences, a mixed step), CUDA graphs off
 // (eager PDL launches) and on (PDL launches captured as programmatic graph edges, replayed),
 // with the decode fusions at their defaults and all on. PDL changes no arithmetic, so the
-// logits must be bit-identical (max |diff| 0). CudaPdl.* (test_pdl_launch.cpp) checks an op
+// logits must be bit-identical (max |diff| 0); also with profiling (event-record nodes in the
+// graphs) and on the CUDA-core decode kernel. CudaPdl.* (test_pdl_launch.cpp) checks an op
 // chain and the captured edges. Not yet run on the GPU (written without a device).
 #include <array>
 #include <cstdio>
@@ -73,6 +74,18 @@ TEST(CudaRunnerPdl, CudaCoreDecodeMatchesWithoutPdl) {
   o.model_dir = dir;
   o.mla_decode_tensor_cores = false;
   for (bool graphs : {false, true}) ComparePdl("v3_mla512_tiny cuda-core decode", o, graphs);
+}
+
+// With profiling on, eager passes record events between phases and decode graphs are captured
+// with external event-record nodes at the same marks: a PDL launch right after such a node has
+// no kernel predecessor (capture should give it a plain edge). Both runners profile.
+TEST(CudaRunnerPdl, ProfiledMatchesWithoutPdl) {
+  const std::string dir = DataDir() + "/v2_lite_tiny";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no v2_lite_tiny";
+  CudaRunnerOptions o;
+  o.model_dir = dir;
+  o.profile = true;
+  for (bool graphs : {false, true}) ComparePdl("v2_lite_tiny profile", o, graphs);
 }
 
 TEST(CudaRunnerPdl, DummyV2LiteMatchesWithoutPdl) {
