@@ -84,6 +84,13 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     c.fused_silu16 = fl.silu16;
     c.fused_kvrope = fl.kvrope;
   }
+  // DS_PDL=1: CudaRunnerOptions::pdl (programmatic dependent launch of the runner's kernels; A/B,
+  // not yet verified on the GPU; ParsePdlFlag, backend/cuda/fused_decode_flags.h).
+  if (const char* v = std::getenv("DS_PDL"); v != nullptr) {
+    const int on = ds::cuda::ParsePdlFlag(v);
+    if (on >= 0) c.pdl = on == 1;
+    else DS_LOG(WARNING) << "DS_PDL=" << v << " ignored (1 / on or 0 / off)";
+  }
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   c.fp8_gemm = o.fp8_gemm;
   c.mla_mode = o.mla_mode;

@@ -207,6 +207,18 @@ struct CudaRunnerOptions {
   // mma.sync kernel (3 layers: min cosine 0.99982), and V3's 64 x 1K prefill (8 layers) runs at
   // 45.1K tok/s against 17.2K (session 4 run 3). The CLI's DS_SM90_MIXED_GEMM=0 turns it off.
   bool sm90_mixed_gemm = true;
+  // Programmatic Dependent Launch (launch.cuh; docs/design/decode_small_batch.md, "Programmatic
+  // dependent launch"): the runner's own kernels (norms, RoPE / cache write, conversions and
+  // copies, skinny GEMMs, SiLU-and-mul, fused routing / combine, MLA decode and its combine,
+  // embedding, greedy sampling, gathers) are launched with
+  // cudaLaunchAttributeProgrammaticStreamSerialization, so each may be scheduled while the
+  // previous kernel in the stream finishes; every one of them waits (griddepcontrol.wait) for
+  // its predecessor's completion before touching global memory, so results are bit-identical
+  // by construction. Eager passes and captured decode graphs alike (capture records
+  // programmatic edges). cuBLAS / cuBLASLt / CUTLASS kernels are launched as before. Aims at
+  // the launch latency and tails between the ~20 small dependent kernels of a batch-1 decode
+  // layer. Not yet verified on the GPU: off by default (the CLI reads DS_PDL=1).
+  bool pdl = false;
   int device = 0;
 };
 

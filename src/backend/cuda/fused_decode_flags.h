@@ -1,7 +1,8 @@
 // DS_FUSED_DECODE, the CLI's switch for the small-batch decode fusions
 // (CudaRunnerOptions::fused_*; docs/design/decode_small_batch.md, "Launch fusions"), parsed
 // here so that the CPU build's tests check it (tests/backend/cuda_host/test_fused_decode_flags.cpp);
-// src/tools/cuda_runner_hook.cpp applies the result. Free of CUDA headers.
+// src/tools/cuda_runner_hook.cpp applies the result. Free of CUDA headers. Also DS_PDL's
+// parser (ParsePdlFlag, below).
 //   unset: the runner's defaults (route, norm, qpe; the caller does not call this);
 //   "0": none; "1": all (route, shared, norm, qpe, olat, silu16, kvrope);
 //   else a comma list of route, shared (implies route), norm, qpe, olat, silu16, kvrope.
@@ -40,6 +41,15 @@ inline FusedDecodeFlags ParseFusedDecodeFlags(const std::string& value) {
     pos = end + 1;
   }
   return f;
+}
+
+// DS_PDL, the CLI's switch for CudaRunnerOptions::pdl (programmatic dependent launch of the
+// runner's kernels; launch.cuh): "1" / "on" -> 1 (on), "0" / "off" -> 0 (off), anything else
+// (e.g. "yes", "") -> -1: not recognised, the caller keeps the default and warns.
+inline int ParsePdlFlag(const std::string& value) {
+  if (value == "1" || value == "on") return 1;
+  if (value == "0" || value == "off") return 0;
+  return -1;
 }
 
 }  // namespace ds::cuda

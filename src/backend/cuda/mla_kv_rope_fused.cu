@@ -1,3 +1,4 @@
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/mla_kv_rope_fused.h"
 
 #include "backend/cuda/common.cuh"
@@ -10,6 +11,7 @@ namespace {
 
 // blockDim.x == norm::RmsNormThreads(kv_lora) (RmsNorm's block size: its reduction order).
 __global__ void MlaKvRopeKernel(MlaKvRopeParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t t = blockIdx.x;
   if (blockIdx.y == 0) {
     // RmsNorm of c_kv (lat[t, 0 .. kv_lora), in place) + RopeAndWriteKvCache of token t.
@@ -45,7 +47,7 @@ void MlaKvRope(const MlaKvRopeParams& p) {
   if (p.n == 0) return;
   const int threads = norm::RmsNormThreads(p.kv_lora), warps = threads / 32;
   const dim3 grid(static_cast<unsigned>(p.n), 1 + static_cast<unsigned>(dev::CeilDiv(p.heads, warps)));
-  MlaKvRopeKernel<<<grid, threads, 0, p.stream>>>(p);
+  LaunchKernel(MlaKvRopeKernel, grid, threads, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MlaKvRopeKernel");
 }
 

@@ -37,6 +37,7 @@ struct MlaKvRopeParams {
   bool interleave;
   __nv_bfloat16* cache;              // [num_blocks * block_size, kv_lora + rope_dim] (one layer)
   cudaStream_t stream = nullptr;
+  bool pdl = false;  // programmatic dependent launch (launch.cuh; CudaRunnerOptions::pdl)
 };
 void MlaKvRope(const MlaKvRopeParams& p);
 

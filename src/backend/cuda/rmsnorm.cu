@@ -2,6 +2,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/rmsnorm.cuh"
 
 namespace ds::cuda {
@@ -9,6 +10,7 @@ namespace {
 
 template <typename TOut>
 __global__ void RmsNormKernel(RmsNormParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t row = blockIdx.x;
   __nv_bfloat16* o16 = static_cast<__nv_bfloat16*>(p.out_bf16);
   if (o16) o16 += row * p.ld_out_bf16;
@@ -24,9 +26,9 @@ void RmsNorm(const RmsNormParams& p) {
   if (p.n == 0) return;
   const int threads = norm::RmsNormThreads(p.d);
   if (p.out_type == DTypeOut::kF32)
-    RmsNormKernel<float><<<p.n, threads, 0, p.stream>>>(p);
+    LaunchKernel(RmsNormKernel<float>, p.n, threads, 0, p.stream, p.pdl, p);
   else
-    RmsNormKernel<__nv_bfloat16><<<p.n, threads, 0, p.stream>>>(p);
+    LaunchKernel(RmsNormKernel<__nv_bfloat16>, p.n, threads, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("RmsNormKernel");
 }
 

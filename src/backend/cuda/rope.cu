@@ -2,12 +2,14 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/rope.cuh"
 
 namespace ds::cuda {
 namespace {
 
 __global__ void RopeKernel(RopeParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int warps = blockDim.x >> 5;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * warps + (threadIdx.x >> 5);
   if (item >= p.n * p.heads) return;
@@ -20,6 +22,7 @@ __global__ void RopeKernel(RopeParams p) {
 }
 
 __global__ void KvCacheWriteKernel(KvCacheWriteParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t t = blockIdx.x;
   const int64_t slot = p.slots[t];
   if (slot < 0) return;
@@ -42,7 +45,7 @@ void ApplyRope(const RopeParams& p) {
   if (p.n == 0 || p.heads == 0) return;
   const int64_t items = p.n * p.heads;
   const int warps = 8;
-  RopeKernel<<<dev::CeilDiv(items, warps), warps * 32, 0, p.stream>>>(p);
+  LaunchKernel(RopeKernel, dev::CeilDiv(items, warps), warps * 32, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("RopeKernel");
 }
 
@@ -50,7 +53,7 @@ void RopeAndWriteKvCache(const KvCacheWriteParams& p) {
   DS_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= 64 * rope::kMaxPairsPerLane)
       << "RopeAndWriteKvCache: bad rope_dim " << p.rope_dim;
   if (p.n == 0) return;
-  KvCacheWriteKernel<<<p.n, 128, 0, p.stream>>>(p);
+  LaunchKernel(KvCacheWriteKernel, p.n, 128, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("KvCacheWriteKernel");
 }
 

@@ -69,5 +69,15 @@ TEST(FusedDecodeFlags, UnknownNamesAreReportedAndIgnored) {
   EXPECT_EQ(ParseFusedDecodeFlags("1,kvrope").unknown, "1");
 }
 
+// DS_PDL (CudaRunnerOptions::pdl): 1 / on, 0 / off; anything else is not recognised (-1: the
+// hook keeps the default, off, and warns).
+TEST(PdlFlag, OnOffAndUnknown) {
+  EXPECT_EQ(ParsePdlFlag("1"), 1);
+  EXPECT_EQ(ParsePdlFlag("on"), 1);
+  EXPECT_EQ(ParsePdlFlag("0"), 0);
+  EXPECT_EQ(ParsePdlFlag("off"), 0);
+  for (const char* v : {"", "2", "yes", "true", "ON", " 1", "1 ", "01"}) EXPECT_EQ(ParsePdlFlag(v), -1) << '"' << v << '"';
+}
+
 }  // namespace
 }  // namespace ds::cuda
