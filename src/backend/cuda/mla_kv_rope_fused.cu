@@ -1,8 +1,8 @@
-#include "backend/cuda/launch.cuh"
 #include "backend/cuda/mla_kv_rope_fused.h"
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/rmsnorm.cuh"
 #include "backend/cuda/rope.cuh"
 
