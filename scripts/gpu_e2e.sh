@@ -16,7 +16,8 @@
 #   time by part, eager) for the analysis.
 #   E2E_NCU=1: per-kernel device time of a one-batch run under Nsight Compute (ncu
 #   --clock-control none, metric gpu__time_duration.sum; NCU_ARGS [V2-Lite, 2 layers, batch 1 x
-#   1024, 4 tokens], NCU_TIMEOUT_S [150]) -> logs/ncu.csv and a per-kernel summary
+#   1024, 4 tokens], NCU_TIMEOUT_S [150]) -> logs/ncu.csv and a per-kernel summary;
+#   NCU_DETAIL (extra ncu flags, e.g. sections for chosen kernels) -> logs/ncu_detail.txt
 #   (bench/ncu_summary.py) in logs/ncu_summary.txt.
 # Results (JSON, logs, plots, summary.md) come back in $OUT/e2e_results.tgz, with summary.md,
 # e2e.json and the plots also as plain files.
@@ -142,6 +143,17 @@ if [ -n "${E2E_NCU:-}" ]; then
     python3 bench/ncu_summary.py $RES/logs/ncu.csv > $RES/logs/ncu_summary.txt 2>&1
     head -60 $RES/logs/ncu_summary.txt | tee -a $RES/logs/gpu_e2e.txt
     cp $RES/logs/ncu.csv $RES/logs/ncu_summary.txt "$FINAL/" 2>/dev/null
+    # Optional detail pass: NCU_DETAIL = extra ncu flags (e.g. --kernel-name regex:Skinny
+    # --launch-count 12 --section SpeedOfLight --section WarpStateStats), same program args.
+    if [ -n "${NCU_DETAIL:-}" ]; then
+      t=$(date +%s)
+      eval "timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none $NCU_DETAIL \
+        $B/dsinfer bench one-batch --load-format dummy --device cuda \
+        ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4}" \
+        > $RES/logs/ncu_detail.txt 2>&1
+      echo "[gpu_e2e] ncu detail rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
+      cp $RES/logs/ncu_detail.txt "$FINAL/" 2>/dev/null
+    fi
   fi
   T0=$(date +%s)
 fi
