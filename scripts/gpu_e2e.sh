@@ -16,9 +16,9 @@
 #   time by part, eager) for the analysis.
 #   E2E_NCU=1: per-kernel device time of a one-batch run under Nsight Compute (ncu
 #   --clock-control none, metric gpu__time_duration.sum; NCU_ARGS [V2-Lite, 2 layers, batch 1 x
-#   1024, 4 tokens], NCU_TIMEOUT_S [150]) -> logs/ncu.csv and a per-kernel summary;
-#   NCU_DETAIL (extra ncu flags, e.g. sections for chosen kernels) -> logs/ncu_detail.txt
-#   (bench/ncu_summary.py) in logs/ncu_summary.txt.
+#   1024, 4 tokens], NCU_TIMEOUT_S [150]) -> logs/ncu.csv and a per-kernel summary
+#   (bench/ncu_summary.py) in logs/ncu_summary.txt; NCU_DETAIL (extra ncu flags, e.g. sections
+#   for chosen kernels) -> logs/ncu_detail.txt.
 # Results (JSON, logs, plots, summary.md) come back in $OUT/e2e_results.tgz, with summary.md,
 # e2e.json and the plots also as plain files.
 #
