@@ -214,7 +214,7 @@ for ex in "${EXTRA[@]}"; do
   eval "timeout $(( $(left) - 25 )) env $xenv $B/dsinfer bench one-batch --load-format dummy $xol --device cuda \
     --mem-bw-gbps 3931 --flops-tflops 700 $xargs --output-file $RES/raw/extra_${xl}.json" > "$RES/logs/extra_${xl}.txt" 2>&1
   echo "[gpu_e2e] extra run $xl rc=$?" | tee -a $RES/logs/gpu_e2e.txt
-  grep -E "prefill|decode step|device time by part|phases:" "$RES/logs/extra_${xl}.txt" | head -8 | tee -a $RES/logs/gpu_e2e.txt
+  grep -E "^prefill|median step|device time by part|phases:" "$RES/logs/extra_${xl}.txt" | head -8 | tee -a $RES/logs/gpu_e2e.txt
 done
 # Re-run the analysis so it includes the profiles.
 [ -f $RES/e2e.json ] && python3 bench/analyze_e2e.py $RES/e2e.json --raw $RES/raw --out $RES/summary.md > /dev/null 2>&1
