@@ -68,13 +68,13 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:
-  // the defaults, route + norm + qpe): 0 none, 1 all six, or a comma list of route, shared,
-  // norm, qpe, olat, silu16 (ParseFusedDecodeFlags, backend/cuda/fused_decode_flags.h).
+  // the defaults, route + norm + qpe): 0 none, 1 all seven, or a comma list of route, shared,
+  // norm, qpe, olat, silu16, kvrope (ParseFusedDecodeFlags, backend/cuda/fused_decode_flags.h).
   if (const char* f = std::getenv("DS_FUSED_DECODE")) {
     const ds::cuda::FusedDecodeFlags fl = ds::cuda::ParseFusedDecodeFlags(f);
     if (!fl.unknown.empty()) {
       DS_LOG(WARNING) << "DS_FUSED_DECODE: ignored " << fl.unknown
-                      << " (known: route, shared, norm, qpe, olat, silu16)";
+                      << " (known: route, shared, norm, qpe, olat, silu16, kvrope)";
     }
     c.fused_moe_route = fl.route;
     c.fused_moe_shared = fl.shared;
@@ -82,6 +82,14 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     c.fused_qpe = fl.qpe;
     c.fused_olat = fl.olat;
     c.fused_silu16 = fl.silu16;
+    c.fused_kvrope = fl.kvrope;
+  }
+  // DS_PDL=1: CudaRunnerOptions::pdl (programmatic dependent launch of the runner's kernels; A/B,
+  // not yet verified on the GPU; ParsePdlFlag, backend/cuda/fused_decode_flags.h).
+  if (const char* v = std::getenv("DS_PDL"); v != nullptr) {
+    const int on = ds::cuda::ParsePdlFlag(v);
+    if (on >= 0) c.pdl = on == 1;
+    else DS_LOG(WARNING) << "DS_PDL=" << v << " ignored (1 / on or 0 / off)";
   }
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   c.fp8_gemm = o.fp8_gemm;

@@ -20,6 +20,7 @@
 #include "backend/cuda/grouped_gemm_sm90.h"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_kv_rope_fused.h"
 #include "backend/cuda/mla_prefill.h"
 #include "backend/cuda/moe_combine_norm.h"
 #include "backend/cuda/moe_permute.h"
@@ -433,7 +434,7 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   if (xa == nullptr) {
     xhi_.Reserve(Mr * L.K * sizeof(bf16));
     if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
-    SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_);
+    SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_, opts_.pdl);
     xa = xhi_.as<bf16>();
   }
   // Decode sizes: the weight-streaming skinny kernel (one group of M rows, no padding).
@@ -508,6 +509,7 @@ void CudaModelRunner::RunSkinny(SkinnyGemmParams sp) {
     sp.splitk_counters = skinny_cnt_.as<uint32_t>();
     sp.splitk_counter_count = kCounters;
   }
+  sp.g.pdl = opts_.pdl;
   SkinnyGemm(sp);
 }
 
@@ -535,7 +537,7 @@ void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, 
     const int64_t Rr = RoundUp(rows, 64);
     hhi_.Reserve(Rr * ldx * sizeof(bf16));
     if (split) hlo_.Reserve(Rr * ldx * sizeof(bf16));
-    SplitBf16(x32, ldx, rows, ldx, hhi_.as<bf16>(), split ? hlo_.as<bf16>() : nullptr, ldx, s_);
+    SplitBf16(x32, ldx, rows, ldx, hhi_.as<bf16>(), split ? hlo_.as<bf16>() : nullptr, ldx, s_, opts_.pdl);
     xa = hhi_.as<bf16>();
   }
   if (skinny_on_ && !split && rows <= kSkinnyHeadMaxRows && ldw == K) {
@@ -577,7 +579,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     cq32_.Reserve(Tr * ql * sizeof(float));
     float* cq = cq32_.as<float>();  // c_q: [T, q_lora]
     LinearFwd(w.q_a, hn, cfg_.hidden_size, T, cq, ql, hn16);
-    RmsNorm({cq, ql, nullptr, 0, w.q_a_norm.as<float>(), cq, ql, DTypeOut::kF32, T, ql, kLatentNormEps, s_});
+    RmsNorm({cq, ql, nullptr, 0, w.q_a_norm.as<float>(), cq, ql, DTypeOut::kF32, T, ql, kLatentNormEps, s_, opts_.pdl});
     LinearFwd(w.q_b, cq, ql, T, q32_.as<float>(), H * dqk);
   } else {
     LinearFwd(w.q, hn, cfg_.hidden_size, T, q32_.as<float>(), H * dqk, hn16);
@@ -586,22 +588,42 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   lat32_.Reserve(Tr * L * sizeof(float));
   float* lat = lat32_.as<float>();
   LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L, hn16);
-  RmsNorm({lat, L, nullptr, 0, w.kv_a_norm.as<float>(), lat, L, DTypeOut::kF32, T, kvl, kLatentNormEps, s_});
   float* q = q32_.as<float>();
   // fused_qpe, decode-only pass (every row absorbed): RoPE writes q_pe into q_lat's tail too.
   bool qpe_done = opts_.fused_qpe && FusedDecode(T) && opts_.mla_mode != MlaMode::kNaive;
   for (int64_t s = 0; s < S && qpe_done; ++s)
     qpe_done = opts_.mla_mode == MlaMode::kAbsorbed || b.query_start[s + 1] - b.query_start[s] <= 1;
-  RopeParams rq{q, T, H, H * dqk, dqk, nope, rd, d_pos_, d_cos_.as<float>(), d_sin_.as<float>(), rope_.max_pos, interleave, s_};
+  RopeParams rq{q, T, H, H * dqk, dqk, nope, rd, d_pos_, d_cos_.as<float>(), d_sin_.as<float>(), rope_.max_pos, interleave, s_,
+                opts_.pdl};
   if (qpe_done) {
     qlat32_.Reserve((RoundUp(T, 64) + 64) * H * L * sizeof(float));  // as the absorbed branch reserves it
     rq.out2 = qlat32_.as<float>() + kvl; rq.out2_token_stride = H * L; rq.out2_head_stride = L;
     ++graph_stats_.fused_launches;
   }
-  ApplyRope(rq);
-  bf16* cache = cache_[l].as<bf16>();
-  RopeAndWriteKvCache({lat, L, lat + kvl, L, d_pos_, d_slots_, d_cos_.as<float>(),
-                       d_sin_.as<float>(), rope_.max_pos, T, kvl, rd, interleave, cache, s_});
+  bf16* cache = cache_[l].as<bf16>();  // this layer's paged latent cache [slots, kv_lora + rope] bf16
+  if (opts_.fused_kvrope && FusedDecode(T)) {
+    // fused_kvrope (decode-size pass): the three launches below in one kernel
+    // (mla_kv_rope_fused.h): the same device routines, RmsNorm's block size for kv_lora (its
+    // reduction order), the same lat, q (q_lat's q_pe with fused_qpe) and cache bits.
+    MlaKvRopeParams kp{};
+    kp.lat = lat; kp.ld_lat = L; kp.norm_weight = w.kv_a_norm.as<float>(); kp.eps = kLatentNormEps;
+    kp.n = T; kp.kv_lora = kvl; kp.rope_dim = rd;
+    kp.q = q; kp.heads = H; kp.q_token_stride = rq.token_stride; kp.q_head_stride = rq.head_stride;
+    kp.q_offset = rq.offset;
+    kp.q_out2 = rq.out2; kp.q_out2_token_stride = rq.out2_token_stride; kp.q_out2_head_stride = rq.out2_head_stride;
+    kp.positions = d_pos_; kp.slots = d_slots_; kp.cos = d_cos_.as<float>(); kp.sin = d_sin_.as<float>();
+    kp.max_pos = rope_.max_pos; kp.interleave = interleave; kp.cache = cache; kp.stream = s_; kp.pdl = opts_.pdl;
+    MlaKvRope(kp);
+    ++graph_stats_.fused_launches;
+    ++graph_stats_.fused_kvrope_layers;
+  } else {
+    // c_kv (lat[:, :kvl]) normalised in place; q's rope channels rotated in place (and q_pe
+    // into q_lat with fused_qpe); [c_kv | rope(k_pe)] written to the cache as bf16.
+    RmsNorm({lat, L, nullptr, 0, w.kv_a_norm.as<float>(), lat, L, DTypeOut::kF32, T, kvl, kLatentNormEps, s_, opts_.pdl});
+    ApplyRope(rq);
+    RopeAndWriteKvCache({lat, L, lat + kvl, L, d_pos_, d_slots_, d_cos_.as<float>(),
+                         d_sin_.as<float>(), rope_.max_pos, T, kvl, rd, interleave, cache, s_, opts_.pdl});
+  }
 
   attn32_.Reserve(Tr * H * vd * sizeof(float));
   float* attn = attn32_.as<float>();  // attn: [T, H, v] per-head attention outputs
@@ -647,7 +669,8 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     DS_CUDA_CHECK(cudaMemcpyAsync(grp_pos0_.get(), pos0.data(), pos0.size() * 4, cudaMemcpyHostToDevice, s_));
     lat16_.Reserve(ctx_total * L * sizeof(bf16));
     rope32_.Reserve(ctx_total * rd * sizeof(float));
-    GatherLatentRows(cache, ctx_slots_.as<int64_t>(), ctx_total, L, rd, lat16_.as<bf16>(), rope32_.as<float>(), s_);
+    GatherLatentRows(cache, ctx_slots_.as<int64_t>(), ctx_total, L, rd, lat16_.as<bf16>(), rope32_.as<float>(), s_,
+                     opts_.pdl);
     const bool tc = opts_.mla_prefill_tensor_cores && MlaPrefillTcSupported(nope, rd, vd);
     // kv: [ctx, H, nope + v] = c_kv W_UKV^T (bf16 for the tensor-core kernel, else fp32; kv32_
     // holds either)
@@ -704,13 +727,13 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       tok_idx_.Reserve(Ta * 4);
       DS_CUDA_CHECK(cudaMemcpyAsync(tok_idx_.get(), tok.data(), Ta * 4, cudaMemcpyHostToDevice, s_));
       qa32_.Reserve(Tar * H * dqk * sizeof(float));
-      GatherRows(q, H * dqk * 4, tok_idx_.as<int32_t>(), Ta, H * dqk * 4, qa32_.get(), H * dqk * 4, s_);
+      GatherRows(q, H * dqk * 4, tok_idx_.as<int32_t>(), Ta, H * dqk * 4, qa32_.get(), H * dqk * 4, s_, opts_.pdl);
       qa = qa32_.as<float>();
     }
     qlat32_.Reserve(Tar * H * L * sizeof(float));
     // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads); q_lat[:, h, kv_lora:] = q_pe_h
     HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
-    if (!qpe_done) Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_);
+    if (!qpe_done) Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_, opts_.pdl);
     const int32_t *d_qs = nullptr, *d_ctx = nullptr, *d_bt = nullptr;
     // The sm_90a decode kernel, or the CUDA-core emulation of its plan (mla_decode_emulate_tc);
     // the cuda-core backend asked for (tensor cores off, no emulation) keeps it off.
@@ -779,6 +802,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.out = olat16 ? olat16_.get() : olat32_.get(); dp.o_tok_stride = H * kvl; dp.o_head_stride = kvl;
     dp.out_type = olat16 ? DTypeOut::kBF16 : DTypeOut::kF32;
     dp.stream = s_;
+    dp.pdl = opts_.pdl;
     dp.tensor_cores = opts_.mla_decode_tensor_cores;
     dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
     dp.sm90 = sm90_decode;
@@ -815,7 +839,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     }
     HeadGemm(olat16 ? nullptr : olat32_.as<float>(), H * kvl, kvl, Ta, kvl, w.kv_b.as<bf16>() + nope * kvl, kvl,
              (nope + vd) * kvl, vd, ov, H * vd, vd, H, olat16 ? olat16_.as<bf16>() : nullptr);
-    if (!all) ScatterRows(ov, H * vd * 4, tok_idx_.as<int32_t>(), Ta, H * vd * 4, attn, H * vd * 4, s_);
+    if (!all) ScatterRows(ov, H * vd * 4, tok_idx_.as<int32_t>(), Ta, H * vd * 4, attn, H * vd * 4, s_, opts_.pdl);
     if (!gin_) DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
   Mark("attn_core");
@@ -847,7 +871,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     // fused_norm: h16 (the post-attention norm's bf16 copy) instead of another split of hn
     LinearFwd(gu, hn, Hd, T, gu32_.as<float>(), 2 * I, opts_.fused_norm && FusedDecode(T) ? h16 : nullptr);
     SiluAndMul({gu32_.as<float>(), 2 * I, silu16 ? act16_.get() : act32_.get(), I,
-                silu16 ? DTypeOut::kBF16 : DTypeOut::kF32, nullptr, 0, nullptr, ScaleLayout::kGroupMajor, T, I, s_});
+                silu16 ? DTypeOut::kBF16 : DTypeOut::kF32, nullptr, 0, nullptr, ScaleLayout::kGroupMajor, T, I, s_, opts_.pdl});
     if (silu16) {
       ++graph_stats_.fused_launches;
       ++graph_stats_.fused_silu16_mlps;
@@ -894,7 +918,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   ey16_.Reserve(cap * Hd * (S > 0 ? sizeof(float) : sizeof(bf16)));  // bf16, or fp32 with stacked shared experts
   if (fuse_route) {
     MoeRoutePermute({rp, h16, Hd, Hd, static_cast<int>(S), moe_offs_.as<int32_t>(), moe_pos_.as<int32_t>(),
-                     moe_src_.as<int32_t>(), xp16_.as<bf16>(), route_sync_.as<uint32_t>(), s_});
+                     moe_src_.as<int32_t>(), xp16_.as<bf16>(), route_sync_.as<uint32_t>(), s_, opts_.pdl});
     ++graph_stats_.fused_launches;
     graph_stats_.fused_shared_layers += S > 0;
   } else {
@@ -907,6 +931,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   g.w = LW.w13.get(); g.w_fp8 = LW.experts_fp8; g.w_scales = LW.experts_fp8 ? LW.w13_s.as<float>() : nullptr;
   g.num_experts = E + S; g.N = 2 * I; g.K = Hd; g.out = egu32_.get(); g.out_type = DTypeOut::kF32; g.ldo = 2 * I;
   g.stream = s_;
+  g.pdl = opts_.pdl;  // honoured by the skinny kernel only
   Mark("moe_route_permute");
   // A token picks an expert at most once: at most T rows per group, min(E, T * K) groups used.
   GroupedGemmParams g2 = g;
@@ -953,12 +978,12 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     Fp8QuantizePerTokenGroup(qp);
     GroupedGemmSm90(f1);
     SiluAndMul({egu32_.as<float>(), 2 * I, nullptr, I, DTypeOut::kBF16, eq8_.as<uint8_t>(), I, es_.as<float>(),
-                ScaleLayout::kTokenMajor, cap, I, s_});
+                ScaleLayout::kTokenMajor, cap, I, s_, opts_.pdl});
     GroupedGemmSm90(f2);
   } else {
     expert_gemm(g);
     SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
-                ScaleLayout::kGroupMajor, cap, I, s_});
+                ScaleLayout::kGroupMajor, cap, I, s_, opts_.pdl});
     expert_gemm(g2);
   }
   // Shared experts write `out` (unless stacked), the routed experts are added with their weights.
@@ -977,6 +1002,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   if (LW.has_mlp && S == 0) { cp.base = out; cp.ld_base = Hd; }
   cp.num_shared = static_cast<int>(S); cp.shared_row0 = T * K;
   cp.stream = s_;
+  cp.pdl = opts_.pdl;
   if (!fuse_norm) {
     cp.moe_out = out; cp.ld_moe_out = Hd;
     MoeCombineNorm(cp);
@@ -1012,7 +1038,8 @@ void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, c
   DS_CUDA_CHECK(cudaMemcpyAsync(samp_seed_.get(), seed.data(), R * 8, cudaMemcpyHostToDevice, s_));
   DS_CUDA_CHECK(cudaMemcpyAsync(samp_step_.get(), step.data(), R * 8, cudaMemcpyHostToDevice, s_));
   SampleParams sp{d_logits, ld, R, cfg_.vocab_size, samp_t_.as<float>(), samp_p_.as<float>(), samp_k_.as<int32_t>(),
-                  samp_seed_.as<uint64_t>(), samp_step_.as<uint64_t>(), samp_ids_.as<int32_t>(), s_};
+                  samp_seed_.as<uint64_t>(), samp_step_.as<uint64_t>(), samp_ids_.as<int32_t>(), s_,
+                  opts_.pdl};
   sp.all_greedy = greedy;
   Sample(sp);
   DS_CUDA_CHECK(cudaMemcpyAsync(host_ids, samp_ids_.get(), R * 4, cudaMemcpyDeviceToHost, s_));
@@ -1049,12 +1076,12 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   float* residual = residual_.as<float>();
   prof_prefix_ = T > b.num_seqs() ? "prefill/" : "decode/";
   Mark("start");
-  Embedding({d_ids, T, embed_.get(), true, V, Hd, residual, s_});
+  Embedding({d_ids, T, embed_.get(), true, V, Hd, residual, s_, opts_.pdl});
   // fused_norm: every norm also writes its bf16 copy h16 (the next projections' input; no
   // F32ToBf16 / SplitBf16 launches), and an MoE layer's combine applies the next norm (normed).
   const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
   const auto norm = [&](const float* x, float* res, const DeviceBuffer& w) {
-    RmsNormParams np{x, Hd, res, res ? Hd : 0, w.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_};
+    RmsNormParams np{x, Hd, res, res ? Hd : 0, w.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_, opts_.pdl};
     if (fuse_norm) { np.out_bf16 = h16_.get(); np.ld_out_bf16 = Hd; ++graph_stats_.fused_launches; }
     RmsNorm(np);
   };
@@ -1068,7 +1095,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     Mla(l, b, T);
     // residual += attn; h = post_attention_layernorm(residual) (fp32 h32 and its bf16 copy h16)
     norm(o32_.as<float>(), residual, LW.post_norm);
-    if (!fuse_norm) F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_);
+    if (!fuse_norm) F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_, opts_.pdl);
     Mark("norms_embed_combine");
     normed = Mlp(l, T);
   }
@@ -1095,7 +1122,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   DS_CUDA_CHECK(cudaMemcpyAsync(tok_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
   sel32_.Reserve(Rr * Hd * sizeof(float));
   logits_.Reserve(Rr * V * sizeof(float));
-  GatherRows(h32_.get(), Hd * 4, tok_idx_.as<int32_t>(), R, Hd * 4, sel32_.get(), Hd * 4, s_);
+  GatherRows(h32_.get(), Hd * 4, tok_idx_.as<int32_t>(), R, Hd * 4, sel32_.get(), Hd * 4, s_, opts_.pdl);
   LinearFwd(lm_head_lin_, sel32_.as<float>(), Hd, R, logits_.as<float>(), V);
   Mark("final_norm_lm_head");
   if (!b.sampling.empty()) {
@@ -1295,7 +1322,7 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
       samp_idx_.Reserve(R * 4);  // own buffers: growing a graph's buffers would drop the graphs
       samp_rows_.Reserve(R * V * sizeof(float));
       DS_CUDA_CHECK(cudaMemcpyAsync(samp_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
-      GatherRows(logits_.get(), V * 4, samp_idx_.as<int32_t>(), R, V * 4, samp_rows_.get(), V * 4, s_);
+      GatherRows(logits_.get(), V * 4, samp_idx_.as<int32_t>(), R, V * 4, samp_rows_.get(), V * 4, s_, opts_.pdl);
       rows = samp_rows_.as<float>();
     }
     SampleRows(rows, V, R, b.sampling, out->token_ids.data());

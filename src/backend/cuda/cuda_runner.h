@@ -146,9 +146,10 @@ struct CudaRunnerOptions {
   // kMoeRoutePermuteMaxTokens = 16) on the skinny MoE path. route, norm and qpe are on by
   // default: bit-identical to the unfused path on the H200 (every fixture, dummy V2-Lite and V3,
   // graphs on and off; session 4 run 3). shared is off: on V2-Lite dims it moved logits by
-  // 1.8e-2 relative L2 (min cosine 0.99985), above its fp32-rounding bound. olat and silu16
-  // are off: not yet verified on the GPU. The CLI reads DS_FUSED_DECODE=0 (none), =1 (all six)
-  // or a comma list of route,shared,norm,qpe,olat,silu16 (fused_decode_flags.h).
+  // 1.8e-2 relative L2 (min cosine 0.99985), above its fp32-rounding bound. olat, silu16
+  // and kvrope are off: not yet verified on the GPU. The CLI reads DS_FUSED_DECODE=0 (none),
+  // =1 (all seven) or a comma list of route,shared,norm,qpe,olat,silu16,kvrope
+  // (fused_decode_flags.h).
   //  - fused_moe_route: routing + permutation in one kernel (moe_route_permute.h) instead of
   //    MoeRouting + MoePermute's six launches; bit-identical ids, weights and logits.
   //  - fused_moe_shared (with fused_moe_route): the shared experts as extra groups of the
@@ -179,12 +180,21 @@ struct CudaRunnerOptions {
   //    it quantises its fp32 input to e4m3 (fp8_gemm "cublas" on cuBLASLt, or
   //    fp8_emulate_act_quant). Bit-identical by construction; not yet verified on the GPU, off
   //    by default.
+  //  - fused_kvrope: MLA's RMSNorm of the kv latent c_kv, the q RoPE (with fused_qpe's q_pe
+  //    copy into q_lat) and the k_pe RoPE + paged latent cache write in one kernel
+  //    (mla_kv_rope_fused.h) instead of three launches per layer, in every pass of <= 16 tokens
+  //    (prefill chunks too: the three ops do not depend on the MLA mode). The same device
+  //    routines as RmsNorm / ApplyRope / RopeAndWriteKvCache (rmsnorm.cuh, rope.cuh), the norm
+  //    at RmsNorm's block size (its reduction order): bit-identical by construction, also with
+  //    precise_activations (which changes none of these ops' inputs or arithmetic). Not yet
+  //    verified on the GPU, off by default.
   bool fused_moe_route = true;
   bool fused_moe_shared = false;
   bool fused_norm = true;
   bool fused_qpe = true;
   bool fused_olat = false;
   bool fused_silu16 = false;
+  bool fused_kvrope = false;
   int fused_decode_max_tokens = 16;
   // FP8 GEMMs of the default numerics (fp8_gemm "kernel": bf16 activations, e4m3 weights with
   // 128x128 block scales) at prefill sizes -- the expert GEMMs and the dense projections that do
@@ -197,6 +207,18 @@ struct CudaRunnerOptions {
   // mma.sync kernel (3 layers: min cosine 0.99982), and V3's 64 x 1K prefill (8 layers) runs at
   // 45.1K tok/s against 17.2K (session 4 run 3). The CLI's DS_SM90_MIXED_GEMM=0 turns it off.
   bool sm90_mixed_gemm = true;
+  // Programmatic Dependent Launch (launch.cuh; docs/design/decode_small_batch.md, "Programmatic
+  // dependent launch"): the runner's own kernels (norms, RoPE / cache write, conversions and
+  // copies, skinny GEMMs, SiLU-and-mul, fused routing / combine, MLA decode and its combine,
+  // embedding, greedy sampling, gathers) are launched with
+  // cudaLaunchAttributeProgrammaticStreamSerialization, so each may be scheduled while the
+  // previous kernel in the stream finishes; every one of them waits (griddepcontrol.wait) for
+  // its predecessor's completion before touching global memory, so results are bit-identical
+  // by construction. Eager passes and captured decode graphs alike (capture records
+  // programmatic edges). cuBLAS / cuBLASLt / CUTLASS kernels are launched as before. Aims at
+  // the launch latency and tails between the ~20 small dependent kernels of a batch-1 decode
+  // layer. Not yet verified on the GPU: off by default (the CLI reads DS_PDL=1).
+  bool pdl = false;
   int device = 0;
 };
 
@@ -211,10 +233,13 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
 // fused_olat_layers: of those, absorbed-MLA layers whose decode attention wrote bf16 o_lat
 // (fused_olat; each also counts one fused launch); fused_silu16_mlps: of those, dense MLPs
 // and unstacked shared experts whose SiLU-and-mul wrote the down projection's bf16 input
-// (fused_silu16; each also counts one fused launch).
+// (fused_silu16; each also counts one fused launch); fused_kvrope_layers: of those, MLA
+// layers whose kv-latent norm, q RoPE and k_pe RoPE + cache write ran as one kernel
+// (fused_kvrope; each also counts one fused launch).
 struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
+  int64_t fused_kvrope_layers = 0;
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

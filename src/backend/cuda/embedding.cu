@@ -2,12 +2,14 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds::cuda {
 namespace {
 
 template <typename T>
 __global__ void EmbeddingKernel(EmbeddingParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t t = blockIdx.x;
   const int32_t id = p.ids[t];
   float* out = p.out + t * p.d;
@@ -20,8 +22,8 @@ __global__ void EmbeddingKernel(EmbeddingParams p) {
 
 void Embedding(const EmbeddingParams& p) {
   if (p.n == 0) return;
-  if (p.table_bf16) EmbeddingKernel<__nv_bfloat16><<<p.n, 256, 0, p.stream>>>(p);
-  else EmbeddingKernel<float><<<p.n, 256, 0, p.stream>>>(p);
+  if (p.table_bf16) LaunchKernel(EmbeddingKernel<__nv_bfloat16>, p.n, 256, 0, p.stream, p.pdl, p);
+  else LaunchKernel(EmbeddingKernel<float>, p.n, 256, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("EmbeddingKernel");
 }
 

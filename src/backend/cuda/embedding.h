@@ -14,6 +14,9 @@ struct EmbeddingParams {
   const void* table; bool table_bf16 = true; int64_t vocab, d;
   float* out;                     // [n, d]
   cudaStream_t stream = nullptr;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
+  // CudaRunnerOptions::pdl). Same results either way.
+  bool pdl = false;
 };
 void Embedding(const EmbeddingParams& p);
 

@@ -45,6 +45,9 @@ struct GroupedGemmParams {
   int64_t num_experts, N, K;
   void* out; DTypeOut out_type = DTypeOut::kBF16; int64_t ldo;  // [rows, N]
   cudaStream_t stream = nullptr;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
+  // CudaRunnerOptions::pdl). Honoured by SkinnyGemm only (the other kernels ignore it).
+  bool pdl = false;
   bool force_wmma = false;              // use the WMMA kernel even where the mma.sync one applies
   bool sm90 = true;                     // allow the sm_90a (CUTLASS) kernel
   bool sm90_mixed = false;              // FP8 weights: allow the sm_90a mixed-input kernel

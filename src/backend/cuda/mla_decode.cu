@@ -2,6 +2,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -27,6 +28,7 @@ __device__ __forceinline__ int FindSeq(const int32_t* qs, int S, int t) {
 template <bool kEmu>
 __global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaDecodeParams p, int max_splits,
                                                                             int chunk, int tile) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   __shared__ __align__(16) __nv_bfloat16 Ks[kKeysPerTile * kMaxQK];
   const int t = blockIdx.x, split = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -132,6 +134,7 @@ __global__ void __launch_bounds__(kHeadsPerBlock * 32) MlaDecodeSplitKernel(MlaD
 
 template <typename TOut>
 __global__ void MlaDecodeCombineKernel(MlaDecodeParams p, int max_splits) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int t = blockIdx.x, h = blockIdx.y;
   const int V = static_cast<int>(p.kv_lora);
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
@@ -180,12 +183,12 @@ void MlaDecodeAttention(const MlaDecodeParams& p) {
   const int max_splits = static_cast<int>(std::max<int64_t>(1, (p.max_context + chunk - 1) / chunk));
   DS_CHECK(max_splits < 65536) << "MlaDecodeAttention: context too long for the split grid";
   dim3 grid(p.num_tokens, dev::CeilDiv(p.heads, kHeadsPerBlock), max_splits);
-  if (emu) MlaDecodeSplitKernel<true><<<grid, kHeadsPerBlock * 32, 0, p.stream>>>(p, max_splits, static_cast<int>(chunk), tile);
-  else MlaDecodeSplitKernel<false><<<grid, kHeadsPerBlock * 32, 0, p.stream>>>(p, max_splits, static_cast<int>(chunk), tile);
+  if (emu) LaunchKernel(MlaDecodeSplitKernel<true>, grid, kHeadsPerBlock * 32, 0, p.stream, p.pdl, p, max_splits, static_cast<int>(chunk), tile);
+  else LaunchKernel(MlaDecodeSplitKernel<false>, grid, kHeadsPerBlock * 32, 0, p.stream, p.pdl, p, max_splits, static_cast<int>(chunk), tile);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSplitKernel");
   dim3 cgrid(p.num_tokens, p.heads);
-  if (p.out_type == DTypeOut::kF32) MlaDecodeCombineKernel<float><<<cgrid, 128, 0, p.stream>>>(p, max_splits);
-  else MlaDecodeCombineKernel<__nv_bfloat16><<<cgrid, 128, 0, p.stream>>>(p, max_splits);
+  if (p.out_type == DTypeOut::kF32) LaunchKernel(MlaDecodeCombineKernel<float>, cgrid, 128, 0, p.stream, p.pdl, p, max_splits);
+  else LaunchKernel(MlaDecodeCombineKernel<__nv_bfloat16>, cgrid, 128, 0, p.stream, p.pdl, p, max_splits);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeCombineKernel");
 }
 

@@ -37,6 +37,9 @@ struct MlaDecodeParams {
   void* out; int64_t o_tok_stride, o_head_stride;  // [T, H, kv_lora]
   DTypeOut out_type = DTypeOut::kF32;
   cudaStream_t stream = nullptr;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
+  // CudaRunnerOptions::pdl). Same results either way.
+  bool pdl = false;
   // Tensor-core path (mla_decode_tc.cu; V3 dims only: kv_lora 512, rope 64, block_size a
   // multiple of 32; other dims fall back to the CUDA-core kernel): mma.sync m16n8k16 with
   // bf16 q (q * softmax_scale is not pre-applied: q is rounded to bf16 as is), bf16

@@ -39,6 +39,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -188,6 +189,7 @@ template <typename TOut>
 __global__ void __launch_bounds__(kThreads, 1)
     MlaDecodeSm90Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                         int max_splits, int direct) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const uint32_t s_base = SmemAddr(smem);
@@ -525,6 +527,7 @@ template <typename TOut, bool kEarlyRelease>
 __global__ void __launch_bounds__(kThreads, 1)
     MlaDecodeSm90SeesawKernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                               int max_splits, int direct) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   const uint32_t s_base = SmemAddr(smem);
@@ -844,6 +847,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped).
 template <typename TOut>
 __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodeParams p, int max_splits) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int t = blockIdx.x, h = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
   const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
@@ -929,17 +933,17 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
   DS_CHECK(ctas < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: grid too large";
   if (p.sm90_variant == 1 || p.sm90_variant == 2) {
     auto kernel = p.sm90_variant == 1 ? MlaDecodeSm90SeesawKernel<TOut, true> : MlaDecodeSm90SeesawKernel<TOut, false>;
-    kernel<<<static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream>>>(
+    LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90SeesawKernel");
   } else {
-    MlaDecodeSm90Kernel<TOut><<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream>>>(
+    LaunchKernel(MlaDecodeSm90Kernel<TOut>, static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Kernel");
   }
   if (direct) return;
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
-  MlaDecodeSm90Combine<TOut><<<cgrid, kV / 4, 0, p.stream>>>(p, static_cast<int>(pl.max_splits));
+  LaunchKernel(MlaDecodeSm90Combine<TOut>, cgrid, kV / 4, 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Combine");
 }
 

@@ -22,6 +22,7 @@
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/mla_decode.h"
 
 namespace ds::cuda {
@@ -85,6 +86,7 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
 template <int RT, int kStages, int kMinBlocks, int MT, bool kFastIo>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     MlaDecodeTcKernel(MlaDecodeParams p, int nrb, int chunk, int max_splits) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   static_assert(RT % MT == 0, "row tiles per block must be a multiple of tiles per warp");
   constexpr int WV = kWarps * MT / RT;  // warps per row group
   constexpr int VW = kV / WV;           // value columns per warp
@@ -361,6 +363,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
 // out[t, h, :] = sum_s exp(lse_s - lse) * o_s (empty splits, lse = -inf, are skipped).
 template <typename TOut>
 __global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombine(MlaDecodeParams p, int max_splits) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int t = blockIdx.x, h = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
   const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
@@ -388,6 +391,7 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombine(MlaDecodeParams p, 
 // Same result as MlaDecodeTcCombine, with 8 splits' loads in flight per thread.
 template <typename TOut>
 __global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombineFast(MlaDecodeParams p, int max_splits) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int t = blockIdx.x, h = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
   const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
@@ -544,6 +548,7 @@ __device__ __forceinline__ void PairBarrier(int pair) {
 template <typename TOut, int kWsPairs, int kWsStages, int kMinBlocks, bool kCluster, bool kFused = false>
 __global__ void __launch_bounds__(kWsPairs * 64, kMinBlocks)
     MlaDecodeWsKernel(MlaDecodeParams p, int chunk, int max_splits, bool direct) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   constexpr int kWsThreads = kWsPairs * 64;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __nv_bfloat16* Qs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [16][kLd]
@@ -879,7 +884,8 @@ void LaunchTc(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT, kFastIo>),
                        static_cast<int>(smem));
   dim3 grid(static_cast<unsigned>(p.num_seqs * nrb), static_cast<unsigned>(max_splits));
-  MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT, kFastIo><<<grid, kThreads, smem, p.stream>>>(p, nrb, chunk, max_splits);
+  LaunchKernel(MlaDecodeTcKernel<RT, kStages, kMinBlocks, MT, kFastIo>, grid, kThreads, smem, p.stream, p.pdl, p, nrb, chunk,
+               max_splits);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeTcKernel");
 }
 
@@ -899,11 +905,11 @@ void DispatchTc(const MlaDecodeParams& p, int rt, int n, int c, int ms) {
   }
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
   if constexpr (kFastIo) {
-    if (p.out_type == DTypeOut::kF32) MlaDecodeTcCombineFast<float><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
-    else MlaDecodeTcCombineFast<__nv_bfloat16><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
+    if (p.out_type == DTypeOut::kF32) LaunchKernel(MlaDecodeTcCombineFast<float>, cgrid, kV / 4, 0, p.stream, p.pdl, p, ms);
+    else LaunchKernel(MlaDecodeTcCombineFast<__nv_bfloat16>, cgrid, kV / 4, 0, p.stream, p.pdl, p, ms);
   } else {
-    if (p.out_type == DTypeOut::kF32) MlaDecodeTcCombine<float><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
-    else MlaDecodeTcCombine<__nv_bfloat16><<<cgrid, kV / 4, 0, p.stream>>>(p, ms);
+    if (p.out_type == DTypeOut::kF32) LaunchKernel(MlaDecodeTcCombine<float>, cgrid, kV / 4, 0, p.stream, p.pdl, p, ms);
+    else LaunchKernel(MlaDecodeTcCombine<__nv_bfloat16>, cgrid, kV / 4, 0, p.stream, p.pdl, p, ms);
   }
   DS_CUDA_CHECK_LAUNCH("MlaDecodeTcCombine");
 }
@@ -995,13 +1001,13 @@ void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
     cfg.blockDim = dim3(NP * 64);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = p.stream;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 1;
     attr[0].val.clusterDim.y = static_cast<unsigned>(pl.max_splits);
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = AddPdlAttribute(attr, 1, p.pdl);
     DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, MlaDecodeWsKernel<TOut, NP, ST, MINB, true>, p, static_cast<int>(pl.chunk),
                                      static_cast<int>(pl.max_splits), true));
     DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel (cluster merge)");
@@ -1012,16 +1018,17 @@ void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
     // Fused combine: the last block of each sequence merges (counters checked by the caller).
     const auto kernel = MlaDecodeWsKernel<TOut, NP, ST, MINB, false, true>;
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
-    kernel<<<grid, NP * 64, smem, p.stream>>>(p, static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), false);
+    LaunchKernel(kernel, grid, NP * 64, smem, p.stream, p.pdl, p, static_cast<int>(pl.chunk),
+                 static_cast<int>(pl.max_splits), false);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel (fused combine)");
     return;
   }
-  MlaDecodeWsKernel<TOut, NP, ST, MINB, false><<<grid, NP * 64, smem, p.stream>>>(p, static_cast<int>(pl.chunk),
-                                                                                 static_cast<int>(pl.max_splits), direct);
+  LaunchKernel(MlaDecodeWsKernel<TOut, NP, ST, MINB, false>, grid, NP * 64, smem, p.stream, p.pdl, p,
+               static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel");
   if (direct) return;
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
-  MlaDecodeTcCombineFast<TOut><<<cgrid, kV / 4, 0, p.stream>>>(p, static_cast<int>(pl.max_splits));
+  LaunchKernel(MlaDecodeTcCombineFast<TOut>, cgrid, kV / 4, 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
   DS_CUDA_CHECK_LAUNCH("MlaDecodeTcCombine");
 }
 

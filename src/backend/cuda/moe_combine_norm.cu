@@ -2,12 +2,14 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds::cuda {
 namespace {
 
 template <typename T>
 __global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   __shared__ float red[32];
   const int64_t t = blockIdx.x;
   const T* y = static_cast<const T*>(p.y);
@@ -54,8 +56,8 @@ void MoeCombineNorm(const MoeCombineNormParams& p) {
   DS_CHECK(!p.residual || (p.norm_weight && p.out)) << "MoeCombineNorm: the norm needs its weight and output";
   if (p.n == 0) return;
   const int threads = p.d >= 1024 ? 1024 : 256;  // RmsNorm's block size (same reduction order)
-  if (p.y_bf16) MoeCombineNormKernel<__nv_bfloat16><<<p.n, threads, 0, p.stream>>>(p);
-  else MoeCombineNormKernel<float><<<p.n, threads, 0, p.stream>>>(p);
+  if (p.y_bf16) LaunchKernel(MoeCombineNormKernel<__nv_bfloat16>, p.n, threads, 0, p.stream, p.pdl, p);
+  else LaunchKernel(MoeCombineNormKernel<float>, p.n, threads, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MoeCombineNormKernel");
 }
 

@@ -40,6 +40,9 @@ struct MoeCombineNormParams {
   float* out = nullptr; int64_t ldout = 0;           // [n, d] fp32 normalised
   __nv_bfloat16* out_bf16 = nullptr; int64_t ldout_bf16 = 0;  // [n, d] or nullptr
   cudaStream_t stream = nullptr;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
+  // CudaRunnerOptions::pdl). Same results either way.
+  bool pdl = false;
 };
 void MoeCombineNorm(const MoeCombineNormParams& p);
 

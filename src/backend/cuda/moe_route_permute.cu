@@ -2,6 +2,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_routing.cuh"
 
 namespace ds::cuda {
@@ -29,6 +30,7 @@ __device__ __forceinline__ void CopyRow(const __nv_bfloat16* src, __nv_bfloat16*
 }
 
 __global__ void __launch_bounds__(kThreads) MoeRoutePermuteKernel(MoeRoutePermuteParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   __shared__ int s_ids[kMaxPairs];
   const MoeRoutingParams& rp = p.routing;
   const int64_t n = rp.n, K = rp.top_k, m = n * K, E = rp.num_experts;
@@ -108,7 +110,7 @@ void MoeRoutePermute(const MoeRoutePermuteParams& p) {
     return;
   }
   const int64_t blocks = rp.n + rp.n * rp.top_k;
-  MoeRoutePermuteKernel<<<static_cast<unsigned>(blocks), kThreads, 0, p.stream>>>(p);
+  LaunchKernel(MoeRoutePermuteKernel, static_cast<unsigned>(blocks), kThreads, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MoeRoutePermuteKernel");
 }
 

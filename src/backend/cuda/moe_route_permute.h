@@ -54,6 +54,9 @@ struct MoeRoutePermuteParams {
   __nv_bfloat16* xp;                       // [n * top_k + S * n, d]
   uint32_t* sync;                          // one counter, zero before the first launch (left zero)
   cudaStream_t stream = nullptr;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
+  // CudaRunnerOptions::pdl). Same results either way.
+  bool pdl = false;
 };
 void MoeRoutePermute(const MoeRoutePermuteParams& p);
 

@@ -23,6 +23,9 @@ struct RmsNormParams {
   int64_t n, d;
   float eps;
   cudaStream_t stream = nullptr;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
+  // CudaRunnerOptions::pdl). Same results either way.
+  bool pdl = false;
   void* out_bf16 = nullptr; int64_t ld_out_bf16 = 0;  // [n, d] bf16 or nullptr
 };
 void RmsNorm(const RmsNormParams& p);

@@ -2,56 +2,27 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace ds::cuda {
 namespace {
 
-constexpr int kMaxPairsPerLane = 4;  // rope_dim <= 256
-
-// One warp rotates one head's rope channels in place at `v` (fp32) and writes the result to
-// `out` (may equal v) as TOut.
-template <typename TOut>
-__device__ void RotateHead(const float* v, TOut* out, int half, int pos, const float* cos, const float* sin,
-                           bool interleave) {
-  const int lane = threadIdx.x & 31;
-  float a[kMaxPairsPerLane], b[kMaxPairsPerLane];
-#pragma unroll
-  for (int j = 0; j < kMaxPairsPerLane; ++j) {
-    const int i = lane + 32 * j;
-    if (i < half) {
-      a[j] = interleave ? v[2 * i] : v[i];
-      b[j] = interleave ? v[2 * i + 1] : v[i + half];
-    }
-  }
-  __syncwarp();
-#pragma unroll
-  for (int j = 0; j < kMaxPairsPerLane; ++j) {
-    const int i = lane + 32 * j;
-    if (i < half) {
-      const float c = cos[static_cast<int64_t>(pos) * half + i], s = sin[static_cast<int64_t>(pos) * half + i];
-      out[i] = dev::FromF<TOut>(a[j] * c - b[j] * s);
-      out[i + half] = dev::FromF<TOut>(b[j] * c + a[j] * s);
-    }
-  }
-}
-
 __global__ void RopeKernel(RopeParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int warps = blockDim.x >> 5;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * warps + (threadIdx.x >> 5);
   if (item >= p.n * p.heads) return;
   const int64_t t = item / p.heads, h = item % p.heads;
   const int pos = p.positions[t];
   if (pos < 0 || pos >= p.max_pos) return;
-  float* v = p.x + t * p.token_stride + h * p.head_stride + p.offset;
-  RotateHead<float>(v, v, static_cast<int>(p.rope_dim / 2), pos, p.cos, p.sin, p.interleave);
-  if (p.out2 != nullptr) {
-    __syncwarp();  // the other lanes' rotated values
-    float* o = p.out2 + t * p.out2_token_stride + h * p.out2_head_stride;
-    for (int64_t i = threadIdx.x & 31; i < p.rope_dim; i += 32) o[i] = v[i];
-  }
+  rope::RopeHeadInPlace(p.x + t * p.token_stride + h * p.head_stride + p.offset, p.rope_dim, pos, p.cos, p.sin,
+                        p.interleave,
+                        p.out2 ? p.out2 + t * p.out2_token_stride + h * p.out2_head_stride : nullptr);
 }
 
 __global__ void KvCacheWriteKernel(KvCacheWriteParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t t = blockIdx.x;
   const int64_t slot = p.slots[t];
   if (slot < 0) return;
@@ -62,28 +33,27 @@ __global__ void KvCacheWriteKernel(KvCacheWriteParams p) {
   if (threadIdx.x < 32) {
     const int pos = p.positions[t];
     if (pos < 0 || pos >= p.max_pos) return;
-    RotateHead<__nv_bfloat16>(p.k_pe + t * p.ld_k_pe, dst + p.kv_lora, static_cast<int>(p.rope_dim / 2), pos,
-                              p.cos, p.sin, p.interleave);
+    rope::RopeKpeToCache(p.k_pe + t * p.ld_k_pe, dst + p.kv_lora, p.rope_dim, pos, p.cos, p.sin, p.interleave);
   }
 }
 
 }  // namespace
 
 void ApplyRope(const RopeParams& p) {
-  DS_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= 64 * kMaxPairsPerLane)
+  DS_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= 64 * rope::kMaxPairsPerLane)
       << "ApplyRope: rope_dim must be even and <= 256, got " << p.rope_dim;
   if (p.n == 0 || p.heads == 0) return;
   const int64_t items = p.n * p.heads;
   const int warps = 8;
-  RopeKernel<<<dev::CeilDiv(items, warps), warps * 32, 0, p.stream>>>(p);
+  LaunchKernel(RopeKernel, dev::CeilDiv(items, warps), warps * 32, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("RopeKernel");
 }
 
 void RopeAndWriteKvCache(const KvCacheWriteParams& p) {
-  DS_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= 64 * kMaxPairsPerLane)
+  DS_CHECK(p.rope_dim > 0 && p.rope_dim % 2 == 0 && p.rope_dim <= 64 * rope::kMaxPairsPerLane)
       << "RopeAndWriteKvCache: bad rope_dim " << p.rope_dim;
   if (p.n == 0) return;
-  KvCacheWriteKernel<<<p.n, 128, 0, p.stream>>>(p);
+  LaunchKernel(KvCacheWriteKernel, p.n, 128, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("KvCacheWriteKernel");
 }
 

@@ -24,6 +24,9 @@ struct RopeParams {
   int64_t max_pos;
   bool interleave;
   cudaStream_t stream = nullptr;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
+  // CudaRunnerOptions::pdl). Same results either way.
+  bool pdl = false;
   // Optional: also copy each rotated head's rope_dim channels (fp32, the values written in
   // place) to out2 + t * out2_token_stride + h * out2_head_stride (absorbed MLA's q_pe slot of
   // q_lat; replaces a Copy2D launch). Rows with an out-of-range position are not written.
@@ -47,6 +50,9 @@ struct KvCacheWriteParams {
   bool interleave;
   __nv_bfloat16* cache;
   cudaStream_t stream = nullptr;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
+  // CudaRunnerOptions::pdl). Same results either way.
+  bool pdl = false;
 };
 void RopeAndWriteKvCache(const KvCacheWriteParams& p);
 

@@ -2,12 +2,14 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds::cuda {
 namespace {
 
 __global__ void GatherLatentKernel(const __nv_bfloat16* cache, const int64_t* slots, int64_t L, int64_t rope,
                                    __nv_bfloat16* lat16, float* rope32) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t j = blockIdx.x;
   const __nv_bfloat16* src = cache + slots[j] * L;
   for (int64_t c = threadIdx.x; c < L; c += blockDim.x) {
@@ -19,6 +21,7 @@ __global__ void GatherLatentKernel(const __nv_bfloat16* cache, const int64_t* sl
 
 __global__ void GatherRowsKernel(const uint8_t* src, int64_t ss, const int32_t* idx, int64_t row_bytes, uint8_t* dst,
                                  int64_t ds, bool scatter) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t i = blockIdx.x;
   const int64_t r = idx ? idx[i] : i;
   const uint8_t* s = src + (scatter ? i : r) * ss;
@@ -39,6 +42,7 @@ constexpr int kRowThreads = 256;
 constexpr int64_t kColsPerBlock = 4 * kRowThreads;
 
 __global__ void F32ToBf16Kernel(const float* in, int64_t ld_in, __nv_bfloat16* out, int64_t ld_out, int64_t cols) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t r = blockIdx.x, end = std::min<int64_t>(cols, (blockIdx.y + 1) * kColsPerBlock);
   for (int64_t c = blockIdx.y * kColsPerBlock + threadIdx.x; c < end; c += blockDim.x)
     out[r * ld_out + c] = __float2bfloat16_rn(in[r * ld_in + c]);
@@ -46,6 +50,7 @@ __global__ void F32ToBf16Kernel(const float* in, int64_t ld_in, __nv_bfloat16* o
 
 __global__ void SplitKernel(const float* in, int64_t ld_in, int64_t cols, __nv_bfloat16* hi, __nv_bfloat16* lo,
                             int64_t ld_out) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t r = blockIdx.x, end = std::min<int64_t>(cols, (blockIdx.y + 1) * kColsPerBlock);
   for (int64_t c = blockIdx.y * kColsPerBlock + threadIdx.x; c < end; c += blockDim.x) {
     const float v = in[r * ld_in + c];
@@ -56,6 +61,7 @@ __global__ void SplitKernel(const float* in, int64_t ld_in, int64_t cols, __nv_b
 }
 
 __global__ void Copy2DKernel(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t cols) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t r = blockIdx.x, end = std::min<int64_t>(cols, (blockIdx.y + 1) * kColsPerBlock);
   for (int64_t c = blockIdx.y * kColsPerBlock + threadIdx.x; c < end; c += blockDim.x) out[r * ld_out + c] = in[r * ld_in + c];
 }
@@ -113,48 +119,49 @@ int GridFor(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 2
 }  // namespace
 
 void GatherLatentRows(const __nv_bfloat16* cache, const int64_t* slots, int64_t n, int64_t L, int64_t rope,
-                      __nv_bfloat16* lat16, float* rope32, cudaStream_t s) {
+                      __nv_bfloat16* lat16, float* rope32, cudaStream_t s, bool pdl) {
   if (n == 0) return;
-  GatherLatentKernel<<<n, 128, 0, s>>>(cache, slots, L, rope, lat16, rope32);
+  LaunchKernel(GatherLatentKernel, n, 128, 0, s, pdl, cache, slots, L, rope, lat16, rope32);
   DS_CUDA_CHECK_LAUNCH("GatherLatentKernel");
 }
 
 void GatherRows(const void* src, int64_t src_stride, const int32_t* idx, int64_t n, int64_t row_bytes, void* dst,
-                int64_t dst_stride, cudaStream_t s) {
+                int64_t dst_stride, cudaStream_t s, bool pdl) {
   if (n == 0) return;
-  GatherRowsKernel<<<n, 128, 0, s>>>(static_cast<const uint8_t*>(src), src_stride, idx, row_bytes,
-                                     static_cast<uint8_t*>(dst), dst_stride, false);
+  LaunchKernel(GatherRowsKernel, n, 128, 0, s, pdl, static_cast<const uint8_t*>(src), src_stride, idx, row_bytes,
+               static_cast<uint8_t*>(dst), dst_stride, false);
   DS_CUDA_CHECK_LAUNCH("GatherRowsKernel");
 }
 
 void ScatterRows(const void* src, int64_t src_stride, const int32_t* idx, int64_t n, int64_t row_bytes, void* dst,
-                 int64_t dst_stride, cudaStream_t s) {
+                 int64_t dst_stride, cudaStream_t s, bool pdl) {
   if (n == 0) return;
-  GatherRowsKernel<<<n, 128, 0, s>>>(static_cast<const uint8_t*>(src), src_stride, idx, row_bytes,
-                                     static_cast<uint8_t*>(dst), dst_stride, true);
+  LaunchKernel(GatherRowsKernel, n, 128, 0, s, pdl, static_cast<const uint8_t*>(src), src_stride, idx, row_bytes,
+               static_cast<uint8_t*>(dst), dst_stride, true);
   DS_CUDA_CHECK_LAUNCH("ScatterRowsKernel");
 }
 
 void F32ToBf16(const float* in, int64_t ld_in, __nv_bfloat16* out, int64_t ld_out, int64_t rows, int64_t cols,
-               cudaStream_t s) {
+               cudaStream_t s, bool pdl) {
   if (rows == 0) return;
   if (cols == 0) return;
-  F32ToBf16Kernel<<<RowGrid(rows, cols), kRowThreads, 0, s>>>(in, ld_in, out, ld_out, cols);
+  LaunchKernel(F32ToBf16Kernel, RowGrid(rows, cols), kRowThreads, 0, s, pdl, in, ld_in, out, ld_out, cols);
   DS_CUDA_CHECK_LAUNCH("F32ToBf16Kernel");
 }
 
 void SplitBf16(const float* in, int64_t ld_in, int64_t rows, int64_t cols, __nv_bfloat16* hi, __nv_bfloat16* lo,
-               int64_t ld_out, cudaStream_t s) {
+               int64_t ld_out, cudaStream_t s, bool pdl) {
   if (rows == 0) return;
   if (cols == 0) return;
-  SplitKernel<<<RowGrid(rows, cols), kRowThreads, 0, s>>>(in, ld_in, cols, hi, lo, ld_out);
+  LaunchKernel(SplitKernel, RowGrid(rows, cols), kRowThreads, 0, s, pdl, in, ld_in, cols, hi, lo, ld_out);
   DS_CUDA_CHECK_LAUNCH("SplitKernel");
 }
 
-void Copy2D(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t rows, int64_t cols, cudaStream_t s) {
+void Copy2D(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t rows, int64_t cols, cudaStream_t s,
+            bool pdl) {
   if (rows == 0) return;
   if (cols == 0) return;
-  Copy2DKernel<<<RowGrid(rows, cols), kRowThreads, 0, s>>>(in, ld_in, out, ld_out, cols);
+  LaunchKernel(Copy2DKernel, RowGrid(rows, cols), kRowThreads, 0, s, pdl, in, ld_in, out, ld_out, cols);
   DS_CUDA_CHECK_LAUNCH("Copy2DKernel");
 }
 

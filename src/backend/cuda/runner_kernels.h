@@ -1,6 +1,8 @@
 // Small data-movement kernels used by the CUDA model runner (cuda_runner.cpp): gathers of
 // latent cache rows and of token rows, dtype conversion, strided copies, and the seeded
 // random fill behind --load-format dummy.
+// pdl (the gathers, conversions and copies): launch as a programmatic dependent of the previous
+// kernel in the stream (launch.cuh, CudaRunnerOptions::pdl); same results either way.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,25 +16,26 @@ namespace ds::cuda {
 // slots[j] ([.., L] bf16). Writes lat16[j] = the whole row (bf16, ld L) and rope32[j] = its
 // last `rope` channels as fp32 (ld rope).
 void GatherLatentRows(const __nv_bfloat16* cache, const int64_t* slots, int64_t n, int64_t L, int64_t rope,
-                      __nv_bfloat16* lat16, float* rope32, cudaStream_t s);
+                      __nv_bfloat16* lat16, float* rope32, cudaStream_t s, bool pdl = false);
 
 // dst[i, :] = src[idx[i], :] (row_bytes each; strides in bytes). idx == nullptr: identity.
 void GatherRows(const void* src, int64_t src_stride, const int32_t* idx, int64_t n, int64_t row_bytes, void* dst,
-                int64_t dst_stride, cudaStream_t s);
+                int64_t dst_stride, cudaStream_t s, bool pdl = false);
 // dst[idx[i], :] = src[i, :].
 void ScatterRows(const void* src, int64_t src_stride, const int32_t* idx, int64_t n, int64_t row_bytes, void* dst,
-                 int64_t dst_stride, cudaStream_t s);
+                 int64_t dst_stride, cudaStream_t s, bool pdl = false);
 
 // out[r, c] (bf16, ld_out) = in[r, c] (fp32, ld_in) for r < rows, c < cols.
 void F32ToBf16(const float* in, int64_t ld_in, __nv_bfloat16* out, int64_t ld_out, int64_t rows, int64_t cols,
-               cudaStream_t s);
+               cudaStream_t s, bool pdl = false);
 // Split fp32 into bf16 hi = bf16(x) and, when lo != nullptr, lo = bf16(x - hi): hi + lo
 // carries ~16 mantissa bits, so two bf16 GEMMs (hi, then lo accumulated) give near-fp32
 // activations on bf16 tensor cores.
 void SplitBf16(const float* in, int64_t ld_in, int64_t rows, int64_t cols, __nv_bfloat16* hi, __nv_bfloat16* lo,
-               int64_t ld_out, cudaStream_t s);
+               int64_t ld_out, cudaStream_t s, bool pdl = false);
 // out[r, c] (fp32) = in[r, c] (fp32), strided, r < rows, c < cols.
-void Copy2D(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t rows, int64_t cols, cudaStream_t s);
+void Copy2D(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t rows, int64_t cols, cudaStream_t s,
+            bool pdl = false);
 
 // Seeded fills for dummy weights: element i gets a value from a counter-based hash of
 // (seed, i): uniform in [-a, a] (bf16 or fp32), or e4m3 codes of uniform [-448, 448]

@@ -5,6 +5,7 @@
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -143,6 +144,7 @@ __device__ __forceinline__ void ArgmaxTake(float x, int32_t i, float& bv, int32_
 }
 
 __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(const float* logits, int64_t ld, int64_t vocab, int32_t* out) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * ld;
   float bv = -INFINITY;
   int32_t bi = INT32_MAX;
@@ -204,7 +206,7 @@ void Sample(const SampleParams& p) {
   DS_CHECK(p.vocab > 0 && p.vocab < (1ll << 31)) << "Sample: bad vocab " << p.vocab;
   if (p.rows == 0) return;
   if (p.all_greedy) {
-    ArgmaxKernel<<<p.rows, kArgmaxThreads, 0, p.stream>>>(p.logits, p.ld, p.vocab, p.out_ids);
+    LaunchKernel(ArgmaxKernel, p.rows, kArgmaxThreads, 0, p.stream, p.pdl, p.logits, p.ld, p.vocab, p.out_ids);
     DS_CUDA_CHECK_LAUNCH("ArgmaxKernel");
     return;
   }

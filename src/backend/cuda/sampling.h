@@ -23,6 +23,9 @@ struct SampleParams {
   const uint64_t* seed; const uint64_t* step;
   int32_t* out_ids;                 // [rows] device
   cudaStream_t stream = nullptr;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
+  // CudaRunnerOptions::pdl). Same results either way. Honoured by the argmax (all_greedy) path.
+  bool pdl = false;
   // Host hint: every row's temperature is <= 0, so every row is an argmax (one pass over the
   // logits, no sort, no scratch memory, no host synchronisation).
   bool all_greedy = false;

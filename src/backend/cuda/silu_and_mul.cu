@@ -2,6 +2,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -9,6 +10,7 @@ namespace {
 // One warp per (token, 128-channel group).
 template <typename TOut>
 __global__ void SiluAndMulKernel(SiluAndMulParams p, int64_t groups) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int warps = blockDim.x >> 5, lane = threadIdx.x & 31;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * warps + (threadIdx.x >> 5);
   if (item >= p.n * groups) return;
@@ -50,8 +52,8 @@ void SiluAndMul(const SiluAndMulParams& p) {
   const int64_t groups = (p.inter + 127) / 128;
   const int warps = 8;
   const int blocks = dev::CeilDiv(p.n * groups, warps);
-  if (p.out_type == DTypeOut::kF32) SiluAndMulKernel<float><<<blocks, warps * 32, 0, p.stream>>>(p, groups);
-  else SiluAndMulKernel<__nv_bfloat16><<<blocks, warps * 32, 0, p.stream>>>(p, groups);
+  if (p.out_type == DTypeOut::kF32) LaunchKernel(SiluAndMulKernel<float>, blocks, warps * 32, 0, p.stream, p.pdl, p, groups);
+  else LaunchKernel(SiluAndMulKernel<__nv_bfloat16>, blocks, warps * 32, 0, p.stream, p.pdl, p, groups);
   DS_CUDA_CHECK_LAUNCH("SiluAndMulKernel");
 }
 

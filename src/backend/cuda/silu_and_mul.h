@@ -22,6 +22,9 @@ struct SiluAndMulParams {
   ScaleLayout scale_layout = ScaleLayout::kGroupMajor;
   int64_t n, inter;
   cudaStream_t stream = nullptr;
+  // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
+  // CudaRunnerOptions::pdl). Same results either way.
+  bool pdl = false;
   int64_t scale_ld = 0;  // kGroupMajor: elements between groups (0 = n)
 };
 void SiluAndMul(const SiluAndMulParams& p);

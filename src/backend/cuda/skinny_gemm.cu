@@ -5,6 +5,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -92,6 +93,7 @@ __device__ __forceinline__ uint4 LoadA(const __nv_bfloat16* a, bool ok, int64_t 
 // k16 steps (the dot product is order-free, so A and B only need the same k permutation).
 template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(GroupedGemmParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   constexpr int kThreads = kWarps * 32;
   constexpr int kTileN = kTileM * kMT;       // weight rows per block
   constexpr int kEs = kFp8 ? 1 : 2;          // weight element bytes
@@ -281,6 +283,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
 // on the H200 (splitk_2026-11-29.md).
 template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernelGen(KArgs ka) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const GroupedGemmParams& p = ka.p;
   constexpr int kThreads = kWarps * 32;
   constexpr int kTileN = kTileM * kMT;       // weight rows per block
@@ -507,9 +510,11 @@ void LaunchV(const KArgs& a, int64_t slots, bool gen) {
   constexpr Variant v = kVariants[kV];
   const dim3 grid(dev::CeilDiv(a.p.N, kTileM * v.mt), static_cast<unsigned>(slots), static_cast<unsigned>(a.splits));
   if (gen)
-    SkinnyGemmKernelGen<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div><<<grid, v.warps * 32, 0, a.p.stream>>>(a);
+    LaunchKernel(SkinnyGemmKernelGen<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
+                 a.p.stream, a.p.pdl, a);
   else
-    SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div><<<grid, v.warps * 32, 0, a.p.stream>>>(a.p);
+    LaunchKernel(SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
+                 a.p.stream, a.p.pdl, a.p);
 }
 
 template <bool kFp8, int kNT, typename TOut>

@@ -1,0 +1,100 @@
+// Programmatic Dependent Launch (PDL) for the decode-path kernels: the host-side launcher and
+// the device-side wait. Not a public header: include only from .cu files.
+//
+// Mechanism (CUDA programming guide, "Programmatic Dependent Launch and Synchronization",
+// https://docs.nvidia.com/cuda/cuda-programming-guide/04-special-topics/programmatic-dependent-launch.html;
+// PTX ISA, "griddepcontrol"): a kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization
+// = 1 may be scheduled before the previous kernel in its stream has finished -- once every block
+// of that kernel has executed griddepcontrol.launch_dependents (cudaTriggerProgrammaticLaunchCompletion)
+// or exited. griddepcontrol.wait (cudaGridDependencySynchronize) then blocks the dependent until
+// the prerequisite grids have COMPLETED and their memory operations are visible to it (not merely
+// triggered: "launch_dependents ... does not imply that the producer has completed or that its
+// memory writes are visible", cuTile's grid_dependency_control_launch_dependents; "[wait]
+// waits for all instructions in a prior kernel to complete ... the new values will be visible",
+// Triton's gdc_wait). Both instructions are documented as safe when the kernel was not launched
+// as a programmatic dependent (Triton gdc_wait / gdc_launch_dependents: "This instruction is
+// also safe to execute when programmatic dependent launch is disabled"): the wait returns at
+// once because stream order already guarantees the predecessor finished, and the trigger has no
+// dependent to release. So the default (non-PDL) path runs the same kernels with the same
+// results.
+//
+// The rule every kernel here follows: PdlWaitThenRelease() is its FIRST statement, before any
+// global-memory read or write (of activations, caches, counters, outputs; weights included, for
+// simplicity). With that,
+//  - correctness does not depend on where a predecessor triggered: the wait is for completion;
+//  - the chain is transitive: kernel k+1 cannot complete before kernel k completed (it waited),
+//    so kernel k+2's wait on k+1 covers k as well;
+//  - a PDL launch after a kernel we do not own (cuBLAS/cuBLASLt/CUTLASS, launched without the
+//    attribute by their libraries) is still correct: our kernel waits for it to complete; such
+//    a kernel after ours is launched normally and waits for ours to complete as stream order
+//    says (their kernels are not changed);
+//  - a memcpy/memset/event between two kernels keeps the plain stream dependency (the attribute
+//    only relaxes kernel -> kernel edges).
+// Early release: each kernel executes launch_dependents right after its wait, so the next
+// kernel's blocks can be scheduled (and sit in their own wait) while this one runs: that hides
+// the launch latency and the tail between two dependent kernels, which is what PDL saves here.
+// Safe by the rule above (every dependent waits for full completion before touching memory);
+// it cannot starve this kernel: the release happens only after EVERY block of this kernel has
+// executed it, i.e. all of them are resident already (so grid-wide counters such as
+// MoeRoutePermute's, which need all blocks co-resident, are unaffected).
+//
+// CUDA graphs: stream capture records a PDL launch as a programmatic dependency edge
+// (cudaGraphDependencyTypeProgrammatic, from port cudaGraphKernelNodePortProgrammatic; CUDA >=
+// 12.3); the runner's graphs are instantiated with flags 0 as before (no flag is documented as
+// needed for programmatic edges). Unverified on the GPU: CudaRunnerPdl.* and CudaPdl.* tests.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace ds::cuda {
+
+namespace dev {
+// First statement of every PDL-capable kernel (see the rule above). No-op on the default path.
+// The wait is exactly cudaGridDependencySynchronize() (CUDA 13's cuda_device_runtime_api.h:
+// asm volatile("griddepcontrol.wait;":::"memory")), the release cudaTriggerProgrammaticLaunchCompletion().
+__device__ __forceinline__ void PdlWaitThenRelease() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+}  // namespace dev
+
+// Launches kernel<<<grid, block, smem, stream>>>(args...); with pdl, through cudaLaunchKernelEx
+// with cudaLaunchAttributeProgrammaticStreamSerialization = 1 (the kernel must start with
+// dev::PdlWaitThenRelease()). Without pdl it is the plain triple-chevron launch the callers used
+// before (the default path is unchanged); launch errors are left to DS_CUDA_CHECK_LAUNCH there.
+template <typename... KArgs, typename... Args>
+void LaunchKernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                  Args&&... args) {
+  if (!pdl) {
+    kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+    return;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// Fills the PDL attribute into attrs[n] when pdl (for launch sites that build their own
+// cudaLaunchConfig_t, e.g. with a cluster dimension); returns the new attribute count.
+inline unsigned AddPdlAttribute(cudaLaunchAttribute* attrs, unsigned n, bool pdl) {
+  if (!pdl) return n;
+  attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[n].val.programmaticStreamSerializationAllowed = 1;
+  return n + 1;
+}
+
+}  // namespace ds::cuda

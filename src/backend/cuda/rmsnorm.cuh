@@ -1,0 +1,41 @@
+// Device side of RMSNorm (include only from .cu): the normalisation of one row by one block,
+// shared by RmsNormKernel (rmsnorm.cu) and the fused decode kv-latent norm + RoPE + cache write
+// (mla_kv_rope_fused.cu), so that both run the same fp32 operations in the same order
+// (bit-identical outputs) when launched with the same block size (RmsNormThreads). The math
+// is documented in rmsnorm.h.
+#pragma once
+
+#include "backend/cuda/common.cuh"
+
+namespace ds::cuda::norm {
+
+// Block size RmsNorm launches for rows of d elements. The sum of squares is reduced over the
+// block's threads (thread i takes elements i, i + blockDim.x, ..., then BlockSum): another
+// block size sums in another order.
+constexpr int RmsNormThreads(int64_t d) { return d >= 1024 ? 1024 : 256; }
+
+// Normalises one row of d elements; every thread of the block must call it (BlockSum).
+// res != nullptr: res[i] += x[i] (in place) and the row normalised is res; else x.
+// out[i] = v[i] * inv * weight[i] as TOut (may alias x or res); o16 (optional): also
+// __float2bfloat16_rn of that fp32 value.
+template <typename TOut>
+__device__ __forceinline__ void RmsNormRow(const float* x, float* res, const float* weight, TOut* out,
+                                           __nv_bfloat16* o16, int64_t d, float eps) {
+  __shared__ float red[32];
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = x[i];
+    if (res) { v += res[i]; res[i] = v; }
+    ss += v * v;
+  }
+  const float total = dev::BlockSum(ss, red);
+  const float inv = rsqrtf(total / static_cast<float>(d) + eps);
+  const float* src = res ? res : x;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float o = src[i] * inv * weight[i];
+    out[i] = dev::FromF<TOut>(o);
+    if (o16) o16[i] = __float2bfloat16_rn(o);
+  }
+}
+
+}  // namespace ds::cuda::norm
