@@ -68,7 +68,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:
-  // the defaults, route + norm + qpe): 0 none, 1 all seven, or a comma list of route, shared,
+  // the defaults, all but shared): 0 none, 1 all seven, or a comma list of route, shared,
   // norm, qpe, olat, silu16, kvrope (ParseFusedDecodeFlags, backend/cuda/fused_decode_flags.h).
   if (const char* f = std::getenv("DS_FUSED_DECODE")) {
     const ds::cuda::FusedDecodeFlags fl = ds::cuda::ParseFusedDecodeFlags(f);

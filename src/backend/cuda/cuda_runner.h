@@ -80,7 +80,8 @@ struct CudaRunnerOptions {
   bool mla_decode_sm90 = true;
   // Which sm90 decode kernel (MlaDecodeParams::sm90_variant; A/B, the CLI reads
   // DS_MLA_DECODE_SM90_VARIANT=N): 0 = the verified kernel, 1 / 2 = the "seesaw" kernel with an
-  // early / late ring-stage release (verified on the H200, not yet timed). Only with mla_decode_sm90.
+  // early / late ring-stage release (verified on the H200; 3-8% slower at batch >= 64, session 5
+  // run 1). Only with mla_decode_sm90.
   int mla_decode_sm90_variant = 0;
   // Absorbed-MLA decode split size for small batches: > 0 (a multiple of 64) is the minimum
   // keys per KV split (MlaDecodeParams::kv_chunk) for passes of <= kMlaSmallBatchTokens tokens
@@ -96,7 +97,8 @@ struct CudaRunnerOptions {
   // V2-Lite / TP8): merge the KV splits in the kernel (MlaDecodeParams::tc_fused_combine: the
   // last block of each sequence merges them, no combine launch) with a persistent zeroed
   // counter buffer (self-resetting, so graph replays need no memset). Same output as the
-  // combine kernel by construction; not yet verified on the GPU: off by default (the CLI reads
+  // combine kernel by construction; verified on the H200 but slower (session 5 run 1: 115.3 vs
+  // 103.6 us at 16 heads, batch 64 x 4K), so off by default (the CLI reads
   // DS_MLA_DECODE_FUSED_COMBINE=1 for the A/B).
   bool mla_decode_fused_combine = false;
   // Naive-MLA prefill attention on tensor cores (mla_prefill_tc.cu: flash-attention-2 style,
@@ -145,9 +147,10 @@ struct CudaRunnerOptions {
   // launches per layer for passes of at most fused_decode_max_tokens tokens (and at most
   // kMoeRoutePermuteMaxTokens = 16) on the skinny MoE path. route, norm and qpe are on by
   // default: bit-identical to the unfused path on the H200 (every fixture, dummy V2-Lite and V3,
-  // graphs on and off; session 4 run 3). shared is off: on V2-Lite dims it moved logits by
-  // 1.8e-2 relative L2 (min cosine 0.99985), above its fp32-rounding bound. olat, silu16
-  // and kvrope are off: not yet verified on the GPU. The CLI reads DS_FUSED_DECODE=0 (none),
+  // graphs on and off; session 4 run 3); so are olat, silu16 and kvrope (session 6 run 1; with
+  // them V2-Lite's 1 x 1K decode step 3.38 vs 3.60 ms), also on by default. shared is off: on
+  // V2-Lite dims it moved logits by 1.8e-2 relative L2 (min cosine 0.99985), above its
+  // fp32-rounding bound. The CLI reads DS_FUSED_DECODE=0 (none),
   // =1 (all seven) or a comma list of route,shared,norm,qpe,olat,silu16,kvrope
   // (fused_decode_flags.h).
   //  - fused_moe_route: routing + permutation in one kernel (moe_route_permute.h) instead of
@@ -168,7 +171,7 @@ struct CudaRunnerOptions {
   //    (MlaDecodeParams::out_type kBF16: every decode path's final writer, the combine or the
   //    one-split kernel, rounds the fp32 value it would have stored with __float2bfloat16_rn,
   //    as SplitBf16 does) and the W_UV per-head GEMM reads it directly: no SplitBf16 launch
-  //    per layer. Bit-identical by construction; not yet verified on the GPU, off by default.
+  //    per layer. Bit-identical by construction and on the H200 (session 6 run 1).
   //    (The W_UV GEMM's output for o_proj stays fp32: it runs on cuBLASLt at these shapes,
   //    whose bf16-output algorithm choice and rounding are not documented to match.)
   //  - fused_silu16 (not with precise_activations): the dense MLP (first_k_dense layers) and
@@ -178,23 +181,22 @@ struct CudaRunnerOptions {
   //    as LinearFwd's x16: no SplitBf16 launch per MLP. Only where the down projection takes
   //    bf16 activations (bf16 weights; FP8 weights with in-kernel dequantisation), not where
   //    it quantises its fp32 input to e4m3 (fp8_gemm "cublas" on cuBLASLt, or
-  //    fp8_emulate_act_quant). Bit-identical by construction; not yet verified on the GPU, off
-  //    by default.
+  //    fp8_emulate_act_quant). Bit-identical by construction and on the H200 (session 6 run 1).
   //  - fused_kvrope: MLA's RMSNorm of the kv latent c_kv, the q RoPE (with fused_qpe's q_pe
   //    copy into q_lat) and the k_pe RoPE + paged latent cache write in one kernel
   //    (mla_kv_rope_fused.h) instead of three launches per layer, in every pass of <= 16 tokens
   //    (prefill chunks too: the three ops do not depend on the MLA mode). The same device
   //    routines as RmsNorm / ApplyRope / RopeAndWriteKvCache (rmsnorm.cuh, rope.cuh), the norm
   //    at RmsNorm's block size (its reduction order): bit-identical by construction, also with
-  //    precise_activations (which changes none of these ops' inputs or arithmetic). Not yet
-  //    verified on the GPU, off by default.
+  //    precise_activations (which changes none of these ops' inputs or arithmetic); bit-identical
+  //    on the H200 too (session 6 run 1).
   bool fused_moe_route = true;
   bool fused_moe_shared = false;
   bool fused_norm = true;
   bool fused_qpe = true;
-  bool fused_olat = false;
-  bool fused_silu16 = false;
-  bool fused_kvrope = false;
+  bool fused_olat = true;
+  bool fused_silu16 = true;
+  bool fused_kvrope = true;
   int fused_decode_max_tokens = 16;
   // FP8 GEMMs of the default numerics (fp8_gemm "kernel": bf16 activations, e4m3 weights with
   // 128x128 block scales) at prefill sizes -- the expert GEMMs and the dense projections that do
@@ -217,7 +219,9 @@ struct CudaRunnerOptions {
   // by construction. Eager passes and captured decode graphs alike (capture records
   // programmatic edges). cuBLAS / cuBLASLt / CUTLASS kernels are launched as before. Aims at
   // the launch latency and tails between the ~20 small dependent kernels of a batch-1 decode
-  // layer. Not yet verified on the GPU: off by default (the CLI reads DS_PDL=1).
+  // layer. Verified bit-identical on the H200 (session 6 run 1) but no faster there: V2-Lite
+  // 1 x 1K decode step 3.59 vs 3.60 ms, V3 8 layers 2.98 vs 2.90 ms (graphs on), so off by
+  // default (the CLI reads DS_PDL=1).
   bool pdl = false;
   int device = 0;
 };

@@ -3,7 +3,7 @@
 // here so that the CPU build's tests check it (tests/backend/cuda_host/test_fused_decode_flags.cpp);
 // src/tools/cuda_runner_hook.cpp applies the result. Free of CUDA headers. Also DS_PDL's
 // parser (ParsePdlFlag, below).
-//   unset: the runner's defaults (route, norm, qpe; the caller does not call this);
+//   unset: the runner's defaults (route, norm, qpe, olat, silu16, kvrope; the caller does not call this);
 //   "0": none; "1": all (route, shared, norm, qpe, olat, silu16, kvrope);
 //   else a comma list of route, shared (implies route), norm, qpe, olat, silu16, kvrope.
 #pragma once

@@ -1,7 +1,7 @@
 // DS_FUSED_DECODE's parser (src/backend/cuda/fused_decode_flags.h), checked in the CPU build:
 // "0" none, "1" all seven (route, shared, norm, qpe, olat, silu16, kvrope), a comma list those
 // named (shared implies route), unknown names reported and ignored. Unset is not parsed: the
-// runner keeps its defaults (route, norm, qpe; shared, olat, silu16 and kvrope off), checked against
+// runner keeps its defaults (route, norm, qpe, olat, silu16, kvrope; shared off), checked against
 // CudaRunnerOptions in the CUDA build only.
 #include <gtest/gtest.h>
 
