@@ -7,15 +7,103 @@
 namespace ds::cuda {
 namespace {
 
+// Elements per thread and routed slots per token that the staged form holds in registers /
+// shared memory; larger rows or top_k take the loop form. Both run the same fp32 operations
+// in the same order per element (header), so they give the same bits.
+constexpr int kStagedPerThread = 8;  // d <= 8 * blockDim (V3 / Kimi: 7168 over 1024 threads)
+constexpr int kStagedTopK = 16;
+
 template <typename T>
 __global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   __shared__ float red[32];
+  __shared__ int32_t s_pos[kStagedTopK];
+  __shared__ float s_w[kStagedTopK];
   const int64_t t = blockIdx.x;
   const T* y = static_cast<const T*>(p.y);
   const float* fy = static_cast<const float*>(p.y);
   float* res = p.residual ? p.residual + t * p.ldres : nullptr;
   float ss = 0.f;
+  const int64_t bd = blockDim.x;
+  if (p.d <= kStagedPerThread * bd && p.top_k <= kStagedTopK) {
+    // Staged form (decode: one row per block is latency-bound): the token's slots and weights
+    // read once into shared memory, then every load of one accumulation step issued before
+    // its adds (no store in between), so the row's loads overlap instead of forming a chain
+    // of dependent round trips per element.
+    if (threadIdx.x < p.top_k) {
+      s_pos[threadIdx.x] = p.pos[t * p.top_k + threadIdx.x];
+      s_w[threadIdx.x] = p.weights[t * p.top_k + threadIdx.x];
+    }
+    __syncthreads();
+    float acc[kStagedPerThread];
+#pragma unroll
+    for (int e = 0; e < kStagedPerThread; ++e) {
+      const int64_t i = threadIdx.x + e * bd;
+      acc[e] = p.base && i < p.d ? p.base[t * p.ld_base + i] : 0.f;
+    }
+    for (int s = 0; s < p.num_shared; ++s) {
+      const float* row = fy + (p.shared_row0 + s * p.n + t) * p.ldy;
+#pragma unroll
+      for (int e = 0; e < kStagedPerThread; ++e) {
+        const int64_t i = threadIdx.x + e * bd;
+        if (i < p.d) acc[e] += row[i];
+      }
+    }
+    for (int64_t j = 0; j < p.top_k; ++j) {
+      const int32_t r = s_pos[j];
+      if (r < 0) continue;
+      const float w = s_w[j];
+      const T* row = y + static_cast<int64_t>(r) * p.ldy;
+      float yv[kStagedPerThread];
+#pragma unroll
+      for (int e = 0; e < kStagedPerThread; ++e) {
+        const int64_t i = threadIdx.x + e * bd;
+        yv[e] = i < p.d ? dev::ToF(row[i]) : 0.f;
+      }
+#pragma unroll
+      for (int e = 0; e < kStagedPerThread; ++e) {
+        float v = yv[e];
+        if (p.round_y_bf16) v = __bfloat162float(__float2bfloat16_rn(v));
+        acc[e] += w * v;
+      }
+    }
+    if (p.moe_out) {
+#pragma unroll
+      for (int e = 0; e < kStagedPerThread; ++e) {
+        const int64_t i = threadIdx.x + e * bd;
+        if (i < p.d) p.moe_out[t * p.ld_moe_out + i] = acc[e];
+      }
+    }
+    if (!res) return;
+    float rv[kStagedPerThread];
+#pragma unroll
+    for (int e = 0; e < kStagedPerThread; ++e) {
+      const int64_t i = threadIdx.x + e * bd;
+      rv[e] = i < p.d ? res[i] : 0.f;
+    }
+#pragma unroll
+    for (int e = 0; e < kStagedPerThread; ++e) {
+      const int64_t i = threadIdx.x + e * bd;
+      if (i < p.d) {
+        const float v = acc[e] + rv[e];
+        res[i] = v;
+        acc[e] = v;
+        ss += v * v;
+      }
+    }
+    const float total = dev::BlockSum(ss, red);
+    const float inv = rsqrtf(total / static_cast<float>(p.d) + p.eps);
+#pragma unroll
+    for (int e = 0; e < kStagedPerThread; ++e) {
+      const int64_t i = threadIdx.x + e * bd;
+      if (i < p.d) {
+        const float o = acc[e] * inv * p.norm_weight[i];
+        p.out[t * p.ldout + i] = o;
+        if (p.out_bf16) p.out_bf16[t * p.ldout_bf16 + i] = __float2bfloat16_rn(o);
+      }
+    }
+    return;
+  }
   for (int64_t i = threadIdx.x; i < p.d; i += blockDim.x) {
     // MoeCombine (moe_permute.cu CombineKernel), with the shared groups first.
     float acc = p.base ? p.base[t * p.ld_base + i] : 0.f;

@@ -18,11 +18,48 @@ constexpr int RmsNormThreads(int64_t d) { return d >= 1024 ? 1024 : 256; }
 // res != nullptr: res[i] += x[i] (in place) and the row normalised is res; else x.
 // out[i] = v[i] * inv * weight[i] as TOut (may alias x or res); o16 (optional): also
 // __float2bfloat16_rn of that fp32 value.
+// Rows of up to kStagedPerThread * blockDim.x elements take the staged form: each thread first
+// loads all of its elements (x, and res), then stores / reduces, so the loads of a row overlap
+// instead of alternating with stores (a decode row per block is latency-bound). Longer rows
+// take the loop form. Both do the same fp32 operations in the same order per thread (v = x + res,
+// ss += v * v over i ascending, o = v * inv * weight[i]), so they give the same bits.
+inline constexpr int kStagedPerThread = 8;
+
 template <typename TOut>
 __device__ __forceinline__ void RmsNormRow(const float* x, float* res, const float* weight, TOut* out,
                                            __nv_bfloat16* o16, int64_t d, float eps) {
   __shared__ float red[32];
   float ss = 0.f;
+  const int64_t bd = blockDim.x;
+  if (d <= kStagedPerThread * bd) {
+    float v[kStagedPerThread], rv[kStagedPerThread];
+#pragma unroll
+    for (int e = 0; e < kStagedPerThread; ++e) {
+      const int64_t i = threadIdx.x + e * bd;
+      v[e] = i < d ? x[i] : 0.f;
+      rv[e] = res && i < d ? res[i] : 0.f;
+    }
+#pragma unroll
+    for (int e = 0; e < kStagedPerThread; ++e) {
+      const int64_t i = threadIdx.x + e * bd;
+      if (i < d) {
+        if (res) { v[e] += rv[e]; res[i] = v[e]; }
+        ss += v[e] * v[e];
+      }
+    }
+    const float total = dev::BlockSum(ss, red);
+    const float inv = rsqrtf(total / static_cast<float>(d) + eps);
+#pragma unroll
+    for (int e = 0; e < kStagedPerThread; ++e) {
+      const int64_t i = threadIdx.x + e * bd;
+      if (i < d) {
+        const float o = v[e] * inv * weight[i];
+        out[i] = dev::FromF<TOut>(o);
+        if (o16) o16[i] = __float2bfloat16_rn(o);
+      }
+    }
+    return;
+  }
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
     float v = x[i];
     if (res) { v += res[i]; res[i] = v; }
