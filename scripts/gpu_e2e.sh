@@ -211,7 +211,10 @@ for ex in "${EXTRA[@]}"; do
   IFS='|' read -r xl xenv xargs <<< "$ex"
   [ "$(left)" -lt 40 ] && { echo "[gpu_e2e] no time left: skipping extra run $xl" | tee -a $RES/logs/gpu_e2e.txt; continue; }
   xol="--output-len 16"; [[ "$xargs" == *--output-len* ]] && xol=""  # the run's own --output-len wins
-  eval "timeout $(( $(left) - 25 )) env $xenv $B/dsinfer bench one-batch --load-format dummy $xol --device cuda \
+  # AB_BIN=path in the ENV field: run that dsinfer binary instead (an A/B against another build,
+  # e.g. carried as .carry/old/dsinfer; same shared libraries).
+  xbin=$(sed -n 's/.*AB_BIN=\([^ ]*\).*/\1/p' <<< "$xenv"); xbin=${xbin:-$B/dsinfer}
+  eval "timeout $(( $(left) - 25 )) env $xenv $xbin bench one-batch --load-format dummy $xol --device cuda \
     --mem-bw-gbps 3931 --flops-tflops 700 $xargs --output-file $RES/raw/extra_${xl}.json" > "$RES/logs/extra_${xl}.txt" 2>&1
   echo "[gpu_e2e] extra run $xl rc=$?" | tee -a $RES/logs/gpu_e2e.txt
   grep -E "^prefill|median step|device time by part|phases:" "$RES/logs/extra_${xl}.txt" | head -8 | tee -a $RES/logs/gpu_e2e.txt
