@@ -10,7 +10,9 @@ namespace {
 // Elements per thread and routed slots per token that the staged form holds in registers /
 // shared memory; larger rows or top_k take the loop form. Both run the same fp32 operations
 // in the same order per element (header), so they give the same bits.
-constexpr int kStagedPerThread = 8;  // d <= 8 * blockDim (V3 / Kimi: 7168 over 1024 threads)
+// Staged when 4 * blockDim < d <= 8 * blockDim (V3 / Kimi: 7168 over 1024 threads); at <= 4
+// per thread (V2-Lite: 2048) the staged form measured slower (see rmsnorm.cuh).
+constexpr int kStagedPerThread = 8, kStagedMinPerThread = 5;
 constexpr int kStagedTopK = 16;
 
 template <typename T>
@@ -25,7 +27,7 @@ __global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
   float* res = p.residual ? p.residual + t * p.ldres : nullptr;
   float ss = 0.f;
   const int64_t bd = blockDim.x;
-  if (p.d <= kStagedPerThread * bd && p.top_k <= kStagedTopK) {
+  if (p.d > (kStagedMinPerThread - 1) * bd && p.d <= kStagedPerThread * bd && p.top_k <= kStagedTopK) {
     // Staged form (decode: one row per block is latency-bound): the token's slots and weights
     // read once into shared memory, then every load of one accumulation step issued before
     // its adds (no store in between), so the row's loads overlap instead of forming a chain
