@@ -21,9 +21,39 @@ const char* CublasStatusName(cublasStatus_t s) {
 }
 
 DeviceAllocator& DeviceAllocator::Get() {
-  static DeviceAllocator* pool = new DeviceAllocator();  // never destroyed: outlives statics
-  return *pool;
+  int device = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&device));
+  return ForDevice(device);
 }
+
+DeviceAllocator& DeviceAllocator::ForDevice(int device) {
+  DS_CHECK(device >= 0 && device < kMaxDevices) << "DeviceAllocator: device " << device << " out of range";
+  static std::mutex mu;
+  static DeviceAllocator* pools[kMaxDevices] = {};  // never destroyed: outlive statics
+  std::lock_guard<std::mutex> lock(mu);
+  if (!pools[device]) pools[device] = new DeviceAllocator(device);
+  return *pools[device];
+}
+
+namespace {
+// Makes `device` current for its scope (a no-op when it already is); restores the previous one.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    DS_CUDA_CHECK(cudaGetDevice(&prev_));
+    if (prev_ != device) DS_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() {
+    int cur = prev_;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur != prev_) (void)cudaSetDevice(prev_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int prev_ = 0;
+};
+}  // namespace
 
 size_t DeviceAllocator::RoundUp(size_t bytes) {
   if (bytes == 0) bytes = 1;
@@ -41,6 +71,7 @@ void* DeviceAllocator::Allocate(size_t bytes) {
     it->second.pop_back();
     cached_ -= cls;
   } else {
+    DeviceScope on(device_);
     cudaError_t err = cudaMalloc(&p, cls);
     if (err == cudaErrorMemoryAllocation && cached_ > 0) {
       (void)cudaGetLastError();
@@ -78,6 +109,7 @@ void DeviceAllocator::Free(void* ptr) {
 
 void DeviceAllocator::ReleaseCached() {
   std::lock_guard<std::mutex> lock(mu_);
+  DeviceScope on(device_);
   for (auto& [c, v] : free_) for (void* q : v) cudaFree(q);
   free_.clear();
   cached_ = 0;
@@ -89,14 +121,16 @@ size_t DeviceAllocator::bytes_cached() const { std::lock_guard<std::mutex> l(mu_
 void DeviceBuffer::Reset(size_t bytes) {
   Release();
   if (bytes == 0) return;
-  ptr_ = DeviceAllocator::Get().Allocate(bytes);
+  pool_ = &DeviceAllocator::Get();
+  ptr_ = pool_->Allocate(bytes);
   bytes_ = bytes;
 }
 
 void DeviceBuffer::Release() {
-  if (ptr_) DeviceAllocator::Get().Free(ptr_);
+  if (ptr_) pool_->Free(ptr_);
   ptr_ = nullptr;
   bytes_ = 0;
+  pool_ = nullptr;
 }
 
 }  // namespace ds::cuda
