@@ -183,6 +183,43 @@ __device__ __forceinline__ void WgmmaPVrs(float (&d)[128], uint32_t a0, uint32_t
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
+// The CTA's Q tile (64 rows x 576, fp32 in q) -> bf16 in shared memory, swizzled boxes as the
+// wgmma descriptors read them; rows past the query block are zeros. Each thread converts
+// kBM * 144 / kThreads = 36 float4, kQBatch of them per round with all of that round's loads
+// issued first: a one-load-at-a-time loop made this a chain of 36 dependent round trips per
+// thread, ~25 us of a batch-1 decode CTA (ncu, V3 128 heads x 1K: 29 us per launch, session 6
+// run 2). The same elements and roundings either way (bit-identical).
+constexpr int kQBatch = 12;
+__device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned char* smem, int tid, int row0,
+                                          int valid_rows, int q0, int H) {
+  constexpr int kVec = kD / 4;  // float4 per row
+  constexpr int kPer = kBM * kVec / kThreads;
+  static_assert(kBM * kVec % kThreads == 0 && kPer % kQBatch == 0, "Q tile split");
+#pragma unroll 1
+  for (int b0 = 0; b0 < kPer; b0 += kQBatch) {
+    float4 v[kQBatch];
+#pragma unroll
+    for (int j = 0; j < kQBatch; ++j) {
+      const int idx = tid + (b0 + j) * kThreads;
+      const int r = idx / kVec, c = (idx % kVec) * 4;
+      const int row = row0 + r;
+      v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row < valid_rows)
+        v[j] = __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
+                                                     static_cast<int64_t>(row % H) * p.q_head_stride + c));
+    }
+#pragma unroll
+    for (int j = 0; j < kQBatch; ++j) {
+      const int idx = tid + (b0 + j) * kThreads;
+      const int r = idx / kVec, c = (idx % kVec) * 4;
+      uint2 packed;
+      packed.x = PackBf16(v[j].x, v[j].y);
+      packed.y = PackBf16(v[j].z, v[j].w);
+      *reinterpret_cast<uint2*>(smem + kOffQ + (c >> 6) * kBoxBytes + SwzOff(r, c & 63)) = packed;
+    }
+  }
+}
+
 // The kernel. Grid: one CTA per (sequence, split, 64-row block), the row blocks of one
 // (sequence, split) adjacent so they run together and share the tile reads in L2.
 template <typename TOut>
@@ -258,22 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int it = 0; it < min(kStages, ntiles); ++it) issue_tile(it);
   }
   // Q tile -> bf16, swizzled boxes (rows past the query block: zeros). 16-byte loads.
-  {
-    constexpr int kVec = kD / 4;  // float4 per row
-#pragma unroll 1
-    for (int idx = tid; idx < kBM * kVec; idx += kThreads) {
-      const int r = idx / kVec, c = (idx % kVec) * 4;
-      const int row = row0 + r;
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (row < valid_rows)
-        v = __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
-                                                  static_cast<int64_t>(row % H) * p.q_head_stride + c));
-      uint2 packed;
-      packed.x = PackBf16(v.x, v.y);
-      packed.y = PackBf16(v.z, v.w);
-      *reinterpret_cast<uint2*>(smem + kOffQ + (c >> 6) * kBoxBytes + SwzOff(r, c & 63)) = packed;
-    }
-  }
+  LoadQTile(p, smem, tid, row0, valid_rows, q0, H);
   FenceProxyAsync();  // generic-proxy writes of Q -> visible to wgmma (async proxy)
   __syncthreads();
 
@@ -595,22 +617,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
     for (int t = 0; t < min(kStages, ntiles); ++t) issue_tile(t);
   }
-  {  // Q tile -> bf16 swizzled boxes (as above)
-    constexpr int kVec = kD / 4;
-#pragma unroll 1
-    for (int idx = tid; idx < kBM * kVec; idx += kThreads) {
-      const int r = idx / kVec, c = (idx % kVec) * 4;
-      const int row = row0 + r;
-      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (row < valid_rows)
-        v = __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
-                                                  static_cast<int64_t>(row % H) * p.q_head_stride + c));
-      uint2 packed;
-      packed.x = PackBf16(v.x, v.y);
-      packed.y = PackBf16(v.z, v.w);
-      *reinterpret_cast<uint2*>(smem + kOffQ + (c >> 6) * kBoxBytes + SwzOff(r, c & 63)) = packed;
-    }
-  }
+  LoadQTile(p, smem, tid, row0, valid_rows, q0, H);  // Q tile -> bf16 swizzled boxes (as above)
   FenceProxyAsync();
   __syncthreads();
 
