@@ -39,31 +39,62 @@ __global__ void GatherRowsKernel(const uint8_t* src, int64_t ss, const int32_t* 
 // pass (1-8 rows of 2K-11K columns) spreads over several SMs instead of one block looping
 // over a whole row (ncu, session 5 run 3: 14-18 us per call at batch 1 as one block).
 constexpr int kRowThreads = 256;
-constexpr int64_t kColsPerBlock = 4 * kRowThreads;
+constexpr int kRowPerThread = 4;
+constexpr int64_t kColsPerBlock = kRowPerThread * kRowThreads;
+
+// The slice's kRowPerThread fp32 inputs of this thread (columns c0 + k * kRowThreads), all
+// loaded before any store: a load-store-load loop made them a chain of dependent round trips
+// (stores issue in order behind the load they store). Launched with kRowThreads threads.
+__device__ __forceinline__ void LoadRowSlice(const float* in_row, int64_t c0, int64_t end, float (&v)[kRowPerThread]) {
+#pragma unroll
+  for (int k = 0; k < kRowPerThread; ++k) {
+    const int64_t c = c0 + k * kRowThreads;
+    v[k] = c < end ? in_row[c] : 0.f;
+  }
+}
 
 __global__ void F32ToBf16Kernel(const float* in, int64_t ld_in, __nv_bfloat16* out, int64_t ld_out, int64_t cols) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t r = blockIdx.x, end = std::min<int64_t>(cols, (blockIdx.y + 1) * kColsPerBlock);
-  for (int64_t c = blockIdx.y * kColsPerBlock + threadIdx.x; c < end; c += blockDim.x)
-    out[r * ld_out + c] = __float2bfloat16_rn(in[r * ld_in + c]);
+  const int64_t c0 = blockIdx.y * kColsPerBlock + threadIdx.x;
+  float v[kRowPerThread];
+  LoadRowSlice(in + r * ld_in, c0, end, v);
+#pragma unroll
+  for (int k = 0; k < kRowPerThread; ++k) {
+    const int64_t c = c0 + k * kRowThreads;
+    if (c < end) out[r * ld_out + c] = __float2bfloat16_rn(v[k]);
+  }
 }
 
 __global__ void SplitKernel(const float* in, int64_t ld_in, int64_t cols, __nv_bfloat16* hi, __nv_bfloat16* lo,
                             int64_t ld_out) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t r = blockIdx.x, end = std::min<int64_t>(cols, (blockIdx.y + 1) * kColsPerBlock);
-  for (int64_t c = blockIdx.y * kColsPerBlock + threadIdx.x; c < end; c += blockDim.x) {
-    const float v = in[r * ld_in + c];
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    hi[r * ld_out + c] = h;
-    if (lo) lo[r * ld_out + c] = __float2bfloat16_rn(v - __bfloat162float(h));
+  const int64_t c0 = blockIdx.y * kColsPerBlock + threadIdx.x;
+  float v[kRowPerThread];
+  LoadRowSlice(in + r * ld_in, c0, end, v);
+#pragma unroll
+  for (int k = 0; k < kRowPerThread; ++k) {
+    const int64_t c = c0 + k * kRowThreads;
+    if (c < end) {
+      const __nv_bfloat16 h = __float2bfloat16_rn(v[k]);
+      hi[r * ld_out + c] = h;
+      if (lo) lo[r * ld_out + c] = __float2bfloat16_rn(v[k] - __bfloat162float(h));
+    }
   }
 }
 
 __global__ void Copy2DKernel(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t cols) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t r = blockIdx.x, end = std::min<int64_t>(cols, (blockIdx.y + 1) * kColsPerBlock);
-  for (int64_t c = blockIdx.y * kColsPerBlock + threadIdx.x; c < end; c += blockDim.x) out[r * ld_out + c] = in[r * ld_in + c];
+  const int64_t c0 = blockIdx.y * kColsPerBlock + threadIdx.x;
+  float v[kRowPerThread];
+  LoadRowSlice(in + r * ld_in, c0, end, v);
+#pragma unroll
+  for (int k = 0; k < kRowPerThread; ++k) {
+    const int64_t c = c0 + k * kRowThreads;
+    if (c < end) out[r * ld_out + c] = v[k];
+  }
 }
 
 // Grid of a row-wise kernel: rows x column slices (rows beyond 2^31 - 1 never occur: a pass
