@@ -16,14 +16,22 @@ __global__ void SiluAndMulKernel(SiluAndMulParams p, int64_t groups) {
   if (item >= p.n * groups) return;
   const int64_t t = item / groups, g = item % groups;
   const float* gu = p.gate_up + t * p.ld_in;
-  float v[4];
+  float v[4], ga[4], up[4];
   float amax = 0.f;
+  // All eight loads first, then the math and the stores (a load-store loop made the four
+  // positions a chain of dependent round trips); the same values.
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t i = g * 128 + lane + 32 * j;
+    ga[j] = i < p.inter ? gu[i] : 0.f;
+    up[j] = i < p.inter ? gu[p.inter + i] : 0.f;
+  }
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int64_t i = g * 128 + lane + 32 * j;
     v[j] = 0.f;
     if (i < p.inter) {
-      const float a = gu[i], b = gu[p.inter + i];
+      const float a = ga[j], b = up[j];
       v[j] = a / (1.0f + expf(-a)) * b;
       amax = fmaxf(amax, fabsf(v[j]));
       if (p.out) static_cast<TOut*>(p.out)[t * p.ld_out + i] = dev::FromF<TOut>(v[j]);
