@@ -152,7 +152,10 @@ __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(const float* logi
   if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
     const int64_t nvec = vocab / 4;
     const float4* row4 = reinterpret_cast<const float4*>(row);
-    constexpr int kUnroll = 4;
+    // 16 float4 loads per thread in flight (V3's 129,280 logits: 32 per thread, two rounds;
+    // was 4 per round, 8 rounds: 9.2 us under ncu). The winner does not depend on the visiting
+    // order (ArgmaxTake: larger value, then smaller index), so the result is the same.
+    constexpr int kUnroll = 16;
     int64_t v = threadIdx.x;
     for (; v + (kUnroll - 1) * kArgmaxThreads < nvec; v += kUnroll * kArgmaxThreads) {
       float4 x[kUnroll];
