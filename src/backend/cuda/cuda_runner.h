@@ -139,6 +139,15 @@ struct CudaRunnerOptions {
   // Decode-size GEMMs on the weight-streaming skinny kernel (skinny_gemm.h); off keeps them on
   // the big-tile kernels (A/B benchmarks: the CLI reads DS_SKINNY_GEMM=0).
   bool skinny_gemm = true;
+  // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
+  // the graph buckets 1, 2, 4, 8 and the eager passes they pad) on the TMA-streaming FP8 GEMV
+  // (fp8_gemv.h) instead of the skinny kernel; only with the default FP8 numerics (fp8_gemm
+  // "kernel": bf16 activations, in-kernel dequantisation). Same math, other fp32 summation order
+  // (128-k blocks, split-K partials in k order), so logits move within fp32 rounding
+  // (CudaRunnerFp8Gemv.*). Its plan ignores M and each output row reads only its own activation
+  // row, so a padded graph step and the eager pass give the same rows. Written without a GPU,
+  // not yet run on one: off by default (the CLI reads DS_FP8_GEMV=1 for the A/B).
+  bool fp8_gemv = false;
   // Prefill-size MoE expert GEMMs on the sm_90a CUTLASS kernel (grouped_gemm_sm90.h) where it
   // applies (built with CUTLASS, sm_90, aligned dims); off keeps them on the mma.sync kernel
   // (A/B benchmarks: the CLI reads DS_SM90_GROUPED_GEMM=0).
@@ -244,6 +253,7 @@ struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;
+  int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

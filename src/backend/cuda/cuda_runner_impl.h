@@ -179,6 +179,10 @@ class CudaModelRunner : public ModelRunner {
   // SkinnyGemm with the runner's split-K workspace attached (grown outside graph capture: the
   // eager pass of a shape precedes its capture; the counters are zeroed once).
   void RunSkinny(SkinnyGemmParams sp);
+  // fp8_gemv: y[M, N] (row stride ldy) = xa[M, L.K] (bf16) @ L^T on Fp8Gemv (fp8_gemv.h), its
+  // workspace grown (and zeroed) outside graph capture: the eager pass of a shape precedes its
+  // capture.
+  void RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, float* y, int64_t ldy);
   // Device copy of {0, rows} (the one-group offsets of the in-kernel FP8 linear), made once.
   const int32_t* OneGroupOffsets(int64_t rows);
   std::map<std::pair<int, int>, std::unique_ptr<DecodeGraph>> graphs_;
@@ -275,6 +279,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer moe_gg_ws_, eq8_, es_;
   DeviceBuffer dense_gg_ws_;  // sm_90a mixed-input dense projections (sm90_mixed_gemm): workspace
   DeviceBuffer skinny_ws_, skinny_cnt_;  // split-K partials (fp32) and per-tile counters (u32)
+  DeviceBuffer gemv_ws_;  // Fp8Gemv's workspace (counters + split-K partials; zeroed when (re)allocated)
   DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
   DeviceBuffer mla_split_cnt_;  // MLA decode fused combine: per-sequence counters (u32, zeroed once)
 };
