@@ -43,6 +43,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fill_random.h"
+#include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_quant.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/grouped_gemm.h"
@@ -1206,6 +1207,75 @@ void SkinnyDense(Bench& b) {
     }
 }
 
+// `--only fp8_gemv` (only when named: the kernel is not yet verified on the GPU): the V3 FP8
+// dense projections at decode sizes M = 1, 2, 4, 8, Fp8Gemv (fp8_gemv.h; "fp8_gemv/auto": its
+// own CTA count) beside SkinnyGemm as SkinnyPlanFor plans it ("fp8_gemv/skinny_planned": the
+// runner's default path), on the same weight copies rotating over > 256 MB (reads from HBM).
+// TB/s counts weight + scale bytes; the ratio is to this run's copy ceiling. At M = 1 the
+// narrow projections also run forced CTA counts (SMs / 2, SMs, 4 x SMs) for tuning.
+void Fp8GemvCase(Bench& b, const Proj& pr, int64_t M, const std::vector<int>& cta_sweep) {
+  const int64_t N = pr.N, K = pr.K, kbn = (N + 127) / 128, kbk = (K + 127) / 128;
+  const double wbytes = double(N) * K + double(kbn) * kbk * 4;
+  const int nsets = SetsFor(wbytes, 64);
+  std::vector<std::unique_ptr<Buf>> w, ws;
+  for (int i = 0; i < nsets; ++i) {
+    w.push_back(std::make_unique<Buf>(N * K));
+    ws.push_back(std::make_unique<Buf>(kbn * kbk * 4));
+    FillE4M3(w.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
+    FillUniformF32(ws.back()->as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  }
+  Buf a(8 * K * 2), out(8 * N * 4);
+  FillUniformBf16(a.as<__nv_bfloat16>(), 8 * K, b.NextSeed(), -1, 1, b.st());
+  char shape[160], note[160];
+  std::snprintf(shape, sizeof shape, "V3 %s fp8 M%lld N%lld K%lld", pr.name, (long long)M, (long long)N, (long long)K);
+  SkinnyGemmParams sp{};
+  sp.g.a = a.as<__nv_bfloat16>(); sp.g.lda = K; sp.g.offsets = nullptr; sp.g.max_rows = M; sp.g.w_fp8 = true;
+  sp.g.num_experts = 1; sp.g.N = N; sp.g.K = K; sp.g.out = out.as<void>(); sp.g.out_type = DTypeOut::kF32;
+  sp.g.ldo = N; sp.g.stream = b.st(); sp.max_group_rows = M;
+  SkinnyWs wsp;
+  wsp.Attach(&sp, b.st());
+  const double us_sk = b.TimeUs([&](int i) {
+    SkinnyGemmParams q = sp;
+    q.g.w = w[i]->as<void>(); q.g.w_scales = ws[i]->as<float>();
+    SkinnyGemm(q);
+  }, nsets, 5, 40);
+  std::snprintf(note, sizeof note, "weight + scale bytes; SkinnyGemm variant %d, %d split(s)", wsp.plan.variant,
+                wsp.plan.splits);
+  b.Add("fp8_gemv/skinny_planned", shape, us_sk, wbytes, 0, true, note);
+  const auto gemv = [&](const std::string& kernel, int ctas) {
+    Fp8GemvParams p;
+    p.a = a.as<__nv_bfloat16>(); p.lda = K; p.w = w[0]->as<uint8_t>(); p.w_scales = ws[0]->as<float>();
+    p.out = out.as<void>(); p.ldo = N; p.M = M; p.N = N; p.K = K; p.stream = b.st(); p.ctas = ctas;
+    const Fp8GemvPlan plan = Fp8GemvPlanFor(p);
+    Buf gws(plan.workspace_bytes);
+    DS_CUDA_CHECK(cudaMemsetAsync(gws.as<void>(), 0, gws.bytes(), b.st()));
+    p.workspace = gws.as<void>(); p.workspace_bytes = gws.bytes();
+    const double us = b.TimeUs([&](int i) {
+      Fp8GemvParams q = p;
+      q.w = w[i]->as<uint8_t>(); q.w_scales = ws[i]->as<float>();
+      Fp8Gemv(q);
+    }, nsets, 5, 40);
+    std::snprintf(note, sizeof note, "weight + scale bytes; %s path, %lld CTAs over %lld units; %.2fx SkinnyGemm",
+                  plan.tma ? "TMA" : "generic", (long long)plan.ctas, (long long)plan.units, us_sk / us);
+    b.Add(kernel, shape, us, wbytes, 0, true, note);
+  };
+  gemv("fp8_gemv/auto", 0);
+  for (int c : cta_sweep) gemv("fp8_gemv/ctas" + std::to_string(c), c);
+}
+
+void Fp8GemvFamily(Bench& b) {
+  int sms = 0;
+  DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const std::set<std::string> narrow = {"q_a_proj", "kv_a_proj_with_mqa", "shared_gate_up", "shared_down"};
+  for (int64_t M : {1, 2, 4, 8})
+    for (const auto& pr : kProjs) {
+      if (std::string(pr.name) == "kv_b_proj") continue;  // bf16 in the runner
+      if (b.OutOfTime()) { b.skipped.push_back(std::string("fp8_gemv ") + pr.name + " M" + std::to_string(M)); continue; }
+      const bool sweep = M == 1 && narrow.count(pr.name) > 0;
+      Fp8GemvCase(b, pr, M, sweep ? std::vector<int>{sms / 2, sms, 4 * sms} : std::vector<int>{});
+    }
+}
+
 void Skinny(Bench& b) {
   const std::vector<int64_t> rs = b.quick() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 4, 16};
   for (int64_t r : rs) {
@@ -1390,7 +1460,7 @@ int RunBenchKernels(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
   app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
   app.add_option("--commit", commit, "commit id recorded in every record");
-  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small fp8_gemv (only when named)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -1436,6 +1506,7 @@ int RunBenchKernels(int argc, char** argv) {
     if (want("moe_prefill")) { MoePrefill(b); save(); }
     if (want("skinny")) { Skinny(b); save(); }
     if (want("skinny_dense")) { SkinnyDense(b); save(); }
+    if (!only.empty() && want("fp8_gemv")) { Fp8GemvFamily(b); save(); }
     if (want("small")) {
       for (int64_t n : {64, 4096}) {
         if (b.OutOfTime()) { b.skipped.push_back("small kernels n" + std::to_string(n)); continue; }
