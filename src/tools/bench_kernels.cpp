@@ -1212,7 +1212,7 @@ void SkinnyDense(Bench& b) {
 // own CTA count) beside SkinnyGemm as SkinnyPlanFor plans it ("fp8_gemv/skinny_planned": the
 // runner's default path), on the same weight copies rotating over > 256 MB (reads from HBM).
 // TB/s counts weight + scale bytes; the ratio is to this run's copy ceiling. At M = 1 the
-// narrow projections also run forced CTA counts (SMs / 2, SMs, 4 x SMs) for tuning.
+// narrow projections also run forced CTA counts (SMs / 4, SMs / 2, SMs, 2 x SMs) for tuning.
 void Fp8GemvCase(Bench& b, const Proj& pr, int64_t M, const std::vector<int>& cta_sweep) {
   const int64_t N = pr.N, K = pr.K, kbn = (N + 127) / 128, kbk = (K + 127) / 128;
   const double wbytes = double(N) * K + double(kbn) * kbk * 4;
@@ -1272,7 +1272,7 @@ void Fp8GemvFamily(Bench& b) {
       if (std::string(pr.name) == "kv_b_proj") continue;  // bf16 in the runner
       if (b.OutOfTime()) { b.skipped.push_back(std::string("fp8_gemv ") + pr.name + " M" + std::to_string(M)); continue; }
       const bool sweep = M == 1 && narrow.count(pr.name) > 0;
-      Fp8GemvCase(b, pr, M, sweep ? std::vector<int>{sms / 2, sms, 4 * sms} : std::vector<int>{});
+      Fp8GemvCase(b, pr, M, sweep ? std::vector<int>{sms / 4, sms / 2, sms, 2 * sms} : std::vector<int>{});
     }
 }
 

@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         // its range starts inside the tile (every c > c_lo; c_lo if it starts at the tile's
         // first unit), else its last (slot 1).
         const int lo_slot = c_lo * U / C == tile_u0 ? 0 : 1;
-#pragma unroll 4
+#pragma unroll 8  // independent L2 loads in flight (small shapes: tens of contributors per tile)
         for (int64_t c = c_lo; c <= c_hi; ++c) {
           float4 pv;
           if (c == cta) {
