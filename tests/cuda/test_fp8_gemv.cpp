@@ -95,6 +95,7 @@ struct GemvCase {
         a(RoundBf16Vec(RandomNormal(8 * lda))), dq(w_.q), ds(w_.s), da(ToBf16(a)),
         ws(Fp8GemvWorkspaceBytes(w_.N, w_.K, ctas_)), o32(8 * ldo), o16(8 * ldo) {
     DS_CUDA_CHECK(cudaMemset(ws.get(), 0, ws.size()));
+    DS_CUDA_CHECK(cudaDeviceSynchronize());  // before launches on other streams
     ref = Reference(w, a, lda, 8);
   }
   Fp8GemvParams Params(int64_t M, bool bf16_out) const {
@@ -290,6 +291,7 @@ TEST(CudaFp8Gemv, GraphReplayMatchesEager) {
   Fp8GemvParams p = su.Params(M, false);
   p.stream = st;
   su.o32.Poison();
+  DS_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy-stream memset before the launch on st
   Fp8Gemv(p);
   DS_CUDA_CHECK(cudaStreamSynchronize(st));
   int64_t extra = 0;
@@ -323,6 +325,7 @@ TEST(CudaFp8Gemv, GraphReplayMatchesEager) {
   const std::vector<float> replay = su.Got(M, false, &extra);
   ExpectClose("fp8_gemv_graph", "replay_new_activations_M3", replay, Reference(w, a2, su.lda, M), kBoundF32);
   su.o32.Poison();
+  DS_CUDA_CHECK(cudaDeviceSynchronize());
   Fp8Gemv(p);
   DS_CUDA_CHECK(cudaStreamSynchronize(st));
   const std::vector<float> eager2 = su.Got(M, false, &extra);
