@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -190,6 +191,29 @@ inline void RunFusionSchedule(std::array<std::unique_ptr<ModelRunner>, 2>& runne
   }
   decode(4, 20);
   decode(1, 21);
+}
+
+// Where a decode fusion runs, pass by pass: `runner` (graphs off, >= 24 KV blocks) takes a
+// 9-token prefill of sequence 0 (a decode-size pass), a 69-token prefill of sequences 0-2 (not
+// decode-size) and a 3-token decode step; returns how much `count` (a CudaGraphStats counter)
+// grew in each of the three passes.
+inline std::vector<int64_t> FusedCountsPerPass(ModelRunner& runner,
+                                               const std::function<int64_t(const CudaGraphStats&)>& count) {
+  const int64_t V = runner.config().vocab_size;
+  auto token = [&](int s, int p) { return static_cast<int32_t>((int64_t{s} * 31 + int64_t{p} * 7 + 1) % V); };
+  std::vector<int64_t> got;
+  auto step = [&](const ForwardBatch& b) {
+    const int64_t before = count(GetCudaGraphStats(runner));
+    ForwardOutput out;
+    auto st = runner.Forward(b, &out);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    got.push_back(count(GetCudaGraphStats(runner)) - before);
+  };
+  const std::vector<int> ctx = {9, 30, 30};
+  step(PrefillBatch({ctx[0]}, 8, token));       // sequence 0, 9 tokens: decode-size
+  step(PrefillBatch(ctx, 8, token));            // sequences 0-2 (0 again, same tokens), 69 tokens
+  step(DecodeBatch({0, 1, 2}, ctx, 8, token));  // 3 tokens: decode-size
+  return got;
 }
 
 }  // namespace ds::cuda::test

@@ -42,59 +42,48 @@ constexpr int kRowThreads = 256;
 constexpr int kRowPerThread = 4;
 constexpr int64_t kColsPerBlock = kRowPerThread * kRowThreads;
 
-// The slice's kRowPerThread fp32 inputs of this thread (columns c0 + k * kRowThreads), all
-// loaded before any store: a load-store-load loop made them a chain of dependent round trips
-// (stores issue in order behind the load they store). Launched with kRowThreads threads.
-__device__ __forceinline__ void LoadRowSlice(const float* in_row, int64_t c0, int64_t end, float (&v)[kRowPerThread]) {
+// Applies store(c, v) to this thread's kRowPerThread columns c0 + k * kRowThreads (< end) of
+// one row slice, with every fp32 input loaded before any store: a load-store-load loop made
+// them a chain of dependent round trips (stores issue in order behind the load they store).
+// Launched with kRowThreads threads.
+template <typename Store>
+__device__ __forceinline__ void RowSlice(const float* in_row, int64_t c0, int64_t end, Store store) {
+  float v[kRowPerThread];
 #pragma unroll
   for (int k = 0; k < kRowPerThread; ++k) {
     const int64_t c = c0 + k * kRowThreads;
     v[k] = c < end ? in_row[c] : 0.f;
+  }
+#pragma unroll
+  for (int k = 0; k < kRowPerThread; ++k) {
+    const int64_t c = c0 + k * kRowThreads;
+    if (c < end) store(c, v[k]);
   }
 }
 
 __global__ void F32ToBf16Kernel(const float* in, int64_t ld_in, __nv_bfloat16* out, int64_t ld_out, int64_t cols) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t r = blockIdx.x, end = std::min<int64_t>(cols, (blockIdx.y + 1) * kColsPerBlock);
-  const int64_t c0 = blockIdx.y * kColsPerBlock + threadIdx.x;
-  float v[kRowPerThread];
-  LoadRowSlice(in + r * ld_in, c0, end, v);
-#pragma unroll
-  for (int k = 0; k < kRowPerThread; ++k) {
-    const int64_t c = c0 + k * kRowThreads;
-    if (c < end) out[r * ld_out + c] = __float2bfloat16_rn(v[k]);
-  }
+  RowSlice(in + r * ld_in, blockIdx.y * kColsPerBlock + threadIdx.x, end,
+           [&](int64_t c, float v) { out[r * ld_out + c] = __float2bfloat16_rn(v); });
 }
 
 __global__ void SplitKernel(const float* in, int64_t ld_in, int64_t cols, __nv_bfloat16* hi, __nv_bfloat16* lo,
                             int64_t ld_out) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t r = blockIdx.x, end = std::min<int64_t>(cols, (blockIdx.y + 1) * kColsPerBlock);
-  const int64_t c0 = blockIdx.y * kColsPerBlock + threadIdx.x;
-  float v[kRowPerThread];
-  LoadRowSlice(in + r * ld_in, c0, end, v);
-#pragma unroll
-  for (int k = 0; k < kRowPerThread; ++k) {
-    const int64_t c = c0 + k * kRowThreads;
-    if (c < end) {
-      const __nv_bfloat16 h = __float2bfloat16_rn(v[k]);
-      hi[r * ld_out + c] = h;
-      if (lo) lo[r * ld_out + c] = __float2bfloat16_rn(v[k] - __bfloat162float(h));
-    }
-  }
+  RowSlice(in + r * ld_in, blockIdx.y * kColsPerBlock + threadIdx.x, end, [&](int64_t c, float v) {
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    hi[r * ld_out + c] = h;
+    if (lo) lo[r * ld_out + c] = __float2bfloat16_rn(v - __bfloat162float(h));
+  });
 }
 
 __global__ void Copy2DKernel(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t cols) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t r = blockIdx.x, end = std::min<int64_t>(cols, (blockIdx.y + 1) * kColsPerBlock);
-  const int64_t c0 = blockIdx.y * kColsPerBlock + threadIdx.x;
-  float v[kRowPerThread];
-  LoadRowSlice(in + r * ld_in, c0, end, v);
-#pragma unroll
-  for (int k = 0; k < kRowPerThread; ++k) {
-    const int64_t c = c0 + k * kRowThreads;
-    if (c < end) out[r * ld_out + c] = v[k];
-  }
+  RowSlice(in + r * ld_in, blockIdx.y * kColsPerBlock + threadIdx.x, end,
+           [&](int64_t c, float v) { out[r * ld_out + c] = v; });
 }
 
 // Grid of a row-wise kernel: rows x column slices (rows beyond 2^31 - 1 never occur: a pass
