@@ -438,10 +438,11 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_, opts_.pdl);
     xa = xhi_.as<bf16>();
   }
-  // Opt-in (fp8_gemv): FP8 projections of <= 8 rows on the TMA-streaming GEMV. The condition
-  // depends on M only through M <= 8, which the graph buckets 1, 2, 4, 8 never cross, so a
-  // padded graph step and its eager pass take the same kernel (and get the same rows).
-  if (opts_.fp8_gemv && L.fp8 && M <= kFp8GemvMaxRows) {
+  // Opt-in (fp8_gemv): FP8 projections of <= 8 rows and >= kFp8GemvMinWeights weights (where it
+  // measured faster: V3's dense gate_up) on the TMA-streaming GEMV. The condition depends on M
+  // only through M <= 8, which the graph buckets 1, 2, 4, 8 never cross, so a padded graph step
+  // and its eager pass take the same kernel (and get the same rows).
+  if (opts_.fp8_gemv && L.fp8 && M <= kFp8GemvMaxRows && L.N * L.K >= kFp8GemvMinWeights) {
     RunFp8Gemv(L, xa, M, y, ldy);
     return;
   }
@@ -526,13 +527,17 @@ void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, flo
   p.a = xa; p.lda = L.K; p.w = L.wq.as<uint8_t>(); p.w_scales = L.s_raw.as<float>();
   p.out = y; p.ldo = ldy; p.M = M; p.N = L.N; p.K = L.K; p.stream = s_; p.pdl = opts_.pdl;
   const Fp8GemvPlan plan = Fp8GemvPlanFor(p);
-  if (plan.workspace_bytes > gemv_ws_.size()) {
+  // One workspace per weight shape: the layout (counters, then partials) depends on the shape,
+  // so one shared buffer let a launch with fewer tiles write partials over another shape's
+  // counters (session 6 run 10: whole-model logits wrong with the flag on, op tests fine).
+  DeviceBuffer& ws = gemv_ws_[{L.N, L.K}];
+  if (plan.workspace_bytes > ws.size()) {
     DS_CHECK(!capturing_) << "Fp8Gemv workspace first needed inside a graph capture";
-    gemv_ws_.Reset(plan.workspace_bytes);
-    DS_CUDA_CHECK(cudaMemsetAsync(gemv_ws_.get(), 0, gemv_ws_.size(), s_));  // counters start at zero
+    ws.Reset(plan.workspace_bytes);
+    DS_CUDA_CHECK(cudaMemsetAsync(ws.get(), 0, ws.size(), s_));  // counters start at zero
   }
-  p.workspace = gemv_ws_.get();
-  p.workspace_bytes = gemv_ws_.size();
+  p.workspace = ws.get();
+  p.workspace_bytes = ws.size();
   Fp8Gemv(p);
   ++graph_stats_.fp8_gemv_launches;
 }
@@ -1267,9 +1272,9 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
         &gu32_, &act32_, &act16_, &xq_, &xs_, &offs1_, &xhi_, &xlo_, &hhi_, &hlo_, &ctx_slots_, &lat16_, &rope32_,
         &kv32_, &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &olat16_, &ova32_, &dec_qs_,
         &dec_ctx_, &dec_bt_, &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_,
-        &xp16_, &egu32_, &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &skinny_ws_, &dense_gg_ws_,
-        &gemv_ws_})
+        &xp16_, &egu32_, &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &skinny_ws_, &dense_gg_ws_})
     v.push_back(b->get());
+  for (const auto& [shape, b] : gemv_ws_) v.push_back(b.get());
   return v;
 }
 

@@ -279,7 +279,9 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer moe_gg_ws_, eq8_, es_;
   DeviceBuffer dense_gg_ws_;  // sm_90a mixed-input dense projections (sm90_mixed_gemm): workspace
   DeviceBuffer skinny_ws_, skinny_cnt_;  // split-K partials (fp32) and per-tile counters (u32)
-  DeviceBuffer gemv_ws_;  // Fp8Gemv's workspace (counters + split-K partials; zeroed when (re)allocated)
+  // Fp8Gemv's workspaces, one per weight shape (N, K): counters + split-K partials, zeroed when
+  // (re)allocated; the kernel leaves its counters zero.
+  std::map<std::pair<int64_t, int64_t>, DeviceBuffer> gemv_ws_;
   DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
   DeviceBuffer mla_split_cnt_;  // MLA decode fused combine: per-sequence counters (u32, zeroed once)
 };

@@ -59,6 +59,12 @@ namespace ds::cuda {
 
 // Rows (M) one launch serves.
 inline constexpr int64_t kFp8GemvMaxRows = 8;
+// The runner's opt-in dispatch (CudaRunnerOptions::fp8_gemv) takes only weights of at least
+// this many elements. First H200 run (session 6 run 10, `bench kernels --only fp8_gemv`, M = 1
+// / 8, against SkinnyGemm as planned): V3 dense gate_up (36864 x 7168) 75.7 vs 92.5 us (3.49
+// TB/s, 1.22x); dense down (7168 x 18432) 0.96x / 1.01x; o_proj (7168 x 16384) 0.92x; q_b
+// 0.74x; q_a, kv_a, shared expert 0.65-0.87x (too few units per CTA to fill the pipeline).
+inline constexpr int64_t kFp8GemvMinWeights = int64_t{200} << 20;
 
 struct Fp8GemvParams {
   const __nv_bfloat16* a = nullptr;  // [M, K] bf16, row stride lda (elements, >= K)
