@@ -14,7 +14,7 @@
 // (measured ~1e-7 .. 1e-6 for SkinnyGemm, the same math); 2e-5 relative L2 is SkinnyGemm's
 // bound for it. bf16 out: the final rounding to bf16 adds <= 2^-9 relative per element (~1.1e-3
 // RMS); 5e-3. Fp8Gemv vs SkinnyGemm (fp32 out): both within 2e-5 of the reference, so 4e-5.
-// Written without a GPU: not yet run on one.
+// Written without a GPU; passes on the H200 (session 6 runs 10-11).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
