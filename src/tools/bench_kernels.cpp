@@ -1207,7 +1207,7 @@ void SkinnyDense(Bench& b) {
     }
 }
 
-// `--only fp8_gemv` (only when named: the kernel is not yet verified on the GPU): the V3 FP8
+// `--only fp8_gemv` (only when named; first run in session 6 run 10): the V3 FP8
 // dense projections at decode sizes M = 1, 2, 4, 8, Fp8Gemv (fp8_gemv.h; "fp8_gemv/auto": its
 // own CTA count) beside SkinnyGemm as SkinnyPlanFor plans it ("fp8_gemv/skinny_planned": the
 // runner's default path), on the same weight copies rotating over > 256 MB (reads from HBM).
