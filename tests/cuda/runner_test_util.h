@@ -54,15 +54,16 @@ inline CudaRunnerOptions DummyV3Options(int layers, int kv_blocks, uint64_t seed
   return o;
 }
 
-// A prefill of sequences 0 .. ctx.size() - 1: sequence s has tokens token(s, 0 .. ctx[s] - 1)
+// A prefill of sequences first .. ctx.size() - 1: sequence s has tokens token(s, 0 .. ctx[s] - 1)
 // and owns block-table row s (blocks s * max_blocks ..); with `last_logits`, the logits of each
 // sequence's last token.
 template <class TokenFn>
-ForwardBatch PrefillBatch(const std::vector<int>& ctx, int max_blocks, TokenFn token, bool last_logits = true) {
+ForwardBatch PrefillBatch(const std::vector<int>& ctx, int max_blocks, TokenFn token, bool last_logits = true,
+                          int first = 0) {
   ForwardBatch b;
   b.max_blocks = max_blocks;
   b.query_start = {0};
-  for (int s = 0; s < static_cast<int>(ctx.size()); ++s) {
+  for (int s = first; s < static_cast<int>(ctx.size()); ++s) {
     for (int p = 0; p < ctx[s]; ++p) { b.token_ids.push_back(token(s, p)); b.positions.push_back(p); }
     b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
     b.context_lens.push_back(ctx[s]);
@@ -149,19 +150,7 @@ inline void RunFusionSchedule(std::array<std::unique_ptr<ModelRunner>, 2>& runne
   auto run = [&](const ForwardBatch& b) { RunBoth(runners, b, V, d); };
   // Prefill: sequence 0 alone (9 tokens: a decode-size pass), then the others in one pass.
   run(PrefillBatch({ctx[0]}, kMaxBlocks, token));
-  {
-    ForwardBatch b;  // sequences 1 .. kSeqs - 1 (block-table rows as PrefillBatch numbers them)
-    b.max_blocks = kMaxBlocks;
-    b.query_start = {0};
-    for (int s = 1; s < kSeqs; ++s) {
-      for (int p = 0; p < ctx[s]; ++p) { b.token_ids.push_back(token(s, p)); b.positions.push_back(p); }
-      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-      b.context_lens.push_back(ctx[s]);
-      for (int k = 0; k < kMaxBlocks; ++k) b.block_tables.push_back(s * kMaxBlocks + k);
-      b.logits_indices.push_back(b.query_start.back() - 1);
-    }
-    run(b);
-  }
+  run(PrefillBatch(ctx, kMaxBlocks, token, true, /*first=*/1));  // the others, in one pass
   auto decode = [&](int n, int step) {
     std::vector<int> seqs;
     for (int i = 0; i < n; ++i) seqs.push_back((step * 5 + i) % kSeqs);

@@ -93,19 +93,8 @@ TEST(CudaRunnerFp8Gemv, DummyV3FlagOnVsOff) {
   for (int s = 0; s < kSeqs; ++s) ctx[s] = s == 0 ? 5 : 20 + (s * 37) % 200;
   RowDiff d;
   RunPair(runners, PrefillBatch({ctx[0]}, kMaxBlocks, token), V, &d);  // 5 tokens: the GEMV
-  {
-    ForwardBatch b;  // sequences 1 .. kSeqs - 1 in one pass (> 8 tokens: the skinny / big-tile GEMMs)
-    b.max_blocks = kMaxBlocks;
-    b.query_start = {0};
-    for (int s = 1; s < kSeqs; ++s) {
-      for (int p = 0; p < ctx[s]; ++p) { b.token_ids.push_back(token(s, p)); b.positions.push_back(p); }
-      b.query_start.push_back(static_cast<int32_t>(b.token_ids.size()));
-      b.context_lens.push_back(ctx[s]);
-      for (int k = 0; k < kMaxBlocks; ++k) b.block_tables.push_back(s * kMaxBlocks + k);
-      b.logits_indices.push_back(b.query_start.back() - 1);
-    }
-    RunPair(runners, b, V, &d);
-  }
+  // Sequences 1 .. kSeqs - 1 in one pass (> 8 tokens: the skinny / big-tile GEMMs).
+  RunPair(runners, PrefillBatch(ctx, kMaxBlocks, token, true, /*first=*/1), V, &d);
   const std::vector<int> sizes = {1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 8, 8, 12, 6, 6, 1};
   for (size_t step = 0; step < sizes.size(); ++step) {
     std::vector<int> seqs;

@@ -32,9 +32,8 @@ namespace {
 
 constexpr double kBoundF32 = 2e-5, kBoundBf16 = 5e-3, kBoundVsSkinny = 4e-5;
 
-// e4m3 weights [N, K] and scales [ceil(N/128), ceil(K/128)]: random bytes (every finite code;
-// the NaN codes 0x7F / 0xFF become +-0), the top exponent bit cleared half of the time (more
-// small and subnormal values); scales uniform in [0.5, 2) x 2^-9.
+// e4m3 weights [N, K] (RandomE4M3, test_util.h) and scales [ceil(N/128), ceil(K/128)] uniform
+// in [0.5, 2) x 2^-9.
 struct Fp8W {
   int64_t N = 0, K = 0;
   std::vector<uint8_t> q;
@@ -45,22 +44,9 @@ Fp8W MakeW(int64_t N, int64_t K) {
   Fp8W w;
   w.N = N; w.K = K;
   const int64_t n = N * K, nb = (N + 127) / 128, kb = (K + 127) / 128;
-  w.q.resize(n);
   w.s = RandomF(nb * kb, 0.5f, 2.0f);
   for (auto& v : w.s) v *= std::ldexp(1.f, -9);
-  constexpr int64_t kBlock = 1 << 20;
-  const uint64_t seed = NextSeed();
-  ParallelFor((n + kBlock - 1) / kBlock, [&](int64_t b) {
-    uint64_t st = BlockSeed(seed, b);
-    for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
-      st ^= st >> 12; st ^= st << 25; st ^= st >> 27;
-      const uint64_t r = st * 0x2545F4914F6CDD1Dull;
-      uint8_t c = static_cast<uint8_t>(r >> 56);
-      if ((r >> 40) & 1) c &= 0xbf;
-      if ((c & 0x7f) == 0x7f) c &= 0x80;
-      w.q[i] = c;
-    }
-  });
+  w.q = RandomE4M3(n);
   return w;
 }
 

@@ -240,24 +240,13 @@ Weights MakeFp8WeightsFast(int64_t E, int64_t N, int64_t K) {
   const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128, n = E * N * K;
   float lut[256];
   for (int i = 0; i < 256; ++i) lut[i] = Fp8E4M3ToF32(static_cast<uint8_t>(i));
-  w.q.resize(n);
   w.deq.resize(n);
   w.scales = RandomF(E * nb * kb, 0.5f, 2.0f);
   for (auto& sc : w.scales) sc *= std::ldexp(1.f, -9);
-  constexpr int64_t kBlock = 1 << 20;
-  const uint64_t seed = NextSeed();
-  ParallelFor((n + kBlock - 1) / kBlock, [&](int64_t b) {
-    uint64_t st = BlockSeed(seed, b);
-    for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
-      st ^= st >> 12; st ^= st << 25; st ^= st >> 27;
-      const uint64_t r = st * 0x2545F4914F6CDD1Dull;
-      uint8_t c = static_cast<uint8_t>(r >> 56);
-      if ((r >> 40) & 1) c &= 0xbf;  // exponent <= 7 half of the time
-      if ((c & 0x7f) == 0x7f) c &= 0x80;
-      w.q[i] = c;
-      const int64_t en = i / K, e = en / N, nn = en % N, k = i % K;
-      w.deq[i] = lut[c] * w.scales[(e * nb + nn / 128) * kb + k / 128];
-    }
+  w.q = RandomE4M3(n);
+  ParallelFor(n, [&](int64_t i) {
+    const int64_t en = i / K, e = en / N, nn = en % N, k = i % K;
+    w.deq[i] = lut[w.q[i]] * w.scales[(e * nb + nn / 128) * kb + k / 128];
   });
   return w;
 }

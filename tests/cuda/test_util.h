@@ -108,6 +108,25 @@ inline std::vector<float> RandomF(size_t n, float lo = -1.f, float hi = 1.f) {
   FillBlocks(v, [&](float& x, uint64_t& st) { x = lo + (hi - lo) * NextUniform01(st); });
   return v;
 }
+// n random e4m3 bytes: every finite code (the two NaN codes 0x7F / 0xFF become +-0), the top
+// exponent bit cleared half of the time (more small and subnormal values). FP8 test weights.
+inline std::vector<uint8_t> RandomE4M3(int64_t n) {
+  std::vector<uint8_t> q(n);
+  constexpr int64_t kBlock = 1 << 20;
+  const uint64_t seed = NextSeed();
+  ParallelFor((n + kBlock - 1) / kBlock, [&](int64_t b) {
+    uint64_t st = BlockSeed(seed, b);
+    for (int64_t i = b * kBlock; i < std::min(n, (b + 1) * kBlock); ++i) {
+      st ^= st >> 12; st ^= st << 25; st ^= st >> 27;
+      const uint64_t r = st * 0x2545F4914F6CDD1Dull;
+      uint8_t c = static_cast<uint8_t>(r >> 56);
+      if ((r >> 40) & 1) c &= 0xbf;  // exponent <= 7 half of the time
+      if ((c & 0x7f) == 0x7f) c &= 0x80;
+      q[i] = c;
+    }
+  });
+  return q;
+}
 // Approximately normal (Irwin-Hall of 4 uniforms, unit variance).
 inline std::vector<float> RandomNormal(size_t n, float stddev = 1.f) {
   std::vector<float> v(n);
