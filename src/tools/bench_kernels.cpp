@@ -1089,6 +1089,25 @@ struct SkinnyWs {
   }
 };
 
+// Copies of one random FP8 weight [N, K] (e4m3) and its 128 x 128 block scales, enough of them
+// (SetsFor, at most max_sets) that rotating over them reads from HBM, not L2. bytes: weight +
+// scale bytes of one copy.
+struct Fp8WeightSets {
+  Fp8WeightSets(Bench& b, int64_t N, int64_t K, int max_sets)
+      : kbn((N + 127) / 128), kbk((K + 127) / 128), bytes(double(N) * K + double(kbn) * kbk * 4) {
+    for (int i = 0, n = SetsFor(bytes, max_sets); i < n; ++i) {
+      w.push_back(std::make_unique<Buf>(N * K));
+      s.push_back(std::make_unique<Buf>(kbn * kbk * 4));
+      FillE4M3(w.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
+      FillUniformF32(s.back()->as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+    }
+  }
+  int sets() const { return static_cast<int>(w.size()); }
+  int64_t kbn, kbk;
+  double bytes;
+  std::vector<std::unique_ptr<Buf>> w, s;
+};
+
 // A V3 FP8 dense projection at M rows on the runner's decode path: the skinny kernel as
 // SkinnyPlanFor picks it ("skinny_dense/auto": THE figure per projection), unsplit
 // ("skinny_dense/unsplit", the kernel before split-K), forced split counts (`sweep`), and the
@@ -1097,16 +1116,13 @@ struct SkinnyWs {
 // more than L2.
 void SkinnyFp8DenseCase(Bench& b, const char* name, int64_t N, int64_t K, int64_t M, bool grouped,
                         const std::vector<int>& sweep) {
-  const int64_t kbn = (N + 127) / 128, kbk = (K + 127) / 128, Mr = (M + 63) / 64 * 64;
-  const double wbytes = double(N) * K + double(kbn) * kbk * 4;
-  const int nsets = SetsFor(wbytes, 16);
-  std::vector<std::unique_ptr<Buf>> w, ws;
-  for (int i = 0; i < nsets; ++i) {
-    w.push_back(std::make_unique<Buf>(N * K));
-    ws.push_back(std::make_unique<Buf>(kbn * kbk * 4));
-    FillE4M3(w.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
-    FillUniformF32(ws.back()->as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
-  }
+  const int64_t Mr = (M + 63) / 64 * 64;
+  Fp8WeightSets fw(b, N, K, 16);
+  const int64_t kbn = fw.kbn, kbk = fw.kbk;
+  const double wbytes = fw.bytes;
+  const int nsets = fw.sets();
+  auto& w = fw.w;
+  auto& ws = fw.s;
   Buf a(Mr * K * 2), out(Mr * N * 4);
   FillUniformBf16(a.as<__nv_bfloat16>(), Mr * K, b.NextSeed(), -1, 1, b.st());
   char shape[160];
@@ -1214,16 +1230,13 @@ void SkinnyDense(Bench& b) {
 // TB/s counts weight + scale bytes; the ratio is to this run's copy ceiling. At M = 1 the
 // narrow projections also run forced CTA counts (SMs / 4, SMs / 2, SMs, 2 x SMs) for tuning.
 void Fp8GemvCase(Bench& b, const Proj& pr, int64_t M, const std::vector<int>& cta_sweep) {
-  const int64_t N = pr.N, K = pr.K, kbn = (N + 127) / 128, kbk = (K + 127) / 128;
-  const double wbytes = double(N) * K + double(kbn) * kbk * 4;
-  const int nsets = SetsFor(wbytes, 64);
-  std::vector<std::unique_ptr<Buf>> w, ws;
-  for (int i = 0; i < nsets; ++i) {
-    w.push_back(std::make_unique<Buf>(N * K));
-    ws.push_back(std::make_unique<Buf>(kbn * kbk * 4));
-    FillE4M3(w.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
-    FillUniformF32(ws.back()->as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
-  }
+  const int64_t N = pr.N, K = pr.K;
+  Fp8WeightSets fw(b, N, K, 64);
+  const int64_t kbn = fw.kbn, kbk = fw.kbk;
+  const double wbytes = fw.bytes;
+  const int nsets = fw.sets();
+  auto& w = fw.w;
+  auto& ws = fw.s;
   Buf a(8 * K * 2), out(8 * N * 4);
   FillUniformBf16(a.as<__nv_bfloat16>(), 8 * K, b.NextSeed(), -1, 1, b.st());
   char shape[160], note[160];
