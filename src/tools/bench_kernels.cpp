@@ -1279,13 +1279,17 @@ void Fp8GemvCase(Bench& b, const Proj& pr, int64_t M, const std::vector<int>& ct
 void Fp8GemvFamily(Bench& b) {
   int sms = 0;
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const std::set<std::string> narrow = {"q_a_proj", "kv_a_proj_with_mqa", "shared_gate_up", "shared_down"};
+  // CTA sweeps at M = 1: the narrow projections (too few units per CTA at the default 2 x SMs)
+  // and, since session 6 run 10, o_proj and dense down (0.92x / 0.96x SkinnyGemm there: does a
+  // smaller grid with more units per CTA beat the split-K fix-ups?).
+  const std::set<std::string> swept = {"q_a_proj", "kv_a_proj_with_mqa", "shared_gate_up", "shared_down",
+                                       "o_proj", "dense_down"};
   for (int64_t M : {1, 2, 4, 8})
     for (const auto& pr : kProjs) {
       if (std::string(pr.name) == "kv_b_proj") continue;  // bf16 in the runner
       if (b.OutOfTime()) { b.skipped.push_back(std::string("fp8_gemv ") + pr.name + " M" + std::to_string(M)); continue; }
-      const bool sweep = M == 1 && narrow.count(pr.name) > 0;
-      Fp8GemvCase(b, pr, M, sweep ? std::vector<int>{sms / 4, sms / 2, sms, 2 * sms} : std::vector<int>{});
+      const bool sweep = M == 1 && swept.count(pr.name) > 0;
+      Fp8GemvCase(b, pr, M, sweep ? std::vector<int>{sms / 4, sms / 2, sms, 3 * sms / 2, 2 * sms} : std::vector<int>{});
     }
 }
 
