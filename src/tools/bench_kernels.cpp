@@ -1228,7 +1228,8 @@ void SkinnyDense(Bench& b) {
 // own CTA count) beside SkinnyGemm as SkinnyPlanFor plans it ("fp8_gemv/skinny_planned": the
 // runner's default path), on the same weight copies rotating over > 256 MB (reads from HBM).
 // TB/s counts weight + scale bytes; the ratio is to this run's copy ceiling. At M = 1 the
-// narrow projections also run forced CTA counts (SMs / 4, SMs / 2, SMs, 2 x SMs) for tuning.
+// narrow projections, o_proj and dense down also run forced CTA counts (SMs / 4, SMs / 2, SMs,
+// 1.5 x SMs, 2 x SMs) for tuning.
 void Fp8GemvCase(Bench& b, const Proj& pr, int64_t M, const std::vector<int>& cta_sweep) {
   const int64_t N = pr.N, K = pr.K;
   Fp8WeightSets fw(b, N, K, 64);
