@@ -22,32 +22,30 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.seed = o.seed;
   c.cuda_graphs = o.cuda_graphs;
   c.device = o.gpu_id;
-  // Environment switches of the CUDA runner, read here at the edge (the runner takes options):
-  // DS_CUDA_PROFILE=1 profiles and logs the per-phase totals; DS_SKINNY_GEMM=0 turns the
-  // decode-size skinny GEMMs off and DS_SM90_GROUPED_GEMM=0 the sm_90a expert GEMMs (benchmark A/B);
-  // DS_MLA_DECODE_SM90=0 turns the sm_90a (wgmma + TMA) MLA decode kernel off (on by default
-  // where it applies, CudaRunnerOptions::mla_decode_sm90); DS_MLA_PREFILL_SM90=0 turns the sm_90a
-  // prefill attention kernel off (on by default where it applies), =pingpong selects its
-  // ping-pong variant; DS_SM90_MIXED_GEMM=0 turns the sm_90a mixed-input (bf16 x e4m3
-  // block-scaled) GEMM off (on by default, CudaRunnerOptions::sm90_mixed_gemm);
-  // DS_MLA_DECODE_SM90_VARIANT=N picks the sm_90a decode kernel variant (0 default, 1 / 2
-  // seesaw, verified on the H200, not yet timed; MlaDecodeParams::sm90_variant).
-  // Unset switches keep the runner's defaults.
-  const char* prof = std::getenv("DS_CUDA_PROFILE");
-  const char* skinny = std::getenv("DS_SKINNY_GEMM");
-  c.profile_log = prof && std::string(prof) == "1";
-  c.profile = o.profile || c.profile_log;
-  c.skinny_gemm = !(skinny && std::string(skinny) == "0");
-  const char* sm90 = std::getenv("DS_SM90_GROUPED_GEMM");
-  c.sm90_grouped_gemm = !(sm90 && std::string(sm90) == "0");
+  // Environment switches of the CUDA runner, read here at the edge (the runner takes options);
+  // docs/design/cuda_backend.md lists them. An on/off switch takes "1" or "0"; anything else,
+  // or unset, keeps the runner's default.
   const auto env_is = [](const char* name, const char* value) {
     const char* v = std::getenv(name);
     return v != nullptr && std::string(v) == value;
   };
-  if (env_is("DS_MLA_DECODE_SM90", "0")) c.mla_decode_sm90 = false;
-  if (env_is("DS_MLA_DECODE_SM90", "1")) c.mla_decode_sm90 = true;
-  if (env_is("DS_SM90_MIXED_GEMM", "0")) c.sm90_mixed_gemm = false;
-  if (env_is("DS_SM90_MIXED_GEMM", "1")) c.sm90_mixed_gemm = true;
+  const auto env_switch = [&](const char* name, bool* field) {
+    if (env_is(name, "1")) *field = true;
+    if (env_is(name, "0")) *field = false;
+  };
+  // DS_CUDA_PROFILE=1 profiles and logs the per-phase totals.
+  c.profile_log = env_is("DS_CUDA_PROFILE", "1");
+  c.profile = o.profile || c.profile_log;
+  env_switch("DS_SKINNY_GEMM", &c.skinny_gemm);                  // decode-size skinny GEMMs
+  env_switch("DS_SM90_GROUPED_GEMM", &c.sm90_grouped_gemm);      // sm_90a expert GEMMs
+  env_switch("DS_MLA_DECODE_SM90", &c.mla_decode_sm90);          // sm_90a (wgmma + TMA) MLA decode
+  env_switch("DS_SM90_MIXED_GEMM", &c.sm90_mixed_gemm);          // sm_90a bf16 x e4m3 GEMM
+  env_switch("DS_MLA_DECODE_FUSED_COMBINE", &c.mla_decode_fused_combine);  // verified, slower: off
+  env_switch("DS_MLA_PREFILL_SM90", &c.mla_prefill_sm90);        // sm_90a prefill attention
+  c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");  // its ping-pong variant
+  env_switch("DS_FP8_GEMV", &c.fp8_gemv);  // TMA-streaming FP8 GEMV for weights >= 200M (off)
+  // DS_MLA_DECODE_SM90_VARIANT=N: the sm_90a decode kernel variant (0 default, 1 / 2 seesaw:
+  // verified, 3-8% slower; MlaDecodeParams::sm90_variant).
   if (const char* v = std::getenv("DS_MLA_DECODE_SM90_VARIANT"); v != nullptr && *v != '\0') {
     const std::string sv(v);
     if (sv == "0" || sv == "1" || sv == "2") c.mla_decode_sm90_variant = sv[0] - '0';
@@ -61,12 +59,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     if (end != v && *end == '\0' && n >= 0 && n <= 65536) c.mla_decode_small_batch_chunk = static_cast<int>(n);
     else DS_LOG(WARNING) << "DS_MLA_DECODE_SMALL_CHUNK=" << v << " ignored (a multiple of 64, or 0)";
   }
-  // DS_MLA_DECODE_FUSED_COMBINE=1: CudaRunnerOptions::mla_decode_fused_combine (A/B; the
-  // warp-split MLA decode kernel merges its KV splits itself; not yet verified on the GPU).
-  if (env_is("DS_MLA_DECODE_FUSED_COMBINE", "1")) c.mla_decode_fused_combine = true;
-  if (env_is("DS_MLA_DECODE_FUSED_COMBINE", "0")) c.mla_decode_fused_combine = false;
-  c.mla_prefill_sm90 = !env_is("DS_MLA_PREFILL_SM90", "0");
-  c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:
   // the defaults, all but shared): 0 none, 1 all seven, or a comma list of route, shared,
   // norm, qpe, olat, silu16, kvrope (ParseFusedDecodeFlags, backend/cuda/fused_decode_flags.h).
@@ -85,17 +77,12 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     c.fused_kvrope = fl.kvrope;
   }
   // DS_PDL=1: CudaRunnerOptions::pdl (programmatic dependent launch of the runner's kernels; A/B,
-  // not yet verified on the GPU; ParsePdlFlag, backend/cuda/fused_decode_flags.h).
+  // verified, no faster; ParsePdlFlag, backend/cuda/fused_decode_flags.h).
   if (const char* v = std::getenv("DS_PDL"); v != nullptr) {
     const int on = ds::cuda::ParsePdlFlag(v);
     if (on >= 0) c.pdl = on == 1;
     else DS_LOG(WARNING) << "DS_PDL=" << v << " ignored (1 / on or 0 / off)";
   }
-  // DS_FP8_GEMV=1: CudaRunnerOptions::fp8_gemv (FP8 dense projections of <= 8 rows on the
-  // TMA-streaming GEMV where the weights are >= 200M elements, fp8_gemv.h; verified on the H200
-  // in session 6; =0 or unset: off).
-  if (env_is("DS_FP8_GEMV", "1")) c.fp8_gemv = true;
-  if (env_is("DS_FP8_GEMV", "0")) c.fp8_gemv = false;
   c.mla_decode_tensor_cores = o.mla_decode_tensor_cores;
   c.fp8_gemm = o.fp8_gemm;
   c.mla_mode = o.mla_mode;

@@ -130,6 +130,19 @@ void MakeRunnerPair(const CudaRunnerOptions& o, SetFn set, std::array<std::uniqu
   }
 }
 
+// The decode fusions around the one a test compares on / off (MakeRunnerPair sets that one per
+// runner afterwards): their defaults, all seven on, or all off.
+enum class Fusions { kDefault, kAll, kNone };
+inline const char* FusionsName(Fusions f) {
+  return f == Fusions::kDefault ? "default" : f == Fusions::kAll ? "all" : "none";
+}
+inline void SetFusions(Fusions f, CudaRunnerOptions* o) {
+  if (f == Fusions::kDefault) return;
+  const bool on = f == Fusions::kAll;
+  o->fused_moe_route = o->fused_moe_shared = o->fused_norm = o->fused_qpe = on;
+  o->fused_olat = o->fused_silu16 = o->fused_kvrope = on;
+}
+
 // The schedule of the decode-fusion comparisons (RunFusionSchedule): kFusionSeqs sequences,
 // block-table rows of kFusionMaxBlocks blocks (the runners' KV pools need
 // kFusionSeqs * kFusionMaxBlocks blocks).

@@ -29,14 +29,6 @@ namespace {
 
 constexpr const char* kFixtures[] = {"v3_tiny", "v2_lite_tiny", "v3_mla512_tiny", "v3_rotate_half_tiny"};
 
-// The other decode fusions, the same in both runners.
-enum class Others { kDefault, kAll, kNone };
-const char* Name(Others f) { return f == Others::kDefault ? "default" : f == Others::kAll ? "all" : "none"; }
-void SetOthers(Others f, CudaRunnerOptions* o) {
-  if (f == Others::kDefault) return;
-  const bool on = f == Others::kAll;
-  o->fused_moe_route = o->fused_moe_shared = o->fused_norm = o->fused_qpe = o->fused_olat = o->fused_silu16 = on;
-}
 
 void CompareKvRope(const std::string& label, CudaRunnerOptions o, bool graphs) {
   o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
@@ -63,11 +55,11 @@ void CompareKvRope(const std::string& label, CudaRunnerOptions o, bool graphs) {
   EXPECT_EQ(g0.fused_kvrope_layers, 0) << label;
 }
 
-void RunVariants(const std::string& label, const CudaRunnerOptions& base, const std::vector<Others>& others) {
-  for (Others f : others) {
+void RunVariants(const std::string& label, const CudaRunnerOptions& base, const std::vector<Fusions>& others) {
+  for (Fusions f : others) {
     CudaRunnerOptions o = base;
-    SetOthers(f, &o);
-    for (bool graphs : {false, true}) CompareKvRope(label + " others=" + Name(f), o, graphs);
+    SetFusions(f, &o);
+    for (bool graphs : {false, true}) CompareKvRope(label + " others=" + FusionsName(f), o, graphs);
   }
 }
 
@@ -78,7 +70,7 @@ TEST(CudaRunnerFusedKvRope, FixturesMatchUnfused) {
     if (!std::filesystem::exists(dir + "/config.json")) continue;
     CudaRunnerOptions o;
     o.model_dir = dir;
-    RunVariants(name, o, {Others::kDefault, Others::kAll, Others::kNone});
+    RunVariants(name, o, {Fusions::kDefault, Fusions::kAll, Fusions::kNone});
     // MlaMode::kAbsorbed: the 9-token prompt and the mixed step's 3-token sequence absorbed
     // too (q_pe copied into q_lat in those passes as well, with fused_qpe).
     o.mla_mode = MlaMode::kAbsorbed;
@@ -103,14 +95,14 @@ TEST(CudaRunnerFusedKvRope, DummyV2LiteMatchesUnfused) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
   // 16 heads, kv_lora 512, rope 64, no q_lora; interleaved RoPE (deepseek_v2).
-  RunVariants("dummy_v2lite_2layers", DummyOptions(dir, 2, 5), {Others::kDefault, Others::kAll, Others::kNone});
+  RunVariants("dummy_v2lite_2layers", DummyOptions(dir, 2, 5), {Fusions::kDefault, Fusions::kAll, Fusions::kNone});
 }
 
 TEST(CudaRunnerFusedKvRope, DummyV3MatchesUnfused) {
   const std::string dir = ConfigDir("deepseek-v3");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
   // 128 heads (16 q blocks of 8 warps per token), kv_lora 512, rope 64, q_lora 1536.
-  RunVariants("dummy_v3_4layers", DummyOptions(dir, 4, 11), {Others::kDefault, Others::kAll});
+  RunVariants("dummy_v3_4layers", DummyOptions(dir, 4, 11), {Fusions::kDefault, Fusions::kAll});
 }
 
 // How many layers fuse: every layer, once per pass of <= 16 tokens (prefill or decode), none in

@@ -30,14 +30,6 @@
 namespace ds::cuda::test {
 namespace {
 
-// The other decode fusions, the same in both runners.
-enum class Others { kDefault, kAll, kNone };
-const char* Name(Others f) { return f == Others::kDefault ? "default" : f == Others::kAll ? "all" : "none"; }
-void SetOthers(Others f, CudaRunnerOptions* o) {
-  if (f == Others::kDefault) return;
-  const bool on = f == Others::kAll;
-  o->fused_moe_route = o->fused_moe_shared = o->fused_norm = o->fused_qpe = o->fused_olat = on;
-}
 
 // expect_fused: 1 the fused runner must have taken the bf16 path, 0 it must not have, -1 not
 // checked (printed only).
@@ -72,11 +64,11 @@ void CompareSilu16(const std::string& label, CudaRunnerOptions o, bool graphs, i
   EXPECT_EQ(g0.fused_silu16_mlps, 0) << label;
 }
 
-void RunVariants(const std::string& label, const CudaRunnerOptions& base, const std::vector<Others>& others) {
-  for (Others f : others) {
+void RunVariants(const std::string& label, const CudaRunnerOptions& base, const std::vector<Fusions>& others) {
+  for (Fusions f : others) {
     CudaRunnerOptions o = base;
-    SetOthers(f, &o);
-    for (bool graphs : {false, true}) CompareSilu16(label + " others=" + Name(f), o, graphs);
+    SetFusions(f, &o);
+    for (bool graphs : {false, true}) CompareSilu16(label + " others=" + FusionsName(f), o, graphs);
   }
 }
 
@@ -88,7 +80,7 @@ TEST(CudaRunnerFusedSilu16, FixturesMatchUnfused) {
     if (!std::filesystem::exists(dir + "/config.json")) continue;
     CudaRunnerOptions o;
     o.model_dir = dir;
-    RunVariants(name, o, {Others::kDefault, Others::kAll, Others::kNone});
+    RunVariants(name, o, {Fusions::kDefault, Fusions::kAll, Fusions::kNone});
   }
 }
 
@@ -108,7 +100,7 @@ TEST(CudaRunnerFusedSilu16, DummyV2LiteMatchesUnfused) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
   // 1 dense (I 10944) + 1 MoE layer (two shared experts unstacked: I 2816); bf16 weights.
-  RunVariants("dummy_v2lite_2layers", DummyOptions(dir, 2, 5), {Others::kDefault, Others::kAll, Others::kNone});
+  RunVariants("dummy_v2lite_2layers", DummyOptions(dir, 2, 5), {Fusions::kDefault, Fusions::kAll, Fusions::kNone});
 }
 
 TEST(CudaRunnerFusedSilu16, DummyV3MatchesUnfused) {
@@ -116,7 +108,7 @@ TEST(CudaRunnerFusedSilu16, DummyV3MatchesUnfused) {
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
   // 3 dense (FP8, I 18432) + 1 MoE layer (shared expert FP8, I 2048); fp8_gemm "kernel": the
   // down projections read bf16 activations (skinny FP8 kernel at decode sizes).
-  RunVariants("dummy_v3_4layers", DummyOptions(dir, 4, 11), {Others::kDefault, Others::kAll});
+  RunVariants("dummy_v3_4layers", DummyOptions(dir, 4, 11), {Fusions::kDefault, Fusions::kAll});
 }
 
 // fp8_gemm "cublas": the FP8 down projections (K 18432 and 2048, whole 128 blocks) go to

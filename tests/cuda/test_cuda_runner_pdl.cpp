@@ -42,12 +42,11 @@ void ComparePdl(const std::string& label, CudaRunnerOptions o, bool graphs) {
   if (graphs) { EXPECT_GT(g1.replayed, 0) << label; }
 }
 
-// The decode fusions: the defaults (route, norm, qpe) and all six (the not-yet-verified olat
-// and silu16 included: PDL must not change their results either).
+// The decode fusions: the defaults and all seven (PDL must not change their results either).
 void RunVariants(const std::string& label, const CudaRunnerOptions& base) {
   for (bool all : {false, true}) {
     CudaRunnerOptions o = base;
-    if (all) o.fused_moe_route = o.fused_moe_shared = o.fused_norm = o.fused_qpe = o.fused_olat = o.fused_silu16 = true;
+    if (all) SetFusions(Fusions::kAll, &o);
     for (bool graphs : {false, true}) ComparePdl(label + (all ? " fusions=all" : " fusions=default"), o, graphs);
   }
 }

@@ -3,16 +3,16 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/rmsnorm.cuh"
 
 namespace ds::cuda {
 namespace {
 
-// Elements per thread and routed slots per token that the staged form holds in registers /
-// shared memory; larger rows or top_k take the loop form. Both run the same fp32 operations
-// in the same order per element (header), so they give the same bits.
-// Staged when 4 * blockDim < d <= 8 * blockDim (V3 / Kimi: 7168 over 1024 threads); at <= 4
-// per thread (V2-Lite: 2048) the staged form measured slower (see rmsnorm.cuh).
-constexpr int kStagedPerThread = 8, kStagedMinPerThread = 5;
+// The staged form (rmsnorm.cuh's rule: rows of 5-8 elements per thread, V3 / Kimi's
+// 7168 over 1024 threads; at <= 4 per thread it measured slower) holds norm::kStagedPerThread
+// elements per thread in registers and up to kStagedTopK routed slots per token in shared
+// memory; other rows take the loop form. Both run the same fp32 operations in the same order
+// per element (header), so they give the same bits.
 constexpr int kStagedTopK = 16;
 
 template <typename T>
@@ -27,7 +27,7 @@ __global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
   float* res = p.residual ? p.residual + t * p.ldres : nullptr;
   float ss = 0.f;
   const int64_t bd = blockDim.x;
-  if (p.d > (kStagedMinPerThread - 1) * bd && p.d <= kStagedPerThread * bd && p.top_k <= kStagedTopK) {
+  if (p.d > (norm::kStagedMinPerThread - 1) * bd && p.d <= norm::kStagedPerThread * bd && p.top_k <= kStagedTopK) {
     // Staged form (decode: one row per block is latency-bound): the token's slots and weights
     // read once into shared memory, then every load of one accumulation step issued before
     // its adds (no store in between), so the row's loads overlap instead of forming a chain
@@ -37,16 +37,16 @@ __global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
       s_w[threadIdx.x] = p.weights[t * p.top_k + threadIdx.x];
     }
     __syncthreads();
-    float acc[kStagedPerThread];
+    float acc[norm::kStagedPerThread];
 #pragma unroll
-    for (int e = 0; e < kStagedPerThread; ++e) {
+    for (int e = 0; e < norm::kStagedPerThread; ++e) {
       const int64_t i = threadIdx.x + e * bd;
       acc[e] = p.base && i < p.d ? p.base[t * p.ld_base + i] : 0.f;
     }
     for (int s = 0; s < p.num_shared; ++s) {
       const float* row = fy + (p.shared_row0 + s * p.n + t) * p.ldy;
 #pragma unroll
-      for (int e = 0; e < kStagedPerThread; ++e) {
+      for (int e = 0; e < norm::kStagedPerThread; ++e) {
         const int64_t i = threadIdx.x + e * bd;
         if (i < p.d) acc[e] += row[i];
       }
@@ -56,14 +56,14 @@ __global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
       if (r < 0) continue;
       const float w = s_w[j];
       const T* row = y + static_cast<int64_t>(r) * p.ldy;
-      float yv[kStagedPerThread];
+      float yv[norm::kStagedPerThread];
 #pragma unroll
-      for (int e = 0; e < kStagedPerThread; ++e) {
+      for (int e = 0; e < norm::kStagedPerThread; ++e) {
         const int64_t i = threadIdx.x + e * bd;
         yv[e] = i < p.d ? dev::ToF(row[i]) : 0.f;
       }
 #pragma unroll
-      for (int e = 0; e < kStagedPerThread; ++e) {
+      for (int e = 0; e < norm::kStagedPerThread; ++e) {
         float v = yv[e];
         if (p.round_y_bf16) v = __bfloat162float(__float2bfloat16_rn(v));
         acc[e] += w * v;
@@ -71,20 +71,20 @@ __global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
     }
     if (p.moe_out) {
 #pragma unroll
-      for (int e = 0; e < kStagedPerThread; ++e) {
+      for (int e = 0; e < norm::kStagedPerThread; ++e) {
         const int64_t i = threadIdx.x + e * bd;
         if (i < p.d) p.moe_out[t * p.ld_moe_out + i] = acc[e];
       }
     }
     if (!res) return;
-    float rv[kStagedPerThread];
+    float rv[norm::kStagedPerThread];
 #pragma unroll
-    for (int e = 0; e < kStagedPerThread; ++e) {
+    for (int e = 0; e < norm::kStagedPerThread; ++e) {
       const int64_t i = threadIdx.x + e * bd;
       rv[e] = i < p.d ? res[i] : 0.f;
     }
 #pragma unroll
-    for (int e = 0; e < kStagedPerThread; ++e) {
+    for (int e = 0; e < norm::kStagedPerThread; ++e) {
       const int64_t i = threadIdx.x + e * bd;
       if (i < p.d) {
         const float v = acc[e] + rv[e];
@@ -96,7 +96,7 @@ __global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
     const float total = dev::BlockSum(ss, red);
     const float inv = rsqrtf(total / static_cast<float>(p.d) + p.eps);
 #pragma unroll
-    for (int e = 0; e < kStagedPerThread; ++e) {
+    for (int e = 0; e < norm::kStagedPerThread; ++e) {
       const int64_t i = threadIdx.x + e * bd;
       if (i < p.d) {
         const float o = acc[e] * inv * p.norm_weight[i];
@@ -145,7 +145,7 @@ void MoeCombineNorm(const MoeCombineNormParams& p) {
   DS_CHECK(p.residual || p.moe_out) << "MoeCombineNorm: no output";
   DS_CHECK(!p.residual || (p.norm_weight && p.out)) << "MoeCombineNorm: the norm needs its weight and output";
   if (p.n == 0) return;
-  const int threads = p.d >= 1024 ? 1024 : 256;  // RmsNorm's block size (same reduction order)
+  const int threads = norm::RmsNormThreads(p.d);  // RmsNorm's block size (same reduction order)
   if (p.y_bf16) LaunchKernel(MoeCombineNormKernel<__nv_bfloat16>, p.n, threads, 0, p.stream, p.pdl, p);
   else LaunchKernel(MoeCombineNormKernel<float>, p.n, threads, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MoeCombineNormKernel");
