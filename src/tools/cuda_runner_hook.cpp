@@ -43,7 +43,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_MLA_DECODE_FUSED_COMBINE", &c.mla_decode_fused_combine);  // verified, slower: off
   env_switch("DS_MLA_PREFILL_SM90", &c.mla_prefill_sm90);        // sm_90a prefill attention
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");  // its ping-pong variant
-  env_switch("DS_FP8_GEMV", &c.fp8_gemv);  // TMA-streaming FP8 GEMV for weights >= 200M (off)
+  env_switch("DS_DECODE_STREAMS", &c.decode_streams);  // side branches in decode graphs (on)
+  env_switch("DS_FP8_GEMV", &c.fp8_gemv);  // TMA-streaming FP8 GEMV for weights >= 96M (on)
   // DS_MLA_DECODE_SM90_VARIANT=N: the sm_90a decode kernel variant (0 default, 1 / 2 seesaw:
   // verified, 3-8% slower; MlaDecodeParams::sm90_variant).
   if (const char* v = std::getenv("DS_MLA_DECODE_SM90_VARIANT"); v != nullptr && *v != '\0') {
@@ -51,14 +52,19 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     if (sv == "0" || sv == "1" || sv == "2") c.mla_decode_sm90_variant = sv[0] - '0';
     else DS_LOG(WARNING) << "DS_MLA_DECODE_SM90_VARIANT=" << sv << " ignored (0, 1 or 2)";
   }
-  // DS_MLA_DECODE_SMALL_CHUNK=N: CudaRunnerOptions::mla_decode_small_batch_chunk (A/B; N a
-  // multiple of 64, 0 off; default 64).
-  if (const char* v = std::getenv("DS_MLA_DECODE_SMALL_CHUNK"); v != nullptr && *v != '\0') {
+  // DS_MLA_DECODE_SMALL_CHUNK=N / DS_MLA_DECODE_SM90_SMALL_CHUNK=N:
+  // CudaRunnerOptions::mla_decode_small_batch_chunk (default 64) / mla_decode_sm90_small_batch_chunk
+  // (default 128) (A/B; N a multiple of 64, 0 off).
+  const auto env_chunk = [](const char* name, int* dst) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return;
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
-    if (end != v && *end == '\0' && n >= 0 && n <= 65536) c.mla_decode_small_batch_chunk = static_cast<int>(n);
-    else DS_LOG(WARNING) << "DS_MLA_DECODE_SMALL_CHUNK=" << v << " ignored (a multiple of 64, or 0)";
-  }
+    if (end != v && *end == '\0' && n >= 0 && n <= 65536 && n % 64 == 0) *dst = static_cast<int>(n);
+    else DS_LOG(WARNING) << name << "=" << v << " ignored (a multiple of 64, or 0)";
+  };
+  env_chunk("DS_MLA_DECODE_SMALL_CHUNK", &c.mla_decode_small_batch_chunk);
+  env_chunk("DS_MLA_DECODE_SM90_SMALL_CHUNK", &c.mla_decode_sm90_small_batch_chunk);
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:
   // the defaults, all but shared): 0 none, 1 all seven, or a comma list of route, shared,
   // norm, qpe, olat, silu16, kvrope (ParseFusedDecodeFlags, backend/cuda/fused_decode_flags.h).

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/embedding.h"
 #include "backend/cuda/fp8_quant.h"
 #include "backend/cuda/gemm.h"
@@ -420,26 +421,28 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   if (in == LinearInput::kFp8Emulated) return EmulateFp8Linear(L, x, ldx, M, y, ldy);
   if (in == LinearInput::kFp8Quant) {
     const int64_t Mp = Fp8PaddedM(M), kb = (L.K + 127) / 128;
-    xq_.Reserve(Mp * L.K);
-    xs_.Reserve(kb * Mp * sizeof(float));
-    Fp8QuantParams qp{x, false, ldx, M, L.K, 128, xq_.as<uint8_t>(), L.K, xs_.as<float>(), ScaleLayout::kGroupMajor, s_};
+    GemmScratch& sc = Sc();
+    sc.xq.Reserve(Mp * L.K);
+    sc.xs.Reserve(kb * Mp * sizeof(float));
+    Fp8QuantParams qp{x, false, ldx, M, L.K, 128, sc.xq.as<uint8_t>(), L.K, sc.xs.as<float>(), ScaleLayout::kGroupMajor, s_};
     qp.scale_ld = Mp;
     Fp8QuantizePerTokenGroup(qp);
-    GemmFp8({xq_.as<uint8_t>(), L.K, xs_.as<float>(), L.wq.as<uint8_t>(), L.K, L.s_blk.as<float>(),
-             Fp8WeightScaleLd(L.K), y, ldy, DTypeOut::kF32, M, L.N, L.K, s_});
+    GemmFp8({sc.xq.as<uint8_t>(), L.K, sc.xs.as<float>(), L.wq.as<uint8_t>(), L.K, L.s_blk.as<float>(),
+             Fp8WeightScaleLd(L.K), y, ldy, DTypeOut::kF32, M, L.N, L.K, s_, LtWorkspace()});
     return;
   }
   const int64_t Mr = RoundUp(M, kGroupedGemmRowAlign);
   const bool split = in == LinearInput::kBf16Split;
   const bf16* xa = split ? nullptr : x16;  // bf16 activations [M, L.K]
+  GemmScratch& sc = Sc();
   if (xa == nullptr) {
-    xhi_.Reserve(Mr * L.K * sizeof(bf16));
-    if (split) xlo_.Reserve(Mr * L.K * sizeof(bf16));
-    SplitBf16(x, ldx, M, L.K, xhi_.as<bf16>(), split ? xlo_.as<bf16>() : nullptr, L.K, s_, opts_.pdl);
-    xa = xhi_.as<bf16>();
+    sc.xhi.Reserve(Mr * L.K * sizeof(bf16));
+    if (split) sc.xlo.Reserve(Mr * L.K * sizeof(bf16));
+    SplitBf16(x, ldx, M, L.K, sc.xhi.as<bf16>(), split ? sc.xlo.as<bf16>() : nullptr, L.K, s_, opts_.pdl);
+    xa = sc.xhi.as<bf16>();
   }
-  // Opt-in (fp8_gemv): FP8 projections of <= 8 rows and >= kFp8GemvMinWeights weights (where it
-  // measured faster: V3's dense gate_up) on the TMA-streaming GEMV. The condition depends on M
+  // fp8_gemv: FP8 projections of <= 8 rows and >= kFp8GemvMinWeights weights (where it
+  // measured faster: V3's o_proj, dense down and dense gate_up). The condition depends on M
   // only through M <= 8, which the graph buckets 1, 2, 4, 8 never cross, so a padded graph step
   // and its eager pass take the same kernel (and get the same rows).
   if (opts_.fp8_gemv && L.fp8 && M <= kFp8GemvMaxRows && L.N * L.K >= kFp8GemvMinWeights) {
@@ -458,8 +461,14 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     return;
   }
   if (!L.fp8) {
-    GemmBf16({xa, L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_});
-    if (split) GemmBf16({xlo_.as<bf16>(), L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, true, s_});
+    GemmBf16Params g{xa, L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_};
+    g.workspace = LtWorkspace();
+    GemmBf16(g);
+    if (split) {
+      g.x = sc.xlo.as<bf16>();
+      g.accumulate = true;
+      GemmBf16(g);
+    }
     return;
   }
   // In-kernel dequantisation: the grouped GEMM with one group of Mr rows (with sm90_mixed_gemm
@@ -483,20 +492,22 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
 void CudaModelRunner::EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y,
                                        int64_t ldy) {
   const int64_t K = L.K, kb = (K + 127) / 128, Mr = RoundUp(M, 64);
-  xq_.Reserve(Mr * K);
-  xs_.Reserve(Mr * kb * sizeof(float));
-  xhi_.Reserve(Mr * K * sizeof(bf16));
-  xlo_.Reserve(Mr * K * sizeof(bf16));
-  Fp8QuantParams qp{x, false, ldx, M, K, 128, xq_.as<uint8_t>(), K, xs_.as<float>(), ScaleLayout::kTokenMajor, s_};
+  GemmScratch& sc = Sc();
+  sc.xq.Reserve(Mr * K);
+  sc.xs.Reserve(Mr * kb * sizeof(float));
+  sc.xhi.Reserve(Mr * K * sizeof(bf16));
+  sc.xlo.Reserve(Mr * K * sizeof(bf16));
+  Fp8QuantParams qp{x, false, ldx, M, K, 128, sc.xq.as<uint8_t>(), K, sc.xs.as<float>(), ScaleLayout::kTokenMajor, s_};
   Fp8QuantizePerTokenGroup(qp);
-  Fp8DequantizePerTokenGroupToBf16(qp, xhi_.get(), xlo_.get(), K);
+  Fp8DequantizePerTokenGroupToBf16(qp, sc.xhi.get(), sc.xlo.get(), K);
   // y = (x_hi + x_lo) (w_hi + w_lo)^T without the lo x lo term (~2^-16 relative)
-  GemmBf16Params g{xhi_.as<bf16>(), K, L.w_hi.as<bf16>(), K, y, ldy, DTypeOut::kF32, M, L.N, K, false, s_};
+  GemmBf16Params g{sc.xhi.as<bf16>(), K, L.w_hi.as<bf16>(), K, y, ldy, DTypeOut::kF32, M, L.N, K, false, s_};
+  g.workspace = LtWorkspace();
   GemmBf16(g);
   g.accumulate = true;
   g.w = L.w_lo.as<bf16>();
   GemmBf16(g);
-  g.x = xlo_.as<bf16>();
+  g.x = sc.xlo.as<bf16>();
   g.w = L.w_hi.as<bf16>();
   GemmBf16(g);
 }
@@ -505,17 +516,18 @@ void CudaModelRunner::RunSkinny(SkinnyGemmParams sp) {
   constexpr int64_t kCounters = 1 << 16;
   const SkinnyPlan plan = SkinnyPlanFor(sp);
   if (plan.splits > 1 && plan.counters <= kCounters) {
-    if (skinny_cnt_.get() == nullptr) {
+    GemmScratch& sc = Sc();
+    if (sc.skinny_cnt.get() == nullptr) {
       DS_CHECK(!capturing_) << "split-K counters first needed inside a graph capture";
-      skinny_cnt_.Reset(kCounters * sizeof(uint32_t));
-      DS_CUDA_CHECK(cudaMemsetAsync(skinny_cnt_.get(), 0, kCounters * sizeof(uint32_t), s_));
+      sc.skinny_cnt.Reset(kCounters * sizeof(uint32_t));
+      DS_CUDA_CHECK(cudaMemsetAsync(sc.skinny_cnt.get(), 0, kCounters * sizeof(uint32_t), s_));
     }
-    DS_CHECK(!capturing_ || skinny_ws_.size() >= plan.ws_floats * sizeof(float))
+    DS_CHECK(!capturing_ || sc.skinny_ws.size() >= plan.ws_floats * sizeof(float))
         << "split-K workspace grown inside a graph capture";
-    skinny_ws_.Reserve(plan.ws_floats * sizeof(float));
-    sp.splitk_ws = skinny_ws_.as<float>();
-    sp.splitk_ws_floats = static_cast<int64_t>(skinny_ws_.size() / sizeof(float));
-    sp.splitk_counters = skinny_cnt_.as<uint32_t>();
+    sc.skinny_ws.Reserve(plan.ws_floats * sizeof(float));
+    sp.splitk_ws = sc.skinny_ws.as<float>();
+    sp.splitk_ws_floats = static_cast<int64_t>(sc.skinny_ws.size() / sizeof(float));
+    sp.splitk_counters = sc.skinny_cnt.as<uint32_t>();
     sp.splitk_counter_count = kCounters;
   }
   sp.g.pdl = opts_.pdl;
@@ -526,11 +538,12 @@ void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, flo
   Fp8GemvParams p;
   p.a = xa; p.lda = L.K; p.w = L.wq.as<uint8_t>(); p.w_scales = L.s_raw.as<float>();
   p.out = y; p.ldo = ldy; p.M = M; p.N = L.N; p.K = L.K; p.stream = s_; p.pdl = opts_.pdl;
+  p.ctas = Fp8GemvRunnerCtas(L.K, CurrentDeviceProps().sms);
   const Fp8GemvPlan plan = Fp8GemvPlanFor(p);
   // One workspace per weight shape: the layout (counters, then partials) depends on the shape,
   // so one shared buffer let a launch with fewer tiles write partials over another shape's
   // counters (session 6 run 10: whole-model logits wrong with the flag on, op tests fine).
-  DeviceBuffer& ws = gemv_ws_[{L.N, L.K}];
+  DeviceBuffer& ws = Sc().gemv_ws[{L.N, L.K}];
   if (plan.workspace_bytes > ws.size()) {
     DS_CHECK(!capturing_) << "Fp8Gemv workspace first needed inside a graph capture";
     ws.Reset(plan.workspace_bytes);
@@ -540,6 +553,45 @@ void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, flo
   p.workspace_bytes = ws.size();
   Fp8Gemv(p);
   ++graph_stats_.fp8_gemv_launches;
+}
+
+void* CudaModelRunner::LtWorkspace() {
+  if (!side_) return nullptr;  // the device's shared workspace
+  GemmScratch& sc = scratch_[1];
+  if (sc.lt_ws.get() == nullptr) {
+    DS_CHECK(!capturing_) << "side-branch cuBLASLt workspace first needed inside a graph capture";
+    sc.lt_ws.Reset(kGemmWorkspaceBytes);
+  }
+  return sc.lt_ws.get();
+}
+
+void CudaModelRunner::BeginSide() {
+  DS_CHECK(!side_ && !side_forked_) << "BeginSide: a side branch is already open or not joined";
+  side_ = true;
+  if (!(capturing_ && opts_.decode_streams)) return;
+  if (fork_ev_ == nullptr) {
+    DS_CUDA_CHECK(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming));
+    DS_CUDA_CHECK(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming));
+  }
+  DS_CUDA_CHECK(cudaEventRecord(fork_ev_, s_));
+  DS_CUDA_CHECK(cudaStreamWaitEvent(side_stream_.get(), fork_ev_, 0));
+  s_ = side_stream_.get();
+  side_forked_ = true;
+}
+
+void CudaModelRunner::EndSide() {
+  DS_CHECK(side_) << "EndSide without BeginSide";
+  side_ = false;
+  s_ = stream_.get();
+}
+
+void CudaModelRunner::JoinSide() {
+  DS_CHECK(!side_) << "JoinSide inside a side branch";
+  if (!side_forked_) return;
+  DS_CUDA_CHECK(cudaEventRecord(join_ev_, side_stream_.get()));
+  DS_CUDA_CHECK(cudaStreamWaitEvent(s_, join_ev_, 0));
+  side_forked_ = false;
+  ++graph_stats_.side_branches;
 }
 
 const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
@@ -602,10 +654,17 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   const float* hn = h32_.as<float>();  // input_layernorm output [T, hidden] fp32
   // fused_norm: its bf16 copy [T, hidden], written by the norm itself
   const bf16* hn16 = opts_.fused_norm && FusedDecode(T) ? h16_.as<bf16>() : nullptr;
-  // q: [T, H, dqk] fp32
+  // q: [T, H, dqk] fp32; latent: [T, kv_lora + rope] = [c_kv | k_pe] fp32 (c_kv normalised in
+  // place below)
   q32_.Reserve(Tr * H * dqk * sizeof(float));
+  if (ql > 0) cq32_.Reserve(Tr * ql * sizeof(float));
+  lat32_.Reserve(Tr * L * sizeof(float));
+  float* lat = lat32_.as<float>();
+  // decode_streams: the q projection (reads hn / hn16, writes c_q and q) as a side branch beside
+  // kv_a (reads the same, writes lat), joined before the RoPE reads both.
+  const bool side_q = opts_.decode_streams && FusedDecode(T);
+  if (side_q) BeginSide();
   if (ql > 0) {
-    cq32_.Reserve(Tr * ql * sizeof(float));
     float* cq = cq32_.as<float>();  // c_q: [T, q_lora]
     LinearFwd(w.q_a, hn, cfg_.hidden_size, T, cq, ql, hn16);
     RmsNorm({cq, ql, nullptr, 0, w.q_a_norm.as<float>(), cq, ql, DTypeOut::kF32, T, ql, kLatentNormEps, s_, opts_.pdl});
@@ -613,10 +672,9 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   } else {
     LinearFwd(w.q, hn, cfg_.hidden_size, T, q32_.as<float>(), H * dqk, hn16);
   }
-  // latent: [T, kv_lora + rope] = [c_kv | k_pe]; c_kv normalised in place.
-  lat32_.Reserve(Tr * L * sizeof(float));
-  float* lat = lat32_.as<float>();
+  if (side_q) EndSide();
   LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L, hn16);
+  if (side_q) JoinSide();
   float* q = q32_.as<float>();
   // fused_qpe, decode-only pass (every row absorbed): RoPE writes q_pe into q_lat's tail too.
   bool qpe_done = opts_.fused_qpe && FusedDecode(T) && opts_.mla_mode != MlaMode::kNaive;
@@ -855,6 +913,10 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       dp.split_counters = mla_split_cnt_.as<uint32_t>();
       dp.split_counter_count = kMlaSplitCounters;
     }
+    // The sm_90a kernel's own minimum for small batches (its plan takes kv_chunk as the least
+    // keys per split; the workspace above, sized for the smaller chunk, is enough).
+    if (small_batch_plan && chunk == opts_.mla_decode_small_batch_chunk && MlaDecodeSm90Selected(dp))
+      dp.kv_chunk = std::max<int64_t>(chunk, opts_.mla_decode_sm90_small_batch_chunk);
     MlaDecodeAttention(dp);
     if (olat16) {
       ++graph_stats_.fused_launches;
@@ -915,6 +977,22 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     return false;
   }
   const int64_t E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok, I = cfg_.moe_intermediate_size;
+  const bool skinny = skinny_on_ && T * K <= kSkinnyMoeMaxAvgRows * E;
+  // Small-batch fusions (CudaRunnerOptions::fused_*): routing + permute in one kernel; the S
+  // stacked shared experts as groups E .. E + S - 1 (T rows each, after the T * K routed rows)
+  // of the same GEMM / SiLU launches, whose down-proj output is then fp32.
+  const bool fuse_route = (opts_.fused_moe_route || opts_.fused_moe_shared) && skinny && FusedDecode(T);
+  const int64_t S = fuse_route && opts_.fused_moe_shared ? LW.shared_groups : 0;
+  // Shared experts (unless stacked): out = their MLP of hn. decode_streams: a side branch (reads
+  // h32 / h16, writes gu32, act and out) beside the router, routing and routed experts (read
+  // h32 / h16, write their own buffers), joined before the combine reads out.
+  const bool shared_mlp = LW.has_mlp && S == 0;
+  const bool side_shared = shared_mlp && opts_.decode_streams && FusedDecode(T);
+  if (side_shared) {
+    BeginSide();
+    dense(LW.gate_up, LW.down);
+    EndSide();
+  }
   // Router (fp32, as the CPU and transformers), routing.
   rlogits_.Reserve(Tr * E * sizeof(float));
   topk_ids_.Reserve(Tr * K * 4);
@@ -929,12 +1007,6 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   rp.topk_ids = topk_ids_.as<int32_t>(); rp.topk_weights = topk_w_.as<float>(); rp.stream = s_;
   // Permute, expert GEMMs, activation. Decode sizes use the skinny kernel, which needs no
   // padded segments (row_align 1: the permute, SiLU and GEMMs touch only the T * K rows).
-  const bool skinny = skinny_on_ && T * K <= kSkinnyMoeMaxAvgRows * E;
-  // Small-batch fusions (CudaRunnerOptions::fused_*): routing + permute in one kernel; the S
-  // stacked shared experts as groups E .. E + S - 1 (T rows each, after the T * K routed rows)
-  // of the same GEMM / SiLU launches, whose down-proj output is then fp32.
-  const bool fuse_route = (opts_.fused_moe_route || opts_.fused_moe_shared) && skinny && FusedDecode(T);
-  const int64_t S = fuse_route && opts_.fused_moe_shared ? LW.shared_groups : 0;
   const int64_t align = skinny ? 1 : kGroupedGemmRowAlign;
   const int64_t cap = PermuteCapacity(T, K, E, align) + S * T;
   moe_offs_.Reserve((E + S + 1) * 4);
@@ -1017,7 +1089,8 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   }
   // Shared experts write `out` (unless stacked), the routed experts are added with their weights.
   Mark("moe_experts");
-  if (LW.has_mlp && S == 0) dense(LW.gate_up, LW.down);
+  if (side_shared) JoinSide();  // with the side branch, moe_shared is the wait for it
+  else if (shared_mlp) dense(LW.gate_up, LW.down);
   Mark("moe_shared");
   const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
   if (!fuse_norm && S == 0) {
@@ -1078,6 +1151,7 @@ void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, c
 void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t* ids_out) {
   const int64_t T = b.num_tokens(), Hd = cfg_.hidden_size, V = cfg_.vocab_size, Tr = RoundUp(T, 64) + 64;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  ResetSide();  // the main stream, whatever an earlier pass's error left
   const int32_t* d_ids = nullptr;
   if (gin_) {  // graph mode: inputs already staged in the graph's buffers
     d_ids = gin_->ids.as<int32_t>();
@@ -1252,163 +1326,6 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
   return Status::Ok();
 }
 
-// ---------------------------------------------------------------------------------------------
-// CUDA graphs for decode steps
-
-bool CudaModelRunner::GraphEligible(const ForwardBatch& b) const {
-  const int64_t S = b.num_seqs();
-  if (!opts_.cuda_graphs || opts_.mla_mode == MlaMode::kNaive || S == 0) return false;
-  if (S > std::min(opts_.cuda_graph_max_batch, kMaxGraphBucket)) return false;
-  if (S > opts_.max_tokens_per_pass || b.num_tokens() != S) return false;
-  for (int64_t s = 0; s < S; ++s)
-    if (b.query_start[s + 1] - b.query_start[s] != 1) return false;
-  return true;
-}
-
-std::vector<void*> CudaModelRunner::ActivationPtrs() const {
-  std::vector<void*> v;
-  for (const DeviceBuffer* b :
-       {&ids_, &pos_, &slots_, &residual_, &h32_, &h16_, &o32_, &mlp32_, &q32_, &cq32_, &cq16_, &lat32_, &attn32_,
-        &gu32_, &act32_, &act16_, &xq_, &xs_, &offs1_, &xhi_, &xlo_, &hhi_, &hlo_, &ctx_slots_, &lat16_, &rope32_,
-        &kv32_, &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &olat16_, &ova32_, &dec_qs_,
-        &dec_ctx_, &dec_bt_, &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_,
-        &xp16_, &egu32_, &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &skinny_ws_, &dense_gg_ws_})
-    v.push_back(b->get());
-  for (const auto& [shape, b] : gemv_ws_) v.push_back(b.get());
-  return v;
-}
-
-void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out) {
-  const int S = b.num_seqs();
-  const int bucket = GraphBucket(S);
-  DS_CHECK(bucket >= S) << "graph decode: " << S << " sequences, above the largest bucket";
-  int need = 1;
-  for (int s = 0; s < S; ++s) need = std::max(need, (b.context_lens[s] + kBlockSize - 1) / kBlockSize);
-  const int cap = GraphCapBlocks(need);
-  // The padded batch: real rows first, then dummy rows (token 0 at position 0 of the scratch
-  // block, context 1); every block-table entry past a row's own blocks is the scratch block.
-  ForwardBatch pb;
-  pb.max_blocks = cap;
-  pb.token_ids.assign(bucket, 0);
-  pb.positions.assign(bucket, 0);
-  pb.context_lens.assign(bucket, 1);
-  pb.block_tables.assign(static_cast<size_t>(bucket) * cap, scratch_block_);
-  pb.query_start.resize(bucket + 1);
-  for (int i = 0; i <= bucket; ++i) pb.query_start[i] = i;
-  std::vector<int64_t> slots(bucket, int64_t{scratch_block_} * kBlockSize);
-  for (int s = 0; s < S; ++s) {
-    pb.token_ids[s] = b.token_ids[s];
-    pb.positions[s] = b.positions[s];
-    pb.context_lens[s] = b.context_lens[s];
-    const int own = (b.context_lens[s] + kBlockSize - 1) / kBlockSize;
-    for (int k = 0; k < own; ++k) pb.block_tables[static_cast<size_t>(s) * cap + k] = b.block_tables[s * b.max_blocks + k];
-    const int32_t p = b.positions[s];
-    slots[s] = int64_t{b.block_tables[s * b.max_blocks + p / kBlockSize]} * kBlockSize + p % kBlockSize;
-  }
-  auto& slot = graphs_[{bucket, cap}];
-  if (!slot) {
-    slot = std::make_unique<DecodeGraph>();
-    slot->bucket = bucket;
-    slot->cap_blocks = cap;
-    slot->ids.Reset(bucket * 4);
-    slot->pos.Reset(bucket * 4);
-    slot->slots.Reset(bucket * 8);
-    slot->qs.Reset((bucket + 1) * 4);
-    slot->ctx.Reset(bucket * 4);
-    slot->bt.Reset(static_cast<size_t>(bucket) * cap * 4);
-  }
-  DecodeGraph* g = slot.get();
-  // Stage the inputs into the graph's persistent buffers (stream-ordered before the replay).
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->ids.get(), pb.token_ids.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->pos.get(), pb.positions.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->slots.get(), slots.data(), bucket * 8, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->qs.get(), pb.query_start.data(), (bucket + 1) * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->ctx.get(), pb.context_lens.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->bt.get(), pb.block_tables.data(), pb.block_tables.size() * 4,
-                                cudaMemcpyHostToDevice, s_));
-  // A graph holds the activation buffers' addresses: any buffer grown since the capture
-  // (a larger eager pass) invalidates every graph.
-  if (ActivationPtrs() != graph_ptrs_) DropGraphs();
-  gin_ = g;
-  const DecodeGraph* replayed = nullptr;  // set when this step replays g (profiled below)
-  if (g->exec) {
-    DS_CUDA_CHECK(cudaGraphLaunch(g->exec, s_));
-    ++graph_stats_.replayed;
-    replayed = g;
-  } else {
-    ++graph_stats_.eager_padded;
-    RunPass(pb, nullptr);  // eager run of this step: warms the buffers, cuBLASLt plans and offsets
-    if (!g->failed) CaptureGraph(pb, g);
-  }
-  gin_ = nullptr;
-  const int64_t V = cfg_.vocab_size;
-  const int64_t R = static_cast<int64_t>(b.logits_indices.size());
-  if (!b.sampling.empty()) {
-    // Sample the requested rows on the device: the decode step returns R ids, not R x V logits.
-    bool identity = true;
-    for (int64_t r = 0; r < R; ++r) identity = identity && b.logits_indices[r] == r;
-    const float* rows = logits_.as<float>();
-    if (!identity) {
-      samp_idx_.Reserve(R * 4);  // own buffers: growing a graph's buffers would drop the graphs
-      samp_rows_.Reserve(R * V * sizeof(float));
-      DS_CUDA_CHECK(cudaMemcpyAsync(samp_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
-      GatherRows(logits_.get(), V * 4, samp_idx_.as<int32_t>(), R, V * 4, samp_rows_.get(), V * 4, s_, opts_.pdl);
-      rows = samp_rows_.as<float>();
-    }
-    SampleRows(rows, V, R, b.sampling, out->token_ids.data());
-    if (prof_on_ && replayed) CollectGraphMarks(*replayed);
-    return;
-  }
-  for (size_t r = 0; r < b.logits_indices.size(); ++r)
-    DS_CUDA_CHECK(cudaMemcpyAsync(out->logits.data() + r * V, logits_.as<float>() + int64_t{b.logits_indices[r]} * V,
-                                  V * sizeof(float), cudaMemcpyDeviceToHost, s_));
-  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
-  if (prof_on_ && replayed) CollectGraphMarks(*replayed);
-}
-
-void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {
-  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
-  const std::vector<void*> before = ActivationPtrs();
-  if (before != graph_ptrs_) {
-    DropGraphs();
-    graph_ptrs_ = before;
-  }
-  cudaGraph_t graph = nullptr;
-  DS_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
-  capturing_ = true;
-  std::string error;
-  for (auto& m : cap_marks_) cudaEventDestroy(m.second);
-  cap_marks_.clear();
-  try {
-    RunPass(padded, nullptr);
-  } catch (const CheckError& e) {
-    error = e.what();
-  }
-  capturing_ = false;
-  const cudaError_t end = cudaStreamEndCapture(s_, &graph);
-  if (error.empty() && end != cudaSuccess) error = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
-  if (error.empty() && ActivationPtrs() != before) error = "an activation buffer was reallocated during capture";
-  if (error.empty()) {
-    const cudaError_t inst = cudaGraphInstantiate(&g->exec, graph, 0);
-    if (inst != cudaSuccess) {
-      error = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
-      g->exec = nullptr;
-    }
-  }
-  if (graph) cudaGraphDestroy(graph);
-  if (!error.empty()) {
-    (void)cudaGetLastError();
-    g->failed = true;
-    DS_LOG(WARNING) << "cuda runner: decode graph for " << g->bucket << " sequences x " << g->cap_blocks
-                    << " blocks not captured (" << error << "); this shape runs eagerly";
-    return;
-  }
-  ++graph_stats_.captured;
-  g->marks.swap(cap_marks_);
-  DS_LOG(INFO) << "cuda runner: captured decode graph for " << g->bucket << " sequences x " << g->cap_blocks
-               << " KV blocks";
-}
-
 }  // namespace runner_impl
 
 using runner_impl::CudaModelRunner;
@@ -1426,9 +1343,10 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
   DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));
   if (o.num_layers > 0 && o.num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = o.num_layers;
   if (o.device < 0) return InvalidArgument("CUDA device ordinal must be >= 0, got " + std::to_string(o.device));
-  if (o.mla_decode_small_batch_chunk < 0 || o.mla_decode_small_batch_chunk % 64 != 0)
-    return InvalidArgument("MLA decode small-batch chunk must be 0 or a positive multiple of 64, got " +
-                           std::to_string(o.mla_decode_small_batch_chunk));
+  for (int c : {o.mla_decode_small_batch_chunk, o.mla_decode_sm90_small_batch_chunk})
+    if (c < 0 || c % 64 != 0)
+      return InvalidArgument("MLA decode small-batch chunk must be 0 or a positive multiple of 64, got " +
+                             std::to_string(c));
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     (void)cudaGetLastError();

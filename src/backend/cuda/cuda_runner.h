@@ -93,6 +93,13 @@ struct CudaRunnerOptions {
   // (128 heads) plans its own splits, so V3 is unchanged (3.58 vs 3.57 ms). The default; the
   // CLI reads DS_MLA_DECODE_SMALL_CHUNK=0 to turn it off.
   int mla_decode_small_batch_chunk = 64;
+  // The same minimum where the sm_90a kernel runs (128 heads; a multiple of 64, 0 = as
+  // mla_decode_small_batch_chunk): its plan (host_plans.h, PlanMlaDecodeSm90) counts a per-CTA
+  // cost but not the split-KV combine, whose partials are 128 heads x 512 fp32 (256 KB) per
+  // split and sequence. V3 8 layers, batch 1 x 1K decode step (session 7 run 1): minimum 64
+  // 2.667 / 2.674 ms, 128 2.641, 256 2.643, 512 2.715. The CLI reads
+  // DS_MLA_DECODE_SM90_SMALL_CHUNK=N.
+  int mla_decode_sm90_small_batch_chunk = 128;
   // Absorbed-MLA decode, tensor-core warp-split kernel (<= 16 query rows per sequence: 16 heads,
   // V2-Lite / TP8): merge the KV splits in the kernel (MlaDecodeParams::tc_fused_combine: the
   // last block of each sequence merges them, no combine launch) with a persistent zeroed
@@ -141,16 +148,17 @@ struct CudaRunnerOptions {
   bool skinny_gemm = true;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
-  // kFp8GemvMinWeights weights (V3's dense gate_up: 1.22x the skinny kernel; the GEMV measured
-  // slower on the smaller projections, session 6 run 10) on the TMA-streaming FP8 GEMV
-  // (fp8_gemv.h) instead of the skinny kernel; only with the default FP8 numerics (fp8_gemm
-  // "kernel": bf16 activations, in-kernel dequantisation). Same math, other fp32 summation order
-  // (128-k blocks, split-K partials in k order), so logits move within fp32 rounding
-  // (CudaRunnerFp8Gemv.*). Its plan ignores M and each output row reads only its own activation
-  // row, so a padded graph step and the eager pass give the same rows. Op tests pass on the H200
-  // (session 6 run 10); the whole-model tests failed there on a shared workspace (fixed: one per
-  // weight shape) and are not yet re-run: off by default (the CLI reads DS_FP8_GEMV=1).
-  bool fp8_gemv = false;
+  // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured
+  // slower on the smaller projections; fp8_gemv.h has the figures) on the TMA-streaming FP8 GEMV
+  // (fp8_gemv.h, Fp8GemvRunnerCtas CTAs) instead of the skinny kernel; only with the default
+  // FP8 numerics (fp8_gemm "kernel": bf16 activations, in-kernel dequantisation). Same math,
+  // other fp32 summation order (128-k blocks, split-K partials in k order), so logits move
+  // within fp32 rounding (CudaRunnerFp8Gemv.*). Its plan ignores M and each output row reads
+  // only its own activation row, so a padded graph step and the eager pass give the same rows.
+  // On by default since session 7: the whole dsinfer_cuda_tests suite passes with it on (145
+  // tests, session 7 run 1, with gate_up only); V3 8 layers batch 1 x 1K decode step 2.667 /
+  // 2.674 ms vs 2.710 off. The CLI reads DS_FP8_GEMV=0 to turn it off.
+  bool fp8_gemv = true;
   // Prefill-size MoE expert GEMMs on the sm_90a CUTLASS kernel (grouped_gemm_sm90.h) where it
   // applies (built with CUTLASS, sm_90, aligned dims); off keeps them on the mma.sync kernel
   // (A/B benchmarks: the CLI reads DS_SM90_GROUPED_GEMM=0).
@@ -235,6 +243,20 @@ struct CudaRunnerOptions {
   // 1 x 1K decode step 3.59 vs 3.60 ms, V3 8 layers 2.98 vs 2.90 ms (graphs on), so off by
   // default (the CLI reads DS_PDL=1).
   bool pdl = false;
+  // Two branches in captured decode graphs (passes of at most fused_decode_max_tokens tokens):
+  // work independent of the main chain runs on a second stream, forked from the main stream by
+  // an event and joined back before its result is read, so the graph holds two parallel
+  // branches (as SGLang overlaps DeepSeek's shared experts on an alternate stream in decode
+  // graphs). The side branches: the MoE layers' shared experts (their dense MLP, with the
+  // router, routing and routed experts on the main stream; not with fused_moe_shared) and the
+  // MLA q projection (q_a, its norm and q_b, or q; kv_a on the main stream). A batch-1 step is
+  // a chain of small latency-bound launches; two chains side by side hide part of it. Each
+  // branch has its own GEMM scratch (bf16 splits, split-K workspace and counters, FP8 GEMV
+  // workspaces, cuBLASLt workspace), so no buffer is shared while they overlap. Eager passes
+  // run the same side work in order on the one stream (with the side scratch): same kernels,
+  // same buffers, so graph replays and eager passes give the same bits, as without it.
+  // The CLI reads DS_DECODE_STREAMS=0 to turn it off.
+  bool decode_streams = true;
   int device = 0;
 };
 
@@ -257,6 +279,7 @@ struct CudaGraphStats {
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
+  int64_t side_branches = 0;      // side branches forked onto the second stream in captures (decode_streams)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

@@ -83,6 +83,8 @@ class CudaModelRunner : public ModelRunner {
     // on the destroying thread (serve destroys every DP rank's runner on the main thread).
     (void)cudaSetDevice(opts_.device);
     DropGraphs();
+    for (cudaEvent_t e : {fork_ev_, join_ev_})
+      if (e) cudaEventDestroy(e);
     if (!prof_log_ || prof_ms_.empty()) return;
     double total = 0;
     for (const auto& [k, v] : prof_ms_) total += v;
@@ -176,6 +178,36 @@ class CudaModelRunner : public ModelRunner {
       g->marks.clear();
     }
   }
+  // ---- side branches (CudaRunnerOptions::decode_streams) ----
+  // The GEMM helpers' scratch (LinearFwd, EmulateFp8Linear, RunSkinny, RunFp8Gemv): [0] for the
+  // main chain, [1] for side branches, so the two never share a buffer, split-K counter, FP8
+  // GEMV workspace or cuBLASLt workspace while they overlap in a graph replay.
+  struct GemmScratch {
+    DeviceBuffer xhi, xlo, xq, xs;         // bf16 hi / lo splits; e4m3 activations and their scales
+    DeviceBuffer skinny_ws, skinny_cnt;    // split-K partials (fp32) and per-tile counters (u32)
+    // Fp8Gemv's workspaces, one per weight shape (N, K): counters + split-K partials, zeroed when
+    // (re)allocated; the kernel leaves its counters zero.
+    std::map<std::pair<int64_t, int64_t>, DeviceBuffer> gemv_ws;
+    DeviceBuffer lt_ws;                    // [1] only: own cuBLASLt workspace (kGemmWorkspaceBytes)
+  };
+  GemmScratch scratch_[2];
+  GemmScratch& Sc() { return scratch_[side_ ? 1 : 0]; }
+  // cuBLASLt workspace for this branch's GemmBf16 / GemmFp8 (nullptr: the device's shared one).
+  void* LtWorkspace();
+  // Work enqueued between BeginSide() and EndSide() is a side branch: it must not touch what the
+  // main chain enqueues until JoinSide(), and JoinSide() comes before anything reads its
+  // results. During a graph capture with decode_streams it goes onto side_stream_ (forked from
+  // s_ by fork_ev_, joined back by join_ev_); otherwise it runs in order on s_. Either way it
+  // uses scratch_[1]. ResetSide() restores the main stream (after an error mid-branch).
+  void BeginSide();
+  void EndSide();
+  void JoinSide();
+  void ResetSide() {
+    side_ = side_forked_ = false;
+    s_ = stream_.get();
+  }
+  bool side_ = false, side_forked_ = false;
+  cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
   // SkinnyGemm with the runner's split-K workspace attached (grown outside graph capture: the
   // eager pass of a shape precedes its capture; the counters are zeroed once).
   void RunSkinny(SkinnyGemmParams sp);
@@ -257,7 +289,8 @@ class CudaModelRunner : public ModelRunner {
   bool dummy_ = false;
   uint64_t tensor_counter_ = 0;
   Stream stream_;
-  cudaStream_t s_ = nullptr;
+  Stream side_stream_;        // side branches of decode graphs (decode_streams)
+  cudaStream_t s_ = nullptr;  // the stream ops are enqueued on: stream_, or side_stream_ inside a forked branch
   int num_blocks_ = 0;
   RopeTables rope_;
   DeviceBuffer d_cos_, d_sin_;
@@ -269,7 +302,7 @@ class CudaModelRunner : public ModelRunner {
 
   // ---- activations (grown on demand) ----
   DeviceBuffer ids_, pos_, slots_, residual_, h32_, h16_, o32_, mlp32_, q32_, cq32_, cq16_, lat32_;
-  DeviceBuffer attn32_, gu32_, act32_, act16_, xq_, xs_, offs1_, xhi_, xlo_, hhi_, hlo_;
+  DeviceBuffer attn32_, gu32_, act32_, act16_, offs1_, hhi_, hlo_;
   DeviceBuffer ctx_slots_, lat16_, rope32_, kv32_, grp_qs_, grp_ks_, grp_pos0_;
   DeviceBuffer tok_idx_, qa32_, qlat32_, olat32_, olat16_, ova32_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
   DeviceBuffer rlogits_, topk_ids_, topk_w_, moe_offs_, moe_pos_, moe_src_, moe_ws_, xp16_, egu32_, eact16_, ey16_;
@@ -278,10 +311,6 @@ class CudaModelRunner : public ModelRunner {
   // [cap, max(H, I)] and their token-major 1x128 scales.
   DeviceBuffer moe_gg_ws_, eq8_, es_;
   DeviceBuffer dense_gg_ws_;  // sm_90a mixed-input dense projections (sm90_mixed_gemm): workspace
-  DeviceBuffer skinny_ws_, skinny_cnt_;  // split-K partials (fp32) and per-tile counters (u32)
-  // Fp8Gemv's workspaces, one per weight shape (N, K): counters + split-K partials, zeroed when
-  // (re)allocated; the kernel leaves its counters zero.
-  std::map<std::pair<int64_t, int64_t>, DeviceBuffer> gemv_ws_;
   DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
   DeviceBuffer mla_split_cnt_;  // MLA decode fused combine: per-sequence counters (u32, zeroed once)
 };

@@ -60,12 +60,19 @@ namespace ds::cuda {
 
 // Rows (M) one launch serves.
 inline constexpr int64_t kFp8GemvMaxRows = 8;
-// The runner's opt-in dispatch (CudaRunnerOptions::fp8_gemv) takes only weights of at least
-// this many elements. First H200 run (session 6 run 10, `bench kernels --only fp8_gemv`, M = 1
-// / 8, against SkinnyGemm as planned): V3 dense gate_up (36864 x 7168) 75.7 vs 92.5 us (3.49
-// TB/s, 1.22x); dense down (7168 x 18432) 0.96x / 1.01x; o_proj (7168 x 16384) 0.92x; q_b
-// 0.74x; q_a, kv_a, shared expert 0.65-0.87x (too few units per CTA to fill the pipeline).
-inline constexpr int64_t kFp8GemvMinWeights = int64_t{200} << 20;
+// The runner's dispatch (CudaRunnerOptions::fp8_gemv) takes only weights of at least this many
+// elements, with Fp8GemvRunnerCtas CTAs. H200 runs, M = 1, against SkinnyGemm as planned:
+// session 6 run 10 (auto CTAs): V3 dense gate_up (36864 x 7168) 75.7 vs 92.5 us (3.49 TB/s,
+// 1.22x); q_b 0.74x; q_a, kv_a, shared expert 0.65-0.87x (too few units per CTA to fill the
+// pipeline). Session 7 run 1 (CTA sweep): o_proj (7168 x 16384) 37.1 us with one CTA per SM vs
+// 40.8 (auto, two per SM: 43.6); dense down (7168 x 18432) 42.0 vs 45.3 (auto 46.8); gate_up
+// auto 74.3 vs 91.7. So: o_proj (117M), dense down (132M) and dense gate_up (264M).
+inline constexpr int64_t kFp8GemvMinWeights = int64_t{96} << 20;
+// The runner's CTA count for a weight with K columns on a device of `sms` SMs
+// (Fp8GemvParams::ctas; 0 = auto): one per SM for K >= 16384 (o_proj, dense down: faster than
+// auto's two per SM, session 7 run 1), auto otherwise. Independent of M, so a padded graph step
+// and its eager pass run the same plan.
+inline int Fp8GemvRunnerCtas(int64_t K, int sms) { return K >= 16384 ? sms : 0; }
 
 struct Fp8GemvParams {
   const __nv_bfloat16* a = nullptr;  // [M, K] bf16, row stride lda (elements, >= K)

@@ -12,7 +12,7 @@
 namespace ds::cuda {
 namespace {
 
-constexpr size_t kWorkspaceBytes = 64u << 20;
+constexpr size_t kWorkspaceBytes = kGemmWorkspaceBytes;
 
 struct PlanKey {
   int kind;  // 0 bf16, 1 fp8, 2 fp32
@@ -129,9 +129,10 @@ cublasLtMatmulDesc_t MakeFp8Desc(const float* a_scale, const float* b_scale) {
 }
 
 void Run(const PlanKey& key, cudaDataType_t ab, cudaDataType_t out, const void* w, const void* x, void* y,
-         const float* a_scale, const float* b_scale, float beta, cudaStream_t stream) {
+         const float* a_scale, const float* b_scale, float beta, cudaStream_t stream, void* own_workspace) {
   Lt& lt = Lt::Get();
   std::lock_guard<std::mutex> lock(lt.mu);
+  void* const ws = own_workspace ? own_workspace : lt.workspace();
   auto it = lt.plans.find(key);
   if (it == lt.plans.end()) it = lt.plans.emplace(key, MakePlan(key, ab, out, a_scale, b_scale)).first;
   Plan& p = it->second;
@@ -139,13 +140,13 @@ void Run(const PlanKey& key, cudaDataType_t ab, cudaDataType_t out, const void* 
   if (key.kind == 1) {
     cublasLtMatmulDesc_t d = MakeFp8Desc(a_scale, b_scale);
     const cublasStatus_t st = cublasLtMatmul(lt.handle(), d, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
-                                             lt.workspace(), kWorkspaceBytes, stream);
+                                             ws, kWorkspaceBytes, stream);
     cublasLtMatmulDescDestroy(d);
     DS_CUBLAS_CHECK(st);
     return;
   }
   DS_CUBLAS_CHECK(cublasLtMatmul(lt.handle(), p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
-                                 lt.workspace(), kWorkspaceBytes, stream));
+                                 ws, kWorkspaceBytes, stream));
 }
 
 }  // namespace
@@ -180,14 +181,14 @@ void GemmBf16(const GemmBf16Params& p) {
   PlanKey key{0, p.M, p.N, p.K, p.ldx, p.ldw, p.ldy, int(p.y_type), int(p.accumulate), p.batch,
               p.batch > 1 ? p.stride_x : 0, p.batch > 1 ? p.stride_w : 0, p.batch > 1 ? p.stride_y : 0};
   Run(key, CUDA_R_16BF, p.y_type == DTypeOut::kF32 ? CUDA_R_32F : CUDA_R_16BF, p.w, p.x, p.y, nullptr, nullptr,
-      p.accumulate ? 1.0f : 0.0f, p.stream);
+      p.accumulate ? 1.0f : 0.0f, p.stream, p.workspace);
 }
 
 void GemmF32(const GemmF32Params& p) {
   DS_CHECK(p.M >= 0 && p.N > 0 && p.K > 0) << "GemmF32: bad shape";
   if (p.M == 0) return;
   PlanKey key{2, p.M, p.N, p.K, p.ldx, p.ldw, p.ldy, 0, 0};
-  Run(key, CUDA_R_32F, CUDA_R_32F, p.w, p.x, p.y, nullptr, nullptr, 0.0f, p.stream);
+  Run(key, CUDA_R_32F, CUDA_R_32F, p.w, p.x, p.y, nullptr, nullptr, 0.0f, p.stream, p.workspace);
 }
 
 void GemmFp8(const GemmFp8Params& p) {
@@ -199,7 +200,7 @@ void GemmFp8(const GemmFp8Params& p) {
   const int64_t Mp = Fp8PaddedM(p.M);
   PlanKey key{1, Mp, p.N, p.K, p.ldx, p.ldw, p.ldy, int(p.y_type), 0};
   Run(key, CUDA_R_8F_E4M3, p.y_type == DTypeOut::kF32 ? CUDA_R_32F : CUDA_R_16BF, p.wq, p.xq, p.y, p.w_scales,
-      p.x_scales, 0.0f, p.stream);
+      p.x_scales, 0.0f, p.stream, p.workspace);
 }
 
 }  // namespace ds::cuda

@@ -12,7 +12,10 @@
 //   w_scale_ld = round_up(ceil(K/128), 4) (the checkpoint's weight_scale_inv padded to 16 B),
 //   y = sum_k (xq * xs) (wq * ws) in fp32, written bf16 or fp32. cuBLASLt
 //   CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F / BLK128x128_32F (cuBLAS >= 12.9, sm_90).
-// Both run on `stream`; they share one cuBLASLt handle and workspace (one stream at a time).
+// All run on `stream` with one cuBLASLt handle per device and, unless the params name their own
+// `workspace`, that device's shared 64 MiB workspace (one stream at a time): GEMMs that may run
+// concurrently on two streams pass their own workspace of at least kGemmWorkspaceBytes (the
+// size the algorithms are chosen for).
 // Errors (unsupported shapes, cuBLAS failures) throw ds::CheckError.
 #pragma once
 
@@ -25,6 +28,8 @@ namespace ds::cuda {
 
 enum class DTypeOut { kF32, kBF16 };
 
+inline constexpr size_t kGemmWorkspaceBytes = size_t{64} << 20;
+
 struct GemmBf16Params {
   const __nv_bfloat16* x; int64_t ldx;  // [M, K]
   const __nv_bfloat16* w; int64_t ldw;  // [N, K]
@@ -36,6 +41,8 @@ struct GemmBf16Params {
   // Strided batch (e.g. one GEMM per attention head): problem b uses x + b * stride_x,
   // w + b * stride_w, y + b * stride_y (elements).
   int64_t batch = 1, stride_x = 0, stride_w = 0, stride_y = 0;
+  // nullptr: the device's shared workspace; else >= kGemmWorkspaceBytes of device memory.
+  void* workspace = nullptr;
 };
 void GemmBf16(const GemmBf16Params& p);
 
@@ -46,6 +53,7 @@ struct GemmF32Params {
   float* y; int64_t ldy;        // [M, N]
   int64_t M, N, K;
   cudaStream_t stream = nullptr;
+  void* workspace = nullptr;  // as GemmBf16Params::workspace
 };
 void GemmF32(const GemmF32Params& p);
 
@@ -59,6 +67,7 @@ struct GemmFp8Params {
   DTypeOut y_type = DTypeOut::kBF16;
   int64_t M, N, K;
   cudaStream_t stream = nullptr;
+  void* workspace = nullptr;  // as GemmBf16Params::workspace
 };
 void GemmFp8(const GemmFp8Params& p);
 

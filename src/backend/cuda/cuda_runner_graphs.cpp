@@ -1,0 +1,180 @@
+// The CUDA model runner's decode graphs (CudaModelRunner members; the class is in
+// cuda_runner_impl.h, the rest of it in cuda_runner.cpp): which steps replay a graph, the padded
+// batch of a bucket, capture and replay.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_runner_impl.h"
+#include "backend/cuda/host_plans.h"
+#include "backend/cuda/runner_kernels.h"
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace ds::cuda::runner_impl {
+
+bool CudaModelRunner::GraphEligible(const ForwardBatch& b) const {
+  const int64_t S = b.num_seqs();
+  if (!opts_.cuda_graphs || opts_.mla_mode == MlaMode::kNaive || S == 0) return false;
+  if (S > std::min(opts_.cuda_graph_max_batch, kMaxGraphBucket)) return false;
+  if (S > opts_.max_tokens_per_pass || b.num_tokens() != S) return false;
+  for (int64_t s = 0; s < S; ++s)
+    if (b.query_start[s + 1] - b.query_start[s] != 1) return false;
+  return true;
+}
+
+std::vector<void*> CudaModelRunner::ActivationPtrs() const {
+  std::vector<void*> v;
+  for (const DeviceBuffer* b :
+       {&ids_, &pos_, &slots_, &residual_, &h32_, &h16_, &o32_, &mlp32_, &q32_, &cq32_, &cq16_, &lat32_, &attn32_,
+        &gu32_, &act32_, &act16_, &offs1_, &hhi_, &hlo_, &ctx_slots_, &lat16_, &rope32_,
+        &kv32_, &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &olat16_, &ova32_, &dec_qs_,
+        &dec_ctx_, &dec_bt_, &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_,
+        &xp16_, &egu32_, &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &dense_gg_ws_})
+    v.push_back(b->get());
+  for (const GemmScratch& sc : scratch_) {
+    for (const DeviceBuffer* b : {&sc.xhi, &sc.xlo, &sc.xq, &sc.xs, &sc.skinny_ws, &sc.skinny_cnt, &sc.lt_ws})
+      v.push_back(b->get());
+    for (const auto& [shape, b] : sc.gemv_ws) v.push_back(b.get());
+  }
+  return v;
+}
+
+void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out) {
+  const int S = b.num_seqs();
+  const int bucket = GraphBucket(S);
+  DS_CHECK(bucket >= S) << "graph decode: " << S << " sequences, above the largest bucket";
+  int need = 1;
+  for (int s = 0; s < S; ++s) need = std::max(need, (b.context_lens[s] + kBlockSize - 1) / kBlockSize);
+  const int cap = GraphCapBlocks(need);
+  // The padded batch: real rows first, then dummy rows (token 0 at position 0 of the scratch
+  // block, context 1); every block-table entry past a row's own blocks is the scratch block.
+  ForwardBatch pb;
+  pb.max_blocks = cap;
+  pb.token_ids.assign(bucket, 0);
+  pb.positions.assign(bucket, 0);
+  pb.context_lens.assign(bucket, 1);
+  pb.block_tables.assign(static_cast<size_t>(bucket) * cap, scratch_block_);
+  pb.query_start.resize(bucket + 1);
+  for (int i = 0; i <= bucket; ++i) pb.query_start[i] = i;
+  std::vector<int64_t> slots(bucket, int64_t{scratch_block_} * kBlockSize);
+  for (int s = 0; s < S; ++s) {
+    pb.token_ids[s] = b.token_ids[s];
+    pb.positions[s] = b.positions[s];
+    pb.context_lens[s] = b.context_lens[s];
+    const int own = (b.context_lens[s] + kBlockSize - 1) / kBlockSize;
+    for (int k = 0; k < own; ++k) pb.block_tables[static_cast<size_t>(s) * cap + k] = b.block_tables[s * b.max_blocks + k];
+    const int32_t p = b.positions[s];
+    slots[s] = int64_t{b.block_tables[s * b.max_blocks + p / kBlockSize]} * kBlockSize + p % kBlockSize;
+  }
+  auto& slot = graphs_[{bucket, cap}];
+  if (!slot) {
+    slot = std::make_unique<DecodeGraph>();
+    slot->bucket = bucket;
+    slot->cap_blocks = cap;
+    slot->ids.Reset(bucket * 4);
+    slot->pos.Reset(bucket * 4);
+    slot->slots.Reset(bucket * 8);
+    slot->qs.Reset((bucket + 1) * 4);
+    slot->ctx.Reset(bucket * 4);
+    slot->bt.Reset(static_cast<size_t>(bucket) * cap * 4);
+  }
+  DecodeGraph* g = slot.get();
+  // Stage the inputs into the graph's persistent buffers (stream-ordered before the replay).
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->ids.get(), pb.token_ids.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->pos.get(), pb.positions.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->slots.get(), slots.data(), bucket * 8, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->qs.get(), pb.query_start.data(), (bucket + 1) * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->ctx.get(), pb.context_lens.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
+  DS_CUDA_CHECK(cudaMemcpyAsync(g->bt.get(), pb.block_tables.data(), pb.block_tables.size() * 4,
+                                cudaMemcpyHostToDevice, s_));
+  // A graph holds the activation buffers' addresses: any buffer grown since the capture
+  // (a larger eager pass) invalidates every graph.
+  if (ActivationPtrs() != graph_ptrs_) DropGraphs();
+  gin_ = g;
+  const DecodeGraph* replayed = nullptr;  // set when this step replays g (profiled below)
+  if (g->exec) {
+    DS_CUDA_CHECK(cudaGraphLaunch(g->exec, s_));
+    ++graph_stats_.replayed;
+    replayed = g;
+  } else {
+    ++graph_stats_.eager_padded;
+    RunPass(pb, nullptr);  // eager run of this step: warms the buffers, cuBLASLt plans and offsets
+    if (!g->failed) CaptureGraph(pb, g);
+  }
+  gin_ = nullptr;
+  const int64_t V = cfg_.vocab_size;
+  const int64_t R = static_cast<int64_t>(b.logits_indices.size());
+  if (!b.sampling.empty()) {
+    // Sample the requested rows on the device: the decode step returns R ids, not R x V logits.
+    bool identity = true;
+    for (int64_t r = 0; r < R; ++r) identity = identity && b.logits_indices[r] == r;
+    const float* rows = logits_.as<float>();
+    if (!identity) {
+      samp_idx_.Reserve(R * 4);  // own buffers: growing a graph's buffers would drop the graphs
+      samp_rows_.Reserve(R * V * sizeof(float));
+      DS_CUDA_CHECK(cudaMemcpyAsync(samp_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
+      GatherRows(logits_.get(), V * 4, samp_idx_.as<int32_t>(), R, V * 4, samp_rows_.get(), V * 4, s_, opts_.pdl);
+      rows = samp_rows_.as<float>();
+    }
+    SampleRows(rows, V, R, b.sampling, out->token_ids.data());
+    if (prof_on_ && replayed) CollectGraphMarks(*replayed);
+    return;
+  }
+  for (size_t r = 0; r < b.logits_indices.size(); ++r)
+    DS_CUDA_CHECK(cudaMemcpyAsync(out->logits.data() + r * V, logits_.as<float>() + int64_t{b.logits_indices[r]} * V,
+                                  V * sizeof(float), cudaMemcpyDeviceToHost, s_));
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  if (prof_on_ && replayed) CollectGraphMarks(*replayed);
+}
+
+void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  const std::vector<void*> before = ActivationPtrs();
+  if (before != graph_ptrs_) {
+    DropGraphs();
+    graph_ptrs_ = before;
+  }
+  cudaGraph_t graph = nullptr;
+  DS_CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
+  capturing_ = true;
+  std::string error;
+  for (auto& m : cap_marks_) cudaEventDestroy(m.second);
+  cap_marks_.clear();
+  try {
+    RunPass(padded, nullptr);
+  } catch (const CheckError& e) {
+    error = e.what();
+  }
+  // An error inside a side branch leaves s_ on the side stream (and the branch unjoined: the
+  // capture then fails to end, reported below).
+  ResetSide();
+  capturing_ = false;
+  const cudaError_t end = cudaStreamEndCapture(s_, &graph);
+  if (error.empty() && end != cudaSuccess) error = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+  if (error.empty() && ActivationPtrs() != before) error = "an activation buffer was reallocated during capture";
+  if (error.empty()) {
+    const cudaError_t inst = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (inst != cudaSuccess) {
+      error = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
+      g->exec = nullptr;
+    }
+  }
+  if (graph) cudaGraphDestroy(graph);
+  if (!error.empty()) {
+    (void)cudaGetLastError();
+    g->failed = true;
+    DS_LOG(WARNING) << "cuda runner: decode graph for " << g->bucket << " sequences x " << g->cap_blocks
+                    << " blocks not captured (" << error << "); this shape runs eagerly";
+    return;
+  }
+  ++graph_stats_.captured;
+  g->marks.swap(cap_marks_);
+  DS_LOG(INFO) << "cuda runner: captured decode graph for " << g->bucket << " sequences x " << g->cap_blocks
+               << " KV blocks";
+}
+
+}  // namespace ds::cuda::runner_impl
