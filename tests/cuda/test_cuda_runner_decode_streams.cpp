@@ -1,6 +1,7 @@
 // CudaRunnerOptions::decode_streams on the whole model: in captured decode graphs the MLA q
-// projection and the MoE shared experts run as side branches on a second stream (forked and
-// joined by events), with their own GEMM scratch; eager passes run the same work in order. The
+// projection, the q absorption (decode-only passes) and the MoE shared experts run as side
+// branches on a second stream (forked and joined by events), with their own GEMM scratch;
+// eager passes run the same work in order. The
 // same kernels read and write the same buffers either way, so the logits must be bit-identical
 // (max |diff| 0) to a runner with it off, through RunFusionSchedule (runner_test_util.h:
 // prefill, decode steps of 1..24 sequences, a mixed step), CUDA graphs off and on, the decode
@@ -9,7 +10,8 @@
 // graphs on, the captures must have forked side branches (CudaGraphStats::side_branches).
 // Models: the fixtures (bf16 and FP8), dummy V2-Lite (bf16: the side branch's GEMMs on
 // cuBLASLt with its own workspace) and dummy V3 (FP8: split-K skinny GEMMs with their own
-// counters, the FP8 GEMV). Not yet run on the GPU (written without a device).
+// counters, the FP8 GEMV). Passed on the H200 before the absorption branch was added (session 7
+// run 2: every case bit-identical, side branches forked in every graph run).
 #include <array>
 #include <cstdio>
 #include <filesystem>

@@ -614,12 +614,13 @@ void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, 
   const bool split = opts_.precise_activations;
   DS_CHECK(x16 == nullptr || !split) << "HeadGemm: a pre-made bf16 input with precise_activations";
   const bf16* xa = x16;  // bf16 activations [rows, ldx]
+  GemmScratch& sc = Sc();
   if (xa == nullptr) {
     const int64_t Rr = RoundUp(rows, 64);
-    hhi_.Reserve(Rr * ldx * sizeof(bf16));
-    if (split) hlo_.Reserve(Rr * ldx * sizeof(bf16));
-    SplitBf16(x32, ldx, rows, ldx, hhi_.as<bf16>(), split ? hlo_.as<bf16>() : nullptr, ldx, s_, opts_.pdl);
-    xa = hhi_.as<bf16>();
+    sc.hhi.Reserve(Rr * ldx * sizeof(bf16));
+    if (split) sc.hlo.Reserve(Rr * ldx * sizeof(bf16));
+    SplitBf16(x32, ldx, rows, ldx, sc.hhi.as<bf16>(), split ? sc.hlo.as<bf16>() : nullptr, ldx, s_, opts_.pdl);
+    xa = sc.hhi.as<bf16>();
   }
   if (skinny_on_ && !split && rows <= kSkinnyHeadMaxRows && ldw == K) {
     // Heads as groups: group h reads x[t, h * stride_x ...], streams w + h * stride_w ([N, K]
@@ -635,9 +636,10 @@ void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, 
   }
   GemmBf16Params g{xa, ldx, w, ldw, y, ldy, DTypeOut::kF32, rows, N, K, false, s_};
   g.batch = batch; g.stride_x = stride_x; g.stride_w = stride_w; g.stride_y = stride_y;
+  g.workspace = LtWorkspace();
   GemmBf16(g);
   if (split) {
-    g.x = hlo_.as<bf16>();
+    g.x = sc.hlo.as<bf16>();
     g.accumulate = true;
     GemmBf16(g);
   }
@@ -688,6 +690,18 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     ++graph_stats_.fused_launches;
   }
   bf16* cache = cache_[l].as<bf16>();  // this layer's paged latent cache [slots, kv_lora + rope] bf16
+  // decode_streams, decode-only pass (qpe_done: every row absorbed, so the absorbed rows are q's):
+  // the q absorption below (reads q's nope columns, writes q_lat's latent columns) as a side
+  // branch beside the kv-latent norm, RoPE and cache write (rotate q's rope columns in place,
+  // write q_pe into q_lat's rope columns and the cache): disjoint bytes; joined before the
+  // decode attention reads q_lat.
+  const bool side_absorb = side_q && qpe_done;
+  if (side_absorb) {
+    BeginSide();
+    // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads), as in the absorbed branch
+    HeadGemm(q, H * dqk, dqk, T, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
+    EndSide();
+  }
   if (opts_.fused_kvrope && FusedDecode(T)) {
     // fused_kvrope (decode-size pass): the three launches below in one kernel
     // (mla_kv_rope_fused.h): the same device routines, RmsNorm's block size for kv_lora (its
@@ -711,6 +725,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     RopeAndWriteKvCache({lat, L, lat + kvl, L, d_pos_, d_slots_, d_cos_.as<float>(),
                          d_sin_.as<float>(), rope_.max_pos, T, kvl, rd, interleave, cache, s_, opts_.pdl});
   }
+  if (side_absorb) JoinSide();
 
   attn32_.Reserve(Tr * H * vd * sizeof(float));
   float* attn = attn32_.as<float>();  // attn: [T, H, v] per-head attention outputs
@@ -818,8 +833,11 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       qa = qa32_.as<float>();
     }
     qlat32_.Reserve(Tar * H * L * sizeof(float));
-    // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads); q_lat[:, h, kv_lora:] = q_pe_h
-    HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
+    // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads; done above with
+    // side_absorb); q_lat[:, h, kv_lora:] = q_pe_h
+    DS_CHECK(!side_absorb || all) << "side-branch absorption in a pass with naive rows";
+    if (!side_absorb)
+      HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
     if (!qpe_done) Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_, opts_.pdl);
     const int32_t *d_qs = nullptr, *d_ctx = nullptr, *d_bt = nullptr;
     // The sm_90a decode kernel, or the CUDA-core emulation of its plan (mla_decode_emulate_tc);

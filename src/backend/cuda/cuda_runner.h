@@ -248,9 +248,14 @@ struct CudaRunnerOptions {
   // an event and joined back before its result is read, so the graph holds two parallel
   // branches (as SGLang overlaps DeepSeek's shared experts on an alternate stream in decode
   // graphs). The side branches: the MoE layers' shared experts (their dense MLP, with the
-  // router, routing and routed experts on the main stream; not with fused_moe_shared) and the
-  // MLA q projection (q_a, its norm and q_b, or q; kv_a on the main stream). A batch-1 step is
-  // a chain of small latency-bound launches; two chains side by side hide part of it. Each
+  // router, routing and routed experts on the main stream; not with fused_moe_shared), the
+  // MLA q projection (q_a, its norm and q_b, or q; kv_a on the main stream) and, in decode-only
+  // passes, absorbed MLA's q absorption (q_nope x W_UK per head; the kv-latent norm, RoPE and
+  // cache write on the main stream). A batch-1 step is a chain of small latency-bound
+  // launches; two chains side by side hide part of it. Measured (session 7 run 2, graphs on,
+  // shared experts and q projection only): V3 8 layers batch 1 x 1K decode step 2.495 / 2.506
+  // ms vs 2.591 off; V2-Lite 27 layers 3.015 / 3.011 vs 3.269; bit-identical
+  // (CudaRunnerDecodeStreams.*). Each
   // branch has its own GEMM scratch (bf16 splits, split-K workspace and counters, FP8 GEMV
   // workspaces, cuBLASLt workspace), so no buffer is shared while they overlap. Eager passes
   // run the same side work in order on the one stream (with the side scratch): same kernels,

@@ -179,11 +179,12 @@ class CudaModelRunner : public ModelRunner {
     }
   }
   // ---- side branches (CudaRunnerOptions::decode_streams) ----
-  // The GEMM helpers' scratch (LinearFwd, EmulateFp8Linear, RunSkinny, RunFp8Gemv): [0] for the
+  // The GEMM helpers' scratch (LinearFwd, EmulateFp8Linear, HeadGemm, RunSkinny, RunFp8Gemv): [0] for the
   // main chain, [1] for side branches, so the two never share a buffer, split-K counter, FP8
   // GEMV workspace or cuBLASLt workspace while they overlap in a graph replay.
   struct GemmScratch {
     DeviceBuffer xhi, xlo, xq, xs;         // bf16 hi / lo splits; e4m3 activations and their scales
+    DeviceBuffer hhi, hlo;                 // HeadGemm's bf16 hi / lo splits
     DeviceBuffer skinny_ws, skinny_cnt;    // split-K partials (fp32) and per-tile counters (u32)
     // Fp8Gemv's workspaces, one per weight shape (N, K): counters + split-K partials, zeroed when
     // (re)allocated; the kernel leaves its counters zero.
@@ -302,7 +303,7 @@ class CudaModelRunner : public ModelRunner {
 
   // ---- activations (grown on demand) ----
   DeviceBuffer ids_, pos_, slots_, residual_, h32_, h16_, o32_, mlp32_, q32_, cq32_, cq16_, lat32_;
-  DeviceBuffer attn32_, gu32_, act32_, act16_, offs1_, hhi_, hlo_;
+  DeviceBuffer attn32_, gu32_, act32_, act16_, offs1_;
   DeviceBuffer ctx_slots_, lat16_, rope32_, kv32_, grp_qs_, grp_ks_, grp_pos0_;
   DeviceBuffer tok_idx_, qa32_, qlat32_, olat32_, olat16_, ova32_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
   DeviceBuffer rlogits_, topk_ids_, topk_w_, moe_offs_, moe_pos_, moe_src_, moe_ws_, xp16_, egu32_, eact16_, ey16_;
