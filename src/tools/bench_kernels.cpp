@@ -1118,7 +1118,6 @@ void SkinnyFp8DenseCase(Bench& b, const char* name, int64_t N, int64_t K, int64_
                         const std::vector<int>& sweep) {
   const int64_t Mr = (M + 63) / 64 * 64;
   Fp8WeightSets fw(b, N, K, 16);
-  const int64_t kbn = fw.kbn, kbk = fw.kbk;
   const double wbytes = fw.bytes;
   const int nsets = fw.sets();
   auto& w = fw.w;
@@ -1228,12 +1227,12 @@ void SkinnyDense(Bench& b) {
 // own CTA count) beside SkinnyGemm as SkinnyPlanFor plans it ("fp8_gemv/skinny_planned": the
 // runner's default path), on the same weight copies rotating over > 256 MB (reads from HBM).
 // TB/s counts weight + scale bytes; the ratio is to this run's copy ceiling. At M = 1 the
-// narrow projections, o_proj and dense down also run forced CTA counts (SMs / 4, SMs / 2, SMs,
+// "fp8_gemv/runner": the CTA count the runner launches with (Fp8GemvRunnerCtas) where it is not
+// auto. At M = 1 every projection also runs forced CTA counts (SMs / 4, SMs / 2, SMs,
 // 1.5 x SMs, 2 x SMs) for tuning.
 void Fp8GemvCase(Bench& b, const Proj& pr, int64_t M, const std::vector<int>& cta_sweep) {
   const int64_t N = pr.N, K = pr.K;
   Fp8WeightSets fw(b, N, K, 64);
-  const int64_t kbn = fw.kbn, kbk = fw.kbk;
   const double wbytes = fw.bytes;
   const int nsets = fw.sets();
   auto& w = fw.w;
@@ -1274,22 +1273,23 @@ void Fp8GemvCase(Bench& b, const Proj& pr, int64_t M, const std::vector<int>& ct
     b.Add(kernel, shape, us, wbytes, 0, true, note);
   };
   gemv("fp8_gemv/auto", 0);
+  // The runner's CTA count (Fp8GemvRunnerCtas; differs from auto for K >= 16384)
+  int sms = 0;
+  DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (const int rc = Fp8GemvRunnerCtas(K, sms); rc > 0) gemv("fp8_gemv/runner", rc);
   for (int c : cta_sweep) gemv("fp8_gemv/ctas" + std::to_string(c), c);
 }
 
 void Fp8GemvFamily(Bench& b) {
   int sms = 0;
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  // CTA sweeps at M = 1: the narrow projections (too few units per CTA at the default 2 x SMs)
-  // and, since session 6 run 10, o_proj and dense down (0.92x / 0.96x SkinnyGemm there: does a
-  // smaller grid with more units per CTA beat the split-K fix-ups?).
-  const std::set<std::string> swept = {"q_a_proj", "kv_a_proj_with_mqa", "shared_gate_up", "shared_down",
-                                       "o_proj", "dense_down"};
+  // CTA sweeps at M = 1, every projection (session 7 run 1: one CTA per SM beat the automatic
+  // two for o_proj and dense down; dense gate_up was not swept then).
   for (int64_t M : {1, 2, 4, 8})
     for (const auto& pr : kProjs) {
       if (std::string(pr.name) == "kv_b_proj") continue;  // bf16 in the runner
       if (b.OutOfTime()) { b.skipped.push_back(std::string("fp8_gemv ") + pr.name + " M" + std::to_string(M)); continue; }
-      const bool sweep = M == 1 && swept.count(pr.name) > 0;
+      const bool sweep = M == 1;
       Fp8GemvCase(b, pr, M, sweep ? std::vector<int>{sms / 4, sms / 2, sms, 3 * sms / 2, 2 * sms} : std::vector<int>{});
     }
 }
