@@ -44,6 +44,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_MLA_PREFILL_SM90", &c.mla_prefill_sm90);        // sm_90a prefill attention
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");  // its ping-pong variant
   env_switch("DS_DECODE_STREAMS", &c.decode_streams);  // side branches in decode graphs (on)
+  env_switch("DS_ROUTER_GEMV", &c.router_gemv);          // decode-size router logits in one launch (on)
   env_switch("DS_FP8_GEMV", &c.fp8_gemv);  // TMA-streaming FP8 GEMV for weights >= 96M (on)
   // DS_MLA_DECODE_SM90_VARIANT=N: the sm_90a decode kernel variant (0 default, 1 / 2 seesaw:
   // verified, 3-8% slower; MlaDecodeParams::sm90_variant).
@@ -63,6 +64,14 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     if (end != v && *end == '\0' && n >= 0 && n <= 65536 && n % 64 == 0) *dst = static_cast<int>(n);
     else DS_LOG(WARNING) << name << "=" << v << " ignored (a multiple of 64, or 0)";
   };
+  // DS_MLA_DECODE_TC_KERNEL=auto|shape|rowtile: CudaRunnerOptions::mla_decode_tc_kernel (A/B).
+  if (const char* v = std::getenv("DS_MLA_DECODE_TC_KERNEL"); v != nullptr && *v != '\0') {
+    const std::string sv(v);
+    if (sv == "auto") c.mla_decode_tc_kernel = -1;
+    else if (sv == "shape") c.mla_decode_tc_kernel = 0;
+    else if (sv == "rowtile") c.mla_decode_tc_kernel = 1;
+    else DS_LOG(WARNING) << "DS_MLA_DECODE_TC_KERNEL=" << sv << " ignored (auto, shape or rowtile)";
+  }
   env_chunk("DS_MLA_DECODE_SMALL_CHUNK", &c.mla_decode_small_batch_chunk);
   env_chunk("DS_MLA_DECODE_SM90_SMALL_CHUNK", &c.mla_decode_sm90_small_batch_chunk);
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:

@@ -106,9 +106,38 @@ struct Diff {
   }
 };
 
+// Per-row comparison of two runners' logits that are not expected to be bit-identical (another
+// kernel or summation order): the least cosine and the largest relative L2 over the rows, and
+// how many rows are bit-identical.
+struct RowDiff {
+  int64_t rows = 0, nonfinite = 0, identical_rows = 0;
+  double min_cos = 1, max_rel = 0;
+  void Add(const float* x, const float* y, int64_t V) {
+    double xy = 0, xx = 0, yy = 0, d2 = 0;
+    bool same = true;
+    for (int64_t j = 0; j < V; ++j) {
+      nonfinite += !std::isfinite(x[j]) + !std::isfinite(y[j]);
+      same = same && x[j] == y[j];
+      xy += double(x[j]) * y[j];
+      xx += double(x[j]) * x[j];
+      yy += double(y[j]) * y[j];
+      d2 += (double(x[j]) - y[j]) * (double(x[j]) - y[j]);
+    }
+    ++rows;
+    identical_rows += same;
+    min_cos = std::min(min_cos, xy / std::sqrt(xx * yy + 1e-300));
+    max_rel = std::max(max_rel, std::sqrt(d2 / (yy + 1e-300)));
+  }
+  // The first n rows of two outputs' logits ([n, V] each), as Diff::Add takes them.
+  void Add(const ForwardOutput& a, const ForwardOutput& b, int64_t n, int64_t V) {
+    for (int64_t r = 0; r < n; ++r) Add(a.logits.data() + r * V, b.logits.data() + r * V, V);
+  }
+};
+
 // Runs one batch through both runners (e.g. [unfused, fused]) and adds their logits'
 // difference to d.
-inline void RunBoth(std::array<std::unique_ptr<ModelRunner>, 2>& runners, const ForwardBatch& b, int64_t V, Diff* d) {
+template <class D>
+void RunBoth(std::array<std::unique_ptr<ModelRunner>, 2>& runners, const ForwardBatch& b, int64_t V, D* d) {
   std::array<ForwardOutput, 2> outs;
   for (int i = 0; i < 2; ++i) {
     auto st = runners[i]->Forward(b, &outs[i]);
@@ -148,13 +177,15 @@ inline void SetFusions(Fusions f, CudaRunnerOptions* o) {
 // kFusionSeqs * kFusionMaxBlocks blocks).
 inline constexpr int kFusionSeqs = 24, kFusionMaxBlocks = 8;
 
-// Runs both runners through the same batches and adds their logits' difference to d: a
+// Runs both runners through the same batches and adds their logits' difference to d (a Diff,
+// or a RowDiff where the two are not bit-identical): a
 // prefill (sequence 0 alone, 9 tokens: a decode-size pass; then the others, 20-219 tokens, in
 // one pass), decode steps of 1..24 sequences (<= 16 tokens: the fusions' sizes; 24: unfused in
 // both), a mixed step (sequence 3 with 3 new tokens beside 4 decode rows, 7 tokens) and two
 // more decode steps (4 and 1 sequences). With CUDA graphs on, the repeated decode sizes are
 // replayed.
-inline void RunFusionSchedule(std::array<std::unique_ptr<ModelRunner>, 2>& runners, Diff* d) {
+template <class D>
+void RunFusionSchedule(std::array<std::unique_ptr<ModelRunner>, 2>& runners, D* d) {
   constexpr int kSeqs = kFusionSeqs, kMaxBlocks = kFusionMaxBlocks;
   const int64_t V = runners[0]->config().vocab_size;
   std::vector<int> ctx(kSeqs);

@@ -43,27 +43,6 @@ namespace {
 
 constexpr int kSeqs = 12, kMaxBlocks = 8;
 
-struct RowDiff {
-  int64_t rows = 0, nonfinite = 0, identical_rows = 0;
-  double min_cos = 1, max_rel = 0;
-  void Add(const float* x, const float* y, int64_t V) {
-    double xy = 0, xx = 0, yy = 0, d2 = 0;
-    bool same = true;
-    for (int64_t j = 0; j < V; ++j) {
-      nonfinite += !std::isfinite(x[j]) + !std::isfinite(y[j]);
-      same = same && x[j] == y[j];
-      xy += double(x[j]) * y[j];
-      xx += double(x[j]) * x[j];
-      yy += double(y[j]) * y[j];
-      d2 += (double(x[j]) - y[j]) * (double(x[j]) - y[j]);
-    }
-    ++rows;
-    identical_rows += same;
-    min_cos = std::min(min_cos, xy / std::sqrt(xx * yy + 1e-300));
-    max_rel = std::max(max_rel, std::sqrt(d2 / (yy + 1e-300)));
-  }
-};
-
 // Runs b through both runners; adds every logits row's difference to d (bucketed by `exact`).
 void RunPair(std::array<std::unique_ptr<ModelRunner>, 2>& r, const ForwardBatch& b, int64_t V, RowDiff* d) {
   std::array<ForwardOutput, 2> out;

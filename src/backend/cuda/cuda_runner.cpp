@@ -30,6 +30,7 @@
 #include "backend/cuda/moe_routing.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
+#include "backend/cuda/router_gemv.h"
 #include "backend/cuda/runner_kernels.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/silu_and_mul.h"
@@ -924,7 +925,8 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     // than 32K keys of total context, the row-tile kernel below that (bench/results/kernels.json,
     // 16 heads, batch 1-256 x 1K-32K, session 3 run 2 vs session 2's row-tile figures: b1 x
     // 1K-16K, b8 x 1K-4K and b32 x 1K are 13-38% faster on the row-tile kernel).
-    if (dp.total_context <= kWarpSplitMinTotalContext) dp.tc_kernel = 1;
+    if (opts_.mla_decode_tc_kernel >= 0) dp.tc_kernel = opts_.mla_decode_tc_kernel;
+    else if (dp.total_context <= kWarpSplitMinTotalContext) dp.tc_kernel = 1;
     if (opts_.mla_decode_fused_combine) {
       DS_CHECK(Sa <= kMlaSplitCounters) << "MLA decode fused combine: " << Sa << " sequences in one pass";
       dp.tc_fused_combine = 1;
@@ -1015,7 +1017,12 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   rlogits_.Reserve(Tr * E * sizeof(float));
   topk_ids_.Reserve(Tr * K * 4);
   topk_w_.Reserve(Tr * K * 4);
-  GemmF32({h32_.as<float>(), Hd, LW.router.as<float>(), Hd, rlogits_.as<float>(), E, T, E, Hd, s_});
+  // router_logits: [T, E] fp32 = hn @ router^T (decode sizes: one RouterGemv launch)
+  if (opts_.router_gemv && T <= kRouterGemvMaxRows && Hd % 4 == 0) {
+    RouterGemv({h32_.as<float>(), Hd, LW.router.as<float>(), Hd, rlogits_.as<float>(), E, T, E, Hd, s_, opts_.pdl});
+  } else {
+    GemmF32({h32_.as<float>(), Hd, LW.router.as<float>(), Hd, rlogits_.as<float>(), E, T, E, Hd, s_});
+  }
   MoeRoutingParams rp{};
   rp.logits = rlogits_.as<float>(); rp.bias = LW.bias.get() ? LW.bias.as<float>() : nullptr; rp.n = T;
   rp.num_experts = E; rp.top_k = static_cast<int>(K); rp.n_group = cfg_.n_group; rp.topk_group = cfg_.topk_group;
@@ -1361,6 +1368,9 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
   DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));
   if (o.num_layers > 0 && o.num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = o.num_layers;
   if (o.device < 0) return InvalidArgument("CUDA device ordinal must be >= 0, got " + std::to_string(o.device));
+  if (o.mla_decode_tc_kernel < -1 || o.mla_decode_tc_kernel > 1)
+    return InvalidArgument("MLA decode tensor-core kernel must be -1 (auto), 0 (by shape) or 1 (row-tile), got " +
+                           std::to_string(o.mla_decode_tc_kernel));
   for (int c : {o.mla_decode_small_batch_chunk, o.mla_decode_sm90_small_batch_chunk})
     if (c < 0 || c % 64 != 0)
       return InvalidArgument("MLA decode small-batch chunk must be 0 or a positive multiple of 64, got " +

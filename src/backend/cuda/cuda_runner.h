@@ -108,6 +108,11 @@ struct CudaRunnerOptions {
   // 103.6 us at 16 heads, batch 64 x 4K), so off by default (the CLI reads
   // DS_MLA_DECODE_FUSED_COMBINE=1 for the A/B).
   bool mla_decode_fused_combine = false;
+  // Which tensor-core decode kernel (MlaDecodeParams::tc_kernel; A/B, the CLI reads
+  // DS_MLA_DECODE_TC_KERNEL=auto|shape|rowtile): -1 = auto (the row-tile kernel up to 32K keys
+  // of total context in the pass, else by shape: the warp-split kernel for sequences of <= 16
+  // query rows), 0 = by shape at any context, 1 = always the row-tile kernel.
+  int mla_decode_tc_kernel = -1;
   // Naive-MLA prefill attention on tensor cores (mla_prefill_tc.cu: flash-attention-2 style,
   // bf16 q / k / v / probabilities, fp32 accumulation and softmax; the kv_b_proj GEMM then
   // writes bf16 K/V). Head dims nope 128 / rope 64 / v 128 only (V2, V2-Lite, V3); other dims
@@ -262,6 +267,12 @@ struct CudaRunnerOptions {
   // same buffers, so graph replays and eager passes give the same bits, as without it.
   // The CLI reads DS_DECODE_STREAMS=0 to turn it off.
   bool decode_streams = true;
+  // MoE router logits of passes of at most kRouterGemvMaxRows = 16 tokens on RouterGemv
+  // (router_gemv.h: one launch, fp32) instead of cuBLASLt's fp32 GEMM (a dot kernel and a
+  // reduction at M = 1). Other fp32 summation order: logits move by ~1e-7 relative. Eager passes
+  // and graph buckets agree on the path (buckets 1-16 <= 16 < 24). The CLI reads DS_ROUTER_GEMV=0
+  // to turn it off.
+  bool router_gemv = true;
   int device = 0;
 };
 
