@@ -11,6 +11,10 @@ namespace {
 constexpr int kThreads = routing::kMoeRoutingThreads;
 constexpr int kMaxPairs = 1024;
 constexpr int kMaxShared = 8;
+// Copy blocks hold their source row in registers while they wait: up to this many 16-byte
+// vectors per thread (d <= 4 x 8 x 256 = 8192 bf16: V3's 7168, V2-Lite's 2048); wider rows take
+// CopyRow after the wait.
+constexpr int kStagedVecs = 4;
 
 __device__ __forceinline__ uint32_t LoadAcquire(const uint32_t* p) {
   uint32_t v;
@@ -52,8 +56,21 @@ __global__ void __launch_bounds__(kThreads) MoeRoutePermuteKernel(MoeRoutePermut
     }
     return;
   }
-  // Copy block of pair i = (t, j): wait for every token's ids.
+  // Copy block of pair i = (t, j): its source row (token t's, written before this launch) is
+  // loaded into registers first, so that load overlaps the routing blocks; then wait for every
+  // token's ids (the destination row depends on them).
   const int64_t i = blockIdx.x - n, t = i / K;
+  const __nv_bfloat16* src = p.x + t * p.ldx;
+  const bool staged = p.d % 8 == 0 && p.d / 8 <= int64_t{kStagedVecs} * kThreads &&
+                      reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(p.xp) % 16 == 0;
+  uint4 row[kStagedVecs];
+  if (staged) {
+#pragma unroll
+    for (int v = 0; v < kStagedVecs; ++v) {
+      const int64_t q = tid + int64_t{v} * kThreads;
+      if (q < p.d / 8) row[v] = reinterpret_cast<const uint4*>(src)[q];
+    }
+  }
   if (tid == 0) {
     while (LoadAcquire(p.sync) < static_cast<uint32_t>(n)) __nanosleep(32);
   }
@@ -87,7 +104,16 @@ __global__ void __launch_bounds__(kThreads) MoeRoutePermuteKernel(MoeRoutePermut
     }
     for (int s = tid; s < p.num_shared_groups; s += kThreads) p.offsets[E + 1 + s] = static_cast<int32_t>(m + (s + 1) * n);
   }
-  CopyRow(p.x + t * p.ldx, p.xp + r * p.d, p.d);
+  if (!staged) {
+    CopyRow(src, p.xp + r * p.d, p.d);
+    return;
+  }
+  uint4* dst = reinterpret_cast<uint4*>(p.xp + r * p.d);
+#pragma unroll
+  for (int v = 0; v < kStagedVecs; ++v) {
+    const int64_t q = tid + int64_t{v} * kThreads;
+    if (q < p.d / 8) dst[q] = row[v];
+  }
 }
 
 }  // namespace
