@@ -72,6 +72,12 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     else if (sv == "rowtile") c.mla_decode_tc_kernel = 1;
     else DS_LOG(WARNING) << "DS_MLA_DECODE_TC_KERNEL=" << sv << " ignored (auto, shape or rowtile)";
   }
+  if (const char* v = std::getenv("DS_MLA_DECODE_SM90_MIN_ROWS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && n >= 0 && n <= 64) c.mla_decode_sm90_min_rows = static_cast<int>(n);
+    else DS_LOG(WARNING) << "DS_MLA_DECODE_SM90_MIN_ROWS=" << v << " ignored (0..64)";
+  }
   env_chunk("DS_MLA_DECODE_SMALL_CHUNK", &c.mla_decode_small_batch_chunk);
   env_chunk("DS_MLA_DECODE_SM90_SMALL_CHUNK", &c.mla_decode_sm90_small_batch_chunk);
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:

@@ -1,6 +1,7 @@
 // The sm_90a wgmma + TMA MLA decode kernel (mla_decode_sm90.cu), called explicitly
 // (MlaDecodeAttentionSm90, not through the default dispatch), at V3 dims: 128 heads (and 32 / 64
-// heads x 2-3 query tokens, so one 64-row tile spans several tokens), batch 1 / 2 / 4 / 64,
+// heads x 2-3 query tokens, so one 64-row tile spans several tokens; 16 / 32 heads with partial
+// 64-row tiles, MlaDecodeParams::sm90_min_rows), batch 1 / 2 / 4 / 64,
 // contexts 1, 63, 64, 65 (page edges: partial last tiles), 4K and 32K, MTP q_len 2, mixed
 // lengths, fp32 and bf16 output. Cache rows that no sequence may read hold NaN (the kernel
 // must zero the rows of a partial tile before its wgmmas read them), outputs and workspace
@@ -78,6 +79,7 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     p.workspace = ws; p.out = out; p.o_tok_stride = H * kKvl; p.o_head_stride = kKvl; p.out_type = ot;
     p.total_context = total_ctx; p.max_q_len = max_q; p.sm90 = true; p.cache_rows = num_blocks * kBs;
     p.sm90_variant = variant;
+    p.sm90_min_rows = 1;  // the dispatch and the emulation below take the sm90 plan for partial tiles too
     return p;
   };
   const int64_t ws_floats = MlaDecodeWorkspaceFloats(T, H, kKvl, max_ctx, kv_chunk);
@@ -220,6 +222,11 @@ TEST(CudaMlaDecodeSm90, MtpAndMixed) {
   // 64-row tiles spanning 2 tokens (32 heads x 2) and 3 tokens with a partial tile (64 heads x 3).
   RunSm90Case({100, 700, 3}, {2, 2, 2}, 32, 256, {}, "h32_qlen2_tile_spans_tokens");
   RunSm90Case({129, 1000}, {3, 1}, 64, 64, {}, "h64_qlen3_mixed_kvchunk64");
+  // Partial 64-row tiles (MlaDecodeParams::sm90_min_rows < 64): 16 heads x 1 token (48 masked
+  // rows per tile), 16 heads x 3 tokens (48 rows), 32 heads x 1 token.
+  RunSm90Case({1, 100, 4096, 65}, {1, 1, 1, 1}, 16, 256, {}, "h16_partial_tile");
+  RunSm90Case({300, 7}, {3, 1}, 16, 64, {}, "h16_qlen3_partial_tile_kvchunk64");
+  RunSm90Case({2000}, {1}, 32, 256, {}, "h32_partial_tile");
 }
 
 }  // namespace

@@ -913,6 +913,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
     dp.sm90 = sm90_decode;
     dp.sm90_variant = opts_.mla_decode_sm90_variant;
+    dp.sm90_min_rows = opts_.mla_decode_sm90_min_rows;
     dp.cache_rows = static_cast<int64_t>(num_blocks_ + 1) * kBlockSize;
     if (graph_hints) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
       dp.total_context = hint_seqs * max_ctx;

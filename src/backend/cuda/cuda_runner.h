@@ -83,6 +83,10 @@ struct CudaRunnerOptions {
   // early / late ring-stage release (verified on the H200; 3-8% slower at batch >= 64, session 5
   // run 1). Only with mla_decode_sm90.
   int mla_decode_sm90_variant = 0;
+  // MlaDecodeParams::sm90_min_rows (A/B; the CLI reads DS_MLA_DECODE_SM90_MIN_ROWS=N): 0 = the
+  // sm90 kernel only for >= 64 query rows per sequence (128 heads); 16 also takes it for 16
+  // heads x 1 token (V2-Lite) with a partial 64-row tile. Only with mla_decode_sm90.
+  int mla_decode_sm90_min_rows = 0;
   // Absorbed-MLA decode split size for small batches: > 0 (a multiple of 64) is the minimum
   // keys per KV split (MlaDecodeParams::kv_chunk) for passes of <= kMlaSmallBatchTokens tokens
   // whose split workspace stays within kMlaSmallBatchWorkspaceBytes; 0 keeps 256 everywhere.

@@ -120,6 +120,12 @@ struct MlaDecodeParams {
   // (launches sharing it must be stream-ordered).
   uint32_t* split_counters = nullptr;
   int64_t split_counter_count = 0;
+  // With sm90: the least query rows per sequence (heads x max query tokens) for which
+  // MlaDecodeSm90Selected takes the sm_90a kernel; 0 = one full wgmma tile (64: 128 heads, or
+  // heads x q_len >= 64). Lower (e.g. 16: 16 heads x 1 token) runs the kernel with a partial
+  // 64-row tile (rows past heads x q_len masked: no scores, no outputs), wasting the tile's
+  // other rows' tensor work but keeping its TMA pipeline (A/B, `bench kernels --only mla_sm90`).
+  int64_t sm90_min_rows = 0;
 };
 // Keys of one independent online softmax (split) of the tensor-core path for these params
 // (the sm90 kernel's plan, MlaDecodeSm90Chunk, when MlaDecodeSm90Selected)

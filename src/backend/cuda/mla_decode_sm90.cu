@@ -967,7 +967,7 @@ bool MlaDecodeSm90Supported(const MlaDecodeParams& p) {
 bool MlaDecodeSm90Selected(const MlaDecodeParams& p) {
   if (!p.sm90 || !MlaDecodeSm90Supported(p)) return false;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.num_tokens - p.num_seqs + 1;
-  return max_q * p.heads >= kBM;
+  return max_q * p.heads >= (p.sm90_min_rows > 0 ? std::min<int64_t>(p.sm90_min_rows, kBM) : kBM);
 }
 
 int64_t MlaDecodeSm90Chunk(const MlaDecodeParams& p, int* tile) {
