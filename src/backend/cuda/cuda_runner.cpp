@@ -918,6 +918,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     if (graph_hints) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
       dp.total_context = hint_seqs * max_ctx;
       dp.max_q_len = 1;
+      dp.capacity_hints = opts_.mla_decode_capacity_plan;  // max_ctx is the graph's capacity
     } else {
       dp.total_context = std::accumulate(ctxs.begin(), ctxs.end(), int64_t{0});
       for (size_t i = 0; i + 1 < qs.size(); ++i) dp.max_q_len = std::max<int64_t>(dp.max_q_len, qs[i + 1] - qs[i]);

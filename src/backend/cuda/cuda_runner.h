@@ -87,6 +87,11 @@ struct CudaRunnerOptions {
   // sm90 kernel only for >= 64 query rows per sequence (128 heads); 16 also takes it for 16
   // heads x 1 token (V2-Lite) with a partial 64-row tile. Only with mla_decode_sm90.
   int mla_decode_sm90_min_rows = 0;
+  // The sm_90a decode's split plan in decode-only passes (graph hints: max_context = the graph's
+  // block-table capacity, 1-2x the longest context) chosen for the whole range of contexts that
+  // capacity covers (MlaDecodeParams::capacity_hints) instead of for the capacity itself. The
+  // CLI reads DS_MLA_DECODE_CAPACITY_PLAN=0 to turn it off.
+  bool mla_decode_capacity_plan = true;
   // Absorbed-MLA decode split size for small batches: > 0 (a multiple of 64) is the minimum
   // keys per KV split (MlaDecodeParams::kv_chunk) for passes of <= kMlaSmallBatchTokens tokens
   // whose split workspace stays within kMlaSmallBatchWorkspaceBytes; 0 keeps 256 everywhere.

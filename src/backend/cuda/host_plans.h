@@ -83,8 +83,26 @@ struct MlaDecodeSm90Plan {
 // (max_q: query rows per sequence, max_context, total_context <= 0: S x max_context) and the
 // SM count; max_splits <= max(1, ceil(max_context / kv_chunk)), the splits
 // MlaDecodeWorkspaceFloats sizes for.
+//
+// capacity_hints (a decode graph's hints: max_context is the capacity of its block table,
+// GraphCapBlocks x 64 keys, the next power of two of blocks above the longest sequence, so that
+// sequence's real context lies in (max/2, max]; a uniform batch assumed): the chunk is chosen
+// for that whole range instead of for max alone. For each candidate and each of the contexts
+// max/2 + 64, 3 max / 4 and max, the time is estimated as max(longest CTA, all CTAs' work / SMs)
+// (a split's work: its keys + the per-CTA overhead; empty splits do not exist at the real
+// context), and the chunk whose worst ratio to the best chunk of each context is least wins.
+// Why (session 7 run 6): for 64 sequences of 4.1K keys the capacity is 8K, the plan for 8K took
+// 4K-key chunks, and at the real 4.1K half of the CTAs got 64 keys: the 16-head sm_90a decode ran
+// slower in the model than in its benchmark (exact hints).
+inline double MlaDecodeSm90RangeTime(int64_t c, int64_t ctx, int64_t rows, int64_t sms) {
+  const int64_t splits = (ctx + c - 1) / c;
+  const double work = static_cast<double>(rows) * static_cast<double>(ctx + splits * kMlaDecodeSm90CtaOverhead);
+  const double longest = static_cast<double>(std::min(c, ctx) + kMlaDecodeSm90CtaOverhead);
+  return std::max(longest, work / static_cast<double>(std::max<int64_t>(1, sms)));
+}
 inline MlaDecodeSm90Plan PlanMlaDecodeSm90(int64_t max_q, int64_t heads, int64_t num_seqs, int64_t max_context,
-                                           int64_t total_context, int64_t kv_chunk, int64_t sms) {
+                                           int64_t total_context, int64_t kv_chunk, int64_t sms,
+                                           bool capacity_hints = false) {
   constexpr int64_t kBM = kMlaDecodeSm90RowsPerCta, kBN = kMlaDecodeSm90KeysPerTile;
   MlaDecodeSm90Plan pl;
   pl.nrb = std::max<int64_t>(1, (max_q * heads + kBM - 1) / kBM);
@@ -95,15 +113,38 @@ inline MlaDecodeSm90Plan PlanMlaDecodeSm90(int64_t max_q, int64_t heads, int64_t
   const int64_t c_min = (std::max<int64_t>(kv_chunk, kBN) + kBN - 1) / kBN * kBN;
   const int64_t c_max = std::max(c_min, (max_ctx + kBN - 1) / kBN * kBN);
   int64_t best = c_min;
-  double best_cost = 0;
-  for (int64_t c = c_min; c <= c_max; c += kBN) {
-    const int64_t per_row_block = uniform ? num_seqs * ((max_ctx + c - 1) / c) : (total + c - 1) / c + num_seqs / 2;
-    const int64_t ctas = pl.nrb * per_row_block;
-    const double cost =
-        static_cast<double>((ctas + slots - 1) / slots) * static_cast<double>(c + kMlaDecodeSm90CtaOverhead);
-    if (c == c_min || cost < best_cost) {
-      best_cost = cost;
-      best = c;
+  if (capacity_hints && uniform && max_ctx > 2 * kBN) {
+    const int64_t rows = pl.nrb * num_seqs;  // CTAs per split column
+    const int64_t ctxs[3] = {max_ctx / 2 + kBN, (3 * max_ctx) / 4, max_ctx};
+    const int64_t step = kBN * std::max<int64_t>(1, (c_max - c_min) / (kBN * 256));  // <= ~256 candidates
+    double best_of[3];
+    for (int i = 0; i < 3; ++i) {
+      best_of[i] = 0;
+      for (int64_t c = c_min; c <= c_max; c += step) {
+        const double t = MlaDecodeSm90RangeTime(c, ctxs[i], rows, slots);
+        if (c == c_min || t < best_of[i]) best_of[i] = t;
+      }
+    }
+    double best_regret = 0;
+    for (int64_t c = c_min; c <= c_max; c += step) {
+      double regret = 0;
+      for (int i = 0; i < 3; ++i) regret = std::max(regret, MlaDecodeSm90RangeTime(c, ctxs[i], rows, slots) / best_of[i]);
+      if (c == c_min || regret < best_regret) {
+        best_regret = regret;
+        best = c;
+      }
+    }
+  } else {
+    double best_cost = 0;
+    for (int64_t c = c_min; c <= c_max; c += kBN) {
+      const int64_t per_row_block = uniform ? num_seqs * ((max_ctx + c - 1) / c) : (total + c - 1) / c + num_seqs / 2;
+      const int64_t ctas = pl.nrb * per_row_block;
+      const double cost =
+          static_cast<double>((ctas + slots - 1) / slots) * static_cast<double>(c + kMlaDecodeSm90CtaOverhead);
+      if (c == c_min || cost < best_cost) {
+        best_cost = cost;
+        best = c;
+      }
     }
   }
   pl.chunk = best;

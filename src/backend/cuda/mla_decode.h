@@ -126,6 +126,10 @@ struct MlaDecodeParams {
   // 64-row tile (rows past heads x q_len masked: no scores, no outputs), wasting the tile's
   // other rows' tensor work but keeping its TMA pipeline (A/B, `bench kernels --only mla_sm90`).
   int64_t sm90_min_rows = 0;
+  // With sm90: max_context is a decode graph's block-table capacity (the runner's graph hints,
+  // eager decode passes included), so the longest real context lies in (max_context / 2,
+  // max_context]: the split plan is chosen for that range (PlanMlaDecodeSm90's capacity_hints).
+  bool capacity_hints = false;
 };
 // Keys of one independent online softmax (split) of the tensor-core path for these params
 // (the sm90 kernel's plan, MlaDecodeSm90Chunk, when MlaDecodeSm90Selected)

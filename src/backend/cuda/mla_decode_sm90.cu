@@ -903,7 +903,7 @@ using Sm90Plan = MlaDecodeSm90Plan;
 Sm90Plan MakePlan(const MlaDecodeParams& p) {
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.num_tokens - p.num_seqs + 1;
   return PlanMlaDecodeSm90(max_q, p.heads, p.num_seqs, p.max_context, p.total_context, p.kv_chunk,
-                           CurrentDeviceProps().sms);
+                           CurrentDeviceProps().sms, p.capacity_hints);
 }
 
 // The cache as a 2-D tensor [rows, 576] bf16 for TMA: boxes of 64 rows x 64 columns (128 bytes,

@@ -107,13 +107,15 @@ TEST(CudaHostPlans, MlaDecodeSm90PlanFitsTheWorkspace) {
       for (int64_t heads : {16, 128})
         for (int64_t kv_chunk : {64, 256})
           for (int64_t sms : {1, 78, 132})
-            for (bool uniform : {true, false}) {
-              // total <= 0: S x max (a graph bucket's hints); else a ragged batch.
+            for (int mode = 0; mode < 3; ++mode) {
+              // 0: total <= 0, S x max (a graph bucket's hints); 1: a ragged batch; 2: the
+              // bucket's hints as a graph's capacity (capacity_hints).
+              const bool uniform = mode != 1, capacity = mode == 2;
               const int64_t total = uniform ? 0 : (seqs - 1) * ((max_ctx + 1) / 2) + max_ctx;
-              const MlaDecodeSm90Plan pl = PlanMlaDecodeSm90(1, heads, seqs, max_ctx, total, kv_chunk, sms);
+              const MlaDecodeSm90Plan pl = PlanMlaDecodeSm90(1, heads, seqs, max_ctx, total, kv_chunk, sms, capacity);
               const std::string at = "seqs " + std::to_string(seqs) + " ctx " + std::to_string(max_ctx) + " heads " +
                                      std::to_string(heads) + " kv_chunk " + std::to_string(kv_chunk) + " sms " +
-                                     std::to_string(sms) + (uniform ? " uniform" : " ragged");
+                                     std::to_string(sms) + (capacity ? " capacity" : uniform ? " uniform" : " ragged");
               ASSERT_EQ(pl.chunk % kMlaDecodeSm90KeysPerTile, 0) << at;
               ASSERT_GE(pl.chunk, kv_chunk) << at;
               ASSERT_GE(pl.max_splits * pl.chunk, max_ctx) << at;
@@ -123,9 +125,27 @@ TEST(CudaHostPlans, MlaDecodeSm90PlanFitsTheWorkspace) {
               ASSERT_EQ(pl.nrb, (heads + kMlaDecodeSm90RowsPerCta - 1) / kMlaDecodeSm90RowsPerCta) << at;
               ++checked;
             }
-  EXPECT_EQ(checked, 6 * 8 * 2 * 2 * 3 * 2);
+  EXPECT_EQ(checked, 6 * 8 * 2 * 2 * 3 * 3);
   // MTP: 2 query rows per sequence x 128 heads = 4 row blocks.
   EXPECT_EQ(PlanMlaDecodeSm90(2, 128, 4, 4096, 0, 256, 132).nrb, 4);
+}
+
+// capacity_hints: 64 sequences of 16 heads whose graph capacity is 8K keys (real contexts 4K-8K).
+// The plan for exactly 8K takes 4K-key chunks, which at a real 4.1K leaves half the CTAs with
+// 64 keys (session 7 run 6); over the range it must take about 2K (1.4K-2.1K keys: within a few
+// percent of the best chunk at 4.1K, 6K and 8K). Batch 1 stays at the smallest chunk (one wave).
+TEST(CudaHostPlans, MlaDecodeSm90CapacityPlanCoversTheRange) {
+  EXPECT_EQ(PlanMlaDecodeSm90(1, 16, 64, 8192, 0, 256, 132, false).chunk, 4096);
+  const int64_t c = PlanMlaDecodeSm90(1, 16, 64, 8192, 0, 256, 132, true).chunk;
+  EXPECT_GE(c, 1408);
+  EXPECT_LE(c, 2112);
+  for (int64_t ctx : {4160, 6144, 8192}) {
+    double best = 1e300;
+    for (int64_t cc = 256; cc <= 8192; cc += 64) best = std::min(best, MlaDecodeSm90RangeTime(cc, ctx, 64, 132));
+    EXPECT_LE(MlaDecodeSm90RangeTime(c, ctx, 64, 132), 1.05 * best) << "ctx " << ctx;
+  }
+  EXPECT_EQ(PlanMlaDecodeSm90(1, 128, 1, 2048, 0, 128, 132, true).chunk, 128);
+  EXPECT_EQ(PlanMlaDecodeSm90(1, 128, 1, 2048, 0, 128, 132, false).chunk, 128);
 }
 
 }  // namespace
