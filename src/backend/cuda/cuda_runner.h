@@ -85,13 +85,20 @@ struct CudaRunnerOptions {
   int mla_decode_sm90_variant = 0;
   // MlaDecodeParams::sm90_min_rows (A/B; the CLI reads DS_MLA_DECODE_SM90_MIN_ROWS=N): 0 = the
   // sm90 kernel only for >= 64 query rows per sequence (128 heads); 16 also takes it for 16
-  // heads x 1 token (V2-Lite) with a partial 64-row tile. Only with mla_decode_sm90.
+  // heads x 1 token (V2-Lite) with a partial 64-row tile. Only with mla_decode_sm90. The kernel
+  // beats the default 16-head kernels at every 16-head anchor of bench kernels (session 7 run 5:
+  // b64 x 4K 92.4 vs 106.5 us, 0.84 of copy), but in the whole model only at some batches
+  // (V2-Lite step, runs 5-7: b8 -1.8%, b32 -1.9%, b1 +1.4-2.3%, b64 x 1K +1.7%, b64 x 4K +4.4%,
+  // level with mla_decode_capacity_plan), so it stays off by default.
   int mla_decode_sm90_min_rows = 0;
   // The sm_90a decode's split plan in decode-only passes (graph hints: max_context = the graph's
   // block-table capacity, 1-2x the longest context) chosen for the whole range of contexts that
-  // capacity covers (MlaDecodeParams::capacity_hints) instead of for the capacity itself. The
-  // CLI reads DS_MLA_DECODE_CAPACITY_PLAN=0 to turn it off.
-  bool mla_decode_capacity_plan = true;
+  // capacity covers (MlaDecodeParams::capacity_hints) instead of for the capacity itself. Off by
+  // default: measured on the H200 (session 7 run 7, the CudaMlaDecodeSm90* and CudaRunner* tests
+  // pass with it on), it fixes the 16-head partial-tile kernel at b64 x 4K (14.49 vs 15.18 ms per
+  // V2-Lite step) but changes nothing measurable for V3's 128 heads (b1 the same plan, b8 5.92
+  // vs 5.88 ms, b64 x 4K 24.97 vs 24.94). The CLI reads DS_MLA_DECODE_CAPACITY_PLAN=1.
+  bool mla_decode_capacity_plan = false;
   // Absorbed-MLA decode split size for small batches: > 0 (a multiple of 64) is the minimum
   // keys per KV split (MlaDecodeParams::kv_chunk) for passes of <= kMlaSmallBatchTokens tokens
   // whose split workspace stays within kMlaSmallBatchWorkspaceBytes; 0 keeps 256 everywhere.
