@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -170,6 +171,33 @@ inline void SetFusions(Fusions f, CudaRunnerOptions* o) {
   const bool on = f == Fusions::kAll;
   o->fused_moe_route = o->fused_moe_shared = o->fused_norm = o->fused_qpe = on;
   o->fused_olat = o->fused_silu16 = o->fused_kvrope = on;
+}
+
+// compare(label, options, graphs) for the decode fusions at their defaults and all on, each
+// with CUDA graphs off and on (the on / off comparisons of a runner option).
+template <class CompareFn>
+void ForFusionsAndGraphs(const std::string& label, const CudaRunnerOptions& base, CompareFn compare) {
+  for (bool all : {false, true}) {
+    CudaRunnerOptions o = base;
+    if (all) SetFusions(Fusions::kAll, &o);
+    for (bool graphs : {false, true}) compare(label + (all ? " fusions=all" : " fusions=default"), o, graphs);
+  }
+}
+
+// fn(name, options with model_dir = that fixture) for each of `names` present in DataDir();
+// returns how many ran (callers skip when none did).
+template <class Fn>
+int ForEachFixture(std::initializer_list<const char*> names, Fn fn) {
+  int ran = 0;
+  for (const char* name : names) {
+    const std::string dir = DataDir() + "/" + name;
+    if (!std::filesystem::exists(dir + "/config.json")) continue;
+    CudaRunnerOptions o;
+    o.model_dir = dir;
+    fn(std::string(name), o);
+    ++ran;
+  }
+  return ran;
 }
 
 // The schedule of the decode-fusion comparisons (RunFusionSchedule): kFusionSeqs sequences,

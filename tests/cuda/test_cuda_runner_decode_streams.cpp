@@ -54,24 +54,12 @@ void CompareStreams(const std::string& label, CudaRunnerOptions o, bool graphs) 
 }
 
 void RunVariants(const std::string& label, const CudaRunnerOptions& base) {
-  for (bool all : {false, true}) {
-    CudaRunnerOptions o = base;
-    if (all) SetFusions(Fusions::kAll, &o);
-    for (bool graphs : {false, true}) CompareStreams(label + (all ? " fusions=all" : " fusions=default"), o, graphs);
-  }
+  ForFusionsAndGraphs(label, base, CompareStreams);
 }
 
 TEST(CudaRunnerDecodeStreams, FixturesMatchWithoutStreams) {
-  int ran = 0;
-  for (const char* name : {"v3_tiny", "v2_lite_tiny", "v3_mla512_tiny", "v3_fp8_tiny"}) {
-    const std::string dir = DataDir() + "/" + name;
-    if (!std::filesystem::exists(dir + "/config.json")) continue;
-    CudaRunnerOptions o;
-    o.model_dir = dir;
-    RunVariants(name, o);
-    ++ran;
-  }
-  if (ran == 0) GTEST_SKIP() << "no fixture";
+  if (ForEachFixture({"v3_tiny", "v2_lite_tiny", "v3_mla512_tiny", "v3_fp8_tiny"}, RunVariants) == 0)
+    GTEST_SKIP() << "no fixture";
 }
 
 TEST(CudaRunnerDecodeStreams, PreciseMatchesWithoutStreams) {

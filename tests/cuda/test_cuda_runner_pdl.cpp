@@ -43,25 +43,11 @@ void ComparePdl(const std::string& label, CudaRunnerOptions o, bool graphs) {
 }
 
 // The decode fusions: the defaults and all seven (PDL must not change their results either).
-void RunVariants(const std::string& label, const CudaRunnerOptions& base) {
-  for (bool all : {false, true}) {
-    CudaRunnerOptions o = base;
-    if (all) SetFusions(Fusions::kAll, &o);
-    for (bool graphs : {false, true}) ComparePdl(label + (all ? " fusions=all" : " fusions=default"), o, graphs);
-  }
-}
+void RunVariants(const std::string& label, const CudaRunnerOptions& base) { ForFusionsAndGraphs(label, base, ComparePdl); }
 
 TEST(CudaRunnerPdl, FixturesMatchWithoutPdl) {
-  int ran = 0;
-  for (const char* name : {"v3_tiny", "v2_lite_tiny", "v3_mla512_tiny", "v3_fp8_tiny"}) {
-    const std::string dir = DataDir() + "/" + name;
-    if (!std::filesystem::exists(dir + "/config.json")) continue;
-    CudaRunnerOptions o;
-    o.model_dir = dir;
-    RunVariants(name, o);
-    ++ran;
-  }
-  if (ran == 0) GTEST_SKIP() << "no fixture";
+  if (ForEachFixture({"v3_tiny", "v2_lite_tiny", "v3_mla512_tiny", "v3_fp8_tiny"}, RunVariants) == 0)
+    GTEST_SKIP() << "no fixture";
 }
 
 // The CUDA-core MLA decode kernel (mla_decode.cu: split kernel + combine) on a fixture: the

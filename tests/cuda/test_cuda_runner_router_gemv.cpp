@@ -48,15 +48,9 @@ void CompareRouter(const std::string& label, CudaRunnerOptions o, bool graphs, b
 }
 
 TEST(CudaRunnerRouterGemv, FixturesMatchCublasRouter) {
-  int ran = 0;
-  for (const char* name : {"v3_tiny", "v2_lite_tiny", "v3_fp8_tiny"}) {
-    const std::string dir = DataDir() + "/" + name;
-    if (!std::filesystem::exists(dir + "/config.json")) continue;
-    CudaRunnerOptions o;
-    o.model_dir = dir;
+  const int ran = ForEachFixture({"v3_tiny", "v2_lite_tiny", "v3_fp8_tiny"}, [](const std::string& name, const CudaRunnerOptions& o) {
     for (bool graphs : {false, true}) CompareRouter(name, o, graphs, /*expect_change=*/false);
-    ++ran;
-  }
+  });
   if (ran == 0) GTEST_SKIP() << "no fixture";
 }
 

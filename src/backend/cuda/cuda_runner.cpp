@@ -462,14 +462,8 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     return;
   }
   if (!L.fp8) {
-    GemmBf16Params g{xa, L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_};
-    g.workspace = LtWorkspace();
-    GemmBf16(g);
-    if (split) {
-      g.x = sc.xlo.as<bf16>();
-      g.accumulate = true;
-      GemmBf16(g);
-    }
+    RunGemmBf16({xa, L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_},
+                split ? sc.xlo.as<bf16>() : nullptr);
     return;
   }
   // In-kernel dequantisation: the grouped GEMM with one group of Mr rows (with sm90_mixed_gemm
@@ -637,13 +631,16 @@ void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, 
   }
   GemmBf16Params g{xa, ldx, w, ldw, y, ldy, DTypeOut::kF32, rows, N, K, false, s_};
   g.batch = batch; g.stride_x = stride_x; g.stride_w = stride_w; g.stride_y = stride_y;
+  RunGemmBf16(g, split ? sc.hlo.as<bf16>() : nullptr);
+}
+
+void CudaModelRunner::RunGemmBf16(GemmBf16Params g, const bf16* x_lo) {
   g.workspace = LtWorkspace();
   GemmBf16(g);
-  if (split) {
-    g.x = sc.hlo.as<bf16>();
-    g.accumulate = true;
-    GemmBf16(g);
-  }
+  if (x_lo == nullptr) return;
+  g.x = x_lo;
+  g.accumulate = true;
+  GemmBf16(g);
 }
 
 void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {

@@ -18,6 +18,7 @@
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/moe_route_permute.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/skinny_gemm.h"
@@ -132,6 +133,9 @@ class CudaModelRunner : public ModelRunner {
   // SplitBf16 where the GEMM takes bf16 activations (LinearInput::kBf16; x may then be null).
   void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
                  const bf16* x16 = nullptr);
+  // cuBLASLt bf16 GEMM g on this branch's workspace (LtWorkspace); with x_lo (the lo half of a
+  // bf16 hi + lo split of the activations, same layout as g.x) a second GEMM adds x_lo's product.
+  void RunGemmBf16(GemmBf16Params g, const bf16* x_lo);
   // Debug (fp8_emulate_act_quant): y = dequant(quant(x)) @ dequant(W)^T, x quantised to e4m3
   // per 1x128 group exactly as the cuBLASLt path does (Fp8QuantizePerTokenGroup), both
   // dequantised operands carried as bf16 hi + lo (~16-bit): three bf16 GEMMs, fp32 accumulation.
