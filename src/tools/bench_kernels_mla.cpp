@@ -1,0 +1,389 @@
+// `dsinfer bench kernels`: the MLA decode and prefill families (conventions in bench_kernels.cpp's
+// file comment: FLOPs and bytes as FlashMLA's table counts them).
+#ifdef DS_WITH_CUDA
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fill_random.h"
+#include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_prefill.h"
+#include "common/check.h"
+#include "tools/bench_kernels.h"
+
+namespace ds::bench_kernels {
+
+using namespace ds::cuda;
+
+MlaTables& MlaResults() {
+  static MlaTables t;
+  return t;
+}
+
+// ---------------------------------------------------------------- MLA decode
+// Times MLA decode at `ctx` (one entry per sequence) with q_len query tokens per sequence.
+double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
+                     const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
+                     int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0, bool sm90 = false,
+                     int sm90_variant = 0, int tc_fused_combine = 0, int64_t sm90_min_rows = 0) {
+  const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
+  int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
+  for (auto c : ctx) {
+    pages += (c + bs - 1) / bs;
+    max_blocks = std::max<int64_t>(max_blocks, (c + bs - 1) / bs);
+    max_ctx = std::max<int64_t>(max_ctx, c);
+    total += c;
+  }
+  const double cache_bytes = double(pages) * bs * L * 2;
+  const int nsets = SetsFor(cache_bytes, 8);
+  Buf cache(static_cast<size_t>(pages * nsets * bs * L * 2));
+  FillUniformBf16(cache.as<__nv_bfloat16>(), pages * nsets * bs * L, b.NextSeed(), -1, 1, b.st());
+  std::mt19937 rng(static_cast<uint32_t>(b.NextSeed()));
+  std::vector<std::unique_ptr<Buf>> tables;
+  for (int set = 0; set < nsets; ++set) {
+    std::vector<int32_t> perm(pages);
+    std::iota(perm.begin(), perm.end(), static_cast<int32_t>(set * pages));
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> t(S * max_blocks, -1);
+    int64_t used = 0;
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t k = 0; k < (ctx[s] + bs - 1) / bs; ++k) t[s * max_blocks + k] = perm[used++];
+    tables.push_back(Upload(t));
+  }
+  std::vector<int32_t> qs{0};
+  for (int64_t s = 0; s < S; ++s) qs.push_back(qs.back() + qlen);
+  const int64_t T = qs.back();
+  auto dqs = Upload(qs);
+  auto dctx = Upload(ctx);
+  Buf q(T * H * L * 4), out(T * H * kvl * 2);
+  FillUniformF32(q.as<float>(), T * H * L, b.NextSeed(), -0.5f, 0.5f, b.st());
+  Buf ws(static_cast<size_t>(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, 256) * 4));
+  Buf split_cnt(static_cast<size_t>(S) * sizeof(uint32_t));  // tc_fused_combine: zeroed once, self-resetting
+  DS_CUDA_CHECK(cudaMemsetAsync(split_cnt.as<void>(), 0, split_cnt.bytes(), b.st()));
+  MlaDecodeParams p{};
+  p.q = q.as<float>(); p.q_tok_stride = H * L; p.q_head_stride = L;
+  p.cache = cache.as<__nv_bfloat16>(); p.num_tokens = T; p.num_seqs = S; p.heads = H; p.kv_lora = kvl; p.rope_dim = 64;
+  p.block_size = bs; p.query_start = dqs->as<int32_t>(); p.context_lens = dctx->as<int32_t>();
+  p.max_blocks = max_blocks; p.max_context = max_ctx; p.kv_chunk = 256; p.softmax_scale = 0.1352f;
+  p.workspace = ws.as<float>(); p.out = out.as<void>(); p.o_tok_stride = H * kvl; p.o_head_stride = kvl;
+  p.out_type = DTypeOut::kBF16; p.stream = b.st(); p.tensor_cores = tc; p.total_context = total; p.max_q_len = qlen;
+  p.tc_stages = tc_stages; p.tc_blocks_per_sm = tc_blocks_per_sm; p.tc_rows_per_warp = tc_rows_per_warp;
+  p.tc_fast_io = tc_fast_io; p.tc_kernel = tc_kernel; p.tc_cluster_merge = tc_cluster_merge;
+  p.sm90 = sm90; p.cache_rows = pages * nsets * bs; p.sm90_variant = sm90_variant; p.sm90_min_rows = sm90_min_rows;
+  p.tc_fused_combine = tc_fused_combine; p.split_counters = split_cnt.as<uint32_t>(); p.split_counter_count = S;
+  if (sm90) {
+    DS_CHECK(MlaDecodeSm90Selected(p)) << "bench: the sm90 MLA decode kernel does not apply to " << label;
+  }
+  const double us = b.TimeUs([&](int i) {
+    MlaDecodeParams pi = p;
+    pi.block_table = tables[i]->as<int32_t>();
+    MlaDecodeAttention(pi);
+  }, nsets, tc ? 20 : 3, tc ? 400 : 150);
+  const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
+  const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
+  std::string kernel = sm90 ? "mla_decode_sm90" : tc ? "mla_decode_tc" : "mla_decode_cudacore";
+  if (sm90 && H * qlen < 64) kernel += "[partial-tile]";
+  if (sm90 && sm90_variant > 0) kernel += sm90_variant == 1 ? "[seesaw]" : "[seesaw,late-release]";
+  if (tc && !sm90 &&
+      (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge || tc_fused_combine))
+    kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") +
+              (tc_fused_combine ? "fused-combine," : "") + "stages" +
+              std::to_string(tc_stages ? tc_stages : 3) +
+              ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
+              std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
+  b.Add(kernel, label, us, bytes, flops, false, note);
+  return us;
+}
+
+std::vector<int32_t> Uniform(int batch, int ctx) { return std::vector<int32_t>(batch, ctx); }
+std::vector<int32_t> HalfLongHalfShort(int batch, int lo, int hi) {
+  std::vector<int32_t> v(batch);
+  for (int i = 0; i < batch; ++i) v[i] = i % 2 ? lo : hi;
+  return v;
+}
+
+struct Anchor { int H, batch, ctx, qlen; bool mixed; double flashmla_us; const char* name; };
+// FlashMLA on the project's H200 (shared/docs/ANCHORS.md, 2026-11-29).
+const Anchor kAnchors[] = {
+    {128, 128, 4096, 1, false, 244.8, "h128 b128 4K"},     {128, 64, 4096, 1, false, 134.9, "h128 b64 4K"},
+    {128, 128, 4096, 2, false, 453.9, "h128 b128 4K q2"},  {16, 64, 4096, 1, false, 106.1, "h16 b64 4K"},
+    {16, 128, 8192, 1, false, 295.0, "h16 b128 8K"},       {128, 64, 0, 1, true, 464.5, "h128 b64 half32K+half512"},
+    {16, 64, 0, 1, true, 313.2, "h16 b64 half32K+half512"}, {128, 1, 32768, 1, false, 65.2, "h128 b1 32K"},
+};
+
+
+void MlaDecodeAnchors(Bench& b) {
+  for (const auto& a : kAnchors) {
+    if (b.OutOfTime()) { b.skipped.push_back(std::string("mla_decode_tc ") + a.name); continue; }
+    const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
+    const double us = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
+                                    "FlashMLA " + std::to_string(a.flashmla_us).substr(0, 5) + " us");
+    // Before: the row-tile kernel in run 1's configuration (the default until this change).
+    const double before = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "run-1 configuration (before)", 3, 2, 16, -1, 1);
+    MlaResults().anchors.push_back({a.name, a.flashmla_us, us, before});
+    if (a.H * a.qlen <= 16) {  // the alternatives for 16 rows: row-tile kernel at its best run-2 knobs, ws chunk sizing
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "row-tile, best of run 2", 2, 2, 16, 1, 1);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 2 blocks/SM", 0, 2, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, chunks for 4 blocks/SM", 0, 4, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, 3 pairs x 3 stages, 1 block/SM", 3, 0, 0, 0, 0);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, cluster merge (2-8 splits)", 0, 0, 0, 0, 0, 1);
+      // tc_fused_combine (opt-in): the last block of each sequence merges its splits, no combine launch.
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "warp-split, fused combine", 0, 0, 0, 0, 0, 0, false, 0, 1);
+    } else {  // 128 heads: the chunk sizing of run 1 (2 blocks/SM) with the new default fast io
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "bpsm 2 (run-2 tune winner was bpsm 1)", 3, 2, 16, 1, 0);
+    }
+    if (a.mixed) {
+      // Prediction from the total context: a uniform batch of the same size and total.
+      const double uni = MlaDecodeCase(b, a.H, Uniform(a.batch, (512 + 32768) / 2), 1, true,
+                                       std::string("h") + std::to_string(a.H) + " b64 16640 (uniform, same total)");
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "%s: mixed %.1f us vs uniform same-total %.1f us -> %.3fx (need <= 1.1x)", a.name,
+                    us, uni, us / uni);
+      MlaResults().mixed_checks.push_back(buf);
+      std::printf("mixed check: %s\n", buf);
+    }
+  }
+  // The CUDA-core kernel (the reference/fallback) at two anchor shapes, for the record.
+  if (!b.OutOfTime()) MlaDecodeCase(b, 128, Uniform(64, 4096), 1, false, "h128 b64 4K", "old kernel");
+  if (!b.OutOfTime()) MlaDecodeCase(b, 16, Uniform(64, 4096), 1, false, "h16 b64 4K", "old kernel");
+}
+
+// The tensor-core kernel's tuning knobs at the anchor shapes (the defaults are measured above).
+// The sm_90a wgmma kernel (mla_decode_sm90.cu, the runner's default since session 4) and its "seesaw"
+// variants (MlaDecodeParams::sm90_variant = 1 / 2; not timed when their op tests failed) at the
+// anchors they apply to (>= 64 query rows per sequence: 128 heads), beside the default
+// tensor-core path timed in the same family.
+
+void MlaDecodeSm90Anchors(Bench& b) {
+  for (const auto& a : kAnchors) {
+    if (b.OutOfTime()) { b.skipped.push_back(std::string("mla_decode_sm90 ") + a.name); continue; }
+    const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
+    const std::string note = "FlashMLA " + std::to_string(a.flashmla_us).substr(0, 5) + " us";
+    if (a.H * a.qlen < 64) {
+      // 16 heads: the sm_90a kernel with a partial 64-row tile (MlaDecodeParams::sm90_min_rows)
+      // beside the default tensor-core path, timed in the same family.
+      const double part = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", partial 64-row tile", 0, 0, 0,
+                                        0, 0, 0, true, 0, 0, a.H * a.qlen);
+      const double tc = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
+      MlaResults().sm90.push_back({a.name, a.flashmla_us, part, -1.0, -1.0, tc});
+      continue;
+    }
+    const double sm90 = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note, 0, 0, 0, 0, 0, 0, true);
+    // DS_BENCH_SKIP_SM90_SEESAW=<digits> (set by the caller, e.g. around scripts/gpu_e2e.sh
+    // E2E_KERNELS=1: the seesaw variants whose op tests hung or failed, e.g. "12"): those are not
+    // timed (-1 in the table).
+    const char* skip_env = std::getenv("DS_BENCH_SKIP_SM90_SEESAW");
+    const std::string skip_ss = skip_env ? skip_env : "";
+    const double seesaw = skip_ss.find('1') != std::string::npos ? -1.0
+                               : MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", seesaw variant 1", 0, 0, 0,
+                                               0, 0, 0, true, 1);
+    const double seesaw2 = skip_ss.find('2') != std::string::npos ? -1.0
+                                : MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", seesaw variant 2", 0, 0,
+                                                0, 0, 0, 0, true, 2);
+    const double tc = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
+    MlaResults().sm90.push_back({a.name, a.flashmla_us, sm90, seesaw, seesaw2, tc});
+  }
+}
+
+void MlaDecodeTune(Bench& b) {
+  // {stages, blocks per SM, rows per warp, fast io}; rows 32 only changes 64-row blocks (128 heads).
+  const int knobs[][4] = {{3, 2, 16, 1}, {3, 2, 32, 1}, {2, 2, 32, 1}, {2, 2, 16, 1}, {2, 4, 16, 1},
+                          {3, 4, 16, 1}, {3, 1, 16, 1}, {3, 2, 32, 0}, {2, 4, 16, 0}};
+  for (const auto& a : kAnchors)
+    for (const auto& k : knobs) {
+      if (k[2] == 32 && a.H * a.qlen <= 32) continue;
+      const std::string name = std::string(a.name) + " stages" + std::to_string(k[0]) + " bpsm" + std::to_string(k[1]) +
+                               " rows" + std::to_string(k[2]) + (k[3] ? " fastio" : "");
+      if (b.OutOfTime()) { b.skipped.push_back("mla_decode_tc " + name); continue; }
+      const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
+      MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "", k[0], k[1], k[2], k[3] ? 1 : -1, 1);
+    }
+}
+
+void MlaDecodeSweep(Bench& b) {
+  const std::vector<int> batches = b.quick() ? std::vector<int>{1, 64} : std::vector<int>{1, 8, 32, 64, 128, 256};
+  const std::vector<int> ctxs = b.quick() ? std::vector<int>{4096} : std::vector<int>{1024, 4096, 16384, 32768};
+  for (int H : {16, 128})
+    for (int bt : batches)
+      for (int c : ctxs) {
+        const std::string name = "h" + std::to_string(H) + " b" + std::to_string(bt) + " ctx" + std::to_string(c);
+        if (b.OutOfTime()) { b.skipped.push_back("mla_decode_tc " + name); continue; }
+        MlaDecodeCase(b, H, Uniform(bt, c), 1, true, name);
+      }
+}
+
+// ---------------------------------------------------------------- MLA prefill
+void MlaPrefillCase(Bench& b, int64_t T) {
+  const int64_t H = 128, dn = 128, dr = 64, dv = 128;
+  Buf q(T * H * (dn + dr) * 4), kn(T * H * dn * 4), kr(T * dr * 4), v(T * H * dv * 4), out(T * H * dv * 2);
+  FillUniformF32(q.as<float>(), T * H * (dn + dr), b.NextSeed(), -1, 1, b.st());
+  FillUniformF32(kn.as<float>(), T * H * dn, b.NextSeed(), -1, 1, b.st());
+  FillUniformF32(kr.as<float>(), T * dr, b.NextSeed(), -1, 1, b.st());
+  FillUniformF32(v.as<float>(), T * H * dv, b.NextSeed(), -1, 1, b.st());
+  auto qs = Upload(std::vector<int32_t>{0, static_cast<int32_t>(T)});
+  auto pos0 = Upload(std::vector<int32_t>{0});
+  MlaPrefillParams p{};
+  p.q = q.as<float>(); p.q_tok_stride = H * (dn + dr); p.q_head_stride = dn + dr;
+  p.k_nope = kn.as<float>(); p.kn_tok_stride = H * dn; p.kn_head_stride = dn;
+  p.k_rope = kr.as<float>(); p.kr_tok_stride = dr; p.kr_head_stride = 0;
+  p.v = v.as<float>(); p.v_tok_stride = H * dv; p.v_head_stride = dv;
+  p.out = out.as<void>(); p.o_tok_stride = H * dv; p.o_head_stride = dv; p.out_type = DTypeOut::kBF16;
+  p.num_seqs = 1; p.heads = H; p.d_nope = dn; p.d_rope = dr; p.dv = dv;
+  p.q_start = qs->as<int32_t>(); p.k_start = qs->as<int32_t>(); p.q_pos0 = pos0->as<int32_t>();
+  p.max_q_len = T; p.softmax_scale = 0.0722f; p.stream = b.st();
+  const double us = b.TimeUs([&](int) { MlaPrefillAttention(p); }, 1, 3, 300);
+  const double flops = 2.0 * H * (double(T) * (T + 1) / 2) * (dn + dr + dv);
+  const double bytes = double(T) * H * (dn + dr + dn + dv) * 4 + double(T) * dr * 4 + double(T) * H * dv * 2;
+  b.Add("mla_prefill_fp32cuda", "h128 T" + std::to_string(T) + " causal", us, bytes, flops, false,
+        "CUDA-core fp32 tiles (the fallback kernel; tensor cores: mla_prefill_tc)");
+}
+
+constexpr int kPrefillSm90 = 90;          // MlaPrefillTcCase's variant for the sm_90a kernel
+constexpr int kPrefillSm90PingPong = 91;  // the same with sm90_pingpong
+void MlaPrefillTcCase(Bench& b, int64_t H, int64_t nseq, int64_t nq, int64_t nk, int variant);
+
+// MLA prefill over `nseq` fresh prompts of `len` tokens each (one launch, the runner's
+// layouts: kv_b_proj output [T, H, 128 nope | 128 v], k_rope inside the [T, 576] latent rows),
+// fp32 CUDA-core kernel (block_q 0) or a tensor-core kernel (block_q 64 / 128: mma.sync,
+// kPrefillSm90 / kPrefillSm90PingPong: sm_90a; MlaPrefillTcCase). FLOPs count only the
+// unmasked (causal) half: 2 x H x sum_s len(len+1)/2 x (192 + 128).
+void MlaPrefillBatchCase(Bench& b, int64_t H, int64_t nseq, int64_t len, int block_q) {
+  if (block_q != 0) {
+    MlaPrefillTcCase(b, H, nseq, len, len, block_q);
+    return;
+  }
+  const int64_t dn = 128, dr = 64, dv = 128, T = nseq * len;
+  std::vector<int32_t> qs{0}, pos0(nseq, 0);
+  for (int64_t s = 0; s < nseq; ++s) qs.push_back(static_cast<int32_t>((s + 1) * len));
+  auto dqs = Upload(qs);
+  auto dpos0 = Upload(pos0);
+  Buf q(T * H * (dn + dr) * 4), out(T * H * dv * 4);
+  FillUniformF32(q.as<float>(), T * H * (dn + dr), b.NextSeed(), -1, 1, b.st());
+  const std::string shape = "h" + std::to_string(H) + " " + std::to_string(nseq) + "x" + std::to_string(len) + " causal";
+  const double flops = 2.0 * H * (double(nseq) * len * (len + 1) / 2) * (dn + dr + dv);
+  {
+    Buf kv(T * H * (dn + dv) * 4), kr(T * dr * 4);
+    FillUniformF32(kv.as<float>(), T * H * (dn + dv), b.NextSeed(), -1, 1, b.st());
+    FillUniformF32(kr.as<float>(), T * dr, b.NextSeed(), -1, 1, b.st());
+    MlaPrefillParams p{};
+    p.q = q.as<float>(); p.q_tok_stride = H * (dn + dr); p.q_head_stride = dn + dr;
+    p.k_nope = kv.as<float>(); p.kn_tok_stride = H * (dn + dv); p.kn_head_stride = dn + dv;
+    p.k_rope = kr.as<float>(); p.kr_tok_stride = dr; p.kr_head_stride = 0;
+    p.v = kv.as<float>() + dn; p.v_tok_stride = H * (dn + dv); p.v_head_stride = dn + dv;
+    p.out = out.as<void>(); p.o_tok_stride = H * dv; p.o_head_stride = dv; p.out_type = DTypeOut::kF32;
+    p.num_seqs = nseq; p.heads = H; p.d_nope = dn; p.d_rope = dr; p.dv = dv;
+    p.q_start = dqs->as<int32_t>(); p.k_start = dqs->as<int32_t>(); p.q_pos0 = dpos0->as<int32_t>();
+    p.max_q_len = len; p.softmax_scale = 0.0722f; p.stream = b.st();
+    const double us = b.TimeUs([&](int) { MlaPrefillAttention(p); }, 1, 3, 300);
+    b.Add("mla_prefill_fp32cuda", shape, us, 0, flops, false, "old kernel: CUDA-core fp32, fp32 K/V");
+  }
+}
+
+// Tensor-core MLA prefill over `nseq` sequences of `nq` new tokens each after nk - nq cached
+// ones (nk == nq: fresh prompts), one launch, the runner's layouts (kv_b_proj output [Tk, H,
+// 128 nope | 128 v] bf16, k_rope inside the [Tk, 576] bf16 latent rows, q [Tq, H, 192] fp32,
+// fp32 out): the mma.sync kernel (variant 64 / 128 = block_q) or the sm_90a kernel (variant
+// kPrefillSm90, or kPrefillSm90PingPong for its ping-pong variant). FLOPs count only the
+// visible keys: 2 x H x nseq x (nq (nk - nq) + nq (nq + 1) / 2) x (192 + 128).
+void MlaPrefillTcCase(Bench& b, int64_t H, int64_t nseq, int64_t nq, int64_t nk, int variant) {
+  const int64_t dn = 128, dr = 64, dv = 128, L = 576, Tq = nseq * nq, Tk = nseq * nk;
+  std::vector<int32_t> qs{0}, ks{0}, pos0(nseq, static_cast<int32_t>(nk - nq));
+  for (int64_t s = 0; s < nseq; ++s) {
+    qs.push_back(static_cast<int32_t>((s + 1) * nq));
+    ks.push_back(static_cast<int32_t>((s + 1) * nk));
+  }
+  std::string shape = "h" + std::to_string(H) + " " + std::to_string(nseq) + "x" + std::to_string(nq);
+  if (nk != nq) shape += " after " + std::to_string(nk - nq);
+  shape += " causal";
+  const double visible = double(nseq) * (double(nq) * (nk - nq) + double(nq) * (nq + 1) / 2);
+  const double flops = 2.0 * H * visible * (dn + dr + dv);
+  auto dqs = Upload(qs);
+  auto dks = Upload(ks);
+  auto dpos0 = Upload(pos0);
+  Buf q(Tq * H * (dn + dr) * 4), out(Tq * H * dv * 4), kv(Tk * H * (dn + dv) * 2), lat(Tk * L * 2);
+  FillUniformF32(q.as<float>(), Tq * H * (dn + dr), b.NextSeed(), -1, 1, b.st());
+  FillUniformBf16(kv.as<__nv_bfloat16>(), Tk * H * (dn + dv), b.NextSeed(), -1, 1, b.st());
+  FillUniformBf16(lat.as<__nv_bfloat16>(), Tk * L, b.NextSeed(), -1, 1, b.st());
+  MlaPrefillTcParams p{};
+  p.q = q.as<float>(); p.q_tok_stride = H * (dn + dr); p.q_head_stride = dn + dr;
+  p.k_nope = kv.as<__nv_bfloat16>(); p.kn_tok_stride = H * (dn + dv); p.kn_head_stride = dn + dv;
+  p.k_rope = lat.as<__nv_bfloat16>() + 512; p.kr_tok_stride = L; p.kr_head_stride = 0;
+  p.v = kv.as<__nv_bfloat16>() + dn; p.v_tok_stride = H * (dn + dv); p.v_head_stride = dn + dv;
+  p.out = out.as<void>(); p.o_tok_stride = H * dv; p.o_head_stride = dv; p.out_type = DTypeOut::kF32;
+  p.num_seqs = nseq; p.heads = H; p.d_nope = dn; p.d_rope = dr; p.dv = dv;
+  p.q_start = dqs->as<int32_t>(); p.k_start = dks->as<int32_t>(); p.q_pos0 = dpos0->as<int32_t>();
+  p.max_q_len = nq; p.softmax_scale = 0.0722f; p.stream = b.st(); p.total_k = Tk;
+  if (variant == kPrefillSm90 || variant == kPrefillSm90PingPong) {
+    const bool pingpong = variant == kPrefillSm90PingPong;
+    const std::string kernel = pingpong ? "mla_prefill_sm90[pingpong]" : "mla_prefill_sm90";
+    p.sm90_pingpong = pingpong;
+    // DS_BENCH_SKIP_SM90_PREFILL=1 (set by the caller, e.g. around scripts/gpu_e2e.sh
+    // E2E_KERNELS=1, when the kernel's op tests failed): skip it, so a crashing kernel cannot take
+    // the rest of the bench down.
+    const char* skip = std::getenv("DS_BENCH_SKIP_SM90_PREFILL");
+    if (skip && std::string(skip) == "1") {
+      b.skipped.push_back(kernel + " " + shape + " (DS_BENCH_SKIP_SM90_PREFILL)");
+      return;
+    }
+    if (!MlaPrefillSm90Supported(p)) {
+      std::printf("%-28s %-44s not supported here (needs an sm_90 device)\n", kernel.c_str(), shape.c_str());
+      b.skipped.push_back(kernel + " " + shape + " (unsupported)");
+      return;
+    }
+    const double us = b.TimeUs([&](int) { MlaPrefillAttentionSm90(p); }, 1, 5, 300);
+    b.Add(kernel, shape, us, 0, flops, false,
+          std::string("sm_90a: TMA + wgmma, producer/consumer warpgroups") + (pingpong ? ", ping-pong" : "") +
+              "; bf16 q/k/v/P, fp32 accumulate, fp32 out");
+    return;
+  }
+  p.block_q = variant;
+  const double us = b.TimeUs([&](int) { MlaPrefillAttentionTc(p); }, 1, 5, 300);
+  b.Add("mla_prefill_tc[bq" + std::to_string(variant) + "]", shape, us, 0, flops, false,
+        "tensor cores: bf16 q/k/v/P, fp32 accumulate, fp32 out");
+}
+
+// Old vs tensor-core (mma.sync bq64 / bq128) vs sm_90a prefill kernel at 1 x 4K, 4 x 1K and
+// 16 x 4K tokens, 16 (V2-Lite) and 128 (V3) heads. The old kernel is skipped at 128 heads x
+// 16 x 4K (~1.5 s a launch). Variant 0 = old, 64 / 128 = mma.sync block_q, kPrefillSm90 (90),
+// kPrefillSm90PingPong (91).
+void MlaPrefillCompare(Bench& b) {
+  struct Shape { int64_t nseq, len; };
+  for (int64_t H : {16, 128})
+    for (Shape sh : {Shape{1, 4096}, Shape{4, 1024}, Shape{16, 4096}})
+      for (int bq : {0, 64, 128, kPrefillSm90, kPrefillSm90PingPong}) {
+        const std::string name = "mla_prefill h" + std::to_string(H) + " " + std::to_string(sh.nseq) + "x" +
+                                 std::to_string(sh.len) + " variant " + std::to_string(bq);
+        if (b.OutOfTime() || (bq == 0 && H == 128 && sh.nseq == 16)) { b.skipped.push_back(name); continue; }
+        MlaPrefillBatchCase(b, H, sh.nseq, sh.len, bq);
+      }
+}
+
+// Long prefills on the tensor-core kernels (mma.sync bq128 vs sm_90a, plain and ping-pong): 128 heads x one 8K /
+// 16K / 32K-token prompt, and issue 7's trace case at 16 heads: an 8192-token chunk after
+// 57344 cached tokens (8K queries x 64K keys). --quick: the 8K prompt and the trace case.
+void MlaPrefillLong(Bench& b) {
+  struct Shape { int64_t H, nq, nk; };
+  std::vector<Shape> shapes{{128, 8192, 8192}, {16, 8192, 65536}};
+  if (!b.quick()) {
+    shapes.push_back({128, 16384, 16384});
+    shapes.push_back({128, 32768, 32768});
+  }
+  for (const Shape& sh : shapes)
+    for (int v : {128, kPrefillSm90, kPrefillSm90PingPong}) {
+      if (b.OutOfTime()) {
+        b.skipped.push_back("mla_prefill long h" + std::to_string(sh.H) + " " + std::to_string(sh.nq) + "x" +
+                            std::to_string(sh.nk) + " variant " + std::to_string(v));
+        continue;
+      }
+      MlaPrefillTcCase(b, sh.H, 1, sh.nq, sh.nk, v);
+    }
+}
+
+}  // namespace ds::bench_kernels
+#endif  // DS_WITH_CUDA
