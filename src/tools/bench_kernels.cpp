@@ -956,10 +956,17 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
   }
   if (!MlaResults().sm90.empty()) {
     s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\n| case | FlashMLA us | sm90 us | FlashMLA time / sm90 (need >= 0.95) | seesaw v1 us | FlashMLA / v1 | seesaw v2 us | FlashMLA / v2 | default tc us |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    // A variant not timed (skipped, or not applicable: the 16-head partial-tile rows) is "-".
+    const auto us_and_ratio = [](double flashmla_us, double us) {
+      char c[64];
+      if (us > 0) std::snprintf(c, sizeof c, "%.1f | %.2f", us, flashmla_us / us);
+      else std::snprintf(c, sizeof c, "- | -");
+      return std::string(c);
+    };
     for (const auto& a : MlaResults().sm90) {
-      std::snprintf(buf, sizeof buf, "| %s | %.1f | %.1f | %.2f | %.1f | %.2f | %.1f | %.2f | %.1f |\n", a.name.c_str(),
-                    a.flashmla_us, a.sm90_us, a.flashmla_us / a.sm90_us, a.seesaw_us, a.flashmla_us / a.seesaw_us,
-                    a.seesaw2_us, a.flashmla_us / a.seesaw2_us, a.tc_us);
+      std::snprintf(buf, sizeof buf, "| %s | %.1f | %s | %s | %s | %.1f |\n", a.name.c_str(), a.flashmla_us,
+                    us_and_ratio(a.flashmla_us, a.sm90_us).c_str(), us_and_ratio(a.flashmla_us, a.seesaw_us).c_str(),
+                    us_and_ratio(a.flashmla_us, a.seesaw2_us).c_str(), a.tc_us);
       s += buf;
     }
     s += "\n";
