@@ -4,9 +4,6 @@
 // fragment layouts); the tensor-map fields: CUDA driver API, cuTensorMapEncodeTiled.
 #include "backend/cuda/fp8_gemv.h"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -15,6 +12,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
+#include "backend/cuda/fp8_gemv_common.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "common/check.h"
@@ -22,99 +20,37 @@
 namespace ds::cuda {
 namespace {
 
+using fp8gemv::Aligned16;
+using fp8gemv::BarExpectTxOnly;
+using fp8gemv::CounterBytes;
+using fp8gemv::CpAsync4;
+using fp8gemv::CpAsyncArriveNoinc;
+using fp8gemv::CtaOf;
+using fp8gemv::EvictFirstPolicy;
+using fp8gemv::EvictLastPolicy;
+using fp8gemv::kABoxBytes;
+using fp8gemv::kConsumerWarps;
+using fp8gemv::kMinUnitsPerCta;
+using fp8gemv::kPartialBytesPerCta;
+using fp8gemv::kStageBytes;
+using fp8gemv::kStages;
+using fp8gemv::kThreads;
+using fp8gemv::kTileRows;
+using fp8gemv::kUnitK;
+using fp8gemv::kWBytes;
+using fp8gemv::MakeMap;
+using fp8gemv::MbarWait;
+using fp8gemv::StageFrags;
+using fp8gemv::StageMma;
+using fp8gemv::TmaLoad2d;
 using sm90::BarArrive;
 using sm90::BarInit;
-using sm90::BarTryWait;
 using sm90::FenceProxyAsync;
 using sm90::SmemAddr;
 
-// ---- geometry of the TMA path
-constexpr int kTileRows = 128;                      // weight rows per unit (one scale block)
-constexpr int kUnitK = 128;                         // k per unit (one scale block)
-constexpr int kConsumerWarps = kTileRows / 16;      // 16 weight rows (one mma tile) each
-constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
-constexpr int kStages = 6;
-constexpr int kWBytes = kTileRows * kUnitK;         // weights of one unit: 128 rows x 128 bytes
-constexpr int kABoxBytes = 8 * 64 * 2;              // activations: 8 rows x 64 k bf16 (one TMA box)
-constexpr int kStageBytes = kWBytes + 2 * kABoxBytes;  // 18 KB, a multiple of 1024 (swizzle atoms)
+// ---- geometry of the TMA path (the ring's: fp8_gemv_common.cuh)
 constexpr int kBarBytes = 2 * kStages * 8 + kStages * 4;  // full / empty mbarriers, scales
 constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kBarBytes;  // + alignment slack
-constexpr int kMinUnitsPerCta = 2;
-constexpr size_t kPartialBytesPerCta = size_t{2} * kConsumerWarps * 32 * 16;  // 2 slots x 8 warps x 32 lanes x float4
-
-static_assert(kStageBytes % 1024 == 0, "stages must keep the 1024-byte alignment of the 128-byte swizzle");
-
-// ---- device helpers
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  while (!BarTryWait(bar, parity)) {
-  }
-}
-// Adds `bytes` to the transaction count of the barrier's current phase, without an arrival.
-__device__ __forceinline__ void BarExpectTxOnly(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ uint64_t EvictFirstPolicy() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-  return pol;
-}
-__device__ __forceinline__ uint64_t EvictLastPolicy() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
-  return pol;
-}
-// One 2-D box of `map` at coordinates (x = innermost, y) into shared memory at dst, completing
-// its bytes on the mbarrier, with an L2 cache-policy hint.
-__device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar,
-                                          uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "l"(policy)
-      : "memory");
-}
-// 4 bytes global -> shared (cp.async), and an arrival on `bar` once this thread's cp.asyncs land.
-__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-
-__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t r;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-  return r;
-}
-__device__ __forceinline__ uint32_t Bf16x2Mul2p120(uint32_t t) {
-  __nv_bfloat162 v;
-  __builtin_memcpy(&v, &t, 4);
-  v = __hmul2(v, __nv_bfloat162(__float2bfloat16_rn(0x1p120f), __float2bfloat16_rn(0x1p120f)));
-  __builtin_memcpy(&t, &v, 4);
-  return t;
-}
-// Four e4m3 bytes x = [b3 b2 b1 b0] to two bf16x2, exactly: even = (b0, b2), odd = (b1, b3)
-// (low half first). An e4m3 byte's sign moves to bf16 bit 15 and its 7 exponent/mantissa bits
-// to bf16 bits 4..10, which is the value times 2^-120 for normal and subnormal e4m3 alike (bf16
-// has 8 exponent bits: e4m3's exponent field lands in its low 4, its 3 mantissa bits on top of
-// bf16's 7); one bf16 multiply by 2^120 (exact) restores it. The odd bytes already sit in the
-// high byte of each 16-bit half (sign in place, magnitude >> 4); the even ones are shifted up 8
-// first. The caller pairs (b0, b2) and (b1, b3) with the same activation permutation.
-__device__ __forceinline__ void E4m3x4ToBf16(uint32_t x, uint32_t& even, uint32_t& odd) {
-  odd = Bf16x2Mul2p120(((x >> 4) & 0x07F007F0u) | (x & 0x80008000u));
-  even = Bf16x2Mul2p120(((x << 4) & 0x07F007F0u) | ((x << 8) & 0x80008000u));
-}
-
-// D += A(16x16, row) * B(16x8, col), bf16 in, fp32 accumulate.
-__device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 struct KArgs {
   const float* scales;  // [tiles, kb] (tiles = ceil(N / 128) = the scale blocks along N)
@@ -126,9 +62,6 @@ struct KArgs {
   float4* partials;     // [ctas, 2, 8 warps, 32 lanes]
   bool out_bf16;
 };
-
-// The CTA whose unit range holds unit u: the largest c with c * U / C <= u.
-__device__ __forceinline__ int64_t CtaOf(int64_t u, int64_t U, int64_t C) { return ((u + 1) * C - 1) / U; }
 
 // The TMA path (see fp8_gemv.h). Shared memory: kStages x [weights 128 x 128 B | activations
 // 2 x (8 x 128 B)], every box 128-byte swizzled (16-byte chunk c of row r at chunk c ^ (r % 8)).
@@ -207,34 +140,21 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int i = 0; i < n_units; ++i) {
     MbarWait(bar_full + st * 8, phase);
     const uint8_t* stage = sm + st * kStageBytes;
-    const uint4 wa0 = *reinterpret_cast<const uint4*>(stage + w_off0);
-    const uint4 wa1 = *reinterpret_cast<const uint4*>(stage + w_off1);
-    const uint4 wb0 = *reinterpret_cast<const uint4*>(stage + w_off0 + 8 * 128);  // row r + 8: same swizzle
-    const uint4 wb1 = *reinterpret_cast<const uint4*>(stage + w_off1 + 8 * 128);
-    uint4 av[4];
+    StageFrags f;  // the lane's fragments of the stage, then the tensor-core math (fp8_gemv_common.cuh)
+    f.wa0 = *reinterpret_cast<const uint4*>(stage + w_off0);
+    f.wa1 = *reinterpret_cast<const uint4*>(stage + w_off1);
+    f.wb0 = *reinterpret_cast<const uint4*>(stage + w_off0 + 8 * 128);  // row r + 8: same swizzle
+    f.wb1 = *reinterpret_cast<const uint4*>(stage + w_off1 + 8 * 128);
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      av[e] = *reinterpret_cast<const uint4*>(stage + a_off + (((4 * (q & 1) + e) ^ g) << 4));
+      f.av[e] = *reinterpret_cast<const uint4*>(stage + a_off + (((4 * (q & 1) + e) ^ g) << 4));
     const float sc = scale_sm[st];
     __syncwarp();
     if (lane == 0) BarArrive(bar_empty + st * 8);  // the stage is in registers: release it
     if (++st == kStages) { st = 0; phase ^= 1u; }
 
     float part[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint4& xa = h == 0 ? wa0 : wa1;
-      const uint4& xb = h == 0 ? wb0 : wb1;
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        uint32_t a0, a1, a2, a3;
-        E4m3x4ToBf16(Word(xa, s), a0, a2);
-        E4m3x4ToBf16(Word(xb, s), a1, a3);
-        const uint4& act = av[2 * h + (s >> 1)];
-        const uint32_t u0 = Word(act, 2 * (s & 1)), u1 = Word(act, 2 * (s & 1) + 1);  // (k0, k0+1), (k0+2, k0+3)
-        Mma(part, a0, a1, a2, a3, Prmt(u0, u1, 0x5410u), Prmt(u0, u1, 0x7632u));
-      }
-    }
+    StageMma(f, part);
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[j] = fmaf(sc, part[j], acc[j]);
 
@@ -350,7 +270,6 @@ __global__ void __launch_bounds__(256) Fp8GemvGenericKernel(const GArgs p) {
 }
 
 // ---- host side
-bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 // Resident TMA-path CTAs per SM on the current device (the occupancy calculator with the
 // kernel's shared memory), cached per device.
@@ -385,36 +304,6 @@ int64_t AutoCtas(int64_t units, int ctas) {
   if (ctas > 0) return std::min<int64_t>(ctas, units);
   const int64_t slots = int64_t{std::max(1, CurrentDeviceProps().sms)} * CtasPerSm();
   return std::max<int64_t>(1, std::min(slots, units / kMinUnitsPerCta));
-}
-
-size_t CounterBytes(int64_t tiles) { return (static_cast<size_t>(tiles) * kConsumerWarps * 4 + 255) / 256 * 256; }
-
-PFN_cuTensorMapEncodeTiled_v12000 EncodeFn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    DS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q));
-    DS_CHECK(q == cudaDriverEntryPointSuccess && ptr != nullptr) << "Fp8Gemv: cuTensorMapEncodeTiled not in the driver";
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
-  return fn;
-}
-
-// A 2-D [rows, cols] tensor (row stride row_bytes) for TMA: boxes of box_rows x box_cols, 128-byte
-// swizzle, zeros outside the tensor.
-CUtensorMap MakeMap(CUtensorMapDataType type, const void* ptr, int64_t cols, int64_t rows, int64_t row_bytes,
-                    uint32_t box_cols, uint32_t box_rows) {
-  CUtensorMap m;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
-  const cuuint32_t box[2] = {box_cols, box_rows};
-  const cuuint32_t estr[2] = {1, 1};
-  const CUresult r = EncodeFn()(&m, type, 2, const_cast<void*>(ptr), dims, strides, box, estr,
-                                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  DS_CHECK(r == CUDA_SUCCESS) << "Fp8Gemv: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for "
-                              << rows << " x " << cols << ", row bytes " << row_bytes;
-  return m;
 }
 
 }  // namespace

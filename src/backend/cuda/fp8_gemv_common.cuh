@@ -1,0 +1,180 @@
+// Shared by the TMA-streaming FP8 GEMV kernels (fp8_gemv.cu: Fp8Gemv; fp8_gemv_grouped.cu:
+// Fp8GemvGrouped): the unit / ring geometry, the PTX wrappers of the producer (TMA boxes, the
+// scale's cp.async and its mbarrier arrival, L2 cache policies), the consumers' stage reads and
+// tensor-core math (e4m3 -> bf16 widening, m16n8k16 bf16 MMA), and the host's tensor-map
+// encoding. Moved out of fp8_gemv.cu without changing Fp8Gemv's generated code (nvcc 13.0,
+// -arch=sm_90a: its PTX and cubin compared identical before and after the move). Not a public
+// header: include only from .cu files.
+// PTX sources: PTX ISA 8.x, "cp.async.bulk.tensor", "mbarrier" (expect_tx, try_wait.parity,
+// complete_tx), "cp.async.mbarrier.arrive" (.noinc), "createpolicy", "mma" (m16n8k16 .bf16
+// fragment layouts); the tensor-map fields: CUDA driver API, cuTensorMapEncodeTiled.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/sm90_ptx.cuh"
+#include "common/check.h"
+
+namespace ds::cuda::fp8gemv {
+
+// ---- geometry of the TMA path
+constexpr int kTileRows = 128;                      // weight rows per unit (one scale block)
+constexpr int kUnitK = 128;                         // k per unit (one scale block)
+constexpr int kConsumerWarps = kTileRows / 16;      // 16 weight rows (one mma tile) each
+constexpr int kThreads = (kConsumerWarps + 1) * 32;  // + the producer warp
+constexpr int kStages = 6;
+constexpr int kWBytes = kTileRows * kUnitK;         // weights of one unit: 128 rows x 128 bytes
+constexpr int kABoxBytes = 8 * 64 * 2;              // activations: 8 rows x 64 k bf16 (one TMA box)
+constexpr int kStageBytes = kWBytes + 2 * kABoxBytes;  // 18 KB, a multiple of 1024 (swizzle atoms)
+constexpr int kMinUnitsPerCta = 2;
+constexpr size_t kPartialBytesPerCta = size_t{2} * kConsumerWarps * 32 * 16;  // 2 slots x 8 warps x 32 lanes x float4
+
+static_assert(kStageBytes % 1024 == 0, "stages must keep the 1024-byte alignment of the 128-byte swizzle");
+
+// ---- device helpers
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  while (!sm90::BarTryWait(bar, parity)) {
+  }
+}
+// Adds `bytes` to the transaction count of the barrier's current phase, without an arrival.
+__device__ __forceinline__ void BarExpectTxOnly(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ uint64_t EvictFirstPolicy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+__device__ __forceinline__ uint64_t EvictLastPolicy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+// One 2-D box of `map` at coordinates (x = innermost, y) into shared memory at dst, completing
+// its bytes on the mbarrier, with an L2 cache-policy hint.
+__device__ __forceinline__ void TmaLoad2d(uint32_t dst, const CUtensorMap* map, int x, int y, uint32_t bar,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(bar), "l"(policy)
+      : "memory");
+}
+// 4 bytes global -> shared (cp.async), and an arrival on `bar` once this thread's cp.asyncs land.
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void CpAsyncArriveNoinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t r;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
+  return r;
+}
+__device__ __forceinline__ uint32_t Bf16x2Mul2p120(uint32_t t) {
+  __nv_bfloat162 v;
+  __builtin_memcpy(&v, &t, 4);
+  v = __hmul2(v, __nv_bfloat162(__float2bfloat16_rn(0x1p120f), __float2bfloat16_rn(0x1p120f)));
+  __builtin_memcpy(&t, &v, 4);
+  return t;
+}
+// Four e4m3 bytes x = [b3 b2 b1 b0] to two bf16x2, exactly: even = (b0, b2), odd = (b1, b3)
+// (low half first). An e4m3 byte's sign moves to bf16 bit 15 and its 7 exponent/mantissa bits
+// to bf16 bits 4..10, which is the value times 2^-120 for normal and subnormal e4m3 alike (bf16
+// has 8 exponent bits: e4m3's exponent field lands in its low 4, its 3 mantissa bits on top of
+// bf16's 7); one bf16 multiply by 2^120 (exact) restores it. The odd bytes already sit in the
+// high byte of each 16-bit half (sign in place, magnitude >> 4); the even ones are shifted up 8
+// first. The caller pairs (b0, b2) and (b1, b3) with the same activation permutation.
+__device__ __forceinline__ void E4m3x4ToBf16(uint32_t x, uint32_t& even, uint32_t& odd) {
+  odd = Bf16x2Mul2p120(((x >> 4) & 0x07F007F0u) | (x & 0x80008000u));
+  even = Bf16x2Mul2p120(((x << 4) & 0x07F007F0u) | ((x << 8) & 0x80008000u));
+}
+
+// D += A(16x16, row) * B(16x8, col), bf16 in, fp32 accumulate.
+__device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// ---- consumers: one ring stage in a lane's registers and its tensor-core products. Lane
+// (g = lane / 4, q = lane % 4) of consumer warp w holds weight rows r = 16 w + g and r + 8 of
+// the unit (the mma A fragment's rows) and activation row g (the B fragment's column); its k
+// within the unit are [32 q, 32 q + 32): weight chunks 2q and 2q + 1 of its rows and 64
+// activation bytes from box q / 2 (fp8_gemv.cu's kernel comment has the swizzled addresses, the
+// bank analysis and the fragment permutation; each kernel reads a stage with the same inline
+// loads: through a helper, Fp8Gemv's PTX changed its operand order).
+struct StageFrags {
+  uint4 wa0, wa1, wb0, wb1;  // weight row r: chunks 2q, 2q + 1; row r + 8: the same
+  uint4 av[4];               // activation row g, k [32 q, 32 q + 32)
+};
+// part += this lane's share of the stage's 16-row x 8-column product over the unit's 128 k.
+__device__ __forceinline__ void StageMma(const StageFrags& f, float (&part)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4& xa = h == 0 ? f.wa0 : f.wa1;
+    const uint4& xb = h == 0 ? f.wb0 : f.wb1;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t a0, a1, a2, a3;
+      E4m3x4ToBf16(Word(xa, s), a0, a2);
+      E4m3x4ToBf16(Word(xb, s), a1, a3);
+      const uint4& act = f.av[2 * h + (s >> 1)];
+      const uint32_t u0 = Word(act, 2 * (s & 1)), u1 = Word(act, 2 * (s & 1) + 1);  // (k0, k0+1), (k0+2, k0+3)
+      Mma(part, a0, a1, a2, a3, Prmt(u0, u1, 0x5410u), Prmt(u0, u1, 0x7632u));
+    }
+  }
+}
+
+// The CTA whose unit range holds unit u: the largest c with c * U / C <= u.
+__device__ __forceinline__ int64_t CtaOf(int64_t u, int64_t U, int64_t C) { return ((u + 1) * C - 1) / U; }
+
+// ---- host helpers
+inline bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// Bytes of the per-(tile, consumer warp) split-K counters of `tiles` 128-row tiles (256-byte
+// multiple: the partials that follow them stay aligned).
+inline size_t CounterBytes(int64_t tiles) { return (static_cast<size_t>(tiles) * kConsumerWarps * 4 + 255) / 256 * 256; }
+
+inline PFN_cuTensorMapEncodeTiled_v12000 EncodeFn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    DS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q));
+    DS_CHECK(q == cudaDriverEntryPointSuccess && ptr != nullptr) << "Fp8Gemv: cuTensorMapEncodeTiled not in the driver";
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+// A 2-D [rows, cols] tensor (row stride row_bytes) for TMA: boxes of box_rows x box_cols, 128-byte
+// swizzle, zeros outside the tensor.
+inline CUtensorMap MakeMap(CUtensorMapDataType type, const void* ptr, int64_t cols, int64_t rows, int64_t row_bytes,
+                           uint32_t box_cols, uint32_t box_rows) {
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_bytes)};
+  const cuuint32_t box[2] = {box_cols, box_rows};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = EncodeFn()(&m, type, 2, const_cast<void*>(ptr), dims, strides, box, estr,
+                                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  DS_CHECK(r == CUDA_SUCCESS) << "Fp8Gemv: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ") for "
+                              << rows << " x " << cols << ", row bytes " << row_bytes;
+  return m;
+}
+
+}  // namespace ds::cuda::fp8gemv
