@@ -47,6 +47,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_MLA_DECODE_CAPACITY_PLAN", &c.mla_decode_capacity_plan);  // sm_90a split plan over the capacity's range
   env_switch("DS_ROUTER_GEMV", &c.router_gemv);          // decode-size router logits in one launch (on)
   env_switch("DS_FP8_GEMV", &c.fp8_gemv);  // TMA-streaming FP8 GEMV for weights >= 96M (on)
+  env_switch("DS_FP8_GEMV_EXPERTS", &c.fp8_gemv_experts);  // grouped FP8 GEMV for decode experts (off: not yet run on the GPU)
   // DS_MLA_DECODE_SM90_VARIANT=N: the sm_90a decode kernel variant (0 default, 1 / 2 seesaw:
   // verified, 3-8% slower; MlaDecodeParams::sm90_variant).
   if (const char* v = std::getenv("DS_MLA_DECODE_SM90_VARIANT"); v != nullptr && *v != '\0') {

@@ -180,6 +180,13 @@ struct CudaRunnerOptions {
   // tests, session 7 run 1, with gate_up only); V3 8 layers batch 1 x 1K decode step 2.667 /
   // 2.674 ms vs 2.710 off. The CLI reads DS_FP8_GEMV=0 to turn it off.
   bool fp8_gemv = true;
+  // The MoE routed experts of passes of at most kFp8GemvGroupedMaxRows = 8 tokens (decode steps
+  // of <= 8 sequences: graph buckets 1, 2, 4, 8 and their eager passes), FP8 experts on the
+  // skinny path, on the grouped TMA-streaming FP8 GEMV (fp8_gemv_grouped.h: Fp8Gemv's ring over
+  // the active experts' weights, auto CTAs) instead of SkinnyGemm's grouped form. Same math,
+  // other fp32 summation order (CudaRunnerFp8GemvExperts.*). NOT YET RUN ON THE GPU: written and
+  // compiled without one, so off by default; the CLI reads DS_FP8_GEMV_EXPERTS=1 to turn it on.
+  bool fp8_gemv_experts = false;
   // Prefill-size MoE expert GEMMs on the sm_90a CUTLASS kernel (grouped_gemm_sm90.h) where it
   // applies (built with CUTLASS, sm_90, aligned dims); off keeps them on the mma.sync kernel
   // (A/B benchmarks: the CLI reads DS_SM90_GROUPED_GEMM=0).
@@ -311,6 +318,7 @@ struct CudaGraphStats {
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
+  int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t side_branches = 0;      // side branches forked onto the second stream in captures (decode_streams)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);

@@ -40,6 +40,7 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
                                   &sc.lt_ws})
       v.push_back(b->get());
     for (const auto& [shape, b] : sc.gemv_ws) v.push_back(b.get());
+    for (const auto& [shape, b] : sc.gemv_experts_ws) v.push_back(b.get());
   }
   return v;
 }

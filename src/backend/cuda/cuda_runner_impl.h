@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -193,6 +194,9 @@ class CudaModelRunner : public ModelRunner {
     // Fp8Gemv's workspaces, one per weight shape (N, K): counters + split-K partials, zeroed when
     // (re)allocated; the kernel leaves its counters zero.
     std::map<std::pair<int64_t, int64_t>, DeviceBuffer> gemv_ws;
+    // Fp8GemvGrouped's workspaces (fp8_gemv_experts), one per expert weight shape (E, N, K): its
+    // layout depends on those only; zeroed when (re)allocated, the kernel leaves its counters zero.
+    std::map<std::tuple<int64_t, int64_t, int64_t>, DeviceBuffer> gemv_experts_ws;
     DeviceBuffer lt_ws;                    // [1] only: own cuBLASLt workspace (kGemmWorkspaceBytes)
   };
   GemmScratch scratch_[2];
@@ -220,6 +224,10 @@ class CudaModelRunner : public ModelRunner {
   // workspace grown (and zeroed) outside graph capture: the eager pass of a shape precedes its
   // capture.
   void RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, float* y, int64_t ldy);
+  // fp8_gemv_experts: the skinny expert GEMM `g` (FP8 experts, device offsets, <= 8 rows per
+  // group) on Fp8GemvGrouped (fp8_gemv_grouped.h), its workspace grown (and zeroed) outside
+  // graph capture: the eager pass of a shape precedes its capture.
+  void RunFp8GemvExperts(const GroupedGemmParams& g, int64_t max_group_rows, int64_t max_active_groups);
   // Device copy of {0, rows} (the one-group offsets of the in-kernel FP8 linear), made once.
   const int32_t* OneGroupOffsets(int64_t rows);
   std::map<std::pair<int, int>, std::unique_ptr<DecodeGraph>> graphs_;
