@@ -45,6 +45,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fill_random.h"
 #include "backend/cuda/fp8_gemv.h"
+#include "backend/cuda/fp8_gemv_grouped.h"
 #include "backend/cuda/fp8_quant.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/grouped_gemm.h"
@@ -805,6 +806,87 @@ void Fp8GemvFamily(Bench& b) {
     }
 }
 
+// `--only fp8_gemv_experts` (only when named; written without a GPU, not yet run on one): V3's
+// routed experts at decode sizes, Fp8GemvGrouped (fp8_gemv_grouped.h; "grouped_auto": its own
+// CTA count, "grouped_ctas<SMs>": one per SM) beside SkinnyGemm's grouped form as the runner
+// calls it ("skinny": unsplit, max_group_rows = tokens, max_active_groups = min(E, tokens x 8)),
+// on the same inputs: `active` of 256 experts with `r` rows each (the experts a batch of
+// `tokens` tokens touches), gate_up with fp32 out and down with bf16 out as in the runner.
+// Expert sets rotate over > 256 MB (at most E / active sets; only the sets' experts are
+// allocated: the others are empty and never read). TB/s counts the touched experts' weight +
+// scale bytes; the ratio is to this run's copy ceiling.
+void Fp8GemvExpertsCase(Bench& b, const char* which, int64_t N, int64_t K, bool out_bf16, int64_t active, int64_t r,
+                        int64_t tokens) {
+  const int64_t E = 256, kbn = (N + 127) / 128, kbk = (K + 127) / 128;
+  const double wbytes = double(active) * (double(N) * K + double(kbn) * kbk * 4);
+  const int nsets = static_cast<int>(std::min<int64_t>(SetsFor(wbytes, 16), E / active));
+  const int64_t E_alloc = active * nsets, rows = active * r, bound = std::min<int64_t>(E, tokens * 8);
+  Buf w(E_alloc * N * K), ws(E_alloc * kbn * kbk * 4);
+  FillE4M3(w.as<uint8_t>(), E_alloc * N * K, b.NextSeed(), b.st());
+  FillUniformF32(ws.as<float>(), E_alloc * kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  Buf a(rows * K * 2), out(rows * N * 4);
+  FillUniformBf16(a.as<__nv_bfloat16>(), rows * K, b.NextSeed(), -1, 1, b.st());
+  std::vector<std::unique_ptr<Buf>> offs;  // set i: experts [i * active, (i + 1) * active), r rows each
+  for (int i = 0; i < nsets; ++i) {
+    std::vector<int32_t> o{0};
+    for (int64_t e = 0; e < E; ++e)
+      o.push_back(o.back() + (e >= i * active && e < (i + 1) * active ? static_cast<int32_t>(r) : 0));
+    offs.push_back(Upload(o));
+  }
+  char shape[160], note[200];
+  std::snprintf(shape, sizeof shape, "V3 %s fp8 E%lld act%lld rows%lld N%lld K%lld", which, (long long)E,
+                (long long)active, (long long)r, (long long)N, (long long)K);
+  GroupedGemmParams p{};
+  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.max_rows = rows; p.w = w.as<void>(); p.w_fp8 = true;
+  p.w_scales = ws.as<float>(); p.num_experts = E; p.N = N; p.K = K; p.out = out.as<void>();
+  p.out_type = out_bf16 ? DTypeOut::kBF16 : DTypeOut::kF32; p.ldo = N; p.stream = b.st();
+  const double us_sk = b.TimeUs([&](int i) {
+    GroupedGemmParams q = p;
+    q.offsets = offs[i]->as<int32_t>();
+    SkinnyGemm({q, tokens, bound});
+  }, nsets, 5, 40);
+  std::snprintf(note, sizeof note, "touched experts' weight + scale bytes; SkinnyGemm as the runner calls it, %d set(s)",
+                nsets);
+  b.Add("fp8_gemv_experts/skinny", shape, us_sk, wbytes, 0, true, note);
+  const auto grouped = [&](const std::string& kernel, int ctas) {
+    Fp8GemvGroupedParams g;
+    g.a = a.as<__nv_bfloat16>(); g.lda = K; g.max_rows = rows; g.offsets = offs[0]->as<int32_t>();
+    g.w = w.as<uint8_t>(); g.w_scales = ws.as<float>(); g.out = out.as<void>(); g.out_bf16 = out_bf16; g.ldo = N;
+    g.num_experts = E; g.N = N; g.K = K; g.max_active_groups = bound; g.max_group_rows = tokens;
+    g.stream = b.st(); g.ctas = ctas;
+    const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(g);
+    Buf gws(plan.workspace_bytes);
+    DS_CUDA_CHECK(cudaMemsetAsync(gws.as<void>(), 0, gws.bytes(), b.st()));
+    g.workspace = gws.as<void>(); g.workspace_bytes = gws.bytes();
+    const double us = b.TimeUs([&](int i) {
+      Fp8GemvGroupedParams q = g;
+      q.offsets = offs[i]->as<int32_t>();
+      Fp8GemvGrouped(q);
+    }, nsets, 5, 40);
+    std::snprintf(note, sizeof note, "touched experts' weight + scale bytes; %s path, %lld CTAs, %lld units planned "
+                  "(%lld used); %.2fx SkinnyGemm", plan.tma ? "TMA" : "generic", (long long)plan.ctas,
+                  (long long)plan.units, (long long)(active * plan.tiles * kbk), us_sk / us);
+    b.Add(kernel, shape, us, wbytes, 0, true, note);
+  };
+  grouped("fp8_gemv_experts/grouped_auto", 0);
+  int sms = 0;
+  DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  grouped("fp8_gemv_experts/grouped_ctas" + std::to_string(sms), sms);
+}
+
+void Fp8GemvExpertsFamily(Bench& b) {
+  struct Shape { const char* which; int64_t N, K; bool out_bf16; };
+  struct Load { int64_t active, rows, tokens; };
+  for (const Shape& sh : {Shape{"gate_up", 4096, 7168, false}, Shape{"down", 7168, 2048, true}})
+    for (const Load& l : {Load{8, 1, 1}, Load{64, 1, 8}}) {
+      if (b.OutOfTime()) {
+        b.skipped.push_back(std::string("fp8_gemv_experts ") + sh.which + " act" + std::to_string(l.active));
+        continue;
+      }
+      Fp8GemvExpertsCase(b, sh.which, sh.N, sh.K, sh.out_bf16, l.active, l.rows, l.tokens);
+    }
+}
+
 void Skinny(Bench& b) {
   const std::vector<int64_t> rs = b.quick() ? std::vector<int64_t>{1} : std::vector<int64_t>{1, 4, 16};
   for (int64_t r : rs) {
@@ -996,7 +1078,7 @@ int RunBenchKernels(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
   app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
   app.add_option("--commit", commit, "commit id recorded in every record");
-  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small fp8_gemv (only when named)");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small fp8_gemv fp8_gemv_experts (both only when named)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -1043,6 +1125,7 @@ int RunBenchKernels(int argc, char** argv) {
     if (want("skinny")) { Skinny(b); save(); }
     if (want("skinny_dense")) { SkinnyDense(b); save(); }
     if (!only.empty() && want("fp8_gemv")) { Fp8GemvFamily(b); save(); }
+    if (!only.empty() && want("fp8_gemv_experts")) { Fp8GemvExpertsFamily(b); save(); }
     if (want("small")) {
       for (int64_t n : {64, 4096}) {
         if (b.OutOfTime()) { b.skipped.push_back("small kernels n" + std::to_string(n)); continue; }
