@@ -142,6 +142,48 @@ __device__ __forceinline__ void StageMma(const StageFrags& f, float (&part)[4]) 
 // The CTA whose unit range holds unit u: the largest c with c * U / C <= u.
 __device__ __forceinline__ int64_t CtaOf(int64_t u, int64_t U, int64_t C) { return ((u + 1) * C - 1) / U; }
 
+// End of a CTA's segment of a split tile (its units span several CTAs): this warp stores its
+// 16 x 8 fp32 partial (acc, lane-distributed) in the CTA's first or last slot (own_slot) of
+// `partials` and bumps the tile's per-warp counter; the last of the tile's contributors (CTAs
+// c_lo .. c_hi) sums the partials in CTA order (= k order, independent of scheduling) into v,
+// resets the counter to 0 for the next launch / graph replay and returns true (it writes the
+// tile); the others return false. tile_u0: the tile's first unit, KB units per tile, U units over
+// C CTAs. Deterministic; nothing waits across CTAs.
+__device__ __forceinline__ bool SplitTileSum(float4* partials, uint32_t* counter, int64_t tile_u0, int KB, int64_t U,
+                                             int64_t C, int64_t cta, int own_slot, int warp, int lane,
+                                             const float acc[4], float v[4]) {
+  const int64_t c_lo = CtaOf(tile_u0, U, C), c_hi = CtaOf(tile_u0 + KB - 1, U, C);
+  float4* slots = partials + static_cast<int64_t>(warp) * 32 + lane;
+  __stcg(slots + (cta * 2 + own_slot) * (kConsumerWarps * 32), make_float4(acc[0], acc[1], acc[2], acc[3]));
+  __threadfence();
+  __syncwarp();
+  uint32_t last = 0;
+  if (lane == 0) last = atomicAdd(counter, 1u) == static_cast<uint32_t>(c_hi - c_lo);
+  last = __shfl_sync(0xffffffffu, last, 0);
+  if (!last) return false;
+  __threadfence();
+  // Sum in CTA order (= k order). CTA c's segment of this tile is its first (slot 0) when
+  // its range starts inside the tile (every c > c_lo; c_lo if it starts at the tile's
+  // first unit), else its last (slot 1).
+  const int lo_slot = c_lo * U / C == tile_u0 ? 0 : 1;
+#pragma unroll 8  // independent L2 loads in flight (small shapes: tens of contributors per tile)
+  for (int64_t c = c_lo; c <= c_hi; ++c) {
+    float4 pv;
+    if (c == cta) {
+      pv = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    } else {
+      pv = __ldcg(slots + (c * 2 + (c == c_lo ? lo_slot : 0)) * (kConsumerWarps * 32));
+    }
+    if (c == c_lo) {
+      v[0] = pv.x; v[1] = pv.y; v[2] = pv.z; v[3] = pv.w;
+    } else {
+      v[0] += pv.x; v[1] += pv.y; v[2] += pv.z; v[3] += pv.w;
+    }
+  }
+  if (lane == 0) *counter = 0u;  // every contributor has arrived: ready for the next launch
+  return true;
+}
+
 // ---- host helpers
 inline bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 

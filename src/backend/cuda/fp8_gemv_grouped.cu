@@ -39,6 +39,7 @@ using fp8gemv::kUnitK;
 using fp8gemv::kWBytes;
 using fp8gemv::MakeMap;
 using fp8gemv::MbarWait;
+using fp8gemv::SplitTileSum;
 using fp8gemv::StageFrags;
 using fp8gemv::StageMma;
 using fp8gemv::TmaLoad2d;
@@ -228,42 +229,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t tile_u0 = gt * KB;
     float v[4] = {acc[0], acc[1], acc[2], acc[3]};
     bool write = true;
-    if (seg_begin != tile_u0 || u != tile_u0 + KB - 1) {  // split tile: partials + last-arriver sum
-      const int64_t c_lo = CtaOf(tile_u0, U, C), c_hi = CtaOf(tile_u0 + KB - 1, U, C);
-      const int own_slot = seg_begin == u_begin ? 0 : 1;  // this CTA's first or last segment
-      float4* slots = p.partials + static_cast<int64_t>(warp) * 32 + lane;
-      __stcg(slots + (cta * 2 + own_slot) * (kConsumerWarps * 32), make_float4(acc[0], acc[1], acc[2], acc[3]));
-      __threadfence();
-      __syncwarp();
-      uint32_t* counter = p.counters + gt * kConsumerWarps + warp;
-      uint32_t last = 0;
-      if (lane == 0) last = atomicAdd(counter, 1u) == static_cast<uint32_t>(c_hi - c_lo);
-      last = __shfl_sync(0xffffffffu, last, 0);
-      if (last) {
-        __threadfence();
-        // Sum in CTA order (= k order). CTA c's segment of this tile is its first (slot 0) when
-        // its range starts inside the tile (every c > c_lo; c_lo if it starts at the tile's
-        // first unit), else its last (slot 1).
-        const int lo_slot = c_lo * U / C == tile_u0 ? 0 : 1;
-#pragma unroll 8
-        for (int64_t c = c_lo; c <= c_hi; ++c) {
-          float4 pv;
-          if (c == cta) {
-            pv = make_float4(acc[0], acc[1], acc[2], acc[3]);
-          } else {
-            pv = __ldcg(slots + (c * 2 + (c == c_lo ? lo_slot : 0)) * (kConsumerWarps * 32));
-          }
-          if (c == c_lo) {
-            v[0] = pv.x; v[1] = pv.y; v[2] = pv.z; v[3] = pv.w;
-          } else {
-            v[0] += pv.x; v[1] += pv.y; v[2] += pv.z; v[3] += pv.w;
-          }
-        }
-        if (lane == 0) *counter = 0u;  // every contributor has arrived: ready for the next launch
-      } else {
-        write = false;
-      }
-    }
+    if (seg_begin != tile_u0 || u != tile_u0 + KB - 1)  // split tile: partials + last-arriver sum
+      write = SplitTileSum(p.partials, p.counters + gt * kConsumerWarps + warp, tile_u0, KB, U, C, cta,
+                           seg_begin == u_begin ? 0 : 1, warp, lane, acc, v);
     if (write) {
       // C fragment: v[0], v[1] = weight row r, activation rows 2q, 2q + 1 of the group; v[2],
       // v[3] = row r + 8. Rows past the group's end (other groups' rows, or past max_rows) are
