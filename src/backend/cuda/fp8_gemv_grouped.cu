@@ -20,29 +20,7 @@
 namespace ds::cuda {
 namespace {
 
-using fp8gemv::Aligned16;
-using fp8gemv::CounterBytes;
-using fp8gemv::CpAsync4;
-using fp8gemv::CpAsyncArriveNoinc;
-using fp8gemv::CtaOf;
-using fp8gemv::EvictFirstPolicy;
-using fp8gemv::EvictLastPolicy;
-using fp8gemv::kABoxBytes;
-using fp8gemv::kConsumerWarps;
-using fp8gemv::kMinUnitsPerCta;
-using fp8gemv::kPartialBytesPerCta;
-using fp8gemv::kStageBytes;
-using fp8gemv::kStages;
-using fp8gemv::kThreads;
-using fp8gemv::kTileRows;
-using fp8gemv::kUnitK;
-using fp8gemv::kWBytes;
-using fp8gemv::MakeMap;
-using fp8gemv::MbarWait;
-using fp8gemv::SplitTileSum;
-using fp8gemv::StageFrags;
-using fp8gemv::StageMma;
-using fp8gemv::TmaLoad2d;
+using namespace fp8gemv;  // fp8_gemv_common.cuh: ring geometry, PTX wrappers, stage MMA, split-tile sum
 using sm90::BarArrive;
 using sm90::BarExpectTx;
 using sm90::BarInit;
