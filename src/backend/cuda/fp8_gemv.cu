@@ -216,26 +216,8 @@ __global__ void __launch_bounds__(256) Fp8GemvGenericKernel(const GArgs p) {
 
 // ---- host side
 
-// Resident TMA-path CTAs per SM on the current device (the occupancy calculator with the
-// kernel's shared memory), cached per device.
-int CtasPerSm() {
-  static std::mutex mu;
-  static std::map<int, int> cache;
-  int dev = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(dev);
-    if (it != cache.end()) return it->second;
-  }
-  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(Fp8GemvTmaKernel), kSmemBytes);
-  int n = 0;
-  DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Fp8GemvTmaKernel, kThreads, kSmemBytes));
-  n = std::max(n, 1);
-  std::lock_guard<std::mutex> lock(mu);
-  cache[dev] = n;
-  return n;
-}
+// Resident TMA-path CTAs per SM on the current device, cached per device.
+int CtasPerSm() { return ResidentCtasPerSm(Fp8GemvTmaKernel, kThreads, static_cast<int>(kSmemBytes)); }
 
 void CheckShape(const Fp8GemvParams& p) {
   DS_CHECK(p.M >= 0 && p.M <= kFp8GemvMaxRows) << "Fp8Gemv: M = " << p.M << " (0.." << kFp8GemvMaxRows << ")";

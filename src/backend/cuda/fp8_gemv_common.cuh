@@ -15,10 +15,14 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "common/check.h"
 
@@ -200,6 +204,29 @@ inline PFN_cuTensorMapEncodeTiled_v12000 EncodeFn() {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
   }();
   return fn;
+}
+
+// Resident CTAs per SM of a TMA-path kernel (threads per CTA, dynamic shared memory bytes) on
+// the current device, by the occupancy calculator; cached per device (one cache per kernel
+// type: each kernel's own instantiation).
+template <typename Kernel>
+int ResidentCtasPerSm(Kernel* kernel, int threads, int smem_bytes) {
+  static std::mutex mu;
+  static std::map<int, int> cache;
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(dev);
+    if (it != cache.end()) return it->second;
+  }
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), smem_bytes);
+  int n = 0;
+  DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem_bytes));
+  n = std::max(n, 1);
+  std::lock_guard<std::mutex> lock(mu);
+  cache[dev] = n;
+  return n;
 }
 
 // A 2-D [rows, cols] tensor (row stride row_bytes) for TMA: boxes of box_rows x box_cols, 128-byte

@@ -316,26 +316,8 @@ __global__ void __launch_bounds__(kGenThreads) Fp8GemvGroupedGenericKernel(const
 
 // ---- host side
 
-// Resident TMA-path CTAs per SM on the current device (the occupancy calculator with the
-// kernel's shared memory), cached per device.
-int CtasPerSm() {
-  static std::mutex mu;
-  static std::map<int, int> cache;
-  int dev = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(dev);
-    if (it != cache.end()) return it->second;
-  }
-  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(Fp8GemvGroupedTmaKernel), kSmemBytes);
-  int n = 0;
-  DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, Fp8GemvGroupedTmaKernel, kThreads, kSmemBytes));
-  n = std::max(n, 1);
-  std::lock_guard<std::mutex> lock(mu);
-  cache[dev] = n;
-  return n;
-}
+// Resident TMA-path CTAs per SM on the current device, cached per device.
+int CtasPerSm() { return ResidentCtasPerSm(Fp8GemvGroupedTmaKernel, kThreads, static_cast<int>(kSmemBytes)); }
 
 void CheckShape(const Fp8GemvGroupedParams& p) {
   DS_CHECK(p.num_experts >= 1 && p.N >= 1 && p.K >= 1)
