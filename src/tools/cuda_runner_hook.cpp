@@ -40,7 +40,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_SM90_GROUPED_GEMM", &c.sm90_grouped_gemm);      // sm_90a expert GEMMs
   env_switch("DS_MLA_DECODE_SM90", &c.mla_decode_sm90);          // sm_90a (wgmma + TMA) MLA decode
   env_switch("DS_SM90_MIXED_GEMM", &c.sm90_mixed_gemm);          // sm_90a bf16 x e4m3 GEMM
-  env_switch("DS_MLA_DECODE_FUSED_COMBINE", &c.mla_decode_fused_combine);  // verified, slower: off
+  env_switch("DS_MLA_DECODE_FUSED_COMBINE", &c.mla_decode_fused_combine);
+  env_switch("DS_MLA_DECODE_CLUSTER_MERGE", &c.mla_decode_cluster_merge);  // warp-split splits merged in a cluster (off)  // verified, slower: off
   env_switch("DS_MLA_PREFILL_SM90", &c.mla_prefill_sm90);        // sm_90a prefill attention
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");  // its ping-pong variant
   env_switch("DS_DECODE_STREAMS", &c.decode_streams);  // side branches in decode graphs (on)

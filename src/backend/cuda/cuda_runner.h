@@ -129,6 +129,12 @@ struct CudaRunnerOptions {
   // of total context in the pass, else by shape: the warp-split kernel for sequences of <= 16
   // query rows), 0 = by shape at any context, 1 = always the row-tile kernel.
   int mla_decode_tc_kernel = -1;
+  // MlaDecodeParams::tc_cluster_merge (A/B; the CLI reads DS_MLA_DECODE_CLUSTER_MERGE=1): the
+  // warp-split kernel's 2-8 splits of a sequence merged in a thread-block cluster through
+  // distributed shared memory (no combine launch). Slower at 16 heads b64 x 4K (178.5 vs 103.6
+  // us, session 3); not yet timed at batch 1, where the combine launch is a larger share
+  // (e.g. with DS_MLA_DECODE_TC_KERNEL=shape DS_MLA_DECODE_SMALL_CHUNK=256: 4 splits at 1K).
+  bool mla_decode_cluster_merge = false;
   // Naive-MLA prefill attention on tensor cores (mla_prefill_tc.cu: flash-attention-2 style,
   // bf16 q / k / v / probabilities, fp32 accumulation and softmax; the kv_b_proj GEMM then
   // writes bf16 K/V). Head dims nope 128 / rope 64 / v 128 only (V2, V2-Lite, V3); other dims
