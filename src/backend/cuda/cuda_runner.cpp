@@ -952,8 +952,8 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     // 16 heads, batch 1-256 x 1K-32K, session 3 run 2 vs session 2's row-tile figures: b1 x
     // 1K-16K, b8 x 1K-4K and b32 x 1K are 13-38% faster on the row-tile kernel).
     if (opts_.mla_decode_tc_kernel >= 0) dp.tc_kernel = opts_.mla_decode_tc_kernel;
-    dp.tc_cluster_merge = opts_.mla_decode_cluster_merge ? 1 : 0;
     else if (dp.total_context <= kWarpSplitMinTotalContext) dp.tc_kernel = 1;
+    dp.tc_cluster_merge = opts_.mla_decode_cluster_merge ? 1 : 0;
     if (opts_.mla_decode_fused_combine) {
       DS_CHECK(Sa <= kMlaSplitCounters) << "MLA decode fused combine: " << Sa << " sequences in one pass";
       dp.tc_fused_combine = 1;
