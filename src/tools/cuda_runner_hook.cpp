@@ -3,7 +3,9 @@
 // before the CUDA library and cannot reference it.
 #if defined(DS_WITH_CUDA) && __has_include("backend/cuda/cuda_runner.h")
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/cuda_runner.h"
 #include "backend/cuda/fused_decode_flags.h"
@@ -33,6 +35,31 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     if (env_is(name, "1")) *field = true;
     if (env_is(name, "0")) *field = false;
   };
+  // A number in [lo, hi], a multiple of `step` (strtol), else a warning and the default.
+  const auto env_int = [](const char* name, long lo, long hi, long step, int* field) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && n >= lo && n <= hi && n % step == 0) *field = static_cast<int>(n);
+    else DS_LOG(WARNING) << name << "=" << v << " ignored (" << lo << ".." << hi << (step > 1 ? ", a multiple of " : "")
+                         << (step > 1 ? std::to_string(step) : std::string()) << ")";
+  };
+  // One of the listed words (exactly), else a warning and the default.
+  const auto env_choice = [](const char* name, std::initializer_list<std::pair<const char*, int>> choices,
+                             int* field) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return;
+    std::string known;
+    for (const auto& [word, value] : choices) {
+      if (std::string(v) == word) {
+        *field = value;
+        return;
+      }
+      known += known.empty() ? word : std::string(", ") + word;
+    }
+    DS_LOG(WARNING) << name << "=" << v << " ignored (" << known << ")";
+  };
   // DS_CUDA_PROFILE=1 profiles and logs the per-phase totals.
   c.profile_log = env_is("DS_CUDA_PROFILE", "1");
   c.profile = o.profile || c.profile_log;
@@ -40,49 +67,25 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_SM90_GROUPED_GEMM", &c.sm90_grouped_gemm);      // sm_90a expert GEMMs
   env_switch("DS_MLA_DECODE_SM90", &c.mla_decode_sm90);          // sm_90a (wgmma + TMA) MLA decode
   env_switch("DS_SM90_MIXED_GEMM", &c.sm90_mixed_gemm);          // sm_90a bf16 x e4m3 GEMM
-  env_switch("DS_MLA_DECODE_FUSED_COMBINE", &c.mla_decode_fused_combine);
-  env_switch("DS_MLA_DECODE_CLUSTER_MERGE", &c.mla_decode_cluster_merge);  // warp-split splits merged in a cluster (off)  // verified, slower: off
+  env_switch("DS_MLA_DECODE_FUSED_COMBINE", &c.mla_decode_fused_combine);  // verified, slower: off
+  env_switch("DS_MLA_DECODE_CLUSTER_MERGE", &c.mla_decode_cluster_merge);  // warp-split splits merged in a cluster (off)
   env_switch("DS_MLA_PREFILL_SM90", &c.mla_prefill_sm90);        // sm_90a prefill attention
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");  // its ping-pong variant
-  env_switch("DS_DECODE_STREAMS", &c.decode_streams);  // side branches in decode graphs (on)
-  env_switch("DS_MLA_DECODE_CAPACITY_PLAN", &c.mla_decode_capacity_plan);  // sm_90a split plan over the capacity's range
-  env_switch("DS_ROUTER_GEMV", &c.router_gemv);          // decode-size router logits in one launch (on)
-  env_switch("DS_FP8_GEMV", &c.fp8_gemv);  // TMA-streaming FP8 GEMV for weights >= 96M (on)
-  env_switch("DS_FP8_GEMV_EXPERTS", &c.fp8_gemv_experts);  // grouped FP8 GEMV for decode experts (off: not yet run on the GPU)
-  // DS_MLA_DECODE_SM90_VARIANT=N: the sm_90a decode kernel variant (0 default, 1 / 2 seesaw:
-  // verified, 3-8% slower; MlaDecodeParams::sm90_variant).
-  if (const char* v = std::getenv("DS_MLA_DECODE_SM90_VARIANT"); v != nullptr && *v != '\0') {
-    const std::string sv(v);
-    if (sv == "0" || sv == "1" || sv == "2") c.mla_decode_sm90_variant = sv[0] - '0';
-    else DS_LOG(WARNING) << "DS_MLA_DECODE_SM90_VARIANT=" << sv << " ignored (0, 1 or 2)";
-  }
-  // DS_MLA_DECODE_SMALL_CHUNK=N / DS_MLA_DECODE_SM90_SMALL_CHUNK=N:
+  env_switch("DS_DECODE_STREAMS", &c.decode_streams);            // side branches in decode graphs (on)
+  env_switch("DS_MLA_DECODE_CAPACITY_PLAN", &c.mla_decode_capacity_plan);  // sm_90a split plan over the capacity's range (off)
+  env_switch("DS_ROUTER_GEMV", &c.router_gemv);                  // decode-size router logits in one launch (on)
+  env_switch("DS_FP8_GEMV", &c.fp8_gemv);                        // TMA-streaming FP8 GEMV for weights >= 96M (on)
+  env_switch("DS_FP8_GEMV_EXPERTS", &c.fp8_gemv_experts);        // grouped FP8 GEMV for decode experts (off)
+  // The sm_90a decode kernel variant (0 default, 1 / 2 seesaw: verified, 3-8% slower;
+  // MlaDecodeParams::sm90_variant).
+  env_choice("DS_MLA_DECODE_SM90_VARIANT", {{"0", 0}, {"1", 1}, {"2", 2}}, &c.mla_decode_sm90_variant);
+  // CudaRunnerOptions::mla_decode_tc_kernel (A/B).
+  env_choice("DS_MLA_DECODE_TC_KERNEL", {{"auto", -1}, {"shape", 0}, {"rowtile", 1}}, &c.mla_decode_tc_kernel);
+  env_int("DS_MLA_DECODE_SM90_MIN_ROWS", 0, 64, 1, &c.mla_decode_sm90_min_rows);
   // CudaRunnerOptions::mla_decode_small_batch_chunk (default 64) / mla_decode_sm90_small_batch_chunk
-  // (default 128) (A/B; N a multiple of 64, 0 off).
-  const auto env_chunk = [](const char* name, int* dst) {
-    const char* v = std::getenv(name);
-    if (v == nullptr || *v == '\0') return;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end != v && *end == '\0' && n >= 0 && n <= 65536 && n % 64 == 0) *dst = static_cast<int>(n);
-    else DS_LOG(WARNING) << name << "=" << v << " ignored (a multiple of 64, or 0)";
-  };
-  // DS_MLA_DECODE_TC_KERNEL=auto|shape|rowtile: CudaRunnerOptions::mla_decode_tc_kernel (A/B).
-  if (const char* v = std::getenv("DS_MLA_DECODE_TC_KERNEL"); v != nullptr && *v != '\0') {
-    const std::string sv(v);
-    if (sv == "auto") c.mla_decode_tc_kernel = -1;
-    else if (sv == "shape") c.mla_decode_tc_kernel = 0;
-    else if (sv == "rowtile") c.mla_decode_tc_kernel = 1;
-    else DS_LOG(WARNING) << "DS_MLA_DECODE_TC_KERNEL=" << sv << " ignored (auto, shape or rowtile)";
-  }
-  if (const char* v = std::getenv("DS_MLA_DECODE_SM90_MIN_ROWS"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (end != v && *end == '\0' && n >= 0 && n <= 64) c.mla_decode_sm90_min_rows = static_cast<int>(n);
-    else DS_LOG(WARNING) << "DS_MLA_DECODE_SM90_MIN_ROWS=" << v << " ignored (0..64)";
-  }
-  env_chunk("DS_MLA_DECODE_SMALL_CHUNK", &c.mla_decode_small_batch_chunk);
-  env_chunk("DS_MLA_DECODE_SM90_SMALL_CHUNK", &c.mla_decode_sm90_small_batch_chunk);
+  // (default 128) (A/B; a multiple of 64, 0 off).
+  env_int("DS_MLA_DECODE_SMALL_CHUNK", 0, 65536, 64, &c.mla_decode_small_batch_chunk);
+  env_int("DS_MLA_DECODE_SM90_SMALL_CHUNK", 0, 65536, 64, &c.mla_decode_sm90_small_batch_chunk);
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:
   // the defaults, all but shared): 0 none, 1 all seven, or a comma list of route, shared,
   // norm, qpe, olat, silu16, kvrope (ParseFusedDecodeFlags, backend/cuda/fused_decode_flags.h).
