@@ -530,6 +530,13 @@ void CudaModelRunner::RunSkinny(SkinnyGemmParams sp) {
   SkinnyGemm(sp);
 }
 
+void CudaModelRunner::GrowZeroed(DeviceBuffer& ws, size_t bytes, const char* what) {
+  if (bytes <= ws.size()) return;
+  DS_CHECK(!capturing_) << what << " workspace first needed inside a graph capture";
+  ws.Reset(bytes);
+  DS_CUDA_CHECK(cudaMemsetAsync(ws.get(), 0, ws.size(), s_));  // counters start at zero
+}
+
 void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, float* y, int64_t ldy) {
   Fp8GemvParams p;
   p.a = xa; p.lda = L.K; p.w = L.wq.as<uint8_t>(); p.w_scales = L.s_raw.as<float>();
@@ -540,11 +547,7 @@ void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, flo
   // so one shared buffer let a launch with fewer tiles write partials over another shape's
   // counters (session 6 run 10: whole-model logits wrong with the flag on, op tests fine).
   DeviceBuffer& ws = Sc().gemv_ws[{L.N, L.K}];
-  if (plan.workspace_bytes > ws.size()) {
-    DS_CHECK(!capturing_) << "Fp8Gemv workspace first needed inside a graph capture";
-    ws.Reset(plan.workspace_bytes);
-    DS_CUDA_CHECK(cudaMemsetAsync(ws.get(), 0, ws.size(), s_));  // counters start at zero
-  }
+  GrowZeroed(ws, plan.workspace_bytes, "Fp8Gemv");
   p.workspace = ws.get();
   p.workspace_bytes = ws.size();
   Fp8Gemv(p);
@@ -566,11 +569,7 @@ void CudaModelRunner::RunFp8GemvExperts(const GroupedGemmParams& g, int64_t max_
   // depends on (E, N, K); its size does not depend on the pass (max_active_groups), so the
   // first eager pass sizes it for every later capture.
   DeviceBuffer& ws = Sc().gemv_experts_ws[{g.num_experts, g.N, g.K}];
-  if (plan.workspace_bytes > ws.size()) {
-    DS_CHECK(!capturing_) << "Fp8GemvGrouped workspace first needed inside a graph capture";
-    ws.Reset(plan.workspace_bytes);
-    DS_CUDA_CHECK(cudaMemsetAsync(ws.get(), 0, ws.size(), s_));  // counters start at zero
-  }
+  GrowZeroed(ws, plan.workspace_bytes, "Fp8GemvGrouped");
   p.workspace = ws.get();
   p.workspace_bytes = ws.size();
   Fp8GemvGrouped(p);

@@ -224,6 +224,10 @@ class CudaModelRunner : public ModelRunner {
   // workspace grown (and zeroed) outside graph capture: the eager pass of a shape precedes its
   // capture.
   void RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, float* y, int64_t ldy);
+  // Grows ws to >= bytes and zeroes it (split-K counters start at zero; the GEMV kernels leave
+  // them zero), only outside a graph capture (DS_CHECK names `what`): the eager pass of a shape
+  // precedes its capture.
+  void GrowZeroed(DeviceBuffer& ws, size_t bytes, const char* what);
   // fp8_gemv_experts: the skinny expert GEMM `g` (FP8 experts, device offsets, <= 8 rows per
   // group) on Fp8GemvGrouped (fp8_gemv_grouped.h), its workspace grown (and zeroed) outside
   // graph capture: the eager pass of a shape precedes its capture.
