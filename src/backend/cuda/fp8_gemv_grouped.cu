@@ -50,11 +50,13 @@ struct KArgs {
   bool out_bf16;
 };
 
-// Block-wide (every thread of the block calls it): the non-empty groups of offsets[0 .. E] in
-// group order, table[j] = the j-th for j < cap. Returns min(their count, cap), the same in every
-// thread. s_cnt: kNw ints of shared memory. Ends with a __syncthreads (table complete).
-template <int kNw>
-__device__ __forceinline__ int ScanGroups(const int32_t* offsets, int E, int cap, uint16_t* table, int* s_cnt) {
+// Block-wide (every thread of the block calls it): visits the non-empty groups of offsets[0 ..
+// E] in group order, visit(e, rank) in the thread that tests group e (rank: how many non-empty
+// groups precede it), in rounds of the block's threads until at least `stop` non-empty groups
+// were seen. Returns how many were seen (>= stop, or all), the same in every thread. s_cnt: kNw
+// ints of shared memory. Ends with a __syncthreads (what the visits wrote is visible).
+template <int kNw, class Visit>
+__device__ __forceinline__ int ScanGroups(const int32_t* offsets, int E, int stop, int* s_cnt, Visit visit) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   int seen = 0;
   for (int b = 0; b < E; b += kNw * 32) {  // uniform: seen is the same in every thread
@@ -70,13 +72,12 @@ __device__ __forceinline__ int ScanGroups(const int32_t* offsets, int E, int cap
       if (w < warp) before += c;
       total += c;
     }
-    const int rank = before + __popc(m & ((1u << lane) - 1u));
-    if (f && rank < cap) table[rank] = static_cast<uint16_t>(e);
+    if (f) visit(e, before + __popc(m & ((1u << lane) - 1u)));
     seen += total;
-    __syncthreads();  // s_cnt is rewritten by the next round; the table is complete after the last
-    if (seen >= cap) break;
+    __syncthreads();  // s_cnt is rewritten by the next round; the visits' writes are visible
+    if (seen >= stop) break;
   }
-  return min(seen, cap);
+  return seen;
 }
 
 // The TMA path (see fp8_gemv_grouped.h). Shared memory: Fp8Gemv's ring (kStages x [weights
@@ -117,7 +118,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     FenceProxyAsync();
   }
   __syncthreads();
-  const int n_act = ScanGroups<kWarps>(p.offsets, p.E, p.slots, s_group, s_cnt);
+  // s_group[j] = the j-th non-empty group, j < slots
+  const int cap = p.slots;
+  const int n_act = min(ScanGroups<kWarps>(p.offsets, p.E, cap, s_cnt, [&](int e, int rank) {
+                          if (rank < cap) s_group[rank] = static_cast<uint16_t>(e);
+                        }),
+                        cap);
 
   // The units of the non-empty groups only: slot-major, then tile, then k block.
   const int KB = p.kb, tiles = p.tiles;
@@ -259,26 +265,10 @@ __global__ void __launch_bounds__(kGenThreads) Fp8GemvGroupedGenericKernel(const
   __shared__ int s_cnt[kNw];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int j = static_cast<int>(blockIdx.y);
-  if (tid == 0) s_group = -1;
-  int seen = 0;
-  for (int b = 0; b < p.E; b += kGenThreads) {  // uniform: seen is the same in every thread
-    const int ee = b + tid;
-    const bool f = ee < p.E && p.offsets[ee + 1] > p.offsets[ee];
-    const unsigned m = __ballot_sync(0xffffffffu, f);
-    if (lane == 0) s_cnt[warp] = __popc(m);
-    __syncthreads();
-    int before = seen, total = 0;
-#pragma unroll
-    for (int w = 0; w < kNw; ++w) {
-      const int c = s_cnt[w];
-      if (w < warp) before += c;
-      total += c;
-    }
-    if (f && before + __popc(m & ((1u << lane) - 1u)) == j) s_group = ee;
-    seen += total;
-    __syncthreads();  // s_cnt is rewritten by the next round; s_group is visible
-    if (seen > j) break;
-  }
+  if (tid == 0) s_group = -1;  // before the scan's first barrier, which precedes every visit
+  ScanGroups<kNw>(p.offsets, p.E, j + 1, s_cnt, [&](int ee, int rank) {
+    if (rank == j) s_group = ee;
+  });
   const int e = s_group;
   if (e < 0) return;  // fewer non-empty groups than slots
   const int64_t row0 = p.offsets[e];
