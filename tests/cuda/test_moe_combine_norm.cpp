@@ -2,7 +2,9 @@
 // sequence on the GPU (MoeCombine, then RmsNorm with the residual) bit for bit, and vs a CPU
 // reference (ds::cpu::RmsNorm on a host combine) within fp32 rounding, at V2-Lite (2048) and V3
 // (7168) widths and odd ones, T = 1..16, with and without a base (unfused shared-expert output),
-// with fused shared-expert groups (fp32 y, routed rows rounded to bf16), skipped pairs (pos -1).
+// with fused shared-expert groups (fp32 y, routed rows rounded to bf16), skipped pairs (pos -1),
+// and every staged form of the kernel (1, 2, 4 or 8 elements per thread; slot batches) and its
+// loop form (> 16 slots).
 // Also RmsNorm's bf16 copy (out_bf16) vs the round-to-nearest-even bf16 of its fp32 output (what
 // the runner's F32ToBf16 launch wrote), and its fp32 output unchanged by the copy, bit for bit.
 #include <cstring>
@@ -111,6 +113,13 @@ TEST(CudaMoeCombineNorm, MatchesUnfusedBitwise) {
   RunCase(5, 1024, 4, true, 0, true, true, "d1024_skip");
   RunCase(4, 1000, 4, true, 0, false, true, "d1000");
   RunCase(2, 33, 3, true, 0, true, true, "odd");
+  // The staged forms' slot batches (16 / elements per thread slots at a time) and the loop form
+  // past 16 slots: 12 slots of 2 elements (two batches), 4 per thread, 8 with slots skipped,
+  // 20 slots (loop form).
+  RunCase(2, 2048, 12, true, 0, true, true, "d2048_K12_skip");
+  RunCase(3, 4096, 8, true, 0, false, true, "d4096");
+  RunCase(2, 7168, 9, true, 0, true, true, "V3_K9_skip");
+  RunCase(2, 2048, 20, true, 0, true, true, "d2048_K20");
 }
 
 TEST(CudaMoeCombineNorm, FusedSharedGroups) {
