@@ -18,7 +18,8 @@
 #   --clock-control none, metric gpu__time_duration.sum; NCU_ARGS [V2-Lite, 2 layers, batch 1 x
 #   1024, 4 tokens], NCU_TIMEOUT_S [150]) -> logs/ncu.csv and a per-kernel summary
 #   (bench/ncu_summary.py) in logs/ncu_summary.txt; NCU_DETAIL (extra ncu flags, e.g. sections
-#   for chosen kernels) -> logs/ncu_detail.txt.
+#   for chosen kernels) -> logs/ncu_detail.txt; NCU_FLAGS: extra flags of the per-kernel pass
+#   (e.g. --cache-control none: caches kept warm between kernels, as in a graph replay).
 # Results (JSON, logs, plots, summary.md) come back in $OUT/e2e_results.tgz, with summary.md,
 # e2e.json and the plots also as plain files.
 #
@@ -135,7 +136,7 @@ if [ -n "${E2E_NCU:-}" ]; then
   if [ -z "$NCU" ]; then
     echo "[gpu_e2e] ncu: not found" | tee -a $RES/logs/gpu_e2e.txt
   else
-    eval "timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    eval "timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none ${NCU_FLAGS:-} --metrics gpu__time_duration.sum --csv --print-units base \
       $B/dsinfer bench one-batch --load-format dummy --device cuda \
       ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4}" \
       > $RES/logs/ncu.csv 2> $RES/logs/ncu_stderr.txt

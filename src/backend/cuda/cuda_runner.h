@@ -173,6 +173,11 @@ struct CudaRunnerOptions {
   // Decode-size GEMMs on the weight-streaming skinny kernel (skinny_gemm.h); off keeps them on
   // the big-tile kernels (A/B benchmarks: the CLI reads DS_SKINNY_GEMM=0).
   bool skinny_gemm = true;
+  // Dense BF16 projections of <= 8 rows with fewer 32-row tiles than SMs (V2-Lite's kv_a, q_proj,
+  // o_proj at K = 2048) split K on the skinny kernel (SkinnyGemmParams::bf16_split, host_plans.h)
+  // as the FP8 ones do. Same math, other fp32 summation order. Opt-in (A/B: the CLI reads
+  // DS_SKINNY_BF16_SPLITK=1).
+  bool skinny_bf16_splitk = false;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured

@@ -17,7 +17,8 @@ namespace {
 // rows, or more slots). All forms run the same fp32 operations in the same order per element
 // (header), so they give the same bits.
 constexpr int kStagedTopK = 16;
-constexpr int kSlotLoads = 16;  // routed-row loads in flight per thread
+constexpr int kSlotLoads = 16;  // routed-row loads in flight per thread (rows of <= 4 per thread)
+constexpr int kMaxThreads = 1024;  // RmsNormThreads' largest block: at most 64 registers a thread
 
 // The loop form (rows of more than 8 elements per thread, or more than kStagedTopK slots).
 template <typename T>
@@ -55,7 +56,7 @@ __device__ __forceinline__ void MoeCombineNormLoop(const MoeCombineNormParams& p
 }
 
 template <typename T, int PE>
-__global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
+__global__ void __launch_bounds__(kMaxThreads) MoeCombineNormKernel(MoeCombineNormParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   __shared__ float red[32];
   __shared__ int32_t s_pos[kStagedTopK];
@@ -67,7 +68,9 @@ __global__ void MoeCombineNormKernel(MoeCombineNormParams p) {
   float ss = 0.f;
   const int64_t bd = blockDim.x;
   if constexpr (PE > 0) {
-    constexpr int kSc = kSlotLoads / PE > 0 ? kSlotLoads / PE : 1;  // slots per batch of loads
+    // Slots per batch of loads: rows of 8 per thread (V3) keep one slot per batch (16 loads in
+    // flight do not fit 64 registers beside the accumulators); at most 8 slots a batch.
+    constexpr int kSc = PE >= 8 ? 1 : (kSlotLoads / PE < 8 ? kSlotLoads / PE : 8);
     if (threadIdx.x < p.top_k) {
       s_pos[threadIdx.x] = p.pos[t * p.top_k + threadIdx.x];
       s_w[threadIdx.x] = p.weights[t * p.top_k + threadIdx.x];

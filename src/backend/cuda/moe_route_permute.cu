@@ -77,12 +77,6 @@ __global__ void __launch_bounds__(kThreads) MoeRoutePermuteKernel(MoeRoutePermut
   __syncthreads();
   for (int64_t k = tid; k < m; k += kThreads) s_ids[k] = __ldcg(rp.topk_ids + k);
   __syncthreads();
-  // Every block has read what it needs from the counter's protected data: leave (the last one
-  // out resets the counter for the next launch / graph replay).
-  if (tid == 0) {
-    const uint32_t before = atomicAdd(p.sync, 1u);
-    if (before == total - 1) *p.sync = 0u;
-  }
   const int e = s_ids[i];
   // Row of pair i: pairs of lower experts, then pairs of expert e with a lower pair index.
   int below = 0;
@@ -106,13 +100,21 @@ __global__ void __launch_bounds__(kThreads) MoeRoutePermuteKernel(MoeRoutePermut
   }
   if (!staged) {
     CopyRow(src, p.xp + r * p.d, p.d);
-    return;
-  }
-  uint4* dst = reinterpret_cast<uint4*>(p.xp + r * p.d);
+  } else {
+    uint4* dst = reinterpret_cast<uint4*>(p.xp + r * p.d);
 #pragma unroll
-  for (int v = 0; v < kStagedVecs; ++v) {
-    const int64_t q = tid + int64_t{v} * kThreads;
-    if (q < p.d / 8) dst[q] = row[v];
+    for (int v = 0; v < kStagedVecs; ++v) {
+      const int64_t q = tid + int64_t{v} * kThreads;
+      if (q < p.d / 8) dst[q] = row[v];
+    }
+  }
+  // Every block has read what it needs from the counter's protected data (s_ids, before the
+  // barriers above): leave; the last one out resets the counter for the next launch / graph
+  // replay (which starts after this grid has finished). Last in the block, so the atomic's
+  // round trip is off the path to the row's stores.
+  if (tid == 0) {
+    const uint32_t before = atomicAdd(p.sync, 1u);
+    if (before == total - 1) *p.sync = 0u;
   }
 }
 
