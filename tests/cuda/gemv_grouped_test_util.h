@@ -1,9 +1,10 @@
 // Shared by the grouped GEMV op tests (test_fp8_gemv_grouped.cpp: e4m3 experts;
 // test_gemv_grouped_bf16.cpp: bf16 experts, Fp8GemvGroupedParams::w_bf16): a zeroed workspace,
 // one routing layout with NaN-poisoned outputs and its reference (GroupedCase), the launch-twice
-// check (RunGroupedCase), SkinnyGemm's grouped form on the same inputs (RunSkinnyGrouped), the
-// CUDA-graph replay check (CheckGraphReplay) and the empty-groups / bounds check
-// (CheckEmptyGroupsAndBounds).
+// check (RunGroupedCase), one launch with given params (LaunchInto), a CTA-count sweep
+// (CheckCtaSweep), the workspace checks of bad input (CheckWorkspaceRequired), SkinnyGemm's
+// grouped form on the same inputs (RunSkinnyGrouped), the CUDA-graph replay check
+// (CheckGraphReplay) and the empty-groups / bounds check (CheckEmptyGroupsAndBounds).
 //
 // The experts type X provides: int64_t E, N, K; Set(Fp8GemvGroupedParams*) (w, w_scales,
 // w_bf16); SetSkinny(GroupedGemmParams*) (w, w_fp8, w_scales); Reference(a, lda, offsets,
@@ -27,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/fp8_gemv_grouped.h"
 #include "backend/cuda/skinny_gemm.h"
 #include "common/check.h"
@@ -167,6 +169,53 @@ std::vector<float> RunGroupedCase(const GroupedOp& op, const std::string& name, 
   return first;
 }
 
+// One launch of p (c's params, possibly changed) into c's poisoned outputs: checks nothing was
+// written outside the groups' rows and N; returns the output [R, N].
+template <class X>
+std::vector<float> LaunchInto(GroupedCase<X>& c, const Fp8GemvGroupedParams& p) {
+  c.Poison();
+  Fp8GemvGrouped(p);
+  DS_CUDA_CHECK(cudaDeviceSynchronize());
+  int64_t extra = 0;
+  std::vector<float> got = c.Got(p.out_bf16, &extra);
+  EXPECT_EQ(extra, 0) << "wrote outside the groups' rows or past N";
+  return got;
+}
+
+// Forced CTA counts on c at max_active_groups `bound`: one CTA (every unit, whole tiles only),
+// 7 (tiles cut mid-way, CTAs spanning slots), one and two per SM, more than the host's units
+// (capped), more than that again. Each matches the reference (RunGroupedCase) and the automatic
+// CTA count's output within bound_vs_auto (the sums differ in order only); the plan has `units`
+// units (the slots of the host's bound x tiles x units per tile) and min(ctas, units) CTAs.
+template <class X>
+void CheckCtaSweep(const GroupedOp& op, const std::string& name, GroupedCase<X>& c, Workspace& ws, int64_t bound,
+                   int64_t units, double bound_vs_auto) {
+  const int sms = std::max(1, CurrentDeviceProps().sms);
+  const std::vector<float> auto_out = RunGroupedCase(op, name, c, ws, bound, false, 0, true);
+  for (int ctas : {1, 7, sms, 2 * sms, 1000, 20000}) {
+    const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(c.Params(bound, false, ctas, ws));
+    EXPECT_EQ(plan.units, units);
+    EXPECT_EQ(plan.ctas, std::min<int64_t>(ctas, plan.units));
+    const std::vector<float> got = RunGroupedCase(op, name, c, ws, bound, false, ctas, true);
+    ExpectClose(std::string(op.name) + "_ctas_vs_auto", name + "_ctas" + std::to_string(ctas), got, auto_out,
+                bound_vs_auto);
+  }
+}
+
+// A TMA-path launch on c without workspace, then with 16 bytes too few: both CheckError.
+template <class X>
+void CheckWorkspaceRequired(GroupedCase<X>& c, int64_t bound) {
+  Workspace ws;
+  Fp8GemvGroupedParams q = c.Params(bound, false, 0, ws);
+  const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(q);
+  if (!plan.tma) return;
+  EXPECT_THROW(Fp8GemvGrouped(q), CheckError);  // no workspace
+  ws.Fit(plan.workspace_bytes);
+  q = c.Params(bound, false, 0, ws);
+  q.workspace_bytes = plan.workspace_bytes - 16;
+  EXPECT_THROW(Fp8GemvGrouped(q), CheckError);
+}
+
 // SkinnyGemm's grouped form (unsplit, as the runner calls it) on the same inputs, fp32 out.
 template <class X>
 std::vector<float> RunSkinnyGrouped(GroupedCase<X>& c, int64_t max_active) {
@@ -264,12 +313,8 @@ void CheckEmptyGroupsAndBounds(const GroupedOp& op, const X& x, const X& xg) {
         ws.Fit(plan.workspace_bytes);
         p = c.Params(bound, false, 0, ws);
       }
-      c.Poison();
-      Fp8GemvGrouped(p);
-      DS_CUDA_CHECK(cudaDeviceSynchronize());
-      int64_t extra = 0;
-      c.Got(false, &extra);
-      EXPECT_EQ(extra, 0) << "no group is non-empty: nothing may be written (K " << xx->K << ")";
+      SCOPED_TRACE("no group is non-empty: nothing may be written (K " + std::to_string(xx->K) + ")");
+      LaunchInto(c, p);
     }
     Fp8GemvGroupedParams p = c.Params(0, false, 0, ws);
     p.max_group_rows = 0;  // nothing to do
@@ -284,13 +329,7 @@ void CheckEmptyGroupsAndBounds(const GroupedOp& op, const X& x, const X& xg) {
   const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
   ASSERT_TRUE(plan.tma);
   ws.Fit(plan.workspace_bytes);
-  p = c.Params(2, false, 0, ws);
-  c.Poison();
-  Fp8GemvGrouped(p);
-  DS_CUDA_CHECK(cudaDeviceSynchronize());
-  int64_t extra = 0;
-  const std::vector<float> got = c.Got(false, &extra);
-  EXPECT_EQ(extra, 0);
+  const std::vector<float> got = LaunchInto(c, c.Params(2, false, 0, ws));
   // Rows of groups 1 and 3 (the first two non-empty): computed; the others: still NaN.
   std::vector<float> g_rows, r_rows;
   int64_t untouched = 0, expect_untouched = 0;

@@ -212,12 +212,7 @@ TEST(CudaFp8GemvGrouped, MisalignedWeightsTakeTheGenericPath) {
   Fp8GemvGroupedParams p = c.Params(8, false, 0, ws);
   p.w = shifted.get() + 8;
   EXPECT_FALSE(Fp8GemvGroupedPlanFor(p).tma);
-  c.Poison();
-  Fp8GemvGrouped(p);
-  DS_CUDA_CHECK(cudaDeviceSynchronize());
-  int64_t extra = 0;
-  const std::vector<float> gen = c.Got(false, &extra);
-  EXPECT_EQ(extra, 0);
+  const std::vector<float> gen = LaunchInto(c, p);
   ExpectClose("fp8_gemv_grouped_generic", "N384_K1024_w+8", gen, c.ref, kBoundF32);
   ExpectClose("fp8_gemv_grouped_generic_vs_tma", "N384_K1024", gen, tma, kBoundVsSkinny);
 }
@@ -227,22 +222,13 @@ TEST(CudaFp8GemvGrouped, MisalignedWeightsTakeTheGenericPath) {
 // the non-empty groups' units (the extra CTAs exit). Each within the bound; the sums differ in
 // order only. The plan's units count the slots of the host's bound.
 TEST(CudaFp8GemvGrouped, CtaCountsCutTilesAnywhere) {
-  const int sms = std::max(1, CurrentDeviceProps().sms);
   {
     const Experts x(64, 7168, 2048);  // V3 down: 56 tiles x 16 units per expert
     Workspace ws;
     std::vector<int32_t> rows(64, 0);
     for (int i = 0; i < 16; ++i) rows[(i * 5 + 2) % 64] = 1 + i % 4;
     Case c(x, rows, 0, 0);
-    const std::vector<float> auto_out = RunCase("down_E64_act16", c, ws, 16);
-    for (int ctas : {1, 7, sms, 2 * sms, 1000, 20000}) {
-      const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(c.Params(16, false, ctas, ws));
-      EXPECT_EQ(plan.units, 16 * 56 * 16);
-      EXPECT_EQ(plan.ctas, std::min<int64_t>(ctas, plan.units));
-      const std::vector<float> got = RunCase("down_E64_act16", c, ws, 16, false, ctas);
-      ExpectClose("fp8_gemv_grouped_ctas_vs_auto", "down_E64_act16_ctas" + std::to_string(ctas), got, auto_out,
-                  kBoundVsSkinny);
-    }
+    CheckCtaSweep(kOp, "down_E64_act16", c, ws, 16, 16 * 56 * 16, kBoundVsSkinny);
   }
   {
     const Experts x(16, 4096, 7168);  // V3 gate_up shape, 3 of 16 experts
@@ -331,17 +317,8 @@ TEST(CudaFp8GemvGrouped, RejectsBadInput) {
   EXPECT_THROW(Fp8GemvGroupedWorkspaceBytes(4, 256, 0), CheckError);
   // The TMA path without (enough) workspace.
   const Experts x(4, 256, 512);
-  Workspace ws;
   Case c(x, {1, 0, 2, 0}, 0, 0);
-  Fp8GemvGroupedParams q = c.Params(2, false, 0, ws);
-  const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(q);
-  if (plan.tma) {
-    EXPECT_THROW(Fp8GemvGrouped(q), CheckError);  // no workspace
-    ws.Fit(plan.workspace_bytes);
-    q = c.Params(2, false, 0, ws);
-    q.workspace_bytes = plan.workspace_bytes - 16;
-    EXPECT_THROW(Fp8GemvGrouped(q), CheckError);
-  }
+  CheckWorkspaceRequired(c, 2);
 }
 
 }  // namespace
