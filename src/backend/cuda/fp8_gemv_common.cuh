@@ -2,9 +2,9 @@
 // Fp8GemvGrouped, also with bf16 weights): the unit / ring geometry, the PTX wrappers of the
 // producer (TMA boxes, the scale's cp.async and its mbarrier arrival, L2 cache policies), the
 // consumers' stage reads and tensor-core math (e4m3 -> bf16 widening, m16n8k16 bf16 MMA; bf16
-// weights straight into the MMA), and the host's tensor-map encoding. Moved out of fp8_gemv.cu without changing Fp8Gemv's generated code (nvcc 13.0,
-// -arch=sm_90a: its PTX and cubin compared identical before and after the move). Not a public
-// header: include only from .cu files.
+// weights straight into the MMA), and the host's tensor-map encoding. Moved out of fp8_gemv.cu
+// without changing Fp8Gemv's generated code (nvcc 13.0, -arch=sm_90a: its PTX and cubin compared
+// identical before and after the move). Not a public header: include only from .cu files.
 // PTX sources: PTX ISA 8.x, "cp.async.bulk.tensor", "mbarrier" (expect_tx, try_wait.parity,
 // complete_tx), "cp.async.mbarrier.arrive" (.noinc), "createpolicy", "mma" (m16n8k16 .bf16
 // fragment layouts); the tensor-map fields: CUDA driver API, cuTensorMapEncodeTiled.
@@ -173,8 +173,8 @@ __device__ __forceinline__ void StageMma(const StageFrags& f, float (&part)[4]) 
 // column g), b1 = (k 2q + 8, 2q + 9, column g). So mma k 2q + i <-> unit k 16q + 2s + i and mma
 // k 2q + 8 + i <-> unit k 16q + 8 + 2s + i, the same map for A and B (the mma sums over its 16
 // k in any order); over q = 0..3 and s = 0..3 it covers the unit's 64 k once each.
-__device__ __forceinline__ void StageMmaBf16(const uint4& wa0, const uint4& wa1, const uint4& wb0, const uint4& wb1,
-                                             const uint4& x0, const uint4& x1, float (&acc)[4]) {
+__device__ __forceinline__ void StageMmaBf16(const uint4& wa0, const uint4& wa1, const uint4& wb0,
+                                             const uint4& wb1, const uint4& x0, const uint4& x1, float (&acc)[4]) {
 #pragma unroll
   for (int s = 0; s < 4; ++s)
     Mma(acc, Word(wa0, s), Word(wb0, s), Word(wa1, s), Word(wb1, s), Word(x0, s), Word(x1, s));

@@ -1,8 +1,9 @@
 // Grouped FP8 (and BF16-weight) GEMV for the MoE experts at decode sizes: see fp8_gemv_grouped.h
 // for the math, the design and the contract; fp8_gemv.h / fp8_gemv.cu for the TMA ring it shares
 // with Fp8Gemv (the helpers in fp8_gemv_common.cuh). Both kernels are templates on the weight
-// type (kBf16W: Fp8GemvGroupedParams::w_bf16); the e4m3 instances are the FP8 kernels as before. PTX sources: PTX ISA 8.x, "mbarrier" (arrive.expect_tx,
-// default .release.cta semantics; try_wait.parity, default .acquire.cta), "cp.async.bulk.tensor",
+// type (kBf16W: Fp8GemvGroupedParams::w_bf16); the e4m3 instances are the FP8 kernels as before
+// (PTX identical). PTX sources: PTX ISA 8.x, "mbarrier" (arrive.expect_tx, default .release.cta
+// semantics; try_wait.parity, default .acquire.cta), "cp.async.bulk.tensor",
 // "cp.async.mbarrier.arrive" (.noinc).
 #include "backend/cuda/fp8_gemv_grouped.h"
 
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         if (i >= kStages) MbarWait(bar_empty + st * 8, phase ^ 1u);
         const uint32_t full = bar_full + st * 8, dst = base + st * kStageBytes;
         info_sm[st] = make_int2(row0, rows);
-        BarExpectTx(full, kStageBytes);  // arrival 1 (of 2; of 1 for bf16): releases the store above; + the box bytes
+        BarExpectTx(full, kStageBytes);  // arrival 1 (of 2; bf16: of 1), releases the store above; + box bytes
         TmaLoad2d(dst, &wmap, kb * G::kK, e * p.N + t * kTileRows, full, pol_w);
         TmaLoad2d(dst + kWBytes, &amap, kb * G::kK, row0, full, pol_a);
         if constexpr (!kBf16W) {
