@@ -46,9 +46,10 @@ const ExpertsPath kBf16Path{"gemv_experts_bf16", &CudaRunnerOptions::gemv_expert
                             &CudaGraphStats::bf16_gemv_expert_launches};
 
 // expect_path: the grouped GEMV must run in the on runner (experts of the path's weight type)
-// and change some logits; else it must not run at all and the logits must be bit-identical.
+// and, with require_change, change some logits; else it must not run at all and the logits
+// must be bit-identical.
 void CompareExperts(const ExpertsPath& path, const std::string& label, CudaRunnerOptions o, bool graphs,
-                    bool expect_path) {
+                    bool expect_path, bool require_change = true) {
   o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
   o.cuda_graphs = graphs;
   std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: SkinnyGemm experts, 1: the grouped GEMV
@@ -58,7 +59,8 @@ void CompareExperts(const ExpertsPath& path, const std::string& label, CudaRunne
   RunFusionSchedule(runners, &d);
   const CudaGraphStats g0 = GetCudaGraphStats(*runners[0]), g1 = GetCudaGraphStats(*runners[1]);
   const int64_t on = g1.*path.launches, off = g0.*path.launches;
-  const bool path_ok = expect_path ? on > 0 && d.identical_rows < d.rows : on == 0 && d.identical_rows == d.rows;
+  const bool changed = d.identical_rows < d.rows;
+  const bool path_ok = expect_path ? on > 0 && (changed || !require_change) : on == 0 && !changed;
   const bool pass = d.nonfinite == 0 && d.min_cos >= 0.9999 && d.max_rel <= 1e-2 && path_ok && off == 0 &&
                     (!graphs || g1.replayed > 0);
   std::printf("[fixture] %s %s graphs=%d: rows=%lld min_cos=%.7f max_rel_l2=%.3e identical_rows=%lld "
@@ -73,7 +75,7 @@ void CompareExperts(const ExpertsPath& path, const std::string& label, CudaRunne
   if (graphs) { EXPECT_GT(g1.replayed, 0) << label; }
   if (expect_path) {
     EXPECT_GT(on, 0) << label << ": the grouped GEMV never ran";
-    EXPECT_LT(d.identical_rows, d.rows) << label << ": on and off gave identical logits (did the GEMV run?)";
+    if (require_change) { EXPECT_TRUE(changed) << label << ": on and off gave identical logits (did the GEMV run?)"; }
   } else {
     EXPECT_EQ(on, 0) << label << ": ran on experts of the other weight type";
     EXPECT_EQ(d.identical_rows, d.rows) << label << ": the option changed a model it does not apply to";
@@ -110,11 +112,13 @@ TEST(CudaRunnerGemvExpertsBf16, DummyV2LiteMatchesSkinnyExperts) {
 
 // The fixtures' real (tiny) bf16 experts: v2_lite_tiny (16 experts, gate_up K = 64, down K = 32)
 // and v3_fp8_tiny (FP8 dense weights, its experts stacked as bf16: moe_intermediate_size 80, so
-// down K = 80, not a multiple of 64).
+// down K = 80, not a multiple of 64). With one or two 64-k units per tile the two kernels may
+// sum in the same order, so identical logits are allowed here (the GEMV must still have run).
 TEST(CudaRunnerGemvExpertsBf16, FixturesMatchSkinnyExperts) {
   const int ran = ForEachFixture({"v2_lite_tiny", "v3_fp8_tiny"}, [](const std::string& name,
                                                                      const CudaRunnerOptions& o) {
-    for (bool graphs : {false, true}) CompareExperts(kBf16Path, name, o, graphs, /*expect_path=*/true);
+    for (bool graphs : {false, true})
+      CompareExperts(kBf16Path, name, o, graphs, /*expect_path=*/true, /*require_change=*/false);
   });
   if (ran == 0) GTEST_SKIP() << "no fixture";
 }
