@@ -27,6 +27,7 @@
 #include <ctime>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <set>
@@ -806,24 +807,41 @@ void Fp8GemvFamily(Bench& b) {
     }
 }
 
-// `--only fp8_gemv_experts` (only when named; written without a GPU, not yet run on one): V3's
-// routed experts at decode sizes, Fp8GemvGrouped (fp8_gemv_grouped.h; "grouped_auto": its own
-// CTA count, "grouped_ctas<SMs>": one per SM) beside SkinnyGemm's grouped form as the runner
-// calls it ("skinny": unsplit, max_group_rows = tokens, max_active_groups = min(E, tokens x 8)),
-// on the same inputs: `active` of 256 experts with `r` rows each (the experts a batch of
-// `tokens` tokens touches), gate_up with fp32 out and down with bf16 out as in the runner.
+// The model and weight type of a grouped-GEMV experts family: the family's kernel-name prefix,
+// the model's routed experts (E, top-k) and whether they are bf16 (else e4m3 with 128 x 128
+// block scales).
+struct GemvExpertsModel {
+  const char* family;
+  const char* model;
+  bool bf16;
+  int64_t E, top_k;
+};
+
+// `--only fp8_gemv_experts` (only when named; first run in session 7 run 11): V3's routed
+// experts at decode sizes; `--only gemv_experts_bf16` (only when named; written without a GPU,
+// not yet run on one): V2-Lite's bf16 routed experts. Fp8GemvGrouped (fp8_gemv_grouped.h, w_bf16
+// for bf16 experts; "grouped_auto": its own CTA count, "grouped_ctas<SMs>": one per SM) beside
+// SkinnyGemm's grouped form as the runner calls it ("skinny": unsplit, max_group_rows = tokens,
+// max_active_groups = min(E, tokens x top_k)), on the same inputs: `active` of E experts with
+// `r` rows each (the experts a batch of `tokens` tokens touches), outputs as in the runner.
 // Expert sets rotate over > 256 MB (at most E / active sets; only the sets' experts are
-// allocated: the others are empty and never read). TB/s counts the touched experts' weight +
-// scale bytes; the ratio is to this run's copy ceiling.
-void Fp8GemvExpertsCase(Bench& b, const char* which, int64_t N, int64_t K, bool out_bf16, int64_t active, int64_t r,
-                        int64_t tokens) {
-  const int64_t E = 256, kbn = (N + 127) / 128, kbk = (K + 127) / 128;
-  const double wbytes = double(active) * (double(N) * K + double(kbn) * kbk * 4);
+// allocated: the others are empty and never read). TB/s counts the touched experts' weight (+
+// scale) bytes; the ratio is to this run's copy ceiling.
+void GemvExpertsCase(Bench& b, const GemvExpertsModel& m, const char* which, int64_t N, int64_t K, bool out_bf16,
+                     int64_t active, int64_t r, int64_t tokens) {
+  const int64_t E = m.E, kbn = (N + 127) / 128, kbk = (K + 127) / 128;
+  const int64_t el = m.bf16 ? 2 : 1, sbytes = m.bf16 ? 0 : kbn * kbk * 4;  // per expert: weight element, scales
+  const double wbytes = double(active) * (double(N) * K * el + double(sbytes));
   const int nsets = static_cast<int>(std::min<int64_t>(SetsFor(wbytes, 16), E / active));
-  const int64_t E_alloc = active * nsets, rows = active * r, bound = std::min<int64_t>(E, tokens * 8);
-  Buf w(E_alloc * N * K), ws(E_alloc * kbn * kbk * 4);
-  FillE4M3(w.as<uint8_t>(), E_alloc * N * K, b.NextSeed(), b.st());
-  FillUniformF32(ws.as<float>(), E_alloc * kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  const int64_t E_alloc = active * nsets, rows = active * r, bound = std::min<int64_t>(E, tokens * m.top_k);
+  Buf w(E_alloc * N * K * el), ws(E_alloc * sbytes);  // (Buf: >= 16 bytes)
+  if (m.bf16) {
+    FillUniformBf16(w.as<__nv_bfloat16>(), E_alloc * N * K, b.NextSeed(), -0.05f, 0.05f, b.st());
+  } else {
+    FillE4M3(w.as<uint8_t>(), E_alloc * N * K, b.NextSeed(), b.st());
+    FillUniformF32(ws.as<float>(), E_alloc * kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+  }
+  const float* scales = m.bf16 ? nullptr : ws.as<float>();
   Buf a(rows * K * 2), out(rows * N * 4);
   FillUniformBf16(a.as<__nv_bfloat16>(), rows * K, b.NextSeed(), -1, 1, b.st());
   std::vector<std::unique_ptr<Buf>> offs;  // set i: experts [i * active, (i + 1) * active), r rows each
@@ -834,25 +852,26 @@ void Fp8GemvExpertsCase(Bench& b, const char* which, int64_t N, int64_t K, bool 
     offs.push_back(Upload(o));
   }
   char shape[160], note[200];
-  std::snprintf(shape, sizeof shape, "V3 %s fp8 E%lld act%lld rows%lld N%lld K%lld", which, (long long)E,
-                (long long)active, (long long)r, (long long)N, (long long)K);
+  std::snprintf(shape, sizeof shape, "%s %s %s E%lld act%lld rows%lld N%lld K%lld", m.model, which,
+                m.bf16 ? "bf16" : "fp8", (long long)E, (long long)active, (long long)r, (long long)N, (long long)K);
+  const std::string fam = m.family, what = m.bf16 ? "weight" : "weight + scale";
   GroupedGemmParams p{};
-  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.max_rows = rows; p.w = w.as<void>(); p.w_fp8 = true;
-  p.w_scales = ws.as<float>(); p.num_experts = E; p.N = N; p.K = K; p.out = out.as<void>();
+  p.a = a.as<__nv_bfloat16>(); p.lda = K; p.max_rows = rows; p.w = w.as<void>(); p.w_fp8 = !m.bf16;
+  p.w_scales = scales; p.num_experts = E; p.N = N; p.K = K; p.out = out.as<void>();
   p.out_type = out_bf16 ? DTypeOut::kBF16 : DTypeOut::kF32; p.ldo = N; p.stream = b.st();
   const double us_sk = b.TimeUs([&](int i) {
     GroupedGemmParams q = p;
     q.offsets = offs[i]->as<int32_t>();
     SkinnyGemm({q, tokens, bound});
   }, nsets, 5, 40);
-  std::snprintf(note, sizeof note, "touched experts' weight + scale bytes; SkinnyGemm as the runner calls it, %d set(s)",
-                nsets);
-  b.Add("fp8_gemv_experts/skinny", shape, us_sk, wbytes, 0, true, note);
+  std::snprintf(note, sizeof note, "touched experts' %s bytes; SkinnyGemm as the runner calls it, %d set(s)",
+                what.c_str(), nsets);
+  b.Add(fam + "/skinny", shape, us_sk, wbytes, 0, !m.bf16, note);
   const auto grouped = [&](const std::string& kernel, int ctas) {
     Fp8GemvGroupedParams g;
     g.a = a.as<__nv_bfloat16>(); g.lda = K; g.max_rows = rows; g.offsets = offs[0]->as<int32_t>();
-    g.w = w.as<uint8_t>(); g.w_scales = ws.as<float>(); g.out = out.as<void>(); g.out_bf16 = out_bf16; g.ldo = N;
-    g.num_experts = E; g.N = N; g.K = K; g.max_active_groups = bound; g.max_group_rows = tokens;
+    g.w = w.as<void>(); g.w_bf16 = m.bf16; g.w_scales = scales; g.out = out.as<void>(); g.out_bf16 = out_bf16;
+    g.ldo = N; g.num_experts = E; g.N = N; g.K = K; g.max_active_groups = bound; g.max_group_rows = tokens;
     g.stream = b.st(); g.ctas = ctas;
     const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(g);
     Buf gws(plan.workspace_bytes);
@@ -863,28 +882,45 @@ void Fp8GemvExpertsCase(Bench& b, const char* which, int64_t N, int64_t K, bool 
       q.offsets = offs[i]->as<int32_t>();
       Fp8GemvGrouped(q);
     }, nsets, 5, 40);
-    std::snprintf(note, sizeof note, "touched experts' weight + scale bytes; %s path, %lld CTAs, %lld units planned "
-                  "(%lld used); %.2fx SkinnyGemm", plan.tma ? "TMA" : "generic", (long long)plan.ctas,
-                  (long long)plan.units, (long long)(active * plan.tiles * kbk), us_sk / us);
-    b.Add(kernel, shape, us, wbytes, 0, true, note);
+    const int64_t unit_k = m.bf16 ? 64 : 128;
+    std::snprintf(note, sizeof note, "touched experts' %s bytes; %s path, %lld CTAs, %lld units planned "
+                  "(%lld used); %.2fx SkinnyGemm", what.c_str(), plan.tma ? "TMA" : "generic", (long long)plan.ctas,
+                  (long long)plan.units, (long long)(active * plan.tiles * ((K + unit_k - 1) / unit_k)), us_sk / us);
+    b.Add(kernel, shape, us, wbytes, 0, !m.bf16, note);
   };
-  grouped("fp8_gemv_experts/grouped_auto", 0);
+  grouped(fam + "/grouped_auto", 0);
   int sms = 0;
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  grouped("fp8_gemv_experts/grouped_ctas" + std::to_string(sms), sms);
+  grouped(fam + "/grouped_ctas" + std::to_string(sms), sms);
 }
 
-void Fp8GemvExpertsFamily(Bench& b) {
-  struct Shape { const char* which; int64_t N, K; bool out_bf16; };
-  struct Load { int64_t active, rows, tokens; };
-  for (const Shape& sh : {Shape{"gate_up", 4096, 7168, false}, Shape{"down", 7168, 2048, true}})
-    for (const Load& l : {Load{8, 1, 1}, Load{64, 1, 8}}) {
+struct GemvExpertsShape { const char* which; int64_t N, K; bool out_bf16; };
+struct GemvExpertsLoad { int64_t active, rows, tokens; };
+
+void GemvExpertsFamily(Bench& b, const GemvExpertsModel& m, std::initializer_list<GemvExpertsShape> shapes,
+                       std::initializer_list<GemvExpertsLoad> loads) {
+  for (const GemvExpertsShape& sh : shapes)
+    for (const GemvExpertsLoad& l : loads) {
       if (b.OutOfTime()) {
-        b.skipped.push_back(std::string("fp8_gemv_experts ") + sh.which + " act" + std::to_string(l.active));
+        b.skipped.push_back(std::string(m.family) + " " + sh.which + " act" + std::to_string(l.active));
         continue;
       }
-      Fp8GemvExpertsCase(b, sh.which, sh.N, sh.K, sh.out_bf16, l.active, l.rows, l.tokens);
+      GemvExpertsCase(b, m, sh.which, sh.N, sh.K, sh.out_bf16, l.active, l.rows, l.tokens);
     }
+}
+
+// V3: gate_up fp32 out, down bf16 out (the runner's, unstacked shared expert); 8 experts x 1 row
+// (1 token) and 64 x 1 (8 tokens).
+void Fp8GemvExpertsFamily(Bench& b) {
+  GemvExpertsFamily(b, {"fp8_gemv_experts", "V3", false, 256, 8},
+                    {{"gate_up", 4096, 7168, false}, {"down", 7168, 2048, true}}, {{8, 1, 1}, {64, 1, 8}});
+}
+
+// V2-Lite (64 bf16 experts, top-6, 2 shared experts: both outputs fp32 in the runner): 6 experts
+// x 1 row (1 token) and 48 x 1 (8 tokens x 6).
+void GemvExpertsBf16Family(Bench& b) {
+  GemvExpertsFamily(b, {"gemv_experts_bf16", "V2-Lite", true, 64, 6},
+                    {{"gate_up", 2816, 2048, false}, {"down", 2048, 1408, false}}, {{6, 1, 1}, {48, 1, 8}});
 }
 
 void Skinny(Bench& b) {
@@ -1078,7 +1114,7 @@ int RunBenchKernels(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
   app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
   app.add_option("--commit", commit, "commit id recorded in every record");
-  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small fp8_gemv fp8_gemv_experts (both only when named)");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small fp8_gemv fp8_gemv_experts gemv_experts_bf16 (the last three only when named)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -1126,6 +1162,7 @@ int RunBenchKernels(int argc, char** argv) {
     if (want("skinny_dense")) { SkinnyDense(b); save(); }
     if (!only.empty() && want("fp8_gemv")) { Fp8GemvFamily(b); save(); }
     if (!only.empty() && want("fp8_gemv_experts")) { Fp8GemvExpertsFamily(b); save(); }
+    if (!only.empty() && want("gemv_experts_bf16")) { GemvExpertsBf16Family(b); save(); }
     if (want("small")) {
       for (int64_t n : {64, 4096}) {
         if (b.OutOfTime()) { b.skipped.push_back("small kernels n" + std::to_string(n)); continue; }

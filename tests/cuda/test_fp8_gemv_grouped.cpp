@@ -13,10 +13,8 @@
 // replayed (bitwise equal to eager, then with new offsets and activations); empty launches and
 // a max_active_groups below the non-empty groups; bad inputs.
 //
-// Every launch writes into a NaN-poisoned output: rows outside the groups and columns past N
-// must stay NaN. The activation rows past the last group (read by the last group's 8-row TMA
-// box) and the row padding past K are NaN: each MMA output column depends on its own
-// activation row only, so a NaN there that reached a written output would be a bug.
+// Every launch writes into a NaN-poisoned output and reads NaN activation padding
+// (gemv_grouped_test_util.h, shared with the bf16-weight test).
 //
 // Bounds (fp8_gemv.h's test, the same math): fp32 out 2e-5 relative L2 (exact products, fp32
 // sums), bf16 out 5e-3 (the final rounding), vs SkinnyGemm 4e-5 (both within 2e-5 of the
@@ -25,7 +23,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,13 +32,14 @@
 #include "backend/cuda/fp8_gemv_grouped.h"
 #include "backend/cuda/skinny_gemm.h"
 #include "common/check.h"
+#include "gemv_grouped_test_util.h"
 #include "test_util.h"
 
 namespace ds::cuda::test {
 namespace {
 
 constexpr double kBoundF32 = 2e-5, kBoundBf16 = 5e-3, kBoundVsSkinny = 4e-5;
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr GroupedOp kOp{"fp8_gemv_grouped", kBoundF32, kBoundBf16};
 
 // E experts of e4m3 weights [E, N, K] filled on the device (FillE4M3: every finite code) and
 // block scales [E, ceil(N/128), ceil(K/128)] uniform in [0.5, 2) x 2^-9.
@@ -59,44 +57,41 @@ struct Experts {
     DS_CUDA_CHECK(cudaMemcpy(h.data(), q.get() + e * N * K, h.size(), cudaMemcpyDeviceToHost));
     return h;
   }
+  void Set(Fp8GemvGroupedParams* p) const { p->w = q.get(); p->w_scales = ds->get(); }
+  void SetSkinny(GroupedGemmParams* g) const { g->w = q.get(); g->w_fp8 = true; g->w_scales = ds->get(); }
+  std::vector<float> Reference(const std::vector<float>& a, int64_t lda, const std::vector<int32_t>& off,
+                               int64_t max_groups) const;
   int64_t E, N, K, nb, kb;
   Dev<uint8_t> q;
   std::vector<float> s;
   std::unique_ptr<Dev<float>> ds;
 };
 
-std::vector<int32_t> OffsetsOf(const std::vector<int32_t>& rows) {
-  std::vector<int32_t> off{0};
-  for (int32_t r : rows) off.push_back(off.back() + r);
-  return off;
-}
-
 // ref[r, n] for the rows r of every group e (< off[E]): sum_kb s[e, n/128, kb] * sum_{k in kb}
 // a[r, k] * e4m3(w[e, n, k]), in double. With max_groups >= 0 only the first max_groups
 // non-empty groups (the others' rows stay NaN).
-std::vector<float> Reference(const Experts& x, const std::vector<float>& a, int64_t lda, const std::vector<int32_t>& off,
-                             int64_t max_groups = -1) {
+std::vector<float> Experts::Reference(const std::vector<float>& a, int64_t lda, const std::vector<int32_t>& off,
+                                      int64_t max_groups) const {
   float lut[256];
   for (int i = 0; i < 256; ++i) lut[i] = Fp8E4M3ToF32(static_cast<uint8_t>(i));
-  const int64_t N = x.N, K = x.K, KB = x.kb;
-  std::vector<float> ref(static_cast<size_t>(off.back()) * N, kNaN);
+  std::vector<float> ref(static_cast<size_t>(off.back()) * N, kGroupedNaN);
   int64_t done = 0;
-  for (int64_t e = 0; e < x.E; ++e) {
+  for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = off[e], rows = off[e + 1] - off[e];
     if (rows <= 0) continue;
     if (max_groups >= 0 && done++ >= max_groups) break;
     DS_CHECK(rows <= 8) << "test reference: " << rows << " rows in one group";
-    const std::vector<uint8_t> w = x.Host(e);
+    const std::vector<uint8_t> w = Host(e);
     ParallelFor(N, [&](int64_t n) {
       const uint8_t* wr = w.data() + n * K;
       double acc[8] = {};
-      for (int64_t kb = 0; kb < KB; ++kb) {
+      for (int64_t b = 0; b < kb; ++b) {
         double part[8] = {};
-        for (int64_t k = kb * 128; k < std::min(K, kb * 128 + 128); ++k) {
+        for (int64_t k = b * 128; k < std::min(K, b * 128 + 128); ++k) {
           const double wk = lut[wr[k]];
           for (int64_t r = 0; r < rows; ++r) part[r] += double(a[(r0 + r) * lda + k]) * wk;
         }
-        const double sc = x.s[(e * x.nb + n / 128) * KB + kb];
+        const double sc = s[(e * nb + n / 128) * kb + b];
         for (int64_t r = 0; r < rows; ++r) acc[r] += sc * part[r];
       }
       for (int64_t r = 0; r < rows; ++r) ref[(r0 + r) * N + n] = static_cast<float>(acc[r]);
@@ -105,129 +100,14 @@ std::vector<float> Reference(const Experts& x, const std::vector<float>& a, int6
   return ref;
 }
 
-// A zeroed workspace for Fp8GemvGrouped, grown (and zeroed again) on demand: one per expert
-// weight shape, reused across launches of any slot count (its layout depends on (E, N, K)).
-struct Workspace {
-  void Fit(size_t bytes) {
-    if (buf && buf->size() >= bytes) return;
-    buf = std::make_unique<Dev<uint8_t>>(bytes);
-    DS_CUDA_CHECK(cudaMemset(buf->get(), 0, bytes));
-    DS_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  bool CountersZero(int64_t E, int64_t N) const {
-    std::vector<uint32_t> c(E * ((N + 127) / 128) * 8);
-    DS_CUDA_CHECK(cudaMemcpy(c.data(), buf->get(), c.size() * 4, cudaMemcpyDeviceToHost));
-    return std::all_of(c.begin(), c.end(), [](uint32_t v) { return v == 0; });
-  }
-  std::unique_ptr<Dev<uint8_t>> buf;
-};
+using Case = GroupedCase<Experts>;
 
-// One routing layout over the experts: group sizes rows[e], activations [max_rows, lda] (the
-// groups' rows bf16 normals; `spare` rows past the last group and the columns past K NaN),
-// outputs [max_rows, ldo] fp32 and bf16, the reference.
-struct Case {
-  Case(const Experts& x_, const std::vector<int32_t>& rows, int64_t pad_a, int64_t pad_o, int64_t spare = 3)
-      : x(x_), off(OffsetsOf(rows)), R(off.back()), max_rows(off.back() + spare), lda(x_.K + pad_a),
-        ldo(x_.N + pad_o), doff(off), o32(max_rows * ldo), o16(max_rows * ldo) {
-    DS_CHECK(static_cast<int64_t>(rows.size()) == x.E);
-    for (int32_t r : rows) {
-      active += r > 0;
-      max_group_rows = std::max<int64_t>(max_group_rows, r);
-    }
-    a.assign(max_rows * lda, kNaN);
-    const std::vector<float> v = RoundBf16Vec(RandomNormal(R * x.K));
-    for (int64_t r = 0; r < R; ++r) std::copy(v.begin() + r * x.K, v.begin() + (r + 1) * x.K, a.begin() + r * lda);
-    da = std::make_unique<Dev<__nv_bfloat16>>(ToBf16(a));
-    ref = Reference(x, a, lda, off);
-  }
-  Fp8GemvGroupedParams Params(int64_t max_active, bool bf16_out, int ctas, const Workspace& ws) const {
-    Fp8GemvGroupedParams p;
-    p.a = da->get(); p.lda = lda; p.max_rows = max_rows; p.offsets = doff.get();
-    p.w = x.q.get(); p.w_scales = x.ds->get();
-    p.out = bf16_out ? static_cast<void*>(o16.get()) : o32.get(); p.out_bf16 = bf16_out; p.ldo = ldo;
-    p.num_experts = x.E; p.N = x.N; p.K = x.K;
-    p.max_active_groups = max_active; p.max_group_rows = std::max<int64_t>(1, max_group_rows);
-    if (ws.buf) { p.workspace = ws.buf->get(); p.workspace_bytes = ws.buf->size(); }
-    p.ctas = ctas;
-    return p;
-  }
-  // Rows 0 .. R-1, columns 0 .. N-1 (downloaded); counts written elements outside them.
-  std::vector<float> Got(bool bf16_out, int64_t* extra) const {
-    const std::vector<float> full = bf16_out ? FromBf16(o16.Download()) : o32.Download();
-    std::vector<float> got(R * x.N);
-    for (int64_t r = 0; r < max_rows; ++r)
-      for (int64_t n = 0; n < ldo; ++n) {
-        const float v = full[r * ldo + n];
-        if (r < R && n < x.N) got[r * x.N + n] = v;
-        else *extra += !std::isnan(v);
-      }
-    return got;
-  }
-  void Poison() {
-    o32.Poison();
-    o16.Poison();
-  }
-  const Experts& x;
-  std::vector<int32_t> off;
-  int64_t R, max_rows, lda, ldo, active = 0, max_group_rows = 0;
-  std::vector<float> a, ref;
-  Dev<int32_t> doff;
-  std::unique_ptr<Dev<__nv_bfloat16>> da;
-  Dev<float> o32;
-  Dev<__nv_bfloat16> o16;
-};
-
-// Launches twice into poisoned outputs: checks the reference, bitwise equality of the two
-// launches, untouched rows / columns and zeroed counters. Returns the output [R, N].
 std::vector<float> RunCase(const std::string& name, Case& c, Workspace& ws, int64_t max_active, bool bf16_out = false,
-                       int ctas = 0, bool expect_tma = true) {
-  Fp8GemvGroupedParams p = c.Params(max_active, bf16_out, ctas, ws);
-  const Fp8GemvGroupedPlan plan0 = Fp8GemvGroupedPlanFor(p);
-  if (plan0.tma) {
-    ws.Fit(plan0.workspace_bytes);
-    p = c.Params(max_active, bf16_out, ctas, ws);
-  }
-  const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
-  EXPECT_EQ(plan.tma, expect_tma) << name;
-  const std::string cas = name + "_act" + std::to_string(c.active) + "_slots" + std::to_string(plan.slots) +
-                          (bf16_out ? "_bf16" : "_f32") +
-                          (plan.tma ? "_tma_ctas" + std::to_string(plan.ctas) : std::string("_generic"));
-  std::vector<float> first;
-  for (int rep = 0; rep < 2; ++rep) {
-    c.Poison();
-    Fp8GemvGrouped(p);
-    DS_CUDA_CHECK(cudaDeviceSynchronize());
-    int64_t extra = 0;
-    std::vector<float> got = c.Got(bf16_out, &extra);
-    EXPECT_EQ(extra, 0) << cas << ": wrote outside the groups' rows or past N";
-    if (rep == 0) {
-      ExpectClose("fp8_gemv_grouped", cas, got, c.ref, bf16_out ? kBoundBf16 : kBoundF32);
-      first = std::move(got);
-    } else {
-      EXPECT_EQ(std::memcmp(first.data(), got.data(), got.size() * sizeof(float)), 0) << cas << ": not deterministic";
-    }
-    if (plan.tma) { EXPECT_TRUE(ws.CountersZero(c.x.E, c.x.N)) << cas << ": split-K counters not reset"; }
-  }
-  return first;
+                           int ctas = 0, bool expect_tma = true) {
+  return RunGroupedCase(kOp, name, c, ws, max_active, bf16_out, ctas, expect_tma);
 }
 
-// SkinnyGemm's grouped form (unsplit, as the runner calls it) on the same inputs, fp32 out.
-std::vector<float> RunSkinny(Case& c, int64_t max_active) {
-  SkinnyGemmParams sp{};
-  GroupedGemmParams& g = sp.g;
-  g.a = c.da->get(); g.lda = c.lda; g.offsets = c.doff.get(); g.max_rows = c.max_rows; g.w = c.x.q.get();
-  g.w_fp8 = true; g.w_scales = c.x.ds->get(); g.num_experts = c.x.E; g.N = c.x.N; g.K = c.x.K;
-  g.out = c.o32.get(); g.out_type = DTypeOut::kF32; g.ldo = c.ldo;
-  sp.max_group_rows = std::max<int64_t>(1, c.max_group_rows);
-  sp.max_active_groups = max_active;
-  c.Poison();
-  SkinnyGemm(sp);
-  DS_CUDA_CHECK(cudaDeviceSynchronize());
-  int64_t extra = 0;
-  std::vector<float> got = c.Got(false, &extra);
-  EXPECT_EQ(extra, 0);
-  return got;
-}
+std::vector<float> RunSkinny(Case& c, int64_t max_active) { return RunSkinnyGrouped(c, max_active); }
 
 // Group sizes: `tokens` tokens routed top-8 at random over E experts (RoutedCounts).
 std::vector<int32_t> Routed(int64_t tokens, int64_t E) { return RoutedCounts(tokens, 8, E); }
@@ -332,12 +212,7 @@ TEST(CudaFp8GemvGrouped, MisalignedWeightsTakeTheGenericPath) {
   Fp8GemvGroupedParams p = c.Params(8, false, 0, ws);
   p.w = shifted.get() + 8;
   EXPECT_FALSE(Fp8GemvGroupedPlanFor(p).tma);
-  c.Poison();
-  Fp8GemvGrouped(p);
-  DS_CUDA_CHECK(cudaDeviceSynchronize());
-  int64_t extra = 0;
-  const std::vector<float> gen = c.Got(false, &extra);
-  EXPECT_EQ(extra, 0);
+  const std::vector<float> gen = LaunchInto(c, p);
   ExpectClose("fp8_gemv_grouped_generic", "N384_K1024_w+8", gen, c.ref, kBoundF32);
   ExpectClose("fp8_gemv_grouped_generic_vs_tma", "N384_K1024", gen, tma, kBoundVsSkinny);
 }
@@ -347,22 +222,13 @@ TEST(CudaFp8GemvGrouped, MisalignedWeightsTakeTheGenericPath) {
 // the non-empty groups' units (the extra CTAs exit). Each within the bound; the sums differ in
 // order only. The plan's units count the slots of the host's bound.
 TEST(CudaFp8GemvGrouped, CtaCountsCutTilesAnywhere) {
-  const int sms = std::max(1, CurrentDeviceProps().sms);
   {
     const Experts x(64, 7168, 2048);  // V3 down: 56 tiles x 16 units per expert
     Workspace ws;
     std::vector<int32_t> rows(64, 0);
     for (int i = 0; i < 16; ++i) rows[(i * 5 + 2) % 64] = 1 + i % 4;
     Case c(x, rows, 0, 0);
-    const std::vector<float> auto_out = RunCase("down_E64_act16", c, ws, 16);
-    for (int ctas : {1, 7, sms, 2 * sms, 1000, 20000}) {
-      const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(c.Params(16, false, ctas, ws));
-      EXPECT_EQ(plan.units, 16 * 56 * 16);
-      EXPECT_EQ(plan.ctas, std::min<int64_t>(ctas, plan.units));
-      const std::vector<float> got = RunCase("down_E64_act16", c, ws, 16, false, ctas);
-      ExpectClose("fp8_gemv_grouped_ctas_vs_auto", "down_E64_act16_ctas" + std::to_string(ctas), got, auto_out,
-                  kBoundVsSkinny);
-    }
+    CheckCtaSweep(kOp, "down_E64_act16", c, ws, 16, 16 * 56 * 16, kBoundVsSkinny);
   }
   {
     const Experts x(16, 4096, 7168);  // V3 gate_up shape, 3 of 16 experts
@@ -410,61 +276,10 @@ TEST(CudaFp8GemvGrouped, WorkspaceIndependentOfTheBound) {
 TEST(CudaFp8GemvGrouped, GraphReplayMatchesEager) {
   const int64_t E = 32;
   const Experts x(E, 1536, 2048);
-  Workspace ws;
-  ws.Fit(Fp8GemvGroupedWorkspaceBytes(E, 1536, 2048));
   std::vector<int32_t> rows_a(E, 0), rows_b(E, 0);
   rows_a[1] = 3; rows_a[4] = 3; rows_a[30] = 2; rows_a[31] = 1;  // 9 rows in 4 groups
   rows_b[0] = 1; rows_b[7] = 8;                                 // 9 rows in 2 groups
-  Case c(x, rows_a, 0, 0);
-  const int64_t bound = 4, group_rows = 8;
-  cudaStream_t st;
-  DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  Fp8GemvGroupedParams p = c.Params(bound, false, 0, ws);
-  p.max_group_rows = group_rows;
-  p.stream = st;
-  const auto launch_and_get = [&](bool graph, cudaGraphExec_t exec) {
-    c.Poison();
-    DS_CUDA_CHECK(cudaDeviceSynchronize());  // the legacy-stream memsets before the launch on st
-    if (graph) DS_CUDA_CHECK(cudaGraphLaunch(exec, st));
-    else Fp8GemvGrouped(p);
-    DS_CUDA_CHECK(cudaStreamSynchronize(st));
-    int64_t extra = 0;
-    std::vector<float> got = c.Got(false, &extra);
-    EXPECT_EQ(extra, 0);
-    EXPECT_TRUE(ws.CountersZero(E, x.N));
-    return got;
-  };
-  const std::vector<float> eager = launch_and_get(false, nullptr);
-  ExpectClose("fp8_gemv_grouped_graph", "eager", eager, c.ref, kBoundF32);
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  Fp8GemvGrouped(p);
-  DS_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  DS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) {
-    const std::vector<float> got = launch_and_get(true, exec);
-    const bool same = std::memcmp(got.data(), eager.data(), got.size() * sizeof(float)) == 0;
-    std::printf("[metric] op=fp8_gemv_grouped_graph case=replay%d bitwise_equal_to_eager=%d%s\n", i, same ? 1 : 0,
-                same ? " PASS" : " FAIL");
-    EXPECT_TRUE(same) << "replay " << i;
-  }
-  // New offsets (same total rows: the capture's max_rows) and new activations.
-  const std::vector<int32_t> off_b = OffsetsOf(rows_b);
-  ASSERT_EQ(off_b.back(), c.R);
-  c.doff.Upload(off_b);
-  std::vector<float> a2(c.a.size(), kNaN);
-  const std::vector<float> v = RoundBf16Vec(RandomNormal(c.R * x.K));
-  for (int64_t r = 0; r < c.R; ++r) std::copy(v.begin() + r * x.K, v.begin() + (r + 1) * x.K, a2.begin() + r * c.lda);
-  c.da->Upload(ToBf16(a2));
-  const std::vector<float> ref_b = Reference(x, a2, c.lda, off_b);
-  const std::vector<float> replay = launch_and_get(true, exec);
-  ExpectClose("fp8_gemv_grouped_graph", "replay_new_offsets_and_activations", replay, ref_b, kBoundF32);
-  const std::vector<float> eager_b = launch_and_get(false, nullptr);
-  EXPECT_EQ(std::memcmp(replay.data(), eager_b.data(), replay.size() * sizeof(float)), 0);
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(st);
+  CheckGraphReplay(kOp, x, rows_a, rows_b, /*bound=*/4);
 }
 
 // No non-empty group (no CTA has a unit), an empty launch, and a host bound below the
@@ -472,61 +287,7 @@ TEST(CudaFp8GemvGrouped, GraphReplayMatchesEager) {
 // slots; the others' rows stay untouched).
 TEST(CudaFp8GemvGrouped, EmptyGroupsAndBounds) {
   const Experts x(12, 512, 1024), xg(12, 96, 200);  // TMA path; K = 200: the generic path
-  Workspace ws;
-  for (const Experts* xx : {&x, &xg}) {
-    Case c(*xx, std::vector<int32_t>(12, 0), 0, 0, /*spare=*/4);
-    for (int64_t bound : {0, 3}) {
-      Fp8GemvGroupedParams p = c.Params(bound, false, 0, ws);
-      const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
-      EXPECT_EQ(plan.tma, xx == &x);
-      if (plan.tma) {
-        ws.Fit(plan.workspace_bytes);
-        p = c.Params(bound, false, 0, ws);
-      }
-      c.Poison();
-      Fp8GemvGrouped(p);
-      DS_CUDA_CHECK(cudaDeviceSynchronize());
-      int64_t extra = 0;
-      c.Got(false, &extra);
-      EXPECT_EQ(extra, 0) << "no group is non-empty: nothing may be written (K " << xx->K << ")";
-    }
-    Fp8GemvGroupedParams p = c.Params(0, false, 0, ws);
-    p.max_group_rows = 0;  // nothing to do
-    EXPECT_NO_THROW(Fp8GemvGrouped(p));
-    p = c.Params(0, false, 0, ws);
-    p.max_rows = 0;
-    EXPECT_NO_THROW(Fp8GemvGrouped(p));
-  }
-  {
-    Case c(x, {0, 2, 0, 5, 0, 1, 0, 0, 3, 0, 0, 8}, 0, 0);  // 5 non-empty groups
-    const std::vector<float> ref2 = Reference(x, c.a, c.lda, c.off, /*max_groups=*/2);
-    Fp8GemvGroupedParams p = c.Params(2, false, 0, ws);
-    const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
-    ASSERT_TRUE(plan.tma);
-    ws.Fit(plan.workspace_bytes);
-    p = c.Params(2, false, 0, ws);
-    c.Poison();
-    Fp8GemvGrouped(p);
-    DS_CUDA_CHECK(cudaDeviceSynchronize());
-    int64_t extra = 0;
-    const std::vector<float> got = c.Got(false, &extra);
-    EXPECT_EQ(extra, 0);
-    // Rows of groups 1 and 3 (the first two non-empty): computed; the others: still NaN.
-    std::vector<float> g_rows, r_rows;
-    int64_t untouched = 0, expect_untouched = 0;
-    for (int64_t r = 0; r < c.R; ++r)
-      for (int64_t n = 0; n < x.N; ++n) {
-        if (r < c.off[4]) {
-          g_rows.push_back(got[r * x.N + n]);
-          r_rows.push_back(ref2[r * x.N + n]);
-        } else {
-          ++expect_untouched;
-          untouched += std::isnan(got[r * x.N + n]);
-        }
-      }
-    ExpectClose("fp8_gemv_grouped", "E12_bound2_of5_first_two", g_rows, r_rows, kBoundF32);
-    EXPECT_EQ(untouched, expect_untouched) << "groups past the bound were written";
-  }
+  CheckEmptyGroupsAndBounds(kOp, x, xg);
 }
 
 TEST(CudaFp8GemvGrouped, RejectsBadInput) {
@@ -556,17 +317,8 @@ TEST(CudaFp8GemvGrouped, RejectsBadInput) {
   EXPECT_THROW(Fp8GemvGroupedWorkspaceBytes(4, 256, 0), CheckError);
   // The TMA path without (enough) workspace.
   const Experts x(4, 256, 512);
-  Workspace ws;
   Case c(x, {1, 0, 2, 0}, 0, 0);
-  Fp8GemvGroupedParams q = c.Params(2, false, 0, ws);
-  const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(q);
-  if (plan.tma) {
-    EXPECT_THROW(Fp8GemvGrouped(q), CheckError);  // no workspace
-    ws.Fit(plan.workspace_bytes);
-    q = c.Params(2, false, 0, ws);
-    q.workspace_bytes = plan.workspace_bytes - 16;
-    EXPECT_THROW(Fp8GemvGrouped(q), CheckError);
-  }
+  CheckWorkspaceRequired(c, 2);
 }
 
 }  // namespace

@@ -555,26 +555,26 @@ void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, flo
   ++graph_stats_.fp8_gemv_launches;
 }
 
-void CudaModelRunner::RunFp8GemvExperts(const GroupedGemmParams& g, int64_t max_group_rows,
-                                        int64_t max_active_groups) {
-  DS_CHECK(g.w_fp8 && g.offsets != nullptr) << "RunFp8GemvExperts: FP8 experts with device offsets only";
+void CudaModelRunner::RunGemvExperts(const GroupedGemmParams& g, int64_t max_group_rows,
+                                     int64_t max_active_groups) {
+  DS_CHECK(g.offsets != nullptr) << "RunGemvExperts: device offsets only";
   Fp8GemvGroupedParams p;
   p.a = g.a; p.lda = g.lda; p.max_rows = g.max_rows; p.offsets = g.offsets;
-  p.w = static_cast<const uint8_t*>(g.w); p.w_scales = g.w_scales;
+  p.w = g.w; p.w_bf16 = !g.w_fp8; p.w_scales = g.w_fp8 ? g.w_scales : nullptr;  // not fp8: bf16 experts
   p.out = g.out; p.out_bf16 = g.out_type == DTypeOut::kBF16; p.ldo = g.ldo;
   p.num_experts = g.num_experts; p.N = g.N; p.K = g.K;
   p.max_group_rows = max_group_rows; p.max_active_groups = max_active_groups;
   p.stream = s_; p.pdl = opts_.pdl;
   const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
-  // One workspace per expert weight shape: the layout (counters for E slots, then partials)
-  // depends on (E, N, K); its size does not depend on the pass (max_active_groups), so the
-  // first eager pass sizes it for every later capture.
-  DeviceBuffer& ws = Sc().gemv_experts_ws[{g.num_experts, g.N, g.K}];
+  // One workspace per expert weight shape and type: the layout (counters for E slots, then
+  // partials) depends on (E, N, K, w_bf16); its size does not depend on the pass
+  // (max_active_groups), so the first eager pass sizes it for every later capture.
+  DeviceBuffer& ws = Sc().gemv_experts_ws[{g.num_experts, g.N, g.K, p.w_bf16}];
   GrowZeroed(ws, plan.workspace_bytes, "Fp8GemvGrouped");
   p.workspace = ws.get();
   p.workspace_bytes = ws.size();
   Fp8GemvGrouped(p);
-  ++graph_stats_.fp8_gemv_expert_launches;
+  ++(p.w_bf16 ? graph_stats_.bf16_gemv_expert_launches : graph_stats_.fp8_gemv_expert_launches);
 }
 
 void* CudaModelRunner::LtWorkspace() {
@@ -1122,13 +1122,14 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   if (ws > 0) moe_gg_ws_.Reserve(ws);
   for (GroupedGemmParams* gp : {&g, &g2}) { gp->workspace = moe_gg_ws_.get(); gp->workspace_bytes = moe_gg_ws_.size(); }
   for (GroupedGemmSm90Params* fp : {&f1, &f2}) { fp->workspace = moe_gg_ws_.get(); fp->workspace_bytes = moe_gg_ws_.size(); }
-  // fp8_gemv_experts: FP8 experts of a pass of <= 8 tokens (the skinny path: unpadded segments,
-  // <= T rows per group) on the grouped FP8 GEMV. The condition depends on T only through
-  // T <= 8, which the graph buckets 1, 2, 4, 8 never cross: a padded graph step and its eager
-  // warm-up pass take the same kernel.
-  const bool gemv_experts = opts_.fp8_gemv_experts && skinny && LW.experts_fp8 && T <= kFp8GemvGroupedMaxRows;
+  // fp8_gemv_experts / gemv_experts_bf16: FP8 / BF16 experts of a pass of <= 8 tokens (the
+  // skinny path: unpadded segments, <= T rows per group) on the grouped GEMV. The condition
+  // depends on T only through T <= 8, which the graph buckets 1, 2, 4, 8 never cross: a padded
+  // graph step and its eager warm-up pass take the same kernel.
+  const bool gemv_experts = (LW.experts_fp8 ? opts_.fp8_gemv_experts : opts_.gemv_experts_bf16) && skinny &&
+                            T <= kFp8GemvGroupedMaxRows;
   const auto expert_gemm = [&](const GroupedGemmParams& gp) {
-    if (gemv_experts) RunFp8GemvExperts(gp, T, std::min(E, T * K) + S);
+    if (gemv_experts) RunGemvExperts(gp, T, std::min(E, T * K) + S);
     else if (skinny) SkinnyGemm({gp, T, std::min(E, T * K) + S});
     else GroupedGemm(gp);
   };

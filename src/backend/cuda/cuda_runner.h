@@ -200,6 +200,13 @@ struct CudaRunnerOptions {
   // vs 40.2 us. Off by default until the whole suite and a step A/B have run with it on; the CLI
   // reads DS_FP8_GEMV_EXPERTS=1 to turn it on.
   bool fp8_gemv_experts = false;
+  // The same for BF16 routed experts (DeepSeek-V2-Lite's; the skinny MoE path, passes of at most
+  // kFp8GemvGroupedMaxRows = 8 tokens, gate_up and down): the grouped TMA-streaming GEMV with bf16
+  // weights (fp8_gemv_grouped.h, w_bf16) instead of SkinnyGemm's grouped form (0.64-0.77 of copy
+  // bandwidth on V2-Lite's experts, session 7). Same math (exact bf16 products, fp32 sums), other
+  // summation order (CudaRunnerGemvExpertsBf16.*). Written without a GPU, not yet run on one: off
+  // by default; the CLI reads DS_GEMV_EXPERTS_BF16=1 to turn it on.
+  bool gemv_experts_bf16 = false;
   // Prefill-size MoE expert GEMMs on the sm_90a CUTLASS kernel (grouped_gemm_sm90.h) where it
   // applies (built with CUTLASS, sm_90, aligned dims); off keeps them on the mma.sync kernel
   // (A/B benchmarks: the CLI reads DS_SM90_GROUPED_GEMM=0).
@@ -332,6 +339,7 @@ struct CudaGraphStats {
   int64_t fused_kvrope_layers = 0;
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
+  int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)
   int64_t side_branches = 0;      // side branches forked onto the second stream in captures (decode_streams)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);

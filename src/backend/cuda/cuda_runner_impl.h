@@ -194,9 +194,10 @@ class CudaModelRunner : public ModelRunner {
     // Fp8Gemv's workspaces, one per weight shape (N, K): counters + split-K partials, zeroed when
     // (re)allocated; the kernel leaves its counters zero.
     std::map<std::pair<int64_t, int64_t>, DeviceBuffer> gemv_ws;
-    // Fp8GemvGrouped's workspaces (fp8_gemv_experts), one per expert weight shape (E, N, K): its
-    // layout depends on those only; zeroed when (re)allocated, the kernel leaves its counters zero.
-    std::map<std::tuple<int64_t, int64_t, int64_t>, DeviceBuffer> gemv_experts_ws;
+    // Fp8GemvGrouped's workspaces (fp8_gemv_experts, gemv_experts_bf16), one per expert weight
+    // shape and type (E, N, K, bf16 weights): its layout depends on those only; zeroed when
+    // (re)allocated, the kernel leaves its counters zero.
+    std::map<std::tuple<int64_t, int64_t, int64_t, bool>, DeviceBuffer> gemv_experts_ws;
     DeviceBuffer lt_ws;                    // [1] only: own cuBLASLt workspace (kGemmWorkspaceBytes)
   };
   GemmScratch scratch_[2];
@@ -228,10 +229,11 @@ class CudaModelRunner : public ModelRunner {
   // them zero), only outside a graph capture (DS_CHECK names `what`): the eager pass of a shape
   // precedes its capture.
   void GrowZeroed(DeviceBuffer& ws, size_t bytes, const char* what);
-  // fp8_gemv_experts: the skinny expert GEMM `g` (FP8 experts, device offsets, <= 8 rows per
-  // group) on Fp8GemvGrouped (fp8_gemv_grouped.h), its workspace grown (and zeroed) outside
-  // graph capture: the eager pass of a shape precedes its capture.
-  void RunFp8GemvExperts(const GroupedGemmParams& g, int64_t max_group_rows, int64_t max_active_groups);
+  // fp8_gemv_experts / gemv_experts_bf16: the skinny expert GEMM `g` (FP8 or BF16 experts,
+  // device offsets, <= 8 rows per group) on Fp8GemvGrouped (fp8_gemv_grouped.h; w_bf16 for BF16
+  // experts), its workspace grown (and zeroed) outside graph capture: the eager pass of a shape
+  // precedes its capture.
+  void RunGemvExperts(const GroupedGemmParams& g, int64_t max_group_rows, int64_t max_active_groups);
   // Device copy of {0, rows} (the one-group offsets of the in-kernel FP8 linear), made once.
   const int32_t* OneGroupOffsets(int64_t rows);
   std::map<std::pair<int, int>, std::unique_ptr<DecodeGraph>> graphs_;

@@ -1,10 +1,10 @@
 // Shared by the TMA-streaming FP8 GEMV kernels (fp8_gemv.cu: Fp8Gemv; fp8_gemv_grouped.cu:
-// Fp8GemvGrouped): the unit / ring geometry, the PTX wrappers of the producer (TMA boxes, the
-// scale's cp.async and its mbarrier arrival, L2 cache policies), the consumers' stage reads and
-// tensor-core math (e4m3 -> bf16 widening, m16n8k16 bf16 MMA), and the host's tensor-map
-// encoding. Moved out of fp8_gemv.cu without changing Fp8Gemv's generated code (nvcc 13.0,
-// -arch=sm_90a: its PTX and cubin compared identical before and after the move). Not a public
-// header: include only from .cu files.
+// Fp8GemvGrouped, also with bf16 weights): the unit / ring geometry, the PTX wrappers of the
+// producer (TMA boxes, the scale's cp.async and its mbarrier arrival, L2 cache policies), the
+// consumers' stage reads and tensor-core math (e4m3 -> bf16 widening, m16n8k16 bf16 MMA; bf16
+// weights straight into the MMA), and the host's tensor-map encoding. Moved out of fp8_gemv.cu
+// without changing Fp8Gemv's generated code (nvcc 13.0, -arch=sm_90a: its PTX and cubin compared
+// identical before and after the move). Not a public header: include only from .cu files.
 // PTX sources: PTX ISA 8.x, "cp.async.bulk.tensor", "mbarrier" (expect_tx, try_wait.parity,
 // complete_tx), "cp.async.mbarrier.arrive" (.noinc), "createpolicy", "mma" (m16n8k16 .bf16
 // fragment layouts); the tensor-map fields: CUDA driver API, cuTensorMapEncodeTiled.
@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
@@ -41,6 +42,18 @@ constexpr int kMinUnitsPerCta = 2;
 constexpr size_t kPartialBytesPerCta = size_t{2} * kConsumerWarps * 32 * 16;  // 2 slots x 8 warps x 32 lanes x float4
 
 static_assert(kStageBytes % 1024 == 0, "stages must keep the 1024-byte alignment of the 128-byte swizzle");
+
+// A unit by weight type (Fp8GemvGrouped's w_bf16): 128 weight rows x 128 bytes of k either way,
+// i.e. 128 k of e4m3 (one scale block; two 8-row x 64-k activation boxes, the geometry above) or
+// 64 k of bf16 (one activation box: a 17 KB stage).
+template <bool kBf16W>
+struct UnitGeom {
+  static constexpr int kK = kBf16W ? 64 : kUnitK;         // k per unit
+  static constexpr int kABoxes = kBf16W ? 1 : 2;          // 8 x 64-k activation boxes per unit
+  static constexpr int kStageBytes = kWBytes + kABoxes * kABoxBytes;
+  static_assert(kStageBytes % 1024 == 0, "stages must keep the 1024-byte alignment of the 128-byte swizzle");
+};
+static_assert(UnitGeom<false>::kStageBytes == kStageBytes, "the e4m3 unit is the geometry above");
 
 // ---- device helpers
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
@@ -143,6 +156,30 @@ __device__ __forceinline__ void StageMma(const StageFrags& f, float (&part)[4]) 
   }
 }
 
+// The same for a unit of bf16 weights (UnitGeom<true>: 128 rows x 64 k; no widening, no scale):
+// acc += this lane's share of the stage's 16-row x 8-column product over the unit's 64 k.
+// Lane (g = lane / 4, q = lane % 4) of consumer warp w holds the k [16 q, 16 q + 16) of the
+// unit: wa0 / wa1 = 16-byte chunks 2q / 2q + 1 (k 16q .. 16q + 7 / 16q + 8 .. 16q + 15) of
+// weight row r = 16 w + g, wb0 / wb1 the same of row r + 8, x0 / x1 the same chunks of
+// activation row g. The kernel reads chunk c of row r (128-byte swizzle, r % 8 = g for every
+// row the lane touches) at byte r * 128 + ((c ^ g) << 4) of the stage's box; the 8 lanes of a
+// quarter warp (rows g, g + 1 of one parity, q = 0..3) hit 8 distinct 16-byte bank groups, for
+// the weights and the activations alike (conflict-free). mma step s = 0..3 takes word s of each
+// chunk (a 32-bit word = 2 consecutive bf16 of k, the lower k in the low half, as the fragment
+// wants): a0 = row r, k 16q + 2s, +1 (chunk 2q); a2 = row r, k 16q + 8 + 2s, +1 (chunk 2q + 1);
+// a1 / a3 = row r + 8 likewise; b0 / b1 = activation row g at the same k as a0 / a2. PTX ISA
+// "mma.m16n8k16 .bf16" fragments: a0 = (row g, mma k 2q, 2q + 1), a1 = (row g + 8, k 2q, 2q +
+// 1), a2 = (row g, k 2q + 8, 2q + 9), a3 = (row g + 8, k 2q + 8, 2q + 9); b0 = (k 2q, 2q + 1,
+// column g), b1 = (k 2q + 8, 2q + 9, column g). So mma k 2q + i <-> unit k 16q + 2s + i and mma
+// k 2q + 8 + i <-> unit k 16q + 8 + 2s + i, the same map for A and B (the mma sums over its 16
+// k in any order); over q = 0..3 and s = 0..3 it covers the unit's 64 k once each.
+__device__ __forceinline__ void StageMmaBf16(const uint4& wa0, const uint4& wa1, const uint4& wb0,
+                                             const uint4& wb1, const uint4& x0, const uint4& x1, float (&acc)[4]) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s)
+    Mma(acc, Word(wa0, s), Word(wb0, s), Word(wa1, s), Word(wb1, s), Word(x0, s), Word(x1, s));
+}
+
 // The CTA whose unit range holds unit u: the largest c with c * U / C <= u.
 __device__ __forceinline__ int64_t CtaOf(int64_t u, int64_t U, int64_t C) { return ((u + 1) * C - 1) / U; }
 
@@ -207,17 +244,18 @@ inline PFN_cuTensorMapEncodeTiled_v12000 EncodeFn() {
 }
 
 // Resident CTAs per SM of a TMA-path kernel (threads per CTA, dynamic shared memory bytes) on
-// the current device, by the occupancy calculator; cached per device (one cache per kernel
-// type: each kernel's own instantiation).
+// the current device, by the occupancy calculator; cached per (device, kernel): the instances
+// of one kernel template share a signature, so the kernel's address is part of the key.
 template <typename Kernel>
 int ResidentCtasPerSm(Kernel* kernel, int threads, int smem_bytes) {
   static std::mutex mu;
-  static std::map<int, int> cache;
+  static std::map<std::pair<int, const void*>, int> cache;
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::pair<int, const void*> key{dev, reinterpret_cast<const void*>(kernel)};
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(dev);
+    auto it = cache.find(key);
     if (it != cache.end()) return it->second;
   }
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), smem_bytes);
@@ -225,7 +263,7 @@ int ResidentCtasPerSm(Kernel* kernel, int threads, int smem_bytes) {
   DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem_bytes));
   n = std::max(n, 1);
   std::lock_guard<std::mutex> lock(mu);
-  cache[dev] = n;
+  cache[key] = n;
   return n;
 }
 

@@ -1,7 +1,9 @@
-// Grouped FP8 GEMV for the MoE experts at decode sizes: see fp8_gemv_grouped.h for the math, the
-// design and the contract; fp8_gemv.h / fp8_gemv.cu for the TMA ring it shares with Fp8Gemv
-// (the helpers in fp8_gemv_common.cuh). PTX sources: PTX ISA 8.x, "mbarrier" (arrive.expect_tx,
-// default .release.cta semantics; try_wait.parity, default .acquire.cta), "cp.async.bulk.tensor",
+// Grouped FP8 (and BF16-weight) GEMV for the MoE experts at decode sizes: see fp8_gemv_grouped.h
+// for the math, the design and the contract; fp8_gemv.h / fp8_gemv.cu for the TMA ring it shares
+// with Fp8Gemv (the helpers in fp8_gemv_common.cuh). Both kernels are templates on the weight
+// type (kBf16W: Fp8GemvGroupedParams::w_bf16); the e4m3 instances are the FP8 kernels as before
+// (PTX identical). PTX sources: PTX ISA 8.x, "mbarrier" (arrive.expect_tx, default .release.cta
+// semantics; try_wait.parity, default .acquire.cta), "cp.async.bulk.tensor",
 // "cp.async.mbarrier.arrive" (.noinc).
 #include "backend/cuda/fp8_gemv_grouped.h"
 
@@ -29,21 +31,22 @@ using sm90::SmemAddr;
 
 constexpr int kWarps = kThreads / 32;  // 8 consumer warps + the producer
 constexpr int kMaxSlots = static_cast<int>(kFp8GemvGroupedMaxSlots);
-// After the ring: full / empty mbarriers, each stage's block scale and its unit's (first row,
-// rows) of the group (int2).
+// After the ring: full / empty mbarriers, each stage's block scale (unused with bf16 weights)
+// and its unit's (first row, rows) of the group (int2).
 constexpr int kBarBytes = 2 * kStages * 8 + kStages * 4 + kStages * 8;
-constexpr int kSmemBytes = 1024 + kStages * kStageBytes + kBarBytes;  // + alignment slack
+template <bool kBf16W>  // + alignment slack
+constexpr int kSmemBytes = 1024 + kStages * UnitGeom<kBf16W>::kStageBytes + kBarBytes;
 constexpr int kGenThreads = 256;
 
 static_assert((2 * kStages * 8 + kStages * 4) % 8 == 0, "the per-stage int2 must stay 8-byte aligned");
 
 struct KArgs {
   const int32_t* offsets;  // [E + 1]
-  const float* scales;     // [E, tiles, kb]
+  const float* scales;     // [E, tiles, kb] (e4m3 weights; unused with bf16)
   void* out;
   int64_t ldo;
   int E, slots;            // groups; the host's bound on non-empty groups (<= kMaxSlots)
-  int N, tiles, kb;        // kb = ceil(K / 128): units per tile
+  int N, tiles, kb;        // kb = ceil(K / unit k): units per tile (unit k 128 e4m3, 64 bf16)
   int64_t ctas;
   uint32_t* counters;      // [E slots, tiles, 8 warps]
   float4* partials;        // [ctas, 2, 8 warps, 32 lanes]
@@ -81,20 +84,25 @@ __device__ __forceinline__ int ScanGroups(const int32_t* offsets, int E, int sto
 }
 
 // The TMA path (see fp8_gemv_grouped.h). Shared memory: Fp8Gemv's ring (kStages x [weights
-// 128 x 128 B | activations 2 x (8 x 128 B)], 128-byte swizzle), its barriers and scales, the
-// per-stage (first row, rows) and the slot -> group table. The consumers' lane mapping and math
-// are Fp8Gemv's (fp8_gemv.cu; StageMma in fp8_gemv_common.cuh).
+// 128 x 128 B | activations 2 x (8 x 128 B)], 128-byte swizzle; bf16 weights: one activation
+// box), its barriers and scales, the per-stage (first row, rows) and the slot -> group table.
+// The consumers' lane mapping and math are Fp8Gemv's (fp8_gemv.cu; StageMma in
+// fp8_gemv_common.cuh), for bf16 weights StageMmaBf16's (the same rows and chunks per lane).
 //
-// Protocol per stage: full barrier, 2 arrivals + transaction bytes: the producer stores the
-// unit's (first row, rows), then arrives with expect_tx (release: the consumers' acquiring wait
-// sees the store), issues the weight box and two activation boxes (complete_tx) and the scale's
-// cp.async, whose completion is the second arrival (.noinc). Empty barrier: one arrival per
-// consumer warp once the stage is in its registers; the producer waits on it before reusing the
-// stage (from the (kStages + 1)-th unit on). Both sides walk the same unit list (from the same
-// table and the same offsets), so every wait has its arrivals.
+// Protocol per stage: full barrier, 2 arrivals + transaction bytes (bf16 weights: 1, no
+// scale): the producer stores the unit's (first row, rows), then arrives with expect_tx
+// (release: the consumers' acquiring wait sees the store), issues the weight box and the
+// activation box(es) (complete_tx) and the scale's cp.async, whose completion is the second
+// arrival (.noinc). Empty barrier: one arrival per consumer warp once the stage is in its
+// registers; the producer waits on it before reusing the stage (from the (kStages + 1)-th unit
+// on). Both sides walk the same unit list (from the same table and the same offsets), so every
+// wait has its arrivals.
+template <bool kBf16W>
 __global__ void __launch_bounds__(kThreads, 2)
     Fp8GemvGroupedTmaKernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap,
                             const KArgs p) {
+  using G = UnitGeom<kBf16W>;
+  constexpr int kStageBytes = G::kStageBytes;  // shadows the e4m3 stage of fp8_gemv_common.cuh
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   extern __shared__ uint8_t smem_raw[];
   __shared__ uint16_t s_group[kMaxSlots];  // slot j -> the j-th non-empty group
@@ -111,7 +119,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
-      BarInit(bar_full + s * 8, 2);                // the producer's expect_tx arrival + the scale's cp.async
+      BarInit(bar_full + s * 8, kBf16W ? 1 : 2);   // the producer's expect_tx arrival (+ the scale's cp.async)
       BarInit(bar_empty + s * 8, kConsumerWarps);  // one arrival per consumer warp
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -149,12 +157,14 @@ __global__ void __launch_bounds__(kThreads, 2)
         if (i >= kStages) MbarWait(bar_empty + st * 8, phase ^ 1u);
         const uint32_t full = bar_full + st * 8, dst = base + st * kStageBytes;
         info_sm[st] = make_int2(row0, rows);
-        BarExpectTx(full, kStageBytes);  // arrival 1 of 2 (releases the store above) + the box bytes
-        TmaLoad2d(dst, &wmap, kb * kUnitK, e * p.N + t * kTileRows, full, pol_w);
-        TmaLoad2d(dst + kWBytes, &amap, kb * kUnitK, row0, full, pol_a);
-        TmaLoad2d(dst + kWBytes + kABoxBytes, &amap, kb * kUnitK + 64, row0, full, pol_a);
-        CpAsync4(s_scale + st * 4, p.scales + (int64_t{e} * tiles + t) * KB + kb);  // scales [e, tile, kb]
-        CpAsyncArriveNoinc(full);  // arrival 2 of 2, once the scale has landed
+        BarExpectTx(full, kStageBytes);  // arrival 1 (of 2; bf16: of 1), releases the store above; + box bytes
+        TmaLoad2d(dst, &wmap, kb * G::kK, e * p.N + t * kTileRows, full, pol_w);
+        TmaLoad2d(dst + kWBytes, &amap, kb * G::kK, row0, full, pol_a);
+        if constexpr (!kBf16W) {
+          TmaLoad2d(dst + kWBytes + kABoxBytes, &amap, kb * kUnitK + 64, row0, full, pol_a);
+          CpAsync4(s_scale + st * 4, p.scales + (int64_t{e} * tiles + t) * KB + kb);  // scales [e, tile, kb]
+          CpAsyncArriveNoinc(full);  // arrival 2 of 2, once the scale has landed
+        }
         if (++st == kStages) { st = 0; phase ^= 1u; }
         if (++kb == KB) {
           kb = 0;
@@ -166,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           }
         }
       }
-      asm volatile("cp.async.wait_all;\n" ::: "memory");
+      if constexpr (!kBf16W) asm volatile("cp.async.wait_all;\n" ::: "memory");
     }
     return;
   }
@@ -190,19 +200,29 @@ __global__ void __launch_bounds__(kThreads, 2)
     f.wa1 = *reinterpret_cast<const uint4*>(stage + w_off1);
     f.wb0 = *reinterpret_cast<const uint4*>(stage + w_off0 + 8 * 128);  // row r + 8: same swizzle
     f.wb1 = *reinterpret_cast<const uint4*>(stage + w_off1 + 8 * 128);
+    [[maybe_unused]] float sc = 1.f;
+    if constexpr (kBf16W) {  // activation row g: chunks 2q, 2q + 1 (k 16q .. 16q + 15), as the weights
+      f.av[0] = *reinterpret_cast<const uint4*>(stage + kWBytes + g * 128 + (((2 * q) ^ g) << 4));
+      f.av[1] = *reinterpret_cast<const uint4*>(stage + kWBytes + g * 128 + (((2 * q + 1) ^ g) << 4));
+    } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      f.av[e] = *reinterpret_cast<const uint4*>(stage + a_off + (((4 * (q & 1) + e) ^ g) << 4));
-    const float sc = scale_sm[st];
+      for (int e = 0; e < 4; ++e)
+        f.av[e] = *reinterpret_cast<const uint4*>(stage + a_off + (((4 * (q & 1) + e) ^ g) << 4));
+      sc = scale_sm[st];
+    }
     const int2 info = info_sm[st];  // (first row, rows) of this unit's group
     __syncwarp();
     if (lane == 0) BarArrive(bar_empty + st * 8);  // the stage is in registers: release it
     if (++st == kStages) { st = 0; phase ^= 1u; }
 
-    float part[4] = {0.f, 0.f, 0.f, 0.f};
-    StageMma(f, part);
+    if constexpr (kBf16W) {
+      StageMmaBf16(f.wa0, f.wa1, f.wb0, f.wb1, f.av[0], f.av[1], acc);  // fp32 sums straight into acc
+    } else {
+      float part[4] = {0.f, 0.f, 0.f, 0.f};
+      StageMma(f, part);
 #pragma unroll
-    for (int jj = 0; jj < 4; ++jj) acc[jj] = fmaf(sc, part[jj], acc[jj]);
+      for (int jj = 0; jj < 4; ++jj) acc[jj] = fmaf(sc, part[jj], acc[jj]);
+    }
 
     const int64_t u = u_begin + i;
     if (kb != KB - 1 && i != n_units - 1) {
@@ -243,13 +263,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 // The generic path: block (blockIdx.x = 8 weight rows, blockIdx.y = slot j) finds the j-th
 // non-empty group (a block scan of offsets) and runs Fp8Gemv's generic math for that group's
 // rows (at most kFp8GemvGroupedMaxRows): one warp per weight row, lane l takes k = l, l + 32,
-// ... of each 128-k block; per-block partials times the scale, fp32 FMAs, a butterfly warp sum.
+// ... of each 128-k block; per-block partials times the scale (bf16 weights: no scale, the
+// partials added), fp32 FMAs, a butterfly warp sum.
 struct GArgs {
   const __nv_bfloat16* a;
   int64_t lda;
   const int32_t* offsets;
-  const uint8_t* w;
-  const float* scales;
+  const void* w;           // [E, N, K] e4m3 or bf16
+  const float* scales;     // e4m3 only
   void* out;
   int64_t ldo;
   int E;
@@ -257,6 +278,7 @@ struct GArgs {
   bool out_bf16;
 };
 
+template <bool kBf16W>
 __global__ void __launch_bounds__(kGenThreads) Fp8GemvGroupedGenericKernel(const GArgs p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   constexpr int kNw = kGenThreads / 32;
@@ -276,22 +298,29 @@ __global__ void __launch_bounds__(kGenThreads) Fp8GemvGroupedGenericKernel(const
   const int64_t n = static_cast<int64_t>(blockIdx.x) * 8 + warp;
   if (n >= p.N) return;
   const int64_t KB = (p.K + 127) / 128, NB = (p.N + 127) / 128;
-  const uint8_t* wr = p.w + (e * p.N + n) * p.K;
-  const float* srow = p.scales + (e * NB + n / 128) * KB;
+  const int64_t w0 = (e * p.N + n) * p.K;  // row n of expert e
+  const uint8_t* wr = static_cast<const uint8_t*>(p.w) + w0;
+  const __nv_bfloat16* wr16 = static_cast<const __nv_bfloat16*>(p.w) + w0;
+  const float* srow = p.scales + (e * NB + n / 128) * KB;  // e4m3 only
   const __nv_bfloat16* a = p.a + row0 * p.lda;
   float acc[kRows] = {};
   for (int64_t kb = 0; kb < KB; ++kb) {
     float part[kRows] = {};
     const int64_t kend = std::min(p.K, kb * 128 + 128);
     for (int64_t k = kb * 128 + lane; k < kend; k += 32) {
-      const float wv = dev::E4M3ToF32(wr[k]);
+      const float wv = kBf16W ? __bfloat162float(wr16[k]) : dev::E4M3ToF32(wr[k]);
 #pragma unroll
       for (int row = 0; row < kRows; ++row)
         if (row < R) part[row] = fmaf(__bfloat162float(a[row * p.lda + k]), wv, part[row]);
     }
-    const float sc = srow[kb];
+    if constexpr (kBf16W) {
 #pragma unroll
-    for (int row = 0; row < kRows; ++row) acc[row] = fmaf(sc, part[row], acc[row]);
+      for (int row = 0; row < kRows; ++row) acc[row] += part[row];
+    } else {
+      const float sc = srow[kb];
+#pragma unroll
+      for (int row = 0; row < kRows; ++row) acc[row] = fmaf(sc, part[row], acc[row]);
+    }
   }
 #pragma unroll
   for (int row = 0; row < kRows; ++row) {
@@ -306,36 +335,74 @@ __global__ void __launch_bounds__(kGenThreads) Fp8GemvGroupedGenericKernel(const
 
 // ---- host side
 
-// Resident TMA-path CTAs per SM on the current device, cached per device.
-int CtasPerSm() { return ResidentCtasPerSm(Fp8GemvGroupedTmaKernel, kThreads, static_cast<int>(kSmemBytes)); }
+// Resident TMA-path CTAs per SM on the current device, cached per (device, weight type).
+int CtasPerSm(bool bf16w) {
+  return bf16w ? ResidentCtasPerSm(Fp8GemvGroupedTmaKernel<true>, kThreads, kSmemBytes<true>)
+               : ResidentCtasPerSm(Fp8GemvGroupedTmaKernel<false>, kThreads, kSmemBytes<false>);
+}
+
+// k per unit of the TMA path (UnitGeom): 128 for e4m3 weights, 64 for bf16.
+int64_t UnitK(bool bf16w) { return bf16w ? UnitGeom<true>::kK : UnitGeom<false>::kK; }
+
+const char* Name(bool bf16w) { return bf16w ? "Fp8GemvGrouped (bf16 weights)" : "Fp8GemvGrouped"; }
 
 void CheckShape(const Fp8GemvGroupedParams& p) {
+  const char* name = Name(p.w_bf16);
   DS_CHECK(p.num_experts >= 1 && p.N >= 1 && p.K >= 1)
-      << "Fp8GemvGrouped: bad shape E=" << p.num_experts << " N=" << p.N << " K=" << p.K;
+      << name << ": bad shape E=" << p.num_experts << " N=" << p.N << " K=" << p.K;
   DS_CHECK(p.num_experts < (int64_t{1} << 31) && p.N < (int64_t{1} << 31) && p.K < (int64_t{1} << 31))
-      << "Fp8GemvGrouped: E=" << p.num_experts << " N=" << p.N << " K=" << p.K << " too large";
-  DS_CHECK(p.max_rows >= 0 && p.max_rows < (int64_t{1} << 31)) << "Fp8GemvGrouped: max_rows = " << p.max_rows;
-  DS_CHECK(p.max_active_groups >= 0) << "Fp8GemvGrouped: max_active_groups = " << p.max_active_groups;
+      << name << ": E=" << p.num_experts << " N=" << p.N << " K=" << p.K << " too large";
+  DS_CHECK(p.max_rows >= 0 && p.max_rows < (int64_t{1} << 31)) << name << ": max_rows = " << p.max_rows;
+  DS_CHECK(p.max_active_groups >= 0) << name << ": max_active_groups = " << p.max_active_groups;
   DS_CHECK(p.max_group_rows >= 0 && p.max_group_rows <= kFp8GemvGroupedMaxRows)
-      << "Fp8GemvGrouped: max_group_rows = " << p.max_group_rows << " (0.." << kFp8GemvGroupedMaxRows << ")";
+      << name << ": max_group_rows = " << p.max_group_rows << " (0.." << kFp8GemvGroupedMaxRows << ")";
   DS_CHECK(p.max_rows == 0 || (p.lda >= p.K && p.ldo >= p.N))
-      << "Fp8GemvGrouped: lda " << p.lda << " < K " << p.K << " or ldo " << p.ldo << " < N " << p.N;
+      << name << ": lda " << p.lda << " < K " << p.K << " or ldo " << p.ldo << " < N " << p.N;
 }
 
 int64_t Slots(const Fp8GemvGroupedParams& p) {
   return p.max_active_groups > 0 ? std::min(p.max_active_groups, p.num_experts) : p.num_experts;
 }
 
-int64_t AutoCtas(int64_t units, int ctas) {
+int64_t AutoCtas(int64_t units, int ctas, bool bf16w) {
   if (ctas > 0) return std::min<int64_t>(ctas, units);
-  const int64_t slots = int64_t{std::max(1, CurrentDeviceProps().sms)} * CtasPerSm();
+  const int64_t slots = int64_t{std::max(1, CurrentDeviceProps().sms)} * CtasPerSm(bf16w);
   return std::max<int64_t>(1, std::min(slots, units / kMinUnitsPerCta));
 }
 
-// Counters for E slots (the layout depends on (E, N, K) only), partials for the CTAs of
-// `ctas` at E slots (AutoCtas grows with the units: the most any launch of these dims uses).
-size_t WorkspaceBytes(int64_t E, int64_t tiles, int64_t kb, int ctas) {
-  return CounterBytes(E * tiles) + static_cast<size_t>(AutoCtas(E * tiles * kb, ctas)) * kPartialBytesPerCta;
+// Counters for E slots (the layout depends on (E, N, K) and the weight type only), partials for
+// the CTAs of `ctas` at E slots (AutoCtas grows with the units: the most any launch of these
+// dims uses).
+size_t WorkspaceBytes(int64_t E, int64_t tiles, int64_t kb, int ctas, bool bf16w) {
+  return CounterBytes(E * tiles) + static_cast<size_t>(AutoCtas(E * tiles * kb, ctas, bf16w)) * kPartialBytesPerCta;
+}
+
+template <bool kBf16W>
+void LaunchTma(const Fp8GemvGroupedParams& p, const Fp8GemvGroupedPlan& plan) {
+  using G = UnitGeom<kBf16W>;
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(Fp8GemvGroupedTmaKernel<kBf16W>), kSmemBytes<kBf16W>);
+  // Weights [E * N, K]: boxes of 128 rows x 128 bytes (128 e4m3 or 64 bf16 of k).
+  const CUtensorMap wmap =
+      kBf16W ? MakeMap(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.w, p.K, p.num_experts * p.N, p.K * 2, G::kK, kTileRows)
+             : MakeMap(CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, p.K, p.num_experts * p.N, p.K, G::kK, kTileRows);
+  const CUtensorMap amap = MakeMap(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, p.K, p.max_rows, p.lda * 2, 64, 8);
+  KArgs k{};
+  k.offsets = p.offsets;
+  k.scales = kBf16W ? nullptr : p.w_scales;
+  k.out = p.out;
+  k.ldo = p.ldo;
+  k.E = static_cast<int>(p.num_experts);
+  k.slots = static_cast<int>(plan.slots);
+  k.N = static_cast<int>(p.N);
+  k.tiles = static_cast<int>(plan.tiles);
+  k.kb = static_cast<int>((p.K + G::kK - 1) / G::kK);
+  k.ctas = plan.ctas;
+  k.counters = static_cast<uint32_t*>(p.workspace);
+  k.partials = reinterpret_cast<float4*>(static_cast<uint8_t*>(p.workspace) + CounterBytes(p.num_experts * plan.tiles));
+  k.out_bf16 = p.out_bf16;
+  LaunchKernel(Fp8GemvGroupedTmaKernel<kBf16W>, static_cast<unsigned>(plan.ctas), kThreads, kSmemBytes<kBf16W>,
+               p.stream, p.pdl, wmap, amap, k);
+  DS_CUDA_CHECK_LAUNCH(kBf16W ? "Fp8GemvGroupedTmaKernel<bf16>" : "Fp8GemvGroupedTmaKernel");
 }
 
 }  // namespace
@@ -345,62 +412,47 @@ Fp8GemvGroupedPlan Fp8GemvGroupedPlanFor(const Fp8GemvGroupedParams& p) {
   Fp8GemvGroupedPlan plan;
   plan.slots = Slots(p);
   plan.tiles = (p.N + kTileRows - 1) / kTileRows;
-  const int64_t kb = (p.K + kUnitK - 1) / kUnitK;
+  const int64_t kb = (p.K + UnitK(p.w_bf16) - 1) / UnitK(p.w_bf16);
   plan.units = plan.slots * plan.tiles * kb;
-  plan.tma = CurrentDeviceProps().sm90 && p.K % 16 == 0 && p.lda % 8 == 0 && Aligned16(p.a) && Aligned16(p.w) &&
-             p.num_experts * p.N < (int64_t{1} << 31) && p.num_experts <= 65536 && plan.slots <= kMaxSlots;
+  // The weights' row pitch a multiple of 16 bytes (TMA): K % 16 e4m3, K % 8 bf16.
+  plan.tma = CurrentDeviceProps().sm90 && p.K % (p.w_bf16 ? 8 : 16) == 0 && p.lda % 8 == 0 && Aligned16(p.a) &&
+             Aligned16(p.w) && p.num_experts * p.N < (int64_t{1} << 31) && p.num_experts <= 65536 &&
+             plan.slots <= kMaxSlots;
   if (plan.tma) {
-    plan.ctas = AutoCtas(plan.units, p.ctas);
-    plan.workspace_bytes = WorkspaceBytes(p.num_experts, plan.tiles, kb, p.ctas);
+    plan.ctas = AutoCtas(plan.units, p.ctas, p.w_bf16);
+    plan.workspace_bytes = WorkspaceBytes(p.num_experts, plan.tiles, kb, p.ctas, p.w_bf16);
   }
   return plan;
 }
 
-size_t Fp8GemvGroupedWorkspaceBytes(int64_t E, int64_t N, int64_t K, int ctas) {
+size_t Fp8GemvGroupedWorkspaceBytes(int64_t E, int64_t N, int64_t K, int ctas, bool w_bf16) {
   DS_CHECK(E >= 1 && N >= 1 && K >= 1) << "Fp8GemvGroupedWorkspaceBytes: bad shape E=" << E << " N=" << N << " K=" << K;
-  return WorkspaceBytes(E, (N + kTileRows - 1) / kTileRows, (K + kUnitK - 1) / kUnitK, ctas);
+  return WorkspaceBytes(E, (N + kTileRows - 1) / kTileRows, (K + UnitK(w_bf16) - 1) / UnitK(w_bf16), ctas, w_bf16);
 }
 
 void Fp8GemvGrouped(const Fp8GemvGroupedParams& p) {
   CheckShape(p);
   if (p.max_rows == 0 || p.max_group_rows == 0) return;
-  DS_CHECK(p.a && p.offsets && p.w && p.w_scales && p.out)
-      << "Fp8GemvGrouped: null pointer (a, offsets, w, w_scales or out)";
+  const char* name = Name(p.w_bf16);
+  DS_CHECK(p.a && p.offsets && p.w && (p.w_bf16 || p.w_scales) && p.out)
+      << name << ": null pointer (a, offsets, w, " << (p.w_bf16 ? "" : "w_scales ") << "or out)";
   const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
   if (!plan.tma) {
-    DS_CHECK(plan.slots < 65536) << "Fp8GemvGrouped: too many slots for the generic path: " << plan.slots;
-    const GArgs g{p.a, p.lda, p.offsets, p.w, p.w_scales, p.out, p.ldo, static_cast<int>(p.num_experts),
-                  p.N, p.K, p.out_bf16};
+    DS_CHECK(plan.slots < 65536) << name << ": too many slots for the generic path: " << plan.slots;
+    const GArgs g{p.a, p.lda, p.offsets, p.w, p.w_bf16 ? nullptr : p.w_scales, p.out, p.ldo,
+                  static_cast<int>(p.num_experts), p.N, p.K, p.out_bf16};
     const dim3 grid(static_cast<unsigned>(dev::CeilDiv(p.N, 8)), static_cast<unsigned>(plan.slots));
-    LaunchKernel(Fp8GemvGroupedGenericKernel, grid, kGenThreads, 0, p.stream, p.pdl, g);
-    DS_CUDA_CHECK_LAUNCH("Fp8GemvGroupedGenericKernel");
+    if (p.w_bf16) LaunchKernel(Fp8GemvGroupedGenericKernel<true>, grid, kGenThreads, 0, p.stream, p.pdl, g);
+    else LaunchKernel(Fp8GemvGroupedGenericKernel<false>, grid, kGenThreads, 0, p.stream, p.pdl, g);
+    DS_CUDA_CHECK_LAUNCH(p.w_bf16 ? "Fp8GemvGroupedGenericKernel<bf16>" : "Fp8GemvGroupedGenericKernel");
     return;
   }
   DS_CHECK(p.workspace != nullptr && p.workspace_bytes >= plan.workspace_bytes && Aligned16(p.workspace))
-      << "Fp8GemvGrouped: the TMA path needs " << plan.workspace_bytes
-      << " bytes of 16-byte aligned workspace (have " << p.workspace_bytes << ")";
-  DS_CHECK(plan.ctas < (int64_t{1} << 31)) << "Fp8GemvGrouped: grid too large";
-  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(Fp8GemvGroupedTmaKernel), kSmemBytes);
-  const CUtensorMap wmap =
-      MakeMap(CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, p.K, p.num_experts * p.N, p.K, kUnitK, kTileRows);
-  const CUtensorMap amap = MakeMap(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, p.K, p.max_rows, p.lda * 2, 64, 8);
-  KArgs k{};
-  k.offsets = p.offsets;
-  k.scales = p.w_scales;
-  k.out = p.out;
-  k.ldo = p.ldo;
-  k.E = static_cast<int>(p.num_experts);
-  k.slots = static_cast<int>(plan.slots);
-  k.N = static_cast<int>(p.N);
-  k.tiles = static_cast<int>(plan.tiles);
-  k.kb = static_cast<int>((p.K + kUnitK - 1) / kUnitK);
-  k.ctas = plan.ctas;
-  k.counters = static_cast<uint32_t*>(p.workspace);
-  k.partials = reinterpret_cast<float4*>(static_cast<uint8_t*>(p.workspace) + CounterBytes(p.num_experts * plan.tiles));
-  k.out_bf16 = p.out_bf16;
-  LaunchKernel(Fp8GemvGroupedTmaKernel, static_cast<unsigned>(plan.ctas), kThreads, kSmemBytes, p.stream, p.pdl,
-               wmap, amap, k);
-  DS_CUDA_CHECK_LAUNCH("Fp8GemvGroupedTmaKernel");
+      << name << ": the TMA path needs " << plan.workspace_bytes << " bytes of 16-byte aligned workspace (have "
+      << p.workspace_bytes << ")";
+  DS_CHECK(plan.ctas < (int64_t{1} << 31)) << name << ": grid too large";
+  if (p.w_bf16) LaunchTma<true>(p, plan);
+  else LaunchTma<false>(p, plan);
 }
 
 }  // namespace ds::cuda

@@ -46,7 +46,25 @@
 // Shared memory: Fp8Gemv's ring plus a 2 KB slot table (114.9 KB per CTA with the runtime's 1 KB:
 // 2 CTAs fit in the H200's 228 KB per SM). ptxas: 74 registers, no spills.
 //
-// The generic path (K % 16 != 0, lda % 8 != 0, a or w not 16-byte aligned, E * N >= 2^31, E > 65536,
+// BF16 weights (w_bf16; CudaRunnerOptions::gemv_experts_bf16, off by default: written without a
+// GPU, not yet run on one; for DeepSeek-V2-Lite's bf16 experts, where SkinnyGemm's grouped form
+// reaches 0.64-0.77 of copy bandwidth): the same kernel, a template on the weight type, with
+//
+//   out[r, n] = sum_k a[r, k] * w[e, n, k]       w: bf16 [E, N, K], no scales (w_scales ignored)
+//
+// A unit is still 128 weight rows x 128 bytes of k, here 64 k of bf16 (units per tile
+// ceil(K/64)), with one 8-row x 64-k activation box (17 KB stages; the ring, the slot table, the
+// split-tile sums, the workspace rules and the determinism as above). The consumers read the
+// stage's bf16 straight into the m16n8k16 bf16 MMA's A fragments (the weights; no widening, no
+// block scale), the activations as B, fp32 accumulators carried across the units (the lane
+// layout: StageMmaBf16 in fp8_gemv_common.cuh). Math: exact bf16 x bf16 products in fp32, fp32
+// sums, as SkinnyGemm's bf16 path; only the summation order differs. The TMA path needs K % 8 ==
+// 0 (the weights' 16-byte row pitch) instead of K % 16; k >= K of a last unit is zero-filled in
+// weights and activations. The generic path as below (fp32 FMAs, per-128-k partials added).
+// Shared memory 108.8 KB per CTA with the runtime's 1 KB (2 CTAs per SM); ptxas (nvcc 13.0):
+// 75 registers, no spills. The e4m3 instances' PTX is unchanged by the template.
+//
+// The generic path (K % 16 != 0 (bf16: K % 8 != 0), lda % 8 != 0, a or w not 16-byte aligned, E * N >= 2^31, E > 65536,
 // max_active_groups > kFp8GemvGroupedMaxSlots, or a device other than compute capability 9.0):
 // one block per (8 weight rows, slot), the slot's group found by a block scan, a warp per weight
 // row, per-128-k partials times the scale, fp32 CUDA-core FMAs; correct but slow.
@@ -70,8 +88,9 @@ struct Fp8GemvGroupedParams {
   int64_t lda = 0;
   int64_t max_rows = 0;              // rows allocated in a and out (>= offsets[E])
   const int32_t* offsets = nullptr;  // [E + 1] device, prefix sums of the group sizes
-  const uint8_t* w = nullptr;        // [E, N, K] e4m3, row-major
-  const float* w_scales = nullptr;   // [E, ceil(N/128), ceil(K/128)] fp32
+  const void* w = nullptr;           // [E, N, K] e4m3 (bf16 with w_bf16), row-major
+  const float* w_scales = nullptr;   // [E, ceil(N/128), ceil(K/128)] fp32 (e4m3 only; ignored with w_bf16)
+  bool w_bf16 = false;               // bf16 weights, no scales (see above)
   void* out = nullptr;               // [max_rows, N] fp32 (bf16 with out_bf16), row stride ldo (elements, >= N)
   bool out_bf16 = false;
   int64_t ldo = 0;
@@ -79,17 +98,18 @@ struct Fp8GemvGroupedParams {
   // Host-side bounds: non-empty groups (0 = E; capped at E) and rows of any group (0..8).
   int64_t max_active_groups = 0;
   int64_t max_group_rows = kFp8GemvGroupedMaxRows;
-  // TMA path: Fp8GemvGroupedWorkspaceBytes(E, N, K, ctas) bytes of device memory, 16-byte
-  // aligned, zeroed once before the first use (the kernel leaves its counters zero). Its layout
-  // depends on (E, N, K) only, so one workspace serves any sequence of launches with those dims
-  // (any offsets, bounds or CTA counts) on one stream; concurrent launches need their own.
+  // TMA path: Fp8GemvGroupedWorkspaceBytes(E, N, K, ctas, w_bf16) bytes of device memory,
+  // 16-byte aligned, zeroed once before the first use (the kernel leaves its counters zero). Its
+  // layout depends on (E, N, K, w_bf16) only, so one workspace serves any sequence of launches
+  // with those dims (any offsets, bounds or CTA counts) on one stream; concurrent launches need
+  // their own.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;
   bool pdl = false;  // programmatic dependent launch (launch.cuh)
   // CTAs of the TMA path: 0 = SMs x resident CTAs per SM (capped at units / 2, >= 1), > 0 = that
-  // many (capped at the units); units = slots x tiles x ceil(K/128), slots = the capped
-  // max_active_groups. Changes the split-K sum order only.
+  // many (capped at the units); units = slots x tiles x ceil(K/128) (bf16: ceil(K/64)), slots =
+  // the capped max_active_groups. Changes the split-K sum order only.
   int ctas = 0;
 };
 
@@ -106,16 +126,16 @@ struct Fp8GemvGroupedPlan {
 // < N, max_active_groups < 0, max_group_rows outside 0..8).
 Fp8GemvGroupedPlan Fp8GemvGroupedPlanFor(const Fp8GemvGroupedParams& p);
 
-// Workspace bytes of the TMA path for E experts of N x K weights on the current device, enough
-// for any max_active_groups <= E (independent of the pointers and the offsets, so a caller can
-// size it before a graph capture): per-(slot, tile, warp) counters for E slots plus 8 KB of
-// partials per CTA (the CTA count of `ctas` at max_active_groups = E). Errors: CheckError if E,
-// N or K < 1.
-size_t Fp8GemvGroupedWorkspaceBytes(int64_t E, int64_t N, int64_t K, int ctas = 0);
+// Workspace bytes of the TMA path for E experts of N x K weights (e4m3, or bf16 with w_bf16) on
+// the current device, enough for any max_active_groups <= E (independent of the pointers and the
+// offsets, so a caller can size it before a graph capture): per-(slot, tile, warp) counters for
+// E slots plus 8 KB of partials per CTA (the CTA count of `ctas` at max_active_groups = E).
+// Errors: CheckError if E, N or K < 1.
+size_t Fp8GemvGroupedWorkspaceBytes(int64_t E, int64_t N, int64_t K, int ctas = 0, bool w_bf16 = false);
 
 // Launches the grouped GEMV on p.stream (nothing when max_rows, max_group_rows or the slots are
 // 0). Does not synchronise. Errors: CheckError on a bad shape or null pointers (a, offsets, w,
-// w_scales, out), on a TMA-path launch without enough workspace (or a workspace not 16-byte
+// w_scales unless w_bf16, out), on a TMA-path launch without enough workspace (or a workspace not 16-byte
 // aligned), and on CUDA errors (launch configuration).
 void Fp8GemvGrouped(const Fp8GemvGroupedParams& p);
 
