@@ -82,6 +82,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   // MlaDecodeParams::sm90_variant).
   env_choice("DS_MLA_DECODE_SM90_VARIANT", {{"0", 0}, {"1", 1}, {"2", 2}}, &c.mla_decode_sm90_variant);
   // CudaRunnerOptions::mla_decode_tc_kernel (A/B).
+  env_choice("DS_GEMV_EXPERTS_MIN_TOKENS", {{"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}}, &c.gemv_experts_min_tokens);
   env_choice("DS_MLA_DECODE_TC_KERNEL", {{"auto", -1}, {"shape", 0}, {"rowtile", 1}}, &c.mla_decode_tc_kernel);
   env_int("DS_MLA_DECODE_SM90_MIN_ROWS", 0, 64, 1, &c.mla_decode_sm90_min_rows);
   // CudaRunnerOptions::mla_decode_small_batch_chunk (default 64) / mla_decode_sm90_small_batch_chunk

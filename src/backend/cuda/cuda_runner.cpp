@@ -1126,8 +1126,10 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   // skinny path: unpadded segments, <= T rows per group) on the grouped GEMV. The condition
   // depends on T only through T <= 8, which the graph buckets 1, 2, 4, 8 never cross: a padded
   // graph step and its eager warm-up pass take the same kernel.
+  // gemv_experts_min_tokens is a power of two, so T >= it holds for a bucket exactly when it
+  // holds for the passes padded to that bucket.
   const bool gemv_experts = (LW.experts_fp8 ? opts_.fp8_gemv_experts : opts_.gemv_experts_bf16) && skinny &&
-                            T <= kFp8GemvGroupedMaxRows;
+                            T <= kFp8GemvGroupedMaxRows && T >= opts_.gemv_experts_min_tokens;
   const auto expert_gemm = [&](const GroupedGemmParams& gp) {
     if (gemv_experts) RunGemvExperts(gp, T, std::min(E, T * K) + S);
     else if (skinny) SkinnyGemm({gp, T, std::min(E, T * K) + S});
@@ -1402,6 +1404,10 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
   DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));
   if (o.num_layers > 0 && o.num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = o.num_layers;
   if (o.device < 0) return InvalidArgument("CUDA device ordinal must be >= 0, got " + std::to_string(o.device));
+  if (o.gemv_experts_min_tokens != 1 && o.gemv_experts_min_tokens != 2 && o.gemv_experts_min_tokens != 4 &&
+      o.gemv_experts_min_tokens != 8)
+    return InvalidArgument("gemv_experts_min_tokens must be 1, 2, 4 or 8, got " +
+                           std::to_string(o.gemv_experts_min_tokens));
   if (o.mla_decode_tc_kernel < -1 || o.mla_decode_tc_kernel > 1)
     return InvalidArgument("MLA decode tensor-core kernel must be -1 (auto), 0 (by shape) or 1 (row-tile), got " +
                            std::to_string(o.mla_decode_tc_kernel));
