@@ -82,7 +82,14 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   // MlaDecodeParams::sm90_variant).
   env_choice("DS_MLA_DECODE_SM90_VARIANT", {{"0", 0}, {"1", 1}, {"2", 2}}, &c.mla_decode_sm90_variant);
   // CudaRunnerOptions::mla_decode_tc_kernel (A/B).
-  env_choice("DS_GEMV_EXPERTS_MIN_TOKENS", {{"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}}, &c.gemv_experts_min_tokens);
+  env_switch("DS_GEMV_EXPERTS_BF16_DOWN", &c.gemv_experts_bf16_down);
+  if (const char* v = std::getenv("DS_GEMV_EXPERTS_BF16_CTAS"); v != nullptr && std::string(v) == "sm")
+    c.gemv_experts_bf16_ctas = -1;
+  else if (v != nullptr && std::string(v) == "auto")
+    c.gemv_experts_bf16_ctas = 0;
+  else
+    env_int("DS_GEMV_EXPERTS_BF16_CTAS", 1, 1 << 20, 1, &c.gemv_experts_bf16_ctas);
+  env_choice("DS_FP8_GEMV_EXPERTS_MIN_TOKENS", {{"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}}, &c.fp8_gemv_experts_min_tokens);
   env_choice("DS_MLA_DECODE_TC_KERNEL", {{"auto", -1}, {"shape", 0}, {"rowtile", 1}}, &c.mla_decode_tc_kernel);
   env_int("DS_MLA_DECODE_SM90_MIN_ROWS", 0, 64, 1, &c.mla_decode_sm90_min_rows);
   // CudaRunnerOptions::mla_decode_small_batch_chunk (default 64) / mla_decode_sm90_small_batch_chunk

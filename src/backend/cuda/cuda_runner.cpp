@@ -565,6 +565,8 @@ void CudaModelRunner::RunGemvExperts(const GroupedGemmParams& g, int64_t max_gro
   p.num_experts = g.num_experts; p.N = g.N; p.K = g.K;
   p.max_group_rows = max_group_rows; p.max_active_groups = max_active_groups;
   p.stream = s_; p.pdl = opts_.pdl;
+  if (p.w_bf16 && opts_.gemv_experts_bf16_ctas != 0)  // -1: one CTA per SM
+    p.ctas = opts_.gemv_experts_bf16_ctas > 0 ? opts_.gemv_experts_bf16_ctas : std::max(1, CurrentDeviceProps().sms);
   const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
   // One workspace per expert weight shape and type: the layout (counters for E slots, then
   // partials) depends on (E, N, K, w_bf16); its size does not depend on the pass
@@ -1126,12 +1128,15 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   // skinny path: unpadded segments, <= T rows per group) on the grouped GEMV. The condition
   // depends on T only through T <= 8, which the graph buckets 1, 2, 4, 8 never cross: a padded
   // graph step and its eager warm-up pass take the same kernel.
-  // gemv_experts_min_tokens is a power of two, so T >= it holds for a bucket exactly when it
+  // fp8_gemv_experts_min_tokens is a power of two, so T >= it holds for a bucket exactly when it
   // holds for the passes padded to that bucket.
-  const bool gemv_experts = (LW.experts_fp8 ? opts_.fp8_gemv_experts : opts_.gemv_experts_bf16) && skinny &&
-                            T <= kFp8GemvGroupedMaxRows && T >= opts_.gemv_experts_min_tokens;
-  const auto expert_gemm = [&](const GroupedGemmParams& gp) {
-    if (gemv_experts) RunGemvExperts(gp, T, std::min(E, T * K) + S);
+  const bool gemv_experts =
+      (LW.experts_fp8 ? opts_.fp8_gemv_experts && T >= opts_.fp8_gemv_experts_min_tokens : opts_.gemv_experts_bf16) &&
+      skinny && T <= kFp8GemvGroupedMaxRows;
+  // BF16 experts: the down GEMM may stay on SkinnyGemm (gemv_experts_bf16_down).
+  const auto expert_gemm = [&](const GroupedGemmParams& gp, bool down) {
+    if (gemv_experts && (LW.experts_fp8 || !down || opts_.gemv_experts_bf16_down))
+      RunGemvExperts(gp, T, std::min(E, T * K) + S);
     else if (skinny) SkinnyGemm({gp, T, std::min(E, T * K) + S});
     else GroupedGemm(gp);
   };
@@ -1143,10 +1148,10 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
                 ScaleLayout::kTokenMajor, cap, I, s_, opts_.pdl});
     GroupedGemmSm90(f2);
   } else {
-    expert_gemm(g);
+    expert_gemm(g, false);
     SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
                 ScaleLayout::kGroupMajor, cap, I, s_, opts_.pdl});
-    expert_gemm(g2);
+    expert_gemm(g2, true);
   }
   // Shared experts write `out` (unless stacked), the routed experts are added with their weights.
   Mark("moe_experts");
@@ -1404,10 +1409,13 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
   DS_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(o.model_dir));
   if (o.num_layers > 0 && o.num_layers < cfg.num_hidden_layers) cfg.num_hidden_layers = o.num_layers;
   if (o.device < 0) return InvalidArgument("CUDA device ordinal must be >= 0, got " + std::to_string(o.device));
-  if (o.gemv_experts_min_tokens != 1 && o.gemv_experts_min_tokens != 2 && o.gemv_experts_min_tokens != 4 &&
-      o.gemv_experts_min_tokens != 8)
-    return InvalidArgument("gemv_experts_min_tokens must be 1, 2, 4 or 8, got " +
-                           std::to_string(o.gemv_experts_min_tokens));
+  if (o.fp8_gemv_experts_min_tokens != 1 && o.fp8_gemv_experts_min_tokens != 2 && o.fp8_gemv_experts_min_tokens != 4 &&
+      o.fp8_gemv_experts_min_tokens != 8)
+    return InvalidArgument("fp8_gemv_experts_min_tokens must be 1, 2, 4 or 8, got " +
+                           std::to_string(o.fp8_gemv_experts_min_tokens));
+  if (o.gemv_experts_bf16_ctas < -1)
+    return InvalidArgument("gemv_experts_bf16_ctas must be -1 (one per SM), 0 (auto) or a count, got " +
+                           std::to_string(o.gemv_experts_bf16_ctas));
   if (o.mla_decode_tc_kernel < -1 || o.mla_decode_tc_kernel > 1)
     return InvalidArgument("MLA decode tensor-core kernel must be -1 (auto), 0 (by shape) or 1 (row-tile), got " +
                            std::to_string(o.mla_decode_tc_kernel));

@@ -197,9 +197,9 @@ struct CudaRunnerOptions {
   // the active experts' weights, auto CTAs) instead of SkinnyGemm's grouped form. Same math,
   // other fp32 summation order (CudaRunnerFp8GemvExperts.*). First H200 run (session 7 run 11):
   // the whole-model test passes; gate_up at 8 experts x 1 row 72.8 vs 92.7 us (1.27x), down 38.0
-  // vs 40.2 us. Off by default until the whole suite and a step A/B have run with it on; the CLI
-  // reads DS_FP8_GEMV_EXPERTS=1 to turn it on.
-  bool fp8_gemv_experts = false;
+  // vs 40.2 us. On by default since session 8 for passes of >= fp8_gemv_experts_min_tokens
+  // tokens (below: step A/B); the CLI reads DS_FP8_GEMV_EXPERTS=0 to turn it off.
+  bool fp8_gemv_experts = true;
   // The same for BF16 routed experts (DeepSeek-V2-Lite's; the skinny MoE path, passes of at most
   // kFp8GemvGroupedMaxRows = 8 tokens, gate_up and down): the grouped TMA-streaming GEMV with bf16
   // weights (fp8_gemv_grouped.h, w_bf16) instead of SkinnyGemm's grouped form (0.64-0.77 of copy
@@ -207,11 +207,19 @@ struct CudaRunnerOptions {
   // summation order (CudaRunnerGemvExpertsBf16.*). Written without a GPU, not yet run on one: off
   // by default; the CLI reads DS_GEMV_EXPERTS_BF16=1 to turn it on.
   bool gemv_experts_bf16 = false;
-  // Both grouped-GEMV expert paths above apply only to passes of at least this many tokens (1,
-  // 2, 4 or 8: a power of two, so a graph bucket and its eager passes agree). With FP8 experts,
-  // V3 8 layers, the GEMV is 10% faster at batch 8 (decode step 5.152 vs 5.736 ms) and 1% slower
-  // at batch 1 (2.514 vs 2.488 ms; session 8 run 2). The CLI reads DS_GEMV_EXPERTS_MIN_TOKENS.
-  int gemv_experts_min_tokens = 1;
+  // fp8_gemv_experts applies only to passes of at least this many tokens (1, 2, 4 or 8: a power
+  // of two, so a graph bucket and its eager passes agree). V3 8 layers, 1K context, decode step
+  // with the GEMV vs SkinnyGemm (session 8 runs 2 and 3): batch 1 2.514 vs 2.488 ms (1% slower),
+  // batch 2 2.945 vs 3.076, batch 4 3.767 vs 4.042, batch 8 5.152 vs 5.736 (4-10% faster). The
+  // CLI reads DS_FP8_GEMV_EXPERTS_MIN_TOKENS.
+  int fp8_gemv_experts_min_tokens = 2;
+  // BF16 experts on the grouped GEMV (gemv_experts_bf16): its CTAs (0: auto, 2 per SM; -1: one
+  // per SM; > 0: that many) and whether the down GEMM takes it too (else SkinnyGemm). bench
+  // kernels, session 8 run 3, V2-Lite 6 experts x 1 row: gate_up 19.9 us with one CTA per SM,
+  // 22.4 auto, 23.7 SkinnyGemm; down 14.5 / 15.8 against SkinnyGemm's 11.6. The CLI reads
+  // DS_GEMV_EXPERTS_BF16_CTAS=auto|sm|N and DS_GEMV_EXPERTS_BF16_DOWN=0|1.
+  int gemv_experts_bf16_ctas = 0;
+  bool gemv_experts_bf16_down = true;
   // Prefill-size MoE expert GEMMs on the sm_90a CUTLASS kernel (grouped_gemm_sm90.h) where it
   // applies (built with CUTLASS, sm_90, aligned dims); off keeps them on the mma.sync kernel
   // (A/B benchmarks: the CLI reads DS_SM90_GROUPED_GEMM=0).
