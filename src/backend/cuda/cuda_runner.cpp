@@ -632,7 +632,7 @@ const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
 
 void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w,
                                int64_t ldw, int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y,
-                               int64_t batch, const bf16* x16) {
+                               int64_t batch, const bf16* x16, bf16* y16) {
   // x32 viewed as [rows, ldx]; only the first `batch` strided K-wide slices are used, but the
   // whole row is split (simple, and the rows are short).
   const bool split = opts_.precise_activations;
@@ -646,7 +646,8 @@ void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, 
     SplitBf16(x32, ldx, rows, ldx, sc.hhi.as<bf16>(), split ? sc.hlo.as<bf16>() : nullptr, ldx, s_, opts_.pdl);
     xa = sc.hhi.as<bf16>();
   }
-  if (skinny_on_ && !split && rows <= kSkinnyHeadMaxRows && ldw == K) {
+  DS_CHECK(y16 == nullptr || !split) << "HeadGemm: bf16 output with precise_activations";
+  if (y16 == nullptr && skinny_on_ && !split && rows <= kSkinnyHeadMaxRows && ldw == K) {
     // Heads as groups: group h reads x[t, h * stride_x ...], streams w + h * stride_w ([N, K]
     // rows) and writes y[t, h * stride_y ...]; no copies.
     SkinnyGemmParams sp{};
@@ -659,6 +660,10 @@ void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, 
     return;
   }
   GemmBf16Params g{xa, ldx, w, ldw, y, ldy, DTypeOut::kF32, rows, N, K, false, s_};
+  if (y16 != nullptr) {
+    g.y = y16;
+    g.y_type = DTypeOut::kBF16;
+  }
   g.batch = batch; g.stride_x = stride_x; g.stride_w = stride_w; g.stride_y = stride_y;
   RunGemmBf16(g, split ? sc.hlo.as<bf16>() : nullptr);
 }
@@ -756,6 +761,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
 
   attn32_.Reserve(Tr * H * vd * sizeof(float));
   float* attn = attn32_.as<float>();  // attn: [T, H, v] per-head attention outputs
+  bf16* attn16 = nullptr;             // fused_ov16: the same as bf16 [T, H, v] (ov16_)
   Mark("attn_proj_rope_cache");
   // Split the sequences: naive (prefill chunks) and absorbed (decode).
   std::vector<char> naive(S);
@@ -971,20 +977,29 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       ++graph_stats_.fused_launches;
       ++graph_stats_.fused_olat_layers;
     }
-    // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v]
+    // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v]; fused_ov16 (decode-only pass,
+    // not precise, o_proj reading bf16 activations): written as bf16 for o_proj (ov16_).
     float* ov = attn;
     if (!all) {
       ova32_.Reserve(Tar * H * vd * sizeof(float));
       ov = ova32_.as<float>();
     }
+    if (opts_.fused_ov16 && all && !opts_.precise_activations && FusedDecode(T) &&
+        LinearInputFor(w.o, T, cfg_.hidden_size) == LinearInput::kBf16) {
+      ov16_.Reserve(Tr * H * vd * sizeof(bf16));  // o_h bf16 [T, H, v]
+      attn16 = ov16_.as<bf16>();
+      ++graph_stats_.fused_launches;
+      ++graph_stats_.fused_ov16_layers;
+    }
     HeadGemm(olat16 ? nullptr : olat32_.as<float>(), H * kvl, kvl, Ta, kvl, w.kv_b.as<bf16>() + nope * kvl, kvl,
-             (nope + vd) * kvl, vd, ov, H * vd, vd, H, olat16 ? olat16_.as<bf16>() : nullptr);
+             (nope + vd) * kvl, vd, attn16 ? nullptr : ov, H * vd, vd, H, olat16 ? olat16_.as<bf16>() : nullptr,
+             attn16);
     if (!all) ScatterRows(ov, H * vd * 4, tok_idx_.as<int32_t>(), Ta, H * vd * 4, attn, H * vd * 4, s_, opts_.pdl);
     if (!gin_) DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
   Mark("attn_core");
-  // o_proj -> o32 [T, hidden]
-  LinearFwd(w.o, attn, H * vd, T, o32_.as<float>(), cfg_.hidden_size);
+  // o_proj -> o32 [T, hidden] (fused_ov16: from the W_UV GEMM's bf16 output)
+  LinearFwd(w.o, attn16 ? nullptr : attn, H * vd, T, o32_.as<float>(), cfg_.hidden_size, attn16);
   Mark("attn_o_proj");
 }
 

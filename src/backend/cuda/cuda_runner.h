@@ -278,6 +278,12 @@ struct CudaRunnerOptions {
   bool fused_olat = true;
   bool fused_silu16 = true;
   bool fused_kvrope = true;
+  //  - fused_ov16 (opt-in, not with precise_activations; decode-only passes whose o_proj reads
+  //    bf16 activations): the W_UV per-head GEMM writes o_h as bf16 (cuBLASLt's bf16 output)
+  //    and o_proj reads it as LinearFwd's x16: no SplitBf16 launch per layer. cuBLASLt's bf16
+  //    output is the RN rounding of its fp32 result only if it picks the same algorithm for
+  //    both output types (CudaRunnerFusedOv16.* reports whether the logits are bit-identical).
+  bool fused_ov16 = false;
   int fused_decode_max_tokens = 16;
   // FP8 GEMMs of the default numerics (fp8_gemm "kernel": bf16 activations, e4m3 weights with
   // 128x128 block scales) at prefill sizes -- the expert GEMMs and the dense projections that do
@@ -350,6 +356,7 @@ struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;
+  int64_t fused_ov16_layers = 0;  // MLA layers whose W_UV GEMM wrote o_proj's bf16 input (fused_ov16)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)

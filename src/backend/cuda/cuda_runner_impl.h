@@ -146,10 +146,12 @@ class CudaModelRunner : public ModelRunner {
   // batched form, heads as groups (kSkinnyHeadMaxRows = 0: cuBLAS measured faster).
   // x16 (optional, not with precise_activations; [rows, ldx] bf16, x32 then unused and may be
   // null): bf16(x) made by the producer (fused_olat: the MLA decode attention), read instead
-  // of this call's SplitBf16 output; same GEMM, same layout, so the same result.
+  // of this call's SplitBf16 output; same GEMM, same layout, so the same result. y16 (optional,
+  // not with precise_activations; y then unused and may be null): the output written as bf16
+  // (cuBLASLt's bf16 output type) instead of fp32 to y (fused_ov16).
   void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
                 int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch,
-                const bf16* x16 = nullptr);
+                const bf16* x16 = nullptr, bf16* y16 = nullptr);
   // One model pass. Logits rows go to logits_out (host), or, when b.sampling is set, are
   // sampled on the device and only the ids go to ids_out (host).
   void RunPass(const ForwardBatch& b, float* logits_out, int32_t* ids_out = nullptr);
@@ -323,7 +325,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer ids_, pos_, slots_, residual_, h32_, h16_, o32_, mlp32_, q32_, cq32_, cq16_, lat32_;
   DeviceBuffer attn32_, gu32_, act32_, act16_, offs1_;
   DeviceBuffer ctx_slots_, lat16_, rope32_, kv32_, grp_qs_, grp_ks_, grp_pos0_;
-  DeviceBuffer tok_idx_, qa32_, qlat32_, olat32_, olat16_, ova32_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
+  DeviceBuffer tok_idx_, qa32_, qlat32_, olat32_, olat16_, ova32_, ov16_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
   DeviceBuffer rlogits_, topk_ids_, topk_w_, moe_offs_, moe_pos_, moe_src_, moe_ws_, xp16_, egu32_, eact16_, ey16_;
   DeviceBuffer sel32_, logits_;
   // sm_90a expert GEMMs: workspace (grouped_gemm_sm90.h); FP8 x FP8 experts: e4m3 activations
