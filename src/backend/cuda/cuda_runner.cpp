@@ -972,6 +972,24 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     // keys per split; the workspace above, sized for the smaller chunk, is enough).
     if (small_batch_plan && chunk == opts_.mla_decode_small_batch_chunk && MlaDecodeSm90Selected(dp))
       dp.kv_chunk = std::max<int64_t>(chunk, opts_.mla_decode_sm90_small_batch_chunk);
+    // fused_uv (decode-only pass, not precise, kv_lora 512, o_proj reading bf16 activations):
+    // the decode's final merge also applies W_UV per head and writes o_proj's bf16 input
+    // (MlaDecodeParams::uv_w; no W_UV GEMM, no SplitBf16 launch).
+    const bool uv = opts_.fused_uv && all && !opts_.precise_activations && FusedDecode(T) && kvl == 512 &&
+                    LinearInputFor(w.o, T, cfg_.hidden_size) == LinearInput::kBf16;
+    if (uv) {
+      ov16_.Reserve(Tr * H * vd * sizeof(bf16));  // o_h bf16 [T, H, v]
+      attn16 = ov16_.as<bf16>();
+      dp.uv_w = w.kv_b.as<bf16>() + nope * kvl;  // W_UV_h: rows nope .. nope + v - 1 of head h's kv_b_proj
+      dp.uv_head_stride = (nope + vd) * kvl;
+      dp.uv_ld = kvl;
+      dp.uv_n = vd;
+      dp.uv_out = attn16;
+      dp.uv_tok_stride = H * vd;
+      dp.uv_out_bf16 = true;
+      ++graph_stats_.fused_launches;
+      ++graph_stats_.fused_uv_layers;
+    }
     MlaDecodeAttention(dp);
     if (olat16) {
       ++graph_stats_.fused_launches;
@@ -984,16 +1002,17 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       ova32_.Reserve(Tar * H * vd * sizeof(float));
       ov = ova32_.as<float>();
     }
-    if (opts_.fused_ov16 && all && !opts_.precise_activations && FusedDecode(T) &&
+    if (!uv && opts_.fused_ov16 && all && !opts_.precise_activations && FusedDecode(T) &&
         LinearInputFor(w.o, T, cfg_.hidden_size) == LinearInput::kBf16) {
       ov16_.Reserve(Tr * H * vd * sizeof(bf16));  // o_h bf16 [T, H, v]
       attn16 = ov16_.as<bf16>();
       ++graph_stats_.fused_launches;
       ++graph_stats_.fused_ov16_layers;
     }
-    HeadGemm(olat16 ? nullptr : olat32_.as<float>(), H * kvl, kvl, Ta, kvl, w.kv_b.as<bf16>() + nope * kvl, kvl,
-             (nope + vd) * kvl, vd, attn16 ? nullptr : ov, H * vd, vd, H, olat16 ? olat16_.as<bf16>() : nullptr,
-             attn16);
+    if (!uv)
+      HeadGemm(olat16 ? nullptr : olat32_.as<float>(), H * kvl, kvl, Ta, kvl, w.kv_b.as<bf16>() + nope * kvl, kvl,
+               (nope + vd) * kvl, vd, attn16 ? nullptr : ov, H * vd, vd, H, olat16 ? olat16_.as<bf16>() : nullptr,
+               attn16);
     if (!all) ScatterRows(ov, H * vd * 4, tok_idx_.as<int32_t>(), Ta, H * vd * 4, attn, H * vd * 4, s_, opts_.pdl);
     if (!gin_) DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }

@@ -1,4 +1,5 @@
 #include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_decode_uv.h"
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -168,6 +169,7 @@ void MlaDecodeAttention(const MlaDecodeParams& p) {
       << "MlaDecodeAttention: unsupported dims kv_lora=" << p.kv_lora << " rope=" << p.rope_dim;
   DS_CHECK(p.kv_chunk >= kKeysPerTile && p.kv_chunk % kKeysPerTile == 0) << "MlaDecodeAttention: kv_chunk";
   if (p.num_tokens == 0) return;
+  if (p.uv_w != nullptr) CheckMlaDecodeUv(p);
   if (p.emulate_tc_rounding == 0 && MlaDecodeSm90Selected(p)) {
     MlaDecodeAttentionSm90(p);
     return;
@@ -186,6 +188,10 @@ void MlaDecodeAttention(const MlaDecodeParams& p) {
   if (emu) LaunchKernel(MlaDecodeSplitKernel<true>, grid, kHeadsPerBlock * 32, 0, p.stream, p.pdl, p, max_splits, static_cast<int>(chunk), tile);
   else LaunchKernel(MlaDecodeSplitKernel<false>, grid, kHeadsPerBlock * 32, 0, p.stream, p.pdl, p, max_splits, static_cast<int>(chunk), tile);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSplitKernel");
+  if (p.uv_w != nullptr) {  // the W_UV epilogue in place of the combine (kv_lora 512: the same layout)
+    MlaDecodeCombineUv(p, max_splits, /*divide=*/true);
+    return;
+  }
   dim3 cgrid(p.num_tokens, p.heads);
   if (p.out_type == DTypeOut::kF32) LaunchKernel(MlaDecodeCombineKernel<float>, cgrid, 128, 0, p.stream, p.pdl, p, max_splits);
   else LaunchKernel(MlaDecodeCombineKernel<__nv_bfloat16>, cgrid, 128, 0, p.stream, p.pdl, p, max_splits);

@@ -130,6 +130,23 @@ struct MlaDecodeParams {
   // eager decode passes included), so the longest real context lies in (max_context / 2,
   // max_context]: the split plan is chosen for that range (PlanMlaDecodeSm90's capacity_hints).
   bool capacity_hints = false;
+  // W_UV epilogue (opt-in; CudaRunnerOptions::fused_uv), kept last in the struct. With uv_w set,
+  // the decode's final merge (every path: the combine of the split partials; a one-split pass
+  // writes its partial too) also applies absorbed MLA's value up-projection per head and writes
+  // o_h instead of o_lat (`out` is not written):
+  //   o_lat[t, h, k] = bf16(the merged latent output, k < kv_lora)   (the rounding out_type kBF16
+  //                                                                  would store)
+  //   uv_out[t * uv_tok_stride + h * uv_n + n] = sum_k o_lat[t, h, k] * uv_w[h * uv_head_stride
+  //                                              + n * uv_ld + k],   n < uv_n
+  // fp32 sums (per lane over 16 k, then a butterfly over the warp's 32 lanes), stored as bf16
+  // (RN) with uv_out_bf16, else fp32. uv_w: bf16 (DeepSeek's kv_b_proj rows nope .. nope + v - 1
+  // of each head: W_UV_h [v_head_dim, kv_lora], DeepSeek-V2 paper section 2.1.3). Needs
+  // kv_lora == 512 (the tensor-core dims), uv_ld >= 512 and 16-byte aligned rows (uv_w, uv_ld % 8).
+  const __nv_bfloat16* uv_w = nullptr;
+  int64_t uv_head_stride = 0, uv_ld = 0, uv_n = 0;
+  void* uv_out = nullptr;
+  int64_t uv_tok_stride = 0;
+  bool uv_out_bf16 = true;
 };
 // Keys of one independent online softmax (split) of the tensor-core path for these params
 // (the sm90 kernel's plan, MlaDecodeSm90Chunk, when MlaDecodeSm90Selected)

@@ -31,6 +31,7 @@
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_decode_uv.h"
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -938,7 +939,7 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90SeesawKernel<TOut, false>),
                        static_cast<int>(kSsSmemBytes));
   const CUtensorMap map = MakeKvMap(p);
-  const bool direct = pl.max_splits == 1;
+  const bool direct = pl.max_splits == 1 && p.uv_w == nullptr;  // uv: every split writes its partial
   const int64_t ctas = p.num_seqs * pl.nrb * pl.max_splits;
   DS_CHECK(ctas < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: grid too large";
   if (p.sm90_variant == 1 || p.sm90_variant == 2) {
@@ -952,6 +953,10 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Kernel");
   }
   if (direct) return;
+  if (p.uv_w != nullptr) {  // the W_UV epilogue in place of the combine
+    MlaDecodeCombineUv(p, static_cast<int>(pl.max_splits));
+    return;
+  }
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
   LaunchKernel(MlaDecodeSm90Combine<TOut>, cgrid, kV / 4, 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Combine");
@@ -990,7 +995,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
   // Split partials: float2 stores and float4 loads of the workspace; the combine grid is
   // (tokens, heads).
-  DS_CHECK(pl.max_splits == 1 || (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0))
+  DS_CHECK((pl.max_splits == 1 && p.uv_w == nullptr) || (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0))
       << "MlaDecodeAttentionSm90: " << pl.max_splits << " splits need a 16-byte aligned workspace";
   DS_CHECK(p.heads < 65536 && p.num_tokens < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: combine grid";
   if (p.out_type == DTypeOut::kF32) Launch<float>(p, pl);

@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_decode_uv.h"
 
 namespace ds::cuda {
 namespace {
@@ -903,6 +904,10 @@ void DispatchTc(const MlaDecodeParams& p, int rt, int n, int c, int ms) {
     else if (rt == 2) LaunchTc<2, 3, 1, 1, kFastIo>(p, n, c, ms);
     else LaunchTc<4, 3, 1, 1, kFastIo>(p, n, c, ms);
   }
+  if (p.uv_w != nullptr) {  // the W_UV epilogue in place of the combine
+    MlaDecodeCombineUv(p, ms);
+    return;
+  }
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
   if constexpr (kFastIo) {
     if (p.out_type == DTypeOut::kF32) LaunchKernel(MlaDecodeTcCombineFast<float>, cgrid, kV / 4, 0, p.stream, p.pdl, p, ms);
@@ -995,7 +1000,7 @@ void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeWsKernel<TOut, NP, ST, MINB, true>),
                        static_cast<int>(smem));
   dim3 grid(static_cast<unsigned>(p.num_seqs), static_cast<unsigned>(pl.max_splits));
-  if (p.tc_cluster_merge > 0 && pl.max_splits >= 2 && pl.max_splits <= 8) {  // one cluster per sequence
+  if (p.tc_cluster_merge > 0 && pl.max_splits >= 2 && pl.max_splits <= 8 && p.uv_w == nullptr) {  // one cluster per sequence
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(NP * 64);
@@ -1013,8 +1018,8 @@ void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
     DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel (cluster merge)");
     return;
   }
-  const bool direct = pl.max_splits == 1;
-  if (p.tc_fused_combine > 0 && !direct && 16 * (pl.max_splits + 1) * 4 <= static_cast<int64_t>(smem)) {
+  const bool direct = pl.max_splits == 1 && p.uv_w == nullptr;  // uv: every split writes its partial
+  if (p.tc_fused_combine > 0 && !direct && p.uv_w == nullptr && 16 * (pl.max_splits + 1) * 4 <= static_cast<int64_t>(smem)) {
     // Fused combine: the last block of each sequence merges (counters checked by the caller).
     const auto kernel = MlaDecodeWsKernel<TOut, NP, ST, MINB, false, true>;
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
@@ -1027,6 +1032,10 @@ void LaunchWs(const MlaDecodeParams& p, const TcPlanInfo& pl) {
                static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeWsKernel");
   if (direct) return;
+  if (p.uv_w != nullptr) {  // the W_UV epilogue in place of the combine
+    MlaDecodeCombineUv(p, static_cast<int>(pl.max_splits));
+    return;
+  }
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
   LaunchKernel(MlaDecodeTcCombineFast<TOut>, cgrid, kV / 4, 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
   DS_CUDA_CHECK_LAUNCH("MlaDecodeTcCombine");
@@ -1056,7 +1065,7 @@ void MlaDecodeAttentionTc(const MlaDecodeParams& p) {
   DS_CHECK(pl.max_splits < 65536 && p.num_seqs * pl.nrb < (int64_t{1} << 31)) << "MlaDecodeAttentionTc: grid too large";
   // Partials go through float2 / float4 stores and float4 loads of the workspace (the row-tile
   // kernel always, the warp-split kernel unless one split writes the output directly).
-  DS_CHECK((pl.ws && pl.max_splits == 1) ||
+  DS_CHECK((pl.ws && pl.max_splits == 1 && p.uv_w == nullptr) ||
            (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0))
       << "MlaDecodeAttentionTc: " << pl.max_splits << " splits need a 16-byte aligned workspace";
   if (pl.ws) {
