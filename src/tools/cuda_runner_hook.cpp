@@ -97,7 +97,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_MLA_DECODE_SMALL_CHUNK", 0, 65536, 64, &c.mla_decode_small_batch_chunk);
   env_int("DS_MLA_DECODE_SM90_SMALL_CHUNK", 0, 65536, 64, &c.mla_decode_sm90_small_batch_chunk);
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:
-  // the defaults, all but shared, ov16 and uv): 0 none, 1 all nine, or a comma list of route,
+  // the defaults, all but shared and ov16): 0 none, 1 all nine, or a comma list of route,
   // shared, norm, qpe, olat, silu16, kvrope, ov16, uv (ParseFusedDecodeFlags, fused_decode_flags.h).
   if (const char* f = std::getenv("DS_FUSED_DECODE")) {
     const ds::cuda::FusedDecodeFlags fl = ds::cuda::ParseFusedDecodeFlags(f);

@@ -590,11 +590,15 @@ TEST(CudaRunner, MlaV3DimsFixtureDecodeBackends) {
   const auto prompt_logits = g["prompt_logits"].get<std::vector<std::vector<float>>>();
   const auto step_logits = g["greedy_logits"].get<std::vector<std::vector<float>>>();
   const int P = static_cast<int>(prompt.size()), nb = 4;
-  struct Backend { const char* name; bool tc; int emu; };
-  const Backend backends[] = {{"tensor-core", true, 0}, {"cuda-core", false, 0}, {"cuda-core-emulating-tc", false, 3}};
-  std::vector<std::vector<float>> all(3);
+  // The fourth: the tensor-core kernel with the W_UV epilogue (fused_uv) in the decode steps.
+  struct Backend { const char* name; bool tc; int emu; bool uv; };
+  const Backend backends[] = {{"tensor-core", true, 0, false},
+                              {"cuda-core", false, 0, false},
+                              {"cuda-core-emulating-tc", false, 3, false},
+                              {"tensor-core+fused_uv", true, 0, true}};
+  std::vector<std::vector<float>> all(4);
   int64_t V = 0;
-  for (int bi = 0; bi < 3; ++bi) {
+  for (int bi = 0; bi < 4; ++bi) {
     const Backend& be = backends[bi];
     for (MlaMode mode : {MlaMode::kAbsorbed, MlaMode::kAuto}) {
       CudaRunnerOptions o;
@@ -604,6 +608,7 @@ TEST(CudaRunner, MlaV3DimsFixtureDecodeBackends) {
       o.mla_decode_tensor_cores = be.tc;
       o.mla_decode_sm90 = false;  // the mma.sync / CUDA-core backends (the sm90 kernel: DummyV3DecodeSm90*)
       o.mla_decode_emulate_tc = be.emu;
+      o.fused_uv = be.uv;
       auto r = CreateCudaModelRunner(o);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       V = (*r)->config().vocab_size;
@@ -634,6 +639,7 @@ TEST(CudaRunner, MlaV3DimsFixtureDecodeBackends) {
   const RowStats te = Compare(all[0], all[2], V, 0.9999);
   PrintStats("v3_mla512_tiny mla_decode tc_vs_emulation(bf16 q+P)", te, 0.9999);
   PrintStats("v3_mla512_tiny mla_decode tc_vs_cudacore", Compare(all[0], all[1], V, 0.9999), 0.9999);
+  PrintStats("v3_mla512_tiny mla_decode tc_vs_tc_fused_uv", Compare(all[0], all[3], V, 0.9999), 0.9999);
   EXPECT_GE(te.min_cos, 0.9999);
 }
 

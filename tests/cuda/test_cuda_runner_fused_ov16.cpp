@@ -22,6 +22,7 @@ namespace {
 void CompareOv16(const std::string& label, CudaRunnerOptions o, bool graphs) {
   o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
   o.cuda_graphs = graphs;
+  o.fused_uv = false;  // fused_uv (on by default) takes precedence over ov16
   std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: fp32 o_h + SplitBf16, 1: bf16 o_h
   MakeRunnerPair(o, [](CudaRunnerOptions& x, bool on) { x.fused_ov16 = on; }, &runners);
   ASSERT_TRUE(runners[0] && runners[1]);

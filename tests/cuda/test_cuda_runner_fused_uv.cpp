@@ -90,14 +90,19 @@ TEST(CudaRunnerFusedUv, DummyV2LiteWithinBounds) {
   for (bool graphs : {false, true}) CompareUv("dummy_v2lite_3layers cudacore", o, graphs, 1);
 }
 
+// Dummy V3 with its 3 dense layers only (128 heads: the sm_90a decode kernel by default on an
+// sm_90 device, and the tensor-core row-tile kernel). With the 4th (MoE) layer the dummy model
+// turns fp32-order changes into routing flips: session 8 run 5 measured min cosine 0.99647 for
+// uv on vs off there, the same as the existing floor of two equally valid decode kernels on that
+// model (CudaRunner tc_vs_emulation on dummy_v3_4layers: 0.99657 in the same run), so the MoE
+// layer is left to the op tests (CudaMlaDecodeUv.*) and the V2-Lite / fixture comparisons.
 TEST(CudaRunnerFusedUv, DummyV3WithinBounds) {
   const std::string dir = ConfigDir("deepseek-v3");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
-  // 3 dense + 1 MoE layer, 128 heads: the sm_90a decode kernel by default (on an sm_90 device).
-  for (bool graphs : {false, true}) CompareUv("dummy_v3_4layers", DummyOptions(dir, 4, 11), graphs, 1);
-  CudaRunnerOptions o = DummyOptions(dir, 4, 11);
+  for (bool graphs : {false, true}) CompareUv("dummy_v3_3layers", DummyOptions(dir, 3, 11), graphs, 1);
+  CudaRunnerOptions o = DummyOptions(dir, 3, 11);
   o.mla_decode_sm90 = false;  // the tensor-core row-tile kernel
-  for (bool graphs : {false, true}) CompareUv("dummy_v3_4layers tc", o, graphs, 1);
+  for (bool graphs : {false, true}) CompareUv("dummy_v3_3layers tc", o, graphs, 1);
 }
 
 }  // namespace

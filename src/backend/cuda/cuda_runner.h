@@ -284,12 +284,14 @@ struct CudaRunnerOptions {
   //    output is the RN rounding of its fp32 result only if it picks the same algorithm for
   //    both output types (CudaRunnerFusedOv16.* reports whether the logits are bit-identical).
   bool fused_ov16 = false;
-  //  - fused_uv (opt-in; decode-only passes with kv_lora 512, not precise, o_proj reading bf16):
+  //  - fused_uv (decode-only passes with kv_lora 512, not precise, o_proj reading bf16; on by
+  //    default since session 8: V2-Lite 27 layers 1 x 1K decode step 2.786 / 2.788 vs 2.859 /
+  //    2.899 ms, V3 8 layers 2.499 vs 2.520 ms, run 5):
   //    the MLA decode's final merge applies W_UV per head and writes o_proj's bf16 input
   //    (MlaDecodeParams::uv_w, mla_decode_uv.h): the W_UV GEMM and the SplitBf16 before o_proj
   //    are gone. Same bf16 o_lat, W_UV's products summed in another fp32 order than cuBLASLt's
   //    (CudaRunnerFusedUv.* bounds the logits). Takes precedence over fused_ov16.
-  bool fused_uv = false;
+  bool fused_uv = true;
   int fused_decode_max_tokens = 16;
   // FP8 GEMMs of the default numerics (fp8_gemm "kernel": bf16 activations, e4m3 weights with
   // 128x128 block scales) at prefill sizes -- the expert GEMMs and the dense projections that do

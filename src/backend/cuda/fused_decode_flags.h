@@ -3,8 +3,8 @@
 // here so that the CPU build's tests check it (tests/backend/cuda_host/test_fused_decode_flags.cpp);
 // src/tools/cuda_runner_hook.cpp applies the result. Free of CUDA headers. Also DS_PDL's
 // parser (ParsePdlFlag, below).
-//   unset: the runner's defaults (route, norm, qpe, olat, silu16, kvrope; ov16, uv and shared off; the
-//   caller does not call this);
+//   unset: the runner's defaults (route, norm, qpe, olat, silu16, kvrope, uv; ov16 and shared off;
+//   the caller does not call this);
 //   "0": none; "1": all (route, shared, norm, qpe, olat, silu16, kvrope, ov16, uv);
 //   else a comma list of route, shared (implies route), norm, qpe, olat, silu16, kvrope, ov16, uv.
 #pragma once
