@@ -118,82 +118,6 @@ __global__ void __launch_bounds__(kThreads) MoeRoutePermuteKernel(MoeRoutePermut
   }
 }
 
-// Small passes (OneBlock below): the whole op in one block, no inter-block handshake. Token 0's
-// row is loaded into registers before the routing (it does not depend on it), then stored to
-// every row it goes to.
-constexpr int kOneBlockMaxPairs = 64;
-constexpr int64_t kOneBlockMaxBytes = 128 * 1024;  // rows copied x row bytes
-
-bool OneBlock(const MoeRoutePermuteParams& p) {
-  const int64_t n = p.routing.n, rows = n * p.routing.top_k + p.num_shared_groups * n;
-  return n <= 4 && n * p.routing.top_k <= kOneBlockMaxPairs && rows * p.d * 2 <= kOneBlockMaxBytes;
-}
-
-// One block for the whole pass (OneBlock(p)): route every token (RouteToken, in token order),
-// then place each pair (the copy blocks' rule: pairs of lower experts, then of the same expert
-// with a lower pair index), write the offsets, and copy the rows. The same outputs as the
-// multi-block kernel (the same routine for the ids and weights; integer placement), without the
-// counter (left untouched, zero).
-__global__ void __launch_bounds__(kThreads) MoeRoutePermuteOneBlockKernel(MoeRoutePermuteParams p) {
-  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
-  __shared__ int s_ids[kOneBlockMaxPairs];
-  __shared__ int s_row[kOneBlockMaxPairs];
-  const MoeRoutingParams& rp = p.routing;
-  const int64_t n = rp.n, K = rp.top_k, m = n * K, E = rp.num_experts;
-  const int tid = threadIdx.x;
-  // Token 0's row into registers (aligned rows of <= kStagedVecs vectors per thread).
-  const __nv_bfloat16* src0 = p.x;
-  const bool staged = p.d % 8 == 0 && p.d / 8 <= int64_t{kStagedVecs} * kThreads && p.ldx % 8 == 0 &&
-                      reinterpret_cast<uintptr_t>(src0) % 16 == 0 && reinterpret_cast<uintptr_t>(p.xp) % 16 == 0;
-  uint4 row[kStagedVecs];
-  if (staged) {
-#pragma unroll
-    for (int v = 0; v < kStagedVecs; ++v) {
-      const int64_t q = tid + int64_t{v} * kThreads;
-      if (q < p.d / 8) row[v] = reinterpret_cast<const uint4*>(src0)[q];
-    }
-  }
-  for (int64_t t = 0; t < n; ++t) {
-    routing::RouteToken(rp, t);  // thread 0 writes topk_ids / topk_weights row t
-    __syncthreads();             // its shared scratch is reused by the next token
-  }
-  for (int64_t k = tid; k < m; k += kThreads) s_ids[k] = __ldcg(rp.topk_ids + k);  // this block's writes
-  __syncthreads();
-  for (int64_t i = tid; i < m; i += kThreads) {
-    const int e = s_ids[i];
-    int below = 0;
-    for (int64_t k = 0; k < m; ++k) below += s_ids[k] < e || (s_ids[k] == e && k < i);
-    s_row[i] = below;
-    p.pos[i] = below;
-    p.src_row[below] = static_cast<int32_t>(i / K);
-  }
-  for (int64_t ee = tid; ee <= E; ee += kThreads) {  // offsets[e'] = pairs with an expert below e'
-    int c = 0;
-    for (int64_t k = 0; k < m; ++k) c += s_ids[k] < ee;
-    p.offsets[ee] = c;
-  }
-  for (int s = tid; s < p.num_shared_groups; s += kThreads) p.offsets[E + 1 + s] = static_cast<int32_t>(m + (s + 1) * n);
-  for (int64_t r = m + tid; r < m + p.num_shared_groups * n; r += kThreads) p.src_row[r] = static_cast<int32_t>((r - m) % n);
-  __syncthreads();
-  // Rows: pair i -> row s_row[i] (token i / K); shared group s, token t -> row m + s n + t.
-  const int64_t rows = m + p.num_shared_groups * n;
-  for (int64_t j = 0; j < rows; ++j) {
-    const int64_t r = j < m ? s_row[j] : j;
-    const int64_t t = j < m ? j / K : (j - m) % n;
-    __nv_bfloat16* dst = p.xp + r * p.d;
-    if (staged && t == 0) {
-      uint4* d4 = reinterpret_cast<uint4*>(dst);
-#pragma unroll
-      for (int v = 0; v < kStagedVecs; ++v) {
-        const int64_t q = tid + int64_t{v} * kThreads;
-        if (q < p.d / 8) d4[q] = row[v];
-      }
-    } else {
-      CopyRow(p.x + t * p.ldx, dst, p.d);
-    }
-  }
-}
-
 }  // namespace
 
 void MoeRoutePermute(const MoeRoutePermuteParams& p) {
@@ -211,11 +135,6 @@ void MoeRoutePermute(const MoeRoutePermuteParams& p) {
   DS_CHECK(p.d > 0 && p.ldx >= p.d && p.sync != nullptr) << "MoeRoutePermute: bad d / ldx / sync";
   if (rp.n == 0) {
     DS_CUDA_CHECK(cudaMemsetAsync(p.offsets, 0, sizeof(int32_t) * (rp.num_experts + p.num_shared_groups + 1), p.stream));
-    return;
-  }
-  if (OneBlock(p)) {
-    LaunchKernel(MoeRoutePermuteOneBlockKernel, 1u, kThreads, 0, p.stream, p.pdl, p);
-    DS_CUDA_CHECK_LAUNCH("MoeRoutePermuteOneBlockKernel");
     return;
   }
   const int64_t blocks = rp.n + rp.n * rp.top_k;

@@ -19,11 +19,7 @@
 // E + S + 1 entries, offsets[E + s] = n * top_k + s * n, src_row and xp have n * top_k + S * n
 // rows, row n * top_k + s * n + t = token t.
 //
-// Launch, small passes (n <= 4 tokens, n * top_k <= 64 pairs, <= 128 KB of rows to copy: a
-// decode step of 1-4 sequences on V2-Lite, of 1 on V3): one 256-thread block does it all
-// (routes the tokens in order, places the pairs, writes the offsets, copies the rows; token 0's
-// row is loaded before the routing), with no inter-block handshake; the counter is untouched.
-// Larger passes: one kernel of n routing blocks followed by n * top_k copy blocks (256 threads). The
+// Launch: one kernel of n routing blocks followed by n * top_k copy blocks (256 threads). The
 // copy blocks wait (spinning on a device counter) until every routing block has published its
 // ids, then place their pair and copy its row. This relies on the routing blocks (the lowest
 // block indices) being resident or dispatched before the copy blocks, as single-pass scans
