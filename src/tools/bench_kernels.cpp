@@ -818,8 +818,8 @@ struct GemvExpertsModel {
 };
 
 // `--only fp8_gemv_experts` (only when named; first run in session 7 run 11): V3's routed
-// experts at decode sizes; `--only gemv_experts_bf16` (only when named; written without a GPU,
-// not yet run on one): V2-Lite's bf16 routed experts. Fp8GemvGrouped (fp8_gemv_grouped.h, w_bf16
+// experts at decode sizes; `--only gemv_experts_bf16` (only when named; first run in session 8
+// run 3): V2-Lite's bf16 routed experts. Fp8GemvGrouped (fp8_gemv_grouped.h, w_bf16
 // for bf16 experts; "grouped_auto": its own CTA count, "grouped_ctas<SMs>": one per SM) beside
 // SkinnyGemm's grouped form as the runner calls it ("skinny": unsplit, max_group_rows = tokens,
 // max_active_groups = min(E, tokens x top_k)), on the same inputs: `active` of E experts with

@@ -2,7 +2,7 @@
 // <= 8 tokens on Fp8GemvGrouped (fp8_gemv_grouped.h) instead of SkinnyGemm's grouped form; and
 // gemv_experts_bf16, the same for BF16 routed experts (w_bf16; CudaRunnerGemvExpertsBf16.*:
 // dummy DeepSeek-V2-Lite, the v2_lite_tiny and v3_fp8_tiny fixtures' bf16 experts, and dummy V3
-// whose FP8 experts it must leave alone; written without a GPU, not yet run on one). Same
+// whose FP8 experts it must leave alone; passes on the H200, session 8 run 3). Same
 // runner options otherwise, the same dummy weights; RunFusionSchedule (runner_test_util.h: a
 // 9-token prefill (SkinnyGemm in both: > 8 tokens), a prefill of 20-219-token sequences (the
 // big-tile kernels in both), decode steps of 1..24 sequences (1, 2, 3, 5, 8 tokens: the grouped

@@ -204,8 +204,9 @@ struct CudaRunnerOptions {
   // kFp8GemvGroupedMaxRows = 8 tokens, gate_up and down): the grouped TMA-streaming GEMV with bf16
   // weights (fp8_gemv_grouped.h, w_bf16) instead of SkinnyGemm's grouped form (0.64-0.77 of copy
   // bandwidth on V2-Lite's experts, session 7). Same math (exact bf16 products, fp32 sums), other
-  // summation order (CudaRunnerGemvExpertsBf16.*). Written without a GPU, not yet run on one: off
-  // by default; the CLI reads DS_GEMV_EXPERTS_BF16=1 to turn it on.
+  // summation order (CudaRunnerGemvExpertsBf16.*, passes on the H200, session 8 run 3). Off by
+  // default: V2-Lite decode step -2.4% at batch 8 but level or slower at batch 1 (run 4); the
+  // CLI reads DS_GEMV_EXPERTS_BF16=1 to turn it on.
   bool gemv_experts_bf16 = false;
   // fp8_gemv_experts applies only to passes of at least this many tokens (1, 2, 4 or 8: a power
   // of two, so a graph bucket and its eager passes agree). V3 8 layers, 1K context, decode step
