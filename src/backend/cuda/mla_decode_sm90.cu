@@ -31,6 +31,7 @@
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_decode_merge.cuh"
 #include "backend/cuda/mla_decode_uv.h"
 
 #include <cuda.h>
@@ -852,44 +853,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped).
+// out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped):
+// MergeSplits (mla_decode_merge.cuh), 8 splits' loads in flight (was 4: a batch-1 V3 combine over
+// 32 hinted splits took 8 rounds, 8.3 us under ncu); the sums run in split order either way.
 template <typename TOut>
 __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodeParams p, int max_splits) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int t = blockIdx.x, h = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
   const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
-  float gmax = -INFINITY;
-  for (int s = 0; s < max_splits; ++s) gmax = fmaxf(gmax, lse[s]);
   const int d = threadIdx.x * 4;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  float wsum = 0.f;
-  int s = 0;
-  // kCombineBatch splits' loads in flight (was 4: a batch-1 V3 combine over 32 hinted splits
-  // took 8 rounds, 8.3 us under ncu); the sums run in split order either way (same bits).
-  constexpr int kCombineBatch = 8;
-  for (; s + kCombineBatch <= max_splits; s += kCombineBatch) {
-    float w[kCombineBatch];
-    float4 v[kCombineBatch];
-#pragma unroll
-    for (int u = 0; u < kCombineBatch; ++u) w[u] = lse[s + u] == -INFINITY ? 0.f : expf(lse[s + u] - gmax);
-#pragma unroll
-    for (int u = 0; u < kCombineBatch; ++u)  // empty splits were never written: not read
-      v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(p.workspace + (base + s + u) * kV + d)
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int u = 0; u < kCombineBatch; ++u) {
-      wsum += w[u];
-      acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
-    }
-  }
-  for (; s < max_splits; ++s) {
-    if (lse[s] == -INFINITY) continue;
-    const float w = expf(lse[s] - gmax);
-    const float4 v = *reinterpret_cast<const float4*>(p.workspace + (base + s) * kV + d);
-    wsum += w;
-    acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
-  }
+  float4 acc;
+  float wsum;
+  mla::MergeSplits(p.workspace, lse, base, max_splits, kV, d, &acc, &wsum);
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + d;
   out[0] = dev::FromF<TOut>(acc.x * inv);

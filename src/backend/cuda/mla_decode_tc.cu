@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_decode_merge.cuh"
 #include "backend/cuda/mla_decode_uv.h"
 
 namespace ds::cuda {
@@ -389,46 +390,18 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombine(MlaDecodeParams p, 
   out[3] = dev::FromF<TOut>(acc.w * inv);
 }
 
-// Same result as MlaDecodeTcCombine, with 8 splits' loads in flight per thread.
+// Same result as MlaDecodeTcCombine, with 8 splits' loads in flight per thread (MergeSplits,
+// mla_decode_merge.cuh).
 template <typename TOut>
 __global__ void __launch_bounds__(kV / 4) MlaDecodeTcCombineFast(MlaDecodeParams p, int max_splits) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int t = blockIdx.x, h = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
   const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
-  float gmax = -INFINITY;
-#pragma unroll 8
-  for (int s = 0; s < max_splits; ++s) gmax = fmaxf(gmax, lse[s]);
   const int d = threadIdx.x * 4;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  float wsum = 0.f;
-  int s = 0;
-  for (; s + 8 <= max_splits; s += 8) {
-    float w[8];
-    float4 v[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      const float l = lse[s + u];
-      w[u] = l == -INFINITY ? 0.f : expf(l - gmax);
-    }
-#pragma unroll
-    for (int u = 0; u < 8; ++u)  // empty splits (w = 0) were never written: not read
-      v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(p.workspace + (base + s + u) * kV + d)
-                        : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int u = 0; u < 8; ++u) {
-      wsum += w[u];
-      acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
-    }
-  }
-  for (; s < max_splits; ++s) {
-    const float l = lse[s];
-    if (l == -INFINITY) continue;
-    const float w = expf(l - gmax);
-    wsum += w;
-    const float4 v = *reinterpret_cast<const float4*>(p.workspace + (base + s) * kV + d);
-    acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
-  }
+  float4 acc;
+  float wsum;
+  mla::MergeSplits(p.workspace, lse, base, max_splits, kV, d, &acc, &wsum);
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + d;
   out[0] = dev::FromF<TOut>(acc.x * inv);

@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/mla_decode_merge.cuh"
 #include "common/check.h"
 
 namespace ds::cuda {
@@ -16,7 +17,6 @@ constexpr int kV = 512;                  // kv_lora (the latent width)
 constexpr int kThreads = 256;            // 8 warps; the merge runs on the first kV / 4
 constexpr int kWarps = kThreads / 32;
 constexpr int kRows = 4;                 // W_UV rows per warp per pass (8 16-byte loads in flight a lane)
-constexpr int kBatch = 8;                // splits' loads in flight in the merge
 constexpr int kMaxParts = 4;
 
 // Grid (T, H, parts). Phase 1 (threads < 128, 4 latent columns each): the combine kernels'
@@ -37,39 +37,10 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineUvKernel(const MlaDe
   if (tid < kV / 4) {
     const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
     const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
-    float gmax = -INFINITY;
-#pragma unroll 8
-    for (int s = 0; s < max_splits; ++s) gmax = fmaxf(gmax, lse[s]);
     const int d = tid * 4;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float wsum = 0.f;
-    int s = 0;
-    for (; s + kBatch <= max_splits; s += kBatch) {
-      float w[kBatch];
-      float4 v[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const float l = lse[s + u];
-        w[u] = l == -INFINITY ? 0.f : expf(l - gmax);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u)  // empty splits (w = 0) were never written: not read
-        v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(p.workspace + (base + s + u) * kV + d)
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        wsum += w[u];
-        acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
-      }
-    }
-    for (; s < max_splits; ++s) {
-      const float l = lse[s];
-      if (l == -INFINITY) continue;
-      const float w = expf(l - gmax);
-      wsum += w;
-      const float4 v = *reinterpret_cast<const float4*>(p.workspace + (base + s) * kV + d);
-      acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
-    }
+    float4 acc;
+    float wsum;
+    mla::MergeSplits(p.workspace, lse, base, max_splits, kV, d, &acc, &wsum);
     const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
     const auto fin = [&](float a) { return kDivide ? (wsum > 0.f ? a / wsum : 0.f) : a * inv; };
     s_o[d + 0] = __bfloat162float(__float2bfloat16_rn(fin(acc.x)));
