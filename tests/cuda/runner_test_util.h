@@ -277,4 +277,38 @@ inline std::vector<int64_t> FusedCountsPerPass(ModelRunner& runner,
   return got;
 }
 
+// The on / off comparison of one runner option that changes an fp32 summation order (not the
+// bits of every row): a runner pair from `o` with CUDA graphs on or off that differs only in what
+// set(options, on) changes (MakeRunnerPair), RunFusionSchedule over both. Per row: cosine >=
+// 0.9999, relative L2 <= 1e-2 (a wrong row, column or expert would be far outside), no
+// non-finite logits; with expect_change some row must differ (the option's path ran). Prints one
+// "[fixture] <label> <option> graphs=<0|1>: ..." line and EXPECTs each bound; returns the two
+// runners' graph stats ([0] off, [1] on) for the caller's own checks of its path.
+template <class SetFn>
+std::array<CudaGraphStats, 2> CompareOptionWithinBounds(const std::string& label, const char* option, CudaRunnerOptions o,
+                                                        bool graphs, bool expect_change, SetFn set) {
+  std::array<CudaGraphStats, 2> stats{};
+  o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
+  o.cuda_graphs = graphs;
+  std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: off, 1: on
+  MakeRunnerPair(o, set, &runners);
+  if (!runners[0] || !runners[1]) {
+    ADD_FAILURE() << label << ": runner creation failed";
+    return stats;
+  }
+  RowDiff d;
+  RunFusionSchedule(runners, &d);
+  for (int i = 0; i < 2; ++i) stats[i] = GetCudaGraphStats(*runners[i]);
+  const bool changed_ok = !expect_change || d.identical_rows < d.rows;
+  const bool pass = d.nonfinite == 0 && d.min_cos >= 0.9999 && d.max_rel <= 1e-2 && changed_ok;
+  std::printf("[fixture] %s %s graphs=%d: rows=%lld min_cos=%.7f max_rel_l2=%.3e identical_rows=%lld%s nonfinite=%lld%s\n",
+              label.c_str(), option, graphs ? 1 : 0, (long long)d.rows, d.min_cos, d.max_rel, (long long)d.identical_rows,
+              d.identical_rows == d.rows ? " (bit-identical)" : "", (long long)d.nonfinite, pass ? " PASS" : " FAIL");
+  EXPECT_EQ(d.nonfinite, 0) << label;
+  EXPECT_GE(d.min_cos, 0.9999) << label;
+  EXPECT_LE(d.max_rel, 1e-2) << label;
+  if (expect_change) { EXPECT_LT(d.identical_rows, d.rows) << label << ": " << option << " made no difference (did it run?)"; }
+  return stats;
+}
+
 }  // namespace ds::cuda::test

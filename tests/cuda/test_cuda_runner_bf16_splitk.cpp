@@ -7,9 +7,7 @@
 // fp32 order other than one block's; each logits row is bounded like CudaRunnerRouterGemv's
 // (cosine >= 0.9999, relative L2 <= 1e-2). Dummy V2-Lite (hidden 2048) must show a change (the
 // split ran); nothing may be non-finite.
-#include <array>
 #include <cstdio>
-#include <memory>
 #include <string>
 
 #include "backend/cuda/cuda_runner.h"
@@ -19,24 +17,9 @@
 namespace ds::cuda::test {
 namespace {
 
-void CompareSplit(const std::string& label, CudaRunnerOptions o, bool graphs, bool expect_change) {
-  o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
-  o.cuda_graphs = graphs;
-  std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: unsplit, 1: split-K
-  MakeRunnerPair(o, [](CudaRunnerOptions& x, bool on) { x.skinny_bf16_splitk = on; }, &runners);
-  ASSERT_TRUE(runners[0] && runners[1]);
-  RowDiff d;
-  RunFusionSchedule(runners, &d);
-  const bool changed_ok = !expect_change || d.identical_rows < d.rows;
-  const bool pass = d.nonfinite == 0 && d.min_cos >= 0.9999 && d.max_rel <= 1e-2 && changed_ok;
-  std::printf("[fixture] %s skinny_bf16_splitk graphs=%d: rows=%lld min_cos=%.7f max_rel_l2=%.3e identical_rows=%lld "
-              "nonfinite=%lld%s\n",
-              label.c_str(), graphs ? 1 : 0, (long long)d.rows, d.min_cos, d.max_rel, (long long)d.identical_rows,
-              (long long)d.nonfinite, pass ? " PASS" : " FAIL");
-  EXPECT_EQ(d.nonfinite, 0) << label;
-  EXPECT_GE(d.min_cos, 0.9999) << label;
-  EXPECT_LE(d.max_rel, 1e-2) << label;
-  if (expect_change) { EXPECT_LT(d.identical_rows, d.rows) << label << ": the split made no difference (did it run?)"; }
+void CompareSplit(const std::string& label, const CudaRunnerOptions& o, bool graphs, bool expect_change) {
+  CompareOptionWithinBounds(label, "skinny_bf16_splitk", o, graphs, expect_change,
+                            [](CudaRunnerOptions& x, bool on) { x.skinny_bf16_splitk = on; });
 }
 
 TEST(CudaRunnerBf16SplitK, FixturesWithinBounds) {

@@ -7,9 +7,7 @@
 // so the rows are bounded like the other GEMM-order options (cosine >= 0.9999, relative L2 <=
 // 1e-2, no non-finite logits) and the test reports whether they came out bit-identical. The on
 // runner must have taken the path (fused_ov16_layers > 0; 0 in the off runner).
-#include <array>
 #include <cstdio>
-#include <memory>
 #include <string>
 
 #include "backend/cuda/cuda_runner.h"
@@ -20,27 +18,13 @@ namespace ds::cuda::test {
 namespace {
 
 void CompareOv16(const std::string& label, CudaRunnerOptions o, bool graphs) {
-  o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
-  o.cuda_graphs = graphs;
   o.fused_uv = false;  // fused_uv (on by default) takes precedence over ov16
-  std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: fp32 o_h + SplitBf16, 1: bf16 o_h
-  MakeRunnerPair(o, [](CudaRunnerOptions& x, bool on) { x.fused_ov16 = on; }, &runners);
-  ASSERT_TRUE(runners[0] && runners[1]);
-  RowDiff d;
-  RunFusionSchedule(runners, &d);
-  const CudaGraphStats g0 = GetCudaGraphStats(*runners[0]), g1 = GetCudaGraphStats(*runners[1]);
-  const bool pass = d.nonfinite == 0 && d.min_cos >= 0.9999 && d.max_rel <= 1e-2 && g1.fused_ov16_layers > 0 &&
-                    g0.fused_ov16_layers == 0;
-  std::printf("[fixture] %s fused_ov16 graphs=%d: rows=%lld min_cos=%.7f max_rel_l2=%.3e identical_rows=%lld%s "
-              "nonfinite=%lld ov16_layers=%lld (off runner %lld)%s\n",
-              label.c_str(), graphs ? 1 : 0, (long long)d.rows, d.min_cos, d.max_rel, (long long)d.identical_rows,
-              d.identical_rows == d.rows ? " (bit-identical)" : "", (long long)d.nonfinite,
-              (long long)g1.fused_ov16_layers, (long long)g0.fused_ov16_layers, pass ? " PASS" : " FAIL");
-  EXPECT_EQ(d.nonfinite, 0) << label;
-  EXPECT_GE(d.min_cos, 0.9999) << label;
-  EXPECT_LE(d.max_rel, 1e-2) << label;
-  EXPECT_GT(g1.fused_ov16_layers, 0) << label << ": the bf16 o_h path never ran";
-  EXPECT_EQ(g0.fused_ov16_layers, 0) << label;
+  const auto stats = CompareOptionWithinBounds(label, "fused_ov16", o, graphs, /*expect_change=*/false,
+                                               [](CudaRunnerOptions& x, bool on) { x.fused_ov16 = on; });
+  std::printf("[fixture] %s fused_ov16 graphs=%d: ov16_layers=%lld (off runner %lld)\n", label.c_str(), graphs ? 1 : 0,
+              (long long)stats[1].fused_ov16_layers, (long long)stats[0].fused_ov16_layers);
+  EXPECT_GT(stats[1].fused_ov16_layers, 0) << label << ": the bf16 o_h path never ran";
+  EXPECT_EQ(stats[0].fused_ov16_layers, 0) << label;
 }
 
 TEST(CudaRunnerFusedOv16, FixturesWithinBounds) {

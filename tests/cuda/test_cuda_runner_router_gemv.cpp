@@ -27,24 +27,9 @@ namespace {
 // expect_change: the dummy models (hidden 2048 / 7168) must show some change (the path ran);
 // the fixtures came out bit-identical on the H200 (session 7 run 4: their small routers' sums
 // happen to round alike), so there only the bounds apply.
-void CompareRouter(const std::string& label, CudaRunnerOptions o, bool graphs, bool expect_change) {
-  o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
-  o.cuda_graphs = graphs;
-  std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: cuBLASLt router, 1: RouterGemv
-  MakeRunnerPair(o, [](CudaRunnerOptions& x, bool on) { x.router_gemv = on; }, &runners);
-  ASSERT_TRUE(runners[0] && runners[1]);
-  RowDiff d;
-  RunFusionSchedule(runners, &d);
-  const bool changed_ok = !expect_change || d.identical_rows < d.rows;
-  const bool pass = d.nonfinite == 0 && d.min_cos >= 0.9999 && d.max_rel <= 1e-2 && changed_ok;
-  std::printf("[fixture] %s router_gemv graphs=%d: rows=%lld min_cos=%.7f max_rel_l2=%.3e identical_rows=%lld "
-              "nonfinite=%lld%s\n",
-              label.c_str(), graphs ? 1 : 0, (long long)d.rows, d.min_cos, d.max_rel, (long long)d.identical_rows,
-              (long long)d.nonfinite, pass ? " PASS" : " FAIL");
-  EXPECT_EQ(d.nonfinite, 0) << label;
-  EXPECT_GE(d.min_cos, 0.9999) << label;
-  EXPECT_LE(d.max_rel, 1e-2) << label;
-  if (expect_change) { EXPECT_LT(d.identical_rows, d.rows) << label << ": the router path made no difference (did it run?)"; }
+void CompareRouter(const std::string& label, const CudaRunnerOptions& o, bool graphs, bool expect_change) {
+  CompareOptionWithinBounds(label, "router_gemv", o, graphs, expect_change,
+                            [](CudaRunnerOptions& x, bool on) { x.router_gemv = on; });
 }
 
 TEST(CudaRunnerRouterGemv, FixturesMatchCublasRouter) {
