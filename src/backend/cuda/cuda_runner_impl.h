@@ -1,6 +1,7 @@
 // The CUDA model runner's weights and class (CreateCudaModelRunner in cuda_runner.h is the
-// public entry): private to src/backend/cuda/cuda_runner.cpp, which defines the members; a
-// header only so that file stays short. Not for other code.
+// public entry): private to the runner's source files, which define the members
+// (cuda_runner.cpp; cuda_runner_mla.cpp: MLA attention; cuda_runner_graphs.cpp: decode graphs); a
+// header only so that those files stay short. Not for other code.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,6 +33,13 @@
 namespace ds::cuda::runner_impl {
 
 using bf16 = __nv_bfloat16;
+
+// Shared by the runner's source files (cuda_runner.cpp, cuda_runner_mla.cpp).
+constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (as the CPU model)
+// CudaRunnerOptions::mla_decode_fused_combine: counters (one per sequence of a pass) allocated
+// once at start-up (256 KiB).
+constexpr int64_t kMlaSplitCounters = int64_t{1} << 16;
+inline int64_t RoundUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 
 // y = x @ W^T; W bf16 [N, K], or e4m3 [N, K] with block scales.
 struct Linear {
