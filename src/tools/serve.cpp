@@ -78,7 +78,8 @@ int RunServe(int argc, char** argv) {
                  "DeepSeek-V3-architecture model with random weights");
   app.add_option("--tokenizer", tokenizer_dir,
                  "tokenizer directory (default: --model); 'byte' = byte-level test tokenizer");
-  app.add_option("--served-model-name", served_name, "model name in the API (default: --model)");
+  app.add_option("--served-model-name", served_name,
+                 "model name in the API (default: --model; dsinfer-tiny without --model)");
   app.add_option("--load-format", ro.load_format,
                  "auto (safetensors) | dummy (seeded random weights) | fake (test runner)")
       ->check(CLI::IsMember({"auto", "dummy", "fake"}))->capture_default_str();
@@ -111,6 +112,20 @@ int RunServe(int argc, char** argv) {
   app.add_option("--dp-size,--data-parallel-size", dp_size,
                  "data-parallel ranks: engines with their own runner and KV cache (cuda: rank r on GPU r)")
       ->check(CLI::Range(1, 64))->capture_default_str();
+  // vLLM's / SGLang's tensor-parallel flag, accepted at its only supported value so that a user
+  // who passes more gets told what to use instead (not a parse error about unexpected arguments).
+  int tp_size = 1;
+  app.add_option("--tensor-parallel-size,--tp-size,--tp", tp_size,
+                 "tensor-parallel ranks of one engine: 1 only (serve scales over GPUs with --dp-size)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return v == "1" ? std::string()
+                            : "tensor parallelism " + v +
+                                  " is not supported by serve: use --dp-size N to serve on N GPUs (one engine "
+                                  "per GPU, attention data-parallel)";
+          },
+          "1"))
+      ->capture_default_str();
   app.add_option("--load-balance-method", lb_method,
                  "DP request placement: minimum_tokens (least context tokens in flight = attention cost) | "
                  "shortest_queue | round_robin")

@@ -68,9 +68,17 @@ class DsinferServer {
 
 std::pair<int, nlohmann::json> Bench(const std::string& flags, std::string* out) {
   static int n = 0;
-  std::string json = Tmp("r" + std::to_string(n++) + ".json");
-  std::string cmd = "timeout 120 " + std::string(DS_BINARY) + " bench serve --disable-tqdm --output-file " + json +
-                    " " + flags + " 2>&1";
+  std::string name = std::to_string(n++);  // "r<n>.json", built without "r" + string (GCC 12 -Wrestrict)
+  name.insert(name.begin(), 'r');
+  name += ".json";
+  std::string json = Tmp(name);
+  std::string cmd = "timeout 120 ";  // appended piece by piece (GCC 12's -Wrestrict false positive)
+  cmd += DS_BINARY;
+  cmd += " bench serve --disable-tqdm --output-file ";
+  cmd += json;
+  cmd += ' ';
+  cmd += flags;
+  cmd += " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   char buf[4096];
   size_t k;
@@ -117,7 +125,7 @@ TEST(BenchServeDsinfer, RandomIdsAndTraceAgainstRealServer) {
   EXPECT_EQ(t["completed"], 3) << out;
   EXPECT_EQ(t["total_output_tokens"], 12);
   EXPECT_GE(t["duration"].get<double>(), 0.6);
-  if (t.contains("prefix_cache_hit_rate")) EXPECT_GT(t["prefix_cache_hit_rate"].get<double>(), 0.0) << out;
+  if (t.contains("prefix_cache_hit_rate")) { EXPECT_GT(t["prefix_cache_hit_rate"].get<double>(), 0.0) << out; }
 }
 
 // `--tokenizer byte` on both sides: text prompts (chat endpoint) against a byte-tokenizer server

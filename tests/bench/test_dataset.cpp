@@ -153,7 +153,11 @@ class WordCodec : public TextCodec {
   }
   std::string Decode(const std::vector<int32_t>& ids) const override {
     std::string s;
-    for (int32_t id : ids) s += "w" + std::to_string(id) + " ";
+    for (int32_t id : ids) {  // appended piece by piece (GCC 12's -Wrestrict false positive on "w" + string)
+      s += 'w';
+      s += std::to_string(id);
+      s += ' ';
+    }
     return s;
   }
   int vocab_size() const override { return 1000; }

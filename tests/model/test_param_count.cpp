@@ -301,8 +301,9 @@ TEST(ParamCount, AgreesWithPlannerModelSize) {
     EXPECT_EQ(planner::TotalParams(m), s.total_params) << dir;
     EXPECT_EQ(planner::ActivatedParams(m), s.activated_params + s.embedding_params) << dir;
     EXPECT_EQ(planner::MtpParams(m), s.mtp_unique_params) << dir;
-    if (c.quant.fp8)  // one routed expert of one layer, FP8 + block scales
+    if (c.quant.fp8) {  // one routed expert of one layer, FP8 + block scales
       EXPECT_EQ(m.routed_expert.bytes(planner::WType::kFP8), s.bytes_per_routed_expert) << dir;
+    }
   }
 }
 

@@ -33,6 +33,9 @@ TEST(CliUsage, NegativeAndZeroNumbersAreUsageErrors) {
       {"serve --reasoning-parser qwen3", "--reasoning-parser: qwen3 not in {deepseek-r1,deepseek_r1}"},
       {"bench roofline --model x --input-len -5", "--input-len: Value -5 not in range 1 to"},
       {"bench one-batch --model x --num-layers -3", "--num-layers: must be >= 0, got -3"},
+      // vLLM's tensor-parallel flag: told what to use instead (not "arguments were not expected")
+      {"serve --tensor-parallel-size 2", "use --dp-size N to serve on N GPUs"},
+      {"serve --tp 4", "tensor parallelism 4 is not supported by serve"},
   };
   for (const auto& [args, want] : cases) {
     auto [rc, out] = Dsinfer(args);
