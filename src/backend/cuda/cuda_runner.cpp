@@ -733,6 +733,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   rp.topk_method = cfg_.topk_method == TopkMethod::kGreedy ? 0 : cfg_.topk_method == TopkMethod::kGroupLimitedGreedy ? 1 : 2;
   rp.norm_topk_prob = cfg_.norm_topk_prob; rp.routed_scaling_factor = static_cast<float>(cfg_.routed_scaling_factor);
   rp.topk_ids = topk_ids_.as<int32_t>(); rp.topk_weights = topk_w_.as<float>(); rp.stream = s_;
+  rp.warp_route = opts_.moe_route_warp;
   // Permute, expert GEMMs, activation. Decode sizes use the skinny kernel, which needs no
   // padded segments (row_align 1: the permute, SiLU and GEMMs touch only the T * K rows).
   const int64_t align = skinny ? 1 : kGroupedGemmRowAlign;

@@ -178,6 +178,11 @@ struct CudaRunnerOptions {
   // as the FP8 ones do. Same math, other fp32 summation order. Opt-in (A/B: the CLI reads
   // DS_SKINNY_BF16_SPLITK=1).
   bool skinny_bf16_splitk = false;
+  // MoE routing of a token by one warp instead of its block (MoeRoutingParams::warp_route; <= 256
+  // experts; every pass, fused route + permute included). Opt-in: written without a GPU, not yet
+  // run on one (A/B for the batch-1 route + permute chain, ~10 us per MoE layer on V2-Lite). The
+  // CLI reads DS_MOE_ROUTE_WARP=1.
+  bool moe_route_warp = false;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured
