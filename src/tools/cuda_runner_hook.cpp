@@ -88,6 +88,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     c.gemv_experts_bf16_ctas = -1;
   else if (v != nullptr && std::string(v) == "auto")
     c.gemv_experts_bf16_ctas = 0;
+  else if (v != nullptr && std::string(v) == "tile")
+    c.gemv_experts_bf16_ctas = -2;
   else
     env_int("DS_GEMV_EXPERTS_BF16_CTAS", 1, 1 << 20, 1, &c.gemv_experts_bf16_ctas);
   env_choice("DS_FP8_GEMV_EXPERTS_MIN_TOKENS", {{"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}}, &c.fp8_gemv_experts_min_tokens);

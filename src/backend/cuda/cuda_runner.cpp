@@ -550,8 +550,18 @@ void CudaModelRunner::RunGemvExperts(const GroupedGemmParams& g, int64_t max_gro
   p.num_experts = g.num_experts; p.N = g.N; p.K = g.K;
   p.max_group_rows = max_group_rows; p.max_active_groups = max_active_groups;
   p.stream = s_; p.pdl = opts_.pdl;
-  if (p.w_bf16 && opts_.gemv_experts_bf16_ctas != 0)  // -1: one CTA per SM
-    p.ctas = opts_.gemv_experts_bf16_ctas > 0 ? opts_.gemv_experts_bf16_ctas : std::max(1, CurrentDeviceProps().sms);
+  if (p.w_bf16 && opts_.gemv_experts_bf16_ctas != 0) {
+    const int sms = std::max(1, CurrentDeviceProps().sms);
+    if (opts_.gemv_experts_bf16_ctas > 0) {
+      p.ctas = opts_.gemv_experts_bf16_ctas;
+    } else if (opts_.gemv_experts_bf16_ctas == -1) {  // one CTA per SM
+      p.ctas = sms;
+    } else {  // -2, tile-aligned: one CTA per 128-row tile of the bound's slots while they fit 2 per SM
+      const Fp8GemvGroupedPlan auto_plan = Fp8GemvGroupedPlanFor(p);
+      const int64_t tiles = auto_plan.slots * auto_plan.tiles;
+      p.ctas = tiles <= 2 * int64_t{sms} ? static_cast<int>(tiles) : 0;
+    }
+  }
   const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
   // One workspace per expert weight shape and type: the layout (counters for E slots, then
   // partials) depends on (E, N, K, w_bf16); its size does not depend on the pass
@@ -1088,8 +1098,8 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
       o.fp8_gemv_experts_min_tokens != 8)
     return InvalidArgument("fp8_gemv_experts_min_tokens must be 1, 2, 4 or 8, got " +
                            std::to_string(o.fp8_gemv_experts_min_tokens));
-  if (o.gemv_experts_bf16_ctas < -1)
-    return InvalidArgument("gemv_experts_bf16_ctas must be -1 (one per SM), 0 (auto) or a count, got " +
+  if (o.gemv_experts_bf16_ctas < -2)
+    return InvalidArgument("gemv_experts_bf16_ctas must be -2 (tile-aligned), -1 (one per SM), 0 (auto) or a count, got " +
                            std::to_string(o.gemv_experts_bf16_ctas));
   if (o.mla_decode_tc_kernel < -1 || o.mla_decode_tc_kernel > 1)
     return InvalidArgument("MLA decode tensor-core kernel must be -1 (auto), 0 (by shape) or 1 (row-tile), got " +

@@ -220,10 +220,13 @@ struct CudaRunnerOptions {
   // CLI reads DS_FP8_GEMV_EXPERTS_MIN_TOKENS.
   int fp8_gemv_experts_min_tokens = 2;
   // BF16 experts on the grouped GEMV (gemv_experts_bf16): its CTAs (0: auto, 2 per SM; -1: one
-  // per SM; > 0: that many) and whether the down GEMM takes it too (else SkinnyGemm). bench
+  // per SM; -2: tile-aligned, one CTA per 128-row tile of the host's slot bound while that is <= 2
+  // per SM, so no tile is split across CTAs (not yet run: V2-Lite's batch-1 gate_up, 132 tiles,
+  // ran whole tiles at one CTA per SM and reached 0.89; its down, 96 tiles over 132 CTAs, 0.61);
+  // > 0: that many) and whether the down GEMM takes it too (else SkinnyGemm). bench
   // kernels, session 8 run 3, V2-Lite 6 experts x 1 row: gate_up 19.9 us with one CTA per SM,
   // 22.4 auto, 23.7 SkinnyGemm; down 14.5 / 15.8 against SkinnyGemm's 11.6. The CLI reads
-  // DS_GEMV_EXPERTS_BF16_CTAS=auto|sm|N and DS_GEMV_EXPERTS_BF16_DOWN=0|1.
+  // DS_GEMV_EXPERTS_BF16_CTAS=auto|sm|tile|N and DS_GEMV_EXPERTS_BF16_DOWN=0|1.
   int gemv_experts_bf16_ctas = 0;
   bool gemv_experts_bf16_down = true;
   // Prefill-size MoE expert GEMMs on the sm_90a CUTLASS kernel (grouped_gemm_sm90.h) where it
