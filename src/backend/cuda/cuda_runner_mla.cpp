@@ -345,6 +345,8 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       ++graph_stats_.fused_uv_layers;
     }
     MlaDecodeAttention(dp);
+    // (With uv the bf16 o_lat stays inside the merge kernel; the layer still counts as fused_olat:
+    // o_lat is rounded to bf16 there exactly as the olat path stores it.)
     if (olat16) {
       ++graph_stats_.fused_launches;
       ++graph_stats_.fused_olat_layers;
