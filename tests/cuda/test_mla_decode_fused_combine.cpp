@@ -40,31 +40,6 @@ namespace {
 constexpr int64_t kKvl = 512, kRope = 64, kL = kKvl + kRope, kBs = 64;
 constexpr float kScale = 0.1352f;
 
-bool Sm90Device(std::string* why) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    cudaGetLastError();
-    *why = "no CUDA device";
-    return false;
-  }
-  int dev = 0, major = 0, minor = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  DS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  DS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major != 9 || minor != 0) {
-    *why = "not an sm_90 device (the kernels are built for sm_90a)";
-    return false;
-  }
-  return true;
-}
-#define DS_SKIP_WITHOUT_SM90()     \
-  do {                             \
-    std::string why_;              \
-    if (!Sm90Device(&why_)) {      \
-      GTEST_SKIP() << why_;        \
-    }                              \
-  } while (0)
-
 // Count of elements whose float values differ (NaN counts as a difference).
 int64_t Mismatches(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());

@@ -42,31 +42,6 @@ constexpr int64_t kKvl = 512, kRope = 64, kL = kKvl + kRope, kBs = 64;
 constexpr int64_t kNope = 128, kV = 128, kPad = 40;  // uv_out row padding (elements per token)
 constexpr float kScale = 0.1352f;
 
-bool Sm90Device(std::string* why) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    (void)cudaGetLastError();
-    *why = "no CUDA device";
-    return false;
-  }
-  int dev = 0, major = 0, minor = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  DS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  DS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  if (major != 9 || minor != 0) {
-    *why = "not an sm_90 device (the kernels are built for sm_90a)";
-    return false;
-  }
-  return true;
-}
-#define DS_SKIP_WITHOUT_SM90()  \
-  do {                          \
-    std::string why_;           \
-    if (!Sm90Device(&why_)) {   \
-      GTEST_SKIP() << why_;     \
-    }                           \
-  } while (0)
-
 struct Path {
   const char* name;
   bool tc = true;

@@ -52,6 +52,33 @@ class Dev {
   size_t n_ = 0;
 };
 
+// Whether the current device is compute capability 9.0 (the sm_90a kernels' device); *why says
+// what is missing otherwise. DS_SKIP_WITHOUT_SM90() skips the calling test without one.
+inline bool Sm90Device(std::string* why) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    *why = "no CUDA device";
+    return false;
+  }
+  int dev = 0, major = 0, minor = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  DS_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  DS_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major != 9 || minor != 0) {
+    *why = "not an sm_90 device (the kernels are built for sm_90a)";
+    return false;
+  }
+  return true;
+}
+#define DS_SKIP_WITHOUT_SM90()  \
+  do {                          \
+    std::string why_;           \
+    if (!::ds::cuda::test::Sm90Device(&why_)) { \
+      GTEST_SKIP() << why_;     \
+    }                           \
+  } while (0)
+
 inline std::mt19937_64& Rng() {
   static std::mt19937_64 rng(std::random_device{}());
   return rng;
