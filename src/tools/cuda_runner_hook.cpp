@@ -100,13 +100,13 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_MLA_DECODE_SMALL_CHUNK", 0, 65536, 64, &c.mla_decode_small_batch_chunk);
   env_int("DS_MLA_DECODE_SM90_SMALL_CHUNK", 0, 65536, 64, &c.mla_decode_sm90_small_batch_chunk);
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:
-  // the defaults, all but shared and ov16): 0 none, 1 all nine, or a comma list of route,
-  // shared, norm, qpe, olat, silu16, kvrope, ov16, uv (ParseFusedDecodeFlags, fused_decode_flags.h).
+  // the defaults, all but shared): 0 none, 1 all eight, or a comma list of route,
+  // shared, norm, qpe, olat, silu16, kvrope, uv (ParseFusedDecodeFlags, fused_decode_flags.h).
   if (const char* f = std::getenv("DS_FUSED_DECODE")) {
     const ds::cuda::FusedDecodeFlags fl = ds::cuda::ParseFusedDecodeFlags(f);
     if (!fl.unknown.empty()) {
       DS_LOG(WARNING) << "DS_FUSED_DECODE: ignored " << fl.unknown
-                      << " (known: route, shared, norm, qpe, olat, silu16, kvrope, ov16, uv)";
+                      << " (known: route, shared, norm, qpe, olat, silu16, kvrope, uv)";
     }
     c.fused_moe_route = fl.route;
     c.fused_moe_shared = fl.shared;
@@ -115,7 +115,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
     c.fused_olat = fl.olat;
     c.fused_silu16 = fl.silu16;
     c.fused_kvrope = fl.kvrope;
-    c.fused_ov16 = fl.ov16;
     c.fused_uv = fl.uv;
   }
   // DS_PDL=1: CudaRunnerOptions::pdl (programmatic dependent launch of the runner's kernels; A/B,

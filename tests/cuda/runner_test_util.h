@@ -161,7 +161,7 @@ void MakeRunnerPair(const CudaRunnerOptions& o, SetFn set, std::array<std::uniqu
 }
 
 // The decode fusions around the one a test compares on / off (MakeRunnerPair sets that one per
-// runner afterwards): their defaults, all nine on, or all off.
+// runner afterwards): their defaults, all eight on, or all off.
 enum class Fusions { kDefault, kAll, kNone };
 inline const char* FusionsName(Fusions f) {
   return f == Fusions::kDefault ? "default" : f == Fusions::kAll ? "all" : "none";
@@ -170,7 +170,7 @@ inline void SetFusions(Fusions f, CudaRunnerOptions* o) {
   if (f == Fusions::kDefault) return;
   const bool on = f == Fusions::kAll;
   o->fused_moe_route = o->fused_moe_shared = o->fused_norm = o->fused_qpe = on;
-  o->fused_olat = o->fused_silu16 = o->fused_kvrope = o->fused_uv = o->fused_ov16 = on;
+  o->fused_olat = o->fused_silu16 = o->fused_kvrope = o->fused_uv = on;
 }
 
 // compare(label, options, graphs) for the decode fusions at their defaults and all on, each

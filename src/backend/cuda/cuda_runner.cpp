@@ -627,7 +627,7 @@ const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
 
 void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w,
                                int64_t ldw, int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y,
-                               int64_t batch, const bf16* x16, bf16* y16) {
+                               int64_t batch, const bf16* x16) {
   // x32 viewed as [rows, ldx]; only the first `batch` strided K-wide slices are used, but the
   // whole row is split (simple, and the rows are short).
   const bool split = opts_.precise_activations;
@@ -641,8 +641,7 @@ void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, 
     SplitBf16(x32, ldx, rows, ldx, sc.hhi.as<bf16>(), split ? sc.hlo.as<bf16>() : nullptr, ldx, s_, opts_.pdl);
     xa = sc.hhi.as<bf16>();
   }
-  DS_CHECK(y16 == nullptr || !split) << "HeadGemm: bf16 output with precise_activations";
-  if (y16 == nullptr && skinny_on_ && !split && rows <= kSkinnyHeadMaxRows && ldw == K) {
+  if (skinny_on_ && !split && rows <= kSkinnyHeadMaxRows && ldw == K) {
     // Heads as groups: group h reads x[t, h * stride_x ...], streams w + h * stride_w ([N, K]
     // rows) and writes y[t, h * stride_y ...]; no copies.
     SkinnyGemmParams sp{};
@@ -655,10 +654,6 @@ void CudaModelRunner::HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, 
     return;
   }
   GemmBf16Params g{xa, ldx, w, ldw, y, ldy, DTypeOut::kF32, rows, N, K, false, s_};
-  if (y16 != nullptr) {
-    g.y = y16;
-    g.y_type = DTypeOut::kBF16;
-  }
   g.batch = batch; g.stride_x = stride_x; g.stride_w = stride_w; g.stride_y = stride_y;
   RunGemmBf16(g, split ? sc.hlo.as<bf16>() : nullptr);
 }

@@ -287,19 +287,14 @@ struct CudaRunnerOptions {
   bool fused_olat = true;
   bool fused_silu16 = true;
   bool fused_kvrope = true;
-  //  - fused_ov16 (opt-in, not with precise_activations; decode-only passes whose o_proj reads
-  //    bf16 activations): the W_UV per-head GEMM writes o_h as bf16 (cuBLASLt's bf16 output)
-  //    and o_proj reads it as LinearFwd's x16: no SplitBf16 launch per layer. cuBLASLt's bf16
-  //    output is the RN rounding of its fp32 result only if it picks the same algorithm for
-  //    both output types (CudaRunnerFusedOv16.* reports whether the logits are bit-identical).
-  bool fused_ov16 = false;
   //  - fused_uv (decode-only passes with kv_lora 512, not precise, o_proj reading bf16; on by
   //    default since session 8: V2-Lite 27 layers 1 x 1K decode step 2.786 / 2.788 vs 2.859 /
   //    2.899 ms, V3 8 layers 2.499 vs 2.520 ms, run 5):
   //    the MLA decode's final merge applies W_UV per head and writes o_proj's bf16 input
   //    (MlaDecodeParams::uv_w, mla_decode_uv.h): the W_UV GEMM and the SplitBf16 before o_proj
   //    are gone. Same bf16 o_lat, W_UV's products summed in another fp32 order than cuBLASLt's
-  //    (CudaRunnerFusedUv.* bounds the logits). Takes precedence over fused_ov16.
+  //    (CudaRunnerFusedUv.* bounds the logits). (Session 8 also measured the W_UV GEMM writing
+  //    bf16 itself, bit-identical but 2.837 ms; removed in favour of this.)
   bool fused_uv = true;
   int fused_decode_max_tokens = 16;
   // FP8 GEMMs of the default numerics (fp8_gemm "kernel": bf16 activations, e4m3 weights with
@@ -373,8 +368,7 @@ struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;
-  int64_t fused_ov16_layers = 0;
-  int64_t fused_uv_layers = 0;    // MLA layers whose decode merge applied W_UV (fused_uv)  // MLA layers whose W_UV GEMM wrote o_proj's bf16 input (fused_ov16)
+  int64_t fused_uv_layers = 0;    // MLA layers whose decode merge applied W_UV (fused_uv)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)

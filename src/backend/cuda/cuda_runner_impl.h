@@ -154,12 +154,10 @@ class CudaModelRunner : public ModelRunner {
   // batched form, heads as groups (kSkinnyHeadMaxRows = 0: cuBLAS measured faster).
   // x16 (optional, not with precise_activations; [rows, ldx] bf16, x32 then unused and may be
   // null): bf16(x) made by the producer (fused_olat: the MLA decode attention), read instead
-  // of this call's SplitBf16 output; same GEMM, same layout, so the same result. y16 (optional,
-  // not with precise_activations; y then unused and may be null): the output written as bf16
-  // (cuBLASLt's bf16 output type) instead of fp32 to y (fused_ov16).
+  // of this call's SplitBf16 output; same GEMM, same layout, so the same result.
   void HeadGemm(const float* x32, int64_t ldx, int64_t stride_x, int64_t rows, int64_t K, const bf16* w, int64_t ldw,
                 int64_t stride_w, int64_t N, float* y, int64_t ldy, int64_t stride_y, int64_t batch,
-                const bf16* x16 = nullptr, bf16* y16 = nullptr);
+                const bf16* x16 = nullptr);
   // One model pass. Logits rows go to logits_out (host), or, when b.sampling is set, are
   // sampled on the device and only the ids go to ids_out (host).
   void RunPass(const ForwardBatch& b, float* logits_out, int32_t* ids_out = nullptr);

@@ -115,7 +115,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
 
   attn32_.Reserve(Tr * H * vd * sizeof(float));
   float* attn = attn32_.as<float>();  // attn: [T, H, v] per-head attention outputs
-  bf16* attn16 = nullptr;             // fused_ov16: the same as bf16 [T, H, v] (ov16_)
+  bf16* attn16 = nullptr;             // fused_uv: the same as bf16 [T, H, v] (ov16_)
   Mark("attn_proj_rope_cache");
   // Split the sequences: naive (prefill chunks) and absorbed (decode).
   std::vector<char> naive(S);
@@ -351,29 +351,20 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       ++graph_stats_.fused_launches;
       ++graph_stats_.fused_olat_layers;
     }
-    // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v]; fused_ov16 (decode-only pass,
-    // not precise, o_proj reading bf16 activations): written as bf16 for o_proj (ov16_).
+    // o_h = o_lat_h W_UV_h^T (batched over heads) -> [Ta, H * v] (with uv: done in the merge)
     float* ov = attn;
     if (!all) {
       ova32_.Reserve(Tar * H * vd * sizeof(float));
       ov = ova32_.as<float>();
     }
-    if (!uv && opts_.fused_ov16 && all && !opts_.precise_activations && FusedDecode(T) &&
-        LinearInputFor(w.o, T, cfg_.hidden_size) == LinearInput::kBf16) {
-      ov16_.Reserve(Tr * H * vd * sizeof(bf16));  // o_h bf16 [T, H, v]
-      attn16 = ov16_.as<bf16>();
-      ++graph_stats_.fused_launches;
-      ++graph_stats_.fused_ov16_layers;
-    }
     if (!uv)
       HeadGemm(olat16 ? nullptr : olat32_.as<float>(), H * kvl, kvl, Ta, kvl, w.kv_b.as<bf16>() + nope * kvl, kvl,
-               (nope + vd) * kvl, vd, attn16 ? nullptr : ov, H * vd, vd, H, olat16 ? olat16_.as<bf16>() : nullptr,
-               attn16);
+               (nope + vd) * kvl, vd, ov, H * vd, vd, H, olat16 ? olat16_.as<bf16>() : nullptr);
     if (!all) ScatterRows(ov, H * vd * 4, tok_idx_.as<int32_t>(), Ta, H * vd * 4, attn, H * vd * 4, s_, opts_.pdl);
     if (!gin_) DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
   Mark("attn_core");
-  // o_proj -> o32 [T, hidden] (fused_ov16: from the W_UV GEMM's bf16 output)
+  // o_proj -> o32 [T, hidden] (fused_uv: from the merge's bf16 o_h)
   LinearFwd(w.o, attn16 ? nullptr : attn, H * vd, T, o32_.as<float>(), cfg_.hidden_size, attn16);
   Mark("attn_o_proj");
 }

@@ -3,10 +3,10 @@
 // here so that the CPU build's tests check it (tests/backend/cuda_host/test_fused_decode_flags.cpp);
 // src/tools/cuda_runner_hook.cpp applies the result. Free of CUDA headers. Also DS_PDL's
 // parser (ParsePdlFlag, below).
-//   unset: the runner's defaults (route, norm, qpe, olat, silu16, kvrope, uv; ov16 and shared off;
+//   unset: the runner's defaults (route, norm, qpe, olat, silu16, kvrope, uv; shared off;
 //   the caller does not call this);
-//   "0": none; "1": all (route, shared, norm, qpe, olat, silu16, kvrope, ov16, uv);
-//   else a comma list of route, shared (implies route), norm, qpe, olat, silu16, kvrope, ov16, uv.
+//   "0": none; "1": all (route, shared, norm, qpe, olat, silu16, kvrope, uv);
+//   else a comma list of route, shared (implies route), norm, qpe, olat, silu16, kvrope, uv.
 #pragma once
 
 #include <algorithm>
@@ -16,14 +16,14 @@ namespace ds::cuda {
 
 struct FusedDecodeFlags {
   bool route = false, shared = false, norm = false, qpe = false, olat = false, silu16 = false;
-  bool kvrope = false, ov16 = false, uv = false;
+  bool kvrope = false, uv = false;
   std::string unknown;  // comma list of the names not recognised (ignored), "" if none
 };
 
 inline FusedDecodeFlags ParseFusedDecodeFlags(const std::string& value) {
   FusedDecodeFlags f;
   if (value == "1") {
-    f.route = f.shared = f.norm = f.qpe = f.olat = f.silu16 = f.kvrope = f.ov16 = f.uv = true;
+    f.route = f.shared = f.norm = f.qpe = f.olat = f.silu16 = f.kvrope = f.uv = true;
     return f;
   }
   if (value == "0") return f;
@@ -38,7 +38,6 @@ inline FusedDecodeFlags ParseFusedDecodeFlags(const std::string& value) {
     else if (name == "olat") f.olat = true;
     else if (name == "silu16") f.silu16 = true;
     else if (name == "kvrope") f.kvrope = true;
-    else if (name == "ov16") f.ov16 = true;
     else if (name == "uv") f.uv = true;
     else if (!name.empty()) f.unknown += (f.unknown.empty() ? "" : ",") + name;
     pos = end + 1;
