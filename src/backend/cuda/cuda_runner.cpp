@@ -495,7 +495,6 @@ void CudaModelRunner::EmulateFp8Linear(const Linear& L, const float* x, int64_t 
 
 void CudaModelRunner::RunSkinny(SkinnyGemmParams sp) {
   constexpr int64_t kCounters = 1 << 16;
-  sp.bf16_split = opts_.skinny_bf16_splitk;
   const SkinnyPlan plan = SkinnyPlanFor(sp);
   if (plan.splits > 1 && plan.counters <= kCounters) {
     GemmScratch& sc = Sc();

@@ -173,11 +173,6 @@ struct CudaRunnerOptions {
   // Decode-size GEMMs on the weight-streaming skinny kernel (skinny_gemm.h); off keeps them on
   // the big-tile kernels (A/B benchmarks: the CLI reads DS_SKINNY_GEMM=0).
   bool skinny_gemm = true;
-  // Dense BF16 projections of <= 8 rows with fewer 32-row tiles than SMs (V2-Lite's kv_a, q_proj,
-  // o_proj at K = 2048) split K on the skinny kernel (SkinnyGemmParams::bf16_split, host_plans.h)
-  // as the FP8 ones do. Same math, other fp32 summation order. Opt-in (A/B: the CLI reads
-  // DS_SKINNY_BF16_SPLITK=1).
-  bool skinny_bf16_splitk = false;
   // MoE routing of a token by one warp instead of its block (MoeRoutingParams::warp_route; <= 256
   // experts; every pass, fused route + permute included). Opt-in: written without a GPU, not yet
   // run on one (A/B for the batch-1 route + permute chain, ~10 us per MoE layer on V2-Lite). The

@@ -56,12 +56,8 @@ inline bool SkinnyDenseFp8(int64_t M, int64_t N) {
 // partial traffic and the last block's reduction cost more, and it still wins only for
 // K >= 16384 (o_proj, dense down; <= 128 rows), N <= 1024 (kv_a; <= 64 rows) and N <= 2048 at
 // <= 16 rows (q_a).
-// bf16_split (SkinnyGemmParams::bf16_split, opt-in, CudaRunnerOptions::skinny_bf16_splitk):
-// dense BF16 projections at <= 8 rows whose 32-row tiles are fewer than the SMs and K >= 1024
-// split too (V2-Lite's kv_a, q_proj and o_proj: 18-96 tiles at K = 2048; not yet measured).
 inline bool SkinnySplitKWins(bool fp8, bool dense, int64_t N, int64_t K, int64_t rows, int64_t tiles32,
-                             int64_t sms, bool bf16_split = false) {
-  if (!fp8 && bf16_split && dense && rows <= 8 && tiles32 < sms && K >= 1024) return true;
+                             int64_t sms) {
   if (!fp8 || !dense || tiles32 >= 4 * sms || K < 4096) return false;
   int64_t rc = 1;
   while (rc < rows) rc *= 2;

@@ -571,10 +571,10 @@ SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp) {
     S = sp.splits;
     if (sp.variant < 0) plan.variant = fp8 ? 3 : 2;
   } else if (sp.splits == 0 && SkinnySplitKWins(fp8, p.offsets == nullptr && p.num_experts == 1, p.N, p.K,
-                                          sp.max_group_rows, tiles32, sms, sp.bf16_split)) {
+                                          sp.max_group_rows, tiles32, sms)) {
     // Narrow weights: 32-row tiles capped at 8 resident blocks per SM, about one wave of them,
-    // each split at least one warp iteration of K (BF16: the forced split's 4x2 variant).
-    if (sp.variant < 0) plan.variant = fp8 ? 3 : 2;
+    // each split at least one warp iteration of K.
+    if (sp.variant < 0) plan.variant = 3;
     const int64_t unit = ChunksPerIteration(plan.variant);
     S = std::min<int64_t>({kMaxSplits, (8 * sms) / tiles32, (nchunks + unit - 1) / unit});
   }

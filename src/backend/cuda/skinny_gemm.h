@@ -73,9 +73,6 @@ struct SkinnyGemmParams {
   // A split needs the workspace: splitk_ws (fp32, SkinnyPlan::ws_floats) and splitk_counters
   // (SkinnyPlan::counters, zero-initialised once); without enough of either the op runs unsplit.
   int splits = 0;
-  // With splits = 0: let the plan split dense BF16 projections too (host_plans.h,
-  // SkinnySplitKWins; opt-in).
-  bool bf16_split = false;
   float* splitk_ws = nullptr;
   int64_t splitk_ws_floats = 0;
   uint32_t* splitk_counters = nullptr;
