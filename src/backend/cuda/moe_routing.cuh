@@ -35,6 +35,40 @@ __device__ inline void BlockArgMax(float v, int idx, float* sv, int* si, float* 
   __syncthreads();
 }
 
+// Shared by both forms below, so that they run the same operations in the same order.
+// Group g's score over its gs experts of sel, scanned in expert order: its max
+// (group_limited_greedy, or groups of one expert), else the sum of its top two (noaux_tc).
+__device__ __forceinline__ float GroupScore(const MoeRoutingParams& p, const float* sel, int g, int gs) {
+  float m1 = -INFINITY, m2 = -INFINITY;
+  for (int e = g * gs; e < (g + 1) * gs; ++e) {
+    const float v = sel[e];
+    if (v > m1) { m2 = m1; m1 = v; } else if (v > m2) { m2 = v; }
+  }
+  return (p.topk_method == 1 || gs < 2) ? m1 : m1 + m2;
+}
+// The topk_group best groups, greedily (one thread): group_ok[g] set for them (all cleared first
+// by the caller).
+__device__ __forceinline__ void PickGroups(const MoeRoutingParams& p, const float* group_score, bool* group_ok) {
+  for (int r = 0; r < p.topk_group; ++r) {
+    int bg = -1; float bv = -INFINITY;
+    for (int g = 0; g < p.n_group; ++g)
+      if (!group_ok[g] && (bg < 0 || group_score[g] > bv)) { bg = g; bv = group_score[g]; }
+    group_ok[bg] = true;
+  }
+}
+// Row t of topk_ids / topk_weights from the chosen experts (one thread): the unbiased scores,
+// over their sum (+ 1e-20) when norm_topk_prob, times routed_scaling_factor.
+__device__ __forceinline__ void WriteTopk(const MoeRoutingParams& p, int64_t t, const float* scores, const int* chosen) {
+  float w[32];
+  float sum = 0.f;
+  for (int r = 0; r < p.top_k; ++r) { w[r] = scores[chosen[r]]; sum += w[r]; }
+  const float denom = p.norm_topk_prob ? sum + 1e-20f : 1.0f;
+  for (int r = 0; r < p.top_k; ++r) {
+    p.topk_ids[t * p.top_k + r] = chosen[r];
+    p.topk_weights[t * p.top_k + r] = w[r] / denom * p.routed_scaling_factor;
+  }
+}
+
 // The warp form of RouteToken (MoeRoutingParams::warp_route, num_experts <= kWarpRouteMaxExperts):
 // warp 0 of the block routes token t; lane l holds experts l + 32 j, j < 8. The same selection
 // rules as the block form in the same order where it matters: the max of the logits (exact), the
@@ -96,23 +130,11 @@ __device__ inline void RouteTokenWarp(const MoeRoutingParams& p, int64_t t) {
     if (p.topk_method != 0 && p.n_group > 1) {
       const int gs = E / p.n_group;
       for (int g = lane; g < p.n_group; g += 32) {
-        float m1 = -INFINITY, m2 = -INFINITY;
-        for (int e = g * gs; e < (g + 1) * gs; ++e) {
-          const float v = w_sel[e];
-          if (v > m1) { m2 = m1; m1 = v; } else if (v > m2) { m2 = v; }
-        }
-        w_group_score[g] = (p.topk_method == 1 || gs < 2) ? m1 : m1 + m2;
+        w_group_score[g] = GroupScore(p, w_sel, g, gs);
         w_group_ok[g] = false;
       }
       __syncwarp();
-      if (lane == 0) {
-        for (int r = 0; r < p.topk_group; ++r) {
-          int bg = -1; float bv = -INFINITY;
-          for (int g = 0; g < p.n_group; ++g)
-            if (!w_group_ok[g] && (bg < 0 || w_group_score[g] > bv)) { bg = g; bv = w_group_score[g]; }
-          w_group_ok[bg] = true;
-        }
-      }
+      if (lane == 0) PickGroups(p, w_group_score, w_group_ok);
       __syncwarp();
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
@@ -139,16 +161,7 @@ __device__ inline void RouteTokenWarp(const MoeRoutingParams& p, int64_t t) {
       if (lane == 0) w_chosen[r] = idx;
     }
     __syncwarp();
-    if (lane == 0) {
-      float w[32];
-      float sum = 0.f;
-      for (int r = 0; r < p.top_k; ++r) { w[r] = w_scores[w_chosen[r]]; sum += w[r]; }
-      const float denom = p.norm_topk_prob ? sum + 1e-20f : 1.0f;
-      for (int r = 0; r < p.top_k; ++r) {
-        p.topk_ids[t * p.top_k + r] = w_chosen[r];
-        p.topk_weights[t * p.top_k + r] = w[r] / denom * p.routed_scaling_factor;
-      }
-    }
+    if (lane == 0) WriteTopk(p, t, w_scores, w_chosen);
   }
   __syncthreads();
 }
@@ -192,23 +205,11 @@ __device__ inline void RouteToken(const MoeRoutingParams& p, int64_t t) {
     const int gs = E / p.n_group;
     if (threadIdx.x < p.n_group) {
       const int g = threadIdx.x;
-      float m1 = -INFINITY, m2 = -INFINITY;
-      for (int e = g * gs; e < (g + 1) * gs; ++e) {
-        const float v = sel[e];
-        if (v > m1) { m2 = m1; m1 = v; } else if (v > m2) { m2 = v; }
-      }
-      group_score[g] = (p.topk_method == 1 || gs < 2) ? m1 : m1 + m2;
+      group_score[g] = GroupScore(p, sel, g, gs);
       group_ok[g] = false;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int r = 0; r < p.topk_group; ++r) {
-        int bg = -1; float bv = -INFINITY;
-        for (int g = 0; g < p.n_group; ++g)
-          if (!group_ok[g] && (bg < 0 || group_score[g] > bv)) { bg = g; bv = group_score[g]; }
-        group_ok[bg] = true;
-      }
-    }
+    if (threadIdx.x == 0) PickGroups(p, group_score, group_ok);
     __syncthreads();
     for (int e = threadIdx.x; e < E; e += blockDim.x)
       if (!group_ok[e / gs]) sel[e] = -INFINITY;
@@ -229,16 +230,7 @@ __device__ inline void RouteToken(const MoeRoutingParams& p, int64_t t) {
     if (threadIdx.x == 0) chosen[r] = best_i;
     __syncthreads();
   }
-  if (threadIdx.x == 0) {
-    float w[32];
-    float sum = 0.f;
-    for (int r = 0; r < p.top_k; ++r) { w[r] = scores[chosen[r]]; sum += w[r]; }
-    const float denom = p.norm_topk_prob ? sum + 1e-20f : 1.0f;
-    for (int r = 0; r < p.top_k; ++r) {
-      p.topk_ids[t * p.top_k + r] = chosen[r];
-      p.topk_weights[t * p.top_k + r] = w[r] / denom * p.routed_scaling_factor;
-    }
-  }
+  if (threadIdx.x == 0) WriteTopk(p, t, scores, chosen);
 }
 
 }  // namespace ds::cuda::routing
