@@ -26,6 +26,7 @@
 #include "backend/cuda/moe_combine_norm.h"
 #include "backend/cuda/moe_permute.h"
 #include "backend/cuda/moe_route_permute.h"
+#include "backend/cuda/moe_router_route.h"
 #include "backend/cuda/moe_shared_stack.h"
 #include "backend/cuda/moe_routing.h"
 #include "backend/cuda/rmsnorm.h"
@@ -542,6 +543,7 @@ void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, flo
 void CudaModelRunner::RunGemvExperts(const GroupedGemmParams& g, int64_t max_group_rows,
                                      int64_t max_active_groups) {
   DS_CHECK(g.offsets != nullptr) << "RunGemvExperts: device offsets only";
+  DS_CHECK(g.a_rows == nullptr) << "RunGemvExperts: no gathered rows (a_rows)";
   Fp8GemvGroupedParams p;
   p.a = g.a; p.lda = g.lda; p.max_rows = g.max_rows; p.offsets = g.offsets;
   p.w = g.w; p.w_bf16 = !g.w_fp8; p.w_scales = g.w_fp8 ? g.w_scales : nullptr;  // not fp8: bf16 experts
@@ -720,12 +722,29 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     dense(LW.gate_up, LW.down);
     EndSide();
   }
+  // fp8_gemv_experts / gemv_experts_bf16: FP8 / BF16 experts of a pass of <= 8 tokens (the
+  // skinny path: unpadded segments, <= T rows per group) on the grouped GEMV. The condition
+  // depends on T only through T <= 8, which the graph buckets 1, 2, 4, 8 never cross: a padded
+  // graph step and its eager warm-up pass take the same kernel.
+  // fp8_gemv_experts_min_tokens is a power of two, so T >= it holds for a bucket exactly when it
+  // holds for the passes padded to that bucket.
+  const bool gemv_experts =
+      (LW.experts_fp8 ? opts_.fp8_gemv_experts && T >= opts_.fp8_gemv_experts_min_tokens : opts_.gemv_experts_bf16) &&
+      skinny && T <= kFp8GemvGroupedMaxRows;
+  // fused_router_route: the router GEMV, the routing and the permutation's offsets / pos /
+  // src_row in one launch (moe_router_route.h), and the routed gate_up GEMM (SkinnyGemm only:
+  // not with the grouped GEMV) gathers the token rows of h16 by src_row instead of a permuted
+  // copy. Like fuse_route, it depends on T only through the graph buckets' bounds.
+  const bool router_route = opts_.fused_router_route && fuse_route && S == 0 && !gemv_experts &&
+                            opts_.router_gemv && Hd % 4 == 0 && MoeRouterRouteSupported(T, E, K);
   // Router (fp32, as the CPU and transformers), routing.
   rlogits_.Reserve(Tr * E * sizeof(float));
   topk_ids_.Reserve(Tr * K * 4);
   topk_w_.Reserve(Tr * K * 4);
   // router_logits: [T, E] fp32 = hn @ router^T (decode sizes: one RouterGemv launch)
-  if (opts_.router_gemv && T <= kRouterGemvMaxRows && Hd % 4 == 0) {
+  if (router_route) {
+    // launched below, with the routing
+  } else if (opts_.router_gemv && T <= kRouterGemvMaxRows && Hd % 4 == 0) {
     RouterGemv({h32_.as<float>(), Hd, LW.router.as<float>(), Hd, rlogits_.as<float>(), E, T, E, Hd, s_, opts_.pdl});
   } else {
     GemmF32({h32_.as<float>(), Hd, LW.router.as<float>(), Hd, rlogits_.as<float>(), E, T, E, Hd, s_});
@@ -750,7 +769,13 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   egu32_.Reserve(cap * 2 * I * sizeof(float));
   eact16_.Reserve(cap * I * sizeof(bf16));
   ey16_.Reserve(cap * Hd * (S > 0 ? sizeof(float) : sizeof(bf16)));  // bf16, or fp32 with stacked shared experts
-  if (fuse_route) {
+  if (router_route) {
+    MoeRouterRoute({{h32_.as<float>(), Hd, LW.router.as<float>(), Hd, rlogits_.as<float>(), E, T, E, Hd, s_, false}, rp,
+                    moe_offs_.as<int32_t>(), moe_pos_.as<int32_t>(), moe_src_.as<int32_t>(),
+                    route_sync_.as<uint32_t>(), s_, opts_.pdl});
+    ++graph_stats_.fused_launches;
+    ++graph_stats_.router_route_layers;
+  } else if (fuse_route) {
     MoeRoutePermute({rp, h16, Hd, Hd, static_cast<int>(S), moe_offs_.as<int32_t>(), moe_pos_.as<int32_t>(),
                      moe_src_.as<int32_t>(), xp16_.as<bf16>(), route_sync_.as<uint32_t>(), s_, opts_.pdl});
     ++graph_stats_.fused_launches;
@@ -762,6 +787,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   }
   GroupedGemmParams g{};
   g.a = xp16_.as<bf16>(); g.lda = Hd; g.offsets = moe_offs_.as<int32_t>(); g.max_rows = cap;
+  if (router_route) { g.a = h16; g.a_rows = moe_src_.as<int32_t>(); }  // the token rows, gathered
   g.w = LW.w13.get(); g.w_fp8 = LW.experts_fp8; g.w_scales = LW.experts_fp8 ? LW.w13_s.as<float>() : nullptr;
   g.num_experts = E + S; g.N = 2 * I; g.K = Hd; g.out = egu32_.get(); g.out_type = DTypeOut::kF32; g.ldo = 2 * I;
   g.stream = s_;
@@ -769,7 +795,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   Mark("moe_route_permute");
   // A token picks an expert at most once: at most T rows per group, min(E, T * K) groups used.
   GroupedGemmParams g2 = g;
-  g2.a = eact16_.as<bf16>(); g2.lda = I; g2.w = LW.w2.get(); g2.w_scales = LW.experts_fp8 ? LW.w2_s.as<float>() : nullptr;
+  g2.a = eact16_.as<bf16>(); g2.a_rows = nullptr; g2.lda = I; g2.w = LW.w2.get(); g2.w_scales = LW.experts_fp8 ? LW.w2_s.as<float>() : nullptr;
   g2.N = Hd; g2.K = I; g2.out = ey16_.get(); g2.out_type = S > 0 ? DTypeOut::kF32 : DTypeOut::kBF16; g2.ldo = Hd;
   // FP8 experts with DeepSeek's FP8-activation numerics (fp8_gemm "cublas" / "cublas-all"):
   // e4m3 x e4m3 block-scaled grouped GEMMs on the sm_90a kernel, the activations quantised per
@@ -803,15 +829,6 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   if (ws > 0) moe_gg_ws_.Reserve(ws);
   for (GroupedGemmParams* gp : {&g, &g2}) { gp->workspace = moe_gg_ws_.get(); gp->workspace_bytes = moe_gg_ws_.size(); }
   for (GroupedGemmSm90Params* fp : {&f1, &f2}) { fp->workspace = moe_gg_ws_.get(); fp->workspace_bytes = moe_gg_ws_.size(); }
-  // fp8_gemv_experts / gemv_experts_bf16: FP8 / BF16 experts of a pass of <= 8 tokens (the
-  // skinny path: unpadded segments, <= T rows per group) on the grouped GEMV. The condition
-  // depends on T only through T <= 8, which the graph buckets 1, 2, 4, 8 never cross: a padded
-  // graph step and its eager warm-up pass take the same kernel.
-  // fp8_gemv_experts_min_tokens is a power of two, so T >= it holds for a bucket exactly when it
-  // holds for the passes padded to that bucket.
-  const bool gemv_experts =
-      (LW.experts_fp8 ? opts_.fp8_gemv_experts && T >= opts_.fp8_gemv_experts_min_tokens : opts_.gemv_experts_bf16) &&
-      skinny && T <= kFp8GemvGroupedMaxRows;
   // BF16 experts: the down GEMM may stay on SkinnyGemm (gemv_experts_bf16_down).
   const auto expert_gemm = [&](const GroupedGemmParams& gp, bool down) {
     if (gemv_experts && (LW.experts_fp8 || !down || opts_.gemv_experts_bf16_down))

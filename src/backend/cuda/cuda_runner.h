@@ -174,10 +174,19 @@ struct CudaRunnerOptions {
   // the big-tile kernels (A/B benchmarks: the CLI reads DS_SKINNY_GEMM=0).
   bool skinny_gemm = true;
   // MoE routing of a token by one warp instead of its block (MoeRoutingParams::warp_route; <= 256
-  // experts; every pass, fused route + permute included). Opt-in: written without a GPU, not yet
-  // run on one (A/B for the batch-1 route + permute chain, ~10 us per MoE layer on V2-Lite). The
-  // CLI reads DS_MOE_ROUTE_WARP=1.
-  bool moe_route_warp = false;
+  // experts; every pass, fused route + permute included). On by default since session 9 (run 1:
+  // the whole suite passes; V2-Lite 27 layers 1 x 1K decode step 2.745 vs 2.770 / 2.774 ms, V3
+  // level). With softmax scoring (V2-Lite) the weights move by fp32 rounding against the block
+  // form; V3's sigmoid routing is bit-identical. The CLI reads DS_MOE_ROUTE_WARP=0 to turn it off.
+  bool moe_route_warp = true;
+  // The router GEMV, the routing (warp form) and the permutation's offsets / pos / src_row in one
+  // launch (moe_router_route.h), with the routed gate_up GEMM gathering the token rows by src_row
+  // (GroupedGemmParams::a_rows) instead of MoeRoutePermute's row copies. Decode passes with
+  // fused_moe_route (not stacked shared experts), <= 16 tokens, <= 256 experts and gate_up on
+  // SkinnyGemm (not the grouped GEMV: V3 at 2-8 tokens keeps the permute). Bit-identical to
+  // RouterGemv + MoeRoutePermute with the warp form (CudaRunnerRouterRoute.*). Opt-in: written
+  // in session 9, A/B pending. The CLI reads DS_ROUTER_ROUTE=1.
+  bool fused_router_route = false;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured
@@ -368,6 +377,7 @@ struct CudaGraphStats {
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)
   int64_t side_branches = 0;      // side branches forked onto the second stream in captures (decode_streams)
+  int64_t router_route_layers = 0;  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

@@ -39,6 +39,11 @@ inline constexpr int kGroupedGemmRowAlign = 64;
 struct GroupedGemmParams {
   const __nv_bfloat16* a; int64_t lda;  // [rows, K]
   const int32_t* offsets;               // [E + 1] device
+  // Gathered rows (SkinnyGemm's grouped form only; GroupedGemm rejects it): row r of the
+  // product reads a + a_rows[r] * lda instead of a + r * lda (a_rows: device int32 [max_rows];
+  // the MoE decode path passes the tokens' rows and the permutation's src_row, moe_router_route.h,
+  // instead of copying the rows into permuted order). nullptr: no gather.
+  const int32_t* a_rows = nullptr;
   int64_t max_rows;                     // rows allocated (bounds the grid)
   const void* w; bool w_fp8 = false;    // [E, N, K]
   const float* w_scales = nullptr;      // fp8: [E, ceil(N/128), ceil(K/128)]

@@ -70,99 +70,109 @@ __device__ __forceinline__ void WriteTopk(const MoeRoutingParams& p, int64_t t, 
 }
 
 // The warp form of RouteToken (MoeRoutingParams::warp_route, num_experts <= kWarpRouteMaxExperts):
-// warp 0 of the block routes token t; lane l holds experts l + 32 j, j < 8. The same selection
-// rules as the block form in the same order where it matters: the max of the logits (exact), the
-// scores (softmax: exp(l - max) / sum, the sum per lane in j order then a butterfly; sigmoid: the
-// block form's expression), the group scores (each group scanned in expert order by one lane),
-// the greedy group choice (lane 0, as the block form's thread 0), top-k by repeated argmax with
-// ties to the lower expert (per lane over its experts, then a butterfly), and the weights
-// (lane 0, chosen order). Lane 0 writes p.topk_ids / p.topk_weights row t. Every thread of the
-// block must call it (it ends with a block barrier).
+// one warp routes token t; lane l holds experts l + 32 j, j < 8. The same selection rules as the
+// block form in the same order where it matters: the max of the logits (exact), the scores
+// (softmax: exp(l - max) / sum, the sum per lane in j order then a butterfly; sigmoid: the block
+// form's expression), the group scores (each group scanned in expert order by one lane), the
+// greedy group choice (lane 0, as the block form's thread 0), top-k by repeated argmax with ties
+// to the lower expert (per lane over its experts, then a butterfly), and the weights (lane 0,
+// chosen order). Lane 0 writes p.topk_ids / p.topk_weights row t.
 constexpr int kWarpRouteMaxExperts = 256;
-__device__ inline void RouteTokenWarp(const MoeRoutingParams& p, int64_t t) {
+// One warp's shared-memory scratch (2.4 KB).
+struct WarpRouteScratch {
+  float scores[kWarpRouteMaxExperts];
+  float sel[kWarpRouteMaxExperts];
+  float group_score[64];
+  bool group_ok[64];
+  int chosen[32];
+};
+// Every lane of the calling warp must call it (warp-synchronous; no block barrier). p.logits may
+// point to shared memory (a generic address).
+__device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, WarpRouteScratch& ws) {
   constexpr int kPer = kWarpRouteMaxExperts / 32;
-  __shared__ float w_scores[kWarpRouteMaxExperts];
-  __shared__ float w_sel[kWarpRouteMaxExperts];
-  __shared__ float w_group_score[64];
-  __shared__ bool w_group_ok[64];
-  __shared__ int w_chosen[32];
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    const int E = static_cast<int>(p.num_experts);
-    const float* lg = p.logits + t * p.num_experts;
-    float x[kPer];
+  const int lane = threadIdx.x & 31;
+  const int E = static_cast<int>(p.num_experts);
+  const float* lg = p.logits + t * p.num_experts;
+  float x[kPer];
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int e = lane + 32 * j;
-      x[j] = e < E ? lg[e] : -INFINITY;
-    }
-    if (p.scoring == 0) {
-      float m = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) m = fmaxf(m, x[j]);
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      float s = 0.f;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        x[j] = lane + 32 * j < E ? expf(x[j] - m) : 0.f;
-        s += x[j];
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) x[j] /= s;
-    } else {
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) x[j] = 1.0f / (1.0f + expf(-x[j]));
-    }
-    float sel[kPer];
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const int e = lane + 32 * j;
-      sel[j] = e < E ? x[j] + (p.bias ? p.bias[e] : 0.f) : -INFINITY;
-      if (e < E) {
-        w_scores[e] = x[j];
-        w_sel[e] = sel[j];
-      }
-    }
-    __syncwarp();
-    if (p.topk_method != 0 && p.n_group > 1) {
-      const int gs = E / p.n_group;
-      for (int g = lane; g < p.n_group; g += 32) {
-        w_group_score[g] = GroupScore(p, w_sel, g, gs);
-        w_group_ok[g] = false;
-      }
-      __syncwarp();
-      if (lane == 0) PickGroups(p, w_group_score, w_group_ok);
-      __syncwarp();
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int e = lane + 32 * j;
-        if (e < E && !w_group_ok[e / gs]) sel[j] = -INFINITY;
-      }
-    }
-    unsigned taken = 0;  // bit j: expert lane + 32 j chosen
-    for (int r = 0; r < p.top_k; ++r) {
-      float v = -INFINITY; int idx = 0x7fffffff;
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int e = lane + 32 * j;
-        if (e >= E || (taken >> j & 1u)) continue;
-        if (idx == 0x7fffffff || sel[j] > v || (sel[j] == v && e < idx)) { v = sel[j]; idx = e; }
-      }
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
-      }
-      if (idx != 0x7fffffff && (idx & 31) == lane) taken |= 1u << (idx >> 5);
-      if (lane == 0) w_chosen[r] = idx;
-    }
-    __syncwarp();
-    if (lane == 0) WriteTopk(p, t, w_scores, w_chosen);
+  for (int j = 0; j < kPer; ++j) {
+    const int e = lane + 32 * j;
+    x[j] = e < E ? lg[e] : -INFINITY;
   }
+  if (p.scoring == 0) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) m = fmaxf(m, x[j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      x[j] = lane + 32 * j < E ? expf(x[j] - m) : 0.f;
+      s += x[j];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) x[j] /= s;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) x[j] = 1.0f / (1.0f + expf(-x[j]));
+  }
+  float sel[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int e = lane + 32 * j;
+    sel[j] = e < E ? x[j] + (p.bias ? p.bias[e] : 0.f) : -INFINITY;
+    if (e < E) {
+      ws.scores[e] = x[j];
+      ws.sel[e] = sel[j];
+    }
+  }
+  __syncwarp();
+  if (p.topk_method != 0 && p.n_group > 1) {
+    const int gs = E / p.n_group;
+    for (int g = lane; g < p.n_group; g += 32) {
+      ws.group_score[g] = GroupScore(p, ws.sel, g, gs);
+      ws.group_ok[g] = false;
+    }
+    __syncwarp();
+    if (lane == 0) PickGroups(p, ws.group_score, ws.group_ok);
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int e = lane + 32 * j;
+      if (e < E && !ws.group_ok[e / gs]) sel[j] = -INFINITY;
+    }
+  }
+  unsigned taken = 0;  // bit j: expert lane + 32 j chosen
+  for (int r = 0; r < p.top_k; ++r) {
+    float v = -INFINITY; int idx = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int e = lane + 32 * j;
+      if (e >= E || (taken >> j & 1u)) continue;
+      if (idx == 0x7fffffff || sel[j] > v || (sel[j] == v && e < idx)) { v = sel[j]; idx = e; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+      if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+    }
+    if (idx != 0x7fffffff && (idx & 31) == lane) taken |= 1u << (idx >> 5);
+    if (lane == 0) ws.chosen[r] = idx;
+  }
+  __syncwarp();
+  if (lane == 0) WriteTopk(p, t, ws.scores, ws.chosen);
+  __syncwarp();  // the scratch may be reused for the warp's next token
+}
+
+// Warp 0 of the block routes token t (RouteTokenInWarp). Every thread of the block must call it
+// (it ends with a block barrier).
+__device__ inline void RouteTokenWarp(const MoeRoutingParams& p, int64_t t) {
+  __shared__ WarpRouteScratch ws;
+  if (threadIdx.x < 32) RouteTokenInWarp(p, t, ws);
   __syncthreads();
 }
 

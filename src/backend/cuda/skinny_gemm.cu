@@ -180,7 +180,9 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
     for (int nt = 0; nt < kNT; ++nt) {
       const int64_t t = t0 + nt * 8 + g;
       aok[nt] = t < rows;
-      arow[nt] = p.a + (row0 + t) * p.lda;
+      // Gathered rows: the source row of product row row0 + t (read only for rows of the group).
+      const int64_t ar = p.a_rows == nullptr ? row0 + t : aok[nt] ? int64_t{p.a_rows[row0 + t]} : 0;
+      arow[nt] = p.a + ar * p.lda;
     }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -379,7 +381,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernelGen(K
     for (int nt = 0; nt < kNT; ++nt) {
       const int64_t t = t0 + nt * 8 + g;
       aok[nt] = t < rows;
-      arow[nt] = a_base + (row0 + t) * p.lda;
+      const int64_t ar = p.a_rows == nullptr ? row0 + t : aok[nt] ? int64_t{p.a_rows[row0 + t]} : 0;
+      arow[nt] = a_base + ar * p.lda;
     }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)

@@ -1,0 +1,93 @@
+#include "backend/cuda/moe_router_route.h"
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/moe_routing.cuh"
+#include "backend/cuda/router_gemv.cuh"
+#include "common/check.h"
+
+namespace ds::cuda {
+namespace {
+
+constexpr int kThreads = router::kThreads, kWarps = router::kWarps;
+static_assert(kThreads == routing::kMoeRoutingThreads, "one block size for both device routines");
+
+__global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
+  __shared__ float s_logits[kRouterGemvMaxRows * kMoeRouterRouteMaxExperts];  // [n, E]
+  __shared__ routing::WarpRouteScratch s_route[kWarps];
+  __shared__ int s_ids[kMoeRouterRouteMaxPairs];
+  __shared__ bool s_last;
+  const int tid = threadIdx.x, warp = tid >> 5;
+  // logits column blockIdx.x for every token (bit-identical to RouterGemvKernel).
+  router::GemvColumn(p.gemv, blockIdx.x);
+  // Count out; the last block of the grid goes on (every other block's logits are then in L2).
+  __syncthreads();
+  if (tid == 0) {
+    __threadfence();
+    const uint32_t before = atomicAdd(p.sync, 1u);
+    s_last = before == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  const int64_t n = p.gemv.M, E = p.gemv.N, K = p.routing.top_k, m = n * K;
+  for (int64_t i = tid; i < n * E; i += kThreads) s_logits[i] = __ldcg(p.gemv.y + (i / E) * p.gemv.ldy + i % E);
+  if (tid == 0) *p.sync = 0u;  // every block has counted: reset for the next launch / replay
+  __syncthreads();
+  // Route token t on warp t % kWarps (the warp form; the logits from shared memory).
+  MoeRoutingParams rp = p.routing;
+  rp.logits = s_logits;
+  for (int64_t t = warp; t < n; t += kWarps) routing::RouteTokenInWarp(rp, t, s_route[warp]);
+  __syncthreads();  // this block's topk_ids stores are visible to the block after the barrier
+  for (int64_t k = tid; k < m; k += kThreads) s_ids[k] = rp.topk_ids[k];
+  __syncthreads();
+  // Pair i = (t, j) goes to row (pairs of lower experts) + (pairs of its expert before it),
+  // MoeRoutePermute's order (row_align 1).
+  for (int64_t i = tid; i < m; i += kThreads) {
+    const int e = s_ids[i];
+    int r = 0;
+    for (int64_t k = 0; k < m; ++k) r += s_ids[k] < e || (s_ids[k] == e && k < i);
+    p.pos[i] = r;
+    p.src_row[r] = static_cast<int32_t>(i / K);
+  }
+  for (int64_t ee = tid; ee <= E; ee += kThreads) {
+    int c = 0;
+    for (int64_t k = 0; k < m; ++k) c += s_ids[k] < ee;
+    p.offsets[ee] = c;
+  }
+}
+
+}  // namespace
+
+bool MoeRouterRouteSupported(int64_t n, int64_t num_experts, int64_t top_k) {
+  return n >= 1 && n <= kRouterGemvMaxRows && num_experts >= 1 && num_experts <= kMoeRouterRouteMaxExperts &&
+         top_k >= 1 && top_k <= 32 && top_k <= num_experts && n * top_k <= kMoeRouterRouteMaxPairs;
+}
+
+void MoeRouterRoute(const MoeRouterRouteParams& p) {
+  const RouterGemvParams& g = p.gemv;
+  const MoeRoutingParams& rp = p.routing;
+  DS_CHECK(MoeRouterRouteSupported(g.M, g.N, rp.top_k))
+      << "MoeRouterRoute: " << g.M << " tokens x " << g.N << " experts, top_k " << rp.top_k << " (at most "
+      << kRouterGemvMaxRows << " tokens, " << kMoeRouterRouteMaxExperts << " experts, " << kMoeRouterRouteMaxPairs
+      << " pairs)";
+  DS_CHECK(rp.n == g.M && rp.num_experts == g.N) << "MoeRouterRoute: routing n / E (" << rp.n << ", "
+                                                 << rp.num_experts << ") differ from the GEMV's (" << g.M << ", "
+                                                 << g.N << ")";
+  DS_CHECK(rp.n_group >= 1 && rp.n_group <= 64 && rp.num_experts % rp.n_group == 0)
+      << "MoeRouterRoute: n_group " << rp.n_group;
+  DS_CHECK(rp.topk_group >= 1 && rp.topk_group <= rp.n_group) << "MoeRouterRoute: topk_group " << rp.topk_group;
+  DS_CHECK(g.K >= 4 && g.K % 4 == 0 && g.ldx >= g.K && g.ldw >= g.K && g.ldy >= g.N && g.ldx % 4 == 0 &&
+           g.ldw % 4 == 0)
+      << "MoeRouterRoute: GEMV shape K=" << g.K << " ldx=" << g.ldx << " ldw=" << g.ldw << " ldy=" << g.ldy;
+  DS_CHECK(g.x && g.w && g.y && rp.topk_ids && rp.topk_weights && p.offsets && p.pos && p.src_row && p.sync)
+      << "MoeRouterRoute: null pointer";
+  DS_CHECK(reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.w) % 16 == 0)
+      << "MoeRouterRoute: x and w must be 16-byte aligned";
+  LaunchKernel(MoeRouterRouteKernel, dim3(static_cast<unsigned>(g.N)), dim3(kThreads), 0, p.stream, p.pdl, p);
+  DS_CUDA_CHECK_LAUNCH("MoeRouterRouteKernel");
+}
+
+}  // namespace ds::cuda

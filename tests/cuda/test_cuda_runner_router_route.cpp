@@ -1,0 +1,60 @@
+// CudaRunnerOptions::fused_router_route on the whole model: the router GEMV, the routing and the
+// permutation metadata in one launch (moe_router_route.h), with the routed gate_up GEMM reading
+// the token rows by src_row (GroupedGemmParams::a_rows) instead of MoeRoutePermute's copies. It
+// computes the values of RouterGemv + MoeRoutePermute (warp routing form, the default) in the
+// same order, and the gathered rows hold the copied rows' bits, so every logit must be
+// bit-identical with it on and off: dummy V2-Lite (softmax, greedy) and dummy V3 (sigmoid,
+// noaux_tc), the decode fusions at their defaults and all on, CUDA graphs off and on. The path
+// must run (CudaGraphStats::router_route_layers) with the default fusions.
+#include <string>
+
+#include "backend/cuda/cuda_runner.h"
+#include "runner_test_util.h"
+#include "test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+const auto kSetRouterRoute = [](CudaRunnerOptions& x, bool on) { x.fused_router_route = on; };
+
+void CompareBitIdentical(const std::string& label, CudaRunnerOptions o) {
+  for (Fusions f : {Fusions::kDefault, Fusions::kAll})
+    for (bool graphs : {false, true}) {
+      CudaRunnerOptions oi = o;
+      SetFusions(f, &oi);
+      oi.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
+      oi.cuda_graphs = graphs;
+      std::array<std::unique_ptr<ModelRunner>, 2> runners;
+      MakeRunnerPair(oi, kSetRouterRoute, &runners);
+      ASSERT_TRUE(runners[0] && runners[1]);
+      RowDiff d;
+      RunFusionSchedule(runners, &d);
+      const int64_t ran = GetCudaGraphStats(*runners[1]).router_route_layers;
+      const int64_t ran_off = GetCudaGraphStats(*runners[0]).router_route_layers;
+      const bool ok = d.identical_rows == d.rows && d.nonfinite == 0 && ran_off == 0 &&
+                      (f != Fusions::kDefault || ran > 0);
+      std::printf("[fixture] %s fused_router_route fusions=%s graphs=%d: rows=%lld identical_rows=%lld nonfinite=%lld "
+                  "router_route_layers=%lld%s\n",
+                  label.c_str(), FusionsName(f), graphs ? 1 : 0, (long long)d.rows, (long long)d.identical_rows,
+                  (long long)d.nonfinite, (long long)ran, ok ? " PASS" : " FAIL");
+      EXPECT_EQ(d.identical_rows, d.rows) << label << ": the fused router + routing must give the unfused bits";
+      EXPECT_EQ(d.nonfinite, 0) << label;
+      EXPECT_EQ(ran_off, 0) << label;
+      if (f == Fusions::kDefault) { EXPECT_GT(ran, 0) << label << ": fused_router_route did not run"; }
+    }
+}
+
+TEST(CudaRunnerRouterRoute, DummyV2LiteBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  CompareBitIdentical("dummy_v2lite_3layers", DummyOptions(dir, 3, 5));
+}
+
+TEST(CudaRunnerRouterRoute, DummyV3BitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v3");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
+  CompareBitIdentical("dummy_v3_4layers", DummyOptions(dir, 4, 11));
+}
+
+}  // namespace
+}  // namespace ds::cuda::test

@@ -1,0 +1,249 @@
+// MoeRouterRoute (moe_router_route.h: router GEMV + routing + permutation metadata in one launch)
+// against the two launches it replaces on the GPU, RouterGemv then MoeRoutePermute with the warp
+// routing form, and against ds::cpu::MoeRouting: logits, ids and weights bit-identical to the
+// pair, offsets / pos / src_row identical, ids equal to the CPU's on the same logits; at the
+// routers of V3 (256 experts, noaux_tc), V2 (160, group_limited_greedy), V2-Lite (64, greedy
+// softmax) and a small odd shape, 1..16 tokens, all-tied logits, repeated launches and CUDA-graph
+// replays (the counter is left at zero), outputs poisoned before the last launch.
+//
+// Then SkinnyGemm's gathered rows (GroupedGemmParams::a_rows) with the op's src_row: the expert
+// GEMM on the token rows gathered by index gives the same bits as on MoeRoutePermute's copied
+// rows, bf16 and FP8 weights, fp32 and bf16 out, 1..16 tokens.
+#include <cstring>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/moe_route_permute.h"
+#include "backend/cuda/moe_router_route.h"
+#include "backend/cuda/router_gemv.h"
+#include "backend/cuda/skinny_gemm.h"
+#include "common/check.h"
+#include "test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+struct Case { const char* name; int64_t E; int top_k, n_group, topk_group, scoring, method; bool norm, bias; float scale; int64_t hidden; };
+
+const Case kCases[] = {
+    {"V3_noaux_tc", 256, 8, 8, 4, 1, 2, true, true, 2.5f, 7168},
+    {"V2_group_limited_greedy", 160, 6, 8, 3, 0, 1, false, false, 16.0f, 5120},
+    {"V2Lite_greedy", 64, 6, 1, 1, 0, 0, false, false, 1.0f, 2048},
+    {"odd_greedy_sigmoid_norm", 10, 3, 1, 1, 1, 0, true, false, 1.0f, 64},
+};
+
+template <typename T>
+int64_t BitMismatches(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return -1;
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return bad;
+}
+
+struct Outputs {
+  std::vector<float> logits, w;
+  std::vector<int32_t> ids, off, pos, src;
+};
+
+// Device inputs of one case: x [n, hidden] fp32 (strided), router [E, hidden], bias.
+struct Inputs {
+  Inputs(const Case& c, int64_t n, bool tied)
+      : ldx(c.hidden + 4),
+        xh(tied ? std::vector<float>(n * (c.hidden + 4), 0.f) : RandomNormal(n * (c.hidden + 4), 1.f)),
+        wh(RandomNormal(c.E * c.hidden, 0.02f)), x(xh), w(wh), bias(RandomF(c.E, -0.1f, 0.1f)) {}
+  int64_t ldx;
+  std::vector<float> xh, wh;
+  Dev<float> x, w, bias;
+};
+
+MoeRoutingParams Routing(const Case& c, const Inputs& in, int64_t n, int32_t* ids, float* w) {
+  MoeRoutingParams rp{nullptr, c.bias ? in.bias.get() : nullptr, n, c.E, c.top_k, c.n_group, c.topk_group, c.scoring,
+                      c.method, c.norm, c.scale, ids, w, nullptr};
+  rp.warp_route = true;
+  return rp;
+}
+
+// RouterGemv, then MoeRoutePermute (warp routing form, row_align 1; its copied rows of a dummy
+// d = 8 bf16 input are not compared here).
+Outputs Reference(const Case& c, const Inputs& in, int64_t n) {
+  const int64_t m = n * c.top_k;
+  Dev<float> logits(n * c.E), w(m);
+  Dev<int32_t> ids(m), off(c.E + 1), pos(m), src(m);
+  Dev<__nv_bfloat16> xr(ToBf16(std::vector<float>(n * 8, 1.f))), xp(m * 8);
+  Dev<uint32_t> sync(std::vector<uint32_t>{0u});
+  RouterGemv({in.x.get(), in.ldx, in.w.get(), c.hidden, logits.get(), c.E, n, c.E, c.hidden, nullptr});
+  MoeRoutingParams rp = Routing(c, in, n, ids.get(), w.get());
+  rp.logits = logits.get();
+  MoeRoutePermute({rp, xr.get(), 8, 8, 0, off.get(), pos.get(), src.get(), xp.get(), sync.get(), nullptr});
+  return {logits.Download(), w.Download(), ids.Download(), off.Download(), pos.Download(), src.Download()};
+}
+
+void RunCase(const Case& c, int64_t n, bool tied, bool graph) {
+  const std::string cas = std::string(c.name) + "_T" + std::to_string(n) + (tied ? "_tied" : "") + (graph ? "_graph" : "");
+  const Inputs in(c, n, tied);
+  const Outputs ref = Reference(c, in, n);
+  const int64_t m = n * c.top_k;
+  Dev<float> logits(n * c.E), w(m);
+  Dev<int32_t> ids(m), off(c.E + 1), pos(m), src(m);
+  Dev<uint32_t> sync(std::vector<uint32_t>{0u});
+  MoeRouterRouteParams p{};
+  p.gemv = {in.x.get(), in.ldx, in.w.get(), c.hidden, logits.get(), c.E, n, c.E, c.hidden, nullptr};
+  p.routing = Routing(c, in, n, ids.get(), w.get());
+  p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
+  const auto poison = [&] { logits.Poison(); w.Poison(); ids.Poison(); off.Poison(); pos.Poison(); src.Poison(); };
+  const int launches = 3;
+  if (graph) {
+    cudaStream_t st;
+    DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    p.stream = st;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    MoeRouterRoute(p);
+    DS_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+    DS_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < launches; ++i) {
+      if (i == launches - 1) poison();
+      DS_CUDA_CHECK(cudaGraphLaunch(ge, st));
+      DS_CUDA_CHECK(cudaStreamSynchronize(st));
+    }
+    DS_CUDA_CHECK(cudaGraphExecDestroy(ge));
+    DS_CUDA_CHECK(cudaGraphDestroy(g));
+    DS_CUDA_CHECK(cudaStreamDestroy(st));
+  } else {
+    for (int i = 0; i < launches; ++i) {
+      if (i == launches - 1) poison();
+      MoeRouterRoute(p);
+    }
+  }
+  const Outputs got{logits.Download(), w.Download(), ids.Download(), off.Download(), pos.Download(), src.Download()};
+  // The CPU's routing of the GPU's logits.
+  std::vector<int32_t> ids_cpu(m);
+  std::vector<float> w_cpu(m);
+  const auto bias_h = in.bias.Download();
+  cpu::MoeRouting({ref.logits.data(), c.bias ? bias_h.data() : nullptr, n, c.E, c.top_k, c.n_group, c.topk_group,
+                   c.scoring, c.method, c.norm, c.scale, ids_cpu.data(), w_cpu.data()});
+  int64_t id_cpu = 0;
+  for (int64_t i = 0; i < m; ++i) id_cpu += got.ids[i] != ids_cpu[i];
+  const int64_t lg = BitMismatches(got.logits, ref.logits), idb = BitMismatches(got.ids, ref.ids),
+                wb = BitMismatches(got.w, ref.w), ob = BitMismatches(got.off, ref.off),
+                pb = BitMismatches(got.pos, ref.pos), sb = BitMismatches(got.src, ref.src);
+  const uint32_t counter = sync.Download()[0];
+  const bool ok = lg == 0 && idb == 0 && wb == 0 && ob == 0 && pb == 0 && sb == 0 && id_cpu == 0 && counter == 0;
+  std::printf("[metric] op=moe_router_route case=%s logits_bits=%lld ids_bits=%lld weights_bits=%lld offsets=%lld "
+              "pos=%lld src_row=%lld ids_vs_cpu=%lld counter=%u%s\n",
+              cas.c_str(), (long long)lg, (long long)idb, (long long)wb, (long long)ob, (long long)pb, (long long)sb,
+              (long long)id_cpu, counter, ok ? " PASS" : " FAIL");
+  EXPECT_EQ(lg, 0) << cas;
+  EXPECT_EQ(idb, 0) << cas;
+  EXPECT_EQ(wb, 0) << cas;
+  EXPECT_EQ(ob, 0) << cas;
+  EXPECT_EQ(pb, 0) << cas;
+  EXPECT_EQ(sb, 0) << cas;
+  EXPECT_EQ(id_cpu, 0) << cas;
+  EXPECT_EQ(counter, 0u) << cas;
+  ExpectClose("moe_router_route_weights_vs_cpu", cas, got.w, w_cpu, 1e-6);
+}
+
+TEST(CudaMoeRouterRoute, MatchesRouterGemvAndRoutePermute) {
+  for (const auto& c : kCases)
+    for (int64_t n = 1; n <= kRouterGemvMaxRows; ++n) RunCase(c, n, false, false);
+}
+
+TEST(CudaMoeRouterRoute, TiesAndGraphReplays) {
+  for (const auto& c : kCases)
+    for (int64_t n : {1, 5, 16}) {
+      RunCase(c, n, true, false);
+      RunCase(c, n, false, true);
+    }
+}
+
+TEST(CudaMoeRouterRoute, RejectsUnsupportedSizes) {
+  EXPECT_TRUE(MoeRouterRouteSupported(16, 256, 8));
+  EXPECT_FALSE(MoeRouterRouteSupported(17, 256, 8));
+  EXPECT_FALSE(MoeRouterRouteSupported(1, 384, 8));  // Kimi-K2's 384 experts: the unfused path
+  EXPECT_FALSE(MoeRouterRouteSupported(0, 64, 6));
+  Dev<uint32_t> sync(1);
+  MoeRouterRouteParams p{};
+  p.gemv.M = 17; p.gemv.N = 64; p.gemv.K = 64;
+  p.routing.n = 17; p.routing.num_experts = 64; p.routing.top_k = 6; p.routing.n_group = 1; p.routing.topk_group = 1;
+  p.sync = sync.get();
+  EXPECT_THROW(MoeRouterRoute(p), CheckError);
+}
+
+// The routed gate_up GEMM of a decode pass on gathered token rows vs the permuted copy.
+void RunGatherCase(const Case& c, int64_t n, bool fp8, DTypeOut out_type) {
+  const std::string cas = std::string(c.name) + "_T" + std::to_string(n) + (fp8 ? "_fp8" : "_bf16") +
+                          (out_type == DTypeOut::kF32 ? "_f32" : "_bf16out");
+  const Inputs in(c, n, false);
+  // Narrower token rows than the router's hidden size keep E x N x d weights small.
+  const int64_t m = n * c.top_k, d = std::min<int64_t>(c.hidden, 512), N = 128, ldx = d + 8;
+  // Token rows (bf16) and the routing of both paths.
+  const auto xb = ToBf16(RoundBf16Vec(RandomNormal(n * ldx)));
+  Dev<__nv_bfloat16> x(xb), xp(m * d);
+  Dev<float> logits(n * c.E), w(m), logits2(n * c.E), w2(m);
+  Dev<int32_t> ids(m), off(c.E + 1), pos(m), src(m), ids2(m), off2(c.E + 1), pos2(m), src2(m);
+  Dev<uint32_t> sync(std::vector<uint32_t>{0u}), sync2(std::vector<uint32_t>{0u});
+  RouterGemv({in.x.get(), in.ldx, in.w.get(), c.hidden, logits.get(), c.E, n, c.E, c.hidden, nullptr});
+  MoeRoutingParams rp = Routing(c, in, n, ids.get(), w.get());
+  rp.logits = logits.get();
+  MoeRoutePermute({rp, x.get(), ldx, d, 0, off.get(), pos.get(), src.get(), xp.get(), sync.get(), nullptr});
+  MoeRouterRouteParams p{};
+  p.gemv = {in.x.get(), in.ldx, in.w.get(), c.hidden, logits2.get(), c.E, n, c.E, c.hidden, nullptr};
+  p.routing = Routing(c, in, n, ids2.get(), w2.get());
+  p.offsets = off2.get(); p.pos = pos2.get(); p.src_row = src2.get(); p.sync = sync2.get();
+  MoeRouterRoute(p);
+  // Expert weights [E, N, d]: bf16, or e4m3 with 128 x 128 block scales.
+  const int64_t nb = (N + 127) / 128, kb = (d + 127) / 128;
+  Dev<__nv_bfloat16> wbf(fp8 ? std::vector<__nv_bfloat16>(1) : ToBf16(RandomNormal(c.E * N * d, 0.05f)));
+  Dev<uint8_t> wq(fp8 ? RandomE4M3(c.E * N * d) : std::vector<uint8_t>(1));
+  std::vector<float> sc = RandomF(c.E * nb * kb, 0.5f, 2.0f);
+  for (auto& s : sc) s *= std::ldexp(1.f, -9);
+  Dev<float> ws(sc);
+  const int64_t ldo = N;
+  Dev<float> o32a(m * ldo), o32b(m * ldo);
+  Dev<__nv_bfloat16> o16a(m * ldo), o16b(m * ldo);
+  SkinnyGemmParams sp{};
+  GroupedGemmParams& g = sp.g;
+  g.a = xp.get(); g.lda = d; g.offsets = off.get(); g.max_rows = m;
+  g.w = fp8 ? static_cast<const void*>(wq.get()) : wbf.get(); g.w_fp8 = fp8; g.w_scales = fp8 ? ws.get() : nullptr;
+  g.num_experts = c.E; g.N = N; g.K = d; g.ldo = ldo; g.out_type = out_type;
+  g.out = out_type == DTypeOut::kF32 ? static_cast<void*>(o32a.get()) : o16a.get();
+  sp.max_group_rows = n; sp.max_active_groups = std::min<int64_t>(c.E, m);
+  SkinnyGemm(sp);  // the permuted copy
+  SkinnyGemmParams sg = sp;
+  sg.g.a = x.get(); sg.g.lda = ldx; sg.g.a_rows = src2.get(); sg.g.offsets = off2.get();
+  sg.g.out = out_type == DTypeOut::kF32 ? static_cast<void*>(o32b.get()) : o16b.get();
+  SkinnyGemm(sg);  // the gathered rows
+  int64_t differ = 0, nonfinite = 0;
+  if (out_type == DTypeOut::kF32) {
+    const auto a = o32a.Download(), b = o32b.Download();
+    differ = BitMismatches(a, b);
+    for (float v : b) nonfinite += !std::isfinite(v);
+  } else {
+    const auto a = FromBf16(o16a.Download()), b = FromBf16(o16b.Download());
+    differ = BitMismatches(a, b);
+    for (float v : b) nonfinite += !std::isfinite(v);
+  }
+  std::printf("[metric] op=skinny_gemm_gathered_rows case=%s rows=%lld differing=%lld nonfinite=%lld%s\n", cas.c_str(),
+              (long long)m, (long long)differ, (long long)nonfinite, differ == 0 && nonfinite == 0 ? " PASS" : " FAIL");
+  EXPECT_EQ(differ, 0) << cas;
+  EXPECT_EQ(nonfinite, 0) << cas;
+}
+
+TEST(CudaMoeRouterRoute, GatheredRowsMatchPermutedCopy) {
+  for (const auto& c : kCases)
+    for (int64_t n : {1, 2, 5, 8, 16}) {
+      RunGatherCase(c, n, false, DTypeOut::kF32);
+      RunGatherCase(c, n, std::min<int64_t>(c.hidden, 512) % 128 == 0, DTypeOut::kBF16);
+    }
+}
+
+TEST(CudaMoeRouterRoute, GroupedGemmRejectsGatheredRows) {
+  Dev<int32_t> rows(1);
+  GroupedGemmParams g{};
+  g.N = 8; g.K = 8; g.num_experts = 1; g.max_rows = 1; g.a_rows = rows.get();
+  EXPECT_THROW(GroupedGemm(g), CheckError);
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
