@@ -1,5 +1,7 @@
 #include "backend/cuda/moe_router_route.h"
 
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
@@ -13,11 +15,19 @@ namespace {
 constexpr int kThreads = router::kThreads, kWarps = router::kWarps;
 static_assert(kThreads == routing::kMoeRoutingThreads, "one block size for both device routines");
 
+// Warps that route (token t on warp t % RouteWarps(n)) and the dynamic shared memory: their
+// scratch, then the n * top_k ids. Kept small: every block of the grid gets it, and the blocks
+// must fit beside whatever the decode graph's side branch runs (a first form with 38.5 KB of
+// static shared memory per block measured slower in the graph than the two launches it replaced,
+// session 9 run 2).
+__host__ __device__ inline int RouteWarps(int64_t n) { return static_cast<int>(n < kWarps ? n : kWarps); }
+size_t SmemBytes(int64_t n, int64_t E, int64_t pairs) {
+  return sizeof(float) * (RouteWarps(n) * routing::WarpRouteScratchWords(E) + pairs);
+}
+
 __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
-  __shared__ float s_logits[kRouterGemvMaxRows * kMoeRouterRouteMaxExperts];  // [n, E]
-  __shared__ routing::WarpRouteScratch s_route[kWarps];
-  __shared__ int s_ids[kMoeRouterRouteMaxPairs];
+  extern __shared__ float smem[];
   __shared__ bool s_last;
   const int tid = threadIdx.x, warp = tid >> 5;
   // logits column blockIdx.x for every token (bit-identical to RouterGemvKernel).
@@ -32,15 +42,18 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   __syncthreads();
   if (!s_last) return;
   __threadfence();
-  const int64_t n = p.gemv.M, E = p.gemv.N, K = p.routing.top_k, m = n * K;
-  for (int64_t i = tid; i < n * E; i += kThreads) s_logits[i] = __ldcg(p.gemv.y + (i / E) * p.gemv.ldy + i % E);
   if (tid == 0) *p.sync = 0u;  // every block has counted: reset for the next launch / replay
-  __syncthreads();
-  // Route token t on warp t % kWarps (the warp form; the logits from shared memory).
+  const int64_t n = p.gemv.M, E = p.gemv.N, K = p.routing.top_k, m = n * K;
+  const int warps = RouteWarps(n);
+  // Route token t on warp t % warps (the warp form, logits read through L2).
   MoeRoutingParams rp = p.routing;
-  rp.logits = s_logits;
-  for (int64_t t = warp; t < n; t += kWarps) routing::RouteTokenInWarp(rp, t, s_route[warp]);
+  rp.logits = p.gemv.y;
+  if (warp < warps) {
+    const routing::WarpRouteView ws = routing::WarpRouteScratchAt(smem + warp * routing::WarpRouteScratchWords(E), E);
+    for (int64_t t = warp; t < n; t += warps) routing::RouteTokenInWarp(rp, t, ws);
+  }
   __syncthreads();  // this block's topk_ids stores are visible to the block after the barrier
+  int* s_ids = reinterpret_cast<int*>(smem + warps * routing::WarpRouteScratchWords(E));
   for (int64_t k = tid; k < m; k += kThreads) s_ids[k] = rp.topk_ids[k];
   __syncthreads();
   // Pair i = (t, j) goes to row (pairs of lower experts) + (pairs of its expert before it),
@@ -86,7 +99,8 @@ void MoeRouterRoute(const MoeRouterRouteParams& p) {
       << "MoeRouterRoute: null pointer";
   DS_CHECK(reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.w) % 16 == 0)
       << "MoeRouterRoute: x and w must be 16-byte aligned";
-  LaunchKernel(MoeRouterRouteKernel, dim3(static_cast<unsigned>(g.N)), dim3(kThreads), 0, p.stream, p.pdl, p);
+  LaunchKernel(MoeRouterRouteKernel, dim3(static_cast<unsigned>(g.N)), dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k),
+               p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MoeRouterRouteKernel");
 }
 

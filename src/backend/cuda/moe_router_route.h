@@ -16,9 +16,10 @@
 // Launch: E blocks of 256 threads. Block e computes logits column e; each block then counts
 // itself out on a device counter (`sync`, one uint32, zero before the first launch) after a
 // __threadfence, and the last one (the CUDA threadFenceReduction pattern: no block waits on
-// another, so residency does not matter) loads all logits through L2 into shared memory, routes
-// token t on warp t % 8, writes the metadata and resets the counter: graph-capturable and
-// replayable, no host synchronisation, no allocation.
+// another, so residency does not matter) routes token t on warp t % min(n, 8) (logits read
+// through L2), writes the metadata and resets the counter: graph-capturable and replayable, no
+// host synchronisation, no allocation. Shared memory per block: the routing warps' scratch and
+// the ids, min(n, 8) x (2E + 112) + n x top_k words (2.5 KB for V3 at one token), dynamic.
 //
 // Limits: 1 <= n <= kRouterGemvMaxRows (16), E <= 256 (the warp form), top_k <= 32, n * top_k <=
 // 512, RouterGemv's shape rules (K % 4 == 0, aligned x / w) and MoeRouting's group rules.

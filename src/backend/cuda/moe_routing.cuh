@@ -78,17 +78,34 @@ __device__ __forceinline__ void WriteTopk(const MoeRoutingParams& p, int64_t t, 
 // to the lower expert (per lane over its experts, then a butterfly), and the weights (lane 0,
 // chosen order). Lane 0 writes p.topk_ids / p.topk_weights row t.
 constexpr int kWarpRouteMaxExperts = 256;
-// One warp's shared-memory scratch (2.4 KB).
+// One warp's shared-memory scratch: scores and sel [E], group_score [64], group_ok [64], chosen
+// [32] (2.4 KB at E = 256). WarpRouteScratch holds it for E <= 256; a kernel sizing its dynamic
+// shared memory by E lays it out with WarpRouteScratchFloats / WarpRouteScratchAt.
+struct WarpRouteView {
+  float* scores;
+  float* sel;
+  float* group_score;
+  bool* group_ok;
+  int* chosen;
+};
 struct WarpRouteScratch {
   float scores[kWarpRouteMaxExperts];
   float sel[kWarpRouteMaxExperts];
   float group_score[64];
   bool group_ok[64];
   int chosen[32];
+  __device__ WarpRouteView View() { return {scores, sel, group_score, group_ok, chosen}; }
 };
-// Every lane of the calling warp must call it (warp-synchronous; no block barrier). p.logits may
-// point to shared memory (a generic address).
-__device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, WarpRouteScratch& ws) {
+// 4-byte words of one warp's scratch for E experts, and its view at `base` (4-byte aligned).
+__host__ __device__ constexpr int64_t WarpRouteScratchWords(int64_t E) { return 2 * E + 64 + 16 + 32; }
+__device__ inline WarpRouteView WarpRouteScratchAt(float* base, int64_t E) {
+  return {base, base + E, base + 2 * E, reinterpret_cast<bool*>(base + 2 * E + 64),
+          reinterpret_cast<int*>(base + 2 * E + 64 + 16)};
+}
+// Every lane of the calling warp must call it (warp-synchronous; no block barrier). The logits
+// are read through L2 (ld.global.cg): they may have been written by other blocks of the same
+// grid before a fence (moe_router_route.cu).
+__device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, const WarpRouteView& ws) {
   constexpr int kPer = kWarpRouteMaxExperts / 32;
   const int lane = threadIdx.x & 31;
   const int E = static_cast<int>(p.num_experts);
@@ -97,7 +114,7 @@ __device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, Wa
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int e = lane + 32 * j;
-    x[j] = e < E ? lg[e] : -INFINITY;
+    x[j] = e < E ? __ldcg(lg + e) : -INFINITY;
   }
   if (p.scoring == 0) {
     float m = -INFINITY;
@@ -172,7 +189,7 @@ __device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, Wa
 // (it ends with a block barrier).
 __device__ inline void RouteTokenWarp(const MoeRoutingParams& p, int64_t t) {
   __shared__ WarpRouteScratch ws;
-  if (threadIdx.x < 32) RouteTokenInWarp(p, t, ws);
+  if (threadIdx.x < 32) RouteTokenInWarp(p, t, ws.View());
   __syncthreads();
 }
 
