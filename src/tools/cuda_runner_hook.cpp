@@ -74,6 +74,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_MLA_PREFILL_SM90", &c.mla_prefill_sm90);        // sm_90a prefill attention
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");  // its ping-pong variant
   env_switch("DS_DECODE_STREAMS", &c.decode_streams);            // side branches in decode graphs (on)
+  env_switch("DS_DECODE_PRIORITY", &c.decode_stream_priority);    // main stream above the side stream (off)
   env_switch("DS_MLA_DECODE_CAPACITY_PLAN", &c.mla_decode_capacity_plan);  // sm_90a split plan over the capacity's range (off)
   env_switch("DS_ROUTER_GEMV", &c.router_gemv);                  // decode-size router logits in one launch (on)
   env_switch("DS_FP8_GEMV", &c.fp8_gemv);                        // TMA-streaming FP8 GEMV for weights >= 96M (on)

@@ -345,6 +345,13 @@ struct CudaRunnerOptions {
   // same buffers, so graph replays and eager passes give the same bits, as without it.
   // The CLI reads DS_DECODE_STREAMS=0 to turn it off.
   bool decode_streams = true;
+  // With decode_streams: the main stream at the device's highest stream priority and the side
+  // stream at the default (lowest), and decode graphs instantiated with
+  // cudaGraphInstantiateFlagUseNodePriority (kernel nodes keep their capture stream's priority),
+  // so that the block scheduler dispatches the main chain's pending blocks (the critical path:
+  // router, routing, routed experts) before the side branch's (shared experts). Scheduling only:
+  // same kernels, same bits. Opt-in (session 9, A/B pending); the CLI reads DS_DECODE_PRIORITY=1.
+  bool decode_stream_priority = false;
   // MoE router logits of passes of at most kRouterGemvMaxRows = 16 tokens on RouterGemv
   // (router_gemv.h: one launch, fp32) instead of cuBLASLt's fp32 GEMM (a dot kernel and a
   // reduction at M = 1). Other fp32 summation order: logits move by ~1e-7 relative. Eager passes

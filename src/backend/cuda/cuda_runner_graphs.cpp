@@ -159,7 +159,10 @@ void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {
   if (error.empty() && end != cudaSuccess) error = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
   if (error.empty() && ActivationPtrs() != before) error = "an activation buffer was reallocated during capture";
   if (error.empty()) {
-    const cudaError_t inst = cudaGraphInstantiate(&g->exec, graph, 0);
+    // decode_stream_priority: the kernel nodes keep the priorities of the streams they were
+    // captured on (the main chain's above the side branch's).
+    const unsigned long long flags = opts_.decode_stream_priority ? cudaGraphInstantiateFlagUseNodePriority : 0;
+    const cudaError_t inst = cudaGraphInstantiateWithFlags(&g->exec, graph, flags);
     if (inst != cudaSuccess) {
       error = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
       g->exec = nullptr;

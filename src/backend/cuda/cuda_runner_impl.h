@@ -77,7 +77,16 @@ struct LayerW {
 
 class CudaModelRunner : public ModelRunner {
  public:
-  CudaModelRunner(const ModelConfig& cfg, const CudaRunnerOptions& o) : cfg_(cfg), opts_(o) {
+  // decode_stream_priority: the main stream at the device's highest priority, the side stream at
+  // the default (lowest) one; otherwise both at the default.
+  static int StreamPriority(const CudaRunnerOptions& o, bool side) {
+    if (!o.decode_stream_priority || side) return 0;
+    int least = 0, greatest = 0;
+    DS_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    return greatest;
+  }
+  CudaModelRunner(const ModelConfig& cfg, const CudaRunnerOptions& o)
+      : cfg_(cfg), opts_(o), stream_(StreamPriority(o, false)), side_stream_(StreamPriority(o, true)) {
     prof_on_ = o.profile;
     prof_log_ = o.profile_log;
     skinny_on_ = o.skinny_gemm;

@@ -8,6 +8,7 @@
 namespace ds::cuda {
 
 Stream::Stream() { DS_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+Stream::Stream(int priority) { DS_CUDA_CHECK(cudaStreamCreateWithPriority(&s_, cudaStreamNonBlocking, priority)); }
 Stream::~Stream() { if (s_) cudaStreamDestroy(s_); }
 void Stream::Synchronize() const { DS_CUDA_CHECK(cudaStreamSynchronize(s_)); }
 
@@ -33,7 +34,7 @@ const char* DescribeDevice(int device) {
   DS_CUDA_CHECK(cudaSetDevice(device));
   cudaDeviceProp p{};
   DS_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
-  char buf[256];
+  char buf[512];
   std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %d SMs, %.1f GiB)", p.name, p.major, p.minor,
                 p.multiProcessorCount, p.totalGlobalMem / double(1 << 30));
   desc = buf;

@@ -8,6 +8,9 @@ namespace ds::cuda {
 class Stream {
  public:
   Stream();  // a new non-blocking stream
+  // A new non-blocking stream of this priority (cudaStreamCreateWithPriority: lower numbers are
+  // higher priorities, within cudaDeviceGetStreamPriorityRange; 0 is the default's).
+  explicit Stream(int priority);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
