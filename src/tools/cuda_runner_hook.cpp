@@ -65,7 +65,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.profile = o.profile || c.profile_log;
   env_switch("DS_SKINNY_GEMM", &c.skinny_gemm);                  // decode-size skinny GEMMs
   env_switch("DS_MOE_ROUTE_WARP", &c.moe_route_warp);            // routing by one warp (on)
-  env_switch("DS_ROUTER_ROUTE", &c.fused_router_route);          // router + routing in one launch, gathered rows (off)
+  env_switch("DS_ROUTER_ROUTE", &c.fused_router_route);          // router + routing in one launch, gathered rows (on)
   env_switch("DS_SM90_GROUPED_GEMM", &c.sm90_grouped_gemm);      // sm_90a expert GEMMs
   env_switch("DS_MLA_DECODE_SM90", &c.mla_decode_sm90);          // sm_90a (wgmma + TMA) MLA decode
   env_switch("DS_SM90_MIXED_GEMM", &c.sm90_mixed_gemm);          // sm_90a bf16 x e4m3 GEMM
@@ -74,7 +74,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_MLA_PREFILL_SM90", &c.mla_prefill_sm90);        // sm_90a prefill attention
   c.mla_prefill_sm90_pingpong = env_is("DS_MLA_PREFILL_SM90", "pingpong");  // its ping-pong variant
   env_switch("DS_DECODE_STREAMS", &c.decode_streams);            // side branches in decode graphs (on)
-  env_switch("DS_DECODE_PRIORITY", &c.decode_stream_priority);    // main stream above the side stream (off)
+  env_switch("DS_DECODE_PRIORITY", &c.decode_stream_priority);    // main stream above the side stream (on)
   env_switch("DS_MLA_DECODE_CAPACITY_PLAN", &c.mla_decode_capacity_plan);  // sm_90a split plan over the capacity's range (off)
   env_switch("DS_ROUTER_GEMV", &c.router_gemv);                  // decode-size router logits in one launch (on)
   env_switch("DS_FP8_GEMV", &c.fp8_gemv);                        // TMA-streaming FP8 GEMV for weights >= 96M (on)

@@ -184,9 +184,12 @@ struct CudaRunnerOptions {
   // (GroupedGemmParams::a_rows) instead of MoeRoutePermute's row copies. Decode passes with
   // fused_moe_route (not stacked shared experts), <= 16 tokens, <= 256 experts and gate_up on
   // SkinnyGemm (not the grouped GEMV: V3 at 2-8 tokens keeps the permute). Bit-identical to
-  // RouterGemv + MoeRoutePermute with the warp form (CudaRunnerRouterRoute.*). Opt-in: written
-  // in session 9, A/B pending. The CLI reads DS_ROUTER_ROUTE=1.
-  bool fused_router_route = false;
+  // RouterGemv + MoeRoutePermute with the warp form (CudaRunnerRouterRoute.*). On by default since
+  // session 9 (run 4, with decode_stream_priority: V2-Lite 27 layers 1 x 1K decode step 2.559 vs
+  // 2.697-2.705 ms with priorities alone; without priorities it was 5% slower, as the routed
+  // gate_up then starts early into the side branch's shared-expert GEMMs). The CLI reads
+  // DS_ROUTER_ROUTE=0 to turn it off.
+  bool fused_router_route = true;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured
@@ -350,8 +353,10 @@ struct CudaRunnerOptions {
   // cudaGraphInstantiateFlagUseNodePriority (kernel nodes keep their capture stream's priority),
   // so that the block scheduler dispatches the main chain's pending blocks (the critical path:
   // router, routing, routed experts) before the side branch's (shared experts). Scheduling only:
-  // same kernels, same bits. Opt-in (session 9, A/B pending); the CLI reads DS_DECODE_PRIORITY=1.
-  bool decode_stream_priority = false;
+  // same kernels, same bits (CudaRunnerStreamPriority.*). On by default since session 9 (run 4:
+  // decode step -1.7% V2-Lite batch 1, -1.2% V3 batch 1, -1.4% V2-Lite batch 8, level at V3 batch
+  // 8). The CLI reads DS_DECODE_PRIORITY=0 to turn it off.
+  bool decode_stream_priority = true;
   // MoE router logits of passes of at most kRouterGemvMaxRows = 16 tokens on RouterGemv
   // (router_gemv.h: one launch, fp32) instead of cuBLASLt's fp32 GEMM (a dot kernel and a
   // reduction at M = 1). Other fp32 summation order: logits move by ~1e-7 relative. Eager passes
