@@ -729,7 +729,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   // fp8_gemv_experts_min_tokens is a power of two, so T >= it holds for a bucket exactly when it
   // holds for the passes padded to that bucket.
   const bool gemv_experts =
-      (LW.experts_fp8 ? opts_.fp8_gemv_experts && T >= opts_.fp8_gemv_experts_min_tokens : opts_.gemv_experts_bf16) &&
+      (LW.experts_fp8 ? opts_.fp8_gemv_experts : opts_.gemv_experts_bf16) && T >= opts_.fp8_gemv_experts_min_tokens &&
       skinny && T <= kFp8GemvGroupedMaxRows;
   // fused_router_route: the router GEMV, the routing and the permutation's offsets / pos /
   // src_row in one launch (moe_router_route.h), and the routed gate_up GEMM (SkinnyGemm only:

@@ -216,12 +216,14 @@ struct CudaRunnerOptions {
   // kFp8GemvGroupedMaxRows = 8 tokens, gate_up and down): the grouped TMA-streaming GEMV with bf16
   // weights (fp8_gemv_grouped.h, w_bf16) instead of SkinnyGemm's grouped form (0.64-0.77 of copy
   // bandwidth on V2-Lite's experts, session 7). Same math (exact bf16 products, fp32 sums), other
-  // summation order (CudaRunnerGemvExpertsBf16.*, passes on the H200, session 8 run 3). Off by
-  // default: V2-Lite decode step -2.4% at batch 8 but level or slower at batch 1 (run 4); the
-  // CLI reads DS_GEMV_EXPERTS_BF16=1 to turn it on.
-  bool gemv_experts_bf16 = false;
-  // fp8_gemv_experts applies only to passes of at least this many tokens (1, 2, 4 or 8: a power
-  // of two, so a graph bucket and its eager passes agree). V3 8 layers, 1K context, decode step
+  // summation order (CudaRunnerGemvExpertsBf16.*, passes on the H200, session 8 run 3). On by
+  // default since session 9 for passes of >= fp8_gemv_experts_min_tokens tokens, with the tile
+  // CTA plan: V2-Lite 27 layers 8 x 1K decode step 6.190 vs 6.336 ms (session 9 run 5; run 1:
+  // 6.287 vs 6.429); level at batch 1 (2.764 vs 2.770), where the fused router + routing needs
+  // SkinnyGemm's gathered rows instead. The CLI reads DS_GEMV_EXPERTS_BF16=0 to turn it off.
+  bool gemv_experts_bf16 = true;
+  // fp8_gemv_experts and gemv_experts_bf16 apply only to passes of at least this many tokens (1,
+  // 2, 4 or 8: a power of two, so a graph bucket and its eager passes agree). V3 8 layers, 1K context, decode step
   // with the GEMV vs SkinnyGemm (session 8 runs 2 and 3): batch 1 2.514 vs 2.488 ms (1% slower),
   // batch 2 2.945 vs 3.076, batch 4 3.767 vs 4.042, batch 8 5.152 vs 5.736 (4-10% faster). The
   // CLI reads DS_FP8_GEMV_EXPERTS_MIN_TOKENS.
@@ -234,7 +236,8 @@ struct CudaRunnerOptions {
   // kernels, session 8 run 3, V2-Lite 6 experts x 1 row: gate_up 19.9 us with one CTA per SM,
   // 22.4 auto, 23.7 SkinnyGemm; down 14.5 / 15.8 against SkinnyGemm's 11.6. The CLI reads
   // DS_GEMV_EXPERTS_BF16_CTAS=auto|sm|tile|N and DS_GEMV_EXPERTS_BF16_DOWN=0|1.
-  int gemv_experts_bf16_ctas = 0;
+  // Default -2 (tile) since session 9 (run 1: batch 8 6.287 vs 6.429 ms with auto).
+  int gemv_experts_bf16_ctas = -2;
   bool gemv_experts_bf16_down = true;
   // Prefill-size MoE expert GEMMs on the sm_90a CUTLASS kernel (grouped_gemm_sm90.h) where it
   // applies (built with CUTLASS, sm_90, aligned dims); off keeps them on the mma.sync kernel
