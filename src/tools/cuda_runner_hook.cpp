@@ -79,7 +79,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_ROUTER_GEMV", &c.router_gemv);                  // decode-size router logits in one launch (on)
   env_switch("DS_FP8_GEMV", &c.fp8_gemv);                        // TMA-streaming FP8 GEMV for weights >= 96M (on)
   env_switch("DS_FP8_GEMV_EXPERTS", &c.fp8_gemv_experts);        // grouped FP8 GEMV for decode experts (on, >= 2 tokens)
-  env_switch("DS_GEMV_EXPERTS_BF16", &c.gemv_experts_bf16);      // the same for bf16 experts (on, >= 2 tokens)
+  env_switch("DS_GEMV_EXPERTS_BF16", &c.gemv_experts_bf16);      // the same for bf16 experts (on, >= 8 tokens)
   // The sm_90a decode kernel variant (0 default, 1 / 2 seesaw: verified, 3-8% slower;
   // MlaDecodeParams::sm90_variant).
   env_choice("DS_MLA_DECODE_SM90_VARIANT", {{"0", 0}, {"1", 1}, {"2", 2}}, &c.mla_decode_sm90_variant);
@@ -94,6 +94,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   else
     env_int("DS_GEMV_EXPERTS_BF16_CTAS", 1, 1 << 20, 1, &c.gemv_experts_bf16_ctas);
   env_choice("DS_FP8_GEMV_EXPERTS_MIN_TOKENS", {{"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}}, &c.fp8_gemv_experts_min_tokens);
+  env_choice("DS_GEMV_EXPERTS_BF16_MIN_TOKENS", {{"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}},
+             &c.gemv_experts_bf16_min_tokens);
   env_choice("DS_MLA_DECODE_TC_KERNEL", {{"auto", -1}, {"shape", 0}, {"rowtile", 1}}, &c.mla_decode_tc_kernel);
   env_int("DS_MLA_DECODE_SM90_MIN_ROWS", 0, 64, 1, &c.mla_decode_sm90_min_rows);
   // CudaRunnerOptions::mla_decode_small_batch_chunk (default 64) / mla_decode_sm90_small_batch_chunk

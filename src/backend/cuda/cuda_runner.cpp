@@ -729,7 +729,8 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   // fp8_gemv_experts_min_tokens is a power of two, so T >= it holds for a bucket exactly when it
   // holds for the passes padded to that bucket.
   const bool gemv_experts =
-      (LW.experts_fp8 ? opts_.fp8_gemv_experts : opts_.gemv_experts_bf16) && T >= opts_.fp8_gemv_experts_min_tokens &&
+      (LW.experts_fp8 ? opts_.fp8_gemv_experts && T >= opts_.fp8_gemv_experts_min_tokens
+                      : opts_.gemv_experts_bf16 && T >= opts_.gemv_experts_bf16_min_tokens) &&
       skinny && T <= kFp8GemvGroupedMaxRows;
   // fused_router_route: the router GEMV, the routing and the permutation's offsets / pos /
   // src_row in one launch (moe_router_route.h), and the routed gate_up GEMM (SkinnyGemm only:
@@ -1109,6 +1110,10 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
       o.fp8_gemv_experts_min_tokens != 8)
     return InvalidArgument("fp8_gemv_experts_min_tokens must be 1, 2, 4 or 8, got " +
                            std::to_string(o.fp8_gemv_experts_min_tokens));
+  if (o.gemv_experts_bf16_min_tokens != 1 && o.gemv_experts_bf16_min_tokens != 2 &&
+      o.gemv_experts_bf16_min_tokens != 4 && o.gemv_experts_bf16_min_tokens != 8)
+    return InvalidArgument("gemv_experts_bf16_min_tokens must be 1, 2, 4 or 8, got " +
+                           std::to_string(o.gemv_experts_bf16_min_tokens));
   if (o.gemv_experts_bf16_ctas < -2)
     return InvalidArgument("gemv_experts_bf16_ctas must be -2 (tile-aligned), -1 (one per SM), 0 (auto) or a count, got " +
                            std::to_string(o.gemv_experts_bf16_ctas));

@@ -217,13 +217,15 @@ struct CudaRunnerOptions {
   // weights (fp8_gemv_grouped.h, w_bf16) instead of SkinnyGemm's grouped form (0.64-0.77 of copy
   // bandwidth on V2-Lite's experts, session 7). Same math (exact bf16 products, fp32 sums), other
   // summation order (CudaRunnerGemvExpertsBf16.*, passes on the H200, session 8 run 3). On by
-  // default since session 9 for passes of >= fp8_gemv_experts_min_tokens tokens, with the tile
-  // CTA plan: V2-Lite 27 layers 8 x 1K decode step 6.190 vs 6.336 ms (session 9 run 5; run 1:
-  // 6.287 vs 6.429); level at batch 1 (2.764 vs 2.770), where the fused router + routing needs
-  // SkinnyGemm's gathered rows instead. The CLI reads DS_GEMV_EXPERTS_BF16=0 to turn it off.
+  // default since session 9 for passes of >= gemv_experts_bf16_min_tokens = 8 tokens, with the
+  // tile CTA plan. V2-Lite 27 layers x 1K decode step against SkinnyGemm with the fused router +
+  // routing's gathered rows (session 9 run 6): batch 8 6.180 vs 6.234 ms, batch 4 4.462 vs 4.382,
+  // batch 2 3.361 vs 3.327; batch 1 keeps SkinnyGemm (the gathered rows). The CLI reads
+  // DS_GEMV_EXPERTS_BF16=0 to turn it off, DS_GEMV_EXPERTS_BF16_MIN_TOKENS for the bound.
   bool gemv_experts_bf16 = true;
-  // fp8_gemv_experts and gemv_experts_bf16 apply only to passes of at least this many tokens (1,
-  // 2, 4 or 8: a power of two, so a graph bucket and its eager passes agree). V3 8 layers, 1K context, decode step
+  int gemv_experts_bf16_min_tokens = 8;  // 1, 2, 4 or 8 (as fp8_gemv_experts_min_tokens)
+  // fp8_gemv_experts applies only to passes of at least this many tokens (1, 2, 4 or 8: a power
+  // of two, so a graph bucket and its eager passes agree). V3 8 layers, 1K context, decode step
   // with the GEMV vs SkinnyGemm (session 8 runs 2 and 3): batch 1 2.514 vs 2.488 ms (1% slower),
   // batch 2 2.945 vs 3.076, batch 4 3.767 vs 4.042, batch 8 5.152 vs 5.736 (4-10% faster). The
   // CLI reads DS_FP8_GEMV_EXPERTS_MIN_TOKENS.
