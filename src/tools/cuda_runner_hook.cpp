@@ -65,7 +65,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   c.profile = o.profile || c.profile_log;
   env_switch("DS_SKINNY_GEMM", &c.skinny_gemm);                  // decode-size skinny GEMMs
   env_switch("DS_MOE_ROUTE_WARP", &c.moe_route_warp);            // routing by one warp (on)
-  env_switch("DS_SILU_DOWN", &c.fused_silu_down);                // SiLU-and-mul in the down GEMM's loads (off)
   env_switch("DS_ROUTER_ROUTE", &c.fused_router_route);          // router + routing in one launch, gathered rows (on)
   env_switch("DS_SM90_GROUPED_GEMM", &c.sm90_grouped_gemm);      // sm_90a expert GEMMs
   env_switch("DS_MLA_DECODE_SM90", &c.mla_decode_sm90);          // sm_90a (wgmma + TMA) MLA decode

@@ -846,19 +846,8 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     GroupedGemmSm90(f2);
   } else {
     expert_gemm(g, false);
-    // fused_silu_down: the down GEMM (SkinnyGemm, <= 8 tokens) applies SiLU-and-mul to gate_up's
-    // fp32 output as it loads it (GroupedGemmParams::a_gate_up; the same bits as SiluAndMul's
-    // bf16 output), one launch fewer on the decode chain.
-    const bool down_on_gemv = gemv_experts && (LW.experts_fp8 || opts_.gemv_experts_bf16_down);
-    if (opts_.fused_silu_down && skinny && FusedDecode(T) && T <= 8 && !down_on_gemv) {
-      g2.a_gate_up = egu32_.as<float>();
-      g2.lda = 2 * I;
-      ++graph_stats_.fused_launches;
-      ++graph_stats_.silu_down_layers;
-    } else {
-      SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
-                  ScaleLayout::kGroupMajor, cap, I, s_, opts_.pdl});
-    }
+    SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
+                ScaleLayout::kGroupMajor, cap, I, s_, opts_.pdl});
     expert_gemm(g2, true);
   }
   // Shared experts write `out` (unless stacked), the routed experts are added with their weights.

@@ -190,11 +190,6 @@ struct CudaRunnerOptions {
   // gate_up then starts early into the side branch's shared-expert GEMMs). The CLI reads
   // DS_ROUTER_ROUTE=0 to turn it off.
   bool fused_router_route = true;
-  // The routed experts' SiLU-and-mul folded into the down GEMM's activation loads (SkinnyGemm,
-  // passes of <= 8 tokens, down not on the grouped GEMV; GroupedGemmParams::a_gate_up): one
-  // launch fewer per MoE layer, bit-identical (CudaRunnerSiluDown.*). Opt-in (session 9, A/B
-  // pending); the CLI reads DS_SILU_DOWN=1.
-  bool fused_silu_down = false;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured
@@ -399,8 +394,7 @@ struct CudaGraphStats {
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)
   int64_t side_branches = 0;      // side branches forked onto the second stream in captures (decode_streams)
-  int64_t router_route_layers = 0;
-  int64_t silu_down_layers = 0;  // MoE layers whose down GEMM applied SiLU-and-mul (fused_silu_down; also a fused launch)  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
+  int64_t router_route_layers = 0;  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

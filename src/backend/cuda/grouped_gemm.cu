@@ -487,8 +487,7 @@ size_t GroupedGemmWorkspaceBytes(const GroupedGemmParams& p) {
 void GroupedGemm(const GroupedGemmParams& p) {
   DS_CHECK(p.N > 0 && p.K > 0 && p.num_experts > 0) << "GroupedGemm: bad shape N=" << p.N << " K=" << p.K;
   DS_CHECK(!p.w_fp8 || p.w_scales) << "GroupedGemm: FP8 weights need w_scales";
-  DS_CHECK(p.a_rows == nullptr && p.a_gate_up == nullptr)
-      << "GroupedGemm: gathered rows (a_rows) and SiLU inputs (a_gate_up) are SkinnyGemm's only";
+  DS_CHECK(p.a_rows == nullptr) << "GroupedGemm: gathered rows (a_rows) are SkinnyGemm's only";
   if (p.max_rows == 0) return;
   if (p.workspace && Sm90Applies(p) &&
       p.workspace_bytes >= GroupedGemmSm90WorkspaceBytes(Sm90GemmInput::kBf16, p.num_experts, p.max_rows, p.N, p.K)) {

@@ -44,12 +44,6 @@ struct GroupedGemmParams {
   // the MoE decode path passes the tokens' rows and the permutation's src_row, moe_router_route.h,
   // instead of copying the rows into permuted order). nullptr: no gather.
   const int32_t* a_rows = nullptr;
-  // SiLU-and-mul on the fly (SkinnyGemm's grouped form, <= 8 rows a group, unsplit; GroupedGemm
-  // rejects it): row r of the product's input is bf16(silu(g) * u), g = a_gate_up[r * lda + k],
-  // u = a_gate_up[r * lda + K + k] (fp32 [rows, 2K], row stride lda elements), with SiluAndMul's
-  // arithmetic (silu_and_mul.h: g / (1 + expf(-g)) * u, rounded to bf16), so the product is
-  // bit-identical to SiluAndMul then the GEMM on its bf16 output. `a` is ignored; a_rows applies.
-  const float* a_gate_up = nullptr;
   int64_t max_rows;                     // rows allocated (bounds the grid)
   const void* w; bool w_fp8 = false;    // [E, N, K]
   const float* w_scales = nullptr;      // fp8: [E, ceil(N/128), ceil(K/128)]

@@ -86,41 +86,12 @@ __device__ __forceinline__ uint4 LoadA(const __nv_bfloat16* a, bool ok, int64_t 
   return r;
 }
 
-// LoadA from SiLU-and-mul inputs (GroupedGemmParams::a_gate_up): 8 k of gate (g) and up (u)
-// fp32, silu(g) * u as SiluAndMulKernel computes it (g / (1 + expf(-g)) * u), rounded to bf16.
-__device__ __forceinline__ uint4 LoadASilu(const float* gu, bool ok, int64_t k, int64_t K, bool vec) {
-  uint4 r = make_uint4(0, 0, 0, 0);
-  if (!ok || k >= K) return r;
-  float g[8], u[8];
-  if (vec) {
-    const float4 g0 = __ldg(reinterpret_cast<const float4*>(gu + k)), g1 = __ldg(reinterpret_cast<const float4*>(gu + k + 4));
-    const float4 u0 = __ldg(reinterpret_cast<const float4*>(gu + K + k));
-    const float4 u1 = __ldg(reinterpret_cast<const float4*>(gu + K + k + 4));
-    g[0] = g0.x; g[1] = g0.y; g[2] = g0.z; g[3] = g0.w; g[4] = g1.x; g[5] = g1.y; g[6] = g1.z; g[7] = g1.w;
-    u[0] = u0.x; u[1] = u0.y; u[2] = u0.z; u[3] = u0.w; u[4] = u1.x; u[5] = u1.y; u[6] = u1.z; u[7] = u1.w;
-  } else {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      g[i] = k + i < K ? gu[k + i] : 0.f;
-      u[i] = k + i < K ? gu[K + k + i] : 0.f;
-    }
-  }
-  __nv_bfloat16 v[8];
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const float a = g[i], b = u[i];
-    v[i] = k + i < K ? __float2bfloat16_rn(a / (1.0f + expf(-a)) * b) : __float2bfloat16_rn(0.f);
-  }
-  __builtin_memcpy(&r, v, 16);
-  return r;
-}
-
 // Block (blockIdx.x = tile of kMT x 16 weight rows, blockIdx.y = non-empty group slot), kWarps
 // warps splitting K in chunks of 64 bytes per weight row (4 lanes x 16 bytes). mma fragment mapping ("swap AB"):
 // lane (g = lane / 4, q = lane % 4) holds weight rows n0 + g and n0 + g + 8 and activation row
 // t0 + g; the 16 contiguous bytes a lane loads are the k values it owns in kEpl / 4 consecutive
 // k16 steps (the dot product is order-free, so A and B only need the same k permutation).
-template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv, bool kSilu = false>
+template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(GroupedGemmParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   constexpr int kThreads = kWarps * 32;
@@ -189,9 +160,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
     wA[mt] = static_cast<const uint8_t*>(p.w) + (e * N + nA) * K * kEs;
     wB[mt] = static_cast<const uint8_t*>(p.w) + (e * N + nB) * K * kEs;
   }
-  const bool vec = (K * kEs) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 &&
-                   (kSilu ? K % 8 == 0 && p.lda % 4 == 0 && reinterpret_cast<uintptr_t>(p.a_gate_up) % 16 == 0
-                          : p.lda % 8 == 0 && reinterpret_cast<uintptr_t>(p.a) % 16 == 0);
+  const bool vec = (K * kEs) % 16 == 0 && reinterpret_cast<uintptr_t>(p.w) % 16 == 0 && p.lda % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.a) % 16 == 0;
   const int64_t nchunks = (K + kChunkK - 1) / kChunkK;
   const int64_t kb_count = (K + 127) / 128, nb_count = (N + 127) / 128;
   // FP8 block scales of each m-tile's 128-row block (16-row tiles never straddle one).
@@ -205,7 +175,6 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
   for (int64_t t0 = 0; t0 < rows; t0 += 8 * kNT) {
     float acc[kMT][kNT][4];
     const __nv_bfloat16* arow[kNT];
-    const float* grow[kNT];  // kSilu: the gate / up row
     bool aok[kNT];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
@@ -213,8 +182,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
       aok[nt] = t < rows;
       // Gathered rows: the source row of product row row0 + t (read only for rows of the group).
       const int64_t ar = p.a_rows == nullptr ? row0 + t : aok[nt] ? int64_t{p.a_rows[row0 + t]} : 0;
-      if constexpr (kSilu) grow[nt] = p.a_gate_up + ar * p.lda;
-      else arow[nt] = p.a + ar * p.lda;
+      arow[nt] = p.a + ar * p.lda;
     }
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -235,10 +203,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-          for (int v = 0; v < kAv; ++v) {
-            if constexpr (kSilu) av[u][nt][v] = LoadASilu(grow[nt], aok[nt], kl + 8 * v, K, vec);
-            else av[u][nt][v] = LoadA(arow[nt], aok[nt], kl + 8 * v, K, vec);
-          }
+          for (int v = 0; v < kAv; ++v) av[u][nt][v] = LoadA(arow[nt], aok[nt], kl + 8 * v, K, vec);
       }
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
@@ -550,14 +515,7 @@ void LaunchV(const KArgs& a, int64_t slots, bool gen) {
   if (gen)
     LaunchKernel(SkinnyGemmKernelGen<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                  a.p.stream, a.p.pdl, a);
-  else if constexpr (kNT == 1) {
-    if (a.p.a_gate_up != nullptr)
-      LaunchKernel(SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div, true>, grid, v.warps * 32,
-                   0, a.p.stream, a.p.pdl, a.p);
-    else
-      LaunchKernel(SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
-                   a.p.stream, a.p.pdl, a.p);
-  } else
+  else
     LaunchKernel(SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                  a.p.stream, a.p.pdl, a.p);
 }
@@ -676,9 +634,6 @@ void SkinnyGemm(const SkinnyGemmParams& sp) {
   // strides other than the contiguous [E, N, K] layout.
   const bool gen = plan.splits > 1 || (p.offsets == nullptr && p.num_experts > 1) || sp.group_stride_a != 0 ||
                    sp.group_stride_out != 0 || (sp.group_stride_w >= 0 && sp.group_stride_w != p.N * p.K);
-  // SiLU inputs: the plain kernel at <= 8 rows a group only (SkinnyGemmSiluSupported).
-  DS_CHECK(p.a_gate_up == nullptr || (!gen && !nt2))
-      << "SkinnyGemm: SiLU inputs (a_gate_up) need the unsplit grouped form and <= 8 rows a group";
   if (p.w_fp8) {
     if (nt2) Launch<true, 2>(a, slots, v, gen); else Launch<true, 1>(a, slots, v, gen);
   } else {

@@ -24,11 +24,6 @@
 // second kernel (SkinnyGemmKernelGen); MoE and unsplit dense GEMMs keep the plain kernel, whose
 // register-capped variants lost 6-33% with the general form's registers.
 //
-// SiLU inputs (GroupedGemmParams::a_gate_up, the MoE down projection at decode sizes): the plain
-// kernel's activation loads read 8 k of gate and of up in fp32 and form bf16(silu(g) * u) with
-// SiluAndMul's arithmetic, so the product is bit-identical to SiluAndMul + this GEMM; only with
-// offsets, <= 8 rows a group and no K split (else CheckError).
-//
 // Segments need no padding (any offsets work; the runner permutes with row_align 1 for this
 // kernel). Empty groups cost one early-exiting block per grid slot: the grid has
 // max_active_groups slots and block j finds the j-th non-empty group from the device offsets
