@@ -1,7 +1,8 @@
 // Grouped FP8 GEMV for the MoE routed experts at decode sizes (CudaRunnerOptions::
 // fp8_gemv_experts, on by default for passes of 2-8 tokens since session 8; first H200 run in
 // session 7 run 11, V3 gate_up 1.27x SkinnyGemm at 8 experts x 1 row; with bf16 weights
-// (w_bf16, gemv_experts_bf16, opt-in) since session 8): the experts a
+// (w_bf16, gemv_experts_bf16, since session 8; the runner's default from 8 tokens since session
+// 9)): the experts a
 // decode step touches, streamed with Fp8Gemv's TMA ring (fp8_gemv.h) instead of SkinnyGemm's
 // grouped form (skinny_gemm.h, ~0.77 of copy bandwidth on V3's experts; Fp8Gemv reaches
 // 0.81-0.92 on the dense projections).
@@ -47,7 +48,7 @@
 // Shared memory: Fp8Gemv's ring plus a 2 KB slot table (114.9 KB per CTA with the runtime's 1 KB:
 // 2 CTAs fit in the H200's 228 KB per SM). ptxas: 74 registers, no spills.
 //
-// BF16 weights (w_bf16; CudaRunnerOptions::gemv_experts_bf16, off by default; tests pass on the
+// BF16 weights (w_bf16; CudaRunnerOptions::gemv_experts_bf16, on from 8 tokens; tests pass on the
 // H200, session 8 run 3: V2-Lite gate_up at 6 experts 0.89 of copy with one CTA per SM, down 0.61;
 // for DeepSeek-V2-Lite's bf16 experts, where SkinnyGemm's grouped form
 // reaches 0.64-0.77 of copy bandwidth): the same kernel, a template on the weight type, with
