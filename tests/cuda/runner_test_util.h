@@ -277,6 +277,36 @@ inline std::vector<int64_t> FusedCountsPerPass(ModelRunner& runner,
   return got;
 }
 
+// The on / off comparison of one runner option that must not change any bit (a fusion computing
+// the same values in the same order, or scheduling only): a runner pair from `o` with CUDA graphs
+// on or off that differs only in what set(options, on) changes, RunFusionSchedule over both; every
+// logit must be bit-identical and finite. Prints one "[fixture] <label> <option> graphs=<0|1>: ..."
+// line and EXPECTs both; returns the two runners' graph stats ([0] off, [1] on) for the caller's
+// checks that the option's path ran.
+template <class SetFn>
+std::array<CudaGraphStats, 2> CompareOptionBitIdentical(const std::string& label, const char* option,
+                                                        CudaRunnerOptions o, bool graphs, SetFn set) {
+  std::array<CudaGraphStats, 2> stats{};
+  o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
+  o.cuda_graphs = graphs;
+  std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: off, 1: on
+  MakeRunnerPair(o, set, &runners);
+  if (!runners[0] || !runners[1]) {
+    ADD_FAILURE() << label << ": runner creation failed";
+    return stats;
+  }
+  RowDiff d;
+  RunFusionSchedule(runners, &d);
+  for (int i = 0; i < 2; ++i) stats[i] = GetCudaGraphStats(*runners[i]);
+  const bool pass = d.identical_rows == d.rows && d.nonfinite == 0;
+  std::printf("[fixture] %s %s graphs=%d: rows=%lld identical_rows=%lld nonfinite=%lld replayed=%lld%s\n", label.c_str(),
+              option, graphs ? 1 : 0, (long long)d.rows, (long long)d.identical_rows, (long long)d.nonfinite,
+              (long long)stats[1].replayed, pass ? " PASS" : " FAIL");
+  EXPECT_EQ(d.identical_rows, d.rows) << label << ": " << option << " must not change any bit";
+  EXPECT_EQ(d.nonfinite, 0) << label;
+  return stats;
+}
+
 // The on / off comparison of one runner option that changes an fp32 summation order (not the
 // bits of every row): a runner pair from `o` with CUDA graphs on or off that differs only in what
 // set(options, on) changes (MakeRunnerPair), RunFusionSchedule over both. Per row: cosine >=

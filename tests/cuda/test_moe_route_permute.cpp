@@ -68,31 +68,13 @@ void RunCase(const Case& c, int64_t n, int S, int ties, bool graph) {
   fp.topk_ids = fid.get();
   fp.topk_weights = fw.get();
   MoeRoutePermuteParams p{fp, dx.get(), ldx, d, S, foff.get(), fpos.get(), fsrc.get(), fxp.get(), sync.get(), nullptr};
-  const int launches = 3;
-  if (graph) {
-    cudaStream_t st;
-    DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    p.stream = st;
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    MoeRoutePermute(p);
-    DS_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-    DS_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    for (int i = 0; i < launches; ++i) {
-      if (i == launches - 1) { fid.Poison(); fw.Poison(); foff.Poison(); fpos.Poison(); fsrc.Poison(); fxp.Poison(); }
-      DS_CUDA_CHECK(cudaGraphLaunch(ge, st));
-      DS_CUDA_CHECK(cudaStreamSynchronize(st));
-    }
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
-    cudaStreamDestroy(st);
-  } else {
-    for (int i = 0; i < launches; ++i) {
-      if (i == launches - 1) { fid.Poison(); fw.Poison(); foff.Poison(); fpos.Poison(); fsrc.Poison(); fxp.Poison(); }
-      MoeRoutePermute(p);
-    }
-  }
+  LaunchRepeated(
+      graph, 3,
+      [&](cudaStream_t st) {
+        p.stream = st;
+        MoeRoutePermute(p);
+      },
+      [&] { fid.Poison(); fw.Poison(); foff.Poison(); fpos.Poison(); fsrc.Poison(); fxp.Poison(); });
   const auto ids = fid.Download(), ids_ref = rid.Download();
   const auto w = fw.Download(), w_ref = rw.Download();
   const auto off = foff.Download(), off_ref = roff.Download();

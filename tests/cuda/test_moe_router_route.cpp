@@ -90,31 +90,13 @@ void RunCase(const Case& c, int64_t n, bool tied, bool graph) {
   p.routing = Routing(c, in, n, ids.get(), w.get());
   p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
   const auto poison = [&] { logits.Poison(); w.Poison(); ids.Poison(); off.Poison(); pos.Poison(); src.Poison(); };
-  const int launches = 3;
-  if (graph) {
-    cudaStream_t st;
-    DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    p.stream = st;
-    cudaGraph_t g;
-    cudaGraphExec_t ge;
-    DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    MoeRouterRoute(p);
-    DS_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-    DS_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-    for (int i = 0; i < launches; ++i) {
-      if (i == launches - 1) poison();
-      DS_CUDA_CHECK(cudaGraphLaunch(ge, st));
-      DS_CUDA_CHECK(cudaStreamSynchronize(st));
-    }
-    DS_CUDA_CHECK(cudaGraphExecDestroy(ge));
-    DS_CUDA_CHECK(cudaGraphDestroy(g));
-    DS_CUDA_CHECK(cudaStreamDestroy(st));
-  } else {
-    for (int i = 0; i < launches; ++i) {
-      if (i == launches - 1) poison();
-      MoeRouterRoute(p);
-    }
-  }
+  LaunchRepeated(
+      graph, 3,
+      [&](cudaStream_t st) {
+        p.stream = st;
+        MoeRouterRoute(p);
+      },
+      poison);
   const Outputs got{logits.Download(), w.Download(), ids.Download(), off.Download(), pos.Download(), src.Download()};
   // The CPU's routing of the GPU's logits.
   std::vector<int32_t> ids_cpu(m);

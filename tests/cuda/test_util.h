@@ -79,6 +79,37 @@ inline bool Sm90Device(std::string* why) {
     }                           \
   } while (0)
 
+// Runs launch(stream) `launches` times (poison() before the last, so that only the last launch's
+// outputs count): directly on the legacy default stream, or, with graph, as replays of one CUDA
+// graph captured from a single launch on a new non-blocking stream (ops with device counters
+// that the last block resets must give the same results on every replay).
+template <class LaunchFn, class PoisonFn>
+void LaunchRepeated(bool graph, int launches, LaunchFn launch, PoisonFn poison) {
+  if (!graph) {
+    for (int i = 0; i < launches; ++i) {
+      if (i == launches - 1) poison();
+      launch(cudaStream_t{nullptr});
+    }
+    return;
+  }
+  cudaStream_t st;
+  DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  launch(st);
+  DS_CUDA_CHECK(cudaStreamEndCapture(st, &g));
+  DS_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < launches; ++i) {
+    if (i == launches - 1) poison();
+    DS_CUDA_CHECK(cudaGraphLaunch(ge, st));
+    DS_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
+  DS_CUDA_CHECK(cudaGraphExecDestroy(ge));
+  DS_CUDA_CHECK(cudaGraphDestroy(g));
+  DS_CUDA_CHECK(cudaStreamDestroy(st));
+}
+
 inline std::mt19937_64& Rng() {
   static std::mt19937_64 rng(std::random_device{}());
   return rng;
