@@ -277,6 +277,26 @@ inline std::vector<int64_t> FusedCountsPerPass(ModelRunner& runner,
   return got;
 }
 
+// The runner pair of an on / off comparison (MakeRunnerPair from `o` with kFusionSeqs x
+// kFusionMaxBlocks KV blocks and CUDA graphs on or off) through RunFusionSchedule: the logits'
+// difference in *d, the two runners' graph stats in *stats ([0] off, [1] on). False (and a test
+// failure) when a runner could not be made.
+template <class SetFn>
+bool RunOptionPair(const std::string& label, CudaRunnerOptions o, bool graphs, SetFn set, RowDiff* d,
+                   std::array<CudaGraphStats, 2>* stats) {
+  o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
+  o.cuda_graphs = graphs;
+  std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: off, 1: on
+  MakeRunnerPair(o, set, &runners);
+  if (!runners[0] || !runners[1]) {
+    ADD_FAILURE() << label << ": runner creation failed";
+    return false;
+  }
+  RunFusionSchedule(runners, d);
+  for (int i = 0; i < 2; ++i) (*stats)[i] = GetCudaGraphStats(*runners[i]);
+  return true;
+}
+
 // The on / off comparison of one runner option that must not change any bit (a fusion computing
 // the same values in the same order, or scheduling only): a runner pair from `o` with CUDA graphs
 // on or off that differs only in what set(options, on) changes, RunFusionSchedule over both; every
@@ -287,17 +307,8 @@ template <class SetFn>
 std::array<CudaGraphStats, 2> CompareOptionBitIdentical(const std::string& label, const char* option,
                                                         CudaRunnerOptions o, bool graphs, SetFn set) {
   std::array<CudaGraphStats, 2> stats{};
-  o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
-  o.cuda_graphs = graphs;
-  std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: off, 1: on
-  MakeRunnerPair(o, set, &runners);
-  if (!runners[0] || !runners[1]) {
-    ADD_FAILURE() << label << ": runner creation failed";
-    return stats;
-  }
   RowDiff d;
-  RunFusionSchedule(runners, &d);
-  for (int i = 0; i < 2; ++i) stats[i] = GetCudaGraphStats(*runners[i]);
+  if (!RunOptionPair(label, o, graphs, set, &d, &stats)) return stats;
   const bool pass = d.identical_rows == d.rows && d.nonfinite == 0;
   std::printf("[fixture] %s %s graphs=%d: rows=%lld identical_rows=%lld nonfinite=%lld replayed=%lld%s\n", label.c_str(),
               option, graphs ? 1 : 0, (long long)d.rows, (long long)d.identical_rows, (long long)d.nonfinite,
@@ -318,17 +329,8 @@ template <class SetFn>
 std::array<CudaGraphStats, 2> CompareOptionWithinBounds(const std::string& label, const char* option, CudaRunnerOptions o,
                                                         bool graphs, bool expect_change, SetFn set) {
   std::array<CudaGraphStats, 2> stats{};
-  o.num_kv_blocks = kFusionSeqs * kFusionMaxBlocks;
-  o.cuda_graphs = graphs;
-  std::array<std::unique_ptr<ModelRunner>, 2> runners;  // 0: off, 1: on
-  MakeRunnerPair(o, set, &runners);
-  if (!runners[0] || !runners[1]) {
-    ADD_FAILURE() << label << ": runner creation failed";
-    return stats;
-  }
   RowDiff d;
-  RunFusionSchedule(runners, &d);
-  for (int i = 0; i < 2; ++i) stats[i] = GetCudaGraphStats(*runners[i]);
+  if (!RunOptionPair(label, o, graphs, set, &d, &stats)) return stats;
   const bool changed_ok = !expect_change || d.identical_rows < d.rows;
   const bool pass = d.nonfinite == 0 && d.min_cos >= 0.9999 && d.max_rel <= 1e-2 && changed_ok;
   std::printf("[fixture] %s %s graphs=%d: rows=%lld min_cos=%.7f max_rel_l2=%.3e identical_rows=%lld%s nonfinite=%lld%s\n",

@@ -18,13 +18,6 @@
 namespace ds::cuda::test {
 namespace {
 
-int64_t BitMismatches(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return -1;
-  int64_t bad = 0;
-  for (size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], 4) != 0;
-  return bad;
-}
-
 // S > 0: fused shared groups in fp32 y (rows m + s n + t), routed rows rounded to bf16 in the
 // kernel; the unfused reference gets base = sum_s y_s (host fp32, same order) and bf16 y.
 void RunCase(int64_t n, int64_t d, int64_t K, bool base, int S, bool skip, bool norm, const char* tag) {

@@ -18,14 +18,6 @@ namespace {
 
 struct Case { const char* name; int64_t E; int top_k, n_group, topk_group, scoring, method; bool norm, bias; float scale; int64_t d; };
 
-template <typename T>
-int64_t BitMismatches(const std::vector<T>& a, const std::vector<T>& b) {
-  if (a.size() != b.size()) return -1;
-  int64_t bad = 0;
-  for (size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
-  return bad;
-}
-
 uint16_t Bits(__nv_bfloat16 v) {
   uint16_t b;
   std::memcpy(&b, &v, 2);

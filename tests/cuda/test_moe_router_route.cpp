@@ -31,14 +31,6 @@ const Case kCases[] = {
     {"odd_greedy_sigmoid_norm", 10, 3, 1, 1, 1, 0, true, false, 1.0f, 64},
 };
 
-template <typename T>
-int64_t BitMismatches(const std::vector<T>& a, const std::vector<T>& b) {
-  if (a.size() != b.size()) return -1;
-  int64_t bad = 0;
-  for (size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
-  return bad;
-}
-
 struct Outputs {
   std::vector<float> logits, w;
   std::vector<int32_t> ids, off, pos, src;

@@ -110,6 +110,15 @@ void LaunchRepeated(bool graph, int launches, LaunchFn launch, PoisonFn poison) 
   DS_CUDA_CHECK(cudaStreamDestroy(st));
 }
 
+// Elements of a and b whose bytes differ (-1 when the sizes differ): bit-identity checks.
+template <typename T>
+int64_t BitMismatches(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return -1;
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return bad;
+}
+
 inline std::mt19937_64& Rng() {
   static std::mt19937_64 rng(std::random_device{}());
   return rng;
