@@ -236,6 +236,56 @@ std::vector<float> RunSkinnyGrouped(GroupedCase<X>& c, int64_t max_active) {
   return got;
 }
 
+// Gathered rows (Fp8GemvGroupedParams::a_rows, one-row groups: a decode step of one token after
+// MoeRouterRoute): `rows` (0 or 1 per group) over x's experts; permuted row r reads source row
+// map[r] of a src_rows-row source (several groups may read one row, as every expert of a token
+// reads the token's row). The gathered launch must give the bits of the launch on the permuted
+// copy (same plan, same sums), the reference, and nothing outside the groups' rows; groups of
+// more than one row are rejected with a_rows.
+template <class X>
+void CheckGatheredRows(const GroupedOp& op, const std::string& name, const X& x, const std::vector<int32_t>& rows,
+                       int64_t src_rows) {
+  Workspace ws;
+  GroupedCase<X> c(x, rows, 8, 3);
+  ASSERT_EQ(c.max_group_rows, 1) << name;
+  std::vector<int32_t> map(c.R);
+  for (int64_t r = 0; r < c.R; ++r) map[r] = static_cast<int32_t>((r * 7 + 1) % src_rows);
+  std::vector<float> src(src_rows * c.lda, kGroupedNaN);
+  const std::vector<float> v = RoundBf16Vec(RandomNormal(src_rows * x.K));
+  for (int64_t t = 0; t < src_rows; ++t) std::copy(v.begin() + t * x.K, v.begin() + (t + 1) * x.K, src.begin() + t * c.lda);
+  std::vector<float> a(c.max_rows * c.lda, kGroupedNaN);  // the permuted copy
+  for (int64_t r = 0; r < c.R; ++r)
+    std::copy(src.begin() + map[r] * c.lda, src.begin() + (map[r] + 1) * c.lda, a.begin() + r * c.lda);
+  c.da->Upload(ToBf16(a));
+  const std::vector<float> ref = x.Reference(a, c.lda, c.off, -1);
+  Dev<__nv_bfloat16> dsrc(ToBf16(src));
+  Dev<int32_t> dmap(map);
+  for (bool bf16_out : {false, true}) {
+    Fp8GemvGroupedParams p = c.Params(c.active, bf16_out, 0, ws);
+    const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
+    if (plan.tma) {
+      ws.Fit(plan.workspace_bytes);
+      p = c.Params(c.active, bf16_out, 0, ws);
+    }
+    p.max_group_rows = 1;
+    const std::vector<float> copy_out = LaunchInto(c, p);
+    Fp8GemvGroupedParams pg = p;
+    pg.a = dsrc.get();
+    pg.a_rows = dmap.get();
+    pg.a_src_rows = src_rows;
+    const std::vector<float> got = LaunchInto(c, pg);
+    const std::string cas = name + "_src" + std::to_string(src_rows) + (bf16_out ? "_bf16" : "_f32") +
+                            (plan.tma ? "_tma" : "_generic");
+    const int64_t differ = BitMismatches(got, copy_out);
+    std::printf("[metric] op=%s_gathered_rows case=%s rows=%lld differing_vs_copy=%lld%s\n", op.name, cas.c_str(),
+                (long long)c.R, (long long)differ, differ == 0 ? " PASS" : " FAIL");
+    EXPECT_EQ(differ, 0) << cas << ": gathered rows must give the permuted copy's bits";
+    ExpectClose(op.name, cas, got, ref, bf16_out ? op.bound_bf16 : op.bound_f32);
+    pg.max_group_rows = 2;
+    EXPECT_THROW(Fp8GemvGrouped(pg), CheckError) << cas << ": a_rows with groups of two rows";
+  }
+}
+
 // Captured once in a CUDA graph (layout rows_a, max_active_groups `bound`, max_group_rows 8):
 // two replays equal the eager launch bit for bit; then new device offsets (rows_b: other
 // experts, other row counts within the capture's bounds, the same total) and new activations:

@@ -321,5 +321,16 @@ TEST(CudaFp8GemvGrouped, RejectsBadInput) {
   CheckWorkspaceRequired(c, 2);
 }
 
+// Gathered rows (a_rows; the batch-1 gate_up after MoeRouterRoute): V3's gate_up with a token's
+// 8 experts reading its one row, and 3 source rows over 12 experts.
+TEST(CudaFp8GemvGrouped, GatheredRowsMatchPermutedCopy) {
+  std::vector<int32_t> eight(256, 0);
+  for (int e : {0, 7, 64, 65, 130, 200, 201, 255}) eight[e] = 1;
+  CheckGatheredRows(kOp, "v3_gate_up_t1", Experts(256, 4096, 7168), eight, 1);
+  std::vector<int32_t> twelve(16, 1);
+  twelve[2] = twelve[9] = twelve[15] = twelve[7] = 0;
+  CheckGatheredRows(kOp, "v3_down_12x1", Experts(16, 7168, 2048), twelve, 3);
+}
+
 }  // namespace
 }  // namespace ds::cuda::test

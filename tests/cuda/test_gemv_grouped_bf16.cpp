@@ -313,5 +313,18 @@ TEST(CudaGemvGroupedBf16, PlanAndBadInput) {
   RunCase("N256_K512_no_scales", c, ws, 2, false, 0, Fp8GemvGroupedPlanFor(c.Params(2, false, 0, ws)).tma);
 }
 
+// Gathered rows (a_rows; the batch-1 gate_up after MoeRouterRoute): V2-Lite's gate_up with a
+// token's 6 experts reading its one row, 3 source rows over 12 experts, and an odd K (the generic
+// path).
+TEST(CudaGemvGroupedBf16, GatheredRowsMatchPermutedCopy) {
+  std::vector<int32_t> six(64, 0);
+  for (int e : {3, 10, 11, 40, 41, 63}) six[e] = 1;
+  CheckGatheredRows(kOp, "v2lite_gate_up_t1", Bf16Experts(64, 2816, 2048), six, 1);
+  std::vector<int32_t> twelve(16, 1);
+  twelve[2] = twelve[9] = twelve[15] = twelve[7] = 0;
+  CheckGatheredRows(kOp, "v2lite_down_12x1", Bf16Experts(16, 2048, 1408), twelve, 3);
+  CheckGatheredRows(kOp, "odd_k_generic", Bf16Experts(5, 200, 2052), std::vector<int32_t>{1, 0, 1, 1, 1}, 2);
+}
+
 }  // namespace
 }  // namespace ds::cuda::test

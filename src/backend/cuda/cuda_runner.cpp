@@ -541,11 +541,13 @@ void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, flo
 }
 
 void CudaModelRunner::RunGemvExperts(const GroupedGemmParams& g, int64_t max_group_rows,
-                                     int64_t max_active_groups) {
+                                     int64_t max_active_groups, int64_t a_src_rows) {
   DS_CHECK(g.offsets != nullptr) << "RunGemvExperts: device offsets only";
-  DS_CHECK(g.a_rows == nullptr) << "RunGemvExperts: no gathered rows (a_rows)";
+  DS_CHECK(g.a_rows == nullptr || (a_src_rows > 0 && max_group_rows == 1))
+      << "RunGemvExperts: gathered rows (a_rows) need one-row groups and the source's rows";
   Fp8GemvGroupedParams p;
   p.a = g.a; p.lda = g.lda; p.max_rows = g.max_rows; p.offsets = g.offsets;
+  p.a_rows = g.a_rows; p.a_src_rows = g.a_rows != nullptr ? a_src_rows : 0;
   p.w = g.w; p.w_bf16 = !g.w_fp8; p.w_scales = g.w_fp8 ? g.w_scales : nullptr;  // not fp8: bf16 experts
   p.out = g.out; p.out_bf16 = g.out_type == DTypeOut::kBF16; p.ldo = g.ldo;
   p.num_experts = g.num_experts; p.N = g.N; p.K = g.K;
@@ -738,6 +740,10 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   // copy. Like fuse_route, it depends on T only through the graph buckets' bounds.
   const bool router_route = opts_.fused_router_route && fuse_route && S == 0 && !gemv_experts &&
                             opts_.router_gemv && Hd % 4 == 0 && MoeRouterRouteSupported(T, E, K);
+  // gemv_experts_gather: at one token, the routed gate_up on the grouped GEMV, reading the
+  // token's row by src_row (one-row groups); down stays on SkinnyGemm.
+  const bool gate_up_gather = opts_.gemv_experts_gather && router_route && T == 1 &&
+                              (LW.experts_fp8 ? opts_.fp8_gemv_experts : opts_.gemv_experts_bf16);
   // Router (fp32, as the CPU and transformers), routing.
   rlogits_.Reserve(Tr * E * sizeof(float));
   topk_ids_.Reserve(Tr * K * 4);
@@ -834,6 +840,8 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   const auto expert_gemm = [&](const GroupedGemmParams& gp, bool down) {
     if (gemv_experts && (LW.experts_fp8 || !down || opts_.gemv_experts_bf16_down))
       RunGemvExperts(gp, T, std::min(E, T * K) + S);
+    else if (gate_up_gather && !down)
+      RunGemvExperts(gp, 1, std::min(E, K), /*a_src_rows=*/T);
     else if (skinny) SkinnyGemm({gp, T, std::min(E, T * K) + S});
     else GroupedGemm(gp);
   };

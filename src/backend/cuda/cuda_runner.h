@@ -190,6 +190,14 @@ struct CudaRunnerOptions {
   // gate_up then starts early into the side branch's shared-expert GEMMs). The CLI reads
   // DS_ROUTER_ROUTE=0 to turn it off.
   bool fused_router_route = true;
+  // At one token with fused_router_route, the routed gate_up on the grouped GEMV (FP8 experts
+  // with fp8_gemv_experts, bf16 with gemv_experts_bf16; its CTA plans as above) reading the
+  // token's row by src_row (Fp8GemvGroupedParams::a_rows, one-row groups); down stays on
+  // SkinnyGemm. For V2-Lite's batch-1 gate_up, where the bf16 GEMV streamed 0.89 of copy with
+  // one CTA per SM against SkinnyGemm's 0.74 (session 8 run 3). Other fp32 summation order
+  // (CudaRunnerGemvExpertsGather.*). Opt-in: written in session 9 without a GPU, not yet run on
+  // one. The CLI reads DS_GEMV_EXPERTS_GATHER=1.
+  bool gemv_experts_gather = false;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured

@@ -250,7 +250,8 @@ class CudaModelRunner : public ModelRunner {
   // device offsets, <= 8 rows per group) on Fp8GemvGrouped (fp8_gemv_grouped.h; w_bf16 for BF16
   // experts), its workspace grown (and zeroed) outside graph capture: the eager pass of a shape
   // precedes its capture.
-  void RunGemvExperts(const GroupedGemmParams& g, int64_t max_group_rows, int64_t max_active_groups);
+  void RunGemvExperts(const GroupedGemmParams& g, int64_t max_group_rows, int64_t max_active_groups,
+                      int64_t a_src_rows = 0);
   // Device copy of {0, rows} (the one-group offsets of the in-kernel FP8 linear), made once.
   const int32_t* OneGroupOffsets(int64_t rows);
   std::map<std::pair<int, int>, std::unique_ptr<DecodeGraph>> graphs_;

@@ -42,6 +42,7 @@ static_assert((2 * kStages * 8 + kStages * 4) % 8 == 0, "the per-stage int2 must
 
 struct KArgs {
   const int32_t* offsets;  // [E + 1]
+  const int32_t* a_rows;   // gathered rows (one-row groups) or nullptr
   const float* scales;     // [E, tiles, kb] (e4m3 weights; unused with bf16)
   void* out;
   int64_t ldo;
@@ -152,6 +153,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       int j = static_cast<int>(gt0 / tiles), t = static_cast<int>(gt0 % tiles);
       int e = s_group[j];
       int row0 = p.offsets[e], rows = p.offsets[e + 1] - row0;
+      // The activation rows' TMA coordinate: the group's first row, or its gathered source row.
+      int arow = p.a_rows != nullptr ? p.a_rows[row0] : row0;
       uint32_t phase = 0;
       for (int i = 0; i < n_units; ++i) {
         if (i >= kStages) MbarWait(bar_empty + st * 8, phase ^ 1u);
@@ -159,9 +162,9 @@ __global__ void __launch_bounds__(kThreads, 2)
         info_sm[st] = make_int2(row0, rows);
         BarExpectTx(full, kStageBytes);  // arrival 1 (of 2; bf16: of 1), releases the store above; + box bytes
         TmaLoad2d(dst, &wmap, kb * G::kK, e * p.N + t * kTileRows, full, pol_w);
-        TmaLoad2d(dst + kWBytes, &amap, kb * G::kK, row0, full, pol_a);
+        TmaLoad2d(dst + kWBytes, &amap, kb * G::kK, arow, full, pol_a);
         if constexpr (!kBf16W) {
-          TmaLoad2d(dst + kWBytes + kABoxBytes, &amap, kb * kUnitK + 64, row0, full, pol_a);
+          TmaLoad2d(dst + kWBytes + kABoxBytes, &amap, kb * kUnitK + 64, arow, full, pol_a);
           CpAsync4(s_scale + st * 4, p.scales + (int64_t{e} * tiles + t) * KB + kb);  // scales [e, tile, kb]
           CpAsyncArriveNoinc(full);  // arrival 2 of 2, once the scale has landed
         }
@@ -173,6 +176,7 @@ __global__ void __launch_bounds__(kThreads, 2)
             e = s_group[++j];
             row0 = p.offsets[e];
             rows = p.offsets[e + 1] - row0;
+            arow = p.a_rows != nullptr ? p.a_rows[row0] : row0;
           }
         }
       }
@@ -268,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 struct GArgs {
   const __nv_bfloat16* a;
   int64_t lda;
+  const int32_t* a_rows;   // gathered rows (one-row groups) or nullptr
   const int32_t* offsets;
   const void* w;           // [E, N, K] e4m3 or bf16
   const float* scales;     // e4m3 only
@@ -302,7 +307,7 @@ __global__ void __launch_bounds__(kGenThreads) Fp8GemvGroupedGenericKernel(const
   const uint8_t* wr = static_cast<const uint8_t*>(p.w) + w0;
   const __nv_bfloat16* wr16 = static_cast<const __nv_bfloat16*>(p.w) + w0;
   const float* srow = p.scales + (e * NB + n / 128) * KB;  // e4m3 only
-  const __nv_bfloat16* a = p.a + row0 * p.lda;
+  const __nv_bfloat16* a = p.a + (p.a_rows != nullptr ? int64_t{p.a_rows[row0]} : row0) * p.lda;
   float acc[kRows] = {};
   for (int64_t kb = 0; kb < KB; ++kb) {
     float part[kRows] = {};
@@ -358,6 +363,9 @@ void CheckShape(const Fp8GemvGroupedParams& p) {
       << name << ": max_group_rows = " << p.max_group_rows << " (0.." << kFp8GemvGroupedMaxRows << ")";
   DS_CHECK(p.max_rows == 0 || (p.lda >= p.K && p.ldo >= p.N))
       << name << ": lda " << p.lda << " < K " << p.K << " or ldo " << p.ldo << " < N " << p.N;
+  DS_CHECK(p.a_rows == nullptr || (p.max_group_rows <= 1 && p.a_src_rows >= 1 && p.a_src_rows < (int64_t{1} << 31)))
+      << name << ": gathered rows (a_rows) need groups of one row (max_group_rows " << p.max_group_rows
+      << ") and the source's rows (a_src_rows " << p.a_src_rows << ")";
 }
 
 int64_t Slots(const Fp8GemvGroupedParams& p) {
@@ -385,9 +393,13 @@ void LaunchTma(const Fp8GemvGroupedParams& p, const Fp8GemvGroupedPlan& plan) {
   const CUtensorMap wmap =
       kBf16W ? MakeMap(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.w, p.K, p.num_experts * p.N, p.K * 2, G::kK, kTileRows)
              : MakeMap(CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, p.K, p.num_experts * p.N, p.K, G::kK, kTileRows);
-  const CUtensorMap amap = MakeMap(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, p.K, p.max_rows, p.lda * 2, 64, 8);
+  // Activations [rows, K]: the permuted rows, or with a_rows the source's a_src_rows rows (a box
+  // past the extent is zero-filled; only its first row is used for a one-row group).
+  const CUtensorMap amap = MakeMap(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, p.K, p.a_rows ? p.a_src_rows : p.max_rows,
+                                   p.lda * 2, 64, 8);
   KArgs k{};
   k.offsets = p.offsets;
+  k.a_rows = p.a_rows;
   k.scales = kBf16W ? nullptr : p.w_scales;
   k.out = p.out;
   k.ldo = p.ldo;
@@ -439,7 +451,7 @@ void Fp8GemvGrouped(const Fp8GemvGroupedParams& p) {
   const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
   if (!plan.tma) {
     DS_CHECK(plan.slots < 65536) << name << ": too many slots for the generic path: " << plan.slots;
-    const GArgs g{p.a, p.lda, p.offsets, p.w, p.w_bf16 ? nullptr : p.w_scales, p.out, p.ldo,
+    const GArgs g{p.a, p.lda, p.a_rows, p.offsets, p.w, p.w_bf16 ? nullptr : p.w_scales, p.out, p.ldo,
                   static_cast<int>(p.num_experts), p.N, p.K, p.out_bf16};
     const dim3 grid(static_cast<unsigned>(dev::CeilDiv(p.N, 8)), static_cast<unsigned>(plan.slots));
     if (p.w_bf16) LaunchKernel(Fp8GemvGroupedGenericKernel<true>, grid, kGenThreads, 0, p.stream, p.pdl, g);

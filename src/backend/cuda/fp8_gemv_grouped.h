@@ -89,6 +89,12 @@ inline constexpr int64_t kFp8GemvGroupedMaxSlots = 1024;
 struct Fp8GemvGroupedParams {
   const __nv_bfloat16* a = nullptr;  // [max_rows, K] bf16, row stride lda (elements, >= K)
   int64_t lda = 0;
+  // Gathered rows (groups of one row only: max_group_rows <= 1; the MoE decode step of one token
+  // after MoeRouterRoute): group e's row offsets[e] reads a + a_rows[offsets[e]] * lda, and `a`
+  // holds a_src_rows rows (the TMA map's extent). nullptr: no gather. Session 9, written without
+  // a GPU: not yet run on one.
+  const int32_t* a_rows = nullptr;
+  int64_t a_src_rows = 0;
   int64_t max_rows = 0;              // rows allocated in a and out (>= offsets[E])
   const int32_t* offsets = nullptr;  // [E + 1] device, prefix sums of the group sizes
   const void* w = nullptr;           // [E, N, K] e4m3 (bf16 with w_bf16), row-major
