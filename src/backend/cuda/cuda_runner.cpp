@@ -51,6 +51,9 @@ namespace ds::cuda {
 namespace runner_impl {
 
 constexpr float kDummyStd = 0.02f;
+// fused_down_combine: the largest pass whose combine + norm runs in the down GEMM's last block
+// (one block does every token's row in turn).
+constexpr int64_t kDownCombineMaxTokens = 2;
 
 template <typename T>
 void Upload(DeviceBuffer* b, const std::vector<T>& h) {
@@ -367,6 +370,8 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   if (opts_.fused_moe_route || opts_.fused_moe_shared) {
     route_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
+    down_combine_sync_.Reset(sizeof(uint32_t));
+    DS_CUDA_CHECK(cudaMemsetAsync(down_combine_sync_.get(), 0, sizeof(uint32_t), s_));
   }
   if (opts_.mla_decode_fused_combine) {  // allocated and zeroed here, outside any graph capture
     mla_split_cnt_.Reset(kMlaSplitCounters * sizeof(uint32_t));
@@ -837,6 +842,43 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   for (GroupedGemmParams* gp : {&g, &g2}) { gp->workspace = moe_gg_ws_.get(); gp->workspace_bytes = moe_gg_ws_.size(); }
   for (GroupedGemmSm90Params* fp : {&f1, &f2}) { fp->workspace = moe_gg_ws_.get(); fp->workspace_bytes = moe_gg_ws_.size(); }
   // BF16 experts: the down GEMM may stay on SkinnyGemm (gemv_experts_bf16_down).
+  // The combine (+ residual + next norm): MoeCombineNorm after the experts, or with
+  // fused_down_combine the down GEMM's epilogue (skinny_gemm.h, SkinnyCombineEpilogue) for
+  // passes of <= kDownCombineMaxTokens tokens whose down GEMM is SkinnyGemm's plain kernel: one
+  // launch fewer, the same bits. The shared experts' output (the combine's base) must then be
+  // ready before the down GEMM: the side branch joins there instead of before the combine.
+  const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
+  const bool last = l + 1 == cfg_.num_hidden_layers;
+  const auto combine_params = [&]() {
+    // out (+)= shared + sum_j w_j y_j, and with fuse_norm: residual += that, h32 = the next norm.
+    MoeCombineNormParams cp{};
+    cp.y = ey16_.get(); cp.y_bf16 = S == 0; cp.ldy = Hd; cp.round_y_bf16 = S > 0;
+    cp.pos = moe_pos_.as<int32_t>(); cp.weights = topk_w_.as<float>(); cp.n = T; cp.top_k = K; cp.d = Hd;
+    if (LW.has_mlp && S == 0) { cp.base = out; cp.ld_base = Hd; }
+    cp.num_shared = static_cast<int>(S); cp.shared_row0 = T * K;
+    cp.stream = s_;
+    cp.pdl = opts_.pdl;
+    if (!fuse_norm) {
+      cp.moe_out = out; cp.ld_moe_out = Hd;
+      return cp;
+    }
+    cp.residual = residual_.as<float>(); cp.ldres = Hd;
+    cp.norm_weight = last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
+    cp.eps = static_cast<float>(cfg_.rms_norm_eps);
+    cp.out = h32_.as<float>(); cp.ldout = Hd;
+    cp.out_bf16 = h16_.as<bf16>(); cp.ldout_bf16 = Hd;  // the next projections' bf16 input
+    return cp;
+  };
+  const bool down_on_gemv = gemv_experts && (LW.experts_fp8 || opts_.gemv_experts_bf16_down);
+  SkinnyGemmParams down_sp{g2, T, std::min(E, T * K) + S};
+  SkinnyCombineEpilogue down_epi{};
+  const bool down_combine = opts_.fused_down_combine && fuse_norm && S == 0 && skinny && !fp8x8 && !down_on_gemv &&
+                            T <= kDownCombineMaxTokens && SkinnyCombineFits(down_sp, Hd, K);
+  if (down_combine) {
+    down_epi.cn = combine_params();
+    down_epi.counter = down_combine_sync_.as<uint32_t>();
+    down_sp.combine = &down_epi;
+  }
   const auto expert_gemm = [&](const GroupedGemmParams& gp, bool down) {
     if (gemv_experts && (LW.experts_fp8 || !down || opts_.gemv_experts_bf16_down))
       RunGemvExperts(gp, T, std::min(E, T * K) + S);
@@ -856,38 +898,31 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     expert_gemm(g, false);
     SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
                 ScaleLayout::kGroupMajor, cap, I, s_, opts_.pdl});
-    expert_gemm(g2, true);
+    if (down_combine) {
+      if (side_shared) JoinSide();
+      else if (shared_mlp) dense(LW.gate_up, LW.down);
+      SkinnyGemm(down_sp);  // with the combine + norm in its last block
+      ++graph_stats_.fused_launches;
+      ++graph_stats_.down_combine_layers;
+    } else {
+      expert_gemm(g2, true);
+    }
   }
   // Shared experts write `out` (unless stacked), the routed experts are added with their weights.
   Mark("moe_experts");
+  if (down_combine) {
+    Mark("moe_shared");
+    return true;
+  }
   if (side_shared) JoinSide();  // with the side branch, moe_shared is the wait for it
   else if (shared_mlp) dense(LW.gate_up, LW.down);
   Mark("moe_shared");
-  const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
   if (!fuse_norm && S == 0) {
     MoeCombine({ey16_.get(), true, Hd, moe_pos_.as<int32_t>(), topk_w_.as<float>(), T, K, Hd, out, Hd, LW.has_mlp, s_});
     return false;
   }
-  // out (+)= shared + sum_j w_j y_j, and with fuse_norm: residual += that, h32 = the next norm.
-  MoeCombineNormParams cp{};
-  cp.y = ey16_.get(); cp.y_bf16 = S == 0; cp.ldy = Hd; cp.round_y_bf16 = S > 0;
-  cp.pos = moe_pos_.as<int32_t>(); cp.weights = topk_w_.as<float>(); cp.n = T; cp.top_k = K; cp.d = Hd;
-  if (LW.has_mlp && S == 0) { cp.base = out; cp.ld_base = Hd; }
-  cp.num_shared = static_cast<int>(S); cp.shared_row0 = T * K;
-  cp.stream = s_;
-  cp.pdl = opts_.pdl;
-  if (!fuse_norm) {
-    cp.moe_out = out; cp.ld_moe_out = Hd;
-    MoeCombineNorm(cp);
-    return false;
-  }
-  const bool last = l + 1 == cfg_.num_hidden_layers;
-  cp.residual = residual_.as<float>(); cp.ldres = Hd;
-  cp.norm_weight = last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
-  cp.eps = static_cast<float>(cfg_.rms_norm_eps);
-  cp.out = h32_.as<float>(); cp.ldout = Hd;
-  cp.out_bf16 = h16_.as<bf16>(); cp.ldout_bf16 = Hd;  // the next projections' bf16 input
-  MoeCombineNorm(cp);
+  MoeCombineNorm(combine_params());
+  if (!fuse_norm) return false;
   ++graph_stats_.fused_launches;
   return true;
 }

@@ -198,6 +198,14 @@ struct CudaRunnerOptions {
   // (CudaRunnerGemvExpertsGather.*). Opt-in: written in session 9 without a GPU, not yet run on
   // one. The CLI reads DS_GEMV_EXPERTS_GATHER=1.
   bool gemv_experts_gather = false;
+  // The MoE combine + residual + next RMSNorm (MoeCombineNorm) in the last block of the routed
+  // experts' down GEMM (SkinnyGemm's plain kernel; skinny_gemm.h, SkinnyCombineEpilogue), for
+  // decode passes of <= kDownCombineMaxTokens tokens with fused_norm, not with stacked shared
+  // experts or the down GEMM on the grouped GEMV: one launch fewer per MoE layer, the same bits
+  // (CudaRunnerDownCombine.*). The side branch (shared experts) joins before the down GEMM.
+  // Opt-in: written in session 9 without a GPU, not yet run on one. The CLI reads
+  // DS_DOWN_COMBINE=1.
+  bool fused_down_combine = false;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured
@@ -402,7 +410,8 @@ struct CudaGraphStats {
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)
   int64_t side_branches = 0;      // side branches forked onto the second stream in captures (decode_streams)
-  int64_t router_route_layers = 0;  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
+  int64_t router_route_layers = 0;
+  int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; also a fused launch)  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

@@ -349,6 +349,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer moe_gg_ws_, eq8_, es_;
   DeviceBuffer dense_gg_ws_;  // sm_90a mixed-input dense projections (sm90_mixed_gemm): workspace
   DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
+  DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
   DeviceBuffer mla_split_cnt_;  // MLA decode fused combine: per-sequence counters (u32, zeroed once)
 };
 

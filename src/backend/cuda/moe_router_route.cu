@@ -33,9 +33,10 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   // logits column blockIdx.x for every token (bit-identical to RouterGemvKernel).
   router::GemvColumn(p.gemv, blockIdx.x);
   // Count out; the last block of the grid goes on (every other block's logits are then in L2).
+  // Every thread fences its own stores (the threads < n wrote logits), then thread 0 counts.
+  __threadfence();
   __syncthreads();
   if (tid == 0) {
-    __threadfence();
     const uint32_t before = atomicAdd(p.sync, 1u);
     s_last = before == gridDim.x - 1;
   }

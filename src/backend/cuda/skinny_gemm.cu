@@ -2,10 +2,12 @@
 #include "backend/cuda/skinny_gemm.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/moe_combine_norm.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -86,14 +88,40 @@ __device__ __forceinline__ uint4 LoadA(const __nv_bfloat16* a, bool ok, int64_t 
   return r;
 }
 
+// SkinnyCombineEpilogue (skinny_gemm.h): every thread fences its stores, thread 0 counts the
+// block out, and the last block of the grid runs the combine + norm for every token. Every
+// thread of the block calls it, at each of the kernel's exits.
+__device__ __forceinline__ void CountOutAndCombine(const SkinnyCombineEpilogue& epi) {
+  __shared__ bool s_last;
+  __shared__ float red[32];
+  __shared__ int32_t s_pos[combine::kMaxSlots];
+  __shared__ float s_w[combine::kMaxSlots];
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t blocks = gridDim.x * gridDim.y * gridDim.z;
+    s_last = atomicAdd(epi.counter, 1u) == blocks - 1;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  if (threadIdx.x == 0) *epi.counter = 0u;  // every block has counted: ready for the next launch / replay
+  for (int64_t t = 0; t < epi.cn.n; ++t) {
+    if (epi.cn.y_bf16) combine::CombineNormRowAnyBlock<__nv_bfloat16>(epi.cn, t, red, s_pos, s_w);
+    else combine::CombineNormRowAnyBlock<float>(epi.cn, t, red, s_pos, s_w);
+  }
+}
+
 // Block (blockIdx.x = tile of kMT x 16 weight rows, blockIdx.y = non-empty group slot), kWarps
 // warps splitting K in chunks of 64 bytes per weight row (4 lanes x 16 bytes). mma fragment mapping ("swap AB"):
 // lane (g = lane / 4, q = lane % 4) holds weight rows n0 + g and n0 + g + 8 and activation row
 // t0 + g; the 16 contiguous bytes a lane loads are the k values it owns in kEpl / 4 consecutive
 // k16 steps (the dot product is order-free, so A and B only need the same k permutation).
-template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(GroupedGemmParams p) {
-  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
+// The plain kernel's body; kCombine: with the combine epilogue (*epi) at every exit
+// (SkinnyGemmCombineKernel), a separate instance so that the default kernels keep their code
+// (an epilogue call in them cost stack frames and spills).
+template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv, bool kCombine>
+__device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const SkinnyCombineEpilogue* epi) {
   constexpr int kThreads = kWarps * 32;
   constexpr int kTileN = kTileM * kMT;       // weight rows per block
   constexpr int kEs = kFp8 ? 1 : 2;          // weight element bytes
@@ -138,12 +166,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
         if (seen > j) break;
       }
       __syncthreads();
-      if (s_group < 0) return;
+      if (s_group < 0) {
+        if constexpr (kCombine) CountOutAndCombine(*epi);
+        return;
+      }
       e = s_group;
     }
     row0 = p.offsets[e];
     rows = p.offsets[e + 1] - row0;
-    if (rows <= 0) return;
+    if (rows <= 0) {
+      if constexpr (kCombine) CountOutAndCombine(*epi);
+      return;
+    }
   }
 
   const int64_t N = p.N, K = p.K;
@@ -275,6 +309,21 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(Grou
     }
     __syncthreads();
   }
+  if constexpr (kCombine) CountOutAndCombine(*epi);
+}
+
+template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(GroupedGemmParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
+  SkinnyGemmBody<kFp8, kNT, TOut, kWarps, kMT, kMinBlocks, kUDiv, false>(p, nullptr);
+}
+
+// The plain kernel with the combine epilogue (SkinnyCombineEpilogue, skinny_gemm.h).
+template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    SkinnyGemmCombineKernel(GroupedGemmParams p, const SkinnyCombineEpilogue epi) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
+  SkinnyGemmBody<kFp8, kNT, TOut, kWarps, kMT, kMinBlocks, kUDiv, true>(p, &epi);
 }
 
 
@@ -509,32 +558,41 @@ struct Variant { int warps, mt, min_blocks, u_div; };
 constexpr Variant kVariants[kSkinnyVariants] = {{4, 1, 0, 1}, {8, 1, 0, 1}, {4, 2, 0, 1}, {4, 2, 8, 2}, {8, 2, 3, 2}};
 
 template <bool kFp8, int kNT, typename TOut, int kV>
-void LaunchV(const KArgs& a, int64_t slots, bool gen) {
+void LaunchV(const KArgs& a, const SkinnyCombineEpilogue& epi, int64_t slots, bool gen) {
   constexpr Variant v = kVariants[kV];
   const dim3 grid(dev::CeilDiv(a.p.N, kTileM * v.mt), static_cast<unsigned>(slots), static_cast<unsigned>(a.splits));
-  if (gen)
+  if (gen) {
     LaunchKernel(SkinnyGemmKernelGen<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                  a.p.stream, a.p.pdl, a);
-  else
+  } else if constexpr (kNT == 1 && std::is_same_v<TOut, __nv_bfloat16>) {
+    if (epi.counter != nullptr)
+      LaunchKernel(SkinnyGemmCombineKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32,
+                   0, a.p.stream, a.p.pdl, a.p, epi);
+    else
+      LaunchKernel(SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
+                   a.p.stream, a.p.pdl, a.p);
+  } else {
+    DS_CHECK(epi.counter == nullptr) << "SkinnyGemm: the combine epilogue needs bf16 out and <= 8 rows a group";
     LaunchKernel(SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                  a.p.stream, a.p.pdl, a.p);
+  }
 }
 
 template <bool kFp8, int kNT, typename TOut>
-void Launch(const KArgs& a, int64_t slots, int v, bool gen) {
+void Launch(const KArgs& a, const SkinnyCombineEpilogue& epi, int64_t slots, int v, bool gen) {
   switch (v) {
-    case 0: LaunchV<kFp8, kNT, TOut, 0>(a, slots, gen); break;
-    case 1: LaunchV<kFp8, kNT, TOut, 1>(a, slots, gen); break;
-    case 2: LaunchV<kFp8, kNT, TOut, 2>(a, slots, gen); break;
-    case 3: LaunchV<kFp8, kNT, TOut, 3>(a, slots, gen); break;
-    default: LaunchV<kFp8, kNT, TOut, 4>(a, slots, gen); break;
+    case 0: LaunchV<kFp8, kNT, TOut, 0>(a, epi, slots, gen); break;
+    case 1: LaunchV<kFp8, kNT, TOut, 1>(a, epi, slots, gen); break;
+    case 2: LaunchV<kFp8, kNT, TOut, 2>(a, epi, slots, gen); break;
+    case 3: LaunchV<kFp8, kNT, TOut, 3>(a, epi, slots, gen); break;
+    default: LaunchV<kFp8, kNT, TOut, 4>(a, epi, slots, gen); break;
   }
 }
 
 template <bool kFp8, int kNT>
-void Launch(const KArgs& a, int64_t slots, int v, bool gen) {
-  if (a.p.out_type == DTypeOut::kF32) Launch<kFp8, kNT, float>(a, slots, v, gen);
-  else Launch<kFp8, kNT, __nv_bfloat16>(a, slots, v, gen);
+void Launch(const KArgs& a, const SkinnyCombineEpilogue& epi, int64_t slots, int v, bool gen) {
+  if (a.p.out_type == DTypeOut::kF32) Launch<kFp8, kNT, float>(a, epi, slots, v, gen);
+  else Launch<kFp8, kNT, __nv_bfloat16>(a, epi, slots, v, gen);
 }
 
 // Chunks one warp iteration covers (kWarps x kU at <= 8 rows per pass), the split unit.
@@ -553,7 +611,23 @@ int64_t Slots(const SkinnyGemmParams& sp) {
   return sp.max_active_groups > 0 ? std::min(sp.max_active_groups, p.num_experts) : p.num_experts;
 }
 
+// The general kernel only where needed: K split, or several groups without offsets, or strides
+// other than the contiguous [E, N, K] layout.
+bool UsesGenKernel(const SkinnyGemmParams& sp, const SkinnyPlan& plan) {
+  const GroupedGemmParams& p = sp.g;
+  return plan.splits > 1 || (p.offsets == nullptr && p.num_experts > 1) || sp.group_stride_a != 0 ||
+         sp.group_stride_out != 0 || (sp.group_stride_w >= 0 && sp.group_stride_w != p.N * p.K);
+}
+
 }  // namespace
+
+bool SkinnyCombineFits(const SkinnyGemmParams& sp, int64_t d, int64_t top_k) {
+  const SkinnyPlan plan = SkinnyPlanFor(sp);
+  const int threads = kVariants[plan.variant].warps * 32, vt = norm::RmsNormThreads(d);
+  return !UsesGenKernel(sp, plan) && sp.max_group_rows <= 8 && sp.g.out_type == DTypeOut::kBF16 && d > 0 &&
+         top_k >= 0 && top_k <= combine::kMaxSlots &&
+         vt % threads == 0 && vt / threads <= 8;
+}
 
 SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp) {
   const GroupedGemmParams& p = sp.g;
@@ -632,12 +706,24 @@ void SkinnyGemm(const SkinnyGemmParams& sp) {
   const bool nt2 = sp.max_group_rows > 8;
   // The general kernel only where needed: K split, or several groups without offsets, or
   // strides other than the contiguous [E, N, K] layout.
-  const bool gen = plan.splits > 1 || (p.offsets == nullptr && p.num_experts > 1) || sp.group_stride_a != 0 ||
-                   sp.group_stride_out != 0 || (sp.group_stride_w >= 0 && sp.group_stride_w != p.N * p.K);
+  const bool gen = UsesGenKernel(sp, plan);
+  const SkinnyCombineEpilogue epi = sp.combine != nullptr ? *sp.combine : SkinnyCombineEpilogue{};
+  if (sp.combine != nullptr) {
+    const MoeCombineNormParams& cn = epi.cn;
+    const int threads = kVariants[v].warps * 32, vt = norm::RmsNormThreads(cn.d);
+    DS_CHECK(!gen && !nt2 && epi.counter != nullptr && cn.y == p.out && cn.y_bf16 && p.out_type == DTypeOut::kBF16 &&
+             cn.n >= 1 && cn.d > 0 && vt % threads == 0 && vt / threads <= 8 &&
+             cn.top_k >= 0 && cn.top_k <= combine::kMaxSlots && (!cn.residual || (cn.norm_weight && cn.out)) &&
+             (cn.residual || cn.moe_out) && cn.num_shared == 0)
+        << "SkinnyGemm: the combine epilogue needs the unsplit grouped kernel at <= 8 rows a group, a counter, the "
+           "GEMM's bf16 output as y, >= 1 token, no shared groups, and the norm's block size a multiple of (at most "
+           "8 times) the variant's "
+        << threads << " threads";
+  }
   if (p.w_fp8) {
-    if (nt2) Launch<true, 2>(a, slots, v, gen); else Launch<true, 1>(a, slots, v, gen);
+    if (nt2) Launch<true, 2>(a, epi, slots, v, gen); else Launch<true, 1>(a, epi, slots, v, gen);
   } else {
-    if (nt2) Launch<false, 2>(a, slots, v, gen); else Launch<false, 1>(a, slots, v, gen);
+    if (nt2) Launch<false, 2>(a, epi, slots, v, gen); else Launch<false, 1>(a, epi, slots, v, gen);
   }
   DS_CUDA_CHECK_LAUNCH("SkinnyGemmKernel");
 }

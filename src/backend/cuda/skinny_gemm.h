@@ -32,6 +32,7 @@
 
 #include "backend/cuda/grouped_gemm.h"
 #include "backend/cuda/host_plans.h"
+#include "backend/cuda/moe_combine_norm.h"
 
 namespace ds::cuda {
 
@@ -53,6 +54,20 @@ inline constexpr int64_t kSkinnyBf16MaxWeights = int64_t{2048} * 2048;
 // 37 vs 9.3 at 64; W_UV 7.2 vs 6.3, 20 vs 7.2; cuBLAS streams them at 0.6-0.7 of the copy
 // ceiling), so HeadGemm keeps cuBLAS; the batched form stays available and tested.
 inline constexpr int64_t kSkinnyHeadMaxRows = 0;
+
+// The MoE combine + residual + next RMSNorm as the grouped GEMM's epilogue (the routed experts'
+// down projection at decode sizes; CudaRunnerOptions::fused_down_combine): every block counts
+// itself out on `counter` (one uint32, zero before the first launch; left zero) after a
+// __threadfence, and the last one runs MoeCombineNorm(cn) for cn.n tokens in turn
+// (moe_combine_norm.cuh: the same bits as the kernel, for any block size), reading the GEMM's
+// output (cn.y) through L2. The plain kernel only (no K split, not the batched form), cn.y the
+// GEMM's output, norm::RmsNormThreads(cn.d) a multiple of the variant's threads at most 8 times
+// them. One launch fewer on the decode chain; the combine runs on one block, so it suits a
+// token or two.
+struct SkinnyCombineEpilogue {
+  MoeCombineNormParams cn{};
+  uint32_t* counter = nullptr;
+};
 
 struct SkinnyGemmParams {
   // g.offsets may be nullptr: one group of g.max_rows rows starting at row 0.
@@ -77,6 +92,8 @@ struct SkinnyGemmParams {
   int64_t splitk_ws_floats = 0;
   uint32_t* splitk_counters = nullptr;
   int64_t splitk_counter_count = 0;
+  // The combine epilogue (above), or nullptr. Not yet run on a GPU (session 9).
+  const SkinnyCombineEpilogue* combine = nullptr;
 };
 
 inline constexpr int kSkinnyVariants = 5;
@@ -98,6 +115,12 @@ struct SkinnyPlan {
 // `sp` as SkinnyGemm would run it, ignoring whether a workspace is attached (size one with it).
 // Errors: CheckError on an empty shape (N, K or groups <= 0) or max_rows < 0.
 SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp);
+
+// Whether SkinnyGemm runs sp with a SkinnyCombineEpilogue of rows of d elements and top_k routed
+// slots a token: the plain kernel at <= 8 rows a group with bf16 out, top_k <= 16, and
+// norm::RmsNormThreads(d) a multiple of (at most 8 times) the variant's threads (sp.combine and
+// the splits' workspace are not looked at: a split needs one).
+bool SkinnyCombineFits(const SkinnyGemmParams& sp, int64_t d, int64_t top_k);
 
 // Errors: DS_CHECK on bad shapes or missing FP8 scales. Does not synchronise.
 void SkinnyGemm(const SkinnyGemmParams& p);

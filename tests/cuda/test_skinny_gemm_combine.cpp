@@ -1,0 +1,150 @@
+// SkinnyGemm with the combine epilogue (skinny_gemm.h, SkinnyCombineEpilogue: the MoE combine +
+// residual + next RMSNorm in the down GEMM's last block) against SkinnyGemm then MoeCombineNorm:
+// the GEMM's output, the residual, the normalised fp32 and bf16 rows all bit-identical. V2-Lite's
+// down projection (bf16, d 2048: the norm's 1024 threads played by 128 or 256) and V3's (FP8, d
+// 7168), a small d (256 threads), 1 and 2 tokens, with and without the shared experts' base,
+// every kernel variant that fits, repeated launches and CUDA-graph replays (the counter is left
+// at zero); the argument checks.
+#include <cstring>
+
+#include "backend/cuda/moe_combine_norm.h"
+#include "backend/cuda/skinny_gemm.h"
+#include "common/check.h"
+#include "test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+struct Shape { const char* name; bool fp8; int64_t E, N, K; int top_k; };
+
+void RunCase(const Shape& sh, int64_t n, bool base, bool graph) {
+  const int64_t E = sh.E, N = sh.N, K = sh.K, d = N, m = n * sh.top_k;
+  // Token t picks experts (t + j) * 3 % E, j < top_k (distinct for top_k * 3 <= E; two tokens
+  // share top_k - 1 experts, so the grid has empty slots whose blocks exit early and must still
+  // count out); the permutation as MoeRoutePermute orders it (experts ascending, pairs in order).
+  std::vector<int32_t> ids(m);
+  for (int64_t t = 0; t < n; ++t)
+    for (int j = 0; j < sh.top_k; ++j) ids[t * sh.top_k + j] = static_cast<int32_t>((t + j) * 3 % E);
+  std::vector<int32_t> off(E + 1, 0), pos(m);
+  for (int64_t e = 0; e < E; ++e) {
+    int c = 0;
+    for (int32_t id : ids) c += id == e;
+    off[e + 1] = off[e] + c;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    int r = 0;
+    for (int64_t k = 0; k < m; ++k) r += ids[k] < ids[i] || (ids[k] == ids[i] && k < i);
+    pos[i] = r;
+  }
+  const auto act = ToBf16(RoundBf16Vec(RandomNormal(m * K)));
+  const auto w = RandomF(m, 0.1f, 1.0f);
+  const auto base_h = RandomNormal(n * d, 0.5f);
+  const auto res_h = RandomNormal(n * d, 1.0f);
+  const auto nw = RandomF(d, 0.5f, 1.5f);
+  const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
+  Dev<__nv_bfloat16> da(act), wbf(sh.fp8 ? std::vector<__nv_bfloat16>(1) : ToBf16(RandomNormal(E * N * K, 0.05f)));
+  Dev<uint8_t> wq(sh.fp8 ? RandomE4M3(E * N * K) : std::vector<uint8_t>(1));
+  std::vector<float> sc = RandomF(E * nb * kb, 0.5f, 2.0f);
+  for (auto& s : sc) s *= std::ldexp(1.f, -9);
+  Dev<float> dsc(sc), dw(w), dbase(base_h), dnw(nw);
+  Dev<int32_t> doff(off), dpos(pos);
+  Dev<uint32_t> counter(std::vector<uint32_t>{0u});
+  for (int v = 0; v < kSkinnyVariants; ++v) {
+    SkinnyGemmParams sp{};
+    GroupedGemmParams& g = sp.g;
+    g.lda = K; g.offsets = doff.get(); g.max_rows = m;
+    g.w = sh.fp8 ? static_cast<const void*>(wq.get()) : wbf.get(); g.w_fp8 = sh.fp8; g.w_scales = sh.fp8 ? dsc.get() : nullptr;
+    g.num_experts = E; g.N = N; g.K = K; g.ldo = N; g.out_type = DTypeOut::kBF16;
+    sp.max_group_rows = n; sp.max_active_groups = std::min<int64_t>(E, m); sp.variant = v;
+    if (!SkinnyCombineFits(sp, d, sh.top_k)) continue;
+    // Reference: the GEMM, then MoeCombineNorm.
+    Dev<__nv_bfloat16> y1(m * N), y2(m * N), o16a(n * d), o16b(n * d);
+    Dev<float> res1(res_h), res2(res_h), o32a(n * d), o32b(n * d);
+    g.a = da.get(); g.out = y1.get();
+    SkinnyGemm(sp);
+    MoeCombineNormParams cp{};
+    cp.y = y1.get(); cp.y_bf16 = true; cp.ldy = N; cp.pos = dpos.get(); cp.weights = dw.get(); cp.n = n;
+    cp.top_k = sh.top_k; cp.d = d;
+    if (base) { cp.base = dbase.get(); cp.ld_base = d; }
+    cp.residual = res1.get(); cp.ldres = d; cp.norm_weight = dnw.get(); cp.eps = 1e-6f;
+    cp.out = o32a.get(); cp.ldout = d; cp.out_bf16 = o16a.get(); cp.ldout_bf16 = d;
+    MoeCombineNorm(cp);
+    // Fused: the same GEMM with the epilogue writing to the second set of buffers.
+    SkinnyCombineEpilogue epi{};
+    epi.cn = cp;
+    epi.cn.y = y2.get(); epi.cn.residual = res2.get(); epi.cn.out = o32b.get(); epi.cn.out_bf16 = o16b.get();
+    epi.counter = counter.get();
+    SkinnyGemmParams sf = sp;
+    sf.g.out = y2.get();
+    sf.combine = &epi;
+    // Each launch adds into the residual: replays restore it first (the reference added once).
+    LaunchRepeated(
+        graph, 3,
+        [&](cudaStream_t st) {
+          sf.g.stream = st;
+          SkinnyGemm(sf);
+        },
+        [&] {
+          res2.Upload(res_h);
+          y2.Poison(); o32b.Poison(); o16b.Poison();
+        });
+    // A replay's residual: only the last launch counts (res2 re-uploaded before it).
+    const std::string cas = std::string(sh.name) + "_T" + std::to_string(n) + (base ? "_base" : "") +
+                            (graph ? "_graph" : "") + "_v" + std::to_string(v);
+    const int64_t yb = BitMismatches(FromBf16(y1.Download()), FromBf16(y2.Download()));
+    const int64_t rb = BitMismatches(res1.Download(), res2.Download());
+    const int64_t ob = BitMismatches(o32a.Download(), o32b.Download());
+    const int64_t hb = BitMismatches(FromBf16(o16a.Download()), FromBf16(o16b.Download()));
+    const uint32_t cnt = counter.Download()[0];
+    const bool ok = yb == 0 && rb == 0 && ob == 0 && hb == 0 && cnt == 0;
+    std::printf("[metric] op=skinny_gemm_combine_epilogue case=%s y_bits=%lld residual_bits=%lld out_bits=%lld "
+                "out_bf16_bits=%lld counter=%u%s\n",
+                cas.c_str(), (long long)yb, (long long)rb, (long long)ob, (long long)hb, cnt, ok ? " PASS" : " FAIL");
+    EXPECT_EQ(yb, 0) << cas;
+    EXPECT_EQ(rb, 0) << cas;
+    EXPECT_EQ(ob, 0) << cas;
+    EXPECT_EQ(hb, 0) << cas;
+    EXPECT_EQ(cnt, 0u) << cas;
+  }
+}
+
+const Shape kShapes[] = {
+    {"v2lite_down", false, 64, 2048, 1408, 6},
+    {"v3_down", true, 32, 7168, 2048, 8},
+    {"small_d", false, 12, 512, 256, 3},
+};
+
+TEST(CudaSkinnyGemmCombine, MatchesGemmThenMoeCombineNorm) {
+  for (const Shape& sh : kShapes)
+    for (int64_t n : {1, 2})
+      for (bool base : {false, true}) RunCase(sh, n, base, false);
+}
+
+TEST(CudaSkinnyGemmCombine, GraphReplays) {
+  for (const Shape& sh : kShapes) RunCase(sh, 1, true, true);
+}
+
+TEST(CudaSkinnyGemmCombine, RejectsASplitOrAMismatchedOutput) {
+  Dev<__nv_bfloat16> a(16 * 64), w(64 * 64), y(16 * 64);
+  Dev<int32_t> off(std::vector<int32_t>{0, 1}), pos(std::vector<int32_t>{0});
+  Dev<float> wts(1), res(64), out(64), nw(64);
+  Dev<uint32_t> counter(std::vector<uint32_t>{0u});
+  SkinnyGemmParams sp{};
+  sp.g.a = a.get(); sp.g.lda = 64; sp.g.offsets = off.get(); sp.g.max_rows = 1; sp.g.w = w.get();
+  sp.g.num_experts = 1; sp.g.N = 64; sp.g.K = 64; sp.g.out = y.get(); sp.g.out_type = DTypeOut::kBF16; sp.g.ldo = 64;
+  sp.max_group_rows = 1;
+  SkinnyCombineEpilogue epi{};
+  epi.cn.y = out.get();  // not the GEMM's output
+  epi.cn.y_bf16 = true; epi.cn.ldy = 64; epi.cn.pos = pos.get(); epi.cn.weights = wts.get(); epi.cn.n = 1;
+  epi.cn.top_k = 1; epi.cn.d = 64; epi.cn.residual = res.get(); epi.cn.ldres = 64; epi.cn.norm_weight = nw.get();
+  epi.cn.out = out.get(); epi.cn.ldout = 64;
+  epi.counter = counter.get();
+  sp.combine = &epi;
+  EXPECT_THROW(SkinnyGemm(sp), CheckError);
+  epi.cn.y = y.get();
+  sp.splits = 2;  // a K split: the general kernel
+  EXPECT_THROW(SkinnyGemm(sp), CheckError);
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
