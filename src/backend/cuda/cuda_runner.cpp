@@ -370,6 +370,8 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   if (opts_.fused_moe_route || opts_.fused_moe_shared) {
     route_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
+  }
+  if (opts_.fused_down_combine) {
     down_combine_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(down_combine_sync_.get(), 0, sizeof(uint32_t), s_));
   }
