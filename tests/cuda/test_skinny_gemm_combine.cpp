@@ -4,10 +4,13 @@
 // down projection (bf16, d 2048: the norm's 1024 threads played by 128 or 256) and V3's (FP8, d
 // 7168), a small d (256 threads), 1 and 2 tokens, with and without the shared experts' base,
 // every kernel variant that fits, repeated launches and CUDA-graph replays (the counter is left
-// at zero); the argument checks.
+// at zero); the argument checks. The norm-only form (top_k 0: a dense projection's fp32 output
+// as the base, the residual add and RMSNorm) against SkinnyGemm then RmsNorm with its residual:
+// V2-Lite's o_proj (bf16 2048 x 2048) and an FP8 projection, 1 and 2 rows, every fitting variant.
 #include <cstring>
 
 #include "backend/cuda/moe_combine_norm.h"
+#include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/skinny_gemm.h"
 #include "common/check.h"
 #include "test_util.h"
@@ -106,6 +109,82 @@ void RunCase(const Shape& sh, int64_t n, bool base, bool graph) {
     EXPECT_EQ(hb, 0) << cas;
     EXPECT_EQ(cnt, 0u) << cas;
   }
+}
+
+// The norm-only epilogue after a dense projection (one group of n rows, fp32 out).
+void RunNormOnlyCase(const char* name, bool fp8, int64_t N, int64_t K, int64_t n, bool graph) {
+  const int64_t d = N;
+  const auto x = ToBf16(RoundBf16Vec(RandomNormal(n * K)));
+  const auto res_h = RandomNormal(n * d, 1.0f);
+  const auto nw = RandomF(d, 0.5f, 1.5f);
+  const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
+  Dev<__nv_bfloat16> dx(x), wbf(fp8 ? std::vector<__nv_bfloat16>(1) : ToBf16(RandomNormal(N * K, 0.05f)));
+  Dev<uint8_t> wq(fp8 ? RandomE4M3(N * K) : std::vector<uint8_t>(1));
+  std::vector<float> sc = RandomF(nb * kb, 0.5f, 2.0f);
+  for (auto& v : sc) v *= std::ldexp(1.f, -9);
+  Dev<float> dsc(sc), dnw(nw);
+  Dev<uint32_t> counter(std::vector<uint32_t>{0u});
+  for (int v = 0; v < kSkinnyVariants; ++v) {
+    SkinnyGemmParams sp{};
+    GroupedGemmParams& g = sp.g;
+    g.a = dx.get(); g.lda = K; g.offsets = nullptr; g.max_rows = n;
+    g.w = fp8 ? static_cast<const void*>(wq.get()) : wbf.get(); g.w_fp8 = fp8; g.w_scales = fp8 ? dsc.get() : nullptr;
+    g.num_experts = 1; g.N = N; g.K = K; g.ldo = N; g.out_type = DTypeOut::kF32;
+    sp.max_group_rows = n; sp.variant = v; sp.splits = 1;
+    if (!SkinnyCombineFits(sp, d, 0)) continue;
+    Dev<float> y1(n * N), y2(n * N), res1(res_h), res2(res_h), o32a(n * d), o32b(n * d);
+    Dev<__nv_bfloat16> o16a(n * d), o16b(n * d);
+    g.out = y1.get();
+    SkinnyGemm(sp);
+    RmsNormParams np{y1.get(), N, res1.get(), d, dnw.get(), o32a.get(), d, DTypeOut::kF32, n, d, 1e-6f, nullptr};
+    np.out_bf16 = o16a.get(); np.ld_out_bf16 = d;
+    RmsNorm(np);
+    SkinnyCombineEpilogue epi{};
+    MoeCombineNormParams& cn = epi.cn;
+    cn.y = y2.get(); cn.y_bf16 = false; cn.ldy = N; cn.n = n; cn.top_k = 0; cn.d = d;
+    cn.base = y2.get(); cn.ld_base = N;
+    cn.residual = res2.get(); cn.ldres = d; cn.norm_weight = dnw.get(); cn.eps = 1e-6f;
+    cn.out = o32b.get(); cn.ldout = d; cn.out_bf16 = o16b.get(); cn.ldout_bf16 = d;
+    epi.counter = counter.get();
+    SkinnyGemmParams sf = sp;
+    sf.g.out = y2.get();
+    sf.combine = &epi;
+    LaunchRepeated(
+        graph, 3,
+        [&](cudaStream_t st) {
+          sf.g.stream = st;
+          SkinnyGemm(sf);
+        },
+        [&] {
+          res2.Upload(res_h);
+          y2.Poison(); o32b.Poison(); o16b.Poison();
+        });
+    const std::string cas = std::string(name) + "_T" + std::to_string(n) + (graph ? "_graph" : "") + "_v" +
+                            std::to_string(v);
+    const int64_t yb = BitMismatches(y1.Download(), y2.Download());
+    const int64_t rb = BitMismatches(res1.Download(), res2.Download());
+    const int64_t ob = BitMismatches(o32a.Download(), o32b.Download());
+    const int64_t hb = BitMismatches(FromBf16(o16a.Download()), FromBf16(o16b.Download()));
+    const uint32_t cnt = counter.Download()[0];
+    const bool ok = yb == 0 && rb == 0 && ob == 0 && hb == 0 && cnt == 0;
+    std::printf("[metric] op=skinny_gemm_norm_epilogue case=%s y_bits=%lld residual_bits=%lld out_bits=%lld "
+                "out_bf16_bits=%lld counter=%u%s\n",
+                cas.c_str(), (long long)yb, (long long)rb, (long long)ob, (long long)hb, cnt, ok ? " PASS" : " FAIL");
+    EXPECT_EQ(yb, 0) << cas;
+    EXPECT_EQ(rb, 0) << cas;
+    EXPECT_EQ(ob, 0) << cas;
+    EXPECT_EQ(hb, 0) << cas;
+    EXPECT_EQ(cnt, 0u) << cas;
+  }
+}
+
+TEST(CudaSkinnyGemmCombine, NormOnlyMatchesGemmThenRmsNorm) {
+  for (int64_t n : {1, 2}) {
+    RunNormOnlyCase("v2lite_o_proj", false, 2048, 2048, n, false);
+    RunNormOnlyCase("fp8_proj", true, 1536, 2048, n, false);
+    RunNormOnlyCase("small_d", false, 512, 256, n, false);
+  }
+  RunNormOnlyCase("v2lite_o_proj", false, 2048, 2048, 1, true);
 }
 
 const Shape kShapes[] = {

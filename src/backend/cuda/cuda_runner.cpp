@@ -375,6 +375,10 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     down_combine_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(down_combine_sync_.get(), 0, sizeof(uint32_t), s_));
   }
+  if (opts_.fused_oproj_norm) {
+    oproj_norm_sync_.Reset(sizeof(uint32_t));
+    DS_CUDA_CHECK(cudaMemsetAsync(oproj_norm_sync_.get(), 0, sizeof(uint32_t), s_));
+  }
   if (opts_.mla_decode_fused_combine) {  // allocated and zeroed here, outside any graph capture
     mla_split_cnt_.Reset(kMlaSplitCounters * sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(mla_split_cnt_.get(), 0, kMlaSplitCounters * sizeof(uint32_t), s_));
@@ -407,13 +411,16 @@ CudaModelRunner::LinearInput CudaModelRunner::LinearInputFor(const Linear& L, in
   return opts_.precise_activations && !L.fp8 ? LinearInput::kBf16Split : LinearInput::kBf16;
 }
 
-void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
-                                const bf16* x16) {
-  if (M == 0) return;
+bool CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
+                                const bf16* x16, const SkinnyCombineEpilogue* epi) {
+  if (M == 0) return false;
   const LinearInput in = LinearInputFor(L, M, ldy);
   DS_CHECK(x != nullptr || (in == LinearInput::kBf16 && x16 != nullptr))
       << "LinearFwd: no fp32 input for a GEMM that reads it (N=" << L.N << " K=" << L.K << " M=" << M << ")";
-  if (in == LinearInput::kFp8Emulated) return EmulateFp8Linear(L, x, ldx, M, y, ldy);
+  if (in == LinearInput::kFp8Emulated) {
+    EmulateFp8Linear(L, x, ldx, M, y, ldy);
+    return false;
+  }
   if (in == LinearInput::kFp8Quant) {
     const int64_t Mp = Fp8PaddedM(M), kb = (L.K + 127) / 128;
     GemmScratch& sc = Sc();
@@ -424,7 +431,7 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     Fp8QuantizePerTokenGroup(qp);
     GemmFp8({sc.xq.as<uint8_t>(), L.K, sc.xs.as<float>(), L.wq.as<uint8_t>(), L.K, L.s_blk.as<float>(),
              Fp8WeightScaleLd(L.K), y, ldy, DTypeOut::kF32, M, L.N, L.K, s_, LtWorkspace()});
-    return;
+    return false;
   }
   const int64_t Mr = RoundUp(M, kGroupedGemmRowAlign);
   const bool split = in == LinearInput::kBf16Split;
@@ -442,7 +449,7 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   // and its eager pass take the same kernel (and get the same rows).
   if (opts_.fp8_gemv && L.fp8 && M <= kFp8GemvMaxRows && L.N * L.K >= kFp8GemvMinWeights) {
     RunFp8Gemv(L, xa, M, y, ldy);
-    return;
+    return false;
   }
   // Decode sizes: the weight-streaming skinny kernel (one group of M rows, no padding).
   if (skinny_on_ && (L.fp8 ? SkinnyDenseFp8(M, L.N)
@@ -452,13 +459,15 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     sp.g.w = L.fp8 ? L.wq.get() : L.w.get(); sp.g.w_fp8 = L.fp8; sp.g.w_scales = L.fp8 ? L.s_raw.as<float>() : nullptr;
     sp.g.num_experts = 1; sp.g.N = L.N; sp.g.K = L.K; sp.g.out = y; sp.g.out_type = DTypeOut::kF32; sp.g.ldo = ldy;
     sp.g.stream = s_; sp.max_group_rows = M;
+    const bool fused = epi != nullptr && SkinnyCombineFits(sp, epi->cn.d, 0);
+    if (fused) sp.combine = epi;
     RunSkinny(sp);
-    return;
+    return fused;
   }
   if (!L.fp8) {
     RunGemmBf16({xa, L.K, L.w.as<bf16>(), L.K, y, ldy, DTypeOut::kF32, M, L.N, L.K, false, s_},
                 split ? sc.xlo.as<bf16>() : nullptr);
-    return;
+    return false;
   }
   // In-kernel dequantisation: the grouped GEMM with one group of Mr rows (with sm90_mixed_gemm
   // on the sm_90a mixed-input kernel where it applies; its workspace holds the expanded scales).
@@ -476,6 +485,7 @@ void CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     if (wsb > 0 && dense_gg_ws_.size() >= wsb) { gp.workspace = dense_gg_ws_.get(); gp.workspace_bytes = dense_gg_ws_.size(); }
   }
   GroupedGemm(gp);
+  return false;
 }
 
 void CudaModelRunner::EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y,
@@ -1004,9 +1014,12 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     else if (!normed) norm(mlp32_.as<float>(), residual, LW.in_norm);
     Mark("norms_embed_combine");
     Mla(l, b, T);
-    // residual += attn; h = post_attention_layernorm(residual) (fp32 h32 and its bf16 copy h16)
-    norm(o32_.as<float>(), residual, LW.post_norm);
-    if (!fuse_norm) F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_, opts_.pdl);
+    // residual += attn; h = post_attention_layernorm(residual) (fp32 h32 and its bf16 copy h16;
+    // fused_oproj_norm: o_proj's last block did it)
+    if (!post_norm_fused_) {
+      norm(o32_.as<float>(), residual, LW.post_norm);
+      if (!fuse_norm) F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_, opts_.pdl);
+    }
     Mark("norms_embed_combine");
     normed = Mlp(l, T);
   }

@@ -206,6 +206,12 @@ struct CudaRunnerOptions {
   // Opt-in: written in session 9 without a GPU, not yet run on one. The CLI reads
   // DS_DOWN_COMBINE=1.
   bool fused_down_combine = false;
+  // The residual add + post-attention RMSNorm in the last block of o_proj (SkinnyGemm's plain
+  // kernel: V2-Lite's bf16 o_proj; the norm-only SkinnyCombineEpilogue), for decode passes of <= 2
+  // tokens with fused_norm: one launch fewer per layer, the bits of RmsNorm
+  // (CudaRunnerOprojNorm.*). Opt-in: written in session 9 without a GPU, not yet run on one. The
+  // CLI reads DS_OPROJ_NORM=1.
+  bool fused_oproj_norm = false;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured
@@ -411,6 +417,7 @@ struct CudaGraphStats {
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)
   int64_t side_branches = 0;      // side branches forked onto the second stream in captures (decode_streams)
   int64_t router_route_layers = 0;
+  int64_t oproj_norm_layers = 0;  // MLA layers whose o_proj ran the post-attention norm (fused_oproj_norm; also a fused launch)
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; also a fused launch)  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);

@@ -75,6 +75,9 @@ struct LayerW {
   int shared_groups = 0;
 };
 
+// fused_oproj_norm: the largest pass whose post-attention norm runs in o_proj's last block.
+inline constexpr int64_t kOprojNormMaxTokens = 2;
+
 class CudaModelRunner : public ModelRunner {
  public:
   // decode_stream_priority: the main stream at the device's highest priority, the side stream at
@@ -149,8 +152,10 @@ class CudaModelRunner : public ModelRunner {
   // x16 (optional, ld = L.K): bf16(x) already made by the producer (fused_norm: the norms'
   // bf16 copies; fused_silu16: SiLU-and-mul's bf16 output); used instead of this call's
   // SplitBf16 where the GEMM takes bf16 activations (LinearInput::kBf16; x may then be null).
-  void LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
-                 const bf16* x16 = nullptr);
+  // epi (optional): the norm-only SkinnyCombineEpilogue (skinny_gemm.h) of y, applied when the
+  // projection runs on SkinnyGemm's plain kernel (SkinnyCombineFits); returns whether it was.
+  bool LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
+                 const bf16* x16 = nullptr, const SkinnyCombineEpilogue* epi = nullptr);
   // cuBLASLt bf16 GEMM g on this branch's workspace (LtWorkspace); with x_lo (the lo half of a
   // bf16 hi + lo split of the activations, same layout as g.x) a second GEMM adds x_lo's product.
   void RunGemmBf16(GemmBf16Params g, const bf16* x_lo);
@@ -350,6 +355,8 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer dense_gg_ws_;  // sm_90a mixed-input dense projections (sm90_mixed_gemm): workspace
   DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
   DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
+  DeviceBuffer oproj_norm_sync_;    // o_proj's norm epilogue counter (u32, zeroed once)
+  bool post_norm_fused_ = false;    // the last Mla's o_proj applied the post-attention norm (fused_oproj_norm)
   DeviceBuffer mla_split_cnt_;  // MLA decode fused combine: per-sequence counters (u32, zeroed once)
 };
 

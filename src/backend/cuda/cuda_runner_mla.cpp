@@ -364,8 +364,29 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     if (!gin_) DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   }
   Mark("attn_core");
-  // o_proj -> o32 [T, hidden] (fused_uv: from the merge's bf16 o_h)
-  LinearFwd(w.o, attn16 ? nullptr : attn, H * vd, T, o32_.as<float>(), cfg_.hidden_size, attn16);
+  // o_proj -> o32 [T, hidden] (fused_uv: from the merge's bf16 o_h). fused_oproj_norm: at <= 2
+  // decode tokens, SkinnyGemm's last block also adds o32 into the residual and applies the
+  // post-attention norm (h32, h16), as RunPass's RmsNorm would (the norm-only combine epilogue).
+  SkinnyCombineEpilogue epi{};
+  const bool want_norm = opts_.fused_oproj_norm && opts_.fused_norm && FusedDecode(T) && T <= kOprojNormMaxTokens;
+  if (want_norm) {
+    const int64_t Hd = cfg_.hidden_size;
+    MoeCombineNormParams& cn = epi.cn;
+    cn.y = o32_.get(); cn.y_bf16 = false; cn.ldy = Hd; cn.n = T; cn.top_k = 0; cn.d = Hd;
+    cn.base = o32_.as<float>(); cn.ld_base = Hd;
+    cn.residual = residual_.as<float>(); cn.ldres = Hd;
+    cn.norm_weight = layers_[l].post_norm.as<float>(); cn.eps = static_cast<float>(cfg_.rms_norm_eps);
+    cn.out = h32_.as<float>(); cn.ldout = Hd;
+    cn.out_bf16 = h16_.as<bf16>(); cn.ldout_bf16 = Hd;
+    cn.stream = s_;
+    epi.counter = oproj_norm_sync_.as<uint32_t>();
+  }
+  post_norm_fused_ = LinearFwd(w.o, attn16 ? nullptr : attn, H * vd, T, o32_.as<float>(), cfg_.hidden_size, attn16,
+                               want_norm ? &epi : nullptr);
+  if (post_norm_fused_) {
+    ++graph_stats_.fused_launches;
+    ++graph_stats_.oproj_norm_layers;
+  }
   Mark("attn_o_proj");
 }
 

@@ -564,7 +564,7 @@ void LaunchV(const KArgs& a, const SkinnyCombineEpilogue& epi, int64_t slots, bo
   if (gen) {
     LaunchKernel(SkinnyGemmKernelGen<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                  a.p.stream, a.p.pdl, a);
-  } else if constexpr (kNT == 1 && std::is_same_v<TOut, __nv_bfloat16>) {
+  } else if constexpr (kNT == 1) {
     if (epi.counter != nullptr)
       LaunchKernel(SkinnyGemmCombineKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32,
                    0, a.p.stream, a.p.pdl, a.p, epi);
@@ -572,7 +572,7 @@ void LaunchV(const KArgs& a, const SkinnyCombineEpilogue& epi, int64_t slots, bo
       LaunchKernel(SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                    a.p.stream, a.p.pdl, a.p);
   } else {
-    DS_CHECK(epi.counter == nullptr) << "SkinnyGemm: the combine epilogue needs bf16 out and <= 8 rows a group";
+    DS_CHECK(epi.counter == nullptr) << "SkinnyGemm: the combine epilogue needs <= 8 rows a group";
     LaunchKernel(SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                  a.p.stream, a.p.pdl, a.p);
   }
@@ -624,8 +624,9 @@ bool UsesGenKernel(const SkinnyGemmParams& sp, const SkinnyPlan& plan) {
 bool SkinnyCombineFits(const SkinnyGemmParams& sp, int64_t d, int64_t top_k) {
   const SkinnyPlan plan = SkinnyPlanFor(sp);
   const int threads = kVariants[plan.variant].warps * 32, vt = norm::RmsNormThreads(d);
-  return !UsesGenKernel(sp, plan) && sp.max_group_rows <= 8 && sp.g.out_type == DTypeOut::kBF16 && d > 0 &&
-         top_k >= 0 && top_k <= combine::kMaxSlots &&
+  const bool out_ok = top_k > 0 ? sp.g.out_type == DTypeOut::kBF16 : sp.g.out_type == DTypeOut::kF32;
+  return !UsesGenKernel(sp, plan) && sp.max_group_rows <= 8 && out_ok && d > 0 && top_k >= 0 &&
+         top_k <= combine::kMaxSlots &&
          vt % threads == 0 && vt / threads <= 8;
 }
 
@@ -711,13 +712,16 @@ void SkinnyGemm(const SkinnyGemmParams& sp) {
   if (sp.combine != nullptr) {
     const MoeCombineNormParams& cn = epi.cn;
     const int threads = kVariants[v].warps * 32, vt = norm::RmsNormThreads(cn.d);
-    DS_CHECK(!gen && !nt2 && epi.counter != nullptr && cn.y == p.out && cn.y_bf16 && p.out_type == DTypeOut::kBF16 &&
+    // Routed rows: the GEMM's bf16 output is y. Norm only (top_k 0): its fp32 output is the base.
+    const bool routed = cn.top_k > 0 && cn.y == p.out && cn.y_bf16 && p.out_type == DTypeOut::kBF16;
+    const bool norm_only = cn.top_k == 0 && cn.base == p.out && p.out_type == DTypeOut::kF32;
+    DS_CHECK(!gen && !nt2 && epi.counter != nullptr && (routed || norm_only) &&
              cn.n >= 1 && cn.d > 0 && vt % threads == 0 && vt / threads <= 8 &&
              cn.top_k >= 0 && cn.top_k <= combine::kMaxSlots && (!cn.residual || (cn.norm_weight && cn.out)) &&
              (cn.residual || cn.moe_out) && cn.num_shared == 0)
-        << "SkinnyGemm: the combine epilogue needs the unsplit grouped kernel at <= 8 rows a group, a counter, the "
-           "GEMM's bf16 output as y, >= 1 token, no shared groups, and the norm's block size a multiple of (at most "
-           "8 times) the variant's "
+        << "SkinnyGemm: the combine epilogue needs the unsplit kernel at <= 8 rows a group, a counter, the GEMM's "
+           "bf16 output as y (or, with top_k 0, its fp32 output as the base), >= 1 token, no shared groups, and the "
+           "norm's block size a multiple of (at most 8 times) the variant's "
         << threads << " threads";
   }
   if (p.w_fp8) {

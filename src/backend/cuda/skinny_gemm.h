@@ -61,9 +61,11 @@ inline constexpr int64_t kSkinnyHeadMaxRows = 0;
 // __threadfence, and the last one runs MoeCombineNorm(cn) for cn.n tokens in turn
 // (moe_combine_norm.cuh: the same bits as the kernel, for any block size), reading the GEMM's
 // output (cn.y) through L2. The plain kernel only (no K split, not the batched form), cn.y the
-// GEMM's output, norm::RmsNormThreads(cn.d) a multiple of the variant's threads at most 8 times
-// them. One launch fewer on the decode chain; the combine runs on one block, so it suits a
-// token or two.
+// GEMM's bf16 output, norm::RmsNormThreads(cn.d) a multiple of the variant's threads at most 8
+// times them. One launch fewer on the decode chain; the combine runs on one block, so it suits a
+// token or two. Norm only (cn.top_k = 0, cn.base the GEMM's fp32 output, cn.residual set): the
+// residual add + RMSNorm after a dense projection (CudaRunnerOptions::fused_oproj_norm), the
+// bits of RmsNorm with its residual (the same per-element operations and reduction).
 struct SkinnyCombineEpilogue {
   MoeCombineNormParams cn{};
   uint32_t* counter = nullptr;
@@ -117,7 +119,8 @@ struct SkinnyPlan {
 SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp);
 
 // Whether SkinnyGemm runs sp with a SkinnyCombineEpilogue of rows of d elements and top_k routed
-// slots a token: the plain kernel at <= 8 rows a group with bf16 out, top_k <= 16, and
+// slots a token: the plain kernel at <= 8 rows a group with bf16 out (fp32 out for the norm-only
+// form, top_k 0), top_k <= 16, and
 // norm::RmsNormThreads(d) a multiple of (at most 8 times) the variant's threads (sp.combine and
 // the splits' workspace are not looked at: a split needs one).
 bool SkinnyCombineFits(const SkinnyGemmParams& sp, int64_t d, int64_t top_k);
