@@ -87,7 +87,10 @@ template <class LaunchFn, class PoisonFn>
 void LaunchRepeated(bool graph, int launches, LaunchFn launch, PoisonFn poison) {
   if (!graph) {
     for (int i = 0; i < launches; ++i) {
-      if (i == launches - 1) poison();
+      if (i == launches - 1) {
+        poison();
+        DS_CUDA_CHECK(cudaDeviceSynchronize());
+      }
       launch(cudaStream_t{nullptr});
     }
     return;
@@ -101,7 +104,10 @@ void LaunchRepeated(bool graph, int launches, LaunchFn launch, PoisonFn poison) 
   DS_CUDA_CHECK(cudaStreamEndCapture(st, &g));
   DS_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
   for (int i = 0; i < launches; ++i) {
-    if (i == launches - 1) poison();
+    if (i == launches - 1) {
+      poison();  // cudaMemset / pageable copies on the legacy stream: done before the replay
+      DS_CUDA_CHECK(cudaDeviceSynchronize());
+    }
     DS_CUDA_CHECK(cudaGraphLaunch(ge, st));
     DS_CUDA_CHECK(cudaStreamSynchronize(st));
   }

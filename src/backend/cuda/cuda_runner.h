@@ -416,9 +416,9 @@ struct CudaGraphStats {
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)
   int64_t side_branches = 0;      // side branches forked onto the second stream in captures (decode_streams)
-  int64_t router_route_layers = 0;
-  int64_t oproj_norm_layers = 0;  // MLA layers whose o_proj ran the post-attention norm (fused_oproj_norm; also a fused launch)
-  int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; also a fused launch)  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
+  int64_t router_route_layers = 0;  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
+  int64_t oproj_norm_layers = 0;    // MLA layers whose o_proj ran the post-attention norm (fused_oproj_norm; likewise)
+  int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

@@ -13,7 +13,8 @@
 
 namespace ds::cuda::combine {
 
-// Virtual threads a real thread plays at most (VT / blockDim.x: 1024 over 128 threads), and the
+// Virtual threads a real thread plays at most (VT / blockDim.x: 1024 over 128 threads; SkinnyGemm
+// checks VT / blockDim.x <= 8 on the host before it launches the epilogue), and the
 // routed slots a token may have here (the slots' positions and weights staged in shared memory).
 inline constexpr int kMaxVirtual = 8;
 inline constexpr int kMaxSlots = 16;

@@ -626,7 +626,7 @@ bool SkinnyCombineFits(const SkinnyGemmParams& sp, int64_t d, int64_t top_k) {
   const int threads = kVariants[plan.variant].warps * 32, vt = norm::RmsNormThreads(d);
   const bool out_ok = top_k > 0 ? sp.g.out_type == DTypeOut::kBF16 : sp.g.out_type == DTypeOut::kF32;
   return !UsesGenKernel(sp, plan) && sp.max_group_rows <= 8 && out_ok && d > 0 && top_k >= 0 &&
-         top_k <= combine::kMaxSlots &&
+         top_k <= combine::kMaxSlots && d <= int64_t{8} * threads &&
          vt % threads == 0 && vt / threads <= 8;
 }
 
@@ -689,6 +689,7 @@ void SkinnyGemm(const SkinnyGemmParams& sp) {
   DS_CHECK(p.N > 0 && p.K > 0 && p.num_experts > 0) << "SkinnyGemm: bad shape N=" << p.N << " K=" << p.K;
   DS_CHECK(!p.w_fp8 || p.w_scales) << "SkinnyGemm: FP8 weights need w_scales";
   DS_CHECK(p.max_rows >= 0) << "SkinnyGemm: max_rows " << p.max_rows;
+  DS_CHECK(sp.combine == nullptr || p.max_rows > 0) << "SkinnyGemm: the combine epilogue needs rows";
   if (p.max_rows == 0) return;
   const int64_t slots = Slots(sp);
   DS_CHECK(slots < 65536) << "SkinnyGemm: too many groups " << slots;
@@ -713,10 +714,11 @@ void SkinnyGemm(const SkinnyGemmParams& sp) {
     const MoeCombineNormParams& cn = epi.cn;
     const int threads = kVariants[v].warps * 32, vt = norm::RmsNormThreads(cn.d);
     // Routed rows: the GEMM's bf16 output is y. Norm only (top_k 0): its fp32 output is the base.
-    const bool routed = cn.top_k > 0 && cn.y == p.out && cn.y_bf16 && p.out_type == DTypeOut::kBF16;
-    const bool norm_only = cn.top_k == 0 && cn.base == p.out && p.out_type == DTypeOut::kF32;
+    const bool routed =
+        cn.top_k > 0 && cn.y == p.out && cn.ldy == p.ldo && cn.y_bf16 && p.out_type == DTypeOut::kBF16;
+    const bool norm_only = cn.top_k == 0 && cn.base == p.out && cn.ld_base == p.ldo && p.out_type == DTypeOut::kF32;
     DS_CHECK(!gen && !nt2 && epi.counter != nullptr && (routed || norm_only) &&
-             cn.n >= 1 && cn.d > 0 && vt % threads == 0 && vt / threads <= 8 &&
+             cn.n >= 1 && cn.d > 0 && cn.d <= int64_t{8} * threads && vt % threads == 0 && vt / threads <= 8 &&
              cn.top_k >= 0 && cn.top_k <= combine::kMaxSlots && (!cn.residual || (cn.norm_weight && cn.out)) &&
              (cn.residual || cn.moe_out) && cn.num_shared == 0)
         << "SkinnyGemm: the combine epilogue needs the unsplit kernel at <= 8 rows a group, a counter, the GEMM's "

@@ -62,8 +62,9 @@ inline constexpr int64_t kSkinnyHeadMaxRows = 0;
 // (moe_combine_norm.cuh: the same bits as the kernel, for any block size), reading the GEMM's
 // output (cn.y) through L2. The plain kernel only (no K split, not the batched form), cn.y the
 // GEMM's bf16 output, norm::RmsNormThreads(cn.d) a multiple of the variant's threads at most 8
-// times them. One launch fewer on the decode chain; the combine runs on one block, so it suits a
-// token or two. Norm only (cn.top_k = 0, cn.base the GEMM's fp32 output, cn.residual set): the
+// times them, and rows of at most 8 elements a thread (V2-Lite's 2,048 over 256 threads; V3's
+// 7,168 would be 56 dependent L2 round trips a thread). One launch fewer on the decode chain;
+// the combine runs on one block, so it suits a token or two. Norm only (cn.top_k = 0, cn.base the GEMM's fp32 output, cn.residual set): the
 // residual add + RMSNorm after a dense projection (CudaRunnerOptions::fused_oproj_norm), the
 // bits of RmsNorm with its residual (the same per-element operations and reduction).
 struct SkinnyCombineEpilogue {
@@ -120,7 +121,7 @@ SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp);
 
 // Whether SkinnyGemm runs sp with a SkinnyCombineEpilogue of rows of d elements and top_k routed
 // slots a token: the plain kernel at <= 8 rows a group with bf16 out (fp32 out for the norm-only
-// form, top_k 0), top_k <= 16, and
+// form, top_k 0), top_k <= 16, d <= 8 x the variant's threads, and
 // norm::RmsNormThreads(d) a multiple of (at most 8 times) the variant's threads (sp.combine and
 // the splits' workspace are not looked at: a split needs one).
 bool SkinnyCombineFits(const SkinnyGemmParams& sp, int64_t d, int64_t top_k);
