@@ -318,6 +318,25 @@ std::array<CudaGraphStats, 2> CompareOptionBitIdentical(const std::string& label
   return stats;
 }
 
+// Whether an option's path must run in the on runner of a comparison, may, or must not.
+enum class PathExpect { kRuns, kAny, kNever };
+
+// CompareOptionBitIdentical with CUDA graphs off and on, and the option's path counter `ran` (a
+// CudaGraphStats member): zero in the off runner; in the on runner > 0 (kRuns), anything (kAny)
+// or zero (kNever: the option must not apply to this model).
+template <class SetFn>
+void CompareOptionBitIdenticalRan(const std::string& label, const char* option, const CudaRunnerOptions& o, SetFn set,
+                                  int64_t CudaGraphStats::*ran, PathExpect expect) {
+  for (bool graphs : {false, true}) {
+    const auto stats = CompareOptionBitIdentical(label, option, o, graphs, set);
+    std::printf("[fixture] %s %s graphs=%d: path ran %lld times (off runner %lld)\n", label.c_str(), option,
+                graphs ? 1 : 0, (long long)(stats[1].*ran), (long long)(stats[0].*ran));
+    EXPECT_EQ(stats[0].*ran, 0) << label;
+    if (expect == PathExpect::kRuns) { EXPECT_GT(stats[1].*ran, 0) << label << ": " << option << " did not run"; }
+    if (expect == PathExpect::kNever) { EXPECT_EQ(stats[1].*ran, 0) << label << ": " << option << " ran"; }
+  }
+}
+
 // The on / off comparison of one runner option that changes an fp32 summation order (not the
 // bits of every row): a runner pair from `o` with CUDA graphs on or off that differs only in what
 // set(options, on) changes (MakeRunnerPair), RunFusionSchedule over both. Per row: cosine >=

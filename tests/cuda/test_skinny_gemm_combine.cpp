@@ -18,6 +18,47 @@
 namespace ds::cuda::test {
 namespace {
 
+// The fused launch's outputs against the reference's, bit for bit (the GEMM's output y, the
+// residual, the normalised fp32 and bf16 rows), and the counter left at zero: one [metric] line.
+void ExpectSameBits(const char* op, const std::string& cas, const std::vector<float>& y_ref, const std::vector<float>& y,
+                    const Dev<float>& res_ref, const Dev<float>& res, const Dev<float>& o32_ref, const Dev<float>& o32,
+                    const Dev<__nv_bfloat16>& o16_ref, const Dev<__nv_bfloat16>& o16, const Dev<uint32_t>& counter) {
+  const int64_t yb = BitMismatches(y_ref, y);
+  const int64_t rb = BitMismatches(res_ref.Download(), res.Download());
+  const int64_t ob = BitMismatches(o32_ref.Download(), o32.Download());
+  const int64_t hb = BitMismatches(FromBf16(o16_ref.Download()), FromBf16(o16.Download()));
+  const uint32_t cnt = counter.Download()[0];
+  const bool ok = yb == 0 && rb == 0 && ob == 0 && hb == 0 && cnt == 0;
+  std::printf("[metric] op=%s case=%s y_bits=%lld residual_bits=%lld out_bits=%lld out_bf16_bits=%lld counter=%u%s\n",
+              op, cas.c_str(), (long long)yb, (long long)rb, (long long)ob, (long long)hb, cnt, ok ? " PASS" : " FAIL");
+  EXPECT_EQ(yb, 0) << cas;
+  EXPECT_EQ(rb, 0) << cas;
+  EXPECT_EQ(ob, 0) << cas;
+  EXPECT_EQ(hb, 0) << cas;
+  EXPECT_EQ(cnt, 0u) << cas;
+}
+
+// The GEMM of sp with `epi`, writing y2 (the epilogue's inputs and outputs are in epi): three
+// launches, or three replays of one captured graph; each launch adds into the residual, so the
+// last one starts from res_h again (poisoned outputs before it).
+template <class Y>
+void LaunchFused(bool graph, const SkinnyGemmParams& sp, const SkinnyCombineEpilogue& epi, Dev<Y>& y2, Dev<float>& res2,
+                 const std::vector<float>& res_h, Dev<float>& o32, Dev<__nv_bfloat16>& o16) {
+  SkinnyGemmParams sf = sp;
+  sf.g.out = y2.get();
+  sf.combine = &epi;
+  LaunchRepeated(
+      graph, 3,
+      [&](cudaStream_t st) {
+        sf.g.stream = st;
+        SkinnyGemm(sf);
+      },
+      [&] {
+        res2.Upload(res_h);
+        y2.Poison(); o32.Poison(); o16.Poison();
+      });
+}
+
 struct Shape { const char* name; bool fp8; int64_t E, N, K; int top_k; };
 
 // all_slots: max_active_groups 0 (one grid row per expert, so blocks of empty experts exit
@@ -82,37 +123,11 @@ int RunCase(const Shape& sh, int64_t n, bool base, bool graph, bool all_slots = 
     epi.cn = cp;
     epi.cn.y = y2.get(); epi.cn.residual = res2.get(); epi.cn.out = o32b.get(); epi.cn.out_bf16 = o16b.get();
     epi.counter = counter.get();
-    SkinnyGemmParams sf = sp;
-    sf.g.out = y2.get();
-    sf.combine = &epi;
-    // Each launch adds into the residual: replays restore it first (the reference added once).
-    LaunchRepeated(
-        graph, 3,
-        [&](cudaStream_t st) {
-          sf.g.stream = st;
-          SkinnyGemm(sf);
-        },
-        [&] {
-          res2.Upload(res_h);
-          y2.Poison(); o32b.Poison(); o16b.Poison();
-        });
-    // A replay's residual: only the last launch counts (res2 re-uploaded before it).
+    LaunchFused(graph, sp, epi, y2, res2, res_h, o32b, o16b);
     const std::string cas = std::string(sh.name) + "_T" + std::to_string(n) + (base ? "_base" : "") +
                             (graph ? "_graph" : "") + (all_slots ? "_allslots" : "") + "_v" + std::to_string(v);
-    const int64_t yb = BitMismatches(FromBf16(y1.Download()), FromBf16(y2.Download()));
-    const int64_t rb = BitMismatches(res1.Download(), res2.Download());
-    const int64_t ob = BitMismatches(o32a.Download(), o32b.Download());
-    const int64_t hb = BitMismatches(FromBf16(o16a.Download()), FromBf16(o16b.Download()));
-    const uint32_t cnt = counter.Download()[0];
-    const bool ok = yb == 0 && rb == 0 && ob == 0 && hb == 0 && cnt == 0;
-    std::printf("[metric] op=skinny_gemm_combine_epilogue case=%s y_bits=%lld residual_bits=%lld out_bits=%lld "
-                "out_bf16_bits=%lld counter=%u%s\n",
-                cas.c_str(), (long long)yb, (long long)rb, (long long)ob, (long long)hb, cnt, ok ? " PASS" : " FAIL");
-    EXPECT_EQ(yb, 0) << cas;
-    EXPECT_EQ(rb, 0) << cas;
-    EXPECT_EQ(ob, 0) << cas;
-    EXPECT_EQ(hb, 0) << cas;
-    EXPECT_EQ(cnt, 0u) << cas;
+    ExpectSameBits("skinny_gemm_combine_epilogue", cas, FromBf16(y1.Download()), FromBf16(y2.Download()), res1, res2,
+                   o32a, o32b, o16a, o16b, counter);
   }
   return ran;
 }
@@ -154,35 +169,11 @@ int RunNormOnlyCase(const char* name, bool fp8, int64_t N, int64_t K, int64_t n,
     cn.residual = res2.get(); cn.ldres = d; cn.norm_weight = dnw.get(); cn.eps = 1e-6f;
     cn.out = o32b.get(); cn.ldout = d; cn.out_bf16 = o16b.get(); cn.ldout_bf16 = d;
     epi.counter = counter.get();
-    SkinnyGemmParams sf = sp;
-    sf.g.out = y2.get();
-    sf.combine = &epi;
-    LaunchRepeated(
-        graph, 3,
-        [&](cudaStream_t st) {
-          sf.g.stream = st;
-          SkinnyGemm(sf);
-        },
-        [&] {
-          res2.Upload(res_h);
-          y2.Poison(); o32b.Poison(); o16b.Poison();
-        });
+    LaunchFused(graph, sp, epi, y2, res2, res_h, o32b, o16b);
     const std::string cas = std::string(name) + "_T" + std::to_string(n) + (graph ? "_graph" : "") + "_v" +
                             std::to_string(v);
-    const int64_t yb = BitMismatches(y1.Download(), y2.Download());
-    const int64_t rb = BitMismatches(res1.Download(), res2.Download());
-    const int64_t ob = BitMismatches(o32a.Download(), o32b.Download());
-    const int64_t hb = BitMismatches(FromBf16(o16a.Download()), FromBf16(o16b.Download()));
-    const uint32_t cnt = counter.Download()[0];
-    const bool ok = yb == 0 && rb == 0 && ob == 0 && hb == 0 && cnt == 0;
-    std::printf("[metric] op=skinny_gemm_norm_epilogue case=%s y_bits=%lld residual_bits=%lld out_bits=%lld "
-                "out_bf16_bits=%lld counter=%u%s\n",
-                cas.c_str(), (long long)yb, (long long)rb, (long long)ob, (long long)hb, cnt, ok ? " PASS" : " FAIL");
-    EXPECT_EQ(yb, 0) << cas;
-    EXPECT_EQ(rb, 0) << cas;
-    EXPECT_EQ(ob, 0) << cas;
-    EXPECT_EQ(hb, 0) << cas;
-    EXPECT_EQ(cnt, 0u) << cas;
+    ExpectSameBits("skinny_gemm_norm_epilogue", cas, y1.Download(), y2.Download(), res1, res2, o32a, o32b, o16a, o16b,
+                   counter);
   }
   return ran;
 }
