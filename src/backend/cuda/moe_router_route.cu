@@ -49,18 +49,13 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   // Route token t on warp t % warps (the warp form, logits read through L2).
   MoeRoutingParams rp = p.routing;
   rp.logits = p.gemv.y;
-  // The ids also go to shared memory (what WriteTopk wrote to topk_ids), so the permutation
-  // below does not read them back from global memory.
-  int* s_ids = reinterpret_cast<int*>(smem + warps * routing::WarpRouteScratchWords(E));
   if (warp < warps) {
-    const int lane = tid & 31;
     const routing::WarpRouteView ws = routing::WarpRouteScratchAt(smem + warp * routing::WarpRouteScratchWords(E), E);
-    for (int64_t t = warp; t < n; t += warps) {
-      routing::RouteTokenInWarp(rp, t, ws);
-      if (lane < K) s_ids[t * K + lane] = ws.chosen[lane];
-      __syncwarp();  // before the next token overwrites the scratch
-    }
+    for (int64_t t = warp; t < n; t += warps) routing::RouteTokenInWarp(rp, t, ws);
   }
+  __syncthreads();  // this block's topk_ids stores are visible to the block after the barrier
+  int* s_ids = reinterpret_cast<int*>(smem + warps * routing::WarpRouteScratchWords(E));
+  for (int64_t k = tid; k < m; k += kThreads) s_ids[k] = rp.topk_ids[k];
   __syncthreads();
   // Pair i = (t, j) goes to row (pairs of lower experts) + (pairs of its expert before it),
   // MoeRoutePermute's order (row_align 1).
