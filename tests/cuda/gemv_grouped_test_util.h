@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <string>
@@ -234,6 +235,54 @@ std::vector<float> RunSkinnyGrouped(GroupedCase<X>& c, int64_t max_active) {
   std::vector<float> got = c.Got(false, &extra);
   EXPECT_EQ(extra, 0);
   return got;
+}
+
+// More slots than the TMA path's slot table (x: 1100 experts; 3 non-empty groups): the generic
+// path at bound 0 (every expert a slot), then the same launch at bound 4, within the table: TMA.
+template <class X>
+void CheckSlotsBeyondTheTable(const GroupedOp& op, const X& x, Workspace& ws) {
+  std::vector<int32_t> rows(1100, 0);
+  rows[3] = 2; rows[700] = 8; rows[1099] = 1;
+  GroupedCase<X> c(x, rows, 0, 0);
+  RunGroupedCase(op, "E1100_slots1100_generic", c, ws, 0, false, 0, /*expect_tma=*/false);
+  RunGroupedCase(op, "E1100_slots4", c, ws, 4, false, 0, /*expect_tma=*/true);
+}
+
+// One non-empty group of 8 slots (x: 8 experts, N 256, K of 2 units): 4 units (2 tiles x 2
+// units); the host plans 32 units for 7 CTAs and the kernel runs 4 of them, one unit each (every
+// tile split), fp32 and bf16 out.
+template <class X>
+void CheckOneGroupSevenCtas(const GroupedOp& op, const std::string& name, const X& x) {
+  Workspace ws;
+  GroupedCase<X> c(x, {0, 0, 0, 5, 0, 0, 0, 0}, 0, 0);
+  const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(c.Params(8, false, 7, ws));
+  EXPECT_EQ(plan.units, 32);
+  EXPECT_EQ(plan.ctas, 7);
+  RunGroupedCase(op, name, c, ws, 8, false, 7, true);
+  RunGroupedCase(op, name, c, ws, 8, true, 7, true);
+}
+
+// The workspace's size and layout do not depend on max_active_groups: on the routing `rows` over
+// x's E experts (N x K weights), every bound of plan_bounds plans exactly
+// Fp8GemvGroupedWorkspaceBytes(E, N, K, 0, w_bf16) bytes on the TMA path, and launches of the
+// bounds run_bounds, in turn through one workspace of that size, each match the reference
+// (RunGroupedCase: its counters stay valid between them); the workspace never grows.
+template <class X>
+void CheckWorkspaceIndependentOfTheBound(const GroupedOp& op, const std::string& name, const X& x,
+                                         const std::vector<int32_t>& rows, bool w_bf16,
+                                         std::initializer_list<int64_t> plan_bounds,
+                                         std::initializer_list<int64_t> run_bounds) {
+  const size_t want = Fp8GemvGroupedWorkspaceBytes(x.E, x.N, x.K, 0, w_bf16);
+  Workspace ws;
+  ws.Fit(want);
+  GroupedCase<X> c(x, rows, 0, 0);
+  for (int64_t bound : plan_bounds) {
+    const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(c.Params(bound, false, 0, ws));
+    if (!plan.tma) continue;
+    EXPECT_EQ(plan.workspace_bytes, want) << bound;
+  }
+  for (int64_t bound : run_bounds) RunGroupedCase(op, name, c, ws, bound, false, 0, true);
+  EXPECT_EQ(ws.buf->size(), want);
 }
 
 // Gathered rows (Fp8GemvGroupedParams::a_rows, one-row groups: a decode step of one token after

@@ -190,14 +190,7 @@ TEST(CudaGemvGroupedBf16, OddShapesAndGenericPath) {
     RunCase("N300_K203_generic", c, ws, 4, false, 0, false);
     RunCase("N300_K203_generic", c, ws, 4, true, 0, false);
   }
-  {  // more slots than the TMA path's table: the generic path (3 non-empty of 1100 groups)
-    std::vector<int32_t> rows(1100, 0);
-    rows[3] = 2; rows[700] = 8; rows[1099] = 1;
-    const Bf16Experts x(1100, 64, 256);
-    Case c(x, rows, 0, 0);
-    RunCase("E1100_slots1100_generic", c, ws, 0, false, 0, false);
-    RunCase("E1100_slots4", c, ws, 4);  // the same launch with a bound within the table: TMA
-  }
+  CheckSlotsBeyondTheTable(kOp, Bf16Experts(1100, 64, 256), ws);
 }
 
 // The same experts through the TMA path and, 8 bytes past a 16-byte boundary, through the
@@ -238,35 +231,14 @@ TEST(CudaGemvGroupedBf16, CtaCountsCutTilesAnywhere) {
     Case c(x, rows, 0, 0);
     for (int ctas : {7, 37}) RunCase("gate_up_E16_act3", c, ws, 16, false, ctas);
   }
-  {  // 1 non-empty group of 8 slots: 4 units (2 tiles x 2 k units), the host planned 32 for 7
-     // CTAs; the kernel runs 4 of them, one unit each (every tile split)
-    const Bf16Experts x(8, 256, 128);
-    Workspace ws;
-    Case c(x, {0, 0, 0, 5, 0, 0, 0, 0}, 0, 0);
-    const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(c.Params(8, false, 7, ws));
-    EXPECT_EQ(plan.units, 32);
-    EXPECT_EQ(plan.ctas, 7);
-    RunCase("N256_K128_act1_ctas7", c, ws, 8, false, 7);
-    RunCase("N256_K128_act1_ctas7", c, ws, 8, true, 7);
-  }
+  CheckOneGroupSevenCtas(kOp, "N256_K128_act1_ctas7", Bf16Experts(8, 256, 128));
 }
 
 // The workspace's size and layout do not depend on max_active_groups; a TMA launch of any bound
 // works with Fp8GemvGroupedWorkspaceBytes(E, N, K, 0, true).
 TEST(CudaGemvGroupedBf16, WorkspaceIndependentOfTheBound) {
-  const Bf16Experts x(32, 1024, 2048);
-  const size_t want = Fp8GemvGroupedWorkspaceBytes(32, 1024, 2048, 0, /*w_bf16=*/true);
-  Workspace ws;
-  ws.Fit(want);
-  Case c(x, RoutedCounts(2, kTopK, 32), 0, 0);
-  for (int64_t bound : {1, 6, 12, 32, 0}) {
-    const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(c.Params(bound, false, 0, ws));
-    if (!plan.tma) continue;
-    EXPECT_EQ(plan.workspace_bytes, want) << bound;
-  }
-  // Launches of different bounds through the one workspace, in turn (counters must stay valid).
-  for (int64_t bound : {12, 0, 12, 32}) RunCase("E32_N1024_K2048_t2", c, ws, bound);
-  EXPECT_EQ(ws.buf->size(), want);
+  CheckWorkspaceIndependentOfTheBound(kOp, "E32_N1024_K2048_t2", Bf16Experts(32, 1024, 2048),
+                                      RoutedCounts(2, kTopK, 32), /*w_bf16=*/true, {1, 6, 12, 32, 0}, {12, 0, 12, 32});
 }
 
 // V2-Lite gate_up, 8 tokens x 6 experts captured with the runner's bound 48; replayed with

@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 
 #include "backend/cpu/ops.h"
@@ -251,12 +252,7 @@ TEST(CudaMlaDecodeFusedCombine, GraphReplay) {
   MlaDecodeAttention(p);
   DS_CUDA_CHECK(cudaStreamSynchronize(st));
   ExpectCountersZero(cnt, "graph_warmup");
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  MlaDecodeAttention(p);
-  DS_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-  DS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  auto graph = std::make_unique<CapturedGraph>(st, [&] { MlaDecodeAttention(p); });
   const std::vector<std::vector<int32_t>> staged = {{4096, 4096, 4096, 4096}, {1000, 4096, 1, 65}, {2049, 63, 3000, 512}};
   for (size_t r = 0; r < staged.size(); ++r) {
     const std::string name = "graph_replay" + std::to_string(r);
@@ -265,8 +261,7 @@ TEST(CudaMlaDecodeFusedCombine, GraphReplay) {
     out.Poison();
     ws.Poison();
     DS_CUDA_CHECK(cudaDeviceSynchronize());  // the poison (legacy stream) before the non-blocking stream's replay
-    DS_CUDA_CHECK(cudaGraphLaunch(exec, st));
-    DS_CUDA_CHECK(cudaStreamSynchronize(st));
+    graph->Replay();
     const auto got = out.Download();
     ExpectCountersZero(cnt, name);
     // Eager unfused run of the same lengths and plan (same max_context, total hint 0).
@@ -276,8 +271,7 @@ TEST(CudaMlaDecodeFusedCombine, GraphReplay) {
     ExpectBitwise("mla_decode_tc_fused_combine_graph", name + "_vs_unfused", got, base);
     ExpectClose("mla_decode_tc_fused_combine_graph", name + "_vs_bf16q_ref", got, CpuRef(in, staged[r], true), 5e-3);
   }
-  DS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  DS_CUDA_CHECK(cudaGraphDestroy(graph));
+  graph.reset();  // before its stream
   DS_CUDA_CHECK(cudaStreamDestroy(st));
 }
 

@@ -276,18 +276,12 @@ TEST(CudaMlaDecodeUv, GraphReplayEqualsEager) {
       DS_CUDA_CHECK(cudaStreamSynchronize(st));
       std::vector<unsigned char> eager(n * esz), got(n * esz);
       DS_CUDA_CHECK(cudaMemcpy(eager.data(), uv, n * esz, cudaMemcpyDeviceToHost));
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      MlaDecodeAttention(p);
-      DS_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
-      DS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      const CapturedGraph graph(st, [&] { MlaDecodeAttention(p); });
       for (int r = 0; r < 2; ++r) {
         DS_CUDA_CHECK(cudaMemset(uv, 0xFF, n * esz));  // poison again (legacy stream), then replay
         ws.Poison();
         DS_CUDA_CHECK(cudaDeviceSynchronize());
-        DS_CUDA_CHECK(cudaGraphLaunch(exec, st));
-        DS_CUDA_CHECK(cudaStreamSynchronize(st));
+        graph.Replay();
         DS_CUDA_CHECK(cudaMemcpy(got.data(), uv, n * esz, cudaMemcpyDeviceToHost));
         int64_t diff = 0;
         for (size_t i = 0; i < n; ++i) diff += std::memcmp(&got[i * esz], &eager[i * esz], esz) != 0;
@@ -315,8 +309,6 @@ TEST(CudaMlaDecodeUv, GraphReplayEqualsEager) {
       for (float x : vals) bad += !std::isfinite(x);
       EXPECT_EQ(bad, 0) << cas << ": non-finite uv_out";
       EXPECT_EQ(pad_written, 0) << cas << ": padding written";
-      DS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-      DS_CUDA_CHECK(cudaGraphDestroy(graph));
     }
   DS_CUDA_CHECK(cudaStreamDestroy(st));
 }

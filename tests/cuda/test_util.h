@@ -79,6 +79,34 @@ inline bool Sm90Device(std::string* why) {
     }                           \
   } while (0)
 
+// One CUDA graph captured from record() on stream st (thread-local capture mode) and
+// instantiated; Replay() launches it on st and waits for it. Freed on scope exit.
+class CapturedGraph {
+ public:
+  template <class RecordFn>
+  CapturedGraph(cudaStream_t st, RecordFn record) : st_(st) {
+    DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    record();
+    DS_CUDA_CHECK(cudaStreamEndCapture(st, &graph_));
+    DS_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  ~CapturedGraph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  void Replay() const {
+    DS_CUDA_CHECK(cudaGraphLaunch(exec_, st_));
+    DS_CUDA_CHECK(cudaStreamSynchronize(st_));
+  }
+
+ private:
+  cudaStream_t st_;
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // Runs launch(stream) `launches` times (poison() before the last, so that only the last launch's
 // outputs count): directly on the legacy default stream, or, with graph, as replays of one CUDA
 // graph captured from a single launch on a new non-blocking stream (ops with device counters
@@ -97,22 +125,16 @@ void LaunchRepeated(bool graph, int launches, LaunchFn launch, PoisonFn poison) 
   }
   cudaStream_t st;
   DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  launch(st);
-  DS_CUDA_CHECK(cudaStreamEndCapture(st, &g));
-  DS_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
-  for (int i = 0; i < launches; ++i) {
-    if (i == launches - 1) {
-      poison();  // cudaMemset / pageable copies on the legacy stream: done before the replay
-      DS_CUDA_CHECK(cudaDeviceSynchronize());
+  {
+    const CapturedGraph graph(st, [&] { launch(st); });
+    for (int i = 0; i < launches; ++i) {
+      if (i == launches - 1) {
+        poison();  // cudaMemset / pageable copies on the legacy stream: done before the replay
+        DS_CUDA_CHECK(cudaDeviceSynchronize());
+      }
+      graph.Replay();
     }
-    DS_CUDA_CHECK(cudaGraphLaunch(ge, st));
-    DS_CUDA_CHECK(cudaStreamSynchronize(st));
   }
-  DS_CUDA_CHECK(cudaGraphExecDestroy(ge));
-  DS_CUDA_CHECK(cudaGraphDestroy(g));
   DS_CUDA_CHECK(cudaStreamDestroy(st));
 }
 
