@@ -14,7 +14,8 @@
 #   EXTRA_RUNS: extra one-batch runs (label|env|flags;...), see below
 #   PROFILE_RUNS ["1:1024 64:1024"]: batch:input one-batch --profile runs per model (per-layer
 #   time by part, eager) for the analysis.
-#   E2E_NCU=1: per-kernel device time of a one-batch run under Nsight Compute (ncu
+#   E2E_NCU=1: per-kernel device time of a one-batch run under Nsight Compute (ncu; NCU_ENV:
+#   VAR=value pairs set for that run only, e.g. DS_OPROJ_NORM=1;
 #   --clock-control none, metric gpu__time_duration.sum; NCU_ARGS [V2-Lite, 2 layers, batch 1 x
 #   1024, 4 tokens], NCU_TIMEOUT_S [150]) -> logs/ncu.csv and a per-kernel summary
 #   (bench/ncu_summary.py) in logs/ncu_summary.txt; NCU_DETAIL (extra ncu flags, e.g. sections
@@ -136,7 +137,7 @@ if [ -n "${E2E_NCU:-}" ]; then
   if [ -z "$NCU" ]; then
     echo "[gpu_e2e] ncu: not found" | tee -a $RES/logs/gpu_e2e.txt
   else
-    eval "timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none ${NCU_FLAGS:-} --metrics gpu__time_duration.sum --csv --print-units base \
+    eval "timeout ${NCU_TIMEOUT_S:-150} env ${NCU_ENV:-} $NCU --clock-control none ${NCU_FLAGS:-} --metrics gpu__time_duration.sum --csv --print-units base \
       $B/dsinfer bench one-batch --load-format dummy --device cuda \
       ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4}" \
       > $RES/logs/ncu.csv 2> $RES/logs/ncu_stderr.txt
@@ -148,7 +149,7 @@ if [ -n "${E2E_NCU:-}" ]; then
     # --launch-count 12 --section SpeedOfLight --section WarpStateStats), same program args.
     if [ -n "${NCU_DETAIL:-}" ]; then
       t=$(date +%s)
-      eval "timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none $NCU_DETAIL \
+      eval "timeout ${NCU_TIMEOUT_S:-150} env ${NCU_ENV:-} $NCU --clock-control none $NCU_DETAIL \
         $B/dsinfer bench one-batch --load-format dummy --device cuda \
         ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4}" \
         > $RES/logs/ncu_detail.txt 2>&1
