@@ -633,6 +633,46 @@ void CudaModelRunner::JoinSide() {
   ++graph_stats_.side_branches;
 }
 
+void CudaModelRunner::PrefetchL2(L2PrefetchParams p) {
+  if (!capturing_ || p.n == 0) return;
+  DS_CHECK(!side_) << "PrefetchL2 inside a side branch";
+  if (pf_fork_ev_ == nullptr) {
+    DS_CUDA_CHECK(cudaEventCreateWithFlags(&pf_fork_ev_, cudaEventDisableTiming));
+    DS_CUDA_CHECK(cudaEventCreateWithFlags(&pf_join_ev_, cudaEventDisableTiming));
+  }
+  DS_CUDA_CHECK(cudaEventRecord(pf_fork_ev_, s_));
+  DS_CUDA_CHECK(cudaStreamWaitEvent(pf_stream_.get(), pf_fork_ev_, 0));
+  p.stream = pf_stream_.get();
+  L2Prefetch(p);
+  pf_pending_ = true;
+  ++graph_stats_.l2_prefetches;
+}
+
+void CudaModelRunner::JoinPrefetch() {
+  if (!pf_pending_) return;
+  DS_CUDA_CHECK(cudaEventRecord(pf_join_ev_, pf_stream_.get()));
+  DS_CUDA_CHECK(cudaStreamWaitEvent(s_, pf_join_ev_, 0));
+  pf_pending_ = false;
+}
+
+void CudaModelRunner::AddPrefetchRanges(int l, int bit, L2PrefetchParams* p) const {
+  const auto add = [&](const DeviceBuffer& b) {
+    if (b.get() == nullptr || L2PrefetchBytes(*p) + static_cast<int64_t>(b.size()) > kL2PrefetchPointBytes) return;
+    AddL2PrefetchRange(*p, b.get(), static_cast<int64_t>(b.size()));
+  };
+  const auto add_linear = [&](const Linear& L) { add(L.fp8 ? L.wq : L.w); };
+  if (l < 0 || l >= cfg_.num_hidden_layers) return;
+  const LayerW& LW = layers_[l];
+  const bool shared = LW.moe && LW.has_mlp && LW.shared_groups == 0;
+  switch (bit) {
+    case 1: add_linear(LW.attn.o); add(LW.attn.kv_b); break;
+    case 2: if (shared) add_linear(LW.gate_up); break;
+    case 4: if (shared) add_linear(LW.down); break;
+    case 8: add_linear(cfg_.q_lora_rank > 0 ? LW.attn.q_a : LW.attn.q); add_linear(LW.attn.kv_a); break;
+    default: break;
+  }
+}
+
 const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
   auto it = offs_by_rows_.find(rows);
   if (it == offs_by_rows_.end()) {
@@ -908,6 +948,13 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     GroupedGemmSm90(f2);
   } else {
     expert_gemm(g, false);
+    // l2_prefetch point 8: the next layer's q (q_a) and kv_a, fetched while SiLU, the down GEMM
+    // and the combine run.
+    if ((opts_.l2_prefetch & 8) && FusedDecode(T)) {
+      L2PrefetchParams pf;
+      AddPrefetchRanges(l + 1, 8, &pf);
+      PrefetchL2(pf);
+    }
     SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
                 ScaleLayout::kGroupMajor, cap, I, s_, opts_.pdl});
     if (down_combine) {
@@ -1023,6 +1070,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     Mark("norms_embed_combine");
     normed = Mlp(l, T);
   }
+  JoinPrefetch();  // l2_prefetch: the prefetch stream back into the main chain (capture)
   // Final norm (with the last residual add) and the LM head on the requested rows.
   const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
   if (cfg_.num_hidden_layers > 0 && !normed) norm(mlp32_.as<float>(), residual, final_norm_);
