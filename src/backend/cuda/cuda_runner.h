@@ -223,6 +223,10 @@ struct CudaRunnerOptions {
   // any value (CudaRunnerL2Prefetch.*). Opt-in (written in session 10). The CLI reads
   // DS_L2_PREFETCH=<mask>.
   int l2_prefetch = 0;
+  // MoeRouterRoute's count-out fences (MoeRouterRouteParams::fence_every_thread): false = one
+  // per block (default), true = every thread (the session-9 form). A/B only; the CLI reads
+  // DS_ROUTER_ROUTE_FENCE_ALL=1.
+  bool router_route_fence_every_thread = false;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured

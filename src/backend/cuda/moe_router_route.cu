@@ -25,6 +25,7 @@ size_t SmemBytes(int64_t n, int64_t E, int64_t pairs) {
   return sizeof(float) * (RouteWarps(n) * routing::WarpRouteScratchWords(E) + pairs);
 }
 
+template <bool kFenceEveryThread>
 __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   extern __shared__ float smem[];
@@ -33,17 +34,23 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   // logits column blockIdx.x for every token (bit-identical to RouterGemvKernel).
   router::GemvColumn(p.gemv, blockIdx.x);
   // Count out; the last block of the grid goes on (every other block's logits are then in L2).
-  // Every thread fences its own stores (the threads < n wrote logits), then thread 0 counts.
-  __threadfence();
+  // kFenceEveryThread: every thread fences its own stores (the threads < n wrote logits), then
+  // thread 0 counts. Otherwise the barrier orders the block's stores before thread 0's fence
+  // (cumulativity), which releases them with its count; the last block's thread 0 fences
+  // again (acquire) before the barrier that lets the block read the other blocks' logits.
+  if constexpr (kFenceEveryThread) __threadfence();
   __syncthreads();
   if (tid == 0) {
+    if constexpr (!kFenceEveryThread) __threadfence();
     const uint32_t before = atomicAdd(p.sync, 1u);
     s_last = before == gridDim.x - 1;
+    if (s_last) {
+      __threadfence();
+      *p.sync = 0u;  // every block has counted: reset for the next launch / replay
+    }
   }
   __syncthreads();
   if (!s_last) return;
-  __threadfence();
-  if (tid == 0) *p.sync = 0u;  // every block has counted: reset for the next launch / replay
   const int64_t n = p.gemv.M, E = p.gemv.N, K = p.routing.top_k, m = n * K;
   const int warps = RouteWarps(n);
   // Route token t on warp t % warps (the warp form, logits read through L2).
@@ -100,7 +107,7 @@ void MoeRouterRoute(const MoeRouterRouteParams& p) {
       << "MoeRouterRoute: null pointer";
   DS_CHECK(reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.w) % 16 == 0)
       << "MoeRouterRoute: x and w must be 16-byte aligned";
-  LaunchKernel(MoeRouterRouteKernel, dim3(static_cast<unsigned>(g.N)), dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k),
+  LaunchKernel(p.fence_every_thread ? MoeRouterRouteKernel<true> : MoeRouterRouteKernel<false>, dim3(static_cast<unsigned>(g.N)), dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k),
                p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MoeRouterRouteKernel");
 }
