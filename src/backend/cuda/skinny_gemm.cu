@@ -95,8 +95,6 @@ __device__ __forceinline__ uint4 LoadA(const __nv_bfloat16* a, bool ok, int64_t 
 // first form (every thread fencing) made the fused o_proj take 26 us against 6 us unfused
 // (session 10, ncu); this form tests whether those fences were the cost. Every thread of the
 // block calls it, at each of the kernel's exits.
-// kBatch: CombineNormRowStaged's batch (2 in the variants whose registers are capped).
-template <int kBatch>
 __device__ __forceinline__ void CountOutAndCombine(const SkinnyCombineEpilogue& epi) {
   __shared__ bool s_last;
   __shared__ float red[32];
@@ -117,9 +115,9 @@ __device__ __forceinline__ void CountOutAndCombine(const SkinnyCombineEpilogue& 
   if (!s_last) return;
   for (int64_t t = 0; t < epi.cn.n; ++t) {
     if (epi.cn.y_bf16) {
-      if (!combine::CombineNormRowStaged<__nv_bfloat16, kBatch>(epi.cn, t, red, s_pos, s_w))
+      if (!combine::CombineNormRowCompact<__nv_bfloat16>(epi.cn, t, red, s_pos, s_w))
         combine::CombineNormRowAnyBlock<__nv_bfloat16>(epi.cn, t, red, s_pos, s_w);
-    } else if (!combine::CombineNormRowStaged<float, kBatch>(epi.cn, t, red, s_pos, s_w)) {
+    } else if (!combine::CombineNormRowCompact<float>(epi.cn, t, red, s_pos, s_w)) {
       combine::CombineNormRowAnyBlock<float>(epi.cn, t, red, s_pos, s_w);
     }
   }
@@ -180,7 +178,7 @@ __device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const
       }
       __syncthreads();
       if (s_group < 0) {
-        if constexpr (kCombine) CountOutAndCombine<(kMinBlocks > 0 ? 2 : 4)>(*epi);
+        if constexpr (kCombine) CountOutAndCombine(*epi);
         return;
       }
       e = s_group;
@@ -188,7 +186,7 @@ __device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const
     row0 = p.offsets[e];
     rows = p.offsets[e + 1] - row0;
     if (rows <= 0) {
-      if constexpr (kCombine) CountOutAndCombine<(kMinBlocks > 0 ? 2 : 4)>(*epi);
+      if constexpr (kCombine) CountOutAndCombine(*epi);
       return;
     }
   }
@@ -322,7 +320,7 @@ __device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const
     }
     __syncthreads();
   }
-  if constexpr (kCombine) CountOutAndCombine<(kMinBlocks > 0 ? 2 : 4)>(*epi);
+  if constexpr (kCombine) CountOutAndCombine(*epi);
 }
 
 template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
