@@ -66,11 +66,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_SKINNY_GEMM", &c.skinny_gemm);                  // decode-size skinny GEMMs
   env_switch("DS_MOE_ROUTE_WARP", &c.moe_route_warp);            // routing by one warp (on)
   env_switch("DS_ROUTER_ROUTE", &c.fused_router_route);          // router + routing in one launch, gathered rows (on)
-  env_switch("DS_GEMV_EXPERTS_GATHER", &c.gemv_experts_gather);  // batch-1 gate_up on the GEMV, gathered row (off, not yet run)
   env_switch("DS_DOWN_COMBINE", &c.fused_down_combine);          // combine + norm in the down GEMM's last block (off, not yet run)
   env_switch("DS_OPROJ_NORM", &c.fused_oproj_norm);              // residual + norm in o_proj's last block (off, not yet run)
-  env_int("DS_L2_PREFETCH", 0, 15, 1, &c.l2_prefetch);            // L2 prefetch points of decode graphs (off; mask 1|2|4|8)
-  env_switch("DS_ROUTER_ROUTE_FENCE_ALL", &c.router_route_fence_every_thread);  // A/B: every thread fences (off)
   env_switch("DS_SM90_GROUPED_GEMM", &c.sm90_grouped_gemm);      // sm_90a expert GEMMs
   env_switch("DS_MLA_DECODE_SM90", &c.mla_decode_sm90);          // sm_90a (wgmma + TMA) MLA decode
   env_switch("DS_SM90_MIXED_GEMM", &c.sm90_mixed_gemm);          // sm_90a bf16 x e4m3 GEMM

@@ -69,10 +69,8 @@ Outputs Reference(const Case& c, const Inputs& in, int64_t n) {
   return {logits.Download(), w.Download(), ids.Download(), off.Download(), pos.Download(), src.Download()};
 }
 
-// fence_all: MoeRouterRouteParams::fence_every_thread (the session-9 count-out form).
-void RunCase(const Case& c, int64_t n, bool tied, bool graph, bool fence_all = false) {
-  const std::string cas = std::string(c.name) + "_T" + std::to_string(n) + (tied ? "_tied" : "") + (graph ? "_graph" : "") +
-                          (fence_all ? "_fence_all" : "");
+void RunCase(const Case& c, int64_t n, bool tied, bool graph) {
+  const std::string cas = std::string(c.name) + "_T" + std::to_string(n) + (tied ? "_tied" : "") + (graph ? "_graph" : "");
   const Inputs in(c, n, tied);
   const Outputs ref = Reference(c, in, n);
   const int64_t m = n * c.top_k;
@@ -83,7 +81,6 @@ void RunCase(const Case& c, int64_t n, bool tied, bool graph, bool fence_all = f
   p.gemv = {in.x.get(), in.ldx, in.w.get(), c.hidden, logits.get(), c.E, n, c.E, c.hidden, nullptr};
   p.routing = Routing(c, in, n, ids.get(), w.get());
   p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
-  p.fence_every_thread = fence_all;
   const auto poison = [&] { logits.Poison(); w.Poison(); ids.Poison(); off.Poison(); pos.Poison(); src.Poison(); };
   LaunchRepeated(
       graph, 3,
@@ -131,15 +128,6 @@ TEST(CudaMoeRouterRoute, TiesAndGraphReplays) {
     for (int64_t n : {1, 5, 16}) {
       RunCase(c, n, true, false);
       RunCase(c, n, false, true);
-    }
-}
-
-// Both count-out fence forms give the same bits (eagerly and replayed in a graph).
-TEST(CudaMoeRouterRoute, EveryThreadFenceFormMatches) {
-  for (const auto& c : kCases)
-    for (int64_t n : {1, 4, 16}) {
-      RunCase(c, n, false, false, true);
-      RunCase(c, n, false, true, true);
     }
 }
 

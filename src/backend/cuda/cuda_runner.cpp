@@ -558,13 +558,11 @@ void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, flo
 }
 
 void CudaModelRunner::RunGemvExperts(const GroupedGemmParams& g, int64_t max_group_rows,
-                                     int64_t max_active_groups, int64_t a_src_rows) {
+                                     int64_t max_active_groups) {
   DS_CHECK(g.offsets != nullptr) << "RunGemvExperts: device offsets only";
-  DS_CHECK(g.a_rows == nullptr || (a_src_rows > 0 && max_group_rows == 1))
-      << "RunGemvExperts: gathered rows (a_rows) need one-row groups and the source's rows";
+  DS_CHECK(g.a_rows == nullptr) << "RunGemvExperts: gathered rows (a_rows) are not taken here";
   Fp8GemvGroupedParams p;
   p.a = g.a; p.lda = g.lda; p.max_rows = g.max_rows; p.offsets = g.offsets;
-  p.a_rows = g.a_rows; p.a_src_rows = g.a_rows != nullptr ? a_src_rows : 0;
   p.w = g.w; p.w_bf16 = !g.w_fp8; p.w_scales = g.w_fp8 ? g.w_scales : nullptr;  // not fp8: bf16 experts
   p.out = g.out; p.out_bf16 = g.out_type == DTypeOut::kBF16; p.ldo = g.ldo;
   p.num_experts = g.num_experts; p.N = g.N; p.K = g.K;
@@ -631,46 +629,6 @@ void CudaModelRunner::JoinSide() {
   DS_CUDA_CHECK(cudaStreamWaitEvent(s_, join_ev_, 0));
   side_forked_ = false;
   ++graph_stats_.side_branches;
-}
-
-void CudaModelRunner::PrefetchL2(L2PrefetchParams p) {
-  if (!capturing_ || p.n == 0) return;
-  DS_CHECK(!side_) << "PrefetchL2 inside a side branch";
-  if (pf_fork_ev_ == nullptr) {
-    DS_CUDA_CHECK(cudaEventCreateWithFlags(&pf_fork_ev_, cudaEventDisableTiming));
-    DS_CUDA_CHECK(cudaEventCreateWithFlags(&pf_join_ev_, cudaEventDisableTiming));
-  }
-  DS_CUDA_CHECK(cudaEventRecord(pf_fork_ev_, s_));
-  DS_CUDA_CHECK(cudaStreamWaitEvent(pf_stream_.get(), pf_fork_ev_, 0));
-  p.stream = pf_stream_.get();
-  L2Prefetch(p);
-  pf_pending_ = true;
-  ++graph_stats_.l2_prefetches;
-}
-
-void CudaModelRunner::JoinPrefetch() {
-  if (!pf_pending_) return;
-  DS_CUDA_CHECK(cudaEventRecord(pf_join_ev_, pf_stream_.get()));
-  DS_CUDA_CHECK(cudaStreamWaitEvent(s_, pf_join_ev_, 0));
-  pf_pending_ = false;
-}
-
-void CudaModelRunner::AddPrefetchRanges(int l, int bit, L2PrefetchParams* p) const {
-  const auto add = [&](const DeviceBuffer& b) {
-    if (b.get() == nullptr || L2PrefetchBytes(*p) + static_cast<int64_t>(b.size()) > kL2PrefetchPointBytes) return;
-    AddL2PrefetchRange(*p, b.get(), static_cast<int64_t>(b.size()));
-  };
-  const auto add_linear = [&](const Linear& L) { add(L.fp8 ? L.wq : L.w); };
-  if (l < 0 || l >= cfg_.num_hidden_layers) return;
-  const LayerW& LW = layers_[l];
-  const bool shared = LW.moe && LW.has_mlp && LW.shared_groups == 0;
-  switch (bit) {
-    case 1: add_linear(LW.attn.o); add(LW.attn.kv_b); break;
-    case 2: if (shared) add_linear(LW.gate_up); break;
-    case 4: if (shared) add_linear(LW.down); break;
-    case 8: add_linear(cfg_.q_lora_rank > 0 ? LW.attn.q_a : LW.attn.q); add_linear(LW.attn.kv_a); break;
-    default: break;
-  }
 }
 
 const int32_t* CudaModelRunner::OneGroupOffsets(int64_t rows) {
@@ -797,10 +755,6 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   // copy. Like fuse_route, it depends on T only through the graph buckets' bounds.
   const bool router_route = opts_.fused_router_route && fuse_route && S == 0 && !gemv_experts &&
                             opts_.router_gemv && Hd % 4 == 0 && MoeRouterRouteSupported(T, E, K);
-  // gemv_experts_gather: at one token, the routed gate_up on the grouped GEMV, reading the
-  // token's row by src_row (one-row groups); down stays on SkinnyGemm.
-  const bool gate_up_gather = opts_.gemv_experts_gather && router_route && T == 1 &&
-                              (LW.experts_fp8 ? opts_.fp8_gemv_experts : opts_.gemv_experts_bf16);
   // Router (fp32, as the CPU and transformers), routing.
   rlogits_.Reserve(Tr * E * sizeof(float));
   topk_ids_.Reserve(Tr * K * 4);
@@ -836,7 +790,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   if (router_route) {
     MoeRouterRoute({{h32_.as<float>(), Hd, LW.router.as<float>(), Hd, rlogits_.as<float>(), E, T, E, Hd, s_, false}, rp,
                     moe_offs_.as<int32_t>(), moe_pos_.as<int32_t>(), moe_src_.as<int32_t>(),
-                    route_sync_.as<uint32_t>(), s_, opts_.pdl, opts_.router_route_fence_every_thread});
+                    route_sync_.as<uint32_t>(), s_, opts_.pdl});
     ++graph_stats_.fused_launches;
     ++graph_stats_.router_route_layers;
   } else if (fuse_route) {
@@ -934,8 +888,6 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   const auto expert_gemm = [&](const GroupedGemmParams& gp, bool down) {
     if (gemv_experts && (LW.experts_fp8 || !down || opts_.gemv_experts_bf16_down))
       RunGemvExperts(gp, T, std::min(E, T * K) + S);
-    else if (gate_up_gather && !down)
-      RunGemvExperts(gp, 1, std::min(E, K), /*a_src_rows=*/T);
     else if (skinny) SkinnyGemm({gp, T, std::min(E, T * K) + S});
     else GroupedGemm(gp);
   };
@@ -948,13 +900,6 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     GroupedGemmSm90(f2);
   } else {
     expert_gemm(g, false);
-    // l2_prefetch point 8: the next layer's q (q_a) and kv_a, fetched while SiLU, the down GEMM
-    // and the combine run.
-    if ((opts_.l2_prefetch & 8) && FusedDecode(T)) {
-      L2PrefetchParams pf;
-      AddPrefetchRanges(l + 1, 8, &pf);
-      PrefetchL2(pf);
-    }
     SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
                 ScaleLayout::kGroupMajor, cap, I, s_, opts_.pdl});
     if (down_combine) {
@@ -1070,7 +1015,6 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     Mark("norms_embed_combine");
     normed = Mlp(l, T);
   }
-  JoinPrefetch();  // l2_prefetch: the prefetch stream back into the main chain (capture)
   // Final norm (with the last residual add) and the LM head on the requested rows.
   const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
   if (cfg_.num_hidden_layers > 0 && !normed) norm(mlp32_.as<float>(), residual, final_norm_);

@@ -190,14 +190,6 @@ struct CudaRunnerOptions {
   // gate_up then starts early into the side branch's shared-expert GEMMs). The CLI reads
   // DS_ROUTER_ROUTE=0 to turn it off.
   bool fused_router_route = true;
-  // At one token with fused_router_route, the routed gate_up on the grouped GEMV (FP8 experts
-  // with fp8_gemv_experts, bf16 with gemv_experts_bf16; its CTA plans as above) reading the
-  // token's row by src_row (Fp8GemvGroupedParams::a_rows, one-row groups); down stays on
-  // SkinnyGemm. For V2-Lite's batch-1 gate_up, where the bf16 GEMV streamed 0.89 of copy with
-  // one CTA per SM against SkinnyGemm's 0.74 (session 8 run 3). Other fp32 summation order
-  // (CudaRunnerGemvExpertsGather.*). Opt-in: written in session 9 without a GPU, not yet run on
-  // one. The CLI reads DS_GEMV_EXPERTS_GATHER=1.
-  bool gemv_experts_gather = false;
   // The MoE combine + residual + next RMSNorm (MoeCombineNorm) in the last block of the routed
   // experts' down GEMM (SkinnyGemm's plain kernel; skinny_gemm.h, SkinnyCombineEpilogue), for
   // decode passes of <= kDownCombineMaxTokens tokens with fused_norm, not with stacked shared
@@ -212,21 +204,6 @@ struct CudaRunnerOptions {
   // (CudaRunnerOprojNorm.*). Opt-in: written in session 9 without a GPU, not yet run on one. The
   // CLI reads DS_OPROJ_NORM=1.
   bool fused_oproj_norm = false;
-  // L2 prefetch of the weights that follow a latency-bound phase of a decode graph (l2_prefetch.h),
-  // issued on a third stream forked from the main chain: a bit mask of the points,
-  //   1: at the attention core (after q / kv_a): o_proj and kv_b, read by the merge and o_proj;
-  //   2: the same point: the MoE layer's shared experts' gate_up (read beside the router);
-  //   4: the same point: the shared experts' down;
-  //   8: after the routed gate_up: the next layer's q (q_a) and kv_a projections.
-  // Each point prefetches its ranges in that order while they fit kL2PrefetchPointBytes. Decode
-  // graph captures of passes that take the small-batch fusions only (FusedDecode); no effect on
-  // any value (CudaRunnerL2Prefetch.*). Opt-in (written in session 10). The CLI reads
-  // DS_L2_PREFETCH=<mask>.
-  int l2_prefetch = 0;
-  // MoeRouterRoute's count-out fences (MoeRouterRouteParams::fence_every_thread): false = one
-  // per block (default), true = every thread (the session-9 form). A/B only; the CLI reads
-  // DS_ROUTER_ROUTE_FENCE_ALL=1.
-  bool router_route_fence_every_thread = false;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured
@@ -434,7 +411,6 @@ struct CudaGraphStats {
   int64_t router_route_layers = 0;  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
   int64_t oproj_norm_layers = 0;    // MLA layers whose o_proj ran the post-attention norm (fused_oproj_norm; likewise)
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
-  int64_t l2_prefetches = 0;  // L2 prefetch launches captured into decode graphs (l2_prefetch)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

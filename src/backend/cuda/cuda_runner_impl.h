@@ -21,7 +21,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_runner.h"
 #include "backend/cuda/gemm.h"
-#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/moe_route_permute.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/skinny_gemm.h"
@@ -78,9 +77,6 @@ struct LayerW {
 
 // fused_oproj_norm: the largest pass whose post-attention norm runs in o_proj's last block.
 inline constexpr int64_t kOprojNormMaxTokens = 2;
-// l2_prefetch: the most bytes one prefetch point asks for (H200's L2 is 50 MB; the weights
-// streamed meanwhile must not evict them before use).
-inline constexpr int64_t kL2PrefetchPointBytes = int64_t{40} << 20;
 
 class CudaModelRunner : public ModelRunner {
  public:
@@ -93,8 +89,7 @@ class CudaModelRunner : public ModelRunner {
     return greatest;
   }
   CudaModelRunner(const ModelConfig& cfg, const CudaRunnerOptions& o)
-      : cfg_(cfg), opts_(o), stream_(StreamPriority(o, false)), side_stream_(StreamPriority(o, true)),
-        pf_stream_(StreamPriority(o, true)) {
+      : cfg_(cfg), opts_(o), stream_(StreamPriority(o, false)), side_stream_(StreamPriority(o, true)) {
     prof_on_ = o.profile;
     prof_log_ = o.profile_log;
     skinny_on_ = o.skinny_gemm;
@@ -110,7 +105,7 @@ class CudaModelRunner : public ModelRunner {
     // on the destroying thread (serve destroys every DP rank's runner on the main thread).
     (void)cudaSetDevice(opts_.device);
     DropGraphs();
-    for (cudaEvent_t e : {fork_ev_, join_ev_, pf_fork_ev_, pf_join_ev_})
+    for (cudaEvent_t e : {fork_ev_, join_ev_})
       if (e) cudaEventDestroy(e);
     if (!prof_log_ || prof_ms_.empty()) return;
     double total = 0;
@@ -241,21 +236,10 @@ class CudaModelRunner : public ModelRunner {
   void JoinSide();
   void ResetSide() {
     side_ = side_forked_ = false;
-    pf_pending_ = false;
     s_ = stream_.get();
   }
   bool side_ = false, side_forked_ = false;
   cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
-  // l2_prefetch: inside a decode-graph capture (main chain, outside side branches), forks
-  // pf_stream_ from s_ at this point and enqueues the prefetch of p's ranges there (nothing
-  // otherwise); JoinPrefetch() joins pf_stream_ back before the capture ends.
-  void PrefetchL2(L2PrefetchParams p);
-  void JoinPrefetch();
-  // The ranges of layer l's point `bit` (CudaRunnerOptions::l2_prefetch) added to p within
-  // kL2PrefetchPointBytes.
-  void AddPrefetchRanges(int l, int bit, L2PrefetchParams* p) const;
-  cudaEvent_t pf_fork_ev_ = nullptr, pf_join_ev_ = nullptr;
-  bool pf_pending_ = false;
   // SkinnyGemm with the runner's split-K workspace attached (grown outside graph capture: the
   // eager pass of a shape precedes its capture; the counters are zeroed once).
   void RunSkinny(SkinnyGemmParams sp);
@@ -271,8 +255,7 @@ class CudaModelRunner : public ModelRunner {
   // device offsets, <= 8 rows per group) on Fp8GemvGrouped (fp8_gemv_grouped.h; w_bf16 for BF16
   // experts), its workspace grown (and zeroed) outside graph capture: the eager pass of a shape
   // precedes its capture.
-  void RunGemvExperts(const GroupedGemmParams& g, int64_t max_group_rows, int64_t max_active_groups,
-                      int64_t a_src_rows = 0);
+  void RunGemvExperts(const GroupedGemmParams& g, int64_t max_group_rows, int64_t max_active_groups);
   // Device copy of {0, rows} (the one-group offsets of the in-kernel FP8 linear), made once.
   const int32_t* OneGroupOffsets(int64_t rows);
   std::map<std::pair<int, int>, std::unique_ptr<DecodeGraph>> graphs_;
@@ -348,7 +331,6 @@ class CudaModelRunner : public ModelRunner {
   uint64_t tensor_counter_ = 0;
   Stream stream_;
   Stream side_stream_;        // side branches of decode graphs (decode_streams)
-  Stream pf_stream_;          // L2 prefetches of decode graphs (l2_prefetch)
   cudaStream_t s_ = nullptr;  // the stream ops are enqueued on: stream_, or side_stream_ inside a forked branch
   int num_blocks_ = 0;
   RopeTables rope_;

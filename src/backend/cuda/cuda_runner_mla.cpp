@@ -63,14 +63,6 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   if (side_q) EndSide();
   LinearFwd(w.kv_a, hn, cfg_.hidden_size, T, lat, L, hn16);
   if (side_q) JoinSide();
-  // l2_prefetch points 1, 2, 4: o_proj and kv_b, the shared experts' gate_up and down, fetched
-  // into L2 while RoPE, the cache write, the decode attention and the merge leave HBM idle.
-  if (opts_.l2_prefetch != 0 && FusedDecode(T)) {
-    L2PrefetchParams pf;
-    for (int bit : {1, 2, 4})
-      if (opts_.l2_prefetch & bit) AddPrefetchRanges(l, bit, &pf);
-    PrefetchL2(pf);
-  }
   float* q = q32_.as<float>();
   // fused_qpe, decode-only pass (every row absorbed): RoPE writes q_pe into q_lat's tail too.
   bool qpe_done = opts_.fused_qpe && FusedDecode(T) && opts_.mla_mode != MlaMode::kNaive;

@@ -25,7 +25,6 @@ size_t SmemBytes(int64_t n, int64_t E, int64_t pairs) {
   return sizeof(float) * (RouteWarps(n) * routing::WarpRouteScratchWords(E) + pairs);
 }
 
-template <bool kFenceEveryThread>
 __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   extern __shared__ float smem[];
@@ -34,14 +33,13 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   // logits column blockIdx.x for every token (bit-identical to RouterGemvKernel).
   router::GemvColumn(p.gemv, blockIdx.x);
   // Count out; the last block of the grid goes on (every other block's logits are then in L2).
-  // kFenceEveryThread: every thread fences its own stores (the threads < n wrote logits), then
-  // thread 0 counts. Otherwise the barrier orders the block's stores before thread 0's fence
-  // (cumulativity), which releases them with its count; the last block's thread 0 fences
-  // again (acquire) before the barrier that lets the block read the other blocks' logits.
-  if constexpr (kFenceEveryThread) __threadfence();
+  // The barrier orders the block's stores (the threads < n wrote logits) before thread 0's
+  // fence (cumulativity), which releases them with its count; the last block's thread 0 fences
+  // again (acquire) before the barrier that lets the block read the other blocks' logits. (The
+  // session-9 form, every thread fencing, measured the same: session 10 run 6.)
   __syncthreads();
   if (tid == 0) {
-    if constexpr (!kFenceEveryThread) __threadfence();
+    __threadfence();
     const uint32_t before = atomicAdd(p.sync, 1u);
     s_last = before == gridDim.x - 1;
     if (s_last) {
@@ -107,7 +105,7 @@ void MoeRouterRoute(const MoeRouterRouteParams& p) {
       << "MoeRouterRoute: null pointer";
   DS_CHECK(reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.w) % 16 == 0)
       << "MoeRouterRoute: x and w must be 16-byte aligned";
-  LaunchKernel(p.fence_every_thread ? MoeRouterRouteKernel<true> : MoeRouterRouteKernel<false>, dim3(static_cast<unsigned>(g.N)), dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k),
+  LaunchKernel(MoeRouterRouteKernel, dim3(static_cast<unsigned>(g.N)), dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k),
                p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MoeRouterRouteKernel");
 }

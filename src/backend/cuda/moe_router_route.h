@@ -47,9 +47,6 @@ struct MoeRouterRouteParams {
   uint32_t* sync = nullptr;    // one counter, zero before the first launch (left zero)
   cudaStream_t stream = nullptr;
   bool pdl = false;  // programmatic dependent launch (launch.cuh); same results either way
-  // Count-out fences: false = one per block (thread 0, after a barrier), true = every thread
-  // fences its own stores (the session-9 form). Same results; A/B of their cost (session 10).
-  bool fence_every_thread = false;
 };
 
 // Whether MoeRouterRoute takes n tokens of E experts choosing top_k each (the sizes only).
