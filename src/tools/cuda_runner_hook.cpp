@@ -68,6 +68,11 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_ROUTER_ROUTE", &c.fused_router_route);          // router + routing in one launch, gathered rows (on)
   env_switch("DS_DOWN_COMBINE", &c.fused_down_combine);          // combine + norm in the down GEMM's last block (off, not yet run)
   env_switch("DS_OPROJ_NORM", &c.fused_oproj_norm);              // residual + norm in o_proj's last block (off, not yet run)
+  {
+    int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
+    env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);
+    if (mw > 0) c.skinny_bf16_max_weights = int64_t{mw} << 20;
+  }
   env_switch("DS_SM90_GROUPED_GEMM", &c.sm90_grouped_gemm);      // sm_90a expert GEMMs
   env_switch("DS_MLA_DECODE_SM90", &c.mla_decode_sm90);          // sm_90a (wgmma + TMA) MLA decode
   env_switch("DS_SM90_MIXED_GEMM", &c.sm90_mixed_gemm);          // sm_90a bf16 x e4m3 GEMM

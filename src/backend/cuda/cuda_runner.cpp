@@ -411,6 +411,8 @@ CudaModelRunner::LinearInput CudaModelRunner::LinearInputFor(const Linear& L, in
   return opts_.precise_activations && !L.fp8 ? LinearInput::kBf16Split : LinearInput::kBf16;
 }
 
+static_assert(CudaRunnerOptions{}.skinny_bf16_max_weights == kSkinnyBf16MaxWeights, "the option's default");
+
 bool CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
                                 const bf16* x16, const SkinnyCombineEpilogue* epi) {
   if (M == 0) return false;
@@ -453,7 +455,7 @@ bool CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   }
   // Decode sizes: the weight-streaming skinny kernel (one group of M rows, no padding).
   if (skinny_on_ && (L.fp8 ? SkinnyDenseFp8(M, L.N)
-                           : (!split && M <= kSkinnyBf16MaxRows && L.N * L.K <= kSkinnyBf16MaxWeights))) {
+                           : (!split && M <= kSkinnyBf16MaxRows && L.N * L.K <= opts_.skinny_bf16_max_weights))) {
     SkinnyGemmParams sp{};
     sp.g.a = xa; sp.g.lda = L.K; sp.g.offsets = nullptr; sp.g.max_rows = M;
     sp.g.w = L.fp8 ? L.wq.get() : L.w.get(); sp.g.w_fp8 = L.fp8; sp.g.w_scales = L.fp8 ? L.s_raw.as<float>() : nullptr;
