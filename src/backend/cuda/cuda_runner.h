@@ -205,10 +205,11 @@ struct CudaRunnerOptions {
   // CLI reads DS_OPROJ_NORM=1.
   bool fused_oproj_norm = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
-  // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 12 Mi: all of V2-Lite's decode
-  // projections but the LM head; 4 Mi before session 10, skinny_gemm.h has the A/B). The CLI
-  // reads DS_SKINNY_BF16_MAX_MWEIGHTS=<Mi weights> (2^20).
-  int64_t skinny_bf16_max_weights = int64_t{12} << 20;
+  // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
+  // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
+  // default: skinny_gemm.h has the A/B and the open test question). The CLI reads
+  // DS_SKINNY_BF16_MAX_MWEIGHTS=<Mi weights> (2^20).
+  int64_t skinny_bf16_max_weights = int64_t{2048} * 2048;
   // FP8 dense projections of at most kFp8GemvMaxRows = 8 rows (decode steps of <= 8 sequences:
   // the graph buckets 1, 2, 4, 8 and the eager passes they pad) and at least
   // kFp8GemvMinWeights weights (V3's o_proj, dense down and dense gate_up; the GEMV measured

@@ -43,13 +43,15 @@ namespace ds::cuda {
 // ~0.6-0.8), for FP8 dense projections (in-kernel dequantisation path) when SkinnyDenseFp8(M, N)
 // (host_plans.h), and for bf16 dense projections instead of cuBLASLt when M <= kSkinnyBf16MaxRows and
 // N * K <= kSkinnyBf16MaxWeights (cuBLASLt streams large bf16 matrices as fast or faster; the
-// skinny kernel wins on small ones such as kv_a_proj). 12 Mi weights since session 10 (run 9:
-// V2-Lite's q 3072 x 2048 and shared experts' gate_up 5632 x 2048 / down 2048 x 2816 on
-// SkinnyGemm too: the 27-layer decode step 1.1-1.8% faster at batch 1, 2.1% at 4, 0.7% at 8,
-// the same at 16; the limit was 4 Mi).
+// skinny kernel wins on small ones such as kv_a_proj). CudaRunnerOptions::skinny_bf16_max_weights
+// overrides it: at 12 Mi (V2-Lite's q 3072 x 2048 and shared experts' gate_up 5632 x 2048 / down
+// 2048 x 2816 on SkinnyGemm too) the 27-layer decode step measured 1.1-1.8% faster at batch 1,
+// 2.1% at 4, 0.7% at 8, the same at 16 (session 10 run 9); as the default it moved
+// CudaRunnerFusedUv.DummyV2LiteWithinBounds (fused_uv on vs off) past its bounds (max relative
+// L2 1.7e-2 against 4.3e-3 before; run 10), not yet explained, so the default stays 4 Mi.
 inline constexpr int64_t kSkinnyMoeMaxAvgRows = 8;
 inline constexpr int64_t kSkinnyBf16MaxRows = 16;
-inline constexpr int64_t kSkinnyBf16MaxWeights = int64_t{12} << 20;
+inline constexpr int64_t kSkinnyBf16MaxWeights = int64_t{2048} * 2048;
 // FP8 dense: SkinnyDenseFp8(M, N) and its measured thresholds are in host_plans.h (CPU-tested).
 // Absorbed-MLA per-head GEMMs (q_nope W_UK, o_lat W_UV^T; bf16 weights, batched over heads):
 // the skinny kernel replaces cuBLAS's strided-batched GEMM when the decode tokens <= this.
