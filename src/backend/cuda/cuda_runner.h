@@ -195,14 +195,16 @@ struct CudaRunnerOptions {
   // decode passes of <= kDownCombineMaxTokens tokens with fused_norm, not with stacked shared
   // experts or the down GEMM on the grouped GEMV: one launch fewer per MoE layer, the same bits
   // (CudaRunnerDownCombine.*). The side branch (shared experts) joins before the down GEMM.
-  // Opt-in: written in session 9 without a GPU, not yet run on one. The CLI reads
-  // DS_DOWN_COMBINE=1.
+  // Off: verified on the H200 but slower (session 10 runs 1-7: V2-Lite 27 layers b1 2.951 ms
+  // against 2.563 with the compact row form; the fused down 30.5 us against 12.9 + 6.2 us
+  // for the two launches). The CLI reads DS_DOWN_COMBINE=1.
   bool fused_down_combine = false;
   // The residual add + post-attention RMSNorm in the last block of o_proj (SkinnyGemm's plain
   // kernel: V2-Lite's bf16 o_proj; the norm-only SkinnyCombineEpilogue), for decode passes of <= 2
   // tokens with fused_norm: one launch fewer per layer, the bits of RmsNorm
-  // (CudaRunnerOprojNorm.*). Opt-in: written in session 9 without a GPU, not yet run on one. The
-  // CLI reads DS_OPROJ_NORM=1.
+  // (CudaRunnerOprojNorm.*). Off: verified on the H200 but slower (session 10 runs 1-7: V2-Lite
+  // b1 2.848 ms against 2.563; the fused o_proj 17.5-19 us against 6 + 3.6 us). The CLI reads
+  // DS_OPROJ_NORM=1.
   bool fused_oproj_norm = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   // The barrier orders the block's stores (the threads < n wrote logits) before thread 0's
   // fence (cumulativity), which releases them with its count; the last block's thread 0 fences
   // again (acquire) before the barrier that lets the block read the other blocks' logits. (The
-  // session-9 form, every thread fencing, measured the same: session 10 run 6.)
+  // session-9 form, every thread fencing, measured the same: session 10 run 5.)
   __syncthreads();
   if (tid == 0) {
     __threadfence();

@@ -91,10 +91,10 @@ __device__ __forceinline__ uint4 LoadA(const __nv_bfloat16* a, bool ok, int64_t 
 // SkinnyCombineEpilogue (skinny_gemm.h): the block's stores are ordered before thread 0's
 // count by the barrier and thread 0's fence (cumulativity: what the barrier made visible to
 // thread 0 is released with its fence), and the last block of the grid runs the combine + norm
-// for every token after thread 0's acquiring fence and a barrier. One fence per block: the
-// first form (every thread fencing) made the fused o_proj take 26 us against 6 us unfused
-// (session 10, ncu); this form tests whether those fences were the cost. Every thread of the
-// block calls it, at each of the kernel's exits.
+// for every token after thread 0's acquiring fence and a barrier. One fence per block (every
+// thread fencing measured the same, session 10 run 5; the fused kernels' extra time is the last
+// block's row, moe_combine_norm.cuh). Every thread of the block calls it, at each of the
+// kernel's exits.
 __device__ __forceinline__ void CountOutAndCombine(const SkinnyCombineEpilogue& epi) {
   __shared__ bool s_last;
   __shared__ float red[32];

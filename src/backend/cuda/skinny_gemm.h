@@ -46,9 +46,9 @@ namespace ds::cuda {
 // skinny kernel wins on small ones such as kv_a_proj). CudaRunnerOptions::skinny_bf16_max_weights
 // overrides it: at 12 Mi (V2-Lite's q 3072 x 2048 and shared experts' gate_up 5632 x 2048 / down
 // 2048 x 2816 on SkinnyGemm too) the 27-layer decode step measured 1.1-1.8% faster at batch 1,
-// 2.1% at 4, 0.7% at 8, the same at 16 (session 10 run 9); as the default it moved
+// 2.1% at 4, 0.7% at 8, the same at 16 (session 10 run 8); as the default it moved
 // CudaRunnerFusedUv.DummyV2LiteWithinBounds (fused_uv on vs off) past its bounds (max relative
-// L2 1.7e-2 against 4.3e-3 before; run 10), not yet explained, so the default stays 4 Mi.
+// L2 1.7e-2 against 4.3e-3 at 4 Mi; runs 9 and 10), not yet explained, so the default stays 4 Mi.
 inline constexpr int64_t kSkinnyMoeMaxAvgRows = 8;
 inline constexpr int64_t kSkinnyBf16MaxRows = 16;
 inline constexpr int64_t kSkinnyBf16MaxWeights = int64_t{2048} * 2048;
