@@ -254,8 +254,9 @@ struct CudaRunnerOptions {
   int fp8_gemv_experts_min_tokens = 2;
   // BF16 experts on the grouped GEMV (gemv_experts_bf16): its CTAs (0: auto, 2 per SM; -1: one
   // per SM; -2: tile-aligned, one CTA per 128-row tile of the host's slot bound while that is <= 2
-  // per SM, so no tile is split across CTAs (not yet run: V2-Lite's batch-1 gate_up, 132 tiles,
-  // ran whole tiles at one CTA per SM and reached 0.89; its down, 96 tiles over 132 CTAs, 0.61);
+  // per SM, so no tile is split across CTAs (bench kernels, session 8: V2-Lite's batch-1 gate_up,
+  // 132 tiles, ran whole tiles at one CTA per SM and reached 0.89; its down, 96 tiles over 132
+  // CTAs, 0.61);
   // > 0: that many) and whether the down GEMM takes it too (else SkinnyGemm). bench
   // kernels, session 8 run 3, V2-Lite 6 experts x 1 row: gate_up 19.9 us with one CTA per SM,
   // 22.4 auto, 23.7 SkinnyGemm; down 14.5 / 15.8 against SkinnyGemm's 11.6. The CLI reads
