@@ -114,12 +114,8 @@ __device__ __forceinline__ void CountOutAndCombine(const SkinnyCombineEpilogue& 
   __syncthreads();
   if (!s_last) return;
   for (int64_t t = 0; t < epi.cn.n; ++t) {
-    if (epi.cn.y_bf16) {
-      if (!combine::CombineNormRowCompact<__nv_bfloat16>(epi.cn, t, red, s_pos, s_w))
-        combine::CombineNormRowAnyBlock<__nv_bfloat16>(epi.cn, t, red, s_pos, s_w);
-    } else if (!combine::CombineNormRowCompact<float>(epi.cn, t, red, s_pos, s_w)) {
-      combine::CombineNormRowAnyBlock<float>(epi.cn, t, red, s_pos, s_w);
-    }
+    if (epi.cn.y_bf16) combine::CombineNormRow<__nv_bfloat16>(epi.cn, t, red, s_pos, s_w);
+    else combine::CombineNormRow<float>(epi.cn, t, red, s_pos, s_w);
   }
 }
 
