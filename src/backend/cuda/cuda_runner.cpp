@@ -901,9 +901,21 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
                 ScaleLayout::kTokenMajor, cap, I, s_, opts_.pdl});
     GroupedGemmSm90(f2);
   } else {
-    expert_gemm(g, false);
-    SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
-                ScaleLayout::kGroupMajor, cap, I, s_, opts_.pdl});
+    // fused_gate_up_silu: gate_up on SkinnyGemm writes act = silu(gate) * up (bf16) itself.
+    SkinnyGemmParams gu_sp{g, T, std::min(E, T * K) + S};
+    gu_sp.g.out = eact16_.get(); gu_sp.g.out_type = DTypeOut::kBF16; gu_sp.g.ldo = I;
+    gu_sp.silu_pair = true;
+    const bool gu_silu = opts_.fused_gate_up_silu && skinny && !gemv_experts && S == 0 && FusedDecode(T) &&
+                         T <= kFp8GemvGroupedMaxRows && SkinnySiluFits(gu_sp);
+    if (gu_silu) {
+      SkinnyGemm(gu_sp);
+      ++graph_stats_.fused_launches;
+      ++graph_stats_.gate_up_silu_layers;
+    } else {
+      expert_gemm(g, false);
+      SiluAndMul({egu32_.as<float>(), 2 * I, eact16_.get(), I, DTypeOut::kBF16, nullptr, 0, nullptr,
+                  ScaleLayout::kGroupMajor, cap, I, s_, opts_.pdl});
+    }
     if (down_combine) {
       if (side_shared) JoinSide();
       else if (shared_mlp) dense(LW.gate_up, LW.down);

@@ -206,6 +206,13 @@ struct CudaRunnerOptions {
   // b1 2.848 ms against 2.563; the fused o_proj 17.5-19 us against 6 + 3.6 us). The CLI reads
   // DS_OPROJ_NORM=1.
   bool fused_oproj_norm = false;
+  // The routed experts' SiLU-and-mul in the gate_up GEMM's epilogue (SkinnyGemmParams::silu_pair:
+  // each block takes a gate tile and its up tile and writes bf16 act), for decode passes of <= 8
+  // tokens whose gate_up runs on SkinnyGemm's plain kernel (not the grouped GEMV, no stacked
+  // shared experts): one launch fewer per MoE layer (2.3 us under ncu at V2-Lite batch 1) and no
+  // fp32 gate_up round trip, the same bits (CudaRunnerGateUpSilu.*). Opt-in: written in
+  // session 10 without a GPU, not yet run on one. The CLI reads DS_GATE_UP_SILU=1.
+  bool fused_gate_up_silu = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -420,6 +427,7 @@ struct CudaGraphStats {
   int64_t router_route_layers = 0;  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
   int64_t oproj_norm_layers = 0;    // MLA layers whose o_proj ran the post-attention norm (fused_oproj_norm; likewise)
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
+  int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

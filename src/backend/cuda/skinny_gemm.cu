@@ -24,6 +24,7 @@ struct KArgs {
   float* ws;             // [splits, ws_rows, N] fp32 partials (splits > 1)
   uint32_t* counters;    // [gridDim.y * gridDim.x] arrival counters, zero between launches
   int64_t ws_rows;
+  bool silu = false;     // SkinnyGemmParams::silu_pair (the plain kernel's SiLU instance)
 };
 
 // Weight stream: 16 bytes, read-only path, not kept in L1 (read once).
@@ -127,8 +128,14 @@ __device__ __forceinline__ void CountOutAndCombine(const SkinnyCombineEpilogue& 
 // The plain kernel's body; kCombine: with the combine epilogue (*epi) at every exit
 // (SkinnyGemmCombineKernel), a separate instance so that the default kernels keep their code
 // (an epilogue call in them cost stack frames and spills).
-template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv, bool kCombine>
+// kSilu (SkinnyGemmSiluKernel; SkinnyGemmParams::silu_pair, kMT == 2): block x takes gate rows
+// [16 x, 16 x + 16) as m-tile 0 and the same up rows N / 2 + [16 x, 16 x + 16) as m-tile 1, and
+// warp 0 writes silu(gate) * up as TOut into out [rows, N / 2] (SiluAndMulKernel's operations on
+// the fp32 sums).
+template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv, bool kCombine,
+          bool kSilu = false>
 __device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const SkinnyCombineEpilogue* epi) {
+  static_assert(!kSilu || (kMT == 2 && !kCombine), "the SiLU pair needs two m-tiles and no combine");
   constexpr int kThreads = kWarps * 32;
   constexpr int kTileN = kTileM * kMT;       // weight rows per block
   constexpr int kEs = kFp8 ? 1 : 2;          // weight element bytes
@@ -188,16 +195,19 @@ __device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const
   }
 
   const int64_t N = p.N, K = p.K;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
-  // Rows of m-tile mt held by this lane: n0 + 16 mt + g (A) and + 8 (B).
+  const int64_t I = N / 2;  // kSilu: gate rows [0, I), up rows [I, N)
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * (kSilu ? kTileM : kTileN);
+  // First row of m-tile mt: n0 + 16 mt (kSilu: n0 + I mt). Rows held by this lane: that + g (A)
+  // and + 8 (B).
+  const auto tile_row = [&](int mt) -> int64_t { return kSilu ? n0 + I * mt : n0 + kTileM * mt; };
   const uint8_t* wA[kMT];
   const uint8_t* wB[kMT];
   bool okA[kMT], okB[kMT];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
-    const int64_t nA = n0 + kTileM * mt + g, nB = nA + 8;
-    okA[mt] = nA < N;
-    okB[mt] = nB < N;
+    const int64_t nA = tile_row(mt) + g, nB = nA + 8;
+    okA[mt] = kSilu ? n0 + g < I : nA < N;
+    okB[mt] = kSilu ? n0 + g + 8 < I : nB < N;
     wA[mt] = static_cast<const uint8_t*>(p.w) + (e * N + nA) * K * kEs;
     wB[mt] = static_cast<const uint8_t*>(p.w) + (e * N + nB) * K * kEs;
   }
@@ -210,7 +220,7 @@ __device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
     srow[mt] = nullptr;
-    if constexpr (kFp8) srow[mt] = p.w_scales + (e * nb_count + std::min(n0 + kTileM * mt, N - 1) / 128) * kb_count;
+    if constexpr (kFp8) srow[mt] = p.w_scales + (e * nb_count + std::min(tile_row(mt), N - 1) / 128) * kb_count;
   }
 
   for (int64_t t0 = 0; t0 < rows; t0 += 8 * kNT) {
@@ -301,18 +311,34 @@ __device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const
     __syncthreads();
     if (warp == 0) {
       TOut* out = static_cast<TOut*>(p.out);
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
+      if constexpr (kSilu) {
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            float v = acc[mt][nt][i];
+            float a = acc[0][nt][i], b = acc[1][nt][i];
 #pragma unroll
-            for (int w = 0; w < kWarps - 1; ++w) v += s_red[w][mt][nt][i][lane];
-            const int64_t n = n0 + kTileM * mt + g + (i < 2 ? 0 : 8), t = t0 + nt * 8 + 2 * q + (i & 1);
-            if (n < N && t < rows) out[(row0 + t) * p.ldo + n] = dev::FromF<TOut>(v);
+            for (int w = 0; w < kWarps - 1; ++w) {
+              a += s_red[w][0][nt][i][lane];
+              b += s_red[w][1][nt][i][lane];
+            }
+            const int64_t c = n0 + g + (i < 2 ? 0 : 8), t = t0 + nt * 8 + 2 * q + (i & 1);
+            if (c < I && t < rows) out[(row0 + t) * p.ldo + c] = dev::FromF<TOut>(a / (1.0f + expf(-a)) * b);
           }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              float v = acc[mt][nt][i];
+#pragma unroll
+              for (int w = 0; w < kWarps - 1; ++w) v += s_red[w][mt][nt][i][lane];
+              const int64_t n = n0 + kTileM * mt + g + (i < 2 ? 0 : 8), t = t0 + nt * 8 + 2 * q + (i & 1);
+              if (n < N && t < rows) out[(row0 + t) * p.ldo + n] = dev::FromF<TOut>(v);
+            }
+      }
     }
     __syncthreads();
   }
@@ -323,6 +349,14 @@ template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernel(GroupedGemmParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   SkinnyGemmBody<kFp8, kNT, TOut, kWarps, kMT, kMinBlocks, kUDiv, false>(p, nullptr);
+}
+
+// The plain kernel with SiLU-and-mul of gate / up row pairs in its epilogue
+// (SkinnyGemmParams::silu_pair).
+template <bool kFp8, int kNT, typename TOut, int kWarps, int kMT, int kMinBlocks, int kUDiv>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmSiluKernel(GroupedGemmParams p) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
+  if constexpr (kMT == 2) SkinnyGemmBody<kFp8, kNT, TOut, kWarps, kMT, kMinBlocks, kUDiv, false, true>(p, nullptr);
 }
 
 // The plain kernel with the combine epilogue (SkinnyCombineEpilogue, skinny_gemm.h).
@@ -572,14 +606,20 @@ void LaunchV(const KArgs& a, const SkinnyCombineEpilogue& epi, int64_t slots, bo
     LaunchKernel(SkinnyGemmKernelGen<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                  a.p.stream, a.p.pdl, a);
   } else if constexpr (kNT == 1) {
-    if (epi.counter != nullptr)
+    if (a.silu) {
+      if constexpr (v.mt == 2 && std::is_same_v<TOut, __nv_bfloat16>)
+        LaunchKernel(SkinnyGemmSiluKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
+                     a.p.stream, a.p.pdl, a.p);
+      else
+        DS_CHECK(false) << "SkinnyGemm: the SiLU pair needs a two-tile variant and bf16 output";
+    } else if (epi.counter != nullptr)
       LaunchKernel(SkinnyGemmCombineKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32,
                    0, a.p.stream, a.p.pdl, a.p, epi);
     else
       LaunchKernel(SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                    a.p.stream, a.p.pdl, a.p);
   } else {
-    DS_CHECK(epi.counter == nullptr) << "SkinnyGemm: the combine epilogue needs <= 8 rows a group";
+    DS_CHECK(epi.counter == nullptr && !a.silu) << "SkinnyGemm: the combine and SiLU epilogues need <= 8 rows a group";
     LaunchKernel(SkinnyGemmKernel<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                  a.p.stream, a.p.pdl, a.p);
   }
@@ -627,6 +667,14 @@ bool UsesGenKernel(const SkinnyGemmParams& sp, const SkinnyPlan& plan) {
 }
 
 }  // namespace
+
+bool SkinnySiluFits(const SkinnyGemmParams& sp) {
+  const GroupedGemmParams& p = sp.g;
+  if (p.N <= 0 || p.K <= 0 || p.num_experts <= 0 || p.N % 32 != 0) return false;
+  const SkinnyPlan plan = SkinnyPlanFor(sp);
+  return !UsesGenKernel(sp, plan) && kVariants[plan.variant].mt == 2 && sp.max_group_rows <= 8 &&
+         p.out_type == DTypeOut::kBF16 && sp.combine == nullptr;
+}
 
 bool SkinnyCombineFits(const SkinnyGemmParams& sp, int64_t d, int64_t top_k) {
   const SkinnyPlan plan = SkinnyPlanFor(sp);
@@ -713,6 +761,12 @@ void SkinnyGemm(const SkinnyGemmParams& sp) {
           p.offsets == nullptr ? slots * p.max_rows : p.max_rows};
   const int v = plan.variant;
   const bool nt2 = sp.max_group_rows > 8;
+  if (sp.silu_pair) {
+    DS_CHECK(SkinnySiluFits(sp)) << "SkinnyGemm: the SiLU pair needs the plain kernel (no K split) on a two-tile "
+                                    "variant, <= 8 rows a group, N a multiple of 32, bf16 output and no combine "
+                                    "(N=" << p.N << ", variant " << v << ", splits " << plan.splits << ")";
+    a.silu = true;
+  }
   // The general kernel only where needed: K split, or several groups without offsets, or
   // strides other than the contiguous [E, N, K] layout.
   const bool gen = UsesGenKernel(sp, plan);

@@ -62,8 +62,8 @@ inline constexpr int64_t kSkinnyHeadMaxRows = 0;
 
 // The MoE combine + residual + next RMSNorm as the grouped GEMM's epilogue (the routed experts'
 // down projection at decode sizes; CudaRunnerOptions::fused_down_combine): every block counts
-// itself out on `counter` (one uint32, zero before the first launch; left zero) after a
-// __threadfence, and the last one runs MoeCombineNorm(cn) for cn.n tokens in turn
+// itself out on `counter` (one uint32, zero before the first launch; left zero; one fence per
+// block), and the last one runs MoeCombineNorm(cn) for cn.n tokens in turn
 // (moe_combine_norm.cuh: the same bits as the kernel, for any block size), reading the GEMM's
 // output (cn.y) through L2. The plain kernel only (no K split, not the batched form), cn.y the
 // GEMM's bf16 output, norm::RmsNormThreads(cn.d) a multiple of the variant's threads at most 8
@@ -100,8 +100,17 @@ struct SkinnyGemmParams {
   int64_t splitk_ws_floats = 0;
   uint32_t* splitk_counters = nullptr;
   int64_t splitk_counter_count = 0;
-  // The combine epilogue (above), or nullptr. Not yet run on a GPU (session 9).
+  // The combine epilogue (above), or nullptr. Verified on the H200 and slower than the
+  // separate launches (session 10); the runner keeps it off by default.
   const SkinnyCombineEpilogue* combine = nullptr;
+  // gate_up with SiLU-and-mul in the epilogue (CudaRunnerOptions::fused_gate_up_silu): the
+  // weights are [E, N = 2I, K] (gate rows [0, I), up rows [I, 2I)); each block takes 16 gate rows
+  // and the same 16 up rows (a two-tile variant) and writes act[t, i] = silu(gate) * up as bf16
+  // into g.out ([rows, I], row stride g.ldo). SiluAndMulKernel's fp32 operations on the fp32 sums
+  // the plain GEMM would write: the bits of SkinnyGemm (fp32 out) then SiluAndMul (bf16 out).
+  // The launch of SiLU-and-mul and the fp32 gate_up round trip are gone. Needs
+  // SkinnySiluFits(*this). Opt-in, written in session 10 without a GPU: not yet run on one.
+  bool silu_pair = false;
 };
 
 inline constexpr int kSkinnyVariants = 5;
@@ -130,6 +139,12 @@ SkinnyPlan SkinnyPlanFor(const SkinnyGemmParams& sp);
 // norm::RmsNormThreads(d) a multiple of (at most 8 times) the variant's threads (sp.combine and
 // the splits' workspace are not looked at: a split needs one).
 bool SkinnyCombineFits(const SkinnyGemmParams& sp, int64_t d, int64_t top_k);
+
+// Whether SkinnyGemm runs sp with silu_pair: the plain kernel (no K split, not the batched form)
+// on a two-tile variant (SkinnyPlanFor(sp).variant 2, 3 or 4), <= 8 rows a group, N a multiple
+// of 32 (I = N / 2 a multiple of 16: a 16-row tile never straddles a 128-row FP8 scale block),
+// bf16 output, no combine epilogue.
+bool SkinnySiluFits(const SkinnyGemmParams& sp);
 
 // Errors: DS_CHECK on bad shapes or missing FP8 scales. Does not synchronise.
 void SkinnyGemm(const SkinnyGemmParams& p);
