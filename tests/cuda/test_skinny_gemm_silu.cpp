@@ -2,7 +2,8 @@
 // block takes 16 gate rows and the same 16 up rows and writes bf16 act = silu(gate) * up) against
 // SkinnyGemm with fp32 output then SiluAndMul with bf16 output: every act bit identical. V2-Lite's
 // routed gate_up shape (bf16, I = 1408, K = 2048, 6 experts a token) and an FP8 one with block
-// scales (V3's I = 2048, K = 2048, 8 experts a token), 16 experts each (the per-expert layout is
+// scales (V3's I = 2048, K = 2048, 8 experts a token; and I = 1408, whose up tiles start inside
+// a 128-row scale block), 16 experts each (the per-expert layout is
 // what matters; fewer keep the host-side weights small), 1 to 8 tokens, the token rows read in
 // place or gathered by a_rows (MoeRouterRoute's src_row), every two-tile variant, repeated
 // launches and CUDA-graph replays; the argument checks.
@@ -89,6 +90,8 @@ int RunCase(const Shape& sh, int64_t n, bool gathered, bool graph) {
 
 const Shape kV2Lite{"v2lite_gate_up", false, 16, 1408, 2048, 6};
 const Shape kV3{"fp8_gate_up", true, 16, 2048, 2048, 8};
+// FP8 with I = 1408 (not a multiple of 128): the up tiles start inside a 128-row scale block.
+const Shape kFp8Odd{"fp8_gate_up_I1408", true, 16, 1408, 1024, 6};
 
 TEST(CudaSkinnyGemmSilu, V2LiteMatchesGemmThenSiluAndMul) {
   for (int64_t n : {1, 2, 5, 8})
@@ -98,6 +101,11 @@ TEST(CudaSkinnyGemmSilu, V2LiteMatchesGemmThenSiluAndMul) {
 TEST(CudaSkinnyGemmSilu, V3Fp8MatchesGemmThenSiluAndMul) {
   for (int64_t n : {1, 3, 8})
     for (bool gathered : {false, true}) EXPECT_GT(RunCase(kV3, n, gathered, false), 0) << n;
+}
+
+TEST(CudaSkinnyGemmSilu, Fp8ScaleBlocksOffTheUpHalf) {
+  for (int64_t n : {1, 4})
+    for (bool gathered : {false, true}) EXPECT_GT(RunCase(kFp8Odd, n, gathered, false), 0) << n;
 }
 
 TEST(CudaSkinnyGemmSilu, GraphReplays) {
@@ -125,6 +133,17 @@ TEST(CudaSkinnyGemmSilu, RejectsBadUse) {
   EXPECT_THROW(SkinnyGemm(sp), CheckError);
   sp.max_group_rows = 1;
   sp.g.N = 48;  // I = 24: not a multiple of 16
+  EXPECT_FALSE(SkinnySiluFits(sp));
+  EXPECT_THROW(SkinnyGemm(sp), CheckError);
+  sp.g.N = 64;
+  sp.splits = 2;  // a K split runs the general kernel
+  EXPECT_FALSE(SkinnySiluFits(sp));
+  sp.splits = 1;
+  SkinnyCombineEpilogue epi{};
+  sp.combine = &epi;  // one epilogue at a time
+  EXPECT_FALSE(SkinnySiluFits(sp));
+  sp.combine = nullptr;
+  sp.variant = kSkinnyVariants;  // no such variant: not a fit (SkinnyGemm rejects it too)
   EXPECT_FALSE(SkinnySiluFits(sp));
   EXPECT_THROW(SkinnyGemm(sp), CheckError);
 }

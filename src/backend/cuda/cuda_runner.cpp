@@ -905,8 +905,8 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     SkinnyGemmParams gu_sp{g, T, std::min(E, T * K) + S};
     gu_sp.g.out = eact16_.get(); gu_sp.g.out_type = DTypeOut::kBF16; gu_sp.g.ldo = I;
     gu_sp.silu_pair = true;
-    const bool gu_silu = opts_.fused_gate_up_silu && skinny && !gemv_experts && S == 0 && FusedDecode(T) &&
-                         T <= kFp8GemvGroupedMaxRows && SkinnySiluFits(gu_sp);
+    const bool gu_silu =
+        opts_.fused_gate_up_silu && skinny && !gemv_experts && S == 0 && FusedDecode(T) && SkinnySiluFits(gu_sp);
     if (gu_silu) {
       SkinnyGemm(gu_sp);
       ++graph_stats_.fused_launches;

@@ -298,7 +298,7 @@ __device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const
         }
       }
     }
-    // Sum the warps' K slices; warp 0 writes. C fragment: c0, c1 = (row n0 + 16 mt + g, rows
+    // Sum the warps' K slices; warp 0 writes. C fragment: c0, c1 = (row tile_row(mt) + g, rows
     // t 2q, 2q+1), c2, c3 = (row + 8, same t).
     if (warp > 0) {
 #pragma unroll
@@ -603,6 +603,7 @@ void LaunchV(const KArgs& a, const SkinnyCombineEpilogue& epi, int64_t slots, bo
   constexpr Variant v = kVariants[kV];
   const dim3 grid(dev::CeilDiv(a.p.N, kTileM * v.mt), static_cast<unsigned>(slots), static_cast<unsigned>(a.splits));
   if (gen) {
+    DS_CHECK(!a.silu) << "SkinnyGemm: the SiLU pair needs the plain kernel";
     LaunchKernel(SkinnyGemmKernelGen<kFp8, kNT, TOut, v.warps, v.mt, v.min_blocks, v.u_div>, grid, v.warps * 32, 0,
                  a.p.stream, a.p.pdl, a);
   } else if constexpr (kNT == 1) {
@@ -670,13 +671,17 @@ bool UsesGenKernel(const SkinnyGemmParams& sp, const SkinnyPlan& plan) {
 
 bool SkinnySiluFits(const SkinnyGemmParams& sp) {
   const GroupedGemmParams& p = sp.g;
-  if (p.N <= 0 || p.K <= 0 || p.num_experts <= 0 || p.N % 32 != 0) return false;
+  if (p.N <= 0 || p.K <= 0 || p.num_experts <= 0 || p.N % 32 != 0 || p.max_rows < 0 ||
+      sp.variant >= kSkinnyVariants)
+    return false;
   const SkinnyPlan plan = SkinnyPlanFor(sp);
   return !UsesGenKernel(sp, plan) && kVariants[plan.variant].mt == 2 && sp.max_group_rows <= 8 &&
          p.out_type == DTypeOut::kBF16 && sp.combine == nullptr;
 }
 
 bool SkinnyCombineFits(const SkinnyGemmParams& sp, int64_t d, int64_t top_k) {
+  const GroupedGemmParams& p = sp.g;
+  if (p.N <= 0 || p.K <= 0 || p.num_experts <= 0 || p.max_rows < 0 || sp.variant >= kSkinnyVariants) return false;
   const SkinnyPlan plan = SkinnyPlanFor(sp);
   const int threads = kVariants[plan.variant].warps * 32, vt = norm::RmsNormThreads(d);
   const bool out_ok = top_k > 0 ? sp.g.out_type == DTypeOut::kBF16 : sp.g.out_type == DTypeOut::kF32;

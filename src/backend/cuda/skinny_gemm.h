@@ -86,7 +86,7 @@ struct SkinnyGemmParams {
   // Host-side upper bound on non-empty groups (MoE: min(E, tokens * top_k)); 0 = num_experts.
   int64_t max_active_groups = 0;
   // Tuning variant (warps per block x 16-row tiles per warp [x min resident blocks per SM]:
-  // 0 = 4x1, 1 = 8x1, 2 = 4x2, 3 = 4x2x8, 4 = 4x4x6); < 0 picks SkinnyAutoVariant. All
+  // 0 = 4x1, 1 = 8x1, 2 = 4x2, 3 = 4x2x8, 4 = 8x2x3); < 0 picks SkinnyAutoVariant. All
   // variants compute the same result.
   int variant = -1;
   // Batched form only (offsets == nullptr): per-group strides in elements of a, w and out
