@@ -2,7 +2,7 @@
 // block takes 16 gate rows and the same 16 up rows and writes bf16 act = silu(gate) * up) against
 // SkinnyGemm with fp32 output then SiluAndMul with bf16 output: every act bit identical. V2-Lite's
 // routed gate_up shape (bf16, I = 1408, K = 2048, 6 experts a token) and an FP8 one with block
-// scales (V3's I = 2048, K = 2048, 8 experts a token; and I = 1408, whose up tiles start inside
+// scales (V3's I = 2048, K = 2048, 8 experts a token; and I = 1360, whose up tiles start inside
 // a 128-row scale block), 16 experts each (the per-expert layout is
 // what matters; fewer keep the host-side weights small), 1 to 8 tokens, the token rows read in
 // place or gathered by a_rows (MoeRouterRoute's src_row), every two-tile variant, repeated
@@ -90,8 +90,9 @@ int RunCase(const Shape& sh, int64_t n, bool gathered, bool graph) {
 
 const Shape kV2Lite{"v2lite_gate_up", false, 16, 1408, 2048, 6};
 const Shape kV3{"fp8_gate_up", true, 16, 2048, 2048, 8};
-// FP8 with I = 1408 (not a multiple of 128): the up tiles start inside a 128-row scale block.
-const Shape kFp8Odd{"fp8_gate_up_I1408", true, 16, 1408, 1024, 6};
+// FP8 with I = 1360 (a multiple of 16, not of 128): the up tiles start inside a 128-row scale
+// block.
+const Shape kFp8Odd{"fp8_gate_up_I1360", true, 16, 1360, 1024, 6};
 
 TEST(CudaSkinnyGemmSilu, V2LiteMatchesGemmThenSiluAndMul) {
   for (int64_t n : {1, 2, 5, 8})
