@@ -66,23 +66,11 @@ struct Shape { const char* name; bool fp8; int64_t E, N, K; int top_k; };
 // exit through the empty-slot path). Returns the variants that ran.
 int RunCase(const Shape& sh, int64_t n, bool base, bool graph, bool all_slots = false) {
   const int64_t E = sh.E, N = sh.N, K = sh.K, d = N, m = n * sh.top_k;
-  // Token t picks experts (t + j) * 3 % E, j < top_k (distinct for top_k * 3 <= E; two tokens
-  // share top_k - 1 experts, so the grid has empty slots whose blocks exit early and must still
-  // count out); the permutation as MoeRoutePermute orders it (experts ascending, pairs in order).
-  std::vector<int32_t> ids(m);
-  for (int64_t t = 0; t < n; ++t)
-    for (int j = 0; j < sh.top_k; ++j) ids[t * sh.top_k + j] = static_cast<int32_t>((t + j) * 3 % E);
-  std::vector<int32_t> off(E + 1, 0), pos(m);
-  for (int64_t e = 0; e < E; ++e) {
-    int c = 0;
-    for (int32_t id : ids) c += id == e;
-    off[e + 1] = off[e] + c;
-  }
-  for (int64_t i = 0; i < m; ++i) {
-    int r = 0;
-    for (int64_t k = 0; k < m; ++k) r += ids[k] < ids[i] || (ids[k] == ids[i] && k < i);
-    pos[i] = r;
-  }
+  // The routing of MakeTestRouting (test_util.h): two tokens share top_k - 1 experts, so the grid
+  // has empty slots whose blocks exit early and must still count out.
+  const TestRouting rt = MakeTestRouting(n, sh.top_k, E);
+  const std::vector<int32_t>& off = rt.offsets;
+  const std::vector<int32_t>& pos = rt.pos;
   const auto act = ToBf16(RoundBf16Vec(RandomNormal(m * K)));
   const auto w = RandomF(m, 0.1f, 1.0f);
   const auto base_h = RandomNormal(n * d, 0.5f);

@@ -19,24 +19,13 @@ namespace {
 
 struct Shape { const char* name; bool fp8; int64_t E, I, K; int top_k; };
 
-// n tokens, token t picking experts (t + j) * 3 % E (j < top_k), the product rows ordered as
-// MoeRoutePermute orders them (experts ascending, pairs in order); gathered: the GEMM reads
-// token rows of x through a_rows instead of a permuted copy. Returns the variants that ran.
+// n tokens routed by MakeTestRouting (test_util.h); gathered: the GEMM reads token rows of x
+// through a_rows (its src_row) instead of a permuted copy. Returns the variants that ran.
 int RunCase(const Shape& sh, int64_t n, bool gathered, bool graph) {
   const int64_t E = sh.E, I = sh.I, N = 2 * I, K = sh.K, m = n * sh.top_k;
-  std::vector<int32_t> ids(m), off(E + 1, 0), src(m);
-  for (int64_t t = 0; t < n; ++t)
-    for (int j = 0; j < sh.top_k; ++j) ids[t * sh.top_k + j] = static_cast<int32_t>((t + j) * 3 % E);
-  for (int64_t e = 0; e < E; ++e) {
-    int c = 0;
-    for (int32_t id : ids) c += id == e;
-    off[e + 1] = off[e] + c;
-  }
-  for (int64_t i = 0; i < m; ++i) {
-    int r = 0;
-    for (int64_t k = 0; k < m; ++k) r += ids[k] < ids[i] || (ids[k] == ids[i] && k < i);
-    src[r] = static_cast<int32_t>(i / sh.top_k);
-  }
+  const TestRouting rt = MakeTestRouting(n, sh.top_k, E);
+  const std::vector<int32_t>& off = rt.offsets;
+  const std::vector<int32_t>& src = rt.src_row;
   // x: the token rows [n, K]; xp: the permuted copy [m, K] (the ungathered form's input).
   const auto x = RoundBf16Vec(RandomNormal(n * K));
   std::vector<float> xp(m * K);

@@ -157,6 +157,34 @@ inline std::mt19937_64& Rng() {
 // 129280 x 7168 table, 256 experts) would take most of a GPU test run's time serially.
 inline uint64_t NextSeed() { return Rng()() | 1; }
 
+// A test routing of n tokens over E experts: token t picks experts (t + j) * 3 % E, j < top_k
+// (distinct while gcd(3, E) = 1 and top_k <= E; neighbouring tokens share top_k - 1 experts, so a
+// grid over the active slots has empty ones), and the permutation as MoeRoutePermute orders the
+// pairs (experts ascending, pairs in order, row_align 1): offsets [E + 1], pos [n * top_k] (the
+// row of pair i) and src_row [n * top_k] (the token of row r).
+struct TestRouting {
+  std::vector<int32_t> ids, offsets, pos, src_row;
+};
+inline TestRouting MakeTestRouting(int64_t n, int top_k, int64_t E) {
+  const int64_t m = n * top_k;
+  TestRouting r{std::vector<int32_t>(m), std::vector<int32_t>(E + 1, 0), std::vector<int32_t>(m),
+                std::vector<int32_t>(m)};
+  for (int64_t t = 0; t < n; ++t)
+    for (int j = 0; j < top_k; ++j) r.ids[t * top_k + j] = static_cast<int32_t>((t + j) * 3 % E);
+  for (int64_t e = 0; e < E; ++e) {
+    int c = 0;
+    for (int32_t id : r.ids) c += id == e;
+    r.offsets[e + 1] = r.offsets[e] + c;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    int row = 0;
+    for (int64_t k = 0; k < m; ++k) row += r.ids[k] < r.ids[i] || (r.ids[k] == r.ids[i] && k < i);
+    r.pos[i] = row;
+    r.src_row[row] = static_cast<int32_t>(i / top_k);
+  }
+  return r;
+}
+
 // Group sizes of `tokens` tokens routed to top_k distinct experts of E, uniformly at random
 // (the load of one rank holding E experts): the grouped-GEMM tests' expert segments.
 inline std::vector<int32_t> RoutedCounts(int64_t tokens, int64_t top_k, int64_t E) {
