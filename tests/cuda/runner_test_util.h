@@ -113,6 +113,10 @@ struct Diff {
 struct RowDiff {
   int64_t rows = 0, nonfinite = 0, identical_rows = 0;
   double min_cos = 1, max_rel = 0;
+  // Rows whose relative L2 exceeds 1e-3, and the row (in Add order) of max_rel: a few far rows
+  // among many close ones is the mark of a discrete change (a routing flip) carried through the
+  // later layers, not of a uniform precision loss.
+  int64_t rows_rel_over_1e3 = 0, worst_row = -1;
   void Add(const float* x, const float* y, int64_t V) {
     double xy = 0, xx = 0, yy = 0, d2 = 0;
     bool same = true;
@@ -124,10 +128,13 @@ struct RowDiff {
       yy += double(y[j]) * y[j];
       d2 += (double(x[j]) - y[j]) * (double(x[j]) - y[j]);
     }
+    const double rel = std::sqrt(d2 / (yy + 1e-300));
+    if (rel > max_rel) worst_row = rows;
+    rows_rel_over_1e3 += rel > 1e-3;
     ++rows;
     identical_rows += same;
     min_cos = std::min(min_cos, xy / std::sqrt(xx * yy + 1e-300));
-    max_rel = std::max(max_rel, std::sqrt(d2 / (yy + 1e-300)));
+    max_rel = std::max(max_rel, rel);
   }
   // The first n rows of two outputs' logits ([n, V] each), as Diff::Add takes them.
   void Add(const ForwardOutput& a, const ForwardOutput& b, int64_t n, int64_t V) {
