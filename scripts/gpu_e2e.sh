@@ -3,7 +3,8 @@
 # that scripts/gpu_carry.sh packed into .carry/bin.tar.xz (run from the repository root):
 #   bash scripts/gpu_e2e.sh            (the device tool: carry [".carry"])
 # Environment (defaults in brackets):
-#   E2E_TESTS=1: dsinfer_cuda_tests first; E2E_GREEDY_CLI=1: greedy ids via the CLI vs golden;
+#   E2E_TESTS=1: dsinfer_cuda_tests first (E2E_TESTS_FILTER, E2E_TESTS_ARGS: more gtest flags, e.g.
+#   --gtest_also_run_disabled_tests); E2E_GREEDY_CLI=1: greedy ids via the CLI vs golden;
 #   E2E_REALSHAPE=1: issue 4's real-shape V3 run; E2E_KERNELS=1: bench kernels (KERNELS_BUDGET_S [120], KERNELS_ONLY: families)
 #   E2E_MODELS ["v2-lite"]: any of v2-lite (27 layers, dummy BF16), v3 (truncated, dummy FP8)
 #   V2_LENS, V3_LENS [INPUT_LENS]: per-model input lengths (comma-separated)   PROFILE_MODELS [all]
@@ -88,7 +89,7 @@ if [ -n "${E2E_TESTS:-}" ]; then
   t=$(date +%s)
   # The carried data dir has the fixtures and the DeepSeek-V3 config (the dummy-V3 runner tests).
   export DS_TEST_DATA_DIR=$B/data DS_BINARY=$B/dsinfer
-  timeout "${E2E_TESTS_TIMEOUT_S:-200}" $B/dsinfer_cuda_tests --gtest_filter="${E2E_TESTS_FILTER:-*}" \
+  timeout "${E2E_TESTS_TIMEOUT_S:-200}" $B/dsinfer_cuda_tests --gtest_filter="${E2E_TESTS_FILTER:-*}" ${E2E_TESTS_ARGS:-} \
     > $RES/logs/cuda_tests.log 2>&1
   echo "[gpu_e2e] dsinfer_cuda_tests rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
   grep -E "^\[ +(OK|FAILED) +\]|^\[  PASSED|^\[  FAILED|\[fixture\]|\[metric\]" $RES/logs/cuda_tests.log \
