@@ -61,6 +61,18 @@ __device__ __forceinline__ uint32_t E4M3x2ToBf16x2(uint32_t x, uint32_t sel) {
   return t;
 }
 
+// Warp 0's accumulator (mt, nt, i) plus warps 1 .. kWarps - 1's K slices of it (s_red, in warp
+// order): the block's sum for that output element.
+template <int kWarps, int kMT, int kNT>
+__device__ __forceinline__ float SumKSlices(const float (&acc)[kMT][kNT][4],
+                                            const float (&s_red)[kWarps - 1][kMT][kNT][4][32], int mt, int nt, int i,
+                                            int lane) {
+  float v = acc[mt][nt][i];
+#pragma unroll
+  for (int w = 0; w < kWarps - 1; ++w) v += s_red[w][mt][nt][i][lane];
+  return v;
+}
+
 // 16 bytes of weight row `w` (element size kEs) starting at element k; zeros past K or past N.
 template <int kEs>
 __device__ __forceinline__ uint4 LoadW(const uint8_t* w, bool ok, int64_t k, int64_t K, bool vec) {
@@ -316,12 +328,8 @@ __device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            float a = acc[0][nt][i], b = acc[1][nt][i];
-#pragma unroll
-            for (int w = 0; w < kWarps - 1; ++w) {
-              a += s_red[w][0][nt][i][lane];
-              b += s_red[w][1][nt][i][lane];
-            }
+            const float a = SumKSlices<kWarps>(acc, s_red, 0, nt, i, lane);
+            const float b = SumKSlices<kWarps>(acc, s_red, 1, nt, i, lane);
             const int64_t c = n0 + g + (i < 2 ? 0 : 8), t = t0 + nt * 8 + 2 * q + (i & 1);
             if (c < I && t < rows) out[(row0 + t) * p.ldo + c] = dev::FromF<TOut>(a / (1.0f + expf(-a)) * b);
           }
@@ -332,9 +340,7 @@ __device__ __forceinline__ void SkinnyGemmBody(const GroupedGemmParams& p, const
           for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              float v = acc[mt][nt][i];
-#pragma unroll
-              for (int w = 0; w < kWarps - 1; ++w) v += s_red[w][mt][nt][i][lane];
+              const float v = SumKSlices<kWarps>(acc, s_red, mt, nt, i, lane);
               const int64_t n = n0 + kTileM * mt + g + (i < 2 ? 0 : 8), t = t0 + nt * 8 + 2 * q + (i & 1);
               if (n < N && t < rows) out[(row0 + t) * p.ldo + n] = dev::FromF<TOut>(v);
             }
@@ -558,9 +564,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) SkinnyGemmKernelGen(K
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            float v = acc[mt][nt][i];
-#pragma unroll
-            for (int w = 0; w < kWarps - 1; ++w) v += s_red[w][mt][nt][i][lane];
+            const float v = SumKSlices<kWarps>(acc, s_red, mt, nt, i, lane);
             const int64_t n = n0 + kTileM * mt + g + (i < 2 ? 0 : 8), t = t0 + nt * 8 + 2 * q + (i & 1);
             if (n < N && t < rows) {
               if (ka.splits > 1) ws[t * N + n] = v;
