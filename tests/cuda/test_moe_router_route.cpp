@@ -167,19 +167,14 @@ void RunGatherCase(const Case& c, int64_t n, bool fp8, DTypeOut out_type) {
   p.offsets = off2.get(); p.pos = pos2.get(); p.src_row = src2.get(); p.sync = sync2.get();
   MoeRouterRoute(p);
   // Expert weights [E, N, d]: bf16, or e4m3 with 128 x 128 block scales.
-  const int64_t nb = (N + 127) / 128, kb = (d + 127) / 128;
-  Dev<__nv_bfloat16> wbf(fp8 ? std::vector<__nv_bfloat16>(1) : ToBf16(RandomNormal(c.E * N * d, 0.05f)));
-  Dev<uint8_t> wq(fp8 ? RandomE4M3(c.E * N * d) : std::vector<uint8_t>(1));
-  std::vector<float> sc = RandomF(c.E * nb * kb, 0.5f, 2.0f);
-  for (auto& s : sc) s *= std::ldexp(1.f, -9);
-  Dev<float> ws(sc);
+  const DeviceExpertWeights wt(fp8, c.E, N, d);
   const int64_t ldo = N;
   Dev<float> o32a(m * ldo), o32b(m * ldo);
   Dev<__nv_bfloat16> o16a(m * ldo), o16b(m * ldo);
   SkinnyGemmParams sp{};
   GroupedGemmParams& g = sp.g;
   g.a = xp.get(); g.lda = d; g.offsets = off.get(); g.max_rows = m;
-  g.w = fp8 ? static_cast<const void*>(wq.get()) : wbf.get(); g.w_fp8 = fp8; g.w_scales = fp8 ? ws.get() : nullptr;
+  g.w = wt.w(); g.w_fp8 = fp8; g.w_scales = wt.w_scales();
   g.num_experts = c.E; g.N = N; g.K = d; g.ldo = ldo; g.out_type = out_type;
   g.out = out_type == DTypeOut::kF32 ? static_cast<void*>(o32a.get()) : o16a.get();
   sp.max_group_rows = n; sp.max_active_groups = std::min<int64_t>(c.E, m);

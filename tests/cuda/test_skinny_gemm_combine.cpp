@@ -76,12 +76,9 @@ int RunCase(const Shape& sh, int64_t n, bool base, bool graph, bool all_slots = 
   const auto base_h = RandomNormal(n * d, 0.5f);
   const auto res_h = RandomNormal(n * d, 1.0f);
   const auto nw = RandomF(d, 0.5f, 1.5f);
-  const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
-  Dev<__nv_bfloat16> da(act), wbf(sh.fp8 ? std::vector<__nv_bfloat16>(1) : ToBf16(RandomNormal(E * N * K, 0.05f)));
-  Dev<uint8_t> wq(sh.fp8 ? RandomE4M3(E * N * K) : std::vector<uint8_t>(1));
-  std::vector<float> sc = RandomF(E * nb * kb, 0.5f, 2.0f);
-  for (auto& s : sc) s *= std::ldexp(1.f, -9);
-  Dev<float> dsc(sc), dw(w), dbase(base_h), dnw(nw);
+  Dev<__nv_bfloat16> da(act);
+  const DeviceExpertWeights wt(sh.fp8, E, N, K);
+  Dev<float> dw(w), dbase(base_h), dnw(nw);
   Dev<int32_t> doff(off), dpos(pos);
   Dev<uint32_t> counter(std::vector<uint32_t>{0u});
   int ran = 0;
@@ -89,7 +86,7 @@ int RunCase(const Shape& sh, int64_t n, bool base, bool graph, bool all_slots = 
     SkinnyGemmParams sp{};
     GroupedGemmParams& g = sp.g;
     g.lda = K; g.offsets = doff.get(); g.max_rows = m;
-    g.w = sh.fp8 ? static_cast<const void*>(wq.get()) : wbf.get(); g.w_fp8 = sh.fp8; g.w_scales = sh.fp8 ? dsc.get() : nullptr;
+    g.w = wt.w(); g.w_fp8 = sh.fp8; g.w_scales = wt.w_scales();
     g.num_experts = E; g.N = N; g.K = K; g.ldo = N; g.out_type = DTypeOut::kBF16;
     sp.max_group_rows = n; sp.max_active_groups = all_slots ? 0 : std::min<int64_t>(E, m); sp.variant = v;
     if (!SkinnyCombineFits(sp, d, sh.top_k)) continue;
@@ -126,19 +123,16 @@ int RunNormOnlyCase(const char* name, bool fp8, int64_t N, int64_t K, int64_t n,
   const auto x = ToBf16(RoundBf16Vec(RandomNormal(n * K)));
   const auto res_h = RandomNormal(n * d, 1.0f);
   const auto nw = RandomF(d, 0.5f, 1.5f);
-  const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
-  Dev<__nv_bfloat16> dx(x), wbf(fp8 ? std::vector<__nv_bfloat16>(1) : ToBf16(RandomNormal(N * K, 0.05f)));
-  Dev<uint8_t> wq(fp8 ? RandomE4M3(N * K) : std::vector<uint8_t>(1));
-  std::vector<float> sc = RandomF(nb * kb, 0.5f, 2.0f);
-  for (auto& v : sc) v *= std::ldexp(1.f, -9);
-  Dev<float> dsc(sc), dnw(nw);
+  Dev<__nv_bfloat16> dx(x);
+  const DeviceExpertWeights wt(fp8, 1, N, K);
+  Dev<float> dnw(nw);
   Dev<uint32_t> counter(std::vector<uint32_t>{0u});
   int ran = 0;
   for (int v = 0; v < kSkinnyVariants; ++v) {
     SkinnyGemmParams sp{};
     GroupedGemmParams& g = sp.g;
     g.a = dx.get(); g.lda = K; g.offsets = nullptr; g.max_rows = n;
-    g.w = fp8 ? static_cast<const void*>(wq.get()) : wbf.get(); g.w_fp8 = fp8; g.w_scales = fp8 ? dsc.get() : nullptr;
+    g.w = wt.w(); g.w_fp8 = fp8; g.w_scales = wt.w_scales();
     g.num_experts = 1; g.N = N; g.K = K; g.ldo = N; g.out_type = DTypeOut::kF32;
     sp.max_group_rows = n; sp.variant = v; sp.splits = 1;
     if (!SkinnyCombineFits(sp, d, 0)) continue;

@@ -31,13 +31,8 @@ int RunCase(const Shape& sh, int64_t n, bool gathered, bool graph) {
   std::vector<float> xp(m * K);
   for (int64_t r = 0; r < m; ++r)
     for (int64_t k = 0; k < K; ++k) xp[r * K + k] = x[src[r] * K + k];
-  const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
   Dev<__nv_bfloat16> dx(ToBf16(x)), dxp(ToBf16(xp));
-  Dev<__nv_bfloat16> wbf(sh.fp8 ? std::vector<__nv_bfloat16>(1) : ToBf16(RandomNormal(E * N * K, 0.05f)));
-  Dev<uint8_t> wq(sh.fp8 ? RandomE4M3(E * N * K) : std::vector<uint8_t>(1));
-  std::vector<float> sc = RandomF(E * nb * kb, 0.5f, 2.0f);
-  for (auto& s : sc) s *= std::ldexp(1.f, -9);
-  Dev<float> dsc(sc);
+  const DeviceExpertWeights wt(sh.fp8, E, N, K);
   Dev<int32_t> doff(off), dsrc(src);
   int ran = 0;
   for (int v = 0; v < kSkinnyVariants; ++v) {
@@ -45,7 +40,7 @@ int RunCase(const Shape& sh, int64_t n, bool gathered, bool graph) {
     GroupedGemmParams& g = sp.g;
     g.a = gathered ? dx.get() : dxp.get(); g.a_rows = gathered ? dsrc.get() : nullptr;
     g.lda = K; g.offsets = doff.get(); g.max_rows = m;
-    g.w = sh.fp8 ? static_cast<const void*>(wq.get()) : wbf.get(); g.w_fp8 = sh.fp8; g.w_scales = sh.fp8 ? dsc.get() : nullptr;
+    g.w = wt.w(); g.w_fp8 = sh.fp8; g.w_scales = wt.w_scales();
     g.num_experts = E; g.N = N; g.K = K;
     sp.max_group_rows = n; sp.max_active_groups = std::min<int64_t>(E, m); sp.variant = v; sp.splits = 1;
     // Reference: fp32 gate_up, then SiluAndMul to bf16.

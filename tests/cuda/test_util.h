@@ -273,6 +273,27 @@ inline std::vector<__nv_bfloat16> ToBf16(const std::vector<float>& v) {
   });
   return o;
 }
+
+// Random device expert weights [E, N, K] for the fused-versus-unfused comparisons (no host copy):
+// bf16 from a normal of sd 0.05, or e4m3 (RandomE4M3) with [E, ceil(N / 128), ceil(K / 128)]
+// block scales in [0.5, 2) x 2^-9; the other form is a one-element placeholder.
+struct DeviceExpertWeights {
+  DeviceExpertWeights(bool fp8_, int64_t E, int64_t N, int64_t K)
+      : fp8(fp8_),
+        bf16(fp8 ? std::vector<__nv_bfloat16>(1) : ToBf16(RandomNormal(E * N * K, 0.05f))),
+        e4m3(fp8 ? RandomE4M3(E * N * K) : std::vector<uint8_t>(1)),
+        scales(ScaledBy(RandomF(E * ((N + 127) / 128) * ((K + 127) / 128), 0.5f, 2.0f), std::ldexp(1.f, -9))) {}
+  bool fp8;
+  Dev<__nv_bfloat16> bf16;
+  Dev<uint8_t> e4m3;
+  Dev<float> scales;
+  const void* w() const { return fp8 ? static_cast<const void*>(e4m3.get()) : bf16.get(); }
+  const float* w_scales() const { return fp8 ? scales.get() : nullptr; }
+  static std::vector<float> ScaledBy(std::vector<float> v, float f) {
+    for (auto& x : v) x *= f;
+    return v;
+  }
+};
 inline std::vector<float> FromBf16(const std::vector<__nv_bfloat16>& v) {
   std::vector<float> o(v.size());
   ParallelFor(static_cast<int64_t>(v.size()), [&](int64_t i) {
