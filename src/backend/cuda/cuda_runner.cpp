@@ -27,6 +27,7 @@
 #include "backend/cuda/moe_permute.h"
 #include "backend/cuda/moe_route_permute.h"
 #include "backend/cuda/moe_router_route.h"
+#include "backend/cuda/moe_persistent.h"
 #include "backend/cuda/moe_shared_stack.h"
 #include "backend/cuda/moe_routing.h"
 #include "backend/cuda/rmsnorm.h"
@@ -371,6 +372,11 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     route_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
   }
+  if (opts_.persistent_moe) {
+    persist_sync_.Reset(2 * sizeof(uint32_t));
+    DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, 2 * sizeof(uint32_t), s_));
+    persist_partials_.Reset(static_cast<size_t>(MoePersistentGridBlocks()) * sizeof(float));
+  }
   if (opts_.fused_down_combine) {
     down_combine_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(down_combine_sync_.get(), 0, sizeof(uint32_t), s_));
@@ -687,6 +693,52 @@ void CudaModelRunner::RunGemmBf16(GemmBf16Params g, const bf16* x_lo) {
   GemmBf16(g);
 }
 
+MoeRoutingParams CudaModelRunner::RoutingParams(const LayerW& LW, int64_t T) {
+  MoeRoutingParams rp{};
+  rp.logits = rlogits_.as<float>(); rp.bias = LW.bias.get() ? LW.bias.as<float>() : nullptr; rp.n = T;
+  rp.num_experts = cfg_.n_routed_experts; rp.top_k = static_cast<int>(cfg_.num_experts_per_tok);
+  rp.n_group = cfg_.n_group; rp.topk_group = cfg_.topk_group;
+  rp.scoring = cfg_.scoring_func == ScoringFunc::kSoftmax ? 0 : 1;
+  rp.topk_method = cfg_.topk_method == TopkMethod::kGreedy ? 0 : cfg_.topk_method == TopkMethod::kGroupLimitedGreedy ? 1 : 2;
+  rp.norm_topk_prob = cfg_.norm_topk_prob; rp.routed_scaling_factor = static_cast<float>(cfg_.routed_scaling_factor);
+  rp.topk_ids = topk_ids_.as<int32_t>(); rp.topk_weights = topk_w_.as<float>(); rp.stream = s_;
+  rp.warp_route = opts_.moe_route_warp;
+  return rp;
+}
+
+bool CudaModelRunner::PersistentMoe(int l) {
+  const LayerW& LW = layers_[l];
+  if (LW.experts_fp8 || LW.shared_groups > 0) return false;
+  if (LW.has_mlp && (LW.gate_up.fp8 || LW.down.fp8 || !LW.gate_up.w.get() || !LW.down.w.get())) return false;
+  const int64_t Hd = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
+  const int64_t I = cfg_.moe_intermediate_size, Is = LW.has_mlp ? LW.gate_up.N / 2 : 0;
+  const bool last = l + 1 == cfg_.num_hidden_layers;
+  rlogits_.Reserve(RoundUp(E, 64) * sizeof(float));
+  topk_ids_.Reserve(64 * K * 4);
+  topk_w_.Reserve(64 * K * 4);
+  persist_act_.Reserve((K * I + Is) * sizeof(bf16));
+  MoePersistentParams p{};
+  p.x32 = h32_.as<float>(); p.x16 = h16_.as<bf16>(); p.router_w = LW.router.as<float>();
+  p.routing = RoutingParams(LW, 1);
+  p.w13 = LW.w13.as<bf16>(); p.w2 = LW.w2.as<bf16>();
+  if (Is > 0) { p.shared_gu = LW.gate_up.w.as<bf16>(); p.shared_down = LW.down.w.as<bf16>(); }
+  p.hidden = Hd; p.num_experts = E; p.top_k = K; p.inter = I; p.shared_inter = Is;
+  p.logits = rlogits_.as<float>(); p.topk_ids = topk_ids_.as<int32_t>(); p.topk_weights = topk_w_.as<float>();
+  p.act = persist_act_.as<bf16>();
+  p.residual = residual_.as<float>();
+  p.norm_weight = last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
+  p.eps = static_cast<float>(cfg_.rms_norm_eps);
+  p.out32 = h32_.as<float>(); p.out16 = h16_.as<bf16>();
+  p.sync = persist_sync_.as<uint32_t>(); p.partials = persist_partials_.as<float>();
+  p.stream = s_;
+  if (!MoePersistentUnsupported(p).empty()) return false;
+  MoePersistent(p);
+  ++graph_stats_.fused_launches;
+  ++graph_stats_.persistent_moe_layers;
+  Mark("moe_experts");
+  return true;
+}
+
 bool CudaModelRunner::Mlp(int l, int64_t T) {
   const LayerW& LW = layers_[l];
   const int64_t Hd = cfg_.hidden_size, Tr = RoundUp(T, 64) + 64;
@@ -726,6 +778,10 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   }
   const int64_t E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok, I = cfg_.moe_intermediate_size;
   const bool skinny = skinny_on_ && T * K <= kSkinnyMoeMaxAvgRows * E;
+  // persistent_moe: the whole layer (and the next norm) in one cooperative launch for one token.
+  if (opts_.persistent_moe && T == 1 && FusedDecode(T) && opts_.fused_norm && !opts_.precise_activations &&
+      PersistentMoe(l))
+    return true;
   // Small-batch fusions (CudaRunnerOptions::fused_*): routing + permute in one kernel; the S
   // stacked shared experts as groups E .. E + S - 1 (T rows each, after the T * K routed rows)
   // of the same GEMM / SiLU launches, whose down-proj output is then fp32.
@@ -769,14 +825,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   } else {
     GemmF32({h32_.as<float>(), Hd, LW.router.as<float>(), Hd, rlogits_.as<float>(), E, T, E, Hd, s_});
   }
-  MoeRoutingParams rp{};
-  rp.logits = rlogits_.as<float>(); rp.bias = LW.bias.get() ? LW.bias.as<float>() : nullptr; rp.n = T;
-  rp.num_experts = E; rp.top_k = static_cast<int>(K); rp.n_group = cfg_.n_group; rp.topk_group = cfg_.topk_group;
-  rp.scoring = cfg_.scoring_func == ScoringFunc::kSoftmax ? 0 : 1;
-  rp.topk_method = cfg_.topk_method == TopkMethod::kGreedy ? 0 : cfg_.topk_method == TopkMethod::kGroupLimitedGreedy ? 1 : 2;
-  rp.norm_topk_prob = cfg_.norm_topk_prob; rp.routed_scaling_factor = static_cast<float>(cfg_.routed_scaling_factor);
-  rp.topk_ids = topk_ids_.as<int32_t>(); rp.topk_weights = topk_w_.as<float>(); rp.stream = s_;
-  rp.warp_route = opts_.moe_route_warp;
+  const MoeRoutingParams rp = RoutingParams(LW, T);
   // Permute, expert GEMMs, activation. Decode sizes use the skinny kernel, which needs no
   // padded segments (row_align 1: the permute, SiLU and GEMMs touch only the T * K rows).
   const int64_t align = skinny ? 1 : kGroupedGemmRowAlign;

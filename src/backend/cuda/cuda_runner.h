@@ -213,6 +213,12 @@ struct CudaRunnerOptions {
   // fp32 gate_up round trip, the same bits (CudaRunnerGateUpSilu.*). Opt-in: written in
   // session 10 without a GPU, not yet run on one. The CLI reads DS_GATE_UP_SILU=1.
   bool fused_gate_up_silu = false;
+  // The whole MoE layer of a one-token decode pass in one cooperative launch (moe_persistent.h:
+  // router, routing, routed + shared experts, combine, residual and the next norm, phases split by
+  // grid barriers), for bf16 experts with fused_norm. Changes the experts' fp32 summation order
+  // (bounded: CudaRunnerPersistentMoe.*); router logits and routing keep their bits. Opt-in:
+  // written in session 11. The CLI reads DS_PERSISTENT_MOE=1.
+  bool persistent_moe = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -428,6 +434,7 @@ struct CudaGraphStats {
   int64_t oproj_norm_layers = 0;    // MLA layers whose o_proj ran the post-attention norm (fused_oproj_norm; likewise)
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
+  int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

@@ -275,6 +275,13 @@ class CudaModelRunner : public ModelRunner {
   // Returns true when it also applied the residual add and the next RMSNorm (fused_norm): h32
   // then holds the next layer's normalised input (or the final norm's output).
   bool Mlp(int l, int64_t T);
+  // The routing parameters of layer LW for a pass of T tokens (logits in rlogits_, ids and
+  // weights into topk_ids_ / topk_w_).
+  MoeRoutingParams RoutingParams(const LayerW& LW, int64_t T);
+  // persistent_moe: runs MoE layer l of a one-token pass as MoePersistent (residual += the
+  // layer's output; h32 / h16 = the next norm) and returns true, or returns false (nothing
+  // launched) where the kernel does not support the layer.
+  bool PersistentMoe(int l);
   // fused_moe_shared: copies the shared experts (L->gate_up, L->down) into groups E .. E + S - 1
   // of L->w13 / L->w2 (allocated with room for them) when their dtypes match.
   void StackSharedExperts(LayerW* L);
@@ -353,6 +360,9 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer moe_gg_ws_, eq8_, es_;
   DeviceBuffer dense_gg_ws_;  // sm_90a mixed-input dense projections (sm90_mixed_gemm): workspace
   DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
+  DeviceBuffer persist_sync_;      // MoePersistent's grid barrier words (2 x u32, zeroed once)
+  DeviceBuffer persist_partials_;  // MoePersistent's per-block sums of squares
+  DeviceBuffer persist_act_;       // MoePersistent's act [top_k * I + shared I] bf16
   DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
   DeviceBuffer oproj_norm_sync_;    // o_proj's norm epilogue counter (u32, zeroed once)
   bool post_norm_fused_ = false;    // the last Mla's o_proj applied the post-attention norm (fused_oproj_norm)

@@ -1,0 +1,84 @@
+// Persistent MoE layer for one decode token (batch 1): the router, the routing, the routed and
+// shared experts, the combine, the residual add and the next RMSNorm in ONE cooperative launch,
+// its phases separated by grid-wide barriers instead of kernel boundaries
+// (docs/design/decode_small_batch.md, "A persistent MoE phase at batch 1").
+//
+// Math (DeepSeek-V2 paper section 2.2 / transformers' DeepseekV2MoE and DeepseekV3MoE, as the
+// unfused runner path computes it):
+//   logits[e]   = x32 . router_w[e]                      (fp32; router::GemvColumn's bits)
+//   ids, w      = routing(logits)                         (moe_routing.cuh RouteTokenInWarp's bits)
+//   act_j[c]    = bf16(silu(g) * u), g = x16 . w13[id_j][c], u = x16 . w13[id_j][I + c]
+//   act_s[c]    = the same with the shared experts' gate_up rows c and Is + c
+//   shared[n]   = act_s . shared_down[n]                  (fp32)
+//   moe[n]      = shared[n] + sum_j w_j * bf16(act_j . w2[id_j][n])   (MoeCombineNorm's order)
+//   residual[n] += moe[n];  out32 = rmsnorm(residual) * norm_weight;  out16 = bf16(out32)
+// Every dot product is fp32 over bf16 operands, summed in this kernel's own order (per lane in k
+// order, then a warp butterfly): not the unfused GEMMs' bits, so the runner's test bounds the
+// logits (CudaRunnerPersistentMoe.*); the router logits and the routing are bit-identical.
+// The norm's sum of squares is summed per block then over the blocks in block order
+// (deterministic, not RmsNorm's order).
+//
+// Phases (grid = one block per SM, cooperative launch so every block is resident):
+//  1. router logit columns (blocks b, b + grid, ...), and the shared experts' gate_up + SiLU
+//     (one warp per act column) -> barrier;
+//  2. every block routes the token itself (warp 0, same bits everywhere: no barrier), then the
+//     routed gate_up + SiLU pairs (one warp per (slot, act column)) -> barrier;
+//  3. the down projections by output column: one warp takes column n of every expert (routed and
+//     shared) and finishes moe[n] and residual[n] itself (no combine pass, no atomics), and the
+//     block's partial sum of squares -> barrier;
+//  4. every block sums the partials in block order and normalises the columns it finished.
+// The barrier is a counter + generation word pair in `sync` (zero before the first launch; the
+// kernel leaves the counter at 0), so the launch can be captured into a CUDA graph and replayed.
+//
+// Supported (MoePersistentUnsupported says why not): bf16 routed and shared experts (no FP8),
+// one token, num_experts <= 256, top_k <= 16, hidden, I and Is multiples of 8, the norm's columns
+// per warp within kMaxColsPerWarp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/moe_routing.h"
+
+namespace ds::cuda {
+
+struct MoePersistentParams {
+  const float* x32 = nullptr;           // [hidden] fp32: the router's input (post-attention norm)
+  const __nv_bfloat16* x16 = nullptr;   // [hidden] bf16: the experts' input
+  const float* router_w = nullptr;      // [E, hidden] fp32
+  MoeRoutingParams routing{};           // n = 1; logits / topk_ids / topk_weights as below
+  const __nv_bfloat16* w13 = nullptr;   // [E, 2I, hidden] bf16 (gate rows, then up rows)
+  const __nv_bfloat16* w2 = nullptr;    // [E, hidden, I] bf16
+  const __nv_bfloat16* shared_gu = nullptr;    // [2 Is, hidden] bf16, or nullptr (no shared experts)
+  const __nv_bfloat16* shared_down = nullptr;  // [hidden, Is] bf16
+  int64_t hidden = 0, num_experts = 0, top_k = 0, inter = 0, shared_inter = 0;
+  float* logits = nullptr;              // [E] fp32 scratch (written in phase 1)
+  int32_t* topk_ids = nullptr;          // [top_k] written by block 0 (the routing's result)
+  float* topk_weights = nullptr;        // [top_k]
+  __nv_bfloat16* act = nullptr;         // [top_k * I + Is] bf16 scratch
+  float* residual = nullptr;            // [hidden] fp32, updated in place
+  const float* norm_weight = nullptr;   // [hidden] fp32: the next RMSNorm's weight
+  float eps = 1e-6f;
+  float* out32 = nullptr;               // [hidden] fp32: the next norm's output
+  __nv_bfloat16* out16 = nullptr;       // [hidden] bf16 copy of it (or nullptr)
+  uint32_t* sync = nullptr;             // 2 words, zero before the first launch
+  float* partials = nullptr;            // [MoePersistentGridBlocks()] fp32 scratch
+  cudaStream_t stream = nullptr;
+};
+
+// Norm columns one warp may finish (the kernel keeps their residuals in shared memory).
+inline constexpr int kMoePersistentMaxColsPerWarp = 8;
+
+// Blocks of the launch (one per SM of the current device).
+int MoePersistentGridBlocks();
+
+// Empty when MoePersistent(p) can run p; else the reason (for the runner's fallback and tests).
+std::string MoePersistentUnsupported(const MoePersistentParams& p);
+
+// Launches the kernel (cooperative, on p.stream). DS_CHECKs MoePersistentUnsupported(p).empty().
+void MoePersistent(const MoePersistentParams& p);
+
+}  // namespace ds::cuda

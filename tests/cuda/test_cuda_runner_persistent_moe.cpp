@@ -1,0 +1,57 @@
+// CudaRunnerOptions::persistent_moe on the whole model: the MoE layers of one-token passes run as
+// one cooperative launch (moe_persistent.h) instead of the router, routing, expert GEMMs, SiLU,
+// shared-expert branch and combine + norm launches. The experts' dot products are summed in
+// another fp32 order (router logits and routing keep their bits), so the logits are bounded like
+// the other GEMM-order options (CompareOptionWithinBounds: per row cosine >= 0.9999, relative L2
+// <= 1e-2, no non-finite logits) over RunFusionSchedule (prefills, decode steps of 1..24
+// sequences, a mixed step; the one-token steps take the path), CUDA graphs off and on:
+//  - dummy V2-Lite (bf16 experts and shared experts, 3 layers): the path must run, only there;
+//  - dummy V3 (FP8 experts): the kernel does not take FP8, the path must never run and every
+//    logit stays bit-identical;
+//  - the bf16 fixtures (v2_lite_tiny, v3_tiny): whichever layers qualify.
+#include <cstdio>
+#include <string>
+
+#include "backend/cuda/cuda_runner.h"
+#include "runner_test_util.h"
+#include "test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+const auto kSetPersistent = [](CudaRunnerOptions& x, bool on) { x.persistent_moe = on; };
+
+void CompareBounded(const std::string& label, const CudaRunnerOptions& o, PathExpect expect) {
+  for (bool graphs : {false, true}) {
+    const auto stats = CompareOptionWithinBounds(label, "persistent_moe", o, graphs, expect == PathExpect::kRuns,
+                                                 kSetPersistent);
+    std::printf("[fixture] %s persistent_moe graphs=%d: path ran %lld times (off runner %lld)\n", label.c_str(),
+                graphs ? 1 : 0, (long long)stats[1].persistent_moe_layers, (long long)stats[0].persistent_moe_layers);
+    EXPECT_EQ(stats[0].persistent_moe_layers, 0) << label;
+    if (expect == PathExpect::kRuns) { EXPECT_GT(stats[1].persistent_moe_layers, 0) << label << ": did not run"; }
+    if (expect == PathExpect::kNever) { EXPECT_EQ(stats[1].persistent_moe_layers, 0) << label << ": ran"; }
+  }
+}
+
+TEST(CudaRunnerPersistentMoe, DummyV2LiteWithinBounds) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  CompareBounded("dummy_v2lite_3layers", DummyOptions(dir, 3, 5), PathExpect::kRuns);
+}
+
+TEST(CudaRunnerPersistentMoe, DummyV3Fp8NeverRuns) {
+  const std::string dir = ConfigDir("deepseek-v3");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
+  CompareOptionBitIdenticalRan("dummy_v3_4layers", "persistent_moe", DummyOptions(dir, 4, 11), kSetPersistent,
+                               &CudaGraphStats::persistent_moe_layers, PathExpect::kNever);
+}
+
+TEST(CudaRunnerPersistentMoe, FixturesWithinBounds) {
+  const int ran = ForEachFixture({"v2_lite_tiny", "v3_tiny"}, [](const std::string& name, const CudaRunnerOptions& o) {
+    CompareBounded(name, o, PathExpect::kAny);
+  });
+  if (ran == 0) GTEST_SKIP() << "no fixture";
+}
+
+}  // namespace
+}  // namespace ds::cuda::test

@@ -1,0 +1,184 @@
+// MoePersistent (moe_persistent.h: one token's whole MoE layer in one cooperative launch) against
+// a CPU reference of the same math in double: the router logits, the routing (ds::cpu::MoeRouting
+// on the kernel's logits: the same ids, weights within fp32 rounding), the routed and shared act
+// (bf16), and the residual and next-norm outputs (the down projections from the kernel's own act,
+// so one bf16 flip of an act element does not count twice). Shapes: V2-Lite's hidden and routing
+// (softmax, greedy) with fewer experts, V3's routing (sigmoid, noaux_tc, bias, 256 experts) with
+// more columns than warps (several norm columns a warp), and no shared experts. Each runs as
+// repeated direct launches and as replays of one captured CUDA graph (the barrier's counter must
+// be back at zero and its generation bumped three times a launch), outputs poisoned before the
+// last launch.
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/moe_persistent.h"
+#include "common/check.h"
+#include "test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+struct Case {
+  const char* name;
+  int64_t hidden, E, top_k, I, Is;
+  int n_group, topk_group, scoring, method;
+  bool norm, bias;
+  float scale;
+};
+
+const Case kCases[] = {
+    {"V2Lite_dims_8experts", 2048, 8, 6, 1408, 2816, 1, 1, 0, 0, false, false, 1.0f},
+    {"V3_routing_256experts", 2304, 256, 8, 64, 128, 8, 4, 1, 2, true, true, 2.5f},
+    {"no_shared", 512, 16, 2, 256, 0, 1, 1, 0, 0, true, false, 1.0f},
+};
+
+// bf16 values uniform in [-a, a] from a per-element hash (fast for tens of millions of weights).
+std::vector<__nv_bfloat16> RandomBf16(size_t n, float a, uint64_t seed) {
+  std::vector<__nv_bfloat16> v(n);
+  ParallelFor(static_cast<int64_t>(n), [&](int64_t i) {
+    uint64_t z = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    v[i] = __float2bfloat16_rn((2.f * u - 1.f) * a);
+  });
+  return v;
+}
+
+double B(const __nv_bfloat16& x) { return static_cast<double>(__bfloat162float(x)); }
+
+void RunCase(const Case& c, bool graph) {
+  const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
+  const std::string label = std::string(c.name) + (graph ? " graph" : " direct");
+  // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual.
+  std::vector<float> x32 = RandomNormal(Hd, 1.f);
+  std::vector<__nv_bfloat16> x16 = ToBf16(x32);
+  std::vector<float> router = RandomNormal(E * Hd, 0.05f), bias = RandomF(E, -0.1f, 0.1f);
+  std::vector<float> res_in = RandomNormal(Hd, 1.f), norm_w = RandomF(Hd, 0.5f, 1.5f);
+  const float a13 = 1.f / std::sqrt(static_cast<float>(Hd)), a2 = 4.f / std::sqrt(static_cast<float>(I));
+  std::vector<__nv_bfloat16> w13 = RandomBf16(E * 2 * I * Hd, 2.f * a13, NextSeed());
+  std::vector<__nv_bfloat16> w2 = RandomBf16(E * Hd * I, a2, NextSeed());
+  std::vector<__nv_bfloat16> sgu, sdown;
+  if (Is > 0) {
+    sgu = RandomBf16(2 * Is * Hd, 2.f * a13, NextSeed());
+    sdown = RandomBf16(Hd * Is, 4.f / std::sqrt(static_cast<float>(Is)), NextSeed());
+  }
+  Dev<float> d_x32(x32), d_router(router), d_bias(bias), d_res_in(res_in), d_norm_w(norm_w);
+  Dev<__nv_bfloat16> d_x16(x16), d_w13(w13), d_w2(w2);
+  Dev<__nv_bfloat16> d_sgu(std::max<size_t>(sgu.size(), 8)), d_sdown(std::max<size_t>(sdown.size(), 8));
+  if (Is > 0) { d_sgu.Upload(sgu); d_sdown.Upload(sdown); }
+  Dev<float> d_logits(E), d_w(K), d_res(Hd), d_out32(Hd), d_part(MoePersistentGridBlocks());
+  Dev<int32_t> d_ids(K);
+  Dev<__nv_bfloat16> d_act(K * I + Is), d_out16(Hd);
+  Dev<uint32_t> d_sync(2);
+  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
+
+  MoePersistentParams p{};
+  p.x32 = d_x32.get(); p.x16 = d_x16.get(); p.router_w = d_router.get();
+  p.routing = MoeRoutingParams{nullptr, c.bias ? d_bias.get() : nullptr, 1, E, static_cast<int>(K), c.n_group,
+                               c.topk_group, c.scoring, c.method, c.norm, c.scale, nullptr, nullptr, nullptr};
+  p.routing.warp_route = true;
+  p.w13 = d_w13.get(); p.w2 = d_w2.get();
+  if (Is > 0) { p.shared_gu = d_sgu.get(); p.shared_down = d_sdown.get(); }
+  p.hidden = Hd; p.num_experts = E; p.top_k = K; p.inter = I; p.shared_inter = Is;
+  p.logits = d_logits.get(); p.topk_ids = d_ids.get(); p.topk_weights = d_w.get(); p.act = d_act.get();
+  p.residual = d_res.get(); p.norm_weight = d_norm_w.get(); p.eps = 1e-6f;
+  p.out32 = d_out32.get(); p.out16 = d_out16.get(); p.sync = d_sync.get(); p.partials = d_part.get();
+  ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
+
+  constexpr int kLaunches = 3;
+  LaunchRepeated(
+      graph, kLaunches,
+      [&](cudaStream_t st) {
+        // The residual is updated in place: every launch starts from res_in.
+        DS_CUDA_CHECK(cudaMemcpyAsync(d_res.get(), d_res_in.get(), Hd * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        MoePersistentParams q = p;
+        q.stream = st;
+        MoePersistent(q);
+      },
+      [&] { d_logits.Poison(); d_ids.Poison(); d_w.Poison(); d_act.Poison(); d_out32.Poison(); d_out16.Poison(); });
+  const std::vector<float> logits = d_logits.Download(), wts = d_w.Download(), res = d_res.Download(),
+                           out32 = d_out32.Download();
+  const std::vector<int32_t> ids = d_ids.Download();
+  const std::vector<float> act = FromBf16(d_act.Download()), out16 = FromBf16(d_out16.Download());
+  const std::vector<uint32_t> sync = d_sync.Download();
+
+  // Router logits (double reference).
+  std::vector<float> ref_logits(E);
+  for (int64_t e = 0; e < E; ++e) {
+    double s = 0;
+    for (int64_t k = 0; k < Hd; ++k) s += double(x32[k]) * router[e * Hd + k];
+    ref_logits[e] = static_cast<float>(s);
+  }
+  ExpectClose("moe_persistent_logits", label, logits, ref_logits, 1e-5);
+  // Routing on the kernel's logits.
+  std::vector<int32_t> ref_ids(K);
+  std::vector<float> ref_w(K);
+  cpu::MoeRouting({logits.data(), c.bias ? bias.data() : nullptr, 1, E, static_cast<int>(K), c.n_group, c.topk_group,
+                   c.scoring, c.method, c.norm, c.scale, ref_ids.data(), ref_w.data()});
+  int64_t id_bad = 0;
+  for (int64_t j = 0; j < K; ++j) id_bad += ids[j] != ref_ids[j];
+  EXPECT_EQ(id_bad, 0) << label << ": routed experts differ from ds::cpu::MoeRouting's";
+  ExpectClose("moe_persistent_weights", label, wts, ref_w, 1e-5);
+  if (id_bad != 0) return;
+  // act: routed slots then shared, silu(g) * u of double dot products.
+  std::vector<float> ref_act(K * I + Is);
+  const auto gate_up = [&](const __nv_bfloat16* w, int64_t rows, int64_t c0, float* outp) {
+    double g = 0, u = 0;
+    for (int64_t k = 0; k < Hd; ++k) {
+      g += B(w[c0 * Hd + k]) * B(x16[k]);
+      u += B(w[(rows + c0) * Hd + k]) * B(x16[k]);
+    }
+    *outp = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+  };
+  ParallelFor(K * I + Is, [&](int64_t q) {
+    if (q < K * I) gate_up(w13.data() + ids[q / I] * 2 * I * Hd, I, q % I, &ref_act[q]);
+    else gate_up(sgu.data(), Is, q - K * I, &ref_act[q]);
+  });
+  ExpectClose("moe_persistent_act", label, act, ref_act, 4e-3);
+  // moe[n] from the kernel's act; residual and norm.
+  std::vector<float> ref_moe(Hd), got_moe(Hd), ref_res(Hd), ref_out(Hd);
+  ParallelFor(Hd, [&](int64_t n) {
+    double acc = 0;
+    for (int64_t k = 0; k < Is; ++k) acc += B(sdown[n * Is + k]) * act[K * I + k];
+    for (int64_t j = 0; j < K; ++j) {
+      double y = 0;
+      for (int64_t k = 0; k < I; ++k) y += B(w2[(ids[j] * Hd + n) * I + k]) * act[j * I + k];
+      acc += double(wts[j]) * __bfloat162float(__float2bfloat16_rn(static_cast<float>(y)));
+    }
+    ref_moe[n] = static_cast<float>(acc);
+    ref_res[n] = static_cast<float>(res_in[n] + acc);
+    got_moe[n] = res[n] - res_in[n];
+  });
+  double ss = 0;
+  for (int64_t n = 0; n < Hd; ++n) ss += double(ref_res[n]) * ref_res[n];
+  const double inv = 1.0 / std::sqrt(ss / Hd + 1e-6);
+  for (int64_t n = 0; n < Hd; ++n) ref_out[n] = static_cast<float>(ref_res[n] * inv * norm_w[n]);
+  ExpectClose("moe_persistent_moe_out", label, got_moe, ref_moe, 2e-3);
+  ExpectClose("moe_persistent_residual", label, res, ref_res, 1e-4);
+  ExpectClose("moe_persistent_norm_out", label, out32, ref_out, 1e-4);
+  ExpectClose("moe_persistent_norm_out16", label, out16, ref_out, 5e-3);
+  std::printf("[metric] op=moe_persistent case=%s barrier count=%u generation=%u (expected 0, %d)\n", label.c_str(),
+              sync[0], sync[1], 3 * kLaunches);
+  EXPECT_EQ(sync[0], 0u) << label;
+  EXPECT_EQ(sync[1], 3u * kLaunches) << label;
+}
+
+TEST(CudaMoePersistent, MatchesCpuReference) {
+  for (const Case& c : kCases)
+    for (bool graph : {false, true}) RunCase(c, graph);
+}
+
+TEST(CudaMoePersistent, RejectsUnsupported) {
+  MoePersistentParams p{};
+  p.hidden = 2050; p.num_experts = 300; p.top_k = 20; p.inter = 100; p.shared_inter = 24;
+  const std::string why = MoePersistentUnsupported(p);
+  for (const char* part : {"hidden 2050", "moe_intermediate_size 100", "shared intermediate size 24",
+                           "num_experts 300", "top_k 20", "null pointer"})
+    EXPECT_NE(why.find(part), std::string::npos) << "missing '" << part << "' in: " << why;
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
