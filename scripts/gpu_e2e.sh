@@ -140,7 +140,7 @@ if [ -n "${E2E_NCU:-}" ]; then
   else
     eval "timeout ${NCU_TIMEOUT_S:-150} env ${NCU_ENV:-} $NCU --clock-control none ${NCU_FLAGS:-} --metrics gpu__time_duration.sum --csv --print-units base \
       $B/dsinfer bench one-batch --load-format dummy --device cuda \
-      ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4}" \
+      ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4 --mem-bw-gbps 3931 --flops-tflops 700}" \
       > $RES/logs/ncu.csv 2> $RES/logs/ncu_stderr.txt
     echo "[gpu_e2e] ncu rc=$? in $(( $(date +%s) - t )) s ($NCU)" | tee -a $RES/logs/gpu_e2e.txt
     python3 bench/ncu_summary.py $RES/logs/ncu.csv > $RES/logs/ncu_summary.txt 2>&1
@@ -152,7 +152,7 @@ if [ -n "${E2E_NCU:-}" ]; then
       t=$(date +%s)
       eval "timeout ${NCU_TIMEOUT_S:-150} env ${NCU_ENV:-} $NCU --clock-control none $NCU_DETAIL \
         $B/dsinfer bench one-batch --load-format dummy --device cuda \
-        ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4}" \
+        ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4 --mem-bw-gbps 3931 --flops-tflops 700}" \
         > $RES/logs/ncu_detail.txt 2>&1
       echo "[gpu_e2e] ncu detail rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
       cp $RES/logs/ncu_detail.txt "$FINAL/" 2>/dev/null

@@ -8,6 +8,7 @@
 // repeated direct launches and as replays of one captured CUDA graph (the barrier's counter must
 // be back at zero and its generation bumped three times a launch), outputs poisoned before the
 // last launch.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -49,9 +50,9 @@ std::vector<__nv_bfloat16> RandomBf16(size_t n, float a, uint64_t seed) {
 
 double B(const __nv_bfloat16& x) { return static_cast<double>(__bfloat162float(x)); }
 
-void RunCase(const Case& c, bool graph) {
+void RunCase(const Case& c, bool graph, int bps) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
-  const std::string label = std::string(c.name) + (graph ? " graph" : " direct");
+  const std::string label = std::string(c.name) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps);
   // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual.
   std::vector<float> x32 = RandomNormal(Hd, 1.f);
   std::vector<__nv_bfloat16> x16 = ToBf16(x32);
@@ -69,7 +70,7 @@ void RunCase(const Case& c, bool graph) {
   Dev<__nv_bfloat16> d_x16(x16), d_w13(w13), d_w2(w2);
   Dev<__nv_bfloat16> d_sgu(std::max<size_t>(sgu.size(), 8)), d_sdown(std::max<size_t>(sdown.size(), 8));
   if (Is > 0) { d_sgu.Upload(sgu); d_sdown.Upload(sdown); }
-  Dev<float> d_logits(E), d_w(K), d_res(Hd), d_out32(Hd), d_part(MoePersistentGridBlocks());
+  Dev<float> d_logits(E), d_w(K), d_res(Hd), d_out32(Hd), d_part(MoePersistentGridBlocks(2));
   Dev<int32_t> d_ids(K);
   Dev<__nv_bfloat16> d_act(K * I + Is), d_out16(Hd);
   Dev<uint32_t> d_sync(2);
@@ -96,6 +97,7 @@ void RunCase(const Case& c, bool graph) {
         DS_CUDA_CHECK(cudaMemcpyAsync(d_res.get(), d_res_in.get(), Hd * sizeof(float), cudaMemcpyDeviceToDevice, st));
         MoePersistentParams q = p;
         q.stream = st;
+        q.blocks_per_sm = bps;
         MoePersistent(q);
       },
       [&] { d_logits.Poison(); d_ids.Poison(); d_w.Poison(); d_act.Poison(); d_out32.Poison(); d_out16.Poison(); });
@@ -168,7 +170,87 @@ void RunCase(const Case& c, bool graph) {
 
 TEST(CudaMoePersistent, MatchesCpuReference) {
   for (const Case& c : kCases)
-    for (bool graph : {false, true}) RunCase(c, graph);
+    for (bool graph : {false, true})
+      for (int bps : {1, 2}) RunCase(c, graph, bps);
+}
+
+// Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer
+// (64 experts, top-6, I 1408, two shared experts, hidden 2048) timed as graph replays of 20
+// back-to-back launches (CUDA events; the weights, 1.1 GB, do not fit L2), the same with
+// barriers_only (launch + three grid barriers), and one launch's per-phase clock64() intervals
+// over the blocks (median and max): where the kernel's time goes.
+TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
+  const int64_t Hd = 2048, E = 64, K = 6, I = 1408, Is = 2816;
+  std::vector<float> x32 = RandomNormal(Hd, 1.f);
+  Dev<float> d_x32(x32), d_router(RandomNormal(E * Hd, 0.05f)), d_res(RandomNormal(Hd, 1.f)),
+      d_norm_w(RandomF(Hd, 0.5f, 1.5f));
+  Dev<__nv_bfloat16> d_x16(ToBf16(x32)), d_w13(RandomBf16(E * 2 * I * Hd, 0.04f, NextSeed())),
+      d_w2(RandomBf16(E * Hd * I, 0.1f, NextSeed())), d_sgu(RandomBf16(2 * Is * Hd, 0.04f, NextSeed())),
+      d_sdown(RandomBf16(Hd * Is, 0.07f, NextSeed()));
+  const int grid_max = MoePersistentGridBlocks(2);
+  Dev<float> d_logits(E), d_w(K), d_out32(Hd), d_part(grid_max);
+  Dev<int32_t> d_ids(K);
+  Dev<__nv_bfloat16> d_act(K * I + Is), d_out16(Hd);
+  Dev<uint32_t> d_sync(2);
+  Dev<long long> d_stamps(static_cast<size_t>(grid_max) * kMoePersistentStamps);
+  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
+  MoePersistentParams p{};
+  p.x32 = d_x32.get(); p.x16 = d_x16.get(); p.router_w = d_router.get();
+  p.routing = MoeRoutingParams{nullptr, nullptr, 1, E, static_cast<int>(K), 1, 1, 0, 0, false, 1.0f, nullptr, nullptr, nullptr};
+  p.routing.warp_route = true;
+  p.w13 = d_w13.get(); p.w2 = d_w2.get(); p.shared_gu = d_sgu.get(); p.shared_down = d_sdown.get();
+  p.hidden = Hd; p.num_experts = E; p.top_k = K; p.inter = I; p.shared_inter = Is;
+  p.logits = d_logits.get(); p.topk_ids = d_ids.get(); p.topk_weights = d_w.get(); p.act = d_act.get();
+  p.residual = d_res.get(); p.norm_weight = d_norm_w.get();
+  p.out32 = d_out32.get(); p.out16 = d_out16.get(); p.sync = d_sync.get(); p.partials = d_part.get();
+  ASSERT_EQ(MoePersistentUnsupported(p), "");
+  cudaStream_t st;
+  DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  constexpr int kReps = 20, kReplays = 5;
+  const auto time_us = [&](bool barriers_only) {
+    MoePersistentParams q = p;
+    q.stream = st;
+    q.barriers_only = barriers_only;
+    const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
+    g.Replay();  // warm-up
+    cudaEvent_t a, b;
+    DS_CUDA_CHECK(cudaEventCreate(&a));
+    DS_CUDA_CHECK(cudaEventCreate(&b));
+    DS_CUDA_CHECK(cudaEventRecord(a, st));
+    for (int r = 0; r < kReplays; ++r) g.Replay();
+    DS_CUDA_CHECK(cudaEventRecord(b, st));
+    DS_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    DS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    DS_CUDA_CHECK(cudaEventDestroy(a));
+    DS_CUDA_CHECK(cudaEventDestroy(b));
+    return 1000.0 * ms / (kReps * kReplays);
+  };
+  for (int bps : {1, 2}) {
+    p.blocks_per_sm = bps;
+    const int grid = MoePersistentGridBlocks(bps);
+    const double full = time_us(false), bar = time_us(true);
+    const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d grid=%d full=%.2f us (%.0f GB/s on %.1f MB) "
+                "barriers_only=%.2f us\n", bps, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
+    // Per-phase intervals of one launch.
+    MoePersistentParams q = p;
+    q.stamps = d_stamps.get();
+    q.stream = st;
+    MoePersistent(q);
+    DS_CUDA_CHECK(cudaStreamSynchronize(st));
+    const std::vector<long long> s = d_stamps.Download();
+    const char* names[kMoePersistentStamps - 1] = {"phase1 router+shared_gu", "barrier1", "phase2 route+routed_gu",
+                                                   "barrier2", "phase3 down+combine", "barrier3", "phase4 norm"};
+    for (int i = 0; i + 1 < kMoePersistentStamps; ++i) {
+      std::vector<long long> d(grid);
+      for (int b = 0; b < grid; ++b) d[b] = s[b * kMoePersistentStamps + i + 1] - s[b * kMoePersistentStamps + i];
+      std::sort(d.begin(), d.end());
+      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d %s: median %lld cycles, min %lld, max %lld\n",
+                  bps, names[i], d[grid / 2], d[0], d[grid - 1]);
+    }
+  }
+  DS_CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 TEST(CudaMoePersistent, RejectsUnsupported) {

@@ -375,7 +375,7 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   if (opts_.persistent_moe) {
     persist_sync_.Reset(2 * sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, 2 * sizeof(uint32_t), s_));
-    persist_partials_.Reset(static_cast<size_t>(MoePersistentGridBlocks()) * sizeof(float));
+    persist_partials_.Reset(static_cast<size_t>(MoePersistentGridBlocks(2)) * sizeof(float));
   }
   if (opts_.fused_down_combine) {
     down_combine_sync_.Reset(sizeof(uint32_t));
@@ -731,6 +731,7 @@ bool CudaModelRunner::PersistentMoe(int l) {
   p.out32 = h32_.as<float>(); p.out16 = h16_.as<bf16>();
   p.sync = persist_sync_.as<uint32_t>(); p.partials = persist_partials_.as<float>();
   p.stream = s_;
+  p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   if (!MoePersistentUnsupported(p).empty()) return false;
   MoePersistent(p);
   ++graph_stats_.fused_launches;

@@ -111,7 +111,9 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
   for (int64_t i = threadIdx.x; i < n8; i += blockDim.x) dst[i] = __ldcg(src + i);
 }
 
-__global__ void __launch_bounds__(kThreads, 1) MoePersistentKernel(MoePersistentParams p) {
+// kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
+template <int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   extern __shared__ uint4 smem4[];
   bf16* xs = reinterpret_cast<bf16*>(smem4);  // phases 1-2: x16 [hidden]; phase 3: act [top_k I + Is]
   __shared__ routing::WarpRouteScratch route_ws;
@@ -124,6 +126,11 @@ __global__ void __launch_bounds__(kThreads, 1) MoePersistentKernel(MoePersistent
   const int64_t Hd = p.hidden, E = p.num_experts, K = p.top_k, I = p.inter, Is = p.shared_inter;
   const int gw = blockIdx.x * kWarps + warp, W = gridDim.x * kWarps;
   const int hk8 = static_cast<int>(Hd / 8);
+  const bool work = !p.barriers_only;
+  const auto stamp = [&](int i) {
+    if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * kMoePersistentStamps + i] = clock64();
+  };
+  stamp(0);
 
   // x16 -> shared memory (written by the previous kernel: plain loads are coherent here).
   for (int i = threadIdx.x; i < hk8; i += kThreads) smem4[i] = reinterpret_cast<const uint4*>(p.x16)[i];
@@ -134,18 +141,20 @@ __global__ void __launch_bounds__(kThreads, 1) MoePersistentKernel(MoePersistent
     RouterGemvParams gp{};
     gp.x = p.x32; gp.ldx = Hd; gp.w = p.router_w; gp.ldw = Hd; gp.y = p.logits; gp.ldy = E;
     gp.M = 1; gp.N = E; gp.K = Hd;
-    for (int64_t n = blockIdx.x; n < E; n += gridDim.x) {
+    for (int64_t n = blockIdx.x; work && n < E; n += gridDim.x) {
       router::GemvColumn(gp, n);
       __syncthreads();  // GemvColumn's partial sums are reused by the next column
     }
   }
   bf16* act = p.act;
   bf16* act_shared = act + K * I;
-  for (int64_t c = gw; c < Is; c += W) {
+  for (int64_t c = gw; work && c < Is; c += W) {
     const float2 d = WarpDot2(p.shared_gu + c * Hd, xs, p.shared_gu + (Is + c) * Hd, xs, hk8);
     if (lane == 0) act_shared[c] = SiluMul(d.x, d.y);
   }
+  stamp(1);
   GridBarrier(p.sync);
+  stamp(2);
 
   // Phase 2: routing (every block, the same bits), then the routed gate_up + SiLU pairs.
   {
@@ -154,31 +163,34 @@ __global__ void __launch_bounds__(kThreads, 1) MoePersistentKernel(MoePersistent
     rp.n = 1;
     rp.topk_ids = s_ids;
     rp.topk_weights = s_w;
-    if (warp == 0) routing::RouteTokenInWarp(rp, 0, route_ws.View());
+    if (warp == 0 && work) routing::RouteTokenInWarp(rp, 0, route_ws.View());
+    if (!work && threadIdx.x < K) { s_ids[threadIdx.x] = static_cast<int32_t>(threadIdx.x); s_w[threadIdx.x] = 0.f; }
     __syncthreads();
     if (blockIdx.x == 0 && threadIdx.x < K) {
       p.topk_ids[threadIdx.x] = s_ids[threadIdx.x];
       p.topk_weights[threadIdx.x] = s_w[threadIdx.x];
     }
   }
-  for (int64_t q = gw; q < K * I; q += W) {
+  for (int64_t q = gw; work && q < K * I; q += W) {
     const int64_t j = q / I, c = q % I;
     const bf16* we = p.w13 + static_cast<int64_t>(s_ids[j]) * 2 * I * Hd;
     const float2 d = WarpDot2(we + c * Hd, xs, we + (I + c) * Hd, xs, hk8);
     if (lane == 0) act[q] = SiluMul(d.x, d.y);
   }
+  stamp(3);
   GridBarrier(p.sync);
+  stamp(4);
 
   // Phase 3: act -> shared memory; the down projections by output column, the combine and the
   // residual add.
-  CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
+  if (work) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
   const int ik8 = static_cast<int>(I / 8), sk16 = static_cast<int>(Is / 16);
   const bf16* xa = xs;            // act_j at xa + j I
   const bf16* xsh = xs + K * I;   // act_shared
   float ss = 0.f;
   int cols = 0;
-  for (int64_t n = gw; n < Hd; n += W, ++cols) {
+  for (int64_t n = gw; work && n < Hd; n += W, ++cols) {
     float acc = 0.f;
     if (Is > 0) {
       // The shared experts' down row in two halves (more loads in flight), fp32.
@@ -216,7 +228,9 @@ __global__ void __launch_bounds__(kThreads, 1) MoePersistentKernel(MoePersistent
     for (int w = 0; w < kWarps; ++w) b += s_ss[w];
     p.partials[blockIdx.x] = b;
   }
+  stamp(5);
   GridBarrier(p.sync);
+  stamp(6);
 
   // Phase 4: the next RMSNorm of the columns this block finished.
   if (warp == 0) {
@@ -227,7 +241,7 @@ __global__ void __launch_bounds__(kThreads, 1) MoePersistentKernel(MoePersistent
   }
   __syncthreads();
   const float inv = rsqrtf(s_total / static_cast<float>(Hd) + p.eps);
-  if (lane == 0) {
+  if (lane == 0 && work) {
     int k = 0;
     for (int64_t n = gw; n < Hd; n += W, ++k) {
       const float o = s_vals[warp][k] * inv * p.norm_weight[n];
@@ -235,6 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1) MoePersistentKernel(MoePersistent
       if (p.out16) p.out16[n] = __float2bfloat16_rn(o);
     }
   }
+  stamp(7);
 }
 
 size_t SmemBytes(const MoePersistentParams& p) {
@@ -243,11 +258,12 @@ size_t SmemBytes(const MoePersistentParams& p) {
 
 }  // namespace
 
-int MoePersistentGridBlocks() { return CurrentDeviceProps().sms; }
+int MoePersistentGridBlocks(int blocks_per_sm) { return CurrentDeviceProps().sms * blocks_per_sm; }
 
 std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   std::ostringstream why;
-  const int64_t W = int64_t{MoePersistentGridBlocks()} * kWarps;
+  const int64_t W = int64_t{MoePersistentGridBlocks(std::clamp(p.blocks_per_sm, 1, 2))} * kWarps;
+  if (p.blocks_per_sm < 1 || p.blocks_per_sm > 2) why << "blocks_per_sm " << p.blocks_per_sm << " (1 or 2); ";
   const MoeRoutingParams& r = p.routing;
   if (p.hidden < 8 || p.hidden % 8 != 0) why << "hidden " << p.hidden << " is not a positive multiple of 8; ";
   if (p.inter < 8 || p.inter % 8 != 0) why << "moe_intermediate_size " << p.inter << " is not a positive multiple of 8; ";
@@ -278,16 +294,19 @@ void MoePersistent(const MoePersistentParams& p) {
   const std::string why = MoePersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
   const size_t smem = SmemBytes(p);
-  static int checked_smem = -1;  // the largest dynamic shared memory already allowed
-  if (static_cast<int>(smem) > checked_smem) {
-    if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MoePersistentKernel), static_cast<int>(smem));
+  const bool two = p.blocks_per_sm == 2;
+  void (*kernel)(MoePersistentParams) = two ? MoePersistentKernel<2> : MoePersistentKernel<1>;
+  static int checked_smem[2] = {-1, -1};  // the largest dynamic shared memory already allowed, per variant
+  if (static_cast<int>(smem) > checked_smem[two]) {
+    if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
-    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MoePersistentKernel, kThreads, smem));
-    DS_CHECK(per_sm >= 1) << "MoePersistent: a block with " << smem << " bytes of shared memory does not fit an SM";
-    checked_smem = static_cast<int>(smem);
+    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+    DS_CHECK(per_sm >= p.blocks_per_sm) << "MoePersistent: " << p.blocks_per_sm << " blocks with " << smem
+                                        << " bytes of shared memory do not fit an SM (" << per_sm << ")";
+    checked_smem[two] = static_cast<int>(smem);
   }
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(MoePersistentGridBlocks()));
+  cfg.gridDim = dim3(static_cast<unsigned>(MoePersistentGridBlocks(p.blocks_per_sm)));
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = p.stream;
@@ -296,7 +315,7 @@ void MoePersistent(const MoePersistentParams& p) {
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, MoePersistentKernel, p));
+  DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 
 }  // namespace ds::cuda

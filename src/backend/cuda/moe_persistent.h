@@ -18,7 +18,7 @@
 // The norm's sum of squares is summed per block then over the blocks in block order
 // (deterministic, not RmsNorm's order).
 //
-// Phases (grid = one block per SM, cooperative launch so every block is resident):
+// Phases (grid = one or two blocks per SM, cooperative launch so every block is resident):
 //  1. router logit columns (blocks b, b + grid, ...), and the shared experts' gate_up + SiLU
 //     (one warp per act column) -> barrier;
 //  2. every block routes the token itself (warp 0, same bits everywhere: no barrier), then the
@@ -65,15 +65,22 @@ struct MoePersistentParams {
   float* out32 = nullptr;               // [hidden] fp32: the next norm's output
   __nv_bfloat16* out16 = nullptr;       // [hidden] bf16 copy of it (or nullptr)
   uint32_t* sync = nullptr;             // 2 words, zero before the first launch
-  float* partials = nullptr;            // [MoePersistentGridBlocks()] fp32 scratch
+  float* partials = nullptr;            // [MoePersistentGridBlocks(blocks_per_sm)] fp32 scratch
   cudaStream_t stream = nullptr;
+  int blocks_per_sm = 1;                // 1 or 2 (2: registers capped at 128, twice the warps)
+  // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
+  // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
+  // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
+  long long* stamps = nullptr;
+  bool barriers_only = false;
 };
+inline constexpr int kMoePersistentStamps = 8;
 
 // Norm columns one warp may finish (the kernel keeps their residuals in shared memory).
 inline constexpr int kMoePersistentMaxColsPerWarp = 8;
 
-// Blocks of the launch (one per SM of the current device).
-int MoePersistentGridBlocks();
+// Blocks of the launch: blocks_per_sm per SM of the current device.
+int MoePersistentGridBlocks(int blocks_per_sm);
 
 // Empty when MoePersistent(p) can run p; else the reason (for the runner's fallback and tests).
 std::string MoePersistentUnsupported(const MoePersistentParams& p);
