@@ -17,9 +17,7 @@ using bf16 = __nv_bfloat16;
 constexpr int kThreads = router::kThreads, kWarps = kThreads / 32;
 static_assert(kThreads == routing::kMoeRoutingThreads, "one block size for the router GEMV and the routing");
 constexpr int kMaxTopK = 16;
-// 16-byte weight vectors a lane keeps in flight per row and pass (two rows per pass: 256 bytes a
-// lane, 64 KB a block in flight).
-constexpr int kVec = 8;
+constexpr int kDownTileCols = 16;
 
 // Streams weights (read once: no L1 allocation; the kernel never writes them).
 __device__ __forceinline__ uint4 LdStream(const uint4* p) {
@@ -30,48 +28,48 @@ __device__ __forceinline__ uint4 LdStream(const uint4* p) {
   return v;
 }
 
-__device__ __forceinline__ float Lo(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float Hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-
-// acc + the dot product of 8 bf16 weights with 8 bf16 activations, in element order.
-__device__ __forceinline__ float Dot8(const uint4& w, const uint4& x, float acc) {
-  acc = fmaf(Lo(w.x), Lo(x.x), acc); acc = fmaf(Hi(w.x), Hi(x.x), acc);
-  acc = fmaf(Lo(w.y), Lo(x.y), acc); acc = fmaf(Hi(w.y), Hi(x.y), acc);
-  acc = fmaf(Lo(w.z), Lo(x.z), acc); acc = fmaf(Hi(w.z), Hi(x.z), acc);
-  acc = fmaf(Lo(w.w), Lo(x.w), acc); acc = fmaf(Hi(w.w), Hi(x.w), acc);
-  return acc;
+// acc += A (16 x 16, bf16) x B (16 x 8, bf16) on the tensor cores (fp32 accumulate).
+__device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// One warp: d.x = w0 . x0 and d.y = w1 . x1 (w1 == nullptr: d.y = 0) over k8 16-byte vectors
-// (8 bf16 each); weights from global memory, activations from shared memory. Lane l sums the
-// vectors l, l + 32, ... in order, then a butterfly; every lane returns the sums.
-__device__ __forceinline__ float2 WarpDot2(const bf16* w0, const bf16* x0, const bf16* w1, const bf16* x1, int k8) {
-  const int lane = threadIdx.x & 31;
-  const uint4* a = reinterpret_cast<const uint4*>(w0);
-  const uint4* b = reinterpret_cast<const uint4*>(w1);
-  const uint4* xa = reinterpret_cast<const uint4*>(x0);
-  const uint4* xb = reinterpret_cast<const uint4*>(x1);
-  float s0 = 0.f, s1 = 0.f;
-  for (int base = lane; base < k8; base += 32 * kVec) {
-    uint4 va[kVec], vb[kVec];
+// Steps (32 k each) a warp loads before it multiplies: 16 loads of 16 bytes a lane in flight.
+constexpr int kBurst = 8;
+
+// One warp: the dot products of 16 weight rows with x over `steps` * 32 elements, on the tensor
+// cores (mma m16n8k16, the weights as the 16-row operand; "swap AB" as in skinny_gemm.cu).
+// Lane l = 4 g + q streams 16 bytes of its rows ra (row g of the tile) and rb (row g + 8) at
+// k = 32 s + 8 q per step s, and the same 8 elements of x (shared memory): within an mma the
+// virtual k index 2q + {0, 1} holds actual k 8q + {0, 1} (then 8q + {2, 3} at 2q + 8 + {0, 1};
+// the second mma takes 8q + 4..7), the same permutation for every row and for x, so each output
+// is the full dot product. Every column of B holds x, so d[0] (= d[1]) is row g's sum and d[2]
+// (= d[3]) row g + 8's, in every lane.
+__device__ __forceinline__ void WarpTile16(const bf16* ra, const bf16* rb, const bf16* xs, int steps, float (&d)[4]) {
+  const int q = threadIdx.x & 3;
+  const uint4* a4 = reinterpret_cast<const uint4*>(ra) + q;
+  const uint4* b4 = reinterpret_cast<const uint4*>(rb) + q;
+  const uint4* x4 = reinterpret_cast<const uint4*>(xs) + q;
+  for (int s0 = 0; s0 < steps; s0 += kBurst) {
+    uint4 va[kBurst], vb[kBurst];
 #pragma unroll
-    for (int u = 0; u < kVec; ++u) {
-      const int i = base + 32 * u;
-      if (i < k8) {
-        va[u] = LdStream(a + i);
-        if (b) vb[u] = LdStream(b + i);
+    for (int u = 0; u < kBurst; ++u) {
+      if (s0 + u < steps) {
+        va[u] = LdStream(a4 + 4 * (s0 + u));
+        vb[u] = LdStream(b4 + 4 * (s0 + u));
       }
     }
 #pragma unroll
-    for (int u = 0; u < kVec; ++u) {
-      const int i = base + 32 * u;
-      if (i < k8) {
-        s0 = Dot8(va[u], xa[i], s0);
-        if (b) s1 = Dot8(vb[u], xb[i], s1);
+    for (int u = 0; u < kBurst; ++u) {
+      if (s0 + u < steps) {
+        const uint4 xv = x4[4 * (s0 + u)];
+        Mma(d, va[u].x, vb[u].x, va[u].y, vb[u].y, xv.x, xv.y);
+        Mma(d, va[u].z, vb[u].z, va[u].w, vb[u].w, xv.z, xv.w);
       }
     }
   }
-  return make_float2(dev::WarpSum(s0), dev::WarpSum(s1));
 }
 
 __device__ __forceinline__ uint32_t LdAcquire(const uint32_t* p) {
@@ -81,24 +79,22 @@ __device__ __forceinline__ uint32_t LdAcquire(const uint32_t* p) {
 }
 
 // Grid-wide barrier over all blocks of a cooperative launch: sync[0] counts the arrivals, sync[1]
-// is the generation. Each block reads the generation before it arrives (it cannot change before
-// every block has arrived); the last to arrive resets the count and bumps the generation, the
-// others wait for the bump. The fences around it release this block's stores and acquire the
-// others' (the same pattern as moe_router_route.cu's last-block counter).
-__device__ __forceinline__ void GridBarrier(uint32_t* sync) {
+// is the generation, read once per launch (gen0, before any barrier of the launch can complete):
+// barrier i completes when the generation reaches gen0 + i. The last block to arrive resets the
+// count and bumps the generation (release); the others poll it (acquire). The block barrier before
+// thread 0's acq_rel arrival orders the block's stores before it (cumulativity).
+__device__ __forceinline__ void GridBarrier(uint32_t* sync, uint32_t target_gen) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    const uint32_t gen = LdAcquire(sync + 1);
-    __threadfence();
-    if (atomicAdd(sync, 1u) == gridDim.x - 1) {
-      atomicExch(sync, 0u);
-      __threadfence();
-      atomicAdd(sync + 1, 1u);
+    uint32_t old;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(sync) : "memory");
+    if (old == gridDim.x - 1) {
+      asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(sync) : "memory");
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 1) : "memory");
     } else {
-      while (LdAcquire(sync + 1) == gen) {
+      while (static_cast<int32_t>(LdAcquire(sync + 1) - target_gen) < 0) {
       }
     }
-    __threadfence();
   }
   __syncthreads();
 }
@@ -111,6 +107,9 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
   for (int64_t i = threadIdx.x; i < n8; i += blockDim.x) dst[i] = __ldcg(src + i);
 }
 
+// Output columns of one down tile (a 16-row mma tile of w2 / shared_down).
+constexpr int kDownTile = kDownTileCols;
+
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
 template <int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
@@ -119,44 +118,45 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   __shared__ routing::WarpRouteScratch route_ws;
   __shared__ int32_t s_ids[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
-  __shared__ float s_vals[kWarps][kMoePersistentMaxColsPerWarp];
-  __shared__ float s_ss[kWarps];
+  __shared__ float s_y[kMaxTopK + 2][kDownTile];  // phase 3: each segment's 16 sums
+  __shared__ float s_vals[kMoePersistentMaxTilesPerBlock][kDownTile];  // the block's new residuals
+  __shared__ float s_ss;
   __shared__ float s_total;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __shared__ uint32_t s_gen0;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t Hd = p.hidden, E = p.num_experts, K = p.top_k, I = p.inter, Is = p.shared_inter;
-  const int gw = blockIdx.x * kWarps + warp, W = gridDim.x * kWarps;
-  const int hk8 = static_cast<int>(Hd / 8);
+  const int grid = static_cast<int>(gridDim.x);
   const bool work = !p.barriers_only;
   const auto stamp = [&](int i) {
     if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * kMoePersistentStamps + i] = clock64();
   };
   stamp(0);
-
+  if (threadIdx.x == 0) {
+    s_gen0 = LdAcquire(p.sync + 1);  // no barrier of this launch can have completed yet
+    s_ss = 0.f;
+  }
   // x16 -> shared memory (written by the previous kernel: plain loads are coherent here).
-  for (int i = threadIdx.x; i < hk8; i += kThreads) smem4[i] = reinterpret_cast<const uint4*>(p.x16)[i];
+  for (int64_t i = threadIdx.x; i < Hd / 8; i += kThreads) smem4[i] = reinterpret_cast<const uint4*>(p.x16)[i];
   __syncthreads();
+  const uint32_t gen0 = s_gen0;
 
-  // Phase 1: router logit columns; the shared experts' gate_up + SiLU.
+  // Phase 1: router logit columns (blocks b, b + grid, ...).
   {
     RouterGemvParams gp{};
     gp.x = p.x32; gp.ldx = Hd; gp.w = p.router_w; gp.ldw = Hd; gp.y = p.logits; gp.ldy = E;
     gp.M = 1; gp.N = E; gp.K = Hd;
-    for (int64_t n = blockIdx.x; work && n < E; n += gridDim.x) {
+    for (int64_t n = blockIdx.x; work && n < E; n += grid) {
       router::GemvColumn(gp, n);
       __syncthreads();  // GemvColumn's partial sums are reused by the next column
     }
   }
-  bf16* act = p.act;
-  bf16* act_shared = act + K * I;
-  for (int64_t c = gw; work && c < Is; c += W) {
-    const float2 d = WarpDot2(p.shared_gu + c * Hd, xs, p.shared_gu + (Is + c) * Hd, xs, hk8);
-    if (lane == 0) act_shared[c] = SiluMul(d.x, d.y);
-  }
   stamp(1);
-  GridBarrier(p.sync);
+  GridBarrier(p.sync, gen0 + 1);
   stamp(2);
 
-  // Phase 2: routing (every block, the same bits), then the routed gate_up + SiLU pairs.
+  // Phase 2: routing (every block, the same bits), then gate_up + SiLU tiles of 8 act columns
+  // (8 gate rows + the same 8 up rows): the routed slots' tiles, then the shared experts'. Tile t
+  // goes to block t % grid (consecutive tiles on different blocks: every SM gets its share).
   {
     MoeRoutingParams rp = p.routing;
     rp.logits = p.logits;
@@ -171,80 +171,94 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       p.topk_weights[threadIdx.x] = s_w[threadIdx.x];
     }
   }
-  for (int64_t q = gw; work && q < K * I; q += W) {
-    const int64_t j = q / I, c = q % I;
-    const bf16* we = p.w13 + static_cast<int64_t>(s_ids[j]) * 2 * I * Hd;
-    const float2 d = WarpDot2(we + c * Hd, xs, we + (I + c) * Hd, xs, hk8);
-    if (lane == 0) act[q] = SiluMul(d.x, d.y);
+  bf16* act = p.act;
+  const int64_t it = I / 8, tiles_r = K * it, tiles = tiles_r + Is / 8;
+  for (int64_t t = blockIdx.x + int64_t{grid} * warp; work && t < tiles; t += int64_t{grid} * kWarps) {
+    const bf16* base;
+    int64_t c0, half;
+    bf16* out;
+    if (t < tiles_r) {
+      const int64_t j = t / it;
+      c0 = (t % it) * 8;
+      base = p.w13 + static_cast<int64_t>(s_ids[j]) * 2 * I * Hd;
+      half = I;
+      out = act + j * I + c0;
+    } else {
+      c0 = (t - tiles_r) * 8;
+      base = p.shared_gu;
+      half = Is;
+      out = act + K * I + c0;
+    }
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    WarpTile16(base + (c0 + g) * Hd, base + (half + c0 + g) * Hd, xs, static_cast<int>(Hd / 32), d);
+    if (q == 0) out[g] = SiluMul(d[0], d[2]);
   }
   stamp(3);
-  GridBarrier(p.sync);
+  GridBarrier(p.sync, gen0 + 2);
   stamp(4);
 
-  // Phase 3: act -> shared memory; the down projections by output column, the combine and the
-  // residual add.
-  if (work) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
+  // Phase 3: down tiles of 16 output columns (tile i on block i % grid); the block's warps take
+  // the tile's segments (routed slot j: w2[id_j] rows x act_j; then the shared experts' down in
+  // two halves of Is / 2), then 16 threads finish the columns: moe = shared + sum_j w_j bf16(y_j)
+  // (MoeCombineNorm's order), residual += moe, and the block's sum of squares.
+  const int64_t dtiles = Hd / kDownTile;
+  const int nseg = static_cast<int>(K) + (Is > 0 ? 2 : 0);
+  if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
-  const int ik8 = static_cast<int>(I / 8), sk16 = static_cast<int>(Is / 16);
-  const bf16* xa = xs;            // act_j at xa + j I
-  const bf16* xsh = xs + K * I;   // act_shared
-  float ss = 0.f;
-  int cols = 0;
-  for (int64_t n = gw; work && n < Hd; n += W, ++cols) {
-    float acc = 0.f;
-    if (Is > 0) {
-      // The shared experts' down row in two halves (more loads in flight), fp32.
-      const bf16* ws = p.shared_down + n * Is;
-      const float2 d = WarpDot2(ws, xsh, ws + Is / 2, xsh + Is / 2, sk16);
-      acc = d.x + d.y;
+  int ntile = 0;
+  for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
+    const int64_t n0 = tile * kDownTile;
+    for (int seg = warp; seg < nseg; seg += kWarps) {
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      if (seg < K) {
+        const bf16* w = p.w2 + static_cast<int64_t>(s_ids[seg]) * Hd * I;
+        WarpTile16(w + (n0 + g) * I, w + (n0 + 8 + g) * I, xs + seg * I, static_cast<int>(I / 32), d);
+      } else {
+        const int64_t h = (seg - K) * (Is / 2);
+        WarpTile16(p.shared_down + (n0 + g) * Is + h, p.shared_down + (n0 + 8 + g) * Is + h, xs + K * I + h,
+                   static_cast<int>(Is / 64), d);
+      }
+      if (q == 0) {
+        s_y[seg][g] = d[0];
+        s_y[seg][g + 8] = d[2];
+      }
     }
-    // The routed rows, two slots per pass; y_j rounded to bf16 as the unfused path stores it.
-    float y[kMaxTopK];
-#pragma unroll
-    for (int j = 0; j < kMaxTopK; j += 2) {
-      if (j >= K) break;
-      const bf16* w0 = p.w2 + (static_cast<int64_t>(s_ids[j]) * Hd + n) * I;
-      const bf16* w1 = j + 1 < K ? p.w2 + (static_cast<int64_t>(s_ids[j + 1]) * Hd + n) * I : nullptr;
-      const float2 d = WarpDot2(w0, xa + j * I, w1, xa + (j + 1) * I, ik8);
-      y[j] = d.x;
-      if (j + 1 < kMaxTopK) y[j + 1] = d.y;
-    }
-#pragma unroll
-    for (int j = 0; j < kMaxTopK; ++j) {
-      if (j >= K) break;
-      acc += s_w[j] * __bfloat162float(__float2bfloat16_rn(y[j]));
-    }
-    if (lane == 0) {
+    __syncthreads();
+    if (threadIdx.x < kDownTile) {
+      const int c = threadIdx.x;
+      const int64_t n = n0 + c;
+      float acc = Is > 0 ? s_y[K][c] + s_y[K + 1][c] : 0.f;
+      for (int j = 0; j < K; ++j) acc += s_w[j] * __bfloat162float(__float2bfloat16_rn(s_y[j][c]));
       const float v = acc + p.residual[n];
       p.residual[n] = v;
-      s_vals[warp][cols] = v;
-      ss += v * v;
+      s_vals[ntile][c] = v;
     }
+    __syncthreads();
   }
-  if (lane == 0) s_ss[warp] = ss;
-  __syncthreads();
   if (threadIdx.x == 0) {
     float b = 0.f;
-    for (int w = 0; w < kWarps; ++w) b += s_ss[w];
+    for (int k = 0; k < ntile; ++k)
+      for (int c = 0; c < kDownTile; ++c) b += s_vals[k][c] * s_vals[k][c];
     p.partials[blockIdx.x] = b;
   }
   stamp(5);
-  GridBarrier(p.sync);
+  GridBarrier(p.sync, gen0 + 3);
   stamp(6);
 
   // Phase 4: the next RMSNorm of the columns this block finished.
   if (warp == 0) {
     float t = 0.f;
-    for (int b = lane; b < static_cast<int>(gridDim.x); b += 32) t += __ldcg(p.partials + b);
+    for (int b = lane; b < grid; b += 32) t += __ldcg(p.partials + b);
     t = dev::WarpSum(t);
     if (lane == 0) s_total = t;
   }
   __syncthreads();
   const float inv = rsqrtf(s_total / static_cast<float>(Hd) + p.eps);
-  if (lane == 0 && work) {
+  if (work && threadIdx.x < kDownTile) {
     int k = 0;
-    for (int64_t n = gw; n < Hd; n += W, ++k) {
-      const float o = s_vals[warp][k] * inv * p.norm_weight[n];
+    for (int64_t tile = blockIdx.x; tile < dtiles; tile += grid, ++k) {
+      const int64_t n = tile * kDownTile + threadIdx.x;
+      const float o = s_vals[k][threadIdx.x] * inv * p.norm_weight[n];
       p.out32[n] = o;
       if (p.out16) p.out16[n] = __float2bfloat16_rn(o);
     }
@@ -278,7 +292,11 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   if (r.n_group < 1 || r.n_group > 64 || p.num_experts % std::max(r.n_group, 1) != 0 || r.topk_group < 1 ||
       r.topk_group > r.n_group)
     why << "n_group " << r.n_group << " / topk_group " << r.topk_group << "; ";
-  if (p.hidden > W * kMoePersistentMaxColsPerWarp) why << "hidden " << p.hidden << " over the norm's columns per warp; ";
+  if (p.hidden % 32 != 0 || p.inter % 32 != 0 || p.shared_inter % 64 != 0)
+    why << "hidden / I / shared I (" << p.hidden << ", " << p.inter << ", " << p.shared_inter
+        << ") must be multiples of 32 / 32 / 64 (the tensor-core tiles' steps); ";
+  if (p.hidden > int64_t{kDownTileCols} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
+    why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) why << "activations need " << SmemBytes(p) << " bytes of shared memory; ";
   if (!p.x32 || !p.x16 || !p.router_w || !p.w13 || !p.w2 || !p.logits || !p.topk_ids || !p.topk_weights || !p.act ||
       !p.residual || !p.norm_weight || !p.out32 || !p.sync || !p.partials)

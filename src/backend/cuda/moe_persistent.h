@@ -12,27 +12,28 @@
 //   shared[n]   = act_s . shared_down[n]                  (fp32)
 //   moe[n]      = shared[n] + sum_j w_j * bf16(act_j . w2[id_j][n])   (MoeCombineNorm's order)
 //   residual[n] += moe[n];  out32 = rmsnorm(residual) * norm_weight;  out16 = bf16(out32)
-// Every dot product is fp32 over bf16 operands, summed in this kernel's own order (per lane in k
-// order, then a warp butterfly): not the unfused GEMMs' bits, so the runner's test bounds the
-// logits (CudaRunnerPersistentMoe.*); the router logits and the routing are bit-identical.
-// The norm's sum of squares is summed per block then over the blocks in block order
-// (deterministic, not RmsNorm's order).
+// Every dot product runs on the tensor cores (bf16 mma, fp32 accumulate) in this kernel's own
+// order (32-element steps, the shared experts' down in two halves): not the unfused GEMMs' bits,
+// so the runner's test bounds the logits (CudaRunnerPersistentMoe.*); the router logits and the
+// routing are bit-identical to RouterGemv / the warp routing. The norm's sum of squares is summed
+// per block then over the blocks in block order (deterministic, not RmsNorm's order).
 //
 // Phases (grid = one or two blocks per SM, cooperative launch so every block is resident):
-//  1. router logit columns (blocks b, b + grid, ...), and the shared experts' gate_up + SiLU
-//     (one warp per act column) -> barrier;
-//  2. every block routes the token itself (warp 0, same bits everywhere: no barrier), then the
-//     routed gate_up + SiLU pairs (one warp per (slot, act column)) -> barrier;
-//  3. the down projections by output column: one warp takes column n of every expert (routed and
-//     shared) and finishes moe[n] and residual[n] itself (no combine pass, no atomics), and the
-//     block's partial sum of squares -> barrier;
+//  1. router logit columns (blocks b, b + grid, ...) -> barrier;
+//  2. every block routes the token itself (warp 0, the same bits everywhere: no barrier), then
+//     gate_up + SiLU tiles of 8 act columns (8 gate + the same 8 up rows: one 16-row mma tile a
+//     warp, over all of hidden), the routed slots' then the shared experts' -> barrier;
+//  3. down tiles of 16 output columns, one a block: its warps take the segments (routed slot j,
+//     the shared down's two halves), then 16 threads finish moe, the residual and the block's sum
+//     of squares (no combine pass, no atomics) -> barrier;
 //  4. every block sums the partials in block order and normalises the columns it finished.
 // The barrier is a counter + generation word pair in `sync` (zero before the first launch; the
-// kernel leaves the counter at 0), so the launch can be captured into a CUDA graph and replayed.
+// kernel leaves the counter at 0 and the generation 3 higher), so the launch can be captured into
+// a CUDA graph and replayed.
 //
 // Supported (MoePersistentUnsupported says why not): bf16 routed and shared experts (no FP8),
-// one token, num_experts <= 256, top_k <= 16, hidden, I and Is multiples of 8, the norm's columns
-// per warp within kMaxColsPerWarp.
+// one token, num_experts <= 256, top_k <= 16, hidden and I multiples of 32, the shared
+// intermediate size a multiple of 64, at most kMoePersistentMaxTilesPerBlock down tiles a block.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -76,8 +77,9 @@ struct MoePersistentParams {
 };
 inline constexpr int kMoePersistentStamps = 8;
 
-// Norm columns one warp may finish (the kernel keeps their residuals in shared memory).
-inline constexpr int kMoePersistentMaxColsPerWarp = 8;
+// Down tiles (16 output columns each) one block may finish (the kernel keeps their residuals in
+// shared memory for the norm).
+inline constexpr int kMoePersistentMaxTilesPerBlock = 4;
 
 // Blocks of the launch: blocks_per_sm per SM of the current device.
 int MoePersistentGridBlocks(int blocks_per_sm);
