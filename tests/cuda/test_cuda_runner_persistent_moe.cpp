@@ -1,7 +1,7 @@
 // CudaRunnerOptions::persistent_moe on the whole model: the MoE layers of one-token passes run as
-// one cooperative launch (moe_persistent.h) instead of the router, routing, expert GEMMs, SiLU,
-// shared-expert branch and combine + norm launches. The experts' dot products are summed in
-// another fp32 order (router logits and routing keep their bits), so the logits are bounded like
+// one cooperative launch (moe_persistent.h) instead of the post-attention norm, router, routing,
+// expert GEMMs, SiLU, shared-expert branch and combine + norm launches. The norms, the router and
+// the experts sum in other fp32 orders, so the logits are bounded like
 // the other GEMM-order options (CompareOptionWithinBounds: per row cosine >= 0.9999, relative L2
 // <= 1e-2, no non-finite logits) over RunFusionSchedule (prefills, decode steps of 1..24
 // sequences, a mixed step; the one-token steps take the path), CUDA graphs off and on:

@@ -706,9 +706,10 @@ MoeRoutingParams CudaModelRunner::RoutingParams(const LayerW& LW, int64_t T) {
   return rp;
 }
 
-bool CudaModelRunner::PersistentMoe(int l) {
+bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool launch) {
   const LayerW& LW = layers_[l];
-  if (LW.experts_fp8 || LW.shared_groups > 0) return false;
+  if (!opts_.persistent_moe || T != 1 || !FusedDecode(T) || !opts_.fused_norm || opts_.precise_activations) return false;
+  if (!LW.moe || LW.experts_fp8 || LW.shared_groups > 0) return false;
   if (LW.has_mlp && (LW.gate_up.fp8 || LW.down.fp8 || !LW.gate_up.w.get() || !LW.down.w.get())) return false;
   const int64_t Hd = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
   const int64_t I = cfg_.moe_intermediate_size, Is = LW.has_mlp ? LW.gate_up.N / 2 : 0;
@@ -718,7 +719,12 @@ bool CudaModelRunner::PersistentMoe(int l) {
   topk_w_.Reserve(64 * K * 4);
   persist_act_.Reserve((K * I + Is) * sizeof(bf16));
   MoePersistentParams p{};
-  p.x32 = h32_.as<float>(); p.x16 = h16_.as<bf16>(); p.router_w = LW.router.as<float>();
+  if (fold_post_norm) {
+    p.attn_out = o32_.as<float>(); p.post_norm_weight = LW.post_norm.as<float>();
+  } else {
+    p.x32 = h32_.as<float>(); p.x16 = h16_.as<bf16>();
+  }
+  p.router_w = LW.router.as<float>();
   p.routing = RoutingParams(LW, 1);
   p.w13 = LW.w13.as<bf16>(); p.w2 = LW.w2.as<bf16>();
   if (Is > 0) { p.shared_gu = LW.gate_up.w.as<bf16>(); p.shared_down = LW.down.w.as<bf16>(); }
@@ -733,6 +739,7 @@ bool CudaModelRunner::PersistentMoe(int l) {
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   if (!MoePersistentUnsupported(p).empty()) return false;
+  if (!launch) return true;
   MoePersistent(p);
   ++graph_stats_.fused_launches;
   ++graph_stats_.persistent_moe_layers;
@@ -779,10 +786,10 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   }
   const int64_t E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok, I = cfg_.moe_intermediate_size;
   const bool skinny = skinny_on_ && T * K <= kSkinnyMoeMaxAvgRows * E;
-  // persistent_moe: the whole layer (and the next norm) in one cooperative launch for one token.
-  if (opts_.persistent_moe && T == 1 && FusedDecode(T) && opts_.fused_norm && !opts_.precise_activations &&
-      PersistentMoe(l))
-    return true;
+  // persistent_moe: the whole layer (and the next norm) in one cooperative launch for one token
+  // (RunPass folds the post-attention norm in too where it can; this is the form after a norm
+  // already applied, e.g. by o_proj's epilogue).
+  if (PersistentMoe(l, T, false, true)) return true;
   // Small-batch fusions (CudaRunnerOptions::fused_*): routing + permute in one kernel; the S
   // stacked shared experts as groups E .. E + S - 1 (T rows each, after the T * K routed rows)
   // of the same GEMM / SiLU launches, whose down-proj output is then fp32.
@@ -1072,12 +1079,14 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     Mla(l, b, T);
     // residual += attn; h = post_attention_layernorm(residual) (fp32 h32 and its bf16 copy h16;
     // fused_oproj_norm: o_proj's last block did it)
-    if (!post_norm_fused_) {
+    // persistent_moe: the MoE kernel applies this norm itself (every block), one launch fewer.
+    const bool moe_fold = !post_norm_fused_ && PersistentMoe(l, T, true, false);
+    if (!post_norm_fused_ && !moe_fold) {
       norm(o32_.as<float>(), residual, LW.post_norm);
       if (!fuse_norm) F32ToBf16(h32_.as<float>(), Hd, h16_.as<bf16>(), Hd, T, Hd, s_, opts_.pdl);
     }
     Mark("norms_embed_combine");
-    normed = Mlp(l, T);
+    normed = moe_fold ? PersistentMoe(l, T, true, true) : Mlp(l, T);
   }
   // Final norm (with the last residual add) and the LM head on the requested rows.
   const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());

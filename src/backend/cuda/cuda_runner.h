@@ -210,14 +210,15 @@ struct CudaRunnerOptions {
   // each block takes a gate tile and its up tile and writes bf16 act), for decode passes of <= 8
   // tokens whose gate_up runs on SkinnyGemm's plain kernel (not the grouped GEMV, no stacked
   // shared experts): one launch fewer per MoE layer (2.3 us under ncu at V2-Lite batch 1) and no
-  // fp32 gate_up round trip, the same bits (CudaRunnerGateUpSilu.*). Opt-in: written in
-  // session 10 without a GPU, not yet run on one. The CLI reads DS_GATE_UP_SILU=1.
-  bool fused_gate_up_silu = false;
+  // fp32 gate_up round trip, the same bits (CudaRunnerGateUpSilu.*, passing on the H200 since
+  // session 11 run 1). On by default since session 11: V2-Lite b1 2.529 against 2.552 ms, 2.534
+  // against 2.576-2.584 (runs 1-2), V3 b1 2.404 against 2.408. The CLI reads DS_GATE_UP_SILU=0/1.
+  bool fused_gate_up_silu = true;
   // The whole MoE layer of a one-token decode pass in one cooperative launch (moe_persistent.h:
   // router, routing, routed + shared experts, combine, residual and the next norm, phases split by
-  // grid barriers), for bf16 experts with fused_norm. Changes the experts' fp32 summation order
-  // (bounded: CudaRunnerPersistentMoe.*); router logits and routing keep their bits. Opt-in:
-  // written in session 11. The CLI reads DS_PERSISTENT_MOE=1.
+  // grid barriers; the post-attention norm too where no other kernel applied it), for bf16 experts
+  // with fused_norm. Changes fp32 summation orders (bounded: CudaRunnerPersistentMoe.*). Opt-in
+  // (session 11; bench/results/session11_2026-11-30_run*). The CLI reads DS_PERSISTENT_MOE=1.
   bool persistent_moe = false;
   int persistent_moe_blocks_per_sm = 1;  // its blocks per SM (1 or 2). The CLI reads DS_PERSISTENT_MOE_BPS.
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights

@@ -278,10 +278,11 @@ class CudaModelRunner : public ModelRunner {
   // The routing parameters of layer LW for a pass of T tokens (logits in rlogits_, ids and
   // weights into topk_ids_ / topk_w_).
   MoeRoutingParams RoutingParams(const LayerW& LW, int64_t T);
-  // persistent_moe: runs MoE layer l of a one-token pass as MoePersistent (residual += the
-  // layer's output; h32 / h16 = the next norm) and returns true, or returns false (nothing
-  // launched) where the kernel does not support the layer.
-  bool PersistentMoe(int l);
+  // persistent_moe: whether MoE layer l of a pass of T tokens runs as MoePersistent (the option
+  // on, one token, bf16 experts, the kernel supports the shapes); with launch, runs it (residual
+  // += the layer's output; h32 / h16 = the next norm). fold_post_norm: the kernel also applies
+  // the post-attention norm to residual + o32 (RunPass then skips its RmsNorm launch).
+  bool PersistentMoe(int l, int64_t T, bool fold_post_norm, bool launch);
   // fused_moe_shared: copies the shared experts (L->gate_up, L->down) into groups E .. E + S - 1
   // of L->w13 / L->w2 (allocated with room for them) when their dtypes match.
   void StackSharedExperts(LayerW* L);

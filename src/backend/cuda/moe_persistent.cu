@@ -17,7 +17,6 @@ using bf16 = __nv_bfloat16;
 constexpr int kThreads = router::kThreads, kWarps = kThreads / 32;
 static_assert(kThreads == routing::kMoeRoutingThreads, "one block size for the router GEMV and the routing");
 constexpr int kMaxTopK = 16;
-constexpr int kDownTileCols = 16;
 
 // Streams weights (read once: no L1 allocation; the kernel never writes them).
 __device__ __forceinline__ uint4 LdStream(const uint4* p) {
@@ -39,19 +38,20 @@ __device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uin
 // Steps (32 k each) a warp loads before it multiplies: 16 loads of 16 bytes a lane in flight.
 constexpr int kBurst = 8;
 
-// One warp: the dot products of 16 weight rows with x over `steps` * 32 elements, on the tensor
-// cores (mma m16n8k16, the weights as the 16-row operand; "swap AB" as in skinny_gemm.cu).
-// Lane l = 4 g + q streams 16 bytes of its rows ra (row g of the tile) and rb (row g + 8) at
-// k = 32 s + 8 q per step s, and the same 8 elements of x (shared memory): within an mma the
-// virtual k index 2q + {0, 1} holds actual k 8q + {0, 1} (then 8q + {2, 3} at 2q + 8 + {0, 1};
-// the second mma takes 8q + 4..7), the same permutation for every row and for x, so each output
-// is the full dot product. Every column of B holds x, so d[0] (= d[1]) is row g's sum and d[2]
-// (= d[3]) row g + 8's, in every lane.
-__device__ __forceinline__ void WarpTile16(const bf16* ra, const bf16* rb, const bf16* xs, int steps, float (&d)[4]) {
-  const int q = threadIdx.x & 3;
+// One warp: the dot products of 16 weight rows with activations over `steps` * 32 elements, on
+// the tensor cores (mma m16n8k16, the weights as the 16-row operand; "swap AB" as in
+// skinny_gemm.cu). Lane l = 4 g + q streams 16 bytes of its rows ra (row g of the tile) and rb
+// (row g + 8) at k = 32 s + 8 q per step s, and the same 8 elements of its activations (shared
+// memory): within an mma the virtual k index 2q + {0, 1} holds actual k 8q + {0, 1} (then 8q +
+// {2, 3} at 2q + 8 + {0, 1}; the second mma takes 8q + 4..7), the same permutation for every row
+// and activation, so each output is the full dot product. B's column 1 holds xb (lanes g == 1),
+// every other column xa: d[0] is row g . xa, d[3] row g + 8 . xb (d[2] = row g + 8 . xa).
+__device__ __forceinline__ void WarpTile16(const bf16* ra, const bf16* rb, const bf16* xa, const bf16* xb, int steps,
+                                           float (&d)[4]) {
+  const int q = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
   const uint4* a4 = reinterpret_cast<const uint4*>(ra) + q;
   const uint4* b4 = reinterpret_cast<const uint4*>(rb) + q;
-  const uint4* x4 = reinterpret_cast<const uint4*>(xs) + q;
+  const uint4* x4 = reinterpret_cast<const uint4*>(g == 1 ? xb : xa) + q;
   for (int s0 = 0; s0 < steps; s0 += kBurst) {
     uint4 va[kBurst], vb[kBurst];
 #pragma unroll
@@ -107,56 +107,78 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
   for (int64_t i = threadIdx.x; i < n8; i += blockDim.x) dst[i] = __ldcg(src + i);
 }
 
-// Output columns of one down tile (a 16-row mma tile of w2 / shared_down).
-constexpr int kDownTile = kDownTileCols;
+// Down tiles: 8 output columns; a tile's segments (routed slot j, then the shared experts' down in
+// chunks of I) in pairs per 16-row mma (B's columns 0 and 1), each pair's K split over the
+// block's warps when there are fewer pairs than warps.
+constexpr int kDownTile = 8;
+constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
+constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
 
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
 template <int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   extern __shared__ uint4 smem4[];
-  bf16* xs = reinterpret_cast<bf16*>(smem4);  // phases 1-2: x16 [hidden]; phase 3: act [top_k I + Is]
+  const int64_t Hd = p.hidden, E = p.num_experts, K = p.top_k, I = p.inter, Is = p.shared_inter;
+  // Dynamic shared memory: bf16 region (phase 2: x16 [hidden]; phase 3: act [top_k I + Is]), then
+  // the fp32 router input x32 [hidden].
+  bf16* xs = reinterpret_cast<bf16*>(smem4);
+  float* x32s = reinterpret_cast<float*>(smem4 + (std::max(Hd, K * I + Is) + 7) / 8);
   __shared__ routing::WarpRouteScratch route_ws;
   __shared__ int32_t s_ids[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
-  __shared__ float s_y[kMaxTopK + 2][kDownTile];  // phase 3: each segment's 16 sums
+  __shared__ float s_part[kMaxUnits][2][kDownTile];  // phase 3: each unit's sums (pair's two segments)
   __shared__ float s_vals[kMoePersistentMaxTilesPerBlock][kDownTile];  // the block's new residuals
-  __shared__ float s_ss;
+  __shared__ float s_red[32];
   __shared__ float s_total;
   __shared__ uint32_t s_gen0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int64_t Hd = p.hidden, E = p.num_experts, K = p.top_k, I = p.inter, Is = p.shared_inter;
   const int grid = static_cast<int>(gridDim.x);
   const bool work = !p.barriers_only;
   const auto stamp = [&](int i) {
     if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * kMoePersistentStamps + i] = clock64();
   };
   stamp(0);
-  if (threadIdx.x == 0) {
-    s_gen0 = LdAcquire(p.sync + 1);  // no barrier of this launch can have completed yet
-    s_ss = 0.f;
+  if (threadIdx.x == 0) s_gen0 = LdAcquire(p.sync + 1);  // no barrier of this launch can have completed yet
+  // Phase 0: the router's fp32 input and the experts' bf16 input in shared memory: x32 / x16 as
+  // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
+  // (RmsNormRow's operations per element, the sum of squares over this block's threads).
+  if (p.attn_out) {
+    float ss = 0.f;
+    for (int64_t i = threadIdx.x; i < Hd; i += kThreads) {
+      const float v = p.attn_out[i] + p.residual[i];
+      x32s[i] = v;
+      ss += v * v;
+    }
+    const float total = dev::BlockSum(ss, s_red);
+    const float inv = rsqrtf(total / static_cast<float>(Hd) + p.eps);
+    for (int64_t i = threadIdx.x; i < Hd; i += kThreads) {
+      const float o = x32s[i] * inv * p.post_norm_weight[i];
+      x32s[i] = o;
+      xs[i] = __float2bfloat16_rn(o);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < Hd / 8; i += kThreads) smem4[i] = reinterpret_cast<const uint4*>(p.x16)[i];
+    for (int64_t i = threadIdx.x; i < Hd; i += kThreads) x32s[i] = p.x32[i];
   }
-  // x16 -> shared memory (written by the previous kernel: plain loads are coherent here).
-  for (int64_t i = threadIdx.x; i < Hd / 8; i += kThreads) smem4[i] = reinterpret_cast<const uint4*>(p.x16)[i];
   __syncthreads();
   const uint32_t gen0 = s_gen0;
 
-  // Phase 1: router logit columns (blocks b, b + grid, ...).
-  {
-    RouterGemvParams gp{};
-    gp.x = p.x32; gp.ldx = Hd; gp.w = p.router_w; gp.ldw = Hd; gp.y = p.logits; gp.ldy = E;
-    gp.M = 1; gp.N = E; gp.K = Hd;
-    for (int64_t n = blockIdx.x; work && n < E; n += grid) {
-      router::GemvColumn(gp, n);
-      __syncthreads();  // GemvColumn's partial sums are reused by the next column
-    }
+  // Phase 1: router logit columns (blocks b, b + grid, ...): thread t takes k = t, t + 256, ...,
+  // then a block sum.
+  for (int64_t n = blockIdx.x; work && n < E; n += grid) {
+    const float* wr = p.router_w + n * Hd;
+    float acc = 0.f;
+    for (int64_t k = threadIdx.x; k < Hd; k += kThreads) acc = fmaf(x32s[k], __ldg(wr + k), acc);
+    acc = dev::BlockSum(acc, s_red);
+    if (threadIdx.x == 0) p.logits[n] = acc;
   }
   stamp(1);
   GridBarrier(p.sync, gen0 + 1);
   stamp(2);
 
   // Phase 2: routing (every block, the same bits), then gate_up + SiLU tiles of 8 act columns
-  // (8 gate rows + the same 8 up rows): the routed slots' tiles, then the shared experts'. Tile t
-  // goes to block t % grid (consecutive tiles on different blocks: every SM gets its share).
+  // (8 gate + the same 8 up rows): the routed slots' tiles, then the shared experts'. Tile t goes
+  // to block t % grid (consecutive tiles on different blocks: every SM gets its share).
   {
     MoeRoutingParams rp = p.routing;
     rp.logits = p.logits;
@@ -190,46 +212,67 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       out = act + K * I + c0;
     }
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    WarpTile16(base + (c0 + g) * Hd, base + (half + c0 + g) * Hd, xs, static_cast<int>(Hd / 32), d);
+    WarpTile16(base + (c0 + g) * Hd, base + (half + c0 + g) * Hd, xs, xs, static_cast<int>(Hd / 32), d);
     if (q == 0) out[g] = SiluMul(d[0], d[2]);
   }
   stamp(3);
   GridBarrier(p.sync, gen0 + 2);
   stamp(4);
 
-  // Phase 3: down tiles of 16 output columns (tile i on block i % grid); the block's warps take
-  // the tile's segments (routed slot j: w2[id_j] rows x act_j; then the shared experts' down in
-  // two halves of Is / 2), then 16 threads finish the columns: moe = shared + sum_j w_j bf16(y_j)
-  // (MoeCombineNorm's order), residual += moe, and the block's sum of squares.
+  // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
+  // s (w2[id_s] rows, act_s), s >= top_k the shared experts' down chunk s - top_k (its columns
+  // [c I, (c + 1) I), the same act chunk). Pairs of segments share an mma (B columns 0 / 1); with
+  // P pairs, each pair's K is split into ks = max(1, 8 / P) contiguous ranges: unit u = pair
+  // u / ks, range u % ks, on warp u % 8. Then 8 threads finish the columns: y_s = the ranges'
+  // sums in order; moe = the shared chunks' y in chunk order + sum_j w_j bf16(y_j) (MoeCombineNorm's
+  // order), residual (+ attn_out) += moe, and the block's sum of squares.
   const int64_t dtiles = Hd / kDownTile;
-  const int nseg = static_cast<int>(K) + (Is > 0 ? 2 : 0);
+  const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc, npair = (nseg + 1) / 2;
+  const int ks = npair >= kWarps ? 1 : kWarps / npair, nunit = npair * ks;
+  const int steps = static_cast<int>(I / 32);
   if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
   int ntile = 0;
   for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
     const int64_t n0 = tile * kDownTile;
-    for (int seg = warp; seg < nseg; seg += kWarps) {
-      float d[4] = {0.f, 0.f, 0.f, 0.f};
-      if (seg < K) {
-        const bf16* w = p.w2 + static_cast<int64_t>(s_ids[seg]) * Hd * I;
-        WarpTile16(w + (n0 + g) * I, w + (n0 + 8 + g) * I, xs + seg * I, static_cast<int>(I / 32), d);
-      } else {
-        const int64_t h = (seg - K) * (Is / 2);
-        WarpTile16(p.shared_down + (n0 + g) * Is + h, p.shared_down + (n0 + 8 + g) * Is + h, xs + K * I + h,
-                   static_cast<int>(Is / 64), d);
+    for (int u = warp; u < nunit; u += kWarps) {
+      const int pair = u / ks, r = u % ks;
+      const int s0 = steps * r / ks, s1 = steps * (r + 1) / ks;
+      const bf16* row[2];
+      const bf16* x[2];
+      for (int h = 0; h < 2; ++h) {
+        const int seg = std::min(2 * pair + h, nseg - 1);  // an odd last pair repeats its segment
+        if (seg < K) {
+          row[h] = p.w2 + (static_cast<int64_t>(s_ids[seg]) * Hd + n0 + g) * I;
+          x[h] = xs + seg * I;
+        } else {
+          row[h] = p.shared_down + (n0 + g) * Is + (seg - K) * I;
+          x[h] = xs + K * I + (seg - K) * I;
+        }
       }
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      WarpTile16(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
       if (q == 0) {
-        s_y[seg][g] = d[0];
-        s_y[seg][g + 8] = d[2];
+        s_part[u][0][g] = d[0];
+        s_part[u][1][g] = d[3];
       }
     }
     __syncthreads();
     if (threadIdx.x < kDownTile) {
       const int c = threadIdx.x;
       const int64_t n = n0 + c;
-      float acc = Is > 0 ? s_y[K][c] + s_y[K + 1][c] : 0.f;
-      for (int j = 0; j < K; ++j) acc += s_w[j] * __bfloat162float(__float2bfloat16_rn(s_y[j][c]));
-      const float v = acc + p.residual[n];
+      const auto y = [&](int seg) {
+        const int pair = seg / 2, h = seg % 2;
+        float v = 0.f;
+        for (int r = 0; r < ks; ++r) v += s_part[pair * ks + r][h][c];
+        return v;
+      };
+      float acc = 0.f;
+      for (int sc = 0; sc < nsc; ++sc) acc += y(static_cast<int>(K) + sc);
+      for (int j = 0; j < K; ++j) acc += s_w[j] * __bfloat162float(__float2bfloat16_rn(y(j)));
+      float r1 = p.residual[n];
+      if (p.attn_out) r1 = p.attn_out[n] + r1;
+      const float v = acc + r1;
       p.residual[n] = v;
       s_vals[ntile][c] = v;
     }
@@ -267,7 +310,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
 }
 
 size_t SmemBytes(const MoePersistentParams& p) {
-  return sizeof(bf16) * static_cast<size_t>(std::max(p.hidden, p.top_k * p.inter + p.shared_inter));
+  return sizeof(bf16) * static_cast<size_t>((std::max(p.hidden, p.top_k * p.inter + p.shared_inter) + 7) / 8 * 8) +
+         sizeof(float) * static_cast<size_t>(p.hidden);
 }
 
 }  // namespace
@@ -292,17 +336,20 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   if (r.n_group < 1 || r.n_group > 64 || p.num_experts % std::max(r.n_group, 1) != 0 || r.topk_group < 1 ||
       r.topk_group > r.n_group)
     why << "n_group " << r.n_group << " / topk_group " << r.topk_group << "; ";
-  if (p.hidden % 32 != 0 || p.inter % 32 != 0 || p.shared_inter % 64 != 0)
-    why << "hidden / I / shared I (" << p.hidden << ", " << p.inter << ", " << p.shared_inter
-        << ") must be multiples of 32 / 32 / 64 (the tensor-core tiles' steps); ";
-  if (p.hidden > int64_t{kDownTileCols} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
+  if (p.hidden % 32 != 0 || p.inter % 32 != 0)
+    why << "hidden and I (" << p.hidden << ", " << p.inter << ") must be multiples of 32 (the tensor-core tiles' steps); ";
+  if (p.shared_inter % std::max<int64_t>(p.inter, 1) != 0 || p.shared_inter / std::max<int64_t>(p.inter, 1) > kMoePersistentMaxSharedChunks)
+    why << "shared intermediate size " << p.shared_inter << " is not a multiple of I up to "
+        << kMoePersistentMaxSharedChunks << " x; ";
+  if (p.attn_out && !p.post_norm_weight) why << "attn_out without post_norm_weight; ";
+  if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) why << "activations need " << SmemBytes(p) << " bytes of shared memory; ";
-  if (!p.x32 || !p.x16 || !p.router_w || !p.w13 || !p.w2 || !p.logits || !p.topk_ids || !p.topk_weights || !p.act ||
+  if (!((p.x32 && p.x16) || (p.attn_out && p.post_norm_weight)) || !p.router_w || !p.w13 || !p.w2 || !p.logits || !p.topk_ids || !p.topk_weights || !p.act ||
       !p.residual || !p.norm_weight || !p.out32 || !p.sync || !p.partials)
     why << "null pointer; ";
   const auto misaligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };
-  if (misaligned(p.x32) || misaligned(p.x16) || misaligned(p.router_w) || misaligned(p.w13) || misaligned(p.w2) ||
+  if (misaligned(p.x16) || misaligned(p.router_w) || misaligned(p.w13) || misaligned(p.w2) ||
       misaligned(p.act) || (p.shared_gu && (misaligned(p.shared_gu) || misaligned(p.shared_down))))
     why << "operands must be 16-byte aligned; ";
   return why.str();

@@ -5,27 +5,29 @@
 //
 // Math (DeepSeek-V2 paper section 2.2 / transformers' DeepseekV2MoE and DeepseekV3MoE, as the
 // unfused runner path computes it):
-//   logits[e]   = x32 . router_w[e]                      (fp32; router::GemvColumn's bits)
-//   ids, w      = routing(logits)                         (moe_routing.cuh RouteTokenInWarp's bits)
+//   [attn_out: r1 = residual + attn_out; x32 = rmsnorm(r1) * post_norm_weight; x16 = bf16(x32)]
+//   logits[e]   = x32 . router_w[e]                       (fp32)
+//   ids, w      = routing(logits)                          (moe_routing.cuh RouteTokenInWarp's bits)
 //   act_j[c]    = bf16(silu(g) * u), g = x16 . w13[id_j][c], u = x16 . w13[id_j][I + c]
 //   act_s[c]    = the same with the shared experts' gate_up rows c and Is + c
-//   shared[n]   = act_s . shared_down[n]                  (fp32)
+//   shared[n]   = act_s . shared_down[n]                   (fp32, in chunks of I)
 //   moe[n]      = shared[n] + sum_j w_j * bf16(act_j . w2[id_j][n])   (MoeCombineNorm's order)
-//   residual[n] += moe[n];  out32 = rmsnorm(residual) * norm_weight;  out16 = bf16(out32)
-// Every dot product runs on the tensor cores (bf16 mma, fp32 accumulate) in this kernel's own
-// order (32-element steps, the shared experts' down in two halves): not the unfused GEMMs' bits,
-// so the runner's test bounds the logits (CudaRunnerPersistentMoe.*); the router logits and the
-// routing are bit-identical to RouterGemv / the warp routing. The norm's sum of squares is summed
-// per block then over the blocks in block order (deterministic, not RmsNorm's order).
+//   residual[n] = r1[n] + moe[n];  out32 = rmsnorm(residual) * norm_weight;  out16 = bf16(out32)
+// The dot products run on the tensor cores (bf16 mma, fp32 accumulate) and every sum (the norms'
+// sums of squares, the router's, the experts') in this kernel's own order: not the unfused
+// kernels' bits, so the runner's test bounds the logits (CudaRunnerPersistentMoe.*); the routing
+// of given logits is the warp routing's. The next norm's sum of squares is summed per block, then
+// over the blocks in block order (deterministic).
 //
 // Phases (grid = one or two blocks per SM, cooperative launch so every block is resident):
+//  0. every block: x32 and x16 into shared memory (with attn_out: the post-attention norm);
 //  1. router logit columns (blocks b, b + grid, ...) -> barrier;
 //  2. every block routes the token itself (warp 0, the same bits everywhere: no barrier), then
 //     gate_up + SiLU tiles of 8 act columns (8 gate + the same 8 up rows: one 16-row mma tile a
 //     warp, over all of hidden), the routed slots' then the shared experts' -> barrier;
-//  3. down tiles of 16 output columns, one a block: its warps take the segments (routed slot j,
-//     the shared down's two halves), then 16 threads finish moe, the residual and the block's sum
-//     of squares (no combine pass, no atomics) -> barrier;
+//  3. down tiles of 8 output columns, one a block: its warps take pairs of segments (routed slot
+//     j; the shared down's chunks of I) split along K, then 8 threads finish moe, the residual and
+//     the block's sum of squares (no combine pass, no atomics) -> barrier;
 //  4. every block sums the partials in block order and normalises the columns it finished.
 // The barrier is a counter + generation word pair in `sync` (zero before the first launch; the
 // kernel leaves the counter at 0 and the generation 3 higher), so the launch can be captured into
@@ -33,7 +35,8 @@
 //
 // Supported (MoePersistentUnsupported says why not): bf16 routed and shared experts (no FP8),
 // one token, num_experts <= 256, top_k <= 16, hidden and I multiples of 32, the shared
-// intermediate size a multiple of 64, at most kMoePersistentMaxTilesPerBlock down tiles a block.
+// intermediate size a multiple of I (at most 4 I), at most kMoePersistentMaxTilesPerBlock down
+// tiles a block.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,6 +52,11 @@ namespace ds::cuda {
 struct MoePersistentParams {
   const float* x32 = nullptr;           // [hidden] fp32: the router's input (post-attention norm)
   const __nv_bfloat16* x16 = nullptr;   // [hidden] bf16: the experts' input
+  // Or, with attn_out: the kernel applies the post-attention norm itself (every block; x32 / x16
+  // unused): x = rmsnorm(residual + attn_out) * post_norm_weight, and the residual it updates is
+  // residual + attn_out (the unfused path's residual add, same fp32 operation).
+  const float* attn_out = nullptr;          // [hidden] fp32 (o_proj's output) or nullptr
+  const float* post_norm_weight = nullptr;  // [hidden] fp32
   const float* router_w = nullptr;      // [E, hidden] fp32
   MoeRoutingParams routing{};           // n = 1; logits / topk_ids / topk_weights as below
   const __nv_bfloat16* w13 = nullptr;   // [E, 2I, hidden] bf16 (gate rows, then up rows)
@@ -77,9 +85,11 @@ struct MoePersistentParams {
 };
 inline constexpr int kMoePersistentStamps = 8;
 
-// Down tiles (16 output columns each) one block may finish (the kernel keeps their residuals in
+// Down tiles (8 output columns each) one block may finish (the kernel keeps their residuals in
 // shared memory for the norm).
-inline constexpr int kMoePersistentMaxTilesPerBlock = 4;
+inline constexpr int kMoePersistentMaxTilesPerBlock = 8;
+// Shared experts' down chunks (shared_inter / inter) at most.
+inline constexpr int kMoePersistentMaxSharedChunks = 4;
 
 // Blocks of the launch: blocks_per_sm per SM of the current device.
 int MoePersistentGridBlocks(int blocks_per_sm);
