@@ -220,7 +220,8 @@ struct CudaRunnerOptions {
   // with fused_norm. Changes fp32 summation orders (bounded: CudaRunnerPersistentMoe.*). Opt-in
   // (session 11; bench/results/session11_2026-11-30_run*). The CLI reads DS_PERSISTENT_MOE=1.
   bool persistent_moe = false;
-  int persistent_moe_blocks_per_sm = 1;  // its blocks per SM (1 or 2). The CLI reads DS_PERSISTENT_MOE_BPS.
+  int persistent_moe_blocks_per_sm = 2;  // its blocks per SM (1 or 2). The CLI reads DS_PERSISTENT_MOE_BPS.
+  bool persistent_moe_prefetch = false;  // its L2 prefetches (MoePersistentParams::prefetch). DS_PERSISTENT_MOE_PREFETCH.
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
