@@ -68,10 +68,9 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_ROUTER_ROUTE", &c.fused_router_route);          // router + routing in one launch, gathered rows (on)
   env_switch("DS_DOWN_COMBINE", &c.fused_down_combine);          // combine + norm in the down GEMM's last block (off: verified, slower)
   env_switch("DS_GATE_UP_SILU", &c.fused_gate_up_silu);          // SiLU-and-mul in the routed gate_up's epilogue (on since session 11)
-  env_switch("DS_PERSISTENT_MOE", &c.persistent_moe);            // the batch-1 MoE layer in one cooperative launch (off)
+  env_switch("DS_PERSISTENT_MOE", &c.persistent_moe);            // the batch-1 MoE layer in one cooperative launch (on since session 11)
   env_switch("DS_OPROJ_NORM", &c.fused_oproj_norm);              // residual + norm in o_proj's last block (off: verified, slower)
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
-  env_switch("DS_PERSISTENT_MOE_PREFETCH", &c.persistent_moe_prefetch);
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
     env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);

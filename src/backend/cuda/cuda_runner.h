@@ -217,11 +217,11 @@ struct CudaRunnerOptions {
   // The whole MoE layer of a one-token decode pass in one cooperative launch (moe_persistent.h:
   // router, routing, routed + shared experts, combine, residual and the next norm, phases split by
   // grid barriers; the post-attention norm too where no other kernel applied it), for bf16 experts
-  // with fused_norm. Changes fp32 summation orders (bounded: CudaRunnerPersistentMoe.*). Opt-in
-  // (session 11; bench/results/session11_2026-11-30_run*). The CLI reads DS_PERSISTENT_MOE=1.
-  bool persistent_moe = false;
+  // with fused_norm. Changes fp32 summation orders (bounded: CudaRunnerPersistentMoe.*). On by
+  // default since session 11: V2-Lite b1 2.496-2.510 ms against 2.537-2.557 (runs 5-6; the kernel
+  // ~53 us against ~54 us of launches it replaces). The CLI reads DS_PERSISTENT_MOE=0/1.
+  bool persistent_moe = true;
   int persistent_moe_blocks_per_sm = 2;  // its blocks per SM (1 or 2). The CLI reads DS_PERSISTENT_MOE_BPS.
-  bool persistent_moe_prefetch = false;  // its L2 prefetches (MoePersistentParams::prefetch). DS_PERSISTENT_MOE_PREFETCH.
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the

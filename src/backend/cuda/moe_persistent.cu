@@ -72,12 +72,6 @@ __device__ __forceinline__ void WarpTile16(const bf16* ra, const bf16* rb, const
   }
 }
 
-// Asks L2 to fetch [p, p + bytes) (16-byte aligned, bytes a multiple of 16; no registers, no
-// completion to wait for).
-__device__ __forceinline__ void PrefetchL2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 __device__ __forceinline__ uint32_t LdAcquire(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -117,8 +111,6 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
 // chunks of I) in pairs per 16-row mma (B's columns 0 and 1), each pair's K split over the
 // block's warps when there are fewer pairs than warps.
 constexpr int kDownTile = 8;
-// prefetch: leading 32-element steps of each down row fetched into L2 before barrier 2.
-constexpr int kPrefetchDownSteps = 16;
 constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
 
@@ -147,18 +139,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   };
   stamp(0);
   if (threadIdx.x == 0) s_gen0 = LdAcquire(p.sync + 1);  // no barrier of this launch can have completed yet
-  // prefetch: the shared experts' gate_up rows (known before the routing) start streaming into L2
-  // now, while the DRAM would otherwise idle (phases 0-1, barrier 1); block b takes the shared
-  // tiles b, b + grid, ... (16 rows each).
-  if (p.prefetch && work && Is > 0) {
-    const int64_t stiles = Is / 8;
-    for (int64_t i = threadIdx.x; i < (stiles + grid - 1) / grid * 16; i += kThreads) {
-      const int64_t st = blockIdx.x + int64_t{grid} * (i / 16), r = i % 16;
-      if (st >= stiles) continue;
-      const int64_t row = r < 8 ? st * 8 + r : Is + st * 8 + r - 8;
-      PrefetchL2(p.shared_gu + row * Hd, static_cast<uint32_t>(Hd * sizeof(bf16)));
-    }
-  }
   // Phase 0: the router's fp32 input and the experts' bf16 input in shared memory: x32 / x16 as
   // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
   // (RmsNormRow's operations per element, the sum of squares over this block's threads).
@@ -235,20 +215,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     WarpTile16(base + (c0 + g) * Hd, base + (half + c0 + g) * Hd, xs, xs, static_cast<int>(Hd / 32), d);
     if (q == 0) out[g] = SiluMul(d[0], d[2]);
   }
-  // prefetch: the first kPrefetchDownSteps steps of each row of this block's first down tile
-  // (known once routed) stream into L2 across barrier 2.
   const int64_t dtiles = Hd / kDownTile;
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
-  if (p.prefetch && work && blockIdx.x < dtiles) {
-    const int64_t n0 = int64_t{blockIdx.x} * kDownTile;
-    const uint32_t bytes = static_cast<uint32_t>(std::min<int64_t>(I, 32 * kPrefetchDownSteps) * sizeof(bf16));
-    for (int i = threadIdx.x; i < nseg * kDownTile; i += kThreads) {
-      const int seg = i / kDownTile, c = i % kDownTile;
-      const bf16* row = seg < K ? p.w2 + (static_cast<int64_t>(s_ids[seg]) * Hd + n0 + c) * I
-                                : p.shared_down + (n0 + c) * Is + (seg - K) * I;
-      PrefetchL2(row, bytes);
-    }
-  }
   stamp(3);
   GridBarrier(p.sync, gen0 + 2);
   stamp(4);

@@ -77,10 +77,6 @@ struct MoePersistentParams {
   float* partials = nullptr;            // [MoePersistentGridBlocks(blocks_per_sm)] fp32 scratch
   cudaStream_t stream = nullptr;
   int blocks_per_sm = 1;                // 1 or 2 (2: registers capped at 128, twice the warps)
-  // L2 prefetches that keep the DRAM busy while it would idle: the shared experts' gate_up from
-  // the start (phases 0-1 and barrier 1), the leading part of each block's down rows across
-  // barrier 2. Same results either way.
-  bool prefetch = false;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
