@@ -168,7 +168,7 @@ void MakeRunnerPair(const CudaRunnerOptions& o, SetFn set, std::array<std::uniqu
 }
 
 // The decode fusions around the one a test compares on / off (MakeRunnerPair sets that one per
-// runner afterwards): their defaults, all eight on, or all off.
+// runner afterwards): their defaults, all ten on, or all off.
 enum class Fusions { kDefault, kAll, kNone };
 inline const char* FusionsName(Fusions f) {
   return f == Fusions::kDefault ? "default" : f == Fusions::kAll ? "all" : "none";
@@ -178,6 +178,7 @@ inline void SetFusions(Fusions f, CudaRunnerOptions* o) {
   const bool on = f == Fusions::kAll;
   o->fused_moe_route = o->fused_moe_shared = o->fused_norm = o->fused_qpe = on;
   o->fused_olat = o->fused_silu16 = o->fused_kvrope = o->fused_uv = on;
+  o->fused_gate_up_silu = o->persistent_moe = on;
 }
 
 // compare(label, options, graphs) for the decode fusions at their defaults and all on, each
