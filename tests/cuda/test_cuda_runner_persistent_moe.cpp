@@ -39,15 +39,6 @@ TEST(CudaRunnerPersistentMoe, DummyV2LiteWithinBounds) {
   CompareBounded("dummy_v2lite_3layers", DummyOptions(dir, 3, 5), PathExpect::kRuns);
 }
 
-// The split-barrier variant (persistent_moe_overlap) against the unfused path likewise.
-TEST(CudaRunnerPersistentMoe, DummyV2LiteOverlapWithinBounds) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  CudaRunnerOptions o = DummyOptions(dir, 3, 5);
-  o.persistent_moe_overlap = true;
-  CompareBounded("dummy_v2lite_3layers overlap", o, PathExpect::kRuns);
-}
-
 TEST(CudaRunnerPersistentMoe, DummyV3Fp8NeverRuns) {
   const std::string dir = ConfigDir("deepseek-v3");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";

@@ -46,78 +46,29 @@ constexpr int kBurst = 8;
 // {2, 3} at 2q + 8 + {0, 1}; the second mma takes 8q + 4..7), the same permutation for every row
 // and activation, so each output is the full dot product. B's column 1 holds xb (lanes g == 1),
 // every other column xa: d[0] is row g . xa, d[3] row g + 8 . xb (d[2] = row g + 8 . xa).
-// One burst of a 16-row tile: N steps of both rows' 16-byte vectors, in registers.
-template <int N = kBurst>
-struct Burst {
-  uint4 a[N], b[N];
-};
-// The burst loaded ahead of barrier 2 (overlap): half a burst, so that it fits beside a full one
-// in 128 registers.
-constexpr int kPreSteps = kBurst / 2;
-
-template <int N>
-__device__ __forceinline__ void LoadBurst(const uint4* a4, const uint4* b4, int s0, int steps, Burst<N>& B) {
-#pragma unroll
-  for (int u = 0; u < N; ++u) {
-    if (s0 + u < steps) {
-      B.a[u] = LdStream(a4 + 4 * (s0 + u));
-      B.b[u] = LdStream(b4 + 4 * (s0 + u));
-    }
-  }
-}
-
-template <int N>
-__device__ __forceinline__ void MmaBurst(const uint4* x4, int s0, int steps, const Burst<N>& B, float (&d)[4]) {
-#pragma unroll
-  for (int u = 0; u < N; ++u) {
-    if (s0 + u < steps) {
-      const uint4 xv = x4[4 * (s0 + u)];
-      Mma(d, B.a[u].x, B.b[u].x, B.a[u].y, B.b[u].y, xv.x, xv.y);
-      Mma(d, B.a[u].z, B.b[u].z, B.a[u].w, B.b[u].w, xv.z, xv.w);
-    }
-  }
-}
-
-// The lane's weight vector pointers of a tile (see WarpTile16) and its activation pointer.
-__device__ __forceinline__ const uint4* LaneRow(const bf16* r) { return reinterpret_cast<const uint4*>(r) + (threadIdx.x & 3); }
-__device__ __forceinline__ const uint4* LaneX(const bf16* xa, const bf16* xb) {
-  return reinterpret_cast<const uint4*>(((threadIdx.x & 31) >> 2) == 1 ? xb : xa) + (threadIdx.x & 3);
-}
-
-// One warp: the dot products of 16 weight rows with activations over `steps` * 32 elements, on
-// the tensor cores (mma m16n8k16, the weights as the 16-row operand; "swap AB" as in
-// skinny_gemm.cu). Lane l = 4 g + q streams 16 bytes of its rows ra (row g of the tile) and rb
-// (row g + 8) at k = 32 s + 8 q per step s, and the same 8 elements of its activations (shared
-// memory): within an mma the virtual k index 2q + {0, 1} holds actual k 8q + {0, 1} (then 8q +
-// {2, 3} at 2q + 8 + {0, 1}; the second mma takes 8q + 4..7), the same permutation for every row
-// and activation, so each output is the full dot product. B's column 1 holds xb (lanes g == 1),
-// every other column xa: d[0] is row g . xa, d[3] row g + 8 . xb (d[2] = row g + 8 . xa).
-// have_first: `first` holds the first kPreSteps steps already (LoadBurst at step 0).
-__device__ __forceinline__ void WarpTile16(const bf16* ra, const bf16* rb, const bf16* xa, const bf16* xb, int steps,
-                                           float (&d)[4], const Burst<kPreSteps>& first, bool have_first) {
-  const uint4* a4 = LaneRow(ra);
-  const uint4* b4 = LaneRow(rb);
-  const uint4* x4 = LaneX(xa, xb);
-  int s0 = 0;
-  if (have_first) {
-    MmaBurst(x4, 0, steps, first, d);
-    s0 = kPreSteps;
-  }
-  for (; s0 < steps; s0 += kBurst) {
-    Burst<> B;
-    LoadBurst(a4, b4, s0, steps, B);
-    MmaBurst(x4, s0, steps, B, d);
-  }
-}
 __device__ __forceinline__ void WarpTile16(const bf16* ra, const bf16* rb, const bf16* xa, const bf16* xb, int steps,
                                            float (&d)[4]) {
-  const uint4* a4 = LaneRow(ra);
-  const uint4* b4 = LaneRow(rb);
-  const uint4* x4 = LaneX(xa, xb);
+  const int q = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
+  const uint4* a4 = reinterpret_cast<const uint4*>(ra) + q;
+  const uint4* b4 = reinterpret_cast<const uint4*>(rb) + q;
+  const uint4* x4 = reinterpret_cast<const uint4*>(g == 1 ? xb : xa) + q;
   for (int s0 = 0; s0 < steps; s0 += kBurst) {
-    Burst<> B;
-    LoadBurst(a4, b4, s0, steps, B);
-    MmaBurst(x4, s0, steps, B, d);
+    uint4 va[kBurst], vb[kBurst];
+#pragma unroll
+    for (int u = 0; u < kBurst; ++u) {
+      if (s0 + u < steps) {
+        va[u] = LdStream(a4 + 4 * (s0 + u));
+        vb[u] = LdStream(b4 + 4 * (s0 + u));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBurst; ++u) {
+      if (s0 + u < steps) {
+        const uint4 xv = x4[4 * (s0 + u)];
+        Mma(d, va[u].x, vb[u].x, va[u].y, vb[u].y, xv.x, xv.y);
+        Mma(d, va[u].z, vb[u].z, va[u].w, vb[u].w, xv.z, xv.w);
+      }
+    }
   }
 }
 
@@ -132,9 +83,7 @@ __device__ __forceinline__ uint32_t LdAcquire(const uint32_t* p) {
 // barrier i completes when the generation reaches gen0 + i. The last block to arrive resets the
 // count and bumps the generation (release); the others poll it (acquire). The block barrier before
 // thread 0's acq_rel arrival orders the block's stores before it (cumulativity).
-// Split form (GridArrive, then GridWait): the block counts itself in, does work that needs no
-// other block's results, then waits. GridBarrier = both at once.
-__device__ __forceinline__ void GridArrive(uint32_t* sync) {
+__device__ __forceinline__ void GridBarrier(uint32_t* sync, uint32_t target_gen) {
   __syncthreads();
   if (threadIdx.x == 0) {
     uint32_t old;
@@ -142,19 +91,12 @@ __device__ __forceinline__ void GridArrive(uint32_t* sync) {
     if (old == gridDim.x - 1) {
       asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(sync) : "memory");
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 1) : "memory");
-    }
-  }
-}
-__device__ __forceinline__ void GridWait(uint32_t* sync, uint32_t target_gen) {
-  if (threadIdx.x == 0) {
-    while (static_cast<int32_t>(LdAcquire(sync + 1) - target_gen) < 0) {
+    } else {
+      while (static_cast<int32_t>(LdAcquire(sync + 1) - target_gen) < 0) {
+      }
     }
   }
   __syncthreads();
-}
-__device__ __forceinline__ void GridBarrier(uint32_t* sync, uint32_t target_gen) {
-  GridArrive(sync);
-  GridWait(sync, target_gen);
 }
 
 __device__ __forceinline__ bf16 SiluMul(float g, float u) { return __float2bfloat16_rn(g / (1.0f + expf(-g)) * u); }
@@ -173,8 +115,7 @@ constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
 
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
-// kOverlap: split barriers 1 and 2 (MoePersistentParams::overlap).
-template <int kMinBlocks, bool kOverlap>
+template <int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   extern __shared__ uint4 smem4[];
   const int64_t Hd = p.hidden, E = p.num_experts, K = p.top_k, I = p.inter, Is = p.shared_inter;
@@ -231,48 +172,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     acc = dev::BlockSum(acc, s_red);
     if (threadIdx.x == 0) p.logits[n] = acc;
   }
-  bf16* act = p.act;
-  const int64_t it = I / 8, tiles_r = K * it, stiles = Is / 8;
-  const int hsteps = static_cast<int>(Hd / 32);
-  // One gate_up + SiLU tile (8 act columns c0..c0+7: gate rows and the same up rows of `base`,
-  // `half` rows apart) over steps [s0, s1) of hidden: d[0] = gate row c0 + g, d[2] = up row.
-  const auto gate_up = [&](const bf16* base, int64_t c0, int64_t half, int s0, int s1, float (&d)[4]) {
-    WarpTile16(base + (c0 + g) * Hd + 32 * s0, base + (half + c0 + g) * Hd + 32 * s0, xs + 32 * s0, xs + 32 * s0,
-               s1 - s0, d);
-  };
-  if constexpr (kOverlap) {
-    // overlap: count in at barrier 1 now, and stream the shared experts' gate_up (no routing
-    // needed) while the other blocks finish the router: shared tile i on block i % grid, its
-    // hidden split over the block's warps (one burst each), the partial sums added in warp order.
-    stamp(1);
-    GridArrive(p.sync);
-    __shared__ float s_gu[kWarps][2][8];
-    for (int64_t base_t = 0; base_t < stiles; base_t += grid) {
-      const int64_t st = base_t + blockIdx.x;
-      if (work && st < stiles) {
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        gate_up(p.shared_gu, st * 8, Is, hsteps * warp / kWarps, hsteps * (warp + 1) / kWarps, d);
-        if (q == 0) { s_gu[warp][0][g] = d[0]; s_gu[warp][1][g] = d[2]; }
-      }
-      __syncthreads();
-      if (work && st < stiles && threadIdx.x < 8) {
-        float gs = 0.f, us = 0.f;
-        for (int w = 0; w < kWarps; ++w) { gs += s_gu[w][0][threadIdx.x]; us += s_gu[w][1][threadIdx.x]; }
-        act[K * I + st * 8 + threadIdx.x] = SiluMul(gs, us);
-      }
-      __syncthreads();
-    }
-    GridWait(p.sync, gen0 + 1);
-  } else {
-    stamp(1);
-    GridBarrier(p.sync, gen0 + 1);
-  }
+  stamp(1);
+  GridBarrier(p.sync, gen0 + 1);
   stamp(2);
 
   // Phase 2: routing (every block, the same bits), then gate_up + SiLU tiles of 8 act columns
-  // (8 gate + the same 8 up rows): the routed slots' tiles, then (without overlap) the shared
-  // experts'. Tile t goes to block t % grid (consecutive tiles on different blocks: every SM gets
-  // its share).
+  // (8 gate + the same 8 up rows): the routed slots' tiles, then the shared experts'. Tile t goes
+  // to block t % grid (consecutive tiles on different blocks: every SM gets its share).
   {
     MoeRoutingParams rp = p.routing;
     rp.logits = p.logits;
@@ -287,62 +193,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       p.topk_weights[threadIdx.x] = s_w[threadIdx.x];
     }
   }
-  const auto tile_of = [&](int64_t t, const bf16** base, int64_t* c0, int64_t* half, bf16** out) {
+  bf16* act = p.act;
+  const int64_t it = I / 8, tiles_r = K * it, tiles = tiles_r + Is / 8;
+  for (int64_t t = blockIdx.x + int64_t{grid} * warp; work && t < tiles; t += int64_t{grid} * kWarps) {
+    const bf16* base;
+    int64_t c0, half;
+    bf16* out;
     if (t < tiles_r) {
       const int64_t j = t / it;
-      *c0 = (t % it) * 8;
-      *base = p.w13 + static_cast<int64_t>(s_ids[j]) * 2 * I * Hd;
-      *half = I;
-      *out = act + j * I + *c0;
+      c0 = (t % it) * 8;
+      base = p.w13 + static_cast<int64_t>(s_ids[j]) * 2 * I * Hd;
+      half = I;
+      out = act + j * I + c0;
     } else {
-      *c0 = (t - tiles_r) * 8;
-      *base = p.shared_gu;
-      *half = Is;
-      *out = act + K * I + *c0;
+      c0 = (t - tiles_r) * 8;
+      base = p.shared_gu;
+      half = Is;
+      out = act + K * I + c0;
     }
-  };
-  if constexpr (kOverlap) {
-    // The routed tiles with hidden split in two halves over warp pairs (twice the warps
-    // streaming): warps w and w + kWarps / 2 take tile blockIdx.x + grid (group + w), group by
-    // group of kWarps / 2 tiles; the halves' sums added in order.
-    constexpr int kPer = kWarps / 2;
-    __shared__ float s_half[kPer][2][2][8];
-    const int slot = warp % kPer, h = warp / kPer;
-    const int64_t per_block = (tiles_r + grid - 1) / grid;
-    for (int64_t grp = 0; grp < per_block; grp += kPer) {
-      const int64_t t = blockIdx.x + int64_t{grid} * (grp + slot);
-      const bool mine = work && grp + slot < per_block && t < tiles_r;
-      if (mine) {
-        const bf16* base; int64_t c0, half; bf16* out;
-        tile_of(t, &base, &c0, &half, &out);
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        gate_up(base, c0, half, h * hsteps / 2, (h + 1) * hsteps / 2, d);
-        if (q == 0) { s_half[slot][h][0][g] = d[0]; s_half[slot][h][1][g] = d[2]; }
-      }
-      __syncthreads();
-      if (threadIdx.x < kPer * 8) {
-        const int sl = threadIdx.x / 8, c = threadIdx.x % 8;
-        const int64_t tt = blockIdx.x + int64_t{grid} * (grp + sl);
-        if (work && grp + sl < per_block && tt < tiles_r) {
-          const bf16* base; int64_t c0, half; bf16* out;
-          tile_of(tt, &base, &c0, &half, &out);
-          out[c] = SiluMul(s_half[sl][0][0][c] + s_half[sl][1][0][c], s_half[sl][0][1][c] + s_half[sl][1][1][c]);
-        }
-      }
-      __syncthreads();
-    }
-  } else {
-    const int64_t tiles = tiles_r + stiles;
-    for (int64_t t = blockIdx.x + int64_t{grid} * warp; work && t < tiles; t += int64_t{grid} * kWarps) {
-      const bf16* base; int64_t c0, half; bf16* out;
-      tile_of(t, &base, &c0, &half, &out);
-      float d[4] = {0.f, 0.f, 0.f, 0.f};
-      gate_up(base, c0, half, 0, hsteps, d);
-      if (q == 0) out[g] = SiluMul(d[0], d[2]);
-    }
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    WarpTile16(base + (c0 + g) * Hd, base + (half + c0 + g) * Hd, xs, xs, static_cast<int>(Hd / 32), d);
+    if (q == 0) out[g] = SiluMul(d[0], d[2]);
   }
   const int64_t dtiles = Hd / kDownTile;
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
+  stamp(3);
+  GridBarrier(p.sync, gen0 + 2);
+  stamp(4);
 
   // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
   // s (w2[id_s] rows, act_s), s >= top_k the shared experts' down chunk s - top_k (its columns
@@ -354,59 +231,28 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int npair = (nseg + 1) / 2;
   const int ks = npair >= kWarps ? 1 : kWarps / npair, nunit = npair * ks;
   const int steps = static_cast<int>(I / 32);
-  // unit u of tile `tile`: its rows, activations and step range.
-  const auto unit_of = [&](int64_t tile, int u, const bf16** r0, const bf16** r1, const bf16** x0, const bf16** x1,
-                           int* s0, int* s1) {
-    const int64_t n0 = tile * kDownTile;
-    const int pair = u / ks, r = u % ks;
-    *s0 = steps * r / ks;
-    *s1 = steps * (r + 1) / ks;
-    const bf16* row[2];
-    const bf16* x[2];
-    for (int hh = 0; hh < 2; ++hh) {
-      const int seg = std::min(2 * pair + hh, nseg - 1);  // an odd last pair repeats its segment
-      if (seg < K) {
-        row[hh] = p.w2 + (static_cast<int64_t>(s_ids[seg]) * Hd + n0 + g) * I;
-        x[hh] = xs + seg * I;
-      } else {
-        row[hh] = p.shared_down + (n0 + g) * Is + (seg - K) * I;
-        x[hh] = xs + K * I + (seg - K) * I;
-      }
-    }
-    *r0 = row[0] + 32 * *s0; *r1 = row[1] + 32 * *s0; *x0 = x[0] + 32 * *s0; *x1 = x[1] + 32 * *s0;
-  };
-  // overlap: the first half burst of this warp's first down unit (weights only: known once routed) is
-  // loaded before the wait at barrier 2.
-  Burst<kPreSteps> pre;
-  bool have_pre = false;
-  stamp(3);
-  if constexpr (kOverlap) {
-    GridArrive(p.sync);
-    if (work && blockIdx.x < dtiles && warp < nunit) {
-      const bf16 *r0, *r1, *x0, *x1;
-      int s0, s1;
-      unit_of(blockIdx.x, warp, &r0, &r1, &x0, &x1, &s0, &s1);
-      LoadBurst(LaneRow(r0), LaneRow(r1), 0, s1 - s0, pre);
-      have_pre = true;
-    }
-    GridWait(p.sync, gen0 + 2);
-  } else {
-    GridBarrier(p.sync, gen0 + 2);
-  }
-  stamp(4);
   if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
   int ntile = 0;
   for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
     const int64_t n0 = tile * kDownTile;
     for (int u = warp; u < nunit; u += kWarps) {
-      const bf16 *r0, *r1, *x0, *x1;
-      int s0, s1;
-      unit_of(tile, u, &r0, &r1, &x0, &x1, &s0, &s1);
+      const int pair = u / ks, r = u % ks;
+      const int s0 = steps * r / ks, s1 = steps * (r + 1) / ks;
+      const bf16* row[2];
+      const bf16* x[2];
+      for (int h = 0; h < 2; ++h) {
+        const int seg = std::min(2 * pair + h, nseg - 1);  // an odd last pair repeats its segment
+        if (seg < K) {
+          row[h] = p.w2 + (static_cast<int64_t>(s_ids[seg]) * Hd + n0 + g) * I;
+          x[h] = xs + seg * I;
+        } else {
+          row[h] = p.shared_down + (n0 + g) * Is + (seg - K) * I;
+          x[h] = xs + K * I + (seg - K) * I;
+        }
+      }
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      const bool first = have_pre && ntile == 0 && u == warp;
-      if constexpr (kOverlap) WarpTile16(r0, r1, x0, x1, s1 - s0, d, pre, first);
-      else WarpTile16(r0, r1, x0, x1, s1 - s0, d);
+      WarpTile16(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
       if (q == 0) {
         s_part[u][0][g] = d[0];
         s_part[u][1][g] = d[3];
@@ -515,18 +361,15 @@ void MoePersistent(const MoePersistentParams& p) {
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
   const size_t smem = SmemBytes(p);
   const bool two = p.blocks_per_sm == 2;
-  void (*kernel)(MoePersistentParams) =
-      p.overlap ? (two ? MoePersistentKernel<2, true> : MoePersistentKernel<1, true>)
-                : (two ? MoePersistentKernel<2, false> : MoePersistentKernel<1, false>);
-  const int variant = (two ? 1 : 0) + (p.overlap ? 2 : 0);
-  static int checked_smem[4] = {-1, -1, -1, -1};  // the largest dynamic shared memory already allowed, per variant
-  if (static_cast<int>(smem) > checked_smem[variant]) {
+  void (*kernel)(MoePersistentParams) = two ? MoePersistentKernel<2> : MoePersistentKernel<1>;
+  static int checked_smem[2] = {-1, -1};  // the largest dynamic shared memory already allowed, per variant
+  if (static_cast<int>(smem) > checked_smem[two]) {
     if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
     DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
     DS_CHECK(per_sm >= p.blocks_per_sm) << "MoePersistent: " << p.blocks_per_sm << " blocks with " << smem
                                         << " bytes of shared memory do not fit an SM (" << per_sm << ")";
-    checked_smem[variant] = static_cast<int>(smem);
+    checked_smem[two] = static_cast<int>(smem);
   }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(MoePersistentGridBlocks(p.blocks_per_sm)));

@@ -77,11 +77,6 @@ struct MoePersistentParams {
   float* partials = nullptr;            // [MoePersistentGridBlocks(blocks_per_sm)] fp32 scratch
   cudaStream_t stream = nullptr;
   int blocks_per_sm = 1;                // 1 or 2 (2: registers capped at 128, twice the warps)
-  // Split barriers: a block counts itself in at barrier 1 right after its router columns, then
-  // streams the shared experts' gate_up (hidden split over its warps) before it waits; the routed
-  // gate_up tiles run with hidden split in halves over warp pairs; at barrier 2 each warp loads
-  // the first burst of its down unit's weights before it waits. Other fp32 orders than without.
-  bool overlap = false;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
