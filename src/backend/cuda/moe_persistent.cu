@@ -6,6 +6,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
+#include "backend/cuda/gemv_ptx.cuh"
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/router_gemv.cuh"
 #include "common/check.h"
@@ -18,22 +19,8 @@ constexpr int kThreads = router::kThreads, kWarps = kThreads / 32;
 static_assert(kThreads == routing::kMoeRoutingThreads, "one block size for the router GEMV and the routing");
 constexpr int kMaxTopK = 16;
 
-// Streams weights (read once: no L1 allocation; the kernel never writes them).
-__device__ __forceinline__ uint4 LdStream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-// acc += A (16 x 16, bf16) x B (16 x 8, bf16) on the tensor cores (fp32 accumulate).
-__device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+using ptx::LdStream;
+using ptx::Mma;
 
 // Steps (32 k each) a warp loads before it multiplies: 16 loads of 16 bytes a lane in flight.
 constexpr int kBurst = 8;

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv_ptx.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_combine_norm.cuh"
 
@@ -27,25 +28,11 @@ struct KArgs {
   bool silu = false;     // SkinnyGemmParams::silu_pair (the plain kernel's SiLU instance)
 };
 
-// Weight stream: 16 bytes, read-only path, not kept in L1 (read once).
-__device__ __forceinline__ uint4 LdStream(const void* ptr) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(ptr));
-  return r;
-}
+using ptx::LdStream;
+using ptx::Mma;
 
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-// D += A(16x16, row) * B(16x8, col), bf16 in, fp32 accumulate.
-__device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // Two e4m3 bytes of x (selected by `sel`: 0x4140 = bytes 0,1; 0x4342 = bytes 2,3) to bf16x2,
