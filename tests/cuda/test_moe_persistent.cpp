@@ -196,8 +196,7 @@ TEST(CudaMoePersistent, MatchesCpuReference) {
 // (64 experts, top-6, I 1408, two shared experts, hidden 2048) timed as graph replays of 20
 // back-to-back launches (CUDA events; the weights, 1.1 GB, do not fit L2), the same with
 // barriers_only (launch + three grid barriers), and one launch's per-phase clock64() intervals
-// over the blocks (median and max): where the kernel's time goes; at 2 blocks/SM also launched
-// without the cooperative attribute (the launch's own cost).
+// over the blocks (median and max): where the kernel's time goes.
 TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   const int64_t Hd = 2048, E = 64, K = 6, I = 1408, Is = 2816;
   std::vector<float> x32 = RandomNormal(Hd, 1.f);
@@ -245,15 +244,13 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     DS_CUDA_CHECK(cudaEventDestroy(b));
     return 1000.0 * ms / (kReps * kReplays);
   };
-  for (int variant = 0; variant < 3; ++variant) {
-    const int bps = variant == 0 ? 1 : 2;
+  for (int bps : {1, 2}) {
     p.blocks_per_sm = bps;
-    p.cooperative = variant != 2;
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
-    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d cooperative=%d grid=%d full=%.2f us (%.0f GB/s on "
-                "%.1f MB) barriers_only=%.2f us\n", bps, p.cooperative ? 1 : 0, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d grid=%d full=%.2f us (%.0f GB/s on %.1f MB) "
+                "barriers_only=%.2f us\n", bps, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();
@@ -267,8 +264,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       std::vector<long long> d(grid);
       for (int b = 0; b < grid; ++b) d[b] = s[b * kMoePersistentStamps + i + 1] - s[b * kMoePersistentStamps + i];
       std::sort(d.begin(), d.end());
-      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d cooperative=%d %s: median %lld cycles, min %lld, "
-                  "max %lld\n", bps, p.cooperative ? 1 : 0, names[i], d[grid / 2], d[0], d[grid - 1]);
+      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d %s: median %lld cycles, min %lld, max %lld\n",
+                  bps, names[i], d[grid / 2], d[0], d[grid - 1]);
     }
   }
   DS_CUDA_CHECK(cudaStreamDestroy(st));

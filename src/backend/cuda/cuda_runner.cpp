@@ -738,7 +738,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.sync = persist_sync_.as<uint32_t>(); p.partials = persist_partials_.as<float>();
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
-  p.cooperative = opts_.persistent_moe_cooperative;
   if (!MoePersistentUnsupported(p).empty()) return false;
   if (!launch) return true;
   MoePersistent(p);

@@ -367,7 +367,7 @@ void MoePersistent(const MoePersistentParams& p) {
   attr[0].id = cudaLaunchAttributeCooperative;  // every block resident: the grid barriers need it
   attr[0].val.cooperative = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = p.cooperative ? 1 : 0;
+  cfg.numAttrs = 1;
   DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 

@@ -77,11 +77,6 @@ struct MoePersistentParams {
   float* partials = nullptr;            // [MoePersistentGridBlocks(blocks_per_sm)] fp32 scratch
   cudaStream_t stream = nullptr;
   int blocks_per_sm = 1;                // 1 or 2 (2: registers capped at 128, twice the warps)
-  // Measurement (A/B of the launch's cost): false launches without the cooperative attribute.
-  // The grid still fits the device at once (checked: blocks_per_sm blocks a SM), so every block
-  // becomes resident once the kernels before it drain, but nothing guarantees it the way the
-  // cooperative launch does (another stream's long-running kernel could hold SMs).
-  bool cooperative = true;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
