@@ -3,8 +3,11 @@
 // on the kernel's logits: the same ids, weights within fp32 rounding), the routed and shared act
 // (bf16), and the residual and next-norm outputs (the down projections from the kernel's own act,
 // so one bf16 flip of an act element does not count twice). Shapes: V2-Lite's hidden and routing
-// (softmax, greedy) with fewer experts, V3's routing (sigmoid, noaux_tc, bias, 256 experts) with
-// more columns than warps (several norm columns a warp), and no shared experts. Each runs as
+// (softmax, greedy) with fewer experts, V3's routing (sigmoid, noaux_tc, bias, 256 experts), no
+// shared experts, and the down phase's general cases: an odd segment count (the last pair repeats
+// its segment: top-8 + one shared chunk), more segment pairs than warps (top-16 + four shared
+// chunks: a warp takes two units), and one segment of 3 steps split 8 ways (empty K ranges). Each
+// runs as
 // repeated direct launches and as replays of one captured CUDA graph (the barrier's counter must
 // be back at zero and its generation bumped three times a launch), outputs poisoned before the
 // last launch. The fold form (attn_out: the post-attention norm inside the kernel) runs every
@@ -33,6 +36,9 @@ const Case kCases[] = {
     {"V2Lite_dims_8experts", 2048, 8, 6, 1408, 2816, 1, 1, 0, 0, false, false, 1.0f},
     {"V3_routing_256experts", 2304, 256, 8, 64, 128, 8, 4, 1, 2, true, true, 2.5f},
     {"no_shared", 512, 16, 2, 256, 0, 1, 1, 0, 0, true, false, 1.0f},
+    {"odd_segments_top8_one_shared_chunk", 1024, 32, 8, 256, 256, 1, 1, 1, 0, true, false, 1.0f},
+    {"two_units_a_warp_top16_four_shared_chunks", 768, 32, 16, 128, 512, 1, 1, 0, 0, false, false, 1.0f},
+    {"one_segment_empty_k_ranges", 512, 4, 1, 96, 0, 1, 1, 0, 0, false, false, 1.0f},
 };
 
 // bf16 values uniform in [-a, a] from a per-element hash (fast for tens of millions of weights).
@@ -190,6 +196,7 @@ TEST(CudaMoePersistent, MatchesCpuReference) {
     for (bool graph : {false, true})
       for (int bps : {1, 2}) RunCase(c, graph, bps, false);
   for (const Case& c : kCases) RunCase(c, true, 2, true);
+  RunCase(kCases[0], false, 1, true);  // the fold form at 1 block a SM, direct launches
 }
 
 // Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer
@@ -258,7 +265,7 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     MoePersistent(q);
     DS_CUDA_CHECK(cudaStreamSynchronize(st));
     const std::vector<long long> s = d_stamps.Download();
-    const char* names[kMoePersistentStamps - 1] = {"phase1 router+shared_gu", "barrier1", "phase2 route+routed_gu",
+    const char* names[kMoePersistentStamps - 1] = {"phase1 router", "barrier1", "phase2 route+gate_up(routed+shared)",
                                                    "barrier2", "phase3 down+combine", "barrier3", "phase4 norm"};
     for (int i = 0; i + 1 < kMoePersistentStamps; ++i) {
       std::vector<long long> d(grid);
@@ -278,6 +285,17 @@ TEST(CudaMoePersistent, RejectsUnsupported) {
   for (const char* part : {"hidden 2050", "moe_intermediate_size 100", "shared intermediate size 24",
                            "num_experts 300", "top_k 20", "null pointer"})
     EXPECT_NE(why.find(part), std::string::npos) << "missing '" << part << "' in: " << why;
+  // Shapes that pass the basic checks but not the kernel's limits.
+  MoePersistentParams q{};
+  q.hidden = int64_t{8} * kMoePersistentMaxTilesPerBlock * MoePersistentGridBlocks(1) + 32;  // too many down tiles
+  q.num_experts = 8; q.top_k = 2; q.inter = 64; q.shared_inter = 96;  // 96: not a multiple of I
+  q.routing.num_experts = 8; q.routing.top_k = 2; q.routing.n_group = 1; q.routing.topk_group = 1;
+  q.blocks_per_sm = 1;
+  const std::string why2 = MoePersistentUnsupported(q);
+  for (const char* part : {"over the down tiles a block keeps", "is not a multiple of I"})
+    EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
+  q.blocks_per_sm = 3;
+  EXPECT_NE(MoePersistentUnsupported(q).find("blocks_per_sm 3"), std::string::npos);
 }
 
 }  // namespace

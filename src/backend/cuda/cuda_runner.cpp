@@ -708,7 +708,10 @@ MoeRoutingParams CudaModelRunner::RoutingParams(const LayerW& LW, int64_t T) {
 
 bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool launch) {
   const LayerW& LW = layers_[l];
-  if (!opts_.persistent_moe || T != 1 || !FusedDecode(T) || !opts_.fused_norm || opts_.precise_activations) return false;
+  // (moe_route_warp: the kernel routes with the warp form, as the unfused path does by default.)
+  if (!opts_.persistent_moe || T != 1 || !FusedDecode(T) || !opts_.fused_norm || opts_.precise_activations ||
+      !opts_.moe_route_warp)
+    return false;
   if (!LW.moe || LW.experts_fp8 || LW.shared_groups > 0) return false;
   if (LW.has_mlp && (LW.gate_up.fp8 || LW.down.fp8 || !LW.gate_up.w.get() || !LW.down.w.get())) return false;
   const int64_t Hd = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;

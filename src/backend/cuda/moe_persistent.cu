@@ -1,7 +1,10 @@
 #include "backend/cuda/moe_persistent.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 #include <sstream>
+#include <tuple>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -175,6 +178,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     if (warp == 0 && work) routing::RouteTokenInWarp(rp, 0, route_ws.View());
     if (!work && threadIdx.x < K) { s_ids[threadIdx.x] = static_cast<int32_t>(threadIdx.x); s_w[threadIdx.x] = 0.f; }
     __syncthreads();
+    // Non-finite logits can leave an id out of range (the routing's argmax finds no candidate):
+    // expert 0 is read instead, so the output carries the NaN weights rather than a fault.
+    if (threadIdx.x < K && (s_ids[threadIdx.x] < 0 || s_ids[threadIdx.x] >= E)) s_ids[threadIdx.x] = 0;
+    __syncthreads();
     if (blockIdx.x == 0 && threadIdx.x < K) {
       p.topk_ids[threadIdx.x] = s_ids[threadIdx.x];
       p.topk_weights[threadIdx.x] = s_w[threadIdx.x];
@@ -276,7 +283,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   GridBarrier(p.sync, gen0 + 3);
   stamp(6);
 
-  // Phase 4: the next RMSNorm of the columns this block finished.
+  // Phase 4: the next RMSNorm of the columns this block finished. The blocks' partial sums are
+  // added lane-strided then by a butterfly: a fixed order, the same in every block.
   if (warp == 0) {
     float t = 0.f;
     for (int b = lane; b < grid; b += 32) t += __ldcg(p.partials + b);
@@ -300,6 +308,36 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
 size_t SmemBytes(const MoePersistentParams& p) {
   return sizeof(bf16) * static_cast<size_t>((std::max(p.hidden, p.top_k * p.inter + p.shared_inter) + 7) / 8 * 8) +
          sizeof(float) * static_cast<size_t>(p.hidden);
+}
+
+void (*KernelFor(int blocks_per_sm))(MoePersistentParams) {
+  return blocks_per_sm == 2 ? MoePersistentKernel<2> : MoePersistentKernel<1>;
+}
+
+// Whether blocks_per_sm blocks with `smem` bytes of dynamic shared memory fit an SM of the current
+// device, and the device runs cooperative launches; the answer cached per (device, variant, smem)
+// under a mutex (runners on several devices may ask from several threads). Raises the kernel's
+// dynamic shared memory limit on this device first where smem needs it.
+bool FitsCurrentDevice(int blocks_per_sm, size_t smem) {
+  static std::mutex mu;
+  static auto* known = new std::map<std::tuple<int, int, size_t>, bool>();
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(dev, blocks_per_sm, smem);
+  if (const auto it = known->find(key); it != known->end()) return it->second;
+  int coop = 0;
+  DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+  bool fits = coop != 0 && smem <= 227 * 1024;
+  if (fits) {
+    void (*kernel)(MoePersistentParams) = KernelFor(blocks_per_sm);
+    if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
+    int per_sm = 0;
+    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+    fits = per_sm >= blocks_per_sm;
+  }
+  (*known)[key] = fits;
+  return fits;
 }
 
 }  // namespace
@@ -332,7 +370,12 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   if (p.attn_out && !p.post_norm_weight) why << "attn_out without post_norm_weight; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
-  if (SmemBytes(p) > 200 * 1024) why << "activations need " << SmemBytes(p) << " bytes of shared memory; ";
+  if (SmemBytes(p) > 200 * 1024) {
+    why << "activations need " << SmemBytes(p) << " bytes of shared memory; ";
+  } else if (p.blocks_per_sm >= 1 && p.blocks_per_sm <= 2 && !FitsCurrentDevice(p.blocks_per_sm, SmemBytes(p))) {
+    why << p.blocks_per_sm << " blocks with " << SmemBytes(p)
+        << " bytes of shared memory do not fit an SM of this device (or it has no cooperative launch); ";
+  }
   if (!((p.x32 && p.x16) || (p.attn_out && p.post_norm_weight)) || !p.router_w || !p.w13 || !p.w2 || !p.logits || !p.topk_ids || !p.topk_weights || !p.act ||
       !p.residual || !p.norm_weight || !p.out32 || !p.sync || !p.partials)
     why << "null pointer; ";
@@ -347,17 +390,7 @@ void MoePersistent(const MoePersistentParams& p) {
   const std::string why = MoePersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
   const size_t smem = SmemBytes(p);
-  const bool two = p.blocks_per_sm == 2;
-  void (*kernel)(MoePersistentParams) = two ? MoePersistentKernel<2> : MoePersistentKernel<1>;
-  static int checked_smem[2] = {-1, -1};  // the largest dynamic shared memory already allowed, per variant
-  if (static_cast<int>(smem) > checked_smem[two]) {
-    if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
-    int per_sm = 0;
-    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-    DS_CHECK(per_sm >= p.blocks_per_sm) << "MoePersistent: " << p.blocks_per_sm << " blocks with " << smem
-                                        << " bytes of shared memory do not fit an SM (" << per_sm << ")";
-    checked_smem[two] = static_cast<int>(smem);
-  }
+  void (*kernel)(MoePersistentParams) = KernelFor(p.blocks_per_sm);  // fits: checked by MoePersistentUnsupported
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(MoePersistentGridBlocks(p.blocks_per_sm)));
   cfg.blockDim = dim3(kThreads);

@@ -16,8 +16,9 @@
 // The dot products run on the tensor cores (bf16 mma, fp32 accumulate) and every sum (the norms'
 // sums of squares, the router's, the experts') in this kernel's own order: not the unfused
 // kernels' bits, so the runner's test bounds the logits (CudaRunnerPersistentMoe.*); the routing
-// of given logits is the warp routing's. The next norm's sum of squares is summed per block, then
-// over the blocks in block order (deterministic).
+// of given logits is the warp routing's (RouteTokenInWarp, whatever routing.warp_route says). The
+// next norm's sum of squares is summed per block, then over the blocks in a fixed order
+// (deterministic).
 //
 // Phases (grid = one or two blocks per SM, cooperative launch so every block is resident):
 //  0. every block: x32 and x16 into shared memory (with attn_out: the post-attention norm);
@@ -28,7 +29,7 @@
 //  3. down tiles of 8 output columns, one a block: its warps take pairs of segments (routed slot
 //     j; the shared down's chunks of I) split along K, then 8 threads finish moe, the residual and
 //     the block's sum of squares (no combine pass, no atomics) -> barrier;
-//  4. every block sums the partials in block order and normalises the columns it finished.
+//  4. every block sums the partials (a fixed order) and normalises the columns it finished.
 // The barrier is a counter + generation word pair in `sync` (zero before the first launch; the
 // kernel leaves the counter at 0 and the generation 3 higher), so the launch can be captured into
 // a CUDA graph and replayed.
@@ -36,7 +37,8 @@
 // Supported (MoePersistentUnsupported says why not): bf16 routed and shared experts (no FP8),
 // one token, num_experts <= 256, top_k <= 16, hidden and I multiples of 32, the shared
 // intermediate size a multiple of I (at most 4 I), at most kMoePersistentMaxTilesPerBlock down
-// tiles a block.
+// tiles a block, and blocks_per_sm blocks that fit an SM of a device with cooperative launch.
+// Non-finite router logits give NaN outputs, not a fault (an out-of-range id reads expert 0).
 #pragma once
 
 #include <cuda_bf16.h>
