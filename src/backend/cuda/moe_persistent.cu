@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/gemv_ptx.cuh"
+#include "backend/cuda/grid_barrier.cuh"
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/router_gemv.cuh"
 #include "common/check.h"
@@ -62,32 +63,7 @@ __device__ __forceinline__ void WarpTile16(const bf16* ra, const bf16* rb, const
   }
 }
 
-__device__ __forceinline__ uint32_t LdAcquire(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// Grid-wide barrier over all blocks of a cooperative launch: sync[0] counts the arrivals, sync[1]
-// is the generation, read once per launch (gen0, before any barrier of the launch can complete):
-// barrier i completes when the generation reaches gen0 + i. The last block to arrive resets the
-// count and bumps the generation (release); the others poll it (acquire). The block barrier before
-// thread 0's acq_rel arrival orders the block's stores before it (cumulativity).
-__device__ __forceinline__ void GridBarrier(uint32_t* sync, uint32_t target_gen) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t old;
-    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(sync) : "memory");
-    if (old == gridDim.x - 1) {
-      asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(sync) : "memory");
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 1) : "memory");
-    } else {
-      while (static_cast<int32_t>(LdAcquire(sync + 1) - target_gen) < 0) {
-      }
-    }
-  }
-  __syncthreads();
-}
+using grid::GridBarrier;
 
 __device__ __forceinline__ bf16 SiluMul(float g, float u) { return __float2bfloat16_rn(g / (1.0f + expf(-g)) * u); }
 
@@ -128,7 +104,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * kMoePersistentStamps + i] = clock64();
   };
   stamp(0);
-  if (threadIdx.x == 0) s_gen0 = LdAcquire(p.sync + 1);  // no barrier of this launch can have completed yet
+  if (threadIdx.x == 0) s_gen0 = grid::GridGeneration(p.sync);  // no barrier of this launch has completed yet
   // Phase 0: the router's fp32 input and the experts' bf16 input in shared memory: x32 / x16 as
   // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
   // (RmsNormRow's operations per element, the sum of squares over this block's threads).
