@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/grid_barrier.cuh"
+#include "backend/cuda/launch.cuh"
 #include "test_util.h"
 
 namespace ds::cuda::test {
@@ -43,19 +44,12 @@ __global__ void __launch_bounds__(kThreads, 1) BarrierCheckKernel(uint32_t* sync
 // The alternative forms, for the timing report only.
 __device__ __forceinline__ void BarrierRelaxedPoll(uint32_t* sync, uint32_t target_gen) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t old;
-    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(sync) : "memory");
-    if (old == gridDim.x - 1) {
-      asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(sync) : "memory");
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 1) : "memory");
-    } else {
-      uint32_t v;
-      do {
-        asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(sync + 1) : "memory");
-      } while (static_cast<int32_t>(v - target_gen) < 0);
-      __threadfence();
-    }
+  if (threadIdx.x == 0 && !grid::ArriveLast(sync)) {
+    uint32_t v;
+    do {
+      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(sync + 1) : "memory");
+    } while (static_cast<int32_t>(v - target_gen) < 0);
+    __threadfence();
   }
   __syncthreads();
 }
@@ -82,20 +76,6 @@ __global__ void __launch_bounds__(kThreads, 1) BarrierTimeKernel(uint32_t* sync,
   }
 }
 
-template <typename... KArgs, typename... Args>
-void LaunchCooperative(void (*kernel)(KArgs...), int blocks, cudaStream_t st, Args... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
 TEST(CudaGridBarrier, OrdersWritesAcrossBlocks) {
   const int sms = CurrentDeviceProps().sms;
   constexpr int kRounds = 50, kLaunches = 3;
@@ -109,7 +89,8 @@ TEST(CudaGridBarrier, OrdersWritesAcrossBlocks) {
           graph, kLaunches,
           [&](cudaStream_t st) {
             DS_CUDA_CHECK(cudaMemsetAsync(slots.get(), 0, blocks * sizeof(uint32_t), st));
-            LaunchCooperative(BarrierCheckKernel, blocks, st, sync.get(), slots.get(), errors.get(), kRounds);
+            LaunchCooperative(BarrierCheckKernel, dim3(blocks), dim3(kThreads), 0, st, sync.get(), slots.get(), errors.get(),
+                              kRounds);
           },
           [] {});
       const std::vector<uint32_t> e = errors.Download(), s = sync.Download();
@@ -137,21 +118,10 @@ TEST(CudaGridBarrier, DISABLED_TimingReport) {
     DS_CUDA_CHECK(cudaMemset(sync.get(), 0, 3 * sizeof(uint32_t)));
     const auto time_us = [&](auto kernel, int rounds) {
       const CapturedGraph g(st, [&] {
-        for (int i = 0; i < kLaunches; ++i) LaunchCooperative(kernel, blocks, st, sync.get(), rounds);
+        for (int i = 0; i < kLaunches; ++i)
+          LaunchCooperative(kernel, dim3(blocks), dim3(kThreads), 0, st, sync.get(), rounds);
       });
-      g.Replay();
-      cudaEvent_t a, b;
-      DS_CUDA_CHECK(cudaEventCreate(&a));
-      DS_CUDA_CHECK(cudaEventCreate(&b));
-      DS_CUDA_CHECK(cudaEventRecord(a, st));
-      g.Replay();
-      DS_CUDA_CHECK(cudaEventRecord(b, st));
-      DS_CUDA_CHECK(cudaEventSynchronize(b));
-      float ms = 0;
-      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-      DS_CUDA_CHECK(cudaEventDestroy(a));
-      DS_CUDA_CHECK(cudaEventDestroy(b));
-      return 1000.0 * ms / kLaunches;
+      return ReplayUs(g, st, 1, kLaunches);
     };
     const double empty = time_us(BarrierTimeKernel<0>, 0);
     const char* names[3] = {"generation (grid_barrier.cuh)", "generation, relaxed poll + fence", "one counter"};

@@ -237,19 +237,7 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     q.stream = st;
     q.barriers_only = barriers_only;
     const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
-    g.Replay();  // warm-up
-    cudaEvent_t a, b;
-    DS_CUDA_CHECK(cudaEventCreate(&a));
-    DS_CUDA_CHECK(cudaEventCreate(&b));
-    DS_CUDA_CHECK(cudaEventRecord(a, st));
-    for (int r = 0; r < kReplays; ++r) g.Replay();
-    DS_CUDA_CHECK(cudaEventRecord(b, st));
-    DS_CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    DS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    DS_CUDA_CHECK(cudaEventDestroy(a));
-    DS_CUDA_CHECK(cudaEventDestroy(b));
-    return 1000.0 * ms / (kReps * kReplays);
+    return ReplayUs(g, st, kReplays, kReps);
   };
   for (int bps : {1, 2}) {
     p.blocks_per_sm = bps;

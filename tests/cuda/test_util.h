@@ -107,6 +107,24 @@ class CapturedGraph {
   cudaGraphExec_t exec_ = nullptr;
 };
 
+// Microseconds per launch of a graph recorded with `launches` launches on stream st: one warm-up
+// replay, then `replays` replays timed with CUDA events (each CapturedGraph::Replay synchronises).
+inline double ReplayUs(const CapturedGraph& g, cudaStream_t st, int replays, int launches) {
+  g.Replay();
+  cudaEvent_t a, b;
+  DS_CUDA_CHECK(cudaEventCreate(&a));
+  DS_CUDA_CHECK(cudaEventCreate(&b));
+  DS_CUDA_CHECK(cudaEventRecord(a, st));
+  for (int r = 0; r < replays; ++r) g.Replay();
+  DS_CUDA_CHECK(cudaEventRecord(b, st));
+  DS_CUDA_CHECK(cudaEventSynchronize(b));
+  float ms = 0;
+  DS_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+  DS_CUDA_CHECK(cudaEventDestroy(a));
+  DS_CUDA_CHECK(cudaEventDestroy(b));
+  return 1000.0 * ms / (static_cast<double>(replays) * launches);
+}
+
 // Runs launch(stream) `launches` times (poison() before the last, so that only the last launch's
 // outputs count): directly on the legacy default stream, or, with graph, as replays of one CUDA
 // graph captured from a single launch on a new non-blocking stream (ops with device counters

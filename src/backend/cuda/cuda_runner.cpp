@@ -741,7 +741,12 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.sync = persist_sync_.as<uint32_t>(); p.partials = persist_partials_.as<float>();
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
-  if (!MoePersistentUnsupported(p).empty()) return false;
+  // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
+  // once per (layer, fold form).
+  if (persist_ok_.empty()) persist_ok_.assign(2 * cfg_.num_hidden_layers, -1);
+  int8_t& ok = persist_ok_[2 * l + (fold_post_norm ? 1 : 0)];
+  if (ok < 0) ok = MoePersistentUnsupported(p).empty() ? 1 : 0;
+  if (ok == 0) return false;
   if (!launch) return true;
   MoePersistent(p);
   ++graph_stats_.fused_launches;

@@ -364,6 +364,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer persist_sync_;      // MoePersistent's grid barrier words (2 x u32, zeroed once)
   DeviceBuffer persist_partials_;  // MoePersistent's per-block sums of squares
   DeviceBuffer persist_act_;       // MoePersistent's act [top_k * I + shared I] bf16
+  std::vector<int8_t> persist_ok_;  // MoePersistent's verdict per (layer, fold form): -1 not asked, 0 / 1
   DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
   DeviceBuffer oproj_norm_sync_;    // o_proj's norm epilogue counter (u32, zeroed once)
   bool post_norm_fused_ = false;    // the last Mla's o_proj applied the post-attention norm (fused_oproj_norm)

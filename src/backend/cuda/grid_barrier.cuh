@@ -25,18 +25,23 @@ __device__ __forceinline__ uint32_t LdAcquire(const uint32_t* p) {
 // The generation at the kernel's start (call before the first barrier; any thread).
 __device__ __forceinline__ uint32_t GridGeneration(const uint32_t* sync) { return LdAcquire(sync + 1); }
 
+// Thread 0's arrival (after a block barrier): counts the block in; the last block to arrive
+// resets the count and bumps the generation (release) and gets true, the others false (they then
+// wait for the bump).
+__device__ __forceinline__ bool ArriveLast(uint32_t* sync) {
+  uint32_t old;
+  asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(sync) : "memory");
+  if (old != gridDim.x - 1) return false;
+  asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(sync) : "memory");
+  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 1) : "memory");
+  return true;
+}
+
 // Every thread of every block must call it, in the same order.
 __device__ __forceinline__ void GridBarrier(uint32_t* sync, uint32_t target_gen) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t old;
-    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(sync) : "memory");
-    if (old == gridDim.x - 1) {
-      asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(sync) : "memory");
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 1) : "memory");
-    } else {
-      while (static_cast<int32_t>(LdAcquire(sync + 1) - target_gen) < 0) {
-      }
+  if (threadIdx.x == 0 && !ArriveLast(sync)) {
+    while (static_cast<int32_t>(LdAcquire(sync + 1) - target_gen) < 0) {
     }
   }
   __syncthreads();

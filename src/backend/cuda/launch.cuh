@@ -97,4 +97,23 @@ inline unsigned AddPdlAttribute(cudaLaunchAttribute* attrs, unsigned n, bool pdl
   return n + 1;
 }
 
+// Launches kernel<<<grid, block, smem, stream>>>(args...) as a cooperative launch
+// (cudaLaunchAttributeCooperative): every block is resident at once, as grid-wide barriers need;
+// the grid must fit the device at once (the caller checks its occupancy).
+template <typename... KArgs, typename... Args>
+void LaunchCooperative(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                       Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 }  // namespace ds::cuda

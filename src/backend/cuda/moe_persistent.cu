@@ -11,6 +11,7 @@
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/gemv_ptx.cuh"
 #include "backend/cuda/grid_barrier.cuh"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/router_gemv.cuh"
 #include "common/check.h"
@@ -367,17 +368,9 @@ void MoePersistent(const MoePersistentParams& p) {
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
   const size_t smem = SmemBytes(p);
   void (*kernel)(MoePersistentParams) = KernelFor(p.blocks_per_sm);  // fits: checked by MoePersistentUnsupported
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(MoePersistentGridBlocks(p.blocks_per_sm)));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = p.stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;  // every block resident: the grid barriers need it
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  // Cooperative: every block resident, as the grid barriers need.
+  LaunchCooperative(kernel, dim3(static_cast<unsigned>(MoePersistentGridBlocks(p.blocks_per_sm))), dim3(kThreads), smem,
+                    p.stream, p);
 }
 
 }  // namespace ds::cuda
