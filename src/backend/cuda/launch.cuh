@@ -64,6 +64,31 @@ __device__ __forceinline__ void PdlWaitThenRelease() {
 }
 }  // namespace dev
 
+// Fills the PDL attribute into attrs[n] when pdl (for launch sites that build their own
+// cudaLaunchConfig_t, e.g. with a cluster dimension); returns the new attribute count.
+inline unsigned AddPdlAttribute(cudaLaunchAttribute* attrs, unsigned n, bool pdl) {
+  if (!pdl) return n;
+  attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[n].val.programmaticStreamSerializationAllowed = 1;
+  return n + 1;
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx with one launch
+// attribute (checked).
+template <typename... KArgs, typename... Args>
+void LaunchKernelWith(const cudaLaunchAttribute& attr, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attrs[1] = {attr};
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 1;
+  DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args...); with pdl, through cudaLaunchKernelEx
 // with cudaLaunchAttributeProgrammaticStreamSerialization = 1 (the kernel must start with
 // dev::PdlWaitThenRelease()). Without pdl it is the plain triple-chevron launch the callers used
@@ -75,26 +100,9 @@ void LaunchKernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, 
     kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
     return;
   }
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
-
-// Fills the PDL attribute into attrs[n] when pdl (for launch sites that build their own
-// cudaLaunchConfig_t, e.g. with a cluster dimension); returns the new attribute count.
-inline unsigned AddPdlAttribute(cudaLaunchAttribute* attrs, unsigned n, bool pdl) {
-  if (!pdl) return n;
-  attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[n].val.programmaticStreamSerializationAllowed = 1;
-  return n + 1;
+  cudaLaunchAttribute attr{};
+  AddPdlAttribute(&attr, 0, true);
+  LaunchKernelWith(attr, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...) as a cooperative launch
@@ -103,17 +111,10 @@ inline unsigned AddPdlAttribute(cudaLaunchAttribute* attrs, unsigned n, bool pdl
 template <typename... KArgs, typename... Args>
 void LaunchCooperative(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                        Args&&... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  LaunchKernelWith(attr, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace ds::cuda
