@@ -741,6 +741,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.sync = persist_sync_.as<uint32_t>(); p.partials = persist_partials_.as<float>();
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
+  p.pipelined = opts_.persistent_moe_pipelined;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form).
   if (persist_ok_.empty()) persist_ok_.assign(2 * cfg_.num_hidden_layers, -1);

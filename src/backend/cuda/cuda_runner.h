@@ -222,6 +222,10 @@ struct CudaRunnerOptions {
   // ~53 us against ~54 us of launches it replaces). The CLI reads DS_PERSISTENT_MOE=0/1.
   bool persistent_moe = true;
   int persistent_moe_blocks_per_sm = 2;  // its blocks per SM (1 or 2). The CLI reads DS_PERSISTENT_MOE_BPS.
+  // Its pipelined form (moe_persistent_pipe.h: one block per SM, a producer warp streaming the
+  // weights through a shared-memory ring with bulk copies, so the stream does not stop at the
+  // grid barriers). Opt-in until measured. The CLI reads DS_PERSISTENT_MOE_PIPE=0/1.
+  bool persistent_moe_pipelined = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the

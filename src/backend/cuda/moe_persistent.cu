@@ -12,6 +12,7 @@
 #include "backend/cuda/gemv_ptx.cuh"
 #include "backend/cuda/grid_barrier.cuh"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/moe_persistent_pipe.h"
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/router_gemv.cuh"
 #include "common/check.h"
@@ -323,8 +324,9 @@ int MoePersistentGridBlocks(int blocks_per_sm) { return CurrentDeviceProps().sms
 
 std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   std::ostringstream why;
-  const int64_t W = int64_t{MoePersistentGridBlocks(std::clamp(p.blocks_per_sm, 1, 2))} * kWarps;
-  if (p.blocks_per_sm < 1 || p.blocks_per_sm > 2) why << "blocks_per_sm " << p.blocks_per_sm << " (1 or 2); ";
+  const int64_t W = int64_t{MoePersistentGridBlocks(p.pipelined ? 1 : std::clamp(p.blocks_per_sm, 1, 2))} * kWarps;
+  if (!p.pipelined && (p.blocks_per_sm < 1 || p.blocks_per_sm > 2))
+    why << "blocks_per_sm " << p.blocks_per_sm << " (1 or 2); ";
   const MoeRoutingParams& r = p.routing;
   if (p.hidden < 8 || p.hidden % 8 != 0) why << "hidden " << p.hidden << " is not a positive multiple of 8; ";
   if (p.inter < 8 || p.inter % 8 != 0) why << "moe_intermediate_size " << p.inter << " is not a positive multiple of 8; ";
@@ -347,7 +349,12 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   if (p.attn_out && !p.post_norm_weight) why << "attn_out without post_norm_weight; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
-  if (SmemBytes(p) > 200 * 1024) {
+  if (p.pipelined) {
+    if (why.str().empty()) {  // (its geometry assumes the shapes above)
+      const char* pipe = moe_pipe::PipeUnsupported(p);
+      if (*pipe) why << "pipelined: " << pipe << "; ";
+    }
+  } else if (SmemBytes(p) > 200 * 1024) {
     why << "activations need " << SmemBytes(p) << " bytes of shared memory; ";
   } else if (p.blocks_per_sm >= 1 && p.blocks_per_sm <= 2 && !FitsCurrentDevice(p.blocks_per_sm, SmemBytes(p))) {
     why << p.blocks_per_sm << " blocks with " << SmemBytes(p)
@@ -366,6 +373,10 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
 void MoePersistent(const MoePersistentParams& p) {
   const std::string why = MoePersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
+  if (p.pipelined) {
+    moe_pipe::LaunchPipe(p);
+    return;
+  }
   const size_t smem = SmemBytes(p);
   void (*kernel)(MoePersistentParams) = KernelFor(p.blocks_per_sm);  // fits: checked by MoePersistentUnsupported
   // Cooperative: every block resident, as the grid barriers need.

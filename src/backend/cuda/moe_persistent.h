@@ -79,6 +79,10 @@ struct MoePersistentParams {
   float* partials = nullptr;            // [MoePersistentGridBlocks(blocks_per_sm)] fp32 scratch
   cudaStream_t stream = nullptr;
   int blocks_per_sm = 1;                // 1 or 2 (2: registers capped at 128, twice the warps)
+  // The pipelined form (moe_persistent_pipe.h): one block per SM (blocks_per_sm ignored), a
+  // producer warp streaming the block's weights through a shared-memory ring with bulk copies
+  // while eight consumer warps multiply, so the weight stream does not stop at the barriers.
+  bool pipelined = false;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
