@@ -243,9 +243,13 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
     return ReplayUs(g, st, kReplays, kReps);
   };
-  for (int bps : {0, 1, 2}) {  // 0: the pipelined form (one block a SM)
-    p.blocks_per_sm = bps == 0 ? 1 : bps;
-    p.pipelined = bps == 0;
+  // bps <= 0: the pipelined form (one block a SM) with a ring of -bps stages (0: as many as fit);
+  // -100: stages of the whole hidden (4 KB rows, 2 stages fit).
+  for (int bps : {0, -2, -3, -4, -100, 1, 2}) {
+    p.blocks_per_sm = bps <= 0 ? 1 : bps;
+    p.pipelined = bps <= 0;
+    p.pipe_max_stages = bps < 0 && bps > -100 ? -bps : 0;
+    p.pipe_stage_k = bps == -100 ? 2048 : 0;
     ASSERT_EQ(MoePersistentUnsupported(p), "");
     const int grid = MoePersistentGridBlocks(p.blocks_per_sm);
     const double full = time_us(false), bar = time_us(true);
@@ -259,7 +263,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     MoePersistent(q);
     DS_CUDA_CHECK(cudaStreamSynchronize(st));
     const std::vector<long long> s = d_stamps.Download();
-    // (Pipelined: "barrier1" spans the arrival, the shared experts' gate_up and the wait.)
+    // (Pipelined: "barrier1" is the arrival only; the producer warp waits for it, while phase 2
+    // runs the shared experts' tiles then the routed ones.)
     const char* names[kMoePersistentStamps - 1] = {"phase1 router", "barrier1", "phase2 route+gate_up(routed+shared)",
                                                    "barrier2", "phase3 down+combine", "barrier3", "phase4 norm"};
     for (int i = 0; i + 1 < kMoePersistentStamps; ++i) {

@@ -83,6 +83,8 @@ struct MoePersistentParams {
   // producer warp streaming the block's weights through a shared-memory ring with bulk copies
   // while eight consumer warps multiply, so the weight stream does not stop at the barriers.
   bool pipelined = false;
+  int pipe_max_stages = 0;              // pipelined: cap on the ring's stages (0: as many as fit, <= 8)
+  int pipe_stage_k = 0;                 // pipelined: largest K of a stage (0: 1024)
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).

@@ -71,7 +71,7 @@ struct StageSrc {
 __global__ void __launch_bounds__(kThreads, 1) MoePipeKernel(MoePersistentParams p) {
   extern __shared__ __align__(128) char smem[];
   const int64_t Hd = p.hidden, E = p.num_experts, K = p.top_k, I = p.inter, Is = p.shared_inter;
-  const Geom geo = MakeGeom(Hd, I, K, Is);
+  const Geom geo = MakeGeom(Hd, I, K, Is, p.pipe_max_stages, p.pipe_stage_k);
   const int S = geo.stages;
   char* ring = smem;
   bf16* xs = reinterpret_cast<bf16*>(smem + int64_t{geo.slot} * S);
@@ -124,8 +124,12 @@ __global__ void __launch_bounds__(kThreads, 1) MoePipeKernel(MoePersistentParams
   };
 
   if (warp == kConsumerWarps) {
-    // ---- Producer: one lane issues every stage's 16 row copies into the ring.
-    if (lane != 0 || !work) return;
+    // ---- Producer warp: lane 0 issues every stage's 16 row copies into the ring: the shared
+    // experts' gate_up first; then the whole warp waits for barrier 1 (every block's router
+    // columns) and routes the token (the same bits in every block), and lane 0 goes on with the
+    // routed slots' gate_up and the down tiles. The consumers never wait for barrier 1 (they need
+    // no ids: a tile's act slot follows from its index).
+    if (!work) return;
     int n = 0;
     const auto issue = [&](const StageSrc& src, int kst, int row_bytes) {
       const int slot = n % S;
@@ -141,15 +145,7 @@ __global__ void __launch_bounds__(kThreads, 1) MoePipeKernel(MoePersistentParams
       for (int r = 0; r < 8; ++r) sm90::BulkG2S(dst + (8 + r) * row_bytes, src.b + r * src.sb, bytes, fb);
       ++n;
     };
-    bool routed = false;
-    const auto wait_route = [&] {
-      if (!routed) {
-        while (!sm90::BarTryWait(sm90::SmemAddr(&route_bar), 0)) {
-        }
-        routed = true;
-      }
-    };
-    for (int64_t t = blockIdx.x; t < t2; t += grid) {
+    const auto gate_up = [&](int64_t t) {
       const bf16* base;
       int64_t c0, half;
       if (t < ts) {
@@ -157,7 +153,6 @@ __global__ void __launch_bounds__(kThreads, 1) MoePipeKernel(MoePersistentParams
         c0 = 8 * t;
         half = Is;
       } else {
-        wait_route();
         const int64_t j = (t - ts) / it;
         base = p.w13 + static_cast<int64_t>(s_ids[j]) * 2 * I * Hd;
         c0 = ((t - ts) % it) * 8;
@@ -166,8 +161,35 @@ __global__ void __launch_bounds__(kThreads, 1) MoePipeKernel(MoePersistentParams
       for (int s = 0; s < ng; ++s)
         issue({base + c0 * Hd + int64_t{s} * geo.kg, base + (half + c0) * Hd + int64_t{s} * geo.kg, Hd, Hd}, geo.kg,
               geo.rg);
+    };
+    int64_t t = blockIdx.x;
+    if (lane == 0)
+      for (; t < ts; t += grid) gate_up(t);
+    __syncwarp();
+    // Barrier 1's wait (lane 0 polls; then every lane's own acquire of the bumped generation).
+    if (lane == 0) {
+      while (static_cast<int32_t>(grid::LdAcquire(p.sync + 1) - (s_gen0 + 1)) < 0) {
+      }
     }
-    wait_route();
+    __syncwarp();
+    (void)grid::LdAcquire(p.sync + 1);
+    MoeRoutingParams rp = p.routing;
+    rp.logits = p.logits;
+    rp.n = 1;
+    rp.topk_ids = s_ids;
+    rp.topk_weights = s_w;
+    routing::RouteTokenInWarp(rp, 0, route_ws.View());
+    __syncwarp();
+    // Non-finite logits can leave an id out of range: expert 0 is read instead (NaN output).
+    if (lane < K && (s_ids[lane] < 0 || s_ids[lane] >= E)) s_ids[lane] = 0;
+    __syncwarp();
+    if (blockIdx.x == 0 && lane < K) {
+      p.topk_ids[lane] = s_ids[lane];
+      p.topk_weights[lane] = s_w[lane];
+    }
+    if (lane != 0) return;
+    sm90::BarArrive(sm90::SmemAddr(&route_bar));  // the consumers' combine reads s_w
+    for (t = max(t, ts); t < t2; t += grid) gate_up(t);
     for (int64_t tile = blockIdx.x; tile < dtiles; tile += grid) {
       for (int pr = 0; pr < npair; ++pr) {
         const bf16 *ra, *rb;
@@ -217,8 +239,8 @@ __global__ void __launch_bounds__(kThreads, 1) MoePipeKernel(MoePersistentParams
   }
   ConsSync();
 
-  // Phase 1: router logit columns, then barrier 1's arrival only (its wait comes after the shared
-  // experts' gate_up, which needs no routing).
+  // Phase 1: router logit columns, then barrier 1's arrival only (the producer warp waits for it
+  // and routes).
   for (int64_t e = blockIdx.x; work && e < E; e += grid) {
     const float* wr = p.router_w + e * Hd;
     float acc = 0.f;
@@ -228,48 +250,15 @@ __global__ void __launch_bounds__(kThreads, 1) MoePipeKernel(MoePersistentParams
   }
   stamp(1);
   ConsSync();
-  bool last1 = false;
-  if (threadIdx.x == 0) last1 = grid::ArriveLast(p.sync);
+  if (threadIdx.x == 0) grid::ArriveLast(p.sync);  // barrier 1: the producer warp waits for it
+  stamp(2);
 
-  // Phase 2: gate_up + SiLU tiles; each stage's steps split over the 8 warps, the warps' sums
-  // added in warp order by 8 threads (double-buffered by tile parity: one barrier a tile).
+  // Phase 2: gate_up + SiLU tiles (the shared experts' then the routed slots'); each stage's steps
+  // split over the 8 warps, the warps' sums added in warp order by 8 threads (double-buffered by
+  // tile parity: one barrier a tile).
   const int sg = geo.kg / 32;
   int buf = 0;
-  bool waited1 = false;
-  for (int64_t t = blockIdx.x; t < t2 || !waited1; t += grid) {
-    if ((t >= ts || t >= t2) && !waited1) {
-      // Barrier 1's wait, then every block routes the token itself (the same bits everywhere).
-      if (threadIdx.x == 0 && !last1) {
-        while (static_cast<int32_t>(grid::LdAcquire(p.sync + 1) - (gen0 + 1)) < 0) {
-        }
-      }
-      ConsSync();
-      stamp(2);
-      MoeRoutingParams rp = p.routing;
-      rp.logits = p.logits;
-      rp.n = 1;
-      rp.topk_ids = s_ids;
-      rp.topk_weights = s_w;
-      if (warp == 0 && work) routing::RouteTokenInWarp(rp, 0, route_ws.View());
-      if (!work && threadIdx.x < K) {
-        s_ids[threadIdx.x] = static_cast<int32_t>(threadIdx.x);
-        s_w[threadIdx.x] = 0.f;
-      }
-      ConsSync();
-      // Non-finite logits can leave an id out of range: expert 0 is read instead (NaN output).
-      if (threadIdx.x < K && (s_ids[threadIdx.x] < 0 || s_ids[threadIdx.x] >= E)) s_ids[threadIdx.x] = 0;
-      ConsSync();
-      if (threadIdx.x == 0) sm90::BarArrive(sm90::SmemAddr(&route_bar));  // the producer may read s_ids
-      if (blockIdx.x == 0 && threadIdx.x < K) {
-        p.topk_ids[threadIdx.x] = s_ids[threadIdx.x];
-        p.topk_weights[threadIdx.x] = s_w[threadIdx.x];
-      }
-      waited1 = true;
-    }
-    if (t >= t2 || !work) {
-      if (t >= t2) break;
-      continue;
-    }
+  for (int64_t t = blockIdx.x; work && t < t2; t += grid) {
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     for (int s = 0; s < ng; ++s) {
       const char* slot = acquire();
@@ -300,10 +289,16 @@ __global__ void __launch_bounds__(kThreads, 1) MoePipeKernel(MoePersistentParams
     buf ^= 1;
   }
   stamp(3);
-  // Barrier 2 (the producer is already streaming the down tiles into the ring meanwhile).
+  // Barrier 2 (the producer is already streaming the down tiles into the ring meanwhile). A block
+  // arrives only once barrier 1 has completed: one with no routed tiles could otherwise count
+  // into barrier 1.
   ConsSync();
-  if (threadIdx.x == 0 && !grid::ArriveLast(p.sync)) {
-    while (static_cast<int32_t>(grid::LdAcquire(p.sync + 1) - (gen0 + 2)) < 0) {
+  if (threadIdx.x == 0) {
+    while (static_cast<int32_t>(grid::LdAcquire(p.sync + 1) - (gen0 + 1)) < 0) {
+    }
+    if (!grid::ArriveLast(p.sync)) {
+      while (static_cast<int32_t>(grid::LdAcquire(p.sync + 1) - (gen0 + 2)) < 0) {
+      }
     }
   }
   ConsSync();
@@ -315,6 +310,10 @@ __global__ void __launch_bounds__(kThreads, 1) MoePipeKernel(MoePersistentParams
   if (work && blockIdx.x < dtiles) {
     for (int64_t i = threadIdx.x; i < (K * I + Is) / 8; i += kCons)
       reinterpret_cast<uint4*>(xs)[i] = __ldcg(reinterpret_cast<const uint4*>(p.act) + i);
+  }
+  if (work) {  // the routing weights (s_w), written by the producer warp long before
+    while (!sm90::BarTryWait(sm90::SmemAddr(&route_bar), 0)) {
+    }
   }
   ConsSync();
   const int sd = geo.kd / 32;
@@ -398,8 +397,8 @@ __global__ void __launch_bounds__(kThreads, 1) MoePipeKernel(MoePersistentParams
 }  // namespace
 
 const char* PipeUnsupported(const MoePersistentParams& p) {
-  const Geom geo = MakeGeom(p.hidden, p.inter, p.top_k, p.shared_inter);
-  if (geo.kg == 0 || geo.kd == 0) return "hidden or I has no stage K (a multiple of 32 dividing it, <= 1024)";
+  const Geom geo = MakeGeom(p.hidden, p.inter, p.top_k, p.shared_inter, p.pipe_max_stages, p.pipe_stage_k);
+  if (geo.kg == 0 || geo.kd == 0) return "hidden or I has no stage K (a multiple of 32 dividing it, at most the stage K limit)";
   if (!geo.Ok()) return "activations leave the stage ring fewer than 2 stages of shared memory";
   static std::mutex mu;
   static auto* known = new std::map<std::pair<int, int64_t>, bool>();
@@ -424,7 +423,7 @@ const char* PipeUnsupported(const MoePersistentParams& p) {
 }
 
 void LaunchPipe(const MoePersistentParams& p) {
-  const Geom geo = MakeGeom(p.hidden, p.inter, p.top_k, p.shared_inter);
+  const Geom geo = MakeGeom(p.hidden, p.inter, p.top_k, p.shared_inter, p.pipe_max_stages, p.pipe_stage_k);
   LaunchCooperative(MoePipeKernel, dim3(static_cast<unsigned>(MoePersistentGridBlocks(1))), dim3(kThreads),
                     static_cast<size_t>(geo.DynSmem()), p.stream, p);
 }
