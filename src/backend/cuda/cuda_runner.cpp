@@ -742,6 +742,8 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.pipelined = opts_.persistent_moe_pipelined;
+  p.pipe_max_stages = opts_.persistent_moe_pipe_stages;
+  p.smem_carveout = opts_.persistent_moe_carveout;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form).
   if (persist_ok_.empty()) persist_ok_.assign(2 * cfg_.num_hidden_layers, -1);

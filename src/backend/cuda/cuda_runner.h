@@ -226,6 +226,11 @@ struct CudaRunnerOptions {
   // weights through a shared-memory ring with bulk copies, so the stream does not stop at the
   // grid barriers). Opt-in until measured. The CLI reads DS_PERSISTENT_MOE_PIPE=0/1.
   bool persistent_moe_pipelined = false;
+  // Measurement knobs: the pipelined ring's stages (0: as many as fit; DS_PERSISTENT_MOE_PIPE_STAGES)
+  // and the kernel's preferred shared-memory carveout in percent (-1: the driver's choice;
+  // DS_PERSISTENT_MOE_CARVEOUT).
+  int persistent_moe_pipe_stages = 0;
+  int persistent_moe_carveout = -1;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the

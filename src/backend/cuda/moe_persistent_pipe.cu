@@ -422,6 +422,8 @@ const char* PipeUnsupported(const MoePersistentParams& p) {
   return it->second ? "" : "one block with the stage ring does not fit an SM (or no cooperative launch)";
 }
 
+const void* PipeKernel() { return reinterpret_cast<const void*>(MoePipeKernel); }
+
 void LaunchPipe(const MoePersistentParams& p) {
   const Geom geo = MakeGeom(p.hidden, p.inter, p.top_k, p.shared_inter, p.pipe_max_stages, p.pipe_stage_k);
   LaunchCooperative(MoePipeKernel, dim3(static_cast<unsigned>(MoePersistentGridBlocks(1))), dim3(kThreads),

@@ -71,6 +71,9 @@ __host__ __device__ inline Geom MakeGeom(int64_t hidden, int64_t inter, int64_t 
 // Asks the device once per (device, dynamic shared memory) whether one block fits an SM.
 const char* PipeUnsupported(const MoePersistentParams& p);
 
+// The kernel (for attributes such as the shared-memory carveout).
+const void* PipeKernel();
+
 // Launches it (cooperative, one block per SM, on p.stream).
 void LaunchPipe(const MoePersistentParams& p);
 
