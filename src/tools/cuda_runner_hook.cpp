@@ -74,6 +74,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_PERSISTENT_MOE_PIPE", &c.persistent_moe_pipelined);  // its pipelined form (bulk-copy ring; opt-in)
   env_int("DS_PERSISTENT_MOE_PIPE_STAGES", 2, 8, 1, &c.persistent_moe_pipe_stages);
   env_int("DS_PERSISTENT_MOE_CARVEOUT", 0, 100, 1, &c.persistent_moe_carveout);
+  env_int("DS_SMEM_CARVEOUT", -1, 100, 1, &c.smem_carveout);
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
     env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);

@@ -231,6 +231,10 @@ struct CudaRunnerOptions {
   // DS_PERSISTENT_MOE_CARVEOUT).
   int persistent_moe_pipe_stages = 0;
   int persistent_moe_carveout = -1;
+  // Measurement knob: one preferred shared-memory carveout (percent) for every kernel of ours that
+  // LaunchKernel launches (device_props.h SetLaunchCarveout; process-wide); -2 leaves them alone.
+  // The CLI reads DS_SMEM_CARVEOUT.
+  int smem_carveout = -2;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the

@@ -24,4 +24,17 @@ const DeviceProps& CurrentDeviceProps();
 // Errors: a failed CUDA call throws CheckError.
 void EnsureMaxDynamicSmem(const void* func, int bytes);
 
+// Sets kernel `func`'s preferred shared-memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout:
+// percent 0-100 of the SM's unified L1 / shared memory, or -1, cudaSharedmemCarveoutDefault) on the
+// current device; calls the driver once per (device, function, value); thread-safe.
+void SetPreferredCarveout(const void* func, int percent);
+
+// Measurement knob (CudaRunnerOptions::smem_carveout, the CLI's DS_SMEM_CARVEOUT): a process-wide
+// carveout that LaunchKernel / LaunchKernelWith (launch.cuh) apply to every kernel they launch,
+// so our kernels all ask the SMs for one L1 / shared split. -2 (the default) leaves every kernel
+// alone; -1 .. 100 as SetPreferredCarveout. Process-wide on purpose (it measures a property of
+// the whole kernel sequence); not for production use.
+void SetLaunchCarveout(int percent);
+void ApplyLaunchCarveout(const void* func);
+
 }  // namespace ds::cuda

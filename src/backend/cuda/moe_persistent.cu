@@ -370,25 +370,12 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   return why.str();
 }
 
-// Sets the kernel's preferred shared-memory carveout once per (device, kernel, percent).
-void SetCarveout(const void* kernel, int percent) {
-  static std::mutex mu;
-  static auto* done = new std::map<std::tuple<int, const void*>, int>();
-  int dev = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(dev, kernel);
-  if (auto it = done->find(key); it != done->end() && it->second == percent) return;
-  DS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
-  (*done)[key] = percent;
-}
-
 void MoePersistent(const MoePersistentParams& p) {
   const std::string why = MoePersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
   DS_CHECK(p.smem_carveout >= -1 && p.smem_carveout <= 100) << "MoePersistent: smem_carveout " << p.smem_carveout;
   if (p.smem_carveout >= 0)
-    SetCarveout(p.pipelined ? moe_pipe::PipeKernel() : reinterpret_cast<const void*>(KernelFor(p.blocks_per_sm)),
+    SetPreferredCarveout(p.pipelined ? moe_pipe::PipeKernel() : reinterpret_cast<const void*>(KernelFor(p.blocks_per_sm)),
                 p.smem_carveout);
   if (p.pipelined) {
     moe_pipe::LaunchPipe(p);
