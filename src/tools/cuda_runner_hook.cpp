@@ -75,6 +75,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_PERSISTENT_MOE_PIPE_STAGES", 2, 8, 1, &c.persistent_moe_pipe_stages);
   env_int("DS_PERSISTENT_MOE_CARVEOUT", 0, 100, 1, &c.persistent_moe_carveout);
   env_int("DS_SMEM_CARVEOUT", -1, 100, 1, &c.smem_carveout);
+  env_switch("DS_Q_ABSORB", &c.fused_q_absorb);                  // MLA q absorption in one launch (opt-in)
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
     env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);

@@ -226,6 +226,12 @@ struct CudaRunnerOptions {
   // weights through a shared-memory ring with bulk copies, so the stream does not stop at the
   // grid barriers). Opt-in until measured. The CLI reads DS_PERSISTENT_MOE_PIPE=0/1.
   bool persistent_moe_pipelined = false;
+  // MLA's query absorption (q_nope W_UK per head) in passes of <= 8 absorbed rows as one
+  // MlaQAbsorb launch (mla_q_absorb.h) reading the fp32 q directly, instead of SplitBf16 + a
+  // batched cuBLASLt GEMM (1.8 + 4.1 us under ncu at V2-Lite batch 1, on the q side branch that
+  // is the longer one). Changes the fp32 summation order (bounded: CudaRunnerQAbsorb.*).
+  // Opt-in until measured. The CLI reads DS_Q_ABSORB=0/1.
+  bool fused_q_absorb = false;
   // Measurement knobs: the pipelined ring's stages (0: as many as fit; DS_PERSISTENT_MOE_PIPE_STAGES)
   // and the kernel's preferred shared-memory carveout in percent (-1: the driver's choice;
   // DS_PERSISTENT_MOE_CARVEOUT).
@@ -442,6 +448,7 @@ struct CudaGraphStats {
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;
   int64_t fused_uv_layers = 0;    // MLA layers whose decode merge applied W_UV (fused_uv)
+  int64_t q_absorb_layers = 0;    // MLA absorptions run as one MlaQAbsorb launch (fused_q_absorb; also a fused launch)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)

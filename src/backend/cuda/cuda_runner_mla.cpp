@@ -14,6 +14,7 @@
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_kv_rope_fused.h"
 #include "backend/cuda/mla_prefill.h"
+#include "backend/cuda/mla_q_absorb.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/runner_kernels.h"
@@ -82,10 +83,26 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   // write q_pe into q_lat's rope columns and the cache): disjoint bytes; joined before the
   // decode attention reads q_lat.
   const bool side_absorb = side_q && qpe_done;
+  // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads) for `rows` rows of qsrc
+  // [rows, H * dqk]: the SplitBf16 + HeadGemm pair, or (fused_q_absorb, <= 8 rows, not precise)
+  // one MlaQAbsorb launch (mla_q_absorb.h).
+  const auto absorb = [&](const float* qsrc, int64_t rows) {
+    MlaQAbsorbParams ap{};
+    ap.q = qsrc; ap.q_tok_stride = H * dqk; ap.q_head_stride = dqk;
+    ap.w_uk_t = w.w_uk_t.as<bf16>(); ap.tokens = rows; ap.heads = H; ap.nope = nope; ap.kv_lora = kvl;
+    ap.out = qlat32_.as<float>(); ap.out_tok_stride = H * L; ap.out_head_stride = L;
+    ap.stream = s_; ap.pdl = opts_.pdl;
+    if (opts_.fused_q_absorb && !opts_.precise_activations && MlaQAbsorbUnsupported(ap).empty()) {
+      MlaQAbsorb(ap);
+      ++graph_stats_.fused_launches;
+      ++graph_stats_.q_absorb_layers;
+      return;
+    }
+    HeadGemm(qsrc, H * dqk, dqk, rows, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
+  };
   if (side_absorb) {
     BeginSide();
-    // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads), as in the absorbed branch
-    HeadGemm(q, H * dqk, dqk, T, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
+    absorb(q, T);  // as in the absorbed branch below
     EndSide();
   }
   if (opts_.fused_kvrope && FusedDecode(T)) {
@@ -223,8 +240,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     // q_lat[:, h, :kv_lora] = q_nope_h @ W_UK_h (batched over heads; done above with
     // side_absorb); q_lat[:, h, kv_lora:] = q_pe_h
     DS_CHECK(!side_absorb || all) << "side-branch absorption in a pass with naive rows";
-    if (!side_absorb)
-      HeadGemm(qa, H * dqk, dqk, Ta, nope, w.w_uk_t.as<bf16>(), nope, kvl * nope, kvl, qlat32_.as<float>(), H * L, L, H);
+    if (!side_absorb) absorb(qa, Ta);
     if (!qpe_done) Copy2D(qa + nope, dqk, qlat32_.as<float>() + kvl, L, Ta * H, rd, s_, opts_.pdl);
     const int32_t *d_qs = nullptr, *d_ctx = nullptr, *d_bt = nullptr;
     // The sm_90a decode kernel, or the CUDA-core emulation of its plan (mla_decode_emulate_tc);

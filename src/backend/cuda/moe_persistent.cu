@@ -309,6 +309,8 @@ bool FitsCurrentDevice(int blocks_per_sm, size_t smem) {
   bool fits = coop != 0 && smem <= 227 * 1024;
   if (fits) {
     void (*kernel)(MoePersistentParams) = KernelFor(blocks_per_sm);
+    // The measurement knob's carveout (launch.cuh applies it at launch) changes the occupancy.
+    ApplyLaunchCarveout(reinterpret_cast<const void*>(kernel));
     if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
     DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));

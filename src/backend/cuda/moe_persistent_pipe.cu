@@ -412,6 +412,7 @@ const char* PipeUnsupported(const MoePersistentParams& p) {
     DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
     bool fits = coop != 0;
     if (fits) {
+      ApplyLaunchCarveout(reinterpret_cast<const void*>(MoePipeKernel));  // the knob's carveout changes the occupancy
       EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MoePipeKernel), static_cast<int>(geo.DynSmem()));
       int per_sm = 0;
       DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MoePipeKernel, kThreads, geo.DynSmem()));
