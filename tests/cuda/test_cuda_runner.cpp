@@ -31,6 +31,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <set>
 #include <vector>
@@ -77,7 +78,9 @@ ForwardBatch Batch(const std::vector<int32_t>& ids, int32_t ctx0, int nb, bool a
   return b;
 }
 
-void CheckFixture(const std::string& name, bool precise) {
+// tweak (optional) changes the runner options before the runner is made (an option's golden
+// check, e.g. FixturesMatchGoldenQAbsorb).
+void CheckFixture(const std::string& name, bool precise, const std::function<void(CudaRunnerOptions&)>& tweak = {}) {
   const char* mode = precise ? "precise" : "bf16";
   const std::string dir = DataDir() + "/" + name;
   std::ifstream in(dir + "/golden.json");
@@ -93,6 +96,7 @@ void CheckFixture(const std::string& name, bool precise) {
   o.model_dir = dir;
   o.num_kv_blocks = nb;
   o.precise_activations = precise;
+  if (tweak) tweak(o);
   auto r = CreateCudaModelRunner(o);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ModelRunner& cuda = **r;
@@ -247,6 +251,16 @@ TEST(CudaRunner, FixturesMatchGolden) {
     SCOPED_TRACE(n);
     CheckFixture(n, false);
     CheckFixture(n, true);
+  }
+}
+
+// fused_q_absorb (mla_q_absorb.h) against transformers' goldens, with the fixtures whose MLA
+// dims it takes (nope a multiple of 32: v3_mla512_tiny's 128 / 512, v3_fp8_tiny's 32 / 64).
+TEST(CudaRunner, FixturesMatchGoldenQAbsorb) {
+  for (const char* n : {"v3_mla512_tiny", "v3_fp8_tiny"}) {
+    if (!std::filesystem::exists(DataDir() + "/" + n + "/golden.json")) continue;
+    SCOPED_TRACE(n);
+    CheckFixture(n, false, [](CudaRunnerOptions& o) { o.fused_q_absorb = true; });
   }
 }
 
