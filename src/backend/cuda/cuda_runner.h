@@ -116,6 +116,11 @@ struct CudaRunnerOptions {
   // 2.667 / 2.674 ms, 128 2.641, 256 2.643, 512 2.715. The CLI reads
   // DS_MLA_DECODE_SM90_SMALL_CHUNK=N.
   int mla_decode_sm90_small_batch_chunk = 128;
+  // MlaDecodeParams::tc_stages for the mma.sync decode kernels (A/B; the CLI reads
+  // DS_MLA_DECODE_TC_STAGES=2|3): 0 = the kernel's default (3-stage ring; a 16-row tile's block
+  // then takes 147 KB of shared memory), 2 = 2 stages (109 KB). mla_decode_small_batch_chunk
+  // also takes 32 (one 32-key stage per split, a measurement; the default stays 64).
+  int mla_decode_tc_stages = 0;
   // Absorbed-MLA decode, tensor-core warp-split kernel (<= 16 query rows per sequence: 16 heads,
   // V2-Lite / TP8): merge the KV splits in the kernel (MlaDecodeParams::tc_fused_combine: the
   // last block of each sequence merges them, no combine launch) with a persistent zeroed

@@ -312,6 +312,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.stream = s_;
     dp.pdl = opts_.pdl;
     dp.tensor_cores = opts_.mla_decode_tensor_cores;
+    dp.tc_stages = opts_.mla_decode_tc_stages;
     dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
     dp.sm90 = sm90_decode;
     dp.sm90_variant = opts_.mla_decode_sm90_variant;
