@@ -115,7 +115,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_MLA_DECODE_SM90_MIN_ROWS", 0, 64, 1, &c.mla_decode_sm90_min_rows);
   // CudaRunnerOptions::mla_decode_small_batch_chunk (default 64) / mla_decode_sm90_small_batch_chunk
   // (default 128) (A/B; a multiple of 64, 0 off).
-  env_int("DS_MLA_DECODE_SMALL_CHUNK", 0, 65536, 32, &c.mla_decode_small_batch_chunk);
+  env_int("DS_MLA_DECODE_SMALL_CHUNK", 0, 65536, 64, &c.mla_decode_small_batch_chunk);
   env_choice("DS_MLA_DECODE_TC_STAGES", {{"0", 0}, {"2", 2}, {"3", 3}}, &c.mla_decode_tc_stages);
   env_int("DS_MLA_DECODE_SM90_SMALL_CHUNK", 0, 65536, 64, &c.mla_decode_sm90_small_batch_chunk);
   // DS_FUSED_DECODE picks the small-batch decode fusions (CudaRunnerOptions::fused_*; unset:

@@ -1255,12 +1255,10 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
   if (o.mla_decode_tc_kernel < -1 || o.mla_decode_tc_kernel > 1)
     return InvalidArgument("MLA decode tensor-core kernel must be -1 (auto), 0 (by shape) or 1 (row-tile), got " +
                            std::to_string(o.mla_decode_tc_kernel));
-  if (o.mla_decode_small_batch_chunk < 0 || o.mla_decode_small_batch_chunk % 32 != 0)
-    return InvalidArgument("MLA decode small-batch chunk must be 0 or a positive multiple of 32, got " +
-                           std::to_string(o.mla_decode_small_batch_chunk));
-  if (o.mla_decode_sm90_small_batch_chunk < 0 || o.mla_decode_sm90_small_batch_chunk % 64 != 0)
-    return InvalidArgument("MLA decode sm90 small-batch chunk must be 0 or a positive multiple of 64, got " +
-                           std::to_string(o.mla_decode_sm90_small_batch_chunk));
+  for (int c : {o.mla_decode_small_batch_chunk, o.mla_decode_sm90_small_batch_chunk})
+    if (c < 0 || c % 64 != 0)
+      return InvalidArgument("MLA decode small-batch chunk must be 0 or a positive multiple of 64, got " +
+                             std::to_string(c));
   if (o.mla_decode_tc_stages != 0 && o.mla_decode_tc_stages != 2 && o.mla_decode_tc_stages != 3)
     return InvalidArgument("MLA decode tensor-core stages must be 0 (default), 2 or 3, got " +
                            std::to_string(o.mla_decode_tc_stages));

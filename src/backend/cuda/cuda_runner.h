@@ -118,8 +118,8 @@ struct CudaRunnerOptions {
   int mla_decode_sm90_small_batch_chunk = 128;
   // MlaDecodeParams::tc_stages for the mma.sync decode kernels (A/B; the CLI reads
   // DS_MLA_DECODE_TC_STAGES=2|3): 0 = the kernel's default (3-stage ring; a 16-row tile's block
-  // then takes 147 KB of shared memory), 2 = 2 stages (109 KB). mla_decode_small_batch_chunk
-  // also takes 32 (one 32-key stage per split, a measurement; the default stays 64).
+  // then takes 147 KB of shared memory), 2 = 2 stages (109 KB). V2-Lite b1 x 1K and x 4K: no
+  // measurable difference (session 12 run 12).
   int mla_decode_tc_stages = 0;
   // Absorbed-MLA decode, tensor-core warp-split kernel (<= 16 query rows per sequence: 16 heads,
   // V2-Lite / TP8): merge the KV splits in the kernel (MlaDecodeParams::tc_fused_combine: the

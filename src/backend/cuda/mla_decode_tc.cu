@@ -954,10 +954,7 @@ TcPlanInfo TcPlan(const MlaDecodeParams& p) {
     const int64_t work = pl.nrb * total;
     const int64_t target = bpsm * static_cast<int64_t>(NumSms());
     int64_t chunk = (work + target - 1) / target;
-    // Multiples of 64 keys (a cache page); of 32 (one pipeline stage) where kv_chunk asks for
-    // less than a page (CudaRunnerOptions::mla_decode_small_batch_chunk 32, a measurement).
-    const int64_t align = p.kv_chunk < 64 ? kBN : 64;
-    chunk = (chunk + align - 1) / align * align;
+    chunk = (chunk + 63) / 64 * 64;
     pl.chunk = std::max<int64_t>(chunk, p.kv_chunk);
     pl.softmax_chunk = pl.chunk;
     pl.tile = kBN;
