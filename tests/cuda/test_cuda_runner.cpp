@@ -78,9 +78,11 @@ ForwardBatch Batch(const std::vector<int32_t>& ids, int32_t ctx0, int nb, bool a
   return b;
 }
 
-// tweak (optional) changes the runner options before the runner is made (an option's golden
-// check, e.g. FixturesMatchGoldenQAbsorb).
-void CheckFixture(const std::string& name, bool precise, const std::function<void(CudaRunnerOptions&)>& tweak = {}) {
+// tweak (optional) changes the runner options before the runner is made; assert_decode asserts
+// the decode steps in bf16 mode too; after (optional) inspects the runner at the end (an
+// option's golden check, e.g. FixturesMatchGoldenQAbsorb: the path must have run).
+void CheckFixture(const std::string& name, bool precise, const std::function<void(CudaRunnerOptions&)>& tweak = {},
+                  bool assert_decode = false, const std::function<void(ModelRunner&)>& after = {}) {
   const char* mode = precise ? "precise" : "bf16";
   const std::string dir = DataDir() + "/" + name;
   std::ifstream in(dir + "/golden.json");
@@ -169,10 +171,10 @@ void CheckFixture(const std::string& name, bool precise, const std::function<voi
   // Asserted in precise mode; in bf16 mode measured and printed, like the ids: an MoE routing
   // near-tie flipped by bf16 activations (v3_tiny's step 14, CUDA_RUNS.md run 5) moves that
   // step's logits well past the bound.
-  if (precise && !step_logits.empty()) {
+  if ((precise || assert_decode) && !step_logits.empty()) {
     EXPECT_GE(min_cos_steps, min_cos_bound) << name;
   }
-  if (precise) {
+  if (precise || assert_decode) {
     EXPECT_EQ(mismatch_golden, 0) << name;
     EXPECT_EQ(mismatch_cpu, 0) << name;
     EXPECT_GE(min_cos_cpu, min_cos_bound) << name;
@@ -192,6 +194,7 @@ void CheckFixture(const std::string& name, bool precise, const std::function<voi
   std::printf("[fixture] %s %s chunked_prefill(%d+%d): min_cosine=%.6f%s\n", name.c_str(), mode, half, P - half, min_cos_chunk,
               min_cos_chunk >= min_cos_bound ? " PASS" : " FAIL");
   EXPECT_GE(min_cos_chunk, min_cos_bound) << name;
+  if (after) after(cuda);
 }
 
 // The FP8 fixture with cuBLASLt's activation-quantised FP8 GEMM forced for every projection
@@ -255,12 +258,20 @@ TEST(CudaRunner, FixturesMatchGolden) {
 }
 
 // fused_q_absorb (mla_q_absorb.h) against transformers' goldens, with the fixtures whose MLA
-// dims it takes (nope a multiple of 32: v3_mla512_tiny's 128 / 512, v3_fp8_tiny's 32 / 64).
+// dims it takes (nope a multiple of 32: v3_mla512_tiny's 128 / 512, v3_fp8_tiny's 32 / 64). The
+// path runs in the one-token decode steps (the prefills are naive MLA), so those are asserted
+// here in bf16 mode (ids vs golden and CPU, step logits' cosine); the path must have run.
 TEST(CudaRunner, FixturesMatchGoldenQAbsorb) {
   for (const char* n : {"v3_mla512_tiny", "v3_fp8_tiny"}) {
     if (!std::filesystem::exists(DataDir() + "/" + n + "/golden.json")) continue;
     SCOPED_TRACE(n);
-    CheckFixture(n, false, [](CudaRunnerOptions& o) { o.fused_q_absorb = true; });
+    CheckFixture(
+        n, false, [](CudaRunnerOptions& o) { o.fused_q_absorb = true; }, /*assert_decode=*/true,
+        [&](ModelRunner& r) {
+          const int64_t ran = GetCudaGraphStats(r).q_absorb_layers;
+          std::printf("[fixture] %s fused_q_absorb golden: path ran %lld times (expected > 0)\n", n, (long long)ran);
+          EXPECT_GT(ran, 0) << n << ": fused_q_absorb never ran";
+        });
   }
 }
 

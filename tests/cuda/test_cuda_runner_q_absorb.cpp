@@ -44,8 +44,8 @@ TEST(CudaRunnerQAbsorb, DummyModelsWithinBounds) {
 }
 
 // The fixtures: v3_mla512_tiny (nope 128, kv_lora 512) and v3_fp8_tiny (32 / 64) take the path;
-// v2_lite_tiny (16 / 32) and v3_tiny (24 / 48) do not (nope not a multiple of 32), and stay
-// bit-identical.
+// v2_lite_tiny (16 / 32) and v3_tiny (24 / 48) do not (nope not a multiple of 32: the path must
+// not run there; within the bounds, and bit-identical in session 12 run 11).
 TEST(CudaRunnerQAbsorb, FixturesWithinBounds) {
   const int ran = ForEachFixture({"v3_mla512_tiny", "v3_fp8_tiny", "v2_lite_tiny", "v3_tiny"},
                                  [](const std::string& name, const CudaRunnerOptions& o) {

@@ -22,7 +22,7 @@ void RunCase(const Case& c, bool graph) {
   const std::string label = std::string(c.name) + " T=" + std::to_string(T) + (graph ? " graph" : " direct");
   const std::vector<float> q = RandomNormal(T * H * dqk, 1.f);
   const std::vector<float> wf = RoundBf16Vec(RandomNormal(H * kvl * nope, 0.05f));
-  Dev<float> d_q(q), d_out(T * H * L);
+  Dev<float> d_q(q), d_out(8 * H * L);  // room for 8 tokens: rows >= T must stay poisoned
   Dev<__nv_bfloat16> d_w(ToBf16(wf));
   MlaQAbsorbParams p{};
   p.q = d_q.get(); p.q_tok_stride = H * dqk; p.q_head_stride = dqk;
@@ -47,8 +47,11 @@ void RunCase(const Case& c, bool graph) {
         ref.push_back(static_cast<float>(s));
       }
     }
+  int64_t written_rows = 0;  // outputs of tokens >= T
+  for (int64_t i = T * H * L; i < 8 * H * L; ++i) written_rows += !std::isnan(out[i]);
   ExpectClose("mla_q_absorb", label, got, ref, 1e-5);
   EXPECT_EQ(written_tail, 0) << label << ": wrote past kv_lora";
+  EXPECT_EQ(written_rows, 0) << label << ": wrote rows past tokens";
 }
 
 TEST(CudaMlaQAbsorb, MatchesCpuReference) {

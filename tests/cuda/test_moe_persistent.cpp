@@ -59,9 +59,11 @@ double B(const __nv_bfloat16& x) { return static_cast<double>(__bfloat162float(x
 
 void RunCase(const Case& c, bool graph, int bps, bool fold) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
-  // bps 0: the pipelined form (one block a SM, moe_persistent_pipe.h).
+  // bps <= 0: the pipelined form (one block a SM, moe_persistent_pipe.h) with a ring of -bps
+  // stages (0: as many as fit).
   const std::string label = std::string(c.name) + (graph ? " graph" : " direct") +
-                            (bps == 0 ? std::string(" pipe") : " bps" + std::to_string(bps)) + (fold ? " fold" : "");
+                            (bps <= 0 ? " pipe" + std::to_string(-bps) : " bps" + std::to_string(bps)) +
+                            (fold ? " fold" : "");
   // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual; with
   // fold, attn_out and the post-attention norm's weight instead of x32 / x16 (x32 is then the
   // reference's own norm of residual + attn_out).
@@ -109,8 +111,9 @@ void RunCase(const Case& c, bool graph, int bps, bool fold) {
   p.logits = d_logits.get(); p.topk_ids = d_ids.get(); p.topk_weights = d_w.get(); p.act = d_act.get();
   p.residual = d_res.get(); p.norm_weight = d_norm_w.get(); p.eps = 1e-6f;
   p.out32 = d_out32.get(); p.out16 = d_out16.get(); p.sync = d_sync.get(); p.partials = d_part.get();
-  p.pipelined = bps == 0;
-  p.blocks_per_sm = bps == 0 ? 1 : bps;
+  p.pipelined = bps <= 0;
+  p.pipe_max_stages = bps < 0 ? -bps : 0;
+  p.blocks_per_sm = bps <= 0 ? 1 : bps;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
@@ -201,6 +204,8 @@ TEST(CudaMoePersistent, MatchesCpuReference) {
     for (int bps : {0, 2}) RunCase(c, true, bps, true);
   RunCase(kCases[0], false, 1, true);  // the fold form at 1 block a SM, direct launches
   RunCase(kCases[0], false, 0, true);  // and pipelined
+  // The pipelined ring at its least depth (2 stages: the mbarrier parities flip on every use).
+  for (const Case& c : kCases) RunCase(c, true, -2, false);
 }
 
 // Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer

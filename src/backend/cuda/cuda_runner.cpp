@@ -372,7 +372,7 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     route_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
   }
-  if (opts_.smem_carveout >= -1) SetLaunchCarveout(opts_.smem_carveout);  // measurement knob (process-wide)
+  SetLaunchCarveout(opts_.smem_carveout);  // measurement knob (process-wide; -2 resets it)
   if (opts_.persistent_moe) {
     persist_sync_.Reset(2 * sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, 2 * sizeof(uint32_t), s_));
@@ -1259,6 +1259,10 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
     if (c < 0 || c % 64 != 0)
       return InvalidArgument("MLA decode small-batch chunk must be 0 or a positive multiple of 64, got " +
                              std::to_string(c));
+  if (o.smem_carveout < -2 || o.smem_carveout > 100 || o.persistent_moe_carveout < -1 || o.persistent_moe_carveout > 100)
+    return InvalidArgument("shared-memory carveouts: smem_carveout -2..100, persistent_moe_carveout -1..100");
+  if (o.smem_carveout >= -1 && o.persistent_moe_carveout >= 0)
+    return InvalidArgument("set one of smem_carveout (every kernel) and persistent_moe_carveout (the MoE kernel)");
   if (o.mla_decode_tc_stages != 0 && o.mla_decode_tc_stages != 2 && o.mla_decode_tc_stages != 3)
     return InvalidArgument("MLA decode tensor-core stages must be 0 (default), 2 or 3, got " +
                            std::to_string(o.mla_decode_tc_stages));

@@ -117,9 +117,10 @@ struct CudaRunnerOptions {
   // DS_MLA_DECODE_SM90_SMALL_CHUNK=N.
   int mla_decode_sm90_small_batch_chunk = 128;
   // MlaDecodeParams::tc_stages for the mma.sync decode kernels (A/B; the CLI reads
-  // DS_MLA_DECODE_TC_STAGES=2|3): 0 = the kernel's default (3-stage ring; a 16-row tile's block
-  // then takes 147 KB of shared memory), 2 = 2 stages (109 KB). V2-Lite b1 x 1K and x 4K: no
-  // measurable difference (session 12 run 12).
+  // DS_MLA_DECODE_TC_STAGES=2|3): 0 = each kernel's default. The row-tile kernel: 3-stage ring
+  // (a 16-row tile's block takes 147 KB of shared memory), 2 = 2 stages (109 KB). The warp-split
+  // kernel: 2 warp pairs with 2-stage rings by default (2 changes nothing), 3 = 3 pairs with
+  // 3-stage rings. V2-Lite b1 x 1K and x 4K (row-tile): 2 stages no different (session 12 run 12).
   int mla_decode_tc_stages = 0;
   // Absorbed-MLA decode, tensor-core warp-split kernel (<= 16 query rows per sequence: 16 heads,
   // V2-Lite / TP8): merge the KV splits in the kernel (MlaDecodeParams::tc_fused_combine: the

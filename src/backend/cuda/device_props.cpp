@@ -67,6 +67,8 @@ void SetLaunchCarveout(int percent) {
   g_launch_carveout.store(percent, std::memory_order_relaxed);
 }
 
+int LaunchCarveout() { return g_launch_carveout.load(std::memory_order_relaxed); }
+
 void ApplyLaunchCarveout(const void* func) {
   const int c = g_launch_carveout.load(std::memory_order_relaxed);
   if (c >= -1) SetPreferredCarveout(func, c);

@@ -33,8 +33,11 @@ void SetPreferredCarveout(const void* func, int percent);
 // carveout that LaunchKernel / LaunchKernelWith (launch.cuh) apply to every kernel they launch,
 // so our kernels all ask the SMs for one L1 / shared split. -2 (the default) leaves every kernel
 // alone; -1 .. 100 as SetPreferredCarveout. Process-wide on purpose (it measures a property of
-// the whole kernel sequence); not for production use.
+// the whole kernel sequence; each CudaModelRunner sets it from its options when made, so the
+// last runner made decides); not for production use. Kernels whose attribute it already set
+// keep that attribute after a reset to -2.
 void SetLaunchCarveout(int percent);
+int LaunchCarveout();  // the value SetLaunchCarveout set (-2: none)
 void ApplyLaunchCarveout(const void* func);
 
 }  // namespace ds::cuda

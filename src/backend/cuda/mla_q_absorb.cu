@@ -18,8 +18,10 @@ constexpr int kMaxTokens = 8, kMaxNope = 256;
 
 __global__ void __launch_bounds__(kThreads) MlaQAbsorbKernel(MlaQAbsorbParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
-  // xs[t][d]: token t's bf16 q_nope of this block's head (zero for t >= tokens).
-  __shared__ __align__(16) bf16 xs[kMaxTokens][kMaxNope];
+  // xs[t][d]: token t's bf16 q_nope of this block's head (zero for t >= tokens). Rows padded to
+  // 64 mod 128 bytes: the 16-byte reads of tokens g and g + 1 (one quarter-warp) fall on
+  // different banks.
+  __shared__ __align__(16) bf16 xs[kMaxTokens][kMaxNope + 32];
   const int64_t h = blockIdx.y, nope = p.nope, T = p.tokens;
   for (int64_t i = threadIdx.x; i < kMaxTokens * nope; i += kThreads) {
     const int64_t t = i / nope, d = i % nope;

@@ -296,21 +296,29 @@ void (*KernelFor(int blocks_per_sm))(MoePersistentParams) {
 // device, and the device runs cooperative launches; the answer cached per (device, variant, smem)
 // under a mutex (runners on several devices may ask from several threads). Raises the kernel's
 // dynamic shared memory limit on this device first where smem needs it.
-bool FitsCurrentDevice(int blocks_per_sm, size_t smem) {
+// The carveout a launch of p runs at: its own (smem_carveout) or the measurement knob's
+// (SetLaunchCarveout: LaunchKernelWith applies it at launch, after MoePersistent's own).
+int EffectiveCarveout(const MoePersistentParams& p) {
+  const int global = LaunchCarveout();
+  return global >= -1 ? global : p.smem_carveout;
+}
+
+// carveout: the preferred shared-memory carveout the launch will run at (>= -1; -2: none set),
+// applied before the occupancy query (it changes how many blocks fit).
+bool FitsCurrentDevice(int blocks_per_sm, size_t smem, int carveout) {
   static std::mutex mu;
-  static auto* known = new std::map<std::tuple<int, int, size_t>, bool>();
+  static auto* known = new std::map<std::tuple<int, int, size_t, int>, bool>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(dev, blocks_per_sm, smem);
+  const auto key = std::make_tuple(dev, blocks_per_sm, smem, carveout);
   if (const auto it = known->find(key); it != known->end()) return it->second;
   int coop = 0;
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   bool fits = coop != 0 && smem <= 227 * 1024;
   if (fits) {
     void (*kernel)(MoePersistentParams) = KernelFor(blocks_per_sm);
-    // The measurement knob's carveout (launch.cuh applies it at launch) changes the occupancy.
-    ApplyLaunchCarveout(reinterpret_cast<const void*>(kernel));
+    if (carveout >= -1) SetPreferredCarveout(reinterpret_cast<const void*>(kernel), carveout);
     if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
     DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
@@ -358,7 +366,8 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     }
   } else if (SmemBytes(p) > 200 * 1024) {
     why << "activations need " << SmemBytes(p) << " bytes of shared memory; ";
-  } else if (p.blocks_per_sm >= 1 && p.blocks_per_sm <= 2 && !FitsCurrentDevice(p.blocks_per_sm, SmemBytes(p))) {
+  } else if (p.blocks_per_sm >= 1 && p.blocks_per_sm <= 2 &&
+             !FitsCurrentDevice(p.blocks_per_sm, SmemBytes(p), EffectiveCarveout(p))) {
     why << p.blocks_per_sm << " blocks with " << SmemBytes(p)
         << " bytes of shared memory do not fit an SM of this device (or it has no cooperative launch); ";
   }

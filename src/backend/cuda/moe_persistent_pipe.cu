@@ -5,7 +5,7 @@
 
 #include <map>
 #include <mutex>
-#include <utility>
+#include <tuple>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -401,18 +401,21 @@ const char* PipeUnsupported(const MoePersistentParams& p) {
   if (geo.kg == 0 || geo.kd == 0) return "hidden or I has no stage K (a multiple of 32 dividing it, at most the stage K limit)";
   if (!geo.Ok()) return "activations leave the stage ring fewer than 2 stages of shared memory";
   static std::mutex mu;
-  static auto* known = new std::map<std::pair<int, int64_t>, bool>();
+  static auto* known = new std::map<std::tuple<int, int64_t, int>, bool>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
+  // The carveout the launch runs at (the measurement knob's, applied at launch, else the
+  // kernel's own): it changes whether a block fits.
+  const int carveout = LaunchCarveout() >= -1 ? LaunchCarveout() : p.smem_carveout;
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(dev, geo.DynSmem());
+  const auto key = std::make_tuple(dev, geo.DynSmem(), carveout);
   auto it = known->find(key);
   if (it == known->end()) {
     int coop = 0;
     DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
     bool fits = coop != 0;
     if (fits) {
-      ApplyLaunchCarveout(reinterpret_cast<const void*>(MoePipeKernel));  // the knob's carveout changes the occupancy
+      if (carveout >= -1) SetPreferredCarveout(reinterpret_cast<const void*>(MoePipeKernel), carveout);
       EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MoePipeKernel), static_cast<int>(geo.DynSmem()));
       int per_sm = 0;
       DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MoePipeKernel, kThreads, geo.DynSmem()));

@@ -28,7 +28,8 @@ inline constexpr int kMaxStageK = 1024;  // default largest stage K
 
 // Ring geometry of a layer's shapes (the same on host and device).
 struct Geom {
-  int kg = 0, kd = 0;       // K of a gate_up / down stage (divides hidden / I, a multiple of 32, <= 1024)
+  int kg = 0, kd = 0;       // K of a gate_up / down stage (divides hidden / I, a multiple of 32, at most
+                            // kMaxStageK or MoePersistentParams::pipe_stage_k)
   int rg = 0, rd = 0;       // a stage row's bytes in shared memory (2 K padded to 64 mod 128: the
                             // 16-byte lane reads of rows g and g + 1 fall on different banks)
   int slot = 0, stages = 0; // a stage's bytes (16 rows of the wider kind) and the ring's stages
