@@ -71,10 +71,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_PERSISTENT_MOE", &c.persistent_moe);            // the batch-1 MoE layer in one cooperative launch (on since session 11)
   env_switch("DS_OPROJ_NORM", &c.fused_oproj_norm);              // residual + norm in o_proj's last block (off: verified, slower)
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
-  env_switch("DS_PERSISTENT_MOE_PIPE", &c.persistent_moe_pipelined);  // its pipelined form (bulk-copy ring; opt-in)
-  env_int("DS_PERSISTENT_MOE_PIPE_STAGES", 2, 8, 1, &c.persistent_moe_pipe_stages);
-  env_int("DS_PERSISTENT_MOE_CARVEOUT", 0, 100, 1, &c.persistent_moe_carveout);
-  env_int("DS_SMEM_CARVEOUT", -1, 100, 1, &c.smem_carveout);
   env_switch("DS_Q_ABSORB", &c.fused_q_absorb);                  // MLA q absorption in one launch (opt-in)
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)

@@ -59,10 +59,7 @@ double B(const __nv_bfloat16& x) { return static_cast<double>(__bfloat162float(x
 
 void RunCase(const Case& c, bool graph, int bps, bool fold) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
-  // bps <= 0: the pipelined form (one block a SM, moe_persistent_pipe.h) with a ring of -bps
-  // stages (0: as many as fit).
-  const std::string label = std::string(c.name) + (graph ? " graph" : " direct") +
-                            (bps <= 0 ? " pipe" + std::to_string(-bps) : " bps" + std::to_string(bps)) +
+  const std::string label = std::string(c.name) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
                             (fold ? " fold" : "");
   // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual; with
   // fold, attn_out and the post-attention norm's weight instead of x32 / x16 (x32 is then the
@@ -111,9 +108,6 @@ void RunCase(const Case& c, bool graph, int bps, bool fold) {
   p.logits = d_logits.get(); p.topk_ids = d_ids.get(); p.topk_weights = d_w.get(); p.act = d_act.get();
   p.residual = d_res.get(); p.norm_weight = d_norm_w.get(); p.eps = 1e-6f;
   p.out32 = d_out32.get(); p.out16 = d_out16.get(); p.sync = d_sync.get(); p.partials = d_part.get();
-  p.pipelined = bps <= 0;
-  p.pipe_max_stages = bps < 0 ? -bps : 0;
-  p.blocks_per_sm = bps <= 0 ? 1 : bps;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
@@ -124,6 +118,7 @@ void RunCase(const Case& c, bool graph, int bps, bool fold) {
         DS_CUDA_CHECK(cudaMemcpyAsync(d_res.get(), d_res_in.get(), Hd * sizeof(float), cudaMemcpyDeviceToDevice, st));
         MoePersistentParams q = p;
         q.stream = st;
+        q.blocks_per_sm = bps;
         MoePersistent(q);
       },
       [&] { d_logits.Poison(); d_ids.Poison(); d_w.Poison(); d_act.Poison(); d_out32.Poison(); d_out16.Poison(); });
@@ -199,13 +194,9 @@ void RunCase(const Case& c, bool graph, int bps, bool fold) {
 TEST(CudaMoePersistent, MatchesCpuReference) {
   for (const Case& c : kCases)
     for (bool graph : {false, true})
-      for (int bps : {0, 1, 2}) RunCase(c, graph, bps, false);
-  for (const Case& c : kCases)
-    for (int bps : {0, 2}) RunCase(c, true, bps, true);
+      for (int bps : {1, 2}) RunCase(c, graph, bps, false);
+  for (const Case& c : kCases) RunCase(c, true, 2, true);
   RunCase(kCases[0], false, 1, true);  // the fold form at 1 block a SM, direct launches
-  RunCase(kCases[0], false, 0, true);  // and pipelined
-  // The pipelined ring at its least depth (2 stages: the mbarrier parities flip on every use).
-  for (const Case& c : kCases) RunCase(c, true, -2, false);
 }
 
 // Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer
@@ -248,15 +239,9 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
     return ReplayUs(g, st, kReplays, kReps);
   };
-  // bps <= 0: the pipelined form (one block a SM) with a ring of -bps stages (0: as many as fit);
-  // -100: stages of the whole hidden (4 KB rows, 2 stages fit).
-  for (int bps : {0, -2, -3, -4, -100, 1, 2}) {
-    p.blocks_per_sm = bps <= 0 ? 1 : bps;
-    p.pipelined = bps <= 0;
-    p.pipe_max_stages = bps < 0 && bps > -100 ? -bps : 0;
-    p.pipe_stage_k = bps == -100 ? 2048 : 0;
-    ASSERT_EQ(MoePersistentUnsupported(p), "");
-    const int grid = MoePersistentGridBlocks(p.blocks_per_sm);
+  for (int bps : {1, 2}) {
+    p.blocks_per_sm = bps;
+    const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
     std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d grid=%d full=%.2f us (%.0f GB/s on %.1f MB) "
@@ -268,8 +253,6 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     MoePersistent(q);
     DS_CUDA_CHECK(cudaStreamSynchronize(st));
     const std::vector<long long> s = d_stamps.Download();
-    // (Pipelined: "barrier1" is the arrival only; the producer warp waits for it, while phase 2
-    // runs the shared experts' tiles then the routed ones.)
     const char* names[kMoePersistentStamps - 1] = {"phase1 router", "barrier1", "phase2 route+gate_up(routed+shared)",
                                                    "barrier2", "phase3 down+combine", "barrier3", "phase4 norm"};
     for (int i = 0; i + 1 < kMoePersistentStamps; ++i) {
@@ -301,22 +284,6 @@ TEST(CudaMoePersistent, RejectsUnsupported) {
     EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
   q.blocks_per_sm = 3;
   EXPECT_NE(MoePersistentUnsupported(q).find("blocks_per_sm 3"), std::string::npos);
-  q.pipelined = true;  // the pipelined form ignores blocks_per_sm
-  EXPECT_EQ(MoePersistentUnsupported(q).find("blocks_per_sm"), std::string::npos);
-}
-
-// The pipelined form's own limit: the activations must leave room for two stages of the ring.
-TEST(CudaMoePersistent, PipelinedRejectsRingTooSmall) {
-  MoePersistentParams q{};
-  q.hidden = 2048; q.num_experts = 64; q.top_k = 16; q.inter = 4096; q.shared_inter = 0;
-  q.routing.num_experts = 64; q.routing.top_k = 16; q.routing.n_group = 1; q.routing.topk_group = 1;
-  q.pipelined = true;
-  const std::string why = MoePersistentUnsupported(q);
-  EXPECT_NE(why.find("fewer than 2 stages"), std::string::npos) << why;
-  q.top_k = 6; q.routing.top_k = 6; q.inter = 1408;  // V2-Lite's shapes: only the null pointers left
-  const std::string why2 = MoePersistentUnsupported(q);
-  EXPECT_NE(why2.find("null pointer"), std::string::npos) << why2;
-  EXPECT_EQ(why2.find("pipelined"), std::string::npos) << why2;
 }
 
 }  // namespace

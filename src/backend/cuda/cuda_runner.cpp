@@ -372,7 +372,6 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     route_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
   }
-  SetLaunchCarveout(opts_.smem_carveout);  // measurement knob (process-wide; -2 resets it)
   if (opts_.persistent_moe) {
     persist_sync_.Reset(2 * sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, 2 * sizeof(uint32_t), s_));
@@ -742,9 +741,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.sync = persist_sync_.as<uint32_t>(); p.partials = persist_partials_.as<float>();
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
-  p.pipelined = opts_.persistent_moe_pipelined;
-  p.pipe_max_stages = opts_.persistent_moe_pipe_stages;
-  p.smem_carveout = opts_.persistent_moe_carveout;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form).
   if (persist_ok_.empty()) persist_ok_.assign(2 * cfg_.num_hidden_layers, -1);
@@ -1259,10 +1255,6 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
     if (c < 0 || c % 64 != 0)
       return InvalidArgument("MLA decode small-batch chunk must be 0 or a positive multiple of 64, got " +
                              std::to_string(c));
-  if (o.smem_carveout < -2 || o.smem_carveout > 100 || o.persistent_moe_carveout < -1 || o.persistent_moe_carveout > 100)
-    return InvalidArgument("shared-memory carveouts: smem_carveout -2..100, persistent_moe_carveout -1..100");
-  if (o.smem_carveout >= -1 && o.persistent_moe_carveout >= 0)
-    return InvalidArgument("set one of smem_carveout (every kernel) and persistent_moe_carveout (the MoE kernel)");
   if (o.mla_decode_tc_stages != 0 && o.mla_decode_tc_stages != 2 && o.mla_decode_tc_stages != 3)
     return InvalidArgument("MLA decode tensor-core stages must be 0 (default), 2 or 3, got " +
                            std::to_string(o.mla_decode_tc_stages));

@@ -228,25 +228,12 @@ struct CudaRunnerOptions {
   // ~53 us against ~54 us of launches it replaces). The CLI reads DS_PERSISTENT_MOE=0/1.
   bool persistent_moe = true;
   int persistent_moe_blocks_per_sm = 2;  // its blocks per SM (1 or 2). The CLI reads DS_PERSISTENT_MOE_BPS.
-  // Its pipelined form (moe_persistent_pipe.h: one block per SM, a producer warp streaming the
-  // weights through a shared-memory ring with bulk copies, so the stream does not stop at the
-  // grid barriers). Opt-in until measured. The CLI reads DS_PERSISTENT_MOE_PIPE=0/1.
-  bool persistent_moe_pipelined = false;
   // MLA's query absorption (q_nope W_UK per head) in passes of <= 8 absorbed rows as one
   // MlaQAbsorb launch (mla_q_absorb.h) reading the fp32 q directly, instead of SplitBf16 + a
   // batched cuBLASLt GEMM (1.8 + 4.1 us under ncu at V2-Lite batch 1, on the q side branch that
   // is the longer one). Changes the fp32 summation order (bounded: CudaRunnerQAbsorb.*).
   // Opt-in until measured. The CLI reads DS_Q_ABSORB=0/1.
   bool fused_q_absorb = false;
-  // Measurement knobs: the pipelined ring's stages (0: as many as fit; DS_PERSISTENT_MOE_PIPE_STAGES)
-  // and the kernel's preferred shared-memory carveout in percent (-1: the driver's choice;
-  // DS_PERSISTENT_MOE_CARVEOUT).
-  int persistent_moe_pipe_stages = 0;
-  int persistent_moe_carveout = -1;
-  // Measurement knob: one preferred shared-memory carveout (percent) for every kernel of ours that
-  // LaunchKernel launches (device_props.h SetLaunchCarveout; process-wide); -2 leaves them alone.
-  // The CLI reads DS_SMEM_CARVEOUT.
-  int smem_carveout = -2;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the

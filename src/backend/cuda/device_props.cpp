@@ -2,9 +2,7 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <map>
-#include <tuple>
 #include <mutex>
 #include <utility>
 
@@ -43,35 +41,6 @@ void EnsureMaxDynamicSmem(const void* func, int bytes) {
   if (have >= bytes) return;
   DS_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   have = bytes;
-}
-
-void SetPreferredCarveout(const void* func, int percent) {
-  DS_CHECK(percent >= -1 && percent <= 100) << "shared-memory carveout " << percent << " (-1..100)";
-  static std::mutex mu;
-  static auto* set = new std::map<std::pair<int, const void*>, int>();  // (device, kernel) -> percent set
-  int dev = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(dev, func);
-  if (auto it = set->find(key); it != set->end() && it->second == percent) return;
-  DS_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributePreferredSharedMemoryCarveout, percent));
-  (*set)[key] = percent;
-}
-
-namespace {
-std::atomic<int> g_launch_carveout{-2};
-}  // namespace
-
-void SetLaunchCarveout(int percent) {
-  DS_CHECK(percent >= -2 && percent <= 100) << "launch shared-memory carveout " << percent << " (-2..100)";
-  g_launch_carveout.store(percent, std::memory_order_relaxed);
-}
-
-int LaunchCarveout() { return g_launch_carveout.load(std::memory_order_relaxed); }
-
-void ApplyLaunchCarveout(const void* func) {
-  const int c = g_launch_carveout.load(std::memory_order_relaxed);
-  if (c >= -1) SetPreferredCarveout(func, c);
 }
 
 }  // namespace ds::cuda

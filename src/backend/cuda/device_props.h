@@ -24,20 +24,4 @@ const DeviceProps& CurrentDeviceProps();
 // Errors: a failed CUDA call throws CheckError.
 void EnsureMaxDynamicSmem(const void* func, int bytes);
 
-// Sets kernel `func`'s preferred shared-memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout:
-// percent 0-100 of the SM's unified L1 / shared memory, or -1, cudaSharedmemCarveoutDefault) on the
-// current device; calls the driver once per (device, function, value); thread-safe.
-void SetPreferredCarveout(const void* func, int percent);
-
-// Measurement knob (CudaRunnerOptions::smem_carveout, the CLI's DS_SMEM_CARVEOUT): a process-wide
-// carveout that LaunchKernel / LaunchKernelWith (launch.cuh) apply to every kernel they launch,
-// so our kernels all ask the SMs for one L1 / shared split. -2 (the default) leaves every kernel
-// alone; -1 .. 100 as SetPreferredCarveout. Process-wide on purpose (it measures a property of
-// the whole kernel sequence; each CudaModelRunner sets it from its options when made, so the
-// last runner made decides); not for production use. Kernels whose attribute it already set
-// keep that attribute after a reset to -2.
-void SetLaunchCarveout(int percent);
-int LaunchCarveout();  // the value SetLaunchCarveout set (-2: none)
-void ApplyLaunchCarveout(const void* func);
-
 }  // namespace ds::cuda

@@ -49,7 +49,6 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/device_props.h"
 
 namespace ds::cuda {
 
@@ -79,7 +78,6 @@ inline unsigned AddPdlAttribute(cudaLaunchAttribute* attrs, unsigned n, bool pdl
 template <typename... KArgs, typename... Args>
 void LaunchKernelWith(const cudaLaunchAttribute& attr, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                       cudaStream_t stream, Args&&... args) {
-  ApplyLaunchCarveout(reinterpret_cast<const void*>(kernel));
   cudaLaunchAttribute attrs[1] = {attr};
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
@@ -99,7 +97,6 @@ template <typename... KArgs, typename... Args>
 void LaunchKernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
                   Args&&... args) {
   if (!pdl) {
-    ApplyLaunchCarveout(reinterpret_cast<const void*>(kernel));
     kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
     return;
   }

@@ -12,7 +12,6 @@
 #include "backend/cuda/gemv_ptx.cuh"
 #include "backend/cuda/grid_barrier.cuh"
 #include "backend/cuda/launch.cuh"
-#include "backend/cuda/moe_persistent_pipe.h"
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/router_gemv.cuh"
 #include "common/check.h"
@@ -296,29 +295,19 @@ void (*KernelFor(int blocks_per_sm))(MoePersistentParams) {
 // device, and the device runs cooperative launches; the answer cached per (device, variant, smem)
 // under a mutex (runners on several devices may ask from several threads). Raises the kernel's
 // dynamic shared memory limit on this device first where smem needs it.
-// The carveout a launch of p runs at: its own (smem_carveout) or the measurement knob's
-// (SetLaunchCarveout: LaunchKernelWith applies it at launch, after MoePersistent's own).
-int EffectiveCarveout(const MoePersistentParams& p) {
-  const int global = LaunchCarveout();
-  return global >= -1 ? global : p.smem_carveout;
-}
-
-// carveout: the preferred shared-memory carveout the launch will run at (>= -1; -2: none set),
-// applied before the occupancy query (it changes how many blocks fit).
-bool FitsCurrentDevice(int blocks_per_sm, size_t smem, int carveout) {
+bool FitsCurrentDevice(int blocks_per_sm, size_t smem) {
   static std::mutex mu;
-  static auto* known = new std::map<std::tuple<int, int, size_t, int>, bool>();
+  static auto* known = new std::map<std::tuple<int, int, size_t>, bool>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(dev, blocks_per_sm, smem, carveout);
+  const auto key = std::make_tuple(dev, blocks_per_sm, smem);
   if (const auto it = known->find(key); it != known->end()) return it->second;
   int coop = 0;
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   bool fits = coop != 0 && smem <= 227 * 1024;
   if (fits) {
     void (*kernel)(MoePersistentParams) = KernelFor(blocks_per_sm);
-    if (carveout >= -1) SetPreferredCarveout(reinterpret_cast<const void*>(kernel), carveout);
     if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
     DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
@@ -334,9 +323,8 @@ int MoePersistentGridBlocks(int blocks_per_sm) { return CurrentDeviceProps().sms
 
 std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   std::ostringstream why;
-  const int64_t W = int64_t{MoePersistentGridBlocks(p.pipelined ? 1 : std::clamp(p.blocks_per_sm, 1, 2))} * kWarps;
-  if (!p.pipelined && (p.blocks_per_sm < 1 || p.blocks_per_sm > 2))
-    why << "blocks_per_sm " << p.blocks_per_sm << " (1 or 2); ";
+  const int64_t W = int64_t{MoePersistentGridBlocks(std::clamp(p.blocks_per_sm, 1, 2))} * kWarps;
+  if (p.blocks_per_sm < 1 || p.blocks_per_sm > 2) why << "blocks_per_sm " << p.blocks_per_sm << " (1 or 2); ";
   const MoeRoutingParams& r = p.routing;
   if (p.hidden < 8 || p.hidden % 8 != 0) why << "hidden " << p.hidden << " is not a positive multiple of 8; ";
   if (p.inter < 8 || p.inter % 8 != 0) why << "moe_intermediate_size " << p.inter << " is not a positive multiple of 8; ";
@@ -359,15 +347,9 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   if (p.attn_out && !p.post_norm_weight) why << "attn_out without post_norm_weight; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
-  if (p.pipelined) {
-    if (why.str().empty()) {  // (its geometry assumes the shapes above)
-      const char* pipe = moe_pipe::PipeUnsupported(p);
-      if (*pipe) why << "pipelined: " << pipe << "; ";
-    }
-  } else if (SmemBytes(p) > 200 * 1024) {
+  if (SmemBytes(p) > 200 * 1024) {
     why << "activations need " << SmemBytes(p) << " bytes of shared memory; ";
-  } else if (p.blocks_per_sm >= 1 && p.blocks_per_sm <= 2 &&
-             !FitsCurrentDevice(p.blocks_per_sm, SmemBytes(p), EffectiveCarveout(p))) {
+  } else if (p.blocks_per_sm >= 1 && p.blocks_per_sm <= 2 && !FitsCurrentDevice(p.blocks_per_sm, SmemBytes(p))) {
     why << p.blocks_per_sm << " blocks with " << SmemBytes(p)
         << " bytes of shared memory do not fit an SM of this device (or it has no cooperative launch); ";
   }
@@ -384,14 +366,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
 void MoePersistent(const MoePersistentParams& p) {
   const std::string why = MoePersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
-  DS_CHECK(p.smem_carveout >= -1 && p.smem_carveout <= 100) << "MoePersistent: smem_carveout " << p.smem_carveout;
-  if (p.smem_carveout >= 0)
-    SetPreferredCarveout(p.pipelined ? moe_pipe::PipeKernel() : reinterpret_cast<const void*>(KernelFor(p.blocks_per_sm)),
-                p.smem_carveout);
-  if (p.pipelined) {
-    moe_pipe::LaunchPipe(p);
-    return;
-  }
   const size_t smem = SmemBytes(p);
   void (*kernel)(MoePersistentParams) = KernelFor(p.blocks_per_sm);  // fits: checked by MoePersistentUnsupported
   // Cooperative: every block resident, as the grid barriers need.

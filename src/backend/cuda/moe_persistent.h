@@ -79,22 +79,9 @@ struct MoePersistentParams {
   float* partials = nullptr;            // [MoePersistentGridBlocks(blocks_per_sm)] fp32 scratch
   cudaStream_t stream = nullptr;
   int blocks_per_sm = 1;                // 1 or 2 (2: registers capped at 128, twice the warps)
-  // The pipelined form (moe_persistent_pipe.h): one block per SM (blocks_per_sm ignored), a
-  // producer warp streaming the block's weights through a shared-memory ring with bulk copies
-  // while eight consumer warps multiply, so the weight stream does not stop at the barriers.
-  bool pipelined = false;
-  int pipe_max_stages = 0;              // pipelined: cap on the ring's stages (0: as many as fit, <= 8)
-  int pipe_stage_k = 0;                 // pipelined: largest K of a stage (0: 1024)
-  // Measurement: >= 0 sets the kernel's cudaFuncAttributePreferredSharedMemoryCarveout (percent of
-  // the SM's unified L1 / shared memory) before the launch; -1 leaves the driver's choice. The
-  // process-wide knob (device_props.h SetLaunchCarveout), when set, wins: the launch applies it
-  // (the runner refuses both at once).
-  int smem_carveout = -1;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
-  // barrier 3 passed, end (pipelined form: "barrier 1 passed" is barrier 1's arrival; the
-  // producer warp waits for it). barriers_only skips every phase's work (the launch and
-  // barriers' cost).
+  // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
   long long* stamps = nullptr;
   bool barriers_only = false;
 };

@@ -32,14 +32,6 @@ __device__ __forceinline__ bool BarTryWait(uint32_t bar, uint32_t parity) {
       : "memory");
   return ok != 0;
 }
-// Bulk copy (no tensor map) of `bytes` (a multiple of 16; both addresses 16-byte aligned) from
-// global to this CTA's shared memory, completing as transaction bytes on the mbarrier `bar`
-// (PTX ISA 8.x, "cp.async.bulk").
-__device__ __forceinline__ void BulkG2S(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
-}
 __device__ __forceinline__ void NamedBarSync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
