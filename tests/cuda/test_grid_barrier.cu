@@ -5,7 +5,8 @@
 // back at 0 and the generation advanced by the barrier count, over direct launches and CUDA-graph
 // replays. A disabled report times a barrier (launches of 64 barriers minus launches of none)
 // against two other forms: polling relaxed with a fence after, and one counter that never resets
-// (arrivals counted from the value read at the start; no second atomic on the critical path).
+// (arrivals counted from the value read at the start; no second atomic on the critical path),
+// and the latency of one point-to-point dependency hop between blocks (HopChainKernel).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -76,6 +77,29 @@ __global__ void __launch_bounds__(kThreads, 1) BarrierTimeKernel(uint32_t* sync,
   }
 }
 
+// A chain of dependency hops between blocks (the megakernel design's per-op counters,
+// decode_small_batch.md "Next: the batch-1 layer as one kernel"): after one grid barrier (every
+// block has read the hop counter's start value), round r belongs to block r % grid, whose thread
+// 0 waits until the counter reaches base + r (acquire) and then bumps it (release), so each hop
+// crosses to another SM. Timing report only.
+__global__ void __launch_bounds__(kThreads, 1) HopChainKernel(uint32_t* sync, uint32_t* hop, int rounds) {
+  __shared__ uint32_t base, gen0;
+  if (threadIdx.x == 0) {
+    gen0 = grid::GridGeneration(sync);
+    base = grid::LdAcquire(hop);
+  }
+  __syncthreads();
+  grid::GridBarrier(sync, gen0 + 1);
+  for (int r = static_cast<int>(blockIdx.x); r < rounds; r += static_cast<int>(gridDim.x)) {
+    if (threadIdx.x == 0) {
+      while (static_cast<int32_t>(grid::LdAcquire(hop) - (base + static_cast<uint32_t>(r))) < 0) {
+      }
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(hop) : "memory");
+    }
+    __syncthreads();  // the block goes on (a consumer's work would start here)
+  }
+}
+
 TEST(CudaGridBarrier, OrdersWritesAcrossBlocks) {
   const int sms = CurrentDeviceProps().sms;
   constexpr int kRounds = 50, kLaunches = 3;
@@ -130,6 +154,20 @@ TEST(CudaGridBarrier, DISABLED_TimingReport) {
     for (int f = 0; f < 3; ++f)
       std::printf("[metric] op=grid_barrier_timing blocks=%d form=\"%s\": %.3f us a barrier (launch of none %.2f us)\n",
                   blocks, names[f], (t[f] - empty) / kRounds, empty);
+    // Point-to-point hops (block r % grid waits for hop r - 1's release): per hop, net of the
+    // launch and its one grid barrier.
+    Dev<uint32_t> hop(1);
+    DS_CUDA_CHECK(cudaMemset(hop.get(), 0, sizeof(uint32_t)));
+    const auto hop_us = [&](int rounds) {
+      const CapturedGraph g(st, [&] {
+        for (int i = 0; i < kLaunches; ++i)
+          LaunchCooperative(HopChainKernel, dim3(blocks), dim3(kThreads), 0, st, sync.get(), hop.get(), rounds);
+      });
+      return ReplayUs(g, st, 1, kLaunches);
+    };
+    const double h0 = hop_us(0), hops = hop_us(4 * blocks);
+    std::printf("[metric] op=grid_hop_timing blocks=%d: %.3f us a hop to another block (launch + one barrier %.2f us)\n",
+                blocks, (hops - h0) / (4 * blocks), h0);
   }
   DS_CUDA_CHECK(cudaStreamDestroy(st));
 }
