@@ -372,6 +372,10 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     route_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
   }
+  if (opts_.attn_persistent) {
+    attn_sync_.Reset(2 * sizeof(uint32_t));
+    DS_CUDA_CHECK(cudaMemsetAsync(attn_sync_.get(), 0, 2 * sizeof(uint32_t), s_));
+  }
   if (opts_.persistent_moe) {
     persist_sync_.Reset(2 * sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, 2 * sizeof(uint32_t), s_));

@@ -234,6 +234,12 @@ struct CudaRunnerOptions {
   // is the longer one). Changes the fp32 summation order (bounded: CudaRunnerQAbsorb.*).
   // Opt-in until measured. The CLI reads DS_Q_ABSORB=0/1.
   bool fused_q_absorb = false;
+  // The whole MLA attention layer of a one-token, one-sequence decode pass (batch 1) as one
+  // cooperative launch (mla_attn_persistent.h: q / kv_a, kv norm + RoPE + cache write, the q
+  // absorption, split-KV decode, merge + W_UV and o_proj, phases split by grid barriers), for
+  // bf16 projections without q_lora (V2-Lite), <= 16 heads. Written without a GPU in session 12:
+  // not yet run; opt-in. The CLI reads DS_ATTN_PERSISTENT=0/1.
+  bool attn_persistent = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -442,6 +448,7 @@ struct CudaGraphStats {
   int64_t fused_kvrope_layers = 0;
   int64_t fused_uv_layers = 0;    // MLA layers whose decode merge applied W_UV (fused_uv)
   int64_t q_absorb_layers = 0;    // MLA absorptions run as one MlaQAbsorb launch (fused_q_absorb; also a fused launch)
+  int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)

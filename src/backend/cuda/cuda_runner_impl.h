@@ -272,6 +272,10 @@ class CudaModelRunner : public ModelRunner {
   const int32_t* d_pos_ = nullptr;    // this pass's positions [T] and cache slots [T] (device)
   const int64_t* d_slots_ = nullptr;
   void Mla(int l, const ForwardBatch& b, int64_t T);
+  // attn_persistent: the whole attention layer of a one-token, one-sequence decode pass as one
+  // MlaAttnPersistent launch (mla_attn_persistent.h), writing o32_; false (nothing done) where it
+  // does not apply.
+  bool AttnPersistent(int l, const ForwardBatch& b, int64_t T);
   // Returns true when it also applied the residual add and the next RMSNorm (fused_norm): h32
   // then holds the next layer's normalised input (or the final norm's output).
   bool Mlp(int l, int64_t T);
@@ -364,6 +368,8 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer persist_sync_;      // MoePersistent's grid barrier words (2 x u32, zeroed once)
   DeviceBuffer persist_partials_;  // MoePersistent's per-block sums of squares
   DeviceBuffer persist_act_;       // MoePersistent's act [top_k * I + shared I] bf16
+  DeviceBuffer attn_sync_;         // MlaAttnPersistent's grid barrier words (2 x u32, zeroed once)
+  DeviceBuffer attn_qlat16_;       // MlaAttnPersistent's q_lat [H, kv_lora] bf16
   std::vector<int8_t> persist_ok_;  // MoePersistent's verdict per (layer, fold form): -1 not asked, 0 / 1
   DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
   DeviceBuffer oproj_norm_sync_;    // o_proj's norm epilogue counter (u32, zeroed once)

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_runner_impl.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/host_plans.h"
+#include "backend/cuda/mla_attn_persistent.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_kv_rope_fused.h"
 #include "backend/cuda/mla_prefill.h"
@@ -32,7 +33,61 @@ constexpr int64_t kWarpSplitMinTotalContext = 32 * 1024;
 constexpr int64_t kMlaSmallBatchTokens = 8;
 constexpr int64_t kMlaSmallBatchWorkspaceBytes = int64_t{256} << 20;
 
+bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
+  const MlaW& w = layers_[l].attn;
+  const int64_t H = cfg_.num_attention_heads;
+  if (!opts_.attn_persistent || T != 1 || b.num_seqs() != 1 || b.query_start[1] - b.query_start[0] != 1 ||
+      !FusedDecode(T) || !opts_.fused_norm || opts_.precise_activations || opts_.mla_mode == MlaMode::kNaive)
+    return false;
+  if (cfg_.q_lora_rank > 0 || cfg_.qk_nope_head_dim != 128 || cfg_.qk_rope_head_dim != 64 || cfg_.v_head_dim != 128 ||
+      cfg_.kv_lora_rank != 512 || kBlockSize != 64)
+    return false;
+  if (w.q.fp8 || w.kv_a.fp8 || w.o.fp8 || !w.q.w.get() || !w.kv_a.w.get() || !w.o.w.get()) return false;
+  const int64_t Tr = RoundUp(T, 64) + 64;
+  // The sequence's block table and context (device): the graph's inputs, or uploaded here.
+  const int32_t *d_bt = nullptr, *d_ctx = nullptr;
+  int64_t max_ctx = 0;
+  if (gin_) {
+    d_bt = gin_->bt.as<int32_t>();
+    d_ctx = gin_->ctx.as<int32_t>();
+    max_ctx = int64_t{gin_->cap_blocks} * kBlockSize;
+  } else {
+    dec_ctx_.Reserve(4);
+    dec_bt_.Reserve(b.max_blocks * 4);
+    DS_CUDA_CHECK(cudaMemcpyAsync(dec_ctx_.get(), b.context_lens.data(), 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(dec_bt_.get(), b.block_tables.data(), b.max_blocks * 4, cudaMemcpyHostToDevice, s_));
+    d_bt = dec_bt_.as<int32_t>();
+    d_ctx = dec_ctx_.as<int32_t>();
+    max_ctx = int64_t{b.max_blocks} * kBlockSize;
+  }
+  q32_.Reserve(Tr * H * 192 * sizeof(float));
+  lat32_.Reserve(Tr * 576 * sizeof(float));
+  attn_qlat16_.Reserve(H * 512 * sizeof(bf16));
+  dec_ws_.Reserve(MlaAttnPersistentWorkspaceFloats(H, max_ctx) * sizeof(float));
+  ov16_.Reserve(Tr * H * 128 * sizeof(bf16));
+  MlaAttnPersistentParams ap{};
+  ap.x16 = h16_.as<bf16>(); ap.hidden = cfg_.hidden_size; ap.heads = H;
+  ap.wq = w.q.w.as<bf16>(); ap.wkva = w.kv_a.w.as<bf16>(); ap.kva_norm_w = w.kv_a_norm.as<float>(); ap.eps = kLatentNormEps;
+  ap.w_uk_t = w.w_uk_t.as<bf16>(); ap.kv_b = w.kv_b.as<bf16>(); ap.wo = w.o.w.as<bf16>();
+  ap.position = d_pos_; ap.cos = d_cos_.as<float>(); ap.sin = d_sin_.as<float>(); ap.max_pos = rope_.max_pos;
+  ap.interleave = cfg_.model_type == "deepseek_v2" ? true : cfg_.rope_interleave;
+  ap.cache = cache_[l].as<bf16>(); ap.slot = d_slots_; ap.block_table = d_bt; ap.context_len = d_ctx;
+  ap.block_size = kBlockSize; ap.softmax_scale = static_cast<float>(cfg_.softmax_scale()); ap.max_context = max_ctx;
+  ap.q32 = q32_.as<float>(); ap.kva32 = lat32_.as<float>(); ap.qlat16 = attn_qlat16_.as<bf16>();
+  ap.workspace = dec_ws_.as<float>(); ap.o16 = ov16_.as<bf16>(); ap.out = o32_.as<float>();
+  ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
+  if (!MlaAttnPersistentUnsupported(ap).empty()) return false;
+  DS_CHECK(gin_ || b.context_lens[0] <= max_ctx) << "attn_persistent: context " << b.context_lens[0] << " past the table";
+  MlaAttnPersistent(ap);
+  ++graph_stats_.fused_launches;
+  ++graph_stats_.attn_persistent_layers;
+  post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
+  Mark("attn_o_proj");
+  return true;
+}
+
 void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
+  if (AttnPersistent(l, b, T)) return;
   const LayerW& LW = layers_[l];
   const MlaW& w = LW.attn;
   const int64_t H = cfg_.num_attention_heads, nope = cfg_.qk_nope_head_dim, rd = cfg_.qk_rope_head_dim;

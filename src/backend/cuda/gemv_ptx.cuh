@@ -1,6 +1,9 @@
-// PTX wrappers shared by the decode-size GEMV / GEMM kernels (skinny_gemm.cu, moe_persistent.cu).
+// PTX wrappers shared by the decode-size GEMV / GEMM kernels (skinny_gemm.cu, moe_persistent.cu,
+// mla_q_absorb.cu, mla_attn_persistent.cu).
 // Include only from .cu files.
 #pragma once
+
+#include <cuda_bf16.h>
 
 #include <cstdint>
 
@@ -23,6 +26,43 @@ __device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Steps (32 k each) WarpTile16 loads before it multiplies: 16 loads of 16 bytes a lane in flight.
+inline constexpr int kTileBurst = 8;
+
+// One warp: the dot products of 16 weight rows with activations over `steps` * 32 elements, on
+// the tensor cores (mma m16n8k16, the weights as the 16-row operand; "swap AB" as in
+// skinny_gemm.cu; used by moe_persistent.cu and mla_attn_persistent.cu). Lane l = 4 g + q
+// streams 16 bytes of its rows ra (row g of the tile) and rb (row g + 8) at k = 32 s + 8 q per
+// step s, and the same 8 elements of its activations (shared memory): within an mma the virtual k index 2q + {0, 1} holds actual k 8q + {0, 1} (then 8q +
+// {2, 3} at 2q + 8 + {0, 1}; the second mma takes 8q + 4..7), the same permutation for every row
+// and activation, so each output is the full dot product. B's column 1 holds xb (lanes g == 1),
+// every other column xa: d[0] is row g . xa, d[3] row g + 8 . xb (d[2] = row g + 8 . xa).
+__device__ __forceinline__ void WarpTile16(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const __nv_bfloat16* xa,
+                                           const __nv_bfloat16* xb, int steps, float (&d)[4]) {
+  const int q = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
+  const uint4* a4 = reinterpret_cast<const uint4*>(ra) + q;
+  const uint4* b4 = reinterpret_cast<const uint4*>(rb) + q;
+  const uint4* x4 = reinterpret_cast<const uint4*>(g == 1 ? xb : xa) + q;
+  for (int s0 = 0; s0 < steps; s0 += kTileBurst) {
+    uint4 va[kTileBurst], vb[kTileBurst];
+#pragma unroll
+    for (int u = 0; u < kTileBurst; ++u) {
+      if (s0 + u < steps) {
+        va[u] = LdStream(a4 + 4 * (s0 + u));
+        vb[u] = LdStream(b4 + 4 * (s0 + u));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kTileBurst; ++u) {
+      if (s0 + u < steps) {
+        const uint4 xv = x4[4 * (s0 + u)];
+        Mma(d, va[u].x, vb[u].x, va[u].y, vb[u].y, xv.x, xv.y);
+        Mma(d, va[u].z, vb[u].z, va[u].w, vb[u].w, xv.z, xv.w);
+      }
+    }
+  }
 }
 
 }  // namespace ds::cuda::ptx

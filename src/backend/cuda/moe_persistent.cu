@@ -24,45 +24,7 @@ constexpr int kThreads = router::kThreads, kWarps = kThreads / 32;
 static_assert(kThreads == routing::kMoeRoutingThreads, "one block size for the router GEMV and the routing");
 constexpr int kMaxTopK = 16;
 
-using ptx::LdStream;
-using ptx::Mma;
-
-// Steps (32 k each) a warp loads before it multiplies: 16 loads of 16 bytes a lane in flight.
-constexpr int kBurst = 8;
-
-// One warp: the dot products of 16 weight rows with activations over `steps` * 32 elements, on
-// the tensor cores (mma m16n8k16, the weights as the 16-row operand; "swap AB" as in
-// skinny_gemm.cu). Lane l = 4 g + q streams 16 bytes of its rows ra (row g of the tile) and rb
-// (row g + 8) at k = 32 s + 8 q per step s, and the same 8 elements of its activations (shared
-// memory): within an mma the virtual k index 2q + {0, 1} holds actual k 8q + {0, 1} (then 8q +
-// {2, 3} at 2q + 8 + {0, 1}; the second mma takes 8q + 4..7), the same permutation for every row
-// and activation, so each output is the full dot product. B's column 1 holds xb (lanes g == 1),
-// every other column xa: d[0] is row g . xa, d[3] row g + 8 . xb (d[2] = row g + 8 . xa).
-__device__ __forceinline__ void WarpTile16(const bf16* ra, const bf16* rb, const bf16* xa, const bf16* xb, int steps,
-                                           float (&d)[4]) {
-  const int q = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
-  const uint4* a4 = reinterpret_cast<const uint4*>(ra) + q;
-  const uint4* b4 = reinterpret_cast<const uint4*>(rb) + q;
-  const uint4* x4 = reinterpret_cast<const uint4*>(g == 1 ? xb : xa) + q;
-  for (int s0 = 0; s0 < steps; s0 += kBurst) {
-    uint4 va[kBurst], vb[kBurst];
-#pragma unroll
-    for (int u = 0; u < kBurst; ++u) {
-      if (s0 + u < steps) {
-        va[u] = LdStream(a4 + 4 * (s0 + u));
-        vb[u] = LdStream(b4 + 4 * (s0 + u));
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kBurst; ++u) {
-      if (s0 + u < steps) {
-        const uint4 xv = x4[4 * (s0 + u)];
-        Mma(d, va[u].x, vb[u].x, va[u].y, vb[u].y, xv.x, xv.y);
-        Mma(d, va[u].z, vb[u].z, va[u].w, vb[u].w, xv.z, xv.w);
-      }
-    }
-  }
-}
+using ptx::WarpTile16;
 
 using grid::GridBarrier;
 

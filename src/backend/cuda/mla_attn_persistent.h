@@ -1,0 +1,89 @@
+// The batch-1 MLA attention layer in ONE cooperative launch (CudaRunnerOptions::attn_persistent;
+// docs/design/decode_small_batch.md, "Next: the batch-1 layer as one kernel", step 1): from the
+// input norm's bf16 output x to o_proj's fp32 output, for one decode token of one sequence, with
+// the phases separated by grid-wide barriers (grid_barrier.cuh) instead of the seven launches of
+// the unfused path (q_proj, kv_a, kv norm + RoPE + cache write, the q absorption, the split-KV
+// decode, the merge + W_UV, o_proj). First version: grid barriers; the design's per-op counters
+// and weight prefetch come next.
+//
+// Math (DeepSeek-V2 paper section 2.1 / transformers' DeepseekV2Attention, absorbed form; the
+// runner's unfused path computes the same):
+//   q[h]      = x W_q[h]                    [192] fp32 (no q_lora: V2-Lite)
+//   kv_a      = x W_kva                     [576] = c_kv [512] | k_pe [64]
+//   cache row = bf16(rmsnorm(c_kv) * w_kvnorm) | bf16(rope(k_pe))   (at the token's slot)
+//   q_pe[h]   = rope(q[h][128:])            (in place in q32)
+//   q_lat[h]  = bf16(bf16(q[h][:128]) W_UK[h])           [512]
+//   s[h][j]   = ([q_lat[h] | bf16(q_pe[h])] . cache[j]) * softmax_scale, j < context
+//   o_lat[h]  = softmax(s[h]) . cache[:, :512]           (split-KV over 32-key chunks, merged
+//               with their log-sum-exps in split order: mla_decode_merge.cuh)
+//   o[h]      = bf16(bf16(o_lat[h]) W_UV[h]^T)           [128]
+//   out       = o W_o^T                                  [hidden] fp32
+// The dot products run on the tensor cores (bf16 mma, fp32 accumulate) in this kernel's own
+// orders: not the unfused kernels' bits; tests bound it (CudaMlaAttnPersistent.*,
+// CudaRunnerAttnPersistent.*). Written without a GPU in session 12: not yet run.
+//
+// Phases (grid = one block of 256 threads per SM, cooperative launch):
+//  1. q and kv_a: 16-row tiles of [W_q; W_kva] (tile t on block t % grid), each tile's K split
+//     over the block's 8 warps and summed in warp order -> barrier;
+//  2. block 0: the kv norm, the cache row and k_pe's RoPE, then q_pe's RoPE (a warp a head); the
+//     other blocks: the absorption, one 16-row tile of W_UK^T a warp -> barrier;
+//  3. split-KV decode: 32-key splits (split s on block s % grid), all heads in one 16-row mma
+//     tile (the row-tile kernel's math: mla_decode_tc.cu) -> barrier;
+//  4. merge + W_UV: (head, 16-row part) units, the merge of MlaDecodeCombineUvKernel -> barrier;
+//  5. o_proj: 16-row tiles of W_o as phase 1.
+// Supported (MlaAttnPersistentUnsupported says why not): nope 128, rope 64, v 128, kv_lora 512
+// (V2 / V2-Lite / V3 MLA dims), 1 <= heads <= 16 and even, hidden a multiple of 256 up to 8192,
+// cache pages of 64 tokens, bf16 weights, a device with cooperative launch.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace ds::cuda {
+
+struct MlaAttnPersistentParams {
+  const __nv_bfloat16* x16 = nullptr;   // [hidden] bf16: the input norm's output
+  int64_t hidden = 0, heads = 0;
+  const __nv_bfloat16* wq = nullptr;    // [heads * 192, hidden] (q_proj)
+  const __nv_bfloat16* wkva = nullptr;  // [576, hidden] (kv_a_proj_with_mqa)
+  const float* kva_norm_w = nullptr;    // [512] (kv_a_layernorm)
+  float eps = 1e-6f;
+  const __nv_bfloat16* w_uk_t = nullptr;  // [heads, 512, 128]: W_UK_h^T
+  const __nv_bfloat16* kv_b = nullptr;    // [heads * 256, 512]: rows h * 256 + 128 + v are W_UV_h's
+  const __nv_bfloat16* wo = nullptr;      // [hidden, heads * 128] (o_proj)
+  const int32_t* position = nullptr;      // [1] the token's position (device)
+  const float* cos = nullptr;             // [max_pos, 32]
+  const float* sin = nullptr;
+  int64_t max_pos = 0;
+  bool interleave = true;
+  __nv_bfloat16* cache = nullptr;         // [slots, 576] this layer's paged latent cache
+  const int64_t* slot = nullptr;          // [1] the token's cache slot (device; < 0: no row written)
+  const int32_t* block_table = nullptr;   // [>= ceil(context / 64)] the sequence's pages (device)
+  const int32_t* context_len = nullptr;   // [1] keys to attend, the new token included (device)
+  int64_t block_size = 64;
+  float softmax_scale = 1.f;
+  int64_t max_context = 0;                // the workspace's capacity in keys
+  float* q32 = nullptr;                   // [heads * 192] scratch
+  float* kva32 = nullptr;                 // [576] scratch
+  __nv_bfloat16* qlat16 = nullptr;        // [heads, 512] scratch
+  float* workspace = nullptr;             // [MlaAttnPersistentWorkspaceFloats(heads, max_context)]
+  __nv_bfloat16* o16 = nullptr;           // [heads * 128] scratch (o_proj's input)
+  float* out = nullptr;                   // [hidden] fp32: o_proj's output
+  uint32_t* sync = nullptr;               // 2 words, zero before the first launch
+  cudaStream_t stream = nullptr;
+};
+
+// Floats of the split-KV workspace for `max_context` keys: partials [heads, splits, 512] and
+// their log-sum-exps [heads, splits], splits = ceil(max_context / 32).
+int64_t MlaAttnPersistentWorkspaceFloats(int64_t heads, int64_t max_context);
+
+// Empty when MlaAttnPersistent(p) runs p; else the reason.
+std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p);
+
+// Launches it (cooperative, one block per SM, on p.stream). DS_CHECKs MlaAttnPersistentUnsupported(p).empty().
+void MlaAttnPersistent(const MlaAttnPersistentParams& p);
+
+}  // namespace ds::cuda

@@ -1,0 +1,202 @@
+// MlaAttnPersistent (mla_attn_persistent.h, the runner's attn_persistent) against a double CPU
+// reference of the absorbed-MLA attention of one decode token (mla_attn_persistent.h's math,
+// with the kernel's bf16 roundings of the cache row, q_lat, the Q tile's q_pe, o_lat and o):
+// the written cache row (the token's slot), o (o_proj's bf16 input) and the fp32 output. The
+// cache holds random bf16 rows for the earlier tokens in shuffled pages; every other row,
+// including the new token's before the launch, is NaN, so a read past the context or before the
+// write shows as a non-finite output. Bounds: relative L2 5e-3 on the cache row (the norm's fp32
+// sum against double), 2e-2 on o and the output (the kernel rounds the probabilities to bf16 for
+// the P V mma, as the decode kernels do). Shapes: V2-Lite (16 heads, hidden 2048) and a small one
+// (4 heads, hidden 512); contexts 1, 33, 64, 100 and 1000 keys (1-32 splits, a split at a page
+// boundary); interleaved and rotate-half RoPE; direct launches and graph replays (the barrier
+// words and the in-place q_pe RoPE across replays). Written without a GPU in session 12: not yet
+// run.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "backend/cuda/mla_attn_persistent.h"
+#include "test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+constexpr int64_t kNope = 128, kRope = 64, kDqk = 192, kVd = 128, kLat = 512, kD = 576, kBs = 64;
+
+float Bf(float x) { return RoundBf16(x); }
+
+// RotateHead's rotation (rope.cuh) in double: out[i] = a c - b s, out[i + half] = b c + a s.
+void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, const std::vector<float>& sin,
+          bool interleave) {
+  const int half = kRope / 2;
+  for (int i = 0; i < half; ++i) {
+    const double a = interleave ? v[2 * i] : v[i], b = interleave ? v[2 * i + 1] : v[i + half];
+    const double c = cos[static_cast<size_t>(pos) * half + i], s = sin[static_cast<size_t>(pos) * half + i];
+    out[i] = a * c - b * s;
+    out[i + half] = b * c + a * s;
+  }
+}
+
+void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph) {
+  const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
+                            (interleave ? "_interleave" : "_halves") + (graph ? " graph" : " direct");
+  const int64_t max_pos = 4096, pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
+  const int pos = ctx - 1;
+  // Weights and input.
+  const std::vector<float> x = RoundBf16Vec(RandomNormal(Hd, 1.f));
+  const float aw = 1.f / std::sqrt(static_cast<float>(Hd));
+  const std::vector<float> wq = RoundBf16Vec(RandomNormal(H * kDqk * Hd, aw)), wkva = RoundBf16Vec(RandomNormal(kD * Hd, aw));
+  const std::vector<float> wuk = RoundBf16Vec(RandomNormal(H * kLat * kNope, 1.f / std::sqrt(float(kNope))));
+  const std::vector<float> kvb = RoundBf16Vec(RandomNormal(H * (kNope + kVd) * kLat, 1.f / std::sqrt(float(kLat))));
+  const std::vector<float> wo = RoundBf16Vec(RandomNormal(Hd * H * kVd, 1.f / std::sqrt(float(H * kVd))));
+  const std::vector<float> norm_w = RandomF(kLat, 0.5f, 1.5f);
+  std::vector<float> cos(max_pos * kRope / 2), sin(cos.size());
+  for (int64_t p = 0; p < max_pos; ++p)
+    for (int64_t i = 0; i < kRope / 2; ++i) {
+      const double th = p * std::pow(10000.0, -2.0 * i / kRope);
+      cos[p * kRope / 2 + i] = static_cast<float>(std::cos(th));
+      sin[p * kRope / 2 + i] = static_cast<float>(std::sin(th));
+    }
+  // Pages in shuffled order; the earlier tokens' rows random, every other row NaN.
+  std::vector<int32_t> table(num_pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), Rng());
+  std::vector<float> cache(num_pages * kBs * kD, std::nanf(""));
+  const auto row_of = [&](int j) { return static_cast<int64_t>(table[j / kBs]) * kBs + j % kBs; };
+  for (int j = 0; j + 1 < ctx; ++j) {
+    const std::vector<float> r = RoundBf16Vec(RandomNormal(kD, 1.f));
+    std::copy(r.begin(), r.end(), cache.begin() + row_of(j) * kD);
+  }
+  const int64_t slot = row_of(pos);
+
+  // Reference (double, the kernel's bf16 roundings).
+  std::vector<double> q(H * kDqk), kva(kD);
+  for (int64_t r = 0; r < H * kDqk; ++r) {
+    double s = 0;
+    for (int64_t k = 0; k < Hd; ++k) s += double(x[k]) * wq[r * Hd + k];
+    q[r] = s;
+  }
+  for (int64_t r = 0; r < kD; ++r) {
+    double s = 0;
+    for (int64_t k = 0; k < Hd; ++k) s += double(x[k]) * wkva[r * Hd + k];
+    kva[r] = s;
+  }
+  std::vector<float> ref_row(kD);
+  {
+    double ss = 0;
+    for (int64_t i = 0; i < kLat; ++i) ss += kva[i] * kva[i];
+    const double inv = 1.0 / std::sqrt(ss / kLat + 1e-6);
+    for (int64_t i = 0; i < kLat; ++i) ref_row[i] = Bf(static_cast<float>(kva[i] * inv * norm_w[i]));
+    float kpe[kRope];
+    for (int i = 0; i < kRope; ++i) kpe[i] = static_cast<float>(kva[kLat + i]);
+    double rot[kRope];
+    Rope(kpe, rot, pos, cos, sin, interleave);
+    for (int i = 0; i < kRope; ++i) ref_row[kLat + i] = Bf(static_cast<float>(rot[i]));
+  }
+  std::vector<float> ctx_cache = cache;  // the cache the decode reads: the new row in place
+  std::copy(ref_row.begin(), ref_row.end(), ctx_cache.begin() + slot * kD);
+  const double scale = 1.0 / std::sqrt(double(kDqk));
+  std::vector<float> ref_o(H * kVd), ref_out(Hd);
+  for (int64_t h = 0; h < H; ++h) {
+    std::vector<float> Q(kD);
+    for (int64_t c = 0; c < kLat; ++c) {
+      double s = 0;
+      for (int64_t d = 0; d < kNope; ++d) s += double(Bf(static_cast<float>(q[h * kDqk + d]))) * wuk[(h * kLat + c) * kNope + d];
+      Q[c] = Bf(static_cast<float>(s));
+    }
+    float qpe[kRope];
+    for (int i = 0; i < kRope; ++i) qpe[i] = static_cast<float>(q[h * kDqk + kNope + i]);
+    double rot[kRope];
+    Rope(qpe, rot, pos, cos, sin, interleave);
+    for (int i = 0; i < kRope; ++i) Q[kLat + i] = Bf(static_cast<float>(rot[i]));
+    std::vector<double> sc(ctx);
+    double mx = -INFINITY;
+    for (int j = 0; j < ctx; ++j) {
+      double s = 0;
+      const float* kr = ctx_cache.data() + row_of(j) * kD;
+      for (int64_t i = 0; i < kD; ++i) s += double(Q[i]) * kr[i];
+      sc[j] = s * scale;
+      mx = std::max(mx, sc[j]);
+    }
+    double sum = 0;
+    for (int j = 0; j < ctx; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+    std::vector<float> olat(kLat);
+    for (int64_t c = 0; c < kLat; ++c) {
+      double s = 0;
+      for (int j = 0; j < ctx; ++j) s += sc[j] * ctx_cache[row_of(j) * kD + c];
+      olat[c] = Bf(static_cast<float>(s / sum));
+    }
+    for (int64_t v = 0; v < kVd; ++v) {
+      double s = 0;
+      for (int64_t c = 0; c < kLat; ++c) s += double(olat[c]) * kvb[(h * (kNope + kVd) + kNope + v) * kLat + c];
+      ref_o[h * kVd + v] = Bf(static_cast<float>(s));
+    }
+  }
+  for (int64_t n = 0; n < Hd; ++n) {
+    double s = 0;
+    for (int64_t k = 0; k < H * kVd; ++k) s += double(ref_o[k]) * wo[n * H * kVd + k];
+    ref_out[n] = static_cast<float>(s);
+  }
+
+  // Device.
+  Dev<__nv_bfloat16> d_x(ToBf16(x)), d_wq(ToBf16(wq)), d_wkva(ToBf16(wkva)), d_wuk(ToBf16(wuk)), d_kvb(ToBf16(kvb)),
+      d_wo(ToBf16(wo)), d_cache(ToBf16(cache)), d_qlat(H * kLat), d_o16(H * kVd);
+  Dev<float> d_norm_w(norm_w), d_cos(cos), d_sin(sin), d_q32(H * kDqk), d_kva(kD), d_out(Hd);
+  const int64_t max_context = num_pages * kBs;
+  Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, max_context));
+  Dev<int32_t> d_pos(std::vector<int32_t>{pos}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
+  Dev<int64_t> d_slot(std::vector<int64_t>{slot});
+  Dev<uint32_t> d_sync(2);
+  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
+  MlaAttnPersistentParams p{};
+  p.x16 = d_x.get(); p.hidden = Hd; p.heads = H;
+  p.wq = d_wq.get(); p.wkva = d_wkva.get(); p.kva_norm_w = d_norm_w.get(); p.eps = 1e-6f;
+  p.w_uk_t = d_wuk.get(); p.kv_b = d_kvb.get(); p.wo = d_wo.get();
+  p.position = d_pos.get(); p.cos = d_cos.get(); p.sin = d_sin.get(); p.max_pos = max_pos; p.interleave = interleave;
+  p.cache = d_cache.get(); p.slot = d_slot.get(); p.block_table = d_table.get(); p.context_len = d_ctx.get();
+  p.block_size = kBs; p.softmax_scale = static_cast<float>(scale); p.max_context = max_context;
+  p.q32 = d_q32.get(); p.kva32 = d_kva.get(); p.qlat16 = d_qlat.get(); p.workspace = d_ws.get();
+  p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get();
+  ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
+  constexpr int kLaunches = 3;
+  LaunchRepeated(
+      graph, kLaunches, [&](cudaStream_t st) { MlaAttnPersistentParams r = p; r.stream = st; MlaAttnPersistent(r); },
+      [&] { d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_ws.Poison(); });
+  const std::vector<float> out = d_out.Download(), o16 = FromBf16(d_o16.Download()), got_cache = FromBf16(d_cache.Download());
+  const std::vector<uint32_t> sync = d_sync.Download();
+  const std::vector<float> got_row(got_cache.begin() + slot * kD, got_cache.begin() + (slot + 1) * kD);
+  int64_t other_rows_changed = 0;  // rows other than the slot: bit-for-bit as uploaded (NaN stays NaN)
+  const std::vector<float> up = FromBf16(ToBf16(cache));
+  for (int64_t i = 0; i < static_cast<int64_t>(up.size()); ++i) {
+    if (i / kD == slot) continue;
+    const bool same = (std::isnan(up[i]) && std::isnan(got_cache[i])) || up[i] == got_cache[i];
+    other_rows_changed += !same;
+  }
+  ExpectClose("mla_attn_persistent_cache_row", label, got_row, ref_row, 5e-3);
+  ExpectClose("mla_attn_persistent_o", label, o16, ref_o, 2e-2);
+  ExpectClose("mla_attn_persistent_out", label, out, ref_out, 2e-2);
+  EXPECT_EQ(other_rows_changed, 0) << label << ": cache rows other than the token's slot changed";
+  EXPECT_EQ(sync[0], 0u) << label;
+  EXPECT_EQ(sync[1], 4u * kLaunches) << label;
+}
+
+TEST(CudaMlaAttnPersistent, MatchesCpuReference) {
+  for (int ctx : {1, 33, 64, 100, 1000}) RunCase(16, 2048, ctx, true, false);
+  RunCase(16, 2048, 1000, true, true);
+  RunCase(4, 512, 100, false, false);
+  RunCase(4, 512, 65, false, true);
+}
+
+TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
+  MlaAttnPersistentParams p{};
+  p.heads = 17; p.hidden = 1000; p.block_size = 16;
+  const std::string why = MlaAttnPersistentUnsupported(p);
+  for (const char* part : {"heads 17", "hidden 1000", "block_size 16", "max_context 0", "null pointer"})
+    EXPECT_NE(why.find(part), std::string::npos) << "missing '" << part << "' in: " << why;
+  p.heads = 3;
+  EXPECT_NE(MlaAttnPersistentUnsupported(p).find("heads 3"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
