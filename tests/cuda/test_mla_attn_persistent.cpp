@@ -7,10 +7,11 @@
 // write shows as a non-finite output. Bounds: relative L2 5e-3 on the cache row (the norm's fp32
 // sum against double), 2e-2 on o and the output (the kernel rounds the probabilities to bf16 for
 // the P V mma, as the decode kernels do). Shapes: V2-Lite (16 heads, hidden 2048) and a small one
-// (4 heads, hidden 512); contexts 1, 33, 64, 100 and 1000 keys (1-32 splits, a split at a page
-// boundary); interleaved and rotate-half RoPE; direct launches and graph replays (the barrier
-// words and the in-place q_pe RoPE across replays). Written without a GPU in session 12: not yet
-// run.
+// (4 heads, hidden 512 and 4096); contexts 1, 33, 64, 100, 1000 and 4500 keys (1-141 splits, a
+// split at a page boundary, blocks taking two splits or two o_proj tiles); interleaved and
+// rotate-half RoPE; a negative slot (no row written); direct launches and graph replays (the
+// barrier words and the in-place q_pe RoPE across replays; the scratch and the token's row
+// re-poisoned before the last launch). Written without a GPU in session 12: not yet run.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -38,10 +39,13 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
   }
 }
 
-void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph) {
+// no_slot: the token's slot is -1 (no cache row written; its row holds earlier random values,
+// which the decode then reads, as the unfused path would).
+void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
-                            (interleave ? "_interleave" : "_halves") + (graph ? " graph" : " direct");
-  const int64_t max_pos = 4096, pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
+                            (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
+                            (graph ? " graph" : " direct");
+  const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
   const std::vector<float> x = RoundBf16Vec(RandomNormal(Hd, 1.f));
@@ -64,7 +68,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph) {
   std::shuffle(table.begin(), table.end(), Rng());
   std::vector<float> cache(num_pages * kBs * kD, std::nanf(""));
   const auto row_of = [&](int j) { return static_cast<int64_t>(table[j / kBs]) * kBs + j % kBs; };
-  for (int j = 0; j + 1 < ctx; ++j) {
+  for (int j = 0; j + (no_slot ? 0 : 1) < ctx; ++j) {
     const std::vector<float> r = RoundBf16Vec(RandomNormal(kD, 1.f));
     std::copy(r.begin(), r.end(), cache.begin() + row_of(j) * kD);
   }
@@ -95,7 +99,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph) {
     for (int i = 0; i < kRope; ++i) ref_row[kLat + i] = Bf(static_cast<float>(rot[i]));
   }
   std::vector<float> ctx_cache = cache;  // the cache the decode reads: the new row in place
-  std::copy(ref_row.begin(), ref_row.end(), ctx_cache.begin() + slot * kD);
+  if (!no_slot) std::copy(ref_row.begin(), ref_row.end(), ctx_cache.begin() + slot * kD);
   const double scale = 1.0 / std::sqrt(double(kDqk));
   std::vector<float> ref_o(H * kVd), ref_out(Hd);
   for (int64_t h = 0; h < H; ++h) {
@@ -146,7 +150,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph) {
   const int64_t max_context = num_pages * kBs;
   Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, max_context));
   Dev<int32_t> d_pos(std::vector<int32_t>{pos}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
-  Dev<int64_t> d_slot(std::vector<int64_t>{slot});
+  Dev<int64_t> d_slot(std::vector<int64_t>{no_slot ? -1 : slot});
   Dev<uint32_t> d_sync(2);
   DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
   MlaAttnPersistentParams p{};
@@ -162,18 +166,27 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph) {
   constexpr int kLaunches = 3;
   LaunchRepeated(
       graph, kLaunches, [&](cudaStream_t st) { MlaAttnPersistentParams r = p; r.stream = st; MlaAttnPersistent(r); },
-      [&] { d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_ws.Poison(); });
+      [&] {
+        // Every scratch and output the last launch must write, and the token's cache row (unless
+        // no_slot: then it must stay as uploaded).
+        d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_ws.Poison(); d_q32.Poison(); d_kva.Poison();
+        if (!no_slot) {
+          const std::vector<__nv_bfloat16> nan_row = ToBf16(std::vector<float>(kD, std::nanf("")));
+          DS_CUDA_CHECK(cudaMemcpy(d_cache.get() + slot * kD, nan_row.data(), kD * sizeof(__nv_bfloat16),
+                                   cudaMemcpyHostToDevice));
+        }
+      });
   const std::vector<float> out = d_out.Download(), o16 = FromBf16(d_o16.Download()), got_cache = FromBf16(d_cache.Download());
   const std::vector<uint32_t> sync = d_sync.Download();
   const std::vector<float> got_row(got_cache.begin() + slot * kD, got_cache.begin() + (slot + 1) * kD);
   int64_t other_rows_changed = 0;  // rows other than the slot: bit-for-bit as uploaded (NaN stays NaN)
   const std::vector<float> up = FromBf16(ToBf16(cache));
   for (int64_t i = 0; i < static_cast<int64_t>(up.size()); ++i) {
-    if (i / kD == slot) continue;
+    if (!no_slot && i / kD == slot) continue;
     const bool same = (std::isnan(up[i]) && std::isnan(got_cache[i])) || up[i] == got_cache[i];
     other_rows_changed += !same;
   }
-  ExpectClose("mla_attn_persistent_cache_row", label, got_row, ref_row, 5e-3);
+  if (!no_slot) ExpectClose("mla_attn_persistent_cache_row", label, got_row, ref_row, 5e-3);
   ExpectClose("mla_attn_persistent_o", label, o16, ref_o, 2e-2);
   ExpectClose("mla_attn_persistent_out", label, out, ref_out, 2e-2);
   EXPECT_EQ(other_rows_changed, 0) << label << ": cache rows other than the token's slot changed";
@@ -184,8 +197,11 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph) {
 TEST(CudaMlaAttnPersistent, MatchesCpuReference) {
   for (int ctx : {1, 33, 64, 100, 1000}) RunCase(16, 2048, ctx, true, false);
   RunCase(16, 2048, 1000, true, true);
+  RunCase(16, 2048, 4500, true, false);  // 141 splits: blocks take two (the decode loop's second pass)
+  RunCase(4, 4096, 300, true, false);    // 256 o_proj tiles: blocks take two
   RunCase(4, 512, 100, false, false);
   RunCase(4, 512, 65, false, true);
+  RunCase(16, 2048, 100, true, true, /*no_slot=*/true);
 }
 
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {

@@ -370,6 +370,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer persist_act_;       // MoePersistent's act [top_k * I + shared I] bf16
   DeviceBuffer attn_sync_;         // MlaAttnPersistent's grid barrier words (2 x u32, zeroed once)
   DeviceBuffer attn_qlat16_;       // MlaAttnPersistent's q_lat [H, kv_lora] bf16
+  int8_t attn_ok_ = -1;            // MlaAttnPersistent's verdict on this model (-1: not asked)
   std::vector<int8_t> persist_ok_;  // MoePersistent's verdict per (layer, fold form): -1 not asked, 0 / 1
   DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
   DeviceBuffer oproj_norm_sync_;    // o_proj's norm epilogue counter (u32, zeroed once)

@@ -36,29 +36,35 @@ constexpr int64_t kMlaSmallBatchWorkspaceBytes = int64_t{256} << 20;
 bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   const MlaW& w = layers_[l].attn;
   const int64_t H = cfg_.num_attention_heads;
+  // (The decode debug modes, tensor cores off or their emulation, keep the unfused path.)
   if (!opts_.attn_persistent || T != 1 || b.num_seqs() != 1 || b.query_start[1] - b.query_start[0] != 1 ||
-      !FusedDecode(T) || !opts_.fused_norm || opts_.precise_activations || opts_.mla_mode == MlaMode::kNaive)
+      !FusedDecode(T) || !opts_.fused_norm || opts_.precise_activations || opts_.mla_mode == MlaMode::kNaive ||
+      !opts_.mla_decode_tensor_cores || opts_.mla_decode_emulate_tc != 0)
     return false;
   if (cfg_.q_lora_rank > 0 || cfg_.qk_nope_head_dim != 128 || cfg_.qk_rope_head_dim != 64 || cfg_.v_head_dim != 128 ||
-      cfg_.kv_lora_rank != 512 || kBlockSize != 64)
+      cfg_.kv_lora_rank != 512 || kBlockSize != 64 || H < 2 || H > 16 || H % 2 != 0 || cfg_.hidden_size % 256 != 0 ||
+      cfg_.hidden_size > 8192)
     return false;
   if (w.q.fp8 || w.kv_a.fp8 || w.o.fp8 || !w.q.w.get() || !w.kv_a.w.get() || !w.o.w.get()) return false;
+  // The keys the workspace must hold: the graph's block-table capacity, or this sequence's pages.
+  const int64_t max_ctx = gin_ ? int64_t{gin_->cap_blocks} * kBlockSize
+                               : (int64_t{b.context_lens[0]} + kBlockSize - 1) / kBlockSize * kBlockSize;
+  if (max_ctx > kMlaAttnPersistentMaxContext) return false;
   const int64_t Tr = RoundUp(T, 64) + 64;
   // The sequence's block table and context (device): the graph's inputs, or uploaded here.
   const int32_t *d_bt = nullptr, *d_ctx = nullptr;
-  int64_t max_ctx = 0;
   if (gin_) {
     d_bt = gin_->bt.as<int32_t>();
     d_ctx = gin_->ctx.as<int32_t>();
-    max_ctx = int64_t{gin_->cap_blocks} * kBlockSize;
   } else {
+    const int64_t pages = max_ctx / kBlockSize;
+    DS_CHECK(pages <= b.max_blocks) << "attn_persistent: " << pages << " pages past the block table's " << b.max_blocks;
     dec_ctx_.Reserve(4);
-    dec_bt_.Reserve(b.max_blocks * 4);
+    dec_bt_.Reserve(pages * 4);
     DS_CUDA_CHECK(cudaMemcpyAsync(dec_ctx_.get(), b.context_lens.data(), 4, cudaMemcpyHostToDevice, s_));
-    DS_CUDA_CHECK(cudaMemcpyAsync(dec_bt_.get(), b.block_tables.data(), b.max_blocks * 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(dec_bt_.get(), b.block_tables.data(), pages * 4, cudaMemcpyHostToDevice, s_));
     d_bt = dec_bt_.as<int32_t>();
     d_ctx = dec_ctx_.as<int32_t>();
-    max_ctx = int64_t{b.max_blocks} * kBlockSize;
   }
   q32_.Reserve(Tr * H * 192 * sizeof(float));
   lat32_.Reserve(Tr * 576 * sizeof(float));
@@ -76,8 +82,10 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.q32 = q32_.as<float>(); ap.kva32 = lat32_.as<float>(); ap.qlat16 = attn_qlat16_.as<bf16>();
   ap.workspace = dec_ws_.as<float>(); ap.o16 = ov16_.as<bf16>(); ap.out = o32_.as<float>();
   ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
-  if (!MlaAttnPersistentUnsupported(ap).empty()) return false;
-  DS_CHECK(gin_ || b.context_lens[0] <= max_ctx) << "attn_persistent: context " << b.context_lens[0] << " past the table";
+  // The kernel's verdict on these shapes does not change between passes (the dims above pass its
+  // shape checks; what is left is the device's fit): asked once.
+  if (attn_ok_ < 0) attn_ok_ = MlaAttnPersistentUnsupported(ap).empty() ? 1 : 0;
+  if (attn_ok_ == 0) return false;
   MlaAttnPersistent(ap);
   ++graph_stats_.fused_launches;
   ++graph_stats_.attn_persistent_layers;

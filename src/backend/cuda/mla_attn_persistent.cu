@@ -385,6 +385,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (misaligned(p.x16) || misaligned(p.wq) || misaligned(p.wkva) || misaligned(p.w_uk_t) || misaligned(p.kv_b) ||
       misaligned(p.wo) || misaligned(p.cache) || misaligned(p.workspace) || misaligned(p.o16) || misaligned(p.qlat16))
     why << "operands must be 16-byte aligned; ";
+  if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (block 0 normalises while the others absorb); ";
   if (why.str().empty() && !FitsCurrentDevice()) why << "no cooperative launch, or one block does not fit an SM; ";
   return why.str();
 }

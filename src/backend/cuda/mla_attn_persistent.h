@@ -76,6 +76,11 @@ struct MlaAttnPersistentParams {
   cudaStream_t stream = nullptr;
 };
 
+// Contexts the runner sends it (attn_persistent): the decode phase runs its splits one after
+// another on each block and every (head, part) unit merges all of its head's splits, so long
+// contexts stay on the unfused path's split-KV kernels.
+inline constexpr int64_t kMlaAttnPersistentMaxContext = 8192;
+
 // Floats of the split-KV workspace for `max_context` keys: partials [heads, splits, 512] and
 // their log-sum-exps [heads, splits], splits = ceil(max_context / 32).
 int64_t MlaAttnPersistentWorkspaceFloats(int64_t heads, int64_t max_context);
