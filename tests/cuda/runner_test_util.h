@@ -370,4 +370,19 @@ std::array<CudaGraphStats, 2> CompareOptionWithinBounds(const std::string& label
   return stats;
 }
 
+// CompareOptionWithinBounds with CUDA graphs off and on, and the option's path counter `ran` (a
+// CudaGraphStats member) checked as CompareOptionBitIdenticalRan checks it.
+template <class SetFn>
+void CompareOptionWithinBoundsRan(const std::string& label, const char* option, const CudaRunnerOptions& o,
+                                  bool expect_change, SetFn set, int64_t CudaGraphStats::*ran, PathExpect expect) {
+  for (bool graphs : {false, true}) {
+    const auto stats = CompareOptionWithinBounds(label, option, o, graphs, expect_change, set);
+    std::printf("[fixture] %s %s graphs=%d: path ran %lld times (off runner %lld)\n", label.c_str(), option,
+                graphs ? 1 : 0, (long long)(stats[1].*ran), (long long)(stats[0].*ran));
+    EXPECT_EQ(stats[0].*ran, 0) << label;
+    if (expect == PathExpect::kRuns) { EXPECT_GT(stats[1].*ran, 0) << label << ": " << option << " did not run"; }
+    if (expect == PathExpect::kNever) { EXPECT_EQ(stats[1].*ran, 0) << label << ": " << option << " ran"; }
+  }
+}
+
 }  // namespace ds::cuda::test

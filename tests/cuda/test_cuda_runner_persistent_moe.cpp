@@ -26,14 +26,8 @@ const auto kSetPersistent = [](CudaRunnerOptions& x, bool on) { x.persistent_moe
 // expect_change: some logit must differ (the dummy models; the tiny fixture's sums can come out
 // exact in either order).
 void CompareBounded(const std::string& label, const CudaRunnerOptions& o, PathExpect expect, bool expect_change) {
-  for (bool graphs : {false, true}) {
-    const auto stats = CompareOptionWithinBounds(label, "persistent_moe", o, graphs, expect_change, kSetPersistent);
-    std::printf("[fixture] %s persistent_moe graphs=%d: path ran %lld times (off runner %lld)\n", label.c_str(),
-                graphs ? 1 : 0, (long long)stats[1].persistent_moe_layers, (long long)stats[0].persistent_moe_layers);
-    EXPECT_EQ(stats[0].persistent_moe_layers, 0) << label;
-    if (expect == PathExpect::kRuns) { EXPECT_GT(stats[1].persistent_moe_layers, 0) << label << ": did not run"; }
-    if (expect == PathExpect::kNever) { EXPECT_EQ(stats[1].persistent_moe_layers, 0) << label << ": ran"; }
-  }
+  CompareOptionWithinBoundsRan(label, "persistent_moe", o, expect_change, kSetPersistent,
+                               &CudaGraphStats::persistent_moe_layers, expect);
 }
 
 TEST(CudaRunnerPersistentMoe, DummyV2LiteWithinBounds) {

@@ -1,5 +1,5 @@
 // PTX wrappers shared by the decode-size GEMV / GEMM kernels (skinny_gemm.cu, moe_persistent.cu,
-// mla_q_absorb.cu, mla_attn_persistent.cu).
+// mla_q_absorb.cu, mla_attn_persistent.cu) and the mma.sync MLA decode (mla_decode_tc.cu).
 // Include only from .cu files.
 #pragma once
 
@@ -26,6 +26,19 @@ __device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// ldmatrix .x4 from shared memory (`addr` a shared-state-space address): four 8x8 b16 matrices,
+// as the mma A / B fragments take them; Ldsm4T transposes each (PTX ISA 8.x, "ldmatrix").
+__device__ __forceinline__ void Ldsm4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void Ldsm4T(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
 }
 
 // Steps (32 k each) WarpTile16 loads before it multiplies: 16 loads of 16 bytes a lane in flight.

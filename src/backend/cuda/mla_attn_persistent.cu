@@ -19,14 +19,19 @@
 #include "backend/cuda/mla_decode_merge.cuh"
 #include "backend/cuda/rmsnorm.cuh"
 #include "backend/cuda/rope.cuh"
+#include "backend/cuda/sm90_ptx.cuh"
 #include "common/check.h"
 
 namespace ds::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
+using ptx::Ldsm4;
+using ptx::Ldsm4T;
 using ptx::Mma;
 using ptx::WarpTile16;
+using sm90::PackBf16;
+using sm90::SmemAddr;
 
 constexpr int kThreads = 256, kWarps = 8;
 constexpr int kNope = 128, kRope = 64, kDqk = kNope + kRope, kVd = 128, kLat = 512, kD = kLat + kRope;
@@ -41,24 +46,6 @@ constexpr int kSpFloats = 4 * 4 * 32;  // a warp's partial scores: 4 n8 tiles x 
 constexpr size_t kDecodeSmem = static_cast<size_t>(16 + kBN) * kLd * 2 + static_cast<size_t>(kWarps) * kSpFloats * 4;
 constexpr size_t DynSmem() {
   return std::max<size_t>(kDecodeSmem, std::max<size_t>(size_t{kMaxHidden} * 2, size_t{kLat} * 4));
-}
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* ptr) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
-}
-__device__ __forceinline__ void Ldsm4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-__device__ __forceinline__ void Ldsm4T(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
 }
 
 // 16-row tiles t = blockIdx.x, + grid, ... of a [rows, K] bf16 weight times xs (shared memory,
