@@ -41,10 +41,10 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 
 // no_slot: the token's slot is -1 (no cache row written; its row holds earlier random values,
 // which the decode then reads, as the unfused path would).
-void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false) {
+void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, bool prefetch = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
-                            (graph ? " graph" : " direct");
+                            (prefetch ? "_prefetch" : "") + (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
@@ -161,7 +161,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   p.cache = d_cache.get(); p.slot = d_slot.get(); p.block_table = d_table.get(); p.context_len = d_ctx.get();
   p.block_size = kBs; p.softmax_scale = static_cast<float>(scale); p.max_context = max_context;
   p.q32 = d_q32.get(); p.kva32 = d_kva.get(); p.qlat16 = d_qlat.get(); p.workspace = d_ws.get();
-  p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get();
+  p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.prefetch_l2 = prefetch;
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -202,6 +202,7 @@ TEST(CudaMlaAttnPersistent, MatchesCpuReference) {
   RunCase(4, 512, 100, false, false);
   RunCase(4, 512, 65, false, true);
   RunCase(16, 2048, 100, true, true, /*no_slot=*/true);
+  RunCase(16, 2048, 1000, true, true, false, /*prefetch=*/true);  // the L2 hint changes no result
 }
 
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {

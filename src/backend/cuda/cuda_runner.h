@@ -240,6 +240,9 @@ struct CudaRunnerOptions {
   // bf16 projections without q_lora (V2-Lite), <= 16 heads. Written without a GPU in session 12:
   // not yet run; opt-in. The CLI reads DS_ATTN_PERSISTENT=0/1.
   bool attn_persistent = false;
+  // Its L2 prefetch of the W_UV and W_o rows at the start of phase 2 (MlaAttnPersistentParams::
+  // prefetch_l2; A/B, the CLI reads DS_ATTN_PERSISTENT_PREFETCH=0/1). Not yet run.
+  bool attn_persistent_prefetch = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the

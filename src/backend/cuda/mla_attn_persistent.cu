@@ -48,6 +48,16 @@ constexpr size_t DynSmem() {
   return std::max<size_t>(kDecodeSmem, std::max<size_t>(size_t{kMaxHidden} * 2, size_t{kLat} * 4));
 }
 
+// L2 prefetch of [ptr, ptr + bytes) (a hint; bytes a multiple of 16, ptr 16-byte aligned), in
+// pieces of at most 64 KB (PTX ISA 8.x, "cp.async.bulk.prefetch").
+__device__ __forceinline__ void PrefetchL2(const void* ptr, int64_t bytes) {
+  const char* c = static_cast<const char*>(ptr);
+  for (int64_t off = 0; off < bytes; off += 65536) {
+    const uint32_t n = static_cast<uint32_t>(bytes - off < 65536 ? bytes - off : 65536);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c + off), "r"(n) : "memory");
+  }
+}
+
 // 16-row tiles t = blockIdx.x, + grid, ... of a [rows, K] bf16 weight times xs (shared memory,
 // K bf16): each tile's K split over the 8 warps (K / 8 a warp, a multiple of 32), the warps' sums
 // added in warp order by 16 threads, out(row, value). row_ptr(r) gives row r's first weight.
@@ -96,7 +106,13 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       });
   grid::GridBarrier(p.sync, gen0 + 1);
 
-  // Phase 2.
+  // Phase 2 (first, with prefetch_l2: thread 0 asks L2 for this block's phase-4 W_UV rows and
+  // phase-5 W_o rows).
+  if (p.prefetch_l2 && threadIdx.x == 0) {
+    for (int64_t u = blockIdx.x; u < H * kUvParts; u += grid)
+      PrefetchL2(p.kv_b + ((u / kUvParts) * (kNope + kVd) + kNope + (u % kUvParts) * 16) * kLat, 16 * kLat * 2);
+    for (int64_t t = blockIdx.x; t < Hd / 16; t += grid) PrefetchL2(p.wo + t * 16 * H * kVd, 16 * H * kVd * 2);
+  }
   const int pos = *p.position;
   const bool rotate = pos >= 0 && pos < p.max_pos;
   if (blockIdx.x == 0) {

@@ -74,6 +74,10 @@ struct MlaAttnPersistentParams {
   float* out = nullptr;                   // [hidden] fp32: o_proj's output
   uint32_t* sync = nullptr;               // 2 words, zero before the first launch
   cudaStream_t stream = nullptr;
+  // At the start of phase 2 each block asks L2 to prefetch the W_UV rows of its phase-4 units and
+  // the W_o rows of its phase-5 tiles (cp.async.bulk.prefetch.L2), so they stream while phases 2-4
+  // wait on latency rather than DRAM. A hint (A/B: CudaRunnerOptions::attn_persistent_prefetch).
+  bool prefetch_l2 = false;
 };
 
 // Contexts the runner sends it (attn_persistent): the decode phase runs its splits one after
