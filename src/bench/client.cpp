@@ -17,6 +17,8 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -470,6 +472,24 @@ StreamRunResult RunStreamingRequests(const HttpTarget& target, const StreamRunOp
   for (auto& t : threads) t.join();
   stop.store(true);
   if (progress.joinable()) progress.join();
+  if (st->signals) {
+    // A stop signal can come twice: timeout(1) sends it to the command and then to its process
+    // group, and on a loaded machine the second can land after the run has ended. Once a signal
+    // has stopped the run, both are ignored from here on, so a late duplicate cannot kill the
+    // process before it writes its report; the signal set is torn down with them blocked (this
+    // is the only thread left), so there is no window in between.
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    st->signals.reset();
+    if (st->interrupted.load()) {
+      std::signal(SIGINT, SIG_IGN);
+      std::signal(SIGTERM, SIG_IGN);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
   auto end_ticks = st->end_ticks.load();
   Clock::time_point end = end_ticks ? Clock::time_point(Clock::duration(end_ticks)) : Clock::now();
   result.duration_s = Seconds(end - st->start);

@@ -46,7 +46,9 @@ struct StreamRunOptions {
   std::string progress_label = "bench";
   // SIGINT / SIGTERM end the run early instead of killing the process: no further request is
   // sent, the streams in flight are cancelled, and the run returns what it has (see
-  // StreamRunResult::interrupted). The previous dispositions are restored when the run ends.
+  // StreamRunResult::interrupted). When the run ends by itself the default dispositions are back;
+  // when a signal stopped it, both signals are ignored for the rest of the process (a duplicate,
+  // as timeout(1) sends one to the process group too, must not cut off the report).
   bool stop_on_signal = false;
 };
 
