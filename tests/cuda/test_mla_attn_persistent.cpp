@@ -86,12 +86,16 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
     for (int64_t k = 0; k < Hd; ++k) s += double(x[k]) * wkva[r * Hd + k];
     kva[r] = s;
   }
-  std::vector<float> ref_row(kD);
+  std::vector<float> ref_row(kD), ref_kva(kD);  // ref_kva: kva32 after the kernel (c_kv normalised, k_pe raw)
   {
     double ss = 0;
     for (int64_t i = 0; i < kLat; ++i) ss += kva[i] * kva[i];
     const double inv = 1.0 / std::sqrt(ss / kLat + 1e-6);
-    for (int64_t i = 0; i < kLat; ++i) ref_row[i] = Bf(static_cast<float>(kva[i] * inv * norm_w[i]));
+    for (int64_t i = 0; i < kLat; ++i) {
+      ref_kva[i] = static_cast<float>(kva[i] * inv * norm_w[i]);
+      ref_row[i] = Bf(ref_kva[i]);
+    }
+    for (int64_t i = kLat; i < kD; ++i) ref_kva[i] = static_cast<float>(kva[i]);
     float kpe[kRope];
     for (int i = 0; i < kRope; ++i) kpe[i] = static_cast<float>(kva[kLat + i]);
     double rot[kRope];
@@ -102,6 +106,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   if (!no_slot) std::copy(ref_row.begin(), ref_row.end(), ctx_cache.begin() + slot * kD);
   const double scale = 1.0 / std::sqrt(double(kDqk));
   std::vector<float> ref_o(H * kVd), ref_out(Hd);
+  std::vector<float> ref_q32(H * kDqk), ref_qlat(H * kLat);  // q32 after the kernel (q_pe rotated), q_lat (bf16)
   for (int64_t h = 0; h < H; ++h) {
     std::vector<float> Q(kD);
     for (int64_t c = 0; c < kLat; ++c) {
@@ -114,6 +119,9 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
     double rot[kRope];
     Rope(qpe, rot, pos, cos, sin, interleave);
     for (int i = 0; i < kRope; ++i) Q[kLat + i] = Bf(static_cast<float>(rot[i]));
+    for (int64_t d = 0; d < kNope; ++d) ref_q32[h * kDqk + d] = static_cast<float>(q[h * kDqk + d]);
+    for (int i = 0; i < kRope; ++i) ref_q32[h * kDqk + kNope + i] = static_cast<float>(rot[i]);
+    std::copy(Q.begin(), Q.begin() + kLat, ref_qlat.begin() + h * kLat);
     std::vector<double> sc(ctx);
     double mx = -INFINITY;
     for (int j = 0; j < ctx; ++j) {
@@ -177,6 +185,12 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
         }
       });
   const std::vector<float> out = d_out.Download(), o16 = FromBf16(d_o16.Download()), got_cache = FromBf16(d_cache.Download());
+  // The phases' intermediates, so that a failure names its phase: q32 (phase 1, q_pe rotated in
+  // phase 2), kv_a (phase 1, c_kv normalised in phase 2), q_lat (phase 2).
+  const std::vector<float> got_q32 = d_q32.Download(), got_kva = d_kva.Download(), got_qlat = FromBf16(d_qlat.Download());
+  ExpectClose("mla_attn_persistent_q32", label, got_q32, ref_q32, 1e-5);
+  ExpectClose("mla_attn_persistent_kva", label, got_kva, ref_kva, 1e-5);
+  ExpectClose("mla_attn_persistent_qlat", label, got_qlat, ref_qlat, 5e-3);
   const std::vector<uint32_t> sync = d_sync.Download();
   const std::vector<float> got_row(got_cache.begin() + slot * kD, got_cache.begin() + (slot + 1) * kD);
   int64_t other_rows_changed = 0;  // rows other than the slot: bit-for-bit as uploaded (NaN stays NaN)
