@@ -46,18 +46,19 @@ inline constexpr int kTileBurst = 8;
 
 // One warp: the dot products of 16 weight rows with activations over `steps` * 32 elements, on
 // the tensor cores (mma m16n8k16, the weights as the 16-row operand; "swap AB" as in
-// skinny_gemm.cu; used by moe_persistent.cu and mla_attn_persistent.cu). Lane l = 4 g + q
-// streams 16 bytes of its rows ra (row g of the tile) and rb (row g + 8) at k = 32 s + 8 q per
-// step s, and the same 8 elements of its activations (shared memory): within an mma the virtual k index 2q + {0, 1} holds actual k 8q + {0, 1} (then 8q +
-// {2, 3} at 2q + 8 + {0, 1}; the second mma takes 8q + 4..7), the same permutation for every row
-// and activation, so each output is the full dot product. B's column 1 holds xb (lanes g == 1),
-// every other column xa: d[0] is row g . xa, d[3] row g + 8 . xb (d[2] = row g + 8 . xa).
-__device__ __forceinline__ void WarpTile16(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const __nv_bfloat16* xa,
-                                           const __nv_bfloat16* xb, int steps, float (&d)[4]) {
-  const int q = threadIdx.x & 3, g = (threadIdx.x & 31) >> 2;
+// skinny_gemm.cu). Lane l = 4 g + q streams 16 bytes of its rows ra (row g of the tile) and rb
+// (row g + 8) at k = 32 s + 8 q per step s, and the same 8 elements of B's column g, xg (this
+// lane's own column: shared memory): within an mma the virtual k index 2q + {0, 1} holds actual
+// k 8q + {0, 1} (then 8q + {2, 3} at 2q + 8 + {0, 1}; the second mma takes 8q + 4..7), the same
+// permutation for every row and column, so each output is the full dot product. d[j] is row
+// g . column 2q + j, d[2 + j] row g + 8 . column 2q + j (the C fragment). Used by mla_q_absorb.cu
+// (the columns are tokens).
+__device__ __forceinline__ void WarpTile16Cols(const __nv_bfloat16* ra, const __nv_bfloat16* rb,
+                                               const __nv_bfloat16* xg, int steps, float (&d)[4]) {
+  const int q = threadIdx.x & 3;
   const uint4* a4 = reinterpret_cast<const uint4*>(ra) + q;
   const uint4* b4 = reinterpret_cast<const uint4*>(rb) + q;
-  const uint4* x4 = reinterpret_cast<const uint4*>(g == 1 ? xb : xa) + q;
+  const uint4* x4 = reinterpret_cast<const uint4*>(xg) + q;
   for (int s0 = 0; s0 < steps; s0 += kTileBurst) {
     uint4 va[kTileBurst], vb[kTileBurst];
 #pragma unroll
@@ -76,6 +77,14 @@ __device__ __forceinline__ void WarpTile16(const __nv_bfloat16* ra, const __nv_b
       }
     }
   }
+}
+
+// WarpTile16Cols with two activation vectors: B's column 1 holds xb (lanes g == 1), every other
+// column xa, so d[0] is row g . xa, d[3] row g + 8 . xb (d[2] = row g + 8 . xa). Used by
+// moe_persistent.cu and mla_attn_persistent.cu.
+__device__ __forceinline__ void WarpTile16(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const __nv_bfloat16* xa,
+                                           const __nv_bfloat16* xb, int steps, float (&d)[4]) {
+  WarpTile16Cols(ra, rb, ((threadIdx.x & 31) >> 2) == 1 ? xb : xa, steps, d);
 }
 
 }  // namespace ds::cuda::ptx

@@ -303,33 +303,13 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
       __syncthreads();
       float xo[16];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        xo[j] = s_o[8 * lane + j];
-        xo[8 + j] = s_o[256 + 8 * lane + j];
-      }
+      mla::UvLaneColumns(s_o, lane, xo);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int64_t n = part * 16 + warp * 2 + r;
         const bf16* row = p.kv_b + (h * (kNope + kVd) + kNope + n) * kLat;
-        const uint4 w0 = *reinterpret_cast<const uint4*>(row + 8 * lane);
-        const uint4 w1 = *reinterpret_cast<const uint4*>(row + 256 + 8 * lane);
-        float acc = 0.f;
-        const __nv_bfloat162* w2a = reinterpret_cast<const __nv_bfloat162*>(&w0);
-        const __nv_bfloat162* w2b = reinterpret_cast<const __nv_bfloat162*>(&w1);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 wf = __bfloat1622float2(w2a[j]);
-          acc = fmaf(xo[2 * j], wf.x, acc);
-          acc = fmaf(xo[2 * j + 1], wf.y, acc);
-        }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 wf = __bfloat1622float2(w2b[j]);
-          acc = fmaf(xo[8 + 2 * j], wf.x, acc);
-          acc = fmaf(xo[8 + 2 * j + 1], wf.y, acc);
-        }
-        acc = dev::WarpSum(acc);
+        const float acc = dev::WarpSum(mla::UvLaneDot(xo, *reinterpret_cast<const uint4*>(row + 8 * lane),
+                                                       *reinterpret_cast<const uint4*>(row + 256 + 8 * lane)));
         if (lane == 0) p.o16[h * kVd + n] = __float2bfloat16_rn(acc);
       }
       __syncthreads();  // s_o reused by the next unit

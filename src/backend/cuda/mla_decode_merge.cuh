@@ -4,6 +4,7 @@
 // include only from .cu files.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -51,6 +52,33 @@ __device__ __forceinline__ void MergeSplits(const float* ws, const float* lse, i
   }
   *acc_out = acc;
   *wsum_out = wsum;
+}
+
+// The W_UV epilogue's per-lane part of one row's dot product (MlaDecodeCombineUvKernel in
+// mla_decode_uv.cu, MlaAttnPersistent's phase 4): lane l holds the merged o_lat's latent columns
+// 8 l .. 8 l + 7 and 256 + 8 l .. + 7 in xo (UvLaneColumns) and the row's same columns in w0 / w1
+// (16-byte loads); fp32 FMAs in column order. The caller sums the lanes (WarpSum).
+__device__ __forceinline__ void UvLaneColumns(const float* s_o, int lane, float (&xo)[16]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    xo[j] = s_o[8 * lane + j];
+    xo[8 + j] = s_o[256 + 8 * lane + j];
+  }
+}
+__device__ __forceinline__ float UvLaneDot(const float (&xo)[16], const uint4& w0, const uint4& w1) {
+  float acc = 0.f;
+  const uint4 w[2] = {w0, w1};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&w[half]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 wf = __bfloat1622float2(w2[j]);
+      acc = fmaf(xo[8 * half + 2 * j], wf.x, acc);
+      acc = fmaf(xo[8 * half + 2 * j + 1], wf.y, acc);
+    }
+  }
+  return acc;
 }
 
 }  // namespace ds::cuda::mla

@@ -51,11 +51,7 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineUvKernel(const MlaDe
   __syncthreads();
   const int warp = tid >> 5, lane = tid & 31;
   float xo[16];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    xo[j] = s_o[8 * lane + j];
-    xo[8 + j] = s_o[256 + 8 * lane + j];
-  }
+  mla::UvLaneColumns(s_o, lane, xo);
   const int n0 = part * rows_per_part;
   const int n1 = static_cast<int>(std::min<int64_t>(p.uv_n, n0 + rows_per_part));
   const __nv_bfloat16* wh = p.uv_w + h * p.uv_head_stride;
@@ -74,18 +70,7 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineUvKernel(const MlaDe
     }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      float acc = 0.f;
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const __nv_bfloat162* w2 = reinterpret_cast<const __nv_bfloat162*>(&wv[r][half]);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float2 wf = __bfloat1622float2(w2[j]);
-          acc = fmaf(xo[8 * half + 2 * j], wf.x, acc);
-          acc = fmaf(xo[8 * half + 2 * j + 1], wf.y, acc);
-        }
-      }
-      acc = dev::WarpSum(acc);
+      const float acc = dev::WarpSum(mla::UvLaneDot(xo, wv[r][0], wv[r][1]));
       const int n = nb + r;
       if (lane == 0 && n < n1) {
         const int64_t o = static_cast<int64_t>(t) * p.uv_tok_stride + static_cast<int64_t>(h) * p.uv_n + n;

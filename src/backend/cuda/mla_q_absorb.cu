@@ -31,31 +31,11 @@ __global__ void __launch_bounds__(kThreads) MlaQAbsorbKernel(MlaQAbsorbParams p)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t c0 = int64_t{blockIdx.x} * kRowsPerBlock + int64_t{warp} * 16;
   if (c0 >= p.kv_lora) return;
-  // Lane (g, q): A rows c0 + g and c0 + g + 8, 8 contiguous k at 32 s + 8 q of each (the same k
-  // permutation for the rows and for B's column g = token g, so every output is the full sum:
-  // see moe_persistent.cu's WarpTile16); two mmas a step.
+  // Rows c0 .. c0 + 15 of W_UK_h^T against B's columns = the tokens (WarpTile16Cols: lane group
+  // g streams token g's q_nope; tokens >= T are zeros).
   const bf16* w = p.w_uk_t + (h * p.kv_lora + c0) * nope;
-  const uint4* a4 = reinterpret_cast<const uint4*>(w + g * nope) + q;
-  const uint4* b4 = reinterpret_cast<const uint4*>(w + (g + 8) * nope) + q;
-  const uint4* x4 = reinterpret_cast<const uint4*>(&xs[g][0]) + q;
-  const int steps = static_cast<int>(nope / 32);
-  uint4 va[kMaxNope / 32], vb[kMaxNope / 32];
-#pragma unroll
-  for (int s = 0; s < kMaxNope / 32; ++s) {
-    if (s < steps) {
-      va[s] = ptx::LdStream(a4 + 4 * s);
-      vb[s] = ptx::LdStream(b4 + 4 * s);
-    }
-  }
   float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-  for (int s = 0; s < kMaxNope / 32; ++s) {
-    if (s < steps) {
-      const uint4 xv = x4[4 * s];
-      ptx::Mma(d, va[s].x, vb[s].x, va[s].y, vb[s].y, xv.x, xv.y);
-      ptx::Mma(d, va[s].z, vb[s].z, va[s].w, vb[s].w, xv.z, xv.w);
-    }
-  }
+  ptx::WarpTile16Cols(w + g * nope, w + (g + 8) * nope, &xs[g][0], static_cast<int>(nope / 32), d);
   // C fragment: d[0] / d[1] = row g, tokens 2q / 2q + 1; d[2] / d[3] = row g + 8.
   for (int j = 0; j < 2; ++j) {
     const int64_t t = 2 * q + j;
