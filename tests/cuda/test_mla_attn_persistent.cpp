@@ -14,9 +14,11 @@
 // re-poisoned before the last launch). Written without a GPU in session 12: not yet run.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <random>
 
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/mla_attn_persistent.h"
 #include "test_util.h"
 
@@ -227,6 +229,106 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
     EXPECT_NE(why.find(part), std::string::npos) << "missing '" << part << "' in: " << why;
   p.heads = 3;
   EXPECT_NE(MlaAttnPersistentUnsupported(p).find("heads 3"), std::string::npos);
+}
+
+
+// Information (disabled; run with --gtest_also_run_disabled_tests): the kernel at V2-Lite's shape
+// (16 heads, hidden 2048) in a graph of kSets launches, each with its own copy of the weights
+// (8 x 28 MB, past L2, so each launch streams its weights from DRAM as in the model), and the
+// phase timeline from the phase_ns stamps: per segment the mean and the max over blocks, and
+// the last block's arrival at each stamp after the first block's start (cumulative).
+TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
+  constexpr int64_t H = 16, Hd = 2048;
+  constexpr int kSets = 8, kReplays = 20, kStampReplays = 5, kS = kMlaAttnPersistentStamps;
+  const int grid = CurrentDeviceProps().sms;
+  const auto rnd = [](int64_t n, float sd) { return ToBf16(RoundBf16Vec(RandomNormal(n, sd))); };
+  const std::vector<__nv_bfloat16> hx = rnd(Hd, 1.f), hwq = rnd(H * kDqk * Hd, 0.02f), hwkva = rnd(kD * Hd, 0.02f),
+                                   hwuk = rnd(H * kLat * kNope, 0.05f), hkvb = rnd(H * (kNope + kVd) * kLat, 0.05f),
+                                   hwo = rnd(Hd * H * kVd, 0.02f);
+  const double weight_bytes = 2.0 * (hwq.size() + hwkva.size() + hwuk.size() + H * kVd * kLat + hwo.size());
+  struct Set {
+    Dev<__nv_bfloat16> wq, wkva, wuk, kvb, wo;
+    Dev<uint64_t> stamps;
+  };
+  std::vector<std::unique_ptr<Set>> sets;
+  for (int i = 0; i < kSets; ++i)
+    sets.push_back(std::unique_ptr<Set>(new Set{Dev<__nv_bfloat16>(hwq), Dev<__nv_bfloat16>(hwkva), Dev<__nv_bfloat16>(hwuk),
+                                                Dev<__nv_bfloat16>(hkvb), Dev<__nv_bfloat16>(hwo),
+                                                Dev<uint64_t>(static_cast<size_t>(grid) * kS)}));
+  cudaStream_t st;
+  DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (int ctx : {1024, 4096}) {
+    const int64_t pages = (ctx + kBs - 1) / kBs + 1, max_pos = ctx + 1;
+    std::vector<int32_t> table(pages);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), Rng());
+    std::vector<float> cos(max_pos * kRope / 2, 1.f), sin(cos.size(), 0.f);
+    Dev<__nv_bfloat16> d_x(hx), d_cache(rnd(pages * kBs * kD, 1.f)), d_qlat(H * kLat), d_o16(H * kVd);
+    Dev<float> d_norm_w(std::vector<float>(kLat, 1.f)), d_cos(cos), d_sin(sin), d_q32(H * kDqk), d_kva(kD), d_out(Hd);
+    Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, pages * kBs));
+    Dev<int32_t> d_pos(std::vector<int32_t>{ctx - 1}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
+    Dev<int64_t> d_slot(std::vector<int64_t>{static_cast<int64_t>(table[(ctx - 1) / kBs]) * kBs + (ctx - 1) % kBs});
+    Dev<uint32_t> d_sync(2);
+    DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
+    for (bool prefetch : {false, true}) {
+      for (bool stamped : {false, true}) {
+        const auto params = [&](int i) {
+          MlaAttnPersistentParams p{};
+          p.x16 = d_x.get(); p.hidden = Hd; p.heads = H;
+          p.wq = sets[i]->wq.get(); p.wkva = sets[i]->wkva.get(); p.kva_norm_w = d_norm_w.get();
+          p.w_uk_t = sets[i]->wuk.get(); p.kv_b = sets[i]->kvb.get(); p.wo = sets[i]->wo.get();
+          p.position = d_pos.get(); p.cos = d_cos.get(); p.sin = d_sin.get(); p.max_pos = max_pos;
+          p.cache = d_cache.get(); p.slot = d_slot.get(); p.block_table = d_table.get(); p.context_len = d_ctx.get();
+          p.block_size = kBs; p.softmax_scale = 0.07f; p.max_context = pages * kBs;
+          p.q32 = d_q32.get(); p.kva32 = d_kva.get(); p.qlat16 = d_qlat.get(); p.workspace = d_ws.get();
+          p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.prefetch_l2 = prefetch;
+          p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
+          p.stream = st;
+          return p;
+        };
+        ASSERT_EQ(MlaAttnPersistentUnsupported(params(0)), "");
+        const CapturedGraph g(st, [&] {
+          for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
+        });
+        const double us = ReplayUs(g, st, kReplays, kSets);
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d prefetch=%d stamps=%d: %.2f us a launch (graph of %d, "
+                    "%d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
+                    ctx, prefetch, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
+        if (!stamped) continue;
+        // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
+        std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
+        int n = 0;
+        for (int r = 0; r < kStampReplays; ++r) {
+          g.Replay();
+          for (int i = 0; i < kSets; ++i, ++n) {
+            const std::vector<uint64_t> t = sets[i]->stamps.Download();
+            uint64_t t0 = UINT64_MAX;
+            for (int b = 0; b < grid; ++b) t0 = std::min(t0, t[b * kS]);
+            for (int k = 0; k < kS; ++k) {
+              double mx_seg = 0, sum_seg = 0, mx_cum = 0;
+              for (int b = 0; b < grid; ++b) {
+                const double c = 1e-3 * static_cast<double>(t[b * kS + k] - t0);
+                const double sgm = k == 0 ? c : 1e-3 * static_cast<double>(t[b * kS + k] - t[b * kS + k - 1]);
+                mx_seg = std::max(mx_seg, sgm);
+                sum_seg += sgm;
+                mx_cum = std::max(mx_cum, c);
+              }
+              seg_mean[k] += sum_seg / grid;
+              seg_max[k] += mx_seg;
+              cum[k] += mx_cum;
+            }
+          }
+        }
+        const char* names[kS] = {"start skew", "p1 q/kv_a", "barrier 1", "p2 norm/rope/absorb", "barrier 2",
+                                 "p3 decode", "barrier 3", "p4 merge+W_UV", "barrier 4", "p5 o_proj"};
+        for (int k = 0; k < kS; ++k)
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d prefetch=%d segment=\"%s\": mean %.2f us, max %.2f us "
+                      "over blocks; last block done at %.2f us\n",
+                      ctx, prefetch, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+      }
+    }
+  }
+  DS_CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 }  // namespace

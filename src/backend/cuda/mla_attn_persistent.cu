@@ -83,6 +83,18 @@ __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* x
   }
 }
 
+// Timing stamp k of this block (MlaAttnPersistentParams::phase_ns); `sync` first so that the
+// stamp follows every warp's work. Uniform per launch (a kernel argument).
+__device__ __forceinline__ void Stamp(uint64_t* phase_ns, int k, bool sync) {
+  if (phase_ns == nullptr) return;
+  if (sync) __syncthreads();
+  if (threadIdx.x == 0) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    phase_ns[blockIdx.x * kMlaAttnPersistentStamps + k] = t;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float s_red[kWarps][16];
@@ -90,6 +102,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
   const int64_t Hd = p.hidden, H = p.heads, Rq = H * kDqk;
+  Stamp(p.phase_ns, 0, false);
   if (threadIdx.x == 0) s_gen0 = grid::GridGeneration(p.sync);  // before this block's first arrival
   // Phase 1: q and kv_a (x in shared memory).
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);
@@ -104,7 +117,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         if (r < Rq) p.q32[r] = v;
         else p.kva32[r - Rq] = v;
       });
+  Stamp(p.phase_ns, 1, true);
   grid::GridBarrier(p.sync, gen0 + 1);
+  Stamp(p.phase_ns, 2, false);
 
   // Phase 2 (first, with prefetch_l2: thread 0 asks L2 for this block's phase-4 W_UV rows and
   // phase-5 W_o rows).
@@ -145,7 +160,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
     }
   }
+  Stamp(p.phase_ns, 3, true);
   grid::GridBarrier(p.sync, gen0 + 2);
+  Stamp(p.phase_ns, 4, false);
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   const int64_t smax = (p.max_context + kBN - 1) / kBN;
@@ -282,7 +299,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
     }
   }
+  Stamp(p.phase_ns, 5, true);
   grid::GridBarrier(p.sync, gen0 + 3);
+  Stamp(p.phase_ns, 6, false);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units; MlaDecodeCombineUvKernel's operations (the
   // merge of mla_decode_merge.cuh rounded to bf16, then each row's lane-split dot product).
@@ -315,7 +334,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       __syncthreads();  // s_o reused by the next unit
     }
   }
+  Stamp(p.phase_ns, 7, true);
   grid::GridBarrier(p.sync, gen0 + 4);
+  Stamp(p.phase_ns, 8, false);
 
   // Phase 5: o_proj (o in shared memory).
   const int64_t Ko = H * kVd;
@@ -324,6 +345,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   __syncthreads();
   GemvTiles(
       Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; });
+  Stamp(p.phase_ns, 9, true);
 }
 
 bool FitsCurrentDevice() {

@@ -78,7 +78,14 @@ struct MlaAttnPersistentParams {
   // the W_o rows of its phase-5 tiles (cp.async.bulk.prefetch.L2), so they stream while phases 2-4
   // wait on latency rather than DRAM. A hint (A/B: CudaRunnerOptions::attn_persistent_prefetch).
   bool prefetch_l2 = false;
+  // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
+  // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps]:
+  // 0 start; 2k - 1 phase k's work done (after a __syncthreads), 2k after barrier k (k = 1..4);
+  // 9 phase 5 done.
+  uint64_t* phase_ns = nullptr;
 };
+
+inline constexpr int kMlaAttnPersistentStamps = 10;
 
 // Contexts the runner sends it (attn_persistent): the decode phase runs its splits one after
 // another on each block and every (head, part) unit merges all of its head's splits, so long
