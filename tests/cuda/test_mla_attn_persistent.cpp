@@ -108,7 +108,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   if (!no_slot) std::copy(ref_row.begin(), ref_row.end(), ctx_cache.begin() + slot * kD);
   const double scale = 1.0 / std::sqrt(double(kDqk));
   std::vector<float> ref_o(H * kVd), ref_out(Hd);
-  std::vector<float> ref_q32(H * kDqk), ref_qlat(H * kLat);  // q32 after the kernel (q_pe rotated), q_lat (bf16)
+  std::vector<float> ref_q32(H * kDqk), ref_qlat(H * kLat);  // q32 (q_pe unrotated: phase 3 rotates it into its Q tile), q_lat (bf16)
   for (int64_t h = 0; h < H; ++h) {
     std::vector<float> Q(kD);
     for (int64_t c = 0; c < kLat; ++c) {
@@ -122,7 +122,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
     Rope(qpe, rot, pos, cos, sin, interleave);
     for (int i = 0; i < kRope; ++i) Q[kLat + i] = Bf(static_cast<float>(rot[i]));
     for (int64_t d = 0; d < kNope; ++d) ref_q32[h * kDqk + d] = static_cast<float>(q[h * kDqk + d]);
-    for (int i = 0; i < kRope; ++i) ref_q32[h * kDqk + kNope + i] = static_cast<float>(rot[i]);
+    for (int i = 0; i < kRope; ++i) ref_q32[h * kDqk + kNope + i] = static_cast<float>(q[h * kDqk + kNope + i]);
     std::copy(Q.begin(), Q.begin() + kLat, ref_qlat.begin() + h * kLat);
     std::vector<double> sc(ctx);
     double mx = -INFINITY;
@@ -187,8 +187,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
         }
       });
   const std::vector<float> out = d_out.Download(), o16 = FromBf16(d_o16.Download()), got_cache = FromBf16(d_cache.Download());
-  // The phases' intermediates, so that a failure names its phase: q32 (phase 1, q_pe rotated in
-  // phase 2), kv_a (phase 1, c_kv normalised in phase 2), q_lat (phase 2).
+  // The phases' intermediates, so that a failure names its phase: q32 (phase 1), kv_a (phase 1, c_kv normalised in phase 2), q_lat (phase 2).
   const std::vector<float> got_q32 = d_q32.Download(), got_kva = d_kva.Download(), got_qlat = FromBf16(d_qlat.Download());
   ExpectClose("mla_attn_persistent_q32", label, got_q32, ref_q32, 1e-5);
   ExpectClose("mla_attn_persistent_kva", label, got_kva, ref_kva, 1e-5);

@@ -39,6 +39,7 @@ constexpr int kBN = 32;            // keys a split
 constexpr int kLd = kD + 8;        // padded shared-memory row (bf16): conflict-free ldmatrix (as mla_decode_tc.cu)
 constexpr int kKSteps = kD / 16;   // k16 steps of S = Q K^T
 constexpr int kMaxHeads = 16;
+constexpr int kMaxSplits = kMlaAttnPersistentMaxContext / kBN;  // phase 4's shared-memory LSEs / weights
 constexpr int kMaxHidden = 8192;
 constexpr int kUvParts = kVd / 16;  // 16-row parts of a head's W_UV
 constexpr int kSpFloats = 4 * 4 * 32;  // a warp's partial scores: 4 n8 tiles x 4 values x 32 lanes
@@ -58,17 +59,65 @@ __device__ __forceinline__ void PrefetchL2(const void* ptr, int64_t bytes) {
   }
 }
 
+// Weight loads issued where they are written (asm volatile: not sunk past a grid barrier to their
+// use), 16 bytes through the read-only path, not kept in L1 (as ptx::LdStream).
+__device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(ptr));
+  return r;
+}
+// 16 bytes global -> shared, zero-filled past `bytes` (0 or 16), L2 only (cp.async.cg).
+__device__ __forceinline__ void CpAsync16(void* dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+// A warp's slice of one 16-row weight tile (at most ptx::kTileBurst 32-element steps), loaded
+// ahead of its activations (before a grid barrier): WarpTile16Cols's loads, lane l = 4 g + q
+// holding rows g and g + 8 at k = 32 s + 8 q.
+struct WarpSlice {
+  uint4 a[ptx::kTileBurst], b[ptx::kTileBurst];
+};
+__device__ __forceinline__ void LoadSlice(const bf16* ra, const bf16* rb, int steps, WarpSlice& w) {
+  const int q = threadIdx.x & 3;
+#pragma unroll
+  for (int u = 0; u < ptx::kTileBurst; ++u) {
+    if (u < steps) {
+      w.a[u] = LdStreamNow(reinterpret_cast<const uint4*>(ra) + q + 4 * u);
+      w.b[u] = LdStreamNow(reinterpret_cast<const uint4*>(rb) + q + 4 * u);
+    }
+  }
+}
+// WarpTile16Cols's mma sequence on a loaded slice (x: the warp's K slice of the activations in
+// shared memory, every column the same vector).
+__device__ __forceinline__ void MmaSlice(const WarpSlice& w, const bf16* x, int steps, float (&d)[4]) {
+  const uint4* x4 = reinterpret_cast<const uint4*>(x) + (threadIdx.x & 3);
+#pragma unroll
+  for (int u = 0; u < ptx::kTileBurst; ++u) {
+    if (u < steps) {
+      const uint4 xv = x4[4 * u];
+      Mma(d, w.a[u].x, w.b[u].x, w.a[u].y, w.b[u].y, xv.x, xv.y);
+      Mma(d, w.a[u].z, w.b[u].z, w.a[u].w, w.b[u].w, xv.z, xv.w);
+    }
+  }
+}
+
 // 16-row tiles t = blockIdx.x, + grid, ... of a [rows, K] bf16 weight times xs (shared memory,
 // K bf16): each tile's K split over the 8 warps (K / 8 a warp, a multiple of 32), the warps' sums
 // added in warp order by 16 threads, out(row, value). row_ptr(r) gives row r's first weight.
-template <class RowPtr, class Out>
+// kAhead: `first` holds the block's first tile's warp slices, already loaded (K / 8 <= 32 *
+// kTileBurst), when have_first.
+template <bool kAhead, class RowPtr, class Out>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
-                                          Out out) {
+                                          Out out, const WarpSlice& first, bool have_first) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t kw = K / kWarps, k0 = warp * kw;
   for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x) {
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    WarpTile16(row_ptr(t * 16 + g) + k0, row_ptr(t * 16 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
+    if (kAhead && have_first && t == blockIdx.x) MmaSlice(first, xs + k0, static_cast<int>(kw / 32), d);
+    else WarpTile16(row_ptr(t * 16 + g) + k0, row_ptr(t * 16 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_red[warp][g] = d[0];
       s_red[warp][g + 8] = d[2];
@@ -95,6 +144,27 @@ __device__ __forceinline__ void Stamp(uint64_t* phase_ns, int k, bool sync) {
   }
 }
 
+// cp.asyncs of a 32-key split's cache rows into Ks ([kBN][kLd]); keys >= kend zero-filled. only
+// >= 0: row `only` alone; else every row but `skip` (the new token's row, written in phase 2).
+__device__ __forceinline__ void IssueSplitRows(const MlaAttnPersistentParams& p, bf16* Ks, int split, int ctx, int only,
+                                               int skip) {
+  const int bs = static_cast<int>(p.block_size);
+  const int kbeg = split * kBN, kend = min(ctx, kbeg + kBN);
+  const int64_t page = p.block_table[kbeg / bs];
+  const bf16* src_base = p.cache + (page * bs + kbeg % bs) * kD;  // a 32-key split lies inside one page
+  if (only >= 0) {
+    for (int e = threadIdx.x; e < kD / 8; e += kThreads)
+      CpAsync16(Ks + only * kLd + e * 8, src_base + static_cast<int64_t>(only) * kD + e * 8, kbeg + only < kend ? 16 : 0);
+    return;
+  }
+#pragma unroll 3
+  for (int c = threadIdx.x; c < kBN * (kD / 8); c += kThreads) {
+    const int j = c / (kD / 8), e = c % (kD / 8);
+    if (j == skip) continue;
+    CpAsync16(Ks + j * kLd + e * 8, src_base + static_cast<int64_t>(j) * kD + e * 8, kbeg + j < kend ? 16 : 0);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float s_red[kWarps][16];
@@ -110,13 +180,23 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
   __syncthreads();
   const uint32_t gen0 = s_gen0;
-  GemvTiles(
+  WarpSlice none;
+  GemvTiles<false>(
       Rq + kD, Hd, xs, s_red,
       [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; },
       [&](int64_t r, float v) {
         if (r < Rq) p.q32[r] = v;
         else p.kva32[r - Rq] = v;
-      });
+      },
+      none, false);
+  // Ahead of barrier 1: this warp's first W_UK tile (phase 2's absorption, blocks >= 1).
+  const int64_t uk_units = H * (kLat / 16), uk_warps = int64_t{grid - 1} * kWarps;
+  const int64_t uk_first = int64_t{blockIdx.x - 1} * kWarps + warp;
+  WarpSlice uk;
+  if (blockIdx.x > 0 && uk_first < uk_units) {
+    const bf16* w = p.w_uk_t + ((uk_first / (kLat / 16)) * kLat + (uk_first % (kLat / 16)) * 16) * kNope;
+    LoadSlice(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk);
+  }
   Stamp(p.phase_ns, 1, true);
   grid::GridBarrier(p.sync, gen0 + 1);
   Stamp(p.phase_ns, 2, false);
@@ -133,14 +213,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   if (blockIdx.x == 0) {
     // The kv norm (RmsNorm's routine at its 256-thread block size for 512) into the cache row,
     // then k_pe's RoPE into its tail (a negative slot writes no row; an out-of-range position
-    // no rotation, as MlaKvRope), then q_pe's RoPE in place, a warp a head.
+    // no rotation, as MlaKvRope). q_pe's RoPE happens where phase 3 builds its Q tile.
     const int64_t slot = *p.slot;
     bf16* dst = slot >= 0 ? p.cache + slot * kD : nullptr;
     norm::RmsNormRow<float>(p.kva32, nullptr, p.kva_norm_w, p.kva32, dst, kLat, p.eps);
     if (warp == 0 && dst != nullptr && rotate)
       rope::RopeKpeToCache(p.kva32 + kLat, dst + kLat, kRope, pos, p.cos, p.sin, p.interleave);
-    for (int64_t h = warp; h < H && rotate; h += kWarps)
-      rope::RopeHeadInPlace(p.q32 + h * kDqk + kNope, kRope, pos, p.cos, p.sin, p.interleave, nullptr);
   } else {
     // The absorption: q_nope of every head as bf16 in shared memory, then 16-row tiles of
     // W_UK_h^T (rows c, K = 128) a warp; q_lat rounded to bf16 (the decode's Q operand).
@@ -148,60 +226,74 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     for (int64_t i = threadIdx.x; i < H * kNope; i += kThreads)
       qn[i] = __float2bfloat16_rn(__ldcg(p.q32 + (i / kNope) * kDqk + i % kNope));
     __syncthreads();
-    const int64_t units = H * (kLat / 16), nw = int64_t{grid - 1} * kWarps;
-    for (int64_t u = int64_t{blockIdx.x - 1} * kWarps + warp; u < units; u += nw) {
+    for (int64_t u = uk_first; u < uk_units; u += uk_warps) {
       const int64_t h = u / (kLat / 16), c0 = (u % (kLat / 16)) * 16;
       const bf16* w = p.w_uk_t + (h * kLat + c0) * kNope;
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      WarpTile16(w + g * kNope, w + (g + 8) * kNope, qn + h * kNope, qn + h * kNope, kNope / 32, d);
+      if (u == uk_first) MmaSlice(uk, qn + h * kNope, kNope / 32, d);
+      else WarpTile16(w + g * kNope, w + (g + 8) * kNope, qn + h * kNope, qn + h * kNope, kNope / 32, d);
       if (tq == 0) {
         p.qlat16[h * kLat + c0 + g] = __float2bfloat16_rn(d[0]);
         p.qlat16[h * kLat + c0 + g + 8] = __float2bfloat16_rn(d[2]);
       }
     }
   }
+  // Ahead of barrier 2: the cache rows of this block's first split, all but the new token's
+  // (phase 2 writes it). Ks lies past everything phases 1-2 keep in shared memory (xs / qn:
+  // at most 16 KB < Qs's 18.7 KB).
+  const int64_t smax = (p.max_context + kBN - 1) / kBN;
+  const int ctx = *p.context_len;
+  // (A context past the workspace's capacity or kMlaAttnPersistentMaxContext is a caller bug: its
+  // splits are not computed rather than written out of bounds.)
+  const int S = static_cast<int>(std::min<int64_t>(std::min<int64_t>((ctx + kBN - 1) / kBN, smax), kMaxSplits));
+  bf16* Qs = reinterpret_cast<bf16*>(smem_raw);  // [16][kLd]
+  bf16* Ks = Qs + 16 * kLd;                      // [kBN][kLd]
+  float* Sp = reinterpret_cast<float*>(Ks + kBN * kLd);  // [kWarps][kSpFloats]
+  const int first_split = blockIdx.x, new_j = ctx - 1 - first_split * kBN;  // the new token's row in it
+  if (first_split < S) IssueSplitRows(p, Ks, first_split, ctx, -1, new_j);
   Stamp(p.phase_ns, 3, true);
   grid::GridBarrier(p.sync, gen0 + 2);
   Stamp(p.phase_ns, 4, false);
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
-  const int64_t smax = (p.max_context + kBN - 1) / kBN;
-  const int ctx = *p.context_len;
-  // (A context past the workspace's capacity is a caller bug: its splits are not computed rather
-  // than written out of bounds.)
-  const int S = static_cast<int>(std::min<int64_t>((ctx + kBN - 1) / kBN, smax));
   float* lse_base = p.workspace + H * smax * kLat;
   {
-    bf16* Qs = reinterpret_cast<bf16*>(smem_raw);  // [16][kLd]
-    bf16* Ks = Qs + 16 * kLd;                      // [kBN][kLd]
-    float* Sp = reinterpret_cast<float*>(Ks + kBN * kLd);  // [kWarps][kSpFloats]
-    if (blockIdx.x < S) {
-      for (int idx = threadIdx.x; idx < 16 * (kD / 2); idx += kThreads) {
-        const int r = idx / (kD / 2), c = (idx % (kD / 2)) * 2;
-        __nv_bfloat162 v = __floats2bfloat162_rn(0.f, 0.f);
-        if (r < H) {
-          if (c < kLat) v = *reinterpret_cast<const __nv_bfloat162*>(p.qlat16 + r * kLat + c);
-          else v = __floats2bfloat162_rn(__ldcg(p.q32 + r * kDqk + kNope + (c - kLat)),
-                                         __ldcg(p.q32 + r * kDqk + kNope + (c - kLat) + 1));
-        }
-        *reinterpret_cast<__nv_bfloat162*>(Qs + r * kLd + c) = v;
+    if (first_split < S) {
+      // The Q tile: q_lat by cp.async; q_pe rotated here from q32 (bf16), as RotateHead.
+      for (int idx = threadIdx.x; idx < 16 * (kLat / 8); idx += kThreads) {
+        const int r = idx / (kLat / 8), c = (idx % (kLat / 8)) * 8;
+        CpAsync16(Qs + r * kLd + c, p.qlat16 + (r < H ? r : 0) * kLat + c, r < H ? 16 : 0);
       }
+      for (int idx = threadIdx.x; idx < 16 * (kRope / 2); idx += kThreads) {
+        const int r = idx / (kRope / 2), i = idx % (kRope / 2), half = kRope / 2;
+        float o0 = 0.f, o1 = 0.f;
+        if (r < H) {
+          const float* v = p.q32 + r * kDqk + kNope;
+          if (rotate) {
+            const float a = __ldcg(v + (p.interleave ? 2 * i : i)), b = __ldcg(v + (p.interleave ? 2 * i + 1 : i + half));
+            const float c = p.cos[static_cast<int64_t>(pos) * half + i], sn = p.sin[static_cast<int64_t>(pos) * half + i];
+            o0 = a * c - b * sn;
+            o1 = b * c + a * sn;
+          } else {
+            o0 = __ldcg(v + i);
+            o1 = __ldcg(v + i + half);
+          }
+        }
+        Qs[r * kLd + kLat + i] = __float2bfloat16_rn(o0);
+        Qs[r * kLd + kLat + i + half] = __float2bfloat16_rn(o1);
+      }
+      if (new_j >= 0 && new_j < kBN) IssueSplitRows(p, Ks, first_split, ctx, new_j, -1);
     }
     const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
     const int ks_beg = warp * kKSteps / kWarps, ks_end = (warp + 1) * kKSteps / kWarps;
-    const int bs = static_cast<int>(p.block_size);
-    for (int split = blockIdx.x; split < S; split += grid) {
-      __syncthreads();  // Q visible; the previous split's Ks / Sp reads done
-      const int kbeg = split * kBN, kend = min(ctx, kbeg + kBN);
-      const int64_t page = p.block_table[kbeg / bs];
-      const bf16* src_base = p.cache + (page * bs + kbeg % bs) * kD;  // a 32-key split lies inside one page
-      for (int c = threadIdx.x; c < kBN * (kD / 8); c += kThreads) {
-        const int j = c / (kD / 8), e = c % (kD / 8);
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (kbeg + j < kend) v = __ldcg(reinterpret_cast<const uint4*>(src_base + static_cast<int64_t>(j) * kD) + e);
-        *reinterpret_cast<uint4*>(Ks + j * kLd + e * 8) = v;
+    for (int split = first_split; split < S; split += grid) {
+      if (split != first_split) {
+        __syncthreads();  // the previous split's Ks / Sp reads done
+        IssueSplitRows(p, Ks, split, ctx, -1, -1);
       }
-      __syncthreads();
+      CpAsyncWaitAll();
+      __syncthreads();  // Q and K visible
+      const int kbeg = split * kBN, kend = min(ctx, kbeg + kBN);
       // S = Q K^T over this warp's k-steps, then summed over the warps (the same order in all).
       float sc[4][4];
 #pragma unroll
@@ -299,26 +391,70 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
     }
   }
+  // Ahead of barrier 3: this block's first phase-4 unit's W_UV rows (two a warp, 2 x 16 bytes a
+  // lane each).
+  const int64_t uv_units = H * kUvParts;
+  uint4 uv[2][2];
+  if (blockIdx.x < uv_units) {
+    const int64_t h = blockIdx.x / kUvParts, part = blockIdx.x % kUvParts;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const bf16* row = p.kv_b + (h * (kNope + kVd) + kNope + part * 16 + warp * 2 + r) * kLat;
+      uv[r][0] = LdStreamNow(row + 8 * lane);
+      uv[r][1] = LdStreamNow(row + 256 + 8 * lane);
+    }
+  }
   Stamp(p.phase_ns, 5, true);
   grid::GridBarrier(p.sync, gen0 + 3);
   Stamp(p.phase_ns, 6, false);
 
-  // Phase 4: merge + W_UV, (head, 16-row part) units; MlaDecodeCombineUvKernel's operations (the
-  // merge of mla_decode_merge.cuh rounded to bf16, then each row's lane-split dot product).
+  // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
+  // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16) with the weights in
+  // shared memory and the block's two halves taking every other split, 16 loads in flight a
+  // thread; then each row's lane-split dot product (MlaDecodeCombineUvKernel's W_UV epilogue).
   {
-    float* s_o = reinterpret_cast<float*>(smem_raw);  // [512]
-    for (int64_t u = blockIdx.x; u < H * kUvParts; u += grid) {
+    float* s_o = reinterpret_cast<float*>(smem_raw);  // [512] merged o_lat (bf16 values)
+    float* s_acc = s_o + kLat;                         // [512] the second half's sums
+    float* s_l = s_acc + kLat;                         // [kMaxSplits] LSEs
+    float* s_w = s_l + kMaxSplits;                     // [kMaxSplits] weights
+    constexpr int kInFlight = 16;
+    const int half = threadIdx.x >> 7, d = (threadIdx.x & 127) * 4;
+    for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
       const int64_t h = u / kUvParts, part = u % kUvParts;
-      if (threadIdx.x < kLat / 4) {
-        const int d = threadIdx.x * 4;
-        float4 acc;
-        float wsum;
-        mla::MergeSplits(p.workspace, lse_base + h * smax, h * smax, S, kLat, d, &acc, &wsum);
+      for (int s = threadIdx.x; s < S; s += kThreads) s_l[s] = __ldcg(lse_base + h * smax + s);
+      __syncthreads();
+      float gmax = -INFINITY;
+      for (int s = 0; s < S; ++s) gmax = fmaxf(gmax, s_l[s]);
+      for (int s = threadIdx.x; s < S; s += kThreads) s_w[s] = s_l[s] == -INFINITY ? 0.f : expf(s_l[s] - gmax);
+      __syncthreads();
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      const float* wsp = p.workspace + (h * smax) * kLat + d;
+      for (int s0 = half; s0 < S; s0 += 2 * kInFlight) {
+        float4 v[kInFlight];
+#pragma unroll
+        for (int i = 0; i < kInFlight; ++i) {  // empty splits (w = 0) were never written: not read
+          const int s = s0 + 2 * i;
+          v[i] = s < S && s_w[s] > 0.f ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < kInFlight; ++i) {
+          const int s = s0 + 2 * i;
+          const float w = s < S ? s_w[s] : 0.f;
+          acc.x += w * v[i].x; acc.y += w * v[i].y; acc.z += w * v[i].z; acc.w += w * v[i].w;
+        }
+      }
+      if (half == 1) *reinterpret_cast<float4*>(s_acc + d) = acc;
+      __syncthreads();
+      if (half == 0) {
+        float wsum = 0.f;
+        for (int s = 0; s < S; ++s) wsum += s_w[s];
         const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-        s_o[d + 0] = __bfloat162float(__float2bfloat16_rn(acc.x * inv));
-        s_o[d + 1] = __bfloat162float(__float2bfloat16_rn(acc.y * inv));
-        s_o[d + 2] = __bfloat162float(__float2bfloat16_rn(acc.z * inv));
-        s_o[d + 3] = __bfloat162float(__float2bfloat16_rn(acc.w * inv));
+        const float4 o = *reinterpret_cast<const float4*>(s_acc + d);
+        s_o[d + 0] = __bfloat162float(__float2bfloat16_rn((acc.x + o.x) * inv));
+        s_o[d + 1] = __bfloat162float(__float2bfloat16_rn((acc.y + o.y) * inv));
+        s_o[d + 2] = __bfloat162float(__float2bfloat16_rn((acc.z + o.z) * inv));
+        s_o[d + 3] = __bfloat162float(__float2bfloat16_rn((acc.w + o.w) * inv));
       }
       __syncthreads();
       float xo[16];
@@ -327,24 +463,34 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       for (int r = 0; r < 2; ++r) {
         const int64_t n = part * 16 + warp * 2 + r;
         const bf16* row = p.kv_b + (h * (kNope + kVd) + kNope + n) * kLat;
-        const float acc = dev::WarpSum(mla::UvLaneDot(xo, *reinterpret_cast<const uint4*>(row + 8 * lane),
-                                                       *reinterpret_cast<const uint4*>(row + 256 + 8 * lane)));
-        if (lane == 0) p.o16[h * kVd + n] = __float2bfloat16_rn(acc);
+        const bool ahead = u == blockIdx.x;
+        const uint4 w0 = ahead ? uv[r][0] : *reinterpret_cast<const uint4*>(row + 8 * lane);
+        const uint4 w1 = ahead ? uv[r][1] : *reinterpret_cast<const uint4*>(row + 256 + 8 * lane);
+        const float dot = dev::WarpSum(mla::UvLaneDot(xo, w0, w1));
+        if (lane == 0) p.o16[h * kVd + n] = __float2bfloat16_rn(dot);
       }
-      __syncthreads();  // s_o reused by the next unit
+      __syncthreads();  // s_o, s_l, s_w reused by the next unit
     }
+  }
+  // Ahead of barrier 4: this block's first o_proj tile's warp slices.
+  const int64_t Ko = H * kVd, kwo = Ko / kWarps;
+  WarpSlice wo_first;
+  const bool wo_ahead = blockIdx.x < Hd / 16;
+  if (wo_ahead) {
+    const bf16* w = p.wo + static_cast<int64_t>(blockIdx.x) * 16 * Ko + warp * kwo;
+    LoadSlice(w + g * Ko, w + (g + 8) * Ko, static_cast<int>(kwo / 32), wo_first);
   }
   Stamp(p.phase_ns, 7, true);
   grid::GridBarrier(p.sync, gen0 + 4);
   Stamp(p.phase_ns, 8, false);
 
   // Phase 5: o_proj (o in shared memory).
-  const int64_t Ko = H * kVd;
   for (int64_t i = threadIdx.x; i < Ko / 8; i += kThreads)
     reinterpret_cast<uint4*>(xs)[i] = __ldcg(reinterpret_cast<const uint4*>(p.o16) + i);
   __syncthreads();
-  GemvTiles(
-      Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; });
+  GemvTiles<true>(
+      Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; }, wo_first,
+      wo_ahead);
   Stamp(p.phase_ns, 9, true);
 }
 
