@@ -284,6 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
       if (new_j >= 0 && new_j < kBN) IssueSplitRows(p, Ks, first_split, ctx, new_j, -1);
     }
+    if (first_split >= S) Stamp(p.phase_ns, 5, false);
     const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
     const int ks_beg = warp * kKSteps / kWarps, ks_end = (warp + 1) * kKSteps / kWarps;
     for (int split = first_split; split < S; split += grid) {
@@ -293,6 +294,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
       CpAsyncWaitAll();
       __syncthreads();  // Q and K visible
+      if (split == first_split) Stamp(p.phase_ns, 5, false);
       const int kbeg = split * kBN, kend = min(ctx, kbeg + kBN);
       // S = Q K^T over this warp's k-steps, then summed over the warps (the same order in all).
       float sc[4][4];
@@ -404,14 +406,15 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       uv[r][1] = LdStreamNow(row + 256 + 8 * lane);
     }
   }
-  Stamp(p.phase_ns, 5, true);
+  Stamp(p.phase_ns, 7, true);
   grid::GridBarrier(p.sync, gen0 + 3);
-  Stamp(p.phase_ns, 6, false);
+  Stamp(p.phase_ns, 8, false);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
-  // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16) with the weights in
-  // shared memory and the block's two halves taking every other split, 16 loads in flight a
-  // thread; then each row's lane-split dot product (MlaDecodeCombineUvKernel's W_UV epilogue).
+  // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16; its own summation order)
+  // with the weights in shared memory and the block's two halves taking every other split, 16
+  // loads in flight a thread; then each row's lane-split dot product (MlaDecodeCombineUvKernel's
+  // W_UV epilogue).
   {
     float* s_o = reinterpret_cast<float*>(smem_raw);  // [512] merged o_lat (bf16 values)
     float* s_acc = s_o + kLat;                         // [512] the second half's sums
@@ -419,14 +422,21 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     float* s_w = s_l + kMaxSplits;                     // [kMaxSplits] weights
     constexpr int kInFlight = 16;
     const int half = threadIdx.x >> 7, d = (threadIdx.x & 127) * 4;
+    if (blockIdx.x >= uv_units)
+      for (int k = 8; k <= 11; ++k) Stamp(p.phase_ns, k, false);
     for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
       const int64_t h = u / kUvParts, part = u % kUvParts;
+      const bool first_unit = u == blockIdx.x;
       for (int s = threadIdx.x; s < S; s += kThreads) s_l[s] = __ldcg(lse_base + h * smax + s);
       __syncthreads();
+      if (first_unit) Stamp(p.phase_ns, 8, false);
+      // Every warp: the max LSE (lane-strided, then shuffles), then split s's weight by thread s.
       float gmax = -INFINITY;
-      for (int s = 0; s < S; ++s) gmax = fmaxf(gmax, s_l[s]);
+      for (int s = lane; s < S; s += 32) gmax = fmaxf(gmax, s_l[s]);
+      gmax = dev::WarpMax(gmax);
       for (int s = threadIdx.x; s < S; s += kThreads) s_w[s] = s_l[s] == -INFINITY ? 0.f : expf(s_l[s] - gmax);
       __syncthreads();
+      if (first_unit) Stamp(p.phase_ns, 9, false);
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
       const float* wsp = p.workspace + (h * smax) * kLat + d;
       for (int s0 = half; s0 < S; s0 += 2 * kInFlight) {
@@ -445,10 +455,13 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         }
       }
       if (half == 1) *reinterpret_cast<float4*>(s_acc + d) = acc;
+      // The weights' sum (every warp: lane-strided, then shuffles).
+      float wsum = 0.f;
+      for (int s = lane; s < S; s += 32) wsum += s_w[s];
+      wsum = dev::WarpSum(wsum);
       __syncthreads();
+      if (first_unit) Stamp(p.phase_ns, 10, false);
       if (half == 0) {
-        float wsum = 0.f;
-        for (int s = 0; s < S; ++s) wsum += s_w[s];
         const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
         const float4 o = *reinterpret_cast<const float4*>(s_acc + d);
         s_o[d + 0] = __bfloat162float(__float2bfloat16_rn((acc.x + o.x) * inv));
@@ -457,6 +470,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         s_o[d + 3] = __bfloat162float(__float2bfloat16_rn((acc.w + o.w) * inv));
       }
       __syncthreads();
+      if (first_unit) Stamp(p.phase_ns, 11, false);
       float xo[16];
       mla::UvLaneColumns(s_o, lane, xo);
 #pragma unroll
@@ -480,9 +494,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     const bf16* w = p.wo + static_cast<int64_t>(blockIdx.x) * 16 * Ko + warp * kwo;
     LoadSlice(w + g * Ko, w + (g + 8) * Ko, static_cast<int>(kwo / 32), wo_first);
   }
-  Stamp(p.phase_ns, 7, true);
+  Stamp(p.phase_ns, 12, true);
   grid::GridBarrier(p.sync, gen0 + 4);
-  Stamp(p.phase_ns, 8, false);
+  Stamp(p.phase_ns, 13, false);
 
   // Phase 5: o_proj (o in shared memory).
   for (int64_t i = threadIdx.x; i < Ko / 8; i += kThreads)
@@ -491,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   GemvTiles<true>(
       Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; }, wo_first,
       wo_ahead);
-  Stamp(p.phase_ns, 9, true);
+  Stamp(p.phase_ns, 14, true);
 }
 
 bool FitsCurrentDevice() {

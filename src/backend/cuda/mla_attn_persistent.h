@@ -79,13 +79,15 @@ struct MlaAttnPersistentParams {
   // wait on latency rather than DRAM. A hint (A/B: CudaRunnerOptions::attn_persistent_prefetch).
   bool prefetch_l2 = false;
   // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
-  // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps]:
-  // 0 start; 2k - 1 phase k's work done (after a __syncthreads), 2k after barrier k (k = 1..4);
-  // 9 phase 5 done.
+  // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps],
+  // in order: 0 start; 1 phase 1 done; 2 barrier 1; 3 phase 2 done; 4 barrier 2; 5 phase 3's first
+  // Q / K tiles in shared memory; 6 phase 3 done; 7 barrier 3; phase 4's first unit: 8 LSEs
+  // loaded, 9 weights, 10 partials summed, 11 merged; 12 phase 4 done; 13 barrier 4; 14 phase 5
+  // done (a block without a split or a unit stamps those sub-steps at the step's start).
   uint64_t* phase_ns = nullptr;
 };
 
-inline constexpr int kMlaAttnPersistentStamps = 10;
+inline constexpr int kMlaAttnPersistentStamps = 15;
 
 // Contexts the runner sends it (attn_persistent): the decode phase runs its splits one after
 // another on each block and every (head, part) unit merges all of its head's splits, so long
