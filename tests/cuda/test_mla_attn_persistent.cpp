@@ -321,7 +321,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
         const char* names[kS] = {"start skew",  "p1 q/kv_a",       "barrier 1",       "p2 norm/rope/absorb",
                                  "barrier 2",   "p3 Q/K tiles",    "p3 decode",       "barrier 3",
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
-                                 "p4 W_UV",     "barrier 4",       "p5 o_proj"};
+                                 "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
           std::printf("[metric] op=mla_attn_persistent_phase ctx=%d prefetch=%d segment=\"%s\": mean %.2f us, max %.2f us "
                       "over blocks; last block done at %.2f us\n",

@@ -18,7 +18,6 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mla_decode_merge.cuh"
 #include "backend/cuda/rmsnorm.cuh"
-#include "backend/cuda/rope.cuh"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "common/check.h"
 
@@ -174,6 +173,15 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const int64_t Hd = p.hidden, H = p.heads, Rq = H * kDqk;
   Stamp(p.phase_ns, 0, false);
   if (threadIdx.x == 0) s_gen0 = grid::GridGeneration(p.sync);  // before this block's first arrival
+  // The token's RoPE angle for pair i = lane (phases 2 and 3 rotate pair `lane`), loaded now so that
+  // its latency is not on phase 2's or 3's path.
+  const int pos = *p.position;
+  const bool rotate = pos >= 0 && pos < p.max_pos;
+  float rope_c = 1.f, rope_s = 0.f;
+  if (rotate) {
+    rope_c = p.cos[static_cast<int64_t>(pos) * (kRope / 2) + lane];
+    rope_s = p.sin[static_cast<int64_t>(pos) * (kRope / 2) + lane];
+  }
   // Phase 1: q and kv_a (x in shared memory).
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);
   for (int64_t i = threadIdx.x; i < Hd / 8; i += kThreads)
@@ -208,8 +216,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       PrefetchL2(p.kv_b + ((u / kUvParts) * (kNope + kVd) + kNope + (u % kUvParts) * 16) * kLat, 16 * kLat * 2);
     for (int64_t t = blockIdx.x; t < Hd / 16; t += grid) PrefetchL2(p.wo + t * 16 * H * kVd, 16 * H * kVd * 2);
   }
-  const int pos = *p.position;
-  const bool rotate = pos >= 0 && pos < p.max_pos;
   if (blockIdx.x == 0) {
     // The kv norm (RmsNorm's routine at its 256-thread block size for 512) into the cache row,
     // then k_pe's RoPE into its tail (a negative slot writes no row; an out-of-range position
@@ -217,8 +223,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     const int64_t slot = *p.slot;
     bf16* dst = slot >= 0 ? p.cache + slot * kD : nullptr;
     norm::RmsNormRow<float>(p.kva32, nullptr, p.kva_norm_w, p.kva32, dst, kLat, p.eps);
-    if (warp == 0 && dst != nullptr && rotate)
-      rope::RopeKpeToCache(p.kva32 + kLat, dst + kLat, kRope, pos, p.cos, p.sin, p.interleave);
+    if (warp == 0 && dst != nullptr && rotate) {  // RotateHead's rotation of pair `lane`
+      const float* kpe = p.kva32 + kLat;
+      const float a = kpe[p.interleave ? 2 * lane : lane], b = kpe[p.interleave ? 2 * lane + 1 : lane + kRope / 2];
+      dst[kLat + lane] = __float2bfloat16_rn(a * rope_c - b * rope_s);
+      dst[kLat + lane + kRope / 2] = __float2bfloat16_rn(b * rope_c + a * rope_s);
+    }
   } else {
     // The absorption: q_nope of every head as bf16 in shared memory, then 16-row tiles of
     // W_UK_h^T (rows c, K = 128) a warp; q_lat rounded to bf16 (the decode's Q operand).
@@ -271,9 +281,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
           const float* v = p.q32 + r * kDqk + kNope;
           if (rotate) {
             const float a = __ldcg(v + (p.interleave ? 2 * i : i)), b = __ldcg(v + (p.interleave ? 2 * i + 1 : i + half));
-            const float c = p.cos[static_cast<int64_t>(pos) * half + i], sn = p.sin[static_cast<int64_t>(pos) * half + i];
-            o0 = a * c - b * sn;
-            o1 = b * c + a * sn;
+            o0 = a * rope_c - b * rope_s;  // i == lane: this lane's angle
+            o1 = b * rope_c + a * rope_s;
           } else {
             o0 = __ldcg(v + i);
             o1 = __ldcg(v + i + half);
@@ -406,9 +415,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       uv[r][1] = LdStreamNow(row + 256 + 8 * lane);
     }
   }
-  Stamp(p.phase_ns, 7, true);
+  Stamp(p.phase_ns, 6, true);
   grid::GridBarrier(p.sync, gen0 + 3);
-  Stamp(p.phase_ns, 8, false);
+  Stamp(p.phase_ns, 7, false);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
   // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16; its own summation order)
@@ -422,8 +431,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     float* s_w = s_l + kMaxSplits;                     // [kMaxSplits] weights
     constexpr int kInFlight = 16;
     const int half = threadIdx.x >> 7, d = (threadIdx.x & 127) * 4;
-    if (blockIdx.x >= uv_units)
-      for (int k = 8; k <= 11; ++k) Stamp(p.phase_ns, k, false);
     for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
       const int64_t h = u / kUvParts, part = u % kUvParts;
       const bool first_unit = u == blockIdx.x;
@@ -485,6 +492,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
       __syncthreads();  // s_o, s_l, s_w reused by the next unit
     }
+    if (blockIdx.x < uv_units || p.phase_ns == nullptr) Stamp(p.phase_ns, 12, false);
+    else for (int k = 8; k <= 12; ++k) Stamp(p.phase_ns, k, false);
   }
   // Ahead of barrier 4: this block's first o_proj tile's warp slices.
   const int64_t Ko = H * kVd, kwo = Ko / kWarps;
@@ -494,9 +503,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     const bf16* w = p.wo + static_cast<int64_t>(blockIdx.x) * 16 * Ko + warp * kwo;
     LoadSlice(w + g * Ko, w + (g + 8) * Ko, static_cast<int>(kwo / 32), wo_first);
   }
-  Stamp(p.phase_ns, 12, true);
+  Stamp(p.phase_ns, 13, true);
   grid::GridBarrier(p.sync, gen0 + 4);
-  Stamp(p.phase_ns, 13, false);
+  Stamp(p.phase_ns, 14, false);
 
   // Phase 5: o_proj (o in shared memory).
   for (int64_t i = threadIdx.x; i < Ko / 8; i += kThreads)
@@ -505,7 +514,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   GemvTiles<true>(
       Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; }, wo_first,
       wo_ahead);
-  Stamp(p.phase_ns, 14, true);
+  Stamp(p.phase_ns, 15, true);
 }
 
 bool FitsCurrentDevice() {

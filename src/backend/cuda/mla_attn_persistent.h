@@ -82,12 +82,13 @@ struct MlaAttnPersistentParams {
   // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps],
   // in order: 0 start; 1 phase 1 done; 2 barrier 1; 3 phase 2 done; 4 barrier 2; 5 phase 3's first
   // Q / K tiles in shared memory; 6 phase 3 done; 7 barrier 3; phase 4's first unit: 8 LSEs
-  // loaded, 9 weights, 10 partials summed, 11 merged; 12 phase 4 done; 13 barrier 4; 14 phase 5
-  // done (a block without a split or a unit stamps those sub-steps at the step's start).
+  // loaded, 9 weights, 10 partials summed, 11 merged; 12 phase 4's units done; 13 phase 4 done
+  // (the o_proj slices' loads issued); 14 barrier 4; 15 phase 5 done (a block without a split or
+  // a unit stamps those sub-steps at the step's start or end).
   uint64_t* phase_ns = nullptr;
 };
 
-inline constexpr int kMlaAttnPersistentStamps = 15;
+inline constexpr int kMlaAttnPersistentStamps = 16;
 
 // Contexts the runner sends it (attn_persistent): the decode phase runs its splits one after
 // another on each block and every (head, part) unit merges all of its head's splits, so long
