@@ -44,9 +44,15 @@ constexpr int kUvParts = kVd / 16;  // 16-row parts of a head's W_UV
 constexpr int kSpFloats = 4 * 4 * 32;  // a warp's partial scores: 4 n8 tiles x 4 values x 32 lanes
 
 constexpr size_t kDecodeSmem = static_cast<size_t>(16 + kBN) * kLd * 2 + static_cast<size_t>(kWarps) * kSpFloats * 4;
-constexpr size_t DynSmem() {
-  return std::max<size_t>(kDecodeSmem, std::max<size_t>(size_t{kMaxHidden} * 2, size_t{kLat} * 4));
-}
+constexpr size_t kMergeSmem = (2 * kLat + 2 * kMaxSplits) * 4;
+constexpr size_t Align128(size_t n) { return (n + 127) / 128 * 128; }
+// Dynamic shared memory: the phases' working area, then the staged weights (bulk copies issued in
+// phase 1): W_UK [8 units][16][128], W_UV [16][512], W_o [16][heads * 128] (<= 16 heads).
+constexpr size_t kWorkSmem =
+    Align128(std::max<size_t>(std::max<size_t>(kDecodeSmem, kMergeSmem), size_t{kMaxHidden} * 2));
+constexpr size_t kUkOff = kWorkSmem, kUvOff = kUkOff + size_t{kWarps} * 16 * kNope * 2,
+                 kWoOff = kUvOff + size_t{16} * kLat * 2;
+constexpr size_t DynSmem() { return kWoOff + size_t{16} * kMaxHeads * kVd * 2; }
 
 // L2 prefetch of [ptr, ptr + bytes) (a hint; bytes a multiple of 16, ptr 16-byte aligned), in
 // pieces of at most 64 KB (PTX ISA 8.x, "cp.async.bulk.prefetch").
@@ -58,64 +64,59 @@ __device__ __forceinline__ void PrefetchL2(const void* ptr, int64_t bytes) {
   }
 }
 
-// Weight loads issued where they are written (asm volatile: not sunk past a grid barrier to their
-// use), 16 bytes through the read-only path, not kept in L1 (as ptx::LdStream).
-__device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(ptr));
-  return r;
-}
 // 16 bytes global -> shared, zero-filled past `bytes` (0 or 16), L2 only (cp.async.cg).
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-// A warp's slice of one 16-row weight tile (at most ptx::kTileBurst 32-element steps), loaded
-// ahead of its activations (before a grid barrier): WarpTile16Cols's loads, lane l = 4 g + q
-// holding rows g and g + 8 at k = 32 s + 8 q.
-struct WarpSlice {
-  uint4 a[ptx::kTileBurst], b[ptx::kTileBurst];
-};
-__device__ __forceinline__ void LoadSlice(const bf16* ra, const bf16* rb, int steps, WarpSlice& w) {
-  const int q = threadIdx.x & 3;
-#pragma unroll
-  for (int u = 0; u < ptx::kTileBurst; ++u) {
-    if (u < steps) {
-      w.a[u] = LdStreamNow(reinterpret_cast<const uint4*>(ra) + q + 4 * u);
-      w.b[u] = LdStreamNow(reinterpret_cast<const uint4*>(rb) + q + 4 * u);
-    }
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared as one bulk copy,
+// completion counted on the mbarrier `bar` (PTX ISA 8.x, "cp.async.bulk"); the caller has
+// announced the bytes (BarExpectTx).
+__device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   SmemAddr(dst)),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// Thread 0: announces `bytes` on bar (its one arrival) and issues the copy.
+__device__ __forceinline__ void StageWeights(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  sm90::BarExpectTx(SmemAddr(bar), bytes);
+  BulkLoad(dst, src, bytes, SmemAddr(bar));
+}
+__device__ __forceinline__ void WaitStaged(uint64_t* bar) {
+  while (!sm90::BarTryWait(SmemAddr(bar), 0)) {
   }
 }
-// WarpTile16Cols's mma sequence on a loaded slice (x: the warp's K slice of the activations in
-// shared memory, every column the same vector).
-__device__ __forceinline__ void MmaSlice(const WarpSlice& w, const bf16* x, int steps, float (&d)[4]) {
-  const uint4* x4 = reinterpret_cast<const uint4*>(x) + (threadIdx.x & 3);
-#pragma unroll
-  for (int u = 0; u < ptx::kTileBurst; ++u) {
-    if (u < steps) {
-      const uint4 xv = x4[4 * u];
-      Mma(d, w.a[u].x, w.b[u].x, w.a[u].y, w.b[u].y, xv.x, xv.y);
-      Mma(d, w.a[u].z, w.b[u].z, w.a[u].w, w.b[u].w, xv.z, xv.w);
-    }
+
+// One warp: 16 weight rows held in shared memory (row r at w + r * pitch, bf16) times the
+// activations x (shared memory) over `steps` * 32 elements: WarpTile16Cols's fragments and mma
+// order (every column of B the same vector), so d[0] / d[2] are rows g / g + 8.
+__device__ __forceinline__ void MmaTileSmem(const bf16* w, int64_t pitch, const bf16* x, int steps, float (&d)[4]) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const uint4* ra = reinterpret_cast<const uint4*>(w + g * pitch) + q;
+  const uint4* rb = reinterpret_cast<const uint4*>(w + (g + 8) * pitch) + q;
+  const uint4* x4 = reinterpret_cast<const uint4*>(x) + q;
+#pragma unroll 8
+  for (int s = 0; s < steps; ++s) {
+    const uint4 va = ra[4 * s], vb = rb[4 * s], xv = x4[4 * s];
+    Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
+    Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
   }
 }
 
 // 16-row tiles t = blockIdx.x, + grid, ... of a [rows, K] bf16 weight times xs (shared memory,
 // K bf16): each tile's K split over the 8 warps (K / 8 a warp, a multiple of 32), the warps' sums
 // added in warp order by 16 threads, out(row, value). row_ptr(r) gives row r's first weight.
-// kAhead: `first` holds the block's first tile's warp slices, already loaded (K / 8 <= 32 *
-// kTileBurst), when have_first.
-template <bool kAhead, class RowPtr, class Out>
+// first_s: when not null, the block's first tile staged in shared memory ([16][K]).
+template <class RowPtr, class Out>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
-                                          Out out, const WarpSlice& first, bool have_first) {
+                                          Out out, const bf16* first_s) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t kw = K / kWarps, k0 = warp * kw;
   for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x) {
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    if (kAhead && have_first && t == blockIdx.x) MmaSlice(first, xs + k0, static_cast<int>(kw / 32), d);
+    if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, K, xs + k0, static_cast<int>(kw / 32), d);
     else WarpTile16(row_ptr(t * 16 + g) + k0, row_ptr(t * 16 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_red[warp][g] = d[0];
@@ -144,7 +145,7 @@ __device__ __forceinline__ void Stamp(uint64_t* phase_ns, int k, bool sync) {
 }
 
 // cp.asyncs of a 32-key split's cache rows into Ks ([kBN][kLd]); keys >= kend zero-filled. only
-// >= 0: row `only` alone; else every row but `skip` (the new token's row, written in phase 2).
+// >= 0: row `only` alone; else every row but `skip`.
 __device__ __forceinline__ void IssueSplitRows(const MlaAttnPersistentParams& p, bf16* Ks, int split, int ctx, int only,
                                                int skip) {
   const int bs = static_cast<int>(p.block_size);
@@ -165,16 +166,37 @@ __device__ __forceinline__ void IssueSplitRows(const MlaAttnPersistentParams& p,
 }
 
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[kWarps][16];
+  __shared__ float s_norm[32];
+  __shared__ __align__(16) bf16 s_newrow[kD];  // the new token's cache row (phase 3's norm block)
+  __shared__ __align__(8) uint64_t s_bar[3];   // staged W_UK / W_UV / W_o
   __shared__ uint32_t s_gen0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
-  const int64_t Hd = p.hidden, H = p.heads, Rq = H * kDqk;
+  const int64_t Hd = p.hidden, H = p.heads, Rq = H * kDqk, Ko = H * kVd;
+  bf16* uk_s = reinterpret_cast<bf16*>(smem_raw + kUkOff);  // [8 units][16][128]
+  bf16* uv_s = reinterpret_cast<bf16*>(smem_raw + kUvOff);  // [16][512]
+  bf16* wo_s = reinterpret_cast<bf16*>(smem_raw + kWoOff);  // [16][Ko]
+  // This block's staged units: phase 2's W_UK tiles of warps 0..7 (blocks >= 1, units (b - 1) * 8 +
+  // warp), phase 4's first (head, part) unit, phase 5's first o_proj tile.
+  const int64_t uk_units = H * (kLat / 16), uk_warps = int64_t{grid - 1} * kWarps;
+  const int64_t uk_first = int64_t{blockIdx.x - 1} * kWarps + warp;
+  const int64_t uk_base = int64_t{blockIdx.x - 1} * kWarps;
+  const int64_t uk_staged = blockIdx.x == 0 ? 0 : std::max<int64_t>(0, std::min<int64_t>(kWarps, uk_units - uk_base));
+  const int64_t uv_units = H * kUvParts;
+  const bool uv_staged = blockIdx.x < uv_units, wo_staged = blockIdx.x < Hd / 16;
   Stamp(p.phase_ns, 0, false);
-  if (threadIdx.x == 0) s_gen0 = grid::GridGeneration(p.sync);  // before this block's first arrival
-  // The token's RoPE angle for pair i = lane (phases 2 and 3 rotate pair `lane`), loaded now so that
-  // its latency is not on phase 2's or 3's path.
+  if (threadIdx.x == 0) {
+    s_gen0 = grid::GridGeneration(p.sync);  // before this block's first arrival
+    for (int i = 0; i < 3; ++i) sm90::BarInit(SmemAddr(&s_bar[i]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    // W_UK first (2 MB in all, needed right after barrier 1); W_UV and W_o after phase 1's loads.
+    if (uk_staged > 0)
+      StageWeights(uk_s, p.w_uk_t + uk_base * 16 * kNope, static_cast<uint32_t>(uk_staged * 16 * kNope * 2), &s_bar[0]);
+  }
+  // The token's RoPE angle for pair i = lane (phase 3 rotates pair `lane`), loaded now so that its
+  // latency is not on a later phase's path.
   const int pos = *p.position;
   const bool rotate = pos >= 0 && pos < p.max_pos;
   float rope_c = 1.f, rope_s = 0.f;
@@ -188,59 +210,46 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
   __syncthreads();
   const uint32_t gen0 = s_gen0;
-  WarpSlice none;
-  GemvTiles<false>(
+  GemvTiles(
       Rq + kD, Hd, xs, s_red,
       [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; },
       [&](int64_t r, float v) {
         if (r < Rq) p.q32[r] = v;
         else p.kva32[r - Rq] = v;
       },
-      none, false);
-  // Ahead of barrier 1: this warp's first W_UK tile (phase 2's absorption, blocks >= 1).
-  const int64_t uk_units = H * (kLat / 16), uk_warps = int64_t{grid - 1} * kWarps;
-  const int64_t uk_first = int64_t{blockIdx.x - 1} * kWarps + warp;
-  WarpSlice uk;
-  if (blockIdx.x > 0 && uk_first < uk_units) {
-    const bf16* w = p.w_uk_t + ((uk_first / (kLat / 16)) * kLat + (uk_first % (kLat / 16)) * 16) * kNope;
-    LoadSlice(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk);
+      nullptr);
+  if (threadIdx.x == 0) {
+    if (uv_staged) {
+      const int64_t h = blockIdx.x / kUvParts, part = blockIdx.x % kUvParts;
+      StageWeights(uv_s, p.kv_b + (h * (kNope + kVd) + kNope + part * 16) * kLat, 16 * kLat * 2, &s_bar[1]);
+    }
+    if (wo_staged)
+      StageWeights(wo_s, p.wo + static_cast<int64_t>(blockIdx.x) * 16 * Ko, static_cast<uint32_t>(16 * Ko * 2), &s_bar[2]);
   }
   Stamp(p.phase_ns, 1, true);
   grid::GridBarrier(p.sync, gen0 + 1);
   Stamp(p.phase_ns, 2, false);
 
   // Phase 2 (first, with prefetch_l2: thread 0 asks L2 for this block's phase-4 W_UV rows and
-  // phase-5 W_o rows).
+  // phase-5 W_o rows beyond the staged ones).
   if (p.prefetch_l2 && threadIdx.x == 0) {
-    for (int64_t u = blockIdx.x; u < H * kUvParts; u += grid)
+    for (int64_t u = blockIdx.x + grid; u < uv_units; u += grid)
       PrefetchL2(p.kv_b + ((u / kUvParts) * (kNope + kVd) + kNope + (u % kUvParts) * 16) * kLat, 16 * kLat * 2);
-    for (int64_t t = blockIdx.x; t < Hd / 16; t += grid) PrefetchL2(p.wo + t * 16 * H * kVd, 16 * H * kVd * 2);
+    for (int64_t t = blockIdx.x + grid; t < Hd / 16; t += grid) PrefetchL2(p.wo + t * 16 * Ko, 16 * Ko * 2);
   }
-  if (blockIdx.x == 0) {
-    // The kv norm (RmsNorm's routine at its 256-thread block size for 512) into the cache row,
-    // then k_pe's RoPE into its tail (a negative slot writes no row; an out-of-range position
-    // no rotation, as MlaKvRope). q_pe's RoPE happens where phase 3 builds its Q tile.
-    const int64_t slot = *p.slot;
-    bf16* dst = slot >= 0 ? p.cache + slot * kD : nullptr;
-    norm::RmsNormRow<float>(p.kva32, nullptr, p.kva_norm_w, p.kva32, dst, kLat, p.eps);
-    if (warp == 0 && dst != nullptr && rotate) {  // RotateHead's rotation of pair `lane`
-      const float* kpe = p.kva32 + kLat;
-      const float a = kpe[p.interleave ? 2 * lane : lane], b = kpe[p.interleave ? 2 * lane + 1 : lane + kRope / 2];
-      dst[kLat + lane] = __float2bfloat16_rn(a * rope_c - b * rope_s);
-      dst[kLat + lane + kRope / 2] = __float2bfloat16_rn(b * rope_c + a * rope_s);
-    }
-  } else {
+  if (uk_staged > 0) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
     // The absorption: q_nope of every head as bf16 in shared memory, then 16-row tiles of
     // W_UK_h^T (rows c, K = 128) a warp; q_lat rounded to bf16 (the decode's Q operand).
     bf16* qn = xs;  // [H][128]
     for (int64_t i = threadIdx.x; i < H * kNope; i += kThreads)
       qn[i] = __float2bfloat16_rn(__ldcg(p.q32 + (i / kNope) * kDqk + i % kNope));
     __syncthreads();
+    WaitStaged(&s_bar[0]);
     for (int64_t u = uk_first; u < uk_units; u += uk_warps) {
       const int64_t h = u / (kLat / 16), c0 = (u % (kLat / 16)) * 16;
       const bf16* w = p.w_uk_t + (h * kLat + c0) * kNope;
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      if (u == uk_first) MmaSlice(uk, qn + h * kNope, kNope / 32, d);
+      if (u == uk_first) MmaTileSmem(uk_s + warp * 16 * kNope, kNope, qn + h * kNope, kNope / 32, d);
       else WarpTile16(w + g * kNope, w + (g + 8) * kNope, qn + h * kNope, qn + h * kNope, kNope / 32, d);
       if (tq == 0) {
         p.qlat16[h * kLat + c0 + g] = __float2bfloat16_rn(d[0]);
@@ -249,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     }
   }
   // Ahead of barrier 2: the cache rows of this block's first split, all but the new token's
-  // (phase 2 writes it). Ks lies past everything phases 1-2 keep in shared memory (xs / qn:
+  // (phase 3 computes it). Ks lies past everything phases 1-2 keep in shared memory (xs / qn:
   // at most 16 KB < Qs's 18.7 KB).
   const int64_t smax = (p.max_context + kBN - 1) / kBN;
   const int ctx = *p.context_len;
@@ -259,8 +268,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   bf16* Qs = reinterpret_cast<bf16*>(smem_raw);  // [16][kLd]
   bf16* Ks = Qs + 16 * kLd;                      // [kBN][kLd]
   float* Sp = reinterpret_cast<float*>(Ks + kBN * kLd);  // [kWarps][kSpFloats]
-  const int first_split = blockIdx.x, new_j = ctx - 1 - first_split * kBN;  // the new token's row in it
-  if (first_split < S) IssueSplitRows(p, Ks, first_split, ctx, -1, new_j);
+  const int first_split = blockIdx.x, new_split = (ctx - 1) / kBN;
+  // The block of the new token's split (block 0 when no split holds it) normalises kv_a into the
+  // cache row in phase 3, while its Q / K tiles load.
+  const int norm_block = ctx >= 1 && new_split < S ? new_split % grid : 0;
+  const int64_t slot = *p.slot;
+  if (first_split < S) IssueSplitRows(p, Ks, first_split, ctx, -1, first_split == new_split ? ctx - 1 - new_split * kBN : -1);
   Stamp(p.phase_ns, 3, true);
   grid::GridBarrier(p.sync, gen0 + 2);
   Stamp(p.phase_ns, 4, false);
@@ -291,15 +304,59 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         Qs[r * kLd + kLat + i] = __float2bfloat16_rn(o0);
         Qs[r * kLd + kLat + i + half] = __float2bfloat16_rn(o1);
       }
-      if (new_j >= 0 && new_j < kBN) IssueSplitRows(p, Ks, first_split, ctx, new_j, -1);
     }
-    if (first_split >= S) Stamp(p.phase_ns, 5, false);
+    if (blockIdx.x == norm_block) {
+      // The kv norm (RmsNorm's loop form: elements t and t + 256 a thread) and k_pe's RoPE (warp 0,
+      // pair `lane`) into s_newrow, then the cache row at the slot (a negative slot writes no row;
+      // the decode then reads the row in the cache, as the unfused path would; an out-of-range
+      // position no rotation, as MlaKvRope). kva32 keeps the normalised c_kv (fp32).
+      const float v0 = __ldcg(p.kva32 + threadIdx.x), v1 = __ldcg(p.kva32 + threadIdx.x + kThreads);
+      float ka = 0.f, kb = 0.f;
+      if (warp == 0) {
+        const float* kpe = p.kva32 + kLat;
+        ka = __ldcg(kpe + (p.interleave ? 2 * lane : lane));
+        kb = __ldcg(kpe + (p.interleave ? 2 * lane + 1 : lane + kRope / 2));
+      }
+      float ss = v0 * v0;
+      ss += v1 * v1;
+      const float inv = rsqrtf(dev::BlockSum(ss, s_norm) / static_cast<float>(kLat) + p.eps);
+      const float o0 = v0 * inv * p.kva_norm_w[threadIdx.x], o1 = v1 * inv * p.kva_norm_w[threadIdx.x + kThreads];
+      p.kva32[threadIdx.x] = o0;
+      p.kva32[threadIdx.x + kThreads] = o1;
+      s_newrow[threadIdx.x] = __float2bfloat16_rn(o0);
+      s_newrow[threadIdx.x + kThreads] = __float2bfloat16_rn(o1);
+      if (warp == 0) {
+        s_newrow[kLat + lane] = __float2bfloat16_rn(rotate ? ka * rope_c - kb * rope_s : (p.interleave ? 0.f : ka));
+        s_newrow[kLat + lane + kRope / 2] = __float2bfloat16_rn(rotate ? kb * rope_c + ka * rope_s : (p.interleave ? 0.f : kb));
+      }
+      __syncthreads();
+      if (slot >= 0 && threadIdx.x < kD / 8) {
+        const uint4 v = reinterpret_cast<const uint4*>(s_newrow)[threadIdx.x];
+        bf16* dst = p.cache + slot * kD;
+        if (rotate || threadIdx.x < kLat / 8) reinterpret_cast<uint4*>(dst)[threadIdx.x] = v;
+      }
+    }
     const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
     const int ks_beg = warp * kKSteps / kWarps, ks_end = (warp + 1) * kKSteps / kWarps;
+    if (first_split >= S) Stamp(p.phase_ns, 5, false);
     for (int split = first_split; split < S; split += grid) {
+      const int new_j = split == new_split ? ctx - 1 - split * kBN : -1;  // the new token's row here
       if (split != first_split) {
         __syncthreads();  // the previous split's Ks / Sp reads done
-        IssueSplitRows(p, Ks, split, ctx, -1, -1);
+        IssueSplitRows(p, Ks, split, ctx, -1, new_j);
+      }
+      if (new_j >= 0) {
+        if (slot >= 0 && rotate) {  // this block computed it (norm_block)
+          for (int e = threadIdx.x; e < kD / 8; e += kThreads)
+            reinterpret_cast<uint4*>(Ks + new_j * kLd)[e] = reinterpret_cast<const uint4*>(s_newrow)[e];
+        } else if (slot >= 0) {  // no rotation: the cache row's rope part is left as it was
+          for (int e = threadIdx.x; e < kLat / 8; e += kThreads)
+            reinterpret_cast<uint4*>(Ks + new_j * kLd)[e] = reinterpret_cast<const uint4*>(s_newrow)[e];
+          for (int e = kLat / 8 + threadIdx.x; e < kD / 8; e += kThreads)
+            CpAsync16(Ks + new_j * kLd + e * 8, p.cache + slot * kD + e * 8, 16);
+        } else {
+          IssueSplitRows(p, Ks, split, ctx, new_j, -1);
+        }
       }
       CpAsyncWaitAll();
       __syncthreads();  // Q and K visible
@@ -402,19 +459,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
     }
   }
-  // Ahead of barrier 3: this block's first phase-4 unit's W_UV rows (two a warp, 2 x 16 bytes a
-  // lane each).
-  const int64_t uv_units = H * kUvParts;
-  uint4 uv[2][2];
-  if (blockIdx.x < uv_units) {
-    const int64_t h = blockIdx.x / kUvParts, part = blockIdx.x % kUvParts;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const bf16* row = p.kv_b + (h * (kNope + kVd) + kNope + part * 16 + warp * 2 + r) * kLat;
-      uv[r][0] = LdStreamNow(row + 8 * lane);
-      uv[r][1] = LdStreamNow(row + 256 + 8 * lane);
-    }
-  }
   Stamp(p.phase_ns, 6, true);
   grid::GridBarrier(p.sync, gen0 + 3);
   Stamp(p.phase_ns, 7, false);
@@ -423,7 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16; its own summation order)
   // with the weights in shared memory and the block's two halves taking every other split, 16
   // loads in flight a thread; then each row's lane-split dot product (MlaDecodeCombineUvKernel's
-  // W_UV epilogue).
+  // W_UV epilogue; the block's first unit's rows staged in shared memory).
   {
     float* s_o = reinterpret_cast<float*>(smem_raw);  // [512] merged o_lat (bf16 values)
     float* s_acc = s_o + kLat;                         // [512] the second half's sums
@@ -476,6 +520,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         s_o[d + 2] = __bfloat162float(__float2bfloat16_rn((acc.z + o.z) * inv));
         s_o[d + 3] = __bfloat162float(__float2bfloat16_rn((acc.w + o.w) * inv));
       }
+      if (first_unit) WaitStaged(&s_bar[1]);
       __syncthreads();
       if (first_unit) Stamp(p.phase_ns, 11, false);
       float xo[16];
@@ -483,37 +528,28 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int64_t n = part * 16 + warp * 2 + r;
-        const bf16* row = p.kv_b + (h * (kNope + kVd) + kNope + n) * kLat;
-        const bool ahead = u == blockIdx.x;
-        const uint4 w0 = ahead ? uv[r][0] : *reinterpret_cast<const uint4*>(row + 8 * lane);
-        const uint4 w1 = ahead ? uv[r][1] : *reinterpret_cast<const uint4*>(row + 256 + 8 * lane);
-        const float dot = dev::WarpSum(mla::UvLaneDot(xo, w0, w1));
+        const bf16* row = first_unit ? uv_s + (warp * 2 + r) * kLat : p.kv_b + (h * (kNope + kVd) + kNope + n) * kLat;
+        const float dot = dev::WarpSum(mla::UvLaneDot(xo, *reinterpret_cast<const uint4*>(row + 8 * lane),
+                                                       *reinterpret_cast<const uint4*>(row + 256 + 8 * lane)));
         if (lane == 0) p.o16[h * kVd + n] = __float2bfloat16_rn(dot);
       }
       __syncthreads();  // s_o, s_l, s_w reused by the next unit
     }
-    if (blockIdx.x < uv_units || p.phase_ns == nullptr) Stamp(p.phase_ns, 12, false);
+    if (uv_staged || p.phase_ns == nullptr) Stamp(p.phase_ns, 12, false);
     else for (int k = 8; k <= 12; ++k) Stamp(p.phase_ns, k, false);
-  }
-  // Ahead of barrier 4: this block's first o_proj tile's warp slices.
-  const int64_t Ko = H * kVd, kwo = Ko / kWarps;
-  WarpSlice wo_first;
-  const bool wo_ahead = blockIdx.x < Hd / 16;
-  if (wo_ahead) {
-    const bf16* w = p.wo + static_cast<int64_t>(blockIdx.x) * 16 * Ko + warp * kwo;
-    LoadSlice(w + g * Ko, w + (g + 8) * Ko, static_cast<int>(kwo / 32), wo_first);
   }
   Stamp(p.phase_ns, 13, true);
   grid::GridBarrier(p.sync, gen0 + 4);
   Stamp(p.phase_ns, 14, false);
 
-  // Phase 5: o_proj (o in shared memory).
+  // Phase 5: o_proj (o in shared memory; the block's first tile staged).
   for (int64_t i = threadIdx.x; i < Ko / 8; i += kThreads)
     reinterpret_cast<uint4*>(xs)[i] = __ldcg(reinterpret_cast<const uint4*>(p.o16) + i);
+  if (wo_staged) WaitStaged(&s_bar[2]);
   __syncthreads();
-  GemvTiles<true>(
-      Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; }, wo_first,
-      wo_ahead);
+  GemvTiles(
+      Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; },
+      wo_staged ? wo_s : nullptr);
   Stamp(p.phase_ns, 15, true);
 }
 
