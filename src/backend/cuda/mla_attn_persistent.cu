@@ -191,9 +191,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     s_gen0 = grid::GridGeneration(p.sync);  // before this block's first arrival
     for (int i = 0; i < 3; ++i) sm90::BarInit(SmemAddr(&s_bar[i]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    // W_UK first (2 MB in all, needed right after barrier 1); W_UV and W_o after phase 1's loads.
-    if (uk_staged > 0)
-      StageWeights(uk_s, p.w_uk_t + uk_base * 16 * kNope, static_cast<uint32_t>(uk_staged * 16 * kNope * 2), &s_bar[0]);
   }
   // The token's RoPE angle for pair i = lane (phase 3 rotates pair `lane`), loaded now so that its
   // latency is not on a later phase's path.
@@ -218,14 +215,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         else p.kva32[r - Rq] = v;
       },
       nullptr);
-  if (threadIdx.x == 0) {
-    if (uv_staged) {
-      const int64_t h = blockIdx.x / kUvParts, part = blockIdx.x % kUvParts;
-      StageWeights(uv_s, p.kv_b + (h * (kNope + kVd) + kNope + part * 16) * kLat, 16 * kLat * 2, &s_bar[1]);
-    }
-    if (wo_staged)
-      StageWeights(wo_s, p.wo + static_cast<int64_t>(blockIdx.x) * 16 * Ko, static_cast<uint32_t>(16 * Ko * 2), &s_bar[2]);
-  }
+  // W_UK (2 MB in all, needed right after barrier 1) once phase 1's loads are in; W_UV and W_o
+  // (10 MB) once barrier 2 has passed (DRAM idles through phases 3 and 4; a copy in flight
+  // during a grid barrier slows the barrier's L2 round trips).
+  if (threadIdx.x == 0 && uk_staged > 0)
+    StageWeights(uk_s, p.w_uk_t + uk_base * 16 * kNope, static_cast<uint32_t>(uk_staged * 16 * kNope * 2), &s_bar[0]);
   Stamp(p.phase_ns, 1, true);
   grid::GridBarrier(p.sync, gen0 + 1);
   Stamp(p.phase_ns, 2, false);
@@ -281,6 +275,15 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   float* lse_base = p.workspace + H * smax * kLat;
   {
+    if (threadIdx.x == 0) {
+      if (uv_staged) {
+        const int64_t h = blockIdx.x / kUvParts, part = blockIdx.x % kUvParts;
+        StageWeights(uv_s, p.kv_b + (h * (kNope + kVd) + kNope + part * 16) * kLat, 16 * kLat * 2, &s_bar[1]);
+      }
+      if (wo_staged)
+        StageWeights(wo_s, p.wo + static_cast<int64_t>(blockIdx.x) * 16 * Ko, static_cast<uint32_t>(16 * Ko * 2), &s_bar[2]);
+    }
+
     if (first_split < S) {
       // The Q tile: q_lat by cp.async; q_pe rotated here from q32 (bf16), as RotateHead.
       for (int idx = threadIdx.x; idx < 16 * (kLat / 8); idx += kThreads) {
