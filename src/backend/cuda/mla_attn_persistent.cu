@@ -46,13 +46,14 @@ constexpr int kSpFloats = 4 * 4 * 32;  // a warp's partial scores: 4 n8 tiles x 
 constexpr size_t kDecodeSmem = static_cast<size_t>(16 + kBN) * kLd * 2 + static_cast<size_t>(kWarps) * kSpFloats * 4;
 constexpr size_t kMergeSmem = (2 * kLat + 2 * kMaxSplits) * 4;
 constexpr size_t Align128(size_t n) { return (n + 127) / 128 * 128; }
-// Dynamic shared memory: the phases' working area, then the staged weights (bulk copies issued in
-// phase 1): W_UK [8 units][16][128], W_UV [16][512], W_o [16][heads * 128] (<= 16 heads).
+// Dynamic shared memory: the phases' working area, then the block's first o_proj tile, staged by
+// bulk copies at phase 4's start: [16][heads * 128 + kWoPad] bf16 (<= 16 heads; the pad puts
+// rows g and g + 1 in different banks for MmaTileSmem's 16-byte loads).
+constexpr int kWoPad = 32;
 constexpr size_t kWorkSmem =
     Align128(std::max<size_t>(std::max<size_t>(kDecodeSmem, kMergeSmem), size_t{kMaxHidden} * 2));
-constexpr size_t kUkOff = kWorkSmem, kUvOff = kUkOff + size_t{kWarps} * 16 * kNope * 2,
-                 kWoOff = kUvOff + size_t{16} * kLat * 2;
-constexpr size_t DynSmem() { return kWoOff + size_t{16} * kMaxHeads * kVd * 2; }
+constexpr size_t kWoOff = kWorkSmem;
+constexpr size_t DynSmem() { return kWoOff + size_t{16} * (kMaxHeads * kVd + kWoPad) * 2; }
 
 // L2 prefetch of [ptr, ptr + bytes) (a hint; bytes a multiple of 16, ptr 16-byte aligned), in
 // pieces of at most 64 KB (PTX ISA 8.x, "cp.async.bulk.prefetch").
@@ -64,6 +65,15 @@ __device__ __forceinline__ void PrefetchL2(const void* ptr, int64_t bytes) {
   }
 }
 
+// Weight loads issued where they are written (asm volatile: not sunk past a grid barrier to their
+// use), 16 bytes through the read-only path, not kept in L1 (as ptx::LdStream).
+__device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(ptr));
+  return r;
+}
 // 16 bytes global -> shared, zero-filled past `bytes` (0 or 16), L2 only (cp.async.cg).
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(bytes) : "memory");
@@ -72,20 +82,45 @@ __device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_a
 
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared as one bulk copy,
 // completion counted on the mbarrier `bar` (PTX ISA 8.x, "cp.async.bulk"); the caller has
-// announced the bytes (BarExpectTx).
+// announced the bytes (BarExpectTx, its one arrival).
 __device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                    SmemAddr(dst)),
                "l"(src), "r"(bytes), "r"(bar)
                : "memory");
 }
-// Thread 0: announces `bytes` on bar (its one arrival) and issues the copy.
-__device__ __forceinline__ void StageWeights(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  sm90::BarExpectTx(SmemAddr(bar), bytes);
-  BulkLoad(dst, src, bytes, SmemAddr(bar));
-}
 __device__ __forceinline__ void WaitStaged(uint64_t* bar) {
   while (!sm90::BarTryWait(SmemAddr(bar), 0)) {
+  }
+}
+
+// A warp's slice of one 16-row weight tile (at most ptx::kTileBurst 32-element steps), loaded
+// ahead of its activations (before a grid barrier): WarpTile16Cols's loads, lane l = 4 g + q
+// holding rows g and g + 8 at k = 32 s + 8 q.
+struct WarpSlice {
+  uint4 a[ptx::kTileBurst], b[ptx::kTileBurst];
+};
+__device__ __forceinline__ void LoadSlice(const bf16* ra, const bf16* rb, int steps, WarpSlice& w) {
+  const int q = threadIdx.x & 3;
+#pragma unroll
+  for (int u = 0; u < ptx::kTileBurst; ++u) {
+    if (u < steps) {
+      w.a[u] = LdStreamNow(reinterpret_cast<const uint4*>(ra) + q + 4 * u);
+      w.b[u] = LdStreamNow(reinterpret_cast<const uint4*>(rb) + q + 4 * u);
+    }
+  }
+}
+// WarpTile16Cols's mma sequence on a loaded slice (x: the warp's K slice of the activations in
+// shared memory, every column the same vector).
+__device__ __forceinline__ void MmaSlice(const WarpSlice& w, const bf16* x, int steps, float (&d)[4]) {
+  const uint4* x4 = reinterpret_cast<const uint4*>(x) + (threadIdx.x & 3);
+#pragma unroll
+  for (int u = 0; u < ptx::kTileBurst; ++u) {
+    if (u < steps) {
+      const uint4 xv = x4[4 * u];
+      Mma(d, w.a[u].x, w.b[u].x, w.a[u].y, w.b[u].y, xv.x, xv.y);
+      Mma(d, w.a[u].z, w.b[u].z, w.a[u].w, w.b[u].w, xv.z, xv.w);
+    }
   }
 }
 
@@ -108,15 +143,16 @@ __device__ __forceinline__ void MmaTileSmem(const bf16* w, int64_t pitch, const 
 // 16-row tiles t = blockIdx.x, + grid, ... of a [rows, K] bf16 weight times xs (shared memory,
 // K bf16): each tile's K split over the 8 warps (K / 8 a warp, a multiple of 32), the warps' sums
 // added in warp order by 16 threads, out(row, value). row_ptr(r) gives row r's first weight.
-// first_s: when not null, the block's first tile staged in shared memory ([16][K]).
+// first_s: when not null, the block's first tile staged in shared memory ([16] rows of K at
+// first_pitch).
 template <class RowPtr, class Out>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
-                                          Out out, const bf16* first_s) {
+                                          Out out, const bf16* first_s, int64_t first_pitch) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t kw = K / kWarps, k0 = warp * kw;
   for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x) {
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, K, xs + k0, static_cast<int>(kw / 32), d);
+    if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
     else WarpTile16(row_ptr(t * 16 + g) + k0, row_ptr(t * 16 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_red[warp][g] = d[0];
@@ -170,26 +206,24 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   __shared__ float s_red[kWarps][16];
   __shared__ float s_norm[32];
   __shared__ __align__(16) bf16 s_newrow[kD];  // the new token's cache row (phase 3's norm block)
-  __shared__ __align__(8) uint64_t s_bar[3];   // staged W_UK / W_UV / W_o
+  __shared__ __align__(8) uint64_t s_bar[1];   // the staged o_proj tile
   __shared__ uint32_t s_gen0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
   const int64_t Hd = p.hidden, H = p.heads, Rq = H * kDqk, Ko = H * kVd;
-  bf16* uk_s = reinterpret_cast<bf16*>(smem_raw + kUkOff);  // [8 units][16][128]
-  bf16* uv_s = reinterpret_cast<bf16*>(smem_raw + kUvOff);  // [16][512]
-  bf16* wo_s = reinterpret_cast<bf16*>(smem_raw + kWoOff);  // [16][Ko]
-  // This block's staged units: phase 2's W_UK tiles of warps 0..7 (blocks >= 1, units (b - 1) * 8 +
-  // warp), phase 4's first (head, part) unit, phase 5's first o_proj tile.
+  const int64_t wo_pitch = Ko + kWoPad;
+  bf16* wo_s = reinterpret_cast<bf16*>(smem_raw + kWoOff);  // [16][wo_pitch]
+  // Phase 2's W_UK tiles (blocks >= 1: unit (b - 1) * 8 + warp first), phase 4's (head, part)
+  // units, phase 5's o_proj tiles: the first of each loaded ahead.
   const int64_t uk_units = H * (kLat / 16), uk_warps = int64_t{grid - 1} * kWarps;
   const int64_t uk_first = int64_t{blockIdx.x - 1} * kWarps + warp;
-  const int64_t uk_base = int64_t{blockIdx.x - 1} * kWarps;
-  const int64_t uk_staged = blockIdx.x == 0 ? 0 : std::max<int64_t>(0, std::min<int64_t>(kWarps, uk_units - uk_base));
+  const bool uk_block = blockIdx.x > 0 && int64_t{blockIdx.x - 1} * kWarps < uk_units;
   const int64_t uv_units = H * kUvParts;
-  const bool uv_staged = blockIdx.x < uv_units, wo_staged = blockIdx.x < Hd / 16;
+  const bool wo_staged = blockIdx.x < Hd / 16;
   Stamp(p.phase_ns, 0, false);
   if (threadIdx.x == 0) {
     s_gen0 = grid::GridGeneration(p.sync);  // before this block's first arrival
-    for (int i = 0; i < 3; ++i) sm90::BarInit(SmemAddr(&s_bar[i]), 1);
+    sm90::BarInit(SmemAddr(&s_bar[0]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   // The token's RoPE angle for pair i = lane (phase 3 rotates pair `lane`), loaded now so that its
@@ -214,12 +248,13 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         if (r < Rq) p.q32[r] = v;
         else p.kva32[r - Rq] = v;
       },
-      nullptr);
-  // W_UK (2 MB in all, needed right after barrier 1) once phase 1's loads are in; W_UV and W_o
-  // (10 MB) once barrier 2 has passed (DRAM idles through phases 3 and 4; a copy in flight
-  // during a grid barrier slows the barrier's L2 round trips).
-  if (threadIdx.x == 0 && uk_staged > 0)
-    StageWeights(uk_s, p.w_uk_t + uk_base * 16 * kNope, static_cast<uint32_t>(uk_staged * 16 * kNope * 2), &s_bar[0]);
+      nullptr, 0);
+  // Ahead of barrier 1: this warp's first W_UK tile (phase 2's absorption).
+  WarpSlice uk;
+  if (blockIdx.x > 0 && uk_first < uk_units) {
+    const bf16* w = p.w_uk_t + uk_first * 16 * kNope;
+    LoadSlice(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk);
+  }
   Stamp(p.phase_ns, 1, true);
   grid::GridBarrier(p.sync, gen0 + 1);
   Stamp(p.phase_ns, 2, false);
@@ -231,19 +266,31 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       PrefetchL2(p.kv_b + ((u / kUvParts) * (kNope + kVd) + kNope + (u % kUvParts) * 16) * kLat, 16 * kLat * 2);
     for (int64_t t = blockIdx.x + grid; t < Hd / 16; t += grid) PrefetchL2(p.wo + t * 16 * Ko, 16 * Ko * 2);
   }
-  if (uk_staged > 0) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
+  if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
     // The absorption: q_nope of every head as bf16 in shared memory, then 16-row tiles of
     // W_UK_h^T (rows c, K = 128) a warp; q_lat rounded to bf16 (the decode's Q operand).
     bf16* qn = xs;  // [H][128]
-    for (int64_t i = threadIdx.x; i < H * kNope; i += kThreads)
-      qn[i] = __float2bfloat16_rn(__ldcg(p.q32 + (i / kNope) * kDqk + i % kNope));
+    constexpr int kQnPer = kMaxHeads * kNope / 4 / kThreads;  // float4s a thread (all loads first)
+    float4 qv[kQnPer];
+#pragma unroll
+    for (int j = 0; j < kQnPer; ++j) {
+      const int64_t i = threadIdx.x + j * kThreads;  // float4 index: head i / 32, element 4 (i % 32)
+      if (i < H * kNope / 4) qv[j] = __ldcg(reinterpret_cast<const float4*>(p.q32 + (i / 32) * kDqk) + i % 32);
+    }
+#pragma unroll
+    for (int j = 0; j < kQnPer; ++j) {
+      const int64_t i = threadIdx.x + j * kThreads;
+      if (i < H * kNope / 4) {
+        reinterpret_cast<__nv_bfloat162*>(qn)[2 * i] = __floats2bfloat162_rn(qv[j].x, qv[j].y);
+        reinterpret_cast<__nv_bfloat162*>(qn)[2 * i + 1] = __floats2bfloat162_rn(qv[j].z, qv[j].w);
+      }
+    }
     __syncthreads();
-    WaitStaged(&s_bar[0]);
     for (int64_t u = uk_first; u < uk_units; u += uk_warps) {
       const int64_t h = u / (kLat / 16), c0 = (u % (kLat / 16)) * 16;
       const bf16* w = p.w_uk_t + (h * kLat + c0) * kNope;
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      if (u == uk_first) MmaTileSmem(uk_s + warp * 16 * kNope, kNope, qn + h * kNope, kNope / 32, d);
+      if (u == uk_first) MmaSlice(uk, qn + h * kNope, kNope / 32, d);
       else WarpTile16(w + g * kNope, w + (g + 8) * kNope, qn + h * kNope, qn + h * kNope, kNope / 32, d);
       if (tq == 0) {
         p.qlat16[h * kLat + c0 + g] = __float2bfloat16_rn(d[0]);
@@ -275,15 +322,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   float* lse_base = p.workspace + H * smax * kLat;
   {
-    if (threadIdx.x == 0) {
-      if (uv_staged) {
-        const int64_t h = blockIdx.x / kUvParts, part = blockIdx.x % kUvParts;
-        StageWeights(uv_s, p.kv_b + (h * (kNope + kVd) + kNope + part * 16) * kLat, 16 * kLat * 2, &s_bar[1]);
-      }
-      if (wo_staged)
-        StageWeights(wo_s, p.wo + static_cast<int64_t>(blockIdx.x) * 16 * Ko, static_cast<uint32_t>(16 * Ko * 2), &s_bar[2]);
-    }
-
     if (first_split < S) {
       // The Q tile: q_lat by cp.async; q_pe rotated here from q32 (bf16), as RotateHead.
       for (int idx = threadIdx.x; idx < 16 * (kLat / 8); idx += kThreads) {
@@ -462,6 +500,18 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
     }
   }
+  // Ahead of barrier 3: this block's first phase-4 unit's W_UV rows (two a warp, 2 x 16 bytes a
+  // lane each).
+  uint4 uv[2][2];
+  if (blockIdx.x < uv_units) {
+    const int64_t h = blockIdx.x / kUvParts, part = blockIdx.x % kUvParts;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const bf16* row = p.kv_b + (h * (kNope + kVd) + kNope + part * 16 + warp * 2 + r) * kLat;
+      uv[r][0] = LdStreamNow(row + 8 * lane);
+      uv[r][1] = LdStreamNow(row + 256 + 8 * lane);
+    }
+  }
   Stamp(p.phase_ns, 6, true);
   grid::GridBarrier(p.sync, gen0 + 3);
   Stamp(p.phase_ns, 7, false);
@@ -478,6 +528,15 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     float* s_w = s_l + kMaxSplits;                     // [kMaxSplits] weights
     constexpr int kInFlight = 16;
     const int half = threadIdx.x >> 7, d = (threadIdx.x & 127) * 4;
+    // The block's first o_proj tile into shared memory now (8 MB in all: DRAM idles through this
+    // phase; copies in flight during a grid barrier or phase 3's tile loads slowed them), one bulk
+    // copy a row (padded pitch).
+    if (threadIdx.x == 0 && wo_staged) {
+      sm90::BarExpectTx(SmemAddr(&s_bar[0]), static_cast<uint32_t>(16 * Ko * 2));
+      for (int r = 0; r < 16; ++r)
+        BulkLoad(wo_s + r * wo_pitch, p.wo + (static_cast<int64_t>(blockIdx.x) * 16 + r) * Ko, static_cast<uint32_t>(Ko * 2),
+                 SmemAddr(&s_bar[0]));
+    }
     for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
       const int64_t h = u / kUvParts, part = u % kUvParts;
       const bool first_unit = u == blockIdx.x;
@@ -523,7 +582,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         s_o[d + 2] = __bfloat162float(__float2bfloat16_rn((acc.z + o.z) * inv));
         s_o[d + 3] = __bfloat162float(__float2bfloat16_rn((acc.w + o.w) * inv));
       }
-      if (first_unit) WaitStaged(&s_bar[1]);
       __syncthreads();
       if (first_unit) Stamp(p.phase_ns, 11, false);
       float xo[16];
@@ -531,14 +589,15 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int64_t n = part * 16 + warp * 2 + r;
-        const bf16* row = first_unit ? uv_s + (warp * 2 + r) * kLat : p.kv_b + (h * (kNope + kVd) + kNope + n) * kLat;
-        const float dot = dev::WarpSum(mla::UvLaneDot(xo, *reinterpret_cast<const uint4*>(row + 8 * lane),
-                                                       *reinterpret_cast<const uint4*>(row + 256 + 8 * lane)));
+        const bf16* row = p.kv_b + (h * (kNope + kVd) + kNope + n) * kLat;
+        const uint4 w0 = first_unit ? uv[r][0] : *reinterpret_cast<const uint4*>(row + 8 * lane);
+        const uint4 w1 = first_unit ? uv[r][1] : *reinterpret_cast<const uint4*>(row + 256 + 8 * lane);
+        const float dot = dev::WarpSum(mla::UvLaneDot(xo, w0, w1));
         if (lane == 0) p.o16[h * kVd + n] = __float2bfloat16_rn(dot);
       }
       __syncthreads();  // s_o, s_l, s_w reused by the next unit
     }
-    if (uv_staged || p.phase_ns == nullptr) Stamp(p.phase_ns, 12, false);
+    if (blockIdx.x < uv_units || p.phase_ns == nullptr) Stamp(p.phase_ns, 12, false);
     else for (int k = 8; k <= 12; ++k) Stamp(p.phase_ns, k, false);
   }
   Stamp(p.phase_ns, 13, true);
@@ -548,11 +607,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // Phase 5: o_proj (o in shared memory; the block's first tile staged).
   for (int64_t i = threadIdx.x; i < Ko / 8; i += kThreads)
     reinterpret_cast<uint4*>(xs)[i] = __ldcg(reinterpret_cast<const uint4*>(p.o16) + i);
-  if (wo_staged) WaitStaged(&s_bar[2]);
+  if (wo_staged) WaitStaged(&s_bar[0]);
   __syncthreads();
   GemvTiles(
       Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; },
-      wo_staged ? wo_s : nullptr);
+      wo_staged ? wo_s : nullptr, wo_pitch);
   Stamp(p.phase_ns, 15, true);
 }
 
