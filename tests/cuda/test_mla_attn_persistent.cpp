@@ -269,7 +269,8 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     Dev<int64_t> d_slot(std::vector<int64_t>{static_cast<int64_t>(table[(ctx - 1) / kBs]) * kBs + (ctx - 1) % kBs});
     Dev<uint32_t> d_sync(2);
     DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
-    for (bool prefetch : {false, true}) {
+    for (int wo_point : {0, 1, 2}) {
+      const bool prefetch = false;
       for (bool stamped : {false, true}) {
         const auto params = [&](int i) {
           MlaAttnPersistentParams p{};
@@ -282,6 +283,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.q32 = d_q32.get(); p.kva32 = d_kva.get(); p.qlat16 = d_qlat.get(); p.workspace = d_ws.get();
           p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.prefetch_l2 = prefetch;
           p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
+          p.wo_stage_point = wo_point;
           p.stream = st;
           return p;
         };
@@ -290,9 +292,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d prefetch=%d stamps=%d: %.2f us a launch (graph of %d, "
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d stamps=%d: %.2f us a launch (graph of %d, "
                     "%d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, prefetch, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
+                    ctx, wo_point, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
         std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
@@ -323,9 +325,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d prefetch=%d segment=\"%s\": mean %.2f us, max %.2f us "
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d segment=\"%s\": mean %.2f us, max %.2f us "
                       "over blocks; last block done at %.2f us\n",
-                      ctx, prefetch, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+                      ctx, wo_point, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

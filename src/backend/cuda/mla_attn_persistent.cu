@@ -531,16 +531,21 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     // The block's first o_proj tile into shared memory now (8 MB in all: DRAM idles through this
     // phase; copies in flight during a grid barrier or phase 3's tile loads slowed them), one bulk
     // copy a row (padded pitch).
-    if (threadIdx.x == 0 && wo_staged) {
+    // (p.wo_stage_point: at the phase's start, after the first unit's LSE loads, or after its
+    // partials' loads; a block without a unit at the start.)
+    const auto stage_wo = [&](int point) {
+      if (threadIdx.x != 0 || !wo_staged || (blockIdx.x < uv_units ? p.wo_stage_point : 0) != point) return;
       sm90::BarExpectTx(SmemAddr(&s_bar[0]), static_cast<uint32_t>(16 * Ko * 2));
       for (int r = 0; r < 16; ++r)
         BulkLoad(wo_s + r * wo_pitch, p.wo + (static_cast<int64_t>(blockIdx.x) * 16 + r) * Ko, static_cast<uint32_t>(Ko * 2),
                  SmemAddr(&s_bar[0]));
-    }
+    };
+    stage_wo(0);
     for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
       const int64_t h = u / kUvParts, part = u % kUvParts;
       const bool first_unit = u == blockIdx.x;
       for (int s = threadIdx.x; s < S; s += kThreads) s_l[s] = __ldcg(lse_base + h * smax + s);
+      if (first_unit) stage_wo(1);
       __syncthreads();
       if (first_unit) Stamp(p.phase_ns, 8, false);
       // Every warp: the max LSE (lane-strided, then shuffles), then split s's weight by thread s.
@@ -568,6 +573,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         }
       }
       if (half == 1) *reinterpret_cast<float4*>(s_acc + d) = acc;
+      if (first_unit) stage_wo(2);
       // The weights' sum (every warp: lane-strided, then shuffles).
       float wsum = 0.f;
       for (int s = lane; s < S; s += 32) wsum += s_w[s];

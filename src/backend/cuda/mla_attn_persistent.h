@@ -86,6 +86,9 @@ struct MlaAttnPersistentParams {
   // (the o_proj slices' loads issued); 14 barrier 4; 15 phase 5 done (a block without a split or
   // a unit stamps those sub-steps at the step's start or end).
   uint64_t* phase_ns = nullptr;
+  // When phase 4 issues the bulk copies of the block's first o_proj tile (A/B for timing
+  // reports): 0 at its start, 1 after the first unit's LSE loads, 2 after its partials' loads.
+  int wo_stage_point = 0;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 16;
