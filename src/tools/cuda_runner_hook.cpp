@@ -72,8 +72,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_OPROJ_NORM", &c.fused_oproj_norm);              // residual + norm in o_proj's last block (off: verified, slower)
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
   env_switch("DS_Q_ABSORB", &c.fused_q_absorb);                  // MLA q absorption in one launch (opt-in)
-  env_switch("DS_ATTN_PERSISTENT", &c.attn_persistent);          // the b1 MLA attention in one cooperative launch (opt-in)
-  env_switch("DS_ATTN_PERSISTENT_PREFETCH", &c.attn_persistent_prefetch);  // its L2 prefetch of W_UV / W_o (A/B)
+  env_switch("DS_ATTN_PERSISTENT", &c.attn_persistent);          // the b1 MLA attention in one cooperative launch (on since session 13)
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
     env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);

@@ -7,8 +7,7 @@
 // (prefills, decode steps of 1..24 sequences, a mixed step), CUDA graphs off and on. The path
 // must run (the batch-1 decode steps) and only in the runner with the option: dummy V2-Lite, 3
 // layers (its MLA dims: 16 heads, no q_lora, bf16). The fixtures' dims do not qualify (q_lora or
-// small heads): they must stay on the unfused path. Written without a GPU in session 12: not yet
-// run.
+// small heads): they must stay on the unfused path. First run: session 13 (run 1).
 #include <cstdio>
 #include <string>
 

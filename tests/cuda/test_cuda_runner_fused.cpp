@@ -46,12 +46,12 @@ void CompareFused(const std::string& label, CudaRunnerOptions o, const Fusion& f
     oi.fused_moe_shared = i == 1 && f.shared;
     oi.fused_norm = i == 1 && f.norm;
     oi.fused_qpe = i == 1 && f.qpe;
-    // olat, silu16, kvrope, uv, gate_up_silu and persistent_moe (on by default) are off in both
-    // runners: each has its own on/off test (test_cuda_runner_fused_{olat,silu16,kvrope,uv}.cpp,
-    // test_cuda_runner_gate_up_silu.cpp, test_cuda_runner_persistent_moe.cpp), and the unfused
-    // runner must count no fused launch at all.
+    // olat, silu16, kvrope, uv, gate_up_silu, persistent_moe and attn_persistent (on by default)
+    // are off in both runners: each has its own on/off test (test_cuda_runner_fused_{olat,silu16,
+    // kvrope,uv}.cpp, test_cuda_runner_gate_up_silu.cpp, test_cuda_runner_persistent_moe.cpp,
+    // test_cuda_runner_attn_persistent.cpp), and the unfused runner must count no fused launch.
     oi.fused_olat = oi.fused_silu16 = oi.fused_kvrope = oi.fused_uv = false;
-    oi.fused_gate_up_silu = oi.persistent_moe = false;
+    oi.fused_gate_up_silu = oi.persistent_moe = oi.attn_persistent = false;
     auto r = CreateCudaModelRunner(oi);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     runners[i] = std::move(r).value();

@@ -11,7 +11,7 @@
 // split at a page boundary, blocks taking two splits or two o_proj tiles); interleaved and
 // rotate-half RoPE; a negative slot (no row written); direct launches and graph replays (the
 // barrier words and the in-place q_pe RoPE across replays; the scratch and the token's row
-// re-poisoned before the last launch). Written without a GPU in session 12: not yet run.
+// re-poisoned before the last launch); the o_proj tile's copies issued at each wo_stage_point.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -43,10 +43,10 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 
 // no_slot: the token's slot is -1 (no cache row written; its row holds earlier random values,
 // which the decode then reads, as the unfused path would).
-void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, bool prefetch = false) {
+void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
-                            (prefetch ? "_prefetch" : "") + (graph ? " graph" : " direct");
+                            (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") + (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
@@ -171,7 +171,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   p.cache = d_cache.get(); p.slot = d_slot.get(); p.block_table = d_table.get(); p.context_len = d_ctx.get();
   p.block_size = kBs; p.softmax_scale = static_cast<float>(scale); p.max_context = max_context;
   p.q32 = d_q32.get(); p.kva32 = d_kva.get(); p.qlat16 = d_qlat.get(); p.workspace = d_ws.get();
-  p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.prefetch_l2 = prefetch;
+  p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.wo_stage_point = wo_point;
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -217,7 +217,8 @@ TEST(CudaMlaAttnPersistent, MatchesCpuReference) {
   RunCase(4, 512, 100, false, false);
   RunCase(4, 512, 65, false, true);
   RunCase(16, 2048, 100, true, true, /*no_slot=*/true);
-  RunCase(16, 2048, 1000, true, true, false, /*prefetch=*/true);  // the L2 hint changes no result
+  RunCase(16, 2048, 1000, true, true, false, /*wo_point=*/0);  // where the o_proj tile's copies start
+  RunCase(16, 2048, 1000, true, false, false, /*wo_point=*/1);
 }
 
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
@@ -270,7 +271,6 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     Dev<uint32_t> d_sync(2);
     DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
     for (int wo_point : {0, 1, 2}) {
-      const bool prefetch = false;
       for (bool stamped : {false, true}) {
         const auto params = [&](int i) {
           MlaAttnPersistentParams p{};
@@ -281,7 +281,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.cache = d_cache.get(); p.slot = d_slot.get(); p.block_table = d_table.get(); p.context_len = d_ctx.get();
           p.block_size = kBs; p.softmax_scale = 0.07f; p.max_context = pages * kBs;
           p.q32 = d_q32.get(); p.kva32 = d_kva.get(); p.qlat16 = d_qlat.get(); p.workspace = d_ws.get();
-          p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.prefetch_l2 = prefetch;
+          p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get();
           p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
           p.wo_stage_point = wo_point;
           p.stream = st;

@@ -237,12 +237,13 @@ struct CudaRunnerOptions {
   // The whole MLA attention layer of a one-token, one-sequence decode pass (batch 1) as one
   // cooperative launch (mla_attn_persistent.h: q / kv_a, kv norm + RoPE + cache write, the q
   // absorption, split-KV decode, merge + W_UV and o_proj, phases split by grid barriers), for
-  // bf16 projections without q_lora (V2-Lite), <= 16 heads. Written without a GPU in session 12:
-  // not yet run; opt-in. The CLI reads DS_ATTN_PERSISTENT=0/1.
-  bool attn_persistent = false;
-  // Its L2 prefetch of the W_UV and W_o rows at the start of phase 2 (MlaAttnPersistentParams::
-  // prefetch_l2; A/B, the CLI reads DS_ATTN_PERSISTENT_PREFETCH=0/1). Not yet run.
-  bool attn_persistent_prefetch = false;
+  // bf16 projections without q_lora (V2-Lite), <= 16 heads, block tables of <= 8192 keys (a
+  // graph's capacity). Changes fp32 summation orders and rounds the probabilities to bf16 per
+  // 32-key split (bounded: CudaRunnerAttnPersistent.*). On by default since session 13: V2-Lite
+  // 27 layers b1 decode step 2.466-2.471 ms against 2.535-2.540 at 1K, 2.597 against 2.757 at
+  // 4K, 2.840 against 2.867 at 8K (bench/results/session13_2026-11-30_run10). The CLI reads
+  // DS_ATTN_PERSISTENT=0/1.
+  bool attn_persistent = true;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the

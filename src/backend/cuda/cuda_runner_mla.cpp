@@ -81,7 +81,7 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.block_size = kBlockSize; ap.softmax_scale = static_cast<float>(cfg_.softmax_scale()); ap.max_context = max_ctx;
   ap.q32 = q32_.as<float>(); ap.kva32 = lat32_.as<float>(); ap.qlat16 = attn_qlat16_.as<bf16>();
   ap.workspace = dec_ws_.as<float>(); ap.o16 = ov16_.as<bf16>(); ap.out = o32_.as<float>();
-  ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_; ap.prefetch_l2 = opts_.attn_persistent_prefetch;
+  ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
   // shape checks; what is left is the device's fit): asked once.
   if (attn_ok_ < 0) attn_ok_ = MlaAttnPersistentUnsupported(ap).empty() ? 1 : 0;

@@ -55,16 +55,6 @@ constexpr size_t kWorkSmem =
 constexpr size_t kWoOff = kWorkSmem;
 constexpr size_t DynSmem() { return kWoOff + size_t{16} * (kMaxHeads * kVd + kWoPad) * 2; }
 
-// L2 prefetch of [ptr, ptr + bytes) (a hint; bytes a multiple of 16, ptr 16-byte aligned), in
-// pieces of at most 64 KB (PTX ISA 8.x, "cp.async.bulk.prefetch").
-__device__ __forceinline__ void PrefetchL2(const void* ptr, int64_t bytes) {
-  const char* c = static_cast<const char*>(ptr);
-  for (int64_t off = 0; off < bytes; off += 65536) {
-    const uint32_t n = static_cast<uint32_t>(bytes - off < 65536 ? bytes - off : 65536);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(c + off), "r"(n) : "memory");
-  }
-}
-
 // Weight loads issued where they are written (asm volatile: not sunk past a grid barrier to their
 // use), 16 bytes through the read-only path, not kept in L1 (as ptx::LdStream).
 __device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
@@ -259,13 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   grid::GridBarrier(p.sync, gen0 + 1);
   Stamp(p.phase_ns, 2, false);
 
-  // Phase 2 (first, with prefetch_l2: thread 0 asks L2 for this block's phase-4 W_UV rows and
-  // phase-5 W_o rows beyond the staged ones).
-  if (p.prefetch_l2 && threadIdx.x == 0) {
-    for (int64_t u = blockIdx.x + grid; u < uv_units; u += grid)
-      PrefetchL2(p.kv_b + ((u / kUvParts) * (kNope + kVd) + kNope + (u % kUvParts) * 16) * kLat, 16 * kLat * 2);
-    for (int64_t t = blockIdx.x + grid; t < Hd / 16; t += grid) PrefetchL2(p.wo + t * 16 * Ko, 16 * Ko * 2);
-  }
+  // Phase 2: the absorption (block 0 and blocks past the units idle).
   if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
     // The absorption: q_nope of every head as bf16 in shared memory, then 16-row tiles of
     // W_UK_h^T (rows c, K = 128) a warp; q_lat rounded to bf16 (the decode's Q operand).

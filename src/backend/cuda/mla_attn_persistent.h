@@ -1,39 +1,47 @@
-// The batch-1 MLA attention layer in ONE cooperative launch (CudaRunnerOptions::attn_persistent;
-// docs/design/decode_small_batch.md, "Next: the batch-1 layer as one kernel", step 1): from the
-// input norm's bf16 output x to o_proj's fp32 output, for one decode token of one sequence, with
-// the phases separated by grid-wide barriers (grid_barrier.cuh) instead of the seven launches of
-// the unfused path (q_proj, kv_a, kv norm + RoPE + cache write, the q absorption, the split-KV
-// decode, the merge + W_UV, o_proj). First version: grid barriers; the design's per-op counters
-// and weight prefetch come next.
+// The batch-1 MLA attention layer in ONE cooperative launch (CudaRunnerOptions::attn_persistent,
+// on by default since session 13; docs/design/decode_small_batch.md, "Next: the batch-1 layer as
+// one kernel", step 1): from the input norm's bf16 output x to o_proj's fp32 output, for one
+// decode token of one sequence, with the phases separated by grid-wide barriers
+// (grid_barrier.cuh) instead of the seven launches of the unfused path (q_proj, kv_a, kv norm +
+// RoPE + cache write, the q absorption, the split-KV decode, the merge + W_UV, o_proj). The
+// design's per-op counters in place of the barriers come next.
 //
 // Math (DeepSeek-V2 paper section 2.1 / transformers' DeepseekV2Attention, absorbed form; the
 // runner's unfused path computes the same):
 //   q[h]      = x W_q[h]                    [192] fp32 (no q_lora: V2-Lite)
 //   kv_a      = x W_kva                     [576] = c_kv [512] | k_pe [64]
 //   cache row = bf16(rmsnorm(c_kv) * w_kvnorm) | bf16(rope(k_pe))   (at the token's slot)
-//   q_pe[h]   = rope(q[h][128:])            (in place in q32)
+//   q_pe[h]   = rope(q[h][128:])            (rotated into phase 3's Q tile; q32 keeps it raw)
 //   q_lat[h]  = bf16(bf16(q[h][:128]) W_UK[h])           [512]
 //   s[h][j]   = ([q_lat[h] | bf16(q_pe[h])] . cache[j]) * softmax_scale, j < context
 //   o_lat[h]  = softmax(s[h]) . cache[:, :512]           (split-KV over 32-key chunks, merged
-//               with their log-sum-exps in split order: mla_decode_merge.cuh)
+//               with their log-sum-exps)
 //   o[h]      = bf16(bf16(o_lat[h]) W_UV[h]^T)           [128]
 //   out       = o W_o^T                                  [hidden] fp32
 // The dot products run on the tensor cores (bf16 mma, fp32 accumulate) in this kernel's own
 // orders: not the unfused kernels' bits; tests bound it (CudaMlaAttnPersistent.*,
-// CudaRunnerAttnPersistent.*). Written without a GPU in session 12: not yet run.
+// CudaRunnerAttnPersistent.*).
 //
-// Phases (grid = one block of 256 threads per SM, cooperative launch):
+// Phases (grid = one block of 256 threads per SM, cooperative launch). Where a phase reads
+// weights, the block's first unit is loaded before the barrier ahead of it (latency off the
+// critical path; bench/results/session13_2026-11-30_run{2..10} measured the variants):
 //  1. q and kv_a: 16-row tiles of [W_q; W_kva] (tile t on block t % grid), each tile's K split
-//     over the block's 8 warps and summed in warp order -> barrier;
-//  2. block 0: the kv norm, the cache row and k_pe's RoPE, then q_pe's RoPE (a warp a head); the
-//     other blocks: the absorption, one 16-row tile of W_UK^T a warp -> barrier;
+//     over the block's 8 warps and summed in warp order; each warp's first W_UK tile into
+//     registers -> barrier;
+//  2. the absorption, one 16-row tile of W_UK^T a warp (blocks >= 1); each block's first split's
+//     cache rows (but the new token's) by cp.async -> barrier;
 //  3. split-KV decode: 32-key splits (split s on block s % grid), all heads in one 16-row mma
-//     tile (the row-tile kernel's math: mla_decode_tc.cu) -> barrier;
-//  4. merge + W_UV: (head, 16-row part) units, the merge of MlaDecodeCombineUvKernel -> barrier;
+//     tile (the row-tile kernel's math: mla_decode_tc.cu), q_pe rotated into the Q tile; the new
+//     token's split's block first computes the kv norm + k_pe RoPE into its K tile and the cache
+//     row; each block's first W_UV rows into registers -> barrier;
+//  4. merge + W_UV: (head, 16-row part) units (the merge's weights in shared memory, 16 partial
+//     loads in flight a thread); the block's first o_proj tile staged in shared memory by bulk
+//     copies (wo_stage_point) -> barrier;
 //  5. o_proj: 16-row tiles of W_o as phase 1.
 // Supported (MlaAttnPersistentUnsupported says why not): nope 128, rope 64, v 128, kv_lora 512
 // (V2 / V2-Lite / V3 MLA dims), 1 <= heads <= 16 and even, hidden a multiple of 256 up to 8192,
-// cache pages of 64 tokens, bf16 weights, a device with cooperative launch.
+// cache pages of 64 tokens, bf16 weights, a device with cooperative launch; contexts up to
+// kMlaAttnPersistentMaxContext keys (phase 4 keeps every split's weight in shared memory).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -74,10 +82,6 @@ struct MlaAttnPersistentParams {
   float* out = nullptr;                   // [hidden] fp32: o_proj's output
   uint32_t* sync = nullptr;               // 2 words, zero before the first launch
   cudaStream_t stream = nullptr;
-  // At the start of phase 2 each block asks L2 to prefetch the W_UV rows of its phase-4 units and
-  // the W_o rows of its phase-5 tiles (cp.async.bulk.prefetch.L2), so they stream while phases 2-4
-  // wait on latency rather than DRAM. A hint (A/B: CudaRunnerOptions::attn_persistent_prefetch).
-  bool prefetch_l2 = false;
   // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
   // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps],
   // in order: 0 start; 1 phase 1 done; 2 barrier 1; 3 phase 2 done; 4 barrier 2; 5 phase 3's first
@@ -87,15 +91,17 @@ struct MlaAttnPersistentParams {
   // a unit stamps those sub-steps at the step's start or end).
   uint64_t* phase_ns = nullptr;
   // When phase 4 issues the bulk copies of the block's first o_proj tile (A/B for timing
-  // reports): 0 at its start, 1 after the first unit's LSE loads, 2 after its partials' loads.
-  int wo_stage_point = 0;
+  // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
+  // run 10, 27.7 us against 28.4 at point 0) after its partials' loads.
+  int wo_stage_point = 2;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 16;
 
-// Contexts the runner sends it (attn_persistent): the decode phase runs its splits one after
-// another on each block and every (head, part) unit merges all of its head's splits, so long
-// contexts stay on the unfused path's split-KV kernels.
+// Contexts the runner sends it (attn_persistent; the kernel's limit too: phase 4's shared-memory
+// weights): the decode phase runs its splits one after another on each block and every (head,
+// part) unit merges all of its head's splits, so long contexts stay on the unfused path's
+// split-KV kernels.
 inline constexpr int64_t kMlaAttnPersistentMaxContext = 8192;
 
 // Floats of the split-KV workspace for `max_context` keys: partials [heads, splits, 512] and
