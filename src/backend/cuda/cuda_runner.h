@@ -241,7 +241,8 @@ struct CudaRunnerOptions {
   // graph's capacity). Changes fp32 summation orders and rounds the probabilities to bf16 per
   // 32-key split (bounded: CudaRunnerAttnPersistent.*). On by default since session 13: V2-Lite
   // 27 layers b1 decode step 2.466-2.471 ms against 2.535-2.540 at 1K, 2.597 against 2.757 at
-  // 4K, 2.840 against 2.867 at 8K (bench/results/session13_2026-11-30_run10). The CLI reads
+  // 4K, 2.840 against 2.867 at 8K (bench/results/session13_2026-11-30_run9; run 10: 2.436-2.442
+  // against 2.507-2.511 at 1K with the whole suite passing). The CLI reads
   // DS_ATTN_PERSISTENT=0/1.
   bool attn_persistent = true;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights

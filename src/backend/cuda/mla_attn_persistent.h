@@ -92,7 +92,7 @@ struct MlaAttnPersistentParams {
   uint64_t* phase_ns = nullptr;
   // When phase 4 issues the bulk copies of the block's first o_proj tile (A/B for timing
   // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
-  // run 10, 27.7 us against 28.4 at point 0) after its partials' loads.
+  // run 9, 27.7 us against 28.4 at point 0) after its partials' loads.
   int wo_stage_point = 2;
 };
 
