@@ -1,12 +1,12 @@
 // The grid barrier of the persistent kernels (grid_barrier.cuh), alone: a cooperative kernel of
 // one or two blocks a SM that runs many barriers, each block writing a round stamp into its own
 // slot before a barrier and checking every other block's slot after it (a barrier that let a
-// block through early, or did not order the stores, shows as mismatches); the count word must be
-// back at 0 and the generation advanced by the barrier count, over direct launches and CUDA-graph
-// replays. A disabled report times a barrier (launches of 64 barriers minus launches of none)
-// against two other forms: polling relaxed with a fence after, and one counter that never resets
-// (arrivals counted from the value read at the start; no second atomic on the critical path),
-// and the latency of one point-to-point dependency hop between blocks (HopChainKernel).
+// block through early, or did not order the stores, shows as mismatches); the 64-bit counter must
+// end at launches x kGridEpoch (each launch padded to the next epoch), over direct launches and
+// CUDA-graph replays, with one and two blocks a SM on the same counter. A disabled report times a
+// barrier (launches of 64 barriers minus launches of none) against the count + generation pair
+// used until session 13 (the last arrival resets the count, then bumps the generation) and the
+// latency of one point-to-point dependency hop between blocks (HopChainKernel).
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -27,53 +27,49 @@ constexpr int kThreads = 256;
 // barrier (no block may write round r + 1's stamp before every block has checked round r).
 __global__ void __launch_bounds__(kThreads, 1) BarrierCheckKernel(uint32_t* sync, uint32_t* slots, uint32_t* errors,
                                                                   int rounds) {
-  __shared__ uint32_t gen0;
-  if (threadIdx.x == 0) gen0 = grid::GridGeneration(sync);
+  __shared__ uint64_t s_base;
+  if (threadIdx.x == 0) s_base = grid::GridBase(sync);
   __syncthreads();
-  const uint32_t g0 = gen0;
+  const uint64_t base = s_base, g = gridDim.x;
   for (int r = 0; r < rounds; ++r) {
     if (threadIdx.x == 0) slots[blockIdx.x] = static_cast<uint32_t>(r + 1);
-    grid::GridBarrier(sync, g0 + 2 * static_cast<uint32_t>(r) + 1);
+    grid::GridBarrier(sync, base + (2 * static_cast<uint64_t>(r) + 1) * g);
     uint32_t bad = 0;
     for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) bad += __ldcg(slots + b) != static_cast<uint32_t>(r + 1);
     if (bad) atomicAdd(errors, bad);
     // Nobody may overwrite a slot for round r + 1 before every block has checked round r.
-    grid::GridBarrier(sync, g0 + 2 * static_cast<uint32_t>(r) + 2);
+    grid::GridBarrier(sync, base + (2 * static_cast<uint64_t>(r) + 2) * g, /*final=*/r == rounds - 1);
   }
 }
 
-// The alternative forms, for the timing report only.
-__device__ __forceinline__ void BarrierRelaxedPoll(uint32_t* sync, uint32_t target_gen) {
-  __syncthreads();
-  if (threadIdx.x == 0 && !grid::ArriveLast(sync)) {
-    uint32_t v;
-    do {
-      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(sync + 1) : "memory");
-    } while (static_cast<int32_t>(v - target_gen) < 0);
-    __threadfence();
-  }
-  __syncthreads();
-}
-// One counter, never reset: barrier i of a launch completes when it reaches base + i * grid.
-__device__ __forceinline__ void BarrierCounter(uint32_t* counter, uint32_t target) {
+// The count + generation pair used until session 13, for the timing report only: sync[0]
+// counts arrivals, sync[1] is the generation; the last arrival resets the count and bumps the
+// generation, the others poll it.
+__device__ __forceinline__ void BarrierGeneration(uint32_t* sync, uint32_t target_gen) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
-    while (static_cast<int32_t>(grid::LdAcquire(counter) - target) < 0) {
+    uint32_t old;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;" : "=r"(old) : "l"(sync) : "memory");
+    if (old == gridDim.x - 1) {
+      asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(sync) : "memory");
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(sync + 1) : "memory");
+    } else {
+      while (static_cast<int32_t>(grid::LdAcquire(sync + 1) - target_gen) < 0) {
+      }
     }
   }
   __syncthreads();
 }
 
+// kForm 0: grid_barrier.cuh on sync[0..1]; 1: the generation pair on sync[2..3].
 template <int kForm>
 __global__ void __launch_bounds__(kThreads, 1) BarrierTimeKernel(uint32_t* sync, int rounds) {
-  __shared__ uint32_t base;
-  if (threadIdx.x == 0) base = kForm == 2 ? grid::LdAcquire(sync + 2) : grid::GridGeneration(sync);
+  __shared__ uint64_t base;
+  if (threadIdx.x == 0) base = kForm == 0 ? grid::GridBase(sync) : grid::LdAcquire(sync + 3);
   __syncthreads();
   for (int r = 1; r <= rounds; ++r) {
-    if constexpr (kForm == 0) grid::GridBarrier(sync, base + static_cast<uint32_t>(r));
-    else if constexpr (kForm == 1) BarrierRelaxedPoll(sync, base + static_cast<uint32_t>(r));
-    else BarrierCounter(sync + 2, base + static_cast<uint32_t>(r) * gridDim.x);
+    if constexpr (kForm == 0) grid::GridBarrier(sync, base + static_cast<uint64_t>(r) * gridDim.x, r == rounds);
+    else BarrierGeneration(sync + 2, static_cast<uint32_t>(base) + static_cast<uint32_t>(r));
   }
 }
 
@@ -83,13 +79,14 @@ __global__ void __launch_bounds__(kThreads, 1) BarrierTimeKernel(uint32_t* sync,
 // 0 waits until the counter reaches base + r (acquire) and then bumps it (release), so each hop
 // crosses to another SM. Timing report only.
 __global__ void __launch_bounds__(kThreads, 1) HopChainKernel(uint32_t* sync, uint32_t* hop, int rounds) {
-  __shared__ uint32_t base, gen0;
+  __shared__ uint32_t base;
+  __shared__ uint64_t gbase;
   if (threadIdx.x == 0) {
-    gen0 = grid::GridGeneration(sync);
+    gbase = grid::GridBase(sync);
     base = grid::LdAcquire(hop);
   }
   __syncthreads();
-  grid::GridBarrier(sync, gen0 + 1);
+  grid::GridBarrier(sync, gbase + gridDim.x, /*final=*/true);
   for (int r = static_cast<int>(blockIdx.x); r < rounds; r += static_cast<int>(gridDim.x)) {
     if (threadIdx.x == 0) {
       while (static_cast<int32_t>(grid::LdAcquire(hop) - (base + static_cast<uint32_t>(r))) < 0) {
@@ -118,15 +115,37 @@ TEST(CudaGridBarrier, OrdersWritesAcrossBlocks) {
           },
           [] {});
       const std::vector<uint32_t> e = errors.Download(), s = sync.Download();
-      std::printf("[metric] op=grid_barrier case=%d_blocks%s rounds=%d launches=%d errors=%u count=%u generation=%u "
-                  "(expected 0, 0, %d)%s\n",
-                  blocks, graph ? "_graph" : "", kRounds, kLaunches, e[0], s[0], s[1], 2 * kRounds * kLaunches,
-                  e[0] == 0 && s[0] == 0 && s[1] == 2u * kRounds * kLaunches ? " PASS" : " FAIL");
+      const uint64_t count = (uint64_t{s[1]} << 32) | s[0], expected = uint64_t{kLaunches} * grid::kGridEpoch;
+      std::printf("[metric] op=grid_barrier case=%d_blocks%s rounds=%d launches=%d errors=%u counter=%llu "
+                  "(expected 0, %llu)%s\n",
+                  blocks, graph ? "_graph" : "", kRounds, kLaunches, e[0], (unsigned long long)count,
+                  (unsigned long long)expected, e[0] == 0 && count == expected ? " PASS" : " FAIL");
       EXPECT_EQ(e[0], 0u) << blocks << " blocks";
-      EXPECT_EQ(s[0], 0u);
-      EXPECT_EQ(s[1], 2u * kRounds * kLaunches);
+      EXPECT_EQ(count, expected);
     }
   }
+}
+
+// Launches of different grid sizes and barrier counts on one counter (the runner's persistent MoE
+// kernel may change blocks_per_sm; the timing reports do): each launch's base must still be
+// exact, so every barrier orders the stores and the counter ends at launches x kGridEpoch.
+TEST(CudaGridBarrier, MixedGridsShareACounter) {
+  const int sms = CurrentDeviceProps().sms;
+  Dev<uint32_t> sync(2), slots(2 * sms), errors(1);
+  DS_CUDA_CHECK(cudaMemset(sync.get(), 0, 2 * sizeof(uint32_t)));
+  DS_CUDA_CHECK(cudaMemset(errors.get(), 0, sizeof(uint32_t)));
+  const int grids[4] = {sms, 2 * sms, sms, 2 * sms}, rounds[4] = {7, 3, 1, 5};
+  for (int i = 0; i < 4; ++i) {
+    DS_CUDA_CHECK(cudaMemset(slots.get(), 0, 2 * sms * sizeof(uint32_t)));
+    LaunchCooperative(BarrierCheckKernel, dim3(grids[i]), dim3(kThreads), 0, cudaStream_t{nullptr}, sync.get(), slots.get(),
+                      errors.get(), rounds[i]);
+  }
+  const std::vector<uint32_t> e = errors.Download(), s = sync.Download();
+  const uint64_t count = (uint64_t{s[1]} << 32) | s[0];
+  std::printf("[metric] op=grid_barrier case=mixed_grids errors=%u counter=%llu (expected 0, %llu)\n", e[0],
+              (unsigned long long)count, (unsigned long long)(4 * grid::kGridEpoch));
+  EXPECT_EQ(e[0], 0u);
+  EXPECT_EQ(count, 4 * grid::kGridEpoch);
 }
 
 // Information (disabled; run with --gtest_also_run_disabled_tests): microseconds a barrier, per
@@ -138,8 +157,8 @@ TEST(CudaGridBarrier, DISABLED_TimingReport) {
   DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   for (int per_sm : {1, 2}) {
     const int blocks = sms * per_sm;
-    Dev<uint32_t> sync(3);
-    DS_CUDA_CHECK(cudaMemset(sync.get(), 0, 3 * sizeof(uint32_t)));
+    Dev<uint32_t> sync(4);  // [0..1] grid_barrier.cuh's counter, [2..3] the generation pair
+    DS_CUDA_CHECK(cudaMemset(sync.get(), 0, 4 * sizeof(uint32_t)));
     const auto time_us = [&](auto kernel, int rounds) {
       const CapturedGraph g(st, [&] {
         for (int i = 0; i < kLaunches; ++i)
@@ -148,10 +167,9 @@ TEST(CudaGridBarrier, DISABLED_TimingReport) {
       return ReplayUs(g, st, 1, kLaunches);
     };
     const double empty = time_us(BarrierTimeKernel<0>, 0);
-    const char* names[3] = {"generation (grid_barrier.cuh)", "generation, relaxed poll + fence", "one counter"};
-    const double t[3] = {time_us(BarrierTimeKernel<0>, kRounds), time_us(BarrierTimeKernel<1>, kRounds),
-                         time_us(BarrierTimeKernel<2>, kRounds)};
-    for (int f = 0; f < 3; ++f)
+    const char* names[2] = {"one 64-bit counter (grid_barrier.cuh)", "count + generation (until session 13)"};
+    const double t[2] = {time_us(BarrierTimeKernel<0>, kRounds), time_us(BarrierTimeKernel<1>, kRounds)};
+    for (int f = 0; f < 2; ++f)
       std::printf("[metric] op=grid_barrier_timing blocks=%d form=\"%s\": %.3f us a barrier (launch of none %.2f us)\n",
                   blocks, names[f], (t[f] - empty) / kRounds, empty);
     // Point-to-point hops (block r % grid waits for hop r - 1's release): per hop, net of the

@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   __shared__ float s_norm[32];
   __shared__ __align__(16) bf16 s_newrow[kD];  // the new token's cache row (phase 3's norm block)
   __shared__ __align__(8) uint64_t s_bar[1];   // the staged o_proj tile
-  __shared__ uint32_t s_gen0;
+  __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
   const int64_t Hd = p.hidden, H = p.heads, Rq = H * kDqk, Ko = H * kVd;
@@ -212,7 +212,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const bool wo_staged = blockIdx.x < Hd / 16;
   Stamp(p.phase_ns, 0, false);
   if (threadIdx.x == 0) {
-    s_gen0 = grid::GridGeneration(p.sync);  // before this block's first arrival
+    s_base = grid::GridBase(p.sync);  // before this block's first arrival
     sm90::BarInit(SmemAddr(&s_bar[0]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   for (int64_t i = threadIdx.x; i < Hd / 8; i += kThreads)
     reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
   __syncthreads();
-  const uint32_t gen0 = s_gen0;
+  const uint64_t base = s_base;
   GemvTiles(
       Rq + kD, Hd, xs, s_red,
       [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; },
@@ -246,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     LoadSlice(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk);
   }
   Stamp(p.phase_ns, 1, true);
-  grid::GridBarrier(p.sync, gen0 + 1);
+  grid::GridBarrier(p.sync, base + 1 * gridDim.x);
   Stamp(p.phase_ns, 2, false);
 
   // Phase 2: the absorption (block 0 and blocks past the units idle).
@@ -300,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const int64_t slot = *p.slot;
   if (first_split < S) IssueSplitRows(p, Ks, first_split, ctx, -1, first_split == new_split ? ctx - 1 - new_split * kBN : -1);
   Stamp(p.phase_ns, 3, true);
-  grid::GridBarrier(p.sync, gen0 + 2);
+  grid::GridBarrier(p.sync, base + 2 * gridDim.x);
   Stamp(p.phase_ns, 4, false);
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
@@ -497,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     }
   }
   Stamp(p.phase_ns, 6, true);
-  grid::GridBarrier(p.sync, gen0 + 3);
+  grid::GridBarrier(p.sync, base + 3 * gridDim.x);
   Stamp(p.phase_ns, 7, false);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
@@ -591,7 +591,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     else for (int k = 8; k <= 12; ++k) Stamp(p.phase_ns, k, false);
   }
   Stamp(p.phase_ns, 13, true);
-  grid::GridBarrier(p.sync, gen0 + 4);
+  grid::GridBarrier(p.sync, base + 4 * gridDim.x, /*final=*/true);
   Stamp(p.phase_ns, 14, false);
 
   // Phase 5: o_proj (o in shared memory; the block's first tile staged).

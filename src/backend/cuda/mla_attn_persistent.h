@@ -80,7 +80,7 @@ struct MlaAttnPersistentParams {
   float* workspace = nullptr;             // [MlaAttnPersistentWorkspaceFloats(heads, max_context)]
   __nv_bfloat16* o16 = nullptr;           // [heads * 128] scratch (o_proj's input)
   float* out = nullptr;                   // [hidden] fp32: o_proj's output
-  uint32_t* sync = nullptr;               // 2 words, zero before the first launch
+  uint32_t* sync = nullptr;               // 2 words (grid_barrier.cuh's 64-bit counter), zero before the first launch
   cudaStream_t stream = nullptr;
   // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
   // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps],

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   __shared__ float s_vals[kMoePersistentMaxTilesPerBlock][kDownTile];  // the block's new residuals
   __shared__ float s_red[32];
   __shared__ float s_total;
-  __shared__ uint32_t s_gen0;
+  __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
   const bool work = !p.barriers_only;
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * kMoePersistentStamps + i] = clock64();
   };
   stamp(0);
-  if (threadIdx.x == 0) s_gen0 = grid::GridGeneration(p.sync);  // no barrier of this launch has completed yet
+  if (threadIdx.x == 0) s_base = grid::GridBase(p.sync);  // no barrier of this launch has completed yet
   // Phase 0: the router's fp32 input and the experts' bf16 input in shared memory: x32 / x16 as
   // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
   // (RmsNormRow's operations per element, the sum of squares over this block's threads).
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     for (int64_t i = threadIdx.x; i < Hd; i += kThreads) x32s[i] = p.x32[i];
   }
   __syncthreads();
-  const uint32_t gen0 = s_gen0;
+  const uint64_t base = s_base;
 
   // Phase 1: router logit columns (blocks b, b + grid, ...): thread t takes k = t, t + 256, ...,
   // then a block sum.
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     if (threadIdx.x == 0) p.logits[n] = acc;
   }
   stamp(1);
-  GridBarrier(p.sync, gen0 + 1);
+  GridBarrier(p.sync, base + 1 * gridDim.x);
   stamp(2);
 
   // Phase 2: routing (every block, the same bits), then gate_up + SiLU tiles of 8 act columns
@@ -151,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int64_t dtiles = Hd / kDownTile;
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
   stamp(3);
-  GridBarrier(p.sync, gen0 + 2);
+  GridBarrier(p.sync, base + 2 * gridDim.x);
   stamp(4);
 
   // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     p.partials[blockIdx.x] = b;
   }
   stamp(5);
-  GridBarrier(p.sync, gen0 + 3);
+  GridBarrier(p.sync, base + 3 * gridDim.x, /*final=*/true);
   stamp(6);
 
   // Phase 4: the next RMSNorm of the columns this block finished. The blocks' partial sums are

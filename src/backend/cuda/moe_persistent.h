@@ -30,9 +30,9 @@
 //     j; the shared down's chunks of I) split along K, then 8 threads finish moe, the residual and
 //     the block's sum of squares (no combine pass, no atomics) -> barrier;
 //  4. every block sums the partials (a fixed order) and normalises the columns it finished.
-// The barrier is a counter + generation word pair in `sync` (zero before the first launch; the
-// kernel leaves the counter at 0 and the generation 3 higher), so the launch can be captured into
-// a CUDA graph and replayed.
+// The barrier is grid_barrier.cuh's 64-bit arrival counter in `sync` (zero before the first
+// launch; each launch leaves it at the next multiple of grid::kGridEpoch), so the launch can be
+// captured into a CUDA graph and replayed, at either blocks_per_sm.
 //
 // Supported (MoePersistentUnsupported says why not): bf16 routed and shared experts (no FP8),
 // one token, num_experts <= 256, top_k <= 16, hidden and I multiples of 32, the shared
@@ -75,7 +75,7 @@ struct MoePersistentParams {
   float eps = 1e-6f;
   float* out32 = nullptr;               // [hidden] fp32: the next norm's output
   __nv_bfloat16* out16 = nullptr;       // [hidden] bf16 copy of it (or nullptr)
-  uint32_t* sync = nullptr;             // 2 words, zero before the first launch
+  uint32_t* sync = nullptr;             // 2 words (one 64-bit counter, 8-byte aligned), zero before the first launch
   float* partials = nullptr;            // [MoePersistentGridBlocks(blocks_per_sm)] fp32 scratch
   cudaStream_t stream = nullptr;
   int blocks_per_sm = 1;                // 1 or 2 (2: registers capped at 128, twice the warps)
