@@ -73,6 +73,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
   env_switch("DS_Q_ABSORB", &c.fused_q_absorb);                  // MLA q absorption in one launch (opt-in)
   env_switch("DS_ATTN_PERSISTENT", &c.attn_persistent);          // the b1 MLA attention in one cooperative launch (on since session 13)
+  env_int("DS_ATTN_L2_PREFETCH", 0, 3, 1, &c.attn_l2_prefetch_point);  // its L2 prefetch of the MoE shared experts (opt-in)
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
     env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);

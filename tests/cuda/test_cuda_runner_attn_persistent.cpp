@@ -31,6 +31,19 @@ TEST(CudaRunnerAttnPersistent, DummyV2LiteWithinBounds) {
   CompareBounded("dummy_v2lite_3layers", DummyOptions(dir, 3, 9), true, PathExpect::kRuns);
 }
 
+// attn_l2_prefetch_point: the MoE shared experts prefetched into L2 by the attention kernel, a
+// hint that must change no bit of the logits, and must run on dummy V2-Lite's MoE layers (layer 0
+// is dense: no shared experts to prefetch there).
+TEST(CudaRunnerAttnPersistent, L2PrefetchBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  for (int point : {1, 3}) {
+    const auto set = [point](CudaRunnerOptions& x, bool on) { x.attn_l2_prefetch_point = on ? point : 0; };
+    CompareOptionBitIdenticalRan("dummy_v2lite_3layers_point" + std::to_string(point), "attn_l2_prefetch_point",
+                                 DummyOptions(dir, 3, 9), set, &CudaGraphStats::attn_l2_prefetch_layers, PathExpect::kRuns);
+  }
+}
+
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {
   const int ran = ForEachFixture({"v2_lite_tiny", "v3_mla512_tiny"}, [](const std::string& name, const CudaRunnerOptions& o) {
     CompareBounded(name, o, false, PathExpect::kNever);

@@ -43,10 +43,12 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 
 // no_slot: the token's slot is -1 (no cache row written; its row holds earlier random values,
 // which the decode then reads, as the unfused path would).
-void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2) {
+void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
+             int l2_point = 0) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
-                            (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") + (graph ? " graph" : " direct");
+                            (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
+                            (l2_point != 0 ? "_l2pf" + std::to_string(l2_point) : "") + (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
@@ -172,6 +174,11 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   p.block_size = kBs; p.softmax_scale = static_cast<float>(scale); p.max_context = max_context;
   p.q32 = d_q32.get(); p.kva32 = d_kva.get(); p.qlat16 = d_qlat.get(); p.workspace = d_ws.get();
   p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.wo_stage_point = wo_point;
+  if (l2_point > 0) {  // any two weight regions: the hint must change no result
+    p.l2_prefetch_point = l2_point;
+    p.l2_prefetch[0] = d_wq.get(); p.l2_prefetch_bytes[0] = static_cast<int64_t>(wq.size()) * 2;
+    p.l2_prefetch[1] = d_wo.get(); p.l2_prefetch_bytes[1] = static_cast<int64_t>(wo.size()) * 2;
+  }
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -219,6 +226,7 @@ TEST(CudaMlaAttnPersistent, MatchesCpuReference) {
   RunCase(16, 2048, 100, true, true, /*no_slot=*/true);
   RunCase(16, 2048, 1000, true, true, false, /*wo_point=*/0);  // where the o_proj tile's copies start
   RunCase(16, 2048, 1000, true, false, false, /*wo_point=*/1);
+  for (int l2 : {1, 2, 3}) RunCase(16, 2048, 1000, true, l2 == 2, false, 2, /*l2_point=*/l2);
 }
 
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
@@ -229,6 +237,11 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
     EXPECT_NE(why.find(part), std::string::npos) << "missing '" << part << "' in: " << why;
   p.heads = 3;
   EXPECT_NE(MlaAttnPersistentUnsupported(p).find("heads 3"), std::string::npos);
+  p.l2_prefetch_point = 4;
+  p.l2_prefetch_bytes[1] = 24;
+  const std::string why2 = MlaAttnPersistentUnsupported(p);
+  for (const char* part : {"l2_prefetch_point 4", "l2_prefetch region 1"})
+    EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
 }
 
 

@@ -245,6 +245,12 @@ struct CudaRunnerOptions {
   // against 2.507-2.511 at 1K with the whole suite passing). The CLI reads
   // DS_ATTN_PERSISTENT=0/1.
   bool attn_persistent = true;
+  // With attn_persistent: the layer's MoE shared experts (bf16 gate_up and down; V2-Lite 35 MB)
+  // prefetched into L2 by the attention kernel right after its grid barrier 1, 2 or 3 (0: off),
+  // while its later phases wait on latency and DRAM idles, so the MoE kernel reads them from L2
+  // (MlaAttnPersistentParams::l2_prefetch). No result changes. Written without a GPU in session
+  // 13: not yet run; opt-in. The CLI reads DS_ATTN_L2_PREFETCH=0..3.
+  int attn_l2_prefetch_point = 0;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -454,6 +460,7 @@ struct CudaGraphStats {
   int64_t fused_uv_layers = 0;    // MLA layers whose decode merge applied W_UV (fused_uv)
   int64_t q_absorb_layers = 0;    // MLA absorptions run as one MlaQAbsorb launch (fused_q_absorb; also a fused launch)
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
+  int64_t attn_l2_prefetch_layers = 0;  // of those, the ones that prefetched the MoE shared experts (attn_l2_prefetch_point)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)

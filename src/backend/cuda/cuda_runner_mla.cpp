@@ -82,6 +82,17 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.q32 = q32_.as<float>(); ap.kva32 = lat32_.as<float>(); ap.qlat16 = attn_qlat16_.as<bf16>();
   ap.workspace = dec_ws_.as<float>(); ap.o16 = ov16_.as<bf16>(); ap.out = o32_.as<float>();
   ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
+  // attn_l2_prefetch_point: this layer's MoE shared experts (bf16) into L2 for the MoE kernel.
+  const LayerW& LW = layers_[l];
+  const bool prefetch = opts_.attn_l2_prefetch_point > 0 && LW.moe && LW.has_mlp && !LW.gate_up.fp8 && !LW.down.fp8 &&
+                        LW.gate_up.w.get() && LW.down.w.get();
+  if (prefetch) {
+    ap.l2_prefetch_point = opts_.attn_l2_prefetch_point;
+    ap.l2_prefetch[0] = LW.gate_up.w.get();
+    ap.l2_prefetch_bytes[0] = LW.gate_up.N * LW.gate_up.K * static_cast<int64_t>(sizeof(bf16)) / 16 * 16;
+    ap.l2_prefetch[1] = LW.down.w.get();
+    ap.l2_prefetch_bytes[1] = LW.down.N * LW.down.K * static_cast<int64_t>(sizeof(bf16)) / 16 * 16;
+  }
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
   // shape checks; what is left is the device's fit): asked once.
   if (attn_ok_ < 0) attn_ok_ = MlaAttnPersistentUnsupported(ap).empty() ? 1 : 0;
@@ -89,6 +100,7 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   MlaAttnPersistent(ap);
   ++graph_stats_.fused_launches;
   ++graph_stats_.attn_persistent_layers;
+  if (prefetch) ++graph_stats_.attn_l2_prefetch_layers;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
   Mark("attn_o_proj");
   return true;

@@ -64,6 +64,26 @@ __device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
                : "l"(ptr));
   return r;
 }
+// MlaAttnPersistentParams::l2_prefetch: thread 0 asks L2 for this block's 1 / grid share of each
+// region, in pieces of at most 64 KB (PTX ISA 8.x, "cp.async.bulk.prefetch", "createpolicy").
+__device__ __forceinline__ void PrefetchShare(const MlaAttnPersistentParams& p) {
+  if (threadIdx.x != 0) return;
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  for (int r = 0; r < 2; ++r) {
+    const char* base = static_cast<const char*>(p.l2_prefetch[r]);
+    const int64_t bytes = p.l2_prefetch_bytes[r];
+    if (base == nullptr || bytes <= 0) continue;
+    const int64_t share = (bytes / gridDim.x + 15) / 16 * 16;
+    const int64_t lo = blockIdx.x * share, hi = min(bytes, lo + share);
+    for (int64_t off = lo; off < hi; off += 65536) {
+      const uint32_t n = static_cast<uint32_t>(min(int64_t{65536}, hi - off));
+      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(base + off), "r"(n), "l"(policy)
+                   : "memory");
+    }
+  }
+}
+
 // 16 bytes global -> shared, zero-filled past `bytes` (0 or 16), L2 only (cp.async.cg).
 __device__ __forceinline__ void CpAsync16(void* dst, const void* src, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(bytes) : "memory");
@@ -248,6 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 1, true);
   grid::GridBarrier(p.sync, base + 1 * gridDim.x);
   Stamp(p.phase_ns, 2, false);
+  if (p.l2_prefetch_point == 1) PrefetchShare(p);
 
   // Phase 2: the absorption (block 0 and blocks past the units idle).
   if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
@@ -302,6 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 3, true);
   grid::GridBarrier(p.sync, base + 2 * gridDim.x);
   Stamp(p.phase_ns, 4, false);
+  if (p.l2_prefetch_point == 2) PrefetchShare(p);
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   float* lse_base = p.workspace + H * smax * kLat;
@@ -499,6 +521,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 6, true);
   grid::GridBarrier(p.sync, base + 3 * gridDim.x);
   Stamp(p.phase_ns, 7, false);
+  if (p.l2_prefetch_point == 3) PrefetchShare(p);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
   // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16; its own summation order)
@@ -647,6 +670,11 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (misaligned(p.x16) || misaligned(p.wq) || misaligned(p.wkva) || misaligned(p.w_uk_t) || misaligned(p.kv_b) ||
       misaligned(p.wo) || misaligned(p.cache) || misaligned(p.workspace) || misaligned(p.o16) || misaligned(p.qlat16))
     why << "operands must be 16-byte aligned; ";
+  if (p.l2_prefetch_point < 0 || p.l2_prefetch_point > 3) why << "l2_prefetch_point " << p.l2_prefetch_point << " (0..3); ";
+  for (int r = 0; r < 2; ++r)
+    if (p.l2_prefetch_bytes[r] < 0 || p.l2_prefetch_bytes[r] % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(p.l2_prefetch[r]) % 16 != 0)
+      why << "l2_prefetch region " << r << " (16-byte aligned, bytes a multiple of 16); ";
   if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (block 0 normalises while the others absorb); ";
   if (why.str().empty() && !FitsCurrentDevice()) why << "no cooperative launch, or one block does not fit an SM; ";
   return why.str();

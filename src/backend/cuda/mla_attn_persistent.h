@@ -94,6 +94,16 @@ struct MlaAttnPersistentParams {
   // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
   // run 9, 27.7 us against 28.4 at point 0) after its partials' loads.
   int wo_stage_point = 2;
+  // L2 prefetch of weights a later kernel reads (the runner: this layer's MoE shared experts,
+  // which need the attention's output and so cannot start earlier) while phases 2-4 wait on
+  // latency and DRAM idles: each block asks L2 for its 1 / grid share of each region
+  // (cp.async.bulk.prefetch.L2 with an evict_last policy, so the routed experts' stream does not
+  // push them out first) right after barrier l2_prefetch_point (1..3; 0: none). A hint: no result
+  // changes. Regions 16-byte aligned, bytes multiples of 16. Opt-in until measured
+  // (CudaRunnerOptions::attn_l2_prefetch_point). Written without a GPU in session 13: not yet run.
+  const void* l2_prefetch[2] = {nullptr, nullptr};
+  int64_t l2_prefetch_bytes[2] = {0, 0};
+  int l2_prefetch_point = 0;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 16;
