@@ -211,6 +211,9 @@ __device__ __forceinline__ void IssueSplitRows(const MlaAttnPersistentParams& p,
   }
 }
 
+// kL2Prefetch: the l2_prefetch regions are prefetched (a separate instantiation, so the default
+// kernel's code stays the one measured without them).
+template <bool kL2Prefetch>
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[kWarps][16];
@@ -268,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 1, true);
   grid::GridBarrier(p.sync, base + 1 * gridDim.x);
   Stamp(p.phase_ns, 2, false);
-  if (p.l2_prefetch_point == 1) PrefetchShare(p);
+  if (kL2Prefetch && p.l2_prefetch_point == 1) PrefetchShare(p);
 
   // Phase 2: the absorption (block 0 and blocks past the units idle).
   if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
@@ -323,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 3, true);
   grid::GridBarrier(p.sync, base + 2 * gridDim.x);
   Stamp(p.phase_ns, 4, false);
-  if (p.l2_prefetch_point == 2) PrefetchShare(p);
+  if (kL2Prefetch && p.l2_prefetch_point == 2) PrefetchShare(p);
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   float* lse_base = p.workspace + H * smax * kLat;
@@ -521,7 +524,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 6, true);
   grid::GridBarrier(p.sync, base + 3 * gridDim.x);
   Stamp(p.phase_ns, 7, false);
-  if (p.l2_prefetch_point == 3) PrefetchShare(p);
+  if (kL2Prefetch && p.l2_prefetch_point == 3) PrefetchShare(p);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
   // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16; its own summation order)
@@ -639,10 +642,15 @@ bool FitsCurrentDevice() {
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   bool fits = coop != 0;
   if (fits) {
-    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaAttnPersistentKernel), static_cast<int>(DynSmem()));
+    for (const void* k : {reinterpret_cast<const void*>(MlaAttnPersistentKernel<false>),
+                          reinterpret_cast<const void*>(MlaAttnPersistentKernel<true>)})
+      EnsureMaxDynamicSmem(k, static_cast<int>(DynSmem()));
     int per_sm = 0;
-    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MlaAttnPersistentKernel, kThreads, DynSmem()));
-    fits = per_sm >= 1;
+    int per_sm_pf = 0;
+    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MlaAttnPersistentKernel<false>, kThreads, DynSmem()));
+    DS_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_pf, MlaAttnPersistentKernel<true>, kThreads, DynSmem()));
+    fits = per_sm >= 1 && per_sm_pf >= 1;
   }
   (*known)[dev] = fits;
   return fits;
@@ -683,8 +691,8 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
 void MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const std::string why = MlaAttnPersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MlaAttnPersistent: " << why;
-  LaunchCooperative(MlaAttnPersistentKernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(kThreads),
-                    DynSmem(), p.stream, p);
+  const auto kernel = p.l2_prefetch_point > 0 ? MlaAttnPersistentKernel<true> : MlaAttnPersistentKernel<false>;
+  LaunchCooperative(kernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(kThreads), DynSmem(), p.stream, p);
 }
 
 }  // namespace ds::cuda
