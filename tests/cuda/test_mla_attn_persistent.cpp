@@ -239,8 +239,10 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   EXPECT_NE(MlaAttnPersistentUnsupported(p).find("heads 3"), std::string::npos);
   p.l2_prefetch_point = 4;
   p.l2_prefetch_bytes[1] = 24;
+  p.wo_stage_point = 3;
+  p.max_context = kMlaAttnPersistentMaxContext + 1;
   const std::string why2 = MlaAttnPersistentUnsupported(p);
-  for (const char* part : {"l2_prefetch_point 4", "l2_prefetch region 1"})
+  for (const char* part : {"l2_prefetch_point 4", "l2_prefetch region 1", "wo_stage_point 3", "max_context 8193"})
     EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
 }
 

@@ -22,7 +22,8 @@
 
 namespace ds::cuda::grid {
 
-// A launch's arrivals stay below this (grid <= 2^10 blocks x <= 2^10 barriers).
+// A launch's arrivals stay below this (grid <= 2^10 blocks x <= 2^10 barriers). Launches that
+// share a counter must be stream-ordered (one after another, as in one stream or graph).
 inline constexpr uint64_t kGridEpoch = uint64_t{1} << 20;
 
 __device__ __forceinline__ uint32_t LdAcquire(const uint32_t* p) {

@@ -74,7 +74,7 @@ __device__ __forceinline__ void PrefetchShare(const MlaAttnPersistentParams& p) 
     const char* base = static_cast<const char*>(p.l2_prefetch[r]);
     const int64_t bytes = p.l2_prefetch_bytes[r];
     if (base == nullptr || bytes <= 0) continue;
-    const int64_t share = (bytes / gridDim.x + 15) / 16 * 16;
+    const int64_t share = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
     const int64_t lo = blockIdx.x * share, hi = min(bytes, lo + share);
     for (int64_t off = lo; off < hi; off += 65536) {
       const uint32_t n = static_cast<uint32_t>(min(int64_t{65536}, hi - off));
@@ -669,21 +669,25 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.hidden < 256 || p.hidden % 256 != 0 || p.hidden > kMaxHidden)
     why << "hidden " << p.hidden << " (a multiple of 256 up to " << kMaxHidden << "); ";
   if (p.block_size != 64) why << "block_size " << p.block_size << " (64); ";
-  if (p.max_context < 1) why << "max_context " << p.max_context << "; ";
+  if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
+    why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
+  if (p.wo_stage_point < 0 || p.wo_stage_point > 2) why << "wo_stage_point " << p.wo_stage_point << " (0..2); ";
   if (!p.x16 || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||
       !p.cache || !p.slot || !p.block_table || !p.context_len || !p.q32 || !p.kva32 || !p.qlat16 || !p.workspace ||
       !p.o16 || !p.out || !p.sync)
     why << "null pointer; ";
   const auto misaligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };
   if (misaligned(p.x16) || misaligned(p.wq) || misaligned(p.wkva) || misaligned(p.w_uk_t) || misaligned(p.kv_b) ||
-      misaligned(p.wo) || misaligned(p.cache) || misaligned(p.workspace) || misaligned(p.o16) || misaligned(p.qlat16))
+      misaligned(p.wo) || misaligned(p.cache) || misaligned(p.workspace) || misaligned(p.o16) || misaligned(p.qlat16) ||
+      misaligned(p.q32))
     why << "operands must be 16-byte aligned; ";
+  if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (p.l2_prefetch_point < 0 || p.l2_prefetch_point > 3) why << "l2_prefetch_point " << p.l2_prefetch_point << " (0..3); ";
   for (int r = 0; r < 2; ++r)
     if (p.l2_prefetch_bytes[r] < 0 || p.l2_prefetch_bytes[r] % 16 != 0 ||
         reinterpret_cast<uintptr_t>(p.l2_prefetch[r]) % 16 != 0)
       why << "l2_prefetch region " << r << " (16-byte aligned, bytes a multiple of 16); ";
-  if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (block 0 normalises while the others absorb); ";
+  if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (phase 2's absorption runs on blocks >= 1); ";
   if (why.str().empty() && !FitsCurrentDevice()) why << "no cooperative launch, or one block does not fit an SM; ";
   return why.str();
 }

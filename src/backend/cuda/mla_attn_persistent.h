@@ -68,7 +68,8 @@ struct MlaAttnPersistentParams {
   int64_t max_pos = 0;
   bool interleave = true;
   __nv_bfloat16* cache = nullptr;         // [slots, 576] this layer's paged latent cache
-  const int64_t* slot = nullptr;          // [1] the token's cache slot (device; < 0: no row written)
+  const int64_t* slot = nullptr;          // [1] the token's cache slot (device; < 0: no row written). Must be key
+                                          // context_len - 1's slot (the token's own): its split's block writes it
   const int32_t* block_table = nullptr;   // [>= ceil(context / 64)] the sequence's pages (device)
   const int32_t* context_len = nullptr;   // [1] keys to attend, the new token included (device)
   int64_t block_size = 64;

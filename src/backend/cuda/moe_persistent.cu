@@ -322,6 +322,7 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   if (misaligned(p.x16) || misaligned(p.router_w) || misaligned(p.w13) || misaligned(p.w2) ||
       misaligned(p.act) || (p.shared_gu && (misaligned(p.shared_gu) || misaligned(p.shared_down))))
     why << "operands must be 16-byte aligned; ";
+  if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   return why.str();
 }
 
