@@ -82,13 +82,12 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.q32 = q32_.as<float>(); ap.kva32 = lat32_.as<float>(); ap.qlat16 = attn_qlat16_.as<bf16>();
   ap.workspace = dec_ws_.as<float>(); ap.o16 = ov16_.as<bf16>(); ap.out = o32_.as<float>();
   ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
-  // attn_l2_prefetch_point: this layer's MoE shared experts (bf16) into L2 for the MoE kernel,
-  // only where that kernel reads them from gate_up / down (persistent_moe's conditions on the
-  // layer; not fused_moe_shared's stacked copy in w13).
+  // attn_l2_prefetch_point: this layer's MoE shared experts (bf16) into L2, only where the
+  // persistent MoE kernel reads them from gate_up / down next (it folds the post-attention norm
+  // after this path: the form asked here is the one the layer loop launches).
   const LayerW& LW = layers_[l];
-  const bool prefetch = opts_.attn_l2_prefetch_point > 0 && opts_.persistent_moe && LW.moe && !LW.experts_fp8 &&
-                        LW.shared_groups == 0 && LW.has_mlp && !LW.gate_up.fp8 && !LW.down.fp8 && LW.gate_up.w.get() &&
-                        LW.down.w.get();
+  const bool prefetch = opts_.attn_l2_prefetch_point > 0 && LW.has_mlp && PersistentMoe(l, T, /*fold_post_norm=*/true,
+                                                                                         /*launch=*/false);
   if (prefetch) {
     ap.l2_prefetch_point = opts_.attn_l2_prefetch_point;
     ap.l2_prefetch[0] = LW.gate_up.w.get();
