@@ -41,6 +41,13 @@ __device__ __forceinline__ void Ldsm4T(uint32_t addr, uint32_t& r0, uint32_t& r1
                : "r"(addr));
 }
 
+// 16 bytes global -> shared (dst: a shared-state-space address), through L2 only (cp.async.cg);
+// !valid reads no source byte and zero-fills the 16 destination bytes (PTX ISA 8.x, "cp.async").
+// Used by grouped_gemm.cu and mla_attn_persistent.cu.
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
 // Steps (32 k each) WarpTile16 loads before it multiplies: 16 loads of 16 bytes a lane in flight.
 inline constexpr int kTileBurst = 8;
 

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemv_ptx.cuh"
 #include "backend/cuda/grouped_gemm_sm90.h"
 #include "backend/cuda/grouped_gemm_sm90_mixed.h"
 
@@ -158,10 +159,7 @@ template <bool kFp8> struct Cfg {
   static constexpr int kPipeBytes = kStages * kStageBytes;
 };
 
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
+using ptx::CpAsync16;
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> __device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 

@@ -84,10 +84,8 @@ __device__ __forceinline__ void PrefetchShare(const MlaAttnPersistentParams& p) 
   }
 }
 
-// 16 bytes global -> shared, zero-filled past `bytes` (0 or 16), L2 only (cp.async.cg).
-__device__ __forceinline__ void CpAsync16(void* dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(bytes) : "memory");
-}
+// ptx::CpAsync16 to a generic pointer into shared memory.
+__device__ __forceinline__ void CpAsyncTo(void* dst, const void* src, bool valid) { ptx::CpAsync16(SmemAddr(dst), src, valid); }
 __device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 // `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared as one bulk copy,
@@ -200,14 +198,14 @@ __device__ __forceinline__ void IssueSplitRows(const MlaAttnPersistentParams& p,
   const bf16* src_base = p.cache + (page * bs + kbeg % bs) * kD;  // a 32-key split lies inside one page
   if (only >= 0) {
     for (int e = threadIdx.x; e < kD / 8; e += kThreads)
-      CpAsync16(Ks + only * kLd + e * 8, src_base + static_cast<int64_t>(only) * kD + e * 8, kbeg + only < kend ? 16 : 0);
+      CpAsyncTo(Ks + only * kLd + e * 8, src_base + static_cast<int64_t>(only) * kD + e * 8, kbeg + only < kend);
     return;
   }
 #pragma unroll 3
   for (int c = threadIdx.x; c < kBN * (kD / 8); c += kThreads) {
     const int j = c / (kD / 8), e = c % (kD / 8);
     if (j == skip) continue;
-    CpAsync16(Ks + j * kLd + e * 8, src_base + static_cast<int64_t>(j) * kD + e * 8, kbeg + j < kend ? 16 : 0);
+    CpAsyncTo(Ks + j * kLd + e * 8, src_base + static_cast<int64_t>(j) * kD + e * 8, kbeg + j < kend);
   }
 }
 
@@ -335,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       // The Q tile: q_lat by cp.async; q_pe rotated here from q32 (bf16), as RotateHead.
       for (int idx = threadIdx.x; idx < 16 * (kLat / 8); idx += kThreads) {
         const int r = idx / (kLat / 8), c = (idx % (kLat / 8)) * 8;
-        CpAsync16(Qs + r * kLd + c, p.qlat16 + (r < H ? r : 0) * kLat + c, r < H ? 16 : 0);
+        CpAsyncTo(Qs + r * kLd + c, p.qlat16 + (r < H ? r : 0) * kLat + c, r < H);
       }
       for (int idx = threadIdx.x; idx < 16 * (kRope / 2); idx += kThreads) {
         const int r = idx / (kRope / 2), i = idx % (kRope / 2), half = kRope / 2;
@@ -403,7 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
           for (int e = threadIdx.x; e < kLat / 8; e += kThreads)
             reinterpret_cast<uint4*>(Ks + new_j * kLd)[e] = reinterpret_cast<const uint4*>(s_newrow)[e];
           for (int e = kLat / 8 + threadIdx.x; e < kD / 8; e += kThreads)
-            CpAsync16(Ks + new_j * kLd + e * 8, p.cache + slot * kD + e * 8, 16);
+            CpAsyncTo(Ks + new_j * kLd + e * 8, p.cache + slot * kD + e * 8, true);
         } else {
           IssueSplitRows(p, Ks, split, ctx, new_j, -1);
         }
