@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/moe_persistent.h"
@@ -57,10 +58,10 @@ std::vector<__nv_bfloat16> RandomBf16(size_t n, float a, uint64_t seed) {
 
 double B(const __nv_bfloat16& x) { return static_cast<double>(__bfloat162float(x)); }
 
-void RunCase(const Case& c, bool graph, int bps, bool fold) {
+void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
   const std::string label = std::string(c.name) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
-                            (fold ? " fold" : "");
+                            (fold ? " fold" : "") + (ksplit > 1 ? " gu_ksplit" + std::to_string(ksplit) : "");
   // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual; with
   // fold, attn_out and the post-attention norm's weight instead of x32 / x16 (x32 is then the
   // reference's own norm of residual + attn_out).
@@ -108,6 +109,7 @@ void RunCase(const Case& c, bool graph, int bps, bool fold) {
   p.logits = d_logits.get(); p.topk_ids = d_ids.get(); p.topk_weights = d_w.get(); p.act = d_act.get();
   p.residual = d_res.get(); p.norm_weight = d_norm_w.get(); p.eps = 1e-6f;
   p.out32 = d_out32.get(); p.out16 = d_out16.get(); p.sync = d_sync.get(); p.partials = d_part.get();
+  p.gu_ksplit = ksplit;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
@@ -200,6 +202,13 @@ TEST(CudaMoePersistent, MatchesCpuReference) {
   RunCase(kCases[0], false, 1, true);  // the fold form at 1 block a SM, direct launches
 }
 
+// Phase 2 with each gate_up tile's hidden split over 2, 4 or 8 warps (MoePersistentParams::gu_ksplit).
+TEST(CudaMoePersistent, GateUpKSplitMatchesCpuReference) {
+  for (const Case& c : kCases)
+    for (int ks : {2, 4, 8}) RunCase(c, true, 2, true, ks);
+  RunCase(kCases[0], false, 1, false, 4);
+}
+
 // Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer
 // (64 experts, top-6, I 1408, two shared experts, hidden 2048) timed as graph replays of 20
 // back-to-back launches (CUDA events; the weights, 1.1 GB, do not fit L2), the same with
@@ -240,13 +249,15 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
     return ReplayUs(g, st, kReplays, kReps);
   };
-  for (int bps : {1, 2}) {
+  for (const auto& [bps, ks] : {std::pair{1, 1}, std::pair{1, 4}, std::pair{2, 1}, std::pair{2, 2}, std::pair{2, 4},
+                                std::pair{2, 8}}) {
     p.blocks_per_sm = bps;
+    p.gu_ksplit = ks;
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
-    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d grid=%d full=%.2f us (%.0f GB/s on %.1f MB) "
-                "barriers_only=%.2f us\n", bps, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d grid=%d full=%.2f us (%.0f GB/s on "
+                "%.1f MB) barriers_only=%.2f us\n", bps, ks, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();
@@ -260,8 +271,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       std::vector<long long> d(grid);
       for (int b = 0; b < grid; ++b) d[b] = s[b * kMoePersistentStamps + i + 1] - s[b * kMoePersistentStamps + i];
       std::sort(d.begin(), d.end());
-      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d %s: median %lld cycles, min %lld, max %lld\n",
-                  bps, names[i], d[grid / 2], d[0], d[grid - 1]);
+      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d %s: median %lld cycles, min %lld, "
+                  "max %lld\n", bps, ks, names[i], d[grid / 2], d[0], d[grid - 1]);
     }
   }
   DS_CUDA_CHECK(cudaStreamDestroy(st));
@@ -285,6 +296,9 @@ TEST(CudaMoePersistent, RejectsUnsupported) {
     EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
   q.blocks_per_sm = 3;
   EXPECT_NE(MoePersistentUnsupported(q).find("blocks_per_sm 3"), std::string::npos);
+  q.blocks_per_sm = 1;
+  q.gu_ksplit = 3;
+  EXPECT_NE(MoePersistentUnsupported(q).find("gu_ksplit 3"), std::string::npos);
 }
 
 }  // namespace

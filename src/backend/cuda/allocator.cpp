@@ -133,4 +133,19 @@ void DeviceBuffer::Release() {
   pool_ = nullptr;
 }
 
+void PinnedHostBuffer::Reserve(size_t bytes) {
+  if (bytes <= bytes_) return;
+  Release();
+  void* p = nullptr;
+  DS_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
+  ptr_ = p;
+  bytes_ = bytes;
+}
+
+void PinnedHostBuffer::Release() {
+  if (ptr_) cudaFreeHost(ptr_);  // no check: runs in destructors
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
 }  // namespace ds::cuda

@@ -81,4 +81,35 @@ class DeviceBuffer {
   DeviceAllocator* pool_ = nullptr;  // the pool ptr_ came from (its device's)
 };
 
+// RAII page-locked host buffer (cudaHostAlloc, portable): the host side of small per-step
+// copies, so cudaMemcpyAsync needs no staging copy and runs as one DMA in stream order. The
+// caller keeps the contents unchanged until the copy that reads them has completed. Move-only;
+// errors throw ds::CheckError.
+class PinnedHostBuffer {
+ public:
+  PinnedHostBuffer() = default;
+  ~PinnedHostBuffer() { Release(); }
+  PinnedHostBuffer(PinnedHostBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  PinnedHostBuffer& operator=(PinnedHostBuffer&& o) noexcept {
+    if (this != &o) {
+      Release();
+      ptr_ = o.ptr_; bytes_ = o.bytes_;
+      o.ptr_ = nullptr; o.bytes_ = 0;
+    }
+    return *this;
+  }
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  // Reallocates only when `bytes` exceeds the current capacity (contents are not kept).
+  void Reserve(size_t bytes);
+  void Release();
+  void* get() const { return ptr_; }
+  template <typename T> T* as() const { return static_cast<T*>(ptr_); }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 }  // namespace ds::cuda

@@ -745,6 +745,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.sync = persist_sync_.as<uint32_t>(); p.partials = persist_partials_.as<float>();
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
+  p.gu_ksplit = opts_.persistent_moe_gu_ksplit;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form).
   if (persist_ok_.empty()) persist_ok_.assign(2 * cfg_.num_hidden_layers, -1);
@@ -1027,18 +1028,23 @@ void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, c
   }
   samp_t_.Reserve(R * 4); samp_p_.Reserve(R * 4); samp_k_.Reserve(R * 4);
   samp_seed_.Reserve(R * 8); samp_step_.Reserve(R * 8); samp_ids_.Reserve(R * 4);
-  DS_CUDA_CHECK(cudaMemcpyAsync(samp_t_.get(), t.data(), R * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(samp_p_.get(), p.data(), R * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(samp_k_.get(), k.data(), R * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(samp_seed_.get(), seed.data(), R * 8, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(samp_step_.get(), step.data(), R * 8, cudaMemcpyHostToDevice, s_));
+  samp_host_ids_.Reserve(R * 4);
+  if (!greedy) {  // the greedy argmax reads none of the settings: no copies in the step's tail
+    DS_CUDA_CHECK(cudaMemcpyAsync(samp_t_.get(), t.data(), R * 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(samp_p_.get(), p.data(), R * 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(samp_k_.get(), k.data(), R * 4, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(samp_seed_.get(), seed.data(), R * 8, cudaMemcpyHostToDevice, s_));
+    DS_CUDA_CHECK(cudaMemcpyAsync(samp_step_.get(), step.data(), R * 8, cudaMemcpyHostToDevice, s_));
+  }
   SampleParams sp{d_logits, ld, R, cfg_.vocab_size, samp_t_.as<float>(), samp_p_.as<float>(), samp_k_.as<int32_t>(),
                   samp_seed_.as<uint64_t>(), samp_step_.as<uint64_t>(), samp_ids_.as<int32_t>(), s_,
                   opts_.pdl};
   sp.all_greedy = greedy;
   Sample(sp);
-  DS_CUDA_CHECK(cudaMemcpyAsync(host_ids, samp_ids_.get(), R * 4, cudaMemcpyDeviceToHost, s_));
+  // Through pinned memory: one DMA, no staging copy.
+  DS_CUDA_CHECK(cudaMemcpyAsync(samp_host_ids_.get(), samp_ids_.get(), R * 4, cudaMemcpyDeviceToHost, s_));
   DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  std::memcpy(host_ids, samp_host_ids_.get(), R * 4);
 }
 
 void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t* ids_out) {

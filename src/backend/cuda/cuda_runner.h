@@ -228,6 +228,9 @@ struct CudaRunnerOptions {
   // ~53 us against ~54 us of launches it replaces). The CLI reads DS_PERSISTENT_MOE=0/1.
   bool persistent_moe = true;
   int persistent_moe_blocks_per_sm = 2;  // its blocks per SM (1 or 2). The CLI reads DS_PERSISTENT_MOE_BPS.
+  // Its phase-2 split (MoePersistentParams::gu_ksplit: 1, 2, 4 or 8 warps a gate_up tile).
+  // Written in session 14; 1 until measured. The CLI reads DS_PERSISTENT_MOE_GU_KSPLIT.
+  int persistent_moe_gu_ksplit = 1;
   // MLA's query absorption (q_nope W_UK per head) in passes of <= 8 absorbed rows as one
   // MlaQAbsorb launch (mla_q_absorb.h) reading the fp32 q directly, instead of SplitBf16 + a
   // batched cuBLASLt GEMM (1.8 + 4.1 us under ncu at V2-Lite batch 1, on the q side branch that

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -75,24 +76,46 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
   auto& slot = graphs_[{bucket, cap}];
   if (!slot) {
     slot = std::make_unique<DecodeGraph>();
-    slot->bucket = bucket;
-    slot->cap_blocks = cap;
-    slot->ids.Reset(bucket * 4);
-    slot->pos.Reset(bucket * 4);
-    slot->slots.Reset(bucket * 8);
-    slot->qs.Reset((bucket + 1) * 4);
-    slot->ctx.Reset(bucket * 4);
-    slot->bt.Reset(static_cast<size_t>(bucket) * cap * 4);
+    DecodeGraph* n = slot.get();
+    n->bucket = bucket;
+    n->cap_blocks = cap;
+    size_t at = 0;
+    const auto take = [&at](size_t bytes) {
+      const size_t off = at;
+      at += (bytes + 15) / 16 * 16;
+      return off;
+    };
+    n->off_slots = take(bucket * 8);
+    n->off_ids = take(bucket * 4);
+    n->off_pos = take(bucket * 4);
+    n->off_qs = take((bucket + 1) * 4);
+    n->off_ctx = take(bucket * 4);
+    n->off_bt = take(static_cast<size_t>(bucket) * cap * 4);
+    n->in_bytes = at;
+    n->in.Reset(at);
+    n->host.Reserve(at);
+    char* base = static_cast<char*>(n->in.get());
+    n->ids.ptr = base + n->off_ids;
+    n->pos.ptr = base + n->off_pos;
+    n->slots.ptr = base + n->off_slots;
+    n->qs.ptr = base + n->off_qs;
+    n->ctx.ptr = base + n->off_ctx;
+    n->bt.ptr = base + n->off_bt;
   }
   DecodeGraph* g = slot.get();
-  // Stage the inputs into the graph's persistent buffers (stream-ordered before the replay).
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->ids.get(), pb.token_ids.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->pos.get(), pb.positions.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->slots.get(), slots.data(), bucket * 8, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->qs.get(), pb.query_start.data(), (bucket + 1) * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->ctx.get(), pb.context_lens.data(), bucket * 4, cudaMemcpyHostToDevice, s_));
-  DS_CUDA_CHECK(cudaMemcpyAsync(g->bt.get(), pb.block_tables.data(), pb.block_tables.size() * 4,
-                                cudaMemcpyHostToDevice, s_));
+  // Stage the inputs into the graph's persistent buffer (stream-ordered before the replay): one
+  // pinned host buffer, one copy. The host buffer is rewritten only by the next step, after this
+  // step's synchronisation (SampleRows / the logits copy below).
+  {
+    char* h = static_cast<char*>(g->host.get());
+    std::memcpy(h + g->off_slots, slots.data(), bucket * 8);
+    std::memcpy(h + g->off_ids, pb.token_ids.data(), bucket * 4);
+    std::memcpy(h + g->off_pos, pb.positions.data(), bucket * 4);
+    std::memcpy(h + g->off_qs, pb.query_start.data(), (bucket + 1) * 4);
+    std::memcpy(h + g->off_ctx, pb.context_lens.data(), bucket * 4);
+    std::memcpy(h + g->off_bt, pb.block_tables.data(), pb.block_tables.size() * 4);
+    DS_CUDA_CHECK(cudaMemcpyAsync(g->in.get(), h, g->in_bytes, cudaMemcpyHostToDevice, s_));
+  }
   // A graph holds the activation buffers' addresses: any buffer grown since the capture
   // (a larger eager pass) invalidates every graph.
   if (ActivationPtrs() != graph_ptrs_) DropGraphs();

@@ -179,13 +179,26 @@ class CudaModelRunner : public ModelRunner {
   // copies the ids to host_ids; synchronises the stream.
   void SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs, int32_t* host_ids);
   DeviceBuffer samp_t_, samp_p_, samp_k_, samp_seed_, samp_step_, samp_ids_, samp_idx_, samp_rows_;
+  PinnedHostBuffer samp_host_ids_;  // the sampled ids' host side (SampleRows)
   // ---- CUDA graphs for decode steps ----
   // One captured decode forward: a bucket of `bucket` sequences with block tables of
   // `cap_blocks` entries. Its inputs live in these persistent device buffers, written before
   // every replay.
+  // A typed view of a part of a graph's input buffer.
+  struct InputView {
+    void* ptr = nullptr;
+    void* get() const { return ptr; }
+    template <typename T> T* as() const { return static_cast<T*>(ptr); }
+  };
   struct DecodeGraph {
     int bucket = 0, cap_blocks = 0;
-    DeviceBuffer ids, pos, slots, qs, ctx, bt;  // [B] i32, [B] i32, [B] i64, [B+1], [B], [B, cap]
+    // The step's inputs, staged by ONE host-to-device copy from `host` (pinned, same layout)
+    // before each replay: views into `in` at 16-byte aligned offsets.
+    DeviceBuffer in;
+    PinnedHostBuffer host;
+    size_t in_bytes = 0;
+    size_t off_ids = 0, off_pos = 0, off_slots = 0, off_qs = 0, off_ctx = 0, off_bt = 0;
+    InputView ids, pos, slots, qs, ctx, bt;  // [B] i32, [B] i32, [B] i64, [B+1], [B], [B, cap]
     cudaGraphExec_t exec = nullptr;
     bool failed = false;  // capture failed once: this key runs the padded pass eagerly
     // Profiling (prof_on_): event-record nodes captured at the phase marks; every replay

@@ -57,6 +57,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   __shared__ float s_w[kMaxTopK];
   __shared__ float s_part[kMaxUnits][2][kDownTile];  // phase 3: each unit's sums (pair's two segments)
   __shared__ float s_vals[kMoePersistentMaxTilesPerBlock][kDownTile];  // the block's new residuals
+  __shared__ float s_gu[kMoePersistentMaxGuRounds][kWarps][16];  // gu_ksplit > 1: the parts' gate / up sums
   __shared__ float s_red[32];
   __shared__ float s_total;
   __shared__ uint64_t s_base;
@@ -128,10 +129,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   }
   bf16* act = p.act;
   const int64_t it = I / 8, tiles_r = K * it, tiles = tiles_r + Is / 8;
-  for (int64_t t = blockIdx.x + int64_t{grid} * warp; work && t < tiles; t += int64_t{grid} * kWarps) {
-    const bf16* base;
-    int64_t c0, half;
-    bf16* out;
+  // Tile t's weights (8 gate rows at gate_row(t), the same 8 up rows at + half) and outputs.
+  const auto tile_at = [&](int64_t t, const bf16*& base, int64_t& c0, int64_t& half, bf16*& out) {
     if (t < tiles_r) {
       const int64_t j = t / it;
       c0 = (t % it) * 8;
@@ -144,9 +143,57 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       half = Is;
       out = act + K * I + c0;
     }
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    WarpTile16(base + (c0 + g) * Hd, base + (half + c0 + g) * Hd, xs, xs, static_cast<int>(Hd / 32), d);
-    if (q == 0) out[g] = SiluMul(d[0], d[2]);
+  };
+  if (p.gu_ksplit <= 1) {
+    // One tile a warp over all of hidden: tile t on block t % grid, warp t / grid (consecutive
+    // tiles on different blocks: every SM gets its share).
+    for (int64_t t = blockIdx.x + int64_t{grid} * warp; work && t < tiles; t += int64_t{grid} * kWarps) {
+      const bf16* wb;
+      int64_t c0, half;
+      bf16* out;
+      tile_at(t, wb, c0, half, out);
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      WarpTile16(wb + (c0 + g) * Hd, wb + (half + c0 + g) * Hd, xs, xs, static_cast<int>(Hd / 32), d);
+      if (q == 0) out[g] = SiluMul(d[0], d[2]);
+    }
+  } else {
+    // gu_ksplit = ks: a tile's hidden split into ks parts on ks warps of one block (slot = warp /
+    // ks, part = warp % ks), kWarps / ks tiles at a time: tile t on block t % grid, slot
+    // (t / grid) % slots, round t / (grid * slots). The parts' sums go to shared memory; after
+    // every round, threads add them in part order and apply the SiLU (deterministic).
+    const int ksp = p.gu_ksplit, slots = kWarps / ksp, slot = warp / ksp, part = warp % ksp;
+    const int64_t kw = Hd / ksp, k0 = part * kw;
+    int r = 0;
+    for (int64_t t = blockIdx.x + int64_t{grid} * slot; work && t < tiles; t += int64_t{grid} * slots, ++r) {
+      const bf16* wb;
+      int64_t c0, half;
+      bf16* out;
+      tile_at(t, wb, c0, half, out);
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      WarpTile16(wb + (c0 + g) * Hd + k0, wb + (half + c0 + g) * Hd + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
+      if (q == 0) {
+        s_gu[r][warp][g] = d[0];
+        s_gu[r][warp][8 + g] = d[2];
+      }
+    }
+    __syncthreads();
+    const int64_t rounds = (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
+    for (int64_t idx = threadIdx.x; work && idx < rounds * slots * 8; idx += kThreads) {
+      const int rr = static_cast<int>(idx / (slots * 8)), sl = static_cast<int>(idx % (slots * 8)) / 8,
+                c = static_cast<int>(idx % 8);
+      const int64_t t = blockIdx.x + int64_t{grid} * (sl + int64_t{slots} * rr);
+      if (t >= tiles) continue;
+      const bf16* wb;
+      int64_t c0, half;
+      bf16* out;
+      tile_at(t, wb, c0, half, out);
+      float gs = 0.f, us = 0.f;
+      for (int pp = 0; pp < ksp; ++pp) {
+        gs += s_gu[rr][sl * ksp + pp][c];
+        us += s_gu[rr][sl * ksp + pp][8 + c];
+      }
+      out[c] = SiluMul(gs, us);
+    }
   }
   const int64_t dtiles = Hd / kDownTile;
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
@@ -307,6 +354,15 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << "shared intermediate size " << p.shared_inter << " is not a multiple of I up to "
         << kMoePersistentMaxSharedChunks << " x; ";
   if (p.attn_out && !p.post_norm_weight) why << "attn_out without post_norm_weight; ";
+  if (p.gu_ksplit != 1 && p.gu_ksplit != 2 && p.gu_ksplit != 4 && p.gu_ksplit != 8) {
+    why << "gu_ksplit " << p.gu_ksplit << " (1, 2, 4 or 8); ";
+  } else if (p.gu_ksplit > 1) {
+    const int64_t tiles = (p.top_k * p.inter + p.shared_inter) / 8, per_round = (W / kWarps) * (kWarps / p.gu_ksplit);
+    if (p.hidden % (32 * p.gu_ksplit) != 0) why << "hidden " << p.hidden << " does not split into gu_ksplit parts of 32s; ";
+    if ((tiles + per_round - 1) / per_round > kMoePersistentMaxGuRounds)
+      why << "gate_up tiles " << tiles << " need more than " << kMoePersistentMaxGuRounds << " rounds at gu_ksplit "
+          << p.gu_ksplit << "; ";
+  }
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {

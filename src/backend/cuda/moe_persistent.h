@@ -79,6 +79,11 @@ struct MoePersistentParams {
   float* partials = nullptr;            // [MoePersistentGridBlocks(blocks_per_sm)] fp32 scratch
   cudaStream_t stream = nullptr;
   int blocks_per_sm = 1;                // 1 or 2 (2: registers capped at 128, twice the warps)
+  // Phase 2's work split: 1, one gate_up tile (8 gate + 8 up rows over all of hidden) a warp;
+  // 2, 4 or 8, each tile's hidden split over that many warps of one block and their sums added
+  // in part order (more loads in flight on the SMs with the most tiles, a shorter tail; session
+  // 14). At most kMoePersistentMaxGuRounds tiles a slot.
+  int gu_ksplit = 1;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
@@ -90,6 +95,8 @@ inline constexpr int kMoePersistentStamps = 8;
 // Down tiles (8 output columns each) one block may finish (the kernel keeps their residuals in
 // shared memory for the norm).
 inline constexpr int kMoePersistentMaxTilesPerBlock = 8;
+// gu_ksplit > 1: rounds of phase 2 (tiles a (block, slot)) at most.
+inline constexpr int kMoePersistentMaxGuRounds = 8;
 // Shared experts' down chunks (shared_inter / inter) at most.
 inline constexpr int kMoePersistentMaxSharedChunks = 4;
 
