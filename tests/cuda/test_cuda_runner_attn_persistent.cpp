@@ -44,6 +44,17 @@ TEST(CudaRunnerAttnPersistent, L2PrefetchBitIdentical) {
   }
 }
 
+// norm_in_attn: each MoE kernel but the last leaves the next layer's input norm to that layer's
+// attention kernel (another fp32 sum order of the norm): bounded against the option off, and it
+// must run on dummy V2-Lite (layers 1 -> 2: the MoE of layer 1, then the attention of layer 2).
+TEST(CudaRunnerAttnPersistent, NormInAttnWithinBounds) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.norm_in_attn = on; };
+  CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "norm_in_attn", DummyOptions(dir, 3, 9), true, set,
+                               &CudaGraphStats::norm_in_attn_layers, PathExpect::kRuns);
+}
+
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {
   const int ran = ForEachFixture({"v2_lite_tiny", "v3_mla512_tiny"}, [](const std::string& name, const CudaRunnerOptions& o) {
     CompareBounded(name, o, false, PathExpect::kNever);

@@ -43,16 +43,26 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 
 // no_slot: the token's slot is -1 (no cache row written; its row holds earlier random values,
 // which the decode then reads, as the unfused path would).
+// in_norm: the input comes as a residual row and the input norm's weight
+// (MlaAttnPersistentParams::in_residual); the reference's x is their norm rounded to bf16.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             int l2_point = 0) {
+             int l2_point = 0, bool in_norm = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
-                            (l2_point != 0 ? "_l2pf" + std::to_string(l2_point) : "") + (graph ? " graph" : " direct");
+                            (l2_point != 0 ? "_l2pf" + std::to_string(l2_point) : "") + (in_norm ? "_in_norm" : "") +
+                            (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
-  const std::vector<float> x = RoundBf16Vec(RandomNormal(Hd, 1.f));
+  const std::vector<float> in_res = RandomNormal(Hd, 3.f), in_w = RandomF(Hd, 0.5f, 1.5f);
+  std::vector<float> x = RoundBf16Vec(RandomNormal(Hd, 1.f));
+  if (in_norm) {
+    double ss = 0;
+    for (int64_t i = 0; i < Hd; ++i) ss += double(in_res[i]) * in_res[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / Hd + 1e-6));
+    for (int64_t i = 0; i < Hd; ++i) x[i] = Bf(in_res[i] * inv * in_w[i]);
+  }
   const float aw = 1.f / std::sqrt(static_cast<float>(Hd));
   const std::vector<float> wq = RoundBf16Vec(RandomNormal(H * kDqk * Hd, aw)), wkva = RoundBf16Vec(RandomNormal(kD * Hd, aw));
   const std::vector<float> wuk = RoundBf16Vec(RandomNormal(H * kLat * kNope, 1.f / std::sqrt(float(kNope))));
@@ -158,7 +168,8 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   // Device.
   Dev<__nv_bfloat16> d_x(ToBf16(x)), d_wq(ToBf16(wq)), d_wkva(ToBf16(wkva)), d_wuk(ToBf16(wuk)), d_kvb(ToBf16(kvb)),
       d_wo(ToBf16(wo)), d_cache(ToBf16(cache)), d_qlat(H * kLat), d_o16(H * kVd);
-  Dev<float> d_norm_w(norm_w), d_cos(cos), d_sin(sin), d_q32(H * kDqk), d_kva(kD), d_out(Hd);
+  Dev<float> d_norm_w(norm_w), d_cos(cos), d_sin(sin), d_q32(H * kDqk), d_kva(kD), d_out(Hd), d_in_res(in_res),
+      d_in_w(in_w);
   const int64_t max_context = num_pages * kBs;
   Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, max_context));
   Dev<int32_t> d_pos(std::vector<int32_t>{pos}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
@@ -179,6 +190,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
     p.l2_prefetch[0] = d_wq.get(); p.l2_prefetch_bytes[0] = static_cast<int64_t>(wq.size()) * 2;
     p.l2_prefetch[1] = d_wo.get(); p.l2_prefetch_bytes[1] = static_cast<int64_t>(wo.size()) * 2;
   }
+  if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -196,8 +208,10 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   const std::vector<float> out = d_out.Download(), o16 = FromBf16(d_o16.Download()), got_cache = FromBf16(d_cache.Download());
   // The phases' intermediates, so that a failure names its phase: q32 (phase 1), kv_a (phase 1, c_kv normalised in phase 2), q_lat (phase 2).
   const std::vector<float> got_q32 = d_q32.Download(), got_kva = d_kva.Download(), got_qlat = FromBf16(d_qlat.Download());
-  ExpectClose("mla_attn_persistent_q32", label, got_q32, ref_q32, 1e-5);
-  ExpectClose("mla_attn_persistent_kva", label, got_kva, ref_kva, 1e-5);
+  // (in_norm: the kernel's own sum of squares may round a few elements of x to the neighbouring
+  // bf16 value: ~1e-4 of q each.)
+  ExpectClose("mla_attn_persistent_q32", label, got_q32, ref_q32, in_norm ? 1e-3 : 1e-5);
+  ExpectClose("mla_attn_persistent_kva", label, got_kva, ref_kva, in_norm ? 1e-3 : 1e-5);
   ExpectClose("mla_attn_persistent_qlat", label, got_qlat, ref_qlat, 5e-3);
   const std::vector<uint32_t> sync = d_sync.Download();
   const std::vector<float> got_row(got_cache.begin() + slot * kD, got_cache.begin() + (slot + 1) * kD);
@@ -227,6 +241,14 @@ TEST(CudaMlaAttnPersistent, MatchesCpuReference) {
   RunCase(16, 2048, 1000, true, true, false, /*wo_point=*/0);  // where the o_proj tile's copies start
   RunCase(16, 2048, 1000, true, false, false, /*wo_point=*/1);
   for (int l2 : {1, 2, 3}) RunCase(16, 2048, 1000, true, l2 == 2, false, 2, /*l2_point=*/l2);
+}
+
+// The input norm inside the kernel (MlaAttnPersistentParams::in_residual, norm_in_attn).
+TEST(CudaMlaAttnPersistent, InputNormMatchesCpuReference) {
+  RunCase(16, 2048, 1000, true, true, false, 2, 0, /*in_norm=*/true);
+  RunCase(16, 2048, 33, true, false, false, 2, 0, true);
+  RunCase(4, 8192, 100, true, false, false, 2, 0, true);
+  RunCase(4, 512, 65, false, true, false, 2, 0, true);
 }
 
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {

@@ -739,21 +739,24 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.logits = rlogits_.as<float>(); p.topk_ids = topk_ids_.as<int32_t>(); p.topk_weights = topk_w_.as<float>();
   p.act = persist_act_.as<bf16>();
   p.residual = residual_.as<float>();
-  p.norm_weight = last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
+  // norm_in_attn: the next layer's persistent attention kernel applies its input norm.
+  const bool norm_in_attn = opts_.norm_in_attn && !last && attn_pass_ok_ && AttnPersistentLayerOk(l + 1);
+  p.norm_weight = norm_in_attn ? nullptr : last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
   p.eps = static_cast<float>(cfg_.rms_norm_eps);
-  p.out32 = h32_.as<float>(); p.out16 = h16_.as<bf16>();
+  if (!norm_in_attn) { p.out32 = h32_.as<float>(); p.out16 = h16_.as<bf16>(); }
   p.sync = persist_sync_.as<uint32_t>(); p.partials = persist_partials_.as<float>();
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = opts_.persistent_moe_gu_ksplit;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form).
-  if (persist_ok_.empty()) persist_ok_.assign(2 * cfg_.num_hidden_layers, -1);
-  int8_t& ok = persist_ok_[2 * l + (fold_post_norm ? 1 : 0)];
+  if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);
+  int8_t& ok = persist_ok_[4 * l + (fold_post_norm ? 1 : 0) + (norm_in_attn ? 2 : 0)];
   if (ok < 0) ok = MoePersistentUnsupported(p).empty() ? 1 : 0;
   if (ok == 0) return false;
   if (!launch) return true;
   MoePersistent(p);
+  attn_norm_pending_ = norm_in_attn;
   ++graph_stats_.fused_launches;
   ++graph_stats_.persistent_moe_layers;
   Mark("moe_experts");
@@ -1088,13 +1091,24 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     RmsNorm(np);
   };
   bool normed = false;  // h32 (+ h16) already hold this layer's input norm (the previous MoE combine's)
+  attn_pass_ok_ = AttnPersistentPassOk(b, T);
+  attn_norm_pending_ = false;
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerW& LW = layers_[l];
     // h = input_layernorm(residual (+= previous MLP output))
     if (l == 0) norm(residual, nullptr, LW.in_norm);
     else if (!normed) norm(mlp32_.as<float>(), residual, LW.in_norm);
     Mark("norms_embed_combine");
-    Mla(l, b, T);
+    // (norm_in_attn: the attention kernel normalises the residual itself; where it does not run
+    // after all, the norm runs here first.)
+    if (attn_norm_pending_ && !AttnPersistent(l, b, T)) {
+      attn_norm_pending_ = false;
+      norm(residual, nullptr, LW.in_norm);
+      Mla(l, b, T);
+    } else if (!attn_norm_pending_) {
+      Mla(l, b, T);
+    }
+    attn_norm_pending_ = false;
     // residual += attn; h = post_attention_layernorm(residual) (fp32 h32 and its bf16 copy h16;
     // fused_oproj_norm: o_proj's last block did it)
     // persistent_moe: the MoE kernel applies this norm itself (every block), one launch fewer.

@@ -231,6 +231,13 @@ struct CudaRunnerOptions {
   // Its phase-2 split (MoePersistentParams::gu_ksplit: 1, 2, 4 or 8 warps a gate_up tile).
   // Written in session 14; 1 until measured. The CLI reads DS_PERSISTENT_MOE_GU_KSPLIT.
   int persistent_moe_gu_ksplit = 1;
+  // With persistent_moe and attn_persistent: an MoE layer's kernel skips the next layer's input
+  // norm (its third grid barrier and fourth phase) where that layer's attention runs the
+  // persistent kernel, which then normalises the residual itself in every block
+  // (MlaAttnPersistentParams::in_residual). The last layer's MoE keeps the final norm. Changes
+  // fp32 summation orders (bounded like the kernels it changes). Written in session 14; opt-in
+  // until measured. The CLI reads DS_NORM_IN_ATTN=0/1.
+  bool norm_in_attn = false;
   // MLA's query absorption (q_nope W_UK per head) in passes of <= 8 absorbed rows as one
   // MlaQAbsorb launch (mla_q_absorb.h) reading the fp32 q directly, instead of SplitBf16 + a
   // batched cuBLASLt GEMM (1.8 + 4.1 us under ncu at V2-Lite batch 1, on the q side branch that
@@ -473,6 +480,7 @@ struct CudaGraphStats {
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
+  int64_t norm_in_attn_layers = 0;  // attention kernels that applied their input norm (norm_in_attn)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

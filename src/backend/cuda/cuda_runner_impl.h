@@ -289,6 +289,10 @@ class CudaModelRunner : public ModelRunner {
   // MlaAttnPersistent launch (mla_attn_persistent.h), writing o32_; false (nothing done) where it
   // does not apply.
   bool AttnPersistent(int l, const ForwardBatch& b, int64_t T);
+  // AttnPersistent's conditions without its side effects: the pass's (set by RunPass into
+  // attn_pass_ok_) and layer l's (its weights, and the kernel's verdict once asked).
+  bool AttnPersistentPassOk(const ForwardBatch& b, int64_t T) const;
+  bool AttnPersistentLayerOk(int l) const;
   // Returns true when it also applied the residual add and the next RMSNorm (fused_norm): h32
   // then holds the next layer's normalised input (or the final norm's output).
   bool Mlp(int l, int64_t T);
@@ -384,7 +388,11 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer attn_sync_;         // MlaAttnPersistent's grid barrier words (2 x u32, zeroed once)
   DeviceBuffer attn_qlat16_;       // MlaAttnPersistent's q_lat [H, kv_lora] bf16
   int8_t attn_ok_ = -1;            // MlaAttnPersistent's verdict on this model (-1: not asked)
-  std::vector<int8_t> persist_ok_;  // MoePersistent's verdict per (layer, fold form): -1 not asked, 0 / 1
+  bool attn_pass_ok_ = false;      // AttnPersistentPassOk for the current pass (RunPass)
+  // norm_in_attn: the last MoE kernel left the next layer's input norm to that layer's attention
+  // kernel (residual_ holds the stream; h32 / h16 are stale until it runs).
+  bool attn_norm_pending_ = false;
+  std::vector<int8_t> persist_ok_;  // MoePersistent's verdict per (layer, fold form, norm form): -1 not asked, 0 / 1
   DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
   DeviceBuffer oproj_norm_sync_;    // o_proj's norm epilogue counter (u32, zeroed once)
   bool post_norm_fused_ = false;    // the last Mla's o_proj applied the post-attention norm (fused_oproj_norm)

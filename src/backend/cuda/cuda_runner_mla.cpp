@@ -33,8 +33,7 @@ constexpr int64_t kWarpSplitMinTotalContext = 32 * 1024;
 constexpr int64_t kMlaSmallBatchTokens = 8;
 constexpr int64_t kMlaSmallBatchWorkspaceBytes = int64_t{256} << 20;
 
-bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
-  const MlaW& w = layers_[l].attn;
+bool CudaModelRunner::AttnPersistentPassOk(const ForwardBatch& b, int64_t T) const {
   const int64_t H = cfg_.num_attention_heads;
   // (The decode debug modes, tensor cores off or their emulation, keep the unfused path.)
   if (!opts_.attn_persistent || T != 1 || b.num_seqs() != 1 || b.query_start[1] - b.query_start[0] != 1 ||
@@ -45,11 +44,24 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
       cfg_.kv_lora_rank != 512 || kBlockSize != 64 || H < 2 || H > 16 || H % 2 != 0 || cfg_.hidden_size % 256 != 0 ||
       cfg_.hidden_size > 8192)
     return false;
-  if (w.q.fp8 || w.kv_a.fp8 || w.o.fp8 || !w.q.w.get() || !w.kv_a.w.get() || !w.o.w.get()) return false;
   // The keys the workspace must hold: the graph's block-table capacity, or this sequence's pages.
   const int64_t max_ctx = gin_ ? int64_t{gin_->cap_blocks} * kBlockSize
                                : (int64_t{b.context_lens[0]} + kBlockSize - 1) / kBlockSize * kBlockSize;
-  if (max_ctx > kMlaAttnPersistentMaxContext) return false;
+  return max_ctx <= kMlaAttnPersistentMaxContext;
+}
+
+bool CudaModelRunner::AttnPersistentLayerOk(int l) const {
+  const MlaW& w = layers_[l].attn;
+  if (w.q.fp8 || w.kv_a.fp8 || w.o.fp8 || !w.q.w.get() || !w.kv_a.w.get() || !w.o.w.get()) return false;
+  return attn_ok_ != 0;
+}
+
+bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
+  const MlaW& w = layers_[l].attn;
+  const int64_t H = cfg_.num_attention_heads;
+  if (!AttnPersistentPassOk(b, T) || !AttnPersistentLayerOk(l)) return false;
+  const int64_t max_ctx = gin_ ? int64_t{gin_->cap_blocks} * kBlockSize
+                               : (int64_t{b.context_lens[0]} + kBlockSize - 1) / kBlockSize * kBlockSize;
   const int64_t Tr = RoundUp(T, 64) + 64;
   // The sequence's block table and context (device): the graph's inputs, or uploaded here.
   const int32_t *d_bt = nullptr, *d_ctx = nullptr;
@@ -73,6 +85,12 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ov16_.Reserve(Tr * H * 128 * sizeof(bf16));
   MlaAttnPersistentParams ap{};
   ap.x16 = h16_.as<bf16>(); ap.hidden = cfg_.hidden_size; ap.heads = H;
+  if (attn_norm_pending_) {  // norm_in_attn: the previous MoE kernel left this layer's input norm to this one
+    ap.x16 = nullptr;
+    ap.in_residual = residual_.as<float>();
+    ap.in_norm_w = layers_[l].in_norm.as<float>();
+    ap.in_eps = static_cast<float>(cfg_.rms_norm_eps);
+  }
   ap.wq = w.q.w.as<bf16>(); ap.wkva = w.kv_a.w.as<bf16>(); ap.kva_norm_w = w.kv_a_norm.as<float>(); ap.eps = kLatentNormEps;
   ap.w_uk_t = w.w_uk_t.as<bf16>(); ap.kv_b = w.kv_b.as<bf16>(); ap.wo = w.o.w.as<bf16>();
   ap.position = d_pos_; ap.cos = d_cos_.as<float>(); ap.sin = d_sin_.as<float>(); ap.max_pos = rope_.max_pos;
@@ -100,6 +118,7 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (attn_ok_ < 0) attn_ok_ = MlaAttnPersistentUnsupported(ap).empty() ? 1 : 0;
   if (attn_ok_ == 0) return false;
   MlaAttnPersistent(ap);
+  if (attn_norm_pending_) ++graph_stats_.norm_in_attn_layers;
   ++graph_stats_.fused_launches;
   ++graph_stats_.attn_persistent_layers;
   if (prefetch) ++graph_stats_.attn_l2_prefetch_layers;

@@ -248,8 +248,44 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   }
   // Phase 1: q and kv_a (x in shared memory).
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);
-  for (int64_t i = threadIdx.x; i < Hd / 8; i += kThreads)
-    reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
+  if (p.in_residual != nullptr) {
+    // The layer's input norm, in every block (MlaAttnPersistentParams::in_residual): RmsNorm's
+    // fp32 operations per element (o = v * inv * w), the sum of squares in this block's order.
+    constexpr int kV = kMaxHidden / 4 / kThreads;  // float4s a thread, all loads in flight
+    float4 rv[kV], wv[kV];
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int64_t i = threadIdx.x + j * kThreads;
+      if (i < Hd / 4) {
+        rv[j] = reinterpret_cast<const float4*>(p.in_residual)[i];
+        wv[j] = reinterpret_cast<const float4*>(p.in_norm_w)[i];
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kV; ++j)
+      if (threadIdx.x + j * kThreads < Hd / 4)
+        ss += rv[j].x * rv[j].x + rv[j].y * rv[j].y + rv[j].z * rv[j].z + rv[j].w * rv[j].w;
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if (lane == 0) s_norm[warp] = ss;
+    __syncthreads();
+    float total = 0.f;
+    for (int w = 0; w < kWarps; ++w) total += s_norm[w];
+    const float inv = rsqrtf(total / static_cast<float>(Hd) + p.in_eps);
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int64_t i = threadIdx.x + j * kThreads;
+      if (i < Hd / 4) {
+        reinterpret_cast<__nv_bfloat162*>(xs)[2 * i] =
+            __floats2bfloat162_rn(rv[j].x * inv * wv[j].x, rv[j].y * inv * wv[j].y);
+        reinterpret_cast<__nv_bfloat162*>(xs)[2 * i + 1] =
+            __floats2bfloat162_rn(rv[j].z * inv * wv[j].z, rv[j].w * inv * wv[j].w);
+      }
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < Hd / 8; i += kThreads)
+      reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
+  }
   __syncthreads();
   const uint64_t base = s_base;
   GemvTiles(
@@ -670,14 +706,15 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 2) why << "wo_stage_point " << p.wo_stage_point << " (0..2); ";
-  if (!p.x16 || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||
+  if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
+  if ((!p.x16 && !p.in_residual) || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||
       !p.cache || !p.slot || !p.block_table || !p.context_len || !p.q32 || !p.kva32 || !p.qlat16 || !p.workspace ||
       !p.o16 || !p.out || !p.sync)
     why << "null pointer; ";
   const auto misaligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };
   if (misaligned(p.x16) || misaligned(p.wq) || misaligned(p.wkva) || misaligned(p.w_uk_t) || misaligned(p.kv_b) ||
       misaligned(p.wo) || misaligned(p.cache) || misaligned(p.workspace) || misaligned(p.o16) || misaligned(p.qlat16) ||
-      misaligned(p.q32))
+      misaligned(p.q32) || misaligned(p.in_residual) || misaligned(p.in_norm_w))
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (p.l2_prefetch_point < 0 || p.l2_prefetch_point > 3) why << "l2_prefetch_point " << p.l2_prefetch_point << " (0..3); ";

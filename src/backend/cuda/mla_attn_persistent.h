@@ -54,6 +54,13 @@ namespace ds::cuda {
 
 struct MlaAttnPersistentParams {
   const __nv_bfloat16* x16 = nullptr;   // [hidden] bf16: the input norm's output
+  // Or (x16 unused): the layer's input norm computed by every block from the residual stream,
+  // x = bf16(rmsnorm(in_residual) * in_norm_w) with RmsNorm's per-element fp32 operations (the
+  // sum of squares in the kernel's own order), so the MoE kernel before it needs no grid barrier
+  // and norm phase of its own (MoePersistentParams::norm_weight == nullptr; session 14).
+  const float* in_residual = nullptr;   // [hidden] fp32
+  const float* in_norm_w = nullptr;     // [hidden] fp32 (input_layernorm)
+  float in_eps = 1e-6f;
   int64_t hidden = 0, heads = 0;
   const __nv_bfloat16* wq = nullptr;    // [heads * 192, hidden] (q_proj)
   const __nv_bfloat16* wkva = nullptr;  // [576, hidden] (kv_a_proj_with_mqa)

@@ -71,7 +71,10 @@ struct MoePersistentParams {
   float* topk_weights = nullptr;        // [top_k]
   __nv_bfloat16* act = nullptr;         // [top_k * I + Is] bf16 scratch
   float* residual = nullptr;            // [hidden] fp32, updated in place
-  const float* norm_weight = nullptr;   // [hidden] fp32: the next RMSNorm's weight
+  const float* norm_weight = nullptr;   // [hidden] fp32: the next RMSNorm's weight. nullptr: no next
+                                        // norm (phase 4 and barrier 3 skipped; out32 / out16 / partials
+                                        // unused): the next layer's attention kernel normalises the
+                                        // residual itself (MlaAttnPersistentParams::in_residual)
   float eps = 1e-6f;
   float* out32 = nullptr;               // [hidden] fp32: the next norm's output
   __nv_bfloat16* out16 = nullptr;       // [hidden] bf16 copy of it (or nullptr)
@@ -96,7 +99,7 @@ inline constexpr int kMoePersistentStamps = 8;
 // shared memory for the norm).
 inline constexpr int kMoePersistentMaxTilesPerBlock = 8;
 // gu_ksplit > 1: rounds of phase 2 (tiles a (block, slot)) at most.
-inline constexpr int kMoePersistentMaxGuRounds = 8;
+inline constexpr int kMoePersistentMaxGuRounds = 16;
 // Shared experts' down chunks (shared_inter / inter) at most.
 inline constexpr int kMoePersistentMaxSharedChunks = 4;
 
