@@ -47,12 +47,25 @@ TEST(CudaRunnerAttnPersistent, L2PrefetchBitIdentical) {
 // norm_in_attn: each MoE kernel but the last leaves the next layer's input norm to that layer's
 // attention kernel (another fp32 sum order of the norm): bounded against the option off, and it
 // must run on dummy V2-Lite (layers 1 -> 2: the MoE of layer 1, then the attention of layer 2).
+// No row need differ: the norm's only consumer is its bf16 copy, which another fp32 sum order
+// changes only where an element lies within an fp32 ulp of a bf16 rounding boundary (session 14
+// run 3: bit-identical on all 152 rows); the op test (CudaMlaAttnPersistent.InputNormMatches-
+// CpuReference) checks the norm itself.
 TEST(CudaRunnerAttnPersistent, NormInAttnWithinBounds) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
   const auto set = [](CudaRunnerOptions& x, bool on) { x.norm_in_attn = on; };
-  CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "norm_in_attn", DummyOptions(dir, 3, 9), true, set,
-                               &CudaGraphStats::norm_in_attn_layers, PathExpect::kRuns);
+  CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "norm_in_attn", DummyOptions(dir, 3, 9), /*expect_change=*/false,
+                               set, &CudaGraphStats::norm_in_attn_layers, PathExpect::kRuns);
+}
+
+// attn_p1_stage: the same mma sequence from shared memory: bit-identical logits; it must run.
+TEST(CudaRunnerAttnPersistent, P1StageBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_p1_stage = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_p1_stage", DummyOptions(dir, 3, 9), set,
+                               &CudaGraphStats::attn_p1_stage_layers, PathExpect::kRuns);
 }
 
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {

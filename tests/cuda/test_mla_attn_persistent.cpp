@@ -46,11 +46,11 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // in_norm: the input comes as a residual row and the input norm's weight
 // (MlaAttnPersistentParams::in_residual); the reference's x is their norm rounded to bf16.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             int l2_point = 0, bool in_norm = false) {
+             int l2_point = 0, bool in_norm = false, bool p1_stage = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
-                            (l2_point != 0 ? "_l2pf" + std::to_string(l2_point) : "") + (in_norm ? "_in_norm" : "") +
+                            (l2_point != 0 ? "_l2pf" + std::to_string(l2_point) : "") + (in_norm ? "_in_norm" : "") + (p1_stage ? "_p1stage" : "") +
                             (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
@@ -191,6 +191,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
     p.l2_prefetch[1] = d_wo.get(); p.l2_prefetch_bytes[1] = static_cast<int64_t>(wo.size()) * 2;
   }
   if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
+  p.p1_stage = p1_stage;
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -241,6 +242,16 @@ TEST(CudaMlaAttnPersistent, MatchesCpuReference) {
   RunCase(16, 2048, 1000, true, true, false, /*wo_point=*/0);  // where the o_proj tile's copies start
   RunCase(16, 2048, 1000, true, false, false, /*wo_point=*/1);
   for (int l2 : {1, 2, 3}) RunCase(16, 2048, 1000, true, l2 == 2, false, 2, /*l2_point=*/l2);
+}
+
+// Phase 1's first tiles staged by bulk copies (MlaAttnPersistentParams::p1_stage): 2 a block at
+// hidden 2048 (some blocks 1), 1 at 4096, none at 8192, 7 at 512.
+TEST(CudaMlaAttnPersistent, P1StageMatchesCpuReference) {
+  RunCase(16, 2048, 1000, true, true, false, 2, 0, false, /*p1_stage=*/true);
+  RunCase(16, 2048, 33, true, false, false, 2, 0, /*in_norm=*/true, true);
+  RunCase(4, 4096, 300, true, false, false, 2, 0, false, true);
+  RunCase(4, 8192, 100, true, false, false, 2, 0, true, true);
+  RunCase(4, 512, 65, false, true, false, 2, 0, false, true);
 }
 
 // The input norm inside the kernel (MlaAttnPersistentParams::in_residual, norm_in_attn).

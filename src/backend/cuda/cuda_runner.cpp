@@ -748,6 +748,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = opts_.persistent_moe_gu_ksplit;
+  p.shared_first = opts_.persistent_moe_shared_first;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form).
   if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);
@@ -757,6 +758,8 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (!launch) return true;
   MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
+  if (p.shared_first && p.gu_ksplit > 1 && Is > 0) ++graph_stats_.moe_shared_first_layers;
+  if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   ++graph_stats_.fused_launches;
   ++graph_stats_.persistent_moe_layers;
   Mark("moe_experts");

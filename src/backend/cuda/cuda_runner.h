@@ -228,16 +228,23 @@ struct CudaRunnerOptions {
   // ~53 us against ~54 us of launches it replaces). The CLI reads DS_PERSISTENT_MOE=0/1.
   bool persistent_moe = true;
   int persistent_moe_blocks_per_sm = 2;  // its blocks per SM (1 or 2). The CLI reads DS_PERSISTENT_MOE_BPS.
-  // Its phase-2 split (MoePersistentParams::gu_ksplit: 1, 2, 4 or 8 warps a gate_up tile).
-  // Written in session 14; 1 until measured. The CLI reads DS_PERSISTENT_MOE_GU_KSPLIT.
-  int persistent_moe_gu_ksplit = 1;
+  // Its phase-2 split (MoePersistentParams::gu_ksplit: 1, 2, 4 or 8 warps a gate_up tile). 8 by
+  // default since session 14: V2-Lite 27 layers b1 2.352-2.373 ms against 2.366-2.389 with 1, and
+  // 2.304-2.310 against 2.317-2.333 with norm_in_attn (run 3; run 2: 2.340 against 2.370-2.373;
+  // 2 was slower, 2.397). The CLI reads DS_PERSISTENT_MOE_GU_KSPLIT.
+  int persistent_moe_gu_ksplit = 8;
+  // Its shared experts' gate_up tiles in phase 1 beside the router (MoePersistentParams::
+  // shared_first; same bits). Written in session 14; opt-in until measured. The CLI reads
+  // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
+  bool persistent_moe_shared_first = false;
   // With persistent_moe and attn_persistent: an MoE layer's kernel skips the next layer's input
   // norm (its third grid barrier and fourth phase) where that layer's attention runs the
   // persistent kernel, which then normalises the residual itself in every block
   // (MlaAttnPersistentParams::in_residual). The last layer's MoE keeps the final norm. Changes
-  // fp32 summation orders (bounded like the kernels it changes). Written in session 14; opt-in
-  // until measured. The CLI reads DS_NORM_IN_ATTN=0/1.
-  bool norm_in_attn = false;
+  // fp32 summation orders (bounded like the kernels it changes). On by default since session 14:
+  // V2-Lite 27 layers b1 2.317-2.333 ms against 2.366-2.389 (run 3, gu_ksplit 1). The CLI reads
+  // DS_NORM_IN_ATTN=0/1.
+  bool norm_in_attn = true;
   // MLA's query absorption (q_nope W_UK per head) in passes of <= 8 absorbed rows as one
   // MlaQAbsorb launch (mla_q_absorb.h) reading the fp32 q directly, instead of SplitBf16 + a
   // batched cuBLASLt GEMM (1.8 + 4.1 us under ncu at V2-Lite batch 1, on the q side branch that
@@ -255,6 +262,10 @@ struct CudaRunnerOptions {
   // against 2.507-2.511 at 1K with the whole suite passing). The CLI reads
   // DS_ATTN_PERSISTENT=0/1.
   bool attn_persistent = true;
+  // Its phase-1 weight tiles staged by bulk copies at the kernel's start
+  // (MlaAttnPersistentParams::p1_stage; same bits). Written in session 14; opt-in until measured.
+  // The CLI reads DS_ATTN_P1_STAGE=0/1.
+  bool attn_p1_stage = false;
   // With attn_persistent: the layer's MoE shared experts (bf16 gate_up and down; V2-Lite 35 MB)
   // prefetched into L2 by the attention kernel right after its grid barrier 1, 2 or 3 (0: off),
   // while its later phases wait on latency and DRAM idles, so the MoE kernel reads them from L2
@@ -480,6 +491,9 @@ struct CudaGraphStats {
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
+  int64_t moe_shared_first_layers = 0;  // persistent MoE layers with shared_first (likewise)
+  int64_t moe_gu_ksplit_layers = 0;     // persistent MoE layers with gu_ksplit > 1 (likewise)
+  int64_t attn_p1_stage_layers = 0;  // attention kernels with attn_p1_stage (likewise)
   int64_t norm_in_attn_layers = 0;  // attention kernels that applied their input norm (norm_in_attn)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);

@@ -102,6 +102,11 @@ struct MlaAttnPersistentParams {
   // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
   // run 9, 27.7 us against 28.4 at point 0) after its partials' loads.
   int wo_stage_point = 2;
+  // Phase 1's first tiles (up to 2 at hidden 2048, 1 at 4096, none at 8192) staged in shared
+  // memory by bulk copies issued at the kernel's start, before x's loads or norm, instead of
+  // loaded by the warps after them (the same mma sequence: the same bits). Written in session 14:
+  // opt-in until measured.
+  bool p1_stage = false;
   // L2 prefetch of weights a later kernel reads (the runner: this layer's MoE shared experts,
   // which need the attention's output and so cannot start earlier) while phases 2-4 wait on
   // latency and DRAM idles: each block asks L2 for its 1 / grid share of each region

@@ -87,6 +87,10 @@ struct MoePersistentParams {
   // in part order (more loads in flight on the SMs with the most tiles, a shorter tail; session
   // 14). At most kMoePersistentMaxGuRounds tiles a slot.
   int gu_ksplit = 1;
+  // With gu_ksplit > 1: the shared experts' gate_up tiles first, their rounds in phase 1 beside
+  // the router (they need no routing), the router's columns on the last blocks. The same bits as
+  // without it. Written in session 14: opt-in until measured.
+  bool shared_first = false;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
