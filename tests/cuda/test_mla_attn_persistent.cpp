@@ -284,10 +284,8 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
 // (16 heads, hidden 2048) in a graph of kSets launches, each with its own copy of the weights
 // (8 x 28 MB, past L2, so each launch streams its weights from DRAM as in the model), and the
 // phase timeline from the phase_ns stamps: per segment the mean and the max over blocks, and
-// the last block's arrival at each stamp after the first block's start (cumulative). Variants:
-// the o_proj tile's copies at wo_stage_point 0 / 1 / 2, and at 2 with the L2 prefetch of a
-// V2-Lite-sized pair of shared-expert regions (23 + 11.5 MB a set) after barrier 1 / 2 / 3 (its
-// cost to this kernel; the gain is the MoE kernel's, in the model).
+// the last block's arrival at each stamp after the first block's start (cumulative). Variants
+// (session 14): the defaults, p1_stage, the input norm from a residual row (in_residual), both.
 TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
   constexpr int64_t H = 16, Hd = 2048;
   constexpr int kSets = 8, kReplays = 20, kStampReplays = 5, kS = kMlaAttnPersistentStamps;
@@ -297,11 +295,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                    hwuk = rnd(H * kLat * kNope, 0.05f), hkvb = rnd(H * (kNope + kVd) * kLat, 0.05f),
                                    hwo = rnd(Hd * H * kVd, 0.02f);
   const double weight_bytes = 2.0 * (hwq.size() + hwkva.size() + hwuk.size() + H * kVd * kLat + hwo.size());
-  constexpr int64_t kSharedGu = int64_t{2} * 2816 * 2048, kSharedDown = int64_t{2048} * 2816;  // V2-Lite's shared experts
   struct Set {
     Dev<__nv_bfloat16> wq, wkva, wuk, kvb, wo;
     Dev<uint64_t> stamps;
-    Dev<__nv_bfloat16> sgu{kSharedGu}, sdown{kSharedDown};  // prefetch targets only (contents unused)
   };
   std::vector<std::unique_ptr<Set>> sets;
   for (int i = 0; i < kSets; ++i)
@@ -323,8 +319,12 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     Dev<int64_t> d_slot(std::vector<int64_t>{static_cast<int64_t>(table[(ctx - 1) / kBs]) * kBs + (ctx - 1) % kBs});
     Dev<uint32_t> d_sync(2);
     DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
-    for (int variant = 0; variant < 6; ++variant) {
-      const int wo_point = variant < 3 ? variant : 2, l2_point = variant < 3 ? 0 : variant - 2;
+    Dev<float> d_in_res(RandomNormal(Hd, 1.f)), d_in_w(std::vector<float>(Hd, 1.f));
+    // Variants: the defaults; p1_stage; in_residual (norm_in_attn's form); both. (Session 13's
+    // wo_stage_point 0 / 1 and l2_prefetch_point 1-3 variants: bench/results/session1{3,4}_*.)
+    for (int variant = 0; variant < 4; ++variant) {
+      const int wo_point = 2, l2_point = 0;
+      const bool p1 = variant & 1, in_norm = variant & 2;
       for (bool stamped : {false, true}) {
         const auto params = [&](int i) {
           MlaAttnPersistentParams p{};
@@ -338,11 +338,8 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get();
           p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
           p.wo_stage_point = wo_point;
-          if (l2_point > 0) {
-            p.l2_prefetch_point = l2_point;
-            p.l2_prefetch[0] = sets[i]->sgu.get(); p.l2_prefetch_bytes[0] = kSharedGu * 2;
-            p.l2_prefetch[1] = sets[i]->sdown.get(); p.l2_prefetch_bytes[1] = kSharedDown * 2;
-          }
+          p.p1_stage = p1;
+          if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           p.stream = st;
           return p;
         };
@@ -351,9 +348,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d l2_point=%d stamps=%d: %.2f us a launch "
-                    "(graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, l2_point, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d l2_point=%d p1_stage=%d in_norm=%d stamps=%d: "
+                    "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
+                    ctx, wo_point, l2_point, p1, in_norm, stamped, us, kSets, kSets, weight_bytes / 1e6,
+                    weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
         std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
@@ -384,9 +382,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d l2_point=%d segment=\"%s\": mean %.2f us, "
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d p1_stage=%d in_norm=%d segment=\"%s\": mean %.2f us, "
                       "max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, wo_point, l2_point, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+                      ctx, p1, in_norm, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

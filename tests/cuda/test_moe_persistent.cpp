@@ -326,6 +326,16 @@ TEST(CudaMoePersistent, RejectsUnsupported) {
   q.blocks_per_sm = 1;
   q.gu_ksplit = 3;
   EXPECT_NE(MoePersistentUnsupported(q).find("gu_ksplit 3"), std::string::npos);
+  // The runner's split for small hidden sizes (the tiny fixtures): the largest that fits.
+  MoePersistentParams r{};
+  r.top_k = 2; r.inter = 64; r.shared_inter = 64; r.blocks_per_sm = 2;
+  r.hidden = 64;
+  EXPECT_EQ(MoePersistentGuKsplitFor(r, 8), 2);
+  r.hidden = 2048;
+  EXPECT_EQ(MoePersistentGuKsplitFor(r, 8), 8);
+  EXPECT_EQ(MoePersistentGuKsplitFor(r, 4), 4);
+  r.hidden = 96;
+  EXPECT_EQ(MoePersistentGuKsplitFor(r, 8), 1);
 }
 
 }  // namespace

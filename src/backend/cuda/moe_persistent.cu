@@ -363,6 +363,21 @@ bool FitsCurrentDevice(int blocks_per_sm, size_t smem) {
 
 int MoePersistentGridBlocks(int blocks_per_sm) { return CurrentDeviceProps().sms * blocks_per_sm; }
 
+namespace {
+bool GuKsplitFits(const MoePersistentParams& p, int ks) {
+  if (ks <= 1) return true;
+  const int64_t grid = MoePersistentGridBlocks(std::clamp(p.blocks_per_sm, 1, 2));
+  const int64_t tiles = (p.top_k * p.inter + p.shared_inter) / 8, per_round = grid * (kWarps / ks);
+  return p.hidden % (32 * ks) == 0 && (tiles + per_round - 1) / per_round <= kMoePersistentMaxGuRounds;
+}
+}  // namespace
+
+int MoePersistentGuKsplitFor(const MoePersistentParams& p, int wanted) {
+  int ks = wanted >= 8 ? 8 : wanted >= 4 ? 4 : wanted >= 2 ? 2 : 1;
+  while (ks > 1 && !GuKsplitFits(p, ks)) ks /= 2;
+  return ks;
+}
+
 std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   std::ostringstream why;
   const int64_t W = int64_t{MoePersistentGridBlocks(std::clamp(p.blocks_per_sm, 1, 2))} * kWarps;
@@ -389,12 +404,9 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   if (p.attn_out && !p.post_norm_weight) why << "attn_out without post_norm_weight; ";
   if (p.gu_ksplit != 1 && p.gu_ksplit != 2 && p.gu_ksplit != 4 && p.gu_ksplit != 8) {
     why << "gu_ksplit " << p.gu_ksplit << " (1, 2, 4 or 8); ";
-  } else if (p.gu_ksplit > 1) {
-    const int64_t tiles = (p.top_k * p.inter + p.shared_inter) / 8, per_round = (W / kWarps) * (kWarps / p.gu_ksplit);
-    if (p.hidden % (32 * p.gu_ksplit) != 0) why << "hidden " << p.hidden << " does not split into gu_ksplit parts of 32s; ";
-    if ((tiles + per_round - 1) / per_round > kMoePersistentMaxGuRounds)
-      why << "gate_up tiles " << tiles << " need more than " << kMoePersistentMaxGuRounds << " rounds at gu_ksplit "
-          << p.gu_ksplit << "; ";
+  } else if (!GuKsplitFits(p, p.gu_ksplit)) {
+    why << "gu_ksplit " << p.gu_ksplit << " does not fit hidden " << p.hidden
+        << " (a multiple of 32 x the split) or needs more than " << kMoePersistentMaxGuRounds << " rounds; ";
   }
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";

@@ -110,6 +110,10 @@ inline constexpr int kMoePersistentMaxSharedChunks = 4;
 // Blocks of the launch: blocks_per_sm per SM of the current device.
 int MoePersistentGridBlocks(int blocks_per_sm);
 
+// The largest gate_up split <= wanted (1, 2, 4 or 8) that p's shapes allow at p.blocks_per_sm:
+// hidden a multiple of 32 x the split, at most kMoePersistentMaxGuRounds rounds.
+int MoePersistentGuKsplitFor(const MoePersistentParams& p, int wanted);
+
 // Empty when MoePersistent(p) can run p; else the reason (for the runner's fallback and tests).
 std::string MoePersistentUnsupported(const MoePersistentParams& p);
 
