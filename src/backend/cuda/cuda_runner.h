@@ -237,6 +237,11 @@ struct CudaRunnerOptions {
   // shared_first; same bits). Written in session 14; opt-in until measured. The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = false;
+  // Its L2 prefetch of the next layer's attention q / kv_a weights (MoePersistentParams::l2_next)
+  // after its last phase's loads, where that attention runs the persistent kernel (no result
+  // changes). Written in session 14; opt-in until measured. The CLI reads
+  // DS_PERSISTENT_MOE_L2_NEXT=0/1.
+  bool persistent_moe_l2_next = false;
   // With persistent_moe and attn_persistent: an MoE layer's kernel skips the next layer's input
   // norm (its third grid barrier and fourth phase) where that layer's attention runs the
   // persistent kernel, which then normalises the residual itself in every block
@@ -262,15 +267,12 @@ struct CudaRunnerOptions {
   // against 2.507-2.511 at 1K with the whole suite passing). The CLI reads
   // DS_ATTN_PERSISTENT=0/1.
   bool attn_persistent = true;
-  // Its phase-1 weight tiles staged by bulk copies at the kernel's start
-  // (MlaAttnPersistentParams::p1_stage; same bits). Written in session 14; opt-in until measured.
-  // The CLI reads DS_ATTN_P1_STAGE=0/1.
-  bool attn_p1_stage = false;
-  // With attn_persistent: the layer's MoE shared experts (bf16 gate_up and down; V2-Lite 35 MB)
-  // prefetched into L2 by the attention kernel right after its grid barrier 1, 2 or 3 (0: off),
-  // while its later phases wait on latency and DRAM idles, so the MoE kernel reads them from L2
-  // (MlaAttnPersistentParams::l2_prefetch). No result changes. Written without a GPU in session
-  // 13: not yet run; opt-in. The CLI reads DS_ATTN_L2_PREFETCH=0..3.
+  // With attn_persistent: L2 prefetches by the attention kernel of the layer's MoE weights
+  // (MlaAttnPersistentParams::l2_prefetch_point), where the persistent MoE kernel runs next. 1-3:
+  // the shared experts (gate_up and down; V2-Lite 35 MB) after barrier 1, 2 or 3 (session 13;
+  // measured slower in session 14 run 1). 4: the shared gate_up and the router after barrier 4,
+  // across the kernel boundary (session 14; pairs with persistent_moe_shared_first). 0: off.
+  // No result changes. The CLI reads DS_ATTN_L2_PREFETCH=0..4.
   int attn_l2_prefetch_point = 0;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
@@ -492,8 +494,8 @@ struct CudaGraphStats {
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
   int64_t moe_shared_first_layers = 0;  // persistent MoE layers with shared_first (likewise)
+  int64_t moe_l2_next_layers = 0;       // persistent MoE layers with the l2_next prefetch (likewise)
   int64_t moe_gu_ksplit_layers = 0;     // persistent MoE layers with gu_ksplit > 1 (likewise)
-  int64_t attn_p1_stage_layers = 0;  // attention kernels with attn_p1_stage (likewise)
   int64_t norm_in_attn_layers = 0;  // attention kernels that applied their input norm (norm_in_attn)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);

@@ -53,14 +53,7 @@ constexpr int kWoPad = 32;
 constexpr size_t kWorkSmem =
     Align128(std::max<size_t>(std::max<size_t>(kDecodeSmem, kMergeSmem), size_t{kMaxHidden} * 2));
 constexpr size_t kWoOff = kWorkSmem;
-// p1_stage: the block's first phase-1 tiles of [W_q; W_kva], staged by bulk copies issued at the
-// kernel's start, [16][hidden + kWoPad] bf16 each, after x (which phase 1 keeps at offset 0) and
-// over the later phases' areas (free until phase 2). At most kP1Bytes: 2 tiles at hidden 2048.
-constexpr size_t kP1Off = Align128(size_t{kMaxHidden} * 2);
-constexpr size_t kP1Bytes = size_t{16} * (2048 + kWoPad) * 2 * 2;
-constexpr size_t DynSmem() {
-  return std::max<size_t>(kWoOff + size_t{16} * (kMaxHeads * kVd + kWoPad) * 2, kP1Off + kP1Bytes);
-}
+constexpr size_t DynSmem() { return kWoOff + size_t{16} * (kMaxHeads * kVd + kWoPad) * 2; }
 
 // Weight loads issued where they are written (asm volatile: not sunk past a grid barrier to their
 // use), 16 bytes through the read-only path, not kept in L1 (as ptx::LdStream).
@@ -72,8 +65,10 @@ __device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
   return r;
 }
 // MlaAttnPersistentParams::l2_prefetch: thread 0 asks L2 for this block's 1 / grid share of each
-// region, in pieces of at most 64 KB (PTX ISA 8.x, "cp.async.bulk.prefetch", "createpolicy").
-__device__ __forceinline__ void PrefetchShare(const MlaAttnPersistentParams& p) {
+// region, in pieces of at most 64 KB (PTX ISA 8.x, "cp.async.bulk.prefetch", "createpolicy"):
+// evict_last (points 1-3: the MoE's routed experts stream in between) or the normal policy (point
+// 4: read right after this kernel).
+__device__ __forceinline__ void PrefetchShare(const MlaAttnPersistentParams& p, bool evict_last) {
   if (threadIdx.x != 0) return;
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
@@ -85,8 +80,11 @@ __device__ __forceinline__ void PrefetchShare(const MlaAttnPersistentParams& p) 
     const int64_t lo = blockIdx.x * share, hi = min(bytes, lo + share);
     for (int64_t off = lo; off < hi; off += 65536) {
       const uint32_t n = static_cast<uint32_t>(min(int64_t{65536}, hi - off));
-      asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(base + off), "r"(n), "l"(policy)
-                   : "memory");
+      if (evict_last)
+        asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(base + off), "r"(n), "l"(policy)
+                     : "memory");
+      else
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base + off), "r"(n) : "memory");
     }
   }
 }
@@ -160,18 +158,14 @@ __device__ __forceinline__ void MmaTileSmem(const bf16* w, int64_t pitch, const 
 // added in warp order by 16 threads, out(row, value). row_ptr(r) gives row r's first weight.
 // first_s: when not null, the block's first tile staged in shared memory ([16] rows of K at
 // first_pitch).
-// nstaged: the block's first nstaged tiles are staged there, tile k at first_s + k * 16 *
-// first_pitch (the same mma sequence as from global memory: the same bits).
 template <class RowPtr, class Out>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
-                                          Out out, const bf16* first_s, int64_t first_pitch, int nstaged = 1) {
+                                          Out out, const bf16* first_s, int64_t first_pitch) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t kw = K / kWarps, k0 = warp * kw;
-  int k = 0;
-  for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x, ++k) {
+  for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x) {
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    if (first_s != nullptr && k < nstaged)
-      MmaTileSmem(first_s + k * 16 * first_pitch + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
+    if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
     else WarpTile16(row_ptr(t * 16 + g) + k0, row_ptr(t * 16 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_red[warp][g] = d[0];
@@ -228,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   __shared__ float s_red[kWarps][16];
   __shared__ float s_norm[32];
   __shared__ __align__(16) bf16 s_newrow[kD];  // the new token's cache row (phase 3's norm block)
-  __shared__ __align__(8) uint64_t s_bar[2];   // the staged o_proj tile; p1_stage's phase-1 tiles
+  __shared__ __align__(8) uint64_t s_bar[1];   // the staged o_proj tile
   __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
@@ -243,28 +237,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const int64_t uv_units = H * kUvParts;
   const bool wo_staged = blockIdx.x < Hd / 16;
   Stamp(p.phase_ns, 0, false);
-  // p1_stage: this block's first n1 phase-1 tiles (rows 16 t .. 16 t + 15 of [W_q; W_kva], t =
-  // blockIdx.x, + grid; a tile lies in one of the two: H * 192 is a multiple of 16), one bulk copy
-  // a row into padded rows, issued before anything else so that DRAM streams from the start.
-  const int64_t p1_tiles = (Rq + kD) / 16, p1_pitch = Hd + kWoPad;
-  const int n1 = !p.p1_stage ? 0
-                             : static_cast<int>(std::min<int64_t>((p1_tiles - blockIdx.x + grid - 1) / grid,
-                                                                  static_cast<int64_t>(kP1Bytes / (16 * p1_pitch * 2))));
-  bf16* p1_s = reinterpret_cast<bf16*>(smem_raw + kP1Off);
   if (threadIdx.x == 0) {
     s_base = grid::GridBase(p.sync);  // before this block's first arrival
     sm90::BarInit(SmemAddr(&s_bar[0]), 1);
-    sm90::BarInit(SmemAddr(&s_bar[1]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    if (n1 > 0) {
-      sm90::BarExpectTx(SmemAddr(&s_bar[1]), static_cast<uint32_t>(n1 * 16 * Hd * 2));
-      for (int k = 0; k < n1; ++k) {
-        const int64_t r0 = (blockIdx.x + int64_t{k} * grid) * 16;
-        const bf16* src = r0 < Rq ? p.wq + r0 * Hd : p.wkva + (r0 - Rq) * Hd;
-        for (int r = 0; r < 16; ++r)
-          BulkLoad(p1_s + (k * 16 + r) * p1_pitch, src + r * Hd, static_cast<uint32_t>(Hd * 2), SmemAddr(&s_bar[1]));
-      }
-    }
   }
   // The token's RoPE angle for pair i = lane (phase 3 rotates pair `lane`), loaded now so that its
   // latency is not on a later phase's path.
@@ -317,7 +293,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   }
   __syncthreads();
   const uint64_t base = s_base;
-  if (n1 > 0) WaitStaged(&s_bar[1]);
   GemvTiles(
       Rq + kD, Hd, xs, s_red,
       [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; },
@@ -325,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         if (r < Rq) p.q32[r] = v;
         else p.kva32[r - Rq] = v;
       },
-      n1 > 0 ? p1_s : nullptr, p1_pitch, n1);
+      nullptr, 0);
   // Ahead of barrier 1: this warp's first W_UK tile (phase 2's absorption).
   WarpSlice uk;
   if (blockIdx.x > 0 && uk_first < uk_units) {
@@ -335,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 1, true);
   grid::GridBarrier(p.sync, base + 1 * gridDim.x);
   Stamp(p.phase_ns, 2, false);
-  if (kL2Prefetch && p.l2_prefetch_point == 1) PrefetchShare(p);
+  if (kL2Prefetch && p.l2_prefetch_point == 1) PrefetchShare(p, true);
 
   // Phase 2: the absorption (block 0 and blocks past the units idle).
   if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
@@ -390,7 +365,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 3, true);
   grid::GridBarrier(p.sync, base + 2 * gridDim.x);
   Stamp(p.phase_ns, 4, false);
-  if (kL2Prefetch && p.l2_prefetch_point == 2) PrefetchShare(p);
+  if (kL2Prefetch && p.l2_prefetch_point == 2) PrefetchShare(p, true);
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   float* lse_base = p.workspace + H * smax * kLat;
@@ -588,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 6, true);
   grid::GridBarrier(p.sync, base + 3 * gridDim.x);
   Stamp(p.phase_ns, 7, false);
-  if (kL2Prefetch && p.l2_prefetch_point == 3) PrefetchShare(p);
+  if (kL2Prefetch && p.l2_prefetch_point == 3) PrefetchShare(p, true);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
   // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16; its own summation order)
@@ -683,6 +658,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 13, true);
   grid::GridBarrier(p.sync, base + 4 * gridDim.x, /*final=*/true);
   Stamp(p.phase_ns, 14, false);
+  // (Point 4: phase 5 reads no DRAM (its o_proj tile is staged): the next kernel's first weights
+  // stream across the kernel boundary.)
+  if (kL2Prefetch && p.l2_prefetch_point == 4) PrefetchShare(p, false);
 
   // Phase 5: o_proj (o in shared memory; the block's first tile staged).
   for (int64_t i = threadIdx.x; i < Ko / 8; i += kThreads)
@@ -747,7 +725,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
       misaligned(p.q32) || misaligned(p.in_residual) || misaligned(p.in_norm_w))
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
-  if (p.l2_prefetch_point < 0 || p.l2_prefetch_point > 3) why << "l2_prefetch_point " << p.l2_prefetch_point << " (0..3); ";
+  if (p.l2_prefetch_point < 0 || p.l2_prefetch_point > 4) why << "l2_prefetch_point " << p.l2_prefetch_point << " (0..4); ";
   for (int r = 0; r < 2; ++r)
     if (p.l2_prefetch_bytes[r] < 0 || p.l2_prefetch_bytes[r] % 16 != 0 ||
         reinterpret_cast<uintptr_t>(p.l2_prefetch[r]) % 16 != 0)

@@ -286,6 +286,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
     __syncthreads();
   }
+  // l2_next: this block's share of the next kernel's first weights, now that its own loads are done.
+  if (threadIdx.x == 0) {
+    for (int r = 0; r < 2; ++r) {
+      const char* nb = static_cast<const char*>(p.l2_next[r]);
+      const int64_t bytes = p.l2_next_bytes[r];
+      if (nb == nullptr || bytes <= 0) continue;
+      const int64_t share = ((bytes + grid - 1) / grid + 15) / 16 * 16;
+      const int64_t lo = blockIdx.x * share, hi = std::min(bytes, lo + share);
+      for (int64_t off = lo; off < hi; off += 65536) {
+        const uint32_t n = static_cast<uint32_t>(std::min(int64_t{65536}, hi - off));
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(nb + off), "r"(n) : "memory");
+      }
+    }
+  }
   if (!next_norm) {
     stamp(5);
     stamp(6);
@@ -424,6 +438,9 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
       misaligned(p.act) || (p.shared_gu && (misaligned(p.shared_gu) || misaligned(p.shared_down))))
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
+  for (int r = 0; r < 2; ++r)
+    if (p.l2_next_bytes[r] < 0 || p.l2_next_bytes[r] % 16 != 0 || reinterpret_cast<uintptr_t>(p.l2_next[r]) % 16 != 0)
+      why << "l2_next region " << r << " (16-byte aligned, bytes a multiple of 16); ";
   return why.str();
 }
 
