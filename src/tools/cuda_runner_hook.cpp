@@ -72,12 +72,9 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_OPROJ_NORM", &c.fused_oproj_norm);              // residual + norm in o_proj's last block (off: verified, slower)
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
   env_int("DS_PERSISTENT_MOE_GU_KSPLIT", 1, 8, 1, &c.persistent_moe_gu_ksplit);
-  env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared gate_up in its phase 1 (opt-in)
-  env_switch("DS_PERSISTENT_MOE_L2_NEXT", &c.persistent_moe_l2_next);  // prefetch of the next attention's q / kv_a (opt-in)
   env_switch("DS_NORM_IN_ATTN", &c.norm_in_attn);              // the next input norm in the attention kernel (on since session 14)
   env_switch("DS_Q_ABSORB", &c.fused_q_absorb);                  // MLA q absorption in one launch (opt-in)
   env_switch("DS_ATTN_PERSISTENT", &c.attn_persistent);          // the b1 MLA attention in one cooperative launch (on since session 13)
-  env_int("DS_ATTN_L2_PREFETCH", 0, 4, 1, &c.attn_l2_prefetch_point);  // its L2 prefetch of the MoE shared experts (opt-in)
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
     env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);

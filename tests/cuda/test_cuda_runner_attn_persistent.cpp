@@ -31,19 +31,6 @@ TEST(CudaRunnerAttnPersistent, DummyV2LiteWithinBounds) {
   CompareBounded("dummy_v2lite_3layers", DummyOptions(dir, 3, 9), true, PathExpect::kRuns);
 }
 
-// attn_l2_prefetch_point: the MoE shared experts prefetched into L2 by the attention kernel, a
-// hint that must change no bit of the logits, and must run on dummy V2-Lite's MoE layers (layer 0
-// is dense: no shared experts to prefetch there).
-TEST(CudaRunnerAttnPersistent, L2PrefetchBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (int point : {1, 3, 4}) {
-    const auto set = [point](CudaRunnerOptions& x, bool on) { x.attn_l2_prefetch_point = on ? point : 0; };
-    CompareOptionBitIdenticalRan("dummy_v2lite_3layers_point" + std::to_string(point), "attn_l2_prefetch_point",
-                                 DummyOptions(dir, 3, 9), set, &CudaGraphStats::attn_l2_prefetch_layers, PathExpect::kRuns);
-  }
-}
-
 // norm_in_attn: each MoE kernel but the last leaves the next layer's input norm to that layer's
 // attention kernel (another fp32 sum order of the norm): bounded against the option off, and it
 // must run on dummy V2-Lite (layers 1 -> 2: the MoE of layer 1, then the attention of layer 2).

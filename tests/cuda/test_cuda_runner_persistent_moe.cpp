@@ -44,26 +44,6 @@ TEST(CudaRunnerPersistentMoe, DummyV2LiteAfterOprojNormWithinBounds) {
   CompareBounded("dummy_v2lite_3layers oproj_norm", o, PathExpect::kRuns, true);
 }
 
-// persistent_moe_shared_first: the same tiles and sums in another order of work: bit-identical
-// logits, and the path runs on dummy V2-Lite's MoE layers.
-TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_shared_first = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_shared_first", DummyOptions(dir, 3, 5), set,
-                               &CudaGraphStats::moe_shared_first_layers, PathExpect::kRuns);
-}
-
-// persistent_moe_l2_next: a hint (the next attention's q / kv_a into L2): bit-identical logits;
-// it runs on dummy V2-Lite's MoE layer 1 (layer 2's attention follows).
-TEST(CudaRunnerPersistentMoe, L2NextBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_l2_next = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_l2_next", DummyOptions(dir, 3, 5), set,
-                               &CudaGraphStats::moe_l2_next_layers, PathExpect::kRuns);
-}
-
 // gu_ksplit (phase 2's split of a gate_up tile over warps, 8 by default) against one warp a tile:
 // another fp32 sum order, bounded.
 TEST(CudaRunnerPersistentMoe, GateUpKSplitWithinBounds) {

@@ -46,11 +46,11 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // in_norm: the input comes as a residual row and the input norm's weight
 // (MlaAttnPersistentParams::in_residual); the reference's x is their norm rounded to bf16.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             int l2_point = 0, bool in_norm = false) {
+             bool in_norm = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
-                            (l2_point != 0 ? "_l2pf" + std::to_string(l2_point) : "") + (in_norm ? "_in_norm" : "") +
+                            (in_norm ? "_in_norm" : "") +
                             (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
@@ -185,11 +185,6 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   p.block_size = kBs; p.softmax_scale = static_cast<float>(scale); p.max_context = max_context;
   p.q32 = d_q32.get(); p.kva32 = d_kva.get(); p.qlat16 = d_qlat.get(); p.workspace = d_ws.get();
   p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.wo_stage_point = wo_point;
-  if (l2_point > 0) {  // any two weight regions: the hint must change no result
-    p.l2_prefetch_point = l2_point;
-    p.l2_prefetch[0] = d_wq.get(); p.l2_prefetch_bytes[0] = static_cast<int64_t>(wq.size()) * 2;
-    p.l2_prefetch[1] = d_wo.get(); p.l2_prefetch_bytes[1] = static_cast<int64_t>(wo.size()) * 2;
-  }
   if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
@@ -240,15 +235,14 @@ TEST(CudaMlaAttnPersistent, MatchesCpuReference) {
   RunCase(16, 2048, 100, true, true, /*no_slot=*/true);
   RunCase(16, 2048, 1000, true, true, false, /*wo_point=*/0);  // where the o_proj tile's copies start
   RunCase(16, 2048, 1000, true, false, false, /*wo_point=*/1);
-  for (int l2 : {1, 2, 3, 4}) RunCase(16, 2048, 1000, true, l2 == 2, false, 2, /*l2_point=*/l2);
 }
 
 // The input norm inside the kernel (MlaAttnPersistentParams::in_residual, norm_in_attn).
 TEST(CudaMlaAttnPersistent, InputNormMatchesCpuReference) {
-  RunCase(16, 2048, 1000, true, true, false, 2, 0, /*in_norm=*/true);
-  RunCase(16, 2048, 33, true, false, false, 2, 0, true);
-  RunCase(4, 8192, 100, true, false, false, 2, 0, true);
-  RunCase(4, 512, 65, false, true, false, 2, 0, true);
+  RunCase(16, 2048, 1000, true, true, false, 2, /*in_norm=*/true);
+  RunCase(16, 2048, 33, true, false, false, 2, true);
+  RunCase(4, 8192, 100, true, false, false, 2, true);
+  RunCase(4, 512, 65, false, true, false, 2, true);
 }
 
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
@@ -259,12 +253,10 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
     EXPECT_NE(why.find(part), std::string::npos) << "missing '" << part << "' in: " << why;
   p.heads = 3;
   EXPECT_NE(MlaAttnPersistentUnsupported(p).find("heads 3"), std::string::npos);
-  p.l2_prefetch_point = 5;
-  p.l2_prefetch_bytes[1] = 24;
   p.wo_stage_point = 3;
   p.max_context = kMlaAttnPersistentMaxContext + 1;
   const std::string why2 = MlaAttnPersistentUnsupported(p);
-  for (const char* part : {"l2_prefetch_point 5", "l2_prefetch region 1", "wo_stage_point 3", "max_context 8193"})
+  for (const char* part : {"wo_stage_point 3", "max_context 8193"})
     EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
 }
 
@@ -274,9 +266,7 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
 // (8 x 28 MB, past L2, so each launch streams its weights from DRAM as in the model), and the
 // phase timeline from the phase_ns stamps: per segment the mean and the max over blocks, and
 // the last block's arrival at each stamp after the first block's start (cumulative). Variants
-// (session 14): the defaults; the input norm from a residual row (in_residual); the L2 prefetch
-// at point 4 of a V2-Lite-sized shared gate_up and router (23 + 0.5 MB a set; its cost to this
-// kernel: the gain is the MoE kernel's, in the model); both.
+// (session 14): x given, and x normalised from a residual row (in_residual, norm_in_attn's form).
 TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
   constexpr int64_t H = 16, Hd = 2048;
   constexpr int kSets = 8, kReplays = 20, kStampReplays = 5, kS = kMlaAttnPersistentStamps;
@@ -286,11 +276,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                    hwuk = rnd(H * kLat * kNope, 0.05f), hkvb = rnd(H * (kNope + kVd) * kLat, 0.05f),
                                    hwo = rnd(Hd * H * kVd, 0.02f);
   const double weight_bytes = 2.0 * (hwq.size() + hwkva.size() + hwuk.size() + H * kVd * kLat + hwo.size());
-  constexpr int64_t kSharedGu = int64_t{2} * 2816 * 2048, kRouterBytes = int64_t{64} * 2048 * 4;  // V2-Lite's
   struct Set {
     Dev<__nv_bfloat16> wq, wkva, wuk, kvb, wo;
     Dev<uint64_t> stamps;
-    Dev<__nv_bfloat16> sgu{kSharedGu}, router{kRouterBytes / 2};  // prefetch targets only (contents unused)
   };
   std::vector<std::unique_ptr<Set>> sets;
   for (int i = 0; i < kSets; ++i)
@@ -313,12 +301,11 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     Dev<uint32_t> d_sync(2);
     DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
     Dev<float> d_in_res(RandomNormal(Hd, 1.f)), d_in_w(std::vector<float>(Hd, 1.f));
-    // Variants: the defaults; in_residual (norm_in_attn's form); l2_prefetch_point 4; both.
-    // (Session 13's wo_stage_point 0 / 1 and l2_prefetch_point 1-3 variants:
-    // bench/results/session13_*, session14_2026-11-30_run1.)
-    for (int variant = 0; variant < 4; ++variant) {
-      const int wo_point = 2, l2_point = variant & 2 ? 4 : 0;
-      const bool in_norm = variant & 1;
+    // (Session 13's wo_stage_point 0 / 1 variants and the L2 prefetches of sessions 13-14:
+    // bench/results/session13_*, session14_2026-11-30_run{1,6}.)
+    for (int variant = 0; variant < 2; ++variant) {
+      const int wo_point = 2;
+      const bool in_norm = variant == 1;
       for (bool stamped : {false, true}) {
         const auto params = [&](int i) {
           MlaAttnPersistentParams p{};
@@ -333,11 +320,6 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
           p.wo_stage_point = wo_point;
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
-          if (l2_point > 0) {
-            p.l2_prefetch_point = l2_point;
-            p.l2_prefetch[0] = sets[i]->sgu.get(); p.l2_prefetch_bytes[0] = kSharedGu * 2;
-            p.l2_prefetch[1] = sets[i]->router.get(); p.l2_prefetch_bytes[1] = kRouterBytes;
-          }
           p.stream = st;
           return p;
         };
@@ -346,10 +328,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d l2_point=%d in_norm=%d stamps=%d: "
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d stamps=%d: "
                     "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, l2_point, in_norm, stamped, us, kSets, kSets, weight_bytes / 1e6,
-                    weight_bytes / (us * 1e3));
+                    ctx, wo_point, in_norm, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
         std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
@@ -380,9 +361,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d l2_point=%d in_norm=%d segment=\"%s\": mean %.2f us, "
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d in_norm=%d segment=\"%s\": mean %.2f us, "
                       "max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, l2_point, in_norm, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+                      ctx, in_norm, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

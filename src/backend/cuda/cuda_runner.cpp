@@ -744,19 +744,10 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.norm_weight = norm_in_attn ? nullptr : last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
   p.eps = static_cast<float>(cfg_.rms_norm_eps);
   if (!norm_in_attn) { p.out32 = h32_.as<float>(); p.out16 = h16_.as<bf16>(); }
-  // persistent_moe_l2_next: the next layer's persistent attention's phase-1 weights into L2.
-  if (opts_.persistent_moe_l2_next && !last && attn_pass_ok_ && AttnPersistentLayerOk(l + 1)) {
-    const MlaW& na = layers_[l + 1].attn;
-    p.l2_next[0] = na.q.w.get();
-    p.l2_next_bytes[0] = na.q.N * na.q.K * static_cast<int64_t>(sizeof(bf16)) / 16 * 16;
-    p.l2_next[1] = na.kv_a.w.get();
-    p.l2_next_bytes[1] = na.kv_a.N * na.kv_a.K * static_cast<int64_t>(sizeof(bf16)) / 16 * 16;
-  }
   p.sync = persist_sync_.as<uint32_t>(); p.partials = persist_partials_.as<float>();
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
-  p.shared_first = opts_.persistent_moe_shared_first;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form).
   if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);
@@ -766,9 +757,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (!launch) return true;
   MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
-  if (p.shared_first && p.gu_ksplit > 1 && Is > 0) ++graph_stats_.moe_shared_first_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
-  if (p.l2_next[0] != nullptr) ++graph_stats_.moe_l2_next_layers;
   ++graph_stats_.fused_launches;
   ++graph_stats_.persistent_moe_layers;
   Mark("moe_experts");

@@ -233,15 +233,6 @@ struct CudaRunnerOptions {
   // 2.304-2.310 against 2.317-2.333 with norm_in_attn (run 3; run 2: 2.340 against 2.370-2.373;
   // 2 was slower, 2.397). The CLI reads DS_PERSISTENT_MOE_GU_KSPLIT.
   int persistent_moe_gu_ksplit = 8;
-  // Its shared experts' gate_up tiles in phase 1 beside the router (MoePersistentParams::
-  // shared_first; same bits). Written in session 14; opt-in until measured. The CLI reads
-  // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
-  bool persistent_moe_shared_first = false;
-  // Its L2 prefetch of the next layer's attention q / kv_a weights (MoePersistentParams::l2_next)
-  // after its last phase's loads, where that attention runs the persistent kernel (no result
-  // changes). Written in session 14; opt-in until measured. The CLI reads
-  // DS_PERSISTENT_MOE_L2_NEXT=0/1.
-  bool persistent_moe_l2_next = false;
   // With persistent_moe and attn_persistent: an MoE layer's kernel skips the next layer's input
   // norm (its third grid barrier and fourth phase) where that layer's attention runs the
   // persistent kernel, which then normalises the residual itself in every block
@@ -267,13 +258,6 @@ struct CudaRunnerOptions {
   // against 2.507-2.511 at 1K with the whole suite passing). The CLI reads
   // DS_ATTN_PERSISTENT=0/1.
   bool attn_persistent = true;
-  // With attn_persistent: L2 prefetches by the attention kernel of the layer's MoE weights
-  // (MlaAttnPersistentParams::l2_prefetch_point), where the persistent MoE kernel runs next. 1-3:
-  // the shared experts (gate_up and down; V2-Lite 35 MB) after barrier 1, 2 or 3 (session 13;
-  // measured slower in session 14 run 1). 4: the shared gate_up and the router after barrier 4,
-  // across the kernel boundary (session 14; pairs with persistent_moe_shared_first). 0: off.
-  // No result changes. The CLI reads DS_ATTN_L2_PREFETCH=0..4.
-  int attn_l2_prefetch_point = 0;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -483,7 +467,6 @@ struct CudaGraphStats {
   int64_t fused_uv_layers = 0;    // MLA layers whose decode merge applied W_UV (fused_uv)
   int64_t q_absorb_layers = 0;    // MLA absorptions run as one MlaQAbsorb launch (fused_q_absorb; also a fused launch)
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
-  int64_t attn_l2_prefetch_layers = 0;  // of those, the ones that prefetched the MoE shared experts (attn_l2_prefetch_point)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)
@@ -493,8 +476,6 @@ struct CudaGraphStats {
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
-  int64_t moe_shared_first_layers = 0;  // persistent MoE layers with shared_first (likewise)
-  int64_t moe_l2_next_layers = 0;       // persistent MoE layers with the l2_next prefetch (likewise)
   int64_t moe_gu_ksplit_layers = 0;     // persistent MoE layers with gu_ksplit > 1 (likewise)
   int64_t norm_in_attn_layers = 0;  // attention kernels that applied their input norm (norm_in_attn)
 };

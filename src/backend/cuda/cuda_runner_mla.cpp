@@ -100,24 +100,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.q32 = q32_.as<float>(); ap.kva32 = lat32_.as<float>(); ap.qlat16 = attn_qlat16_.as<bf16>();
   ap.workspace = dec_ws_.as<float>(); ap.o16 = ov16_.as<bf16>(); ap.out = o32_.as<float>();
   ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
-  // attn_l2_prefetch_point: this layer's MoE shared experts (bf16) into L2, only where the
-  // persistent MoE kernel reads them from gate_up / down next (it folds the post-attention norm
-  // after this path: the form asked here is the one the layer loop launches).
-  const LayerW& LW = layers_[l];
-  const bool prefetch = opts_.attn_l2_prefetch_point > 0 && LW.has_mlp && PersistentMoe(l, T, /*fold_post_norm=*/true,
-                                                                                         /*launch=*/false);
-  if (prefetch) {
-    ap.l2_prefetch_point = opts_.attn_l2_prefetch_point;
-    ap.l2_prefetch[0] = LW.gate_up.w.get();
-    ap.l2_prefetch_bytes[0] = LW.gate_up.N * LW.gate_up.K * static_cast<int64_t>(sizeof(bf16)) / 16 * 16;
-    if (ap.l2_prefetch_point == 4) {  // the MoE kernel's first reads: the shared gate_up, the router
-      ap.l2_prefetch[1] = LW.router.get();
-      ap.l2_prefetch_bytes[1] = cfg_.n_routed_experts * cfg_.hidden_size * static_cast<int64_t>(sizeof(float)) / 16 * 16;
-    } else {
-      ap.l2_prefetch[1] = LW.down.w.get();
-      ap.l2_prefetch_bytes[1] = LW.down.N * LW.down.K * static_cast<int64_t>(sizeof(bf16)) / 16 * 16;
-    }
-  }
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
   // shape checks; what is left is the device's fit): asked once.
   if (attn_ok_ < 0) attn_ok_ = MlaAttnPersistentUnsupported(ap).empty() ? 1 : 0;
@@ -126,7 +108,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (attn_norm_pending_) ++graph_stats_.norm_in_attn_layers;
   ++graph_stats_.fused_launches;
   ++graph_stats_.attn_persistent_layers;
-  if (prefetch) ++graph_stats_.attn_l2_prefetch_layers;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
   Mark("attn_o_proj");
   return true;

@@ -64,31 +64,6 @@ __device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
                : "l"(ptr));
   return r;
 }
-// MlaAttnPersistentParams::l2_prefetch: thread 0 asks L2 for this block's 1 / grid share of each
-// region, in pieces of at most 64 KB (PTX ISA 8.x, "cp.async.bulk.prefetch", "createpolicy"):
-// evict_last (points 1-3: the MoE's routed experts stream in between) or the normal policy (point
-// 4: read right after this kernel).
-__device__ __forceinline__ void PrefetchShare(const MlaAttnPersistentParams& p, bool evict_last) {
-  if (threadIdx.x != 0) return;
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
-  for (int r = 0; r < 2; ++r) {
-    const char* base = static_cast<const char*>(p.l2_prefetch[r]);
-    const int64_t bytes = p.l2_prefetch_bytes[r];
-    if (base == nullptr || bytes <= 0) continue;
-    const int64_t share = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
-    const int64_t lo = blockIdx.x * share, hi = min(bytes, lo + share);
-    for (int64_t off = lo; off < hi; off += 65536) {
-      const uint32_t n = static_cast<uint32_t>(min(int64_t{65536}, hi - off));
-      if (evict_last)
-        asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(base + off), "r"(n), "l"(policy)
-                     : "memory");
-      else
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(base + off), "r"(n) : "memory");
-    }
-  }
-}
-
 // ptx::CpAsync16 to a generic pointer into shared memory.
 __device__ __forceinline__ void CpAsyncTo(void* dst, const void* src, bool valid) { ptx::CpAsync16(SmemAddr(dst), src, valid); }
 __device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
@@ -214,9 +189,6 @@ __device__ __forceinline__ void IssueSplitRows(const MlaAttnPersistentParams& p,
   }
 }
 
-// kL2Prefetch: the l2_prefetch regions are prefetched (a separate instantiation, so the default
-// kernel's code stays the one measured without them).
-template <bool kL2Prefetch>
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[kWarps][16];
@@ -310,7 +282,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 1, true);
   grid::GridBarrier(p.sync, base + 1 * gridDim.x);
   Stamp(p.phase_ns, 2, false);
-  if (kL2Prefetch && p.l2_prefetch_point == 1) PrefetchShare(p, true);
 
   // Phase 2: the absorption (block 0 and blocks past the units idle).
   if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
@@ -365,7 +336,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 3, true);
   grid::GridBarrier(p.sync, base + 2 * gridDim.x);
   Stamp(p.phase_ns, 4, false);
-  if (kL2Prefetch && p.l2_prefetch_point == 2) PrefetchShare(p, true);
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   float* lse_base = p.workspace + H * smax * kLat;
@@ -563,7 +533,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 6, true);
   grid::GridBarrier(p.sync, base + 3 * gridDim.x);
   Stamp(p.phase_ns, 7, false);
-  if (kL2Prefetch && p.l2_prefetch_point == 3) PrefetchShare(p, true);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
   // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16; its own summation order)
@@ -658,9 +627,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 13, true);
   grid::GridBarrier(p.sync, base + 4 * gridDim.x, /*final=*/true);
   Stamp(p.phase_ns, 14, false);
-  // (Point 4: phase 5 reads no DRAM (its o_proj tile is staged): the next kernel's first weights
-  // stream across the kernel boundary.)
-  if (kL2Prefetch && p.l2_prefetch_point == 4) PrefetchShare(p, false);
 
   // Phase 5: o_proj (o in shared memory; the block's first tile staged).
   for (int64_t i = threadIdx.x; i < Ko / 8; i += kThreads)
@@ -684,15 +650,10 @@ bool FitsCurrentDevice() {
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   bool fits = coop != 0;
   if (fits) {
-    for (const void* k : {reinterpret_cast<const void*>(MlaAttnPersistentKernel<false>),
-                          reinterpret_cast<const void*>(MlaAttnPersistentKernel<true>)})
-      EnsureMaxDynamicSmem(k, static_cast<int>(DynSmem()));
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaAttnPersistentKernel), static_cast<int>(DynSmem()));
     int per_sm = 0;
-    int per_sm_pf = 0;
-    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MlaAttnPersistentKernel<false>, kThreads, DynSmem()));
-    DS_CUDA_CHECK(
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_pf, MlaAttnPersistentKernel<true>, kThreads, DynSmem()));
-    fits = per_sm >= 1 && per_sm_pf >= 1;
+    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MlaAttnPersistentKernel, kThreads, DynSmem()));
+    fits = per_sm >= 1;
   }
   (*known)[dev] = fits;
   return fits;
@@ -725,11 +686,6 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
       misaligned(p.q32) || misaligned(p.in_residual) || misaligned(p.in_norm_w))
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
-  if (p.l2_prefetch_point < 0 || p.l2_prefetch_point > 4) why << "l2_prefetch_point " << p.l2_prefetch_point << " (0..4); ";
-  for (int r = 0; r < 2; ++r)
-    if (p.l2_prefetch_bytes[r] < 0 || p.l2_prefetch_bytes[r] % 16 != 0 ||
-        reinterpret_cast<uintptr_t>(p.l2_prefetch[r]) % 16 != 0)
-      why << "l2_prefetch region " << r << " (16-byte aligned, bytes a multiple of 16); ";
   if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (phase 2's absorption runs on blocks >= 1); ";
   if (why.str().empty() && !FitsCurrentDevice()) why << "no cooperative launch, or one block does not fit an SM; ";
   return why.str();
@@ -738,8 +694,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
 void MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const std::string why = MlaAttnPersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MlaAttnPersistent: " << why;
-  const auto kernel = p.l2_prefetch_point > 0 ? MlaAttnPersistentKernel<true> : MlaAttnPersistentKernel<false>;
-  LaunchCooperative(kernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(kThreads), DynSmem(), p.stream, p);
+  LaunchCooperative(MlaAttnPersistentKernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(kThreads), DynSmem(), p.stream, p);
 }
 
 }  // namespace ds::cuda

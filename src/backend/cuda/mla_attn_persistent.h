@@ -102,19 +102,6 @@ struct MlaAttnPersistentParams {
   // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
   // run 9, 27.7 us against 28.4 at point 0) after its partials' loads.
   int wo_stage_point = 2;
-  // L2 prefetch of weights a later kernel reads: each block asks L2 for its 1 / grid share of
-  // each region (cp.async.bulk.prefetch.L2; evict_last at points 1-3) right after grid barrier
-  // l2_prefetch_point (1..4; 0: none). A hint: no result changes. Regions 16-byte aligned, bytes
-  // multiples of 16 (CudaRunnerOptions::attn_l2_prefetch_point):
-  //  - points 1-3 (session 13; the runner's regions: this layer's MoE shared experts, gate_up and
-  //    down): measured slower in session 14 run 1 (the kernel +5 us, the step +0.12-0.24 ms);
-  //  - point 4 (session 14), after barrier 4, where phase 5 reads no DRAM (its o_proj tile is
-  //    staged): the runner's regions are the MoE kernel's first reads (the shared experts'
-  //    gate_up, which MoePersistentParams::shared_first runs in its phase 1, and the router), so
-  //    that DRAM streams across the kernel boundary.
-  const void* l2_prefetch[2] = {nullptr, nullptr};
-  int64_t l2_prefetch_bytes[2] = {0, 0};
-  int l2_prefetch_point = 0;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 16;

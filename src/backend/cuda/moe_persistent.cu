@@ -104,32 +104,29 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const uint64_t base = s_base;
 
   bf16* act = p.act;
-  const int64_t it = I / 8, tiles_r = K * it, tiles = tiles_r + Is / 8, tiles_s = Is / 8;
+  const int64_t it = I / 8, tiles_r = K * it, tiles = tiles_r + Is / 8;
   // Tile t's weights (8 gate rows at gate_row(t), the same 8 up rows at + half) and outputs.
-  const auto tile_at = [&](int64_t t, const bf16*& base, int64_t& c0, int64_t& half, bf16*& out) {
+  const auto tile_at = [&](int64_t t, const bf16*& w, int64_t& c0, int64_t& half, bf16*& out) {
     if (t < tiles_r) {
       const int64_t j = t / it;
       c0 = (t % it) * 8;
-      base = p.w13 + static_cast<int64_t>(s_ids[j]) * 2 * I * Hd;
+      w = p.w13 + static_cast<int64_t>(s_ids[j]) * 2 * I * Hd;
       half = I;
       out = act + j * I + c0;
     } else {
       c0 = (t - tiles_r) * 8;
-      base = p.shared_gu;
+      w = p.shared_gu;
       half = Is;
       out = act + K * I + c0;
     }
   };
-  // gu_ksplit > 1 (see phase 2): slots of ksp warps; with shared_first the tile order puts the
-  // shared experts' tiles first (tp -> t), and the rounds of shared tiles run in phase 1.
+  // gu_ksplit > 1 (see phase 2): slots of ksp warps, each warp a part of its slot's tile.
   const int ksp = p.gu_ksplit, slots = kWarps / ksp, slot = warp / ksp, part = warp % ksp;
-  const bool sfirst = p.shared_first && ksp > 1;
-  const auto tile_of = [&](int64_t tp) { return !sfirst ? tp : tp < tiles_s ? tiles_r + tp : tp - tiles_s; };
-  const auto gu_part = [&](int64_t tp, int r) {
+  const auto gu_part = [&](int64_t t, int r) {
     const bf16* wb;
     int64_t c0, half;
     bf16* out;
-    tile_at(tile_of(tp), wb, c0, half, out);
+    tile_at(t, wb, c0, half, out);
     const int64_t kw = Hd / ksp, k0 = part * kw;
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     WarpTile16(wb + (c0 + g) * Hd + k0, wb + (half + c0 + g) * Hd + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
@@ -139,21 +136,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
   };
 
-  // Phase 1: router logit columns (blocks b, b + grid, ...; with shared_first from the last block
-  // down, away from the blocks with the most shared tiles): thread t takes k = t, t + 256, ...,
-  // then a block sum. With shared_first, then this slot's rounds of shared tiles (no routing
-  // needed): DRAM streams while the router's results cross barrier 1.
-  for (int64_t n = sfirst ? grid - 1 - blockIdx.x : blockIdx.x; work && n < E; n += grid) {
+  // Phase 1: router logit columns (blocks b, b + grid, ...): thread t takes k = t, t + 256, ...,
+  // then a block sum.
+  for (int64_t n = blockIdx.x; work && n < E; n += grid) {
     const float* wr = p.router_w + n * Hd;
     float acc = 0.f;
     for (int64_t k = threadIdx.x; k < Hd; k += kThreads) acc = fmaf(x32s[k], __ldg(wr + k), acc);
     acc = dev::BlockSum(acc, s_red);
     if (threadIdx.x == 0) p.logits[n] = acc;
   }
-  int r1 = 0;  // this warp's rounds done in phase 1
-  if (sfirst)
-    for (int64_t tp = blockIdx.x + int64_t{grid} * slot; work && tp < tiles_s; tp += int64_t{grid} * slots, ++r1)
-      gu_part(tp, r1);
   stamp(1);
   GridBarrier(p.sync, base + 1 * gridDim.x);
   stamp(2);
@@ -193,25 +184,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
   } else {
     // gu_ksplit = ks: a tile's hidden split into ks parts on ks warps of one block (slot = warp /
-    // ks, part = warp % ks), kWarps / ks tiles at a time: tile tp (tile_of: in the shared_first
-    // order) on block tp % grid, slot (tp / grid) % slots, round tp / (grid * slots). The parts'
-    // sums go to shared memory; after every round, threads add them in part order and apply the
-    // SiLU (deterministic; the same bits with or without shared_first).
-    int r = r1;
-    for (int64_t tp = blockIdx.x + int64_t{grid} * (slot + int64_t{slots} * r1); work && tp < tiles;
-         tp += int64_t{grid} * slots, ++r)
-      gu_part(tp, r);
+    // ks, part = warp % ks), kWarps / ks tiles at a time: tile t on block t % grid, slot
+    // (t / grid) % slots, round t / (grid * slots). The parts' sums go to shared memory; after
+    // every round, threads add them in part order and apply the SiLU (deterministic).
+    int r = 0;
+    for (int64_t t = blockIdx.x + int64_t{grid} * slot; work && t < tiles; t += int64_t{grid} * slots, ++r) gu_part(t, r);
     __syncthreads();
     const int64_t rounds = (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
     for (int64_t idx = threadIdx.x; work && idx < rounds * slots * 8; idx += kThreads) {
       const int rr = static_cast<int>(idx / (slots * 8)), sl = static_cast<int>(idx % (slots * 8)) / 8,
                 c = static_cast<int>(idx % 8);
-      const int64_t tp = blockIdx.x + int64_t{grid} * (sl + int64_t{slots} * rr);
-      if (tp >= tiles) continue;
+      const int64_t t = blockIdx.x + int64_t{grid} * (sl + int64_t{slots} * rr);
+      if (t >= tiles) continue;
       const bf16* wb;
       int64_t c0, half;
       bf16* out;
-      tile_at(tile_of(tp), wb, c0, half, out);
+      tile_at(t, wb, c0, half, out);
       float gs = 0.f, us = 0.f;
       for (int pp = 0; pp < ksp; ++pp) {
         gs += s_gu[rr][sl * ksp + pp][c];
@@ -285,20 +273,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       s_vals[ntile][c] = v;
     }
     __syncthreads();
-  }
-  // l2_next: this block's share of the next kernel's first weights, now that its own loads are done.
-  if (threadIdx.x == 0) {
-    for (int r = 0; r < 2; ++r) {
-      const char* nb = static_cast<const char*>(p.l2_next[r]);
-      const int64_t bytes = p.l2_next_bytes[r];
-      if (nb == nullptr || bytes <= 0) continue;
-      const int64_t share = ((bytes + grid - 1) / grid + 15) / 16 * 16;
-      const int64_t lo = blockIdx.x * share, hi = std::min(bytes, lo + share);
-      for (int64_t off = lo; off < hi; off += 65536) {
-        const uint32_t n = static_cast<uint32_t>(std::min(int64_t{65536}, hi - off));
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(nb + off), "r"(n) : "memory");
-      }
-    }
   }
   if (!next_norm) {
     stamp(5);
@@ -438,9 +412,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
       misaligned(p.act) || (p.shared_gu && (misaligned(p.shared_gu) || misaligned(p.shared_down))))
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
-  for (int r = 0; r < 2; ++r)
-    if (p.l2_next_bytes[r] < 0 || p.l2_next_bytes[r] % 16 != 0 || reinterpret_cast<uintptr_t>(p.l2_next[r]) % 16 != 0)
-      why << "l2_next region " << r << " (16-byte aligned, bytes a multiple of 16); ";
   return why.str();
 }
 

@@ -87,16 +87,6 @@ struct MoePersistentParams {
   // in part order (more loads in flight on the SMs with the most tiles, a shorter tail; session
   // 14). At most kMoePersistentMaxGuRounds tiles a slot.
   int gu_ksplit = 1;
-  // With gu_ksplit > 1: the shared experts' gate_up tiles first, their rounds in phase 1 beside
-  // the router (they need no routing), the router's columns on the last blocks. The same bits as
-  // without it. Written in session 14: opt-in until measured.
-  bool shared_first = false;
-  // L2 prefetch after phase 3's loads (each block its 1 / grid share of each region, normal
-  // policy; a hint, no result changes): the next kernel's first weights (the runner: the next
-  // layer's attention q / kv_a), so that DRAM streams across the kernel boundary. 16-byte aligned
-  // regions, bytes multiples of 16. Written in session 14.
-  const void* l2_next[2] = {nullptr, nullptr};
-  int64_t l2_next_bytes[2] = {0, 0};
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
