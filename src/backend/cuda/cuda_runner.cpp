@@ -748,6 +748,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
+  p.down_preload = opts_.persistent_moe_down_preload;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form).
   if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);
@@ -758,6 +759,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
+  if (p.down_preload) ++graph_stats_.moe_down_preload_layers;
   ++graph_stats_.fused_launches;
   ++graph_stats_.persistent_moe_layers;
   Mark("moe_experts");
@@ -1096,8 +1098,10 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   attn_norm_pending_ = false;
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerW& LW = layers_[l];
-    // h = input_layernorm(residual (+= previous MLP output))
-    if (l == 0) norm(residual, nullptr, LW.in_norm);
+    // h = input_layernorm(residual (+= previous MLP output)). norm_in_attn: layer 0's persistent
+    // attention kernel normalises the embeddings itself, as later layers' do after an MoE kernel.
+    if (l == 0 && opts_.norm_in_attn && attn_pass_ok_ && AttnPersistentLayerOk(0)) attn_norm_pending_ = true;
+    else if (l == 0) norm(residual, nullptr, LW.in_norm);
     else if (!normed) norm(mlp32_.as<float>(), residual, LW.in_norm);
     Mark("norms_embed_combine");
     // (norm_in_attn: the attention kernel normalises the residual itself; where it does not run

@@ -94,4 +94,44 @@ __device__ __forceinline__ void WarpTile16(const __nv_bfloat16* ra, const __nv_b
   WarpTile16Cols(ra, rb, ((threadIdx.x & 31) >> 2) == 1 ? xb : xa, steps, d);
 }
 
+// Weight loads issued where they are written (asm volatile: not sunk past a grid barrier to their
+// use), 16 bytes through the read-only path, not kept in L1 (as ptx::LdStream).
+__device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(ptr));
+  return r;
+}
+// A warp's slice of one 16-row weight tile (at most kTileBurst 32-element steps), loaded ahead
+// of its activations (before a grid barrier, or a block's wait for them): WarpTile16Cols's loads,
+// lane l = 4 g + q holding rows g and g + 8 at k = 32 s + 8 q.
+struct WarpSlice {
+  uint4 a[kTileBurst], b[kTileBurst];
+};
+__device__ __forceinline__ void LoadSlice(const __nv_bfloat16* ra, const __nv_bfloat16* rb, int steps, WarpSlice& w) {
+  const int q = threadIdx.x & 3;
+#pragma unroll
+  for (int u = 0; u < kTileBurst; ++u) {
+    if (u < steps) {
+      w.a[u] = LdStreamNow(reinterpret_cast<const uint4*>(ra) + q + 4 * u);
+      w.b[u] = LdStreamNow(reinterpret_cast<const uint4*>(rb) + q + 4 * u);
+    }
+  }
+}
+// WarpTile16Cols's mma sequence on a loaded slice (x: this lane's column of the activations in
+// shared memory, at the slice's first k: WarpTile16Cols's xg). Used by mla_attn_persistent.cu and
+// moe_persistent.cu; then WarpTile16 over the rest of the row continues the same mma order.
+__device__ __forceinline__ void MmaSlice(const WarpSlice& w, const __nv_bfloat16* x, int steps, float (&d)[4]) {
+  const uint4* x4 = reinterpret_cast<const uint4*>(x) + (threadIdx.x & 3);
+#pragma unroll
+  for (int u = 0; u < kTileBurst; ++u) {
+    if (u < steps) {
+      const uint4 xv = x4[4 * u];
+      Mma(d, w.a[u].x, w.b[u].x, w.a[u].y, w.b[u].y, xv.x, xv.y);
+      Mma(d, w.a[u].z, w.b[u].z, w.a[u].w, w.b[u].w, xv.z, xv.w);
+    }
+  }
+}
+
 }  // namespace ds::cuda::ptx

@@ -28,6 +28,10 @@ using bf16 = __nv_bfloat16;
 using ptx::Ldsm4;
 using ptx::Ldsm4T;
 using ptx::Mma;
+using ptx::LdStreamNow;
+using ptx::LoadSlice;
+using ptx::MmaSlice;
+using ptx::WarpSlice;
 using ptx::WarpTile16;
 using sm90::PackBf16;
 using sm90::SmemAddr;
@@ -55,15 +59,6 @@ constexpr size_t kWorkSmem =
 constexpr size_t kWoOff = kWorkSmem;
 constexpr size_t DynSmem() { return kWoOff + size_t{16} * (kMaxHeads * kVd + kWoPad) * 2; }
 
-// Weight loads issued where they are written (asm volatile: not sunk past a grid barrier to their
-// use), 16 bytes through the read-only path, not kept in L1 (as ptx::LdStream).
-__device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(ptr));
-  return r;
-}
 // ptx::CpAsync16 to a generic pointer into shared memory.
 __device__ __forceinline__ void CpAsyncTo(void* dst, const void* src, bool valid) { ptx::CpAsync16(SmemAddr(dst), src, valid); }
 __device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
@@ -79,36 +74,6 @@ __device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t by
 }
 __device__ __forceinline__ void WaitStaged(uint64_t* bar) {
   while (!sm90::BarTryWait(SmemAddr(bar), 0)) {
-  }
-}
-
-// A warp's slice of one 16-row weight tile (at most ptx::kTileBurst 32-element steps), loaded
-// ahead of its activations (before a grid barrier): WarpTile16Cols's loads, lane l = 4 g + q
-// holding rows g and g + 8 at k = 32 s + 8 q.
-struct WarpSlice {
-  uint4 a[ptx::kTileBurst], b[ptx::kTileBurst];
-};
-__device__ __forceinline__ void LoadSlice(const bf16* ra, const bf16* rb, int steps, WarpSlice& w) {
-  const int q = threadIdx.x & 3;
-#pragma unroll
-  for (int u = 0; u < ptx::kTileBurst; ++u) {
-    if (u < steps) {
-      w.a[u] = LdStreamNow(reinterpret_cast<const uint4*>(ra) + q + 4 * u);
-      w.b[u] = LdStreamNow(reinterpret_cast<const uint4*>(rb) + q + 4 * u);
-    }
-  }
-}
-// WarpTile16Cols's mma sequence on a loaded slice (x: the warp's K slice of the activations in
-// shared memory, every column the same vector).
-__device__ __forceinline__ void MmaSlice(const WarpSlice& w, const bf16* x, int steps, float (&d)[4]) {
-  const uint4* x4 = reinterpret_cast<const uint4*>(x) + (threadIdx.x & 3);
-#pragma unroll
-  for (int u = 0; u < ptx::kTileBurst; ++u) {
-    if (u < steps) {
-      const uint4 xv = x4[4 * u];
-      Mma(d, w.a[u].x, w.b[u].x, w.a[u].y, w.b[u].y, xv.x, xv.y);
-      Mma(d, w.a[u].z, w.b[u].z, w.a[u].w, w.b[u].w, xv.z, xv.w);
-    }
   }
 }
 

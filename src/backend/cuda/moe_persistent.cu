@@ -226,26 +226,50 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int npair = (nseg + 1) / 2;
   const int ks = npair >= kWarps ? 1 : kWarps / npair, nunit = npair * ks;
   const int steps = static_cast<int>(I / 32);
+  // Unit u of down tile `tile`: this lane's row (output column n0 + g) of the pair's two segments
+  // (the mma tile's rows g and g + 8), their activations, the unit's K range in 32-steps.
+  const auto unit_at = [&](int64_t tile, int u, const bf16* (&row)[2], const bf16* (&x)[2], int& s0, int& s1) {
+    const int64_t n0 = tile * kDownTile;
+    const int pair = u / ks, r = u % ks;
+    s0 = steps * r / ks;
+    s1 = steps * (r + 1) / ks;
+    for (int h = 0; h < 2; ++h) {
+      const int seg = std::min(2 * pair + h, nseg - 1);  // an odd last pair repeats its segment
+      if (seg < K) {
+        row[h] = p.w2 + (static_cast<int64_t>(s_ids[seg]) * Hd + n0 + g) * I;
+        x[h] = xs + seg * I;
+      } else {
+        row[h] = p.shared_down + (n0 + g) * Is + (seg - K) * I;
+        x[h] = xs + K * I + (seg - K) * I;
+      }
+    }
+  };
+  // down_preload: this warp's first unit's first burst of weights is asked into L2 (prefetch, one
+  // instruction a 128-byte line: no registers held) before the act copy (one L2 round trip), so
+  // that its loads after the copy hit L2. The same loads and mma order (the same bits).
+  if (p.down_preload && work && blockIdx.x < dtiles && warp < nunit && q == 0) {
+    const bf16* row[2];
+    const bf16* x[2];
+    int s0, s1;
+    unit_at(blockIdx.x, warp, row, x, s0, s1);
+    const int n = (s1 - s0 < ptx::kTileBurst ? s1 - s0 : ptx::kTileBurst) * 32 * 2;  // bytes of the burst in each row
+    // Lane 4 g prefetches its row (output column n0 + g) of both segments of the pair.
+    for (int h = 0; h < 2; ++h) {
+      const char* r = reinterpret_cast<const char*>(row[h] + 32 * s0);
+      for (int off = 0; off < n; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(r + off));
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(r + n - 1));  // the last line (r may start mid-line)
+    }
+  }
   if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
   int ntile = 0;
   for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
     const int64_t n0 = tile * kDownTile;
     for (int u = warp; u < nunit; u += kWarps) {
-      const int pair = u / ks, r = u % ks;
-      const int s0 = steps * r / ks, s1 = steps * (r + 1) / ks;
       const bf16* row[2];
       const bf16* x[2];
-      for (int h = 0; h < 2; ++h) {
-        const int seg = std::min(2 * pair + h, nseg - 1);  // an odd last pair repeats its segment
-        if (seg < K) {
-          row[h] = p.w2 + (static_cast<int64_t>(s_ids[seg]) * Hd + n0 + g) * I;
-          x[h] = xs + seg * I;
-        } else {
-          row[h] = p.shared_down + (n0 + g) * Is + (seg - K) * I;
-          x[h] = xs + K * I + (seg - K) * I;
-        }
-      }
+      int s0, s1;
+      unit_at(tile, u, row, x, s0, s1);
       float d[4] = {0.f, 0.f, 0.f, 0.f};
       WarpTile16(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
       if (q == 0) {
