@@ -44,16 +44,6 @@ TEST(CudaRunnerPersistentMoe, DummyV2LiteAfterOprojNormWithinBounds) {
   CompareBounded("dummy_v2lite_3layers oproj_norm", o, PathExpect::kRuns, true);
 }
 
-// persistent_moe_down_preload: the same mma order with the first burst loaded earlier:
-// bit-identical logits; it runs on dummy V2-Lite's MoE layers.
-TEST(CudaRunnerPersistentMoe, DownPreloadBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_down_preload = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_down_preload", DummyOptions(dir, 3, 5), set,
-                               &CudaGraphStats::moe_down_preload_layers, PathExpect::kRuns);
-}
-
 // gu_ksplit (phase 2's split of a gate_up tile over warps, 8 by default) against one warp a tile:
 // another fp32 sum order, bounded.
 TEST(CudaRunnerPersistentMoe, GateUpKSplitWithinBounds) {

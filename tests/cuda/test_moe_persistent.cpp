@@ -60,12 +60,11 @@ double B(const __nv_bfloat16& x) { return static_cast<double>(__bfloat162float(x
 
 // next_norm false: norm_weight = nullptr (no next norm: the kernel ends after phase 3; out32 /
 // out16 stay as poisoned).
-void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true,
-             bool down_preload = false) {
+void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
   const std::string label = std::string(c.name) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
                             (fold ? " fold" : "") + (ksplit > 1 ? " gu_ksplit" + std::to_string(ksplit) : "") +
-                            (next_norm ? "" : " no_next_norm") + (down_preload ? " down_preload" : "");
+                            (next_norm ? "" : " no_next_norm");
   // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual; with
   // fold, attn_out and the post-attention norm's weight instead of x32 / x16 (x32 is then the
   // reference's own norm of residual + attn_out).
@@ -114,7 +113,6 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   p.residual = d_res.get(); p.norm_weight = d_norm_w.get(); p.eps = 1e-6f;
   p.out32 = d_out32.get(); p.out16 = d_out16.get(); p.sync = d_sync.get(); p.partials = d_part.get();
   p.gu_ksplit = ksplit;
-  p.down_preload = down_preload;
   p.blocks_per_sm = bps;
   if (!next_norm) { p.norm_weight = nullptr; p.out32 = nullptr; p.out16 = nullptr; }
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
@@ -220,12 +218,6 @@ TEST(CudaMoePersistent, WithoutNextNormMatchesCpuReference) {
   for (const Case& c : kCases) RunCase(c, true, 2, true, 1, false);
   RunCase(kCases[0], false, 1, false, 1, false);
   RunCase(kCases[0], true, 2, true, 8, false);
-}
-
-// Phase 3's first burst of down weights loaded before the act copy (down_preload).
-TEST(CudaMoePersistent, DownPreloadMatchesCpuReference) {
-  for (const Case& c : kCases) RunCase(c, true, 2, true, 8, false, true);
-  RunCase(kCases[0], false, 1, false, 1, true, true);
 }
 
 // Phase 2 with each gate_up tile's hidden split over 2, 4 or 8 warps (MoePersistentParams::gu_ksplit).

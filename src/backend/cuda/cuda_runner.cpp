@@ -748,7 +748,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
-  p.down_preload = opts_.persistent_moe_down_preload;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form).
   if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);
@@ -759,7 +758,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
-  if (p.down_preload) ++graph_stats_.moe_down_preload_layers;
   ++graph_stats_.fused_launches;
   ++graph_stats_.persistent_moe_layers;
   Mark("moe_experts");

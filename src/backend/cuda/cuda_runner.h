@@ -233,10 +233,6 @@ struct CudaRunnerOptions {
   // 2.304-2.310 against 2.317-2.333 with norm_in_attn (run 3; run 2: 2.340 against 2.370-2.373;
   // 2 was slower, 2.397). The CLI reads DS_PERSISTENT_MOE_GU_KSPLIT.
   int persistent_moe_gu_ksplit = 8;
-  // Its phase 3 with each warp's first burst of down weights prefetched into L2 before the
-  // activations' copy (MoePersistentParams::down_preload; same bits). Written in session 14; opt-in until measured.
-  // The CLI reads DS_PERSISTENT_MOE_DOWN_PRELOAD=0/1.
-  bool persistent_moe_down_preload = false;
   // With persistent_moe and attn_persistent: an MoE layer's kernel skips the next layer's input
   // norm (its third grid barrier and fourth phase) where that layer's attention runs the
   // persistent kernel, which then normalises the residual itself in every block
@@ -480,7 +476,6 @@ struct CudaGraphStats {
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
-  int64_t moe_down_preload_layers = 0;  // persistent MoE layers with down_preload (likewise)
   int64_t moe_gu_ksplit_layers = 0;     // persistent MoE layers with gu_ksplit > 1 (likewise)
   int64_t norm_in_attn_layers = 0;  // attention kernels that applied their input norm (norm_in_attn)
 };

@@ -244,22 +244,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       }
     }
   };
-  // down_preload: this warp's first unit's first burst of weights is asked into L2 (prefetch, one
-  // instruction a 128-byte line: no registers held) before the act copy (one L2 round trip), so
-  // that its loads after the copy hit L2. The same loads and mma order (the same bits).
-  if (p.down_preload && work && blockIdx.x < dtiles && warp < nunit && q == 0) {
-    const bf16* row[2];
-    const bf16* x[2];
-    int s0, s1;
-    unit_at(blockIdx.x, warp, row, x, s0, s1);
-    const int n = (s1 - s0 < ptx::kTileBurst ? s1 - s0 : ptx::kTileBurst) * 32 * 2;  // bytes of the burst in each row
-    // Lane 4 g prefetches its row (output column n0 + g) of both segments of the pair.
-    for (int h = 0; h < 2; ++h) {
-      const char* r = reinterpret_cast<const char*>(row[h] + 32 * s0);
-      for (int off = 0; off < n; off += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(r + off));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(r + n - 1));  // the last line (r may start mid-line)
-    }
-  }
   if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
   int ntile = 0;

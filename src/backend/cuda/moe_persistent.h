@@ -87,10 +87,6 @@ struct MoePersistentParams {
   // in part order (more loads in flight on the SMs with the most tiles, a shorter tail; session
   // 14). At most kMoePersistentMaxGuRounds tiles a slot.
   int gu_ksplit = 1;
-  // Phase 3: each warp's first burst of down weights prefetched into L2 before the activations'
-  // copy into shared memory (the same loads after it: the same bits). Written in session 14;
-  // opt-in until measured.
-  bool down_preload = false;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
