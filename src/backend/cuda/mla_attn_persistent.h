@@ -1,6 +1,7 @@
 // The batch-1 MLA attention layer in ONE cooperative launch (CudaRunnerOptions::attn_persistent,
 // on by default since session 13; docs/design/decode_small_batch.md, "Next: the batch-1 layer as
-// one kernel", step 1): from the input norm's bf16 output x to o_proj's fp32 output, for one
+// one kernel", step 1): from the input norm's bf16 output x (or, with in_residual, from the
+// residual stream: the input norm in every block, session 14) to o_proj's fp32 output, for one
 // decode token of one sequence, with the phases separated by grid-wide barriers
 // (grid_barrier.cuh) instead of the seven launches of the unfused path (q_proj, kv_a, kv norm +
 // RoPE + cache write, the q absorption, the split-KV decode, the merge + W_UV, o_proj). The

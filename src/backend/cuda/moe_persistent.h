@@ -24,11 +24,13 @@
 //  0. every block: x32 and x16 into shared memory (with attn_out: the post-attention norm);
 //  1. router logit columns (blocks b, b + grid, ...) -> barrier;
 //  2. every block routes the token itself (warp 0, the same bits everywhere: no barrier), then
-//     gate_up + SiLU tiles of 8 act columns (8 gate + the same 8 up rows: one 16-row mma tile a
-//     warp, over all of hidden), the routed slots' then the shared experts' -> barrier;
+//     gate_up + SiLU tiles of 8 act columns (8 gate + the same 8 up rows: one 16-row mma tile,
+//     over all of hidden by one warp, or split over gu_ksplit warps of a block), the routed
+//     slots' then the shared experts' -> barrier;
 //  3. down tiles of 8 output columns, one a block: its warps take pairs of segments (routed slot
 //     j; the shared down's chunks of I) split along K, then 8 threads finish moe, the residual and
-//     the block's sum of squares (no combine pass, no atomics) -> barrier;
+//     the block's sum of squares (no combine pass, no atomics) -> barrier (the last phase without
+//     a next norm: norm_weight == nullptr);
 //  4. every block sums the partials (a fixed order) and normalises the columns it finished.
 // The barrier is grid_barrier.cuh's 64-bit arrival counter in `sync` (zero before the first
 // launch; each launch leaves it at the next multiple of grid::kGridEpoch), so the launch can be
