@@ -134,18 +134,14 @@ void DeviceBuffer::Release() {
 }
 
 void PinnedHostBuffer::Reserve(size_t bytes) {
-  if (bytes <= bytes_) return;
-  Release();
+  if (ptr_ && bytes <= bytes_) return;
+  ptr_.reset();
   void* p = nullptr;
   DS_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
-  ptr_ = p;
+  ptr_.reset(p);
   bytes_ = bytes;
 }
 
-void PinnedHostBuffer::Release() {
-  if (ptr_) cudaFreeHost(ptr_);  // no check: runs in destructors
-  ptr_ = nullptr;
-  bytes_ = 0;
-}
+void PinnedHostBuffer::FreeHost::operator()(void* p) const { cudaFreeHost(p); }
 
 }  // namespace ds::cuda

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -87,28 +88,17 @@ class DeviceBuffer {
 // errors throw ds::CheckError.
 class PinnedHostBuffer {
  public:
-  PinnedHostBuffer() = default;
-  ~PinnedHostBuffer() { Release(); }
-  PinnedHostBuffer(PinnedHostBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
-  PinnedHostBuffer& operator=(PinnedHostBuffer&& o) noexcept {
-    if (this != &o) {
-      Release();
-      ptr_ = o.ptr_; bytes_ = o.bytes_;
-      o.ptr_ = nullptr; o.bytes_ = 0;
-    }
-    return *this;
-  }
-  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
-  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
   // Reallocates only when `bytes` exceeds the current capacity (contents are not kept).
   void Reserve(size_t bytes);
-  void Release();
-  void* get() const { return ptr_; }
-  template <typename T> T* as() const { return static_cast<T*>(ptr_); }
-  size_t size() const { return bytes_; }
+  void* get() const { return ptr_.get(); }
+  template <typename T> T* as() const { return static_cast<T*>(ptr_.get()); }
+  size_t size() const { return ptr_ ? bytes_ : 0; }
 
  private:
-  void* ptr_ = nullptr;
+  struct FreeHost {
+    void operator()(void* p) const;  // cudaFreeHost (unchecked: runs in destructors)
+  };
+  std::unique_ptr<void, FreeHost> ptr_;
   size_t bytes_ = 0;
 };
 
