@@ -42,8 +42,10 @@ TEST(CudaRunnerAttnPersistent, NormInAttnWithinBounds) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
   const auto set = [](CudaRunnerOptions& x, bool on) { x.norm_in_attn = on; };
+  // (The MoE -> attention hand-off itself: layer 0's norm alone would also count in
+  // norm_in_attn_layers.)
   CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "norm_in_attn", DummyOptions(dir, 3, 9), /*expect_change=*/false,
-                               set, &CudaGraphStats::norm_in_attn_layers, PathExpect::kRuns);
+                               set, &CudaGraphStats::moe_norm_skipped_layers, PathExpect::kRuns);
 }
 
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {

@@ -54,6 +54,16 @@ TEST(CudaRunnerPersistentMoe, GateUpKSplitWithinBounds) {
                                &CudaGraphStats::moe_gu_ksplit_layers, PathExpect::kRuns);
 }
 
+// persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
+// against the unfused dense MLP (another fp32 order), and it must run there.
+TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_dense_mlp = on; };
+  CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "persistent_dense_mlp", DummyOptions(dir, 3, 5), true, set,
+                               &CudaGraphStats::persistent_dense_layers, PathExpect::kRuns);
+}
+
 TEST(CudaRunnerPersistentMoe, DummyV3Fp8NeverRuns) {
   const std::string dir = ConfigDir("deepseek-v3");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";

@@ -59,7 +59,7 @@ std::vector<__nv_bfloat16> RandomBf16(size_t n, float a, uint64_t seed) {
 double B(const __nv_bfloat16& x) { return static_cast<double>(__bfloat162float(x)); }
 
 // next_norm false: norm_weight = nullptr (no next norm: the kernel ends after phase 3; out32 /
-// out16 stay as poisoned).
+// out16 stay set and must stay as poisoned).
 void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
   const std::string label = std::string(c.name) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
@@ -114,7 +114,7 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   p.out32 = d_out32.get(); p.out16 = d_out16.get(); p.sync = d_sync.get(); p.partials = d_part.get();
   p.gu_ksplit = ksplit;
   p.blocks_per_sm = bps;
-  if (!next_norm) { p.norm_weight = nullptr; p.out32 = nullptr; p.out16 = nullptr; }
+  if (!next_norm) p.norm_weight = nullptr;  // out32 / out16 / partials stay set: the kernel must not write them
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
@@ -195,8 +195,8 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
     ExpectClose("moe_persistent_norm_out16", label, out16, ref_out, 5e-3);
   } else {  // untouched: still the poison of the last launch's setup
     int64_t written = 0;
-    for (int64_t n = 0; n < Hd; ++n) written += !std::isnan(out32[n]);
-    EXPECT_EQ(written, 0) << label << ": out32 written without a next norm";
+    for (int64_t n = 0; n < Hd; ++n) written += !std::isnan(out32[n]) + !std::isnan(out16[n]);
+    EXPECT_EQ(written, 0) << label << ": out32 / out16 written without a next norm";
   }
   // grid_barrier.cuh's 64-bit counter: each launch pads it to the next multiple of kGridEpoch (2^20).
   const uint64_t count = (uint64_t{sync[1]} << 32) | sync[0], expected = uint64_t{kLaunches} << 20;
@@ -211,6 +211,87 @@ TEST(CudaMoePersistent, MatchesCpuReference) {
       for (int bps : {1, 2}) RunCase(c, graph, bps, false);
   for (const Case& c : kCases) RunCase(c, true, 2, true);
   RunCase(kCases[0], false, 1, true);  // the fold form at 1 block a SM, direct launches
+}
+
+// The dense form (num_experts == top_k == 0: a first_k_dense_replace layer's MLP as the shared
+// weights, in `chunks` chunks of I): the post-attention norm (fold), gate_up + SiLU, down, the
+// residual and the next norm (or none), against a double reference on the kernel's bf16 act.
+void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int ksplit, bool next_norm) {
+  const int64_t I = Is / chunks;
+  const std::string label = "dense_hidden" + std::to_string(Hd) + "_inter" + std::to_string(Is) + "_chunks" +
+                            std::to_string(chunks) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
+                            " gu_ksplit" + std::to_string(ksplit) + (next_norm ? "" : " no_next_norm");
+  std::vector<float> res_in = RandomNormal(Hd, 1.f), attn = RandomNormal(Hd, 1.f), post_w = RandomF(Hd, 0.5f, 1.5f),
+                     norm_w = RandomF(Hd, 0.5f, 1.5f), r1(Hd), x32(Hd);
+  double ss = 0;
+  for (int64_t i = 0; i < Hd; ++i) ss += double(r1[i] = attn[i] + res_in[i]) * r1[i];
+  const double inv = 1.0 / std::sqrt(ss / Hd + 1e-6);
+  for (int64_t i = 0; i < Hd; ++i) x32[i] = static_cast<float>(r1[i] * inv * post_w[i]);
+  const std::vector<__nv_bfloat16> x16 = ToBf16(x32);
+  const float a13 = 1.f / std::sqrt(static_cast<float>(Hd));
+  const std::vector<__nv_bfloat16> gu = RandomBf16(2 * Is * Hd, 2.f * a13, NextSeed()),
+                                   down = RandomBf16(Hd * Is, 4.f / std::sqrt(static_cast<float>(Is)), NextSeed());
+  Dev<float> d_res_in(res_in), d_attn(attn), d_post_w(post_w), d_norm_w(norm_w), d_res(Hd), d_out32(Hd),
+      d_part(MoePersistentGridBlocks(2));
+  Dev<__nv_bfloat16> d_gu(gu), d_down(down), d_act(Is), d_out16(Hd);
+  Dev<uint32_t> d_sync(2);
+  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
+  MoePersistentParams p{};
+  p.attn_out = d_attn.get(); p.post_norm_weight = d_post_w.get();
+  p.shared_gu = d_gu.get(); p.shared_down = d_down.get();
+  p.hidden = Hd; p.num_experts = 0; p.top_k = 0; p.inter = I; p.shared_inter = Is;
+  p.act = d_act.get(); p.residual = d_res.get(); p.eps = 1e-6f;
+  p.out32 = d_out32.get(); p.out16 = d_out16.get();  // written only with a next norm
+  if (next_norm) p.norm_weight = d_norm_w.get();
+  p.sync = d_sync.get(); p.partials = d_part.get(); p.blocks_per_sm = bps; p.gu_ksplit = ksplit;
+  ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
+  constexpr int kLaunches = 3;
+  LaunchRepeated(
+      graph, kLaunches,
+      [&](cudaStream_t st) {
+        DS_CUDA_CHECK(cudaMemcpyAsync(d_res.get(), d_res_in.get(), Hd * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        MoePersistentParams q = p;
+        q.stream = st;
+        MoePersistent(q);
+      },
+      [&] { d_act.Poison(); d_out32.Poison(); d_out16.Poison(); });
+  const std::vector<float> act = FromBf16(d_act.Download()), res = d_res.Download(), out32 = d_out32.Download();
+  std::vector<float> ref_act(Is), ref_res(Hd), ref_out(Hd);
+  ParallelFor(Is, [&](int64_t c) {
+    double g = 0, u = 0;
+    for (int64_t k = 0; k < Hd; ++k) {
+      g += B(gu[c * Hd + k]) * B(x16[k]);
+      u += B(gu[(Is + c) * Hd + k]) * B(x16[k]);
+    }
+    ref_act[c] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+  });
+  ExpectClose("moe_persistent_dense_act", label, act, ref_act, 6e-3);
+  ParallelFor(Hd, [&](int64_t n) {
+    double acc = 0;
+    for (int64_t k = 0; k < Is; ++k) acc += B(down[n * Is + k]) * act[k];  // on the kernel's bf16 act
+    ref_res[n] = static_cast<float>(r1[n] + acc);
+  });
+  ExpectClose("moe_persistent_dense_residual", label, res, ref_res, 5e-4);
+  if (next_norm) {
+    double s2 = 0;
+    for (int64_t n = 0; n < Hd; ++n) s2 += double(ref_res[n]) * ref_res[n];
+    const double inv2 = 1.0 / std::sqrt(s2 / Hd + 1e-6);
+    for (int64_t n = 0; n < Hd; ++n) ref_out[n] = static_cast<float>(ref_res[n] * inv2 * norm_w[n]);
+    ExpectClose("moe_persistent_dense_norm_out", label, out32, ref_out, 5e-4);
+  } else {
+    int64_t written = 0;
+    for (int64_t n = 0; n < Hd; ++n) written += !std::isnan(out32[n]);
+    EXPECT_EQ(written, 0) << label << ": out32 written without a next norm";
+  }
+  const std::vector<uint32_t> sync = d_sync.Download();
+  EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{kLaunches} << 20) << label;
+}
+
+TEST(CudaMoePersistent, DenseMatchesCpuReference) {
+  RunDenseCase(2048, 10944, 2, true, 2, 8, true);    // V2-Lite's dense layer 0 (the runner's chunks)
+  RunDenseCase(2048, 10944, 2, true, 2, 8, false);   // no next norm (norm_in_attn)
+  RunDenseCase(1024, 768, 3, false, 1, 1, true);     // three chunks (a pair and a repeated segment)
+  RunDenseCase(512, 1024, 4, true, 2, 2, true);
 }
 
 // No next norm (norm_in_attn: the next layer's attention kernel normalises): barrier 2 is final.

@@ -716,10 +716,22 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (!opts_.persistent_moe || T != 1 || !FusedDecode(T) || !opts_.fused_norm || opts_.precise_activations ||
       !opts_.moe_route_warp)
     return false;
-  if (!LW.moe || LW.experts_fp8 || LW.shared_groups > 0) return false;
+  // persistent_dense_mlp: a dense layer's MLP through the kernel's dense form (no routed experts,
+  // the MLP as its "shared" weights, in 2-4 chunks of I for the down phase's segment pairs).
+  const bool dense = !LW.moe;
+  if (dense && !opts_.persistent_dense_mlp) return false;
+  if (!dense && (LW.experts_fp8 || LW.shared_groups > 0)) return false;
   if (LW.has_mlp && (LW.gate_up.fp8 || LW.down.fp8 || !LW.gate_up.w.get() || !LW.down.w.get())) return false;
-  const int64_t Hd = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok;
-  const int64_t I = cfg_.moe_intermediate_size, Is = LW.has_mlp ? LW.gate_up.N / 2 : 0;
+  const int64_t Hd = cfg_.hidden_size;
+  const int64_t E = dense ? 0 : cfg_.n_routed_experts, K = dense ? 0 : cfg_.num_experts_per_tok;
+  const int64_t Is = LW.has_mlp ? LW.gate_up.N / 2 : 0;
+  int64_t I = cfg_.moe_intermediate_size;
+  if (dense) {
+    I = 0;
+    for (int64_t c : {2, 4, 3, 1})
+      if (I == 0 && Is % c == 0 && (Is / c) % 32 == 0) I = Is / c;
+    if (I == 0) return false;
+  }
   const bool last = l + 1 == cfg_.num_hidden_layers;
   rlogits_.Reserve(RoundUp(E, 64) * sizeof(float));
   topk_ids_.Reserve(64 * K * 4);
@@ -731,16 +743,18 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   } else {
     p.x32 = h32_.as<float>(); p.x16 = h16_.as<bf16>();
   }
-  p.router_w = LW.router.as<float>();
-  p.routing = RoutingParams(LW, 1);
-  p.w13 = LW.w13.as<bf16>(); p.w2 = LW.w2.as<bf16>();
+  if (!dense) {
+    p.router_w = LW.router.as<float>();
+    p.routing = RoutingParams(LW, 1);
+  }
+  if (!dense) { p.w13 = LW.w13.as<bf16>(); p.w2 = LW.w2.as<bf16>(); }
   if (Is > 0) { p.shared_gu = LW.gate_up.w.as<bf16>(); p.shared_down = LW.down.w.as<bf16>(); }
   p.hidden = Hd; p.num_experts = E; p.top_k = K; p.inter = I; p.shared_inter = Is;
   p.logits = rlogits_.as<float>(); p.topk_ids = topk_ids_.as<int32_t>(); p.topk_weights = topk_w_.as<float>();
   p.act = persist_act_.as<bf16>();
   p.residual = residual_.as<float>();
   // norm_in_attn: the next layer's persistent attention kernel applies its input norm.
-  const bool norm_in_attn = opts_.norm_in_attn && !last && attn_pass_ok_ && AttnPersistentLayerOk(l + 1);
+  const bool norm_in_attn = opts_.norm_in_attn && !last && attn_pass_ok_ && AttnPersistentLayerOk(l + 1, true);
   p.norm_weight = norm_in_attn ? nullptr : last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
   p.eps = static_cast<float>(cfg_.rms_norm_eps);
   if (!norm_in_attn) { p.out32 = h32_.as<float>(); p.out16 = h16_.as<bf16>(); }
@@ -749,7 +763,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
-  // once per (layer, fold form).
+  // once per (layer, fold form, next-norm form).
   if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);
   int8_t& ok = persist_ok_[4 * l + (fold_post_norm ? 1 : 0) + (norm_in_attn ? 2 : 0)];
   if (ok < 0) ok = MoePersistentUnsupported(p).empty() ? 1 : 0;
@@ -757,10 +771,12 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (!launch) return true;
   MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
+  if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
+  if (dense) ++graph_stats_.persistent_dense_layers;
   ++graph_stats_.fused_launches;
   ++graph_stats_.persistent_moe_layers;
-  Mark("moe_experts");
+  Mark(dense ? "dense_mlp" : "moe_experts");
   return true;
 }
 
@@ -1098,7 +1114,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     const LayerW& LW = layers_[l];
     // h = input_layernorm(residual (+= previous MLP output)). norm_in_attn: layer 0's persistent
     // attention kernel normalises the embeddings itself, as later layers' do after an MoE kernel.
-    if (l == 0 && opts_.norm_in_attn && attn_pass_ok_ && AttnPersistentLayerOk(0)) attn_norm_pending_ = true;
+    if (l == 0 && opts_.norm_in_attn && attn_pass_ok_ && AttnPersistentLayerOk(0, true)) attn_norm_pending_ = true;
     else if (l == 0) norm(residual, nullptr, LW.in_norm);
     else if (!normed) norm(mlp32_.as<float>(), residual, LW.in_norm);
     Mark("norms_embed_combine");
@@ -1188,6 +1204,10 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
     } catch (const CheckError& e) {
       gin_ = nullptr;
       capturing_ = false;
+      // The step's input copy may still be in flight from the graph's pinned host buffer, which
+      // the next step rewrites: let it finish (errors are the thrown one's).
+      (void)cudaStreamSynchronize(s_);
+      (void)cudaGetLastError();
       return Internal(std::string("cuda runner (graph decode): ") + e.what());
     }
     return Status::Ok();

@@ -233,13 +233,20 @@ struct CudaRunnerOptions {
   // 2.304-2.310 against 2.317-2.333 with norm_in_attn (run 3; run 2: 2.340 against 2.370-2.373;
   // 2 was slower, 2.397). The CLI reads DS_PERSISTENT_MOE_GU_KSPLIT.
   int persistent_moe_gu_ksplit = 8;
-  // With persistent_moe and attn_persistent: an MoE layer's kernel skips the next layer's input
-  // norm (its third grid barrier and fourth phase) where that layer's attention runs the
-  // persistent kernel, which then normalises the residual itself in every block
-  // (MlaAttnPersistentParams::in_residual). The last layer's MoE keeps the final norm. Changes
-  // fp32 summation orders (bounded like the kernels it changes). On by default since session 14:
-  // V2-Lite 27 layers b1 2.317-2.333 ms against 2.366-2.389 (run 3, gu_ksplit 1). The CLI reads
-  // DS_NORM_IN_ATTN=0/1.
+  // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
+  // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
+  // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
+  // fp32 summation orders (bounded: CudaRunnerPersistentMoe.DenseWithinBounds). Written in session
+  // 14; opt-in until measured. The CLI reads DS_PERSISTENT_DENSE=0/1.
+  bool persistent_dense_mlp = false;
+  // With attn_persistent, where a layer's attention runs the persistent kernel, that kernel
+  // normalises the residual itself in every block (MlaAttnPersistentParams::in_residual) instead
+  // of reading the input norm's output: at layer 0 (no RmsNorm launch on the embeddings), and
+  // after a persistent MoE kernel (persistent_moe), which then skips the next norm (its third
+  // grid barrier and fourth phase). The last layer's MoE keeps the final norm. Changes fp32
+  // summation orders (bounded like the kernels it changes). On by default since session 14:
+  // V2-Lite 27 layers b1 2.317-2.333 ms against 2.366-2.389 (run 3, gu_ksplit 1, MoE layers only);
+  // with layer 0 too, 2.342-2.351 against 2.395-2.398 (run 7). The CLI reads DS_NORM_IN_ATTN=0/1.
   bool norm_in_attn = true;
   // MLA's query absorption (q_nope W_UK per head) in passes of <= 8 absorbed rows as one
   // MlaQAbsorb launch (mla_q_absorb.h) reading the fp32 q directly, instead of SplitBf16 + a
@@ -476,7 +483,9 @@ struct CudaGraphStats {
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
-  int64_t moe_gu_ksplit_layers = 0;     // persistent MoE layers with gu_ksplit > 1 (likewise)
+  int64_t moe_gu_ksplit_layers = 0;
+  int64_t persistent_dense_layers = 0;  // dense layers run by the persistent kernel (persistent_dense_mlp)     // persistent MoE layers with gu_ksplit > 1 (likewise)
+  int64_t moe_norm_skipped_layers = 0;  // MoE kernels that left the next norm to the attention (norm_in_attn)
   int64_t norm_in_attn_layers = 0;  // attention kernels that applied their input norm (norm_in_attn)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);

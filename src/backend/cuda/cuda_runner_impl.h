@@ -181,15 +181,15 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer samp_t_, samp_p_, samp_k_, samp_seed_, samp_step_, samp_ids_, samp_idx_, samp_rows_;
   PinnedHostBuffer samp_host_ids_;  // the sampled ids' host side (SampleRows)
   // ---- CUDA graphs for decode steps ----
-  // One captured decode forward: a bucket of `bucket` sequences with block tables of
-  // `cap_blocks` entries. Its inputs live in these persistent device buffers, written before
-  // every replay.
   // A typed view of a part of a graph's input buffer.
   struct InputView {
     void* ptr = nullptr;
     void* get() const { return ptr; }
     template <typename T> T* as() const { return static_cast<T*>(ptr); }
   };
+  // One captured decode forward: a bucket of `bucket` sequences with block tables of
+  // `cap_blocks` entries. Its inputs live in these persistent device buffers, written before
+  // every replay.
   struct DecodeGraph {
     int bucket = 0, cap_blocks = 0;
     // The step's inputs, staged by ONE host-to-device copy from `host` (pinned, same layout)
@@ -292,7 +292,8 @@ class CudaModelRunner : public ModelRunner {
   // AttnPersistent's conditions without its side effects: the pass's (set by RunPass into
   // attn_pass_ok_) and layer l's (its weights, and the kernel's verdict once asked).
   bool AttnPersistentPassOk(const ForwardBatch& b, int64_t T) const;
-  bool AttnPersistentLayerOk(int l) const;
+  // in_residual: the form that normalises the residual itself (norm_in_attn).
+  bool AttnPersistentLayerOk(int l, bool in_residual) const;
   // Returns true when it also applied the residual add and the next RMSNorm (fused_norm): h32
   // then holds the next layer's normalised input (or the final norm's output).
   bool Mlp(int l, int64_t T);
@@ -387,7 +388,9 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer persist_act_;       // MoePersistent's act [top_k * I + shared I] bf16
   DeviceBuffer attn_sync_;         // MlaAttnPersistent's grid barrier words (2 x u32, zeroed once)
   DeviceBuffer attn_qlat16_;       // MlaAttnPersistent's q_lat [H, kv_lora] bf16
-  int8_t attn_ok_ = -1;            // MlaAttnPersistent's verdict on this model (-1: not asked)
+  // MlaAttnPersistent's verdict on this model per input form ([0] x16, [1] in_residual: the
+  // norm in the kernel; -1: not asked).
+  int8_t attn_ok_[2] = {-1, -1};
   bool attn_pass_ok_ = false;      // AttnPersistentPassOk for the current pass (RunPass)
   // norm_in_attn: the last MoE kernel left the next layer's input norm to that layer's attention
   // kernel (residual_ holds the stream; h32 / h16 are stale until it runs).

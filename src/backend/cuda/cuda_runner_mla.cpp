@@ -50,16 +50,16 @@ bool CudaModelRunner::AttnPersistentPassOk(const ForwardBatch& b, int64_t T) con
   return max_ctx <= kMlaAttnPersistentMaxContext;
 }
 
-bool CudaModelRunner::AttnPersistentLayerOk(int l) const {
+bool CudaModelRunner::AttnPersistentLayerOk(int l, bool in_residual) const {
   const MlaW& w = layers_[l].attn;
   if (w.q.fp8 || w.kv_a.fp8 || w.o.fp8 || !w.q.w.get() || !w.kv_a.w.get() || !w.o.w.get()) return false;
-  return attn_ok_ != 0;
+  return attn_ok_[in_residual ? 1 : 0] != 0;
 }
 
 bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   const MlaW& w = layers_[l].attn;
   const int64_t H = cfg_.num_attention_heads;
-  if (!AttnPersistentPassOk(b, T) || !AttnPersistentLayerOk(l)) return false;
+  if (!AttnPersistentPassOk(b, T) || !AttnPersistentLayerOk(l, attn_norm_pending_)) return false;
   const int64_t max_ctx = gin_ ? int64_t{gin_->cap_blocks} * kBlockSize
                                : (int64_t{b.context_lens[0]} + kBlockSize - 1) / kBlockSize * kBlockSize;
   const int64_t Tr = RoundUp(T, 64) + 64;
@@ -102,8 +102,9 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
   // shape checks; what is left is the device's fit): asked once.
-  if (attn_ok_ < 0) attn_ok_ = MlaAttnPersistentUnsupported(ap).empty() ? 1 : 0;
-  if (attn_ok_ == 0) return false;
+  int8_t& ok = attn_ok_[attn_norm_pending_ ? 1 : 0];
+  if (ok < 0) ok = MlaAttnPersistentUnsupported(ap).empty() ? 1 : 0;
+  if (ok == 0) return false;
   MlaAttnPersistent(ap);
   if (attn_norm_pending_) ++graph_stats_.norm_in_attn_layers;
   ++graph_stats_.fused_launches;

@@ -120,8 +120,8 @@ __device__ __forceinline__ void LoadSlice(const __nv_bfloat16* ra, const __nv_bf
   }
 }
 // WarpTile16Cols's mma sequence on a loaded slice (x: this lane's column of the activations in
-// shared memory, at the slice's first k: WarpTile16Cols's xg). Used by mla_attn_persistent.cu and
-// moe_persistent.cu; then WarpTile16 over the rest of the row continues the same mma order.
+// shared memory, at the slice's first k: WarpTile16Cols's xg). Used by mla_attn_persistent.cu;
+// WarpTile16 over the rest of a row after it continues the same mma order.
 __device__ __forceinline__ void MmaSlice(const WarpSlice& w, const __nv_bfloat16* x, int steps, float (&d)[4]) {
   const uint4* x4 = reinterpret_cast<const uint4*>(x) + (threadIdx.x & 3);
 #pragma unroll

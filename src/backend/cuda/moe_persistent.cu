@@ -145,14 +145,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     acc = dev::BlockSum(acc, s_red);
     if (threadIdx.x == 0) p.logits[n] = acc;
   }
+  // Dense (top_k == 0, no routed experts): no router, no routing, no barrier 1; the barriers
+  // that remain count from 1.
+  const bool routed = K > 0;
+  int nbar = 0;
   stamp(1);
-  GridBarrier(p.sync, base + 1 * gridDim.x);
+  if (routed) GridBarrier(p.sync, base + (++nbar) * gridDim.x);
   stamp(2);
 
   // Phase 2: routing (every block, the same bits), then gate_up + SiLU tiles of 8 act columns
   // (8 gate + the same 8 up rows): the routed slots' tiles, then the shared experts'. Tile t goes
   // to block t % grid (consecutive tiles on different blocks: every SM gets its share).
-  {
+  if (routed) {
     MoeRoutingParams rp = p.routing;
     rp.logits = p.logits;
     rp.n = 1;
@@ -213,7 +217,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // Without a next norm (norm_weight == nullptr) phase 3 is the last: barrier 2 is the final one.
   const bool next_norm = p.norm_weight != nullptr;
   stamp(3);
-  GridBarrier(p.sync, base + 2 * gridDim.x, /*final=*/!next_norm);
+  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
   stamp(4);
 
   // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
@@ -295,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     p.partials[blockIdx.x] = b;
   }
   stamp(5);
-  GridBarrier(p.sync, base + 3 * gridDim.x, /*final=*/true);
+  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/true);
   stamp(6);
 
   // Phase 4: the next RMSNorm of the columns this block finished. The blocks' partial sums are
@@ -385,13 +389,19 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << "shared intermediate size " << p.shared_inter << " is not a multiple of 16; ";
   if ((p.shared_inter > 0) != (p.shared_gu != nullptr && p.shared_down != nullptr))
     why << "shared experts' weights and size disagree; ";
-  if (p.num_experts < 1 || p.num_experts > routing::kWarpRouteMaxExperts)
-    why << "num_experts " << p.num_experts << " (1.." << routing::kWarpRouteMaxExperts << "); ";
-  if (p.top_k < 1 || p.top_k > kMaxTopK || p.top_k > p.num_experts) why << "top_k " << p.top_k << "; ";
-  if (r.num_experts != p.num_experts || r.top_k != p.top_k) why << "routing's E / top_k differ; ";
-  if (r.n_group < 1 || r.n_group > 64 || p.num_experts % std::max(r.n_group, 1) != 0 || r.topk_group < 1 ||
-      r.topk_group > r.n_group)
-    why << "n_group " << r.n_group << " / topk_group " << r.topk_group << "; ";
+  // Dense (no routed experts): num_experts == top_k == 0 and the MLP as the "shared" weights.
+  const bool dense = p.num_experts == 0 && p.top_k == 0;
+  if (dense) {
+    if (p.shared_inter <= 0) why << "a dense layer (no routed experts) needs its MLP as the shared weights; ";
+  } else {
+    if (p.num_experts < 1 || p.num_experts > routing::kWarpRouteMaxExperts)
+      why << "num_experts " << p.num_experts << " (1.." << routing::kWarpRouteMaxExperts << "); ";
+    if (p.top_k < 1 || p.top_k > kMaxTopK || p.top_k > p.num_experts) why << "top_k " << p.top_k << "; ";
+    if (r.num_experts != p.num_experts || r.top_k != p.top_k) why << "routing's E / top_k differ; ";
+    if (r.n_group < 1 || r.n_group > 64 || p.num_experts % std::max(r.n_group, 1) != 0 || r.topk_group < 1 ||
+        r.topk_group > r.n_group)
+      why << "n_group " << r.n_group << " / topk_group " << r.topk_group << "; ";
+  }
   if (p.hidden % 32 != 0 || p.inter % 32 != 0)
     why << "hidden and I (" << p.hidden << ", " << p.inter << ") must be multiples of 32 (the tensor-core tiles' steps); ";
   if (p.shared_inter % std::max<int64_t>(p.inter, 1) != 0 || p.shared_inter / std::max<int64_t>(p.inter, 1) > kMoePersistentMaxSharedChunks)
@@ -412,7 +422,8 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << p.blocks_per_sm << " blocks with " << SmemBytes(p)
         << " bytes of shared memory do not fit an SM of this device (or it has no cooperative launch); ";
   }
-  if (!((p.x32 && p.x16) || (p.attn_out && p.post_norm_weight)) || !p.router_w || !p.w13 || !p.w2 || !p.logits || !p.topk_ids || !p.topk_weights || !p.act ||
+  if (!((p.x32 && p.x16) || (p.attn_out && p.post_norm_weight)) ||
+      (!dense && (!p.router_w || !p.w13 || !p.w2 || !p.logits || !p.topk_ids || !p.topk_weights)) || !p.act ||
       !p.residual || (p.norm_weight && !p.out32) || !p.sync || (p.norm_weight && !p.partials))
     why << "null pointer; ";
   const auto misaligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };

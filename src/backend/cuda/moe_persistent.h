@@ -29,12 +29,16 @@
 //     slots' then the shared experts' -> barrier;
 //  3. down tiles of 8 output columns, one a block: its warps take pairs of segments (routed slot
 //     j; the shared down's chunks of I) split along K, then 8 threads finish moe, the residual and
-//     the block's sum of squares (no combine pass, no atomics) -> barrier (the last phase without
-//     a next norm: norm_weight == nullptr);
+//     the block's sum of squares (no combine pass, no atomics) -> barrier 3 (none without a next
+//     norm, norm_weight == nullptr: barrier 2 is then the final one and the kernel ends here);
 //  4. every block sums the partials (a fixed order) and normalises the columns it finished.
 // The barrier is grid_barrier.cuh's 64-bit arrival counter in `sync` (zero before the first
 // launch; each launch leaves it at the next multiple of grid::kGridEpoch), so the launch can be
 // captured into a CUDA graph and replayed, at either blocks_per_sm.
+//
+// Dense form (session 14): num_experts == top_k == 0 and the layer's MLP as the shared weights
+// (shared_gu / shared_down, shared_inter its intermediate size, inter a chunk of it): no router,
+// routing or barrier 1; phases 0, 2, 3 (and 4) as above. A first_k_dense_replace layer in one launch.
 //
 // Supported (MoePersistentUnsupported says why not): bf16 routed and shared experts (no FP8),
 // one token, num_experts <= 256, top_k <= 16, hidden and I multiples of 32, the shared
@@ -91,7 +95,8 @@ struct MoePersistentParams {
   int gu_ksplit = 1;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
-  // barrier 3 passed, end. barriers_only skips every phase's work (the launch and barriers' cost).
+  // barrier 3 passed, end (without a next norm, 5-7 all at phase 3's end; dense: 1 and 2
+  // together). barriers_only skips every phase's work (the launch and barriers' cost).
   long long* stamps = nullptr;
   bool barriers_only = false;
 };
