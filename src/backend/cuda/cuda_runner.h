@@ -236,9 +236,10 @@ struct CudaRunnerOptions {
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
-  // fp32 summation orders (bounded: CudaRunnerPersistentMoe.DenseWithinBounds). Written in session
-  // 14; opt-in until measured. The CLI reads DS_PERSISTENT_DENSE=0/1.
-  bool persistent_dense_mlp = false;
+  // fp32 summation orders (bounded: CudaRunnerPersistentMoe.DenseWithinBounds). On by default
+  // since session 14: V2-Lite 27 layers b1 2.298-2.302 ms against 2.304-2.319 (run 10). The CLI
+  // reads DS_PERSISTENT_DENSE=0/1.
+  bool persistent_dense_mlp = true;
   // With attn_persistent, where a layer's attention runs the persistent kernel, that kernel
   // normalises the residual itself in every block (MlaAttnPersistentParams::in_residual) instead
   // of reading the input norm's output: at layer 0 (no RmsNorm launch on the embeddings), and
