@@ -773,9 +773,9 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   attn_norm_pending_ = norm_in_attn;
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
-  if (dense) ++graph_stats_.persistent_dense_layers;
   ++graph_stats_.fused_launches;
-  ++graph_stats_.persistent_moe_layers;
+  // (persistent_moe_layers counts MoE layers; dense layers count on their own.)
+  ++(dense ? graph_stats_.persistent_dense_layers : graph_stats_.persistent_moe_layers);
   Mark(dense ? "dense_mlp" : "moe_experts");
   return true;
 }
