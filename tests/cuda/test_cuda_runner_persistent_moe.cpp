@@ -64,6 +64,17 @@ TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {
                                &CudaGraphStats::persistent_dense_layers, PathExpect::kRuns);
 }
 
+// persistent_pdl: both persistent kernels as programmatic dependent launches (or, where the
+// device refuses the pair of attributes, plain after a warning): the same kernels' arithmetic,
+// bit-identical logits, with graphs off and on.
+TEST(CudaRunnerPersistentMoe, PdlBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_pdl = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_pdl", DummyOptions(dir, 3, 5), set,
+                               &CudaGraphStats::persistent_pdl_launches, PathExpect::kRuns);
+}
+
 TEST(CudaRunnerPersistentMoe, DummyV3Fp8NeverRuns) {
   const std::string dir = ConfigDir("deepseek-v3");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";

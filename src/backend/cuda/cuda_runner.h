@@ -240,6 +240,14 @@ struct CudaRunnerOptions {
   // since session 14: V2-Lite 27 layers b1 2.298-2.302 ms against 2.304-2.319 (run 10). The CLI
   // reads DS_PERSISTENT_DENSE=0/1.
   bool persistent_dense_mlp = true;
+  // The persistent attention and MoE kernels launched as programmatic dependents (PDL) of the
+  // kernel before them, with the cooperative attribute (MoePersistentParams::pdl,
+  // MlaAttnPersistentParams::pdl): the next kernel's blocks are scheduled as the previous one's
+  // exit and wait for its completion on the device, instead of the launch starting after it.
+  // Where the device refuses the pair of attributes, the launch falls back to plain (once, with a
+  // warning). Results are bit-identical (CudaRunnerPersistentMoe.PdlBitIdentical). Written in
+  // session 14 without a GPU: not yet run; opt-in. The CLI reads DS_PERSISTENT_PDL=0/1.
+  bool persistent_pdl = false;
   // With attn_persistent, where a layer's attention runs the persistent kernel, that kernel
   // normalises the residual itself in every block (MlaAttnPersistentParams::in_residual) instead
   // of reading the input norm's output: at layer 0 (no RmsNorm launch on the embeddings), and
@@ -485,6 +493,7 @@ struct CudaGraphStats {
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
   int64_t moe_gu_ksplit_layers = 0;
+  int64_t persistent_pdl_launches = 0;  // persistent kernels asked to launch with PDL (persistent_pdl)
   int64_t persistent_dense_layers = 0;  // dense layers run by the persistent kernel (persistent_dense_mlp)     // persistent MoE layers with gu_ksplit > 1 (likewise)
   int64_t moe_norm_skipped_layers = 0;  // MoE kernels that left the next norm to the attention (norm_in_attn)
   int64_t norm_in_attn_layers = 0;  // attention kernels that applied their input norm (norm_in_attn)

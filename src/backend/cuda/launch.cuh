@@ -46,6 +46,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
@@ -115,6 +116,34 @@ void LaunchCooperative(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   attr.id = cudaLaunchAttributeCooperative;
   attr.val.cooperative = 1;
   LaunchKernelWith(attr, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
+}
+
+// LaunchCooperative with the PDL attribute too (cudaLaunchAttributeProgrammaticStreamSerialization;
+// the kernel must start with dev::PdlWaitThenRelease()): the persistent decode kernels'
+// CudaRunnerOptions::persistent_pdl. Returns the launch's error instead of checking it, so that a
+// device or driver that refuses the pair of attributes can fall back to the plain cooperative
+// launch (the caller clears the error). Written in session 14 without a GPU: whether CUDA 13
+// accepts the two attributes together, and what it saves, are not yet measured.
+// Set once a launch with the pair was refused (this process then launches plain).
+inline std::atomic<bool>& CooperativePdlRefused() {
+  static std::atomic<bool> refused{false};
+  return refused;
+}
+template <typename... KArgs, typename... Args>
+cudaError_t TryLaunchCooperativePdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                    Args&&... args) {
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeCooperative;
+  attrs[0].val.cooperative = 1;
+  AddPdlAttribute(attrs, 1, true);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 2;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace ds::cuda

@@ -20,6 +20,7 @@
 #include "backend/cuda/rmsnorm.cuh"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "common/check.h"
+#include "common/logging.h"
 
 namespace ds::cuda {
 namespace {
@@ -154,7 +155,12 @@ __device__ __forceinline__ void IssueSplitRows(const MlaAttnPersistentParams& p,
   }
 }
 
+// kPdl: launched as a programmatic dependent (MlaAttnPersistentParams::pdl): the wait for the
+// previous kernel comes first (launch.cuh's rule), then the release of the next; a separate
+// instantiation, so the default kernel's code is the one measured without it.
+template <bool kPdl>
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
+  if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[kWarps][16];
   __shared__ float s_norm[32];
@@ -615,10 +621,12 @@ bool FitsCurrentDevice() {
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   bool fits = coop != 0;
   if (fits) {
-    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaAttnPersistentKernel), static_cast<int>(DynSmem()));
-    int per_sm = 0;
-    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, MlaAttnPersistentKernel, kThreads, DynSmem()));
-    fits = per_sm >= 1;
+    for (auto kernel : {MlaAttnPersistentKernel<false>, MlaAttnPersistentKernel<true>}) {
+      EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(DynSmem()));
+      int per_sm = 0;
+      DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, DynSmem()));
+      fits = fits && per_sm >= 1;
+    }
   }
   (*known)[dev] = fits;
   return fits;
@@ -659,7 +667,18 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
 void MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const std::string why = MlaAttnPersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MlaAttnPersistent: " << why;
-  LaunchCooperative(MlaAttnPersistentKernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(kThreads), DynSmem(), p.stream, p);
+  const dim3 grid(static_cast<unsigned>(CurrentDeviceProps().sms));
+  // pdl: a programmatic dependent launch where the device takes it with the cooperative attribute
+  // (else, once refused, plain from then on).
+  if (p.pdl && !CooperativePdlRefused().load()) {
+    const cudaError_t e = TryLaunchCooperativePdl(MlaAttnPersistentKernel<true>, grid, dim3(kThreads), DynSmem(), p.stream, p);
+    if (e == cudaSuccess) return;
+    (void)cudaGetLastError();
+    CooperativePdlRefused().store(true);
+    DS_LOG(WARNING) << "MlaAttnPersistent: a cooperative launch with PDL was refused (" << cudaGetErrorString(e)
+                    << "); persistent kernels launch without PDL from now on";
+  }
+  LaunchCooperative(MlaAttnPersistentKernel<false>, grid, dim3(kThreads), DynSmem(), p.stream, p);
 }
 
 }  // namespace ds::cuda

@@ -103,6 +103,9 @@ struct MlaAttnPersistentParams {
   // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
   // run 9, 27.7 us against 28.4 at point 0) after its partials' loads.
   int wo_stage_point = 2;
+  // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
+  // instantiation that waits for it first). Written in session 14 without a GPU: not yet run.
+  bool pdl = false;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 16;

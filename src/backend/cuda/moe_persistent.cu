@@ -15,6 +15,7 @@
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/router_gemv.cuh"
 #include "common/check.h"
+#include "common/logging.h"
 
 namespace ds::cuda {
 namespace {
@@ -54,8 +55,12 @@ constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
 
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
-template <int kMinBlocks>
+// kPdl: launched as a programmatic dependent (MoePersistentParams::pdl): the wait for the previous
+// kernel comes first (launch.cuh's rule), then the release of the next; a separate
+// instantiation, so the default kernel's code is the one measured without it.
+template <int kMinBlocks, bool kPdl>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
+  if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ uint4 smem4[];
   const int64_t Hd = p.hidden, E = p.num_experts, K = p.top_k, I = p.inter, Is = p.shared_inter;
   // Dynamic shared memory: bf16 region (phase 2: x16 [hidden]; phase 3: act [top_k I + Is]), then
@@ -329,8 +334,9 @@ size_t SmemBytes(const MoePersistentParams& p) {
          sizeof(float) * static_cast<size_t>(p.hidden);
 }
 
-void (*KernelFor(int blocks_per_sm))(MoePersistentParams) {
-  return blocks_per_sm == 2 ? MoePersistentKernel<2> : MoePersistentKernel<1>;
+void (*KernelFor(int blocks_per_sm, bool pdl = false))(MoePersistentParams) {
+  if (pdl) return blocks_per_sm == 2 ? MoePersistentKernel<2, true> : MoePersistentKernel<1, true>;
+  return blocks_per_sm == 2 ? MoePersistentKernel<2, false> : MoePersistentKernel<1, false>;
 }
 
 // Whether blocks_per_sm blocks with `smem` bytes of dynamic shared memory fit an SM of the current
@@ -348,8 +354,9 @@ bool FitsCurrentDevice(int blocks_per_sm, size_t smem) {
   int coop = 0;
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   bool fits = coop != 0 && smem <= 227 * 1024;
-  if (fits) {
-    void (*kernel)(MoePersistentParams) = KernelFor(blocks_per_sm);
+  for (bool pdl : {false, true}) {  // both instantiations (MoePersistentParams::pdl)
+    if (!fits) break;
+    void (*kernel)(MoePersistentParams) = KernelFor(blocks_per_sm, pdl);
     if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
     DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
@@ -438,10 +445,19 @@ void MoePersistent(const MoePersistentParams& p) {
   const std::string why = MoePersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
   const size_t smem = SmemBytes(p);
-  void (*kernel)(MoePersistentParams) = KernelFor(p.blocks_per_sm);  // fits: checked by MoePersistentUnsupported
+  const dim3 grid(static_cast<unsigned>(MoePersistentGridBlocks(p.blocks_per_sm)));
+  // pdl: a programmatic dependent launch where the device takes it with the cooperative attribute
+  // (else, once refused, plain from then on).
+  if (p.pdl && !CooperativePdlRefused().load()) {
+    const cudaError_t e = TryLaunchCooperativePdl(KernelFor(p.blocks_per_sm, true), grid, dim3(kThreads), smem, p.stream, p);
+    if (e == cudaSuccess) return;
+    (void)cudaGetLastError();
+    CooperativePdlRefused().store(true);
+    DS_LOG(WARNING) << "MoePersistent: a cooperative launch with PDL was refused (" << cudaGetErrorString(e)
+                    << "); persistent kernels launch without PDL from now on";
+  }
   // Cooperative: every block resident, as the grid barriers need.
-  LaunchCooperative(kernel, dim3(static_cast<unsigned>(MoePersistentGridBlocks(p.blocks_per_sm))), dim3(kThreads), smem,
-                    p.stream, p);
+  LaunchCooperative(KernelFor(p.blocks_per_sm), grid, dim3(kThreads), smem, p.stream, p);  // fits: checked above
 }
 
 }  // namespace ds::cuda
