@@ -93,15 +93,15 @@ struct MoePersistentParams {
   // in part order (more loads in flight on the SMs with the most tiles, a shorter tail; session
   // 14). At most kMoePersistentMaxGuRounds tiles a slot.
   int gu_ksplit = 1;
-  // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
-  // instantiation that waits for it first). Written in session 14 without a GPU: not yet run.
-  bool pdl = false;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end (without a next norm, 5-7 all at phase 3's end; dense: 1 and 2
   // together). barriers_only skips every phase's work (the launch and barriers' cost).
   long long* stamps = nullptr;
   bool barriers_only = false;
+  // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
+  // instantiation that waits for it first). Written in session 14 without a GPU: not yet run.
+  bool pdl = false;
 };
 inline constexpr int kMoePersistentStamps = 8;
 
