@@ -64,9 +64,11 @@ TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {
                                &CudaGraphStats::persistent_dense_layers, PathExpect::kRuns);
 }
 
-// persistent_pdl: both persistent kernels as programmatic dependent launches (or, where the
-// device refuses the pair of attributes, plain after a warning): the same kernels' arithmetic,
-// bit-identical logits, with graphs off and on.
+// persistent_pdl: both persistent kernels as programmatic dependent launches: the same kernels'
+// arithmetic, bit-identical logits, with graphs off and on. The path counter counts only the
+// launches the device took with PDL, so a device that refuses the pair of attributes (the
+// runner then falls back to plain launches) fails this test: that is what its first run is to
+// find out (written in session 14 without a GPU).
 TEST(CudaRunnerPersistentMoe, PdlBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";

@@ -770,11 +770,11 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (ok < 0) ok = MoePersistentUnsupported(p).empty() ? 1 : 0;
   if (ok == 0) return false;
   if (!launch) return true;
-  MoePersistent(p);
+  const bool went_pdl = MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
-  if (p.pdl) ++graph_stats_.persistent_pdl_launches;
+  if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;
   // (persistent_moe_layers counts MoE layers; dense layers count on their own.)
   ++(dense ? graph_stats_.persistent_dense_layers : graph_stats_.persistent_moe_layers);

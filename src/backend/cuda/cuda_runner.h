@@ -493,7 +493,7 @@ struct CudaGraphStats {
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
   int64_t moe_gu_ksplit_layers = 0;
-  int64_t persistent_pdl_launches = 0;  // persistent kernels asked to launch with PDL (persistent_pdl)
+  int64_t persistent_pdl_launches = 0;  // persistent kernels launched with PDL (persistent_pdl; the device took it)
   int64_t persistent_dense_layers = 0;  // dense layers run by the persistent kernel (persistent_dense_mlp)     // persistent MoE layers with gu_ksplit > 1 (likewise)
   int64_t moe_norm_skipped_layers = 0;  // MoE kernels that left the next norm to the attention (norm_in_attn)
   int64_t norm_in_attn_layers = 0;  // attention kernels that applied their input norm (norm_in_attn)

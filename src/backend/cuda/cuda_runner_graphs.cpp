@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_runner_impl.h"
 #include "backend/cuda/host_plans.h"
+#include "backend/cuda/moe_persistent.h"
 #include "backend/cuda/runner_kernels.h"
 #include "common/check.h"
 #include "common/logging.h"
@@ -157,6 +158,19 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
 }
 
 void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {
+  // persistent_pdl: a PDL launch refused only under capture (the eager warm-up took it) fails
+  // this capture and sets PersistentPdlRefused(); the launches are plain from then on, so
+  // capture once more.
+  const bool pdl_refused_before = PersistentPdlRefused();
+  CaptureGraphOnce(padded, g);
+  if (g->failed && opts_.persistent_pdl && !pdl_refused_before && PersistentPdlRefused()) {
+    g->failed = false;
+    DS_LOG(WARNING) << "cuda runner: capturing the decode graph again without PDL";
+    CaptureGraphOnce(padded, g);
+  }
+}
+
+void CudaModelRunner::CaptureGraphOnce(const ForwardBatch& padded, DecodeGraph* g) {
   DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   const std::vector<void*> before = ActivationPtrs();
   if (before != graph_ptrs_) {

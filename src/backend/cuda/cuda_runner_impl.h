@@ -209,6 +209,7 @@ class CudaModelRunner : public ModelRunner {
   bool GraphEligible(const ForwardBatch& b) const;
   void ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out);
   void CaptureGraph(const ForwardBatch& padded, DecodeGraph* g);
+  void CaptureGraphOnce(const ForwardBatch& padded, DecodeGraph* g);
   // Device pointers of every activation buffer; a graph is valid only while they are unchanged.
   std::vector<void*> ActivationPtrs() const;
   void DropGraphs() {

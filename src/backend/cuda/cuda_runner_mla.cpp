@@ -106,9 +106,9 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   int8_t& ok = attn_ok_[attn_norm_pending_ ? 1 : 0];
   if (ok < 0) ok = MlaAttnPersistentUnsupported(ap).empty() ? 1 : 0;
   if (ok == 0) return false;
-  MlaAttnPersistent(ap);
+  const bool went_pdl = MlaAttnPersistent(ap);
   if (attn_norm_pending_) ++graph_stats_.norm_in_attn_layers;
-  if (ap.pdl) ++graph_stats_.persistent_pdl_launches;
+  if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;
   ++graph_stats_.attn_persistent_layers;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do

@@ -129,6 +129,12 @@ inline std::atomic<bool>& CooperativePdlRefused() {
   static std::atomic<bool> refused{false};
   return refused;
 }
+// Whether TryLaunchCooperativePdl's error reads as the device or driver refusing the pair of
+// attributes (the caller falls back to the plain launch); any other error is a real one.
+inline bool IsCooperativePdlRefusal(cudaError_t e) {
+  return e == cudaErrorNotSupported || e == cudaErrorInvalidValue || e == cudaErrorInvalidConfiguration ||
+         e == cudaErrorCooperativeLaunchTooLarge;
+}
 template <typename... KArgs, typename... Args>
 cudaError_t TryLaunchCooperativePdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                                     Args&&... args) {

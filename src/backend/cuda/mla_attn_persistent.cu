@@ -610,25 +610,25 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(p.phase_ns, 15, true);
 }
 
-bool FitsCurrentDevice() {
+// pdl: the instantiation MlaAttnPersistentParams::pdl launches.
+bool FitsCurrentDevice(bool pdl = false) {
   static std::mutex mu;
-  static auto* known = new std::map<int, bool>();
+  static auto* known = new std::map<std::pair<int, bool>, bool>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known->find(dev); it != known->end()) return it->second;
+  if (auto it = known->find({dev, pdl}); it != known->end()) return it->second;
   int coop = 0;
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   bool fits = coop != 0;
   if (fits) {
-    for (auto kernel : {MlaAttnPersistentKernel<false>, MlaAttnPersistentKernel<true>}) {
-      EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(DynSmem()));
-      int per_sm = 0;
-      DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, DynSmem()));
-      fits = fits && per_sm >= 1;
-    }
+    const auto kernel = pdl ? MlaAttnPersistentKernel<true> : MlaAttnPersistentKernel<false>;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(DynSmem()));
+    int per_sm = 0;
+    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, DynSmem()));
+    fits = per_sm >= 1;
   }
-  (*known)[dev] = fits;
+  (*known)[{dev, pdl}] = fits;
   return fits;
 }
 
@@ -664,21 +664,23 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   return why.str();
 }
 
-void MlaAttnPersistent(const MlaAttnPersistentParams& p) {
+bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const std::string why = MlaAttnPersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MlaAttnPersistent: " << why;
   const dim3 grid(static_cast<unsigned>(CurrentDeviceProps().sms));
   // pdl: a programmatic dependent launch where the device takes it with the cooperative attribute
   // (else, once refused, plain from then on).
-  if (p.pdl && !CooperativePdlRefused().load()) {
+  if (p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(true)) {
     const cudaError_t e = TryLaunchCooperativePdl(MlaAttnPersistentKernel<true>, grid, dim3(kThreads), DynSmem(), p.stream, p);
-    if (e == cudaSuccess) return;
+    if (e == cudaSuccess) return true;
+    if (!IsCooperativePdlRefusal(e)) DS_CUDA_CHECK(e);
     (void)cudaGetLastError();
     CooperativePdlRefused().store(true);
     DS_LOG(WARNING) << "MlaAttnPersistent: a cooperative launch with PDL was refused (" << cudaGetErrorString(e)
                     << "); persistent kernels launch without PDL from now on";
   }
   LaunchCooperative(MlaAttnPersistentKernel<false>, grid, dim3(kThreads), DynSmem(), p.stream, p);
+  return false;
 }
 
 }  // namespace ds::cuda

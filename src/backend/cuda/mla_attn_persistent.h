@@ -124,6 +124,8 @@ int64_t MlaAttnPersistentWorkspaceFloats(int64_t heads, int64_t max_context);
 std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p);
 
 // Launches it (cooperative, one block per SM, on p.stream). DS_CHECKs MlaAttnPersistentUnsupported(p).empty().
-void MlaAttnPersistent(const MlaAttnPersistentParams& p);
+// Returns whether it went out as a PDL launch (p.pdl, and the device took it;
+// moe_persistent.h's PersistentPdlRefused says when it was refused).
+bool MlaAttnPersistent(const MlaAttnPersistentParams& p);
 
 }  // namespace ds::cuda

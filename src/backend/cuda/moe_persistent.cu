@@ -343,19 +343,18 @@ void (*KernelFor(int blocks_per_sm, bool pdl = false))(MoePersistentParams) {
 // device, and the device runs cooperative launches; the answer cached per (device, variant, smem)
 // under a mutex (runners on several devices may ask from several threads). Raises the kernel's
 // dynamic shared memory limit on this device first where smem needs it.
-bool FitsCurrentDevice(int blocks_per_sm, size_t smem) {
+bool FitsCurrentDevice(int blocks_per_sm, size_t smem, bool pdl = false) {
   static std::mutex mu;
-  static auto* known = new std::map<std::tuple<int, int, size_t>, bool>();
+  static auto* known = new std::map<std::tuple<int, int, size_t, bool>, bool>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(dev, blocks_per_sm, smem);
+  const auto key = std::make_tuple(dev, blocks_per_sm, smem, pdl);
   if (const auto it = known->find(key); it != known->end()) return it->second;
   int coop = 0;
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   bool fits = coop != 0 && smem <= 227 * 1024;
-  for (bool pdl : {false, true}) {  // both instantiations (MoePersistentParams::pdl)
-    if (!fits) break;
+  if (fits) {  // the instantiation asked for (pdl: MoePersistentParams::pdl's)
     void (*kernel)(MoePersistentParams) = KernelFor(blocks_per_sm, pdl);
     if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
@@ -441,16 +440,19 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   return why.str();
 }
 
-void MoePersistent(const MoePersistentParams& p) {
+bool PersistentPdlRefused() { return CooperativePdlRefused().load(); }
+
+bool MoePersistent(const MoePersistentParams& p) {
   const std::string why = MoePersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
   const size_t smem = SmemBytes(p);
   const dim3 grid(static_cast<unsigned>(MoePersistentGridBlocks(p.blocks_per_sm)));
-  // pdl: a programmatic dependent launch where the device takes it with the cooperative attribute
-  // (else, once refused, plain from then on).
-  if (p.pdl && !CooperativePdlRefused().load()) {
+  // pdl: a programmatic dependent launch where its instantiation fits and the device takes the
+  // pair of attributes (else, once refused, plain from then on).
+  if (p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(p.blocks_per_sm, smem, true)) {
     const cudaError_t e = TryLaunchCooperativePdl(KernelFor(p.blocks_per_sm, true), grid, dim3(kThreads), smem, p.stream, p);
-    if (e == cudaSuccess) return;
+    if (e == cudaSuccess) return true;
+    if (!IsCooperativePdlRefusal(e)) DS_CUDA_CHECK(e);
     (void)cudaGetLastError();
     CooperativePdlRefused().store(true);
     DS_LOG(WARNING) << "MoePersistent: a cooperative launch with PDL was refused (" << cudaGetErrorString(e)
@@ -458,6 +460,7 @@ void MoePersistent(const MoePersistentParams& p) {
   }
   // Cooperative: every block resident, as the grid barriers need.
   LaunchCooperative(KernelFor(p.blocks_per_sm), grid, dim3(kThreads), smem, p.stream, p);  // fits: checked above
+  return false;
 }
 
 }  // namespace ds::cuda

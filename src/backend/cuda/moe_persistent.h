@@ -124,6 +124,11 @@ int MoePersistentGuKsplitFor(const MoePersistentParams& p, int wanted);
 std::string MoePersistentUnsupported(const MoePersistentParams& p);
 
 // Launches the kernel (cooperative, on p.stream). DS_CHECKs MoePersistentUnsupported(p).empty().
-void MoePersistent(const MoePersistentParams& p);
+// Returns whether it went out as a PDL launch (p.pdl, and the device took it).
+bool MoePersistent(const MoePersistentParams& p);
+
+// Whether a persistent kernel's PDL launch (MoePersistentParams::pdl, MlaAttnPersistentParams::pdl)
+// was refused in this process: from then on they launch plain.
+bool PersistentPdlRefused();
 
 }  // namespace ds::cuda
