@@ -58,6 +58,21 @@ std::vector<__nv_bfloat16> RandomBf16(size_t n, float a, uint64_t seed) {
 
 double B(const __nv_bfloat16& x) { return static_cast<double>(__bfloat162float(x)); }
 
+// `launches` launches of p (graph or direct, LaunchRepeated), each from the residual res_in (the
+// kernel updates p.residual in place); poison() before the last.
+template <class Poison>
+void LaunchFromResidual(bool graph, int launches, const MoePersistentParams& p, const float* res_in, Poison poison) {
+  LaunchRepeated(
+      graph, launches,
+      [&](cudaStream_t st) {
+        DS_CUDA_CHECK(cudaMemcpyAsync(p.residual, res_in, p.hidden * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        MoePersistentParams q = p;
+        q.stream = st;
+        MoePersistent(q);
+      },
+      poison);
+}
+
 // next_norm false: norm_weight = nullptr (no next norm: the kernel ends after phase 3; out32 /
 // out16 stay set and must stay as poisoned).
 void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true) {
@@ -118,17 +133,9 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
-  LaunchRepeated(
-      graph, kLaunches,
-      [&](cudaStream_t st) {
-        // The residual is updated in place: every launch starts from res_in.
-        DS_CUDA_CHECK(cudaMemcpyAsync(d_res.get(), d_res_in.get(), Hd * sizeof(float), cudaMemcpyDeviceToDevice, st));
-        MoePersistentParams q = p;
-        q.stream = st;
-        q.blocks_per_sm = bps;
-        MoePersistent(q);
-      },
-      [&] { d_logits.Poison(); d_ids.Poison(); d_w.Poison(); d_act.Poison(); d_out32.Poison(); d_out16.Poison(); });
+  LaunchFromResidual(graph, kLaunches, p, d_res_in.get(), [&] {
+    d_logits.Poison(); d_ids.Poison(); d_w.Poison(); d_act.Poison(); d_out32.Poison(); d_out16.Poison();
+  });
   const std::vector<float> logits = d_logits.Download(), wts = d_w.Download(), res = d_res.Download(),
                            out32 = d_out32.Download();
   const std::vector<int32_t> ids = d_ids.Download();
@@ -246,15 +253,7 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   p.sync = d_sync.get(); p.partials = d_part.get(); p.blocks_per_sm = bps; p.gu_ksplit = ksplit;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
-  LaunchRepeated(
-      graph, kLaunches,
-      [&](cudaStream_t st) {
-        DS_CUDA_CHECK(cudaMemcpyAsync(d_res.get(), d_res_in.get(), Hd * sizeof(float), cudaMemcpyDeviceToDevice, st));
-        MoePersistentParams q = p;
-        q.stream = st;
-        MoePersistent(q);
-      },
-      [&] { d_act.Poison(); d_out32.Poison(); d_out16.Poison(); });
+  LaunchFromResidual(graph, kLaunches, p, d_res_in.get(), [&] { d_act.Poison(); d_out32.Poison(); d_out16.Poison(); });
   const std::vector<float> act = FromBf16(d_act.Download()), res = d_res.Download(), out32 = d_out32.Download();
   std::vector<float> ref_act(Is), ref_res(Hd), ref_out(Hd);
   ParallelFor(Is, [&](int64_t c) {

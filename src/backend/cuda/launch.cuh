@@ -50,6 +50,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "common/logging.h"
 
 namespace ds::cuda {
 
@@ -74,20 +75,28 @@ inline unsigned AddPdlAttribute(cudaLaunchAttribute* attrs, unsigned n, bool pdl
   return n + 1;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx with one launch
-// attribute (checked).
+// kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx with n launch
+// attributes; returns its error (unchecked).
 template <typename... KArgs, typename... Args>
-void LaunchKernelWith(const cudaLaunchAttribute& attr, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                      cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attrs[1] = {attr};
+cudaError_t LaunchWithAttrs(cudaLaunchAttribute* attrs, unsigned n, void (*kernel)(KArgs...), dim3 grid, dim3 block,
+                            size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cfg.attrs = attrs;
-  cfg.numAttrs = 1;
-  DS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  cfg.numAttrs = n;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx with one launch
+// attribute (checked).
+template <typename... KArgs, typename... Args>
+void LaunchKernelWith(const cudaLaunchAttribute& attr, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                      cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attrs[1] = {attr};
+  DS_CUDA_CHECK(LaunchWithAttrs(attrs, 1, kernel, grid, block, smem, stream, std::forward<Args>(args)...));
 }
 
 // Launches kernel<<<grid, block, smem, stream>>>(args...); with pdl, through cudaLaunchKernelEx
@@ -118,38 +127,37 @@ void LaunchCooperative(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t s
   LaunchKernelWith(attr, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
-// LaunchCooperative with the PDL attribute too (cudaLaunchAttributeProgrammaticStreamSerialization;
-// the kernel must start with dev::PdlWaitThenRelease()): the persistent decode kernels'
-// CudaRunnerOptions::persistent_pdl. Returns the launch's error instead of checking it, so that a
-// device or driver that refuses the pair of attributes can fall back to the plain cooperative
-// launch (the caller clears the error). Written in session 14 without a GPU: whether CUDA 13
-// accepts the two attributes together, and what it saves, are not yet measured.
-// Set once a launch with the pair was refused (this process then launches plain).
-inline std::atomic<bool>& CooperativePdlRefused() {
+// The persistent decode kernels' launch (CudaRunnerOptions::persistent_pdl): with pdl, as a
+// programmatic dependent launch with the cooperative attribute too (pdl_kernel must start with
+// dev::PdlWaitThenRelease()); where the device or driver refuses that pair (a configuration
+// error), the process falls back to plain cooperative launches of plain_kernel from then on,
+// after one warning naming `who`; any other error is checked. Returns whether it went out with
+// PDL. Written in session 14 without a GPU: whether CUDA 13 takes the two attributes together,
+// and what it saves, are not yet measured.
+inline std::atomic<bool>& CooperativePdlRefused() {  // set once a launch with the pair was refused
   static std::atomic<bool> refused{false};
   return refused;
 }
-// Whether TryLaunchCooperativePdl's error reads as the device or driver refusing the pair of
-// attributes (the caller falls back to the plain launch); any other error is a real one.
-inline bool IsCooperativePdlRefusal(cudaError_t e) {
-  return e == cudaErrorNotSupported || e == cudaErrorInvalidValue || e == cudaErrorInvalidConfiguration ||
-         e == cudaErrorCooperativeLaunchTooLarge;
-}
 template <typename... KArgs, typename... Args>
-cudaError_t TryLaunchCooperativePdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                    Args&&... args) {
-  cudaLaunchAttribute attrs[2] = {};
-  attrs[0].id = cudaLaunchAttributeCooperative;
-  attrs[0].val.cooperative = 1;
-  AddPdlAttribute(attrs, 1, true);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 2;
-  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+bool LaunchCooperativeOrPdl(const char* who, bool pdl, void (*pdl_kernel)(KArgs...), void (*plain_kernel)(KArgs...),
+                            dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const Args&... args) {
+  if (pdl && !CooperativePdlRefused().load()) {
+    cudaLaunchAttribute attrs[2] = {};
+    attrs[0].id = cudaLaunchAttributeCooperative;
+    attrs[0].val.cooperative = 1;
+    AddPdlAttribute(attrs, 1, true);
+    const cudaError_t e = LaunchWithAttrs(attrs, 2, pdl_kernel, grid, block, smem, stream, args...);
+    if (e == cudaSuccess) return true;
+    const bool refusal = e == cudaErrorNotSupported || e == cudaErrorInvalidValue ||
+                         e == cudaErrorInvalidConfiguration || e == cudaErrorCooperativeLaunchTooLarge;
+    if (!refusal) DS_CUDA_CHECK(e);
+    (void)cudaGetLastError();
+    CooperativePdlRefused().store(true);
+    DS_LOG(WARNING) << who << ": a cooperative launch with PDL was refused (" << cudaGetErrorString(e)
+                    << "); persistent kernels launch without PDL from now on";
+  }
+  LaunchCooperative(plain_kernel, grid, block, smem, stream, args...);
+  return false;
 }
 
 }  // namespace ds::cuda

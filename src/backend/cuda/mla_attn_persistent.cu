@@ -668,19 +668,10 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const std::string why = MlaAttnPersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MlaAttnPersistent: " << why;
   const dim3 grid(static_cast<unsigned>(CurrentDeviceProps().sms));
-  // pdl: a programmatic dependent launch where the device takes it with the cooperative attribute
-  // (else, once refused, plain from then on).
-  if (p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(true)) {
-    const cudaError_t e = TryLaunchCooperativePdl(MlaAttnPersistentKernel<true>, grid, dim3(kThreads), DynSmem(), p.stream, p);
-    if (e == cudaSuccess) return true;
-    if (!IsCooperativePdlRefusal(e)) DS_CUDA_CHECK(e);
-    (void)cudaGetLastError();
-    CooperativePdlRefused().store(true);
-    DS_LOG(WARNING) << "MlaAttnPersistent: a cooperative launch with PDL was refused (" << cudaGetErrorString(e)
-                    << "); persistent kernels launch without PDL from now on";
-  }
-  LaunchCooperative(MlaAttnPersistentKernel<false>, grid, dim3(kThreads), DynSmem(), p.stream, p);
-  return false;
+  // pdl: where its own instantiation fits too.
+  const bool pdl = p.pdl && FitsCurrentDevice(true);
+  return LaunchCooperativeOrPdl("MlaAttnPersistent", pdl, MlaAttnPersistentKernel<true>, MlaAttnPersistentKernel<false>,
+                                grid, dim3(kThreads), DynSmem(), p.stream, p);
 }
 
 }  // namespace ds::cuda

@@ -447,20 +447,11 @@ bool MoePersistent(const MoePersistentParams& p) {
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
   const size_t smem = SmemBytes(p);
   const dim3 grid(static_cast<unsigned>(MoePersistentGridBlocks(p.blocks_per_sm)));
-  // pdl: a programmatic dependent launch where its instantiation fits and the device takes the
-  // pair of attributes (else, once refused, plain from then on).
-  if (p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(p.blocks_per_sm, smem, true)) {
-    const cudaError_t e = TryLaunchCooperativePdl(KernelFor(p.blocks_per_sm, true), grid, dim3(kThreads), smem, p.stream, p);
-    if (e == cudaSuccess) return true;
-    if (!IsCooperativePdlRefusal(e)) DS_CUDA_CHECK(e);
-    (void)cudaGetLastError();
-    CooperativePdlRefused().store(true);
-    DS_LOG(WARNING) << "MoePersistent: a cooperative launch with PDL was refused (" << cudaGetErrorString(e)
-                    << "); persistent kernels launch without PDL from now on";
-  }
-  // Cooperative: every block resident, as the grid barriers need.
-  LaunchCooperative(KernelFor(p.blocks_per_sm), grid, dim3(kThreads), smem, p.stream, p);  // fits: checked above
-  return false;
+  // Cooperative: every block resident, as the grid barriers need (the plain instantiation's fit:
+  // checked above). pdl: where its own instantiation fits too.
+  const bool pdl = p.pdl && FitsCurrentDevice(p.blocks_per_sm, smem, true);
+  return LaunchCooperativeOrPdl("MoePersistent", pdl, KernelFor(p.blocks_per_sm, true), KernelFor(p.blocks_per_sm), grid,
+                                dim3(kThreads), smem, p.stream, p);
 }
 
 }  // namespace ds::cuda
