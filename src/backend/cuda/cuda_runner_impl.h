@@ -293,6 +293,7 @@ class CudaModelRunner : public ModelRunner {
   // AttnPersistent's conditions without its side effects: the pass's (set by RunPass into
   // attn_pass_ok_) and layer l's (its weights, and the kernel's verdict once asked).
   bool AttnPersistentPassOk(const ForwardBatch& b, int64_t T) const;
+  int64_t AttnPersistentMaxContext(const ForwardBatch& b) const;  // keys its workspace must hold
   // in_residual: the form that normalises the residual itself (norm_in_attn).
   bool AttnPersistentLayerOk(int l, bool in_residual) const;
   // Returns true when it also applied the residual add and the next RMSNorm (fused_norm): h32

@@ -44,10 +44,13 @@ bool CudaModelRunner::AttnPersistentPassOk(const ForwardBatch& b, int64_t T) con
       cfg_.kv_lora_rank != 512 || kBlockSize != 64 || H < 2 || H > 16 || H % 2 != 0 || cfg_.hidden_size % 256 != 0 ||
       cfg_.hidden_size > 8192)
     return false;
+  return AttnPersistentMaxContext(b) <= kMlaAttnPersistentMaxContext;
+}
+
+int64_t CudaModelRunner::AttnPersistentMaxContext(const ForwardBatch& b) const {
   // The keys the workspace must hold: the graph's block-table capacity, or this sequence's pages.
-  const int64_t max_ctx = gin_ ? int64_t{gin_->cap_blocks} * kBlockSize
-                               : (int64_t{b.context_lens[0]} + kBlockSize - 1) / kBlockSize * kBlockSize;
-  return max_ctx <= kMlaAttnPersistentMaxContext;
+  return gin_ ? int64_t{gin_->cap_blocks} * kBlockSize
+              : (int64_t{b.context_lens[0]} + kBlockSize - 1) / kBlockSize * kBlockSize;
 }
 
 bool CudaModelRunner::AttnPersistentLayerOk(int l, bool in_residual) const {
@@ -59,9 +62,9 @@ bool CudaModelRunner::AttnPersistentLayerOk(int l, bool in_residual) const {
 bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   const MlaW& w = layers_[l].attn;
   const int64_t H = cfg_.num_attention_heads;
-  if (!AttnPersistentPassOk(b, T) || !AttnPersistentLayerOk(l, attn_norm_pending_)) return false;
-  const int64_t max_ctx = gin_ ? int64_t{gin_->cap_blocks} * kBlockSize
-                               : (int64_t{b.context_lens[0]} + kBlockSize - 1) / kBlockSize * kBlockSize;
+  // (attn_pass_ok_: RunPass asked AttnPersistentPassOk for this pass.)
+  if (!attn_pass_ok_ || !AttnPersistentLayerOk(l, attn_norm_pending_)) return false;
+  const int64_t max_ctx = AttnPersistentMaxContext(b);
   const int64_t Tr = RoundUp(T, 64) + 64;
   // The sequence's block table and context (device): the graph's inputs, or uploaded here.
   const int32_t *d_bt = nullptr, *d_ctx = nullptr;
