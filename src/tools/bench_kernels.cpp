@@ -45,6 +45,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fill_random.h"
+#include "backend/cuda/fp8_gemm_skinny_sm90.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_gemv_grouped.h"
 #include "backend/cuda/fp8_quant.h"
@@ -167,6 +168,87 @@ void Fp8Gemms(Bench& b, const std::vector<int64_t>& Ms) {
     for (const auto& pr : kProjs) {
       if (b.OutOfTime()) { b.skipped.push_back(std::string("fp8_gemm ") + pr.name + " M" + std::to_string(M)); continue; }
       Fp8GemmCase(b, pr, M);
+    }
+}
+
+// ---------------------------------------------------------------- FP8 GEMM at M <= 64 (swap AB)
+// Issue 5's "FP8 dense GEMM at M <= 64": the V3 projections at M = 1..64, cuBLASLt's GemmFp8 and
+// the swap-AB CUTLASS kernel (fp8_gemm_skinny_sm90.h) in each stream-K decomposition, on the same
+// buffers. TB/s counted on weight + scale bytes (the acceptance's "weight bytes"; the
+// fp8_gemm_cublaslt records of Fp8Gemms count activations and output too).
+void Fp8SkinnyCase(Bench& b, const Proj& pr, int64_t M) {
+  const int64_t N = pr.N, K = pr.K, Mp = Fp8PaddedM(M), kb = (K + 127) / 128, nb = (N + 127) / 128,
+                ld = Fp8WeightScaleLd(K);
+  const std::string shape = std::string(pr.name) + " fp8 M" + std::to_string(M) + " N" + std::to_string(N) + " K" +
+                            std::to_string(K);
+  const double wbytes = double(N) * K + double(nb) * kb * 4;
+  const int nsets = SetsFor(wbytes + double(Mp) * K, 16);
+  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc, wmn;
+  for (int i = 0; i < nsets; ++i) {
+    xq.push_back(std::make_unique<Buf>(Mp * K));
+    xs.push_back(std::make_unique<Buf>(kb * Mp * 4));
+    wq.push_back(std::make_unique<Buf>(N * K));
+    wsc.push_back(std::make_unique<Buf>(nb * ld * 4));
+    wmn.push_back(std::make_unique<Buf>(nb * kb * 4));
+    FillE4M3(xq.back()->as<uint8_t>(), Mp * K, b.NextSeed(), b.st());
+    FillE4M3(wq.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
+    FillUniformF32(xs.back()->as<float>(), kb * Mp, b.NextSeed(), 1e-3f, 2e-3f, b.st());
+    FillUniformF32(wsc.back()->as<float>(), nb * ld, b.NextSeed(), 1e-3f, 2e-3f, b.st());
+    Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn.back()->as<float>(), b.st());
+  }
+  Buf y(Mp * N * 2);
+  const auto params = [&](int i) {
+    GemmFp8Params p{};
+    p.xq = xq[i]->as<uint8_t>(); p.ldx = K; p.x_scales = xs[i]->as<float>(); p.wq = wq[i]->as<uint8_t>(); p.ldw = K;
+    p.w_scales = wsc[i]->as<float>(); p.w_scale_ld = ld; p.y = y.as<void>(); p.ldy = N; p.y_type = DTypeOut::kBF16;
+    p.M = M; p.N = N; p.K = K; p.stream = b.st();
+    return p;
+  };
+  double us_cublas = 0;
+  if (GemmFp8Supported(M, N, K, K, K, N, DTypeOut::kBF16)) {
+    us_cublas = b.TimeUs([&](int i) { GemmFp8(params(i)); }, nsets);
+    b.Add("fp8_skinny/cublaslt", shape, us_cublas, wbytes, 0, true, "weight + scale bytes; GemmFp8 (cuBLASLt)");
+  }
+  struct Mode { SkinnyDecomposition d; int splits; const char* name; };
+  const Mode modes[] = {{SkinnyDecomposition::kHeuristic, 1, "heuristic"},
+                        {SkinnyDecomposition::kStreamK, 1, "stream_k"},
+                        {SkinnyDecomposition::kDataParallel, 1, "data_parallel"},
+                        {SkinnyDecomposition::kSplitK, 2, "split_k2"},
+                        {SkinnyDecomposition::kSplitK, 4, "split_k4"}};
+  for (const Mode& m : modes) {
+    Fp8SkinnyGemmParams sp{};
+    sp.g = params(0);
+    sp.w_scales_mn = wmn[0]->as<float>();
+    sp.decomposition = m.d;
+    sp.splits = m.splits;
+    const std::string why = Fp8SkinnyGemmSm90Unsupported(sp);
+    if (!why.empty()) {
+      b.skipped.push_back("fp8_skinny " + shape + " (" + why + ")");
+      return;
+    }
+    const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(M, N, K, m.d, m.splits);
+    Buf ws(std::max<size_t>(bytes, 256));
+    const double us = b.TimeUs([&](int i) {
+      Fp8SkinnyGemmParams q = sp;
+      q.g = params(i);
+      q.w_scales_mn = wmn[i]->as<float>();
+      q.workspace = ws.as<void>();
+      q.workspace_bytes = bytes;
+      Fp8SkinnyGemmSm90(q);
+    }, nsets);
+    char note[160];
+    std::snprintf(note, sizeof note, "weight + scale bytes; swap-AB CUTLASS, %s, workspace %zu B", m.name, bytes);
+    char vs[48] = "";
+    if (us_cublas > 0) std::snprintf(vs, sizeof vs, "; %.2fx cuBLASLt", us_cublas / us);
+    b.Add(std::string("fp8_skinny/sm90_") + m.name, shape, us, wbytes, 0, true, std::string(note) + vs);
+  }
+}
+
+void Fp8SkinnyFamily(Bench& b) {
+  for (int64_t M : {1, 4, 8, 16, 32, 64})
+    for (const auto& pr : kProjs) {
+      if (b.OutOfTime()) { b.skipped.push_back(std::string("fp8_skinny ") + pr.name + " M" + std::to_string(M)); continue; }
+      Fp8SkinnyCase(b, pr, M);
     }
 }
 
@@ -1161,6 +1243,7 @@ int RunBenchKernels(int argc, char** argv) {
     if (want("skinny")) { Skinny(b); save(); }
     if (want("skinny_dense")) { SkinnyDense(b); save(); }
     if (!only.empty() && want("fp8_gemv")) { Fp8GemvFamily(b); save(); }
+    if (!only.empty() && want("fp8_skinny")) { Fp8SkinnyFamily(b); save(); }
     if (!only.empty() && want("fp8_gemv_experts")) { Fp8GemvExpertsFamily(b); save(); }
     if (!only.empty() && want("gemv_experts_bf16")) { GemvExpertsBf16Family(b); save(); }
     if (want("small")) {

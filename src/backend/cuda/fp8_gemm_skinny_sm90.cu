@@ -1,0 +1,249 @@
+// FP8 block-scaled GEMM for M <= 64 as its transpose ("swap AB") through CUTLASS's sm90
+// blockwise-scaled cooperative kernel with the stream-K scheduler (fp8_gemm_skinny_sm90.h).
+// Our own configuration of the library API: CUTLASS's problem (M', N', K) = (our N, our Mp, K),
+//   A' = the weights [N, K] row-major (K-major), scales 128x128, MN-major (w_scales_mn);
+//   B' = the activations [Mp, K] row-major (K-major), scales 1x128, MN-major (x_scales as
+//        GemmFp8 takes them, group-major [K/128][Mp]);
+//   D' = y^T: element (n, m) at y[m * ldy + n], column-major with leading dimension ldy.
+#include "backend/cuda/device_props.h"
+#include "backend/cuda/fp8_gemm_skinny_sm90.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+
+#include "backend/cuda/cuda_check.h"
+#include "common/check.h"
+
+#ifdef DS_HAVE_CUTLASS
+#include "cute/tensor.hpp"
+#include "cutlass/cutlass.h"
+#include "cutlass/detail/blockwise_scale_layout.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/dispatch_policy.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#endif
+
+namespace ds::cuda {
+namespace {
+
+constexpr size_t kAlign = 256;
+constexpr int64_t kMaxRows = 64;
+
+int CurrentDevice() {
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  return dev;
+}
+
+__global__ void TransposeScalesKernel(const float* __restrict__ in, int64_t ld, int64_t nb, int64_t kb,
+                                      float* __restrict__ out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // over out, kb-major
+  if (i >= nb * kb) return;
+  const int64_t k = i / nb, n = i % nb;
+  out[i] = in[n * ld + k];
+}
+
+}  // namespace
+
+#ifdef DS_HAVE_CUTLASS
+namespace {
+
+using namespace cute;
+
+using LayoutA = cutlass::layout::RowMajor;     // weights [N, K]: K-major A'
+using LayoutB = cutlass::layout::ColumnMajor;  // activations [Mp, K]: K-major B'
+using LayoutD = cutlass::layout::ColumnMajor;  // y^T
+// A' (weights) scales per 128 x 128 block, B' (activations) per 1 x 128 group, both MN-major
+// (the only majorness the sm90 mainloop reads).
+using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<128, 1, 128>;
+using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+
+template <int kTileN>
+struct Skinny {
+  using Element = cutlass::float_e4m3_t;
+  using ElementD = cutlass::bfloat16_t;
+  static constexpr int kAlignAB = 16;
+  static constexpr int kAlignD = 8;
+  using TileShape = Shape<_128, Int<kTileN>, _128>;
+  using ClusterShape = Shape<_1, _1, _1>;
+  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise;
+  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD,
+      EpilogueSchedule, cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cute::tuple<LayoutA, LayoutSFA>, kAlignAB, Element,
+      cute::tuple<LayoutB, LayoutSFB>, kAlignAB, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      KernelSchedule>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::StreamKScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Scheduler = typename Kernel::TileScheduler;
+};
+
+void CheckStatus(cutlass::Status s, const char* what) {
+  DS_CHECK(s == cutlass::Status::kSuccess) << "Fp8SkinnyGemmSm90: " << what << ": " << cutlassGetStatusString(s);
+}
+
+template <int kTileN>
+typename Skinny<kTileN>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemmParams& p, int dev) {
+  using S = Skinny<kTileN>;
+  using Element = typename S::Element;
+  const GemmFp8Params& g = p.g;
+  const int Mp = static_cast<int>(Fp8PaddedM(g.M));
+  const auto shape = cute::make_shape(static_cast<int>(g.N), Mp, static_cast<int>(g.K), 1);
+  typename S::Gemm::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = shape;
+  typename S::Kernel::StrideA sa{};
+  typename S::Kernel::StrideB sb{};
+  typename S::Kernel::StrideD sd{};
+  cute::get<0>(sa) = g.ldw;
+  cute::get<0>(sb) = g.ldx;
+  cute::get<1>(sd) = g.ldy;
+  args.mainloop.ptr_A = reinterpret_cast<const Element*>(g.wq);
+  args.mainloop.dA = sa;
+  args.mainloop.ptr_B = reinterpret_cast<const Element*>(g.xq);
+  args.mainloop.dB = sb;
+  args.mainloop.ptr_SFA = p.w_scales_mn;
+  args.mainloop.layout_SFA = ScaleConfig::tile_atom_to_shape_SFA(shape);
+  args.mainloop.ptr_SFB = g.x_scales;
+  args.mainloop.layout_SFB = ScaleConfig::tile_atom_to_shape_SFB(shape);
+  args.epilogue.thread.alpha = 1.f;
+  args.epilogue.thread.beta = 0.f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = sd;
+  args.epilogue.ptr_D = static_cast<typename S::ElementD*>(g.y);
+  args.epilogue.dD = sd;
+  args.hw_info.device_id = dev;
+  args.hw_info.sm_count = CurrentDeviceProps().sms;
+  using Mode = typename S::Scheduler::DecompositionMode;
+  switch (p.decomposition) {
+    case SkinnyDecomposition::kHeuristic: args.scheduler.decomposition_mode = Mode::Heuristic; break;
+    case SkinnyDecomposition::kDataParallel: args.scheduler.decomposition_mode = Mode::DataParallel; break;
+    case SkinnyDecomposition::kSplitK:
+      args.scheduler.decomposition_mode = Mode::SplitK;
+      args.scheduler.splits = std::max(1, p.splits);
+      break;
+    case SkinnyDecomposition::kStreamK: args.scheduler.decomposition_mode = Mode::StreamK; break;
+  }
+  args.scheduler.reduction_mode = S::Scheduler::ReductionMode::Deterministic;
+  return args;
+}
+
+int TileNFor(int64_t M) {
+  const int64_t mp = Fp8PaddedM(M);
+  return mp <= 16 ? 16 : mp <= 32 ? 32 : 64;
+}
+
+template <int kTileN>
+size_t WorkspaceT(const Fp8SkinnyGemmParams& p, int dev) {
+  return Skinny<kTileN>::Gemm::get_workspace_size(MakeArgs<kTileN>(p, dev));
+}
+
+size_t Workspace(const Fp8SkinnyGemmParams& p, int dev) {
+  switch (TileNFor(p.g.M)) {
+    case 16: return WorkspaceT<16>(p, dev);
+    case 32: return WorkspaceT<32>(p, dev);
+    default: return WorkspaceT<64>(p, dev);
+  }
+}
+
+template <int kTileN>
+void Run(const Fp8SkinnyGemmParams& p, int dev) {
+  using S = Skinny<kTileN>;
+  auto args = MakeArgs<kTileN>(p, dev);
+  typename S::Gemm gemm;
+  CheckStatus(gemm.can_implement(args), "can_implement");
+  const size_t need = S::Gemm::get_workspace_size(args);
+  DS_CHECK(need <= p.workspace_bytes && (need == 0 || p.workspace != nullptr))
+      << "Fp8SkinnyGemmSm90: workspace " << p.workspace_bytes << " bytes, need " << need;
+  CheckStatus(gemm.initialize(args, p.workspace, p.g.stream), "initialize");
+  CheckStatus(gemm.run(p.g.stream), "run");
+  DS_CUDA_CHECK_LAUNCH("Fp8SkinnyGemmSm90");
+}
+
+}  // namespace
+#endif  // DS_HAVE_CUTLASS
+
+bool Fp8SkinnyGemmSm90Available() {
+#ifdef DS_HAVE_CUTLASS
+  return CurrentDeviceProps().sm90;
+#else
+  return false;
+#endif
+}
+
+std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p) {
+#ifndef DS_HAVE_CUTLASS
+  (void)p;
+  return "built without CUTLASS (scripts/get_cutlass.sh)";
+#else
+  const GemmFp8Params& g = p.g;
+  std::ostringstream why;
+  if (!CurrentDeviceProps().sm90) why << "device is not sm_90; ";
+  if (g.M < 1 || g.M > kMaxRows) why << "M " << g.M << " outside [1, " << kMaxRows << "]; ";
+  if (g.N <= 0 || g.K <= 0 || g.N > INT32_MAX || g.K > INT32_MAX) why << "N, K outside [1, 2^31); ";
+  if (g.K % 128 != 0) why << "K % 128 != 0; ";
+  if (g.N % 16 != 0) why << "N % 16 != 0; ";
+  if (g.ldx < g.K || g.ldw < g.K || g.ldy < g.N) why << "ldx, ldw < K or ldy < N; ";
+  if (g.ldx % 16 != 0 || g.ldw % 16 != 0 || g.ldy % 8 != 0) why << "ldx, ldw % 16 or ldy % 8; ";
+  const auto aligned16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
+  if (!aligned16(g.xq) || !aligned16(g.wq) || !aligned16(g.y)) why << "pointer not 16-byte aligned; ";
+  if (!g.x_scales || !p.w_scales_mn) why << "x_scales and w_scales_mn needed; ";
+  if (g.y_type != DTypeOut::kBF16) why << "bf16 output only; ";
+  if (p.decomposition == SkinnyDecomposition::kSplitK && p.splits < 1) why << "splits < 1; ";
+  return why.str();
+#endif
+}
+
+size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDecomposition d, int splits) {
+#ifndef DS_HAVE_CUTLASS
+  (void)M; (void)N; (void)K; (void)d; (void)splits;
+  return 0;
+#else
+  DS_CHECK(M >= 1 && M <= kMaxRows && N > 0 && K > 0 && N <= INT32_MAX && K <= INT32_MAX)
+      << "Fp8SkinnyGemmSm90WorkspaceBytes: bad sizes M=" << M << " N=" << N << " K=" << K;
+  Fp8SkinnyGemmParams p{};
+  p.g.M = M; p.g.N = N; p.g.K = K; p.g.ldx = K; p.g.ldw = K; p.g.ldy = N;
+  p.decomposition = d;
+  p.splits = splits;
+  return (Workspace(p, CurrentDevice()) + kAlign - 1) / kAlign * kAlign;
+#endif
+}
+
+void Fp8SkinnyGemmSm90(const Fp8SkinnyGemmParams& p) {
+#ifndef DS_HAVE_CUTLASS
+  (void)p;
+  DS_CHECK(false) << "Fp8SkinnyGemmSm90: built without CUTLASS (scripts/get_cutlass.sh)";
+#else
+  const std::string why = Fp8SkinnyGemmSm90Unsupported(p);
+  DS_CHECK(why.empty()) << "Fp8SkinnyGemmSm90: unsupported: " << why;
+  const int dev = CurrentDevice();
+  switch (TileNFor(p.g.M)) {
+    case 16: Run<16>(p, dev); break;
+    case 32: Run<32>(p, dev); break;
+    default: Run<64>(p, dev); break;
+  }
+#endif
+}
+
+void Fp8TransposeWeightScales(const float* w_scales, int64_t w_scale_ld, int64_t N, int64_t K, float* out,
+                              cudaStream_t stream) {
+  const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
+  DS_CHECK(w_scales && out && N > 0 && K > 0 && w_scale_ld >= kb)
+      << "Fp8TransposeWeightScales: bad arguments N=" << N << " K=" << K << " ld=" << w_scale_ld;
+  const int64_t n = nb * kb;
+  TransposeScalesKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(w_scales, w_scale_ld, nb, kb, out);
+  DS_CUDA_CHECK_LAUNCH("Fp8TransposeWeightScales");
+}
+
+}  // namespace ds::cuda
