@@ -209,24 +209,26 @@ void Fp8SkinnyCase(Bench& b, const Proj& pr, int64_t M) {
     us_cublas = b.TimeUs([&](int i) { GemmFp8(params(i)); }, nsets);
     b.Add("fp8_skinny/cublaslt", shape, us_cublas, wbytes, 0, true, "weight + scale bytes; GemmFp8 (cuBLASLt)");
   }
-  struct Mode { SkinnyDecomposition d; int splits; const char* name; };
-  const Mode modes[] = {{SkinnyDecomposition::kHeuristic, 1, "heuristic"},
-                        {SkinnyDecomposition::kStreamK, 1, "stream_k"},
-                        {SkinnyDecomposition::kDataParallel, 1, "data_parallel"},
-                        {SkinnyDecomposition::kSplitK, 2, "split_k2"},
-                        {SkinnyDecomposition::kSplitK, 4, "split_k4"}};
+  struct Mode { SkinnyDecomposition d; int splits; bool pingpong; const char* name; };
+  const Mode modes[] = {{SkinnyDecomposition::kHeuristic, 1, false, "heuristic"},
+                        {SkinnyDecomposition::kDataParallel, 1, false, "data_parallel"},
+                        {SkinnyDecomposition::kSplitK, 2, false, "split_k2"},
+                        {SkinnyDecomposition::kSplitK, 4, false, "split_k4"},
+                        {SkinnyDecomposition::kSplitK, 8, false, "split_k8"},
+                        {SkinnyDecomposition::kDataParallel, 1, true, "pp_data_parallel"}};
   for (const Mode& m : modes) {
     Fp8SkinnyGemmParams sp{};
     sp.g = params(0);
     sp.w_scales_mn = wmn[0]->as<float>();
     sp.decomposition = m.d;
     sp.splits = m.splits;
+    sp.pingpong = m.pingpong;
     const std::string why = Fp8SkinnyGemmSm90Unsupported(sp);
     if (!why.empty()) {
       b.skipped.push_back("fp8_skinny " + shape + " (" + why + ")");
       return;
     }
-    const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(M, N, K, m.d, m.splits);
+    const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(M, N, K, m.d, m.splits, m.pingpong);
     Buf ws(std::max<size_t>(bytes, 256));
     const double us = b.TimeUs([&](int i) {
       Fp8SkinnyGemmParams q = sp;
@@ -237,7 +239,8 @@ void Fp8SkinnyCase(Bench& b, const Proj& pr, int64_t M) {
       Fp8SkinnyGemmSm90(q);
     }, nsets);
     char note[160];
-    std::snprintf(note, sizeof note, "weight + scale bytes; swap-AB CUTLASS, %s, workspace %zu B", m.name, bytes);
+    std::snprintf(note, sizeof note, "weight + scale bytes; swap-AB CUTLASS, %s, %s, workspace %zu B",
+                  m.pingpong ? "ping-pong" : "cooperative", m.name, bytes);
     char vs[48] = "";
     if (us_cublas > 0) std::snprintf(vs, sizeof vs, "; %.2fx cuBLASLt", us_cublas / us);
     b.Add(std::string("fp8_skinny/sm90_") + m.name, shape, us, wbytes, 0, true, std::string(note) + vs);

@@ -64,16 +64,17 @@ struct Operands {
   }
 };
 
-std::vector<float> RunSkinny(const Operands& o, SkinnyDecomposition d, int splits) {
+std::vector<float> RunSkinny(const Operands& o, SkinnyDecomposition d, int splits, bool pingpong = false) {
   Dev<__nv_bfloat16> dy(o.Mp * o.s.N);
   Fp8SkinnyGemmParams p{};
   p.g = o.G(dy.get());
   p.w_scales_mn = o.dws_mn->get();
   p.decomposition = d;
   p.splits = splits;
+  p.pingpong = pingpong;
   const std::string why = Fp8SkinnyGemmSm90Unsupported(p);
   EXPECT_TRUE(why.empty()) << o.s.name << ": " << why;
-  const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(o.s.M, o.s.N, o.s.K, d, splits);
+  const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(o.s.M, o.s.N, o.s.K, d, splits, pingpong);
   std::unique_ptr<Dev<uint8_t>> ws;
   if (bytes > 0) ws = std::make_unique<Dev<uint8_t>>(bytes);
   p.workspace = ws ? ws->get() : nullptr;
@@ -108,6 +109,8 @@ TEST(CudaFp8SkinnyGemmSm90, MatchesCpuEveryDecomposition) {
       const auto got = RunSkinny(o, d, d == SkinnyDecomposition::kSplitK ? 4 : 1);
       ExpectClose("fp8_gemm_skinny_sm90", std::string(s.name) + "_" + DecompName(d), got, ref, 5e-3);
     }
+    const auto pp = RunSkinny(o, SkinnyDecomposition::kDataParallel, 1, /*pingpong=*/true);
+    ExpectClose("fp8_gemm_skinny_sm90", std::string(s.name) + "_pingpong", pp, ref, 5e-3);
     // Against cuBLASLt on the same codes: both bf16 outputs of the same math.
     if (GemmFp8Supported(s.M, s.N, s.K, s.K, s.K, s.N, DTypeOut::kBF16)) {
       Dev<__nv_bfloat16> dy(o.Mp * s.N);
@@ -143,6 +146,11 @@ TEST(CudaFp8SkinnyGemmSm90, RejectsUnsupported) {
     EXPECT_NE(why.find("K % 128"), std::string::npos) << why;
     EXPECT_NE(why.find("N % 16"), std::string::npos) << why;
   }
+  Fp8SkinnyGemmParams q{};
+  q.g.M = 1; q.g.N = 128; q.g.K = 128; q.g.ldx = q.g.ldw = 128; q.g.ldy = 128;
+  q.pingpong = true;
+  q.decomposition = SkinnyDecomposition::kStreamK;
+  EXPECT_FALSE(Fp8SkinnyGemmSm90Unsupported(q).empty());
   EXPECT_THROW(Fp8SkinnyGemmSm90(p), CheckError);
 }
 

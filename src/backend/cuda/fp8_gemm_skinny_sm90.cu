@@ -1,5 +1,6 @@
 // FP8 block-scaled GEMM for M <= 64 as its transpose ("swap AB") through CUTLASS's sm90
-// blockwise-scaled cooperative kernel with the stream-K scheduler (fp8_gemm_skinny_sm90.h).
+// blockwise-scaled kernels (cooperative or ping-pong) with the stream-K scheduler
+// (fp8_gemm_skinny_sm90.h).
 // Our own configuration of the library API: CUTLASS's problem (M', N', K) = (our N, our Mp, K),
 //   A' = the weights [N, K] row-major (K-major), scales 128x128, MN-major (w_scales_mn);
 //   B' = the activations [Mp, K] row-major (K-major), scales 1x128, MN-major (x_scales as
@@ -64,7 +65,7 @@ using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<128, 1, 128>;
 using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
 using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-template <int kTileN>
+template <int kTileN, bool kPingpong>
 struct Skinny {
   using Element = cutlass::float_e4m3_t;
   using ElementD = cutlass::bfloat16_t;
@@ -72,8 +73,13 @@ struct Skinny {
   static constexpr int kAlignD = 8;
   using TileShape = Shape<_128, Int<kTileN>, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
-  using KernelSchedule = cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise;
-  using EpilogueSchedule = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  // Cooperative: both consumer warpgroups on one 128-row tile (64 rows each); ping-pong: each
+  // warpgroup on its own tile, alternating, so one's wgmma wait and block-scale promotion
+  // overlap the other's loads and wgmmas.
+  using KernelSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise,
+                                            cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise>;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD,
@@ -83,8 +89,10 @@ struct Skinny {
       cute::tuple<LayoutB, LayoutSFB>, kAlignAB, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       KernelSchedule>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      cutlass::gemm::StreamKScheduler>;
+  // CUTLASS's ping-pong kernel takes no stream-K scheduler: data-parallel tiles only.
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<
+      Shape<int, int, int, int>, Mainloop, Epilogue,
+      std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Scheduler = typename Kernel::TileScheduler;
 };
@@ -93,9 +101,9 @@ void CheckStatus(cutlass::Status s, const char* what) {
   DS_CHECK(s == cutlass::Status::kSuccess) << "Fp8SkinnyGemmSm90: " << what << ": " << cutlassGetStatusString(s);
 }
 
-template <int kTileN>
-typename Skinny<kTileN>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemmParams& p, int dev) {
-  using S = Skinny<kTileN>;
+template <int kTileN, bool kPingpong>
+typename Skinny<kTileN, kPingpong>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemmParams& p, int dev) {
+  using S = Skinny<kTileN, kPingpong>;
   using Element = typename S::Element;
   const GemmFp8Params& g = p.g;
   const int Mp = static_cast<int>(Fp8PaddedM(g.M));
@@ -125,17 +133,19 @@ typename Skinny<kTileN>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemmParams& p, 
   args.epilogue.dD = sd;
   args.hw_info.device_id = dev;
   args.hw_info.sm_count = CurrentDeviceProps().sms;
-  using Mode = typename S::Scheduler::DecompositionMode;
-  switch (p.decomposition) {
-    case SkinnyDecomposition::kHeuristic: args.scheduler.decomposition_mode = Mode::Heuristic; break;
-    case SkinnyDecomposition::kDataParallel: args.scheduler.decomposition_mode = Mode::DataParallel; break;
-    case SkinnyDecomposition::kSplitK:
-      args.scheduler.decomposition_mode = Mode::SplitK;
-      args.scheduler.splits = std::max(1, p.splits);
-      break;
-    case SkinnyDecomposition::kStreamK: args.scheduler.decomposition_mode = Mode::StreamK; break;
+  if constexpr (!kPingpong) {
+    using Mode = typename S::Scheduler::DecompositionMode;
+    switch (p.decomposition) {
+      case SkinnyDecomposition::kHeuristic: args.scheduler.decomposition_mode = Mode::Heuristic; break;
+      case SkinnyDecomposition::kDataParallel: args.scheduler.decomposition_mode = Mode::DataParallel; break;
+      case SkinnyDecomposition::kSplitK:
+        args.scheduler.decomposition_mode = Mode::SplitK;
+        args.scheduler.splits = std::max(1, p.splits);
+        break;
+      case SkinnyDecomposition::kStreamK: args.scheduler.decomposition_mode = Mode::StreamK; break;
+    }
+    args.scheduler.reduction_mode = S::Scheduler::ReductionMode::Deterministic;
   }
-  args.scheduler.reduction_mode = S::Scheduler::ReductionMode::Deterministic;
   return args;
 }
 
@@ -144,23 +154,15 @@ int TileNFor(int64_t M) {
   return mp <= 16 ? 16 : mp <= 32 ? 32 : 64;
 }
 
-template <int kTileN>
+template <int kTileN, bool kPingpong>
 size_t WorkspaceT(const Fp8SkinnyGemmParams& p, int dev) {
-  return Skinny<kTileN>::Gemm::get_workspace_size(MakeArgs<kTileN>(p, dev));
+  return Skinny<kTileN, kPingpong>::Gemm::get_workspace_size(MakeArgs<kTileN, kPingpong>(p, dev));
 }
 
-size_t Workspace(const Fp8SkinnyGemmParams& p, int dev) {
-  switch (TileNFor(p.g.M)) {
-    case 16: return WorkspaceT<16>(p, dev);
-    case 32: return WorkspaceT<32>(p, dev);
-    default: return WorkspaceT<64>(p, dev);
-  }
-}
-
-template <int kTileN>
+template <int kTileN, bool kPingpong>
 void Run(const Fp8SkinnyGemmParams& p, int dev) {
-  using S = Skinny<kTileN>;
-  auto args = MakeArgs<kTileN>(p, dev);
+  using S = Skinny<kTileN, kPingpong>;
+  auto args = MakeArgs<kTileN, kPingpong>(p, dev);
   typename S::Gemm gemm;
   CheckStatus(gemm.can_implement(args), "can_implement");
   const size_t need = S::Gemm::get_workspace_size(args);
@@ -169,6 +171,24 @@ void Run(const Fp8SkinnyGemmParams& p, int dev) {
   CheckStatus(gemm.initialize(args, p.workspace, p.g.stream), "initialize");
   CheckStatus(gemm.run(p.g.stream), "run");
   DS_CUDA_CHECK_LAUNCH("Fp8SkinnyGemmSm90");
+}
+
+// The instantiation for p: the tile width from M, the schedule from p.pingpong.
+template <class F>
+auto Dispatch(const Fp8SkinnyGemmParams& p, F&& f) {
+  const int tn = TileNFor(p.g.M);
+  if (p.pingpong) {
+    if (tn == 16) return f(std::integral_constant<int, 16>{}, std::true_type{});
+    if (tn == 32) return f(std::integral_constant<int, 32>{}, std::true_type{});
+    return f(std::integral_constant<int, 64>{}, std::true_type{});
+  }
+  if (tn == 16) return f(std::integral_constant<int, 16>{}, std::false_type{});
+  if (tn == 32) return f(std::integral_constant<int, 32>{}, std::false_type{});
+  return f(std::integral_constant<int, 64>{}, std::false_type{});
+}
+
+size_t Workspace(const Fp8SkinnyGemmParams& p, int dev) {
+  return Dispatch(p, [&](auto tn, auto pp) { return WorkspaceT<decltype(tn)::value, decltype(pp)::value>(p, dev); });
 }
 
 }  // namespace
@@ -201,13 +221,16 @@ std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p) {
   if (!g.x_scales || !p.w_scales_mn) why << "x_scales and w_scales_mn needed; ";
   if (g.y_type != DTypeOut::kBF16) why << "bf16 output only; ";
   if (p.decomposition == SkinnyDecomposition::kSplitK && p.splits < 1) why << "splits < 1; ";
+  if (p.pingpong && p.decomposition != SkinnyDecomposition::kDataParallel)
+    why << "ping-pong takes data-parallel tiles only; ";
   return why.str();
 #endif
 }
 
-size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDecomposition d, int splits) {
+size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDecomposition d, int splits,
+                                       bool pingpong) {
 #ifndef DS_HAVE_CUTLASS
-  (void)M; (void)N; (void)K; (void)d; (void)splits;
+  (void)M; (void)N; (void)K; (void)d; (void)splits; (void)pingpong;
   return 0;
 #else
   DS_CHECK(M >= 1 && M <= kMaxRows && N > 0 && K > 0 && N <= INT32_MAX && K <= INT32_MAX)
@@ -216,6 +239,7 @@ size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDe
   p.g.M = M; p.g.N = N; p.g.K = K; p.g.ldx = K; p.g.ldw = K; p.g.ldy = N;
   p.decomposition = d;
   p.splits = splits;
+  p.pingpong = pingpong;
   return (Workspace(p, CurrentDevice()) + kAlign - 1) / kAlign * kAlign;
 #endif
 }
@@ -228,11 +252,7 @@ void Fp8SkinnyGemmSm90(const Fp8SkinnyGemmParams& p) {
   const std::string why = Fp8SkinnyGemmSm90Unsupported(p);
   DS_CHECK(why.empty()) << "Fp8SkinnyGemmSm90: unsupported: " << why;
   const int dev = CurrentDevice();
-  switch (TileNFor(p.g.M)) {
-    case 16: Run<16>(p, dev); break;
-    case 32: Run<32>(p, dev); break;
-    default: Run<64>(p, dev); break;
-  }
+  Dispatch(p, [&](auto tn, auto pp) { Run<decltype(tn)::value, decltype(pp)::value>(p, dev); });
 #endif
 }
 

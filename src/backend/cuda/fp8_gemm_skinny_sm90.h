@@ -5,7 +5,8 @@
 // y^T[N, Mp] = w[N, K] @ x[Mp, K]^T ("swap AB"): the weights fill the wgmma M side in tiles of
 // 128 output features, the Mp = Fp8PaddedM(M) rows the narrow N side (tile 16, 32 or 64), so a
 // decode-size batch wastes no tensor-core rows. Built from the CUTLASS 3.x/4.x library API (our
-// configuration of its sm90 blockwise-scaled TMA warp-specialised cooperative kernel, headers
+// configuration of its sm90 blockwise-scaled TMA warp-specialised kernels, cooperative or
+// ping-pong, headers
 // from scripts/get_cutlass.sh, compiled only with DS_HAVE_CUTLASS) with the stream-K tile
 // scheduler, so that weight matrices of a few 128-row tiles still spread over every SM (split-K
 // partials reduced deterministically in `workspace`).
@@ -40,6 +41,8 @@ struct Fp8SkinnyGemmParams {
   const float* w_scales_mn = nullptr;  // [ceil(K/128), ceil(N/128)] fp32
   SkinnyDecomposition decomposition = SkinnyDecomposition::kHeuristic;
   int splits = 1;                  // kSplitK only: K splits per output tile
+  bool pingpong = false;           // CUTLASS's ping-pong schedule (a tile per consumer warpgroup;
+                                   // kDataParallel only: its kernel takes no stream-K scheduler)
   void* workspace = nullptr;       // device, 256-byte aligned, >= Fp8SkinnyGemmSm90WorkspaceBytes
   size_t workspace_bytes = 0;
 };
@@ -52,7 +55,8 @@ std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p);
 
 // Device workspace bytes for this shape and decomposition on the current device (0 without
 // CUTLASS). Errors: CheckError on an unsupported shape.
-size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDecomposition d, int splits);
+size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDecomposition d, int splits,
+                                       bool pingpong = false);
 
 void Fp8SkinnyGemmSm90(const Fp8SkinnyGemmParams& p);
 
