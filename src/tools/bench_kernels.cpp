@@ -183,18 +183,20 @@ void Fp8SkinnyCase(Bench& b, const Proj& pr, int64_t M) {
                             std::to_string(K);
   const double wbytes = double(N) * K + double(nb) * kb * 4;
   const int nsets = SetsFor(wbytes + double(Mp) * K, 16);
-  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc, wmn;
+  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc, wmn, wmn64;
   for (int i = 0; i < nsets; ++i) {
     xq.push_back(std::make_unique<Buf>(Mp * K));
     xs.push_back(std::make_unique<Buf>(kb * Mp * 4));
     wq.push_back(std::make_unique<Buf>(N * K));
     wsc.push_back(std::make_unique<Buf>(nb * ld * 4));
     wmn.push_back(std::make_unique<Buf>(nb * kb * 4));
+    wmn64.push_back(std::make_unique<Buf>((N + 63) / 64 * kb * 4));
     FillE4M3(xq.back()->as<uint8_t>(), Mp * K, b.NextSeed(), b.st());
     FillE4M3(wq.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
     FillUniformF32(xs.back()->as<float>(), kb * Mp, b.NextSeed(), 1e-3f, 2e-3f, b.st());
     FillUniformF32(wsc.back()->as<float>(), nb * ld, b.NextSeed(), 1e-3f, 2e-3f, b.st());
     Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn.back()->as<float>(), b.st());
+    Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn64.back()->as<float>(), b.st(), 64);
   }
   Buf y(Mp * N * 2);
   const auto params = [&](int i) {
@@ -209,17 +211,18 @@ void Fp8SkinnyCase(Bench& b, const Proj& pr, int64_t M) {
     us_cublas = b.TimeUs([&](int i) { GemmFp8(params(i)); }, nsets);
     b.Add("fp8_skinny/cublaslt", shape, us_cublas, wbytes, 0, true, "weight + scale bytes; GemmFp8 (cuBLASLt)");
   }
-  struct Mode { SkinnyDecomposition d; int splits; bool pingpong; const char* name; };
-  const Mode modes[] = {{SkinnyDecomposition::kHeuristic, 1, false, "heuristic"},
-                        {SkinnyDecomposition::kDataParallel, 1, false, "data_parallel"},
-                        {SkinnyDecomposition::kSplitK, 2, false, "split_k2"},
-                        {SkinnyDecomposition::kSplitK, 4, false, "split_k4"},
-                        {SkinnyDecomposition::kSplitK, 8, false, "split_k8"},
-                        {SkinnyDecomposition::kDataParallel, 1, true, "pp_data_parallel"}};
+  struct Mode { SkinnyDecomposition d; int splits; bool pingpong; int scale_rows; const char* name; };
+  const Mode modes[] = {{SkinnyDecomposition::kHeuristic, 1, false, 128, "heuristic"},
+                        {SkinnyDecomposition::kDataParallel, 1, false, 128, "data_parallel"},
+                        {SkinnyDecomposition::kSplitK, 2, false, 128, "split_k2"},
+                        {SkinnyDecomposition::kSplitK, 4, false, 128, "split_k4"},
+                        {SkinnyDecomposition::kDataParallel, 1, true, 128, "pp_data_parallel"},
+                        {SkinnyDecomposition::kDataParallel, 1, true, 64, "pp64_data_parallel"}};
   for (const Mode& m : modes) {
     Fp8SkinnyGemmParams sp{};
     sp.g = params(0);
-    sp.w_scales_mn = wmn[0]->as<float>();
+    sp.w_scales_mn = (m.scale_rows == 64 ? wmn64 : wmn)[0]->as<float>();
+    sp.scale_rows = m.scale_rows;
     sp.decomposition = m.d;
     sp.splits = m.splits;
     sp.pingpong = m.pingpong;
@@ -228,19 +231,20 @@ void Fp8SkinnyCase(Bench& b, const Proj& pr, int64_t M) {
       b.skipped.push_back("fp8_skinny " + shape + " (" + why + ")");
       return;
     }
-    const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(M, N, K, m.d, m.splits, m.pingpong);
+    const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(M, N, K, m.d, m.splits, m.pingpong, m.scale_rows);
     Buf ws(std::max<size_t>(bytes, 256));
     const double us = b.TimeUs([&](int i) {
       Fp8SkinnyGemmParams q = sp;
       q.g = params(i);
-      q.w_scales_mn = wmn[i]->as<float>();
+      q.w_scales_mn = (m.scale_rows == 64 ? wmn64 : wmn)[i]->as<float>();
       q.workspace = ws.as<void>();
       q.workspace_bytes = bytes;
       Fp8SkinnyGemmSm90(q);
     }, nsets);
     char note[160];
     std::snprintf(note, sizeof note, "weight + scale bytes; swap-AB CUTLASS, %s, %s, workspace %zu B",
-                  m.pingpong ? "ping-pong" : "cooperative", m.name, bytes);
+                  m.pingpong ? (m.scale_rows == 64 ? "ping-pong, 64-row tiles" : "ping-pong") : "cooperative", m.name,
+                  bytes);
     char vs[48] = "";
     if (us_cublas > 0) std::snprintf(vs, sizeof vs, "; %.2fx cuBLASLt", us_cublas / us);
     b.Add(std::string("fp8_skinny/sm90_") + m.name, shape, us, wbytes, 0, true, std::string(note) + vs);

@@ -22,7 +22,7 @@ struct Operands {
   std::vector<uint8_t> wq;
   std::vector<float> ws_cpu;  // [nb, kb]
   std::unique_ptr<Dev<uint8_t>> dxq, dwq;
-  std::unique_ptr<Dev<float>> dxs, dws, dws_mn;
+  std::unique_ptr<Dev<float>> dxs, dws, dws_mn, dws_mn64;
   explicit Operands(const Shape& sh) : s(sh) {
     Mp = Fp8PaddedM(s.M); kb = (s.K + 127) / 128; nb = (s.N + 127) / 128; sld = Fp8WeightScaleLd(s.K);
     auto x = RandomNormal(s.M * s.K);
@@ -39,12 +39,14 @@ struct Operands {
     dxs = std::make_unique<Dev<float>>(kb * Mp);
     dws = std::make_unique<Dev<float>>(ws);
     dws_mn = std::make_unique<Dev<float>>(kb * nb);
+    dws_mn64 = std::make_unique<Dev<float>>(kb * ((s.N + 63) / 64));
     DS_CUDA_CHECK(cudaMemset(dxq->get(), 0, Mp * s.K));
     DS_CUDA_CHECK(cudaMemset(dxs->get(), 0, kb * Mp * sizeof(float)));
     Fp8QuantParams qp{dx.get(), false, s.K, s.M, s.K, 128, dxq->get(), s.K, dxs->get(), ScaleLayout::kGroupMajor, nullptr};
     qp.scale_ld = Mp;
     Fp8QuantizePerTokenGroup(qp);
     Fp8TransposeWeightScales(dws->get(), sld, s.N, s.K, dws_mn->get(), nullptr);
+    Fp8TransposeWeightScales(dws->get(), sld, s.N, s.K, dws_mn64->get(), nullptr, 64);
     DS_CUDA_CHECK(cudaDeviceSynchronize());
   }
   GemmFp8Params G(void* y) const {
@@ -64,17 +66,19 @@ struct Operands {
   }
 };
 
-std::vector<float> RunSkinny(const Operands& o, SkinnyDecomposition d, int splits, bool pingpong = false) {
+std::vector<float> RunSkinny(const Operands& o, SkinnyDecomposition d, int splits, bool pingpong = false,
+                             int scale_rows = 128) {
   Dev<__nv_bfloat16> dy(o.Mp * o.s.N);
   Fp8SkinnyGemmParams p{};
   p.g = o.G(dy.get());
-  p.w_scales_mn = o.dws_mn->get();
+  p.w_scales_mn = scale_rows == 64 ? o.dws_mn64->get() : o.dws_mn->get();
+  p.scale_rows = scale_rows;
   p.decomposition = d;
   p.splits = splits;
   p.pingpong = pingpong;
   const std::string why = Fp8SkinnyGemmSm90Unsupported(p);
   EXPECT_TRUE(why.empty()) << o.s.name << ": " << why;
-  const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(o.s.M, o.s.N, o.s.K, d, splits, pingpong);
+  const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(o.s.M, o.s.N, o.s.K, d, splits, pingpong, scale_rows);
   std::unique_ptr<Dev<uint8_t>> ws;
   if (bytes > 0) ws = std::make_unique<Dev<uint8_t>>(bytes);
   p.workspace = ws ? ws->get() : nullptr;
@@ -111,6 +115,8 @@ TEST(CudaFp8SkinnyGemmSm90, MatchesCpuEveryDecomposition) {
     }
     const auto pp = RunSkinny(o, SkinnyDecomposition::kDataParallel, 1, /*pingpong=*/true);
     ExpectClose("fp8_gemm_skinny_sm90", std::string(s.name) + "_pingpong", pp, ref, 5e-3);
+    const auto pp64 = RunSkinny(o, SkinnyDecomposition::kDataParallel, 1, /*pingpong=*/true, /*scale_rows=*/64);
+    ExpectClose("fp8_gemm_skinny_sm90", std::string(s.name) + "_pingpong64", pp64, ref, 5e-3);
     // Against cuBLASLt on the same codes: both bf16 outputs of the same math.
     if (GemmFp8Supported(s.M, s.N, s.K, s.K, s.K, s.N, DTypeOut::kBF16)) {
       Dev<__nv_bfloat16> dy(o.Mp * s.N);
@@ -150,6 +156,10 @@ TEST(CudaFp8SkinnyGemmSm90, RejectsUnsupported) {
   q.g.M = 1; q.g.N = 128; q.g.K = 128; q.g.ldx = q.g.ldw = 128; q.g.ldy = 128;
   q.pingpong = true;
   q.decomposition = SkinnyDecomposition::kStreamK;
+  EXPECT_FALSE(Fp8SkinnyGemmSm90Unsupported(q).empty());
+  q.decomposition = SkinnyDecomposition::kDataParallel;
+  q.pingpong = false;
+  q.scale_rows = 64;  // 64-row tiles only with ping-pong
   EXPECT_FALSE(Fp8SkinnyGemmSm90Unsupported(q).empty());
   EXPECT_THROW(Fp8SkinnyGemmSm90(p), CheckError);
 }

@@ -41,12 +41,14 @@ int CurrentDevice() {
   return dev;
 }
 
-__global__ void TransposeScalesKernel(const float* __restrict__ in, int64_t ld, int64_t nb, int64_t kb,
+// out[kb * nbo + j] = in[(j / rep) * ld + kb]: block scales transposed to MN-major, each of the
+// checkpoint's 128-row blocks repeated rep times (rep = 128 / scale rows).
+__global__ void TransposeScalesKernel(const float* __restrict__ in, int64_t ld, int64_t nbo, int64_t kb, int rep,
                                       float* __restrict__ out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // over out, kb-major
-  if (i >= nb * kb) return;
-  const int64_t k = i / nb, n = i % nb;
-  out[i] = in[n * ld + k];
+  if (i >= nbo * kb) return;
+  const int64_t k = i / nbo, j = i % nbo;
+  out[i] = in[(j / rep) * ld + k];
 }
 
 }  // namespace
@@ -59,23 +61,29 @@ using namespace cute;
 using LayoutA = cutlass::layout::RowMajor;     // weights [N, K]: K-major A'
 using LayoutB = cutlass::layout::ColumnMajor;  // activations [Mp, K]: K-major B'
 using LayoutD = cutlass::layout::ColumnMajor;  // y^T
-// A' (weights) scales per 128 x 128 block, B' (activations) per 1 x 128 group, both MN-major
-// (the only majorness the sm90 mainloop reads).
-using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<128, 1, 128>;
-using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
-using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+// A' (weights) scales per kScaleRows x 128 block (128: the checkpoint's blocks; 64: each block's
+// scale twice, so that 64-row tiles exist), B' (activations) per 1 x 128 group, both MN-major (the
+// only majorness the sm90 mainloop reads).
+template <int kScaleRows>
+using ScaleConfigT = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleRows, 1, 128>;
 
-template <int kTileN, bool kPingpong>
+// kSchedule: 0 cooperative on 128-row tiles (both consumer warpgroups on one tile, 64 rows
+// each); 1 ping-pong on 128-row tiles (a tile per warpgroup, alternating, so one's wgmma wait and
+// block-scale promotion overlap the other's); 2 ping-pong on 64-row tiles (twice the tiles, half
+// the wgmmas per K block in each warpgroup's chain; weight scales at 64-row granularity).
+template <int kTileN, int kSchedule>
 struct Skinny {
+  static constexpr bool kPingpong = kSchedule != 0;
+  static constexpr int kTileM = kSchedule == 2 ? 64 : 128;
+  using ScaleConfig = ScaleConfigT<kTileM>;
+  using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+  using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
   using Element = cutlass::float_e4m3_t;
   using ElementD = cutlass::bfloat16_t;
   static constexpr int kAlignAB = 16;
   static constexpr int kAlignD = 8;
-  using TileShape = Shape<_128, Int<kTileN>, _128>;
+  using TileShape = Shape<Int<kTileM>, Int<kTileN>, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
-  // Cooperative: both consumer warpgroups on one 128-row tile (64 rows each); ping-pong: each
-  // warpgroup on its own tile, alternating, so one's wgmma wait and block-scale promotion
-  // overlap the other's loads and wgmmas.
   using KernelSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise,
                                             cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise>;
   using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
@@ -101,9 +109,9 @@ void CheckStatus(cutlass::Status s, const char* what) {
   DS_CHECK(s == cutlass::Status::kSuccess) << "Fp8SkinnyGemmSm90: " << what << ": " << cutlassGetStatusString(s);
 }
 
-template <int kTileN, bool kPingpong>
-typename Skinny<kTileN, kPingpong>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemmParams& p, int dev) {
-  using S = Skinny<kTileN, kPingpong>;
+template <int kTileN, int kSchedule>
+typename Skinny<kTileN, kSchedule>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemmParams& p, int dev) {
+  using S = Skinny<kTileN, kSchedule>;
   using Element = typename S::Element;
   const GemmFp8Params& g = p.g;
   const int Mp = static_cast<int>(Fp8PaddedM(g.M));
@@ -122,9 +130,9 @@ typename Skinny<kTileN, kPingpong>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemm
   args.mainloop.ptr_B = reinterpret_cast<const Element*>(g.xq);
   args.mainloop.dB = sb;
   args.mainloop.ptr_SFA = p.w_scales_mn;
-  args.mainloop.layout_SFA = ScaleConfig::tile_atom_to_shape_SFA(shape);
+  args.mainloop.layout_SFA = S::ScaleConfig::tile_atom_to_shape_SFA(shape);
   args.mainloop.ptr_SFB = g.x_scales;
-  args.mainloop.layout_SFB = ScaleConfig::tile_atom_to_shape_SFB(shape);
+  args.mainloop.layout_SFB = S::ScaleConfig::tile_atom_to_shape_SFB(shape);
   args.epilogue.thread.alpha = 1.f;
   args.epilogue.thread.beta = 0.f;
   args.epilogue.ptr_C = nullptr;
@@ -133,7 +141,7 @@ typename Skinny<kTileN, kPingpong>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemm
   args.epilogue.dD = sd;
   args.hw_info.device_id = dev;
   args.hw_info.sm_count = CurrentDeviceProps().sms;
-  if constexpr (!kPingpong) {
+  if constexpr (!S::kPingpong) {
     using Mode = typename S::Scheduler::DecompositionMode;
     switch (p.decomposition) {
       case SkinnyDecomposition::kHeuristic: args.scheduler.decomposition_mode = Mode::Heuristic; break;
@@ -154,15 +162,15 @@ int TileNFor(int64_t M) {
   return mp <= 16 ? 16 : mp <= 32 ? 32 : 64;
 }
 
-template <int kTileN, bool kPingpong>
+template <int kTileN, int kSchedule>
 size_t WorkspaceT(const Fp8SkinnyGemmParams& p, int dev) {
-  return Skinny<kTileN, kPingpong>::Gemm::get_workspace_size(MakeArgs<kTileN, kPingpong>(p, dev));
+  return Skinny<kTileN, kSchedule>::Gemm::get_workspace_size(MakeArgs<kTileN, kSchedule>(p, dev));
 }
 
-template <int kTileN, bool kPingpong>
+template <int kTileN, int kSchedule>
 void Run(const Fp8SkinnyGemmParams& p, int dev) {
-  using S = Skinny<kTileN, kPingpong>;
-  auto args = MakeArgs<kTileN, kPingpong>(p, dev);
+  using S = Skinny<kTileN, kSchedule>;
+  auto args = MakeArgs<kTileN, kSchedule>(p, dev);
   typename S::Gemm gemm;
   CheckStatus(gemm.can_implement(args), "can_implement");
   const size_t need = S::Gemm::get_workspace_size(args);
@@ -173,18 +181,19 @@ void Run(const Fp8SkinnyGemmParams& p, int dev) {
   DS_CUDA_CHECK_LAUNCH("Fp8SkinnyGemmSm90");
 }
 
-// The instantiation for p: the tile width from M, the schedule from p.pingpong.
+// The instantiation for p: the tile width from M, the schedule from p.pingpong and p.scale_rows.
+template <int kSchedule, class F>
+auto DispatchN(const Fp8SkinnyGemmParams& p, F&& f) {
+  const int tn = TileNFor(p.g.M);
+  if (tn == 16) return f(std::integral_constant<int, 16>{}, std::integral_constant<int, kSchedule>{});
+  if (tn == 32) return f(std::integral_constant<int, 32>{}, std::integral_constant<int, kSchedule>{});
+  return f(std::integral_constant<int, 64>{}, std::integral_constant<int, kSchedule>{});
+}
 template <class F>
 auto Dispatch(const Fp8SkinnyGemmParams& p, F&& f) {
-  const int tn = TileNFor(p.g.M);
-  if (p.pingpong) {
-    if (tn == 16) return f(std::integral_constant<int, 16>{}, std::true_type{});
-    if (tn == 32) return f(std::integral_constant<int, 32>{}, std::true_type{});
-    return f(std::integral_constant<int, 64>{}, std::true_type{});
-  }
-  if (tn == 16) return f(std::integral_constant<int, 16>{}, std::false_type{});
-  if (tn == 32) return f(std::integral_constant<int, 32>{}, std::false_type{});
-  return f(std::integral_constant<int, 64>{}, std::false_type{});
+  if (p.scale_rows == 64) return DispatchN<2>(p, f);
+  if (p.pingpong) return DispatchN<1>(p, f);
+  return DispatchN<0>(p, f);
 }
 
 size_t Workspace(const Fp8SkinnyGemmParams& p, int dev) {
@@ -223,14 +232,16 @@ std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p) {
   if (p.decomposition == SkinnyDecomposition::kSplitK && p.splits < 1) why << "splits < 1; ";
   if (p.pingpong && p.decomposition != SkinnyDecomposition::kDataParallel)
     why << "ping-pong takes data-parallel tiles only; ";
+  if (p.scale_rows != 128 && p.scale_rows != 64) why << "scale_rows " << p.scale_rows << " (128 or 64); ";
+  if (p.scale_rows == 64 && !p.pingpong) why << "64-row tiles (scale_rows 64) are ping-pong only; ";
   return why.str();
 #endif
 }
 
 size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDecomposition d, int splits,
-                                       bool pingpong) {
+                                       bool pingpong, int scale_rows) {
 #ifndef DS_HAVE_CUTLASS
-  (void)M; (void)N; (void)K; (void)d; (void)splits; (void)pingpong;
+  (void)M; (void)N; (void)K; (void)d; (void)splits; (void)pingpong; (void)scale_rows;
   return 0;
 #else
   DS_CHECK(M >= 1 && M <= kMaxRows && N > 0 && K > 0 && N <= INT32_MAX && K <= INT32_MAX)
@@ -240,6 +251,7 @@ size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDe
   p.decomposition = d;
   p.splits = splits;
   p.pingpong = pingpong;
+  p.scale_rows = scale_rows == 64 ? 64 : 128;
   return (Workspace(p, CurrentDevice()) + kAlign - 1) / kAlign * kAlign;
 #endif
 }
@@ -257,12 +269,14 @@ void Fp8SkinnyGemmSm90(const Fp8SkinnyGemmParams& p) {
 }
 
 void Fp8TransposeWeightScales(const float* w_scales, int64_t w_scale_ld, int64_t N, int64_t K, float* out,
-                              cudaStream_t stream) {
-  const int64_t nb = (N + 127) / 128, kb = (K + 127) / 128;
+                              cudaStream_t stream, int scale_rows) {
+  DS_CHECK(scale_rows == 128 || scale_rows == 64) << "Fp8TransposeWeightScales: scale_rows " << scale_rows;
+  const int64_t nbo = (N + scale_rows - 1) / scale_rows, kb = (K + 127) / 128;
   DS_CHECK(w_scales && out && N > 0 && K > 0 && w_scale_ld >= kb)
       << "Fp8TransposeWeightScales: bad arguments N=" << N << " K=" << K << " ld=" << w_scale_ld;
-  const int64_t n = nb * kb;
-  TransposeScalesKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(w_scales, w_scale_ld, nb, kb, out);
+  const int64_t n = nbo * kb;
+  TransposeScalesKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(w_scales, w_scale_ld, nbo, kb,
+                                                                                    128 / scale_rows, out);
   DS_CUDA_CHECK_LAUNCH("Fp8TransposeWeightScales");
 }
 

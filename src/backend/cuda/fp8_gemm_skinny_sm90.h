@@ -15,7 +15,8 @@
 // [ceil(K/128), Mp]; wq [N, K] e4m3 with ldw; y [Mp, N] (bf16) with ldy, rows >= M garbage.
 // The weight scales are taken transposed, w_scales_mn [ceil(K/128), ceil(N/128)] (CUTLASS's
 // sm90 blockwise mainloop reads only MN-major scales): Fp8TransposeWeightScales writes them
-// from the checkpoint layout once per weight.
+// from the checkpoint layout once per weight. Tiles of 128 weight rows (cooperative or
+// ping-pong), or of 64 with ping-pong (scale_rows 64: the scales repeated per 64-row half).
 //
 // Limits (Fp8SkinnyGemmSm90Unsupported says which one fails): sm_90 device and a CUTLASS
 // build; 1 <= M <= 64; K % 128 == 0; N % 16 == 0; ldx, ldw % 16 == 0 (TMA row pitch); ldy % 8
@@ -38,7 +39,8 @@ enum class SkinnyDecomposition : int { kHeuristic = 0, kDataParallel = 1, kSplit
 
 struct Fp8SkinnyGemmParams {
   GemmFp8Params g;                 // xq, x_scales, wq, y, M, N, K, strides, stream (w_scales unused)
-  const float* w_scales_mn = nullptr;  // [ceil(K/128), ceil(N/128)] fp32
+  const float* w_scales_mn = nullptr;  // [ceil(K/128), ceil(N/scale_rows)] fp32 (Fp8TransposeWeightScales)
+  int scale_rows = 128;            // w_scales_mn's rows per scale: 128, or 64 for 64-row tiles (ping-pong only)
   SkinnyDecomposition decomposition = SkinnyDecomposition::kHeuristic;
   int splits = 1;                  // kSplitK only: K splits per output tile
   bool pingpong = false;           // CUTLASS's ping-pong schedule (a tile per consumer warpgroup;
@@ -56,13 +58,14 @@ std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p);
 // Device workspace bytes for this shape and decomposition on the current device (0 without
 // CUTLASS). Errors: CheckError on an unsupported shape.
 size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDecomposition d, int splits,
-                                       bool pingpong = false);
+                                       bool pingpong = false, int scale_rows = 128);
 
 void Fp8SkinnyGemmSm90(const Fp8SkinnyGemmParams& p);
 
-// out[kb * ceil(N/128) + nb] = w_scales[nb * w_scale_ld + kb]: the checkpoint's [N/128, K/128]
-// block scales (rows padded to w_scale_ld) transposed to the MN-major layout above.
+// out[kb * ceil(N/scale_rows) + j] = w_scales[(j * scale_rows / 128) * w_scale_ld + kb]: the
+// checkpoint's [N/128, K/128] block scales (rows padded to w_scale_ld) transposed to the MN-major
+// layout above, each block's scale repeated for its 64-row halves when scale_rows is 64.
 void Fp8TransposeWeightScales(const float* w_scales, int64_t w_scale_ld, int64_t N, int64_t K, float* out,
-                              cudaStream_t stream);
+                              cudaStream_t stream, int scale_rows = 128);
 
 }  // namespace ds::cuda
