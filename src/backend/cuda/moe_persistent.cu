@@ -156,17 +156,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       const int n = threadIdx.x & 63, qi = threadIdx.x >> 6;
       const int64_t t0 = qi * T / (kThreads / 64), t1 = (qi + 1) * T / (kThreads / 64);
       float acc = 0.f;
-      if (n < E) {  // 16 loads in flight at a time, added in tile order
-        int64_t t = t0;
-        for (; t + 16 <= t1; t += 16) {
-          float v[16];
-#pragma unroll
-          for (int u = 0; u < 16; ++u) v[u] = __ldcg(p.router_partials + (t + u) * E + n);
-#pragma unroll
-          for (int u = 0; u < 16; ++u) acc += v[u];
-        }
-        for (; t < t1; ++t) acc += __ldcg(p.router_partials + t * E + n);
-      }
+      if (n < E)
+        for (int64_t t = t0; t < t1; ++t) acc += __ldcg(p.router_partials + t * E + n);
       s_lq[qi][n] = acc;
       __syncthreads();
       if (threadIdx.x < E) {
