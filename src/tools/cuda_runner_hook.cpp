@@ -75,7 +75,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
   env_switch("DS_PERSISTENT_DENSE", &c.persistent_dense_mlp);    // dense layers' MLP in the persistent kernel (on since session 14)
   env_switch("DS_NORM_IN_ATTN", &c.norm_in_attn);              // the next input norm in the attention kernel (on since session 14)
-  env_switch("DS_ROUTER_IN_ATTN", &c.router_in_attn);          // the router logits' sums in the attention kernel (session 15)
   env_switch("DS_Q_ABSORB", &c.fused_q_absorb);                  // MLA q absorption in one launch (opt-in)
   env_switch("DS_ATTN_PERSISTENT", &c.attn_persistent);          // the b1 MLA attention in one cooperative launch (on since session 13)
   {

@@ -48,17 +48,6 @@ TEST(CudaRunnerAttnPersistent, NormInAttnWithinBounds) {
                                set, &CudaGraphStats::moe_norm_skipped_layers, PathExpect::kRuns);
 }
 
-// router_in_attn: the attention kernel writes the router logits' per-tile sums and the MoE kernel
-// adds them up instead of its router phase (another fp32 order of the logits): bounded against the
-// option off, and it must run on dummy V2-Lite (layers 1 and 2 are MoE layers).
-TEST(CudaRunnerAttnPersistent, RouterInAttnWithinBounds) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.router_in_attn = on; };
-  CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "router_in_attn", DummyOptions(dir, 3, 9), /*expect_change=*/false,
-                               set, &CudaGraphStats::router_in_attn_layers, PathExpect::kRuns);
-}
-
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {
   const int ran = ForEachFixture({"v2_lite_tiny", "v3_mla512_tiny"}, [](const std::string& name, const CudaRunnerOptions& o) {
     CompareBounded(name, o, false, PathExpect::kNever);

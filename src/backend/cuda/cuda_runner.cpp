@@ -204,10 +204,6 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
       return NotFound("tensor '" + bn + "' is required by topk_method noaux_tc");
     }
   }
-  if (opts_.router_in_attn) {  // the router weight times the post-attention norm's, per column
-    L->router_wn.Reset(E * Hd * sizeof(float));
-    ScaleColumnsF32(L->router.as<float>(), L->post_norm.as<float>(), E, Hd, L->router_wn.as<float>(), s_);
-  }
   // Routed experts, stacked.
   const bool fp8 = cfg_.quant.fp8 && (I % 128 == 0);
   L->experts_fp8 = fp8;
@@ -747,13 +743,9 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   } else {
     p.x32 = h32_.as<float>(); p.x16 = h16_.as<bf16>();
   }
-  // router_in_attn: this layer's attention kernel writes the router sums (AttnPersistent asks
-  // this function first, with router_pending_ already set, so the verdict is for that form).
-  const bool fused_router = fold_post_norm && !dense && router_pending_;
   if (!dense) {
     p.router_w = LW.router.as<float>();
     p.routing = RoutingParams(LW, 1);
-    if (fused_router) p.router_partials = router_partials_.as<float>();
   }
   if (!dense) { p.w13 = LW.w13.as<bf16>(); p.w2 = LW.w2.as<bf16>(); }
   if (Is > 0) { p.shared_gu = LW.gate_up.w.as<bf16>(); p.shared_down = LW.down.w.as<bf16>(); }
@@ -773,15 +765,13 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.pdl = opts_.persistent_pdl;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form, next-norm form).
-  if (persist_ok_.empty()) persist_ok_.assign(8 * cfg_.num_hidden_layers, -1);
-  int8_t& ok = persist_ok_[8 * l + (fold_post_norm ? 1 : 0) + (norm_in_attn ? 2 : 0) + (fused_router ? 4 : 0)];
+  if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);
+  int8_t& ok = persist_ok_[4 * l + (fold_post_norm ? 1 : 0) + (norm_in_attn ? 2 : 0)];
   if (ok < 0) ok = MoePersistentUnsupported(p).empty() ? 1 : 0;
   if (ok == 0) return false;
   if (!launch) return true;
   const bool went_pdl = MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
-  if (fused_router) ++graph_stats_.router_in_attn_layers;
-  router_pending_ = false;
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;

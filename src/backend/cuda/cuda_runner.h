@@ -246,18 +246,8 @@ struct CudaRunnerOptions {
   // exit and wait for its completion on the device, instead of the launch starting after it.
   // Where the device refuses the pair of attributes, the launch falls back to plain (once, with a
   // warning). Results are bit-identical (CudaRunnerPersistentMoe.PdlBitIdentical). Written in
-  // session 14; bit-identical and no faster (session 15 run 1: V2-Lite b1 2.320-2.324 ms against
-  // 2.297-2.323): opt-in. The CLI reads DS_PERSISTENT_PDL=0/1.
+  // session 14 without a GPU: not yet run; opt-in. The CLI reads DS_PERSISTENT_PDL=0/1.
   bool persistent_pdl = false;
-  // With attn_persistent and persistent_moe, where a MoE layer's attention and MoE both run the
-  // persistent kernels: the attention kernel's o_proj blocks also write the router logits' sums
-  // over their 16 rows of h = residual + o_proj's output, against the router weight times the
-  // post-attention norm's (LayerW::router_wn, made at load), and the MoE kernel adds them up in
-  // every block instead of its router phase and first grid barrier
-  // (MlaAttnPersistentParams::router_partials, MoePersistentParams::router_partials). Changes the
-  // logits' fp32 summation order (bounded: CudaRunnerPersistentMoe.RouterInAttnWithinBounds).
-  // Written in session 15; opt-in until measured. The CLI reads DS_ROUTER_IN_ATTN=0/1.
-  bool router_in_attn = false;
   // With attn_persistent, where a layer's attention runs the persistent kernel, that kernel
   // normalises the residual itself in every block (MlaAttnPersistentParams::in_residual) instead
   // of reading the input norm's output: at layer 0 (no RmsNorm launch on the embeddings), and
@@ -507,7 +497,6 @@ struct CudaGraphStats {
   int64_t persistent_dense_layers = 0;  // dense layers run by the persistent kernel (persistent_dense_mlp)     // persistent MoE layers with gu_ksplit > 1 (likewise)
   int64_t moe_norm_skipped_layers = 0;  // MoE kernels that left the next norm to the attention (norm_in_attn)
   int64_t norm_in_attn_layers = 0;  // attention kernels that applied their input norm (norm_in_attn)
-  int64_t router_in_attn_layers = 0;  // MoE kernels that took the attention kernel's router sums (router_in_attn)
 };
 CudaGraphStats GetCudaGraphStats(const ModelRunner& runner);
 

@@ -66,7 +66,6 @@ struct LayerW {
   Linear gate_up, down;             // dense MLP, or the shared experts of a MoE layer
   bool has_mlp = false;
   DeviceBuffer router;              // fp32 [E, hidden]
-  DeviceBuffer router_wn;           // fp32 [E, hidden]: router * post_norm per column (router_in_attn)
   DeviceBuffer bias;                // fp32 [E] (empty: none)
   bool experts_fp8 = false;
   DeviceBuffer w13, w13_s, w2, w2_s;  // [E (+S), 2I, H], [E (+S), H, I] (+ block scales [E (+S), nb, kb])
@@ -393,15 +392,12 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer attn_qlat16_;       // MlaAttnPersistent's q_lat [H, kv_lora] bf16
   // MlaAttnPersistent's verdict on this model per input form ([0] x16, [1] in_residual: the
   // norm in the kernel; -1: not asked).
-  int8_t attn_ok_[4] = {-1, -1, -1, -1};  // per (norm form, router form)
+  int8_t attn_ok_[2] = {-1, -1};
   bool attn_pass_ok_ = false;      // AttnPersistentPassOk for the current pass (RunPass)
   // norm_in_attn: the last MoE kernel left the next layer's input norm to that layer's attention
   // kernel (residual_ holds the stream; h32 / h16 are stale until it runs).
   bool attn_norm_pending_ = false;
-  // router_in_attn: this layer's attention kernel is writing router_partials_ for its MoE kernel.
-  bool router_pending_ = false;
-  DeviceBuffer router_partials_;  // fp32 [hidden / 16, E]
-  std::vector<int8_t> persist_ok_;  // MoePersistent's verdict per (layer, fold form, norm form, router form): -1 not asked, 0 / 1
+  std::vector<int8_t> persist_ok_;  // MoePersistent's verdict per (layer, fold form, norm form): -1 not asked, 0 / 1
   DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
   DeviceBuffer oproj_norm_sync_;    // o_proj's norm epilogue counter (u32, zeroed once)
   bool post_norm_fused_ = false;    // the last Mla's o_proj applied the post-attention norm (fused_oproj_norm)

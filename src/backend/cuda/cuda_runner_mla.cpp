@@ -62,7 +62,6 @@ bool CudaModelRunner::AttnPersistentLayerOk(int l, bool in_residual) const {
 bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   const MlaW& w = layers_[l].attn;
   const int64_t H = cfg_.num_attention_heads;
-  router_pending_ = false;
   // (attn_pass_ok_: RunPass asked AttnPersistentPassOk for this pass.)
   if (!attn_pass_ok_ || !AttnPersistentLayerOk(l, attn_norm_pending_)) return false;
   const int64_t max_ctx = AttnPersistentMaxContext(b);
@@ -105,28 +104,11 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.workspace = dec_ws_.as<float>(); ap.o16 = ov16_.as<bf16>(); ap.out = o32_.as<float>();
   ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
   ap.pdl = opts_.persistent_pdl;
-  // router_in_attn: where this layer's MoE runs the persistent kernel with the folded
-  // post-attention norm (asked with router_pending_ set, the form it will then take).
-  const LayerW& LW = layers_[l];
-  if (opts_.router_in_attn && LW.moe && LW.router_wn.get() != nullptr) {
-    router_pending_ = true;
-    if (PersistentMoe(l, T, /*fold_post_norm=*/true, /*launch=*/false)) {
-      const int64_t E = cfg_.n_routed_experts;
-      router_partials_.Reserve(cfg_.hidden_size / 16 * E * sizeof(float));
-      ap.router_wn = LW.router_wn.as<float>(); ap.router_residual = residual_.as<float>();
-      ap.router_experts = E; ap.router_partials = router_partials_.as<float>();
-    } else {
-      router_pending_ = false;
-    }
-  }
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
-  // shape checks; what is left is the device's fit): asked once per form.
-  int8_t& ok = attn_ok_[(attn_norm_pending_ ? 1 : 0) + (router_pending_ ? 2 : 0)];
+  // shape checks; what is left is the device's fit): asked once.
+  int8_t& ok = attn_ok_[attn_norm_pending_ ? 1 : 0];
   if (ok < 0) ok = MlaAttnPersistentUnsupported(ap).empty() ? 1 : 0;
-  if (ok == 0) {
-    router_pending_ = false;
-    return false;
-  }
+  if (ok == 0) return false;
   const bool went_pdl = MlaAttnPersistent(ap);
   if (attn_norm_pending_) ++graph_stats_.norm_in_attn_layers;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;

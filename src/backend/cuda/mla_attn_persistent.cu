@@ -98,14 +98,10 @@ __device__ __forceinline__ void MmaTileSmem(const bf16* w, int64_t pitch, const 
 // K bf16): each tile's K split over the 8 warps (K / 8 a warp, a multiple of 32), the warps' sums
 // added in warp order by 16 threads, out(row, value). row_ptr(r) gives row r's first weight.
 // first_s: when not null, the block's first tile staged in shared memory ([16] rows of K at
-// first_pitch). tile_epi(t): every thread, after tile t's out() calls are visible to the block.
-struct NoTileEpi {
-  __device__ void operator()(int64_t) const {}
-};
-template <class RowPtr, class Out, class TileEpi = NoTileEpi>
+// first_pitch).
+template <class RowPtr, class Out>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
-                                          Out out, const bf16* first_s, int64_t first_pitch,
-                                          TileEpi tile_epi = NoTileEpi{}) {
+                                          Out out, const bf16* first_s, int64_t first_pitch) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t kw = K / kWarps, k0 = warp * kw;
   for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x) {
@@ -123,7 +119,6 @@ __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* x
       out(t * 16 + threadIdx.x, v);
     }
     __syncthreads();
-    tile_epi(t);
   }
 }
 
@@ -198,18 +193,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   if (rotate) {
     rope_c = p.cos[static_cast<int64_t>(pos) * (kRope / 2) + lane];
     rope_s = p.sin[static_cast<int64_t>(pos) * (kRope / 2) + lane];
-  }
-  // router_partials (router_in_attn): the block's first o_proj tile's router weights (4 rows of
-  // expert n = threadIdx.x / 4 a thread) and residual rows, loaded now, off phase 5's path.
-  const bool router = p.router_partials != nullptr;
-  const int rn = threadIdx.x >> 2, rpart = threadIdx.x & 3;
-  float4 router_w4 = make_float4(0.f, 0.f, 0.f, 0.f);
-  float router_res = 0.f;
-  if (router && wo_staged) {
-    const int64_t r0 = int64_t{blockIdx.x} * 16;
-    if (rn < p.router_experts)
-      router_w4 = *reinterpret_cast<const float4*>(p.router_wn + rn * Hd + r0 + rpart * 4);
-    if (threadIdx.x < 16) router_res = p.router_residual[r0 + threadIdx.x];
   }
   // Phase 1: q and kv_a (x in shared memory).
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);
@@ -621,36 +604,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     reinterpret_cast<uint4*>(xs)[i] = __ldcg(reinterpret_cast<const uint4*>(p.o16) + i);
   if (wo_staged) WaitStaged(&s_bar[0]);
   __syncthreads();
-  if (!router) {
-    GemvTiles(
-        Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; },
-        wo_staged ? wo_s : nullptr, wo_pitch);
-  } else {
-    // router_in_attn: tile t's 16 rows of h = residual + o_proj's output in shared memory, then
-    // router_partials[t][n] = sum over them of router_wn[n][r] h[r] (4 rows a thread, the 4
-    // threads of expert n added by a fixed butterfly).
-    float* s_h = s_norm;  // [16] (s_norm is free in phase 5)
-    GemvTiles(
-        Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; },
-        [&](int64_t r, float v) {
-          p.out[r] = v;
-          s_h[threadIdx.x] = v + (r / 16 == blockIdx.x ? router_res : p.router_residual[r]);
-        },
-        wo_staged ? wo_s : nullptr, wo_pitch,
-        [&](int64_t t) {
-          for (int64_t n = rn; n < p.router_experts + 63 - (p.router_experts + 63) % 64; n += kThreads / 4) {
-            float4 w = router_w4;
-            if (n >= p.router_experts) w = make_float4(0.f, 0.f, 0.f, 0.f);
-            else if (t != blockIdx.x || n != rn)
-              w = *reinterpret_cast<const float4*>(p.router_wn + n * Hd + t * 16 + rpart * 4);
-            const float* h4 = s_h + rpart * 4;
-            float acc = w.x * h4[0] + w.y * h4[1] + w.z * h4[2] + w.w * h4[3];
-            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-            acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-            if (rpart == 0 && n < p.router_experts) p.router_partials[t * p.router_experts + n] = acc;
-          }
-        });
-  }
+  GemvTiles(
+      Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; },
+      wo_staged ? wo_s : nullptr, wo_pitch);
   Stamp(p.phase_ns, 15, true);
 }
 
@@ -693,9 +649,6 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 2) why << "wo_stage_point " << p.wo_stage_point << " (0..2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
-  if (p.router_partials != nullptr &&
-      (!p.router_wn || !p.router_residual || p.router_experts < 1 || p.router_experts > kMlaAttnPersistentMaxRouterExperts))
-    why << "router_partials needs router_wn, router_residual and 1.." << kMlaAttnPersistentMaxRouterExperts << " experts; ";
   if ((!p.x16 && !p.in_residual) || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||
       !p.cache || !p.slot || !p.block_table || !p.context_len || !p.q32 || !p.kva32 || !p.qlat16 || !p.workspace ||
       !p.o16 || !p.out || !p.sync)
@@ -703,7 +656,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   const auto misaligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };
   if (misaligned(p.x16) || misaligned(p.wq) || misaligned(p.wkva) || misaligned(p.w_uk_t) || misaligned(p.kv_b) ||
       misaligned(p.wo) || misaligned(p.cache) || misaligned(p.workspace) || misaligned(p.o16) || misaligned(p.qlat16) ||
-      misaligned(p.q32) || misaligned(p.in_residual) || misaligned(p.in_norm_w) || misaligned(p.router_wn))
+      misaligned(p.q32) || misaligned(p.in_residual) || misaligned(p.in_norm_w))
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (phase 2's absorption runs on blocks >= 1); ";

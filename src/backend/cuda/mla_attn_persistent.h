@@ -89,16 +89,6 @@ struct MlaAttnPersistentParams {
   float* workspace = nullptr;             // [MlaAttnPersistentWorkspaceFloats(heads, max_context)]
   __nv_bfloat16* o16 = nullptr;           // [heads * 128] scratch (o_proj's input)
   float* out = nullptr;                   // [hidden] fp32: o_proj's output
-  // router_in_attn (session 15): the same layer's MoE router logits, split by o_proj tile, so the
-  // MoE kernel needs no router phase and barrier of its own (MoePersistentParams::router_partials):
-  // router_partials[t * E + n] = sum over o_proj tile t's 16 rows r of router_wn[n][r] * h[r],
-  // h = router_residual + out (the residual the MoE kernel adds), router_wn = the router's weight
-  // times the post-attention norm's (its logits are then rsqrt(mean(h^2) + eps) * sum over t).
-  // The sums per tile: the 4 threads of expert n take 4 rows each, added by a fixed butterfly.
-  const float* router_wn = nullptr;       // [E, hidden] fp32
-  const float* router_residual = nullptr; // [hidden] fp32
-  int64_t router_experts = 0;             // E, 1..kMlaAttnPersistentMaxRouterExperts
-  float* router_partials = nullptr;       // [hidden / 16, E] fp32, or nullptr (off)
   uint32_t* sync = nullptr;               // 2 words (grid_barrier.cuh's 64-bit counter), zero before the first launch
   cudaStream_t stream = nullptr;
   // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
@@ -119,7 +109,6 @@ struct MlaAttnPersistentParams {
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 16;
-inline constexpr int64_t kMlaAttnPersistentMaxRouterExperts = 256;
 
 // Contexts the runner sends it (attn_persistent; the kernel's limit too: phase 4's shared-memory
 // weights): the decode phase runs its splits one after another on each block and every (head,

@@ -24,7 +24,6 @@ using bf16 = __nv_bfloat16;
 constexpr int kThreads = router::kThreads, kWarps = kThreads / 32;
 static_assert(kThreads == routing::kMoeRoutingThreads, "one block size for the router GEMV and the routing");
 constexpr int kMaxTopK = 16;
-constexpr int kMaxFusedRouterExperts = 256;  // router_partials: experts a block keeps logits for
 
 using ptx::WarpTile16;
 
@@ -77,8 +76,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   __shared__ float s_red[32];
   __shared__ float s_total;
   __shared__ uint64_t s_base;
-  __shared__ float s_logits[kMaxFusedRouterExperts];     // router_partials: this block's logits
-  __shared__ float s_lq[kThreads / 64][64];              // router_partials, E <= 64: quarter sums
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
   const bool work = !p.barriers_only;
@@ -90,7 +87,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // Phase 0: the router's fp32 input and the experts' bf16 input in shared memory: x32 / x16 as
   // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
   // (RmsNormRow's operations per element, the sum of squares over this block's threads).
-  float inv_norm = 0.f;  // attn_out: the post-attention norm's rsqrt(mean(h^2) + eps)
   if (p.attn_out) {
     float ss = 0.f;
     for (int64_t i = threadIdx.x; i < Hd; i += kThreads) {
@@ -100,7 +96,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
     const float total = dev::BlockSum(ss, s_red);
     const float inv = rsqrtf(total / static_cast<float>(Hd) + p.eps);
-    inv_norm = inv;
     for (int64_t i = threadIdx.x; i < Hd; i += kThreads) {
       const float o = x32s[i] * inv * p.post_norm_weight[i];
       x32s[i] = o;
@@ -146,39 +141,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
   };
 
-  // router_partials (the attention kernel's per-tile sums, MlaAttnPersistentParams): every block
-  // adds them up itself, tiles in order (E <= 64: four quarters of the tiles on four thread
-  // groups, then the quarters in order), times the norm's inv: no router phase, no barrier 1.
-  const bool fused_router = p.router_partials != nullptr;
-  if (fused_router && work) {
-    const int64_t T = Hd / 16;
-    if (E <= 64) {
-      const int n = threadIdx.x & 63, qi = threadIdx.x >> 6;
-      const int64_t t0 = qi * T / (kThreads / 64), t1 = (qi + 1) * T / (kThreads / 64);
-      float acc = 0.f;
-      if (n < E)
-        for (int64_t t = t0; t < t1; ++t) acc += __ldcg(p.router_partials + t * E + n);
-      s_lq[qi][n] = acc;
-      __syncthreads();
-      if (threadIdx.x < E) {
-        float l = 0.f;
-        for (int j = 0; j < kThreads / 64; ++j) l += s_lq[j][threadIdx.x];
-        s_logits[threadIdx.x] = inv_norm * l;
-      }
-    } else {
-      for (int64_t n = threadIdx.x; n < E; n += kThreads) {
-        float l = 0.f;
-        for (int64_t t = 0; t < T; ++t) l += __ldcg(p.router_partials + t * E + n);
-        s_logits[n] = inv_norm * l;
-      }
-    }
-    __syncthreads();
-    if (blockIdx.x == 0)
-      for (int64_t n = threadIdx.x; n < E; n += kThreads) p.logits[n] = s_logits[n];
-  }
   // Phase 1: router logit columns (blocks b, b + grid, ...): thread t takes k = t, t + 256, ...,
   // then a block sum.
-  for (int64_t n = blockIdx.x; work && !fused_router && n < E; n += grid) {
+  for (int64_t n = blockIdx.x; work && n < E; n += grid) {
     const float* wr = p.router_w + n * Hd;
     float acc = 0.f;
     for (int64_t k = threadIdx.x; k < Hd; k += kThreads) acc = fmaf(x32s[k], __ldg(wr + k), acc);
@@ -190,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const bool routed = K > 0;
   int nbar = 0;
   stamp(1);
-  if (routed && !fused_router) GridBarrier(p.sync, base + (++nbar) * gridDim.x);
+  if (routed) GridBarrier(p.sync, base + (++nbar) * gridDim.x);
   stamp(2);
 
   // Phase 2: routing (every block, the same bits), then gate_up + SiLU tiles of 8 act columns
@@ -198,14 +163,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // to block t % grid (consecutive tiles on different blocks: every SM gets its share).
   if (routed) {
     MoeRoutingParams rp = p.routing;
-    rp.logits = fused_router ? s_logits : p.logits;
+    rp.logits = p.logits;
     rp.n = 1;
     rp.topk_ids = s_ids;
     rp.topk_weights = s_w;
-    if (warp == 0 && work) {
-      if (fused_router) routing::RouteTokenInWarp<true>(rp, 0, route_ws.View());
-      else routing::RouteTokenInWarp(rp, 0, route_ws.View());
-    }
+    if (warp == 0 && work) routing::RouteTokenInWarp(rp, 0, route_ws.View());
     if (!work && threadIdx.x < K) { s_ids[threadIdx.x] = static_cast<int32_t>(threadIdx.x); s_w[threadIdx.x] = 0.f; }
     __syncthreads();
     // Non-finite logits can leave an id out of range (the routing's argmax finds no candidate):
@@ -452,9 +414,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << "shared intermediate size " << p.shared_inter << " is not a multiple of I up to "
         << kMoePersistentMaxSharedChunks << " x; ";
   if (p.attn_out && !p.post_norm_weight) why << "attn_out without post_norm_weight; ";
-  if (p.router_partials && (!p.attn_out || dense || p.num_experts > kMaxFusedRouterExperts || p.hidden % 16 != 0))
-    why << "router_partials needs attn_out, routed experts (at most " << kMaxFusedRouterExperts
-        << ") and hidden % 16 == 0; ";
   if (p.gu_ksplit != 1 && p.gu_ksplit != 2 && p.gu_ksplit != 4 && p.gu_ksplit != 8) {
     why << "gu_ksplit " << p.gu_ksplit << " (1, 2, 4 or 8); ";
   } else if (!GuKsplitFits(p, p.gu_ksplit)) {
@@ -470,7 +429,7 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
         << " bytes of shared memory do not fit an SM of this device (or it has no cooperative launch); ";
   }
   if (!((p.x32 && p.x16) || (p.attn_out && p.post_norm_weight)) ||
-      (!dense && ((!p.router_w && !p.router_partials) || !p.w13 || !p.w2 || !p.logits || !p.topk_ids || !p.topk_weights)) || !p.act ||
+      (!dense && (!p.router_w || !p.w13 || !p.w2 || !p.logits || !p.topk_ids || !p.topk_weights)) || !p.act ||
       !p.residual || (p.norm_weight && !p.out32) || !p.sync || (p.norm_weight && !p.partials))
     why << "null pointer; ";
   const auto misaligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };

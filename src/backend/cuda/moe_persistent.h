@@ -66,11 +66,6 @@ struct MoePersistentParams {
   const float* attn_out = nullptr;          // [hidden] fp32 (o_proj's output) or nullptr
   const float* post_norm_weight = nullptr;  // [hidden] fp32
   const float* router_w = nullptr;      // [E, hidden] fp32
-  // Or (router_in_attn, session 15; attn_out mode, routed experts, E <= 256): the router logits'
-  // per-tile sums the attention kernel wrote (MlaAttnPersistentParams::router_partials,
-  // [hidden / 16, E]). Every block adds them, tiles in order, and scales by its own norm's
-  // rsqrt(mean(h^2) + eps): no router phase and no barrier 1 (router_w unused).
-  const float* router_partials = nullptr;
   MoeRoutingParams routing{};           // n = 1; logits / topk_ids / topk_weights as below
   const __nv_bfloat16* w13 = nullptr;   // [E, 2I, hidden] bf16 (gate rows, then up rows)
   const __nv_bfloat16* w2 = nullptr;    // [E, hidden, I] bf16

@@ -104,9 +104,7 @@ __device__ inline WarpRouteView WarpRouteScratchAt(float* base, int64_t E) {
 }
 // Every lane of the calling warp must call it (warp-synchronous; no block barrier). The logits
 // are read through L2 (ld.global.cg): they may have been written by other blocks of the same
-// grid before a fence (moe_router_route.cu). kGenericLogits: plain (generic) loads instead, for
-// logits the block keeps in shared memory (MoePersistent's router_partials).
-template <bool kGenericLogits = false>
+// grid before a fence (moe_router_route.cu).
 __device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, const WarpRouteView& ws) {
   constexpr int kPer = kWarpRouteMaxExperts / 32;
   const int lane = threadIdx.x & 31;
@@ -116,8 +114,7 @@ __device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, co
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int e = lane + 32 * j;
-    if constexpr (kGenericLogits) x[j] = e < E ? lg[e] : -INFINITY;
-    else x[j] = e < E ? __ldcg(lg + e) : -INFINITY;
+    x[j] = e < E ? __ldcg(lg + e) : -INFINITY;
   }
   if (p.scoring == 0) {
     float m = -INFINITY;

@@ -120,12 +120,6 @@ __global__ void RandFp8Kernel(uint8_t* p, int64_t n, uint64_t seed) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     p[i] = dev::F32ToE4M3(448.f * U11(seed, i));
 }
-__global__ void ScaleColumnsKernel(const float* __restrict__ w, const float* __restrict__ v, int64_t rows, int64_t cols,
-                                   float* __restrict__ out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = w[i] * v[i % cols];
-}
 __global__ void FillKernel(float* p, int64_t n, float v) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -210,11 +204,6 @@ void FillF32(float* p, int64_t n, float v, cudaStream_t s) {
   if (n == 0) return;
   FillKernel<<<GridFor(n), 256, 0, s>>>(p, n, v);
   DS_CUDA_CHECK_LAUNCH("FillKernel");
-}
-void ScaleColumnsF32(const float* w, const float* v, int64_t rows, int64_t cols, float* out, cudaStream_t s) {
-  if (rows * cols == 0) return;
-  ScaleColumnsKernel<<<GridFor(rows * cols), 256, 0, s>>>(w, v, rows, cols, out);
-  DS_CUDA_CHECK_LAUNCH("ScaleColumnsKernel");
 }
 void DequantFp8ToBf16(const uint8_t* q, const float* scales, int64_t N, int64_t K, __nv_bfloat16* out,
                       cudaStream_t s) {

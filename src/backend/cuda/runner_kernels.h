@@ -45,9 +45,6 @@ void RandomUniformF32(float* p, int64_t n, float a, uint64_t seed, cudaStream_t 
 void RandomFp8(uint8_t* p, int64_t n, uint64_t seed, cudaStream_t s);
 void FillF32(float* p, int64_t n, float v, cudaStream_t s);
 
-// out[r, c] = w[r, c] * v[c] (fp32, [rows, cols] row-major): e.g. the router weight times the
-// post-attention norm's, for router_in_attn.
-void ScaleColumnsF32(const float* w, const float* v, int64_t rows, int64_t cols, float* out, cudaStream_t s);
 // Dequantises e4m3 [N, K] with block scales [ceil(N/128), ceil(K/128)] to bf16 [N, K].
 void DequantFp8ToBf16(const uint8_t* q, const float* scales, int64_t N, int64_t K, __nv_bfloat16* out,
                       cudaStream_t s);
