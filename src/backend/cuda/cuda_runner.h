@@ -246,7 +246,8 @@ struct CudaRunnerOptions {
   // exit and wait for its completion on the device, instead of the launch starting after it.
   // Where the device refuses the pair of attributes, the launch falls back to plain (once, with a
   // warning). Results are bit-identical (CudaRunnerPersistentMoe.PdlBitIdentical). Written in
-  // session 14 without a GPU: not yet run; opt-in. The CLI reads DS_PERSISTENT_PDL=0/1.
+  // session 14; bit-identical and no faster (session 15 run 1: V2-Lite b1 2.320-2.324 ms against
+  // 2.297-2.323): opt-in. The CLI reads DS_PERSISTENT_PDL=0/1.
   bool persistent_pdl = false;
   // With attn_persistent, where a layer's attention runs the persistent kernel, that kernel
   // normalises the residual itself in every block (MlaAttnPersistentParams::in_residual) instead
