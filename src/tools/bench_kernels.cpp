@@ -211,18 +211,23 @@ void Fp8SkinnyCase(Bench& b, const Proj& pr, int64_t M) {
     us_cublas = b.TimeUs([&](int i) { GemmFp8(params(i)); }, nsets);
     b.Add("fp8_skinny/cublaslt", shape, us_cublas, wbytes, 0, true, "weight + scale bytes; GemmFp8 (cuBLASLt)");
   }
-  struct Mode { SkinnyDecomposition d; int splits; bool pingpong; int scale_rows; const char* name; };
-  const Mode modes[] = {{SkinnyDecomposition::kHeuristic, 1, false, 128, "heuristic"},
-                        {SkinnyDecomposition::kDataParallel, 1, false, 128, "data_parallel"},
-                        {SkinnyDecomposition::kSplitK, 2, false, 128, "split_k2"},
-                        {SkinnyDecomposition::kSplitK, 4, false, 128, "split_k4"},
-                        {SkinnyDecomposition::kDataParallel, 1, true, 128, "pp_data_parallel"},
-                        {SkinnyDecomposition::kDataParallel, 1, true, 64, "pp64_data_parallel"}};
+  struct Mode { SkinnyDecomposition d; int splits; bool pingpong; int scale_rows; int ksplit; const char* name; };
+  const Mode modes[] = {{SkinnyDecomposition::kHeuristic, 1, false, 128, 1, "heuristic"},
+                        {SkinnyDecomposition::kDataParallel, 1, false, 128, 1, "data_parallel"},
+                        {SkinnyDecomposition::kSplitK, 2, false, 128, 1, "split_k2"},
+                        {SkinnyDecomposition::kDataParallel, 1, true, 128, 1, "pp_data_parallel"},
+                        {SkinnyDecomposition::kDataParallel, 1, true, 64, 1, "pp64_data_parallel"},
+                        {SkinnyDecomposition::kDataParallel, 1, true, 64, 2, "pp64_ksplit2"},
+                        {SkinnyDecomposition::kDataParallel, 1, true, 64, 4, "pp64_ksplit4"},
+                        {SkinnyDecomposition::kDataParallel, 1, true, 64, 8, "pp64_ksplit8"},
+                        {SkinnyDecomposition::kDataParallel, 1, true, 64, 14, "pp64_ksplit14"}};
   for (const Mode& m : modes) {
+    if (m.ksplit > 1 && K % (128 * m.ksplit) != 0) continue;
     Fp8SkinnyGemmParams sp{};
     sp.g = params(0);
     sp.w_scales_mn = (m.scale_rows == 64 ? wmn64 : wmn)[0]->as<float>();
     sp.scale_rows = m.scale_rows;
+    sp.ksplit = m.ksplit;
     sp.decomposition = m.d;
     sp.splits = m.splits;
     sp.pingpong = m.pingpong;
@@ -231,7 +236,7 @@ void Fp8SkinnyCase(Bench& b, const Proj& pr, int64_t M) {
       b.skipped.push_back("fp8_skinny " + shape + " (" + why + ")");
       return;
     }
-    const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(M, N, K, m.d, m.splits, m.pingpong, m.scale_rows);
+    const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(M, N, K, m.d, m.splits, m.pingpong, m.scale_rows, m.ksplit);
     Buf ws(std::max<size_t>(bytes, 256));
     const double us = b.TimeUs([&](int i) {
       Fp8SkinnyGemmParams q = sp;

@@ -67,18 +67,19 @@ struct Operands {
 };
 
 std::vector<float> RunSkinny(const Operands& o, SkinnyDecomposition d, int splits, bool pingpong = false,
-                             int scale_rows = 128) {
+                             int scale_rows = 128, int ksplit = 1) {
   Dev<__nv_bfloat16> dy(o.Mp * o.s.N);
   Fp8SkinnyGemmParams p{};
   p.g = o.G(dy.get());
   p.w_scales_mn = scale_rows == 64 ? o.dws_mn64->get() : o.dws_mn->get();
   p.scale_rows = scale_rows;
+  p.ksplit = ksplit;
   p.decomposition = d;
   p.splits = splits;
   p.pingpong = pingpong;
   const std::string why = Fp8SkinnyGemmSm90Unsupported(p);
   EXPECT_TRUE(why.empty()) << o.s.name << ": " << why;
-  const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(o.s.M, o.s.N, o.s.K, d, splits, pingpong, scale_rows);
+  const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(o.s.M, o.s.N, o.s.K, d, splits, pingpong, scale_rows, ksplit);
   std::unique_ptr<Dev<uint8_t>> ws;
   if (bytes > 0) ws = std::make_unique<Dev<uint8_t>>(bytes);
   p.workspace = ws ? ws->get() : nullptr;
@@ -117,6 +118,12 @@ TEST(CudaFp8SkinnyGemmSm90, MatchesCpuEveryDecomposition) {
     ExpectClose("fp8_gemm_skinny_sm90", std::string(s.name) + "_pingpong", pp, ref, 5e-3);
     const auto pp64 = RunSkinny(o, SkinnyDecomposition::kDataParallel, 1, /*pingpong=*/true, /*scale_rows=*/64);
     ExpectClose("fp8_gemm_skinny_sm90", std::string(s.name) + "_pingpong64", pp64, ref, 5e-3);
+    for (int ks : {2, 4, 7})
+      if (s.K % (128 * ks) == 0) {
+        const auto split = RunSkinny(o, SkinnyDecomposition::kDataParallel, 1, true, 64, ks);
+        ExpectClose("fp8_gemm_skinny_sm90", std::string(s.name) + "_pingpong64_ksplit" + std::to_string(ks), split, ref,
+                    5e-3);
+      }
     // Against cuBLASLt on the same codes: both bf16 outputs of the same math.
     if (GemmFp8Supported(s.M, s.N, s.K, s.K, s.K, s.N, DTypeOut::kBF16)) {
       Dev<__nv_bfloat16> dy(o.Mp * s.N);

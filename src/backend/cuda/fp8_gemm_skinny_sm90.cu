@@ -71,7 +71,8 @@ using ScaleConfigT = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleRows, 1, 12
 // each); 1 ping-pong on 128-row tiles (a tile per warpgroup, alternating, so one's wgmma wait and
 // block-scale promotion overlap the other's); 2 ping-pong on 64-row tiles (twice the tiles, half
 // the wgmmas per K block in each warpgroup's chain; weight scales at 64-row granularity).
-template <int kTileN, int kSchedule>
+// kPartials: fp32 output (the K splits' partial sums, Fp8SkinnyGemmParams::ksplit), else bf16.
+template <int kTileN, int kSchedule, bool kPartials = false>
 struct Skinny {
   static constexpr bool kPingpong = kSchedule != 0;
   static constexpr int kTileM = kSchedule == 2 ? 64 : 128;
@@ -79,9 +80,9 @@ struct Skinny {
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
   using Element = cutlass::float_e4m3_t;
-  using ElementD = cutlass::bfloat16_t;
+  using ElementD = std::conditional_t<kPartials, float, cutlass::bfloat16_t>;
   static constexpr int kAlignAB = 16;
-  static constexpr int kAlignD = 8;
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
   using TileShape = Shape<Int<kTileM>, Int<kTileN>, _128>;
   using ClusterShape = Shape<_1, _1, _1>;
   using KernelSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise,
@@ -109,13 +110,20 @@ void CheckStatus(cutlass::Status s, const char* what) {
   DS_CHECK(s == cutlass::Status::kSuccess) << "Fp8SkinnyGemmSm90: " << what << ": " << cutlassGetStatusString(s);
 }
 
-template <int kTileN, int kSchedule>
-typename Skinny<kTileN, kSchedule>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemmParams& p, int dev) {
-  using S = Skinny<kTileN, kSchedule>;
+// kPartials: the K splits as CUTLASS's batch mode L = ksplit, batch l the K range
+// [l K / ksplit, (l + 1) K / ksplit): A' and B' advance K / ksplit elements a batch, and the MN-major
+// scales' batches are their consecutive blocks of K / 128 / ksplit rows (the layouts'
+// own batch strides); D' = partials [ksplit][Mp][N] fp32.
+template <int kTileN, int kSchedule, bool kPartials>
+typename Skinny<kTileN, kSchedule, kPartials>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemmParams& p, int dev,
+                                                                       float* partials) {
+  using S = Skinny<kTileN, kSchedule, kPartials>;
   using Element = typename S::Element;
   const GemmFp8Params& g = p.g;
   const int Mp = static_cast<int>(Fp8PaddedM(g.M));
-  const auto shape = cute::make_shape(static_cast<int>(g.N), Mp, static_cast<int>(g.K), 1);
+  const int splits = kPartials ? std::max(1, p.ksplit) : 1;
+  const int64_t Ks = g.K / splits;
+  const auto shape = cute::make_shape(static_cast<int>(g.N), Mp, static_cast<int>(Ks), splits);
   typename S::Gemm::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = shape;
@@ -124,7 +132,14 @@ typename Skinny<kTileN, kSchedule>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemm
   typename S::Kernel::StrideD sd{};
   cute::get<0>(sa) = g.ldw;
   cute::get<0>(sb) = g.ldx;
-  cute::get<1>(sd) = g.ldy;
+  if constexpr (kPartials) {
+    cute::get<2>(sa) = Ks;
+    cute::get<2>(sb) = Ks;
+    cute::get<1>(sd) = g.N;
+    cute::get<2>(sd) = g.N * Mp;
+  } else {
+    cute::get<1>(sd) = g.ldy;
+  }
   args.mainloop.ptr_A = reinterpret_cast<const Element*>(g.wq);
   args.mainloop.dA = sa;
   args.mainloop.ptr_B = reinterpret_cast<const Element*>(g.xq);
@@ -137,7 +152,8 @@ typename Skinny<kTileN, kSchedule>::Gemm::Arguments MakeArgs(const Fp8SkinnyGemm
   args.epilogue.thread.beta = 0.f;
   args.epilogue.ptr_C = nullptr;
   args.epilogue.dC = sd;
-  args.epilogue.ptr_D = static_cast<typename S::ElementD*>(g.y);
+  if constexpr (kPartials) args.epilogue.ptr_D = partials;
+  else args.epilogue.ptr_D = static_cast<typename S::ElementD*>(g.y);
   args.epilogue.dD = sd;
   args.hw_info.device_id = dev;
   args.hw_info.sm_count = CurrentDeviceProps().sms;
@@ -162,42 +178,81 @@ int TileNFor(int64_t M) {
   return mp <= 16 ? 16 : mp <= 32 ? 32 : 64;
 }
 
-template <int kTileN, int kSchedule>
+template <int kTileN, int kSchedule, bool kPartials>
 size_t WorkspaceT(const Fp8SkinnyGemmParams& p, int dev) {
-  return Skinny<kTileN, kSchedule>::Gemm::get_workspace_size(MakeArgs<kTileN, kSchedule>(p, dev));
+  return Skinny<kTileN, kSchedule, kPartials>::Gemm::get_workspace_size(
+      MakeArgs<kTileN, kSchedule, kPartials>(p, dev, nullptr));
 }
 
-template <int kTileN, int kSchedule>
+// The K splits' partials [ksplit][Mp][N] fp32 added in split order into y (bf16), rows < M.
+__global__ void ReduceSplitsKernel(const float4* __restrict__ part, int splits, int64_t M, int64_t Mp, int64_t N,
+                                   __nv_bfloat16* __restrict__ y, int64_t ldy) {
+  const int64_t n4 = N / 4;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < M * n4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t m = i / n4, c = i % n4;
+    float4 acc = part[m * n4 + c];
+    for (int l = 1; l < splits; ++l) {
+      const float4 v = part[(l * Mp + m) * n4 + c];
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(y + m * ldy + 4 * c);
+    out[0] = __floats2bfloat162_rn(acc.x, acc.y);
+    out[1] = __floats2bfloat162_rn(acc.z, acc.w);
+  }
+}
+
+size_t PartialsBytes(const Fp8SkinnyGemmParams& p) {
+  if (p.ksplit <= 1) return 0;
+  return (static_cast<size_t>(p.ksplit) * Fp8PaddedM(p.g.M) * p.g.N * sizeof(float) + kAlign - 1) / kAlign * kAlign;
+}
+
+template <int kTileN, int kSchedule, bool kPartials>
 void Run(const Fp8SkinnyGemmParams& p, int dev) {
-  using S = Skinny<kTileN, kSchedule>;
-  auto args = MakeArgs<kTileN, kSchedule>(p, dev);
+  using S = Skinny<kTileN, kSchedule, kPartials>;
+  // Workspace: [partials (ksplit > 1) | CUTLASS's].
+  const size_t pb = PartialsBytes(p);
+  float* partials = kPartials ? static_cast<float*>(p.workspace) : nullptr;
+  auto args = MakeArgs<kTileN, kSchedule, kPartials>(p, dev, partials);
   typename S::Gemm gemm;
   CheckStatus(gemm.can_implement(args), "can_implement");
   const size_t need = S::Gemm::get_workspace_size(args);
-  DS_CHECK(need <= p.workspace_bytes && (need == 0 || p.workspace != nullptr))
-      << "Fp8SkinnyGemmSm90: workspace " << p.workspace_bytes << " bytes, need " << need;
-  CheckStatus(gemm.initialize(args, p.workspace, p.g.stream), "initialize");
+  DS_CHECK(pb + need <= p.workspace_bytes && (pb + need == 0 || p.workspace != nullptr))
+      << "Fp8SkinnyGemmSm90: workspace " << p.workspace_bytes << " bytes, need " << pb + need;
+  CheckStatus(gemm.initialize(args, static_cast<char*>(p.workspace) + pb, p.g.stream), "initialize");
   CheckStatus(gemm.run(p.g.stream), "run");
   DS_CUDA_CHECK_LAUNCH("Fp8SkinnyGemmSm90");
+  if constexpr (kPartials) {
+    const int64_t n = p.g.M * (p.g.N / 4);
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4 * CurrentDeviceProps().sms));
+    ReduceSplitsKernel<<<blocks, 256, 0, p.g.stream>>>(reinterpret_cast<const float4*>(partials), p.ksplit, p.g.M,
+                                                       Fp8PaddedM(p.g.M), p.g.N, static_cast<__nv_bfloat16*>(p.g.y),
+                                                       p.g.ldy);
+    DS_CUDA_CHECK_LAUNCH("Fp8SkinnyGemmSm90 split reduce");
+  }
 }
 
 // The instantiation for p: the tile width from M, the schedule from p.pingpong and p.scale_rows.
-template <int kSchedule, class F>
+template <int kSchedule, bool kPartials, class F>
 auto DispatchN(const Fp8SkinnyGemmParams& p, F&& f) {
+  using Sc = std::integral_constant<int, kSchedule>;
+  using Pa = std::bool_constant<kPartials>;
   const int tn = TileNFor(p.g.M);
-  if (tn == 16) return f(std::integral_constant<int, 16>{}, std::integral_constant<int, kSchedule>{});
-  if (tn == 32) return f(std::integral_constant<int, 32>{}, std::integral_constant<int, kSchedule>{});
-  return f(std::integral_constant<int, 64>{}, std::integral_constant<int, kSchedule>{});
+  if (tn == 16) return f(std::integral_constant<int, 16>{}, Sc{}, Pa{});
+  if (tn == 32) return f(std::integral_constant<int, 32>{}, Sc{}, Pa{});
+  return f(std::integral_constant<int, 64>{}, Sc{}, Pa{});
 }
 template <class F>
 auto Dispatch(const Fp8SkinnyGemmParams& p, F&& f) {
-  if (p.scale_rows == 64) return DispatchN<2>(p, f);
-  if (p.pingpong) return DispatchN<1>(p, f);
-  return DispatchN<0>(p, f);
+  if (p.scale_rows == 64) return p.ksplit > 1 ? DispatchN<2, true>(p, f) : DispatchN<2, false>(p, f);
+  if (p.pingpong) return DispatchN<1, false>(p, f);
+  return DispatchN<0, false>(p, f);
 }
 
 size_t Workspace(const Fp8SkinnyGemmParams& p, int dev) {
-  return Dispatch(p, [&](auto tn, auto pp) { return WorkspaceT<decltype(tn)::value, decltype(pp)::value>(p, dev); });
+  return PartialsBytes(p) + Dispatch(p, [&](auto tn, auto sc, auto pa) {
+           return WorkspaceT<decltype(tn)::value, decltype(sc)::value, decltype(pa)::value>(p, dev);
+         });
 }
 
 }  // namespace
@@ -234,14 +289,16 @@ std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p) {
     why << "ping-pong takes data-parallel tiles only; ";
   if (p.scale_rows != 128 && p.scale_rows != 64) why << "scale_rows " << p.scale_rows << " (128 or 64); ";
   if (p.scale_rows == 64 && !p.pingpong) why << "64-row tiles (scale_rows 64) are ping-pong only; ";
+  if (p.ksplit < 1 || (p.ksplit > 1 && (p.scale_rows != 64 || g.K % (128 * int64_t{p.ksplit}) != 0)))
+    why << "ksplit " << p.ksplit << " (> 1 only with 64-row tiles and K a multiple of 128 x ksplit); ";
   return why.str();
 #endif
 }
 
 size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDecomposition d, int splits,
-                                       bool pingpong, int scale_rows) {
+                                       bool pingpong, int scale_rows, int ksplit) {
 #ifndef DS_HAVE_CUTLASS
-  (void)M; (void)N; (void)K; (void)d; (void)splits; (void)pingpong; (void)scale_rows;
+  (void)M; (void)N; (void)K; (void)d; (void)splits; (void)pingpong; (void)scale_rows; (void)ksplit;
   return 0;
 #else
   DS_CHECK(M >= 1 && M <= kMaxRows && N > 0 && K > 0 && N <= INT32_MAX && K <= INT32_MAX)
@@ -252,6 +309,7 @@ size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDe
   p.splits = splits;
   p.pingpong = pingpong;
   p.scale_rows = scale_rows == 64 ? 64 : 128;
+  p.ksplit = std::max(1, ksplit);
   return (Workspace(p, CurrentDevice()) + kAlign - 1) / kAlign * kAlign;
 #endif
 }
@@ -264,7 +322,7 @@ void Fp8SkinnyGemmSm90(const Fp8SkinnyGemmParams& p) {
   const std::string why = Fp8SkinnyGemmSm90Unsupported(p);
   DS_CHECK(why.empty()) << "Fp8SkinnyGemmSm90: unsupported: " << why;
   const int dev = CurrentDevice();
-  Dispatch(p, [&](auto tn, auto pp) { Run<decltype(tn)::value, decltype(pp)::value>(p, dev); });
+  Dispatch(p, [&](auto tn, auto sc, auto pa) { Run<decltype(tn)::value, decltype(sc)::value, decltype(pa)::value>(p, dev); });
 #endif
 }
 

@@ -41,6 +41,10 @@ struct Fp8SkinnyGemmParams {
   GemmFp8Params g;                 // xq, x_scales, wq, y, M, N, K, strides, stream (w_scales unused)
   const float* w_scales_mn = nullptr;  // [ceil(K/128), ceil(N/scale_rows)] fp32 (Fp8TransposeWeightScales)
   int scale_rows = 128;            // w_scales_mn's rows per scale: 128, or 64 for 64-row tiles (ping-pong only)
+  // 64-row tiles only: K split into ksplit equal ranges (multiples of 128) as CUTLASS's batch
+  // dimension, their fp32 partials [ksplit][Mp][N] in the workspace, then added in split order
+  // into y by a second launch (deterministic). For matrices of few 64-row tiles (q_a, kv_a).
+  int ksplit = 1;
   SkinnyDecomposition decomposition = SkinnyDecomposition::kHeuristic;
   int splits = 1;                  // kSplitK only: K splits per output tile
   bool pingpong = false;           // CUTLASS's ping-pong schedule (a tile per consumer warpgroup;
@@ -58,7 +62,7 @@ std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p);
 // Device workspace bytes for this shape and decomposition on the current device (0 without
 // CUTLASS). Errors: CheckError on an unsupported shape.
 size_t Fp8SkinnyGemmSm90WorkspaceBytes(int64_t M, int64_t N, int64_t K, SkinnyDecomposition d, int splits,
-                                       bool pingpong = false, int scale_rows = 128);
+                                       bool pingpong = false, int scale_rows = 128, int ksplit = 1);
 
 void Fp8SkinnyGemmSm90(const Fp8SkinnyGemmParams& p);
 
