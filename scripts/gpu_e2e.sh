@@ -22,6 +22,9 @@
 #   (bench/ncu_summary.py) in logs/ncu_summary.txt; NCU_DETAIL (extra ncu flags, e.g. sections
 #   for chosen kernels) -> logs/ncu_detail.txt; NCU_FLAGS: extra flags of the per-kernel pass
 #   (e.g. --cache-control none: caches kept warm between kernels, as in a graph replay).
+#   NCU_PROG: the dsinfer subcommand profiled instead of `bench one-batch --load-format dummy
+#   --device cuda` (e.g. 'bench kernels', with NCU_ARGS '--only mla_sm90 ...'); NCU_DETAIL_ONLY=1
+#   skips the per-kernel pass (for programs of many kernels).
 # Results (JSON, logs, plots, summary.md) come back in $OUT/e2e_results.tgz, with summary.md,
 # e2e.json and the plots also as plain files.
 #
@@ -138,8 +141,8 @@ if [ -n "${E2E_NCU:-}" ]; then
   if [ -z "$NCU" ]; then
     echo "[gpu_e2e] ncu: not found" | tee -a $RES/logs/gpu_e2e.txt
   else
-    eval "timeout ${NCU_TIMEOUT_S:-150} env ${NCU_ENV:-} $NCU --clock-control none ${NCU_FLAGS:-} --metrics gpu__time_duration.sum --csv --print-units base \
-      $B/dsinfer bench one-batch --load-format dummy --device cuda \
+    [ -z "${NCU_DETAIL_ONLY:-}" ] && eval "timeout ${NCU_TIMEOUT_S:-150} env ${NCU_ENV:-} $NCU --clock-control none ${NCU_FLAGS:-} --metrics gpu__time_duration.sum --csv --print-units base \
+      $B/dsinfer ${NCU_PROG:-bench one-batch --load-format dummy --device cuda} \
       ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4 --mem-bw-gbps 3931 --flops-tflops 700}" \
       > $RES/logs/ncu.csv 2> $RES/logs/ncu_stderr.txt
     echo "[gpu_e2e] ncu rc=$? in $(( $(date +%s) - t )) s ($NCU)" | tee -a $RES/logs/gpu_e2e.txt
@@ -151,7 +154,7 @@ if [ -n "${E2E_NCU:-}" ]; then
     if [ -n "${NCU_DETAIL:-}" ]; then
       t=$(date +%s)
       eval "timeout ${NCU_TIMEOUT_S:-150} env ${NCU_ENV:-} $NCU --clock-control none $NCU_DETAIL \
-        $B/dsinfer bench one-batch --load-format dummy --device cuda \
+        $B/dsinfer ${NCU_PROG:-bench one-batch --load-format dummy --device cuda} \
         ${NCU_ARGS:---model $B/data/deepseek-v2-lite --num-layers 2 --batch-size 1 --input-len 1024 --output-len 4 --mem-bw-gbps 3931 --flops-tflops 700}" \
         > $RES/logs/ncu_detail.txt 2>&1
       echo "[gpu_e2e] ncu detail rc=$? in $(( $(date +%s) - t )) s" | tee -a $RES/logs/gpu_e2e.txt
