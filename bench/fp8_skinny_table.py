@@ -21,17 +21,23 @@ def main(path):
             continue
         key = (m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)))
         table.setdefault(key, {})[r["kernel"].split("/", 1)[1]] = (r["ratio"], r.get("time_us", 0.0))
-    print("| projection | M | N x K | weight MB | cuBLASLt | best swap-AB mode | its ratio | us |")
-    print("|---|---:|---|---:|---:|---|---:|---:|")
+    has_auto = any("sm90_auto" in modes for modes in table.values())
+    print("| projection | M | N x K | weight MB | cuBLASLt | best swap-AB mode | its ratio | us |"
+          + (" auto (Fp8SkinnyAutoKsplit) |" if has_auto else ""))
+    print("|---|---:|---|---:|---:|---|---:|---:|" + ("---:|" if has_auto else ""))
     for (name, M, N, K), modes in table.items():
         ours = {k: v for k, v in modes.items() if k != "cublaslt"}
         if not ours:
             continue
         best = max(ours, key=lambda k: ours[k][0])
         cub = modes.get("cublaslt")
-        print(f"| {name} | {M} | {N} x {K} | {N * K / 1e6:.1f} | {cub[0]:.2f} | {best} | "
-              f"**{ours[best][0]:.2f}** | {ours[best][1]:.1f} |" if cub else
-              f"| {name} | {M} | {N} x {K} | {N * K / 1e6:.1f} | - | {best} | **{ours[best][0]:.2f}** | {ours[best][1]:.1f} |")
+        auto = modes.get("sm90_auto")
+        line = (f"| {name} | {M} | {N} x {K} | {N * K / 1e6:.1f} | {cub[0]:.2f} |" if cub else
+                f"| {name} | {M} | {N} x {K} | {N * K / 1e6:.1f} | - |")
+        line += f" {best} | **{ours[best][0]:.2f}** | {ours[best][1]:.1f} |"
+        if has_auto:
+            line += f" {auto[0]:.2f} |" if auto else " - |"
+        print(line)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fill_random.h"
 #include "backend/cuda/fp8_gemm_skinny_sm90.h"
+#include "backend/cuda/host_plans.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_gemv_grouped.h"
 #include "backend/cuda/fp8_quant.h"
@@ -220,7 +221,8 @@ void Fp8SkinnyCase(Bench& b, const Proj& pr, int64_t M) {
                         {SkinnyDecomposition::kDataParallel, 1, true, 64, 2, "pp64_ksplit2"},
                         {SkinnyDecomposition::kDataParallel, 1, true, 64, 4, "pp64_ksplit4"},
                         {SkinnyDecomposition::kDataParallel, 1, true, 64, 8, "pp64_ksplit8"},
-                        {SkinnyDecomposition::kDataParallel, 1, true, 64, 14, "pp64_ksplit14"}};
+                        {SkinnyDecomposition::kDataParallel, 1, true, 64, 14, "pp64_ksplit14"},
+                        {SkinnyDecomposition::kDataParallel, 1, true, 64, Fp8SkinnyAutoKsplit(M, N, K), "auto"}};
   for (const Mode& m : modes) {
     if (m.ksplit > 1 && K % (128 * m.ksplit) != 0) continue;
     Fp8SkinnyGemmParams sp{};

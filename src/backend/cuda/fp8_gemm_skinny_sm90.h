@@ -44,6 +44,8 @@ struct Fp8SkinnyGemmParams {
   // 64-row tiles only: K split into ksplit equal ranges (multiples of 128) as CUTLASS's batch
   // dimension, their fp32 partials [ksplit][Mp][N] in the workspace, then added in split order
   // into y by a second launch (deterministic). For matrices of few 64-row tiles (q_a, kv_a).
+  // The measured-best form per shape: 64-row ping-pong tiles, data-parallel, ksplit =
+  // Fp8SkinnyAutoKsplit(M, N, K) (host_plans.h).
   int ksplit = 1;
   SkinnyDecomposition decomposition = SkinnyDecomposition::kHeuristic;
   int splits = 1;                  // kSplitK only: K splits per output tile

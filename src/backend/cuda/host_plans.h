@@ -67,6 +67,27 @@ inline bool SkinnySplitKWins(bool fp8, bool dense, int64_t N, int64_t K, int64_t
   return rc <= 128 && K >= 16384;
 }
 
+// ---- FP8 GEMM at M <= 64, swap AB (fp8_gemm_skinny_sm90.h)
+// The measured-best form per shape (session 15 runs 4 and 7, `bench kernels --only fp8_skinny`,
+// the nine V3 projections at M = 1..64): 64-row ping-pong tiles everywhere (data-parallel), with K
+// split over the 64-row tiles' warpgroups where there are too few tiles for the SMs:
+// - <= 16 tiles (kv_a: 9): ksplit 8 (0.16 of copy against 0.09 unsplit);
+// - <= 32 tiles (q_a: 24): ksplit 4 (0.35 against 0.25);
+// - <= 64 tiles at more than 32 rows (shared gate_up at M = 64): ksplit 2 (0.55 against 0.47);
+//   at <= 32 rows unsplit is better (0.65 against 0.60).
+// K splits only where K / 128 divides by the split (else the next smaller split that does).
+inline int Fp8SkinnyAutoKsplit(int64_t M, int64_t N, int64_t K) {
+  const int64_t tiles = (N + 63) / 64, kb = K / 128;
+  int want = 1;
+  if (K >= 4096) {
+    if (tiles <= 16) want = 8;
+    else if (tiles <= 32) want = 4;
+    else if (tiles <= 64 && M > 32) want = 2;
+  }
+  while (want > 1 && (kb % want != 0 || K % 128 != 0)) want /= 2;
+  return want;
+}
+
 // ---- sm_90a MLA decode (mla_decode_sm90.cu)
 inline constexpr int64_t kMlaDecodeSm90RowsPerCta = 64;    // query rows per CTA (one wgmma M tile)
 inline constexpr int64_t kMlaDecodeSm90KeysPerTile = 64;   // keys per tile (one 64-token page)

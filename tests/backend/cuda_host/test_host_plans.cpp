@@ -88,6 +88,24 @@ TEST(CudaHostPlans, SkinnySplitKRule) {
   EXPECT_FALSE(SkinnySplitKWins(true, true, 24576, 7168, 1, 4 * sms, sms));
 }
 
+// Fp8SkinnyAutoKsplit: the V3 projections' measured-best K splits (session 15 runs 4 and 7).
+TEST(CudaHostPlans, Fp8SkinnyAutoKsplitV3Projections) {
+  for (int64_t M : {1, 8, 16, 32, 64}) {
+    EXPECT_EQ(Fp8SkinnyAutoKsplit(M, 576, 7168), 8) << M;    // kv_a: 9 tiles
+    EXPECT_EQ(Fp8SkinnyAutoKsplit(M, 1536, 7168), 4) << M;   // q_a: 24 tiles
+    EXPECT_EQ(Fp8SkinnyAutoKsplit(M, 24576, 1536), 1) << M;  // q_b
+    EXPECT_EQ(Fp8SkinnyAutoKsplit(M, 32768, 512), 1) << M;   // kv_b
+    EXPECT_EQ(Fp8SkinnyAutoKsplit(M, 7168, 16384), 1) << M;  // o_proj: 112 tiles
+    EXPECT_EQ(Fp8SkinnyAutoKsplit(M, 7168, 2048), 1) << M;   // shared down: K < 4096
+  }
+  EXPECT_EQ(Fp8SkinnyAutoKsplit(16, 4096, 7168), 1);  // shared gate_up, 64 tiles, <= 32 rows
+  EXPECT_EQ(Fp8SkinnyAutoKsplit(64, 4096, 7168), 2);  // ... more than 32 rows
+  // A split must divide K's 128-wide blocks: 40 blocks keep 8, 36 take 4, 35 none.
+  EXPECT_EQ(Fp8SkinnyAutoKsplit(1, 576, 128 * 40), 8);
+  EXPECT_EQ(Fp8SkinnyAutoKsplit(1, 576, 128 * 36), 4);
+  EXPECT_EQ(Fp8SkinnyAutoKsplit(1, 576, 128 * 35), 1);
+}
+
 TEST(CudaHostPlans, SkinnyDenseFp8Thresholds) {
   EXPECT_TRUE(SkinnyDenseFp8(32, 36864));
   EXPECT_FALSE(SkinnyDenseFp8(33, 36864));
