@@ -12,7 +12,8 @@
 namespace ds::cuda::test {
 namespace {
 
-struct Shape { int64_t M, N, K; const char* name; };
+// pad: extra elements in every leading dimension (ldx = ldw = K + pad, ldy = N + pad).
+struct Shape { int64_t M, N, K; const char* name; int64_t pad = 0; };
 
 // Device operands for one shape: x quantised on the GPU (group-major scales over Mp rows), w
 // random e4m3 codes with 128x128 block scales, transposed once for the kernel.
@@ -23,8 +24,10 @@ struct Operands {
   std::vector<float> ws_cpu;  // [nb, kb]
   std::unique_ptr<Dev<uint8_t>> dxq, dwq;
   std::unique_ptr<Dev<float>> dxs, dws, dws_mn, dws_mn64;
+  int64_t ldk, ldn;  // the leading dimensions: K + pad, N + pad
   explicit Operands(const Shape& sh) : s(sh) {
     Mp = Fp8PaddedM(s.M); kb = (s.K + 127) / 128; nb = (s.N + 127) / 128; sld = Fp8WeightScaleLd(s.K);
+    ldk = s.K + s.pad; ldn = s.N + s.pad;
     auto x = RandomNormal(s.M * s.K);
     wq.resize(s.N * s.K);
     std::uniform_int_distribution<int> code(0, 255);
@@ -34,15 +37,19 @@ struct Operands {
     for (int64_t i = 0; i < nb; ++i)
       for (int64_t j = 0; j < kb; ++j) ws[i * sld + j] = ws_cpu[i * kb + j] = std::ldexp(1.0f, -8) * (1 + (i + 2 * j) % 7);
     Dev<float> dx(x);
-    dxq = std::make_unique<Dev<uint8_t>>(Mp * s.K);
-    dwq = std::make_unique<Dev<uint8_t>>(wq);
+    dxq = std::make_unique<Dev<uint8_t>>(Mp * ldk);
+    std::vector<uint8_t> wq_ld(s.N * ldk, 0x7f);  // padding: NaN codes, never to be read
+    for (int64_t n = 0; n < s.N; ++n) std::copy(wq.begin() + n * s.K, wq.begin() + (n + 1) * s.K, wq_ld.begin() + n * ldk);
+    dwq = std::make_unique<Dev<uint8_t>>(wq_ld);
     dxs = std::make_unique<Dev<float>>(kb * Mp);
     dws = std::make_unique<Dev<float>>(ws);
     dws_mn = std::make_unique<Dev<float>>(kb * nb);
     dws_mn64 = std::make_unique<Dev<float>>(kb * ((s.N + 63) / 64));
-    DS_CUDA_CHECK(cudaMemset(dxq->get(), 0, Mp * s.K));
+    // Padding columns and rows >= M: NaN codes (the quantiser writes rows < M, columns < K), so
+    // a kernel that reads them, or mixes rows, shows up as non-finite outputs.
+    DS_CUDA_CHECK(cudaMemset(dxq->get(), 0x7f, Mp * ldk));
     DS_CUDA_CHECK(cudaMemset(dxs->get(), 0, kb * Mp * sizeof(float)));
-    Fp8QuantParams qp{dx.get(), false, s.K, s.M, s.K, 128, dxq->get(), s.K, dxs->get(), ScaleLayout::kGroupMajor, nullptr};
+    Fp8QuantParams qp{dx.get(), false, s.K, s.M, s.K, 128, dxq->get(), ldk, dxs->get(), ScaleLayout::kGroupMajor, nullptr};
     qp.scale_ld = Mp;
     Fp8QuantizePerTokenGroup(qp);
     Fp8TransposeWeightScales(dws->get(), sld, s.N, s.K, dws_mn->get(), nullptr);
@@ -50,7 +57,7 @@ struct Operands {
     DS_CUDA_CHECK(cudaDeviceSynchronize());
   }
   GemmFp8Params G(void* y) const {
-    return {dxq->get(), s.K, dxs->get(), dwq->get(), s.K, dws->get(), sld, y, s.N, DTypeOut::kBF16, s.M, s.N, s.K, nullptr};
+    return {dxq->get(), ldk, dxs->get(), dwq->get(), ldk, dws->get(), sld, y, ldn, DTypeOut::kBF16, s.M, s.N, s.K, nullptr};
   }
   // fp32 reference on the dequantised operands (x from the GPU's own codes and scales).
   std::vector<float> Reference() const {
@@ -58,7 +65,7 @@ struct Operands {
     auto xs = dxs->Download();
     std::vector<float> xd(s.M * s.K), wd(s.N * s.K), ref(s.M * s.N);
     for (int64_t m = 0; m < s.M; ++m)
-      for (int64_t k = 0; k < s.K; ++k) xd[m * s.K + k] = Fp8E4M3ToF32(xq[m * s.K + k]) * xs[(k / 128) * Mp + m];
+      for (int64_t k = 0; k < s.K; ++k) xd[m * s.K + k] = Fp8E4M3ToF32(xq[m * ldk + k]) * xs[(k / 128) * Mp + m];
     for (int64_t n = 0; n < s.N; ++n)
       for (int64_t k = 0; k < s.K; ++k) wd[n * s.K + k] = Fp8E4M3ToF32(wq[n * s.K + k]) * ws_cpu[(n / 128) * kb + k / 128];
     cpu::Gemm({xd.data(), s.K, wd.data(), s.K, ref.data(), s.N, s.M, s.N, s.K, false});
@@ -68,7 +75,7 @@ struct Operands {
 
 std::vector<float> RunSkinny(const Operands& o, SkinnyDecomposition d, int splits, bool pingpong = false,
                              int scale_rows = 128, int ksplit = 1) {
-  Dev<__nv_bfloat16> dy(o.Mp * o.s.N);
+  Dev<__nv_bfloat16> dy(o.Mp * o.ldn);
   Fp8SkinnyGemmParams p{};
   p.g = o.G(dy.get());
   p.w_scales_mn = scale_rows == 64 ? o.dws_mn64->get() : o.dws_mn->get();
@@ -86,8 +93,10 @@ std::vector<float> RunSkinny(const Operands& o, SkinnyDecomposition d, int split
   p.workspace_bytes = bytes;
   Fp8SkinnyGemmSm90(p);
   DS_CUDA_CHECK(cudaDeviceSynchronize());
-  auto got = FromBf16(dy.Download());
-  got.resize(o.s.M * o.s.N);
+  const auto all = FromBf16(dy.Download());
+  std::vector<float> got(o.s.M * o.s.N);
+  for (int64_t m = 0; m < o.s.M; ++m)
+    std::copy(all.begin() + m * o.ldn, all.begin() + m * o.ldn + o.s.N, got.begin() + m * o.s.N);
   return got;
 }
 
@@ -105,7 +114,8 @@ TEST(CudaFp8SkinnyGemmSm90, MatchesCpuEveryDecomposition) {
   if (!Fp8SkinnyGemmSm90Available()) GTEST_SKIP() << "needs an sm_90 device and a CUTLASS build";
   const Shape shapes[] = {{1, 576, 7168, "kv_a_proj_M1"},    {3, 1536, 7168, "q_a_proj_M3"},
                           {16, 24576, 1536, "q_b_proj_M16"}, {33, 7168, 2048, "shared_down_M33"},
-                          {64, 4096, 7168, "shared_gate_up_M64"}, {8, 272, 512, "odd_N272_M8"}};
+                          {64, 4096, 7168, "shared_gate_up_M64"}, {8, 272, 512, "odd_N272_M8"},
+                          {24, 1536, 1024, "tile32_M24"},     {5, 528, 2048, "padded_ld_M5", 48}};
   for (const auto& s : shapes) {
     Operands o(s);
     const auto ref = o.Reference();
@@ -118,14 +128,14 @@ TEST(CudaFp8SkinnyGemmSm90, MatchesCpuEveryDecomposition) {
     ExpectClose("fp8_gemm_skinny_sm90", std::string(s.name) + "_pingpong", pp, ref, 5e-3);
     const auto pp64 = RunSkinny(o, SkinnyDecomposition::kDataParallel, 1, /*pingpong=*/true, /*scale_rows=*/64);
     ExpectClose("fp8_gemm_skinny_sm90", std::string(s.name) + "_pingpong64", pp64, ref, 5e-3);
-    for (int ks : {2, 4, 7})
+    for (int ks : {2, 4, 7, 8})
       if (s.K % (128 * ks) == 0) {
         const auto split = RunSkinny(o, SkinnyDecomposition::kDataParallel, 1, true, 64, ks);
         ExpectClose("fp8_gemm_skinny_sm90", std::string(s.name) + "_pingpong64_ksplit" + std::to_string(ks), split, ref,
                     5e-3);
       }
     // Against cuBLASLt on the same codes: both bf16 outputs of the same math.
-    if (GemmFp8Supported(s.M, s.N, s.K, s.K, s.K, s.N, DTypeOut::kBF16)) {
+    if (s.pad == 0 && GemmFp8Supported(s.M, s.N, s.K, s.K, s.K, s.N, DTypeOut::kBF16)) {
       Dev<__nv_bfloat16> dy(o.Mp * s.N);
       GemmFp8(o.G(dy.get()));
       auto cub = FromBf16(dy.Download());
@@ -159,15 +169,32 @@ TEST(CudaFp8SkinnyGemmSm90, RejectsUnsupported) {
     EXPECT_NE(why.find("K % 128"), std::string::npos) << why;
     EXPECT_NE(why.find("N % 16"), std::string::npos) << why;
   }
+  if (!Fp8SkinnyGemmSm90Available()) return;
+  // Otherwise valid params (aligned dummy pointers, never launched): each rule by its message.
+  alignas(16) static float dummy[64];
   Fp8SkinnyGemmParams q{};
-  q.g.M = 1; q.g.N = 128; q.g.K = 128; q.g.ldx = q.g.ldw = 128; q.g.ldy = 128;
-  q.pingpong = true;
-  q.decomposition = SkinnyDecomposition::kStreamK;
-  EXPECT_FALSE(Fp8SkinnyGemmSm90Unsupported(q).empty());
-  q.decomposition = SkinnyDecomposition::kDataParallel;
-  q.pingpong = false;
-  q.scale_rows = 64;  // 64-row tiles only with ping-pong
-  EXPECT_FALSE(Fp8SkinnyGemmSm90Unsupported(q).empty());
+  q.g.M = 1; q.g.N = 128; q.g.K = 1024; q.g.ldx = q.g.ldw = 1024; q.g.ldy = 128;
+  q.g.xq = reinterpret_cast<const uint8_t*>(dummy); q.g.wq = reinterpret_cast<const uint8_t*>(dummy);
+  q.g.x_scales = dummy; q.g.y = dummy; q.w_scales_mn = dummy;
+  q.g.y_type = DTypeOut::kBF16;
+  ASSERT_EQ(Fp8SkinnyGemmSm90Unsupported(q), "");
+  const auto fails_with = [](Fp8SkinnyGemmParams r, const char* what) {
+    const std::string why = Fp8SkinnyGemmSm90Unsupported(r);
+    EXPECT_NE(why.find(what), std::string::npos) << "want '" << what << "', got '" << why << "'";
+  };
+  Fp8SkinnyGemmParams r = q;
+  r.pingpong = true; r.decomposition = SkinnyDecomposition::kStreamK;
+  fails_with(r, "ping-pong takes data-parallel");
+  r = q; r.scale_rows = 64;
+  fails_with(r, "ping-pong only");
+  r = q; r.ksplit = 2;  // scale_rows 128
+  fails_with(r, "ksplit 2");
+  r = q; r.pingpong = true; r.scale_rows = 64; r.decomposition = SkinnyDecomposition::kDataParallel; r.ksplit = 3;
+  fails_with(r, "ksplit 3");  // 8 K blocks do not split in 3
+  r.ksplit = 0;
+  fails_with(r, "ksplit 0");
+  r = q; r.g.x_scales = dummy + 1;
+  fails_with(r, "16-byte aligned");
   EXPECT_THROW(Fp8SkinnyGemmSm90(p), CheckError);
 }
 

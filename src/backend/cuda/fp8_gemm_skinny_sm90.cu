@@ -219,6 +219,7 @@ void Run(const Fp8SkinnyGemmParams& p, int dev) {
   const size_t need = S::Gemm::get_workspace_size(args);
   DS_CHECK(pb + need <= p.workspace_bytes && (pb + need == 0 || p.workspace != nullptr))
       << "Fp8SkinnyGemmSm90: workspace " << p.workspace_bytes << " bytes, need " << pb + need;
+  DS_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % kAlign == 0) << "Fp8SkinnyGemmSm90: workspace not 256-byte aligned";
   CheckStatus(gemm.initialize(args, static_cast<char*>(p.workspace) + pb, p.g.stream), "initialize");
   CheckStatus(gemm.run(p.g.stream), "run");
   DS_CUDA_CHECK_LAUNCH("Fp8SkinnyGemmSm90");
@@ -281,7 +282,9 @@ std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p) {
   if (g.ldx < g.K || g.ldw < g.K || g.ldy < g.N) why << "ldx, ldw < K or ldy < N; ";
   if (g.ldx % 16 != 0 || g.ldw % 16 != 0 || g.ldy % 8 != 0) why << "ldx, ldw % 16 or ldy % 8; ";
   const auto aligned16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
-  if (!aligned16(g.xq) || !aligned16(g.wq) || !aligned16(g.y)) why << "pointer not 16-byte aligned; ";
+  // (The scales too: with tiles of 32 or more rows CUTLASS loads the activation scales by TMA.)
+  if (!aligned16(g.xq) || !aligned16(g.wq) || !aligned16(g.y) || !aligned16(g.x_scales) || !aligned16(p.w_scales_mn))
+    why << "pointer not 16-byte aligned; ";
   if (!g.x_scales || !p.w_scales_mn) why << "x_scales and w_scales_mn needed; ";
   if (g.y_type != DTypeOut::kBF16) why << "bf16 output only; ";
   if (p.decomposition == SkinnyDecomposition::kSplitK && p.splits < 1) why << "splits < 1; ";

@@ -17,7 +17,7 @@
 // warpgroups on one tile) with the stream-K scheduler, alone or in 2x1 clusters that share the
 // weight tile (TMA multicast); ping-pong 64x128 (a tile per warpgroup, data-parallel). Limits
 // (Fp8GemmSm90Unsupported): sm_90 device, CUTLASS build, K % 128 == 0, N % 16 == 0, ldx, ldw %
-// 16 == 0, ldy % 8 == 0, 16-byte aligned pointers, bf16 output, dimensions below 2^31.
+// 16 == 0, ldy % 8 == 0, 16-byte aligned pointers (the scales too), a 256-byte aligned workspace, bf16 output, dimensions below 2^31.
 // Errors: CheckError.
 #pragma once
 

@@ -75,7 +75,8 @@ inline bool SkinnySplitKWins(bool fp8, bool dense, int64_t N, int64_t K, int64_t
 // - <= 32 tiles (q_a: 24): ksplit 4 (0.35 against 0.25);
 // - <= 64 tiles at more than 32 rows (shared gate_up at M = 64): ksplit 2 (0.55 against 0.47);
 //   at <= 32 rows unsplit is better (0.65 against 0.60).
-// K splits only where K / 128 divides by the split (else the next smaller split that does).
+// Only for K >= 4096, and only where K / 128 divides by the split (else the next smaller power
+// of two that does).
 inline int Fp8SkinnyAutoKsplit(int64_t M, int64_t N, int64_t K) {
   const int64_t tiles = (N + 63) / 64, kb = K / 128;
   int want = 1;
