@@ -173,6 +173,43 @@ void Fp8Gemms(Bench& b, const std::vector<int64_t>& Ms) {
     }
 }
 
+// ---------------------------------------------------------------- FP8 GEMM operand sets
+// Rotating input sets for one FP8 projection (GemmFp8's layouts): e4m3 activations [Mp, K] with
+// group-major scales, e4m3 weights [N, K] with 128x128 block scales and their MN-major transposes
+// (128- and 64-row, Fp8TransposeWeightScales), and one bf16 output [Mp, N].
+struct Fp8GemmSets {
+  int64_t M, N, K, Mp, kb, nb, ld;
+  int n = 1;
+  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc, wmn, wmn64;
+  std::unique_ptr<Buf> y;
+  Fp8GemmSets(Bench& b, int64_t M_, int64_t N_, int64_t K_, int max_sets)
+      : M(M_), N(N_), K(K_), Mp(Fp8PaddedM(M_)), kb((K_ + 127) / 128), nb((N_ + 127) / 128), ld(Fp8WeightScaleLd(K_)) {
+    n = SetsFor(double(N) * K + double(Mp) * K, max_sets);
+    for (int i = 0; i < n; ++i) {
+      xq.push_back(std::make_unique<Buf>(Mp * K));
+      xs.push_back(std::make_unique<Buf>(kb * Mp * 4));
+      wq.push_back(std::make_unique<Buf>(N * K));
+      wsc.push_back(std::make_unique<Buf>(nb * ld * 4));
+      wmn.push_back(std::make_unique<Buf>(nb * kb * 4));
+      wmn64.push_back(std::make_unique<Buf>((N + 63) / 64 * kb * 4));
+      FillE4M3(xq.back()->as<uint8_t>(), Mp * K, b.NextSeed(), b.st());
+      FillE4M3(wq.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
+      FillUniformF32(xs.back()->as<float>(), kb * Mp, b.NextSeed(), 1e-3f, 2e-3f, b.st());
+      FillUniformF32(wsc.back()->as<float>(), nb * ld, b.NextSeed(), 1e-3f, 2e-3f, b.st());
+      Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn.back()->as<float>(), b.st());
+      Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn64.back()->as<float>(), b.st(), 64);
+    }
+    y = std::make_unique<Buf>(Mp * N * 2);
+  }
+  GemmFp8Params Params(int i, cudaStream_t st) const {
+    GemmFp8Params p{};
+    p.xq = xq[i]->as<uint8_t>(); p.ldx = K; p.x_scales = xs[i]->as<float>(); p.wq = wq[i]->as<uint8_t>(); p.ldw = K;
+    p.w_scales = wsc[i]->as<float>(); p.w_scale_ld = ld; p.y = y->as<void>(); p.ldy = N; p.y_type = DTypeOut::kBF16;
+    p.M = M; p.N = N; p.K = K; p.stream = st;
+    return p;
+  }
+};
+
 // ---------------------------------------------------------------- FP8 GEMM at M <= 64 (swap AB)
 // Issue 5's "FP8 dense GEMM at M <= 64": the V3 projections at M = 1..64, cuBLASLt's GemmFp8 and
 // the swap-AB CUTLASS kernel (fp8_gemm_skinny_sm90.h) in each stream-K decomposition, on the same
@@ -181,35 +218,15 @@ void Fp8Gemms(Bench& b, const std::vector<int64_t>& Ms) {
 // the whole call as a graph replays it: the cooperative stream-K forms' workspace zeroing
 // launch and the K split's reduce launch included (CUTLASS's host-side setup is not).
 void Fp8SkinnyCase(Bench& b, const Proj& pr, int64_t M) {
-  const int64_t N = pr.N, K = pr.K, Mp = Fp8PaddedM(M), kb = (K + 127) / 128, nb = (N + 127) / 128,
-                ld = Fp8WeightScaleLd(K);
+  const int64_t N = pr.N, K = pr.K, kb = (K + 127) / 128, nb = (N + 127) / 128;
   const std::string shape = std::string(pr.name) + " fp8 M" + std::to_string(M) + " N" + std::to_string(N) + " K" +
                             std::to_string(K);
   const double wbytes = double(N) * K + double(nb) * kb * 4;
-  const int nsets = SetsFor(wbytes + double(Mp) * K, 16);
-  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc, wmn, wmn64;
-  for (int i = 0; i < nsets; ++i) {
-    xq.push_back(std::make_unique<Buf>(Mp * K));
-    xs.push_back(std::make_unique<Buf>(kb * Mp * 4));
-    wq.push_back(std::make_unique<Buf>(N * K));
-    wsc.push_back(std::make_unique<Buf>(nb * ld * 4));
-    wmn.push_back(std::make_unique<Buf>(nb * kb * 4));
-    wmn64.push_back(std::make_unique<Buf>((N + 63) / 64 * kb * 4));
-    FillE4M3(xq.back()->as<uint8_t>(), Mp * K, b.NextSeed(), b.st());
-    FillE4M3(wq.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
-    FillUniformF32(xs.back()->as<float>(), kb * Mp, b.NextSeed(), 1e-3f, 2e-3f, b.st());
-    FillUniformF32(wsc.back()->as<float>(), nb * ld, b.NextSeed(), 1e-3f, 2e-3f, b.st());
-    Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn.back()->as<float>(), b.st());
-    Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn64.back()->as<float>(), b.st(), 64);
-  }
-  Buf y(Mp * N * 2);
-  const auto params = [&](int i) {
-    GemmFp8Params p{};
-    p.xq = xq[i]->as<uint8_t>(); p.ldx = K; p.x_scales = xs[i]->as<float>(); p.wq = wq[i]->as<uint8_t>(); p.ldw = K;
-    p.w_scales = wsc[i]->as<float>(); p.w_scale_ld = ld; p.y = y.as<void>(); p.ldy = N; p.y_type = DTypeOut::kBF16;
-    p.M = M; p.N = N; p.K = K; p.stream = b.st();
-    return p;
-  };
+  const Fp8GemmSets sets(b, M, N, K, 16);
+  const int nsets = sets.n;
+  const auto params = [&](int i) { return sets.Params(i, b.st()); };
+  const auto& wmn = sets.wmn;
+  const auto& wmn64 = sets.wmn64;
   double us_cublas = 0;
   if (GemmFp8Supported(M, N, K, K, K, N, DTypeOut::kBF16)) {
     us_cublas = b.TimeUs([&](int i) { GemmFp8(params(i)); }, nsets);
@@ -274,33 +291,13 @@ void Fp8SkinnyFamily(Bench& b) {
 // M = 4096 and 16384, cuBLASLt's GemmFp8 and Fp8GemmSm90's configurations on the same buffers
 // (TFLOP/s over the ceiling measured in the same run).
 void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
-  const int64_t N = pr.N, K = pr.K, Mp = Fp8PaddedM(M), kb = (K + 127) / 128, nb = (N + 127) / 128,
-                ld = Fp8WeightScaleLd(K);
+  const int64_t N = pr.N, K = pr.K;
   const std::string shape = std::string(pr.name) + " M" + std::to_string(M) + " N" + std::to_string(N) + " K" +
                             std::to_string(K);
-  const double wbytes = double(N) * K, bytes = wbytes + double(M) * K + double(M) * N * 2;
-  const int nsets = SetsFor(bytes, 4);
-  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc, wmn;
-  for (int i = 0; i < nsets; ++i) {
-    xq.push_back(std::make_unique<Buf>(Mp * K));
-    xs.push_back(std::make_unique<Buf>(kb * Mp * 4));
-    wq.push_back(std::make_unique<Buf>(N * K));
-    wsc.push_back(std::make_unique<Buf>(nb * ld * 4));
-    wmn.push_back(std::make_unique<Buf>(nb * kb * 4));
-    FillE4M3(xq.back()->as<uint8_t>(), Mp * K, b.NextSeed(), b.st());
-    FillE4M3(wq.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
-    FillUniformF32(xs.back()->as<float>(), kb * Mp, b.NextSeed(), 1e-3f, 2e-3f, b.st());
-    FillUniformF32(wsc.back()->as<float>(), nb * ld, b.NextSeed(), 1e-3f, 2e-3f, b.st());
-    Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn.back()->as<float>(), b.st());
-  }
-  Buf y(Mp * N * 2);
-  const auto params = [&](int i) {
-    GemmFp8Params p{};
-    p.xq = xq[i]->as<uint8_t>(); p.ldx = K; p.x_scales = xs[i]->as<float>(); p.wq = wq[i]->as<uint8_t>(); p.ldw = K;
-    p.w_scales = wsc[i]->as<float>(); p.w_scale_ld = ld; p.y = y.as<void>(); p.ldy = N; p.y_type = DTypeOut::kBF16;
-    p.M = M; p.N = N; p.K = K; p.stream = b.st();
-    return p;
-  };
+  const Fp8GemmSets sets(b, M, N, K, 4);
+  const int nsets = sets.n;
+  const auto params = [&](int i) { return sets.Params(i, b.st()); };
+  const auto& wmn = sets.wmn;
   const double flops = 2.0 * M * N * K;
   double us_cublas = 0;
   if (GemmFp8Supported(M, N, K, K, K, N, DTypeOut::kBF16)) {

@@ -16,18 +16,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 
-#ifdef DS_HAVE_CUTLASS
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/detail/blockwise_scale_layout.hpp"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/epilogue/dispatch_policy.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/gemm/kernel/tile_scheduler.hpp"
-#endif
+#include "backend/cuda/cutlass_fp8_blockwise.cuh"
 
 namespace ds::cuda {
 namespace {
@@ -73,37 +62,14 @@ using ScaleConfigT = cutlass::detail::Sm90BlockwiseScaleConfig<kScaleRows, 1, 12
 // the wgmmas per K block in each warpgroup's chain; weight scales at 64-row granularity).
 // kPartials: fp32 output (the K splits' partial sums, Fp8SkinnyGemmParams::ksplit), else bf16.
 template <int kTileN, int kSchedule, bool kPartials = false>
-struct Skinny {
+struct Skinny : cutlass_fp8::BlockwiseGemm<Shape<Int<kSchedule == 2 ? 64 : 128>, Int<kTileN>, _128>, Shape<_1, _1, _1>,
+                                           kSchedule != 0, LayoutA,
+                                           decltype(ScaleConfigT<kSchedule == 2 ? 64 : 128>::deduce_layoutSFA()), LayoutB,
+                                           decltype(ScaleConfigT<kSchedule == 2 ? 64 : 128>::deduce_layoutSFB()), LayoutD,
+                                           std::conditional_t<kPartials, float, cutlass::bfloat16_t>> {
   static constexpr bool kPingpong = kSchedule != 0;
   static constexpr int kTileM = kSchedule == 2 ? 64 : 128;
   using ScaleConfig = ScaleConfigT<kTileM>;
-  using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
-  using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
-  using Element = cutlass::float_e4m3_t;
-  using ElementD = std::conditional_t<kPartials, float, cutlass::bfloat16_t>;
-  static constexpr int kAlignAB = 16;
-  static constexpr int kAlignD = 16 / sizeof(ElementD);
-  using TileShape = Shape<Int<kTileM>, Int<kTileN>, _128>;
-  using ClusterShape = Shape<_1, _1, _1>;
-  using KernelSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise,
-                                            cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise>;
-  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
-                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD,
-      EpilogueSchedule, cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cute::tuple<LayoutA, LayoutSFA>, kAlignAB, Element,
-      cute::tuple<LayoutB, LayoutSFB>, kAlignAB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      KernelSchedule>::CollectiveOp;
-  // CUTLASS's ping-pong kernel takes no stream-K scheduler: data-parallel tiles only.
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<
-      Shape<int, int, int, int>, Mainloop, Epilogue,
-      std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-  using Scheduler = typename Kernel::TileScheduler;
 };
 
 void CheckStatus(cutlass::Status s, const char* what) {

@@ -15,18 +15,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
 
-#ifdef DS_HAVE_CUTLASS
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/detail/blockwise_scale_layout.hpp"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/epilogue/dispatch_policy.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/gemm/kernel/tile_scheduler.hpp"
-#endif
+#include "backend/cuda/cutlass_fp8_blockwise.cuh"
 
 namespace ds::cuda {
 
@@ -52,33 +41,12 @@ using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
 // kConfig: Fp8GemmSm90Config.
 template <int kConfig>
-struct Dense {
+struct Dense : cutlass_fp8::BlockwiseGemm<std::conditional_t<kConfig == 2, Shape<_64, _128, _128>, Shape<_128, _128, _128>>,
+                                          std::conditional_t<kConfig == 1, Shape<_2, _1, _1>, Shape<_1, _1, _1>>,
+                                          kConfig == 2, LayoutA, LayoutSFA, LayoutB, LayoutSFB, LayoutD,
+                                          cutlass::bfloat16_t> {
   static constexpr bool kPingpong = kConfig == 2;
   static constexpr bool kStreamK = kConfig == 0 || kConfig == 1;  // (else data-parallel tiles)
-  using Element = cutlass::float_e4m3_t;
-  using ElementD = cutlass::bfloat16_t;
-  static constexpr int kAlignAB = 16, kAlignD = 8;
-  using TileShape = std::conditional_t<kPingpong, Shape<_64, _128, _128>, Shape<_128, _128, _128>>;
-  using ClusterShape = std::conditional_t<kConfig == 1, Shape<_2, _1, _1>, Shape<_1, _1, _1>>;
-  using KernelSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8Blockwise,
-                                            cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8Blockwise>;
-  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
-                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignD, ElementD, LayoutD, kAlignD,
-      EpilogueSchedule, cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, cute::tuple<LayoutA, LayoutSFA>, kAlignAB, Element,
-      cute::tuple<LayoutB, LayoutSFB>, kAlignAB, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      KernelSchedule>::CollectiveOp;
-  // (CUTLASS's ping-pong kernel takes no stream-K scheduler.)
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<
-      Shape<int, int, int, int>, Mainloop, Epilogue,
-      std::conditional_t<kPingpong, cutlass::gemm::PersistentScheduler, cutlass::gemm::StreamKScheduler>>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-  using Scheduler = typename Kernel::TileScheduler;
 };
 
 void CheckStatus(cutlass::Status s, const char* what) {
