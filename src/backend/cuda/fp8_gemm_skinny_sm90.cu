@@ -225,6 +225,21 @@ size_t Workspace(const Fp8SkinnyGemmParams& p, int dev) {
 }  // namespace
 #endif  // DS_HAVE_CUTLASS
 
+std::string Fp8GemmOperandsUnsupported(const GemmFp8Params& g, const float* w_scales_mn) {
+  std::ostringstream why;
+  if (g.K % 128 != 0) why << "K % 128 != 0; ";
+  if (g.N % 16 != 0) why << "N % 16 != 0; ";
+  if (g.ldx < g.K || g.ldw < g.K || g.ldy < g.N) why << "ldx, ldw < K or ldy < N; ";
+  if (g.ldx % 16 != 0 || g.ldw % 16 != 0 || g.ldy % 8 != 0) why << "ldx, ldw % 16 or ldy % 8; ";
+  const auto aligned16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
+  // (The scales too: CUTLASS loads the activation scales by TMA once a tile has >= 32 rows of them.)
+  if (!aligned16(g.xq) || !aligned16(g.wq) || !aligned16(g.y) || !aligned16(g.x_scales) || !aligned16(w_scales_mn))
+    why << "pointer not 16-byte aligned; ";
+  if (!g.x_scales || !w_scales_mn) why << "x_scales and w_scales_mn needed; ";
+  if (g.y_type != DTypeOut::kBF16) why << "bf16 output only; ";
+  return why.str();
+}
+
 bool Fp8SkinnyGemmSm90Available() {
 #ifdef DS_HAVE_CUTLASS
   return CurrentDeviceProps().sm90;
@@ -243,16 +258,7 @@ std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p) {
   if (!CurrentDeviceProps().sm90) why << "device is not sm_90; ";
   if (g.M < 1 || g.M > kMaxRows) why << "M " << g.M << " outside [1, " << kMaxRows << "]; ";
   if (g.N <= 0 || g.K <= 0 || g.N > INT32_MAX || g.K > INT32_MAX) why << "N, K outside [1, 2^31); ";
-  if (g.K % 128 != 0) why << "K % 128 != 0; ";
-  if (g.N % 16 != 0) why << "N % 16 != 0; ";
-  if (g.ldx < g.K || g.ldw < g.K || g.ldy < g.N) why << "ldx, ldw < K or ldy < N; ";
-  if (g.ldx % 16 != 0 || g.ldw % 16 != 0 || g.ldy % 8 != 0) why << "ldx, ldw % 16 or ldy % 8; ";
-  const auto aligned16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
-  // (The scales too: with tiles of 32 or more rows CUTLASS loads the activation scales by TMA.)
-  if (!aligned16(g.xq) || !aligned16(g.wq) || !aligned16(g.y) || !aligned16(g.x_scales) || !aligned16(p.w_scales_mn))
-    why << "pointer not 16-byte aligned; ";
-  if (!g.x_scales || !p.w_scales_mn) why << "x_scales and w_scales_mn needed; ";
-  if (g.y_type != DTypeOut::kBF16) why << "bf16 output only; ";
+  why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn);
   if (p.decomposition == SkinnyDecomposition::kSplitK && p.splits < 1) why << "splits < 1; ";
   if (p.pingpong && p.decomposition != SkinnyDecomposition::kDataParallel)
     why << "ping-pong takes data-parallel tiles only; ";

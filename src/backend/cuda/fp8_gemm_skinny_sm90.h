@@ -58,6 +58,11 @@ struct Fp8SkinnyGemmParams {
 // True when this build has the kernel (CUTLASS headers found) and the current device is sm_90.
 bool Fp8SkinnyGemmSm90Available();
 
+// The operand checks both CUTLASS FP8 GEMMs share (fp8_gemm_sm90.h too): K % 128, N % 16, the
+// leading dimensions, 16-byte alignment of every operand and scale, bf16 output. Empty when
+// they hold, else why not.
+std::string Fp8GemmOperandsUnsupported(const GemmFp8Params& g, const float* w_scales_mn);
+
 // Empty when Fp8SkinnyGemmSm90 takes these params, else why not (the workspace is not checked).
 std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p);
 

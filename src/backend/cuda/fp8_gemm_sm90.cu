@@ -7,6 +7,7 @@
 //   D = y [Mp, N] row-major, leading dimension ldy.
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/fp8_gemm_sm90.h"
+#include "backend/cuda/fp8_gemm_skinny_sm90.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -144,16 +145,7 @@ std::string Fp8GemmSm90Unsupported(const Fp8GemmSm90Params& p) {
   if (!CurrentDeviceProps().sm90) why << "device is not sm_90; ";
   if (g.M < 1 || g.N <= 0 || g.K <= 0 || Fp8PaddedM(g.M) > INT32_MAX || g.N > INT32_MAX || g.K > INT32_MAX)
     why << "M, N, K outside [1, 2^31); ";
-  if (g.K % 128 != 0) why << "K % 128 != 0; ";
-  if (g.N % 16 != 0) why << "N % 16 != 0; ";
-  if (g.ldx < g.K || g.ldw < g.K || g.ldy < g.N) why << "ldx, ldw < K or ldy < N; ";
-  if (g.ldx % 16 != 0 || g.ldw % 16 != 0 || g.ldy % 8 != 0) why << "ldx, ldw % 16 or ldy % 8; ";
-  const auto aligned16 = [](const void* ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15) == 0; };
-  // (The scales too: CUTLASS loads the activation scales of a 128-row tile by TMA.)
-  if (!aligned16(g.xq) || !aligned16(g.wq) || !aligned16(g.y) || !aligned16(g.x_scales) || !aligned16(p.w_scales_mn))
-    why << "pointer not 16-byte aligned; ";
-  if (!g.x_scales || !p.w_scales_mn) why << "x_scales and w_scales_mn needed; ";
-  if (g.y_type != DTypeOut::kBF16) why << "bf16 output only; ";
+  why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn);
   const int c = static_cast<int>(p.config);
   if (c < 0 || c > 3) why << "config " << c << "; ";
   return why.str();
