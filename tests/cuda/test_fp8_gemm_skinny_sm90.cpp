@@ -2,6 +2,7 @@
 // operands, at DeepSeek-V3 projection shapes and small ones, every decomposition of the stream-K
 // scheduler; and vs cuBLASLt's GemmFp8 on the same inputs (informational: both round to bf16).
 #include "backend/cuda/fp8_gemm_skinny_sm90.h"
+#include "backend/cuda/host_plans.h"
 
 #include <memory>
 #include "fp8_gemm_test_util.h"
@@ -80,6 +81,44 @@ TEST(CudaFp8SkinnyGemmSm90, MatchesCpuEveryDecomposition) {
                   e.rel_l2, e.max_abs);
     }
   }
+}
+
+// fp32 output (the runner's W8A8 form, 64-row ping-pong tiles), unsplit and with the K split
+// Fp8SkinnyAutoKsplit picks: 1e-3 against the CPU GEMM, as cuBLASLt's fp32 FP8 GEMM is held.
+TEST(CudaFp8SkinnyGemmSm90, Fp32OutputMatchesCpu) {
+  if (!Fp8SkinnyGemmSm90Available()) GTEST_SKIP() << "needs an sm_90 device and a CUTLASS build";
+  const Shape shapes[] = {{1, 576, 7168, "kv_a_proj_M1"}, {8, 1536, 7168, "q_a_proj_M8"}, {24, 7168, 2048, "down_M24"},
+                          {5, 528, 2048, "padded_ld_M5", 48}};
+  for (const auto& s : shapes) {
+    Operands o(s);
+    const auto ref = o.Reference();
+    for (int ks : {1, Fp8SkinnyAutoKsplit(s.M, s.N, s.K), 4}) {
+      if (s.K % (128 * ks) != 0) continue;
+      Dev<float> dy(o.Mp * o.ldn);
+      Fp8SkinnyGemmParams p{};
+      p.g = o.G(dy.get());
+      p.g.y_type = DTypeOut::kF32;
+      p.w_scales_mn = o.dws_mn64->get();
+      p.scale_rows = 64; p.pingpong = true; p.decomposition = SkinnyDecomposition::kDataParallel; p.ksplit = ks;
+      ASSERT_EQ(Fp8SkinnyGemmSm90Unsupported(p), "") << s.name;
+      const size_t bytes = Fp8SkinnyGemmSm90WorkspaceBytes(s.M, s.N, s.K, p.decomposition, 1, true, 64, ks);
+      Dev<uint8_t> ws(std::max<size_t>(bytes, 256));
+      p.workspace = ws.get(); p.workspace_bytes = bytes;
+      dy.Poison();
+      Fp8SkinnyGemmSm90(p);
+      DS_CUDA_CHECK(cudaDeviceSynchronize());
+      ExpectClose("fp8_gemm_skinny_sm90_f32", std::string(s.name) + "_ksplit" + std::to_string(ks),
+                  fp8::RowsOf(o, dy.Download()), ref, 1e-3);
+    }
+  }
+  // fp32 output is the 64-row ping-pong form's only.
+  Operands o({4, 256, 512, "f32_cooperative"});
+  Dev<float> dy(o.Mp * o.ldn);
+  Fp8SkinnyGemmParams p{};
+  p.g = o.G(dy.get());
+  p.g.y_type = DTypeOut::kF32;
+  p.w_scales_mn = o.dws_mn->get();
+  EXPECT_NE(Fp8SkinnyGemmSm90Unsupported(p).find("bf16 output only"), std::string::npos);
 }
 
 // The deterministic stream-K reduction: two runs give the same bits.

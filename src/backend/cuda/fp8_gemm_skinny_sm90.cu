@@ -98,12 +98,12 @@ typename Skinny<kTileN, kSchedule, kPartials>::Gemm::Arguments MakeArgs(const Fp
   typename S::Kernel::StrideD sd{};
   cute::get<0>(sa) = g.ldw;
   cute::get<0>(sb) = g.ldx;
-  if constexpr (kPartials) {
+  if (kPartials && splits > 1) {
     cute::get<2>(sa) = Ks;
     cute::get<2>(sb) = Ks;
     cute::get<1>(sd) = g.N;
     cute::get<2>(sd) = g.N * Mp;
-  } else {
+  } else {  // y^T itself (bf16, or fp32 through the fp32 instantiation)
     cute::get<1>(sd) = g.ldy;
   }
   args.mainloop.ptr_A = reinterpret_cast<const Element*>(g.wq);
@@ -118,7 +118,7 @@ typename Skinny<kTileN, kSchedule, kPartials>::Gemm::Arguments MakeArgs(const Fp
   args.epilogue.thread.beta = 0.f;
   args.epilogue.ptr_C = nullptr;
   args.epilogue.dC = sd;
-  if constexpr (kPartials) args.epilogue.ptr_D = partials;
+  if (kPartials && splits > 1) args.epilogue.ptr_D = reinterpret_cast<typename S::ElementD*>(partials);
   else args.epilogue.ptr_D = static_cast<typename S::ElementD*>(g.y);
   args.epilogue.dD = sd;
   args.hw_info.device_id = dev;
@@ -150,9 +150,10 @@ size_t WorkspaceT(const Fp8SkinnyGemmParams& p, int dev) {
       MakeArgs<kTileN, kSchedule, kPartials>(p, dev, nullptr));
 }
 
-// The K splits' partials [ksplit][Mp][N] fp32 added in split order into y (bf16), rows < M.
+// The K splits' partials [ksplit][Mp][N] fp32 added in split order into y (bf16 or fp32), rows < M.
+template <typename TOut>
 __global__ void ReduceSplitsKernel(const float4* __restrict__ part, int splits, int64_t M, int64_t Mp, int64_t N,
-                                   __nv_bfloat16* __restrict__ y, int64_t ldy) {
+                                   TOut* __restrict__ y, int64_t ldy) {
   const int64_t n4 = N / 4;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < M * n4;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -162,9 +163,13 @@ __global__ void ReduceSplitsKernel(const float4* __restrict__ part, int splits, 
       const float4 v = part[(l * Mp + m) * n4 + c];
       acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
     }
-    __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(y + m * ldy + 4 * c);
-    out[0] = __floats2bfloat162_rn(acc.x, acc.y);
-    out[1] = __floats2bfloat162_rn(acc.z, acc.w);
+    if constexpr (std::is_same_v<TOut, float>) {
+      *reinterpret_cast<float4*>(y + m * ldy + 4 * c) = acc;
+    } else {
+      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(y + m * ldy + 4 * c);
+      out[0] = __floats2bfloat162_rn(acc.x, acc.y);
+      out[1] = __floats2bfloat162_rn(acc.z, acc.w);
+    }
   }
 }
 
@@ -189,12 +194,16 @@ void Run(const Fp8SkinnyGemmParams& p, int dev) {
   CheckStatus(gemm.initialize(args, static_cast<char*>(p.workspace) + pb, p.g.stream), "initialize");
   CheckStatus(gemm.run(p.g.stream), "run");
   DS_CUDA_CHECK_LAUNCH("Fp8SkinnyGemmSm90");
-  if constexpr (kPartials) {
+  if (kPartials && p.ksplit > 1) {
     const int64_t n = p.g.M * (p.g.N / 4);
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4 * CurrentDeviceProps().sms));
-    ReduceSplitsKernel<<<blocks, 256, 0, p.g.stream>>>(reinterpret_cast<const float4*>(partials), p.ksplit, p.g.M,
-                                                       Fp8PaddedM(p.g.M), p.g.N, static_cast<__nv_bfloat16*>(p.g.y),
-                                                       p.g.ldy);
+    const auto* part = reinterpret_cast<const float4*>(partials);
+    if (p.g.y_type == DTypeOut::kF32)
+      ReduceSplitsKernel<<<blocks, 256, 0, p.g.stream>>>(part, p.ksplit, p.g.M, Fp8PaddedM(p.g.M), p.g.N,
+                                                         static_cast<float*>(p.g.y), p.g.ldy);
+    else
+      ReduceSplitsKernel<<<blocks, 256, 0, p.g.stream>>>(part, p.ksplit, p.g.M, Fp8PaddedM(p.g.M), p.g.N,
+                                                         static_cast<__nv_bfloat16*>(p.g.y), p.g.ldy);
     DS_CUDA_CHECK_LAUNCH("Fp8SkinnyGemmSm90 split reduce");
   }
 }
@@ -211,7 +220,9 @@ auto DispatchN(const Fp8SkinnyGemmParams& p, F&& f) {
 }
 template <class F>
 auto Dispatch(const Fp8SkinnyGemmParams& p, F&& f) {
-  if (p.scale_rows == 64) return p.ksplit > 1 ? DispatchN<2, true>(p, f) : DispatchN<2, false>(p, f);
+  // (The fp32-output instantiation serves the K split's partials and fp32 outputs alike.)
+  if (p.scale_rows == 64)
+    return p.ksplit > 1 || p.g.y_type == DTypeOut::kF32 ? DispatchN<2, true>(p, f) : DispatchN<2, false>(p, f);
   if (p.pingpong) return DispatchN<1, false>(p, f);
   return DispatchN<0, false>(p, f);
 }
@@ -225,7 +236,7 @@ size_t Workspace(const Fp8SkinnyGemmParams& p, int dev) {
 }  // namespace
 #endif  // DS_HAVE_CUTLASS
 
-std::string Fp8GemmOperandsUnsupported(const GemmFp8Params& g, const float* w_scales_mn) {
+std::string Fp8GemmOperandsUnsupported(const GemmFp8Params& g, const float* w_scales_mn, bool f32_out_ok) {
   std::ostringstream why;
   if (g.K % 128 != 0) why << "K % 128 != 0; ";
   if (g.N % 16 != 0) why << "N % 16 != 0; ";
@@ -236,7 +247,7 @@ std::string Fp8GemmOperandsUnsupported(const GemmFp8Params& g, const float* w_sc
   if (!aligned16(g.xq) || !aligned16(g.wq) || !aligned16(g.y) || !aligned16(g.x_scales) || !aligned16(w_scales_mn))
     why << "pointer not 16-byte aligned; ";
   if (!g.x_scales || !w_scales_mn) why << "x_scales and w_scales_mn needed; ";
-  if (g.y_type != DTypeOut::kBF16) why << "bf16 output only; ";
+  if (g.y_type != DTypeOut::kBF16 && !(f32_out_ok && g.y_type == DTypeOut::kF32)) why << "bf16 output only; ";
   return why.str();
 }
 
@@ -258,7 +269,8 @@ std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p) {
   if (!CurrentDeviceProps().sm90) why << "device is not sm_90; ";
   if (g.M < 1 || g.M > kMaxRows) why << "M " << g.M << " outside [1, " << kMaxRows << "]; ";
   if (g.N <= 0 || g.K <= 0 || g.N > INT32_MAX || g.K > INT32_MAX) why << "N, K outside [1, 2^31); ";
-  why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn);
+  // fp32 output: the 64-row ping-pong form only (its fp32 instantiation).
+  why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/p.scale_rows == 64 && p.pingpong);
   if (p.decomposition == SkinnyDecomposition::kSplitK && p.splits < 1) why << "splits < 1; ";
   if (p.pingpong && p.decomposition != SkinnyDecomposition::kDataParallel)
     why << "ping-pong takes data-parallel tiles only; ";

@@ -20,7 +20,8 @@
 //
 // Limits (Fp8SkinnyGemmSm90Unsupported says which one fails): sm_90 device and a CUTLASS
 // build; 1 <= M <= 64; K % 128 == 0; N % 16 == 0; ldx, ldw % 16 == 0 (TMA row pitch); ldy % 8
-// == 0; 16-byte aligned pointers (the scales too); a 256-byte aligned workspace; bf16 output; dimensions below 2^31.
+// == 0; 16-byte aligned pointers (the scales too); a 256-byte aligned workspace; bf16 output
+// (fp32 too with 64-row ping-pong tiles, the runner's form); dimensions below 2^31.
 // Errors: CheckError (unsupported params, CUTLASS or CUDA failures).
 #pragma once
 
@@ -59,9 +60,9 @@ struct Fp8SkinnyGemmParams {
 bool Fp8SkinnyGemmSm90Available();
 
 // The operand checks both CUTLASS FP8 GEMMs share (fp8_gemm_sm90.h too): K % 128, N % 16, the
-// leading dimensions, 16-byte alignment of every operand and scale, bf16 output. Empty when
-// they hold, else why not.
-std::string Fp8GemmOperandsUnsupported(const GemmFp8Params& g, const float* w_scales_mn);
+// leading dimensions, 16-byte alignment of every operand and scale, bf16 output (or fp32 where
+// f32_out_ok). Empty when they hold, else why not.
+std::string Fp8GemmOperandsUnsupported(const GemmFp8Params& g, const float* w_scales_mn, bool f32_out_ok);
 
 // Empty when Fp8SkinnyGemmSm90 takes these params, else why not (the workspace is not checked).
 std::string Fp8SkinnyGemmSm90Unsupported(const Fp8SkinnyGemmParams& p);

@@ -145,7 +145,7 @@ std::string Fp8GemmSm90Unsupported(const Fp8GemmSm90Params& p) {
   if (!CurrentDeviceProps().sm90) why << "device is not sm_90; ";
   if (g.M < 1 || g.N <= 0 || g.K <= 0 || Fp8PaddedM(g.M) > INT32_MAX || g.N > INT32_MAX || g.K > INT32_MAX)
     why << "M, N, K outside [1, 2^31); ";
-  why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn);
+  why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   const int c = static_cast<int>(p.config);
   if (c < 0 || c > 3) why << "config " << c << "; ";
   return why.str();
