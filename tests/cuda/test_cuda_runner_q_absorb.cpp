@@ -36,6 +36,18 @@ TEST(CudaRunnerQAbsorb, DummyModelsWithinBounds) {
     CompareBounded("dummy_v3_3layers", DummyOptions(dir, 3, 7), true, true);
 }
 
+// Diagnostic (disabled; run with --gtest_also_run_disabled_tests): the same fp32-order change in
+// the W8A8 numerics (fp8_gemm "cublas": every projection's activations re-quantised to e4m3),
+// to see whether those bounds hold there at all. Session 15 run 12's fp8_skinny_sm90 (W8A8 GEMMs
+// on another kernel) left them (min cosine 0.9954 on dummy V3, 3 layers).
+TEST(CudaRunnerQAbsorb, DISABLED_DummyV3W8A8WithinBounds) {
+  const std::string dir = ConfigDir("deepseek-v3");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
+  CudaRunnerOptions o = DummyOptions(dir, 3, 7);
+  o.fp8_gemm = "cublas";
+  CompareBounded("dummy_v3_3layers_w8a8", o, true, true);
+}
+
 // The fixtures: v3_mla512_tiny (nope 128, kv_lora 512) and v3_fp8_tiny (32 / 64) take the path;
 // v2_lite_tiny (16 / 32) and v3_tiny (24 / 48) do not (nope not a multiple of 32: the path must
 // not run there; within the bounds, and bit-identical in session 12 run 11).
