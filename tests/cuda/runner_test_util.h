@@ -345,27 +345,43 @@ void CompareOptionBitIdenticalRan(const std::string& label, const char* option, 
   }
 }
 
+// Per-row bounds of an fp32-order change: cosine >= min_cos, relative L2 <= max_rel.
+struct RowBounds {
+  double min_cos = 0.9999, max_rel = 1e-2;
+};
+// The W8A8 numerics (fp8_gemm "cublas") re-quantise every projection's activations to e4m3
+// (3 mantissa bits), so an fp32-order difference that moves an activation across a rounding
+// boundary changes it by a whole e4m3 step, and that grows layer after layer. Measured in session
+// 15 (run 13) on dummy V3, 3 layers: fused_q_absorb, one fp32-order change, moves the logits to
+// min cosine 0.9975 and max relative L2 0.070 in W8A8, against 0.99998 / 5.9e-3 in the default
+// numerics. The W8A8 comparisons bound at min cosine 0.99 and relative L2 0.2. A wrong scale,
+// row or dropped K block still falls far outside; the op tests hold the kernels themselves to
+// 1e-3.
+inline constexpr RowBounds kW8A8Bounds{0.99, 0.2};
+
 // The on / off comparison of one runner option that changes an fp32 summation order (not the
 // bits of every row): a runner pair from `o` with CUDA graphs on or off that differs only in what
 // set(options, on) changes (MakeRunnerPair), RunFusionSchedule over both. Per row: cosine >=
-// 0.9999, relative L2 <= 1e-2 (a wrong row, column or expert would be far outside), no
-// non-finite logits; with expect_change some row must differ (the option's path ran). Prints one
-// "[fixture] <label> <option> graphs=<0|1>: ..." line and EXPECTs each bound; returns the two
-// runners' graph stats ([0] off, [1] on) for the caller's own checks of its path.
+// 0.9999, relative L2 <= 1e-2 by default (a wrong row, column or expert would be far outside;
+// `bounds` otherwise, e.g. kW8A8Bounds), no non-finite logits; with expect_change some row must
+// differ (the option's path ran). Prints one "[fixture] <label> <option> graphs=<0|1>: ..." line
+// and EXPECTs each bound; returns the two runners' graph stats ([0] off, [1] on) for the
+// caller's own checks of its path.
 template <class SetFn>
 std::array<CudaGraphStats, 2> CompareOptionWithinBounds(const std::string& label, const char* option, CudaRunnerOptions o,
-                                                        bool graphs, bool expect_change, SetFn set) {
+                                                        bool graphs, bool expect_change, SetFn set,
+                                                        RowBounds bounds = {}) {
   std::array<CudaGraphStats, 2> stats{};
   RowDiff d;
   if (!RunOptionPair(label, o, graphs, set, &d, &stats)) return stats;
   const bool changed_ok = !expect_change || d.identical_rows < d.rows;
-  const bool pass = d.nonfinite == 0 && d.min_cos >= 0.9999 && d.max_rel <= 1e-2 && changed_ok;
+  const bool pass = d.nonfinite == 0 && d.min_cos >= bounds.min_cos && d.max_rel <= bounds.max_rel && changed_ok;
   std::printf("[fixture] %s %s graphs=%d: rows=%lld min_cos=%.7f max_rel_l2=%.3e identical_rows=%lld%s nonfinite=%lld%s\n",
               label.c_str(), option, graphs ? 1 : 0, (long long)d.rows, d.min_cos, d.max_rel, (long long)d.identical_rows,
               d.identical_rows == d.rows ? " (bit-identical)" : "", (long long)d.nonfinite, pass ? " PASS" : " FAIL");
   EXPECT_EQ(d.nonfinite, 0) << label;
-  EXPECT_GE(d.min_cos, 0.9999) << label;
-  EXPECT_LE(d.max_rel, 1e-2) << label;
+  EXPECT_GE(d.min_cos, bounds.min_cos) << label;
+  EXPECT_LE(d.max_rel, bounds.max_rel) << label;
   if (expect_change) { EXPECT_LT(d.identical_rows, d.rows) << label << ": " << option << " made no difference (did it run?)"; }
   return stats;
 }
@@ -374,9 +390,10 @@ std::array<CudaGraphStats, 2> CompareOptionWithinBounds(const std::string& label
 // CudaGraphStats member) checked as CompareOptionBitIdenticalRan checks it.
 template <class SetFn>
 void CompareOptionWithinBoundsRan(const std::string& label, const char* option, const CudaRunnerOptions& o,
-                                  bool expect_change, SetFn set, int64_t CudaGraphStats::*ran, PathExpect expect) {
+                                  bool expect_change, SetFn set, int64_t CudaGraphStats::*ran, PathExpect expect,
+                                  RowBounds bounds = {}) {
   for (bool graphs : {false, true}) {
-    const auto stats = CompareOptionWithinBounds(label, option, o, graphs, expect_change, set);
+    const auto stats = CompareOptionWithinBounds(label, option, o, graphs, expect_change, set, bounds);
     std::printf("[fixture] %s %s graphs=%d: path ran %lld times (off runner %lld)\n", label.c_str(), option,
                 graphs ? 1 : 0, (long long)(stats[1].*ran), (long long)(stats[0].*ran));
     EXPECT_EQ(stats[0].*ran, 0) << label;

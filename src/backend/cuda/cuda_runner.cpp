@@ -36,6 +36,7 @@
 #include "backend/cuda/runner_kernels.h"
 #include "backend/cuda/sampling.h"
 #include "backend/cuda/silu_and_mul.h"
+#include "backend/cuda/fp8_gemm_skinny_sm90.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/fp8_gemv_grouped.h"
 #include "backend/cuda/skinny_gemm.h"
@@ -85,6 +86,13 @@ void CudaModelRunner::FinishLinear(Linear* L, const std::vector<float>* raw_scal
     for (int64_t j = 0; j < kb; ++j) blk[i * ld + j] = raw[i * kb + j];
   Upload(&L->s_raw, raw);
   Upload(&L->s_blk, blk);
+  if (opts_.fp8_skinny_sm90 && use_cublas_fp8_ && Fp8SkinnyGemmSm90Available()) {
+    const int64_t n64 = (L->N + 63) / 64;
+    std::vector<float> mn64(kb * n64);
+    for (int64_t k = 0; k < kb; ++k)
+      for (int64_t j = 0; j < n64; ++j) mn64[k * n64 + j] = raw[(j / 2) * kb + k];
+    Upload(&L->s_mn64, mn64);
+  }
   if (opts_.fp8_emulate_act_quant) {
     L->w_hi.Reset(L->N * L->K * sizeof(bf16));
     L->w_lo.Reset(L->N * L->K * sizeof(bf16));
@@ -441,8 +449,10 @@ bool CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
     Fp8QuantParams qp{x, false, ldx, M, L.K, 128, sc.xq.as<uint8_t>(), L.K, sc.xs.as<float>(), ScaleLayout::kGroupMajor, s_};
     qp.scale_ld = Mp;
     Fp8QuantizePerTokenGroup(qp);
-    GemmFp8({sc.xq.as<uint8_t>(), L.K, sc.xs.as<float>(), L.wq.as<uint8_t>(), L.K, L.s_blk.as<float>(),
-             Fp8WeightScaleLd(L.K), y, ldy, DTypeOut::kF32, M, L.N, L.K, s_, LtWorkspace()});
+    const GemmFp8Params gp{sc.xq.as<uint8_t>(), L.K, sc.xs.as<float>(), L.wq.as<uint8_t>(), L.K, L.s_blk.as<float>(),
+                           Fp8WeightScaleLd(L.K), y, ldy, DTypeOut::kF32, M, L.N, L.K, s_, LtWorkspace()};
+    if (RunFp8SkinnySm90(L, gp)) return false;
+    GemmFp8(gp);
     return false;
   }
   const int64_t Mr = RoundUp(M, kGroupedGemmRowAlign);
@@ -498,6 +508,32 @@ bool CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   }
   GroupedGemm(gp);
   return false;
+}
+
+// fp8_skinny_sm90: a W8A8 projection of <= 64 rows on Fp8SkinnyGemmSm90 (64-row ping-pong tiles,
+// Fp8SkinnyAutoKsplit), where it takes the shape; false: the caller runs cuBLASLt. The K split
+// depends on M only through M <= 32 / > 32 (the graph buckets never cross it with their
+// eager passes), so a padded graph step and its eager pass take the same form. The workspace is
+// grown only outside a capture (each bucket's eager warm-up pass grows it first).
+bool CudaModelRunner::RunFp8SkinnySm90(const Linear& L, const GemmFp8Params& g) {
+  if (!opts_.fp8_skinny_sm90 || g.M > 64 || L.s_mn64.get() == nullptr) return false;
+  Fp8SkinnyGemmParams sp{};
+  sp.g = g;
+  sp.w_scales_mn = L.s_mn64.as<float>();
+  sp.scale_rows = 64;
+  sp.pingpong = true;
+  sp.decomposition = SkinnyDecomposition::kDataParallel;
+  sp.ksplit = Fp8SkinnyAutoKsplit(g.M, g.N, g.K);
+  if (!Fp8SkinnyGemmSm90Unsupported(sp).empty()) return false;
+  const size_t wsb = Fp8SkinnyGemmSm90WorkspaceBytes(g.M, g.N, g.K, sp.decomposition, 1, true, 64, sp.ksplit);
+  GemmScratch& sc = Sc();
+  if (!capturing_) sc.fp8_skinny_ws.Reserve(std::max<size_t>(wsb, 256));
+  if (sc.fp8_skinny_ws.size() < wsb) return false;
+  sp.workspace = sc.fp8_skinny_ws.get();
+  sp.workspace_bytes = sc.fp8_skinny_ws.size();
+  Fp8SkinnyGemmSm90(sp);
+  ++graph_stats_.fp8_skinny_sm90_launches;
+  return true;
 }
 
 void CudaModelRunner::EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y,

@@ -249,6 +249,15 @@ struct CudaRunnerOptions {
   // session 14; bit-identical and no faster (session 15 run 1: V2-Lite b1 2.320-2.324 ms against
   // 2.297-2.323): opt-in. The CLI reads DS_PERSISTENT_PDL=0/1.
   bool persistent_pdl = false;
+  // fp8_gemm "cublas" / "cublas-all" (W8A8: e4m3 activations with 1x128 scales): projections of
+  // <= 64 rows on Fp8SkinnyGemmSm90 (fp8_gemm_skinny_sm90.h: y^T = w x^T through CUTLASS, 64-row
+  // ping-pong tiles, Fp8SkinnyAutoKsplit's K split) instead of cuBLASLt, where it takes the
+  // shapes. The same math in another fp32 order (bounded in W8A8's looser bounds:
+  // CudaRunnerFp8Skinny.*). Kernel: 0.85-1.01 of copy against cuBLASLt's 0.70-0.82 on V3's large
+  // projections; dummy V3 8 layers W8A8: decode 2.2-3.1% faster at batch 1, 1.8% at 32
+  // (session 15 run 12). Opt-in, as is the W8A8 mode itself. The CLI reads
+  // DS_FP8_SKINNY_SM90=0/1.
+  bool fp8_skinny_sm90 = false;
   // With attn_persistent, where a layer's attention runs the persistent kernel, that kernel
   // normalises the residual itself in every block (MlaAttnPersistentParams::in_residual) instead
   // of reading the input norm's output: at layer 0 (no RmsNorm launch on the embeddings), and
@@ -485,6 +494,7 @@ struct CudaGraphStats {
   int64_t q_absorb_layers = 0;    // MLA absorptions run as one MlaQAbsorb launch (fused_q_absorb; also a fused launch)
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
+  int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)
   int64_t side_branches = 0;      // side branches forked onto the second stream in captures (decode_streams)

@@ -49,6 +49,7 @@ struct Linear {
   DeviceBuffer wq;     // e4m3 [N, K]
   DeviceBuffer s_blk;  // [ceil(N/128), Fp8WeightScaleLd(K)] (cuBLASLt layout)
   DeviceBuffer s_raw;  // [ceil(N/128), ceil(K/128)] (checkpoint layout, in-kernel path)
+  DeviceBuffer s_mn64; // [ceil(K/128), ceil(N/64)]: s_raw transposed, each block per 64-row half (fp8_skinny_sm90)
   DeviceBuffer w_hi, w_lo;  // debug (fp8_emulate_act_quant): dequantised weights, bf16 hi + lo [N, K]
 };
 
@@ -162,6 +163,8 @@ class CudaModelRunner : public ModelRunner {
   // Debug (fp8_emulate_act_quant): y = dequant(quant(x)) @ dequant(W)^T, x quantised to e4m3
   // per 1x128 group exactly as the cuBLASLt path does (Fp8QuantizePerTokenGroup), both
   // dequantised operands carried as bf16 hi + lo (~16-bit): three bf16 GEMMs, fp32 accumulation.
+  // fp8_skinny_sm90: g on Fp8SkinnyGemmSm90 where it applies (true), else false (cuBLASLt then).
+  bool RunFp8SkinnySm90(const Linear& L, const GemmFp8Params& g);
   void EmulateFp8Linear(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy);
   // Batched per-head bf16 GEMM on fp32 activations (split hi/lo when precise): cuBLAS
   // strided-batched; rows <= kSkinnyHeadMaxRows (not precise) would take the skinny kernel's
@@ -235,6 +238,7 @@ class CudaModelRunner : public ModelRunner {
     // (re)allocated, the kernel leaves its counters zero.
     std::map<std::tuple<int64_t, int64_t, int64_t, bool>, DeviceBuffer> gemv_experts_ws;
     DeviceBuffer lt_ws;                    // [1] only: own cuBLASLt workspace (kGemmWorkspaceBytes)
+    DeviceBuffer fp8_skinny_ws;            // Fp8SkinnyGemmSm90's workspace (fp8_skinny_sm90; K-split partials)
   };
   GemmScratch scratch_[2];
   GemmScratch& Sc() { return scratch_[side_ ? 1 : 0]; }

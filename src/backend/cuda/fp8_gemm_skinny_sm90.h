@@ -21,7 +21,7 @@
 // Limits (Fp8SkinnyGemmSm90Unsupported says which one fails): sm_90 device and a CUTLASS
 // build; 1 <= M <= 64; K % 128 == 0; N % 16 == 0; ldx, ldw % 16 == 0 (TMA row pitch); ldy % 8
 // == 0; 16-byte aligned pointers (the scales too); a 256-byte aligned workspace; bf16 output
-// (fp32 too with 64-row ping-pong tiles); dimensions below 2^31.
+// (fp32 too with 64-row ping-pong tiles: the runner's W8A8 form); dimensions below 2^31.
 // Errors: CheckError (unsupported params, CUTLASS or CUDA failures).
 #pragma once
 
