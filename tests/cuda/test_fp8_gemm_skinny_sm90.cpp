@@ -88,7 +88,8 @@ TEST(CudaFp8SkinnyGemmSm90, MatchesCpuEveryDecomposition) {
 TEST(CudaFp8SkinnyGemmSm90, Fp32OutputMatchesCpu) {
   if (!Fp8SkinnyGemmSm90Available()) GTEST_SKIP() << "needs an sm_90 device and a CUTLASS build";
   const Shape shapes[] = {{1, 576, 7168, "kv_a_proj_M1"}, {8, 1536, 7168, "q_a_proj_M8"}, {24, 7168, 2048, "down_M24"},
-                          {5, 528, 2048, "padded_ld_M5", 48}};
+                          {5, 528, 2048, "padded_ld_M5", 48}, {40, 4096, 7168, "shared_gate_up_M40"},
+                          {64, 1536, 7168, "q_a_proj_M64"}};
   for (const auto& s : shapes) {
     Operands o(s);
     const auto ref = o.Reference();

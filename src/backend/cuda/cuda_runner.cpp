@@ -87,11 +87,9 @@ void CudaModelRunner::FinishLinear(Linear* L, const std::vector<float>* raw_scal
   Upload(&L->s_raw, raw);
   Upload(&L->s_blk, blk);
   if (opts_.fp8_skinny_sm90 && use_cublas_fp8_ && Fp8SkinnyGemmSm90Available()) {
-    const int64_t n64 = (L->N + 63) / 64;
-    std::vector<float> mn64(kb * n64);
-    for (int64_t k = 0; k < kb; ++k)
-      for (int64_t j = 0; j < n64; ++j) mn64[k * n64 + j] = raw[(j / 2) * kb + k];
-    Upload(&L->s_mn64, mn64);
+    // The same transposition the kernel's op tests check (Fp8TransposeWeightScales, 64-row form).
+    L->s_mn64.Reset(kb * ((L->N + 63) / 64) * sizeof(float));
+    Fp8TransposeWeightScales(L->s_raw.as<float>(), kb, L->N, L->K, L->s_mn64.as<float>(), s_, 64);
   }
   if (opts_.fp8_emulate_act_quant) {
     L->w_hi.Reset(L->N * L->K * sizeof(bf16));

@@ -253,8 +253,9 @@ struct CudaRunnerOptions {
   // <= 64 rows on Fp8SkinnyGemmSm90 (fp8_gemm_skinny_sm90.h: y^T = w x^T through CUTLASS, 64-row
   // ping-pong tiles, Fp8SkinnyAutoKsplit's K split) instead of cuBLASLt, where it takes the
   // shapes. The same math in another fp32 order (bounded in W8A8's looser bounds:
-  // CudaRunnerFp8Skinny.*). Kernel: 0.85-1.01 of copy against cuBLASLt's 0.70-0.82 on V3's large
-  // projections; dummy V3 8 layers W8A8: decode 2.2-3.1% faster at batch 1, 1.8% at 32
+  // CudaRunnerFp8Skinny.*). Kernel (bf16-output form, bench kernels): 0.85-1.01 of copy against
+  // cuBLASLt's 0.70-0.82 on V3's large projections; dummy V3 8 layers W8A8: decode 2.2-3.1% faster
+  // at batch 1, 1.8% at 32
   // (session 15 run 12). Opt-in, as is the W8A8 mode itself. The CLI reads
   // DS_FP8_SKINNY_SM90=0/1.
   bool fp8_skinny_sm90 = false;

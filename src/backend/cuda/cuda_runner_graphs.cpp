@@ -39,7 +39,7 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
     v.push_back(b->get());
   for (const GemmScratch& sc : scratch_) {
     for (const DeviceBuffer* b : {&sc.xhi, &sc.xlo, &sc.hhi, &sc.hlo, &sc.xq, &sc.xs, &sc.skinny_ws, &sc.skinny_cnt,
-                                  &sc.lt_ws})
+                                  &sc.lt_ws, &sc.fp8_skinny_ws})
       v.push_back(b->get());
     for (const auto& [shape, b] : sc.gemv_ws) v.push_back(b.get());
     for (const auto& [shape, b] : sc.gemv_experts_ws) v.push_back(b.get());
