@@ -67,8 +67,7 @@ TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {
 // persistent_pdl: both persistent kernels as programmatic dependent launches: the same kernels'
 // arithmetic, bit-identical logits, with graphs off and on. The path counter counts only the
 // launches the device took with PDL, so a device that refuses the pair of attributes (the
-// runner then falls back to plain launches) fails this test: that is what its first run is to
-// find out (written in session 14 without a GPU).
+// runner then falls back to plain launches) fails this test (the H200 takes it: session 15 run 1).
 TEST(CudaRunnerPersistentMoe, PdlBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";

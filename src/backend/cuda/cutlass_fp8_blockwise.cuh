@@ -11,7 +11,13 @@
 #pragma once
 
 #ifdef DS_HAVE_CUTLASS
+#include <cstddef>
+#include <cstdint>
 #include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_props.h"
+#include "common/check.h"
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -52,6 +58,39 @@ struct BlockwiseGemm {
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Scheduler = typename Kernel::TileScheduler;
 };
+
+// The arguments every configuration sets alike: D = alpha 1 x the accumulators (no C operand)
+// at ptr_d with stride dd, and the device's id and SM count (the persistent schedulers' grid).
+template <class Args, class ElementD, class StrideD>
+void SetOutputAndDevice(Args& args, ElementD* ptr_d, const StrideD& dd, int dev) {
+  args.epilogue.thread.alpha = 1.f;
+  args.epilogue.thread.beta = 0.f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = dd;
+  args.epilogue.ptr_D = ptr_d;
+  args.epilogue.dD = dd;
+  args.hw_info.device_id = dev;
+  args.hw_info.sm_count = CurrentDeviceProps().sms;
+}
+
+// can_implement, the workspace check (enough bytes at a 256-byte aligned address), initialize
+// and run on `stream`; `what` names the caller in errors (CheckError).
+template <class Gemm>
+void Launch(const typename Gemm::Arguments& args, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+            const char* what) {
+  const auto check = [&](cutlass::Status s, const char* step) {
+    DS_CHECK(s == cutlass::Status::kSuccess) << what << ": " << step << ": " << cutlassGetStatusString(s);
+  };
+  Gemm gemm;
+  check(gemm.can_implement(args), "can_implement");
+  const size_t need = Gemm::get_workspace_size(args);
+  DS_CHECK(need <= workspace_bytes && (need == 0 || workspace != nullptr))
+      << what << ": workspace " << workspace_bytes << " bytes, need " << need;
+  DS_CHECK(reinterpret_cast<uintptr_t>(workspace) % 256 == 0) << what << ": workspace not 256-byte aligned";
+  check(gemm.initialize(args, workspace, stream), "initialize");
+  check(gemm.run(stream), "run");
+  DS_CUDA_CHECK_LAUNCH(what);
+}
 
 }  // namespace ds::cuda::cutlass_fp8
 #endif  // DS_HAVE_CUTLASS

@@ -72,10 +72,6 @@ struct Skinny : cutlass_fp8::BlockwiseGemm<Shape<Int<kSchedule == 2 ? 64 : 128>,
   using ScaleConfig = ScaleConfigT<kTileM>;
 };
 
-void CheckStatus(cutlass::Status s, const char* what) {
-  DS_CHECK(s == cutlass::Status::kSuccess) << "Fp8SkinnyGemmSm90: " << what << ": " << cutlassGetStatusString(s);
-}
-
 // kPartials: the K splits as CUTLASS's batch mode L = ksplit, batch l the K range
 // [l K / ksplit, (l + 1) K / ksplit): A' and B' advance K / ksplit elements a batch, and the MN-major
 // scales' batches are their consecutive blocks of K / 128 / ksplit rows (the layouts'
@@ -114,15 +110,10 @@ typename Skinny<kTileN, kSchedule, kPartials>::Gemm::Arguments MakeArgs(const Fp
   args.mainloop.layout_SFA = S::ScaleConfig::tile_atom_to_shape_SFA(shape);
   args.mainloop.ptr_SFB = g.x_scales;
   args.mainloop.layout_SFB = S::ScaleConfig::tile_atom_to_shape_SFB(shape);
-  args.epilogue.thread.alpha = 1.f;
-  args.epilogue.thread.beta = 0.f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = sd;
-  if (kPartials && splits > 1) args.epilogue.ptr_D = reinterpret_cast<typename S::ElementD*>(partials);
-  else args.epilogue.ptr_D = static_cast<typename S::ElementD*>(g.y);
-  args.epilogue.dD = sd;
-  args.hw_info.device_id = dev;
-  args.hw_info.sm_count = CurrentDeviceProps().sms;
+  if (kPartials && splits > 1)
+    cutlass_fp8::SetOutputAndDevice(args, reinterpret_cast<typename S::ElementD*>(partials), sd, dev);
+  else
+    cutlass_fp8::SetOutputAndDevice(args, static_cast<typename S::ElementD*>(g.y), sd, dev);
   if constexpr (!S::kPingpong) {
     using Mode = typename S::Scheduler::DecompositionMode;
     switch (p.decomposition) {
@@ -184,16 +175,11 @@ void Run(const Fp8SkinnyGemmParams& p, int dev) {
   // Workspace: [partials (ksplit > 1) | CUTLASS's].
   const size_t pb = PartialsBytes(p);
   float* partials = kPartials ? static_cast<float*>(p.workspace) : nullptr;
+  DS_CHECK(pb <= p.workspace_bytes && (pb == 0 || p.workspace != nullptr))
+      << "Fp8SkinnyGemmSm90: workspace " << p.workspace_bytes << " bytes, the partials need " << pb;
   auto args = MakeArgs<kTileN, kSchedule, kPartials>(p, dev, partials);
-  typename S::Gemm gemm;
-  CheckStatus(gemm.can_implement(args), "can_implement");
-  const size_t need = S::Gemm::get_workspace_size(args);
-  DS_CHECK(pb + need <= p.workspace_bytes && (pb + need == 0 || p.workspace != nullptr))
-      << "Fp8SkinnyGemmSm90: workspace " << p.workspace_bytes << " bytes, need " << pb + need;
-  DS_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % kAlign == 0) << "Fp8SkinnyGemmSm90: workspace not 256-byte aligned";
-  CheckStatus(gemm.initialize(args, static_cast<char*>(p.workspace) + pb, p.g.stream), "initialize");
-  CheckStatus(gemm.run(p.g.stream), "run");
-  DS_CUDA_CHECK_LAUNCH("Fp8SkinnyGemmSm90");
+  cutlass_fp8::Launch<typename S::Gemm>(args, static_cast<char*>(p.workspace) + pb, p.workspace_bytes - pb, p.g.stream,
+                                        "Fp8SkinnyGemmSm90");
   if (kPartials && p.ksplit > 1) {
     const int64_t n = p.g.M * (p.g.N / 4);
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 4 * CurrentDeviceProps().sms));

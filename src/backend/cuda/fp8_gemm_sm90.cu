@@ -50,10 +50,6 @@ struct Dense : cutlass_fp8::BlockwiseGemm<std::conditional_t<kConfig == 2, Shape
   static constexpr bool kStreamK = kConfig == 0 || kConfig == 1;  // (else data-parallel tiles)
 };
 
-void CheckStatus(cutlass::Status s, const char* what) {
-  DS_CHECK(s == cutlass::Status::kSuccess) << "Fp8GemmSm90: " << what << ": " << cutlassGetStatusString(s);
-}
-
 template <int kConfig>
 typename Dense<kConfig>::Gemm::Arguments MakeArgs(const Fp8GemmSm90Params& p, int dev) {
   using S = Dense<kConfig>;
@@ -78,14 +74,7 @@ typename Dense<kConfig>::Gemm::Arguments MakeArgs(const Fp8GemmSm90Params& p, in
   args.mainloop.layout_SFA = ScaleConfig::tile_atom_to_shape_SFA(shape);
   args.mainloop.ptr_SFB = p.w_scales_mn;
   args.mainloop.layout_SFB = ScaleConfig::tile_atom_to_shape_SFB(shape);
-  args.epilogue.thread.alpha = 1.f;
-  args.epilogue.thread.beta = 0.f;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = sd;
-  args.epilogue.ptr_D = static_cast<typename S::ElementD*>(g.y);
-  args.epilogue.dD = sd;
-  args.hw_info.device_id = dev;
-  args.hw_info.sm_count = CurrentDeviceProps().sms;
+  cutlass_fp8::SetOutputAndDevice(args, static_cast<typename S::ElementD*>(g.y), sd, dev);
   if constexpr (!S::kPingpong) {
     using Mode = typename S::Scheduler::DecompositionMode;
     args.scheduler.decomposition_mode = S::kStreamK ? Mode::Heuristic : Mode::DataParallel;
@@ -101,17 +90,8 @@ size_t WorkspaceT(const Fp8GemmSm90Params& p, int dev) {
 
 template <int kConfig>
 void Run(const Fp8GemmSm90Params& p, int dev) {
-  using S = Dense<kConfig>;
-  auto args = MakeArgs<kConfig>(p, dev);
-  typename S::Gemm gemm;
-  CheckStatus(gemm.can_implement(args), "can_implement");
-  const size_t need = S::Gemm::get_workspace_size(args);
-  DS_CHECK(need <= p.workspace_bytes && (need == 0 || p.workspace != nullptr))
-      << "Fp8GemmSm90: workspace " << p.workspace_bytes << " bytes, need " << need;
-  DS_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % kAlign == 0) << "Fp8GemmSm90: workspace not 256-byte aligned";
-  CheckStatus(gemm.initialize(args, p.workspace, p.g.stream), "initialize");
-  CheckStatus(gemm.run(p.g.stream), "run");
-  DS_CUDA_CHECK_LAUNCH("Fp8GemmSm90");
+  cutlass_fp8::Launch<typename Dense<kConfig>::Gemm>(MakeArgs<kConfig>(p, dev), p.workspace, p.workspace_bytes,
+                                                     p.g.stream, "Fp8GemmSm90");
 }
 
 template <class F>
