@@ -23,9 +23,11 @@
 //  - bf16 output vs the kernel's fp32 output (5e-3), and the default dispatch (p.sm90 = true
 //    through MlaDecodeAttention) bit-equal to the explicit call;
 //  - variants 1, 2 vs variant 0 at 1e-5 (the same P, rescales and accumulation order; only the fp32
-//    order of the row sums differs).
+//    order of the row sums differs); variant 3 (the same code, tiles multicast) is expected to be
+//    bit-equal and held to the same bound.
 // Every case runs on each kernel variant (MlaDecodeParams::sm90_variant: 0 the verified kernel,
-// 1 / 2 "seesaw" with early / late stage release; cases of variant N > 0 carry the suffix _vN),
+// 1 / 2 "seesaw" with early / late stage release, 3 multicast; cases of variant N > 0 carry the
+// suffix _vN),
 // each against the emulation of the (shared) plan and the CPU op.
 // Skipped (with the reason) on devices other than sm_90.
 #include <cmath>
@@ -184,11 +186,12 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
   ExpectClose("mla_decode_sm90", std::string(name) + "_vs_fp32q_ref", got_sub, ref, 1e-2);
 }
 
-// Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw). To run the
+// Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw; 3: multicast
+// K tiles in a cluster of two row blocks, or 0 where the row blocks are odd). To run the
 // variants in separate processes (e.g. scripts/gpu_e2e.sh E2E_TESTS=1 once per variant), set
-// DS_TEST_SM90_VARIANTS=0, =1, =2 (the digits of the variants to run; unset = all), so a hang of
+// DS_TEST_SM90_VARIANTS=0, =1, =2, =3 (the digits of the variants to run; unset = all), so a hang of
 // one does not hide the other's results.
-constexpr int kVariants = 3;
+constexpr int kVariants = 4;
 void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
                  const std::vector<int64_t>& heads_sample, const char* name) {
   const char* only = std::getenv("DS_TEST_SM90_VARIANTS");
@@ -224,6 +227,10 @@ TEST(CudaMlaDecodeSm90, MtpAndMixed) {
   // 64-row tiles spanning 2 tokens (32 heads x 2) and 3 tokens with a partial tile (64 heads x 3).
   RunSm90Case({100, 700, 3}, {2, 2, 2}, 32, 256, {}, "h32_qlen2_tile_spans_tokens");
   RunSm90Case({129, 1000}, {3, 1}, 64, 64, {}, "h64_qlen3_mixed_kvchunk64");
+  // Two row blocks per sequence, the second empty for the 1-token sequence: under variant 3 that
+  // CTA still loads its half of each tile for its peer (rows masked, nothing written).
+  RunSm90Case({300, 1000, 64}, {2, 1, 2}, 64, 256, {}, "h64_qlen2_1_2_cluster_peer_masked");
+  RunSm90Case({130, 4100}, {1, 2}, 128, 256, kSampleH128, "h128_qlen1_2_kvchunk256");
   // Partial 64-row tiles (MlaDecodeParams::sm90_min_rows < 64): 16 heads x 1 token (48 masked
   // rows per tile), 16 heads x 3 tokens (48 rows), 32 heads x 1 token.
   RunSm90Case({1, 100, 4096, 65}, {1, 1, 1, 1}, 16, 256, {}, "h16_partial_tile");

@@ -96,7 +96,10 @@ struct MlaDecodeParams {
   // its own tiles, publishes P (in the tile's rope box), the rescale and the running max through
   // shared memory, and both accumulate their 256 value columns of P V for every tile in order;
   // per-box TMA barriers let S start on the first 64 columns of a tile. 1 releases a ring stage
-  // before issuing the next S (earlier TMA, a short tensor-pipe drain), 2 after it.
+  // before issuing the next S (earlier TMA, a short tensor-pipe drain), 2 after it (session 5:
+  // 3-8% slower than 0). 3 = kernel 0 with the two 64-row CTAs of a token (an even number of
+  // row blocks: 128 heads, or 64 x 2 tokens) in a cluster of two, each K tile read from L2 once
+  // and multicast into both (TMA .multicast::cluster); with an odd number of row blocks, 0.
   int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).

@@ -63,8 +63,8 @@ constexpr int kOffK = kTileBytes;
 constexpr int kOffP = kOffK + kStages * kTileBytes;      // [64 x 64] bf16, swizzled like a box
 constexpr int kOffAlpha = kOffP + kBoxBytes;             // [64] f32: per-row rescale of the tile
 constexpr int kOffL = kOffAlpha + kBM * 4;               // [64] f32: final row sums
-constexpr int kOffBar = kOffL + kBM * 4;                 // full[kStages], empty[kStages] (8 B each)
-constexpr int kSmemUsed = kOffBar + 2 * kStages * 8;
+constexpr int kOffBar = kOffL + kBM * 4;  // full[kStages], empty[kStages], cluster_empty[kStages] (8 B each)
+constexpr int kSmemUsed = kOffBar + 3 * kStages * 8;
 constexpr int kSmemBytes = kSmemUsed + 1024;             // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
 // Named barriers (0 is __syncthreads).
@@ -107,6 +107,44 @@ __device__ __forceinline__ void TmaLoadBox(uint32_t dst, const CUtensorMap* map,
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
       : "memory");
+}
+// The same box written to the same shared-memory offset of every CTA in `cta_mask` (cluster
+// ranks), completing `bytes` on the mbarrier at `bar`'s offset in each of them (PTX ISA,
+// cp.async.bulk.tensor ... .multicast::cluster).
+__device__ __forceinline__ void TmaLoadBoxMulticast(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar,
+                                                    uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+__device__ __forceinline__ uint32_t ClusterCtaRank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Arrive on the mbarrier at `bar`'s offset in the shared memory of cluster rank `cta`.
+__device__ __forceinline__ void BarArriveRemote(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
+      : "memory");
+}
+// Spins until the phase of the given parity has completed, acquiring at cluster scope (the
+// phase completes with arrivals from another CTA of the cluster).
+__device__ __forceinline__ void MbarWaitCluster(uint32_t bar, uint32_t parity) {
+  uint32_t ok = 0;
+  while (!ok) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(ok)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+}
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 // d[64 x 64] (+)= A[64 x 16] (smem, K-major) * B[16 x 64] (smem, K-major); scale_d 0 overwrites d.
@@ -224,7 +262,17 @@ __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned cha
 
 // The kernel. Grid: one CTA per (sequence, split, 64-row block), the row blocks of one
 // (sequence, split) adjacent so they run together and share the tile reads in L2.
-template <typename TOut>
+// kMc (MlaDecodeParams::sm90_variant = 3, an even number of row blocks): the two adjacent row
+// blocks (cluster ranks 0 and 1, same sequence and split, so the same K tiles) form a cluster of
+// two CTAs, and each K tile is read from L2 once for both: rank 0 loads boxes 0-4 and rank 1
+// boxes 5-8, each multicast into both CTAs' ring (same offsets; each CTA's "full" mbarrier
+// expects the whole tile). A stage is re-armed only when both CTAs released it: each CTA's
+// producer, after its own "empty" phase, arrives on its own and its peer's cluster_empty
+// mbarrier (2 arrivals a phase) and waits for it. Why (session 16 run 1): with no tensor-core
+// work at all the kernel still took 254 us at h128 b128 x 4K, the two CTAs of a token each
+// pulling every tile from L2 (4.8 TB/s into the SMs). Rows past the query block do not end a
+// CTA early here (its peer needs its loads): they are computed masked and not written.
+template <typename TOut, bool kMc = false>
 __global__ void __launch_bounds__(kThreads, 1)
     MlaDecodeSm90Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                         int max_splits, int direct) {
@@ -248,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int ctx = p.context_lens[s];
   const int valid_rows = q_len * H;
   const int row0 = rb * kBM;
-  if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
+  if (!kMc && row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
   const int kbeg = split * chunk;
   const int kend = min(ctx, kbeg + chunk);
   const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
@@ -272,26 +320,37 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
   const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
   const int bs = static_cast<int>(p.block_size);
-  // Producer: tile `it` (64 keys from kbeg + 64 it, one page) into stage it % kStages.
+  const uint32_t bar_cl_empty = bar_empty + kStages * 8;  // kMc only
+  const uint32_t cta_rank = kMc ? ClusterCtaRank() : 0u;
+  // Producer: tile `it` (64 keys from kbeg + 64 it, one page) into stage it % kStages (kMc:
+  // this CTA's boxes of it, into both CTAs).
   auto issue_tile = [&](int it) {
     const int k0 = kbeg + it * kBN;
     const int row = bt[k0 / bs] * bs + k0 % bs;
     const int st = it % kStages;
     const uint32_t bar = bar_full + st * 8;
     BarExpectTx(bar, kTileBytes);
+    if constexpr (kMc) {
+      const int b0 = cta_rank == 0 ? 0 : 5, b1 = cta_rank == 0 ? 5 : kDB;
+      for (int b = b0; b < b1; ++b)
+        TmaLoadBoxMulticast(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar, uint16_t{3});
+    } else {
 #pragma unroll
-    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+      for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+    }
   };
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kStages; ++st) {
       BarInit(bar_full + st * 8, 1);
       BarInit(bar_empty + st * 8, kThreads);
+      if constexpr (kMc) BarInit(bar_cl_empty + st * 8, 2);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     FenceProxyAsync();
   }
-  __syncthreads();
+  if constexpr (kMc) ClusterSync();  // both CTAs' barriers initialised before any multicast
+  else __syncthreads();
   if (tid == 128) {  // the producer (WG1's first thread): the first stages, overlapping the Q load
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
     for (int it = 0; it < min(kStages, ntiles); ++it) issue_tile(it);
@@ -484,6 +543,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       BarArrive(bar_empty + st * 8);
       if (wtid == 0 && it + kStages < ntiles) {
         MbarWait(bar_empty + st * 8, (it / kStages) & 1);  // both warpgroups released the stage
+        if constexpr (kMc) {  // and the peer CTA released it too
+          BarArrive(bar_cl_empty + st * 8);
+          BarArriveRemote(bar_cl_empty + st * 8, cta_rank ^ 1u);
+          MbarWaitCluster(bar_cl_empty + st * 8, (it / kStages) & 1);
+        }
         issue_tile(it + kStages);
       }
       __syncwarp();
@@ -515,6 +579,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
     }
   }
+  if constexpr (kMc) ClusterSync();  // neither CTA leaves while its peer may still address it
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -923,6 +988,19 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90SeesawKernel");
+  } else if (p.sm90_variant == 3 && pl.nrb % 2 == 0) {  // a cluster of the two row blocks of a token
+    const auto kernel = MlaDecodeSm90Kernel<TOut, true>;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
+    cudaLaunchAttribute attrs[2];
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = 2;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    const unsigned nattr = AddPdlAttribute(attrs, 1, p.pdl);
+    DS_CUDA_CHECK(LaunchWithAttrs(attrs, nattr, kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSmemBytes,
+                                  p.stream, map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk),
+                                  static_cast<int>(pl.max_splits), direct ? 1 : 0));
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Kernel (multicast)");
   } else {
     LaunchKernel(MlaDecodeSm90Kernel<TOut>, static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
@@ -965,7 +1043,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
-  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 2) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 3) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
