@@ -90,7 +90,10 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   std::string kernel = sm90 ? "mla_decode_sm90" : tc ? "mla_decode_tc" : "mla_decode_cudacore";
   if (sm90 && H * qlen < 64) kernel += "[partial-tile]";
   if (sm90 && sm90_variant > 0)
-    kernel += sm90_variant == 1 ? "[seesaw]" : sm90_variant == 2 ? "[seesaw,late-release]" : "[multicast]";
+    kernel += sm90_variant == 1   ? "[seesaw]"
+              : sm90_variant == 2 ? "[seesaw,late-release]"
+              : sm90_variant == 3 ? "[multicast]"
+                                  : "[3wg]";
   if (tc && !sm90 &&
       (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge || tc_fused_combine))
     kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") +
@@ -172,7 +175,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
       const double part = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", partial 64-row tile", 0, 0, 0,
                                         0, 0, 0, true, 0, 0, a.H * a.qlen);
       const double tc = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
-      MlaResults().sm90.push_back({a.name, a.flashmla_us, part, -1.0, -1.0, -1.0, tc});
+      MlaResults().sm90.push_back({a.name, a.flashmla_us, part, -1.0, -1.0, -1.0, -1.0, tc});
       continue;
     }
     const double sm90 = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note, 0, 0, 0, 0, 0, 0, true);
@@ -189,10 +192,15 @@ void MlaDecodeSm90Anchors(Bench& b) {
                                                 0, 0, 0, 0, true, 2);
     // Variant 3: multicast K tiles within a cluster of the two 64-row CTAs of a token (every
     // anchor here has an even number of row blocks).
-    const double mc = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", multicast variant 3", 0, 0, 0, 0, 0,
-                                    0, true, 3);
+    const char* skip_mc = std::getenv("DS_BENCH_SKIP_SM90_MULTICAST");
+    const double mc = skip_mc != nullptr && *skip_mc != '\0' ? -1.0
+                          : MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", multicast variant 3", 0, 0, 0,
+                                          0, 0, 0, true, 3);
+    // Variant 4: three warpgroups.
+    const double wg3 = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", three warpgroups variant 4", 0, 0, 0,
+                                     0, 0, 0, true, 4);
     const double tc = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
-    MlaResults().sm90.push_back({a.name, a.flashmla_us, sm90, seesaw, seesaw2, mc, tc});
+    MlaResults().sm90.push_back({a.name, a.flashmla_us, sm90, seesaw, seesaw2, mc, wg3, tc});
   }
 }
 

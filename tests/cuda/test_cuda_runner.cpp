@@ -594,20 +594,23 @@ TEST(CudaRunner, DummyV3DecodeSm90SeesawMatchEmulation) {
   EXPECT_GE(se.min_cos, kBound);
 }
 
-// Variant 3 (multicast K tiles in a cluster of the two 64-row CTAs of a token): the same kernel
-// code as variant 0, so the whole model's logits must be bit-equal to variant 0's.
-TEST(CudaRunner, DummyV3DecodeSm90MulticastBitEqual) {
+// Variants 3 (multicast K tiles in a cluster of the two 64-row CTAs of a token) and 4 (three
+// warpgroups): the same S, P and P V as variant 0, so the whole model's logits must be
+// bit-equal to variant 0's.
+TEST(CudaRunner, DummyV3DecodeSm90VariantsBitEqual) {
   if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
   if (!Sm90MlaDecodeAvailable()) GTEST_SKIP() << kNoSm90MlaDecode;
-  const auto v3 = DummyV3DecodeLogits(3, true, 0, true, 3);
   const auto v0 = DummyV3DecodeLogits(3, true, 0, true, 0);
-  ASSERT_FALSE(v3.empty());
-  ASSERT_EQ(v3.size(), v0.size());
-  int64_t diff = 0;
-  for (size_t i = 0; i < v3.size(); ++i) diff += !(v3[i] == v0[i]);
-  std::printf("[metric] dummy_v3_3layers mla_decode sm90_v3_vs_v0 differing logits %lld of %zu\n",
-              static_cast<long long>(diff), v3.size());
-  EXPECT_EQ(diff, 0);
+  ASSERT_FALSE(v0.empty());
+  for (int variant : {3, 4}) {
+    const auto vn = DummyV3DecodeLogits(3, true, 0, true, variant);
+    ASSERT_EQ(vn.size(), v0.size());
+    int64_t diff = 0;
+    for (size_t i = 0; i < vn.size(); ++i) diff += !(vn[i] == v0[i]);
+    std::printf("[metric] dummy_v3_3layers mla_decode sm90_v%d_vs_v0 differing logits %lld of %zu\n", variant,
+                static_cast<long long>(diff), vn.size());
+    EXPECT_EQ(diff, 0) << "variant " << variant;
+  }
 }
 
 // The fixture with DeepSeek-V3's MLA dims (v3_mla512_tiny: kv_lora 512, rope 64, nope 128,

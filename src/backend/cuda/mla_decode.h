@@ -99,7 +99,9 @@ struct MlaDecodeParams {
   // before issuing the next S (earlier TMA, a short tensor-pipe drain), 2 after it (session 5:
   // 3-8% slower than 0). 3 = kernel 0 with the two 64-row CTAs of a token (an even number of
   // row blocks: 128 heads, or 64 x 2 tokens) in a cluster of two, each K tile read from L2 once
-  // and multicast into both (TMA .multicast::cluster); with an odd number of row blocks, 0.
+  // and multicast into both (TMA .multicast::cluster); with an odd number of row blocks, 0
+  // (session 16 run 2: 10-25% slower than 0). 4 = three warpgroups: WG0 computes S and the
+  // softmax and writes P into the tile's own stage, WG1 / WG2 each accumulate half of O.
   int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).

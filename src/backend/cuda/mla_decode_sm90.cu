@@ -223,24 +223,26 @@ __device__ __forceinline__ void WgmmaPVrs(float (&d)[128], uint32_t a0, uint32_t
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
-// The CTA's Q tile (64 rows x 576, fp32 in q) -> bf16 in shared memory, swizzled boxes as the
-// wgmma descriptors read them; rows past the query block are zeros. Each thread converts
-// kBM * 144 / kThreads = 36 float4, kQBatch of them per round with all of that round's loads
+// The CTA's Q tile (64 rows x 576, fp32 in q) -> bf16 in shared memory (at `smem`: the Q area,
+// or a ring stage of the three-warpgroup kernel), swizzled boxes as the wgmma descriptors (and
+// ldmatrix) read them; rows past the query block are zeros. Each of kNThreads threads converts
+// kBM * 144 / kNThreads float4 (36 with 256 threads), kQBatch of them per round with all of that round's loads
 // issued first: a one-load-at-a-time loop made this a chain of 36 dependent round trips per
 // thread, ~25 us of a batch-1 decode CTA (ncu, V3 128 heads x 1K: 29 us per launch, session 6
 // run 2). The same elements and roundings either way (bit-identical).
 constexpr int kQBatch = 12;
+template <int kNThreads = kThreads>
 __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned char* smem, int tid, int row0,
                                           int valid_rows, int q0, int H) {
   constexpr int kVec = kD / 4;  // float4 per row
-  constexpr int kPer = kBM * kVec / kThreads;
-  static_assert(kBM * kVec % kThreads == 0 && kPer % kQBatch == 0, "Q tile split");
+  constexpr int kPer = kBM * kVec / kNThreads;
+  static_assert(kBM * kVec % kNThreads == 0 && kPer % kQBatch == 0, "Q tile split");
 #pragma unroll 1
   for (int b0 = 0; b0 < kPer; b0 += kQBatch) {
     float4 v[kQBatch];
 #pragma unroll
     for (int j = 0; j < kQBatch; ++j) {
-      const int idx = tid + (b0 + j) * kThreads;
+      const int idx = tid + (b0 + j) * kNThreads;
       const int r = idx / kVec, c = (idx % kVec) * 4;
       const int row = row0 + r;
       v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -250,7 +252,7 @@ __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned cha
     }
 #pragma unroll
     for (int j = 0; j < kQBatch; ++j) {
-      const int idx = tid + (b0 + j) * kThreads;
+      const int idx = tid + (b0 + j) * kNThreads;
       const int r = idx / kVec, c = (idx % kVec) * 4;
       uint2 packed;
       packed.x = PackBf16(v[j].x, v[j].y);
@@ -918,6 +920,304 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Variant 4 (MlaDecodeParams::sm90_variant = 4): three warpgroups. The same shared-memory
+// tiles, plan and numerics as the kernel above (the same S, P, rescales and accumulation
+// order), the work of a CTA split differently:
+//   WG0 (threads 0-127): S = Q K^T (both operands in shared memory, as above), the online
+//        softmax, and P (bf16) with the rescale factors written into the tile's own stage: P
+//        into its rope box (columns 512-575, read only by S of that tile, which has completed),
+//        the factors into the stage's slot. It holds no O. It issues S of tile t + 1 right
+//        after writing P of tile t, before it signals the others, so that S(t + 1) runs ahead
+//        of P V(t) on the tensor cores and the softmax of t + 1 overlaps P V(t); with P in
+//        the stage, it never waits for P V(t - 1) to finish reading a shared P buffer.
+//   WG1 / WG2: O[:, 0:256] / O[:, 256:512] += P V (both operands in shared memory); WG1's first
+//        thread is the TMA producer.
+// Shared memory: Q and the two-stage ring as above, the factors per stage. Hand-offs: per
+// stage, "full" (TMA bytes), "p_full" (WG0's 128 threads wrote P and the factors) and "empty"
+// (WG1 and WG2 finished P V: 256 threads) mbarriers. 168 registers a thread (P V: 128 of O).
+// Why (session 16 run 1): with no reloads the kernel above took 290 us at h128 b128 x 4K, 3,960
+// cycles a tile for 2,176 of tensor work: its WG0 ran S, the softmax and half of P V in one
+// chain. (A three-stage ring, with Q in WG0's registers to make room, did not fit the register
+// file: WG0 needs ~190 registers and each P V warpgroup ~160; ptxas spilled and serialised the
+// wgmmas.)
+constexpr int kW3Threads = 384;
+// Whether the phase of the given parity has completed (non-blocking: mbarrier.test_wait).
+__device__ __forceinline__ bool BarTestWait(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+constexpr int kW3Stages = 2;
+constexpr int kW3OffK = kTileBytes;                       // after the Q tile
+constexpr int kW3OffAlpha = kW3OffK + kW3Stages * kTileBytes;  // [2][64] f32: the factors of each stage's tile
+constexpr int kW3OffL = kW3OffAlpha + kW3Stages * kBM * 4;  // [64] f32
+constexpr int kW3OffBar = kW3OffL + kBM * 4;              // full[2], p_full[2], empty[2]
+constexpr int kW3SmemBytes = kW3OffBar + 3 * kW3Stages * 8 + 1024;
+static_assert(kW3SmemBytes <= 227 * 1024, "shared memory per SM");
+constexpr int kW3BarWg0 = 1, kW3BarEnd = 2;
+
+template <typename TOut>
+__global__ void __launch_bounds__(kW3Threads, 1)
+    MlaDecodeSm90Wg3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
+                           int max_splits, int direct) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  const uint32_t s_base = SmemAddr(smem);
+  const uint32_t sQ = s_base + kOffQ, sK = s_base + kW3OffK;
+  float* s_alpha = reinterpret_cast<float*>(smem + kW3OffAlpha);
+  float* s_l = reinterpret_cast<float*>(smem + kW3OffL);
+  const uint32_t bar_full = s_base + kW3OffBar, bar_pfull = bar_full + kW3Stages * 8,
+                 bar_empty = bar_pfull + kW3Stages * 8;
+
+  const int tid = threadIdx.x, wtid = tid & 127;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
+  const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  const int rb = static_cast<int>(blockIdx.x % nrb);
+  const int split = static_cast<int>((blockIdx.x / nrb) % max_splits);
+  const int s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
+  const int H = static_cast<int>(p.heads);
+  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
+  const int ctx = p.context_lens[s];
+  const int valid_rows = q_len * H;
+  const int row0 = rb * kBM;
+  if (row0 >= valid_rows) return;
+  const int kbeg = split * chunk;
+  const int kend = min(ctx, kbeg + chunk);
+  const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
+  if (kbeg >= kend) {  // an empty split (as the kernel above)
+    if (direct) {
+      for (int idx = tid; idx < kBM * kV; idx += kW3Threads) {
+        const int row = row0 + idx / kV;
+        if (row < valid_rows)
+          static_cast<TOut*>(p.out)[static_cast<int64_t>(q0 + row / H) * p.o_tok_stride +
+                                    static_cast<int64_t>(row % H) * p.o_head_stride + idx % kV] = dev::FromF<TOut>(0.f);
+      }
+    } else {
+      for (int r = tid; r < kBM; r += kW3Threads) {
+        const int row = row0 + r;
+        if (row < valid_rows)
+          p.workspace[lse_base + (static_cast<int64_t>(q0 + row / H) * H + row % H) * max_splits + split] = -INFINITY;
+      }
+    }
+    return;
+  }
+  const int ntiles = (kend - kbeg + kBN - 1) / kBN;
+  auto issue_tile = [&](int it) {  // tile `it` -> stage it % 2
+    const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
+    const int bs = static_cast<int>(p.block_size);
+    const int k0 = kbeg + it * kBN;
+    const int row = bt[k0 / bs] * bs + k0 % bs;
+    const int st = it % kW3Stages;
+    const uint32_t bar = bar_full + st * 8;
+    BarExpectTx(bar, kTileBytes);
+#pragma unroll
+    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+  };
+  if (tid == 0) {
+#pragma unroll
+    for (int st = 0; st < kW3Stages; ++st) {
+      BarInit(bar_full + st * 8, 1);
+      BarInit(bar_pfull + st * 8, 128);
+      BarInit(bar_empty + st * 8, 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    FenceProxyAsync();
+  }
+  __syncthreads();
+  if (tid == 0) {  // the first stages, overlapping the Q load
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
+    for (int it = 0; it < min(kW3Stages, ntiles); ++it) issue_tile(it);
+  }
+  LoadQTile<kW3Threads>(p, smem, tid, row0, valid_rows, q0, H);  // Q tile -> bf16 swizzled boxes
+  FenceProxyAsync();  // generic-proxy writes of Q -> visible to wgmma
+  __syncthreads();
+  const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};  // in the CTA's 64-row tile
+
+  if (wg == 0) {
+    // ---------------- WG0: S = Q K^T, softmax, P ----------------
+    int limit[2];
+    float m_run[2], l_run[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int row = row0 + my_row[hr];
+      limit[hr] = row < valid_rows ? min(kend, ctx - (q_len - 1 - row / H)) : -1;  // causal inside the query block
+      m_run[hr] = -INFINITY;
+      l_run[hr] = 0.f;
+    }
+    const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
+    float sc[32];
+    // Tile `it` landed (rows past the context zeroed in shared memory), then S(it) issued.
+    auto issue_s = [&](int it) {
+      const int st = it % kW3Stages;
+      MbarWait(bar_full + st * 8, (it / kW3Stages) & 1);
+      const int nvalid = kend - (kbeg + it * kBN);
+      if (nvalid < kBN) {
+        unsigned char* t = smem + kW3OffK + st * kTileBytes;
+        const int nz = (kBN - nvalid) * 8;  // 16-byte pieces per box
+        for (int idx = wtid; idx < kDB * nz; idx += 128) {
+          const int b = idx / nz, e = idx % nz;
+          *reinterpret_cast<uint4*>(t + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
+        }
+        FenceProxyAsync();
+        NamedBarSync(kW3BarWg0, 128);
+      }
+      // Base descriptors opaque, per-step offsets added (as the kernel above).
+      uint64_t dq = DescKMajor(sQ, 0), dk = DescKMajor(sK + st * kTileBytes, 0);
+      asm volatile("" : "+l"(dq), "+l"(dk));
+      FenceRegs(sc);
+      WgFence();
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        const uint64_t off = static_cast<uint64_t>(((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4);
+        WgmmaQK(sc, dq + off, dk + off, ks > 0 ? 1 : 0);
+      }
+      WgCommit();
+    };
+    issue_s(0);
+    for (int it = 0; it < ntiles; ++it) {
+      const int st = it % kW3Stages;
+      WgWait<0>();
+      FenceRegs(sc);
+      // Online softmax of tile `it` (as the kernel above).
+      const int kt0 = kbeg + it * kBN;
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int hr = c >> 1;
+          const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+          const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
+          sc[j * 4 + c] = v;
+          mx[hr] = fmaxf(mx[hr], v);
+        }
+      float muse[2], alpha[2];
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+        const float m_new = fmaxf(m_run[hr], mx[hr]);
+        muse[hr] = m_new == -INFINITY ? 0.f : m_new;
+        alpha[hr] = exp2f(m_run[hr] - muse[hr]);
+        m_run[hr] = m_new;
+      }
+      float lsum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
+          sc[j * 4 + c] = pv;
+          lsum[c >> 1] += pv;
+        }
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+      // P (bf16) into the tile's rope box, the factors into the stage's slot.
+      unsigned char* pbox = smem + kW3OffK + st * kTileBytes + 8 * kBoxBytes;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          *reinterpret_cast<uint32_t*>(pbox + SwzOff(my_row[hr], j * 8 + 2 * tq)) =
+              PackBf16(sc[j * 4 + 2 * hr], sc[j * 4 + 2 * hr + 1]);
+      if (tq == 0) {
+        s_alpha[st * kBM + my_row[0]] = alpha[0];
+        s_alpha[st * kBM + my_row[1]] = alpha[1];
+      }
+      FenceProxyAsync();
+      // S(it + 1) queued ahead of P V(it) when its tile has landed; otherwise P V(it) first, so
+      // that it does not wait for that load (the test warp-uniform: wgmma is .aligned).
+      const bool next_ready = it + 1 < ntiles &&
+          __shfl_sync(0xffffffffu, BarTestWait(bar_full + ((it + 1) % kW3Stages) * 8, ((it + 1) / kW3Stages) & 1), 0);
+      if (next_ready) issue_s(it + 1);
+      BarArrive(bar_pfull + st * 8);
+      if (!next_ready && it + 1 < ntiles) issue_s(it + 1);
+    }
+    WgWait<0>();  // nothing in flight (the last tile issues no S); keeps ptxas from injecting one
+    FenceRegs(sc);
+    // Row sums over the quad; WG1 / WG2 normalise with them.
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
+      l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
+      if (tq == 0) s_l[my_row[hr]] = l_run[hr];
+    }
+    NamedBarSync(kW3BarEnd, kW3Threads);
+    if (!direct && tq == 0) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = row0 + my_row[hr];
+        if (row >= valid_rows) continue;
+        const int64_t part = (static_cast<int64_t>(q0 + row / H) * H + row % H) * max_splits + split;
+        p.workspace[lse_base + part] =
+            l_run[hr] > 0.f ? (m_run[hr] + log2f(l_run[hr])) * 0.6931471805599453f : -INFINITY;
+      }
+    }
+    return;
+  }
+  // ---------------- WG1 / WG2: O[:, 256 (wg - 1) ..] += P V; WG1's first thread the producer ----------------
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  const int half = wg - 1;
+  for (int it = 0; it < ntiles; ++it) {
+    const int st = it % kW3Stages;
+    const uint32_t par = static_cast<uint32_t>((it / kW3Stages) & 1);
+    MbarWait(bar_full + st * 8, par);
+    MbarWait(bar_pfull + st * 8, par);  // P and the factors of tile `it` (and its zeroed rows) ready
+    const float a0 = s_alpha[st * kBM + my_row[0]], a1 = s_alpha[st * kBM + my_row[1]];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      acc[j * 4 + 0] *= a0; acc[j * 4 + 1] *= a0;
+      acc[j * 4 + 2] *= a1; acc[j * 4 + 3] *= a1;
+    }
+    const uint32_t kt = sK + st * kTileBytes;
+    FenceRegs(acc);
+    WgFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, DescKMajor(kt + 8 * kBoxBytes, kk), DescV(kt, 4 * half, kk), 1);
+    WgCommit();
+    WgWait<0>();
+    FenceRegs(acc);
+    BarArrive(bar_empty + st * 8);
+    if (half == 0 && wtid == 0 && it + kW3Stages < ntiles) {
+      MbarWait(bar_empty + st * 8, par);  // both P V warpgroups released the stage (WG0's use ended before p_full)
+      issue_tile(it + kW3Stages);
+    }
+    __syncwarp();
+  }
+  NamedBarSync(kW3BarEnd, kW3Threads);
+  const int col0 = half * 256;
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = row0 + my_row[hr];
+    if (row >= valid_rows) continue;
+    const float l = s_l[my_row[hr]];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int t = q0 + row / H, h = row % H;
+    if (direct) {
+      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride +
+                  static_cast<int64_t>(h) * p.o_head_stride + col0 + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        out[j * 8] = dev::FromF<TOut>(acc[j * 4 + 2 * hr] * inv);
+        out[j * 8 + 1] = dev::FromF<TOut>(acc[j * 4 + 2 * hr + 1] * inv);
+      }
+    } else {
+      float* po = p.workspace + ((static_cast<int64_t>(t) * H + h) * max_splits + split) * kV + col0 + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
+    }
+  }
+}
+
 // out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped):
 // MergeSplits (mla_decode_merge.cuh), 8 splits' loads in flight (was 4: a batch-1 V3 combine over
 // 32 hinted splits took 8 rounds, 8.3 us under ncu); the sums run in split order either way.
@@ -988,6 +1288,12 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90SeesawKernel");
+  } else if (p.sm90_variant == 4) {  // three warpgroups
+    const auto kernel = MlaDecodeSm90Wg3Kernel<TOut>;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
+    LaunchKernel(kernel, static_cast<unsigned>(ctas), kW3Threads, kW3SmemBytes, p.stream, p.pdl,
+        map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Wg3Kernel");
   } else if (p.sm90_variant == 3 && pl.nrb % 2 == 0) {  // a cluster of the two row blocks of a token
     const auto kernel = MlaDecodeSm90Kernel<TOut, true>;
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
@@ -1043,7 +1349,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
-  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 3) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 4) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
