@@ -1243,7 +1243,7 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
     s += "\n";
   }
   if (!MlaResults().sm90.empty()) {
-    s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\n| case | FlashMLA us | sm90 us | FlashMLA time / sm90 (need >= 0.95) | seesaw v1 us | FlashMLA / v1 | seesaw v2 us | FlashMLA / v2 | multicast v3 us | FlashMLA / v3 | 3 warpgroups v4 us | FlashMLA / v4 | default tc us |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\n| case | FlashMLA us | sm90 us | FlashMLA time / sm90 (need >= 0.95) | seesaw v1 us | FlashMLA / v1 | seesaw v2 us | FlashMLA / v2 | multicast v3 us | FlashMLA / v3 | 3 warpgroups v4 us | FlashMLA / v4 | v4 + multicast v5 us | FlashMLA / v5 | default tc us |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     // A variant not timed (skipped, or not applicable: the 16-head partial-tile rows) is "-".
     const auto us_and_ratio = [](double flashmla_us, double us) {
       char c[64];
@@ -1252,10 +1252,11 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
       return std::string(c);
     };
     for (const auto& a : MlaResults().sm90) {
-      std::snprintf(buf, sizeof buf, "| %s | %.1f | %s | %s | %s | %s | %s | %.1f |\n", a.name.c_str(), a.flashmla_us,
+      std::snprintf(buf, sizeof buf, "| %s | %.1f | %s | %s | %s | %s | %s | %s | %.1f |\n", a.name.c_str(), a.flashmla_us,
                     us_and_ratio(a.flashmla_us, a.sm90_us).c_str(), us_and_ratio(a.flashmla_us, a.seesaw_us).c_str(),
                     us_and_ratio(a.flashmla_us, a.seesaw2_us).c_str(), us_and_ratio(a.flashmla_us, a.mc_us).c_str(),
-                    us_and_ratio(a.flashmla_us, a.wg3_us).c_str(), a.tc_us);
+                    us_and_ratio(a.flashmla_us, a.wg3_us).c_str(), us_and_ratio(a.flashmla_us, a.wg3mc_us).c_str(),
+                    a.tc_us);
       s += buf;
     }
     s += "\n";

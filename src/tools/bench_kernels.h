@@ -162,7 +162,7 @@ class Bench {
 // ---- MLA families (bench_kernels_mla.cpp)
 // FlashMLA comparison rows of the markdown (mla_anchors, mla_sm90) and the mixed-length checks.
 struct AnchorResult { std::string name; double flashmla_us, ours_us, before_us; };
-struct Sm90Result { std::string name; double flashmla_us, sm90_us, seesaw_us, seesaw2_us, mc_us, wg3_us, tc_us; };
+struct Sm90Result { std::string name; double flashmla_us, sm90_us, seesaw_us, seesaw2_us, mc_us, wg3_us, wg3mc_us, tc_us; };
 struct MlaTables {
   std::vector<AnchorResult> anchors;
   std::vector<Sm90Result> sm90;

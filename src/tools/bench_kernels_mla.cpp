@@ -93,7 +93,8 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
     kernel += sm90_variant == 1   ? "[seesaw]"
               : sm90_variant == 2 ? "[seesaw,late-release]"
               : sm90_variant == 3 ? "[multicast]"
-                                  : "[3wg]";
+              : sm90_variant == 4 ? "[3wg]"
+                                  : "[3wg,multicast]";
   if (tc && !sm90 &&
       (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge || tc_fused_combine))
     kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") +
@@ -175,7 +176,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
       const double part = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", partial 64-row tile", 0, 0, 0,
                                         0, 0, 0, true, 0, 0, a.H * a.qlen);
       const double tc = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
-      MlaResults().sm90.push_back({a.name, a.flashmla_us, part, -1.0, -1.0, -1.0, -1.0, tc});
+      MlaResults().sm90.push_back({a.name, a.flashmla_us, part, -1.0, -1.0, -1.0, -1.0, -1.0, tc});
       continue;
     }
     const double sm90 = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note, 0, 0, 0, 0, 0, 0, true);
@@ -196,11 +197,13 @@ void MlaDecodeSm90Anchors(Bench& b) {
     const double mc = skip_mc != nullptr && *skip_mc != '\0' ? -1.0
                           : MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", multicast variant 3", 0, 0, 0,
                                           0, 0, 0, true, 3);
-    // Variant 4: three warpgroups.
+    // Variant 4: three warpgroups; 5: with variant 3's multicast.
     const double wg3 = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", three warpgroups variant 4", 0, 0, 0,
                                      0, 0, 0, true, 4);
+    const double wg3mc = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", 3 warpgroups + multicast variant 5",
+                                       0, 0, 0, 0, 0, 0, true, 5);
     const double tc = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
-    MlaResults().sm90.push_back({a.name, a.flashmla_us, sm90, seesaw, seesaw2, mc, wg3, tc});
+    MlaResults().sm90.push_back({a.name, a.flashmla_us, sm90, seesaw, seesaw2, mc, wg3, wg3mc, tc});
   }
 }
 

@@ -956,12 +956,14 @@ constexpr int kW3Stages = 2;
 constexpr int kW3OffK = kTileBytes;                       // after the Q tile
 constexpr int kW3OffAlpha = kW3OffK + kW3Stages * kTileBytes;  // [2][64] f32: the factors of each stage's tile
 constexpr int kW3OffL = kW3OffAlpha + kW3Stages * kBM * 4;  // [64] f32
-constexpr int kW3OffBar = kW3OffL + kBM * 4;              // full[2], p_full[2], empty[2]
-constexpr int kW3SmemBytes = kW3OffBar + 3 * kW3Stages * 8 + 1024;
+constexpr int kW3OffBar = kW3OffL + kBM * 4;  // full[2], p_full[2], empty[2], cluster_empty[2]
+constexpr int kW3SmemBytes = kW3OffBar + 4 * kW3Stages * 8 + 1024;
 static_assert(kW3SmemBytes <= 227 * 1024, "shared memory per SM");
 constexpr int kW3BarWg0 = 1, kW3BarEnd = 2;
 
-template <typename TOut>
+// kMc (variant 5): variant 3's cluster of the two 64-row CTAs of a token with multicast K tiles,
+// on this kernel, whose producer thread (in WG1) holds up only P V, not WG0's chain.
+template <typename TOut, bool kMc = false>
 __global__ void __launch_bounds__(kW3Threads, 1)
     MlaDecodeSm90Wg3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                            int max_splits, int direct) {
@@ -973,7 +975,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   float* s_alpha = reinterpret_cast<float*>(smem + kW3OffAlpha);
   float* s_l = reinterpret_cast<float*>(smem + kW3OffL);
   const uint32_t bar_full = s_base + kW3OffBar, bar_pfull = bar_full + kW3Stages * 8,
-                 bar_empty = bar_pfull + kW3Stages * 8;
+                 bar_empty = bar_pfull + kW3Stages * 8, bar_cl_empty = bar_empty + kW3Stages * 8;
 
   const int tid = threadIdx.x, wtid = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
@@ -986,7 +988,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   const int ctx = p.context_lens[s];
   const int valid_rows = q_len * H;
   const int row0 = rb * kBM;
-  if (row0 >= valid_rows) return;
+  if (!kMc && row0 >= valid_rows) return;  // kMc: computed masked (the peer needs its loads)
   const int kbeg = split * chunk;
   const int kend = min(ctx, kbeg + chunk);
   const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
@@ -1008,7 +1010,8 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     return;
   }
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
-  auto issue_tile = [&](int it) {  // tile `it` -> stage it % 2
+  const uint32_t cta_rank = kMc ? ClusterCtaRank() : 0u;
+  auto issue_tile = [&](int it) {  // tile `it` -> stage it % 2 (kMc: this CTA's boxes, into both CTAs)
     const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
     const int bs = static_cast<int>(p.block_size);
     const int k0 = kbeg + it * kBN;
@@ -1016,8 +1019,14 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     const int st = it % kW3Stages;
     const uint32_t bar = bar_full + st * 8;
     BarExpectTx(bar, kTileBytes);
+    if constexpr (kMc) {
+      const int b0 = cta_rank == 0 ? 0 : 5, b1 = cta_rank == 0 ? 5 : kDB;
+      for (int b = b0; b < b1; ++b)
+        TmaLoadBoxMulticast(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar, uint16_t{3});
+    } else {
 #pragma unroll
-    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+      for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+    }
   };
   if (tid == 0) {
 #pragma unroll
@@ -1025,11 +1034,13 @@ __global__ void __launch_bounds__(kW3Threads, 1)
       BarInit(bar_full + st * 8, 1);
       BarInit(bar_pfull + st * 8, 128);
       BarInit(bar_empty + st * 8, 256);
+      if constexpr (kMc) BarInit(bar_cl_empty + st * 8, 2);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     FenceProxyAsync();
   }
-  __syncthreads();
+  if constexpr (kMc) ClusterSync();  // both CTAs' barriers initialised before any multicast
+  else __syncthreads();
   if (tid == 0) {  // the first stages, overlapping the Q load
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
     for (int it = 0; it < min(kW3Stages, ntiles); ++it) issue_tile(it);
@@ -1159,6 +1170,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
             l_run[hr] > 0.f ? (m_run[hr] + log2f(l_run[hr])) * 0.6931471805599453f : -INFINITY;
       }
     }
+    if constexpr (kMc) ClusterSync();  // neither CTA leaves while its peer may still address it
     return;
   }
   // ---------------- WG1 / WG2: O[:, 256 (wg - 1) ..] += P V; WG1's first thread the producer ----------------
@@ -1188,6 +1200,11 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     BarArrive(bar_empty + st * 8);
     if (half == 0 && wtid == 0 && it + kW3Stages < ntiles) {
       MbarWait(bar_empty + st * 8, par);  // both P V warpgroups released the stage (WG0's use ended before p_full)
+      if constexpr (kMc) {  // and the peer CTA released it too
+        BarArrive(bar_cl_empty + st * 8);
+        BarArriveRemote(bar_cl_empty + st * 8, cta_rank ^ 1u);
+        MbarWaitCluster(bar_cl_empty + st * 8, par);
+      }
       issue_tile(it + kW3Stages);
     }
     __syncwarp();
@@ -1216,6 +1233,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
         *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
     }
   }
+  if constexpr (kMc) ClusterSync();
 }
 
 // out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped):
@@ -1288,7 +1306,20 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90SeesawKernel");
-  } else if (p.sm90_variant == 4) {  // three warpgroups
+  } else if (p.sm90_variant == 5 && pl.nrb % 2 == 0) {  // three warpgroups, multicast in a cluster of two
+    const auto kernel = MlaDecodeSm90Wg3Kernel<TOut, true>;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
+    cudaLaunchAttribute attrs[2];
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = 2;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    const unsigned nattr = AddPdlAttribute(attrs, 1, p.pdl);
+    DS_CUDA_CHECK(LaunchWithAttrs(attrs, nattr, kernel, dim3(static_cast<unsigned>(ctas)), dim3(kW3Threads),
+                                  kW3SmemBytes, p.stream, map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk),
+                                  static_cast<int>(pl.max_splits), direct ? 1 : 0));
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Wg3Kernel (multicast)");
+  } else if (p.sm90_variant == 4 || p.sm90_variant == 5) {  // three warpgroups
     const auto kernel = MlaDecodeSm90Wg3Kernel<TOut>;
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kW3Threads, kW3SmemBytes, p.stream, p.pdl,
@@ -1349,7 +1380,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
-  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 4) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 5) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
