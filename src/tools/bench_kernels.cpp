@@ -1243,20 +1243,33 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
     s += "\n";
   }
   if (!MlaResults().sm90.empty()) {
-    s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\n| case | FlashMLA us | sm90 us | FlashMLA time / sm90 (need >= 0.95) | seesaw v1 us | FlashMLA / v1 | seesaw v2 us | FlashMLA / v2 | multicast v3 us | FlashMLA / v3 | 3 warpgroups v4 us | FlashMLA / v4 | v4 + multicast v5 us | FlashMLA / v5 | default tc us |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-    // A variant not timed (skipped, or not applicable: the 16-head partial-tile rows) is "-".
-    const auto us_and_ratio = [](double flashmla_us, double us) {
-      char c[64];
-      if (us > 0) std::snprintf(c, sizeof c, "%.1f | %.2f", us, flashmla_us / us);
-      else std::snprintf(c, sizeof c, "- | -");
-      return std::string(c);
-    };
+    // One column pair per variant timed in any row (MlaDecodeParams::sm90_variant; "-" = not timed).
+    std::vector<int> cols;
+    for (int v = 0; v < kSm90Variants; ++v)
+      for (const auto& a : MlaResults().sm90)
+        if (v < static_cast<int>(a.us.size()) && a.us[v] > 0) {
+          cols.push_back(v);
+          break;
+        }
+    s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\nFlashMLA time / ours: need >= 0.95. "
+         "Variants (MlaDecodeParams::sm90_variant): 0 default, 1 / 2 seesaw, 3 multicast, 4 three warpgroups, "
+         "5 = 4 + multicast, 6 = 0 + L2 prefetch, 7 = 4 + L2 prefetch.\n\n| case | FlashMLA us |";
+    std::string sep = "|---|---:|";
+    for (int v : cols) {
+      s += " v" + std::to_string(v) + " us | FlashMLA / v" + std::to_string(v) + " |";
+      sep += "---:|---:|";
+    }
+    s += " default tc us |\n" + sep + "---:|\n";
     for (const auto& a : MlaResults().sm90) {
-      std::snprintf(buf, sizeof buf, "| %s | %.1f | %s | %s | %s | %s | %s | %s | %.1f |\n", a.name.c_str(), a.flashmla_us,
-                    us_and_ratio(a.flashmla_us, a.sm90_us).c_str(), us_and_ratio(a.flashmla_us, a.seesaw_us).c_str(),
-                    us_and_ratio(a.flashmla_us, a.seesaw2_us).c_str(), us_and_ratio(a.flashmla_us, a.mc_us).c_str(),
-                    us_and_ratio(a.flashmla_us, a.wg3_us).c_str(), us_and_ratio(a.flashmla_us, a.wg3mc_us).c_str(),
-                    a.tc_us);
+      std::snprintf(buf, sizeof buf, "| %s | %.1f |", a.name.c_str(), a.flashmla_us);
+      s += buf;
+      for (int v : cols) {
+        const double us = v < static_cast<int>(a.us.size()) ? a.us[v] : -1.0;
+        if (us > 0) std::snprintf(buf, sizeof buf, " %.1f | %.2f |", us, a.flashmla_us / us);
+        else std::snprintf(buf, sizeof buf, " - | - |");
+        s += buf;
+      }
+      std::snprintf(buf, sizeof buf, " %.1f |\n", a.tc_us);
       s += buf;
     }
     s += "\n";

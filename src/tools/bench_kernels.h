@@ -162,7 +162,16 @@ class Bench {
 // ---- MLA families (bench_kernels_mla.cpp)
 // FlashMLA comparison rows of the markdown (mla_anchors, mla_sm90) and the mixed-length checks.
 struct AnchorResult { std::string name; double flashmla_us, ours_us, before_us; };
-struct Sm90Result { std::string name; double flashmla_us, sm90_us, seesaw_us, seesaw2_us, mc_us, wg3_us, wg3mc_us, tc_us; };
+// MlaDecodeParams::sm90_variant 0..7 and their kernel-name tags in the tables.
+inline constexpr int kSm90Variants = 8;
+inline constexpr const char* kSm90VariantTags[kSm90Variants] = {
+    "", "[seesaw]", "[seesaw,late-release]", "[multicast]", "[3wg]", "[3wg,multicast]", "[l2-prefetch]", "[3wg,l2-prefetch]"};
+struct Sm90Result {
+  std::string name;
+  double flashmla_us = 0;
+  std::vector<double> us;  // per variant; -1 = not timed
+  double tc_us = 0;
+};
 struct MlaTables {
   std::vector<AnchorResult> anchors;
   std::vector<Sm90Result> sm90;

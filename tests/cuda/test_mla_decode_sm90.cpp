@@ -24,10 +24,11 @@
 //    through MlaDecodeAttention) bit-equal to the explicit call;
 //  - variants 1, 2 vs variant 0 at 1e-5 (the same P, rescales and accumulation order; only the fp32
 //    order of the row sums differs); variants 3 (the same code, tiles multicast), 4 (three
-//    warpgroups, the same S, P and P V order) and 5 (4 multicast) are expected to be bit-equal
-//    and held to the same bound.
+//    warpgroups, the same S, P and P V order), 5 (4 multicast) and 6 / 7 (0 / 4 with L2
+//    prefetch) are expected to be bit-equal and held to the same bound.
 // Every case runs on each kernel variant (MlaDecodeParams::sm90_variant: 0 the verified kernel,
-// 1 / 2 "seesaw" with early / late stage release, 3 multicast, 4 three warpgroups, 5 both; cases of variant N > 0 carry the
+// 1 / 2 "seesaw" with early / late stage release, 3 multicast, 4 three warpgroups, 5 both, 6 / 7
+// L2 prefetch; cases of variant N > 0 carry the
 // suffix _vN),
 // each against the emulation of the (shared) plan and the CPU op.
 // Skipped (with the reason) on devices other than sm_90.
@@ -189,11 +190,11 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
 
 // Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw; 3: multicast
 // K tiles in a cluster of two row blocks, or 0 where the row blocks are odd; 4: three warpgroups;
-// 5: 4 with 3's multicast). To run the
+// 5: 4 with 3's multicast; 6 / 7: 0 / 4 with L2 prefetch). To run the
 // variants in separate processes (e.g. scripts/gpu_e2e.sh E2E_TESTS=1 once per variant), set
-// DS_TEST_SM90_VARIANTS=0, =1, ... =5 (the digits of the variants to run; unset = all), so a hang of
+// DS_TEST_SM90_VARIANTS=0, =1, ... =7 (the digits of the variants to run; unset = all), so a hang of
 // one does not hide the other's results.
-constexpr int kVariants = 6;
+constexpr int kVariants = 8;
 void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
                  const std::vector<int64_t>& heads_sample, const char* name) {
   const char* only = std::getenv("DS_TEST_SM90_VARIANTS");

@@ -102,7 +102,8 @@ struct MlaDecodeParams {
   // and multicast into both (TMA .multicast::cluster); with an odd number of row blocks, 0
   // (session 16 run 2: 10-25% slower than 0). 4 = three warpgroups: WG0 computes S and the
   // softmax and writes P into the tile's own stage, WG1 / WG2 each accumulate half of O. 5 = 4
-  // with 3's cluster and multicast (an even number of row blocks; else 4).
+  // with 3's cluster and multicast (an even number of row blocks; else 4). 6 / 7 = 0 / 4 with
+  // each tile prefetched into L2 (cp.async.bulk.prefetch) two tiles ahead of its TMA load.
   int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).

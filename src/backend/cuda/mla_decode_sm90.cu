@@ -69,6 +69,7 @@ constexpr int kSmemBytes = kSmemUsed + 1024;             // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
 // Named barriers (0 is __syncthreads).
 constexpr int kBarPFull = 1, kBarPEmpty = 2, kBarWg0 = 3, kBarEnd = 4;
+constexpr int kPfAhead = 2;  // tiles prefetched into L2 beyond the ring (kPf kernels)
 // The split plan (host_plans.h, CPU-tested) assumes these tile sizes.
 static_assert(kBM == kMlaDecodeSm90RowsPerCta && kBN == kMlaDecodeSm90KeysPerTile, "plan vs kernel tiles");
 
@@ -142,6 +143,11 @@ __device__ __forceinline__ void MbarWaitCluster(uint32_t bar, uint32_t parity) {
         : "r"(bar), "r"(parity)
         : "memory");
   }
+}
+// `bytes` (a multiple of 16) from global memory into L2 only (PTX ISA, cp.async.bulk.prefetch).
+__device__ __forceinline__ void PrefetchL2(const void* ptr, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(ptr)), "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void ClusterSync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -274,7 +280,7 @@ __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned cha
 // work at all the kernel still took 254 us at h128 b128 x 4K, the two CTAs of a token each
 // pulling every tile from L2 (4.8 TB/s into the SMs). Rows past the query block do not end a
 // CTA early here (its peer needs its loads): they are computed masked and not written.
-template <typename TOut, bool kMc = false>
+template <typename TOut, bool kMc = false, bool kPf = false>
 __global__ void __launch_bounds__(kThreads, 1)
     MlaDecodeSm90Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                         int max_splits, int direct) {
@@ -341,6 +347,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
     }
   };
+  // kPf (variants 6 / 7): tile `it` (one 64-row page, 72 KB contiguous) into L2 ahead of its TMA
+  // load, kPfAhead tiles ahead, so that the load, issued only when a ring stage frees, hits L2.
+  auto prefetch_tile = [&](int it) {
+    if constexpr (kPf) {
+      if (it < ntiles) {
+        const int32_t* pbt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
+        const int pbs = static_cast<int>(p.block_size);
+        const int k0 = kbeg + it * kBN;
+        PrefetchL2(p.cache + (static_cast<int64_t>(pbt[k0 / pbs]) * pbs + k0 % pbs) * kD, kTileBytes);
+      }
+    }
+  };
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kStages; ++st) {
@@ -356,6 +374,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 128) {  // the producer (WG1's first thread): the first stages, overlapping the Q load
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
     for (int it = 0; it < min(kStages, ntiles); ++it) issue_tile(it);
+    for (int it = kStages; it < kStages + kPfAhead; ++it) prefetch_tile(it);
   }
   // Q tile -> bf16, swizzled boxes (rows past the query block: zeros). 16-byte loads.
   LoadQTile(p, smem, tid, row0, valid_rows, q0, H);
@@ -551,6 +570,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           MbarWaitCluster(bar_cl_empty + st * 8, (it / kStages) & 1);
         }
         issue_tile(it + kStages);
+        prefetch_tile(it + kStages + kPfAhead);
       }
       __syncwarp();
     }
@@ -963,7 +983,7 @@ constexpr int kW3BarWg0 = 1, kW3BarEnd = 2;
 
 // kMc (variant 5): variant 3's cluster of the two 64-row CTAs of a token with multicast K tiles,
 // on this kernel, whose producer thread (in WG1) holds up only P V, not WG0's chain.
-template <typename TOut, bool kMc = false>
+template <typename TOut, bool kMc = false, bool kPf = false>
 __global__ void __launch_bounds__(kW3Threads, 1)
     MlaDecodeSm90Wg3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                            int max_splits, int direct) {
@@ -1028,6 +1048,18 @@ __global__ void __launch_bounds__(kW3Threads, 1)
       for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
     }
   };
+  // kPf (variants 6 / 7): tile `it` (one 64-row page, 72 KB contiguous) into L2 ahead of its TMA
+  // load, kPfAhead tiles ahead, so that the load, issued only when a ring stage frees, hits L2.
+  auto prefetch_tile = [&](int it) {
+    if constexpr (kPf) {
+      if (it < ntiles) {
+        const int32_t* pbt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
+        const int pbs = static_cast<int>(p.block_size);
+        const int k0 = kbeg + it * kBN;
+        PrefetchL2(p.cache + (static_cast<int64_t>(pbt[k0 / pbs]) * pbs + k0 % pbs) * kD, kTileBytes);
+      }
+    }
+  };
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kW3Stages; ++st) {
@@ -1044,6 +1076,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   if (tid == 0) {  // the first stages, overlapping the Q load
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
     for (int it = 0; it < min(kW3Stages, ntiles); ++it) issue_tile(it);
+    for (int it = kW3Stages; it < kW3Stages + kPfAhead; ++it) prefetch_tile(it);
   }
   LoadQTile<kW3Threads>(p, smem, tid, row0, valid_rows, q0, H);  // Q tile -> bf16 swizzled boxes
   FenceProxyAsync();  // generic-proxy writes of Q -> visible to wgmma
@@ -1206,6 +1239,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
         MbarWaitCluster(bar_cl_empty + st * 8, par);
       }
       issue_tile(it + kW3Stages);
+      prefetch_tile(it + kW3Stages + kPfAhead);
     }
     __syncwarp();
   }
@@ -1306,6 +1340,18 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90SeesawKernel");
+  } else if (p.sm90_variant == 6) {  // kernel 0 with L2 prefetch
+    const auto kernel = MlaDecodeSm90Kernel<TOut, false, true>;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
+    LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream, p.pdl,
+        map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Kernel (L2 prefetch)");
+  } else if (p.sm90_variant == 7) {  // three warpgroups with L2 prefetch
+    const auto kernel = MlaDecodeSm90Wg3Kernel<TOut, false, true>;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
+    LaunchKernel(kernel, static_cast<unsigned>(ctas), kW3Threads, kW3SmemBytes, p.stream, p.pdl,
+        map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Wg3Kernel (L2 prefetch)");
   } else if (p.sm90_variant == 5 && pl.nrb % 2 == 0) {  // three warpgroups, multicast in a cluster of two
     const auto kernel = MlaDecodeSm90Wg3Kernel<TOut, true>;
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
@@ -1380,7 +1426,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
-  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 5) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 7) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
