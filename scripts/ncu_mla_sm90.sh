@@ -14,7 +14,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/
 [ -n "$NCU" ] || { echo "no ncu"; exit 1; }
 SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
   --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats --section Occupancy \
-  --section LaunchStats --section InstructionStats"
+  --section LaunchStats --section InstructionStats ${NCU_EXTRA_SECTIONS:-}"
 OUTDIR=${OUT:-/tmp}
 for spec in "0:regex:MlaDecodeSm90Kernel" "4:regex:MlaDecodeSm90Wg3Kernel"; do
   v=${spec%%:*}; name=${spec#*:}
