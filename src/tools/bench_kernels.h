@@ -162,10 +162,11 @@ class Bench {
 // ---- MLA families (bench_kernels_mla.cpp)
 // FlashMLA comparison rows of the markdown (mla_anchors, mla_sm90) and the mixed-length checks.
 struct AnchorResult { std::string name; double flashmla_us, ours_us, before_us; };
-// MlaDecodeParams::sm90_variant 0..7 and their kernel-name tags in the tables.
-inline constexpr int kSm90Variants = 8;
+// MlaDecodeParams::sm90_variant 0..9 and their kernel-name tags in the tables.
+inline constexpr int kSm90Variants = 10;
 inline constexpr const char* kSm90VariantTags[kSm90Variants] = {
-    "", "[seesaw]", "[seesaw,late-release]", "[multicast]", "[3wg]", "[3wg,multicast]", "[l2-prefetch]", "[3wg,l2-prefetch]"};
+    "", "[seesaw]", "[seesaw,late-release]", "[multicast]", "[3wg]", "[3wg,multicast]", "[l2-prefetch]",
+    "[3wg,l2-prefetch]", "[3wg,fast-softmax]", "[fast-softmax]"};
 struct Sm90Result {
   std::string name;
   double flashmla_us = 0;

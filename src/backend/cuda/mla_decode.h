@@ -103,7 +103,9 @@ struct MlaDecodeParams {
   // (session 16 run 2: 10-25% slower than 0). 4 = three warpgroups: WG0 computes S and the
   // softmax and writes P into the tile's own stage, WG1 / WG2 each accumulate half of O. 5 = 4
   // with 3's cluster and multicast (an even number of row blocks; else 4). 6 / 7 = 0 / 4 with
-  // each tile prefetched into L2 (cp.async.bulk.prefetch) two tiles ahead of its TMA load.
+  // each tile prefetched into L2 (cp.async.bulk.prefetch) two tiles ahead of its TMA load. 8 / 9
+  // = 4 / 0 with a shorter softmax (exponent as one FMA, ex2.approx.ftz, the key mask only on
+  // tiles that need it; not bit-equal: within the emulation's bound).
   int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).

@@ -229,6 +229,65 @@ __device__ __forceinline__ void WgmmaPVrs(float (&d)[128], uint32_t a0, uint32_t
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
+// kFastSm (variants 8 / 9): the online softmax of one 64-key tile (sc: this thread's 32 raw
+// scores, rows g / g + 8, see the kernels) in fewer instructions than the default form, for the
+// warpgroup whose softmax is on the critical path (session 16 run 10, Nsight Compute: WG0 of the
+// three-warpgroup kernel issues ~60% of its cycles, one warp per scheduler):
+//  - the key mask only when some key of the tile is past a row's limit (a warp-uniform test);
+//  - the row max on the raw scores (softmax_scale > 0), the exponent as one FMA,
+//    exp2(s * sl2 - m), and exp2 as ex2.approx.ftz.
+// Not bit-equal to the default form (one rounding less in the exponent; a probability can round
+// to the other bf16 neighbour): within the emulation's 1e-3 bound.
+__device__ __forceinline__ float Ex2Ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ void SoftmaxTileFast(float (&sc)[32], int kt0, int tq, const int (&limit)[2], float sl2,
+                                                float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+  const bool whole = __all_sync(0xffffffffu, kt0 + kBN <= limit[0] && kt0 + kBN <= limit[1]);
+  if (whole) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) mx[c >> 1] = fmaxf(mx[c >> 1], sc[j * 4 + c]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int hr = c >> 1;
+        const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+        const float v = key < limit[hr] ? sc[j * 4 + c] : -INFINITY;
+        sc[j * 4 + c] = v;
+        mx[hr] = fmaxf(mx[hr], v);
+      }
+  }
+  float nmuse[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+    const float m_new = fmaxf(m_run[hr], mx[hr] * sl2);  // -inf * sl2 = -inf
+    const float muse = m_new == -INFINITY ? 0.f : m_new;
+    alpha[hr] = Ex2Ftz(m_run[hr] - muse);
+    m_run[hr] = m_new;
+    nmuse[hr] = -muse;
+  }
+  float lsum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float pv = Ex2Ftz(fmaf(sc[j * 4 + c], sl2, nmuse[c >> 1]));
+      sc[j * 4 + c] = pv;
+      lsum[c >> 1] += pv;
+    }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+}
+
 // The CTA's Q tile (64 rows x 576, fp32 in q) -> bf16 in shared memory (at `smem`: the Q area,
 // or a ring stage of the three-warpgroup kernel), swizzled boxes as the wgmma descriptors (and
 // ldmatrix) read them; rows past the query block are zeros. Each of kNThreads threads converts
@@ -280,7 +339,7 @@ __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned cha
 // work at all the kernel still took 254 us at h128 b128 x 4K, the two CTAs of a token each
 // pulling every tile from L2 (4.8 TB/s into the SMs). Rows past the query block do not end a
 // CTA early here (its peer needs its loads): they are computed masked and not written.
-template <typename TOut, bool kMc = false, bool kPf = false>
+template <typename TOut, bool kMc = false, bool kPf = false, bool kFastSm = false>
 __global__ void __launch_bounds__(kThreads, 1)
     MlaDecodeSm90Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                         int max_splits, int direct) {
@@ -440,38 +499,43 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int it = 0; it < ntiles; ++it) {
       // Online softmax of tile `it` (row g / g + 8: 16 scores per thread, the rest in its quad).
       const int kt0 = kbeg + it * kBN;
-      float mx[2] = {-INFINITY, -INFINITY};
+      float alpha[2];
+      if constexpr (kFastSm) {
+        SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
+      } else {
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int hr = c >> 1;
-          const int key = kt0 + j * 8 + 2 * tq + (c & 1);
-          const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
-          sc[j * 4 + c] = v;
-          mx[hr] = fmaxf(mx[hr], v);
+          for (int c = 0; c < 4; ++c) {
+            const int hr = c >> 1;
+            const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+            const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
+            sc[j * 4 + c] = v;
+            mx[hr] = fmaxf(mx[hr], v);
+          }
+        float muse[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+          const float m_new = fmaxf(m_run[hr], mx[hr]);
+          muse[hr] = m_new == -INFINITY ? 0.f : m_new;
+          alpha[hr] = exp2f(m_run[hr] - muse[hr]);
+          m_run[hr] = m_new;
         }
-      float muse[2], alpha[2];
+        float lsum[2] = {0.f, 0.f};
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-        const float m_new = fmaxf(m_run[hr], mx[hr]);
-        muse[hr] = m_new == -INFINITY ? 0.f : m_new;
-        alpha[hr] = exp2f(m_run[hr] - muse[hr]);
-        m_run[hr] = m_new;
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
+            sc[j * 4 + c] = pv;
+            lsum[c >> 1] += pv;
+          }
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
       }
-      float lsum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
-          sc[j * 4 + c] = pv;
-          lsum[c >> 1] += pv;
-        }
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
       // P in bf16: the A fragments of the four k16 steps (keys 16 kk .. 16 kk + 15).
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
@@ -983,7 +1047,7 @@ constexpr int kW3BarWg0 = 1, kW3BarEnd = 2;
 
 // kMc (variant 5): variant 3's cluster of the two 64-row CTAs of a token with multicast K tiles,
 // on this kernel, whose producer thread (in WG1) holds up only P V, not WG0's chain.
-template <typename TOut, bool kMc = false, bool kPf = false>
+template <typename TOut, bool kMc = false, bool kPf = false, bool kFastSm = false>
 __global__ void __launch_bounds__(kW3Threads, 1)
     MlaDecodeSm90Wg3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                            int max_splits, int direct) {
@@ -1130,38 +1194,43 @@ __global__ void __launch_bounds__(kW3Threads, 1)
       FenceRegs(sc);
       // Online softmax of tile `it` (as the kernel above).
       const int kt0 = kbeg + it * kBN;
-      float mx[2] = {-INFINITY, -INFINITY};
+      float alpha[2];
+      if constexpr (kFastSm) {
+        SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
+      } else {
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const int hr = c >> 1;
-          const int key = kt0 + j * 8 + 2 * tq + (c & 1);
-          const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
-          sc[j * 4 + c] = v;
-          mx[hr] = fmaxf(mx[hr], v);
+          for (int c = 0; c < 4; ++c) {
+            const int hr = c >> 1;
+            const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+            const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
+            sc[j * 4 + c] = v;
+            mx[hr] = fmaxf(mx[hr], v);
+          }
+        float muse[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+          const float m_new = fmaxf(m_run[hr], mx[hr]);
+          muse[hr] = m_new == -INFINITY ? 0.f : m_new;
+          alpha[hr] = exp2f(m_run[hr] - muse[hr]);
+          m_run[hr] = m_new;
         }
-      float muse[2], alpha[2];
+        float lsum[2] = {0.f, 0.f};
 #pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-        const float m_new = fmaxf(m_run[hr], mx[hr]);
-        muse[hr] = m_new == -INFINITY ? 0.f : m_new;
-        alpha[hr] = exp2f(m_run[hr] - muse[hr]);
-        m_run[hr] = m_new;
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
+            sc[j * 4 + c] = pv;
+            lsum[c >> 1] += pv;
+          }
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
       }
-      float lsum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
-          sc[j * 4 + c] = pv;
-          lsum[c >> 1] += pv;
-        }
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
       // P (bf16) into the tile's rope box, the factors into the stage's slot.
       unsigned char* pbox = smem + kW3OffK + st * kTileBytes + 8 * kBoxBytes;
 #pragma unroll
@@ -1340,6 +1409,19 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90SeesawKernel");
+  } else if (p.sm90_variant == 8 || p.sm90_variant == 9) {  // 4 / 0 with the fast softmax
+    if (p.sm90_variant == 8) {
+      const auto kernel = MlaDecodeSm90Wg3Kernel<TOut, false, false, true>;
+      EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
+      LaunchKernel(kernel, static_cast<unsigned>(ctas), kW3Threads, kW3SmemBytes, p.stream, p.pdl,
+          map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
+    } else {
+      const auto kernel = MlaDecodeSm90Kernel<TOut, false, false, true>;
+      EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
+      LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream, p.pdl,
+          map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
+    }
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90 (fast softmax)");
   } else if (p.sm90_variant == 6) {  // kernel 0 with L2 prefetch
     const auto kernel = MlaDecodeSm90Kernel<TOut, false, true>;
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
@@ -1426,7 +1508,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
-  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 7) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 9) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
