@@ -165,8 +165,8 @@ struct AnchorResult { std::string name; double flashmla_us, ours_us, before_us; 
 // MlaDecodeParams::sm90_variant 0..9 and their kernel-name tags in the tables.
 inline constexpr int kSm90Variants = 10;
 inline constexpr const char* kSm90VariantTags[kSm90Variants] = {
-    "", "[seesaw]", "[seesaw,late-release]", "[multicast]", "[3wg]", "[3wg,multicast]", "[l2-prefetch]",
-    "[3wg,l2-prefetch]", "[3wg,fast-softmax]", "[fast-softmax]"};
+    "", "[seesaw]", "[seesaw,late-release]", "[removed]", "[3wg]", "[removed]", "[removed]",
+    "[removed]", "[3wg,fast-softmax]", "[fast-softmax]"};
 struct Sm90Result {
   std::string name;
   double flashmla_us = 0;

@@ -97,11 +97,9 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_FP8_GEMV", &c.fp8_gemv);                        // TMA-streaming FP8 GEMV for weights >= 96M (on)
   env_switch("DS_FP8_GEMV_EXPERTS", &c.fp8_gemv_experts);        // grouped FP8 GEMV for decode experts (on, >= 2 tokens)
   env_switch("DS_GEMV_EXPERTS_BF16", &c.gemv_experts_bf16);      // the same for bf16 experts (on, >= 8 tokens)
-  // The sm_90a decode kernel variant (0 default, 1 / 2 seesaw: verified, 3-8% slower; 3 the
-  // two row blocks of a token in a cluster with multicast K tiles, 4 three warpgroups, 5 both,
-  // 6 / 7 = 0 / 4 with L2 prefetch, 8 / 9 = 4 / 0 with the fast softmax;
-  // MlaDecodeParams::sm90_variant).
-  env_choice("DS_MLA_DECODE_SM90_VARIANT", {{"0", 0}, {"1", 1}, {"2", 2}, {"3", 3}, {"4", 4}, {"5", 5}, {"6", 6}, {"7", 7}, {"8", 8}, {"9", 9}}, &c.mla_decode_sm90_variant);
+  // The sm_90a decode kernel variant (0 default, 1 / 2 seesaw: verified, 3-8% slower; 4 three
+  // warpgroups, 8 / 9 = 4 / 0 with the shorter softmax; MlaDecodeParams::sm90_variant).
+  env_choice("DS_MLA_DECODE_SM90_VARIANT", {{"0", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"9", 9}}, &c.mla_decode_sm90_variant);
   // CudaRunnerOptions::mla_decode_tc_kernel (A/B).
   env_switch("DS_GEMV_EXPERTS_BF16_DOWN", &c.gemv_experts_bf16_down);
   if (const char* v = std::getenv("DS_GEMV_EXPERTS_BF16_CTAS"); v != nullptr && std::string(v) == "sm")

@@ -594,15 +594,14 @@ TEST(CudaRunner, DummyV3DecodeSm90SeesawMatchEmulation) {
   EXPECT_GE(se.min_cos, kBound);
 }
 
-// Variants 3 (multicast K tiles in a cluster of the two 64-row CTAs of a token), 4 (three
-// warpgroups), 5 (both) and 6 / 7 (0 / 4 with L2 prefetch): the same S, P and P V as variant
-// 0, so the whole model's logits must be bit-equal to variant 0's.
+// Variant 4 (three warpgroups): the same S, P and P V as variant 0, so the whole model's logits
+// must be bit-equal to variant 0's.
 TEST(CudaRunner, DummyV3DecodeSm90VariantsBitEqual) {
   if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
   if (!Sm90MlaDecodeAvailable()) GTEST_SKIP() << kNoSm90MlaDecode;
   const auto v0 = DummyV3DecodeLogits(3, true, 0, true, 0);
   ASSERT_FALSE(v0.empty());
-  for (int variant : {3, 4, 5, 6, 7}) {
+  for (int variant : {4}) {
     const auto vn = DummyV3DecodeLogits(3, true, 0, true, variant);
     ASSERT_EQ(vn.size(), v0.size());
     int64_t diff = 0;

@@ -81,10 +81,8 @@ struct CudaRunnerOptions {
   // Which sm90 decode kernel (MlaDecodeParams::sm90_variant; A/B, the CLI reads
   // DS_MLA_DECODE_SM90_VARIANT=N): 0 = the verified kernel, 1 / 2 = the "seesaw" kernel with an
   // early / late ring-stage release (verified on the H200; 3-8% slower at batch >= 64, session 5
-  // run 1), 3 = the verified kernel with multicast K tiles (a cluster of the two 64-row CTAs of
-  // a token; 10-25% slower, session 16 run 2), 4 = three warpgroups (S + softmax, two halves of
-  // O), 5 = 4 with 3's multicast, 6 / 7 = 0 / 4 with L2 prefetch, 8 / 9 = 4 / 0 with the fast
-  // softmax. Only with mla_decode_sm90.
+  // run 1), 4 = three warpgroups (S + softmax, two halves of O), 8 / 9 = 4 / 0 with the shorter
+  // softmax (session 16; none faster than 0 at batch >= 64). Only with mla_decode_sm90.
   int mla_decode_sm90_variant = 0;
   // MlaDecodeParams::sm90_min_rows (A/B; the CLI reads DS_MLA_DECODE_SM90_MIN_ROWS=N): 0 = the
   // sm90 kernel only for >= 64 query rows per sequence (128 heads); 16 also takes it for 16

@@ -97,15 +97,12 @@ struct MlaDecodeParams {
   // shared memory, and both accumulate their 256 value columns of P V for every tile in order;
   // per-box TMA barriers let S start on the first 64 columns of a tile. 1 releases a ring stage
   // before issuing the next S (earlier TMA, a short tensor-pipe drain), 2 after it (session 5:
-  // 3-8% slower than 0). 3 = kernel 0 with the two 64-row CTAs of a token (an even number of
-  // row blocks: 128 heads, or 64 x 2 tokens) in a cluster of two, each K tile read from L2 once
-  // and multicast into both (TMA .multicast::cluster); with an odd number of row blocks, 0
-  // (session 16 run 2: 10-25% slower than 0). 4 = three warpgroups: WG0 computes S and the
-  // softmax and writes P into the tile's own stage, WG1 / WG2 each accumulate half of O. 5 = 4
-  // with 3's cluster and multicast (an even number of row blocks; else 4). 6 / 7 = 0 / 4 with
-  // each tile prefetched into L2 (cp.async.bulk.prefetch) two tiles ahead of its TMA load. 8 / 9
-  // = 4 / 0 with a shorter softmax (exponent as one FMA, ex2.approx.ftz, the key mask only on
-  // tiles that need it; not bit-equal: within the emulation's bound).
+  // 3-8% slower than 0). 4 = three warpgroups: WG0 computes S and the softmax and writes P into
+  // the tile's own stage, WG1 / WG2 each accumulate half of O (bit-equal to 0). 8 / 9 = 4 / 0
+  // with a shorter softmax (exponent as one FMA, ex2.approx.ftz, the key mask only on tiles
+  // that need it; not bit-equal: within the emulation's bound). Numbers 3 and 5-7 (multicast K
+  // tiles in a cluster of the two row blocks of a token; L2 prefetch ahead of the TMA loads)
+  // were measured slower or no faster in session 16 and removed; they are rejected.
   int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).

@@ -63,13 +63,12 @@ constexpr int kOffK = kTileBytes;
 constexpr int kOffP = kOffK + kStages * kTileBytes;      // [64 x 64] bf16, swizzled like a box
 constexpr int kOffAlpha = kOffP + kBoxBytes;             // [64] f32: per-row rescale of the tile
 constexpr int kOffL = kOffAlpha + kBM * 4;               // [64] f32: final row sums
-constexpr int kOffBar = kOffL + kBM * 4;  // full[kStages], empty[kStages], cluster_empty[kStages] (8 B each)
-constexpr int kSmemUsed = kOffBar + 3 * kStages * 8;
+constexpr int kOffBar = kOffL + kBM * 4;                 // full[kStages], empty[kStages] (8 B each)
+constexpr int kSmemUsed = kOffBar + 2 * kStages * 8;
 constexpr int kSmemBytes = kSmemUsed + 1024;             // + alignment slack
 static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
 // Named barriers (0 is __syncthreads).
 constexpr int kBarPFull = 1, kBarPEmpty = 2, kBarWg0 = 3, kBarEnd = 4;
-constexpr int kPfAhead = 2;  // tiles prefetched into L2 beyond the ring (kPf kernels)
 // The split plan (host_plans.h, CPU-tested) assumes these tile sizes.
 static_assert(kBM == kMlaDecodeSm90RowsPerCta && kBN == kMlaDecodeSm90KeysPerTile, "plan vs kernel tiles");
 
@@ -108,49 +107,6 @@ __device__ __forceinline__ void TmaLoadBox(uint32_t dst, const CUtensorMap* map,
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
       : "memory");
-}
-// The same box written to the same shared-memory offset of every CTA in `cta_mask` (cluster
-// ranks), completing `bytes` on the mbarrier at `bar`'s offset in each of them (PTX ISA,
-// cp.async.bulk.tensor ... .multicast::cluster).
-__device__ __forceinline__ void TmaLoadBoxMulticast(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar,
-                                                    uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar), "h"(cta_mask)
-      : "memory");
-}
-__device__ __forceinline__ uint32_t ClusterCtaRank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// Arrive on the mbarrier at `bar`'s offset in the shared memory of cluster rank `cta`.
-__device__ __forceinline__ void BarArriveRemote(uint32_t bar, uint32_t cta) {
-  asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(cta)
-      : "memory");
-}
-// Spins until the phase of the given parity has completed, acquiring at cluster scope (the
-// phase completes with arrivals from another CTA of the cluster).
-__device__ __forceinline__ void MbarWaitCluster(uint32_t bar, uint32_t parity) {
-  uint32_t ok = 0;
-  while (!ok) {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  }
-}
-// `bytes` (a multiple of 16) from global memory into L2 only (PTX ISA, cp.async.bulk.prefetch).
-__device__ __forceinline__ void PrefetchL2(const void* ptr, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(ptr)), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 // d[64 x 64] (+)= A[64 x 16] (smem, K-major) * B[16 x 64] (smem, K-major); scale_d 0 overwrites d.
@@ -329,17 +285,8 @@ __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned cha
 
 // The kernel. Grid: one CTA per (sequence, split, 64-row block), the row blocks of one
 // (sequence, split) adjacent so they run together and share the tile reads in L2.
-// kMc (MlaDecodeParams::sm90_variant = 3, an even number of row blocks): the two adjacent row
-// blocks (cluster ranks 0 and 1, same sequence and split, so the same K tiles) form a cluster of
-// two CTAs, and each K tile is read from L2 once for both: rank 0 loads boxes 0-4 and rank 1
-// boxes 5-8, each multicast into both CTAs' ring (same offsets; each CTA's "full" mbarrier
-// expects the whole tile). A stage is re-armed only when both CTAs released it: each CTA's
-// producer, after its own "empty" phase, arrives on its own and its peer's cluster_empty
-// mbarrier (2 arrivals a phase) and waits for it. Why (session 16 run 1): with no tensor-core
-// work at all the kernel still took 254 us at h128 b128 x 4K, the two CTAs of a token each
-// pulling every tile from L2 (4.8 TB/s into the SMs). Rows past the query block do not end a
-// CTA early here (its peer needs its loads): they are computed masked and not written.
-template <typename TOut, bool kMc = false, bool kPf = false, bool kFastSm = false>
+// kFastSm (variant 9): the shorter softmax (SoftmaxTileFast).
+template <typename TOut, bool kFastSm = false>
 __global__ void __launch_bounds__(kThreads, 1)
     MlaDecodeSm90Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                         int max_splits, int direct) {
@@ -363,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int ctx = p.context_lens[s];
   const int valid_rows = q_len * H;
   const int row0 = rb * kBM;
-  if (!kMc && row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
+  if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
   const int kbeg = split * chunk;
   const int kend = min(ctx, kbeg + chunk);
   const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
@@ -387,53 +334,30 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
   const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
   const int bs = static_cast<int>(p.block_size);
-  const uint32_t bar_cl_empty = bar_empty + kStages * 8;  // kMc only
-  const uint32_t cta_rank = kMc ? ClusterCtaRank() : 0u;
-  // Producer: tile `it` (64 keys from kbeg + 64 it, one page) into stage it % kStages (kMc:
-  // this CTA's boxes of it, into both CTAs).
+  // Producer: tile `it` (64 keys from kbeg + 64 it, one page) into stage it % kStages.
   auto issue_tile = [&](int it) {
     const int k0 = kbeg + it * kBN;
     const int row = bt[k0 / bs] * bs + k0 % bs;
     const int st = it % kStages;
     const uint32_t bar = bar_full + st * 8;
     BarExpectTx(bar, kTileBytes);
-    if constexpr (kMc) {
-      const int b0 = cta_rank == 0 ? 0 : 5, b1 = cta_rank == 0 ? 5 : kDB;
-      for (int b = b0; b < b1; ++b)
-        TmaLoadBoxMulticast(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar, uint16_t{3});
-    } else {
 #pragma unroll
-      for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
-    }
+    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
   };
-  // kPf (variants 6 / 7): tile `it` (one 64-row page, 72 KB contiguous) into L2 ahead of its TMA
-  // load, kPfAhead tiles ahead, so that the load, issued only when a ring stage frees, hits L2.
-  auto prefetch_tile = [&](int it) {
-    if constexpr (kPf) {
-      if (it < ntiles) {
-        const int32_t* pbt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
-        const int pbs = static_cast<int>(p.block_size);
-        const int k0 = kbeg + it * kBN;
-        PrefetchL2(p.cache + (static_cast<int64_t>(pbt[k0 / pbs]) * pbs + k0 % pbs) * kD, kTileBytes);
-      }
-    }
-  };
+
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kStages; ++st) {
       BarInit(bar_full + st * 8, 1);
       BarInit(bar_empty + st * 8, kThreads);
-      if constexpr (kMc) BarInit(bar_cl_empty + st * 8, 2);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     FenceProxyAsync();
   }
-  if constexpr (kMc) ClusterSync();  // both CTAs' barriers initialised before any multicast
-  else __syncthreads();
+  __syncthreads();
   if (tid == 128) {  // the producer (WG1's first thread): the first stages, overlapping the Q load
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
     for (int it = 0; it < min(kStages, ntiles); ++it) issue_tile(it);
-    for (int it = kStages; it < kStages + kPfAhead; ++it) prefetch_tile(it);
   }
   // Q tile -> bf16, swizzled boxes (rows past the query block: zeros). 16-byte loads.
   LoadQTile(p, smem, tid, row0, valid_rows, q0, H);
@@ -628,13 +552,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       BarArrive(bar_empty + st * 8);
       if (wtid == 0 && it + kStages < ntiles) {
         MbarWait(bar_empty + st * 8, (it / kStages) & 1);  // both warpgroups released the stage
-        if constexpr (kMc) {  // and the peer CTA released it too
-          BarArrive(bar_cl_empty + st * 8);
-          BarArriveRemote(bar_cl_empty + st * 8, cta_rank ^ 1u);
-          MbarWaitCluster(bar_cl_empty + st * 8, (it / kStages) & 1);
-        }
         issue_tile(it + kStages);
-        prefetch_tile(it + kStages + kPfAhead);
       }
       __syncwarp();
     }
@@ -665,7 +583,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
     }
   }
-  if constexpr (kMc) ClusterSync();  // neither CTA leaves while its peer may still address it
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1040,14 +957,13 @@ constexpr int kW3Stages = 2;
 constexpr int kW3OffK = kTileBytes;                       // after the Q tile
 constexpr int kW3OffAlpha = kW3OffK + kW3Stages * kTileBytes;  // [2][64] f32: the factors of each stage's tile
 constexpr int kW3OffL = kW3OffAlpha + kW3Stages * kBM * 4;  // [64] f32
-constexpr int kW3OffBar = kW3OffL + kBM * 4;  // full[2], p_full[2], empty[2], cluster_empty[2]
-constexpr int kW3SmemBytes = kW3OffBar + 4 * kW3Stages * 8 + 1024;
+constexpr int kW3OffBar = kW3OffL + kBM * 4;              // full[2], p_full[2], empty[2]
+constexpr int kW3SmemBytes = kW3OffBar + 3 * kW3Stages * 8 + 1024;
 static_assert(kW3SmemBytes <= 227 * 1024, "shared memory per SM");
 constexpr int kW3BarWg0 = 1, kW3BarEnd = 2;
 
-// kMc (variant 5): variant 3's cluster of the two 64-row CTAs of a token with multicast K tiles,
-// on this kernel, whose producer thread (in WG1) holds up only P V, not WG0's chain.
-template <typename TOut, bool kMc = false, bool kPf = false, bool kFastSm = false>
+// kFastSm (variant 8): the shorter softmax (SoftmaxTileFast).
+template <typename TOut, bool kFastSm = false>
 __global__ void __launch_bounds__(kW3Threads, 1)
     MlaDecodeSm90Wg3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                            int max_splits, int direct) {
@@ -1059,7 +975,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   float* s_alpha = reinterpret_cast<float*>(smem + kW3OffAlpha);
   float* s_l = reinterpret_cast<float*>(smem + kW3OffL);
   const uint32_t bar_full = s_base + kW3OffBar, bar_pfull = bar_full + kW3Stages * 8,
-                 bar_empty = bar_pfull + kW3Stages * 8, bar_cl_empty = bar_empty + kW3Stages * 8;
+                 bar_empty = bar_pfull + kW3Stages * 8;
 
   const int tid = threadIdx.x, wtid = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
@@ -1072,7 +988,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   const int ctx = p.context_lens[s];
   const int valid_rows = q_len * H;
   const int row0 = rb * kBM;
-  if (!kMc && row0 >= valid_rows) return;  // kMc: computed masked (the peer needs its loads)
+  if (row0 >= valid_rows) return;
   const int kbeg = split * chunk;
   const int kend = min(ctx, kbeg + chunk);
   const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
@@ -1094,8 +1010,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     return;
   }
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
-  const uint32_t cta_rank = kMc ? ClusterCtaRank() : 0u;
-  auto issue_tile = [&](int it) {  // tile `it` -> stage it % 2 (kMc: this CTA's boxes, into both CTAs)
+  auto issue_tile = [&](int it) {  // tile `it` -> stage it % 2
     const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
     const int bs = static_cast<int>(p.block_size);
     const int k0 = kbeg + it * kBN;
@@ -1103,44 +1018,24 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     const int st = it % kW3Stages;
     const uint32_t bar = bar_full + st * 8;
     BarExpectTx(bar, kTileBytes);
-    if constexpr (kMc) {
-      const int b0 = cta_rank == 0 ? 0 : 5, b1 = cta_rank == 0 ? 5 : kDB;
-      for (int b = b0; b < b1; ++b)
-        TmaLoadBoxMulticast(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar, uint16_t{3});
-    } else {
 #pragma unroll
-      for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
-    }
+    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
   };
-  // kPf (variants 6 / 7): tile `it` (one 64-row page, 72 KB contiguous) into L2 ahead of its TMA
-  // load, kPfAhead tiles ahead, so that the load, issued only when a ring stage frees, hits L2.
-  auto prefetch_tile = [&](int it) {
-    if constexpr (kPf) {
-      if (it < ntiles) {
-        const int32_t* pbt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
-        const int pbs = static_cast<int>(p.block_size);
-        const int k0 = kbeg + it * kBN;
-        PrefetchL2(p.cache + (static_cast<int64_t>(pbt[k0 / pbs]) * pbs + k0 % pbs) * kD, kTileBytes);
-      }
-    }
-  };
+
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kW3Stages; ++st) {
       BarInit(bar_full + st * 8, 1);
       BarInit(bar_pfull + st * 8, 128);
       BarInit(bar_empty + st * 8, 256);
-      if constexpr (kMc) BarInit(bar_cl_empty + st * 8, 2);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     FenceProxyAsync();
   }
-  if constexpr (kMc) ClusterSync();  // both CTAs' barriers initialised before any multicast
-  else __syncthreads();
+  __syncthreads();
   if (tid == 0) {  // the first stages, overlapping the Q load
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
     for (int it = 0; it < min(kW3Stages, ntiles); ++it) issue_tile(it);
-    for (int it = kW3Stages; it < kW3Stages + kPfAhead; ++it) prefetch_tile(it);
   }
   LoadQTile<kW3Threads>(p, smem, tid, row0, valid_rows, q0, H);  // Q tile -> bf16 swizzled boxes
   FenceProxyAsync();  // generic-proxy writes of Q -> visible to wgmma
@@ -1272,7 +1167,6 @@ __global__ void __launch_bounds__(kW3Threads, 1)
             l_run[hr] > 0.f ? (m_run[hr] + log2f(l_run[hr])) * 0.6931471805599453f : -INFINITY;
       }
     }
-    if constexpr (kMc) ClusterSync();  // neither CTA leaves while its peer may still address it
     return;
   }
   // ---------------- WG1 / WG2: O[:, 256 (wg - 1) ..] += P V; WG1's first thread the producer ----------------
@@ -1302,13 +1196,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     BarArrive(bar_empty + st * 8);
     if (half == 0 && wtid == 0 && it + kW3Stages < ntiles) {
       MbarWait(bar_empty + st * 8, par);  // both P V warpgroups released the stage (WG0's use ended before p_full)
-      if constexpr (kMc) {  // and the peer CTA released it too
-        BarArrive(bar_cl_empty + st * 8);
-        BarArriveRemote(bar_cl_empty + st * 8, cta_rank ^ 1u);
-        MbarWaitCluster(bar_cl_empty + st * 8, par);
-      }
       issue_tile(it + kW3Stages);
-      prefetch_tile(it + kW3Stages + kPfAhead);
     }
     __syncwarp();
   }
@@ -1336,7 +1224,6 @@ __global__ void __launch_bounds__(kW3Threads, 1)
         *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
     }
   }
-  if constexpr (kMc) ClusterSync();
 }
 
 // out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped):
@@ -1409,63 +1296,18 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90SeesawKernel");
-  } else if (p.sm90_variant == 8 || p.sm90_variant == 9) {  // 4 / 0 with the fast softmax
-    if (p.sm90_variant == 8) {
-      const auto kernel = MlaDecodeSm90Wg3Kernel<TOut, false, false, true>;
-      EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
-      LaunchKernel(kernel, static_cast<unsigned>(ctas), kW3Threads, kW3SmemBytes, p.stream, p.pdl,
-          map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
-    } else {
-      const auto kernel = MlaDecodeSm90Kernel<TOut, false, false, true>;
-      EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
-      LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream, p.pdl,
-          map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
-    }
-    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90 (fast softmax)");
-  } else if (p.sm90_variant == 6) {  // kernel 0 with L2 prefetch
-    const auto kernel = MlaDecodeSm90Kernel<TOut, false, true>;
-    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
-    LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream, p.pdl,
-        map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
-    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Kernel (L2 prefetch)");
-  } else if (p.sm90_variant == 7) {  // three warpgroups with L2 prefetch
-    const auto kernel = MlaDecodeSm90Wg3Kernel<TOut, false, true>;
-    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
-    LaunchKernel(kernel, static_cast<unsigned>(ctas), kW3Threads, kW3SmemBytes, p.stream, p.pdl,
-        map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
-    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Wg3Kernel (L2 prefetch)");
-  } else if (p.sm90_variant == 5 && pl.nrb % 2 == 0) {  // three warpgroups, multicast in a cluster of two
-    const auto kernel = MlaDecodeSm90Wg3Kernel<TOut, true>;
-    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
-    cudaLaunchAttribute attrs[2];
-    attrs[0].id = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = 2;
-    attrs[0].val.clusterDim.y = 1;
-    attrs[0].val.clusterDim.z = 1;
-    const unsigned nattr = AddPdlAttribute(attrs, 1, p.pdl);
-    DS_CUDA_CHECK(LaunchWithAttrs(attrs, nattr, kernel, dim3(static_cast<unsigned>(ctas)), dim3(kW3Threads),
-                                  kW3SmemBytes, p.stream, map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk),
-                                  static_cast<int>(pl.max_splits), direct ? 1 : 0));
-    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Wg3Kernel (multicast)");
-  } else if (p.sm90_variant == 4 || p.sm90_variant == 5) {  // three warpgroups
-    const auto kernel = MlaDecodeSm90Wg3Kernel<TOut>;
+  } else if (p.sm90_variant == 4 || p.sm90_variant == 8) {  // three warpgroups (8: the shorter softmax)
+    const auto kernel = p.sm90_variant == 8 ? MlaDecodeSm90Wg3Kernel<TOut, true> : MlaDecodeSm90Wg3Kernel<TOut, false>;
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kW3Threads, kW3SmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Wg3Kernel");
-  } else if (p.sm90_variant == 3 && pl.nrb % 2 == 0) {  // a cluster of the two row blocks of a token
+  } else if (p.sm90_variant == 9) {  // kernel 0 with the shorter softmax
     const auto kernel = MlaDecodeSm90Kernel<TOut, true>;
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
-    cudaLaunchAttribute attrs[2];
-    attrs[0].id = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = 2;
-    attrs[0].val.clusterDim.y = 1;
-    attrs[0].val.clusterDim.z = 1;
-    const unsigned nattr = AddPdlAttribute(attrs, 1, p.pdl);
-    DS_CUDA_CHECK(LaunchWithAttrs(attrs, nattr, kernel, dim3(static_cast<unsigned>(ctas)), dim3(kThreads), kSmemBytes,
-                                  p.stream, map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk),
-                                  static_cast<int>(pl.max_splits), direct ? 1 : 0));
-    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Kernel (multicast)");
+    LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream, p.pdl,
+        map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Kernel (shorter softmax)");
   } else {
     LaunchKernel(MlaDecodeSm90Kernel<TOut>, static_cast<unsigned>(ctas), kThreads, kSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
@@ -1508,7 +1350,10 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
-  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 9) << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant;
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 9 && p.sm90_variant != 3 && p.sm90_variant != 5 &&
+           p.sm90_variant != 6 && p.sm90_variant != 7)
+      << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant
+      << " (0-2, 4, 8, 9; 3 and 5-7 were measured slower and removed in session 16)";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
