@@ -100,7 +100,8 @@ struct MlaDecodeParams {
   // 3-8% slower than 0). 4 = three warpgroups: WG0 computes S and the softmax and writes P into
   // the tile's own stage, WG1 / WG2 each accumulate half of O (bit-equal to 0). 8 / 9 = 4 / 0
   // with a shorter softmax (exponent as one FMA, ex2.approx.ftz, the key mask only on tiles
-  // that need it; not bit-equal: within the emulation's bound). Numbers 3 and 5-7 (multicast K
+  // that need it; not bit-equal: within the emulation's bound). 10 = 8 with one "full"
+  // mbarrier per 64-column box (S starts on the first box). Numbers 3 and 5-7 (multicast K
   // tiles in a cluster of the two row blocks of a token; L2 prefetch ahead of the TMA loads)
   // were measured slower or no faster in session 16 and removed; they are rejected.
   int sm90_variant = 0;

@@ -957,13 +957,16 @@ constexpr int kW3Stages = 2;
 constexpr int kW3OffK = kTileBytes;                       // after the Q tile
 constexpr int kW3OffAlpha = kW3OffK + kW3Stages * kTileBytes;  // [2][64] f32: the factors of each stage's tile
 constexpr int kW3OffL = kW3OffAlpha + kW3Stages * kBM * 4;  // [64] f32
-constexpr int kW3OffBar = kW3OffL + kBM * 4;              // full[2], p_full[2], empty[2]
-constexpr int kW3SmemBytes = kW3OffBar + 3 * kW3Stages * 8 + 1024;
+constexpr int kW3OffBar = kW3OffL + kBM * 4;  // full[2] (kBoxBar: [2][9]), p_full[2], empty[2]
+constexpr int kW3SmemBytes = kW3OffBar + (kW3Stages * kDB + 2 * kW3Stages) * 8 + 1024;  // box barriers: kBoxBar
 static_assert(kW3SmemBytes <= 227 * 1024, "shared memory per SM");
 constexpr int kW3BarWg0 = 1, kW3BarEnd = 2;
 
-// kFastSm (variant 8): the shorter softmax (SoftmaxTileFast).
-template <typename TOut, bool kFastSm = false>
+// kFastSm (variants 8, 10): the shorter softmax (SoftmaxTileFast). kBoxBar (variant 10): one
+// "full" mbarrier per 64-column box (9 a stage, as FlashMLA and the seesaw kernel): S of a tile
+// starts on its first box while the rest land, and each P V warpgroup waits only for its 4 V
+// boxes. Why (session 16 runs 8-10): WG0 spent about a fifth of its time waiting for whole tiles.
+template <typename TOut, bool kFastSm = false, bool kBoxBar = false>
 __global__ void __launch_bounds__(kW3Threads, 1)
     MlaDecodeSm90Wg3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                            int max_splits, int direct) {
@@ -974,8 +977,11 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   const uint32_t sQ = s_base + kOffQ, sK = s_base + kW3OffK;
   float* s_alpha = reinterpret_cast<float*>(smem + kW3OffAlpha);
   float* s_l = reinterpret_cast<float*>(smem + kW3OffL);
-  const uint32_t bar_full = s_base + kW3OffBar, bar_pfull = bar_full + kW3Stages * 8,
+  constexpr int kFullBars = kBoxBar ? kW3Stages * kDB : kW3Stages;
+  const uint32_t bar_full = s_base + kW3OffBar, bar_pfull = bar_full + kFullBars * 8,
                  bar_empty = bar_pfull + kW3Stages * 8;
+  // The "full" mbarrier of box b of stage st (kBoxBar), or of the whole stage.
+  auto full_bar = [&](int st, int b) { return bar_full + (kBoxBar ? st * kDB + b : st) * 8; };
 
   const int tid = threadIdx.x, wtid = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
@@ -1016,16 +1022,25 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     const int k0 = kbeg + it * kBN;
     const int row = bt[k0 / bs] * bs + k0 % bs;
     const int st = it % kW3Stages;
-    const uint32_t bar = bar_full + st * 8;
-    BarExpectTx(bar, kTileBytes);
+    if constexpr (kBoxBar) {
 #pragma unroll
-    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+      for (int b = 0; b < kDB; ++b) {
+        BarExpectTx(full_bar(st, b), kBoxBytes);
+        TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, full_bar(st, b));
+      }
+    } else {
+      const uint32_t bar = bar_full + st * 8;
+      BarExpectTx(bar, kTileBytes);
+#pragma unroll
+      for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+    }
   };
 
   if (tid == 0) {
 #pragma unroll
+    for (int i = 0; i < kFullBars; ++i) BarInit(bar_full + i * 8, 1);
+#pragma unroll
     for (int st = 0; st < kW3Stages; ++st) {
-      BarInit(bar_full + st * 8, 1);
       BarInit(bar_pfull + st * 8, 128);
       BarInit(bar_empty + st * 8, 256);
     }
@@ -1058,9 +1073,12 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     // Tile `it` landed (rows past the context zeroed in shared memory), then S(it) issued.
     auto issue_s = [&](int it) {
       const int st = it % kW3Stages;
-      MbarWait(bar_full + st * 8, (it / kW3Stages) & 1);
+      const uint32_t par = static_cast<uint32_t>((it / kW3Stages) & 1);
       const int nvalid = kend - (kbeg + it * kBN);
-      if (nvalid < kBN) {
+      if (!kBoxBar) MbarWait(bar_full + st * 8, par);
+      if (nvalid < kBN) {  // the last, partial tile: every box landed, rows past the context zeroed
+        if constexpr (kBoxBar)
+          for (int b = 0; b < kDB; ++b) MbarWait(full_bar(st, b), par);
         unsigned char* t = smem + kW3OffK + st * kTileBytes;
         const int nz = (kBN - nvalid) * 8;  // 16-byte pieces per box
         for (int idx = wtid; idx < kDB * nz; idx += 128) {
@@ -1077,10 +1095,28 @@ __global__ void __launch_bounds__(kW3Threads, 1)
       WgFence();
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
+        if (kBoxBar && (ks & 3) == 0) {  // box ks / 4 landed (a partial tile: all waited above)
+          MbarWait(full_bar(st, ks >> 2), par);
+          __syncwarp();
+          WgFence();
+        }
         const uint64_t off = static_cast<uint64_t>(((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4);
         WgmmaQK(sc, dq + off, dk + off, ks > 0 ? 1 : 0);
       }
       WgCommit();
+    };
+    // Whether tile `it` has landed (every box), without waiting.
+    auto tile_landed = [&](int it) {
+      const int st = it % kW3Stages;
+      const uint32_t par = static_cast<uint32_t>((it / kW3Stages) & 1);
+      bool ok = true;
+      if constexpr (kBoxBar) {
+#pragma unroll
+        for (int b = 0; b < kDB; ++b) ok = ok && BarTestWait(full_bar(st, b), par);
+      } else {
+        ok = BarTestWait(bar_full + st * 8, par);
+      }
+      return ok;
     };
     issue_s(0);
     for (int it = 0; it < ntiles; ++it) {
@@ -1141,8 +1177,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
       FenceProxyAsync();
       // S(it + 1) queued ahead of P V(it) when its tile has landed; otherwise P V(it) first, so
       // that it does not wait for that load (the test warp-uniform: wgmma is .aligned).
-      const bool next_ready = it + 1 < ntiles &&
-          __shfl_sync(0xffffffffu, BarTestWait(bar_full + ((it + 1) % kW3Stages) * 8, ((it + 1) / kW3Stages) & 1), 0);
+      const bool next_ready = it + 1 < ntiles && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
       if (next_ready) issue_s(it + 1);
       BarArrive(bar_pfull + st * 8);
       if (!next_ready && it + 1 < ntiles) issue_s(it + 1);
@@ -1177,7 +1212,12 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   for (int it = 0; it < ntiles; ++it) {
     const int st = it % kW3Stages;
     const uint32_t par = static_cast<uint32_t>((it / kW3Stages) & 1);
-    MbarWait(bar_full + st * 8, par);
+    if constexpr (kBoxBar) {  // this warpgroup's V boxes (box 8 now holds P, covered by p_full)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) MbarWait(full_bar(st, 4 * half + b), par);
+    } else {
+      MbarWait(bar_full + st * 8, par);
+    }
     MbarWait(bar_pfull + st * 8, par);  // P and the factors of tile `it` (and its zeroed rows) ready
     const float a0 = s_alpha[st * kBM + my_row[0]], a1 = s_alpha[st * kBM + my_row[1]];
 #pragma unroll
@@ -1296,8 +1336,11 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90SeesawKernel");
-  } else if (p.sm90_variant == 4 || p.sm90_variant == 8) {  // three warpgroups (8: the shorter softmax)
-    const auto kernel = p.sm90_variant == 8 ? MlaDecodeSm90Wg3Kernel<TOut, true> : MlaDecodeSm90Wg3Kernel<TOut, false>;
+  } else if (p.sm90_variant == 4 || p.sm90_variant == 8 || p.sm90_variant == 10) {
+    // three warpgroups (8: the shorter softmax; 10: and per-box barriers)
+    const auto kernel = p.sm90_variant == 10  ? MlaDecodeSm90Wg3Kernel<TOut, true, true>
+                        : p.sm90_variant == 8 ? MlaDecodeSm90Wg3Kernel<TOut, true, false>
+                                              : MlaDecodeSm90Wg3Kernel<TOut, false, false>;
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kW3SmemBytes));
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kW3Threads, kW3SmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
@@ -1350,10 +1393,10 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
-  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 9 && p.sm90_variant != 3 && p.sm90_variant != 5 &&
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 10 && p.sm90_variant != 3 && p.sm90_variant != 5 &&
            p.sm90_variant != 6 && p.sm90_variant != 7)
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant
-      << " (0-2, 4, 8, 9; 3 and 5-7 were measured slower and removed in session 16)";
+      << " (0-2, 4, 8-10; 3 and 5-7 were measured slower and removed in session 16)";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
