@@ -167,7 +167,18 @@ void MlaDecodeSm90Anchors(Bench& b) {
   // The first timed case of a run reads ~5-10% slow (session 16 runs 1-5: clocks ramping); one
   // warm-up case first, labelled as such.
   if (!b.OutOfTime())
-    MlaDecodeCase(b, 128, Uniform(128, 4096), 1, true, "h128 b128 4K", "warm-up (discard)", 0, 0, 0, 0, 0, 0, true, 0);
+    MlaDecodeCase(b, 128, Uniform(128, 4096), 1, true, "warm-up h128 b128 4K", "warm-up (discard)", 0, 0, 0, 0, 0, 0,
+                  true, 0);
+  {  // a pick that names no live variant (e.g. the old digit form "0489") times only the 16-head
+     // rows: say so
+    bool any = false;
+    for (int v = 0; v < kSm90Variants; ++v)
+      any = any || (pick.find("," + std::to_string(v) + ",") != std::string::npos &&
+                    std::string(kSm90VariantTags[v]) != "[removed]");
+    if (!any)
+      std::fprintf(stderr, "bench kernels: DS_BENCH_SM90_VARIANTS=%s names no live variant (comma-separated numbers: "
+                   "0,1,2,4,8,9,10)\n", env ? env : "");
+  }
   for (const auto& a : kAnchors) {
     if (b.OutOfTime()) { b.skipped.push_back(std::string("mla_decode_sm90 ") + a.name); continue; }
     const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);

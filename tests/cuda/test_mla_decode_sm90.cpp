@@ -117,6 +117,16 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     ExpectClose("mla_decode_sm90", std::string(name) + "_vs_variant0", got, out0.Download(),
                 variant >= 8 ? 1e-3 : 1e-5);
   }
+  // Variants 8 and 10 against 9: the same shorter softmax and the same P V order (8 = 4 + it,
+  // 4 is bit-equal to 0; 10 only changes barrier granularity), so the tight bound applies.
+  if (variant == 8 || variant == 10) {
+    Dev<float> ws9(ws_floats), out9(T * H * kKvl);
+    MlaDecodeParams p9 = params(ws9.get(), out9.get(), DTypeOut::kF32);
+    p9.sm90_variant = 9;
+    MlaDecodeAttentionSm90(p9);
+    DS_CUDA_CHECK(cudaGetLastError());
+    ExpectClose("mla_decode_sm90", std::string(name) + "_vs_variant9", got, out9.Download(), 1e-5);
+  }
   // The emulation of its rounding and plan (CUDA-core kernel), every row.
   {
     Dev<float> ws_e(ws_floats), out_e(T * H * kKvl);
@@ -209,6 +219,25 @@ void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& ql
 
 const std::vector<int64_t> kSampleH128 = {0, 37, 64, 127};  // both 64-row tiles of a token
 
+// Removed and unknown variant numbers, and the shorter softmax (8-10) with a non-positive scale,
+// are rejected before anything runs (DS_CHECK -> CheckError).
+TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
+  SKIP_WITHOUT_SM90_DEVICE();
+  MlaDecodeParams p{};
+  p.kv_lora = kKvl; p.rope_dim = kRope; p.block_size = kBs; p.kv_chunk = 256; p.heads = 128;
+  p.num_tokens = 1; p.num_seqs = 1; p.softmax_scale = 0.1f; p.sm90 = true;
+  for (int v : {-1, 3, 5, 6, 7, 11}) {
+    p.sm90_variant = v;
+    EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "variant " << v;
+  }
+  for (int v : {8, 9, 10})
+    for (float scale : {0.f, -0.1f}) {
+      p.sm90_variant = v;
+      p.softmax_scale = scale;
+      EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "variant " << v << " scale " << scale;
+    }
+}
+
 TEST(CudaMlaDecodeSm90, PageEdges) {
   SKIP_WITHOUT_SM90_DEVICE();
   RunSm90Case({1}, {1}, 128, 256, {}, "h128_b1_ctx1");
@@ -233,8 +262,8 @@ TEST(CudaMlaDecodeSm90, MtpAndMixed) {
   // 64-row tiles spanning 2 tokens (32 heads x 2) and 3 tokens with a partial tile (64 heads x 3).
   RunSm90Case({100, 700, 3}, {2, 2, 2}, 32, 256, {}, "h32_qlen2_tile_spans_tokens");
   RunSm90Case({129, 1000}, {3, 1}, 64, 64, {}, "h64_qlen3_mixed_kvchunk64");
-  // Two row blocks per sequence, the second empty for the 1-token sequence: under variant 3 that
-  // CTA still loads its half of each tile for its peer (rows masked, nothing written).
+  // Two row blocks per sequence, the second empty for the 1-token sequence (its CTA exits at
+  // once; session 16's removed multicast variant kept it running for its peer).
   RunSm90Case({300, 1000, 64}, {2, 1, 2}, 64, 256, {}, "h64_qlen2_1_2_cluster_peer_masked");
   RunSm90Case({130, 4100}, {1, 2}, 128, 256, kSampleH128, "h128_qlen1_2_kvchunk256");
   // Partial 64-row tiles (MlaDecodeParams::sm90_min_rows < 64): 16 heads x 1 token (48 masked

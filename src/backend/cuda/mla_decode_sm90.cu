@@ -14,8 +14,9 @@
 //        V MN-major from the ring), and P + the rescale factors written to shared memory;
 //        its O += P V of tile i overlaps its S of tile i + 1 (two wgmma groups in flight).
 //   WG1: O[:, 256:512] += P V from the shared P (wgmma m64n256k16, both from shared memory);
-//        one of its threads is the TMA producer (re-arms a stage when both warpgroups have
-//        released it: an mbarrier per stage for "full" (TMA bytes) and "empty" (256 arrivals)).
+//        its first thread is the TMA producer (the first two tiles, then it re-arms a stage when
+//        both warpgroups have released it: an mbarrier per stage for "full" (TMA bytes) and
+//        "empty" (256 arrivals)).
 // Hand-offs between the warpgroups: named barriers (P full / P empty). The last, partial tile
 // of a sequence has its rows past the context zeroed in shared memory before any wgmma reads
 // it (unused cache rows may hold anything, NaN included; P = 0 there, but 0 * NaN = NaN).
@@ -23,10 +24,12 @@
 // to the workspace with their LSE and MlaDecodeSm90Combine merges them; one split = direct
 // write. The CUDA-core emulation (emulate_tc_rounding with sm90 = true) follows this plan
 // (MlaDecodeTcChunk -> MlaDecodeSm90Chunk, 64 keys per online-softmax update).
-// MlaDecodeParams::sm90_variant = 1 / 2 selects the "seesaw" kernel below
-// (MlaDecodeSm90SeesawKernel; same plan and numerics, S and the softmax alternate between the
-// warpgroups; 1 and 2 differ in when a ring stage is released; verified on the H200 in session 4, not yet
-// timed, so nothing selects them by default).
+// MlaDecodeParams::sm90_variant (A/B, nothing selects them by default): 1 / 2 the "seesaw"
+// kernel below (MlaDecodeSm90SeesawKernel; same plan and numerics, S and the softmax alternate
+// between the warpgroups; 1 and 2 differ in when a ring stage is released; 3-8% slower,
+// session 5); 4 the three-warpgroup kernel (MlaDecodeSm90Wg3Kernel); 8 / 9 = 4 / this kernel
+// with the shorter softmax (SoftmaxTileFast); 10 = 8 with per-box "full" barriers (session 16;
+// 3 and 5-7 were measured there and removed).
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/sm90_ptx.cuh"
@@ -929,11 +932,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 //        softmax, and P (bf16) with the rescale factors written into the tile's own stage: P
 //        into its rope box (columns 512-575, read only by S of that tile, which has completed),
 //        the factors into the stage's slot. It holds no O. It issues S of tile t + 1 right
-//        after writing P of tile t, before it signals the others, so that S(t + 1) runs ahead
-//        of P V(t) on the tensor cores and the softmax of t + 1 overlaps P V(t); with P in
-//        the stage, it never waits for P V(t - 1) to finish reading a shared P buffer.
-//   WG1 / WG2: O[:, 0:256] / O[:, 256:512] += P V (both operands in shared memory); WG1's first
-//        thread is the TMA producer.
+//        after writing P of tile t, and, when that tile has already landed, before it signals
+//        the others, so that S(t + 1) runs ahead of P V(t) on the tensor cores and the softmax
+//        of t + 1 overlaps P V(t); with P in the stage, it never waits for P V(t - 1) to
+//        finish reading a shared P buffer.
+//   WG1 / WG2: O[:, 0:256] / O[:, 256:512] += P V (both operands in shared memory). Thread 0
+//        (WG0) issues the first two tiles, WG1's first thread every later one.
 // Shared memory: Q and the two-stage ring as above, the factors per stage. Hand-offs: per
 // stage, "full" (TMA bytes), "p_full" (WG0's 128 threads wrote P and the factors) and "empty"
 // (WG1 and WG2 finished P V: 256 threads) mbarriers. 168 registers a thread (P V: 128 of O).
@@ -1176,11 +1180,14 @@ __global__ void __launch_bounds__(kW3Threads, 1)
       }
       FenceProxyAsync();
       // S(it + 1) queued ahead of P V(it) when its tile has landed; otherwise P V(it) first, so
-      // that it does not wait for that load (the test warp-uniform: wgmma is .aligned).
-      const bool next_ready = it + 1 < ntiles && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
-      if (next_ready) issue_s(it + 1);
-      BarArrive(bar_pfull + st * 8);
-      if (!next_ready && it + 1 < ntiles) issue_s(it + 1);
+      // that it does not wait for that load. Only the arrive moves: the wgmmas have one call
+      // site, so every warp of the warpgroup executes the same instructions (.aligned) even
+      // when its warps see the tile land at different moments.
+      const bool has_next = it + 1 < ntiles;
+      const bool next_ready = has_next && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
+      if (!next_ready) BarArrive(bar_pfull + st * 8);
+      if (has_next) issue_s(it + 1);
+      if (next_ready) BarArrive(bar_pfull + st * 8);
     }
     WgWait<0>();  // nothing in flight (the last tile issues no S); keeps ptxas from injecting one
     FenceRegs(sc);
@@ -1397,6 +1404,10 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
            p.sm90_variant != 6 && p.sm90_variant != 7)
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant
       << " (0-2, 4, 8-10; 3 and 5-7 were measured slower and removed in session 16)";
+  // The shorter softmax takes the row max on raw scores and masks through fma(-inf, scale, .):
+  // both need a positive scale.
+  DS_CHECK(p.sm90_variant < 8 || p.softmax_scale > 0.f)
+      << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant << " needs softmax_scale > 0";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
