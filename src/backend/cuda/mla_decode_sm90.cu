@@ -188,6 +188,48 @@ __device__ __forceinline__ void WgmmaPVrs(float (&d)[128], uint32_t a0, uint32_t
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
+// The online softmax of one 64-key tile (the default kernels' form; the emulation
+// emulate_tc_rounding with sm90 follows it): sc holds this thread's 32 raw scores of rows g /
+// g + 8 (element 4 j + c: key kt0 + 8 j + 2 tq + (c & 1) of row half c >> 1, the rest of each row
+// in its quad), keys at or past a row's limit masked. On return sc holds the probabilities
+// exp2(score * sl2 - m) (sl2 = softmax_scale * log2 e: base 2), m_run / l_run the running max
+// and row sum (this thread's part; quad-reduced by the caller at the end), alpha the factor the
+// accumulated O of each row is rescaled by (FlashAttention-2's online softmax, as FlashMLA).
+__device__ __forceinline__ void SoftmaxTile(float (&sc)[32], int kt0, int tq, const int (&limit)[2], float sl2,
+                                            float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int hr = c >> 1;
+      const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+      const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
+      sc[j * 4 + c] = v;
+      mx[hr] = fmaxf(mx[hr], v);
+    }
+  float muse[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+    const float m_new = fmaxf(m_run[hr], mx[hr]);
+    muse[hr] = m_new == -INFINITY ? 0.f : m_new;
+    alpha[hr] = exp2f(m_run[hr] - muse[hr]);
+    m_run[hr] = m_new;
+  }
+  float lsum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
+      sc[j * 4 + c] = pv;
+      lsum[c >> 1] += pv;
+    }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+}
 // kFastSm (variants 8 / 9): the online softmax of one 64-key tile (sc: this thread's 32 raw
 // scores, rows g / g + 8, see the kernels) in fewer instructions than the default form, for the
 // warpgroup whose softmax is on the critical path (session 16 run 10, Nsight Compute: WG0 of the
@@ -288,6 +330,115 @@ __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned cha
 
 // The kernel. Grid: one CTA per (sequence, split, 64-row block), the row blocks of one
 // (sequence, split) adjacent so they run together and share the tile reads in L2.
+// A CTA's work (every kernel here; grid: one CTA per (sequence, split, 64-row block), the row
+// blocks of one (sequence, split) adjacent): its sequence s, KV split and 64-row block rb, the
+// sequence's query tokens [q0, q0 + q_len) and context, the rows that exist (valid_rows =
+// q_len x heads, row = query token i * heads + head), the split's keys [kbeg, kend), and where
+// the workspace's LSE block starts.
+struct CtaWork {
+  int rb, split, s, H, q0, q_len, ctx, valid_rows, row0, kbeg, kend;
+  int64_t lse_base;
+};
+__device__ __forceinline__ CtaWork GetCtaWork(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
+  CtaWork w;
+  w.rb = static_cast<int>(blockIdx.x % nrb);
+  w.split = static_cast<int>((blockIdx.x / nrb) % max_splits);
+  w.s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
+  w.H = static_cast<int>(p.heads);
+  w.q0 = p.query_start[w.s];
+  w.q_len = p.query_start[w.s + 1] - w.q0;
+  w.ctx = p.context_lens[w.s];
+  w.valid_rows = w.q_len * w.H;
+  w.row0 = w.rb * kBM;
+  w.kbeg = w.split * chunk;
+  w.kend = min(w.ctx, w.kbeg + chunk);
+  w.lse_base = p.num_tokens * p.heads * max_splits * kV;
+  return w;
+}
+// An empty split (kbeg >= kend): zeros (direct: no keys at all) or an LSE of -inf, which the
+// combine skips. kNThreads threads.
+template <typename TOut, int kNThreads>
+__device__ __forceinline__ void WriteEmptySplit(const MlaDecodeParams& p, const CtaWork& w, int tid, int max_splits,
+                                                int direct) {
+  if (direct) {
+    for (int idx = tid; idx < kBM * kV; idx += kNThreads) {
+      const int row = w.row0 + idx / kV;
+      if (row < w.valid_rows)
+        static_cast<TOut*>(p.out)[static_cast<int64_t>(w.q0 + row / w.H) * p.o_tok_stride +
+                                  static_cast<int64_t>(row % w.H) * p.o_head_stride + idx % kV] = dev::FromF<TOut>(0.f);
+    }
+  } else {
+    for (int r = tid; r < kBM; r += kNThreads) {
+      const int row = w.row0 + r;
+      if (row < w.valid_rows)
+        p.workspace[w.lse_base + (static_cast<int64_t>(w.q0 + row / w.H) * w.H + row % w.H) * max_splits + w.split] =
+            -INFINITY;
+    }
+  }
+}
+// Rows past the context of a freshly landed, partial tile (nvalid < 64 keys) zeroed in shared
+// memory, all 9 boxes, by one warpgroup (wtid 0-127), before any wgmma reads the tile: unused
+// cache rows may hold anything, NaN included (P = 0 there, but 0 * NaN = NaN).
+__device__ __forceinline__ void ZeroTileTail(unsigned char* tile, int nvalid, int wtid) {
+  const int nz = (kBN - nvalid) * 8;  // 16-byte pieces per box
+  for (int idx = wtid; idx < kDB * nz; idx += 128) {
+    const int b = idx / nz, e = idx % nz;
+    *reinterpret_cast<uint4*>(tile + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
+  }
+}
+// The row sums of a thread's two rows reduced over its quad (the other 48 keys of each row) and
+// published in s_l by the quad's first thread, for the warpgroups that normalise O.
+__device__ __forceinline__ void QuadRowSums(float (&l_run)[2], const int (&my_row)[2], float* s_l, int tq) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
+    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
+    if (tq == 0) s_l[my_row[hr]] = l_run[hr];
+  }
+}
+// A split's LSE (natural log; -inf where the row saw no key) of a thread's existing rows, for the
+// combine: ln(l) + m ln 2 (m and l in base 2).
+__device__ __forceinline__ void WriteRowLse(const MlaDecodeParams& p, const CtaWork& w, const int (&my_row)[2],
+                                            const float (&m_run)[2], const float (&l_run)[2], int max_splits) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = w.row0 + my_row[hr];
+    if (row >= w.valid_rows) continue;
+    const int64_t part = (static_cast<int64_t>(w.q0 + row / w.H) * w.H + row % w.H) * max_splits + w.split;
+    p.workspace[w.lse_base + part] =
+        l_run[hr] > 0.f ? (m_run[hr] + log2f(l_run[hr])) * 0.6931471805599453f : -INFINITY;
+  }
+}
+// A warpgroup's 256 value columns from col0 of its rows my_row (O accumulator layout as in the
+// kernels), normalised by the row sums s_l: the output (direct) or the split's partial.
+template <typename TOut>
+__device__ __forceinline__ void StoreRows(const MlaDecodeParams& p, const CtaWork& w, const float (&acc)[128],
+                                          const int (&my_row)[2], const float* s_l, int tq, int col0, int direct,
+                                          int max_splits) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = w.row0 + my_row[hr];
+    if (row >= w.valid_rows) continue;
+    const float l = s_l[my_row[hr]];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int t = w.q0 + row / w.H, h = row % w.H;
+    if (direct) {
+      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride +
+                  static_cast<int64_t>(h) * p.o_head_stride + col0 + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        out[j * 8] = dev::FromF<TOut>(acc[j * 4 + 2 * hr] * inv);
+        out[j * 8 + 1] = dev::FromF<TOut>(acc[j * 4 + 2 * hr + 1] * inv);
+      }
+    } else {
+      float* po = p.workspace + ((static_cast<int64_t>(t) * w.H + h) * max_splits + w.split) * kV + col0 + 2 * tq;
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
+    }
+  }
+}
+
 // kFastSm (variant 9): the shorter softmax (SoftmaxTileFast).
 template <typename TOut, bool kFastSm = false>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -305,33 +456,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, wtid = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform for the compiler (wgmma paths)
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  const int rb = static_cast<int>(blockIdx.x % nrb);
-  const int split = static_cast<int>((blockIdx.x / nrb) % max_splits);
-  const int s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
-  const int H = static_cast<int>(p.heads);
-  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
-  const int ctx = p.context_lens[s];
-  const int valid_rows = q_len * H;
-  const int row0 = rb * kBM;
+  const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
+  const int s = w.s, H = w.H, q0 = w.q0, q_len = w.q_len, ctx = w.ctx;
+  const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
   if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
-  const int kbeg = split * chunk;
-  const int kend = min(ctx, kbeg + chunk);
-  const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
-  if (kbeg >= kend) {  // an empty split: the combine skips it (direct: no keys at all, zeros)
-    if (direct) {
-      for (int idx = tid; idx < kBM * kV; idx += kThreads) {
-        const int row = row0 + idx / kV;
-        if (row < valid_rows)
-          static_cast<TOut*>(p.out)[static_cast<int64_t>(q0 + row / H) * p.o_tok_stride +
-                                    static_cast<int64_t>(row % H) * p.o_head_stride + idx % kV] = dev::FromF<TOut>(0.f);
-      }
-    } else {
-      for (int r = tid; r < kBM; r += kThreads) {
-        const int row = row0 + r;
-        if (row < valid_rows)
-          p.workspace[lse_base + (static_cast<int64_t>(q0 + row / H) * H + row % H) * max_splits + split] = -INFINITY;
-      }
-    }
+  if (kbeg >= kend) {  // an empty split
+    WriteEmptySplit<TOut, kThreads>(p, w, tid, max_splits, direct);
     return;
   }
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
@@ -393,12 +523,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       MbarWait(bar_full + (it % kStages) * 8, (it / kStages) & 1);
       const int nvalid = kend - (kbeg + it * kBN);
       if (nvalid < kBN) {
-        unsigned char* t = smem + kOffK + (it % kStages) * kTileBytes;
-        const int nz = (kBN - nvalid) * 8;  // 16-byte pieces per box
-        for (int idx = wtid; idx < kDB * nz; idx += 128) {
-          const int b = idx / nz, e = idx % nz;
-          *reinterpret_cast<uint4*>(t + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
-        }
+        ZeroTileTail(smem + kOffK + (it % kStages) * kTileBytes, nvalid, wtid);
         FenceProxyAsync();
         NamedBarSync(kBarWg0, 128);
       }
@@ -430,38 +555,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kFastSm) {
         SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
       } else {
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int hr = c >> 1;
-            const int key = kt0 + j * 8 + 2 * tq + (c & 1);
-            const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
-            sc[j * 4 + c] = v;
-            mx[hr] = fmaxf(mx[hr], v);
-          }
-        float muse[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-          const float m_new = fmaxf(m_run[hr], mx[hr]);
-          muse[hr] = m_new == -INFINITY ? 0.f : m_new;
-          alpha[hr] = exp2f(m_run[hr] - muse[hr]);
-          m_run[hr] = m_new;
-        }
-        float lsum[2] = {0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
-            sc[j * 4 + c] = pv;
-            lsum[c >> 1] += pv;
-          }
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+        SoftmaxTile(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
       }
       // P in bf16: the A fragments of the four k16 steps (keys 16 kk .. 16 kk + 15).
 #pragma unroll
@@ -514,23 +608,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       FenceRegs(pa);
     }
     // Row sums over the quad; WG1 normalises with them.
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
-      l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
-      if (tq == 0) s_l[my_row[hr]] = l_run[hr];
-    }
+QuadRowSums(l_run, my_row, s_l, tq);
     NamedBarSync(kBarEnd, kThreads);
-    if (!direct && tq == 0) {
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = row0 + my_row[hr];
-        if (row >= valid_rows) continue;
-        const int64_t part = (static_cast<int64_t>(q0 + row / H) * H + row % H) * max_splits + split;
-        p.workspace[lse_base + part] =
-            l_run[hr] > 0.f ? (m_run[hr] + log2f(l_run[hr])) * 0.6931471805599453f : -INFINITY;
-      }
-    }
+    if (!direct && tq == 0) WriteRowLse(p, w, my_row, m_run, l_run, max_splits);
   } else {
     // ---------------- WG1: O[:, 256:512] from the shared P; the TMA producer ----------------
     for (int it = 0; it < ntiles; ++it) {
@@ -563,29 +643,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // Normalised output of this warpgroup's 256 columns (direct) or the split's partial.
-  const int col0 = wg * 256;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = row0 + my_row[hr];
-    if (row >= valid_rows) continue;
-    const float l = s_l[my_row[hr]];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int t = q0 + row / H, h = row % H;
-    if (direct) {
-      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride +
-                  static_cast<int64_t>(h) * p.o_head_stride + col0 + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        out[j * 8] = dev::FromF<TOut>(acc[j * 4 + 2 * hr] * inv);
-        out[j * 8 + 1] = dev::FromF<TOut>(acc[j * 4 + 2 * hr + 1] * inv);
-      }
-    } else {
-      float* po = p.workspace + ((static_cast<int64_t>(t) * H + h) * max_splits + split) * kV + col0 + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
-    }
-  }
+  StoreRows<TOut>(p, w, acc, my_row, s_l, tq, wg * 256, direct, max_splits);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -635,33 +693,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, wtid = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  const int rb = static_cast<int>(blockIdx.x % nrb);
-  const int split = static_cast<int>((blockIdx.x / nrb) % max_splits);
-  const int s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
-  const int H = static_cast<int>(p.heads);
-  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
-  const int ctx = p.context_lens[s];
-  const int valid_rows = q_len * H;
-  const int row0 = rb * kBM;
-  if (row0 >= valid_rows) return;
-  const int kbeg = split * chunk;
-  const int kend = min(ctx, kbeg + chunk);
-  const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
-  if (kbeg >= kend) {  // an empty split (as the kernel above)
-    if (direct) {
-      for (int idx = tid; idx < kBM * kV; idx += kThreads) {
-        const int row = row0 + idx / kV;
-        if (row < valid_rows)
-          static_cast<TOut*>(p.out)[static_cast<int64_t>(q0 + row / H) * p.o_tok_stride +
-                                    static_cast<int64_t>(row % H) * p.o_head_stride + idx % kV] = dev::FromF<TOut>(0.f);
-      }
-    } else {
-      for (int r = tid; r < kBM; r += kThreads) {
-        const int row = row0 + r;
-        if (row < valid_rows)
-          p.workspace[lse_base + (static_cast<int64_t>(q0 + row / H) * H + row % H) * max_splits + split] = -INFINITY;
-      }
-    }
+  const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
+  const int split = w.split, s = w.s, H = w.H, q0 = w.q0, q_len = w.q_len, ctx = w.ctx;
+  const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
+  const int64_t lse_base = w.lse_base;
+  if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
+  if (kbeg >= kend) {  // an empty split
+    WriteEmptySplit<TOut, kThreads>(p, w, tid, max_splits, direct);
     return;
   }
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
@@ -729,12 +767,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int nvalid = kend - (kbeg + t * kBN);
     if (nvalid < kBN) {  // the last, partial tile: every box landed, rows past the context zeroed
       for (int b = 0; b < kDB; ++b) MbarWait(bar_full + (wg * kDB + b) * 8, full_par);
-      unsigned char* tp = smem + kSsOffK + wg * kTileBytes;
-      const int nz = (kBN - nvalid) * 8;
-      for (int idx = wtid; idx < kDB * nz; idx += 128) {
-        const int b = idx / nz, e = idx % nz;
-        *reinterpret_cast<uint4*>(tp + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
-      }
+      ZeroTileTail(smem + kSsOffK + wg * kTileBytes, nvalid, wtid);
       FenceProxyAsync();
       NamedBarSync(kSsBarWg0 + wg, 128);
     }
@@ -761,38 +794,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (t >= 1) BarArrive(bar_empty + other * 8);  // this warpgroup is done with tile t - 1
     }
     const int kt0 = kbeg + t * kBN;
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int hr = c >> 1;
-        const int key = kt0 + j * 8 + 2 * tq + (c & 1);
-        const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
-        sc[j * 4 + c] = v;
-        mx[hr] = fmaxf(mx[hr], v);
-      }
-    float muse[2], alpha[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-      mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-      const float m_new = fmaxf(m_run[hr], mx[hr]);
-      muse[hr] = m_new == -INFINITY ? 0.f : m_new;
-      alpha[hr] = exp2f(m_run[hr] - muse[hr]);
-      m_run[hr] = m_new;
-    }
-    float lsum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
-        sc[j * 4 + c] = pv;
-        lsum[c >> 1] += pv;
-      }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+    float alpha[2];
+    SoftmaxTile(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       pa[kk * 4 + 0] = PackBf16(sc[(2 * kk) * 4 + 0], sc[(2 * kk) * 4 + 1]);
@@ -947,16 +950,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 // file: WG0 needs ~190 registers and each P V warpgroup ~160; ptxas spilled and serialised the
 // wgmmas.)
 constexpr int kW3Threads = 384;
-// Whether the phase of the given parity has completed (non-blocking: mbarrier.test_wait).
-__device__ __forceinline__ bool BarTestWait(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(ok)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return ok != 0;
-}
 constexpr int kW3Stages = 2;
 constexpr int kW3OffK = kTileBytes;                       // after the Q tile
 constexpr int kW3OffAlpha = kW3OffK + kW3Stages * kTileBytes;  // [2][64] f32: the factors of each stage's tile
@@ -990,33 +983,12 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   const int tid = threadIdx.x, wtid = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  const int rb = static_cast<int>(blockIdx.x % nrb);
-  const int split = static_cast<int>((blockIdx.x / nrb) % max_splits);
-  const int s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
-  const int H = static_cast<int>(p.heads);
-  const int q0 = p.query_start[s], q_len = p.query_start[s + 1] - q0;
-  const int ctx = p.context_lens[s];
-  const int valid_rows = q_len * H;
-  const int row0 = rb * kBM;
-  if (row0 >= valid_rows) return;
-  const int kbeg = split * chunk;
-  const int kend = min(ctx, kbeg + chunk);
-  const int64_t lse_base = p.num_tokens * p.heads * max_splits * kV;
-  if (kbeg >= kend) {  // an empty split (as the kernel above)
-    if (direct) {
-      for (int idx = tid; idx < kBM * kV; idx += kW3Threads) {
-        const int row = row0 + idx / kV;
-        if (row < valid_rows)
-          static_cast<TOut*>(p.out)[static_cast<int64_t>(q0 + row / H) * p.o_tok_stride +
-                                    static_cast<int64_t>(row % H) * p.o_head_stride + idx % kV] = dev::FromF<TOut>(0.f);
-      }
-    } else {
-      for (int r = tid; r < kBM; r += kW3Threads) {
-        const int row = row0 + r;
-        if (row < valid_rows)
-          p.workspace[lse_base + (static_cast<int64_t>(q0 + row / H) * H + row % H) * max_splits + split] = -INFINITY;
-      }
-    }
+  const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
+  const int s = w.s, H = w.H, q0 = w.q0, q_len = w.q_len, ctx = w.ctx;
+  const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
+  if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
+  if (kbeg >= kend) {  // an empty split
+    WriteEmptySplit<TOut, kW3Threads>(p, w, tid, max_splits, direct);
     return;
   }
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
@@ -1083,12 +1055,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
       if (nvalid < kBN) {  // the last, partial tile: every box landed, rows past the context zeroed
         if constexpr (kBoxBar)
           for (int b = 0; b < kDB; ++b) MbarWait(full_bar(st, b), par);
-        unsigned char* t = smem + kW3OffK + st * kTileBytes;
-        const int nz = (kBN - nvalid) * 8;  // 16-byte pieces per box
-        for (int idx = wtid; idx < kDB * nz; idx += 128) {
-          const int b = idx / nz, e = idx % nz;
-          *reinterpret_cast<uint4*>(t + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
-        }
+        ZeroTileTail(smem + kW3OffK + st * kTileBytes, nvalid, wtid);
         FenceProxyAsync();
         NamedBarSync(kW3BarWg0, 128);
       }
@@ -1133,38 +1100,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
       if constexpr (kFastSm) {
         SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
       } else {
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int hr = c >> 1;
-            const int key = kt0 + j * 8 + 2 * tq + (c & 1);
-            const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
-            sc[j * 4 + c] = v;
-            mx[hr] = fmaxf(mx[hr], v);
-          }
-        float muse[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-          mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-          const float m_new = fmaxf(m_run[hr], mx[hr]);
-          muse[hr] = m_new == -INFINITY ? 0.f : m_new;
-          alpha[hr] = exp2f(m_run[hr] - muse[hr]);
-          m_run[hr] = m_new;
-        }
-        float lsum[2] = {0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
-            sc[j * 4 + c] = pv;
-            lsum[c >> 1] += pv;
-          }
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+        SoftmaxTile(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
       }
       // P (bf16) into the tile's rope box, the factors into the stage's slot.
       unsigned char* pbox = smem + kW3OffK + st * kTileBytes + 8 * kBoxBytes;
@@ -1192,23 +1128,9 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     WgWait<0>();  // nothing in flight (the last tile issues no S); keeps ptxas from injecting one
     FenceRegs(sc);
     // Row sums over the quad; WG1 / WG2 normalise with them.
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
-      l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
-      if (tq == 0) s_l[my_row[hr]] = l_run[hr];
-    }
+QuadRowSums(l_run, my_row, s_l, tq);
     NamedBarSync(kW3BarEnd, kW3Threads);
-    if (!direct && tq == 0) {
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = row0 + my_row[hr];
-        if (row >= valid_rows) continue;
-        const int64_t part = (static_cast<int64_t>(q0 + row / H) * H + row % H) * max_splits + split;
-        p.workspace[lse_base + part] =
-            l_run[hr] > 0.f ? (m_run[hr] + log2f(l_run[hr])) * 0.6931471805599453f : -INFINITY;
-      }
-    }
+    if (!direct && tq == 0) WriteRowLse(p, w, my_row, m_run, l_run, max_splits);
     return;
   }
   // ---------------- WG1 / WG2: O[:, 256 (wg - 1) ..] += P V; WG1's first thread the producer ----------------
@@ -1248,29 +1170,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     __syncwarp();
   }
   NamedBarSync(kW3BarEnd, kW3Threads);
-  const int col0 = half * 256;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = row0 + my_row[hr];
-    if (row >= valid_rows) continue;
-    const float l = s_l[my_row[hr]];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int t = q0 + row / H, h = row % H;
-    if (direct) {
-      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride +
-                  static_cast<int64_t>(h) * p.o_head_stride + col0 + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        out[j * 8] = dev::FromF<TOut>(acc[j * 4 + 2 * hr] * inv);
-        out[j * 8 + 1] = dev::FromF<TOut>(acc[j * 4 + 2 * hr + 1] * inv);
-      }
-    } else {
-      float* po = p.workspace + ((static_cast<int64_t>(t) * H + h) * max_splits + split) * kV + col0 + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
-    }
-  }
+  StoreRows<TOut>(p, w, acc, my_row, s_l, tq, half * 256, direct, max_splits);
 }
 
 // out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped):
