@@ -355,6 +355,20 @@ __device__ __forceinline__ CtaWork GetCtaWork(const MlaDecodeParams& p, int nrb,
   w.lse_base = p.num_tokens * p.heads * max_splits * kV;
   return w;
 }
+// The per-row state of a thread's two rows my_row (in the CTA's 64-row tile) before the first
+// tile: the key limit (causal inside the query block: query token i of q_len sees the context
+// up to ctx - (q_len - 1 - i); -1 for rows that do not exist) and the online softmax's running
+// max (-inf) and row sum (0).
+__device__ __forceinline__ void InitRowState(const CtaWork& w, const int (&my_row)[2], int (&limit)[2],
+                                             float (&m_run)[2], float (&l_run)[2]) {
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = w.row0 + my_row[hr];
+    limit[hr] = row < w.valid_rows ? min(w.kend, w.ctx - (w.q_len - 1 - row / w.H)) : -1;
+    m_run[hr] = -INFINITY;
+    l_run[hr] = 0.f;
+  }
+}
 // An empty split (kbeg >= kend): zeros (direct: no keys at all) or an LSE of -inf, which the
 // combine skips. kNThreads threads.
 template <typename TOut, int kNThreads>
@@ -457,7 +471,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform for the compiler (wgmma paths)
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
-  const int s = w.s, H = w.H, q0 = w.q0, q_len = w.q_len, ctx = w.ctx;
+  const int s = w.s, H = w.H, q0 = w.q0;
   const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
   if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
   if (kbeg >= kend) {  // an empty split
@@ -508,13 +522,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // ---------------- WG0: S = Q K^T, softmax, P, O[:, 0:256] ----------------
     int limit[2];
     float m_run[2], l_run[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = row0 + my_row[hr];
-      limit[hr] = row < valid_rows ? min(kend, ctx - (q_len - 1 - row / H)) : -1;  // causal inside the query block
-      m_run[hr] = -INFINITY;
-      l_run[hr] = 0.f;
-    }
+    InitRowState(w, my_row, limit, m_run, l_run);
     const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
     float sc[32];
     uint32_t pa[16];
@@ -694,7 +702,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
-  const int split = w.split, s = w.s, H = w.H, q0 = w.q0, q_len = w.q_len, ctx = w.ctx;
+  const int split = w.split, s = w.s, H = w.H, q0 = w.q0;
   const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
   const int64_t lse_base = w.lse_base;
   if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
@@ -737,14 +745,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};
   int limit[2];
-  float m_run[2], l_run[2];
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = row0 + my_row[hr];
-    limit[hr] = row < valid_rows ? min(kend, ctx - (q_len - 1 - row / H)) : -1;
-    m_run[hr] = -INFINITY;  // m_{t-1}: the running max before tile t
-    l_run[hr] = 0.f;        // this warpgroup's share of the row sum (its own tiles)
-  }
+  float m_run[2], l_run[2];  // m_{t-1}: the running max before tile t; l: this warpgroup's share (its own tiles)
+  InitRowState(w, my_row, limit, m_run, l_run);
   const float sl2 = p.softmax_scale * 1.4426950408889634f;
   const int other = wg ^ 1;
   const uint32_t my_stage = sK + wg * kTileBytes, other_stage = sK + other * kTileBytes;
@@ -984,7 +986,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
-  const int s = w.s, H = w.H, q0 = w.q0, q_len = w.q_len, ctx = w.ctx;
+  const int s = w.s, H = w.H, q0 = w.q0;
   const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
   if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
   if (kbeg >= kend) {  // an empty split
@@ -1037,13 +1039,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     // ---------------- WG0: S = Q K^T, softmax, P ----------------
     int limit[2];
     float m_run[2], l_run[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int row = row0 + my_row[hr];
-      limit[hr] = row < valid_rows ? min(kend, ctx - (q_len - 1 - row / H)) : -1;  // causal inside the query block
-      m_run[hr] = -INFINITY;
-      l_run[hr] = 0.f;
-    }
+    InitRowState(w, my_row, limit, m_run, l_run);
     const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
     float sc[32];
     // Tile `it` landed (rows past the context zeroed in shared memory), then S(it) issued.
