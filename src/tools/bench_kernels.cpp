@@ -45,6 +45,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fill_random.h"
+#include "backend/cuda/fp8_gemm_wgmma_sm90.h"
 #include "backend/cuda/fp8_gemm_sm90.h"
 #include "backend/cuda/fp8_gemm_skinny_sm90.h"
 #include "backend/cuda/host_plans.h"
@@ -180,7 +181,7 @@ void Fp8Gemms(Bench& b, const std::vector<int64_t>& Ms) {
 struct Fp8GemmSets {
   int64_t M, N, K, Mp, kb, nb, ld;
   int n = 1;
-  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc, wmn, wmn64;
+  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc, wmn, wmn64, wfine;  // wfine: Fp8ExpandWeightScalesFine
   std::unique_ptr<Buf> y;
   Fp8GemmSets(Bench& b, int64_t M_, int64_t N_, int64_t K_, int max_sets)
       : M(M_), N(N_), K(K_), Mp(Fp8PaddedM(M_)), kb((K_ + 127) / 128), nb((N_ + 127) / 128), ld(Fp8WeightScaleLd(K_)) {
@@ -198,6 +199,8 @@ struct Fp8GemmSets {
       FillUniformF32(wsc.back()->as<float>(), nb * ld, b.NextSeed(), 1e-3f, 2e-3f, b.st());
       Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn.back()->as<float>(), b.st());
       Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn64.back()->as<float>(), b.st(), 64);
+      wfine.push_back(std::make_unique<Buf>(std::max<int64_t>(N / kFp8Sm90FineScaleCols, 1) * kb * 4));
+      if (N % kFp8Sm90FineScaleCols == 0) Fp8ExpandWeightScalesFine(wmn.back()->as<float>(), wfine.back()->as<float>(), N, K, b.st());
     }
     y = std::make_unique<Buf>(Mp * N * 2);
   }
@@ -288,7 +291,7 @@ void Fp8SkinnyFamily(Bench& b) {
 
 // ---------------------------------------------------------------- FP8 GEMM at M >= 4096 (CUTLASS)
 // Issue 5's "FP8 dense GEMM at M >= 4096 >= 85% of the fp8 ceiling": every V3 projection at
-// M = 4096 and 16384, cuBLASLt's GemmFp8 and Fp8GemmSm90's configurations on the same buffers
+// M = 4096 and 16384, cuBLASLt's GemmFp8, Fp8GemmSm90's configurations and our wgmma forms on the same buffers
 // (TFLOP/s over the ceiling measured in the same run).
 void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
   const int64_t N = pr.N, K = pr.K;
@@ -308,11 +311,13 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
       {Fp8GemmSm90Config::kCoop128StreamK, "coop128_streamk"},
       {Fp8GemmSm90Config::kCoop128Cluster2, "coop128_cluster2"},
       {Fp8GemmSm90Config::kPingpong64, "pingpong64"},
-      {Fp8GemmSm90Config::kCoop128DataParallel, "coop128_dp"}};
+      {Fp8GemmSm90Config::kCoop128DataParallel, "coop128_dp"},
+      {Fp8GemmSm90Config::kCoop144DataParallel, "coop144_dp"}};
   for (const auto& [c, name] : configs) {
     Fp8GemmSm90Params sp{};
     sp.g = params(0);
     sp.w_scales_mn = wmn[0]->as<float>();
+    sp.w_scales_fine = sets.wfine[0]->as<float>();
     sp.config = c;
     const std::string why = Fp8GemmSm90Unsupported(sp);
     if (!why.empty()) { b.skipped.push_back("fp8_large " + shape + " " + name + " (" + why + ")"); continue; }
@@ -322,6 +327,7 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
       Fp8GemmSm90Params q = sp;
       q.g = params(i);
       q.w_scales_mn = wmn[i]->as<float>();
+      q.w_scales_fine = sets.wfine[i]->as<float>();
       q.workspace = ws.as<void>();
       q.workspace_bytes = wsb;
       Fp8GemmSm90(q);
@@ -329,6 +335,26 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
     char note[96] = "CUTLASS";
     if (us_cublas > 0) std::snprintf(note, sizeof note, "CUTLASS; %.2fx cuBLASLt", us_cublas / us);
     b.Add(std::string("fp8_large/sm90_") + name, shape, us, 0, flops, true, note);
+  }
+  // Our wgmma kernels (fp8_gemm_wgmma_sm90.h): the panel form where K <= 512 (kv_b), the 128 x 144
+  // tile form where N % 144 == 0 (kv_a).
+  const std::pair<Fp8GemmWgmmaForm, const char*> forms[] = {{Fp8GemmWgmmaForm::kPanel, "panel"},
+                                                           {Fp8GemmWgmmaForm::kTile144, "tile144"}};
+  for (const auto& [form, name] : forms) {
+    Fp8GemmWgmmaSm90Params pp{};
+    pp.g = params(0);
+    pp.w_scales_mn = wmn[0]->as<float>();
+    pp.form = form;
+    if (!Fp8GemmWgmmaSm90Unsupported(pp).empty()) continue;  // (each form covers its own shapes)
+    const double us = b.TimeUs([&](int i) {
+      Fp8GemmWgmmaSm90Params q = pp;
+      q.g = params(i);
+      q.w_scales_mn = wmn[i]->as<float>();
+      Fp8GemmWgmmaSm90(q);
+    }, nsets);
+    char note[96] = "ours (wgmma)";
+    if (us_cublas > 0) std::snprintf(note, sizeof note, "ours (wgmma); %.2fx cuBLASLt", us_cublas / us);
+    b.Add(std::string("fp8_large/wgmma_") + name, shape, us, 0, flops, true, note);
   }
 }
 

@@ -1,0 +1,530 @@
+// Our FP8 block-scaled wgmma GEMMs (fp8_gemm_wgmma_sm90.h): the panel form (K <= 512) and the
+// 128 x 144 tile form. PTX sources: PTX ISA 8.x, "wgmma.mma_async" (e4m3 operands, K-major
+// shared-memory descriptors, the m64nNk32 accumulator fragment), "cp.async.bulk.tensor" (loads
+// with mbarrier completion, stores with bulk groups), "mbarrier", "setmaxnreg"; tensor maps:
+// CUDA driver API, cuTensorMapEncodeTiled.
+//
+// Panel form, shared memory (1024-byte aligned, 128-byte swizzle everywhere):
+//   A panel:  kMaxKb boxes of [128 rows x 128 K bytes] (16 KB each); warpgroup w's rows at + w x 8 KB;
+//   B ring:   kStages boxes of [128 weight rows x 128 K bytes] (16 KB each);
+//   staging:  per consumer warpgroup two boxes of [64 rows x 64 bf16 columns] (8 KB each);
+//   barriers: full / empty per stage, a_full / a_empty for the panel.
+// Tile-144 form: kT144Stages stages of an A box [128 x 128 B] and a B box [144 x 128 B] (34 KB).
+// Fragment of wgmma m64nN (fp32): thread t of the warpgroup holds d[4 i + {0, 1}] at row
+// (t / 32) x 16 + (t % 32) / 4, columns 8 i + 2 (t % 4) + {0, 1}, and d[4 i + {2, 3}] 8 rows below.
+#include "backend/cuda/fp8_gemm_wgmma_sm90.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_props.h"
+#include "backend/cuda/fp8_gemm_skinny_sm90.h"
+#include "backend/cuda/sm90_ptx.cuh"
+#include "common/check.h"
+
+namespace ds::cuda {
+namespace {
+
+using sm90::BarArrive;
+using sm90::BarExpectTx;
+using sm90::BarInit;
+using sm90::BarTryWait;
+using sm90::Desc;
+using sm90::FenceProxyAsync;
+using sm90::NamedBarSync;
+using sm90::PackBf16;
+using sm90::SmemAddr;
+using sm90::WgCommit;
+using sm90::WgFence;
+using sm90::WgWait;
+
+constexpr int kBM = 128, kBN = 128, kBK = 128;  // tile rows, columns; K block (bytes = e4m3 elements)
+constexpr int kMaxKb = 4;                       // K <= 512
+constexpr int kStages = 8;
+constexpr int kThreads = 384;
+constexpr uint32_t kBoxBytes = kBM * kBK;       // 16 KB: an A box or a B stage
+constexpr uint32_t kStageOff = kMaxKb * kBoxBytes;
+constexpr uint32_t kStagingOff = kStageOff + kStages * kBoxBytes;
+constexpr uint32_t kStagingBytes = 64 * 128;    // [64 rows x 64 bf16] = 8 KB
+constexpr uint32_t kBarOff = kStagingOff + 4 * kStagingBytes;
+constexpr uint32_t kSmemBytes = kBarOff + 256 + 1024;  // barriers, and slack for the 1024-byte alignment
+
+struct PanelArgs {
+  const float* x_scales;  // [K/128, Mp]
+  const float* w_scales;  // [K/128, N/128]
+  int Mp, N, kb, n_tiles, panels, tiles;
+  int parts;  // > 0: CTA c holds panel c % panels and column tiles [part n_tiles / parts, ...), part = c / panels
+};
+
+__device__ __forceinline__ void Wait(uint32_t bar, uint32_t parity) {
+  while (!BarTryWait(bar, parity)) {
+  }
+}
+__device__ __forceinline__ void TmaLoad(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void TmaStore(const CUtensorMap* map, int c0, int c1, uint32_t src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void BulkWaitRead() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+template <int kRegs>
+__device__ __forceinline__ void RegDealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void RegAlloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+// d[64 x 128] (+)= A[64 x 32] (smem, K-major) * B[32 x 128] (smem, K-major), e4m3 in, fp32 out;
+// scale_d 0 overwrites d.
+__device__ __forceinline__ void WgmmaE4m3(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// d[64 x 144] (+)= A[64 x 32] (smem, K-major) * B[32 x 144] (smem, K-major), e4m3 in, fp32 out;
+// scale_d 0 overwrites d.
+__device__ __forceinline__ void WgmmaE4m3N144(float (&d)[72], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71"
+      "}, %72, %73, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// The wgmma sums of one K block over the four k32 steps: A from the panel box kb (this
+// warpgroup's 64 rows at a_half), B from stage `stage`.
+__device__ __forceinline__ void MmaKBlock(float (&d)[64], uint32_t a_box, uint32_t b_box) {
+#pragma unroll
+  for (int ks = 0; ks < kBK / 32; ++ks) WgmmaE4m3(d, Desc(a_box + ks * 32, 16, 1024), Desc(b_box + ks * 32, 16, 1024), ks);
+}
+
+// out += d x (scale of row r0, scale of row r0 + 8) x the weight block's scale.
+__device__ __forceinline__ void Promote(float (&out)[64], const float (&d)[64], float s0, float s1) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    out[4 * i + 0] = fmaf(d[4 * i + 0], s0, out[4 * i + 0]);
+    out[4 * i + 1] = fmaf(d[4 * i + 1], s0, out[4 * i + 1]);
+    out[4 * i + 2] = fmaf(d[4 * i + 2], s1, out[4 * i + 2]);
+    out[4 * i + 3] = fmaf(d[4 * i + 3], s1, out[4 * i + 3]);
+  }
+}
+
+// The CTA's tiles as a range [begin, end) of a linear index u and its map to (panel, column tile).
+// With parts > 0 (panels <= SMs), CTA c holds one panel, c % panels, and a contiguous part of its
+// column tiles: the CTAs of one part sweep the same weight tiles in step, so each weight tile
+// comes from DRAM about once and from L2 for the other panels. Otherwise a contiguous, balanced
+// range of the panel-major tile order (a panel reload where the range crosses panels).
+struct TileSeq {
+  int begin, end, panel;  // panel >= 0: fixed
+  int n_tiles;
+  __device__ __forceinline__ TileSeq(const PanelArgs& a) : n_tiles(a.n_tiles) {
+    if (a.parts > 0) {
+      const int part = blockIdx.x / a.panels;
+      panel = blockIdx.x % a.panels;
+      begin = static_cast<int>(static_cast<int64_t>(a.n_tiles) * part / a.parts);
+      end = static_cast<int>(static_cast<int64_t>(a.n_tiles) * (part + 1) / a.parts);
+    } else {
+      panel = -1;
+      begin = static_cast<int>(static_cast<int64_t>(a.tiles) * blockIdx.x / gridDim.x);
+      end = static_cast<int>(static_cast<int64_t>(a.tiles) * (blockIdx.x + 1) / gridDim.x);
+    }
+  }
+  __device__ __forceinline__ int Panel(int u) const { return panel >= 0 ? panel : u / n_tiles; }
+  __device__ __forceinline__ int Col(int u) const { return panel >= 0 ? u : u % n_tiles; }
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    Fp8GemmPanelKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                       const __grid_constant__ CUtensorMap map_y, const PanelArgs args) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
+  uint8_t* const smem = smem_raw + (base - SmemAddr(smem_raw));
+  const uint32_t bar_full = base + kBarOff, bar_empty = bar_full + 8 * kStages;
+  const uint32_t bar_a_full = bar_empty + 8 * kStages, bar_a_empty = bar_a_full + 8;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      BarInit(bar_full + 8 * s, 1);
+      BarInit(bar_empty + 8 * s, 8);  // lane 0 of each of the 8 consumer warps
+    }
+    BarInit(bar_a_full, 1);
+    BarInit(bar_a_empty, 8);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const TileSeq seq(args);
+  const int kb_n = args.kb;
+
+  if (wg == 0) {  // ------------------------------------------------ producer
+    RegDealloc<24>();
+    if (tid != 0) return;
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
+    int stage = 0;
+    uint32_t phase = 0;
+    int panel_loaded = -1, a_loads = 0;
+    for (int t = seq.begin; t < seq.end; ++t) {
+      const int panel = seq.Panel(t), j = seq.Col(t);
+      if (panel != panel_loaded) {
+        // The consumers release the previous panel after their last MMA on it.
+        if (a_loads > 0) Wait(bar_a_empty, (a_loads - 1) & 1);
+        BarExpectTx(bar_a_full, kBoxBytes * kb_n);
+        for (int kb = 0; kb < kb_n; ++kb) TmaLoad(base + kb * kBoxBytes, &map_a, kb * kBK, panel * kBM, bar_a_full);
+        panel_loaded = panel;
+        ++a_loads;
+      }
+      for (int kb = 0; kb < kb_n; ++kb) {
+        Wait(bar_empty + 8 * stage, phase ^ 1);
+        BarExpectTx(bar_full + 8 * stage, kBoxBytes);
+        TmaLoad(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
+        if (++stage == kStages) { stage = 0; phase ^= 1; }
+      }
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------------ consumers
+  RegAlloc<240>();
+  const int half = wg - 1;  // rows [64 half, 64 half + 64) of the tile
+  const int warp = tid / 32, lane = tid % 32;
+  const int row0 = half * 64 + warp * 16 + lane / 4;  // and row0 + 8
+  const uint32_t a_half = base + half * (kBoxBytes / 2);
+  const uint32_t staging = base + kStagingOff + half * 2 * kStagingBytes;
+  uint8_t* const staging_ptr = smem + kStagingOff + half * 2 * kStagingBytes;
+  float sa0[kMaxKb], sa1[kMaxKb];
+  int stage = 0;
+  uint32_t phase = 0;
+  int panel_cur = -1, a_waits = 0;
+  for (int t = seq.begin; t < seq.end; ++t) {
+    const int panel = seq.Panel(t), j = seq.Col(t);
+    float sb[kMaxKb];
+#pragma unroll
+    for (int kb = 0; kb < kMaxKb; ++kb) sb[kb] = kb < kb_n ? __ldg(args.w_scales + kb * (args.N / kBN) + j) : 0.f;
+    if (panel != panel_cur) {
+      const int r0 = panel * kBM + row0, r1 = r0 + 8;
+#pragma unroll
+      for (int kb = 0; kb < kMaxKb; ++kb) {
+        sa0[kb] = kb < kb_n && r0 < args.Mp ? __ldg(args.x_scales + static_cast<int64_t>(kb) * args.Mp + r0) : 0.f;
+        sa1[kb] = kb < kb_n && r1 < args.Mp ? __ldg(args.x_scales + static_cast<int64_t>(kb) * args.Mp + r1) : 0.f;
+      }
+      Wait(bar_a_full, a_waits & 1);
+      ++a_waits;
+      panel_cur = panel;
+    }
+    float out[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) out[i] = 0.f;
+    float acc[64];
+    // Each K block: its wgmma sums, then their promotion; the other consumer warpgroup's wgmma
+    // runs on the tensor cores meanwhile.
+    for (int kb = 0; kb < kb_n; ++kb) {
+      Wait(bar_full + 8 * stage, phase);
+      WgFence();
+      MmaKBlock(acc, a_half + kb * kBoxBytes, base + kStageOff + stage * kBoxBytes);
+      WgCommit();
+      WgWait<0>();
+      sm90::FenceRegs(acc);
+      if (lane == 0) BarArrive(bar_empty + 8 * stage);
+      const float s_w = kb == 0 ? sb[0] : kb == 1 ? sb[1] : kb == 2 ? sb[2] : sb[3];
+      const float s0 = (kb == 0 ? sa0[0] : kb == 1 ? sa0[1] : kb == 2 ? sa0[2] : sa0[3]) * s_w;
+      const float s1 = (kb == 0 ? sa1[0] : kb == 1 ? sa1[1] : kb == 2 ? sa1[2] : sa1[3]) * s_w;
+      Promote(out, acc, s0, s1);
+      if (++stage == kStages) { stage = 0; phase ^= 1; }
+    }
+    // The panel's last tile: the A boxes may be overwritten once every consumer warp is here.
+    const bool last_of_panel = t + 1 == seq.end || seq.Panel(t + 1) != panel;
+    if (last_of_panel && lane == 0) BarArrive(bar_a_empty);
+
+    // Epilogue: the previous tile's store must have read the staging buffer.
+    if (tid == 0) BulkWaitRead();
+    NamedBarSync(1 + half, 128);
+    const int r_loc = warp * 16 + lane / 4;  // row within this warpgroup's 64, and + 8
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int col = 8 * i + 2 * (lane % 4);  // 0..127
+      const int box = col / 64, c = col % 64;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r_loc + 8 * h;
+        const uint32_t off = box * kStagingBytes + r * 128 + ((((c / 8) ^ (r % 8)) * 16) | ((c % 8) * 2));
+        *reinterpret_cast<uint32_t*>(staging_ptr + off) = PackBf16(out[4 * i + 2 * h], out[4 * i + 2 * h + 1]);
+      }
+    }
+    FenceProxyAsync();
+    NamedBarSync(1 + half, 128);
+    if (tid == 0) {
+      const int row = panel * kBM + half * 64;
+      TmaStore(&map_y, j * kBN, row, staging);
+      TmaStore(&map_y, j * kBN + 64, row, staging + kStagingBytes);
+      BulkCommit();
+    }
+  }
+  if (tid == 0) BulkWaitAll();
+}
+
+// ---------------------------------------------------------------- the 128 x 144 tile form
+constexpr int kT144N = 144;
+constexpr int kT144Stages = 6;
+constexpr uint32_t kT144BBytes = kT144N * kBK;                    // 18 KB
+constexpr uint32_t kT144StageBytes = kBoxBytes + kT144BBytes;     // 34 KB (a multiple of 1024)
+constexpr uint32_t kT144BarOff = kT144Stages * kT144StageBytes;
+constexpr uint32_t kT144SmemBytes = kT144BarOff + 128 + 1024;
+
+struct Tile144Args {
+  const float* x_scales;  // [K/128, Mp]
+  const float* w_scales;  // [K/128, ceil(N/128)]
+  __nv_bfloat16* y;
+  int64_t ldy;
+  int Mp, kb, nb, m_tiles, n_tiles;
+};
+
+__global__ void __launch_bounds__(kThreads, 1)
+    Fp8GemmTile144Kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                         const Tile144Args args) {
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t bar_full = base + kT144BarOff, bar_empty = bar_full + 8 * kT144Stages;
+  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kT144Stages; ++s) {
+      BarInit(bar_full + 8 * s, 1);
+      BarInit(bar_empty + 8 * s, 8);  // lane 0 of each of the 8 consumer warps
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int tiles = args.m_tiles * args.n_tiles, kb_n = args.kb;
+
+  if (wg == 0) {  // ------------------------------------------------ producer
+    RegDealloc<24>();
+    if (tid != 0) return;
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const int mt = t / args.n_tiles, j = t % args.n_tiles;
+      for (int kb = 0; kb < kb_n; ++kb) {
+        Wait(bar_empty + 8 * stage, phase ^ 1);
+        const uint32_t st = base + stage * kT144StageBytes;
+        BarExpectTx(bar_full + 8 * stage, kT144StageBytes);
+        TmaLoad(st, &map_a, kb * kBK, mt * kBM, bar_full + 8 * stage);
+        TmaLoad(st + kBoxBytes, &map_b, kb * kBK, j * kT144N, bar_full + 8 * stage);
+        if (++stage == kT144Stages) { stage = 0; phase ^= 1; }
+      }
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------------ consumers
+  RegAlloc<240>();
+  const int half = wg - 1;
+  const int warp = tid / 32, lane = tid % 32;
+  const int row_in_tile = half * 64 + warp * 16 + lane / 4;  // and + 8
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int mt = t / args.n_tiles, j = t % args.n_tiles;
+    const int r0 = mt * kBM + row_in_tile, r1 = r0 + 8;
+    // The tile's columns [144 j, 144 j + 144) meet weight scale blocks blk_lo and blk_lo + 1;
+    // fragment i (columns 8 i ..) takes blk_lo's scale while 144 j + 8 i < boundary.
+    const int col0 = j * kT144N, blk_lo = col0 / 128;
+    const int boundary = (blk_lo + 1) * 128 - col0;  // first tile column of block blk_lo + 1
+    const bool has_hi = blk_lo + 1 < args.nb;
+    float out[72];
+#pragma unroll
+    for (int i = 0; i < 72; ++i) out[i] = 0.f;
+    float acc[72];
+    // Scales of K block 0, then each block's loads one block ahead.
+    const auto load_scales = [&](int kb, float& a0, float& a1, float& w_lo, float& w_hi) {
+      a0 = r0 < args.Mp ? __ldg(args.x_scales + static_cast<int64_t>(kb) * args.Mp + r0) : 0.f;
+      a1 = r1 < args.Mp ? __ldg(args.x_scales + static_cast<int64_t>(kb) * args.Mp + r1) : 0.f;
+      w_lo = __ldg(args.w_scales + static_cast<int64_t>(kb) * args.nb + blk_lo);
+      w_hi = has_hi ? __ldg(args.w_scales + static_cast<int64_t>(kb) * args.nb + blk_lo + 1) : 0.f;
+    };
+    float a0, a1, w_lo, w_hi;
+    load_scales(0, a0, a1, w_lo, w_hi);
+    for (int kb = 0; kb < kb_n; ++kb) {
+      float na0 = 0.f, na1 = 0.f, nw_lo = 0.f, nw_hi = 0.f;
+      if (kb + 1 < kb_n) load_scales(kb + 1, na0, na1, nw_lo, nw_hi);
+      Wait(bar_full + 8 * stage, phase);
+      const uint32_t st = base + stage * kT144StageBytes;
+      const uint32_t a_box = st + half * (kBoxBytes / 2), b_box = st + kBoxBytes;
+      WgFence();
+#pragma unroll
+      for (int ks = 0; ks < kBK / 32; ++ks)
+        WgmmaE4m3N144(acc, Desc(a_box + ks * 32, 16, 1024), Desc(b_box + ks * 32, 16, 1024), ks);
+      WgCommit();
+      WgWait<0>();
+      sm90::FenceRegs(acc);
+      if (lane == 0) BarArrive(bar_empty + 8 * stage);
+      const float lo0 = a0 * w_lo, lo1 = a1 * w_lo, hi0 = a0 * w_hi, hi1 = a1 * w_hi;
+#pragma unroll
+      for (int i = 0; i < 18; ++i) {
+        const bool lo = 8 * i < boundary;
+        const float s0 = lo ? lo0 : hi0, s1 = lo ? lo1 : hi1;
+        out[4 * i + 0] = fmaf(acc[4 * i + 0], s0, out[4 * i + 0]);
+        out[4 * i + 1] = fmaf(acc[4 * i + 1], s0, out[4 * i + 1]);
+        out[4 * i + 2] = fmaf(acc[4 * i + 2], s1, out[4 * i + 2]);
+        out[4 * i + 3] = fmaf(acc[4 * i + 3], s1, out[4 * i + 3]);
+      }
+      a0 = na0; a1 = na1; w_lo = nw_lo; w_hi = nw_hi;
+      if (++stage == kT144Stages) { stage = 0; phase ^= 1; }
+    }
+    // bf16 pairs straight from the fragment (the output is small next to the K loop).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = h == 0 ? r0 : r1;
+      if (r >= args.Mp) continue;
+      uint32_t* row = reinterpret_cast<uint32_t*>(args.y + static_cast<int64_t>(r) * args.ldy + col0 + 2 * (lane % 4));
+#pragma unroll
+      for (int i = 0; i < 18; ++i) row[4 * i] = PackBf16(out[4 * i + 2 * h], out[4 * i + 2 * h + 1]);
+    }
+  }
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 EncodeFn() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    DS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q));
+    DS_CHECK(q == cudaDriverEntryPointSuccess && ptr != nullptr) << "Fp8GemmWgmmaSm90: cuTensorMapEncodeTiled not in the driver";
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+// A 2-d row-major tensor [rows, cols] of elem_bytes-sized elements, leading dimension ld
+// elements, boxes of box_rows x box_cols, 128-byte swizzle.
+CUtensorMap Map2d(const void* ptr, CUtensorMapDataType type, int elem_bytes, int64_t rows, int64_t cols, int64_t ld,
+                  int box_rows, int box_cols) {
+  CUtensorMap map{};
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * elem_bytes};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = EncodeFn()(&map, type, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+                                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  DS_CHECK(r == CUDA_SUCCESS) << "Fp8GemmWgmmaSm90: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ")";
+  return map;
+}
+
+}  // namespace
+
+bool Fp8GemmWgmmaSm90Available() { return CurrentDeviceProps().sm90; }
+
+std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
+  const GemmFp8Params& g = p.g;
+  std::ostringstream why;
+  if (!CurrentDeviceProps().sm90) why << "device is not sm_90; ";
+  if (g.M < 1 || g.N <= 0 || g.K <= 0 || Fp8PaddedM(g.M) > INT32_MAX || g.N > INT32_MAX || g.K > INT32_MAX)
+    why << "M, N, K outside [1, 2^31); ";
+  if (p.form == Fp8GemmWgmmaForm::kPanel) {
+    if (g.K > kMaxKb * kBK) why << "K > 512 (the activation panel is held in shared memory); ";
+    if (g.N % kBN != 0) why << "N % 128 != 0; ";
+  } else if (p.form == Fp8GemmWgmmaForm::kTile144) {
+    if (g.N % kT144N != 0) why << "N % 144 != 0; ";
+  } else {
+    why << "form " << static_cast<int>(p.form) << "; ";
+  }
+  why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
+  return why.str();
+}
+
+void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
+  const std::string why = Fp8GemmWgmmaSm90Unsupported(p);
+  DS_CHECK(why.empty()) << "Fp8GemmWgmmaSm90: unsupported: " << why;
+  const GemmFp8Params& g = p.g;
+  const int64_t Mp = Fp8PaddedM(g.M);
+  const int m_tiles = static_cast<int>((Mp + kBM - 1) / kBM);
+  const CUtensorMap map_a = Map2d(g.xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, Mp, g.K, g.ldx, kBM, kBK);
+  const int sms = CurrentDeviceProps().sms;
+  if (p.form == Fp8GemmWgmmaForm::kTile144) {
+    const int n_tiles = static_cast<int>(g.N / kT144N);
+    const int64_t tiles = static_cast<int64_t>(m_tiles) * n_tiles;
+    DS_CHECK(tiles < (int64_t{1} << 31)) << "Fp8GemmWgmmaSm90: too many tiles";
+    const CUtensorMap map_b = Map2d(g.wq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.N, g.K, g.ldw, kT144N, kBK);
+    Tile144Args args{};
+    args.x_scales = g.x_scales;
+    args.w_scales = p.w_scales_mn;
+    args.y = static_cast<__nv_bfloat16*>(g.y);
+    args.ldy = g.ldy;
+    args.Mp = static_cast<int>(Mp);
+    args.kb = static_cast<int>(g.K / kBK);
+    args.nb = static_cast<int>((g.N + 127) / 128);
+    args.m_tiles = m_tiles;
+    args.n_tiles = n_tiles;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(Fp8GemmTile144Kernel), static_cast<int>(kT144SmemBytes));
+    const int grid = static_cast<int>(std::min<int64_t>(tiles, sms));
+    Fp8GemmTile144Kernel<<<grid, kThreads, kT144SmemBytes, g.stream>>>(map_a, map_b, args);
+    DS_CUDA_CHECK_LAUNCH("Fp8GemmTile144Kernel");
+    return;
+  }
+  const int n_tiles = static_cast<int>(g.N / kBN);
+  const int64_t tiles = static_cast<int64_t>(m_tiles) * n_tiles;
+  DS_CHECK(tiles < (int64_t{1} << 31)) << "Fp8GemmWgmmaSm90: too many tiles";
+  const CUtensorMap map_b = Map2d(g.wq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.N, g.K, g.ldw, kBN, kBK);
+  const CUtensorMap map_y = Map2d(g.y, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, Mp, g.N, g.ldy, 64, 64);
+  PanelArgs args{};
+  args.x_scales = g.x_scales;
+  args.w_scales = p.w_scales_mn;
+  args.Mp = static_cast<int>(Mp);
+  args.N = static_cast<int>(g.N);
+  args.kb = static_cast<int>(g.K / kBK);
+  args.n_tiles = n_tiles;
+  args.panels = m_tiles;
+  args.tiles = static_cast<int>(tiles);
+  // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
+  args.parts = m_tiles <= sms ? std::min(sms / m_tiles, n_tiles) : 0;
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(Fp8GemmPanelKernel), static_cast<int>(kSmemBytes));
+  const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));
+  Fp8GemmPanelKernel<<<grid, kThreads, kSmemBytes, g.stream>>>(map_a, map_b, map_y, args);
+  DS_CUDA_CHECK_LAUNCH("Fp8GemmPanelKernel");
+}
+
+}  // namespace ds::cuda

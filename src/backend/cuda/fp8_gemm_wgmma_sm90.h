@@ -1,0 +1,59 @@
+// FP8 block-scaled dense GEMM on Hopper (sm_90a), our own wgmma kernels for the two DeepSeek-V3
+// projections whose shapes the library kernels (cuBLASLt, our CUTLASS configurations) leave below
+// 85% of the fp8 ceiling at prefill sizes (bench/results/KERNELS_RUNS.md, session 15):
+// GemmFp8's contract (gemm.h), y[M, N] = x[M, K] @ w[N, K]^T with DeepSeek-V3's block scales
+// (tech report section 3.3.2: 1x128 activation groups, 128x128 weight blocks, each 128-wide K
+// block's wgmma sums promoted to fp32 with both scales).
+//
+// Forms (Fp8GemmWgmmaForm), both persistent (a CTA a SM) with warpgroup 0 as the producer (one
+// thread issues the TMA loads into a ring of stages) and warpgroups 1 and 2 each owning 64 rows of
+// a 128-row tile (wgmma m64nNk32 on e4m3 a K block, its sums promoted with both scales while the
+// other warpgroup's wgmma runs):
+//   - kPanel, for K <= 512 (kv_b_proj: K = kv_lora_rank = 512, N = heads x 256). Each 128 x 128
+//     tile holds only four K blocks, and library kernels reload both operands for every tile and
+//     stall on its 32 KB store. Here a CTA takes a contiguous range of tiles in row-panel-major
+//     order and keeps the 128 x K activation panel (<= 64 KB) in shared memory while it sweeps
+//     the panel's column tiles, so only the weight tiles stream (16 KB a K block, 8 stages). The
+//     bf16 rows go through a 128-byte-swizzled staging buffer into an asynchronous TMA store,
+//     so the next tile's loads and MMAs run under the store.
+//   - kTile144, for N % 144 == 0 (kv_a_proj_with_mqa: N = 576 = 4 x 144, K = 7168). 128 x 144
+//     tiles, both operands streamed (34 KB a K block, 6 stages): at M = 4096 that is 32 x 4 = 128
+//     tiles, one wave on 132 SMs, where 128-column tiles make 1.2 waves. A tile straddles the
+//     128-column weight scale blocks; each 8-column fragment takes its own block's scale. The
+//     bf16 output is stored from registers.
+//
+// Operands as GemmFp8Params: xq [Mp, K] e4m3 (ldx), x_scales group-major [K/128, Mp]
+// (Mp = Fp8PaddedM(M)); wq [N, K] e4m3 (ldw); y [Mp, N] bf16 (ldy). Weight scales transposed,
+// w_scales_mn [K/128, ceil(N/128)] (Fp8TransposeWeightScales, fp8_gemm_skinny_sm90.h). Rows of y
+// in [M, Mp) are written like the others (from the padded activation rows), as GemmFp8 does.
+// Limits (Fp8GemmWgmmaSm90Unsupported): sm_90 device, K % 128 == 0, ldx, ldw % 16 == 0, ldy % 8
+// == 0, 16-byte aligned pointers (the scales too), bf16 output, dimensions below 2^31; kPanel:
+// K <= 512, N % 128 == 0; kTile144: N % 144 == 0. Errors: CheckError.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "backend/cuda/gemm.h"
+
+namespace ds::cuda {
+
+enum class Fp8GemmWgmmaForm : int {
+  kPanel = 0,    // K <= 512: the activation panel held in shared memory, 128 x 128 tiles
+  kTile144 = 1,  // N % 144 == 0: 128 x 144 tiles, both operands streamed
+};
+
+struct Fp8GemmWgmmaSm90Params {
+  GemmFp8Params g;                     // xq, x_scales, wq, y, M, N, K, strides, stream (w_scales unused)
+  const float* w_scales_mn = nullptr;  // [K/128, ceil(N/128)] fp32
+  Fp8GemmWgmmaForm form = Fp8GemmWgmmaForm::kPanel;
+};
+
+// True on an sm_90 device (the kernels need no library headers).
+bool Fp8GemmWgmmaSm90Available();
+// Empty when Fp8GemmWgmmaSm90 takes these params, else why not.
+std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p);
+void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p);
+
+}  // namespace ds::cuda

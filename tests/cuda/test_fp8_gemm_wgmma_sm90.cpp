@@ -1,0 +1,93 @@
+// Fp8GemmWgmmaSm90 (our FP8 block-scaled wgmma GEMMs, GemmFp8's orientation: the panel form for
+// K <= 512 and the 128 x 144 tile form) vs the CPU GEMM on dequantised operands, and vs cuBLASLt's
+// GemmFp8 on the same codes at DeepSeek-V3's kv_b_proj and kv_a_proj_with_mqa shapes (M = 4096).
+#include "backend/cuda/fp8_gemm_wgmma_sm90.h"
+
+#include <utility>
+
+#include "fp8_gemm_test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+using fp8::Operands;
+using fp8::Shape;
+
+std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form) {
+  Dev<__nv_bfloat16> dy(o.Mp * o.ldn);
+  Fp8GemmWgmmaSm90Params p{};
+  p.g = o.G(dy.get());
+  p.w_scales_mn = o.dws_mn->get();
+  p.form = form;
+  const std::string why = Fp8GemmWgmmaSm90Unsupported(p);
+  EXPECT_TRUE(why.empty()) << o.s.name << ": " << why;
+  Fp8GemmWgmmaSm90(p);
+  DS_CUDA_CHECK(cudaDeviceSynchronize());
+  return fp8::RowsOf(o, FromBf16(dy.Download()));
+}
+
+// K of 1-4 blocks; M not a multiple of the 128-row panel (and Mp = M rounded to 16); padded
+// leading dimensions holding NaN codes; M 1000 x N 4096 (8 panels in 16 column parts each); and
+// more panels than SMs (M 17000: 133 panels), where CTAs take contiguous tile ranges and the
+// range that crosses a panel reloads it.
+TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
+  if (!Fp8GemmWgmmaSm90Available()) GTEST_SKIP() << "needs an sm_90 device";
+  const Shape shapes[] = {{256, 2048, 512, "kv_b_like_M256"}, {130, 256, 512, "M130_two_panels"},
+                          {64, 384, 128, "K128"},            {200, 512, 384, "K384"},
+                          {100, 256, 256, "padded_ld_M100", 32}, {1000, 4096, 512, "M1000_N4096_parts"},
+                          {1, 128, 512, "M1"}, {17000, 128, 128, "M17000_panel_reloads"}};
+  for (const auto& s : shapes) {
+    Operands o(s);
+    ExpectClose("fp8_gemm_wgmma_sm90_panel", s.name, RunForm(o, Fp8GemmWgmmaForm::kPanel), o.Reference(), 5e-3);
+  }
+}
+
+// 144-column tiles: kv_a's N (576, tiles straddling the 128-column scale blocks, the last tile
+// ending on block 4's half); one tile (N 144: two blocks); M not a multiple of 128; padded
+// leading dimensions; more tiles than SMs (M 2000 x N 1440: 16 x 10), so CTAs loop.
+TEST(CudaFp8GemmWgmmaSm90, Tile144MatchesCpu) {
+  if (!Fp8GemmWgmmaSm90Available()) GTEST_SKIP() << "needs an sm_90 device";
+  const Shape shapes[] = {{200, 576, 7168, "kv_a_M200"}, {130, 288, 1024, "N288_M130"}, {64, 144, 256, "N144"},
+                          {100, 432, 512, "padded_ld_M100", 32}, {2000, 1440, 256, "M2000_N1440_loops"},
+                          {1, 576, 1024, "M1"}};
+  for (const auto& s : shapes) {
+    Operands o(s);
+    ExpectClose("fp8_gemm_wgmma_sm90_tile144", s.name, RunForm(o, Fp8GemmWgmmaForm::kTile144), o.Reference(), 5e-3);
+  }
+}
+
+// At the bench's sizes: against cuBLASLt on the same codes (no CPU reference at 4096 x 32768 x 512
+// or 4096 x 576 x 7168).
+TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
+  if (!Fp8GemmWgmmaSm90Available()) GTEST_SKIP() << "needs an sm_90 device";
+  const std::pair<Shape, Fp8GemmWgmmaForm> cases[] = {{Shape{4096, 32768, 512, "kv_b_M4096"}, Fp8GemmWgmmaForm::kPanel},
+                                                      {Shape{4096, 576, 7168, "kv_a_M4096"}, Fp8GemmWgmmaForm::kTile144}};
+  for (const auto& [s, form] : cases) {
+    if (!GemmFp8Supported(s.M, s.N, s.K, s.K, s.K, s.N, DTypeOut::kBF16)) continue;
+    Operands o(s);
+    Dev<__nv_bfloat16> dy(o.Mp * s.N);
+    GemmFp8(o.G(dy.get()));
+    auto cub = FromBf16(dy.Download());
+    cub.resize(s.M * s.N);
+    ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", s.name, RunForm(o, form), cub, 2e-3);
+  }
+}
+
+TEST(CudaFp8GemmWgmmaSm90, RejectsUnsupported) {
+  Fp8GemmWgmmaSm90Params p{};
+  p.g.M = 16; p.g.N = 256; p.g.K = 640; p.g.ldx = p.g.ldw = 640; p.g.ldy = 256;  // K > 512
+  std::string why = Fp8GemmWgmmaSm90Unsupported(p);
+  EXPECT_NE(why.find("K > 512"), std::string::npos) << why;
+  EXPECT_THROW(Fp8GemmWgmmaSm90(p), CheckError);
+  p.g.K = 512; p.g.ldx = p.g.ldw = 512; p.g.N = 200; p.g.ldy = 200;  // N % 128
+  why = Fp8GemmWgmmaSm90Unsupported(p);
+  EXPECT_NE(why.find("N % 128"), std::string::npos) << why;
+  EXPECT_THROW(Fp8GemmWgmmaSm90(p), CheckError);
+  p.form = Fp8GemmWgmmaForm::kTile144;  // N % 144
+  why = Fp8GemmWgmmaSm90Unsupported(p);
+  EXPECT_NE(why.find("N % 144"), std::string::npos) << why;
+  EXPECT_THROW(Fp8GemmWgmmaSm90(p), CheckError);
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
