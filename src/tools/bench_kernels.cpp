@@ -181,7 +181,7 @@ void Fp8Gemms(Bench& b, const std::vector<int64_t>& Ms) {
 struct Fp8GemmSets {
   int64_t M, N, K, Mp, kb, nb, ld;
   int n = 1;
-  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc, wmn, wmn64, wfine;  // wfine: Fp8ExpandWeightScalesFine
+  std::vector<std::unique_ptr<Buf>> xq, xs, wq, wsc, wmn, wmn64;
   std::unique_ptr<Buf> y;
   Fp8GemmSets(Bench& b, int64_t M_, int64_t N_, int64_t K_, int max_sets)
       : M(M_), N(N_), K(K_), Mp(Fp8PaddedM(M_)), kb((K_ + 127) / 128), nb((N_ + 127) / 128), ld(Fp8WeightScaleLd(K_)) {
@@ -199,8 +199,6 @@ struct Fp8GemmSets {
       FillUniformF32(wsc.back()->as<float>(), nb * ld, b.NextSeed(), 1e-3f, 2e-3f, b.st());
       Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn.back()->as<float>(), b.st());
       Fp8TransposeWeightScales(wsc.back()->as<float>(), ld, N, K, wmn64.back()->as<float>(), b.st(), 64);
-      wfine.push_back(std::make_unique<Buf>(std::max<int64_t>(N / kFp8Sm90FineScaleCols, 1) * kb * 4));
-      if (N % kFp8Sm90FineScaleCols == 0) Fp8ExpandWeightScalesFine(wmn.back()->as<float>(), wfine.back()->as<float>(), N, K, b.st());
     }
     y = std::make_unique<Buf>(Mp * N * 2);
   }
@@ -311,13 +309,11 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
       {Fp8GemmSm90Config::kCoop128StreamK, "coop128_streamk"},
       {Fp8GemmSm90Config::kCoop128Cluster2, "coop128_cluster2"},
       {Fp8GemmSm90Config::kPingpong64, "pingpong64"},
-      {Fp8GemmSm90Config::kCoop128DataParallel, "coop128_dp"},
-      {Fp8GemmSm90Config::kCoop144DataParallel, "coop144_dp"}};
+      {Fp8GemmSm90Config::kCoop128DataParallel, "coop128_dp"}};
   for (const auto& [c, name] : configs) {
     Fp8GemmSm90Params sp{};
     sp.g = params(0);
     sp.w_scales_mn = wmn[0]->as<float>();
-    sp.w_scales_fine = sets.wfine[0]->as<float>();
     sp.config = c;
     const std::string why = Fp8GemmSm90Unsupported(sp);
     if (!why.empty()) { b.skipped.push_back("fp8_large " + shape + " " + name + " (" + why + ")"); continue; }
@@ -327,7 +323,6 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
       Fp8GemmSm90Params q = sp;
       q.g = params(i);
       q.w_scales_mn = wmn[i]->as<float>();
-      q.w_scales_fine = sets.wfine[i]->as<float>();
       q.workspace = ws.as<void>();
       q.workspace_bytes = wsb;
       Fp8GemmSm90(q);

@@ -12,8 +12,7 @@ namespace {
 using fp8::Shape;
 
 const Fp8GemmSm90Config kConfigs[] = {Fp8GemmSm90Config::kCoop128StreamK, Fp8GemmSm90Config::kCoop128Cluster2,
-                                      Fp8GemmSm90Config::kPingpong64, Fp8GemmSm90Config::kCoop128DataParallel,
-                                      Fp8GemmSm90Config::kCoop144DataParallel};
+                                      Fp8GemmSm90Config::kPingpong64, Fp8GemmSm90Config::kCoop128DataParallel};
 
 using fp8::Operands;
 
@@ -23,12 +22,6 @@ std::vector<float> RunConfig(const Operands& o, Fp8GemmSm90Config c) {
   p.g = o.G(dy.get());
   p.w_scales_mn = o.dws_mn->get();
   p.config = c;
-  // The 144-column tiles read the weight scales repeated over finer column groups.
-  Dev<float> fine(((o.s.K + 127) / 128) * (o.s.N / kFp8Sm90FineScaleCols));
-  if (c == Fp8GemmSm90Config::kCoop144DataParallel) {
-    Fp8ExpandWeightScalesFine(o.dws_mn->get(), fine.get(), o.s.N, o.s.K, nullptr);
-    p.w_scales_fine = fine.get();
-  }
   const std::string why = Fp8GemmSm90Unsupported(p);
   EXPECT_TRUE(why.empty()) << o.s.name << ": " << why;
   const size_t bytes = Fp8GemmSm90WorkspaceBytes(o.s.M, o.s.N, o.s.K, c);
@@ -78,15 +71,6 @@ TEST(CudaFp8GemmSm90, RejectsUnsupported) {
   EXPECT_FALSE(why.empty());
   if (Fp8GemmSm90Available()) EXPECT_NE(why.find("K % 128"), std::string::npos) << why;
   EXPECT_THROW(Fp8GemmSm90(p), CheckError);
-  // The 144-column tiles without their fine-grained weight scales.
-  Fp8GemmSm90Params q{};
-  q.g.M = 256; q.g.N = 576; q.g.K = 512; q.g.ldx = q.g.ldw = 512; q.g.ldy = 576;
-  q.config = Fp8GemmSm90Config::kCoop144DataParallel;
-  const std::string why144 = Fp8GemmSm90Unsupported(q);
-  EXPECT_FALSE(why144.empty());
-  if (Fp8GemmSm90Available()) EXPECT_NE(why144.find("w_scales_fine"), std::string::npos) << why144;
-  EXPECT_THROW(Fp8GemmSm90(q), CheckError);
-  EXPECT_THROW(Fp8ExpandWeightScalesFine(nullptr, nullptr, 576, 512, nullptr), CheckError);
 }
 
 }  // namespace

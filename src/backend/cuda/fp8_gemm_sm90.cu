@@ -36,20 +36,16 @@ int CurrentDevice() {
 using LayoutA = cutlass::layout::RowMajor;     // activations [Mp, K]
 using LayoutB = cutlass::layout::ColumnMajor;  // weights [N, K] row-major
 using LayoutD = cutlass::layout::RowMajor;     // y [Mp, N]
-// The scale layouts: 1x128 activation groups; 128x128 weight blocks, or (kCoop144DataParallel)
-// the same scales repeated over kFp8Sm90FineScaleCols columns, since a 144-column tile straddles
-// the blocks.
-template <int kConfig>
-using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kConfig == 4 ? kFp8Sm90FineScaleCols : 128, 128>;
-template <int kConfig>
-using TileOf = std::conditional_t<kConfig == 2, Shape<_64, _128, _128>,
-                                  std::conditional_t<kConfig == 4, Shape<_128, _144, _128>, Shape<_128, _128, _128>>>;
+using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128>;
+using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
 // kConfig: Fp8GemmSm90Config.
 template <int kConfig>
-struct Dense : cutlass_fp8::BlockwiseGemm<TileOf<kConfig>, std::conditional_t<kConfig == 1, Shape<_2, _1, _1>, Shape<_1, _1, _1>>,
-                                          kConfig == 2, LayoutA, decltype(ScaleConfig<kConfig>::deduce_layoutSFA()), LayoutB,
-                                          decltype(ScaleConfig<kConfig>::deduce_layoutSFB()), LayoutD, cutlass::bfloat16_t> {
+struct Dense : cutlass_fp8::BlockwiseGemm<std::conditional_t<kConfig == 2, Shape<_64, _128, _128>, Shape<_128, _128, _128>>,
+                                          std::conditional_t<kConfig == 1, Shape<_2, _1, _1>, Shape<_1, _1, _1>>,
+                                          kConfig == 2, LayoutA, LayoutSFA, LayoutB, LayoutSFB, LayoutD,
+                                          cutlass::bfloat16_t> {
   static constexpr bool kPingpong = kConfig == 2;
   static constexpr bool kStreamK = kConfig == 0 || kConfig == 1;  // (else data-parallel tiles)
 };
@@ -75,9 +71,9 @@ typename Dense<kConfig>::Gemm::Arguments MakeArgs(const Fp8GemmSm90Params& p, in
   args.mainloop.ptr_B = reinterpret_cast<const Element*>(g.wq);
   args.mainloop.dB = sb;
   args.mainloop.ptr_SFA = g.x_scales;
-  args.mainloop.layout_SFA = ScaleConfig<kConfig>::tile_atom_to_shape_SFA(shape);
-  args.mainloop.ptr_SFB = kConfig == 4 ? p.w_scales_fine : p.w_scales_mn;
-  args.mainloop.layout_SFB = ScaleConfig<kConfig>::tile_atom_to_shape_SFB(shape);
+  args.mainloop.layout_SFA = ScaleConfig::tile_atom_to_shape_SFA(shape);
+  args.mainloop.ptr_SFB = p.w_scales_mn;
+  args.mainloop.layout_SFB = ScaleConfig::tile_atom_to_shape_SFB(shape);
   cutlass_fp8::SetOutputAndDevice(args, static_cast<typename S::ElementD*>(g.y), sd, dev);
   if constexpr (!S::kPingpong) {
     using Mode = typename S::Scheduler::DecompositionMode;
@@ -104,34 +100,12 @@ auto Dispatch(const Fp8GemmSm90Params& p, F&& f) {
     case Fp8GemmSm90Config::kCoop128Cluster2: return f(std::integral_constant<int, 1>{});
     case Fp8GemmSm90Config::kPingpong64: return f(std::integral_constant<int, 2>{});
     case Fp8GemmSm90Config::kCoop128DataParallel: return f(std::integral_constant<int, 3>{});
-    case Fp8GemmSm90Config::kCoop144DataParallel: return f(std::integral_constant<int, 4>{});
     default: return f(std::integral_constant<int, 0>{});
   }
 }
 
 }  // namespace
 #endif  // DS_HAVE_CUTLASS
-
-namespace {
-__global__ void ExpandScalesFineKernel(const float* __restrict__ in, float* __restrict__ out, int64_t groups,
-                                       int64_t n128, int64_t total) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= total) return;
-  const int64_t kb = i / groups, j = i % groups;
-  out[i] = in[kb * n128 + j * kFp8Sm90FineScaleCols / 128];
-}
-}  // namespace
-
-void Fp8ExpandWeightScalesFine(const float* w_scales_mn, float* out, int64_t N, int64_t K, cudaStream_t stream) {
-  DS_CHECK(w_scales_mn != nullptr && out != nullptr) << "Fp8ExpandWeightScalesFine: null pointer";
-  DS_CHECK(N > 0 && K > 0 && N % kFp8Sm90FineScaleCols == 0)
-      << "Fp8ExpandWeightScalesFine: N=" << N << " K=" << K << " (N % " << kFp8Sm90FineScaleCols << " == 0)";
-  const int64_t groups = N / kFp8Sm90FineScaleCols, n128 = (N + 127) / 128, total = (K + 127) / 128 * groups;
-  const int threads = 256;
-  ExpandScalesFineKernel<<<static_cast<unsigned>((total + threads - 1) / threads), threads, 0, stream>>>(
-      w_scales_mn, out, groups, n128, total);
-  DS_CUDA_CHECK_LAUNCH("Fp8ExpandWeightScalesFine");
-}
 
 bool Fp8GemmSm90Available() {
 #ifdef DS_HAVE_CUTLASS
@@ -153,10 +127,7 @@ std::string Fp8GemmSm90Unsupported(const Fp8GemmSm90Params& p) {
     why << "M, N, K outside [1, 2^31); ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   const int c = static_cast<int>(p.config);
-  if (c < 0 || c > 4) why << "config " << c << "; ";
-  if (p.config == Fp8GemmSm90Config::kCoop144DataParallel &&
-      (p.w_scales_fine == nullptr || reinterpret_cast<uintptr_t>(p.w_scales_fine) % 16 != 0))
-    why << "kCoop144DataParallel needs w_scales_fine (16-byte aligned); ";
+  if (c < 0 || c > 3) why << "config " << c << "; ";
   return why.str();
 #endif
 }

@@ -90,67 +90,96 @@ __device__ __forceinline__ void RegAlloc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
-// d[64 x 128] (+)= A[64 x 32] (smem, K-major) * B[32 x 128] (smem, K-major), e4m3 in, fp32 out;
+// d[64 x 64] (+)= A[64 x 32] (smem, K-major) * B[32 x 64] (smem, K-major), e4m3 in, fp32 out;
 // scale_d 0 overwrites d.
-__device__ __forceinline__ void WgmmaE4m3(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+__device__ __forceinline__ void WgmmaE4m3(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// d[64 x 72] (+)= A[64 x 32] (smem, K-major) * B[32 x 72] (smem, K-major), e4m3 in, fp32 out;
+// scale_d 0 overwrites d.
+__device__ __forceinline__ void WgmmaE4m3(float (&d)[36], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+      "%32, %33, %34, %35"
+      "}, %36, %37, p, 1, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
-// d[64 x 144] (+)= A[64 x 32] (smem, K-major) * B[32 x 144] (smem, K-major), e4m3 in, fp32 out;
-// scale_d 0 overwrites d.
-__device__ __forceinline__ void WgmmaE4m3N144(float (&d)[72], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-      "%64, %65, %66, %67, %68, %69, %70, %71"
-      "}, %72, %73, p, 1, 1;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
-      : "l"(da), "l"(db), "r"(scale_d));
-}
-
-// The wgmma sums of one K block over the four k32 steps: A from the panel box kb (this
-// warpgroup's 64 rows at a_half), B from stage `stage`.
-__device__ __forceinline__ void MmaKBlock(float (&d)[64], uint32_t a_box, uint32_t b_box) {
+// The wgmma sums of one K block over its four k32 steps for one column half: A (64 rows, K-major,
+// 128-byte rows) at a_box, B (the half's weight rows) at b_box.
+template <int R>
+__device__ __forceinline__ void MmaKBlock(float (&d)[R], uint32_t a_box, uint32_t b_box) {
 #pragma unroll
   for (int ks = 0; ks < kBK / 32; ++ks) WgmmaE4m3(d, Desc(a_box + ks * 32, 16, 1024), Desc(b_box + ks * 32, 16, 1024), ks);
 }
 
-// out += d x (scale of row r0, scale of row r0 + 8) x the weight block's scale.
-__device__ __forceinline__ void Promote(float (&out)[64], const float (&d)[64], float s0, float s1) {
+// K blocks [kb0, kb0 + U) of one consumer warpgroup, the tile's columns in two halves with an
+// accumulator set each (R registers): while the tensor cores run one half's wgmma, the other
+// half's sums are promoted, so the promotion leaves the tensor cores busy. Fully unrolled and
+// drained at the end: with wgmma groups in flight across a loop's back edge, ptxas serialises
+// the wgmmas (C7514). Block kb's scales (load(kb): float4 of row r0's, row r0 + 8's and the
+// weight scales) are loaded a block ahead. Callbacks: wait_full() waits for the next stage's data
+// and moves to it; issue(acc, h) issues half h's wgmma of the current stage (fence, four k32
+// steps, commit); release() frees the oldest stage in use; promote(acc, h, scales) adds half h's
+// sums into the output registers. Order (A, B: halves 0, 1): [B(kb) in flight] issue A(kb + 1);
+// wait<1> -> release kb's stage, promote B(kb); issue B(kb + 1); wait<1> -> promote A(kb + 1).
+template <int U, int R, class WaitFull, class Issue, class Release, class PromoteFn, class Load>
+__device__ __forceinline__ void KChunk(int kb0, float (&a)[R], float (&b)[R], WaitFull& wait_full, Issue& issue,
+                                       Release& release, PromoteFn& promote, Load& load) {
+  float4 sc = load(kb0);
+  wait_full();
+  issue(a, 0);
+  issue(b, 1);
+  WgWait<1>();
+  sm90::FenceRegs(a);
+  promote(a, 0, sc);
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    out[4 * i + 0] = fmaf(d[4 * i + 0], s0, out[4 * i + 0]);
-    out[4 * i + 1] = fmaf(d[4 * i + 1], s0, out[4 * i + 1]);
-    out[4 * i + 2] = fmaf(d[4 * i + 2], s1, out[4 * i + 2]);
-    out[4 * i + 3] = fmaf(d[4 * i + 3], s1, out[4 * i + 3]);
+  for (int u = 1; u < U; ++u) {
+    const float4 next = load(kb0 + u);
+    wait_full();
+    issue(a, 0);
+    WgWait<1>();
+    sm90::FenceRegs(b);
+    release();
+    promote(b, 1, sc);
+    issue(b, 1);
+    WgWait<1>();
+    sm90::FenceRegs(a);
+    promote(a, 0, next);
+    sc = next;
   }
+  WgWait<0>();
+  sm90::FenceRegs(b);
+  release();
+  promote(b, 1, sc);
+}
+
+// The K loop: chunks of U blocks (KChunk), then single blocks.
+template <int U, int R, class WaitFull, class Issue, class Release, class PromoteFn, class Load>
+__device__ __forceinline__ void SplitHalvesKLoop(int kb_n, float (&a)[R], float (&b)[R], WaitFull wait_full, Issue issue,
+                                                 Release release, PromoteFn promote, Load load) {
+  int kb = 0;
+  for (; kb + U <= kb_n; kb += U) KChunk<U>(kb, a, b, wait_full, issue, release, promote, load);
+  for (; kb < kb_n; ++kb) KChunk<1>(kb, a, b, wait_full, issue, release, promote, load);
 }
 
 // The CTA's tiles as a range [begin, end) of a linear index u and its map to (panel, column tile).
@@ -255,26 +284,44 @@ __global__ void __launch_bounds__(kThreads, 1)
       ++a_waits;
       panel_cur = panel;
     }
-    float out[64];
+    // Output columns [0, 64) and [64, 128) of this warpgroup's 64 rows (SplitHalvesKLoop).
+    float out0[32], out1[32], acc0[32], acc1[32];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) out[i] = 0.f;
-    float acc[64];
-    // Each K block: its wgmma sums, then their promotion; the other consumer warpgroup's wgmma
-    // runs on the tensor cores meanwhile.
-    for (int kb = 0; kb < kb_n; ++kb) {
+    for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
+    int kb_issue = 0;  // the K block whose stage `stage` holds
+    const auto wait_full = [&]() {
+      if (kb_issue > 0 && ++stage == kStages) { stage = 0; phase ^= 1; }
       Wait(bar_full + 8 * stage, phase);
+      ++kb_issue;
+    };
+    const auto issue = [&](float (&acc)[32], int h) {
       WgFence();
-      MmaKBlock(acc, a_half + kb * kBoxBytes, base + kStageOff + stage * kBoxBytes);
+      MmaKBlock(acc, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes + h * (kBoxBytes / 2));
       WgCommit();
-      WgWait<0>();
-      sm90::FenceRegs(acc);
-      if (lane == 0) BarArrive(bar_empty + 8 * stage);
-      const float s_w = kb == 0 ? sb[0] : kb == 1 ? sb[1] : kb == 2 ? sb[2] : sb[3];
-      const float s0 = (kb == 0 ? sa0[0] : kb == 1 ? sa0[1] : kb == 2 ? sa0[2] : sa0[3]) * s_w;
-      const float s1 = (kb == 0 ? sa1[0] : kb == 1 ? sa1[1] : kb == 2 ? sa1[2] : sa1[3]) * s_w;
-      Promote(out, acc, s0, s1);
-      if (++stage == kStages) { stage = 0; phase ^= 1; }
-    }
+    };
+    int rel_stage = stage;
+    const auto release = [&]() {
+      if (lane == 0) BarArrive(bar_empty + 8 * rel_stage);
+      if (++rel_stage == kStages) rel_stage = 0;
+    };
+    const auto load = [&](int kb) {
+      const float w = kb == 0 ? sb[0] : kb == 1 ? sb[1] : kb == 2 ? sb[2] : sb[3];
+      const float a0 = kb == 0 ? sa0[0] : kb == 1 ? sa0[1] : kb == 2 ? sa0[2] : sa0[3];
+      const float a1 = kb == 0 ? sa1[0] : kb == 1 ? sa1[1] : kb == 2 ? sa1[2] : sa1[3];
+      return make_float4(a0 * w, a1 * w, 0.f, 0.f);
+    };
+    const auto promote = [&](const float (&acc)[32], int h, const float4& sc) {
+      float (&out)[32] = h == 0 ? out0 : out1;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        out[4 * i + 0] = fmaf(acc[4 * i + 0], sc.x, out[4 * i + 0]);
+        out[4 * i + 1] = fmaf(acc[4 * i + 1], sc.x, out[4 * i + 1]);
+        out[4 * i + 2] = fmaf(acc[4 * i + 2], sc.y, out[4 * i + 2]);
+        out[4 * i + 3] = fmaf(acc[4 * i + 3], sc.y, out[4 * i + 3]);
+      }
+    };
+    SplitHalvesKLoop<kMaxKb>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
+    if (++stage == kStages) { stage = 0; phase ^= 1; }
     // The panel's last tile: the A boxes may be overwritten once every consumer warp is here.
     const bool last_of_panel = t + 1 == seq.end || seq.Panel(t + 1) != panel;
     if (last_of_panel && lane == 0) BarArrive(bar_a_empty);
@@ -284,14 +331,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     NamedBarSync(1 + half, 128);
     const int r_loc = warp * 16 + lane / 4;  // row within this warpgroup's 64, and + 8
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int col = 8 * i + 2 * (lane % 4);  // 0..127
-      const int box = col / 64, c = col % 64;
+    for (int box = 0; box < 2; ++box) {  // column half = staging box
+      const float (&out)[32] = box == 0 ? out0 : out1;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = r_loc + 8 * h;
-        const uint32_t off = box * kStagingBytes + r * 128 + ((((c / 8) ^ (r % 8)) * 16) | ((c % 8) * 2));
-        *reinterpret_cast<uint32_t*>(staging_ptr + off) = PackBf16(out[4 * i + 2 * h], out[4 * i + 2 * h + 1]);
+      for (int i = 0; i < 8; ++i) {
+        const int c = 8 * i + 2 * (lane % 4);  // column within the box
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = r_loc + 8 * h;
+          const uint32_t off = box * kStagingBytes + r * 128 + ((((c / 8) ^ (r % 8)) * 16) | ((c % 8) * 2));
+          *reinterpret_cast<uint32_t*>(staging_ptr + off) = PackBf16(out[4 * i + 2 * h], out[4 * i + 2 * h + 1]);
+        }
       }
     }
     FenceProxyAsync();
@@ -375,46 +425,51 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int col0 = j * kT144N, blk_lo = col0 / 128;
     const int boundary = (blk_lo + 1) * 128 - col0;  // first tile column of block blk_lo + 1
     const bool has_hi = blk_lo + 1 < args.nb;
-    float out[72];
+    // Output columns [0, 72) and [72, 144) of this warpgroup's 64 rows (SplitHalvesKLoop).
+    float out0[36], out1[36], acc0[36], acc1[36];
 #pragma unroll
-    for (int i = 0; i < 72; ++i) out[i] = 0.f;
-    float acc[72];
-    // Scales of K block 0, then each block's loads one block ahead.
-    const auto load_scales = [&](int kb, float& a0, float& a1, float& w_lo, float& w_hi) {
-      a0 = r0 < args.Mp ? __ldg(args.x_scales + static_cast<int64_t>(kb) * args.Mp + r0) : 0.f;
-      a1 = r1 < args.Mp ? __ldg(args.x_scales + static_cast<int64_t>(kb) * args.Mp + r1) : 0.f;
-      w_lo = __ldg(args.w_scales + static_cast<int64_t>(kb) * args.nb + blk_lo);
-      w_hi = has_hi ? __ldg(args.w_scales + static_cast<int64_t>(kb) * args.nb + blk_lo + 1) : 0.f;
-    };
-    float a0, a1, w_lo, w_hi;
-    load_scales(0, a0, a1, w_lo, w_hi);
-    for (int kb = 0; kb < kb_n; ++kb) {
-      float na0 = 0.f, na1 = 0.f, nw_lo = 0.f, nw_hi = 0.f;
-      if (kb + 1 < kb_n) load_scales(kb + 1, na0, na1, nw_lo, nw_hi);
+    for (int i = 0; i < 36; ++i) out0[i] = out1[i] = 0.f;
+    bool first = true;
+    const auto wait_full = [&]() {
+      if (!first && ++stage == kT144Stages) { stage = 0; phase ^= 1; }
+      first = false;
       Wait(bar_full + 8 * stage, phase);
+    };
+    const auto issue = [&](float (&acc)[36], int h) {
       const uint32_t st = base + stage * kT144StageBytes;
-      const uint32_t a_box = st + half * (kBoxBytes / 2), b_box = st + kBoxBytes;
       WgFence();
-#pragma unroll
-      for (int ks = 0; ks < kBK / 32; ++ks)
-        WgmmaE4m3N144(acc, Desc(a_box + ks * 32, 16, 1024), Desc(b_box + ks * 32, 16, 1024), ks);
+      // B rows [72 h, 72 h + 72): 9 swizzle atoms of 8 rows in.
+      MmaKBlock(acc, st + half * (kBoxBytes / 2), st + kBoxBytes + h * (kT144BBytes / 2));
       WgCommit();
-      WgWait<0>();
-      sm90::FenceRegs(acc);
-      if (lane == 0) BarArrive(bar_empty + 8 * stage);
-      const float lo0 = a0 * w_lo, lo1 = a1 * w_lo, hi0 = a0 * w_hi, hi1 = a1 * w_hi;
+    };
+    int rel_stage = stage;
+    const auto release = [&]() {
+      if (lane == 0) BarArrive(bar_empty + 8 * rel_stage);
+      if (++rel_stage == kT144Stages) rel_stage = 0;
+    };
+    const auto load = [&](int kb) {
+      float4 v;
+      v.x = r0 < args.Mp ? __ldg(args.x_scales + static_cast<int64_t>(kb) * args.Mp + r0) : 0.f;
+      v.y = r1 < args.Mp ? __ldg(args.x_scales + static_cast<int64_t>(kb) * args.Mp + r1) : 0.f;
+      v.z = __ldg(args.w_scales + static_cast<int64_t>(kb) * args.nb + blk_lo);
+      v.w = has_hi ? __ldg(args.w_scales + static_cast<int64_t>(kb) * args.nb + blk_lo + 1) : 0.f;
+      return v;
+    };
+    const auto promote = [&](const float (&acc)[36], int h, const float4& sc) {
+      float (&out)[36] = h == 0 ? out0 : out1;
+      const float lo0 = sc.x * sc.z, lo1 = sc.y * sc.z, hi0 = sc.x * sc.w, hi1 = sc.y * sc.w;
 #pragma unroll
-      for (int i = 0; i < 18; ++i) {
-        const bool lo = 8 * i < boundary;
+      for (int i = 0; i < 9; ++i) {
+        const bool lo = 72 * h + 8 * i < boundary;
         const float s0 = lo ? lo0 : hi0, s1 = lo ? lo1 : hi1;
         out[4 * i + 0] = fmaf(acc[4 * i + 0], s0, out[4 * i + 0]);
         out[4 * i + 1] = fmaf(acc[4 * i + 1], s0, out[4 * i + 1]);
         out[4 * i + 2] = fmaf(acc[4 * i + 2], s1, out[4 * i + 2]);
         out[4 * i + 3] = fmaf(acc[4 * i + 3], s1, out[4 * i + 3]);
       }
-      a0 = na0; a1 = na1; w_lo = nw_lo; w_hi = nw_hi;
-      if (++stage == kT144Stages) { stage = 0; phase ^= 1; }
-    }
+    };
+    SplitHalvesKLoop<8>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
+    if (++stage == kT144Stages) { stage = 0; phase ^= 1; }
     // bf16 pairs straight from the fragment (the output is small next to the K loop).
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -422,7 +477,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (r >= args.Mp) continue;
       uint32_t* row = reinterpret_cast<uint32_t*>(args.y + static_cast<int64_t>(r) * args.ldy + col0 + 2 * (lane % 4));
 #pragma unroll
-      for (int i = 0; i < 18; ++i) row[4 * i] = PackBf16(out[4 * i + 2 * h], out[4 * i + 2 * h + 1]);
+      for (int i = 0; i < 9; ++i) {
+        row[4 * i] = PackBf16(out0[4 * i + 2 * h], out0[4 * i + 2 * h + 1]);
+        row[36 + 4 * i] = PackBf16(out1[4 * i + 2 * h], out1[4 * i + 2 * h + 1]);
+      }
     }
   }
 }
