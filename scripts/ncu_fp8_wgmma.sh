@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Nsight Compute on our FP8 wgmma GEMMs (fp8_gemm_wgmma_sm90.h), one launch each, at the first
+# shape of `dsinfer bench kernels --only fp8_large` that runs them: the 128 x 144 tile form at
+# kv_a_proj_with_mqa M4096 (Fp8GemmTile144Kernel) and the panel form at kv_b_proj M4096
+# (Fp8GemmPanelKernel). Run on the GPU machine from the checkout, with .carry packed by
+# scripts/gpu_carry.sh; writes $OUT/ncu_<name>.txt, and with NCU_SOURCE=1 the 40 instructions with
+# the most stall samples ($OUT/ncu_<name>_source_top.txt, bench/ncu_source_top.py).
+set -uo pipefail
+W=/tmp/dsinfer_ncu
+mkdir -p $W && xz -dc .carry/bin.tar.xz | tar -C $W -xf - || { echo "no .carry/bin.tar.xz"; exit 1; }
+B=$W/bin
+CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+[ -n "$NCU" ] || { echo "no ncu"; exit 1; }
+SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+  --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats --section Occupancy \
+  --section LaunchStats --section InstructionStats ${NCU_EXTRA_SECTIONS:-}"
+OUTDIR=${OUT:-/tmp}
+for name in ${NCU_KERNELS:-Fp8GemmTile144Kernel Fp8GemmPanelKernel}; do
+  timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name "regex:$name" \
+    --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes $SECTIONS \
+    $B/dsinfer bench kernels --only fp8_large --budget-s 60 --out /tmp/ncu_kk > "$OUTDIR/ncu_$name.txt" 2>&1
+  echo "[ncu_fp8_wgmma] $name rc=$?"
+  if [ -n "${NCU_SOURCE:-}" ]; then
+    rm -f /tmp/ncu_src_$name.ncu-rep
+    timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name "regex:$name" \
+      --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes --section SourceCounters --section WarpStateStats \
+      --import-source yes -o /tmp/ncu_src_$name $B/dsinfer bench kernels --only fp8_large --budget-s 60 \
+      --out /tmp/ncu_kk > /tmp/ncu_src_$name.log 2>&1
+    $NCU --import /tmp/ncu_src_$name.ncu-rep --page source --csv --print-source sass > /tmp/ncu_src_$name.csv 2>&1
+    python3 bench/ncu_source_top.py /tmp/ncu_src_$name.csv 40 > "$OUTDIR/ncu_${name}_source_top.txt" 2>&1
+    echo "[ncu_fp8_wgmma] source $name rc=$?"
+  fi
+done
