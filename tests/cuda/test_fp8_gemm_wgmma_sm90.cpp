@@ -83,9 +83,11 @@ TEST(CudaFp8GemmWgmmaSm90, RejectsUnsupported) {
   why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_NE(why.find("N % 128"), std::string::npos) << why;
   EXPECT_THROW(Fp8GemmWgmmaSm90(p), CheckError);
-  p.form = Fp8GemmWgmmaForm::kTile144;  // N % 144
+  p.form = Fp8GemmWgmmaForm::kTile144;  // N % 144 and K > 16384
+  p.g.K = 16512; p.g.ldx = p.g.ldw = 16512;
   why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_NE(why.find("N % 144"), std::string::npos) << why;
+  EXPECT_NE(why.find("K > 16384"), std::string::npos) << why;
   EXPECT_THROW(Fp8GemmWgmmaSm90(p), CheckError);
 }
 

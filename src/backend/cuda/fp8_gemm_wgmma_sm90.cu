@@ -137,16 +137,16 @@ __device__ __forceinline__ void MmaKBlock(float (&d)[R], uint32_t a_box, uint32_
 // half's sums are promoted, so the promotion leaves the tensor cores busy. Fully unrolled and
 // drained at the end: with wgmma groups in flight across a loop's back edge, ptxas serialises
 // the wgmmas (C7514). Block kb's scales (load(kb): float4 of row r0's, row r0 + 8's and the
-// weight scales) are loaded a block ahead. Callbacks: wait_full() waits for the next stage's data
-// and moves to it; issue(acc, h) issues half h's wgmma of the current stage (fence, four k32
+// weight scales, from registers or shared memory) are read once its stage has landed.
+// Callbacks: wait_full() waits for the next stage's data and moves to it; issue(acc, h) issues half h's wgmma of the current stage (fence, four k32
 // steps, commit); release() frees the oldest stage in use; promote(acc, h, scales) adds half h's
 // sums into the output registers. Order (A, B: halves 0, 1): [B(kb) in flight] issue A(kb + 1);
 // wait<1> -> release kb's stage, promote B(kb); issue B(kb + 1); wait<1> -> promote A(kb + 1).
 template <int U, int R, class WaitFull, class Issue, class Release, class PromoteFn, class Load>
 __device__ __forceinline__ void KChunk(int kb0, float (&a)[R], float (&b)[R], WaitFull& wait_full, Issue& issue,
                                        Release& release, PromoteFn& promote, Load& load) {
-  float4 sc = load(kb0);
   wait_full();
+  float4 sc = load(kb0);
   issue(a, 0);
   issue(b, 1);
   WgWait<1>();
@@ -154,8 +154,8 @@ __device__ __forceinline__ void KChunk(int kb0, float (&a)[R], float (&b)[R], Wa
   promote(a, 0, sc);
 #pragma unroll
   for (int u = 1; u < U; ++u) {
-    const float4 next = load(kb0 + u);
     wait_full();
+    const float4 next = load(kb0 + u);
     issue(a, 0);
     WgWait<1>();
     sm90::FenceRegs(b);
@@ -268,11 +268,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   int stage = 0;
   uint32_t phase = 0;
   int panel_cur = -1, a_waits = 0;
+  // The weight scales of a tile's K blocks, loaded a tile ahead (a global load's latency would
+  // otherwise stall the tile's first promotion).
+  const auto load_sb = [&](int t, float (&sb)[kMaxKb]) {
+    const int j = seq.Col(t);
+#pragma unroll
+    for (int kb = 0; kb < kMaxKb; ++kb)
+      sb[kb] = kb < kb_n && t < seq.end ? __ldg(args.w_scales + kb * (args.N / kBN) + j) : 0.f;
+  };
+  float sb_next[kMaxKb];
+  load_sb(seq.begin, sb_next);
   for (int t = seq.begin; t < seq.end; ++t) {
     const int panel = seq.Panel(t), j = seq.Col(t);
     float sb[kMaxKb];
 #pragma unroll
-    for (int kb = 0; kb < kMaxKb; ++kb) sb[kb] = kb < kb_n ? __ldg(args.w_scales + kb * (args.N / kBN) + j) : 0.f;
+    for (int kb = 0; kb < kMaxKb; ++kb) sb[kb] = sb_next[kb];
+    load_sb(t + 1, sb_next);
     if (panel != panel_cur) {
       const int r0 = panel * kBM + row0, r1 = r0 + 8;
 #pragma unroll
@@ -361,7 +372,12 @@ constexpr int kT144N = 144;
 constexpr int kT144Stages = 6;
 constexpr uint32_t kT144BBytes = kT144N * kBK;                    // 18 KB
 constexpr uint32_t kT144StageBytes = kBoxBytes + kT144BBytes;     // 34 KB (a multiple of 1024)
-constexpr uint32_t kT144BarOff = kT144Stages * kT144StageBytes;
+// Per stage, the 128 rows' activation scales of its K block (bulk-copied with the tiles); per tile,
+// the weight scales of its two 128-column blocks for every K block (kT144MaxKb of them).
+constexpr int kT144MaxKb = 128;  // K <= 16384
+constexpr uint32_t kT144XsOff = kT144Stages * kT144StageBytes;
+constexpr uint32_t kT144WsOff = kT144XsOff + kT144Stages * kBM * 4;
+constexpr uint32_t kT144BarOff = kT144WsOff + kT144MaxKb * 2 * 4;
 constexpr uint32_t kT144SmemBytes = kT144BarOff + 128 + 1024;
 
 struct Tile144Args {
@@ -372,11 +388,21 @@ struct Tile144Args {
   int Mp, kb, nb, m_tiles, n_tiles;
 };
 
+// A 1-d bulk copy (bytes % 16 == 0, 16-byte aligned ends) completing on the mbarrier.
+__device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
+               : "memory");
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmTile144Kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                          const Tile144Args args) {
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
+  uint8_t* const smem = smem_raw + (base - SmemAddr(smem_raw));
+  const float* const xs_smem = reinterpret_cast<const float*>(smem + kT144XsOff);  // [stage][128]
+  float* const ws_smem = reinterpret_cast<float*>(smem + kT144WsOff);              // [kb][2]
   const uint32_t bar_full = base + kT144BarOff, bar_empty = bar_full + 8 * kT144Stages;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   if (threadIdx.x == 0) {
@@ -401,9 +427,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kb_n; ++kb) {
         Wait(bar_empty + 8 * stage, phase ^ 1);
         const uint32_t st = base + stage * kT144StageBytes;
-        BarExpectTx(bar_full + 8 * stage, kT144StageBytes);
+        // The block's activation scales of the tile's rows < Mp (Mp % 16 == 0: whole 16-byte units).
+        const uint32_t xs_bytes = static_cast<uint32_t>(min(kBM, args.Mp - mt * kBM)) * 4;
+        BarExpectTx(bar_full + 8 * stage, kT144StageBytes + xs_bytes);
         TmaLoad(st, &map_a, kb * kBK, mt * kBM, bar_full + 8 * stage);
         TmaLoad(st + kBoxBytes, &map_b, kb * kBK, j * kT144N, bar_full + 8 * stage);
+        BulkLoad(base + kT144XsOff + stage * kBM * 4, args.x_scales + static_cast<int64_t>(kb) * args.Mp + mt * kBM,
+                 xs_bytes, bar_full + 8 * stage);
         if (++stage == kT144Stages) { stage = 0; phase ^= 1; }
       }
     }
@@ -425,6 +455,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int col0 = j * kT144N, blk_lo = col0 / 128;
     const int boundary = (blk_lo + 1) * 128 - col0;  // first tile column of block blk_lo + 1
     const bool has_hi = blk_lo + 1 < args.nb;
+    // The tile's weight scales into shared memory (after every consumer is done with the last
+    // tile's): ws_smem[2 kb + {0, 1}] = blocks blk_lo and blk_lo + 1 of K block kb.
+    NamedBarSync(3, 256);
+    for (int i = threadIdx.x - 128; i < 2 * kb_n; i += 256)
+      ws_smem[i] = (i & 1) == 0 || has_hi ? __ldg(args.w_scales + static_cast<int64_t>(i / 2) * args.nb + blk_lo + (i & 1))
+                                          : 0.f;
+    NamedBarSync(3, 256);
     // Output columns [0, 72) and [72, 144) of this warpgroup's 64 rows (SplitHalvesKLoop).
     float out0[36], out1[36], acc0[36], acc1[36];
 #pragma unroll
@@ -447,13 +484,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0) BarArrive(bar_empty + 8 * rel_stage);
       if (++rel_stage == kT144Stages) rel_stage = 0;
     };
+    // Block kb's scales from shared memory: the activation scales that came with its stage
+    // (KChunk calls load(kb) right after waiting for it) and the tile's weight scales.
     const auto load = [&](int kb) {
-      float4 v;
-      v.x = r0 < args.Mp ? __ldg(args.x_scales + static_cast<int64_t>(kb) * args.Mp + r0) : 0.f;
-      v.y = r1 < args.Mp ? __ldg(args.x_scales + static_cast<int64_t>(kb) * args.Mp + r1) : 0.f;
-      v.z = __ldg(args.w_scales + static_cast<int64_t>(kb) * args.nb + blk_lo);
-      v.w = has_hi ? __ldg(args.w_scales + static_cast<int64_t>(kb) * args.nb + blk_lo + 1) : 0.f;
-      return v;
+      const float* xs = xs_smem + stage * kBM;
+      const float2 w = *reinterpret_cast<const float2*>(ws_smem + 2 * kb);
+      return make_float4(xs[row_in_tile], xs[row_in_tile + 8], w.x, w.y);
     };
     const auto promote = [&](const float (&acc)[36], int h, const float4& sc) {
       float (&out)[36] = h == 0 ? out0 : out1;
@@ -527,6 +563,7 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
     if (g.N % kBN != 0) why << "N % 128 != 0; ";
   } else if (p.form == Fp8GemmWgmmaForm::kTile144) {
     if (g.N % kT144N != 0) why << "N % 144 != 0; ";
+    if (g.K > kT144MaxKb * kBK) why << "K > 16384 (the tile's weight scales are held in shared memory); ";
   } else {
     why << "form " << static_cast<int>(p.form) << "; ";
   }

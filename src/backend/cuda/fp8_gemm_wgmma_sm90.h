@@ -20,7 +20,8 @@
 //     tiles, both operands streamed (34 KB a K block, 6 stages): at M = 4096 that is 32 x 4 = 128
 //     tiles, one wave on 132 SMs, where 128-column tiles make 1.2 waves. A tile straddles the
 //     128-column weight scale blocks; each 8-column fragment takes its own block's scale. The
-//     bf16 output is stored from registers.
+//     producer bulk-copies each K block's activation scales with its tiles; the tile's weight
+//     scales sit in shared memory. The bf16 output is stored from registers.
 //
 // Operands as GemmFp8Params: xq [Mp, K] e4m3 (ldx), x_scales group-major [K/128, Mp]
 // (Mp = Fp8PaddedM(M)); wq [N, K] e4m3 (ldw); y [Mp, N] bf16 (ldy). Weight scales transposed,
@@ -28,7 +29,7 @@
 // in [M, Mp) are written like the others (from the padded activation rows), as GemmFp8 does.
 // Limits (Fp8GemmWgmmaSm90Unsupported): sm_90 device, K % 128 == 0, ldx, ldw % 16 == 0, ldy % 8
 // == 0, 16-byte aligned pointers (the scales too), bf16 output, dimensions below 2^31; kPanel:
-// K <= 512, N % 128 == 0; kTile144: N % 144 == 0. Errors: CheckError.
+// K <= 512, N % 128 == 0; kTile144: N % 144 == 0, K <= 16384. Errors: CheckError.
 #pragma once
 
 #include <cuda_runtime.h>
