@@ -335,11 +335,14 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
   // tile form where N % 144 == 0 (kv_a).
   const std::pair<Fp8GemmWgmmaForm, const char*> forms[] = {{Fp8GemmWgmmaForm::kPanel, "panel"},
                                                            {Fp8GemmWgmmaForm::kTile144, "tile144"}};
-  for (const auto& [form, name] : forms) {
+  for (const auto& [form, form_name] : forms)
+    for (bool split : {false, true}) {
+    const std::string name = std::string(form_name) + (split ? "_split" : "");
     Fp8GemmWgmmaSm90Params pp{};
     pp.g = params(0);
     pp.w_scales_mn = wmn[0]->as<float>();
     pp.form = form;
+    pp.split_halves = split;
     if (!Fp8GemmWgmmaSm90Unsupported(pp).empty()) continue;  // (each form covers its own shapes)
     const double us = b.TimeUs([&](int i) {
       Fp8GemmWgmmaSm90Params q = pp;
@@ -349,8 +352,8 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
     }, nsets);
     char note[96] = "ours (wgmma)";
     if (us_cublas > 0) std::snprintf(note, sizeof note, "ours (wgmma); %.2fx cuBLASLt", us_cublas / us);
-    b.Add(std::string("fp8_large/wgmma_") + name, shape, us, 0, flops, true, note);
-  }
+    b.Add("fp8_large/wgmma_" + name, shape, us, 0, flops, true, note);
+    }
 }
 
 void Fp8LargeFamily(Bench& b) {

@@ -13,12 +13,13 @@ namespace {
 using fp8::Operands;
 using fp8::Shape;
 
-std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form) {
+std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, bool split) {
   Dev<__nv_bfloat16> dy(o.Mp * o.ldn);
   Fp8GemmWgmmaSm90Params p{};
   p.g = o.G(dy.get());
   p.w_scales_mn = o.dws_mn->get();
   p.form = form;
+  p.split_halves = split;
   const std::string why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_TRUE(why.empty()) << o.s.name << ": " << why;
   Fp8GemmWgmmaSm90(p);
@@ -38,7 +39,10 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
                           {1, 128, 512, "M1"}, {17000, 128, 128, "M17000_panel_reloads"}};
   for (const auto& s : shapes) {
     Operands o(s);
-    ExpectClose("fp8_gemm_wgmma_sm90_panel", s.name, RunForm(o, Fp8GemmWgmmaForm::kPanel), o.Reference(), 5e-3);
+    const auto ref = o.Reference();
+    for (bool split : {false, true})
+      ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + (split ? "_split" : ""),
+                  RunForm(o, Fp8GemmWgmmaForm::kPanel, split), ref, 5e-3);
   }
 }
 
@@ -52,7 +56,10 @@ TEST(CudaFp8GemmWgmmaSm90, Tile144MatchesCpu) {
                           {1, 576, 1024, "M1"}};
   for (const auto& s : shapes) {
     Operands o(s);
-    ExpectClose("fp8_gemm_wgmma_sm90_tile144", s.name, RunForm(o, Fp8GemmWgmmaForm::kTile144), o.Reference(), 5e-3);
+    const auto ref = o.Reference();
+    for (bool split : {false, true})
+      ExpectClose("fp8_gemm_wgmma_sm90_tile144", std::string(s.name) + (split ? "_split" : ""),
+                  RunForm(o, Fp8GemmWgmmaForm::kTile144, split), ref, 5e-3);
   }
 }
 
@@ -69,7 +76,9 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
     GemmFp8(o.G(dy.get()));
     auto cub = FromBf16(dy.Download());
     cub.resize(s.M * s.N);
-    ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", s.name, RunForm(o, form), cub, 2e-3);
+    for (bool split : {false, true})
+      ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + (split ? "_split" : ""), RunForm(o, form, split),
+                  cub, 2e-3);
   }
 }
 

@@ -124,8 +124,54 @@ __device__ __forceinline__ void WgmmaE4m3(float (&d)[36], uint64_t da, uint64_t 
       : "l"(da), "l"(db), "r"(scale_d));
 }
 
-// The wgmma sums of one K block over its four k32 steps for one column half: A (64 rows, K-major,
-// 128-byte rows) at a_box, B (the half's weight rows) at b_box.
+// d[64 x 128] (+)= A[64 x 32] (smem, K-major) * B[32 x 128] (smem, K-major), e4m3 in, fp32 out;
+// scale_d 0 overwrites d.
+__device__ __forceinline__ void WgmmaE4m3(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// d[64 x 144] (+)= A[64 x 32] (smem, K-major) * B[32 x 144] (smem, K-major), e4m3 in, fp32 out;
+// scale_d 0 overwrites d.
+__device__ __forceinline__ void WgmmaE4m3(float (&d)[72], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+      "%64, %65, %66, %67, %68, %69, %70, %71"
+      "}, %72, %73, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
+      : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// The wgmma sums of one K block over its four k32 steps (the whole tile's columns, or one half):
+// A (64 rows, K-major, 128-byte rows) at a_box, B (the columns' weight rows) at b_box.
 template <int R>
 __device__ __forceinline__ void MmaKBlock(float (&d)[R], uint32_t a_box, uint32_t b_box) {
 #pragma unroll
@@ -206,6 +252,7 @@ struct TileSeq {
   __device__ __forceinline__ int Col(int u) const { return panel >= 0 ? u : u % n_tiles; }
 };
 
+template <bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmPanelKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const __grid_constant__ CUtensorMap map_y, const PanelArgs args) {
@@ -331,7 +378,30 @@ __global__ void __launch_bounds__(kThreads, 1)
         out[4 * i + 3] = fmaf(acc[4 * i + 3], sc.y, out[4 * i + 3]);
       }
     };
-    SplitHalvesKLoop<kMaxKb>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
+    if constexpr (kSplit) {
+      SplitHalvesKLoop<kMaxKb>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
+    } else {
+      // The whole 128 columns a wgmma; the promotion runs while the other warpgroup's wgmma does.
+      float acc[64];
+      for (int kb = 0; kb < kb_n; ++kb) {
+        wait_full();
+        const float4 sc = load(kb);
+        WgFence();
+        MmaKBlock(acc, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes);
+        WgCommit();
+        WgWait<0>();
+        sm90::FenceRegs(acc);
+        release();
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          float* o = (i < 8 ? out0 : out1) + 4 * (i % 8);
+          o[0] = fmaf(acc[4 * i + 0], sc.x, o[0]);
+          o[1] = fmaf(acc[4 * i + 1], sc.x, o[1]);
+          o[2] = fmaf(acc[4 * i + 2], sc.y, o[2]);
+          o[3] = fmaf(acc[4 * i + 3], sc.y, o[3]);
+        }
+      }
+    }
     if (++stage == kStages) { stage = 0; phase ^= 1; }
     // The panel's last tile: the A boxes may be overwritten once every consumer warp is here.
     const bool last_of_panel = t + 1 == seq.end || seq.Panel(t + 1) != panel;
@@ -395,6 +465,7 @@ __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t
                : "memory");
 }
 
+template <bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmTile144Kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                          const Tile144Args args) {
@@ -504,7 +575,34 @@ __global__ void __launch_bounds__(kThreads, 1)
         out[4 * i + 3] = fmaf(acc[4 * i + 3], s1, out[4 * i + 3]);
       }
     };
-    SplitHalvesKLoop<8>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
+    if constexpr (kSplit) {
+      SplitHalvesKLoop<8>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
+    } else {
+      // The whole 144 columns a wgmma; the promotion runs while the other warpgroup's wgmma does.
+      float acc[72];
+      for (int kb = 0; kb < kb_n; ++kb) {
+        wait_full();
+        const float4 sc = load(kb);
+        const uint32_t st = base + stage * kT144StageBytes;
+        WgFence();
+        MmaKBlock(acc, st + half * (kBoxBytes / 2), st + kBoxBytes);
+        WgCommit();
+        WgWait<0>();
+        sm90::FenceRegs(acc);
+        release();
+        const float lo0 = sc.x * sc.z, lo1 = sc.y * sc.z, hi0 = sc.x * sc.w, hi1 = sc.y * sc.w;
+#pragma unroll
+        for (int i = 0; i < 18; ++i) {
+          const bool lo = 8 * i < boundary;
+          const float s0 = lo ? lo0 : hi0, s1 = lo ? lo1 : hi1;
+          float* o = (i < 9 ? out0 : out1) + 4 * (i % 9);
+          o[0] = fmaf(acc[4 * i + 0], s0, o[0]);
+          o[1] = fmaf(acc[4 * i + 1], s0, o[1]);
+          o[2] = fmaf(acc[4 * i + 2], s1, o[2]);
+          o[3] = fmaf(acc[4 * i + 3], s1, o[3]);
+        }
+      }
+    }
     if (++stage == kT144Stages) { stage = 0; phase ^= 1; }
     // bf16 pairs straight from the fragment (the output is small next to the K loop).
 #pragma unroll
@@ -594,9 +692,10 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
     args.nb = static_cast<int>((g.N + 127) / 128);
     args.m_tiles = m_tiles;
     args.n_tiles = n_tiles;
-    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(Fp8GemmTile144Kernel), static_cast<int>(kT144SmemBytes));
+    const auto kernel = p.split_halves ? Fp8GemmTile144Kernel<true> : Fp8GemmTile144Kernel<false>;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kT144SmemBytes));
     const int grid = static_cast<int>(std::min<int64_t>(tiles, sms));
-    Fp8GemmTile144Kernel<<<grid, kThreads, kT144SmemBytes, g.stream>>>(map_a, map_b, args);
+    kernel<<<grid, kThreads, kT144SmemBytes, g.stream>>>(map_a, map_b, args);
     DS_CUDA_CHECK_LAUNCH("Fp8GemmTile144Kernel");
     return;
   }
@@ -616,9 +715,10 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   args.tiles = static_cast<int>(tiles);
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
   args.parts = m_tiles <= sms ? std::min(sms / m_tiles, n_tiles) : 0;
-  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(Fp8GemmPanelKernel), static_cast<int>(kSmemBytes));
+  const auto kernel = p.split_halves ? Fp8GemmPanelKernel<true> : Fp8GemmPanelKernel<false>;
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
   const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));
-  Fp8GemmPanelKernel<<<grid, kThreads, kSmemBytes, g.stream>>>(map_a, map_b, map_y, args);
+  kernel<<<grid, kThreads, kSmemBytes, g.stream>>>(map_a, map_b, map_y, args);
   DS_CUDA_CHECK_LAUNCH("Fp8GemmPanelKernel");
 }
 

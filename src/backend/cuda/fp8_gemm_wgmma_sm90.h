@@ -49,6 +49,10 @@ struct Fp8GemmWgmmaSm90Params {
   GemmFp8Params g;                     // xq, x_scales, wq, y, M, N, K, strides, stream (w_scales unused)
   const float* w_scales_mn = nullptr;  // [K/128, ceil(N/128)] fp32
   Fp8GemmWgmmaForm form = Fp8GemmWgmmaForm::kPanel;
+  // A/B option: each consumer warpgroup's columns in two halves with an accumulator set each, one
+  // half's sums promoted while the other half's wgmma runs (false: the whole tile a wgmma, the
+  // promotion overlapping only the other warpgroup's wgmma). Same results either way.
+  bool split_halves = false;
 };
 
 // True on an sm_90 device (the kernels need no library headers).
