@@ -335,14 +335,17 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
   // tile form where N % 144 == 0 (kv_a).
   const std::pair<Fp8GemmWgmmaForm, const char*> forms[] = {{Fp8GemmWgmmaForm::kPanel, "panel"},
                                                            {Fp8GemmWgmmaForm::kTile144, "tile144"}};
+  const std::pair<Fp8GemmWgmmaSchedule, const char*> schedules[] = {{Fp8GemmWgmmaSchedule::kWhole, ""},
+                                                                  {Fp8GemmWgmmaSchedule::kSplitHalves, "_split"},
+                                                                  {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}};
   for (const auto& [form, form_name] : forms)
-    for (bool split : {false, true}) {
-    const std::string name = std::string(form_name) + (split ? "_split" : "");
+    for (const auto& [sched, sched_name] : schedules) {
+    const std::string name = std::string(form_name) + sched_name;
     Fp8GemmWgmmaSm90Params pp{};
     pp.g = params(0);
     pp.w_scales_mn = wmn[0]->as<float>();
     pp.form = form;
-    pp.split_halves = split;
+    pp.schedule = sched;
     if (!Fp8GemmWgmmaSm90Unsupported(pp).empty()) continue;  // (each form covers its own shapes)
     const double us = b.TimeUs([&](int i) {
       Fp8GemmWgmmaSm90Params q = pp;

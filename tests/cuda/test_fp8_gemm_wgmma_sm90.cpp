@@ -13,13 +13,17 @@ namespace {
 using fp8::Operands;
 using fp8::Shape;
 
-std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, bool split) {
+const std::pair<Fp8GemmWgmmaSchedule, const char*> kSchedules[] = {
+    {Fp8GemmWgmmaSchedule::kWhole, ""}, {Fp8GemmWgmmaSchedule::kSplitHalves, "_split"},
+    {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}};
+
+std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmmaSchedule sched) {
   Dev<__nv_bfloat16> dy(o.Mp * o.ldn);
   Fp8GemmWgmmaSm90Params p{};
   p.g = o.G(dy.get());
   p.w_scales_mn = o.dws_mn->get();
   p.form = form;
-  p.split_halves = split;
+  p.schedule = sched;
   const std::string why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_TRUE(why.empty()) << o.s.name << ": " << why;
   Fp8GemmWgmmaSm90(p);
@@ -40,9 +44,9 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
   for (const auto& s : shapes) {
     Operands o(s);
     const auto ref = o.Reference();
-    for (bool split : {false, true})
-      ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + (split ? "_split" : ""),
-                  RunForm(o, Fp8GemmWgmmaForm::kPanel, split), ref, 5e-3);
+    for (const auto& [sched, tag] : kSchedules)
+      ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + tag, RunForm(o, Fp8GemmWgmmaForm::kPanel, sched), ref,
+                  5e-3);
   }
 }
 
@@ -57,9 +61,9 @@ TEST(CudaFp8GemmWgmmaSm90, Tile144MatchesCpu) {
   for (const auto& s : shapes) {
     Operands o(s);
     const auto ref = o.Reference();
-    for (bool split : {false, true})
-      ExpectClose("fp8_gemm_wgmma_sm90_tile144", std::string(s.name) + (split ? "_split" : ""),
-                  RunForm(o, Fp8GemmWgmmaForm::kTile144, split), ref, 5e-3);
+    for (const auto& [sched, tag] : kSchedules)
+      ExpectClose("fp8_gemm_wgmma_sm90_tile144", std::string(s.name) + tag, RunForm(o, Fp8GemmWgmmaForm::kTile144, sched),
+                  ref, 5e-3);
   }
 }
 
@@ -76,9 +80,8 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
     GemmFp8(o.G(dy.get()));
     auto cub = FromBf16(dy.Download());
     cub.resize(s.M * s.N);
-    for (bool split : {false, true})
-      ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + (split ? "_split" : ""), RunForm(o, form, split),
-                  cub, 2e-3);
+    for (const auto& [sched, tag] : kSchedules)
+      ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag, RunForm(o, form, sched), cub, 2e-3);
   }
 }
 

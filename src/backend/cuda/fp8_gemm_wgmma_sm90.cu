@@ -90,6 +90,15 @@ __device__ __forceinline__ void RegAlloc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+constexpr int kWhole = 0, kSplitHalves = 1, kPingPong = 2;  // Fp8GemmWgmmaSchedule
+// Ping-pong between the two consumer warpgroups (kPingPong): warpgroup h issues a K block's wgmma
+// only after the other has issued its own (named barrier 5 + h, 256 threads), and lets the other
+// go once its own are issued, so the tensor cores alternate between them and each promotes while
+// the other's wgmma runs (FlashAttention-3's warp-group ping-pong). Warpgroup 1 opens with an
+// arrival for warpgroup 0; warpgroup 0 ends by taking warpgroup 1's last arrival.
+__device__ __forceinline__ void PingPongWait(int half) { NamedBarSync(5 + half, 256); }
+__device__ __forceinline__ void PingPongPass(int half) { sm90::NamedBarArrive(5 + (half ^ 1), 256); }
+
 // d[64 x 64] (+)= A[64 x 32] (smem, K-major) * B[32 x 64] (smem, K-major), e4m3 in, fp32 out;
 // scale_d 0 overwrites d.
 __device__ __forceinline__ void WgmmaE4m3(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
@@ -252,7 +261,7 @@ struct TileSeq {
   __device__ __forceinline__ int Col(int u) const { return panel >= 0 ? u : u % n_tiles; }
 };
 
-template <bool kSplit>
+template <int kSchedule>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmPanelKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const __grid_constant__ CUtensorMap map_y, const PanelArgs args) {
@@ -305,6 +314,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // ------------------------------------------------------------------ consumers
   RegAlloc<240>();
+  if constexpr (kSchedule == kPingPong) {
+    if (wg == 2) PingPongPass(1);  // warpgroup 0 goes first
+  }
   const int half = wg - 1;  // rows [64 half, 64 half + 64) of the tile
   const int warp = tid / 32, lane = tid % 32;
   const int row0 = half * 64 + warp * 16 + lane / 4;  // and row0 + 8
@@ -378,7 +390,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         out[4 * i + 3] = fmaf(acc[4 * i + 3], sc.y, out[4 * i + 3]);
       }
     };
-    if constexpr (kSplit) {
+    if constexpr (kSchedule == kSplitHalves) {
       SplitHalvesKLoop<kMaxKb>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
     } else {
       // The whole 128 columns a wgmma; the promotion runs while the other warpgroup's wgmma does.
@@ -386,9 +398,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kb_n; ++kb) {
         wait_full();
         const float4 sc = load(kb);
+        if constexpr (kSchedule == kPingPong) PingPongWait(half);
         WgFence();
         MmaKBlock(acc, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes);
         WgCommit();
+        if constexpr (kSchedule == kPingPong) PingPongPass(half);
         WgWait<0>();
         sm90::FenceRegs(acc);
         release();
@@ -435,6 +449,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   if (tid == 0) BulkWaitAll();
+  if constexpr (kSchedule == kPingPong) {
+    if (wg == 1) PingPongWait(0);  // warpgroup 1's last pass
+  }
 }
 
 // ---------------------------------------------------------------- the 128 x 144 tile form
@@ -465,7 +482,7 @@ __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t
                : "memory");
 }
 
-template <bool kSplit>
+template <int kSchedule>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmTile144Kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                          const Tile144Args args) {
@@ -513,6 +530,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // ------------------------------------------------------------------ consumers
   RegAlloc<240>();
+  if constexpr (kSchedule == kPingPong) {
+    if (wg == 2) PingPongPass(1);  // warpgroup 0 goes first
+  }
   const int half = wg - 1;
   const int warp = tid / 32, lane = tid % 32;
   const int row_in_tile = half * 64 + warp * 16 + lane / 4;  // and + 8
@@ -575,7 +595,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         out[4 * i + 3] = fmaf(acc[4 * i + 3], s1, out[4 * i + 3]);
       }
     };
-    if constexpr (kSplit) {
+    if constexpr (kSchedule == kSplitHalves) {
       SplitHalvesKLoop<8>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
     } else {
       // The whole 144 columns a wgmma; the promotion runs while the other warpgroup's wgmma does.
@@ -584,9 +604,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         wait_full();
         const float4 sc = load(kb);
         const uint32_t st = base + stage * kT144StageBytes;
+        if constexpr (kSchedule == kPingPong) PingPongWait(half);
         WgFence();
         MmaKBlock(acc, st + half * (kBoxBytes / 2), st + kBoxBytes);
         WgCommit();
+        if constexpr (kSchedule == kPingPong) PingPongPass(half);
         WgWait<0>();
         sm90::FenceRegs(acc);
         release();
@@ -616,6 +638,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         row[36 + 4 * i] = PackBf16(out1[4 * i + 2 * h], out1[4 * i + 2 * h + 1]);
       }
     }
+  }
+  if constexpr (kSchedule == kPingPong) {
+    if (wg == 1) PingPongWait(0);  // warpgroup 1's last pass
   }
 }
 
@@ -665,6 +690,8 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   } else {
     why << "form " << static_cast<int>(p.form) << "; ";
   }
+  const int sched = static_cast<int>(p.schedule);
+  if (sched < 0 || sched > 2) why << "schedule " << sched << "; ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
 }
@@ -692,7 +719,9 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
     args.nb = static_cast<int>((g.N + 127) / 128);
     args.m_tiles = m_tiles;
     args.n_tiles = n_tiles;
-    const auto kernel = p.split_halves ? Fp8GemmTile144Kernel<true> : Fp8GemmTile144Kernel<false>;
+    const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmTile144Kernel<kSplitHalves>
+                        : p.schedule == Fp8GemmWgmmaSchedule::kPingPong  ? Fp8GemmTile144Kernel<kPingPong>
+                                                                          : Fp8GemmTile144Kernel<kWhole>;
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kT144SmemBytes));
     const int grid = static_cast<int>(std::min<int64_t>(tiles, sms));
     kernel<<<grid, kThreads, kT144SmemBytes, g.stream>>>(map_a, map_b, args);
@@ -715,7 +744,9 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   args.tiles = static_cast<int>(tiles);
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
   args.parts = m_tiles <= sms ? std::min(sms / m_tiles, n_tiles) : 0;
-  const auto kernel = p.split_halves ? Fp8GemmPanelKernel<true> : Fp8GemmPanelKernel<false>;
+  const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves>
+                      : p.schedule == Fp8GemmWgmmaSchedule::kPingPong  ? Fp8GemmPanelKernel<kPingPong>
+                                                                        : Fp8GemmPanelKernel<kWhole>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
   const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));
   kernel<<<grid, kThreads, kSmemBytes, g.stream>>>(map_a, map_b, map_y, args);

@@ -45,14 +45,21 @@ enum class Fp8GemmWgmmaForm : int {
   kTile144 = 1,  // N % 144 == 0: 128 x 144 tiles, both operands streamed
 };
 
+// How the two consumer warpgroups keep the tensor cores busy while they promote (same results):
+enum class Fp8GemmWgmmaSchedule : int {
+  kWhole = 0,        // the whole tile's columns a wgmma; promotion overlaps the other warpgroup's wgmma
+                     // when the two happen to be out of step
+  kSplitHalves = 1,  // columns in two halves with an accumulator set each: one half promoted while the
+                     // other half's wgmma runs (A read from shared memory twice)
+  kPingPong = 2,     // kWhole with the warpgroups taking turns to issue (named barriers), so each
+                     // promotes while the other's wgmma runs
+};
+
 struct Fp8GemmWgmmaSm90Params {
   GemmFp8Params g;                     // xq, x_scales, wq, y, M, N, K, strides, stream (w_scales unused)
   const float* w_scales_mn = nullptr;  // [K/128, ceil(N/128)] fp32
   Fp8GemmWgmmaForm form = Fp8GemmWgmmaForm::kPanel;
-  // A/B option: each consumer warpgroup's columns in two halves with an accumulator set each, one
-  // half's sums promoted while the other half's wgmma runs (false: the whole tile a wgmma, the
-  // promotion overlapping only the other warpgroup's wgmma). Same results either way.
-  bool split_halves = false;
+  Fp8GemmWgmmaSchedule schedule = Fp8GemmWgmmaSchedule::kWhole;
 };
 
 // True on an sm_90 device (the kernels need no library headers).
