@@ -360,8 +360,12 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
 }
 
 void Fp8LargeFamily(Bench& b) {
+  // DS_BENCH_FP8_LARGE_PROJS: a comma list of projection names to time (default: all nine).
+  const char* only = std::getenv("DS_BENCH_FP8_LARGE_PROJS");
+  const std::string filter = only ? std::string(",") + only + "," : "";
   for (int64_t M : {4096, 16384})
     for (const auto& pr : kProjs) {
+      if (!filter.empty() && filter.find(std::string(",") + pr.name + ",") == std::string::npos) continue;
       if (b.OutOfTime()) { b.skipped.push_back(std::string("fp8_large ") + pr.name + " M" + std::to_string(M)); continue; }
       Fp8LargeCase(b, pr, M);
     }

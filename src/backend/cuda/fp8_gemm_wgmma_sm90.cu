@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
@@ -599,30 +600,45 @@ __global__ void __launch_bounds__(kThreads, 1)
       SplitHalvesKLoop<8>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
     } else {
       // The whole 144 columns a wgmma; the promotion runs while the other warpgroup's wgmma does.
-      float acc[72];
-      for (int kb = 0; kb < kb_n; ++kb) {
-        wait_full();
-        const float4 sc = load(kb);
-        const uint32_t st = base + stage * kT144StageBytes;
-        if constexpr (kSchedule == kPingPong) PingPongWait(half);
-        WgFence();
-        MmaKBlock(acc, st + half * (kBoxBytes / 2), st + kBoxBytes);
-        WgCommit();
-        if constexpr (kSchedule == kPingPong) PingPongPass(half);
-        WgWait<0>();
-        sm90::FenceRegs(acc);
-        release();
-        const float lo0 = sc.x * sc.z, lo1 = sc.y * sc.z, hi0 = sc.x * sc.w, hi1 = sc.y * sc.w;
+      // Fragments [0, lo_frags) take weight block blk_lo's scale, the rest blk_lo + 1's: boundary is a
+      // multiple of 16, so lo_frags is even, 2-16; one specialisation each keeps the selects out of
+      // the promotion.
+      const auto k_loop = [&](auto lo_frags) {
+        constexpr int kLo = decltype(lo_frags)::value;
+        float acc[72];
+        for (int kb = 0; kb < kb_n; ++kb) {
+          wait_full();
+          const float4 sc = load(kb);
+          const uint32_t st = base + stage * kT144StageBytes;
+          if constexpr (kSchedule == kPingPong) PingPongWait(half);
+          WgFence();
+          MmaKBlock(acc, st + half * (kBoxBytes / 2), st + kBoxBytes);
+          WgCommit();
+          if constexpr (kSchedule == kPingPong) PingPongPass(half);
+          WgWait<0>();
+          sm90::FenceRegs(acc);
+          release();
+          const float lo0 = sc.x * sc.z, lo1 = sc.y * sc.z, hi0 = sc.x * sc.w, hi1 = sc.y * sc.w;
 #pragma unroll
-        for (int i = 0; i < 18; ++i) {
-          const bool lo = 8 * i < boundary;
-          const float s0 = lo ? lo0 : hi0, s1 = lo ? lo1 : hi1;
-          float* o = (i < 9 ? out0 : out1) + 4 * (i % 9);
-          o[0] = fmaf(acc[4 * i + 0], s0, o[0]);
-          o[1] = fmaf(acc[4 * i + 1], s0, o[1]);
-          o[2] = fmaf(acc[4 * i + 2], s1, o[2]);
-          o[3] = fmaf(acc[4 * i + 3], s1, o[3]);
+          for (int i = 0; i < 18; ++i) {
+            const float s0 = i < kLo ? lo0 : hi0, s1 = i < kLo ? lo1 : hi1;
+            float* o = (i < 9 ? out0 : out1) + 4 * (i % 9);
+            o[0] = fmaf(acc[4 * i + 0], s0, o[0]);
+            o[1] = fmaf(acc[4 * i + 1], s0, o[1]);
+            o[2] = fmaf(acc[4 * i + 2], s1, o[2]);
+            o[3] = fmaf(acc[4 * i + 3], s1, o[3]);
+          }
         }
+      };
+      switch (boundary / 8) {
+        case 2: k_loop(std::integral_constant<int, 2>{}); break;
+        case 4: k_loop(std::integral_constant<int, 4>{}); break;
+        case 6: k_loop(std::integral_constant<int, 6>{}); break;
+        case 8: k_loop(std::integral_constant<int, 8>{}); break;
+        case 10: k_loop(std::integral_constant<int, 10>{}); break;
+        case 12: k_loop(std::integral_constant<int, 12>{}); break;
+        case 14: k_loop(std::integral_constant<int, 14>{}); break;
+        default: k_loop(std::integral_constant<int, 16>{}); break;
       }
     }
     if (++stage == kT144Stages) { stage = 0; phase ^= 1; }
