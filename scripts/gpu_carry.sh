@@ -11,7 +11,8 @@ STAGE=$(mktemp -d)
 mkdir -p "$STAGE/bin/lib" "$STAGE/bin/data/deepseek-v3"
 # (The CPU test binary only with CARRY_CPU_TESTS=1: gpu_check.sh runs it when present; the
 # device tool's 64 MiB limit on the tree plus the carry leaves little room for it.)
-for f in dsinfer dsinfer_cuda_tests ${CARRY_CPU_TESTS:+dsinfer_tests}; do [ -x "$B/$f" ] && cp "$B/$f" "$STAGE/bin/"; done
+# CARRY_BINS: the binaries to pack (default both; e.g. CARRY_BINS=dsinfer for a bench-only call).
+for f in ${CARRY_BINS:-dsinfer dsinfer_cuda_tests} ${CARRY_CPU_TESTS:+dsinfer_tests}; do [ -x "$B/$f" ] && cp "$B/$f" "$STAGE/bin/"; done
 strip "$STAGE"/bin/dsinfer* 2>/dev/null || true
 cp -r "$ROOT"/tests/data/* "$STAGE/bin/data/"
 cp "$ROOT/../shared/models/deepseek-v3/config.json" "$STAGE/bin/data/deepseek-v3/"
