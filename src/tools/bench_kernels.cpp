@@ -335,17 +335,22 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
   // tile form where N % 144 == 0 (kv_a).
   const std::pair<Fp8GemmWgmmaForm, const char*> forms[] = {{Fp8GemmWgmmaForm::kPanel, "panel"},
                                                            {Fp8GemmWgmmaForm::kTile144, "tile144"}};
-  const std::pair<Fp8GemmWgmmaSchedule, const char*> schedules[] = {{Fp8GemmWgmmaSchedule::kWhole, ""},
-                                                                  {Fp8GemmWgmmaSchedule::kSplitHalves, "_split"},
-                                                                  {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}};
+  struct Variant { Fp8GemmWgmmaSchedule sched; bool multicast; const char* name; };
+  const Variant variants[] = {{Fp8GemmWgmmaSchedule::kWhole, false, ""},
+                              {Fp8GemmWgmmaSchedule::kSplitHalves, false, "_split"},
+                              {Fp8GemmWgmmaSchedule::kPingPong, false, "_pingpong"},
+                              {Fp8GemmWgmmaSchedule::kWhole, true, "_multicast"},
+                              {Fp8GemmWgmmaSchedule::kPingPong, true, "_pingpong_multicast"}};
   for (const auto& [form, form_name] : forms)
-    for (const auto& [sched, sched_name] : schedules) {
+    for (const auto& [sched, multicast, sched_name] : variants) {
+    if (multicast && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form has none)
     const std::string name = std::string(form_name) + sched_name;
     Fp8GemmWgmmaSm90Params pp{};
     pp.g = params(0);
     pp.w_scales_mn = wmn[0]->as<float>();
     pp.form = form;
     pp.schedule = sched;
+    pp.multicast = multicast;
     if (!Fp8GemmWgmmaSm90Unsupported(pp).empty()) continue;  // (each form covers its own shapes)
     const double us = b.TimeUs([&](int i) {
       Fp8GemmWgmmaSm90Params q = pp;

@@ -26,6 +26,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/fp8_gemm_skinny_sm90.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "common/check.h"
 
@@ -476,6 +477,35 @@ struct Tile144Args {
   int Mp, kb, nb, m_tiles, n_tiles;
 };
 
+// Cluster helpers (kCluster > 1): the CTA's rank, the cluster-wide barrier, the same shared
+// address in CTA `rank`, an arrival on a (possibly remote) mbarrier, and a TMA tile load
+// multicast to the CTAs in `mask` (landing at the same offset in each, completing on each one's
+// mbarrier at `bar`).
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t MapToRank(uint32_t addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void BarArriveCluster(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
+__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
+                                                 uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
+      "[%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+      : "memory");
+}
+
 // A 1-d bulk copy (bytes % 16 == 0, 16-byte aligned ends) completing on the mbarrier.
 __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
@@ -483,7 +513,12 @@ __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t
                : "memory");
 }
 
-template <int kSchedule>  // Fp8GemmWgmmaSchedule
+// kCluster 1, or 4: clusters of four CTAs along N (the four column tiles of one row tile, launched
+// with cluster dimension 4; n_tiles % 4 == 0 and a grid % 4 == 0 keep their tiles in step). Each
+// CTA loads a 32-row slice of the A box and multicasts it to all four (map_a: boxes of 128 /
+// kCluster rows), so A crosses L2 once a cluster; a stage is free once every consumer warp of the
+// four CTAs released it (8 x kCluster arrivals on each CTA's empty barrier).
+template <int kSchedule, int kCluster>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmTile144Kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                          const Tile144Args args) {
@@ -497,16 +532,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kT144Stages; ++s) {
       BarInit(bar_full + 8 * s, 1);
-      BarInit(bar_empty + 8 * s, 8);  // lane 0 of each of the 8 consumer warps
+      BarInit(bar_empty + 8 * s, 8 * kCluster);  // lane 0 of each consumer warp of the cluster's CTAs
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
+  // (Every CTA's barriers initialised before any multicast lands or remote arrival comes.)
+  if constexpr (kCluster > 1) ClusterSync();
+  else __syncthreads();
   const int tiles = args.m_tiles * args.n_tiles, kb_n = args.kb;
 
   if (wg == 0) {  // ------------------------------------------------ producer
     RegDealloc<24>();
-    if (tid != 0) return;
+    if (tid != 0) {
+      if constexpr (kCluster > 1) ClusterSync();  // the closing cluster barrier (below)
+      return;
+    }
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
     int stage = 0;
@@ -519,12 +559,23 @@ __global__ void __launch_bounds__(kThreads, 1)
         // The block's activation scales of the tile's rows < Mp (Mp % 16 == 0: whole 16-byte units).
         const uint32_t xs_bytes = static_cast<uint32_t>(min(kBM, args.Mp - mt * kBM)) * 4;
         BarExpectTx(bar_full + 8 * stage, kT144StageBytes + xs_bytes);
-        TmaLoad(st, &map_a, kb * kBK, mt * kBM, bar_full + 8 * stage);
+        if constexpr (kCluster > 1) {
+          const uint32_t rank = ClusterRank();
+          TmaLoadMulticast(st + rank * (kBoxBytes / kCluster), &map_a, kb * kBK, mt * kBM + rank * (kBM / kCluster),
+                           bar_full + 8 * stage, static_cast<uint16_t>((1u << kCluster) - 1));
+        } else {
+          TmaLoad(st, &map_a, kb * kBK, mt * kBM, bar_full + 8 * stage);
+        }
         TmaLoad(st + kBoxBytes, &map_b, kb * kBK, j * kT144N, bar_full + 8 * stage);
         BulkLoad(base + kT144XsOff + stage * kBM * 4, args.x_scales + static_cast<int64_t>(kb) * args.Mp + mt * kBM,
                  xs_bytes, bar_full + 8 * stage);
         if (++stage == kT144Stages) { stage = 0; phase ^= 1; }
       }
+    }
+    // No CTA leaves while another may still multicast into it or arrive on its barriers.
+    if constexpr (kCluster > 1) {
+      __syncwarp(1u);
+      ClusterSync();
     }
     return;
   }
@@ -573,7 +624,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     int rel_stage = stage;
     const auto release = [&]() {
-      if (lane == 0) BarArrive(bar_empty + 8 * rel_stage);
+      if (lane == 0) {
+        if constexpr (kCluster > 1) {
+#pragma unroll
+          for (int q = 0; q < kCluster; ++q) BarArriveCluster(MapToRank(bar_empty + 8 * rel_stage, q));
+        } else {
+          BarArrive(bar_empty + 8 * rel_stage);
+        }
+      }
       if (++rel_stage == kT144Stages) rel_stage = 0;
     };
     // Block kb's scales from shared memory: the activation scales that came with its stage
@@ -658,6 +716,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kSchedule == kPingPong) {
     if (wg == 1) PingPongWait(0);  // warpgroup 1's last pass
   }
+  if constexpr (kCluster > 1) ClusterSync();
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 EncodeFn() {
@@ -724,6 +783,10 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
     const int n_tiles = static_cast<int>(g.N / kT144N);
     const int64_t tiles = static_cast<int64_t>(m_tiles) * n_tiles;
     DS_CHECK(tiles < (int64_t{1} << 31)) << "Fp8GemmWgmmaSm90: too many tiles";
+    const int grid = static_cast<int>(std::min<int64_t>(tiles, sms));
+    // A multicast in clusters of the four column tiles of a row tile, where they stay in step.
+    const bool cluster = p.multicast && n_tiles % 4 == 0 && grid % 4 == 0;
+    const CUtensorMap map_a_t = cluster ? Map2d(g.xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, Mp, g.K, g.ldx, kBM / 4, kBK) : map_a;
     const CUtensorMap map_b = Map2d(g.wq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.N, g.K, g.ldw, kT144N, kBK);
     Tile144Args args{};
     args.x_scales = g.x_scales;
@@ -735,12 +798,24 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
     args.nb = static_cast<int>((g.N + 127) / 128);
     args.m_tiles = m_tiles;
     args.n_tiles = n_tiles;
-    const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmTile144Kernel<kSplitHalves>
-                        : p.schedule == Fp8GemmWgmmaSchedule::kPingPong  ? Fp8GemmTile144Kernel<kPingPong>
-                                                                          : Fp8GemmTile144Kernel<kWhole>;
+    const auto pick = [&](auto cl) {
+      constexpr int kCl = decltype(cl)::value;
+      return p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmTile144Kernel<kSplitHalves, kCl>
+             : p.schedule == Fp8GemmWgmmaSchedule::kPingPong  ? Fp8GemmTile144Kernel<kPingPong, kCl>
+                                                               : Fp8GemmTile144Kernel<kWhole, kCl>;
+    };
+    const auto kernel = cluster ? pick(std::integral_constant<int, 4>{}) : pick(std::integral_constant<int, 1>{});
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kT144SmemBytes));
-    const int grid = static_cast<int>(std::min<int64_t>(tiles, sms));
-    kernel<<<grid, kThreads, kT144SmemBytes, g.stream>>>(map_a, map_b, args);
+    if (cluster) {
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = 4;
+      attr.val.clusterDim.y = 1;
+      attr.val.clusterDim.z = 1;
+      LaunchKernelWith(attr, kernel, dim3(grid), dim3(kThreads), kT144SmemBytes, g.stream, map_a_t, map_b, args);
+    } else {
+      kernel<<<grid, kThreads, kT144SmemBytes, g.stream>>>(map_a_t, map_b, args);
+    }
     DS_CUDA_CHECK_LAUNCH("Fp8GemmTile144Kernel");
     return;
   }

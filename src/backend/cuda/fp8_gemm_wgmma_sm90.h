@@ -60,6 +60,10 @@ struct Fp8GemmWgmmaSm90Params {
   const float* w_scales_mn = nullptr;  // [K/128, ceil(N/128)] fp32
   Fp8GemmWgmmaForm form = Fp8GemmWgmmaForm::kPanel;
   Fp8GemmWgmmaSchedule schedule = Fp8GemmWgmmaSchedule::kWhole;
+  // kTile144: clusters of the four column tiles of a row tile, each CTA multicasting a quarter of
+  // the activation tile to all four (A crosses L2 once a cluster), where N / 144 % 4 == 0 and the
+  // grid is a multiple of 4. Same results either way.
+  bool multicast = false;
 };
 
 // True on an sm_90 device (the kernels need no library headers).
