@@ -335,12 +335,13 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
   // tile form where N % 144 == 0 (kv_a).
   const std::pair<Fp8GemmWgmmaForm, const char*> forms[] = {{Fp8GemmWgmmaForm::kPanel, "panel"},
                                                            {Fp8GemmWgmmaForm::kTile144, "tile144"}};
-  struct Variant { Fp8GemmWgmmaSchedule sched; bool multicast; const char* name; };
-  const Variant variants[] = {{Fp8GemmWgmmaSchedule::kWhole, false, ""},
-                              {Fp8GemmWgmmaSchedule::kSplitHalves, false, "_split"},
-                              {Fp8GemmWgmmaSchedule::kPingPong, false, "_pingpong"},
-                              {Fp8GemmWgmmaSchedule::kWhole, true, "_multicast"},
-                              {Fp8GemmWgmmaSchedule::kPingPong, true, "_pingpong_multicast"}};
+  struct Variant { Fp8GemmWgmmaSchedule sched; int multicast; const char* name; };
+  const Variant variants[] = {{Fp8GemmWgmmaSchedule::kWhole, 0, ""},
+                              {Fp8GemmWgmmaSchedule::kSplitHalves, 0, "_split"},
+                              {Fp8GemmWgmmaSchedule::kPingPong, 0, "_pingpong"},
+                              {Fp8GemmWgmmaSchedule::kWhole, 2, "_multicast2"},
+                              {Fp8GemmWgmmaSchedule::kWhole, 4, "_multicast4"},
+                              {Fp8GemmWgmmaSchedule::kPingPong, 2, "_pingpong_multicast2"}};
   for (const auto& [form, form_name] : forms)
     for (const auto& [sched, multicast, sched_name] : variants) {
     if (multicast && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form has none)
@@ -358,8 +359,12 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
       q.w_scales_mn = wmn[i]->as<float>();
       Fp8GemmWgmmaSm90(q);
     }, nsets);
-    char note[96] = "ours (wgmma)";
+    char note[128] = "ours (wgmma)";
+    const int resident = multicast ? Fp8GemmWgmmaSm90ActiveClusters(pp) : 0;
     if (us_cublas > 0) std::snprintf(note, sizeof note, "ours (wgmma); %.2fx cuBLASLt", us_cublas / us);
+    if (resident > 0)
+      std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; %d clusters of %d resident", resident,
+                    multicast);
     b.Add("fp8_large/wgmma_" + name, shape, us, 0, flops, true, note);
     }
 }

@@ -748,6 +748,40 @@ CUtensorMap Map2d(const void* ptr, CUtensorMapDataType type, int elem_bytes, int
 
 }  // namespace
 
+namespace {
+// The tile-144 form's cluster size for these params (1: none).
+int ClusterOf(const Fp8GemmWgmmaSm90Params& p, int n_tiles, int grid) {
+  const int c = p.multicast;
+  return (c == 2 || c == 4) && n_tiles % c == 0 && grid % c == 0 ? c : 1;
+}
+}  // namespace
+
+int Fp8GemmWgmmaSm90ActiveClusters(const Fp8GemmWgmmaSm90Params& p) {
+  if (p.form != Fp8GemmWgmmaForm::kTile144 || p.g.N % kT144N != 0) return 0;
+  const int64_t Mp = Fp8PaddedM(p.g.M);
+  const int n_tiles = static_cast<int>(p.g.N / kT144N);
+  const int64_t tiles = (Mp + kBM - 1) / kBM * n_tiles;
+  const int grid = static_cast<int>(std::min<int64_t>(tiles, CurrentDeviceProps().sms));
+  const int cl = ClusterOf(p, n_tiles, grid);
+  if (cl == 1) return 0;
+  const auto kernel = cl == 4 ? Fp8GemmTile144Kernel<kWhole, 4> : Fp8GemmTile144Kernel<kWhole, 2>;
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kT144SmemBytes));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = kT144SmemBytes;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cl;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  DS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  return n;
+}
+
 bool Fp8GemmWgmmaSm90Available() { return CurrentDeviceProps().sm90; }
 
 std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
@@ -767,6 +801,7 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   }
   const int sched = static_cast<int>(p.schedule);
   if (sched < 0 || sched > 2) why << "schedule " << sched << "; ";
+  if (p.multicast != 0 && p.multicast != 2 && p.multicast != 4) why << "multicast " << p.multicast << " (0, 2 or 4); ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
 }
@@ -785,8 +820,8 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
     DS_CHECK(tiles < (int64_t{1} << 31)) << "Fp8GemmWgmmaSm90: too many tiles";
     const int grid = static_cast<int>(std::min<int64_t>(tiles, sms));
     // A multicast in clusters of the four column tiles of a row tile, where they stay in step.
-    const bool cluster = p.multicast && n_tiles % 4 == 0 && grid % 4 == 0;
-    const CUtensorMap map_a_t = cluster ? Map2d(g.xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, Mp, g.K, g.ldx, kBM / 4, kBK) : map_a;
+    const int cl = ClusterOf(p, n_tiles, grid);
+    const CUtensorMap map_a_t = cl > 1 ? Map2d(g.xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, Mp, g.K, g.ldx, kBM / cl, kBK) : map_a;
     const CUtensorMap map_b = Map2d(g.wq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.N, g.K, g.ldw, kT144N, kBK);
     Tile144Args args{};
     args.x_scales = g.x_scales;
@@ -804,12 +839,14 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
              : p.schedule == Fp8GemmWgmmaSchedule::kPingPong  ? Fp8GemmTile144Kernel<kPingPong, kCl>
                                                                : Fp8GemmTile144Kernel<kWhole, kCl>;
     };
-    const auto kernel = cluster ? pick(std::integral_constant<int, 4>{}) : pick(std::integral_constant<int, 1>{});
+    const auto kernel = cl == 4   ? pick(std::integral_constant<int, 4>{})
+                        : cl == 2 ? pick(std::integral_constant<int, 2>{})
+                                  : pick(std::integral_constant<int, 1>{});
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kT144SmemBytes));
-    if (cluster) {
+    if (cl > 1) {
       cudaLaunchAttribute attr{};
       attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = 4;
+      attr.val.clusterDim.x = cl;
       attr.val.clusterDim.y = 1;
       attr.val.clusterDim.z = 1;
       LaunchKernelWith(attr, kernel, dim3(grid), dim3(kThreads), kT144SmemBytes, g.stream, map_a_t, map_b, args);
