@@ -495,7 +495,7 @@ __device__ __forceinline__ uint32_t MapToRank(uint32_t addr, uint32_t rank) {
   return r;
 }
 __device__ __forceinline__ void BarArriveCluster(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
 }
 __device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
                                                  uint16_t mask) {
@@ -624,13 +624,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     int rel_stage = stage;
     const auto release = [&]() {
-      if (lane == 0) {
-        if constexpr (kCluster > 1) {
-#pragma unroll
-          for (int q = 0; q < kCluster; ++q) BarArriveCluster(MapToRank(bar_empty + 8 * rel_stage, q));
-        } else {
-          BarArrive(bar_empty + 8 * rel_stage);
-        }
+      if constexpr (kCluster > 1) {
+        // Lane q of each warp arrives on CTA q's barrier, all in parallel (a chain of remote
+        // arrivals from one lane, each with cluster-scope release, made the multicast form 2-5x
+        // slower: session 17 runs 7 and 10).
+        if (lane < kCluster) BarArriveCluster(MapToRank(bar_empty + 8 * rel_stage, lane));
+      } else {
+        if (lane == 0) BarArrive(bar_empty + 8 * rel_stage);
       }
       if (++rel_stage == kT144Stages) rel_stage = 0;
     };
