@@ -344,7 +344,7 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
                               {Fp8GemmWgmmaSchedule::kPingPong, 2, "_pingpong_multicast2"}};
   for (const auto& [form, form_name] : forms)
     for (const auto& [sched, multicast, sched_name] : variants) {
-    if (multicast == 4 && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form pairs panels)
+    if (multicast && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form has none)
     const std::string name = std::string(form_name) + sched_name;
     Fp8GemmWgmmaSm90Params pp{};
     pp.g = params(0);
@@ -360,7 +360,7 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
       Fp8GemmWgmmaSm90(q);
     }, nsets);
     char note[128] = "ours (wgmma)";
-    const int resident = multicast && form == Fp8GemmWgmmaForm::kTile144 ? Fp8GemmWgmmaSm90ActiveClusters(pp) : 0;
+    const int resident = multicast ? Fp8GemmWgmmaSm90ActiveClusters(pp) : 0;
     if (us_cublas > 0) std::snprintf(note, sizeof note, "ours (wgmma); %.2fx cuBLASLt", us_cublas / us);
     if (resident > 0)
       std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; %d clusters of %d resident", resident,

@@ -83,35 +83,6 @@ __device__ __forceinline__ void TmaStore(const CUtensorMap* map, int c0, int c1,
 __device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void BulkWaitRead() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-// Cluster helpers (kCluster > 1): the CTA's rank, the cluster-wide barrier, the same shared
-// address in CTA `rank`, an arrival on a (possibly remote) mbarrier, and a TMA tile load
-// multicast to the CTAs in `mask` (landing at the same offset in each, completing on each one's
-// mbarrier at `bar`).
-__device__ __forceinline__ uint32_t ClusterRank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t MapToRank(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void BarArriveCluster(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
-                                                 uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
-      "[%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-      : "memory");
-}
-
 template <int kRegs>
 __device__ __forceinline__ void RegDealloc() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
@@ -292,11 +263,7 @@ struct TileSeq {
   __device__ __forceinline__ int Col(int u) const { return panel >= 0 ? u : u % n_tiles; }
 };
 
-// kCluster 1, or 2: pairs of CTAs holding neighbouring panels of the same column part (launched
-// with cluster dimension 2; parts mode with an even panel count keeps them in step). Each loads
-// half of every weight tile (64 rows) and multicasts it to both, so the weight tiles cross L2 once
-// a pair; a stage is free once every consumer warp of both CTAs released it.
-template <int kSchedule, int kCluster>  // Fp8GemmWgmmaSchedule
+template <int kSchedule>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmPanelKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const __grid_constant__ CUtensorMap map_y, const PanelArgs args) {
@@ -309,24 +276,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       BarInit(bar_full + 8 * s, 1);
-      BarInit(bar_empty + 8 * s, 8 * kCluster);  // each consumer warp of the cluster's CTAs
+      BarInit(bar_empty + 8 * s, 8);  // lane 0 of each of the 8 consumer warps
     }
     BarInit(bar_a_full, 1);
     BarInit(bar_a_empty, 8);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // (Every CTA's barriers initialised before any multicast lands or remote arrival comes.)
-  if constexpr (kCluster > 1) ClusterSync();
-  else __syncthreads();
+  __syncthreads();
   const TileSeq seq(args);
   const int kb_n = args.kb;
 
   if (wg == 0) {  // ------------------------------------------------ producer
-    RegDealloc<40>();  // (the multicast form's producer needs more than 24)
-    if (tid != 0) {
-      if constexpr (kCluster > 1) ClusterSync();  // the closing cluster barrier (below)
-      return;
-    }
+    RegDealloc<24>();
+    if (tid != 0) return;
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
     int stage = 0;
@@ -345,24 +307,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kb_n; ++kb) {
         Wait(bar_empty + 8 * stage, phase ^ 1);
         BarExpectTx(bar_full + 8 * stage, kBoxBytes);
-        if constexpr (kCluster > 1) {
-          const uint32_t rank = ClusterRank();
-          TmaLoadMulticast(base + kStageOff + stage * kBoxBytes + rank * (kBoxBytes / kCluster), &map_b, kb * kBK,
-                           j * kBN + rank * (kBN / kCluster), bar_full + 8 * stage,
-                           static_cast<uint16_t>((1u << kCluster) - 1));
-        } else {
-          TmaLoad(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
-        }
+        TmaLoad(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
         if (++stage == kStages) { stage = 0; phase ^= 1; }
       }
     }
-    // No CTA leaves while another may still multicast into it or arrive on its barriers.
-    if constexpr (kCluster > 1) ClusterSync();
     return;
   }
 
   // ------------------------------------------------------------------ consumers
-  RegAlloc<232>();
+  RegAlloc<240>();
   if constexpr (kSchedule == kPingPong) {
     if (wg == 2) PingPongPass(1);  // warpgroup 0 goes first
   }
@@ -420,11 +373,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     int rel_stage = stage;
     const auto release = [&]() {
-      if constexpr (kCluster > 1) {
-        if (lane < kCluster) BarArriveCluster(MapToRank(bar_empty + 8 * rel_stage, lane));  // CTA `lane`'s barrier
-      } else {
-        if (lane == 0) BarArrive(bar_empty + 8 * rel_stage);
-      }
+      if (lane == 0) BarArrive(bar_empty + 8 * rel_stage);
       if (++rel_stage == kStages) rel_stage = 0;
     };
     const auto load = [&](int kb) {
@@ -505,7 +454,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kSchedule == kPingPong) {
     if (wg == 1) PingPongWait(0);  // warpgroup 1's last pass
   }
-  if constexpr (kCluster > 1) ClusterSync();
 }
 
 // ---------------------------------------------------------------- the 128 x 144 tile form
@@ -528,6 +476,35 @@ struct Tile144Args {
   int64_t ldy;
   int Mp, kb, nb, m_tiles, n_tiles;
 };
+
+// Cluster helpers (kCluster > 1): the CTA's rank, the cluster-wide barrier, the same shared
+// address in CTA `rank`, an arrival on a (possibly remote) mbarrier, and a TMA tile load
+// multicast to the CTAs in `mask` (landing at the same offset in each, completing on each one's
+// mbarrier at `bar`).
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t MapToRank(uint32_t addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void BarArriveCluster(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
+__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
+                                                 uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
+      "[%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+      : "memory");
+}
 
 // A 1-d bulk copy (bytes % 16 == 0, 16-byte aligned ends) completing on the mbarrier.
 __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
@@ -772,10 +749,6 @@ CUtensorMap Map2d(const void* ptr, CUtensorMapDataType type, int elem_bytes, int
 }  // namespace
 
 namespace {
-// The panel form's cluster size (1: none): pairs need parts mode and an even panel count.
-int PanelClusterOf(const Fp8GemmWgmmaSm90Params& p, int parts, int panels, int grid) {
-  return p.multicast == 2 && parts > 0 && panels % 2 == 0 && grid % 2 == 0 ? 2 : 1;
-}
 // The tile-144 form's cluster size for these params (1: none).
 int ClusterOf(const Fp8GemmWgmmaSm90Params& p, int n_tiles, int grid) {
   const int c = p.multicast;
@@ -886,6 +859,8 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   const int n_tiles = static_cast<int>(g.N / kBN);
   const int64_t tiles = static_cast<int64_t>(m_tiles) * n_tiles;
   DS_CHECK(tiles < (int64_t{1} << 31)) << "Fp8GemmWgmmaSm90: too many tiles";
+  const CUtensorMap map_b = Map2d(g.wq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.N, g.K, g.ldw, kBN, kBK);
+  const CUtensorMap map_y = Map2d(g.y, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, Mp, g.N, g.ldy, 64, 64);
   PanelArgs args{};
   args.x_scales = g.x_scales;
   args.w_scales = p.w_scales_mn;
@@ -897,29 +872,12 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   args.tiles = static_cast<int>(tiles);
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
   args.parts = m_tiles <= sms ? std::min(sms / m_tiles, n_tiles) : 0;
-  const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));
-  // The weight tiles multicast to pairs of neighbouring panels (parts mode, an even panel count).
-  const int cl = PanelClusterOf(p, args.parts, m_tiles, grid);
-  const CUtensorMap map_b = Map2d(g.wq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.N, g.K, g.ldw, kBN / cl, kBK);
-  const CUtensorMap map_y = Map2d(g.y, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, Mp, g.N, g.ldy, 64, 64);
-  const auto pick = [&](auto c) {
-    constexpr int kCl = decltype(c)::value;
-    return p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, kCl>
-           : p.schedule == Fp8GemmWgmmaSchedule::kPingPong  ? Fp8GemmPanelKernel<kPingPong, kCl>
-                                                             : Fp8GemmPanelKernel<kWhole, kCl>;
-  };
-  const auto kernel = cl == 2 ? pick(std::integral_constant<int, 2>{}) : pick(std::integral_constant<int, 1>{});
+  const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves>
+                      : p.schedule == Fp8GemmWgmmaSchedule::kPingPong  ? Fp8GemmPanelKernel<kPingPong>
+                                                                        : Fp8GemmPanelKernel<kWhole>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
-  if (cl > 1) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = cl;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    LaunchKernelWith(attr, kernel, dim3(grid), dim3(kThreads), kSmemBytes, g.stream, map_a, map_b, map_y, args);
-  } else {
-    kernel<<<grid, kThreads, kSmemBytes, g.stream>>>(map_a, map_b, map_y, args);
-  }
+  const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));
+  kernel<<<grid, kThreads, kSmemBytes, g.stream>>>(map_a, map_b, map_y, args);
   DS_CUDA_CHECK_LAUNCH("Fp8GemmPanelKernel");
 }
 

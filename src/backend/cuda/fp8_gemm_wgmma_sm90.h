@@ -60,13 +60,9 @@ struct Fp8GemmWgmmaSm90Params {
   const float* w_scales_mn = nullptr;  // [K/128, ceil(N/128)] fp32
   Fp8GemmWgmmaForm form = Fp8GemmWgmmaForm::kPanel;
   Fp8GemmWgmmaSchedule schedule = Fp8GemmWgmmaSchedule::kWhole;
-  // 0 (none), or the cluster size of a TMA multicast (same results either way):
-  //   kTile144, 2 or 4: clusters of that many column tiles of a row tile, each CTA multicasting its
-  //     share of the activation tile to all of them (A crosses L2 once a cluster), where N / 144
-  //     and the grid are multiples of it;
-  //   kPanel, 2: pairs of neighbouring panels of one column part, each CTA multicasting half of
-  //     every weight tile to both, where the panels fit the SMs and their count is even.
-  // Otherwise it launches without clusters.
+  // kTile144: 0, or 2 / 4: clusters of that many column tiles of a row tile, each CTA
+  // multicasting its share of the activation tile to all of them (A crosses L2 once a cluster),
+  // where N / 144 and the grid are multiples of it (else no cluster). Same results either way.
   int multicast = 0;
 };
 
