@@ -340,7 +340,6 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
                               {Fp8GemmWgmmaSchedule::kSplitHalves, 0, "_split"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 0, "_pingpong"},
                               {Fp8GemmWgmmaSchedule::kWhole, 2, "_multicast2"},
-                              {Fp8GemmWgmmaSchedule::kWhole, 4, "_multicast4"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 2, "_pingpong_multicast2"}};
   for (const auto& [form, form_name] : forms)
     for (const auto& [sched, multicast, sched_name] : variants) {

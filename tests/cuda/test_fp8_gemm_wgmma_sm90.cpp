@@ -54,8 +54,8 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
 // 144-column tiles: kv_a's N (576, tiles straddling the 128-column scale blocks, the last tile
 // ending on block 4's half); one tile (N 144: two blocks); M not a multiple of 128; padded
 // leading dimensions; more tiles than SMs (M 2000 x N 1440: 16 x 10), so CTAs loop; with and
-// without the A multicast (clusters of two or four where N / 144 is a multiple: N 576 and 288, and
-// M 5000, where the clusters loop over 160 tiles on a grid of 132).
+// without the A multicast to pairs of CTAs (where N / 144 is even: N 576, 288 and 1440, and M 5000,
+// where the pairs loop over 160 tiles on a grid of 132).
 TEST(CudaFp8GemmWgmmaSm90, Tile144MatchesCpu) {
   if (!Fp8GemmWgmmaSm90Available()) GTEST_SKIP() << "needs an sm_90 device";
   const Shape shapes[] = {{200, 576, 7168, "kv_a_M200"}, {130, 288, 1024, "N288_M130"}, {64, 144, 256, "N144"},
@@ -65,7 +65,7 @@ TEST(CudaFp8GemmWgmmaSm90, Tile144MatchesCpu) {
     Operands o(s);
     const auto ref = o.Reference();
     for (const auto& [sched, tag] : kSchedules)
-      for (int mc : {0, 2, 4})
+      for (int mc : {0, 2})
         ExpectClose("fp8_gemm_wgmma_sm90_tile144", std::string(s.name) + tag + (mc ? "_multicast" + std::to_string(mc) : ""),
                     RunForm(o, Fp8GemmWgmmaForm::kTile144, sched, mc), ref, 5e-3);
   }
@@ -85,7 +85,7 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
     auto cub = FromBf16(dy.Download());
     cub.resize(s.M * s.N);
     for (const auto& [sched, tag] : kSchedules)
-      for (int mc : {0, 2, 4})
+      for (int mc : {0, 2})
         ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + (mc ? "_multicast" + std::to_string(mc) : ""),
                     RunForm(o, form, sched, mc), cub, 2e-3);
   }

@@ -513,11 +513,11 @@ __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t
                : "memory");
 }
 
-// kCluster 1, or 4: clusters of four CTAs along N (the four column tiles of one row tile, launched
-// with cluster dimension 4; n_tiles % 4 == 0 and a grid % 4 == 0 keep their tiles in step). Each
-// CTA loads a 32-row slice of the A box and multicasts it to all four (map_a: boxes of 128 /
-// kCluster rows), so A crosses L2 once a cluster; a stage is free once every consumer warp of the
-// four CTAs released it (8 x kCluster arrivals on each CTA's empty barrier).
+// kCluster 1, or 2: pairs of CTAs on neighbouring column tiles of one row tile (launched with
+// cluster dimension 2; an even n_tiles and grid keep their tiles in step). Each CTA loads a
+// 128 / kCluster-row slice of the A box and multicasts it to both (map_a: boxes of that many
+// rows), so A crosses L2 once a pair; a stage is free once every consumer warp of both CTAs
+// released it (8 x kCluster arrivals on each CTA's empty barrier, from lanes 0 .. kCluster - 1).
 template <int kSchedule, int kCluster>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmTile144Kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -751,8 +751,7 @@ CUtensorMap Map2d(const void* ptr, CUtensorMapDataType type, int elem_bytes, int
 namespace {
 // The tile-144 form's cluster size for these params (1: none).
 int ClusterOf(const Fp8GemmWgmmaSm90Params& p, int n_tiles, int grid) {
-  const int c = p.multicast;
-  return (c == 2 || c == 4) && n_tiles % c == 0 && grid % c == 0 ? c : 1;
+  return p.multicast == 2 && n_tiles % 2 == 0 && grid % 2 == 0 ? 2 : 1;
 }
 }  // namespace
 
@@ -764,7 +763,7 @@ int Fp8GemmWgmmaSm90ActiveClusters(const Fp8GemmWgmmaSm90Params& p) {
   const int grid = static_cast<int>(std::min<int64_t>(tiles, CurrentDeviceProps().sms));
   const int cl = ClusterOf(p, n_tiles, grid);
   if (cl == 1) return 0;
-  const auto kernel = cl == 4 ? Fp8GemmTile144Kernel<kWhole, 4> : Fp8GemmTile144Kernel<kWhole, 2>;
+  const auto kernel = Fp8GemmTile144Kernel<kWhole, 2>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kT144SmemBytes));
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
@@ -801,7 +800,7 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   }
   const int sched = static_cast<int>(p.schedule);
   if (sched < 0 || sched > 2) why << "schedule " << sched << "; ";
-  if (p.multicast != 0 && p.multicast != 2 && p.multicast != 4) why << "multicast " << p.multicast << " (0, 2 or 4); ";
+  if (p.multicast != 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
 }
@@ -839,9 +838,7 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
              : p.schedule == Fp8GemmWgmmaSchedule::kPingPong  ? Fp8GemmTile144Kernel<kPingPong, kCl>
                                                                : Fp8GemmTile144Kernel<kWhole, kCl>;
     };
-    const auto kernel = cl == 4   ? pick(std::integral_constant<int, 4>{})
-                        : cl == 2 ? pick(std::integral_constant<int, 2>{})
-                                  : pick(std::integral_constant<int, 1>{});
+    const auto kernel = cl == 2 ? pick(std::integral_constant<int, 2>{}) : pick(std::integral_constant<int, 1>{});
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kT144SmemBytes));
     if (cl > 1) {
       cudaLaunchAttribute attr{};

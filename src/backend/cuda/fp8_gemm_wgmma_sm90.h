@@ -60,14 +60,15 @@ struct Fp8GemmWgmmaSm90Params {
   const float* w_scales_mn = nullptr;  // [K/128, ceil(N/128)] fp32
   Fp8GemmWgmmaForm form = Fp8GemmWgmmaForm::kPanel;
   Fp8GemmWgmmaSchedule schedule = Fp8GemmWgmmaSchedule::kWhole;
-  // kTile144: 0, or 2 / 4: clusters of that many column tiles of a row tile, each CTA
-  // multicasting its share of the activation tile to all of them (A crosses L2 once a cluster),
-  // where N / 144 and the grid are multiples of it (else no cluster). Same results either way.
+  // kTile144: 0, or 2: pairs of CTAs on neighbouring column tiles of a row tile, each loading half
+  // of the activation tile and multicasting it to both (A crosses L2 once a pair), where N / 144
+  // and the grid are even (else no cluster). Same results either way. (Clusters of four were
+  // slower: only 30 fit at once. The panel form's weight multicast to pairs was no faster.)
   int multicast = 0;
 };
 
-// kTile144 with multicast > 0: how many clusters of the configuration the device keeps resident
-// at once (cudaOccupancyMaxActiveClusters); 0 when it would launch without clusters.
+// kTile144 with multicast 2: how many clusters of the configuration the device keeps resident at
+// once (cudaOccupancyMaxActiveClusters); 0 when it would launch without clusters.
 int Fp8GemmWgmmaSm90ActiveClusters(const Fp8GemmWgmmaSm90Params& p);
 
 // True on an sm_90 device (the kernels need no library headers).
