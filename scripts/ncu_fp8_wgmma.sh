@@ -6,17 +6,7 @@
 # scripts/gpu_carry.sh; writes $OUT/ncu_<name>.txt, and with NCU_SOURCE=1 the 40 instructions with
 # the most stall samples ($OUT/ncu_<name>_source_top.txt, bench/ncu_source_top.py).
 set -uo pipefail
-W=/tmp/dsinfer_ncu
-mkdir -p $W && xz -dc .carry/bin.tar.xz | tar -C $W -xf - || { echo "no .carry/bin.tar.xz"; exit 1; }
-B=$W/bin
-CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-[ -n "$NCU" ] || { echo "no ncu"; exit 1; }
-SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-  --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats --section Occupancy \
-  --section LaunchStats --section InstructionStats ${NCU_EXTRA_SECTIONS:-}"
-OUTDIR=${OUT:-/tmp}
+. "$(dirname "$0")/ncu_common.sh"  # B, LD_LIBRARY_PATH, NCU, SECTIONS, OUTDIR
 for name in ${NCU_KERNELS:-Fp8GemmTile144Kernel Fp8GemmPanelKernel}; do
   timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name "regex:$name" \
     --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes $SECTIONS \

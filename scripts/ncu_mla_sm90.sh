@@ -5,17 +5,7 @@
 # variant 4). Run on the GPU machine from the checkout, with .carry packed by
 # scripts/gpu_carry.sh; writes $OUT/ncu_v0.txt and $OUT/ncu_v4.txt.
 set -uo pipefail
-W=/tmp/dsinfer_ncu
-mkdir -p $W && xz -dc .carry/bin.tar.xz | tar -C $W -xf - || { echo "no .carry/bin.tar.xz"; exit 1; }
-B=$W/bin
-CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
-export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-[ -n "$NCU" ] || { echo "no ncu"; exit 1; }
-SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-  --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats --section Occupancy \
-  --section LaunchStats --section InstructionStats ${NCU_EXTRA_SECTIONS:-}"
-OUTDIR=${OUT:-/tmp}
+. "$(dirname "$0")/ncu_common.sh"  # B, LD_LIBRARY_PATH, NCU, SECTIONS, OUTDIR
 for spec in "0:regex:MlaDecodeSm90Kernel" "4:regex:MlaDecodeSm90Wg3Kernel"; do
   v=${spec%%:*}; name=${spec#*:}
   DS_BENCH_SM90_VARIANTS=$v timeout ${NCU_TIMEOUT_S:-120} $NCU --clock-control none --kernel-name "$name" \

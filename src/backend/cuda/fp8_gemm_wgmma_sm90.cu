@@ -28,6 +28,7 @@
 #include "backend/cuda/fp8_gemm_skinny_sm90.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/sm90_ptx.cuh"
+#include "backend/cuda/tensor_map.h"
 #include "common/check.h"
 
 namespace ds::cuda {
@@ -41,6 +42,8 @@ using sm90::Desc;
 using sm90::FenceProxyAsync;
 using sm90::NamedBarSync;
 using sm90::PackBf16;
+using sm90::RegAlloc;
+using sm90::RegDealloc;
 using sm90::SmemAddr;
 using sm90::WgCommit;
 using sm90::WgFence;
@@ -83,14 +86,6 @@ __device__ __forceinline__ void TmaStore(const CUtensorMap* map, int c0, int c1,
 __device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void BulkWaitRead() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-template <int kRegs>
-__device__ __forceinline__ void RegDealloc() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void RegAlloc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
 
 constexpr int kWhole = 0, kSplitHalves = 1, kPingPong = 2;  // Fp8GemmWgmmaSchedule
 // Ping-pong between the two consumer warpgroups (kPingPong): warpgroup h issues a K block's wgmma
@@ -719,17 +714,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kCluster > 1) ClusterSync();
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 EncodeFn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    DS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q));
-    DS_CHECK(q == cudaDriverEntryPointSuccess && ptr != nullptr) << "Fp8GemmWgmmaSm90: cuTensorMapEncodeTiled not in the driver";
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
-  return fn;
-}
-
 // A 2-d row-major tensor [rows, cols] of elem_bytes-sized elements, leading dimension ld
 // elements, boxes of box_rows x box_cols, 128-byte swizzle.
 CUtensorMap Map2d(const void* ptr, CUtensorMapDataType type, int elem_bytes, int64_t rows, int64_t cols, int64_t ld,
@@ -739,7 +723,7 @@ CUtensorMap Map2d(const void* ptr, CUtensorMapDataType type, int elem_bytes, int
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * elem_bytes};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = EncodeFn()(&map, type, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+  const CUresult r = TensorMapEncodeFn()(&map, type, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   DS_CHECK(r == CUDA_SUCCESS) << "Fp8GemmWgmmaSm90: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ")";

@@ -22,6 +22,7 @@
 #include <mutex>
 #include <utility>
 
+#include "backend/cuda/tensor_map.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/sm90_ptx.cuh"
@@ -232,16 +233,7 @@ inline bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr)
 // multiple: the partials that follow them stay aligned).
 inline size_t CounterBytes(int64_t tiles) { return (static_cast<size_t>(tiles) * kConsumerWarps * 4 + 255) / 256 * 256; }
 
-inline PFN_cuTensorMapEncodeTiled_v12000 EncodeFn() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    DS_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &q));
-    DS_CHECK(q == cudaDriverEntryPointSuccess && ptr != nullptr) << "Fp8Gemv: cuTensorMapEncodeTiled not in the driver";
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
-  return fn;
-}
+inline PFN_cuTensorMapEncodeTiled_v12000 EncodeFn() { return TensorMapEncodeFn(); }  // (tensor_map.h)
 
 // Resident CTAs per SM of a TMA-path kernel (threads per CTA, dynamic shared memory bytes) on
 // the current device, by the occupancy calculator; cached per (device, kernel): the instances

@@ -102,14 +102,6 @@ __device__ __forceinline__ void TmaLoad3d(uint32_t dst, const CUtensorMap* tm, i
 __device__ __forceinline__ void PrefetchTmap(const CUtensorMap* tm) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tm)) : "memory");
 }
-template <int kRegs>
-__device__ __forceinline__ void RegDealloc() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void RegAlloc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
 template <int N, int M>
 __device__ __forceinline__ void FenceRegs(uint32_t (&d)[N][M]) {
 #pragma unroll

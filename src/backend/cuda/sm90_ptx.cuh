@@ -1,6 +1,6 @@
-// Inline PTX wrappers for the sm_90a kernels (mla_decode_sm90.cu, mla_prefill_sm90.cu):
-// mbarriers, named barriers, the async-proxy fence, wgmma fences/commit/wait and its
-// shared-memory matrix descriptor (128-byte swizzle). Device-only; use inside code compiled for
+// Inline PTX wrappers for the sm_90a kernels (mla_decode_sm90.cu, mla_prefill_sm90.cu,
+// fp8_gemm_wgmma_sm90.cu): mbarriers, named barriers, the async-proxy fence, wgmma
+// fences/commit/wait and its shared-memory matrix descriptor (128-byte swizzle), setmaxnreg. Device-only; use inside code compiled for
 // sm_90a. Source: PTX ISA 8.x ("mbarrier", "wgmma", "Matrix Descriptor Format").
 #pragma once
 
@@ -66,6 +66,16 @@ __device__ __forceinline__ void FenceRegs(float (&d)[N]) {
 __device__ __forceinline__ uint64_t Desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
   return static_cast<uint64_t>((saddr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (uint64_t{1} << 62);
+}
+// setmaxnreg for warp-specialised kernels: the warpgroup gives registers back (producers) or
+// takes them (consumers); every warp of the warpgroup executes it.
+template <int kRegs>
+__device__ __forceinline__ void RegDealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void RegAlloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 // Two floats rounded to bf16 in one 32-bit register (lo in the low 16 bits).
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
