@@ -364,6 +364,8 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
     if (resident > 0)
       std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; %d clusters of %d resident", resident,
                     multicast);
+    else if (multicast)
+      std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; no clusters (N / 144 or grid odd)");
     b.Add("fp8_large/wgmma_" + name, shape, us, 0, flops, true, note);
     }
 }

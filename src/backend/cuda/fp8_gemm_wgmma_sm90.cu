@@ -59,6 +59,10 @@ constexpr uint32_t kStagingOff = kStageOff + kStages * kBoxBytes;
 constexpr uint32_t kStagingBytes = 64 * 128;    // [64 rows x 64 bf16] = 8 KB
 constexpr uint32_t kBarOff = kStagingOff + 4 * kStagingBytes;
 constexpr uint32_t kSmemBytes = kBarOff + 256 + 1024;  // barriers, and slack for the 1024-byte alignment
+static_assert(kSmemBytes <= 227 * 1024, "panel form: over the sm_90 opt-in shared memory per block");
+// setmaxnreg: the producer warpgroup drops to 24 registers so that the consumers get 240; the sum
+// (24 x 128 + 240 x 256) is the 168 a thread of 384 that __launch_bounds__(384, 1) gives.
+static_assert(24 * 128 + 240 * 256 <= 168 * 384, "setmaxnreg split over the register file");
 
 struct PanelArgs {
   const float* x_scales;  // [K/128, Mp]
@@ -463,6 +467,7 @@ constexpr uint32_t kT144XsOff = kT144Stages * kT144StageBytes;
 constexpr uint32_t kT144WsOff = kT144XsOff + kT144Stages * kBM * 4;
 constexpr uint32_t kT144BarOff = kT144WsOff + kT144MaxKb * 2 * 4;
 constexpr uint32_t kT144SmemBytes = kT144BarOff + 128 + 1024;
+static_assert(kT144SmemBytes <= 227 * 1024, "tile-144 form: over the sm_90 opt-in shared memory per block");
 
 struct Tile144Args {
   const float* x_scales;  // [K/128, Mp]
@@ -785,6 +790,8 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   const int sched = static_cast<int>(p.schedule);
   if (sched < 0 || sched > 2) why << "schedule " << sched << "; ";
   if (p.multicast != 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
+  if (p.multicast != 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
+  if (g.xq == nullptr || g.wq == nullptr || g.y == nullptr) why << "null operand; ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
 }
@@ -802,7 +809,7 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
     const int64_t tiles = static_cast<int64_t>(m_tiles) * n_tiles;
     DS_CHECK(tiles < (int64_t{1} << 31)) << "Fp8GemmWgmmaSm90: too many tiles";
     const int grid = static_cast<int>(std::min<int64_t>(tiles, sms));
-    // A multicast in clusters of the four column tiles of a row tile, where they stay in step.
+    // The A multicast to pairs of neighbouring column tiles of a row tile, where they stay in step.
     const int cl = ClusterOf(p, n_tiles, grid);
     const CUtensorMap map_a_t = cl > 1 ? Map2d(g.xq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, Mp, g.K, g.ldx, kBM / cl, kBK) : map_a;
     const CUtensorMap map_b = Map2d(g.wq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.N, g.K, g.ldw, kT144N, kBK);

@@ -28,8 +28,9 @@
 // w_scales_mn [K/128, ceil(N/128)] (Fp8TransposeWeightScales, fp8_gemm_skinny_sm90.h). Rows of y
 // in [M, Mp) are written like the others (from the padded activation rows), as GemmFp8 does.
 // Limits (Fp8GemmWgmmaSm90Unsupported): sm_90 device, K % 128 == 0, ldx, ldw % 16 == 0, ldy % 8
-// == 0, 16-byte aligned pointers (the scales too), bf16 output, dimensions below 2^31; kPanel:
-// K <= 512, N % 128 == 0; kTile144: N % 144 == 0, K <= 16384. Errors: CheckError.
+// == 0, 16-byte aligned non-null pointers (the scales too), bf16 output, dimensions below 2^31;
+// kPanel: K <= 512, N % 128 == 0, no multicast; kTile144: N % 144 == 0, K <= 16384.
+// Errors: CheckError.
 #pragma once
 
 #include <cuda_runtime.h>
