@@ -13,3 +13,25 @@ SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Mem
   --section MemoryWorkloadAnalysis_Tables --section WarpStateStats --section SchedulerStats --section Occupancy \
   --section LaunchStats --section InstructionStats ${NCU_EXTRA_SECTIONS:-}"
 OUTDIR=${OUT:-/tmp}
+
+# ncu_sections KERNEL_REGEX TAG -- BENCH_ARGS...: one launch of the kernel (after NCU_SKIP, default
+# 3) under the report sections, while `dsinfer bench kernels BENCH_ARGS` runs; $OUTDIR/ncu_TAG.txt.
+ncu_sections() {
+  local kernel=$1 tag=$2; shift 3
+  timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name "regex:$kernel" \
+    --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes $SECTIONS \
+    $B/dsinfer bench kernels "$@" --out /tmp/ncu_kk > "$OUTDIR/ncu_$tag.txt" 2>&1
+}
+# ncu_source KERNEL_REGEX TAG -- BENCH_ARGS...: per-instruction stall samples (SourceCounters) of
+# the same launch, exported from a saved report as the source page (SASS) and summarised by
+# bench/ncu_source_top.py into $OUTDIR/ncu_TAG_source_top.txt (the 40 instructions with the most
+# samples, with their stall reasons); the csv stays in /tmp/ncu_src_TAG.csv.
+ncu_source() {
+  local kernel=$1 tag=$2; shift 3
+  rm -f /tmp/ncu_src_$tag.ncu-rep
+  timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name "regex:$kernel" \
+    --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes --section SourceCounters --section WarpStateStats \
+    --import-source yes -o /tmp/ncu_src_$tag $B/dsinfer bench kernels "$@" --out /tmp/ncu_kk > /tmp/ncu_src_$tag.log 2>&1
+  $NCU --import /tmp/ncu_src_$tag.ncu-rep --page source --csv --print-source sass > /tmp/ncu_src_$tag.csv 2>&1
+  python3 bench/ncu_source_top.py /tmp/ncu_src_$tag.csv 40 > "$OUTDIR/ncu_${tag}_source_top.txt" 2>&1
+}

@@ -8,18 +8,10 @@
 set -uo pipefail
 . "$(dirname "$0")/ncu_common.sh"  # B, LD_LIBRARY_PATH, NCU, SECTIONS, OUTDIR
 for name in ${NCU_KERNELS:-Fp8GemmTile144Kernel Fp8GemmPanelKernel}; do
-  timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name "regex:$name" \
-    --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes $SECTIONS \
-    $B/dsinfer bench kernels --only fp8_large --budget-s 60 --out /tmp/ncu_kk > "$OUTDIR/ncu_$name.txt" 2>&1
+  ncu_sections "$name" "$name" -- --only fp8_large --budget-s 60
   echo "[ncu_fp8_wgmma] $name rc=$?"
   if [ -n "${NCU_SOURCE:-}" ]; then
-    rm -f /tmp/ncu_src_$name.ncu-rep
-    timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name "regex:$name" \
-      --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes --section SourceCounters --section WarpStateStats \
-      --import-source yes -o /tmp/ncu_src_$name $B/dsinfer bench kernels --only fp8_large --budget-s 60 \
-      --out /tmp/ncu_kk > /tmp/ncu_src_$name.log 2>&1
-    $NCU --import /tmp/ncu_src_$name.ncu-rep --page source --csv --print-source sass > /tmp/ncu_src_$name.csv 2>&1
-    python3 bench/ncu_source_top.py /tmp/ncu_src_$name.csv 40 > "$OUTDIR/ncu_${name}_source_top.txt" 2>&1
+    ncu_source "$name" "$name" -- --only fp8_large --budget-s 60
     echo "[ncu_fp8_wgmma] source $name rc=$?"
   fi
 done

@@ -229,6 +229,38 @@ __device__ __forceinline__ void KChunk(int kb0, float (&a)[R], float (&b)[R], Wa
   promote(b, 1, sc);
 }
 
+// One K block of the whole-tile schedules (kWhole, kPingPong): the warpgroup's wgmma over all
+// the tile's columns (taking its turn first under kPingPong), the wait for it, and the stage's
+// release; the caller promotes acc after.
+template <int kSchedule, int R, class Release>
+__device__ __forceinline__ void WholeKBlock(float (&acc)[R], int half, uint32_t a_box, uint32_t b_box, Release& release) {
+  if constexpr (kSchedule == kPingPong) PingPongWait(half);
+  WgFence();
+  MmaKBlock(acc, a_box, b_box);
+  WgCommit();
+  if constexpr (kSchedule == kPingPong) PingPongPass(half);
+  WgWait<0>();
+  sm90::FenceRegs(acc);
+  release();
+}
+
+// out0 / out1 (the two column halves, kFrags / 2 fragments each) += acc x the scales: fragments
+// [0, kLo) take (lo0, lo1) for rows r0 / r0 + 8, the rest (hi0, hi1).
+template <int kFrags, int kLo>
+__device__ __forceinline__ void PromoteWhole(const float (&acc)[4 * kFrags], float (&out0)[2 * kFrags], float (&out1)[2 * kFrags],
+                                             float lo0, float lo1, float hi0, float hi1) {
+  constexpr int kHalf = kFrags / 2;
+#pragma unroll
+  for (int i = 0; i < kFrags; ++i) {
+    const float s0 = i < kLo ? lo0 : hi0, s1 = i < kLo ? lo1 : hi1;
+    float* o = (i < kHalf ? out0 : out1) + 4 * (i % kHalf);
+    o[0] = fmaf(acc[4 * i + 0], s0, o[0]);
+    o[1] = fmaf(acc[4 * i + 1], s0, o[1]);
+    o[2] = fmaf(acc[4 * i + 2], s1, o[2]);
+    o[3] = fmaf(acc[4 * i + 3], s1, o[3]);
+  }
+}
+
 // The K loop: chunks of U blocks (KChunk), then single blocks.
 template <int U, int R, class WaitFull, class Issue, class Release, class PromoteFn, class Load>
 __device__ __forceinline__ void SplitHalvesKLoop(int kb_n, float (&a)[R], float (&b)[R], WaitFull wait_full, Issue issue,
@@ -356,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       panel_cur = panel;
     }
     // Output columns [0, 64) and [64, 128) of this warpgroup's 64 rows (SplitHalvesKLoop).
-    float out0[32], out1[32], acc0[32], acc1[32];
+    float out0[32], out1[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
     int kb_issue = 0;  // the K block whose stage `stage` holds
@@ -392,6 +424,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
     if constexpr (kSchedule == kSplitHalves) {
+      float acc0[32], acc1[32];
       SplitHalvesKLoop<kMaxKb>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
     } else {
       // The whole 128 columns a wgmma; the promotion runs while the other warpgroup's wgmma does.
@@ -399,22 +432,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kb_n; ++kb) {
         wait_full();
         const float4 sc = load(kb);
-        if constexpr (kSchedule == kPingPong) PingPongWait(half);
-        WgFence();
-        MmaKBlock(acc, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes);
-        WgCommit();
-        if constexpr (kSchedule == kPingPong) PingPongPass(half);
-        WgWait<0>();
-        sm90::FenceRegs(acc);
-        release();
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          float* o = (i < 8 ? out0 : out1) + 4 * (i % 8);
-          o[0] = fmaf(acc[4 * i + 0], sc.x, o[0]);
-          o[1] = fmaf(acc[4 * i + 1], sc.x, o[1]);
-          o[2] = fmaf(acc[4 * i + 2], sc.y, o[2]);
-          o[3] = fmaf(acc[4 * i + 3], sc.y, o[3]);
-        }
+        WholeKBlock<kSchedule>(acc, half, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes,
+                               release);
+        PromoteWhole<16, 16>(acc, out0, out1, sc.x, sc.y, sc.x, sc.y);  // (one weight block a tile)
       }
     }
     if (++stage == kStages) { stage = 0; phase ^= 1; }
@@ -606,7 +626,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                           : 0.f;
     NamedBarSync(3, 256);
     // Output columns [0, 72) and [72, 144) of this warpgroup's 64 rows (SplitHalvesKLoop).
-    float out0[36], out1[36], acc0[36], acc1[36];
+    float out0[36], out1[36];
 #pragma unroll
     for (int i = 0; i < 36; ++i) out0[i] = out1[i] = 0.f;
     bool first = true;
@@ -655,6 +675,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     };
     if constexpr (kSchedule == kSplitHalves) {
+      float acc0[36], acc1[36];
       SplitHalvesKLoop<8>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
     } else {
       // The whole 144 columns a wgmma; the promotion runs while the other warpgroup's wgmma does.
@@ -668,24 +689,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           wait_full();
           const float4 sc = load(kb);
           const uint32_t st = base + stage * kT144StageBytes;
-          if constexpr (kSchedule == kPingPong) PingPongWait(half);
-          WgFence();
-          MmaKBlock(acc, st + half * (kBoxBytes / 2), st + kBoxBytes);
-          WgCommit();
-          if constexpr (kSchedule == kPingPong) PingPongPass(half);
-          WgWait<0>();
-          sm90::FenceRegs(acc);
-          release();
-          const float lo0 = sc.x * sc.z, lo1 = sc.y * sc.z, hi0 = sc.x * sc.w, hi1 = sc.y * sc.w;
-#pragma unroll
-          for (int i = 0; i < 18; ++i) {
-            const float s0 = i < kLo ? lo0 : hi0, s1 = i < kLo ? lo1 : hi1;
-            float* o = (i < 9 ? out0 : out1) + 4 * (i % 9);
-            o[0] = fmaf(acc[4 * i + 0], s0, o[0]);
-            o[1] = fmaf(acc[4 * i + 1], s0, o[1]);
-            o[2] = fmaf(acc[4 * i + 2], s1, o[2]);
-            o[3] = fmaf(acc[4 * i + 3], s1, o[3]);
-          }
+          WholeKBlock<kSchedule>(acc, half, st + half * (kBoxBytes / 2), st + kBoxBytes, release);
+          PromoteWhole<18, kLo>(acc, out0, out1, sc.x * sc.z, sc.y * sc.z, sc.x * sc.w, sc.y * sc.w);
         }
       };
       switch (boundary / 8) {
