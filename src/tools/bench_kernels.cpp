@@ -335,14 +335,16 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
   // tile form where N % 144 == 0 (kv_a).
   const std::pair<Fp8GemmWgmmaForm, const char*> forms[] = {{Fp8GemmWgmmaForm::kPanel, "panel"},
                                                            {Fp8GemmWgmmaForm::kTile144, "tile144"}};
-  struct Variant { Fp8GemmWgmmaSchedule sched; int multicast; const char* name; };
-  const Variant variants[] = {{Fp8GemmWgmmaSchedule::kWhole, 0, ""},
-                              {Fp8GemmWgmmaSchedule::kSplitHalves, 0, "_split"},
-                              {Fp8GemmWgmmaSchedule::kPingPong, 0, "_pingpong"},
-                              {Fp8GemmWgmmaSchedule::kWhole, 2, "_multicast2"},
-                              {Fp8GemmWgmmaSchedule::kPingPong, 2, "_pingpong_multicast2"}};
+  struct Variant { Fp8GemmWgmmaSchedule sched; int multicast; bool overlap; const char* name; };
+  const Variant variants[] = {{Fp8GemmWgmmaSchedule::kWhole, 0, false, ""},
+                              {Fp8GemmWgmmaSchedule::kSplitHalves, 0, false, "_split"},
+                              {Fp8GemmWgmmaSchedule::kPingPong, 0, false, "_pingpong"},
+                              {Fp8GemmWgmmaSchedule::kWhole, 0, true, "_overlap"},
+                              {Fp8GemmWgmmaSchedule::kPingPong, 0, true, "_pingpong_overlap"},
+                              {Fp8GemmWgmmaSchedule::kWhole, 2, false, "_multicast2"},
+                              {Fp8GemmWgmmaSchedule::kPingPong, 2, false, "_pingpong_multicast2"}};
   for (const auto& [form, form_name] : forms)
-    for (const auto& [sched, multicast, sched_name] : variants) {
+    for (const auto& [sched, multicast, overlap, sched_name] : variants) {
     if (multicast && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form has none)
     const std::string name = std::string(form_name) + sched_name;
     Fp8GemmWgmmaSm90Params pp{};
@@ -351,6 +353,7 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
     pp.form = form;
     pp.schedule = sched;
     pp.multicast = multicast;
+    pp.overlap_epilogue = overlap;
     if (!Fp8GemmWgmmaSm90Unsupported(pp).empty()) continue;  // (each form covers its own shapes)
     const double us = b.TimeUs([&](int i) {
       Fp8GemmWgmmaSm90Params q = pp;

@@ -3,6 +3,7 @@
 // GemmFp8 on the same codes at DeepSeek-V3's kv_b_proj and kv_a_proj_with_mqa shapes (M = 4096).
 #include "backend/cuda/fp8_gemm_wgmma_sm90.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "fp8_gemm_test_util.h"
@@ -17,7 +18,8 @@ const std::pair<Fp8GemmWgmmaSchedule, const char*> kSchedules[] = {
     {Fp8GemmWgmmaSchedule::kWhole, ""}, {Fp8GemmWgmmaSchedule::kSplitHalves, "_split"},
     {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}};
 
-std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmmaSchedule sched, int multicast = 0) {
+std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmmaSchedule sched, int multicast = 0,
+                           bool overlap = false) {
   Dev<__nv_bfloat16> dy(o.Mp * o.ldn);
   Fp8GemmWgmmaSm90Params p{};
   p.g = o.G(dy.get());
@@ -25,6 +27,7 @@ std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmm
   p.form = form;
   p.schedule = sched;
   p.multicast = multicast;
+  p.overlap_epilogue = overlap;
   const std::string why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_TRUE(why.empty()) << o.s.name << ": " << why;
   Fp8GemmWgmmaSm90(p);
@@ -46,9 +49,15 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
   for (const auto& s : shapes) {
     Operands o(s);
     const auto ref = o.Reference();
-    for (const auto& [sched, tag] : kSchedules)
-      ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + tag, RunForm(o, Fp8GemmWgmmaForm::kPanel, sched), ref,
-                  5e-3);
+    for (const auto& [sched, tag] : kSchedules) {
+      const auto y = RunForm(o, Fp8GemmWgmmaForm::kPanel, sched);
+      ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + tag, y, ref, 5e-3);
+      if (sched == Fp8GemmWgmmaSchedule::kSplitHalves) continue;
+      // The overlapped epilogue changes only when the stores run: bit-equal.
+      const auto yo = RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, /*overlap=*/true);
+      ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + tag + "_overlap", yo, ref, 5e-3);
+      EXPECT_TRUE(yo == y) << s.name << tag << ": the overlapped epilogue is not bit-equal";
+    }
   }
 }
 
@@ -94,10 +103,12 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
     auto cub = FromBf16(dy.Download());
     cub.resize(s.M * s.N);
     for (const auto& [sched, tag] : kSchedules)
-      for (int mc : {0, 2}) {
-        if (mc != 0 && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the multicast is the tile-144 form's)
-        ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + (mc ? "_multicast" + std::to_string(mc) : ""),
-                    RunForm(o, form, sched, mc), cub, 1e-4);
+      for (int mc : {0, 2, -1}) {  // -1: the panel form's overlapped epilogue
+        if (mc > 0 && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the multicast is the tile-144 form's)
+        if (mc < 0 && (form != Fp8GemmWgmmaForm::kPanel || sched == Fp8GemmWgmmaSchedule::kSplitHalves)) continue;
+        const std::string v = mc > 0 ? "_multicast" + std::to_string(mc) : mc < 0 ? "_overlap" : "";
+        ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v,
+                    RunForm(o, form, sched, std::max(mc, 0), mc < 0), cub, 1e-4);
       }
   }
 }
@@ -123,6 +134,16 @@ TEST(CudaFp8GemmWgmmaSm90, RejectsUnsupported) {
   p.multicast = 2;
   why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_NE(why.find("kTile144 only"), std::string::npos) << why;
+  p.multicast = 0;  // the overlapped epilogue is the panel form's, on the whole-tile schedules
+  p.overlap_epilogue = true;
+  p.schedule = Fp8GemmWgmmaSchedule::kSplitHalves;
+  why = Fp8GemmWgmmaSm90Unsupported(p);
+  EXPECT_NE(why.find("overlap_epilogue"), std::string::npos) << why;
+  p.schedule = Fp8GemmWgmmaSchedule::kWhole;
+  p.form = Fp8GemmWgmmaForm::kTile144;
+  p.g.N = 576; p.g.ldy = 576;
+  why = Fp8GemmWgmmaSm90Unsupported(p);
+  EXPECT_NE(why.find("overlap_epilogue"), std::string::npos) << why;
 }
 
 }  // namespace

@@ -232,16 +232,25 @@ __device__ __forceinline__ void KChunk(int kb0, float (&a)[R], float (&b)[R], Wa
 // One K block of the whole-tile schedules (kWhole, kPingPong): the warpgroup's wgmma over all
 // the tile's columns (taking its turn first under kPingPong), the wait for it, and the stage's
 // release; the caller promotes acc after.
-template <int kSchedule, int R, class Release>
-__device__ __forceinline__ void WholeKBlock(float (&acc)[R], int half, uint32_t a_box, uint32_t b_box, Release& release) {
+// WholeIssue + WholeWait; the panel form's overlapped epilogue runs between the two.
+template <int kSchedule, int R>
+__device__ __forceinline__ void WholeIssue(float (&acc)[R], int half, uint32_t a_box, uint32_t b_box) {
   if constexpr (kSchedule == kPingPong) PingPongWait(half);
   WgFence();
   MmaKBlock(acc, a_box, b_box);
   WgCommit();
   if constexpr (kSchedule == kPingPong) PingPongPass(half);
+}
+template <int R, class Release>
+__device__ __forceinline__ void WholeWait(float (&acc)[R], Release& release) {
   WgWait<0>();
   sm90::FenceRegs(acc);
   release();
+}
+template <int kSchedule, int R, class Release>
+__device__ __forceinline__ void WholeKBlock(float (&acc)[R], int half, uint32_t a_box, uint32_t b_box, Release& release) {
+  WholeIssue<kSchedule>(acc, half, a_box, b_box);
+  WholeWait(acc, release);
 }
 
 // out0 / out1 (the two column halves, kFrags / 2 fragments each) += acc x the scales: fragments
@@ -294,7 +303,9 @@ struct TileSeq {
   __device__ __forceinline__ int Col(int u) const { return panel >= 0 ? u : u % n_tiles; }
 };
 
-template <int kSchedule>  // Fp8GemmWgmmaSchedule
+// kOverlap (whole-tile schedules only): a tile's epilogue runs under the next tile's first K block
+// (issued just before it), so the tensor cores do not wait for the bf16 stores (same results).
+template <int kSchedule, bool kOverlap>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmPanelKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const __grid_constant__ CUtensorMap map_y, const PanelArgs args) {
@@ -370,6 +381,38 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   float sb_next[kMaxKb];
   load_sb(seq.begin, sb_next);
+  // Output columns [0, 64) and [64, 128) of this warpgroup's 64 rows of the current tile.
+  float out0[32], out1[32];
+  // Epilogue: out0 / out1 as bf16 through the staging boxes into a TMA store of tile (panel, j).
+  const auto epilogue = [&](int panel, int j) {
+    // The previous tile's store must have read the staging buffer.
+    if (tid == 0) BulkWaitRead();
+    NamedBarSync(1 + half, 128);
+    const int r_loc = warp * 16 + lane / 4;  // row within this warpgroup's 64, and + 8
+#pragma unroll
+    for (int box = 0; box < 2; ++box) {  // column half = staging box
+      const float (&out)[32] = box == 0 ? out0 : out1;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int c = 8 * i + 2 * (lane % 4);  // column within the box
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = r_loc + 8 * h;
+          const uint32_t off = box * kStagingBytes + r * 128 + ((((c / 8) ^ (r % 8)) * 16) | ((c % 8) * 2));
+          *reinterpret_cast<uint32_t*>(staging_ptr + off) = PackBf16(out[4 * i + 2 * h], out[4 * i + 2 * h + 1]);
+        }
+      }
+    }
+    FenceProxyAsync();
+    NamedBarSync(1 + half, 128);
+    if (tid == 0) {
+      const int row = panel * kBM + half * 64;
+      TmaStore(&map_y, j * kBN, row, staging);
+      TmaStore(&map_y, j * kBN + 64, row, staging + kStagingBytes);
+      BulkCommit();
+    }
+  };
+  int pend_panel = 0, pend_j = -1;  // kOverlap: the finished tile whose epilogue is still to run
   for (int t = seq.begin; t < seq.end; ++t) {
     const int panel = seq.Panel(t), j = seq.Col(t);
     float sb[kMaxKb];
@@ -387,10 +430,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       ++a_waits;
       panel_cur = panel;
     }
-    // Output columns [0, 64) and [64, 128) of this warpgroup's 64 rows (SplitHalvesKLoop).
-    float out0[32], out1[32];
+    if constexpr (!kOverlap) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
+      for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
+    }
     int kb_issue = 0;  // the K block whose stage `stage` holds
     const auto wait_full = [&]() {
       if (kb_issue > 0 && ++stage == kStages) { stage = 0; phase ^= 1; }
@@ -426,6 +469,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kSchedule == kSplitHalves) {
       float acc0[32], acc1[32];
       SplitHalvesKLoop<kMaxKb>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
+    } else if constexpr (kOverlap) {
+      // K block 0's wgmma first, then the previous tile's epilogue under it, then the rest as below.
+      float acc[64];
+      wait_full();
+      const float4 sc0 = load(0);
+      WholeIssue<kSchedule>(acc, half, a_half, base + kStageOff + stage * kBoxBytes);
+      if (pend_j >= 0) epilogue(pend_panel, pend_j);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
+      WholeWait(acc, release);
+      PromoteWhole<16, 16>(acc, out0, out1, sc0.x, sc0.y, sc0.x, sc0.y);
+      for (int kb = 1; kb < kb_n; ++kb) {
+        wait_full();
+        const float4 sc = load(kb);
+        WholeKBlock<kSchedule>(acc, half, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes,
+                               release);
+        PromoteWhole<16, 16>(acc, out0, out1, sc.x, sc.y, sc.x, sc.y);
+      }
+      pend_panel = panel;
+      pend_j = j;
     } else {
       // The whole 128 columns a wgmma; the promotion runs while the other warpgroup's wgmma does.
       float acc[64];
@@ -441,33 +504,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The panel's last tile: the A boxes may be overwritten once every consumer warp is here.
     const bool last_of_panel = t + 1 == seq.end || seq.Panel(t + 1) != panel;
     if (last_of_panel && lane == 0) BarArrive(bar_a_empty);
-
-    // Epilogue: the previous tile's store must have read the staging buffer.
-    if (tid == 0) BulkWaitRead();
-    NamedBarSync(1 + half, 128);
-    const int r_loc = warp * 16 + lane / 4;  // row within this warpgroup's 64, and + 8
-#pragma unroll
-    for (int box = 0; box < 2; ++box) {  // column half = staging box
-      const float (&out)[32] = box == 0 ? out0 : out1;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int c = 8 * i + 2 * (lane % 4);  // column within the box
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = r_loc + 8 * h;
-          const uint32_t off = box * kStagingBytes + r * 128 + ((((c / 8) ^ (r % 8)) * 16) | ((c % 8) * 2));
-          *reinterpret_cast<uint32_t*>(staging_ptr + off) = PackBf16(out[4 * i + 2 * h], out[4 * i + 2 * h + 1]);
-        }
-      }
-    }
-    FenceProxyAsync();
-    NamedBarSync(1 + half, 128);
-    if (tid == 0) {
-      const int row = panel * kBM + half * 64;
-      TmaStore(&map_y, j * kBN, row, staging);
-      TmaStore(&map_y, j * kBN + 64, row, staging + kStagingBytes);
-      BulkCommit();
-    }
+    if constexpr (!kOverlap) epilogue(panel, j);
+  }
+  if constexpr (kOverlap) {
+    if (pend_j >= 0) epilogue(pend_panel, pend_j);
   }
   if (tid == 0) BulkWaitAll();
   if constexpr (kSchedule == kPingPong) {
@@ -796,6 +836,8 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   if (sched < 0 || sched > 2) why << "schedule " << sched << "; ";
   if (p.multicast != 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
   if (p.multicast != 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
+  if (p.overlap_epilogue && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves))
+    why << "overlap_epilogue is for kPanel with kWhole or kPingPong only; ";
   if (g.xq == nullptr || g.wq == nullptr || g.y == nullptr) why << "null operand; ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
@@ -865,9 +907,11 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   args.tiles = static_cast<int>(tiles);
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
   args.parts = m_tiles <= sms ? std::min(sms / m_tiles, n_tiles) : 0;
-  const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves>
-                      : p.schedule == Fp8GemmWgmmaSchedule::kPingPong  ? Fp8GemmPanelKernel<kPingPong>
-                                                                        : Fp8GemmPanelKernel<kWhole>;
+  const bool ov = p.overlap_epilogue;
+  const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
+                      : p.schedule == Fp8GemmWgmmaSchedule::kPingPong
+                          ? (ov ? Fp8GemmPanelKernel<kPingPong, true> : Fp8GemmPanelKernel<kPingPong, false>)
+                          : (ov ? Fp8GemmPanelKernel<kWhole, true> : Fp8GemmPanelKernel<kWhole, false>);
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
   const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));
   kernel<<<grid, kThreads, kSmemBytes, g.stream>>>(map_a, map_b, map_y, args);

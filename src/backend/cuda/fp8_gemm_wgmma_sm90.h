@@ -66,6 +66,9 @@ struct Fp8GemmWgmmaSm90Params {
   // and the grid are even (else no cluster). Same results either way. (Clusters of four were
   // slower: only 30 fit at once. The panel form's weight multicast to pairs was no faster.)
   int multicast = 0;
+  // kPanel with kWhole or kPingPong: each tile's epilogue (bf16 staging + TMA store) runs under the
+  // next tile's first K block, whose wgmma is issued just before it. Same results either way.
+  bool overlap_epilogue = false;
 };
 
 // kTile144 with multicast 2: how many clusters of the configuration the device keeps resident at
