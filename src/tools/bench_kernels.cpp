@@ -341,6 +341,8 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
                               {Fp8GemmWgmmaSchedule::kPingPong, 0, false, "_pingpong"},
                               {Fp8GemmWgmmaSchedule::kWhole, 0, true, "_overlap"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 0, true, "_pingpong_overlap"},
+                              {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, false, "_doubleacc"},
+                              {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, true, "_doubleacc_overlap"},
                               {Fp8GemmWgmmaSchedule::kWhole, 2, false, "_multicast2"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 2, false, "_pingpong_multicast2"}};
   for (const auto& [form, form_name] : forms)

@@ -18,6 +18,11 @@ const std::pair<Fp8GemmWgmmaSchedule, const char*> kSchedules[] = {
     {Fp8GemmWgmmaSchedule::kWhole, ""}, {Fp8GemmWgmmaSchedule::kSplitHalves, "_split"},
     {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}};
 
+// The panel form also has the two-accumulator schedule.
+const std::pair<Fp8GemmWgmmaSchedule, const char*> kPanelSchedules[] = {
+    {Fp8GemmWgmmaSchedule::kWhole, ""}, {Fp8GemmWgmmaSchedule::kSplitHalves, "_split"},
+    {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}, {Fp8GemmWgmmaSchedule::kDoubleAcc, "_doubleacc"}};
+
 std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmmaSchedule sched, int multicast = 0,
                            bool overlap = false) {
   Dev<__nv_bfloat16> dy(o.Mp * o.ldn);
@@ -49,9 +54,13 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
   for (const auto& s : shapes) {
     Operands o(s);
     const auto ref = o.Reference();
-    for (const auto& [sched, tag] : kSchedules) {
+    std::vector<float> y_whole;
+    for (const auto& [sched, tag] : kPanelSchedules) {
       const auto y = RunForm(o, Fp8GemmWgmmaForm::kPanel, sched);
       ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + tag, y, ref, 5e-3);
+      // Every schedule promotes each output's K blocks in the same order: bit-equal to kWhole.
+      if (sched == Fp8GemmWgmmaSchedule::kWhole) y_whole = y;
+      else EXPECT_TRUE(y == y_whole) << s.name << tag << ": not bit-equal to the whole-tile schedule";
       if (sched == Fp8GemmWgmmaSchedule::kSplitHalves) continue;
       // The overlapped epilogue changes only when the stores run: bit-equal.
       const auto yo = RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, /*overlap=*/true);
@@ -102,8 +111,9 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
     GemmFp8(o.G(dy.get()));
     auto cub = FromBf16(dy.Download());
     cub.resize(s.M * s.N);
-    for (const auto& [sched, tag] : kSchedules)
+    for (const auto& [sched, tag] : kPanelSchedules)
       for (int mc : {0, 2, -1}) {  // -1: the panel form's overlapped epilogue
+        if (sched == Fp8GemmWgmmaSchedule::kDoubleAcc && form != Fp8GemmWgmmaForm::kPanel) continue;
         if (mc > 0 && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the multicast is the tile-144 form's)
         if (mc < 0 && (form != Fp8GemmWgmmaForm::kPanel || sched == Fp8GemmWgmmaSchedule::kSplitHalves)) continue;
         const std::string v = mc > 0 ? "_multicast" + std::to_string(mc) : mc < 0 ? "_overlap" : "";
@@ -144,6 +154,10 @@ TEST(CudaFp8GemmWgmmaSm90, RejectsUnsupported) {
   p.g.N = 576; p.g.ldy = 576;
   why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_NE(why.find("overlap_epilogue"), std::string::npos) << why;
+  p.overlap_epilogue = false;  // the two-accumulator schedule is the panel form's
+  p.schedule = Fp8GemmWgmmaSchedule::kDoubleAcc;
+  why = Fp8GemmWgmmaSm90Unsupported(p);
+  EXPECT_NE(why.find("kDoubleAcc is for kPanel"), std::string::npos) << why;
 }
 
 }  // namespace

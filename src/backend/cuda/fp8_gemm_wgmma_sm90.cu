@@ -91,7 +91,7 @@ __device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commi
 __device__ __forceinline__ void BulkWaitRead() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
-constexpr int kWhole = 0, kSplitHalves = 1, kPingPong = 2;  // Fp8GemmWgmmaSchedule
+constexpr int kWhole = 0, kSplitHalves = 1, kPingPong = 2, kDoubleAcc = 3;  // Fp8GemmWgmmaSchedule
 // Ping-pong between the two consumer warpgroups (kPingPong): warpgroup h issues a K block's wgmma
 // only after the other has issued its own (named barrier 5 + h, 256 threads), and lets the other
 // go once its own are issued, so the tensor cores alternate between them and each promotes while
@@ -267,6 +267,50 @@ __device__ __forceinline__ void PromoteWhole(const float (&acc)[4 * kFrags], flo
     o[1] = fmaf(acc[4 * i + 1], s0, o[1]);
     o[2] = fmaf(acc[4 * i + 2], s1, o[2]);
     o[3] = fmaf(acc[4 * i + 3], s1, o[3]);
+  }
+}
+
+// K blocks [kb0, kb0 + U) of one consumer warpgroup with the whole tile's columns a wgmma, the
+// blocks alternating between accumulator sets a (even u) and b (odd u): block u + 1's wgmma is
+// issued before block u's sums are promoted, so the warpgroup always has a K block in flight
+// (DeepGEMM's and CUTLASS's FP8 blockwise mainloops overlap the promotion the same way). Fully
+// unrolled and drained at the end (C7514, as KChunk). after_first() runs once block kb0's wgmma is
+// issued (the panel form's overlapped epilogue). Callbacks as KChunk's, issue(acc) without a half.
+template <int U, int R, class WaitFull, class Issue, class Release, class PromoteFn, class Load, class Hook>
+__device__ __forceinline__ void DoubleAccChunk(int kb0, float (&a)[R], float (&b)[R], WaitFull& wait_full, Issue& issue,
+                                               Release& release, PromoteFn& promote, Load& load, Hook& after_first) {
+  wait_full();
+  float4 sc = load(kb0);
+  issue(a);
+  after_first();
+#pragma unroll
+  for (int u = 1; u < U; ++u) {
+    wait_full();
+    const float4 next = load(kb0 + u);
+    if (u % 2 == 1) {
+      issue(b);
+      WgWait<1>();
+      sm90::FenceRegs(a);
+      release();
+      promote(a, sc);
+    } else {
+      issue(a);
+      WgWait<1>();
+      sm90::FenceRegs(b);
+      release();
+      promote(b, sc);
+    }
+    sc = next;
+  }
+  WgWait<0>();
+  if constexpr (U % 2 == 0) {
+    sm90::FenceRegs(b);
+    release();
+    promote(b, sc);
+  } else {
+    sm90::FenceRegs(a);
+    release();
+    promote(a, sc);
   }
 }
 
@@ -469,6 +513,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kSchedule == kSplitHalves) {
       float acc0[32], acc1[32];
       SplitHalvesKLoop<kMaxKb>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
+    } else if constexpr (kSchedule == kDoubleAcc) {
+      float acc0[64], acc1[64];
+      const auto issue_whole = [&](float (&acc)[64]) {
+        WgFence();
+        MmaKBlock(acc, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes);
+        WgCommit();
+      };
+      const auto promote_whole = [&](const float (&acc)[64], const float4& sc) {
+        PromoteWhole<16, 16>(acc, out0, out1, sc.x, sc.y, sc.x, sc.y);  // (one weight block a tile)
+      };
+      const auto after_first = [&]() {
+        if constexpr (kOverlap) {
+          if (pend_j >= 0) epilogue(pend_panel, pend_j);
+#pragma unroll
+          for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
+        }
+      };
+      switch (kb_n) {
+        case 4: DoubleAccChunk<4>(0, acc0, acc1, wait_full, issue_whole, release, promote_whole, load, after_first); break;
+        case 3: DoubleAccChunk<3>(0, acc0, acc1, wait_full, issue_whole, release, promote_whole, load, after_first); break;
+        case 2: DoubleAccChunk<2>(0, acc0, acc1, wait_full, issue_whole, release, promote_whole, load, after_first); break;
+        default: DoubleAccChunk<1>(0, acc0, acc1, wait_full, issue_whole, release, promote_whole, load, after_first); break;
+      }
+      if constexpr (kOverlap) {
+        pend_panel = panel;
+        pend_j = j;
+      }
     } else if constexpr (kOverlap) {
       // K block 0's wgmma first, then the previous tile's epilogue under it, then the rest as below.
       float acc[64];
@@ -833,11 +904,13 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
     why << "form " << static_cast<int>(p.form) << "; ";
   }
   const int sched = static_cast<int>(p.schedule);
-  if (sched < 0 || sched > 2) why << "schedule " << sched << "; ";
+  if (sched < 0 || sched > 3) why << "schedule " << sched << "; ";
+  if (p.schedule == Fp8GemmWgmmaSchedule::kDoubleAcc && p.form != Fp8GemmWgmmaForm::kPanel)
+    why << "kDoubleAcc is for kPanel only; ";
   if (p.multicast != 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
   if (p.multicast != 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
   if (p.overlap_epilogue && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves))
-    why << "overlap_epilogue is for kPanel with kWhole or kPingPong only; ";
+    why << "overlap_epilogue is for kPanel with kWhole, kPingPong or kDoubleAcc only; ";
   if (g.xq == nullptr || g.wq == nullptr || g.y == nullptr) why << "null operand; ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
@@ -911,6 +984,8 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
                       : p.schedule == Fp8GemmWgmmaSchedule::kPingPong
                           ? (ov ? Fp8GemmPanelKernel<kPingPong, true> : Fp8GemmPanelKernel<kPingPong, false>)
+                      : p.schedule == Fp8GemmWgmmaSchedule::kDoubleAcc
+                          ? (ov ? Fp8GemmPanelKernel<kDoubleAcc, true> : Fp8GemmPanelKernel<kDoubleAcc, false>)
                           : (ov ? Fp8GemmPanelKernel<kWhole, true> : Fp8GemmPanelKernel<kWhole, false>);
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
   const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));

@@ -54,6 +54,8 @@ enum class Fp8GemmWgmmaSchedule : int {
                      // other half's wgmma runs (A read from shared memory twice)
   kPingPong = 2,     // kWhole with the warpgroups taking turns to issue (named barriers), so each
                      // promotes while the other's wgmma runs
+  kDoubleAcc = 3,    // kPanel only: kWhole with two accumulator sets, K blocks alternating between them,
+                     // so K block kb + 1's wgmma runs while kb's sums are promoted
 };
 
 struct Fp8GemmWgmmaSm90Params {
@@ -66,7 +68,7 @@ struct Fp8GemmWgmmaSm90Params {
   // and the grid are even (else no cluster). Same results either way. (Clusters of four were
   // slower: only 30 fit at once. The panel form's weight multicast to pairs was no faster.)
   int multicast = 0;
-  // kPanel with kWhole or kPingPong: each tile's epilogue (bf16 staging + TMA store) runs under the
+  // kPanel with kWhole, kPingPong or kDoubleAcc: each tile's epilogue (bf16 staging + TMA store) runs under the
   // next tile's first K block, whose wgmma is issued just before it. Same results either way.
   bool overlap_epilogue = false;
 };
