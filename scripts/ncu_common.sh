@@ -14,12 +14,14 @@ SECTIONS="--section SpeedOfLight --section ComputeWorkloadAnalysis --section Mem
   --section LaunchStats --section InstructionStats ${NCU_EXTRA_SECTIONS:-}"
 OUTDIR=${OUT:-/tmp}
 
+# NCU_NAME_BASE (default function) is what KERNEL_REGEX matches: function (the bare name), or mangled
+# to pick one template instantiation (e.g. Fp8GemmPanelKernelILi3ELb1 = Fp8GemmPanelKernel<3, true>).
 # ncu_sections KERNEL_REGEX TAG -- BENCH_ARGS...: one launch of the kernel (after NCU_SKIP, default
 # 3) under the report sections, while `dsinfer bench kernels BENCH_ARGS` runs; $OUTDIR/ncu_TAG.txt.
 ncu_sections() {
   local kernel=$1 tag=$2; shift 3
-  timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name "regex:$kernel" \
-    --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes $SECTIONS \
+  timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name-base ${NCU_NAME_BASE:-function} \
+    --kernel-name "regex:$kernel" --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes $SECTIONS \
     $B/dsinfer bench kernels "$@" --out /tmp/ncu_kk > "$OUTDIR/ncu_$tag.txt" 2>&1
 }
 # ncu_source KERNEL_REGEX TAG -- BENCH_ARGS...: per-instruction stall samples (SourceCounters) of
@@ -29,8 +31,8 @@ ncu_sections() {
 ncu_source() {
   local kernel=$1 tag=$2; shift 3
   rm -f /tmp/ncu_src_$tag.ncu-rep
-  timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name "regex:$kernel" \
-    --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes --section SourceCounters --section WarpStateStats \
+  timeout ${NCU_TIMEOUT_S:-150} $NCU --clock-control none --kernel-name-base ${NCU_NAME_BASE:-function} \
+    --kernel-name "regex:$kernel" --launch-skip ${NCU_SKIP:-3} --launch-count 1 --kill yes --section SourceCounters --section WarpStateStats \
     --import-source yes -o /tmp/ncu_src_$tag $B/dsinfer bench kernels "$@" --out /tmp/ncu_kk > /tmp/ncu_src_$tag.log 2>&1
   $NCU --import /tmp/ncu_src_$tag.ncu-rep --page source --csv --print-source sass > /tmp/ncu_src_$tag.csv 2>&1
   python3 bench/ncu_source_top.py /tmp/ncu_src_$tag.csv 40 > "$OUTDIR/ncu_${tag}_source_top.txt" 2>&1

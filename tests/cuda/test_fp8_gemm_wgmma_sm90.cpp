@@ -16,11 +16,6 @@ using fp8::Shape;
 
 const std::pair<Fp8GemmWgmmaSchedule, const char*> kSchedules[] = {
     {Fp8GemmWgmmaSchedule::kWhole, ""}, {Fp8GemmWgmmaSchedule::kSplitHalves, "_split"},
-    {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}};
-
-// The panel form also has the two-accumulator schedule.
-const std::pair<Fp8GemmWgmmaSchedule, const char*> kPanelSchedules[] = {
-    {Fp8GemmWgmmaSchedule::kWhole, ""}, {Fp8GemmWgmmaSchedule::kSplitHalves, "_split"},
     {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}, {Fp8GemmWgmmaSchedule::kDoubleAcc, "_doubleacc"}};
 
 std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmmaSchedule sched, int multicast = 0,
@@ -55,7 +50,7 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
     Operands o(s);
     const auto ref = o.Reference();
     std::vector<float> y_whole;
-    for (const auto& [sched, tag] : kPanelSchedules) {
+    for (const auto& [sched, tag] : kSchedules) {
       const auto y = RunForm(o, Fp8GemmWgmmaForm::kPanel, sched);
       ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + tag, y, ref, 5e-3);
       // Every schedule promotes each output's K blocks in the same order: bit-equal to kWhole.
@@ -84,10 +79,16 @@ TEST(CudaFp8GemmWgmmaSm90, Tile144MatchesCpu) {
   for (const auto& s : shapes) {
     Operands o(s);
     const auto ref = o.Reference();
+    std::vector<float> y_whole;
     for (const auto& [sched, tag] : kSchedules)
-      for (int mc : {0, 2})
-        ExpectClose("fp8_gemm_wgmma_sm90_tile144", std::string(s.name) + tag + (mc ? "_multicast" + std::to_string(mc) : ""),
-                    RunForm(o, Fp8GemmWgmmaForm::kTile144, sched, mc), ref, 5e-3);
+      for (int mc : {0, 2}) {
+        const std::string name = std::string(s.name) + tag + (mc ? "_multicast" + std::to_string(mc) : "");
+        const auto y = RunForm(o, Fp8GemmWgmmaForm::kTile144, sched, mc);
+        ExpectClose("fp8_gemm_wgmma_sm90_tile144", name, y, ref, 5e-3);
+        // The same promotion order in every schedule: bit-equal to kWhole without the multicast.
+        if (y_whole.empty()) y_whole = y;
+        else EXPECT_TRUE(y == y_whole) << name << ": not bit-equal to the whole-tile schedule";
+      }
   }
 }
 
@@ -111,9 +112,8 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
     GemmFp8(o.G(dy.get()));
     auto cub = FromBf16(dy.Download());
     cub.resize(s.M * s.N);
-    for (const auto& [sched, tag] : kPanelSchedules)
+    for (const auto& [sched, tag] : kSchedules)
       for (int mc : {0, 2, -1}) {  // -1: the panel form's overlapped epilogue
-        if (sched == Fp8GemmWgmmaSchedule::kDoubleAcc && form != Fp8GemmWgmmaForm::kPanel) continue;
         if (mc > 0 && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the multicast is the tile-144 form's)
         if (mc < 0 && (form != Fp8GemmWgmmaForm::kPanel || sched == Fp8GemmWgmmaSchedule::kSplitHalves)) continue;
         const std::string v = mc > 0 ? "_multicast" + std::to_string(mc) : mc < 0 ? "_overlap" : "";
@@ -154,10 +154,9 @@ TEST(CudaFp8GemmWgmmaSm90, RejectsUnsupported) {
   p.g.N = 576; p.g.ldy = 576;
   why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_NE(why.find("overlap_epilogue"), std::string::npos) << why;
-  p.overlap_epilogue = false;  // the two-accumulator schedule is the panel form's
-  p.schedule = Fp8GemmWgmmaSchedule::kDoubleAcc;
+  p.schedule = static_cast<Fp8GemmWgmmaSchedule>(4);
   why = Fp8GemmWgmmaSm90Unsupported(p);
-  EXPECT_NE(why.find("kDoubleAcc is for kPanel"), std::string::npos) << why;
+  EXPECT_NE(why.find("schedule 4"), std::string::npos) << why;
 }
 
 }  // namespace

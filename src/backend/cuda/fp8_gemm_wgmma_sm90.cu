@@ -795,13 +795,33 @@ __global__ void __launch_bounds__(kThreads, 1)
       // the promotion.
       const auto k_loop = [&](auto lo_frags) {
         constexpr int kLo = decltype(lo_frags)::value;
-        float acc[72];
-        for (int kb = 0; kb < kb_n; ++kb) {
-          wait_full();
-          const float4 sc = load(kb);
-          const uint32_t st = base + stage * kT144StageBytes;
-          WholeKBlock<kSchedule>(acc, half, st + half * (kBoxBytes / 2), st + kBoxBytes, release);
-          PromoteWhole<18, kLo>(acc, out0, out1, sc.x * sc.z, sc.y * sc.z, sc.x * sc.w, sc.y * sc.w);
+        if constexpr (kSchedule == kDoubleAcc) {
+          // Two accumulator sets, chunks of 8 K blocks (DoubleAccChunk), then single blocks.
+          float acc0[72], acc1[72];
+          const auto issue_whole = [&](float (&acc)[72]) {
+            const uint32_t st = base + stage * kT144StageBytes;
+            WgFence();
+            MmaKBlock(acc, st + half * (kBoxBytes / 2), st + kBoxBytes);
+            WgCommit();
+          };
+          const auto promote_whole = [&](const float (&acc)[72], const float4& sc) {
+            PromoteWhole<18, kLo>(acc, out0, out1, sc.x * sc.z, sc.y * sc.z, sc.x * sc.w, sc.y * sc.w);
+          };
+          const auto nothing = [] {};
+          int kb = 0;
+          for (; kb + 8 <= kb_n; kb += 8)
+            DoubleAccChunk<8>(kb, acc0, acc1, wait_full, issue_whole, release, promote_whole, load, nothing);
+          for (; kb < kb_n; ++kb)
+            DoubleAccChunk<1>(kb, acc0, acc1, wait_full, issue_whole, release, promote_whole, load, nothing);
+        } else {
+          float acc[72];
+          for (int kb = 0; kb < kb_n; ++kb) {
+            wait_full();
+            const float4 sc = load(kb);
+            const uint32_t st = base + stage * kT144StageBytes;
+            WholeKBlock<kSchedule>(acc, half, st + half * (kBoxBytes / 2), st + kBoxBytes, release);
+            PromoteWhole<18, kLo>(acc, out0, out1, sc.x * sc.z, sc.y * sc.z, sc.x * sc.w, sc.y * sc.w);
+          }
         }
       };
       switch (boundary / 8) {
@@ -905,8 +925,6 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   }
   const int sched = static_cast<int>(p.schedule);
   if (sched < 0 || sched > 3) why << "schedule " << sched << "; ";
-  if (p.schedule == Fp8GemmWgmmaSchedule::kDoubleAcc && p.form != Fp8GemmWgmmaForm::kPanel)
-    why << "kDoubleAcc is for kPanel only; ";
   if (p.multicast != 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
   if (p.multicast != 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
   if (p.overlap_epilogue && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves))
@@ -947,6 +965,7 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
       constexpr int kCl = decltype(cl)::value;
       return p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmTile144Kernel<kSplitHalves, kCl>
              : p.schedule == Fp8GemmWgmmaSchedule::kPingPong  ? Fp8GemmTile144Kernel<kPingPong, kCl>
+             : p.schedule == Fp8GemmWgmmaSchedule::kDoubleAcc ? Fp8GemmTile144Kernel<kDoubleAcc, kCl>
                                                                : Fp8GemmTile144Kernel<kWhole, kCl>;
     };
     const auto kernel = cl == 2 ? pick(std::integral_constant<int, 2>{}) : pick(std::integral_constant<int, 1>{});

@@ -54,8 +54,8 @@ enum class Fp8GemmWgmmaSchedule : int {
                      // other half's wgmma runs (A read from shared memory twice)
   kPingPong = 2,     // kWhole with the warpgroups taking turns to issue (named barriers), so each
                      // promotes while the other's wgmma runs
-  kDoubleAcc = 3,    // kPanel only: kWhole with two accumulator sets, K blocks alternating between them,
-                     // so K block kb + 1's wgmma runs while kb's sums are promoted
+  kDoubleAcc = 3,    // kWhole with two accumulator sets, K blocks alternating between them, so K block
+                     // kb + 1's wgmma runs while kb's sums are promoted (tile-144: chunks of 8 K blocks)
 };
 
 struct Fp8GemmWgmmaSm90Params {
