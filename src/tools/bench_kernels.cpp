@@ -344,7 +344,6 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, false, "_doubleacc"},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, true, "_doubleacc_overlap"},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, true, "_doubleacc_overlap_balanced", true},
-                              {static_cast<Fp8GemmWgmmaSchedule>(4), 0, true, "_ABLATION_no_promote"},
                               {Fp8GemmWgmmaSchedule::kWhole, 2, false, "_multicast2"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 2, false, "_pingpong_multicast2"},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 2, false, "_doubleacc_multicast2"}};

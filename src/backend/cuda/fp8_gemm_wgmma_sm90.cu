@@ -513,43 +513,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kSchedule == kSplitHalves) {
       float acc0[32], acc1[32];
       SplitHalvesKLoop<kMaxKb>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
-    } else if constexpr (kSchedule == 4) {
-      // ABLATION (throwaway, wrong numerics): the tile's K blocks accumulate in one wgmma chain,
-      // one wait and one promotion a tile, to time the data path without per-K-block promotion.
-      float acc[64];
-      const auto chain = [&](auto u_c) {
-        constexpr int U = decltype(u_c)::value;
-        float4 sc0;
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          wait_full();
-          if (u == 0) sc0 = load(0);
-          WgFence();
-#pragma unroll
-          for (int ks = 0; ks < kBK / 32; ++ks)
-            WgmmaE4m3(acc, Desc(a_half + (kb_issue - 1) * kBoxBytes + ks * 32, 16, 1024),
-                      Desc(base + kStageOff + stage * kBoxBytes + ks * 32, 16, 1024), u > 0 || ks > 0);
-          WgCommit();
-          if (u == 0) {
-            if (pend_j >= 0) epilogue(pend_panel, pend_j);
-#pragma unroll
-            for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
-          }
-        }
-        WgWait<0>();
-        sm90::FenceRegs(acc);
-#pragma unroll
-        for (int u = 0; u < U; ++u) release();
-        PromoteWhole<16, 16>(acc, out0, out1, sc0.x, sc0.y, sc0.x, sc0.y);
-      };
-      switch (kb_n) {
-        case 4: chain(std::integral_constant<int, 4>{}); break;
-        case 3: chain(std::integral_constant<int, 3>{}); break;
-        case 2: chain(std::integral_constant<int, 2>{}); break;
-        default: chain(std::integral_constant<int, 1>{}); break;
-      }
-      pend_panel = panel;
-      pend_j = j;
     } else if constexpr (kSchedule == kDoubleAcc) {
       float acc0[64], acc1[64];
       const auto issue_whole = [&](float (&acc)[64]) {
@@ -961,7 +924,7 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
     why << "form " << static_cast<int>(p.form) << "; ";
   }
   const int sched = static_cast<int>(p.schedule);
-  if (sched < 0 || sched > 4 || (sched == 4 && p.form != Fp8GemmWgmmaForm::kPanel)) why << "schedule " << sched << "; ";
+  if (sched < 0 || sched > 3) why << "schedule " << sched << "; ";
   if (p.multicast != 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
   if (p.multicast != 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
   if (p.overlap_epilogue && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves))
@@ -1038,8 +1001,7 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
   args.parts = m_tiles <= sms && !p.balanced_ranges ? std::min(sms / m_tiles, n_tiles) : 0;
   const bool ov = p.overlap_epilogue;
-  const auto kernel = static_cast<int>(p.schedule) == 4 ? Fp8GemmPanelKernel<4, true>
-                      : p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
+  const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
                       : p.schedule == Fp8GemmWgmmaSchedule::kPingPong
                           ? (ov ? Fp8GemmPanelKernel<kPingPong, true> : Fp8GemmPanelKernel<kPingPong, false>)
                       : p.schedule == Fp8GemmWgmmaSchedule::kDoubleAcc
