@@ -344,13 +344,15 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, false, "_doubleacc"},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, true, "_doubleacc_overlap"},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, true, "_doubleacc_overlap_balanced", true},
+                              {Fp8GemmWgmmaSchedule::kRegisterA, 0, false, "_rega"},
+                              {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap"},
                               {Fp8GemmWgmmaSchedule::kWhole, 2, false, "_multicast2"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 2, false, "_pingpong_multicast2"},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 2, false, "_doubleacc_multicast2"}};
   for (const auto& [form, form_name] : forms)
     for (const auto& [sched, multicast, overlap, sched_name, balanced] : variants) {
     if (multicast && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form has none)
-    if (balanced && form != Fp8GemmWgmmaForm::kPanel) continue;
+    if ((balanced || sched == Fp8GemmWgmmaSchedule::kRegisterA) && form != Fp8GemmWgmmaForm::kPanel) continue;
     const std::string name = std::string(form_name) + sched_name;
     Fp8GemmWgmmaSm90Params pp{};
     pp.g = params(0);

@@ -16,7 +16,8 @@ using fp8::Shape;
 
 const std::pair<Fp8GemmWgmmaSchedule, const char*> kSchedules[] = {
     {Fp8GemmWgmmaSchedule::kWhole, ""}, {Fp8GemmWgmmaSchedule::kSplitHalves, "_split"},
-    {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}, {Fp8GemmWgmmaSchedule::kDoubleAcc, "_doubleacc"}};
+    {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}, {Fp8GemmWgmmaSchedule::kDoubleAcc, "_doubleacc"},
+    {Fp8GemmWgmmaSchedule::kRegisterA, "_rega"}};  // (kRegisterA: the panel form only)
 
 std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmmaSchedule sched, int multicast = 0,
                            bool overlap = false) {
@@ -94,6 +95,7 @@ TEST(CudaFp8GemmWgmmaSm90, Tile144MatchesCpu) {
     std::vector<float> y_whole;
     for (const auto& [sched, tag] : kSchedules)
       for (int mc : {0, 2}) {
+        if (sched == Fp8GemmWgmmaSchedule::kRegisterA) continue;
         const std::string name = std::string(s.name) + tag + (mc ? "_multicast" + std::to_string(mc) : "");
         const auto y = RunForm(o, Fp8GemmWgmmaForm::kTile144, sched, mc);
         ExpectClose("fp8_gemm_wgmma_sm90_tile144", name, y, ref, 5e-3);
@@ -126,6 +128,7 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
     cub.resize(s.M * s.N);
     for (const auto& [sched, tag] : kSchedules)
       for (int mc : {0, 2, -1}) {  // -1: the panel form's overlapped epilogue
+        if (sched == Fp8GemmWgmmaSchedule::kRegisterA && form != Fp8GemmWgmmaForm::kPanel) continue;
         if (mc > 0 && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the multicast is the tile-144 form's)
         if (mc < 0 && (form != Fp8GemmWgmmaForm::kPanel || sched == Fp8GemmWgmmaSchedule::kSplitHalves)) continue;
         const std::string v = mc > 0 ? "_multicast" + std::to_string(mc) : mc < 0 ? "_overlap" : "";
@@ -166,9 +169,12 @@ TEST(CudaFp8GemmWgmmaSm90, RejectsUnsupported) {
   p.g.N = 576; p.g.ldy = 576;
   why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_NE(why.find("overlap_epilogue"), std::string::npos) << why;
-  p.schedule = static_cast<Fp8GemmWgmmaSchedule>(4);
+  p.schedule = static_cast<Fp8GemmWgmmaSchedule>(5);
   why = Fp8GemmWgmmaSm90Unsupported(p);
-  EXPECT_NE(why.find("schedule 4"), std::string::npos) << why;
+  EXPECT_NE(why.find("schedule 5"), std::string::npos) << why;
+  p.schedule = Fp8GemmWgmmaSchedule::kRegisterA;  // the panel form's
+  why = Fp8GemmWgmmaSm90Unsupported(p);
+  EXPECT_NE(why.find("kRegisterA is for kPanel"), std::string::npos) << why;
 }
 
 }  // namespace

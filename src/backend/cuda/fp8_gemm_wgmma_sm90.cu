@@ -91,7 +91,7 @@ __device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commi
 __device__ __forceinline__ void BulkWaitRead() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
-constexpr int kWhole = 0, kSplitHalves = 1, kPingPong = 2, kDoubleAcc = 3;  // Fp8GemmWgmmaSchedule
+constexpr int kWhole = 0, kSplitHalves = 1, kPingPong = 2, kDoubleAcc = 3, kRegisterA = 4;  // Fp8GemmWgmmaSchedule
 // Ping-pong between the two consumer warpgroups (kPingPong): warpgroup h issues a K block's wgmma
 // only after the other has issued its own (named barrier 5 + h, 256 threads), and lets the other
 // go once its own are issued, so the tensor cores alternate between them and each promotes while
@@ -154,6 +154,30 @@ __device__ __forceinline__ void WgmmaE4m3(float (&d)[64], uint64_t da, uint64_t 
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "l"(da), "l"(db), "r"(scale_d));
+}
+
+// d[64 x 128] (+)= A[64 x 32] (registers) * B[32 x 128] (smem, K-major), e4m3 in, fp32 out;
+// scale_d 0 overwrites d. A fragment (as mma.m16n8k32's for 8-bit types, warp w of the warpgroup
+// holding rows 16 w ..): a[0] = row r, k 4 (lane % 4) + {0..3}; a[1] = row r + 8, same k; a[2], a[3]
+// = the same rows at k + 16; r = 16 w + lane / 4.
+__device__ __forceinline__ void WgmmaE4m3Rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
 }
 
 // d[64 x 144] (+)= A[64 x 32] (smem, K-major) * B[32 x 144] (smem, K-major), e4m3 in, fp32 out;
@@ -412,6 +436,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t staging = base + kStagingOff + half * 2 * kStagingBytes;
   uint8_t* const staging_ptr = smem + kStagingOff + half * 2 * kStagingBytes;
   float sa0[kMaxKb], sa1[kMaxKb];
+  // kRegisterA: the warpgroup's 64 panel rows as wgmma A fragments (K block, k32 step, fragment),
+  // loaded once a panel; its shared-memory copy is released right after.
+  uint32_t areg[kSchedule == kRegisterA ? kMaxKb : 1][4][4];
   int stage = 0;
   uint32_t phase = 0;
   int panel_cur = -1, a_waits = 0;
@@ -473,6 +500,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       Wait(bar_a_full, a_waits & 1);
       ++a_waits;
       panel_cur = panel;
+      if constexpr (kSchedule == kRegisterA) {
+        // Row r of box kb at r x 128 bytes, its 16-byte chunk c at (c ^ (r % 8)) x 16 (128-byte swizzle).
+        const int r_a = half * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int kb = 0; kb < kMaxKb; ++kb)
+#pragma unroll
+          for (int ks = 0; ks < 4; ++ks)
+#pragma unroll
+            for (int f = 0; f < 4; ++f) {
+              const int r = r_a + 8 * (f & 1), kbyte = ks * 32 + 4 * (lane % 4) + 16 * (f >> 1);
+              areg[kb][ks][f] = kb < kb_n ? *reinterpret_cast<const uint32_t*>(
+                                                smem + kb * kBoxBytes + r * 128 + ((((kbyte / 16) ^ (r % 8)) * 16) | (kbyte % 16)))
+                                          : 0u;
+            }
+        __syncwarp();
+        if (lane == 0) BarArrive(bar_a_empty);  // the panel's shared memory may be overwritten now
+      }
     }
     if constexpr (!kOverlap) {
 #pragma unroll
@@ -513,6 +557,43 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kSchedule == kSplitHalves) {
       float acc0[32], acc1[32];
       SplitHalvesKLoop<kMaxKb>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
+    } else if constexpr (kSchedule == kRegisterA) {
+      // kWhole with A from registers; the previous tile's epilogue under K block 0 (kOverlap).
+      float acc[64];
+      const auto chunk = [&](auto u_c) {
+        constexpr int U = decltype(u_c)::value;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          wait_full();
+          const float4 sc = load(u);
+          const uint32_t b_box = base + kStageOff + stage * kBoxBytes;
+          WgFence();
+#pragma unroll
+          for (int ks = 0; ks < kBK / 32; ++ks) WgmmaE4m3Rs(acc, areg[u][ks], Desc(b_box + ks * 32, 16, 1024), ks);
+          WgCommit();
+          if (u == 0) {
+            if constexpr (kOverlap) {
+              if (pend_j >= 0) epilogue(pend_panel, pend_j);
+#pragma unroll
+              for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
+            }
+          }
+          WgWait<0>();
+          sm90::FenceRegs(acc);
+          release();
+          PromoteWhole<16, 16>(acc, out0, out1, sc.x, sc.y, sc.x, sc.y);  // (one weight block a tile)
+        }
+      };
+      switch (kb_n) {
+        case 4: chunk(std::integral_constant<int, 4>{}); break;
+        case 3: chunk(std::integral_constant<int, 3>{}); break;
+        case 2: chunk(std::integral_constant<int, 2>{}); break;
+        default: chunk(std::integral_constant<int, 1>{}); break;
+      }
+      if constexpr (kOverlap) {
+        pend_panel = panel;
+        pend_j = j;
+      }
     } else if constexpr (kSchedule == kDoubleAcc) {
       float acc0[64], acc1[64];
       const auto issue_whole = [&](float (&acc)[64]) {
@@ -574,7 +655,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (++stage == kStages) { stage = 0; phase ^= 1; }
     // The panel's last tile: the A boxes may be overwritten once every consumer warp is here.
     const bool last_of_panel = t + 1 == seq.end || seq.Panel(t + 1) != panel;
-    if (last_of_panel && lane == 0) BarArrive(bar_a_empty);
+    if (kSchedule != kRegisterA && last_of_panel && lane == 0) BarArrive(bar_a_empty);
     if constexpr (!kOverlap) epilogue(panel, j);
   }
   if constexpr (kOverlap) {
@@ -924,11 +1005,13 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
     why << "form " << static_cast<int>(p.form) << "; ";
   }
   const int sched = static_cast<int>(p.schedule);
-  if (sched < 0 || sched > 3) why << "schedule " << sched << "; ";
+  if (sched < 0 || sched > 4) why << "schedule " << sched << "; ";
+  if (p.schedule == Fp8GemmWgmmaSchedule::kRegisterA && p.form != Fp8GemmWgmmaForm::kPanel)
+    why << "kRegisterA is for kPanel only; ";
   if (p.multicast != 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
   if (p.multicast != 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
   if (p.overlap_epilogue && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves))
-    why << "overlap_epilogue is for kPanel with kWhole, kPingPong or kDoubleAcc only; ";
+    why << "overlap_epilogue is for kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA only; ";
   if (p.balanced_ranges && p.form != Fp8GemmWgmmaForm::kPanel) why << "balanced_ranges is for kPanel only; ";
   if (g.xq == nullptr || g.wq == nullptr || g.y == nullptr) why << "null operand; ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
@@ -1006,6 +1089,8 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
                           ? (ov ? Fp8GemmPanelKernel<kPingPong, true> : Fp8GemmPanelKernel<kPingPong, false>)
                       : p.schedule == Fp8GemmWgmmaSchedule::kDoubleAcc
                           ? (ov ? Fp8GemmPanelKernel<kDoubleAcc, true> : Fp8GemmPanelKernel<kDoubleAcc, false>)
+                      : p.schedule == Fp8GemmWgmmaSchedule::kRegisterA
+                          ? (ov ? Fp8GemmPanelKernel<kRegisterA, true> : Fp8GemmPanelKernel<kRegisterA, false>)
                           : (ov ? Fp8GemmPanelKernel<kWhole, true> : Fp8GemmPanelKernel<kWhole, false>);
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
   const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));

@@ -56,6 +56,8 @@ enum class Fp8GemmWgmmaSchedule : int {
                      // promotes while the other's wgmma runs
   kDoubleAcc = 3,    // kWhole with two accumulator sets, K blocks alternating between them, so K block
                      // kb + 1's wgmma runs while kb's sums are promoted (tile-144: chunks of 8 K blocks)
+  kRegisterA = 4,    // kPanel only: kWhole with the activation panel as wgmma A fragments in registers
+                     // (loaded once a panel), so the tensor cores read only the weight tiles from shared memory
 };
 
 struct Fp8GemmWgmmaSm90Params {
@@ -68,7 +70,7 @@ struct Fp8GemmWgmmaSm90Params {
   // and the grid are even (else no cluster). Same results either way. (Clusters of four were
   // slower: only 30 fit at once. The panel form's weight multicast to pairs was no faster.)
   int multicast = 0;
-  // kPanel with kWhole, kPingPong or kDoubleAcc: each tile's epilogue (bf16 staging + TMA store) runs under the
+  // kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA: each tile's epilogue (bf16 staging + TMA store) runs under the
   // next tile's first K block, whose wgmma is issued just before it. Same results either way.
   bool overlap_epilogue = false;
   // kPanel: every SM takes a contiguous, balanced range of the panel-major tile order (a panel
