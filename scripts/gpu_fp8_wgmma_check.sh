@@ -9,7 +9,7 @@ set -uo pipefail
 R=/tmp/fp8w_out
 rm -rf $R && mkdir -p $R
 export DS_BENCH_FP8_LARGE_PROJS=${DS_BENCH_FP8_LARGE_PROJS:-kv_a_proj_with_mqa,kv_b_proj}
-OUT=$R E2E_TESTS=1 E2E_TESTS_FILTER='CudaFp8GemmWgmmaSm90.*' E2E_TESTS_TIMEOUT_S=200 E2E_KERNELS=1 KERNELS_ONLY='fp8_large' \
+OUT=$R E2E_TESTS=1 E2E_TESTS_FILTER='CudaFp8GemmWgmmaSm90.*' E2E_TESTS_TIMEOUT_S=200 E2E_KERNELS=1 KERNELS_ONLY="${KERNELS_ONLY:-fp8_large}" \
   KERNELS_BUDGET_S=90 E2E_MODELS=v2-lite E2E_STAGES=none PROFILE_MODELS=none SCRIPT_LIMIT_S=300 \
   bash scripts/gpu_e2e.sh > $R/gpu_e2e.log 2>&1
 echo "[fp8w] gpu_e2e rc=$?"
@@ -17,7 +17,7 @@ B=/tmp/dsinfer_e2e/bin
 CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
 for i in $(seq 1 ${REPS:-2}); do
   LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}" \
-    $B/dsinfer bench kernels --only fp8_large --budget-s 90 --out $R/rep$i > $R/rep$i.log 2>&1
+    $B/dsinfer bench kernels --only "${KERNELS_ONLY:-fp8_large}" --budget-s 90 --out $R/rep$i > $R/rep$i.log 2>&1
   echo "[fp8w] rep $i rc=$?"
 done
 for k in ${NCU_KERNELS:-}; do

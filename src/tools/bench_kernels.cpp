@@ -46,6 +46,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fill_random.h"
 #include "backend/cuda/fp8_gemm_wgmma_sm90.h"
+#include "backend/cuda/wgmma_probe.h"
 #include "backend/cuda/fp8_gemm_sm90.h"
 #include "backend/cuda/fp8_gemm_skinny_sm90.h"
 #include "backend/cuda/host_plans.h"
@@ -379,6 +380,33 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
       std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; no clusters (N / 144 or grid odd)");
     b.Add("fp8_large/wgmma_" + name, shape, us, 0, flops, true, note);
     }
+}
+
+// The tensor pipe alone (wgmma_probe.h): each wgmma form at 1-3 warpgroups a SM, operands in
+// shared memory, nothing else running. The ceiling for the GEMM and attention kernels built on
+// that form, beside the cuBLASLt ceilings of the same run.
+void WgmmaProbeFamily(Bench& b) {
+  Buf sink(256);
+  for (bool fp8 : {true, false})
+    for (int n : {64, 128, 256})
+      for (bool rs : {false, true}) {
+        if (rs && n == 64) continue;
+        for (int wgs : {1, 2, 3}) {
+          if (b.OutOfTime()) { b.skipped.push_back("wgmma_probe"); return; }
+          WgmmaProbeParams p{};
+          p.fp8 = fp8;
+          p.n = n;
+          p.a_in_registers = rs;
+          p.warpgroups = wgs;
+          p.groups = 8192 * 128 / n;
+          p.sink = sink.as<float>();
+          const double us = b.TimeUs([&](int) { WgmmaProbe(p); }, 1, 10);
+          char kernel[96], shape[96];
+          std::snprintf(kernel, sizeof kernel, "wgmma_probe/%s_%s_n%d_wg%d", fp8 ? "e4m3" : "bf16", rs ? "rs" : "ss", n, wgs);
+          std::snprintf(shape, sizeof shape, "m64n%dk%d x 4 x %lld groups", n, fp8 ? 32 : 16, static_cast<long long>(p.groups));
+          b.Add(kernel, shape, us, 0, WgmmaProbeFlops(p), fp8, "tensor pipe alone");
+        }
+      }
 }
 
 void Fp8LargeFamily(Bench& b) {
@@ -1402,6 +1430,7 @@ int RunBenchKernels(int argc, char** argv) {
     if (!only.empty() && want("fp8_gemv")) { Fp8GemvFamily(b); save(); }
     if (!only.empty() && want("fp8_skinny")) { Fp8SkinnyFamily(b); save(); }
     if (!only.empty() && want("fp8_large")) { Fp8LargeFamily(b); save(); }
+    if (!only.empty() && want("wgmma_probe")) { WgmmaProbeFamily(b); save(); }
     if (!only.empty() && want("fp8_gemv_experts")) { Fp8GemvExpertsFamily(b); save(); }
     if (!only.empty() && want("gemv_experts_bf16")) { GemvExpertsBf16Family(b); save(); }
     if (want("small")) {
