@@ -17,7 +17,7 @@ B=/tmp/dsinfer_e2e/bin
 CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
 for i in $(seq 1 ${REPS:-2}); do
   LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}" \
-    $B/dsinfer bench kernels --only "${KERNELS_ONLY:-fp8_large}" --budget-s 90 --out $R/rep$i > $R/rep$i.log 2>&1
+    $B/dsinfer bench kernels --only ${KERNELS_ONLY:-fp8_large} --budget-s 90 --out $R/rep$i > $R/rep$i.log 2>&1
   echo "[fp8w] rep $i rc=$?"
 done
 for k in ${NCU_KERNELS:-}; do

@@ -1381,7 +1381,7 @@ int RunBenchKernels(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
   app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
   app.add_option("--commit", commit, "commit id recorded in every record");
-  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small fp8_gemv fp8_gemv_experts gemv_experts_bf16 fp8_skinny fp8_large (the last five only when named)");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small fp8_gemv fp8_gemv_experts gemv_experts_bf16 fp8_skinny fp8_large wgmma_probe (the last six only when named)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
