@@ -400,6 +400,7 @@ void WgmmaProbeFamily(Bench& b) {
           p.warpgroups = wgs;
           p.groups = 8192 * 128 / n;
           p.sink = sink.as<float>();
+          p.stream = b.st();
           const double us = b.TimeUs([&](int) { WgmmaProbe(p); }, 1, 10);
           char kernel[96], shape[96];
           std::snprintf(kernel, sizeof kernel, "wgmma_probe/%s_%s_n%d_wg%d", fp8 ? "e4m3" : "bf16", rs ? "rs" : "ss", n, wgs);
