@@ -347,17 +347,12 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, true, "_doubleacc_overlap_balanced", true},
                               {Fp8GemmWgmmaSchedule::kRegisterA, 0, false, "_rega"},
                               {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap"},
-                              {Fp8GemmWgmmaSchedule::kRegisterA, -1, true, "_rega_overlap_ABLATION_no_store"},
-                              {Fp8GemmWgmmaSchedule::kRegisterA, -2, true, "_rega_overlap_ABLATION_no_reload"},
-                              {Fp8GemmWgmmaSchedule::kDoubleAcc, -1, true, "_doubleacc_overlap_ABLATION_no_store"},
-                              {Fp8GemmWgmmaSchedule::kDoubleAcc, -2, true, "_doubleacc_overlap_ABLATION_no_reload"},
                               {Fp8GemmWgmmaSchedule::kWhole, 2, false, "_multicast2"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 2, false, "_pingpong_multicast2"},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 2, false, "_doubleacc_multicast2"}};
   for (const auto& [form, form_name] : forms)
     for (const auto& [sched, multicast, overlap, sched_name, balanced] : variants) {
-    if (multicast > 0 && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form has none)
-    if (multicast < 0 && form != Fp8GemmWgmmaForm::kPanel) continue;
+    if (multicast && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form has none)
     if ((balanced || sched == Fp8GemmWgmmaSchedule::kRegisterA) && form != Fp8GemmWgmmaForm::kPanel) continue;
     const std::string name = std::string(form_name) + sched_name;
     Fp8GemmWgmmaSm90Params pp{};
@@ -376,12 +371,12 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
       Fp8GemmWgmmaSm90(q);
     }, nsets);
     char note[128] = "ours (wgmma)";
-    const int resident = multicast > 0 ? Fp8GemmWgmmaSm90ActiveClusters(pp) : 0;
+    const int resident = multicast ? Fp8GemmWgmmaSm90ActiveClusters(pp) : 0;
     if (us_cublas > 0) std::snprintf(note, sizeof note, "ours (wgmma); %.2fx cuBLASLt", us_cublas / us);
     if (resident > 0)
       std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; %d clusters of %d resident", resident,
                     multicast);
-    else if (multicast > 0)
+    else if (multicast)
       std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; no clusters (N / 144 or grid odd)");
     b.Add("fp8_large/wgmma_" + name, shape, us, 0, flops, true, note);
     }

@@ -69,7 +69,6 @@ struct PanelArgs {
   const float* w_scales;  // [K/128, N/128]
   int Mp, N, kb, n_tiles, panels, tiles;
   int parts;  // > 0: CTA c holds panel c % panels and column tiles [part n_tiles / parts, ...), part = c / panels
-  int ablate;  // ABLATION (throwaway): 1 no output stores, 2 no weight reloads after the first ring
 };
 
 __device__ __forceinline__ void Wait(uint32_t bar, uint32_t parity) {
@@ -417,12 +416,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       for (int kb = 0; kb < kb_n; ++kb) {
         Wait(bar_empty + 8 * stage, phase ^ 1);
-        if (args.ablate == 2 && (t - seq.begin) * kb_n + kb >= kStages) {
-          BarExpectTx(bar_full + 8 * stage, 0);
-        } else {
-          BarExpectTx(bar_full + 8 * stage, kBoxBytes);
-          TmaLoad(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
-        }
+        BarExpectTx(bar_full + 8 * stage, kBoxBytes);
+        TmaLoad(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
         if (++stage == kStages) { stage = 0; phase ^= 1; }
       }
     }
@@ -481,7 +476,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     FenceProxyAsync();
     NamedBarSync(1 + half, 128);
-    if (tid == 0 && args.ablate != 1) {
+    if (tid == 0) {
       const int row = panel * kBM + half * 64;
       TmaStore(&map_y, j * kBN, row, staging);
       TmaStore(&map_y, j * kBN + 64, row, staging + kStagingBytes);
@@ -1013,8 +1008,8 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   if (sched < 0 || sched > 4) why << "schedule " << sched << "; ";
   if (p.schedule == Fp8GemmWgmmaSchedule::kRegisterA && p.form != Fp8GemmWgmmaForm::kPanel)
     why << "kRegisterA is for kPanel only; ";
-  if (p.multicast > 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
-  if (p.multicast > 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
+  if (p.multicast != 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
+  if (p.multicast != 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
   if (p.overlap_epilogue && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves))
     why << "overlap_epilogue is for kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA only; ";
   if (p.balanced_ranges && p.form != Fp8GemmWgmmaForm::kPanel) why << "balanced_ranges is for kPanel only; ";
@@ -1088,7 +1083,6 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   args.tiles = static_cast<int>(tiles);
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
   args.parts = m_tiles <= sms && !p.balanced_ranges ? std::min(sms / m_tiles, n_tiles) : 0;
-  args.ablate = p.multicast < 0 ? -p.multicast : 0;  // ABLATION (throwaway)
   const bool ov = p.overlap_epilogue;
   const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
                       : p.schedule == Fp8GemmWgmmaSchedule::kPingPong
