@@ -339,7 +339,6 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
   struct Variant {
     Fp8GemmWgmmaSchedule sched; int multicast; bool overlap; const char* name;
     bool balanced = false, ds = false, hints = false;
-    int stagger = 0;
   };
   const Variant variants[] = {{Fp8GemmWgmmaSchedule::kWhole, 0, false, ""},
                               {Fp8GemmWgmmaSchedule::kSplitHalves, 0, false, "_split"},
@@ -355,15 +354,11 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
                               {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap_ds", false, true, false},
                               {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap_ds_l2hints", false, true, true},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, true, "_doubleacc_overlap_ds_l2hints", false, true, true},
-                              {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap_stagger1", false, false, false, 1},
-                              {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap_stagger1_l2hints", false, false, true, 1},
-                              {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, true, "_doubleacc_overlap_stagger1_l2hints", false, false, true, 1},
-                              {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap_stagger4_l2hints", false, false, true, 4},
                               {Fp8GemmWgmmaSchedule::kWhole, 2, false, "_multicast2"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 2, false, "_pingpong_multicast2"},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 2, false, "_doubleacc_multicast2"}};
   for (const auto& [form, form_name] : forms)
-    for (const auto& [sched, multicast, overlap, sched_name, balanced, ds, hints, stagger] : variants) {
+    for (const auto& [sched, multicast, overlap, sched_name, balanced, ds, hints] : variants) {
     if (multicast && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form has none)
     if ((balanced || sched == Fp8GemmWgmmaSchedule::kRegisterA) && form != Fp8GemmWgmmaForm::kPanel) continue;
     const std::string name = std::string(form_name) + sched_name;
@@ -377,7 +372,6 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
     pp.balanced_ranges = balanced;
     pp.double_staging = ds;
     pp.l2_hints = hints;
-    pp.stagger = stagger;
     if (!Fp8GemmWgmmaSm90Unsupported(pp).empty()) continue;  // (each form covers its own shapes)
     const double us = b.TimeUs([&](int i) {
       Fp8GemmWgmmaSm90Params q = pp;

@@ -80,7 +80,6 @@ struct PanelArgs {
   int Mp, N, kb, n_tiles, panels, tiles;
   int parts;  // > 0: CTA c holds panel c % panels and column tiles [part n_tiles / parts, ...), part = c / panels
   int l2_hints;  // weight loads evict-last, output stores evict-first
-  int stagger;   // parts mode: panel p starts p x stagger tiles into its part's range (TileSeq)
 };
 
 __device__ __forceinline__ void Wait(uint32_t bar, uint32_t parity) {
@@ -388,19 +387,15 @@ __device__ __forceinline__ void SplitHalvesKLoop(int kb_n, float (&a)[R], float 
 // column tiles: the CTAs of one part sweep the same weight tiles in step, so each weight tile
 // comes from DRAM about once and from L2 for the other panels. Otherwise a contiguous, balanced
 // range of the panel-major tile order (a panel reload where the range crosses panels).
-// With stagger > 0 (parts mode), panel p of a part starts its sweep p x stagger tiles into the
-// part's range (wrapping), so the part's CTAs write different column strips at any time; each
-// weight tile then comes from L2 at different times (with l2_hints keeping it there).
 struct TileSeq {
   int begin, end, panel;  // panel >= 0: fixed
-  int n_tiles, shift = 0;
+  int n_tiles;
   __device__ __forceinline__ TileSeq(const PanelArgs& a) : n_tiles(a.n_tiles) {
     if (a.parts > 0) {
       const int part = blockIdx.x / a.panels;
       panel = blockIdx.x % a.panels;
       begin = static_cast<int>(static_cast<int64_t>(a.n_tiles) * part / a.parts);
       end = static_cast<int>(static_cast<int64_t>(a.n_tiles) * (part + 1) / a.parts);
-      if (end > begin) shift = static_cast<int>(static_cast<int64_t>(panel) * a.stagger % (end - begin));
     } else {
       panel = -1;
       begin = static_cast<int>(static_cast<int64_t>(a.tiles) * blockIdx.x / gridDim.x);
@@ -408,11 +403,7 @@ struct TileSeq {
     }
   }
   __device__ __forceinline__ int Panel(int u) const { return panel >= 0 ? panel : u / n_tiles; }
-  __device__ __forceinline__ int Col(int u) const {
-    if (panel < 0) return u % n_tiles;
-    const int v = u + shift;
-    return v < end ? v : v - (end - begin);
-  }
+  __device__ __forceinline__ int Col(int u) const { return panel >= 0 ? u : u % n_tiles; }
 };
 
 // kOverlap (whole-tile schedules only): a tile's epilogue runs under the next tile's first K block
@@ -1086,7 +1077,6 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
                            (p.schedule != Fp8GemmWgmmaSchedule::kRegisterA && p.schedule != Fp8GemmWgmmaSchedule::kDoubleAcc)))
     why << "double_staging is for kPanel with overlap_epilogue on kRegisterA or kDoubleAcc only; ";
   if (p.l2_hints && p.form != Fp8GemmWgmmaForm::kPanel) why << "l2_hints is for kPanel only; ";
-  if (p.stagger < 0 || (p.stagger > 0 && p.form != Fp8GemmWgmmaForm::kPanel)) why << "stagger " << p.stagger << " (>= 0, kPanel only); ";
   if (g.xq == nullptr || g.wq == nullptr || g.y == nullptr) why << "null operand; ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
@@ -1158,7 +1148,6 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
   args.parts = m_tiles <= sms && !p.balanced_ranges ? std::min(sms / m_tiles, n_tiles) : 0;
   args.l2_hints = p.l2_hints ? 1 : 0;
-  args.stagger = p.stagger;
   const bool ov = p.overlap_epilogue;
   const auto kernel = p.double_staging
                           ? (p.schedule == Fp8GemmWgmmaSchedule::kRegisterA ? Fp8GemmPanelKernel<kRegisterA, true, true>

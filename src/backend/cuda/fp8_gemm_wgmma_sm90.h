@@ -84,9 +84,6 @@ struct Fp8GemmWgmmaSm90Params {
   // kPanel: weight tiles loaded with an L2 evict-last policy and the output stored evict-first, so
   // the streamed output does not push the weights out of L2. Same results either way.
   bool l2_hints = false;
-  // kPanel, panels in step: panel p of a column part starts p x stagger tiles into the part's range
-  // (wrapping), so the part's CTAs write different column strips of y at any time. Same results.
-  int stagger = 0;
 };
 
 // kTile144 with multicast 2: how many clusters of the configuration the device keeps resident at
