@@ -60,16 +60,6 @@ constexpr uint32_t kStagingBytes = 64 * 128;    // [64 rows x 64 bf16] = 8 KB
 constexpr uint32_t kBarOff = kStagingOff + 4 * kStagingBytes;
 constexpr uint32_t kSmemBytes = kBarOff + 256 + 1024;  // barriers, and slack for the 1024-byte alignment
 static_assert(kSmemBytes <= 227 * 1024, "panel form: over the sm_90 opt-in shared memory per block");
-// The panel form's shared memory with two staging sets a warpgroup (kDs) and 6 stages, or one and 8.
-template <bool kDs>
-struct PanelSmem {
-  static constexpr int kStages = kDs ? 6 : 8;
-  static constexpr uint32_t kStagingOff = kStageOff + kStages * kBoxBytes;
-  static constexpr uint32_t kBarOff = kStagingOff + (kDs ? 8 : 4) * kStagingBytes;
-  static constexpr uint32_t kBytes = kBarOff + 256 + 1024;
-  static_assert(kBytes <= 227 * 1024, "panel form: over the sm_90 opt-in shared memory per block");
-};
-static_assert(PanelSmem<false>::kBytes == kSmemBytes, "the default layout");
 // setmaxnreg: the producer warpgroup drops to 24 registers so that the consumers get 240; the sum
 // (24 x 128 + 240 x 256) is the 168 a thread of 384 that __launch_bounds__(384, 1) gives.
 static_assert(24 * 128 + 240 * 256 <= 168 * 384, "setmaxnreg split over the register file");
@@ -79,7 +69,6 @@ struct PanelArgs {
   const float* w_scales;  // [K/128, N/128]
   int Mp, N, kb, n_tiles, panels, tiles;
   int parts;  // > 0: CTA c holds panel c % panels and column tiles [part n_tiles / parts, ...), part = c / panels
-  int l2_hints;  // weight loads evict-last, output stores evict-first
 };
 
 __device__ __forceinline__ void Wait(uint32_t bar, uint32_t parity) {
@@ -101,30 +90,6 @@ __device__ __forceinline__ void TmaStore(const CUtensorMap* map, int c0, int c1,
 __device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void BulkWaitRead() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 __device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
-__device__ __forceinline__ void BulkWaitRead1() { asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory"); }
-// L2 cache policies (createpolicy) and the TMA copies that take one (.L2::cache_hint).
-__device__ __forceinline__ uint64_t PolicyEvictFirst() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t PolicyEvictLast() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ void TmaLoadHint(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar, uint64_t pol) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "l"(pol)
-      : "memory");
-}
-__device__ __forceinline__ void TmaStoreHint(const CUtensorMap* map, int c0, int c1, uint32_t src, uint64_t pol) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%1, %2}], [%3], %4;\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(c0), "r"(c1), "r"(src), "l"(pol)
-               : "memory");
-}
 
 constexpr int kWhole = 0, kSplitHalves = 1, kPingPong = 2, kDoubleAcc = 3, kRegisterA = 4;  // Fp8GemmWgmmaSchedule
 // Ping-pong between the two consumer warpgroups (kPingPong): warpgroup h issues a K block's wgmma
@@ -408,16 +373,10 @@ struct TileSeq {
 
 // kOverlap (whole-tile schedules only): a tile's epilogue runs under the next tile's first K block
 // (issued just before it), so the tensor cores do not wait for the bf16 stores (same results).
-// kDs (kOverlap only): two staging sets a warpgroup, alternating by tile, so a tile's epilogue
-// waits only for the store of two tiles back to have read its set; 6 weight stages instead of 8
-// (PanelSmem). args.l2_hints: weight tiles loaded with an L2 evict-last policy and the output
-// stored with evict-first, so the streamed output does not push the weights out of L2.
-template <int kSchedule, bool kOverlap, bool kDs = false>  // Fp8GemmWgmmaSchedule
+template <int kSchedule, bool kOverlap>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmPanelKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const __grid_constant__ CUtensorMap map_y, const PanelArgs args) {
-  constexpr int kStages = PanelSmem<kDs>::kStages;
-  constexpr uint32_t kStagingOff = PanelSmem<kDs>::kStagingOff, kBarOff = PanelSmem<kDs>::kBarOff;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (base - SmemAddr(smem_raw));
@@ -445,7 +404,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     int stage = 0;
     uint32_t phase = 0;
     int panel_loaded = -1, a_loads = 0;
-    const uint64_t pol_w = PolicyEvictLast();
     for (int t = seq.begin; t < seq.end; ++t) {
       const int panel = seq.Panel(t), j = seq.Col(t);
       if (panel != panel_loaded) {
@@ -459,10 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kb_n; ++kb) {
         Wait(bar_empty + 8 * stage, phase ^ 1);
         BarExpectTx(bar_full + 8 * stage, kBoxBytes);
-        if (args.l2_hints)
-          TmaLoadHint(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage, pol_w);
-        else
-          TmaLoad(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
+        TmaLoad(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
         if (++stage == kStages) { stage = 0; phase ^= 1; }
       }
     }
@@ -478,10 +433,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = tid / 32, lane = tid % 32;
   const int row0 = half * 64 + warp * 16 + lane / 4;  // and row0 + 8
   const uint32_t a_half = base + half * (kBoxBytes / 2);
-  constexpr int kSets = kDs ? 2 : 1;  // staging sets a warpgroup
-  const uint32_t staging0 = base + kStagingOff + half * kSets * 2 * kStagingBytes;
-  uint8_t* const staging_ptr0 = smem + kStagingOff + half * kSets * 2 * kStagingBytes;
-  int epi_count = 0;  // epilogues so far (kDs: the set is epi_count % 2)
+  const uint32_t staging = base + kStagingOff + half * 2 * kStagingBytes;
+  uint8_t* const staging_ptr = smem + kStagingOff + half * 2 * kStagingBytes;
   float sa0[kMaxKb], sa1[kMaxKb];
   // kRegisterA: the warpgroup's 64 panel rows as wgmma A fragments (K block, k32 step, fragment),
   // loaded once a panel; its shared-memory copy is released right after.
@@ -503,15 +456,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   float out0[32], out1[32];
   // Epilogue: out0 / out1 as bf16 through the staging boxes into a TMA store of tile (panel, j).
   const auto epilogue = [&](int panel, int j) {
-    const uint32_t set_off = kDs ? (epi_count & 1) * 2 * kStagingBytes : 0u;
-    const uint32_t staging = staging0 + set_off;
-    uint8_t* const staging_ptr = staging_ptr0 + set_off;
-    ++epi_count;
-    // The store that last used this set must have read it (kDs: the one of two tiles back).
-    if (tid == 0) {
-      if constexpr (kDs) BulkWaitRead1();
-      else BulkWaitRead();
-    }
+    // The previous tile's store must have read the staging buffer.
+    if (tid == 0) BulkWaitRead();
     NamedBarSync(1 + half, 128);
     const int r_loc = warp * 16 + lane / 4;  // row within this warpgroup's 64, and + 8
 #pragma unroll
@@ -532,14 +478,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     NamedBarSync(1 + half, 128);
     if (tid == 0) {
       const int row = panel * kBM + half * 64;
-      if (args.l2_hints) {
-        const uint64_t pol = PolicyEvictFirst();
-        TmaStoreHint(&map_y, j * kBN, row, staging, pol);
-        TmaStoreHint(&map_y, j * kBN + 64, row, staging + kStagingBytes, pol);
-      } else {
-        TmaStore(&map_y, j * kBN, row, staging);
-        TmaStore(&map_y, j * kBN + 64, row, staging + kStagingBytes);
-      }
+      TmaStore(&map_y, j * kBN, row, staging);
+      TmaStore(&map_y, j * kBN + 64, row, staging + kStagingBytes);
       BulkCommit();
     }
   };
@@ -1073,10 +1013,6 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   if (p.overlap_epilogue && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves))
     why << "overlap_epilogue is for kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA only; ";
   if (p.balanced_ranges && p.form != Fp8GemmWgmmaForm::kPanel) why << "balanced_ranges is for kPanel only; ";
-  if (p.double_staging && (p.form != Fp8GemmWgmmaForm::kPanel || !p.overlap_epilogue ||
-                           (p.schedule != Fp8GemmWgmmaSchedule::kRegisterA && p.schedule != Fp8GemmWgmmaSchedule::kDoubleAcc)))
-    why << "double_staging is for kPanel with overlap_epilogue on kRegisterA or kDoubleAcc only; ";
-  if (p.l2_hints && p.form != Fp8GemmWgmmaForm::kPanel) why << "l2_hints is for kPanel only; ";
   if (g.xq == nullptr || g.wq == nullptr || g.y == nullptr) why << "null operand; ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
@@ -1147,12 +1083,8 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   args.tiles = static_cast<int>(tiles);
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
   args.parts = m_tiles <= sms && !p.balanced_ranges ? std::min(sms / m_tiles, n_tiles) : 0;
-  args.l2_hints = p.l2_hints ? 1 : 0;
   const bool ov = p.overlap_epilogue;
-  const auto kernel = p.double_staging
-                          ? (p.schedule == Fp8GemmWgmmaSchedule::kRegisterA ? Fp8GemmPanelKernel<kRegisterA, true, true>
-                                                                            : Fp8GemmPanelKernel<kDoubleAcc, true, true>)
-                      : p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
+  const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
                       : p.schedule == Fp8GemmWgmmaSchedule::kPingPong
                           ? (ov ? Fp8GemmPanelKernel<kPingPong, true> : Fp8GemmPanelKernel<kPingPong, false>)
                       : p.schedule == Fp8GemmWgmmaSchedule::kDoubleAcc
@@ -1160,10 +1092,9 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
                       : p.schedule == Fp8GemmWgmmaSchedule::kRegisterA
                           ? (ov ? Fp8GemmPanelKernel<kRegisterA, true> : Fp8GemmPanelKernel<kRegisterA, false>)
                           : (ov ? Fp8GemmPanelKernel<kWhole, true> : Fp8GemmPanelKernel<kWhole, false>);
-  const uint32_t smem_bytes = p.double_staging ? PanelSmem<true>::kBytes : PanelSmem<false>::kBytes;
-  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem_bytes));
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
   const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));
-  kernel<<<grid, kThreads, smem_bytes, g.stream>>>(map_a, map_b, map_y, args);
+  kernel<<<grid, kThreads, kSmemBytes, g.stream>>>(map_a, map_b, map_y, args);
   DS_CUDA_CHECK_LAUNCH("Fp8GemmPanelKernel");
 }
 

@@ -77,13 +77,6 @@ struct Fp8GemmWgmmaSm90Params {
   // reload where the range crosses panels) instead of the panels in step on parts x panels CTAs
   // (128 of 132 SMs at M = 4096). Same results either way.
   bool balanced_ranges = false;
-  // kPanel with overlap_epilogue on kRegisterA or kDoubleAcc: two bf16 staging sets a warpgroup,
-  // alternating by tile, so an epilogue waits only for the store of two tiles back (6 weight stages
-  // instead of 8 to make room). Same results either way.
-  bool double_staging = false;
-  // kPanel: weight tiles loaded with an L2 evict-last policy and the output stored evict-first, so
-  // the streamed output does not push the weights out of L2. Same results either way.
-  bool l2_hints = false;
 };
 
 // kTile144 with multicast 2: how many clusters of the configuration the device keeps resident at
