@@ -1012,7 +1012,6 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   if (p.multicast != 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
   if (p.overlap_epilogue && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves))
     why << "overlap_epilogue is for kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA only; ";
-  if (p.balanced_ranges && p.form != Fp8GemmWgmmaForm::kPanel) why << "balanced_ranges is for kPanel only; ";
   if (g.xq == nullptr || g.wq == nullptr || g.y == nullptr) why << "null operand; ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
@@ -1082,7 +1081,7 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   args.panels = m_tiles;
   args.tiles = static_cast<int>(tiles);
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
-  args.parts = m_tiles <= sms && !p.balanced_ranges ? std::min(sms / m_tiles, n_tiles) : 0;
+  args.parts = m_tiles <= sms ? std::min(sms / m_tiles, n_tiles) : 0;
   const bool ov = p.overlap_epilogue;
   const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
                       : p.schedule == Fp8GemmWgmmaSchedule::kPingPong

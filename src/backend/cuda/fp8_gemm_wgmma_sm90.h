@@ -73,10 +73,6 @@ struct Fp8GemmWgmmaSm90Params {
   // kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA: each tile's epilogue (bf16 staging + TMA store) runs under the
   // next tile's first K block, whose wgmma is issued just before it. Same results either way.
   bool overlap_epilogue = false;
-  // kPanel: every SM takes a contiguous, balanced range of the panel-major tile order (a panel
-  // reload where the range crosses panels) instead of the panels in step on parts x panels CTAs
-  // (128 of 132 SMs at M = 4096). Same results either way.
-  bool balanced_ranges = false;
 };
 
 // kTile144 with multicast 2: how many clusters of the configuration the device keeps resident at
