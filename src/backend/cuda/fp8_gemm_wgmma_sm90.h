@@ -15,7 +15,9 @@
 //     order and keeps the 128 x K activation panel (<= 64 KB) in shared memory while it sweeps
 //     the panel's column tiles, so only the weight tiles stream (16 KB a K block, 8 stages). The
 //     bf16 rows go through a 128-byte-swizzled staging buffer into an asynchronous TMA store,
-//     so the next tile's loads and MMAs run under the store.
+//     so the next tile's loads and MMAs run under the store; with overlap_epilogue the staging
+//     itself runs under the next tile's first K block. kRegisterA holds the panel as wgmma A
+//     fragments in registers instead (64 a thread), so the tensor cores read only the weights.
 //   - kTile144, for N % 144 == 0 (kv_a_proj_with_mqa: N = 576 = 4 x 144, K = 7168). 128 x 144
 //     tiles, both operands streamed (34 KB a K block, 6 stages): at M = 4096 that is 32 x 4 = 128
 //     tiles, one wave on 132 SMs, where 128-column tiles make 1.2 waves. A tile straddles the
@@ -29,7 +31,9 @@
 // in [M, Mp) are written like the others (from the padded activation rows), as GemmFp8 does.
 // Limits (Fp8GemmWgmmaSm90Unsupported): sm_90 device, K % 128 == 0, ldx, ldw % 16 == 0, ldy % 8
 // == 0, 16-byte aligned non-null pointers (the scales too), bf16 output, dimensions below 2^31;
-// kPanel: K <= 512, N % 128 == 0, no multicast; kTile144: N % 144 == 0, K <= 16384.
+// kPanel: K <= 512, N % 128 == 0, no multicast; kTile144: N % 144 == 0, K <= 16384, no kRegisterA,
+// no overlap_epilogue. Every schedule and option gives the same bits (each output's K blocks are
+// promoted in the same order), equal to cuBLASLt's at kv_a / kv_b (the op tests).
 // Errors: CheckError.
 #pragma once
 
