@@ -346,15 +346,12 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 0, true, "_doubleacc_overlap"},
                               {Fp8GemmWgmmaSchedule::kRegisterA, 0, false, "_rega"},
                               {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap"},
-                              {Fp8GemmWgmmaSchedule::kRegisterA, 2, true, "_rega_overlap_multicast2"},
-                              {Fp8GemmWgmmaSchedule::kDoubleAcc, 2, true, "_doubleacc_overlap_multicast2"},
                               {Fp8GemmWgmmaSchedule::kWhole, 2, false, "_multicast2"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 2, false, "_pingpong_multicast2"},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 2, false, "_doubleacc_multicast2"}};
   for (const auto& [form, form_name] : forms)
     for (const auto& [sched, multicast, overlap, sched_name] : variants) {
-    if (multicast && form != Fp8GemmWgmmaForm::kTile144 && !overlap) continue;  // (the panel form's needs the overlap)
-    if (overlap && form != Fp8GemmWgmmaForm::kPanel) continue;
+    if (multicast && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form has none)
     if (sched == Fp8GemmWgmmaSchedule::kRegisterA && form != Fp8GemmWgmmaForm::kPanel) continue;
     const std::string name = std::string(form_name) + sched_name;
     Fp8GemmWgmmaSm90Params pp{};
@@ -377,10 +374,8 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
     if (resident > 0)
       std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; %d clusters of %d resident", resident,
                     multicast);
-    else if (multicast && form == Fp8GemmWgmmaForm::kTile144)
-      std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; no clusters (N / 144 or grid odd)");
     else if (multicast)
-      std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; weight multicast to panel pairs");
+      std::snprintf(note + std::strlen(note), sizeof note - std::strlen(note), "; no clusters (N / 144 or grid odd)");
     b.Add("fp8_large/wgmma_" + name, shape, us, 0, flops, true, note);
     }
 }

@@ -62,11 +62,6 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
       const auto yo = RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, /*overlap=*/true);
       ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + tag + "_overlap", yo, ref, 5e-3);
       EXPECT_TRUE(yo == y) << s.name << tag << ": the overlapped epilogue is not bit-equal";
-      if (sched != Fp8GemmWgmmaSchedule::kDoubleAcc && sched != Fp8GemmWgmmaSchedule::kRegisterA) continue;
-      // The weight tiles multicast to pairs of panels (where the panels sweep in step and pair up:
-      // M1000 x N4096, 8 panels in 16 parts; elsewhere it runs without a cluster): bit-equal too.
-      const auto ym = RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 2, /*overlap=*/true);
-      EXPECT_TRUE(ym == y) << s.name << tag << ": the weight multicast is not bit-equal";
     }
   }
 }
@@ -120,15 +115,13 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
     auto cub = FromBf16(dy.Download());
     cub.resize(s.M * s.N);
     for (const auto& [sched, tag] : kSchedules)
-      for (int mc : {0, 2, -1, -2}) {  // -1: the panel form's overlapped epilogue, -2: with the multicast
-        const bool panel = form == Fp8GemmWgmmaForm::kPanel;
-        if (sched == Fp8GemmWgmmaSchedule::kRegisterA && !panel) continue;
-        if (mc > 0 && panel) continue;  // (the panel form's multicast needs the overlapped epilogue)
-        if (mc < 0 && (!panel || sched == Fp8GemmWgmmaSchedule::kSplitHalves)) continue;
-        if (mc == -2 && sched != Fp8GemmWgmmaSchedule::kRegisterA && sched != Fp8GemmWgmmaSchedule::kDoubleAcc) continue;
-        const std::string v = mc > 0 ? "_multicast" + std::to_string(mc) : mc == -1 ? "_overlap" : mc == -2 ? "_overlap_multicast2" : "";
+      for (int mc : {0, 2, -1}) {  // -1: the panel form's overlapped epilogue
+        if (sched == Fp8GemmWgmmaSchedule::kRegisterA && form != Fp8GemmWgmmaForm::kPanel) continue;
+        if (mc > 0 && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the multicast is the tile-144 form's)
+        if (mc < 0 && (form != Fp8GemmWgmmaForm::kPanel || sched == Fp8GemmWgmmaSchedule::kSplitHalves)) continue;
+        const std::string v = mc > 0 ? "_multicast" + std::to_string(mc) : mc < 0 ? "_overlap" : "";
         ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v,
-                    RunForm(o, form, sched, mc > 0 ? mc : mc == -2 ? 2 : 0, mc < 0), cub, 1e-4);
+                    RunForm(o, form, sched, std::max(mc, 0), mc < 0), cub, 1e-4);
       }
   }
 }
@@ -149,11 +142,11 @@ TEST(CudaFp8GemmWgmmaSm90, RejectsUnsupported) {
   EXPECT_NE(why.find("N % 144"), std::string::npos) << why;
   EXPECT_NE(why.find("K > 16384"), std::string::npos) << why;
   EXPECT_THROW(Fp8GemmWgmmaSm90(p), CheckError);
-  p.form = Fp8GemmWgmmaForm::kPanel;  // the panel form's multicast needs the overlapped epilogue
+  p.form = Fp8GemmWgmmaForm::kPanel;  // the multicast is the tile-144 form's
   p.g.K = 512; p.g.ldx = p.g.ldw = 512; p.g.N = 256; p.g.ldy = 256;
   p.multicast = 2;
   why = Fp8GemmWgmmaSm90Unsupported(p);
-  EXPECT_NE(why.find("needs overlap_epilogue"), std::string::npos) << why;
+  EXPECT_NE(why.find("kTile144 only"), std::string::npos) << why;
   p.multicast = 0;  // the overlapped epilogue is the panel form's, on the whole-tile schedules
   p.overlap_epilogue = true;
   p.schedule = Fp8GemmWgmmaSchedule::kSplitHalves;

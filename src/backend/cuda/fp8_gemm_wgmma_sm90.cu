@@ -347,35 +347,6 @@ __device__ __forceinline__ void SplitHalvesKLoop(int kb_n, float (&a)[R], float 
   for (; kb < kb_n; ++kb) KChunk<1>(kb, a, b, wait_full, issue, release, promote, load);
 }
 
-// Cluster helpers (kCluster > 1): the CTA's rank, the cluster-wide barrier, the same shared
-// address in CTA `rank`, an arrival on a (possibly remote) mbarrier, and a TMA tile load
-// multicast to the CTAs in `mask` (landing at the same offset in each, completing on each one's
-// mbarrier at `bar`).
-__device__ __forceinline__ uint32_t ClusterRank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t MapToRank(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void BarArriveCluster(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
-                                                 uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
-      "[%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-      : "memory");
-}
-
 // The CTA's tiles as a range [begin, end) of a linear index u and its map to (panel, column tile).
 // With parts > 0 (panels <= SMs), CTA c holds one panel, c % panels, and a contiguous part of its
 // column tiles: the CTAs of one part sweep the same weight tiles in step, so each weight tile
@@ -402,11 +373,7 @@ struct TileSeq {
 
 // kOverlap (whole-tile schedules only): a tile's epilogue runs under the next tile's first K block
 // (issued just before it), so the tensor cores do not wait for the bf16 stores (same results).
-// kCluster 2 (parts mode, an even panel count): pairs of CTAs on neighbouring panels of the same
-// column part, in step. Each loads half of every weight tile (64 rows) and multicasts it to both,
-// so the weight tiles cross from L2 once a pair; a stage is free once all 16 consumer warps of the
-// pair released it (lanes 0 and 1 of each warp arrive on the two CTAs' barriers in parallel).
-template <int kSchedule, bool kOverlap, int kCluster = 1>  // Fp8GemmWgmmaSchedule
+template <int kSchedule, bool kOverlap>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmPanelKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const __grid_constant__ CUtensorMap map_y, const PanelArgs args) {
@@ -419,24 +386,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       BarInit(bar_full + 8 * s, 1);
-      BarInit(bar_empty + 8 * s, 8 * kCluster);  // lane 0 of each consumer warp (of both CTAs of a pair)
+      BarInit(bar_empty + 8 * s, 8);  // lane 0 of each of the 8 consumer warps
     }
     BarInit(bar_a_full, 1);
     BarInit(bar_a_empty, 8);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // (Every CTA's barriers initialised before any multicast lands or remote arrival comes.)
-  if constexpr (kCluster > 1) ClusterSync();
-  else __syncthreads();
+  __syncthreads();
   const TileSeq seq(args);
   const int kb_n = args.kb;
 
   if (wg == 0) {  // ------------------------------------------------ producer
     RegDealloc<24>();
-    if (tid != 0) {
-      if constexpr (kCluster > 1) ClusterSync();  // the closing cluster barrier (below)
-      return;
-    }
+    if (tid != 0) return;
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_b)) : "memory");
     int stage = 0;
@@ -455,19 +417,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kb_n; ++kb) {
         Wait(bar_empty + 8 * stage, phase ^ 1);
         BarExpectTx(bar_full + 8 * stage, kBoxBytes);
-        if constexpr (kCluster > 1) {
-          const uint32_t rank = ClusterRank();
-          TmaLoadMulticast(base + kStageOff + stage * kBoxBytes + rank * (kBoxBytes / kCluster), &map_b, kb * kBK,
-                           j * kBN + rank * (kBN / kCluster), bar_full + 8 * stage,
-                           static_cast<uint16_t>((1u << kCluster) - 1));
-        } else {
-          TmaLoad(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
-        }
+        TmaLoad(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
         if (++stage == kStages) { stage = 0; phase ^= 1; }
       }
     }
-    // No CTA leaves while the other may still multicast into it or arrive on its barriers.
-    if constexpr (kCluster > 1) ClusterSync();
     return;
   }
 
@@ -582,11 +535,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     int rel_stage = stage;
     const auto release = [&]() {
-      if constexpr (kCluster > 1) {
-        if (lane < kCluster) BarArriveCluster(MapToRank(bar_empty + 8 * rel_stage, lane));  // CTA `lane`'s barrier
-      } else {
-        if (lane == 0) BarArrive(bar_empty + 8 * rel_stage);
-      }
+      if (lane == 0) BarArrive(bar_empty + 8 * rel_stage);
       if (++rel_stage == kStages) rel_stage = 0;
     };
     const auto load = [&](int kb) {
@@ -716,7 +665,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kSchedule == kPingPong) {
     if (wg == 1) PingPongWait(0);  // warpgroup 1's last pass
   }
-  if constexpr (kCluster > 1) ClusterSync();
 }
 
 // ---------------------------------------------------------------- the 128 x 144 tile form
@@ -741,6 +689,34 @@ struct Tile144Args {
   int Mp, kb, nb, m_tiles, n_tiles;
 };
 
+// Cluster helpers (kCluster > 1): the CTA's rank, the cluster-wide barrier, the same shared
+// address in CTA `rank`, an arrival on a (possibly remote) mbarrier, and a TMA tile load
+// multicast to the CTAs in `mask` (landing at the same offset in each, completing on each one's
+// mbarrier at `bar`).
+__device__ __forceinline__ uint32_t ClusterRank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t MapToRank(uint32_t addr, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void BarArriveCluster(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
+}
+__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
+                                                 uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
+      "[%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+      : "memory");
+}
 
 // A 1-d bulk copy (bytes % 16 == 0, 16-byte aligned ends) completing on the mbarrier.
 __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
@@ -979,10 +955,6 @@ CUtensorMap Map2d(const void* ptr, CUtensorMapDataType type, int elem_bytes, int
 }  // namespace
 
 namespace {
-// The panel form's cluster size (1: none): pairs need parts mode and an even panel count.
-int PanelClusterOf(const Fp8GemmWgmmaSm90Params& p, int parts, int panels, int grid) {
-  return p.multicast == 2 && parts > 0 && panels % 2 == 0 && grid % 2 == 0 ? 2 : 1;
-}
 // The tile-144 form's cluster size for these params (1: none).
 int ClusterOf(const Fp8GemmWgmmaSm90Params& p, int n_tiles, int grid) {
   return p.multicast == 2 && n_tiles % 2 == 0 && grid % 2 == 0 ? 2 : 1;
@@ -1037,9 +1009,7 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   if (p.schedule == Fp8GemmWgmmaSchedule::kRegisterA && p.form != Fp8GemmWgmmaForm::kPanel)
     why << "kRegisterA is for kPanel only; ";
   if (p.multicast != 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
-  if (p.multicast != 0 && p.form == Fp8GemmWgmmaForm::kPanel &&
-      !(p.overlap_epilogue && (p.schedule == Fp8GemmWgmmaSchedule::kRegisterA || p.schedule == Fp8GemmWgmmaSchedule::kDoubleAcc)))
-    why << "the panel form's multicast needs overlap_epilogue on kRegisterA or kDoubleAcc; ";
+  if (p.multicast != 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
   if (p.overlap_epilogue && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves))
     why << "overlap_epilogue is for kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA only; ";
   if (g.xq == nullptr || g.wq == nullptr || g.y == nullptr) why << "null operand; ";
@@ -1099,6 +1069,8 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   const int n_tiles = static_cast<int>(g.N / kBN);
   const int64_t tiles = static_cast<int64_t>(m_tiles) * n_tiles;
   DS_CHECK(tiles < (int64_t{1} << 31)) << "Fp8GemmWgmmaSm90: too many tiles";
+  const CUtensorMap map_b = Map2d(g.wq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.N, g.K, g.ldw, kBN, kBK);
+  const CUtensorMap map_y = Map2d(g.y, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, Mp, g.N, g.ldy, 64, 64);
   PanelArgs args{};
   args.x_scales = g.x_scales;
   args.w_scales = p.w_scales_mn;
@@ -1110,15 +1082,8 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   args.tiles = static_cast<int>(tiles);
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
   args.parts = m_tiles <= sms ? std::min(sms / m_tiles, n_tiles) : 0;
-  const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));
-  // The weight tiles multicast to pairs of neighbouring panels (parts mode, an even panel count).
-  const int cl = PanelClusterOf(p, args.parts, m_tiles, grid);
-  const CUtensorMap map_b = Map2d(g.wq, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, g.N, g.K, g.ldw, kBN / cl, kBK);
-  const CUtensorMap map_y = Map2d(g.y, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, Mp, g.N, g.ldy, 64, 64);
   const bool ov = p.overlap_epilogue;
-  const auto kernel = cl == 2 ? (p.schedule == Fp8GemmWgmmaSchedule::kRegisterA ? Fp8GemmPanelKernel<kRegisterA, true, 2>
-                                                                               : Fp8GemmPanelKernel<kDoubleAcc, true, 2>)
-                      : p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
+  const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
                       : p.schedule == Fp8GemmWgmmaSchedule::kPingPong
                           ? (ov ? Fp8GemmPanelKernel<kPingPong, true> : Fp8GemmPanelKernel<kPingPong, false>)
                       : p.schedule == Fp8GemmWgmmaSchedule::kDoubleAcc
@@ -1127,16 +1092,8 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
                           ? (ov ? Fp8GemmPanelKernel<kRegisterA, true> : Fp8GemmPanelKernel<kRegisterA, false>)
                           : (ov ? Fp8GemmPanelKernel<kWhole, true> : Fp8GemmPanelKernel<kWhole, false>);
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kSmemBytes));
-  if (cl > 1) {
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = cl;
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    LaunchKernelWith(attr, kernel, dim3(grid), dim3(kThreads), kSmemBytes, g.stream, map_a, map_b, map_y, args);
-  } else {
-    kernel<<<grid, kThreads, kSmemBytes, g.stream>>>(map_a, map_b, map_y, args);
-  }
+  const int grid = args.parts > 0 ? m_tiles * args.parts : static_cast<int>(std::min<int64_t>(tiles, sms));
+  kernel<<<grid, kThreads, kSmemBytes, g.stream>>>(map_a, map_b, map_y, args);
   DS_CUDA_CHECK_LAUNCH("Fp8GemmPanelKernel");
 }
 

@@ -69,13 +69,10 @@ struct Fp8GemmWgmmaSm90Params {
   const float* w_scales_mn = nullptr;  // [K/128, ceil(N/128)] fp32
   Fp8GemmWgmmaForm form = Fp8GemmWgmmaForm::kPanel;
   Fp8GemmWgmmaSchedule schedule = Fp8GemmWgmmaSchedule::kWhole;
-  // 0, or 2: pairs of CTAs (cluster dimension 2) sharing one operand through TMA multicast.
-  // kTile144: neighbouring column tiles of a row tile, each loading half of the activation tile and
-  // multicasting it to both (A crosses L2 once a pair), where N / 144 and the grid are even (else
-  // no cluster; clusters of four were slower: only 30 fit at once). kPanel (overlap_epilogue on
-  // kRegisterA or kDoubleAcc): neighbouring panels of a column part, each loading half of every
-  // weight tile, where the panels sweep in step and their count and the grid are even (else no
-  // cluster). Same results either way.
+  // kTile144: 0, or 2: pairs of CTAs on neighbouring column tiles of a row tile, each loading half
+  // of the activation tile and multicasting it to both (A crosses L2 once a pair), where N / 144
+  // and the grid are even (else no cluster). Same results either way. (Clusters of four were
+  // slower: only 30 fit at once. The panel form's weight multicast to pairs was no faster.)
   int multicast = 0;
   // kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA: each tile's epilogue (bf16 staging + TMA store) runs under the
   // next tile's first K block, whose wgmma is issued just before it. Same results either way.
