@@ -398,12 +398,17 @@ void WgmmaProbeFamily(Bench& b) {
           p.warpgroups = wgs;
           p.groups = 8192 * 128 / n;
           p.sink = sink.as<float>();
+          p.clock_out = reinterpret_cast<unsigned long long*>(sink.as<uint8_t>() + 64);
           p.stream = b.st();
           const double us = b.TimeUs([&](int) { WgmmaProbe(p); }, 1, 10);
+          unsigned long long clk[2] = {0, 0};
+          DS_CUDA_CHECK(cudaMemcpy(clk, p.clock_out, sizeof clk, cudaMemcpyDeviceToHost));
+          char note[96];
+          std::snprintf(note, sizeof note, "tensor pipe alone; SM clock %.0f MHz (CTA 0)", clk[1] > 0 ? 1e3 * clk[0] / clk[1] : 0.0);
           char kernel[96], shape[96];
           std::snprintf(kernel, sizeof kernel, "wgmma_probe/%s_%s_n%d_wg%d", fp8 ? "e4m3" : "bf16", rs ? "rs" : "ss", n, wgs);
           std::snprintf(shape, sizeof shape, "m64n%dk%d x 4 x %lld groups", n, fp8 ? 32 : 16, static_cast<long long>(p.groups));
-          b.Add(kernel, shape, us, 0, WgmmaProbeFlops(p), fp8, "tensor pipe alone");
+          b.Add(kernel, shape, us, 0, WgmmaProbeFlops(p), fp8, note);
         }
       }
 }

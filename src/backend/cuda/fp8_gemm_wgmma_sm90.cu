@@ -92,6 +92,7 @@ __device__ __forceinline__ void BulkWaitRead() { asm volatile("cp.async.bulk.wai
 __device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 constexpr int kWhole = 0, kSplitHalves = 1, kPingPong = 2, kDoubleAcc = 3, kRegisterA = 4;  // Fp8GemmWgmmaSchedule
+constexpr int kNumSchedules = 5;  // the launchers' dispatch covers [0, kNumSchedules); others are rejected
 // Ping-pong between the two consumer warpgroups (kPingPong): warpgroup h issues a K block's wgmma
 // only after the other has issued its own (named barrier 5 + h, 256 threads), and lets the other
 // go once its own are issued, so the tensor cores alternate between them and each promotes while
@@ -253,10 +254,9 @@ __device__ __forceinline__ void KChunk(int kb0, float (&a)[R], float (&b)[R], Wa
   promote(b, 1, sc);
 }
 
-// One K block of the whole-tile schedules (kWhole, kPingPong): the warpgroup's wgmma over all
-// the tile's columns (taking its turn first under kPingPong), the wait for it, and the stage's
-// release; the caller promotes acc after.
-// WholeIssue + WholeWait; the panel form's overlapped epilogue runs between the two.
+// A K block of the whole-tile schedules in two halves, so that the panel form's overlapped
+// epilogue can run between them: WholeIssue issues the warpgroup's wgmma over all the tile's
+// columns (taking its turn first under kPingPong); WholeWait waits for it and releases the stage.
 template <int kSchedule, int R>
 __device__ __forceinline__ void WholeIssue(float (&acc)[R], int half, uint32_t a_box, uint32_t b_box) {
   if constexpr (kSchedule == kPingPong) PingPongWait(half);
@@ -271,6 +271,8 @@ __device__ __forceinline__ void WholeWait(float (&acc)[R], Release& release) {
   sm90::FenceRegs(acc);
   release();
 }
+// One K block of the whole-tile schedules (kWhole, kPingPong): WholeIssue + WholeWait; the caller
+// promotes acc after.
 template <int kSchedule, int R, class Release>
 __device__ __forceinline__ void WholeKBlock(float (&acc)[R], int half, uint32_t a_box, uint32_t b_box, Release& release) {
   WholeIssue<kSchedule>(acc, half, a_box, b_box);
@@ -296,10 +298,10 @@ __device__ __forceinline__ void PromoteWhole(const float (&acc)[4 * kFrags], flo
 
 // K blocks [kb0, kb0 + U) of one consumer warpgroup with the whole tile's columns a wgmma, the
 // blocks alternating between accumulator sets a (even u) and b (odd u): block u + 1's wgmma is
-// issued before block u's sums are promoted, so the warpgroup always has a K block in flight
-// (DeepGEMM's and CUTLASS's FP8 blockwise mainloops overlap the promotion the same way). Fully
-// unrolled and drained at the end (C7514, as KChunk). after_first() runs once block kb0's wgmma is
-// issued (the panel form's overlapped epilogue). Callbacks as KChunk's, issue(acc) without a half.
+// issued before block u's sums are promoted, so the warpgroup always has a K block in flight.
+// Fully unrolled and drained at the end (C7514, as KChunk). after_first() runs once block kb0's
+// wgmma is issued (the panel form's overlapped epilogue). Callbacks as KChunk's but without a
+// half: issue(acc), promote(acc, scales).
 template <int U, int R, class WaitFull, class Issue, class Release, class PromoteFn, class Load, class Hook>
 __device__ __forceinline__ void DoubleAccChunk(int kb0, float (&a)[R], float (&b)[R], WaitFull& wait_full, Issue& issue,
                                                Release& release, PromoteFn& promote, Load& load, Hook& after_first) {
@@ -371,8 +373,9 @@ struct TileSeq {
   __device__ __forceinline__ int Col(int u) const { return panel >= 0 ? u : u % n_tiles; }
 };
 
-// kOverlap (whole-tile schedules only): a tile's epilogue runs under the next tile's first K block
-// (issued just before it), so the tensor cores do not wait for the bf16 stores (same results).
+// kOverlap (kWhole, kPingPong, kDoubleAcc, kRegisterA): a tile's epilogue runs under the next
+// tile's first K block (issued just before it), so the tensor cores do not wait for the bf16
+// stores (same results).
 template <int kSchedule, bool kOverlap>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmPanelKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -969,6 +972,8 @@ int Fp8GemmWgmmaSm90ActiveClusters(const Fp8GemmWgmmaSm90Params& p) {
   const int grid = static_cast<int>(std::min<int64_t>(tiles, CurrentDeviceProps().sms));
   const int cl = ClusterOf(p, n_tiles, grid);
   if (cl == 1) return 0;
+  // (Sized with the kWhole instantiation: every schedule's consumers take the same 240-register
+  // split and shared memory, so one CTA a SM either way.)
   const auto kernel = Fp8GemmTile144Kernel<kWhole, 2>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kT144SmemBytes));
   cudaLaunchConfig_t cfg{};
@@ -1005,7 +1010,7 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
     why << "form " << static_cast<int>(p.form) << "; ";
   }
   const int sched = static_cast<int>(p.schedule);
-  if (sched < 0 || sched > 4) why << "schedule " << sched << "; ";
+  if (sched < 0 || sched >= kNumSchedules) why << "schedule " << sched << "; ";
   if (p.schedule == Fp8GemmWgmmaSchedule::kRegisterA && p.form != Fp8GemmWgmmaForm::kPanel)
     why << "kRegisterA is for kPanel only; ";
   if (p.multicast != 0 && p.multicast != 2) why << "multicast " << p.multicast << " (0 or 2); ";
