@@ -20,7 +20,7 @@ const std::pair<Fp8GemmWgmmaSchedule, const char*> kSchedules[] = {
     {Fp8GemmWgmmaSchedule::kRegisterA, "_rega"}};  // (kRegisterA: the panel form only)
 
 std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmmaSchedule sched, int multicast = 0,
-                           bool overlap = false) {
+                           bool overlap = false, bool deep = false) {
   Dev<__nv_bfloat16> dy(o.Mp * o.ldn);
   Fp8GemmWgmmaSm90Params p{};
   p.g = o.G(dy.get());
@@ -29,6 +29,7 @@ std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmm
   p.schedule = sched;
   p.multicast = multicast;
   p.overlap_epilogue = overlap;
+  p.deep_ring = deep;
   const std::string why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_TRUE(why.empty()) << o.s.name << ": " << why;
   Fp8GemmWgmmaSm90(p);
@@ -62,6 +63,13 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
       const auto yo = RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, /*overlap=*/true);
       ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + tag + "_overlap", yo, ref, 5e-3);
       EXPECT_TRUE(yo == y) << s.name << tag << ": the overlapped epilogue is not bit-equal";
+      if (sched == Fp8GemmWgmmaSchedule::kRegisterA) {
+        // The 12-stage ring in the panel's shared memory (where the panels sweep in step; the
+        // M17000 / M51000 shapes reload panels and run the 8-stage ring): bit-equal too.
+        for (bool ov : {false, true})
+          EXPECT_TRUE(RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, ov, /*deep=*/true) == y)
+              << s.name << tag << (ov ? "_overlap" : "") << ": the deep ring is not bit-equal";
+      }
     }
   }
 }
@@ -124,6 +132,9 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
         const std::string v = mc > 0 ? "_multicast" + std::to_string(mc) : mc < 0 ? "_overlap" : "";
         ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v,
                     RunForm(o, form, sched, std::max(mc, 0), mc < 0), cub, 1e-4);
+        if (sched == Fp8GemmWgmmaSchedule::kRegisterA && mc < 0)
+          ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v + "_deep",
+                      RunForm(o, form, sched, 0, true, /*deep=*/true), cub, 1e-4);
       }
   }
   if (compared == 0) GTEST_SKIP() << "no cuBLASLt block-scaled GEMM for any of the shapes";
@@ -170,6 +181,9 @@ TEST(CudaFp8GemmWgmmaSm90, RejectsUnsupported) {
   rejects("schedule 5");
   p.schedule = Fp8GemmWgmmaSchedule::kRegisterA;  // the panel form's
   rejects("kRegisterA is for kPanel");
+  p.schedule = Fp8GemmWgmmaSchedule::kWhole;  // the deep ring is kRegisterA's
+  p.deep_ring = true;
+  rejects("deep_ring");
 }
 
 }  // namespace

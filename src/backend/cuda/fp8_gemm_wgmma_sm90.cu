@@ -275,13 +275,23 @@ struct TileSeq {
 // kOverlap (kWhole, kPingPong, kDoubleAcc, kRegisterA): a tile's epilogue runs under the next
 // tile's first K block (issued just before it), so the tensor cores do not wait for the bf16
 // stores (same results).
-template <int kSchedule, bool kOverlap>  // Fp8GemmWgmmaSchedule
+// kDeep (kRegisterA with the panels in step, so a CTA's panel never changes): once the consumers
+// hold the panel in registers, its 64 KB hold 4 more weight stages (12 in all).
+template <int kSchedule, bool kOverlap, bool kDeep = false>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmPanelKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const __grid_constant__ CUtensorMap map_y, const PanelArgs args) {
+  static_assert(!kDeep || kSchedule == kRegisterA, "the deep ring reuses the panel's shared memory");
+  constexpr int kStages = kDeep ? ::ds::cuda::kStages + kMaxKb : ::ds::cuda::kStages;
+  static_assert(2 * 8 * kStages + 16 <= 256, "barriers");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
   uint8_t* const smem = smem_raw + (base - SmemAddr(smem_raw));
+  // Stage s's weight box: the ring, then (kDeep) the panel's boxes.
+  const auto stage_box = [base](int s) {
+    if constexpr (!kDeep) return base + kStageOff + s * kBoxBytes;
+    return s < ::ds::cuda::kStages ? base + kStageOff + s * kBoxBytes : base + (s - ::ds::cuda::kStages) * kBoxBytes;
+  };
   const uint32_t bar_full = base + kBarOff, bar_empty = bar_full + 8 * kStages;
   const uint32_t bar_a_full = bar_empty + 8 * kStages, bar_a_empty = bar_a_full + 8;
   const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
@@ -318,8 +328,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       for (int kb = 0; kb < kb_n; ++kb) {
         Wait(bar_empty + 8 * stage, phase ^ 1);
+        // kDeep: the panel's boxes take weights only once every consumer warp holds the panel.
+        if (kDeep && phase == 0 && stage == ::ds::cuda::kStages) Wait(bar_a_empty, 0);
         BarExpectTx(bar_full + 8 * stage, kBoxBytes);
-        TmaLoad(base + kStageOff + stage * kBoxBytes, &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
+        TmaLoad(stage_box(stage), &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
         if (++stage == kStages) { stage = 0; phase ^= 1; }
       }
     }
@@ -432,7 +444,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     const auto issue = [&](float (&acc)[32], int h) {
       WgFence();
-      MmaKBlock(acc, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes + h * (kBoxBytes / 2));
+      MmaKBlock(acc, a_half + (kb_issue - 1) * kBoxBytes, stage_box(stage) + h * (kBoxBytes / 2));
       WgCommit();
     };
     int rel_stage = stage;
@@ -468,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int u = 0; u < U; ++u) {
           wait_full();
           const float4 sc = load(u);
-          const uint32_t b_box = base + kStageOff + stage * kBoxBytes;
+          const uint32_t b_box = stage_box(stage);
           WgFence();
 #pragma unroll
           for (int ks = 0; ks < kBK / 32; ++ks) WgmmaE4m3Rs(acc, areg[u][ks], Desc(b_box + ks * 32, 16, 1024), ks);
@@ -500,7 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float acc0[64], acc1[64];
       const auto issue_whole = [&](float (&acc)[64]) {
         WgFence();
-        MmaKBlock(acc, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes);
+        MmaKBlock(acc, a_half + (kb_issue - 1) * kBoxBytes, stage_box(stage));
         WgCommit();
       };
       const auto promote_whole = [&](const float (&acc)[64], const float4& sc) {
@@ -528,7 +540,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       float acc[64];
       wait_full();
       const float4 sc0 = load(0);
-      WholeIssue<kSchedule>(acc, half, a_half, base + kStageOff + stage * kBoxBytes);
+      WholeIssue<kSchedule>(acc, half, a_half, stage_box(stage));
       if (pend_j >= 0) epilogue(pend_panel, pend_j);
 #pragma unroll
       for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
@@ -537,7 +549,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 1; kb < kb_n; ++kb) {
         wait_full();
         const float4 sc = load(kb);
-        WholeKBlock<kSchedule>(acc, half, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes,
+        WholeKBlock<kSchedule>(acc, half, a_half + (kb_issue - 1) * kBoxBytes, stage_box(stage),
                                release);
         PromoteWhole<16, 16>(acc, out0, out1, sc.x, sc.y, sc.x, sc.y);
       }
@@ -549,7 +561,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kb_n; ++kb) {
         wait_full();
         const float4 sc = load(kb);
-        WholeKBlock<kSchedule>(acc, half, a_half + (kb_issue - 1) * kBoxBytes, base + kStageOff + stage * kBoxBytes,
+        WholeKBlock<kSchedule>(acc, half, a_half + (kb_issue - 1) * kBoxBytes, stage_box(stage),
                                release);
         PromoteWhole<16, 16>(acc, out0, out1, sc.x, sc.y, sc.x, sc.y);  // (one weight block a tile)
       }
@@ -916,6 +928,8 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
   if (p.multicast != 0 && p.form != Fp8GemmWgmmaForm::kTile144) why << "multicast is for kTile144 only; ";
   if (p.overlap_epilogue && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves))
     why << "overlap_epilogue is for kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA only; ";
+  if (p.deep_ring && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule != Fp8GemmWgmmaSchedule::kRegisterA))
+    why << "deep_ring is for kPanel with kRegisterA only; ";
   if (g.xq == nullptr || g.wq == nullptr || g.y == nullptr) why << "null operand; ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
@@ -987,7 +1001,9 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   // Panels in step where they fit the SMs (TileSeq): parts CTAs a panel, at most one part a column tile.
   args.parts = m_tiles <= sms ? std::min(sms / m_tiles, n_tiles) : 0;
   const bool ov = p.overlap_epilogue;
-  const auto kernel = p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
+  const bool deep = p.deep_ring && args.parts > 0;  // (a CTA's panel never changes)
+  const auto kernel = deep ? (ov ? Fp8GemmPanelKernel<kRegisterA, true, true> : Fp8GemmPanelKernel<kRegisterA, false, true>)
+                      : p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
                       : p.schedule == Fp8GemmWgmmaSchedule::kPingPong
                           ? (ov ? Fp8GemmPanelKernel<kPingPong, true> : Fp8GemmPanelKernel<kPingPong, false>)
                       : p.schedule == Fp8GemmWgmmaSchedule::kDoubleAcc

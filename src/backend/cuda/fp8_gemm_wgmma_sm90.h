@@ -78,6 +78,10 @@ struct Fp8GemmWgmmaSm90Params {
   // kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA: each tile's epilogue (bf16 staging + TMA store) runs under the
   // next tile's first K block, whose wgmma is issued just before it. Same results either way.
   bool overlap_epilogue = false;
+  // kPanel with kRegisterA, where the panels sweep in step (a CTA's panel never changes): the
+  // panel's 64 KB of shared memory, free once it is in registers, holds 4 more weight stages (12).
+  // Elsewhere the 8-stage ring. Same results either way.
+  bool deep_ring = false;
 };
 
 // kTile144 with multicast 2: how many clusters of the configuration the device keeps resident at
