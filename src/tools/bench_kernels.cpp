@@ -336,7 +336,9 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
   // tile form where N % 144 == 0 (kv_a).
   const std::pair<Fp8GemmWgmmaForm, const char*> forms[] = {{Fp8GemmWgmmaForm::kPanel, "panel"},
                                                            {Fp8GemmWgmmaForm::kTile144, "tile144"}};
-  struct Variant { Fp8GemmWgmmaSchedule sched; int multicast; bool overlap; const char* name; bool deep = false; };
+  struct Variant {
+    Fp8GemmWgmmaSchedule sched; int multicast; bool overlap; const char* name; bool deep = false, ds = false;
+  };
   const Variant variants[] = {{Fp8GemmWgmmaSchedule::kWhole, 0, false, ""},
                               {Fp8GemmWgmmaSchedule::kSplitHalves, 0, false, "_split"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 0, false, "_pingpong"},
@@ -348,11 +350,12 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
                               {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap"},
                               {Fp8GemmWgmmaSchedule::kRegisterA, 0, false, "_rega_deep", true},
                               {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap_deep", true},
+                              {Fp8GemmWgmmaSchedule::kRegisterA, 0, true, "_rega_overlap_deep_ds", true, true},
                               {Fp8GemmWgmmaSchedule::kWhole, 2, false, "_multicast2"},
                               {Fp8GemmWgmmaSchedule::kPingPong, 2, false, "_pingpong_multicast2"},
                               {Fp8GemmWgmmaSchedule::kDoubleAcc, 2, false, "_doubleacc_multicast2"}};
   for (const auto& [form, form_name] : forms)
-    for (const auto& [sched, multicast, overlap, sched_name, deep] : variants) {
+    for (const auto& [sched, multicast, overlap, sched_name, deep, ds] : variants) {
     if (multicast && form != Fp8GemmWgmmaForm::kTile144) continue;  // (the panel form has none)
     if (sched == Fp8GemmWgmmaSchedule::kRegisterA && form != Fp8GemmWgmmaForm::kPanel) continue;
     const std::string name = std::string(form_name) + sched_name;
@@ -364,6 +367,7 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
     pp.multicast = multicast;
     pp.overlap_epilogue = overlap;
     pp.deep_ring = deep;
+    pp.double_staging = ds;
     if (!Fp8GemmWgmmaSm90Unsupported(pp).empty()) continue;  // (each form covers its own shapes)
     const double us = b.TimeUs([&](int i) {
       Fp8GemmWgmmaSm90Params q = pp;

@@ -20,7 +20,7 @@ const std::pair<Fp8GemmWgmmaSchedule, const char*> kSchedules[] = {
     {Fp8GemmWgmmaSchedule::kRegisterA, "_rega"}};  // (kRegisterA: the panel form only)
 
 std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmmaSchedule sched, int multicast = 0,
-                           bool overlap = false, bool deep = false) {
+                           bool overlap = false, bool deep = false, bool ds = false) {
   Dev<__nv_bfloat16> dy(o.Mp * o.ldn);
   Fp8GemmWgmmaSm90Params p{};
   p.g = o.G(dy.get());
@@ -30,6 +30,7 @@ std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmm
   p.multicast = multicast;
   p.overlap_epilogue = overlap;
   p.deep_ring = deep;
+  p.double_staging = ds;
   const std::string why = Fp8GemmWgmmaSm90Unsupported(p);
   EXPECT_TRUE(why.empty()) << o.s.name << ": " << why;
   Fp8GemmWgmmaSm90(p);
@@ -69,6 +70,8 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
         for (bool ov : {false, true})
           EXPECT_TRUE(RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, ov, /*deep=*/true) == y)
               << s.name << tag << (ov ? "_overlap" : "") << ": the deep ring is not bit-equal";
+        EXPECT_TRUE(RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, true, true, /*ds=*/true) == y)
+            << s.name << tag << ": two staging sets on the deep ring are not bit-equal";
       }
     }
   }
@@ -135,6 +138,9 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
         if (sched == Fp8GemmWgmmaSchedule::kRegisterA && mc < 0)
           ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v + "_deep",
                       RunForm(o, form, sched, 0, true, /*deep=*/true), cub, 1e-4);
+        if (sched == Fp8GemmWgmmaSchedule::kRegisterA && mc < 0)
+          ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v + "_deep_ds",
+                      RunForm(o, form, sched, 0, true, true, /*ds=*/true), cub, 1e-4);
       }
   }
   if (compared == 0) GTEST_SKIP() << "no cuBLASLt block-scaled GEMM for any of the shapes";
@@ -184,6 +190,9 @@ TEST(CudaFp8GemmWgmmaSm90, RejectsUnsupported) {
   p.schedule = Fp8GemmWgmmaSchedule::kWhole;  // the deep ring is kRegisterA's
   p.deep_ring = true;
   rejects("deep_ring");
+  p.deep_ring = false;  // two staging sets need the deep ring
+  p.double_staging = true;
+  rejects("double_staging");
 }
 
 }  // namespace

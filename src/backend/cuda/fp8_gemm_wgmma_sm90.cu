@@ -92,6 +92,7 @@ __device__ __forceinline__ void TmaStore(const CUtensorMap* map, int c0, int c1,
 }
 __device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void BulkWaitRead() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+__device__ __forceinline__ void BulkWaitRead1() { asm volatile("cp.async.bulk.wait_group.read 1;\n" ::: "memory"); }
 __device__ __forceinline__ void BulkWaitAll() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
 
 constexpr int kWhole = 0, kSplitHalves = 1, kPingPong = 2, kDoubleAcc = 3, kRegisterA = 4;  // Fp8GemmWgmmaSchedule
@@ -277,12 +278,16 @@ struct TileSeq {
 // stores (same results).
 // kDeep (kRegisterA with the panels in step, so a CTA's panel never changes): once the consumers
 // hold the panel in registers, its 64 KB hold 4 more weight stages (12 in all).
-template <int kSchedule, bool kOverlap, bool kDeep = false>  // Fp8GemmWgmmaSchedule
+// kDs (kDeep with kOverlap): two staging sets, alternating by tile, so an epilogue waits only for
+// the store of two tiles back; the second set takes ring boxes 6-7 (10 weight stages).
+template <int kSchedule, bool kOverlap, bool kDeep = false, bool kDs = false>  // Fp8GemmWgmmaSchedule
 __global__ void __launch_bounds__(kThreads, 1)
     Fp8GemmPanelKernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        const __grid_constant__ CUtensorMap map_y, const PanelArgs args) {
   static_assert(!kDeep || kSchedule == kRegisterA, "the deep ring reuses the panel's shared memory");
-  constexpr int kStages = kDeep ? ::ds::cuda::kStages + kMaxKb : ::ds::cuda::kStages;
+  static_assert(!kDs || (kDeep && kOverlap), "two staging sets: on the deep ring with the overlap");
+  constexpr int kRing = kDs ? ::ds::cuda::kStages - 2 : ::ds::cuda::kStages;  // stages in the ring boxes
+  constexpr int kStages = kDeep ? kRing + kMaxKb : kRing;
   static_assert(2 * 8 * kStages + 16 <= 256, "barriers");
   extern __shared__ uint8_t smem_raw[];
   const uint32_t base = (SmemAddr(smem_raw) + 1023u) & ~1023u;
@@ -290,7 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Stage s's weight box: the ring, then (kDeep) the panel's boxes.
   const auto stage_box = [base](int s) {
     if constexpr (!kDeep) return base + kStageOff + s * kBoxBytes;
-    return s < ::ds::cuda::kStages ? base + kStageOff + s * kBoxBytes : base + (s - ::ds::cuda::kStages) * kBoxBytes;
+    return s < kRing ? base + kStageOff + s * kBoxBytes : base + (s - kRing) * kBoxBytes;
   };
   const uint32_t bar_full = base + kBarOff, bar_empty = bar_full + 8 * kStages;
   const uint32_t bar_a_full = bar_empty + 8 * kStages, bar_a_empty = bar_a_full + 8;
@@ -329,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < kb_n; ++kb) {
         Wait(bar_empty + 8 * stage, phase ^ 1);
         // kDeep: the panel's boxes take weights only once every consumer warp holds the panel.
-        if (kDeep && phase == 0 && stage == ::ds::cuda::kStages) Wait(bar_a_empty, 0);
+        if (kDeep && phase == 0 && stage == kRing) Wait(bar_a_empty, 0);
         BarExpectTx(bar_full + 8 * stage, kBoxBytes);
         TmaLoad(stage_box(stage), &map_b, kb * kBK, j * kBN, bar_full + 8 * stage);
         if (++stage == kStages) { stage = 0; phase ^= 1; }
@@ -347,8 +352,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = tid / 32, lane = tid % 32;
   const int row0 = half * 64 + warp * 16 + lane / 4;  // and row0 + 8
   const uint32_t a_half = base + half * (kBoxBytes / 2);
-  const uint32_t staging = base + kStagingOff + half * 2 * kStagingBytes;
-  uint8_t* const staging_ptr = smem + kStagingOff + half * 2 * kStagingBytes;
+  // Staging set 0 after the ring; set 1 (kDs) in ring boxes 6-7. 16 KB a warpgroup in each.
+  constexpr uint32_t kSet1Off = kStageOff + (::ds::cuda::kStages - 2) * kBoxBytes;
+  int epi_count = 0;
   float sa0[kMaxKb], sa1[kMaxKb];
   // kRegisterA: the warpgroup's 64 panel rows as wgmma A fragments (K block, k32 step, fragment),
   // loaded once a panel; its shared-memory copy is released right after.
@@ -370,8 +376,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   float out0[32], out1[32];
   // Epilogue: out0 / out1 as bf16 through the staging boxes into a TMA store of tile (panel, j).
   const auto epilogue = [&](int panel, int j) {
-    // The previous tile's store must have read the staging buffer.
-    if (tid == 0) BulkWaitRead();
+    const uint32_t set_off = (kDs && (epi_count & 1) ? kSet1Off : kStagingOff) + half * 2 * kStagingBytes;
+    const uint32_t staging = base + set_off;
+    uint8_t* const staging_ptr = smem + set_off;
+    ++epi_count;
+    // The store that last used this set must have read it (kDs: the one of two tiles back).
+    if (tid == 0) {
+      if constexpr (kDs) BulkWaitRead1();
+      else BulkWaitRead();
+    }
     NamedBarSync(1 + half, 128);
     const int r_loc = warp * 16 + lane / 4;  // row within this warpgroup's 64, and + 8
 #pragma unroll
@@ -930,6 +943,7 @@ std::string Fp8GemmWgmmaSm90Unsupported(const Fp8GemmWgmmaSm90Params& p) {
     why << "overlap_epilogue is for kPanel with kWhole, kPingPong, kDoubleAcc or kRegisterA only; ";
   if (p.deep_ring && (p.form != Fp8GemmWgmmaForm::kPanel || p.schedule != Fp8GemmWgmmaSchedule::kRegisterA))
     why << "deep_ring is for kPanel with kRegisterA only; ";
+  if (p.double_staging && (!p.deep_ring || !p.overlap_epilogue)) why << "double_staging needs deep_ring and overlap_epilogue; ";
   if (g.xq == nullptr || g.wq == nullptr || g.y == nullptr) why << "null operand; ";
   why << Fp8GemmOperandsUnsupported(g, p.w_scales_mn, /*f32_out_ok=*/false);
   return why.str();
@@ -1002,7 +1016,8 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
   args.parts = m_tiles <= sms ? std::min(sms / m_tiles, n_tiles) : 0;
   const bool ov = p.overlap_epilogue;
   const bool deep = p.deep_ring && args.parts > 0;  // (a CTA's panel never changes)
-  const auto kernel = deep ? (ov ? Fp8GemmPanelKernel<kRegisterA, true, true> : Fp8GemmPanelKernel<kRegisterA, false, true>)
+  const auto kernel = deep && ov && p.double_staging ? Fp8GemmPanelKernel<kRegisterA, true, true, true>
+                      : deep ? (ov ? Fp8GemmPanelKernel<kRegisterA, true, true> : Fp8GemmPanelKernel<kRegisterA, false, true>)
                       : p.schedule == Fp8GemmWgmmaSchedule::kSplitHalves ? Fp8GemmPanelKernel<kSplitHalves, false>
                       : p.schedule == Fp8GemmWgmmaSchedule::kPingPong
                           ? (ov ? Fp8GemmPanelKernel<kPingPong, true> : Fp8GemmPanelKernel<kPingPong, false>)

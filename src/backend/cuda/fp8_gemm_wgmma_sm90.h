@@ -82,6 +82,10 @@ struct Fp8GemmWgmmaSm90Params {
   // panel's 64 KB of shared memory, free once it is in registers, holds 4 more weight stages (12).
   // Elsewhere the 8-stage ring. Same results either way.
   bool deep_ring = false;
+  // With deep_ring and overlap_epilogue: two bf16 staging sets a warpgroup, alternating by tile,
+  // so an epilogue waits only for the store of two tiles back (the second set takes two weight
+  // stages: 10 in all). Where the deep ring does not apply (panels reload), one set. Same results.
+  bool double_staging = false;
 };
 
 // kTile144 with multicast 2: how many clusters of the configuration the device keeps resident at
