@@ -45,6 +45,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fill_random.h"
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/fp8_gemm_wgmma_sm90.h"
 #include "backend/cuda/wgmma_probe.h"
 #include "backend/cuda/fp8_gemm_sm90.h"
@@ -367,6 +368,9 @@ void Fp8LargeCase(Bench& b, const Proj& pr, int64_t M) {
     pp.multicast = multicast;
     pp.overlap_epilogue = overlap;
     pp.deep_ring = deep;
+    // (The deep ring applies where the panels sweep in step, panels <= SMs; elsewhere the launcher
+    // runs the 8-stage ring, so the label would be wrong: skip.)
+    if (deep && Fp8PaddedM(M) / 128 > CurrentDeviceProps().sms) continue;
     pp.double_staging = ds;
     if (!Fp8GemmWgmmaSm90Unsupported(pp).empty()) continue;  // (each form covers its own shapes)
     const double us = b.TimeUs([&](int i) {

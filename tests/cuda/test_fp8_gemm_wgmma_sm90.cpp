@@ -65,8 +65,9 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
       ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + tag + "_overlap", yo, ref, 5e-3);
       EXPECT_TRUE(yo == y) << s.name << tag << ": the overlapped epilogue is not bit-equal";
       if (sched == Fp8GemmWgmmaSchedule::kRegisterA) {
-        // The 12-stage ring in the panel's shared memory (where the panels sweep in step; the
-        // M17000 / M51000 shapes reload panels and run the 8-stage ring): bit-equal too.
+        // The deep ring where the panels sweep in step (these shapes give a CTA at most 8 weight
+        // loads, so it stays in the ring's boxes: DeepRingWrapsMatchesRegisterA covers the panel's
+        // boxes; M17000 / M51000 reload panels and run the 8-stage ring): bit-equal too.
         for (bool ov : {false, true})
           EXPECT_TRUE(RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, ov, /*deep=*/true) == y)
               << s.name << tag << (ov ? "_overlap" : "") << ": the deep ring is not bit-equal";
@@ -74,6 +75,20 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
             << s.name << tag << ": two staging sets on the deep ring are not bit-equal";
       }
     }
+  }
+}
+
+// The deep ring (12 stages, 4 in the panel's shared memory) and two staging sets on it (10 stages)
+// where they wrap: M 4096 x N 4096 x K 512 is 32 panels in 4 parts, so a CTA loads 8 tiles x 4 K
+// blocks = 32 weight stages, through the panel's boxes more than twice. Bit-equal to kRegisterA's
+// 8-stage ring (itself checked against the CPU above and cuBLASLt below).
+TEST(CudaFp8GemmWgmmaSm90, DeepRingWrapsMatchesRegisterA) {
+  if (!Fp8GemmWgmmaSm90Available()) GTEST_SKIP() << "needs an sm_90 device";
+  Operands o(Shape{4096, 4096, 512, "M4096_N4096_K512_deep"});
+  const auto y = RunForm(o, Fp8GemmWgmmaForm::kPanel, Fp8GemmWgmmaSchedule::kRegisterA);
+  for (int v = 0; v < 3; ++v) {  // deep; deep + overlap; deep + overlap + two staging sets
+    const auto yd = RunForm(o, Fp8GemmWgmmaForm::kPanel, Fp8GemmWgmmaSchedule::kRegisterA, 0, v >= 1, true, v == 2);
+    EXPECT_TRUE(yd == y) << "variant " << v << " not bit-equal to the 8-stage ring";
   }
 }
 
@@ -135,9 +150,9 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
         const std::string v = mc > 0 ? "_multicast" + std::to_string(mc) : mc < 0 ? "_overlap" : "";
         ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v,
                     RunForm(o, form, sched, std::max(mc, 0), mc < 0), cub, 1e-4);
-        if (sched == Fp8GemmWgmmaSchedule::kRegisterA && mc < 0)
+        if (sched == Fp8GemmWgmmaSchedule::kRegisterA && mc <= 0)  // the deep ring, with and without the overlap
           ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v + "_deep",
-                      RunForm(o, form, sched, 0, true, /*deep=*/true), cub, 1e-4);
+                      RunForm(o, form, sched, 0, mc < 0, /*deep=*/true), cub, 1e-4);
         if (sched == Fp8GemmWgmmaSchedule::kRegisterA && mc < 0)
           ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v + "_deep_ds",
                       RunForm(o, form, sched, 0, true, true, /*ds=*/true), cub, 1e-4);

@@ -441,6 +441,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                 smem + kb * kBoxBytes + r * 128 + ((((kbyte / 16) ^ (r % 8)) * 16) | (kbyte % 16)))
                                           : 0u;
             }
+        // The panel was read by ordinary loads and the producer's TMA (the async proxy) overwrites
+        // it next: order the reads before the release across proxies.
+        FenceProxyAsync();
         __syncwarp();
         if (lane == 0) BarArrive(bar_a_empty);  // the panel's shared memory may be overwritten now
       }

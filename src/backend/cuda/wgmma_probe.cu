@@ -37,7 +37,7 @@ __device__ __forceinline__ void Wg(float (&d)[kN / 2], const uint32_t (&a)[4], u
 // a step); 8 groups committed before a wait, so the pipe always has work queued.
 // Random finite operands (zeros would draw less power, so the clock would run higher than in a
 // GEMM): e4m3 bytes with the low bit clear (never the NaN codes 0x7f / 0xff); bf16 values of
-// magnitude [0.5, 1).
+// magnitude [0.5, 2).
 __device__ __forceinline__ uint32_t Mix(uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352du;
