@@ -33,6 +33,7 @@
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/sm90_ptx.cuh"
+#include "backend/cuda/wgmma_ops.cuh"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_decode_merge.cuh"
 #include "backend/cuda/mla_decode_uv.h"
@@ -112,18 +113,10 @@ __device__ __forceinline__ void TmaLoadBox(uint32_t dst, const CUtensorMap* map,
       : "memory");
 }
 
-// d[64 x 64] (+)= A[64 x 16] (smem, K-major) * B[16 x 64] (smem, K-major); scale_d 0 overwrites d.
+// d[64 x 64] (+)= A[64 x 16] (smem, K-major) * B[16 x 64] (smem, K-major); scale_d 0 overwrites d
+// (wgmma_ops.cuh).
 __device__ __forceinline__ void WgmmaQK(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(scale_d));
+  sm90::WgmmaBf16(d, da, db, scale_d);
 }
 // d[64 x 256] (+)= A[64 x 16] (smem, K-major) * B[16 x 256] (smem, MN-major); scale_d 0 overwrites d.
 __device__ __forceinline__ void WgmmaPVss(float (&d)[128], uint64_t da, uint64_t db, int scale_d) {

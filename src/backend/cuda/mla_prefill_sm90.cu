@@ -33,6 +33,7 @@
 
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/sm90_ptx.cuh"
+#include "backend/cuda/wgmma_ops.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/mla_prefill.h"
@@ -131,11 +132,7 @@ __device__ __forceinline__ void FenceRegs(uint32_t (&d)[N][M]) {
 // per-thread accumulator fragment (row 16 w + lane/4 + 8 (i%4 >= 2), column 8 (i/4) +
 // 2 (lane%4) + i%2 for register i of warp w). scale_d 0 overwrites d.
 __device__ __forceinline__ void WgmmaSS(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " DS_WG_D_REGS ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : DS_WG_D_OPS
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  sm90::WgmmaBf16(d, desc_a, desc_b, scale_d);  // (wgmma_ops.cuh)
 }
 // d[64x128] += A[64x16] B[16x128]: A from registers (the mma.sync m16n8k16 A layout per warp,
 // bf16x2), B from shared memory MN-major (transposed).
