@@ -484,13 +484,31 @@ __global__ void __launch_bounds__(kThreads, 1)
         out[4 * i + 3] = fmaf(acc[4 * i + 3], sc.y, out[4 * i + 3]);
       }
     };
+    // kOverlap: runs once K block 0's wgmma is issued: the previous tile's epilogue, then out0 / out1
+    // cleared for this tile.
+    const auto after_first = [&]() {
+      if constexpr (kOverlap) {
+        if (pend_j >= 0) epilogue(pend_panel, pend_j);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
+      }
+    };
+    // f(std::integral_constant<int, kb_n>) for kb_n in [1, kMaxKb]: the fully unrolled K loops.
+    const auto with_kb_n = [&](auto f) {
+      switch (kb_n) {
+        case 4: f(std::integral_constant<int, 4>{}); break;
+        case 3: f(std::integral_constant<int, 3>{}); break;
+        case 2: f(std::integral_constant<int, 2>{}); break;
+        default: f(std::integral_constant<int, 1>{}); break;
+      }
+    };
     if constexpr (kSchedule == kSplitHalves) {
       float acc0[32], acc1[32];
       SplitHalvesKLoop<kMaxKb>(kb_n, acc0, acc1, wait_full, issue, release, promote, load);
     } else if constexpr (kSchedule == kRegisterA) {
-      // kWhole with A from registers; the previous tile's epilogue under K block 0 (kOverlap).
+      // kWhole with A from registers.
       float acc[64];
-      const auto chunk = [&](auto u_c) {
+      with_kb_n([&](auto u_c) {
         constexpr int U = decltype(u_c)::value;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
@@ -501,29 +519,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int ks = 0; ks < kBK / 32; ++ks) WgmmaE4m3Rs(acc, areg[u][ks], Desc(b_box + ks * 32, 16, 1024), ks);
           WgCommit();
-          if (u == 0) {
-            if constexpr (kOverlap) {
-              if (pend_j >= 0) epilogue(pend_panel, pend_j);
-#pragma unroll
-              for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
-            }
-          }
+          if (u == 0) after_first();
           WgWait<0>();
           sm90::FenceRegs(acc);
           release();
           PromoteWhole<16, 16>(acc, out0, out1, sc.x, sc.y, sc.x, sc.y);  // (one weight block a tile)
         }
-      };
-      switch (kb_n) {
-        case 4: chunk(std::integral_constant<int, 4>{}); break;
-        case 3: chunk(std::integral_constant<int, 3>{}); break;
-        case 2: chunk(std::integral_constant<int, 2>{}); break;
-        default: chunk(std::integral_constant<int, 1>{}); break;
-      }
-      if constexpr (kOverlap) {
-        pend_panel = panel;
-        pend_j = j;
-      }
+      });
     } else if constexpr (kSchedule == kDoubleAcc) {
       float acc0[64], acc1[64];
       const auto issue_whole = [&](float (&acc)[64]) {
@@ -534,53 +536,35 @@ __global__ void __launch_bounds__(kThreads, 1)
       const auto promote_whole = [&](const float (&acc)[64], const float4& sc) {
         PromoteWhole<16, 16>(acc, out0, out1, sc.x, sc.y, sc.x, sc.y);  // (one weight block a tile)
       };
-      const auto after_first = [&]() {
-        if constexpr (kOverlap) {
-          if (pend_j >= 0) epilogue(pend_panel, pend_j);
-#pragma unroll
-          for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
-        }
-      };
-      switch (kb_n) {
-        case 4: DoubleAccChunk<4>(0, acc0, acc1, wait_full, issue_whole, release, promote_whole, load, after_first); break;
-        case 3: DoubleAccChunk<3>(0, acc0, acc1, wait_full, issue_whole, release, promote_whole, load, after_first); break;
-        case 2: DoubleAccChunk<2>(0, acc0, acc1, wait_full, issue_whole, release, promote_whole, load, after_first); break;
-        default: DoubleAccChunk<1>(0, acc0, acc1, wait_full, issue_whole, release, promote_whole, load, after_first); break;
-      }
-      if constexpr (kOverlap) {
-        pend_panel = panel;
-        pend_j = j;
-      }
-    } else if constexpr (kOverlap) {
-      // K block 0's wgmma first, then the previous tile's epilogue under it, then the rest as below.
-      float acc[64];
-      wait_full();
-      const float4 sc0 = load(0);
-      WholeIssue<kSchedule>(acc, half, a_half, stage_box(stage));
-      if (pend_j >= 0) epilogue(pend_panel, pend_j);
-#pragma unroll
-      for (int i = 0; i < 32; ++i) out0[i] = out1[i] = 0.f;
-      WholeWait(acc, release);
-      PromoteWhole<16, 16>(acc, out0, out1, sc0.x, sc0.y, sc0.x, sc0.y);
-      for (int kb = 1; kb < kb_n; ++kb) {
-        wait_full();
-        const float4 sc = load(kb);
-        WholeKBlock<kSchedule>(acc, half, a_half + (kb_issue - 1) * kBoxBytes, stage_box(stage),
-                               release);
-        PromoteWhole<16, 16>(acc, out0, out1, sc.x, sc.y, sc.x, sc.y);
-      }
-      pend_panel = panel;
-      pend_j = j;
+      with_kb_n([&](auto u_c) {
+        DoubleAccChunk<decltype(u_c)::value>(0, acc0, acc1, wait_full, issue_whole, release, promote_whole, load,
+                                             after_first);
+      });
     } else {
       // The whole 128 columns a wgmma; the promotion runs while the other warpgroup's wgmma does.
+      // With kOverlap, K block 0 is peeled: its wgmma is issued, the previous tile's epilogue runs
+      // under it, then the wait.
       float acc[64];
-      for (int kb = 0; kb < kb_n; ++kb) {
+      int kb = 0;
+      if constexpr (kOverlap) {
+        wait_full();
+        const float4 sc0 = load(0);
+        WholeIssue<kSchedule>(acc, half, a_half, stage_box(stage));
+        after_first();
+        WholeWait(acc, release);
+        PromoteWhole<16, 16>(acc, out0, out1, sc0.x, sc0.y, sc0.x, sc0.y);
+        kb = 1;
+      }
+      for (; kb < kb_n; ++kb) {
         wait_full();
         const float4 sc = load(kb);
-        WholeKBlock<kSchedule>(acc, half, a_half + (kb_issue - 1) * kBoxBytes, stage_box(stage),
-                               release);
+        WholeKBlock<kSchedule>(acc, half, a_half + (kb_issue - 1) * kBoxBytes, stage_box(stage), release);
         PromoteWhole<16, 16>(acc, out0, out1, sc.x, sc.y, sc.x, sc.y);  // (one weight block a tile)
       }
+    }
+    if constexpr (kOverlap) {  // this tile's epilogue runs under the next tile's first K block
+      pend_panel = panel;
+      pend_j = j;
     }
     if (++stage == kStages) { stage = 0; phase ^= 1; }
     // The panel's last tile: the A boxes may be overwritten once every consumer warp is here.
