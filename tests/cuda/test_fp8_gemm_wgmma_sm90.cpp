@@ -19,8 +19,14 @@ const std::pair<Fp8GemmWgmmaSchedule, const char*> kSchedules[] = {
     {Fp8GemmWgmmaSchedule::kPingPong, "_pingpong"}, {Fp8GemmWgmmaSchedule::kDoubleAcc, "_doubleacc"},
     {Fp8GemmWgmmaSchedule::kRegisterA, "_rega"}};  // (kRegisterA: the panel form only)
 
-std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmmaSchedule sched, int multicast = 0,
-                           bool overlap = false, bool deep = false, bool ds = false) {
+// The options of Fp8GemmWgmmaSm90Params a case sets besides the form and schedule.
+struct Opts {
+  int multicast = 0;
+  bool overlap = false, deep = false, ds = false;
+};
+
+std::vector<float> RunForm(const Operands& o, Fp8GemmWgmmaForm form, Fp8GemmWgmmaSchedule sched, Opts opt = {}) {
+  const auto [multicast, overlap, deep, ds] = opt;
   Dev<__nv_bfloat16> dy(o.Mp * o.ldn);
   Fp8GemmWgmmaSm90Params p{};
   p.g = o.G(dy.get());
@@ -61,7 +67,7 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
       else EXPECT_TRUE(y == y_whole) << s.name << tag << ": not bit-equal to the whole-tile schedule";
       if (sched == Fp8GemmWgmmaSchedule::kSplitHalves) continue;
       // The overlapped epilogue changes only when the stores run: bit-equal.
-      const auto yo = RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, /*overlap=*/true);
+      const auto yo = RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, {.overlap = true});
       ExpectClose("fp8_gemm_wgmma_sm90_panel", std::string(s.name) + tag + "_overlap", yo, ref, 5e-3);
       EXPECT_TRUE(yo == y) << s.name << tag << ": the overlapped epilogue is not bit-equal";
       if (sched == Fp8GemmWgmmaSchedule::kRegisterA) {
@@ -69,9 +75,9 @@ TEST(CudaFp8GemmWgmmaSm90, PanelMatchesCpu) {
         // loads, so it stays in the ring's boxes: DeepRingWrapsMatchesRegisterA covers the panel's
         // boxes; M17000 / M51000 reload panels and run the 8-stage ring): bit-equal too.
         for (bool ov : {false, true})
-          EXPECT_TRUE(RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, ov, /*deep=*/true) == y)
+          EXPECT_TRUE(RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, {.overlap = ov, .deep = true}) == y)
               << s.name << tag << (ov ? "_overlap" : "") << ": the deep ring is not bit-equal";
-        EXPECT_TRUE(RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, 0, true, true, /*ds=*/true) == y)
+        EXPECT_TRUE(RunForm(o, Fp8GemmWgmmaForm::kPanel, sched, {.overlap = true, .deep = true, .ds = true}) == y)
             << s.name << tag << ": two staging sets on the deep ring are not bit-equal";
       }
     }
@@ -87,7 +93,8 @@ TEST(CudaFp8GemmWgmmaSm90, DeepRingWrapsMatchesRegisterA) {
   Operands o(Shape{4096, 4096, 512, "M4096_N4096_K512_deep"});
   const auto y = RunForm(o, Fp8GemmWgmmaForm::kPanel, Fp8GemmWgmmaSchedule::kRegisterA);
   for (int v = 0; v < 3; ++v) {  // deep; deep + overlap; deep + overlap + two staging sets
-    const auto yd = RunForm(o, Fp8GemmWgmmaForm::kPanel, Fp8GemmWgmmaSchedule::kRegisterA, 0, v >= 1, true, v == 2);
+    const auto yd = RunForm(o, Fp8GemmWgmmaForm::kPanel, Fp8GemmWgmmaSchedule::kRegisterA,
+                             {.overlap = v >= 1, .deep = true, .ds = v == 2});
     EXPECT_TRUE(yd == y) << "variant " << v << " not bit-equal to the 8-stage ring";
   }
 }
@@ -111,7 +118,7 @@ TEST(CudaFp8GemmWgmmaSm90, Tile144MatchesCpu) {
       for (int mc : {0, 2}) {
         if (sched == Fp8GemmWgmmaSchedule::kRegisterA) continue;
         const std::string name = std::string(s.name) + tag + (mc ? "_multicast" + std::to_string(mc) : "");
-        const auto y = RunForm(o, Fp8GemmWgmmaForm::kTile144, sched, mc);
+        const auto y = RunForm(o, Fp8GemmWgmmaForm::kTile144, sched, {.multicast = mc});
         ExpectClose("fp8_gemm_wgmma_sm90_tile144", name, y, ref, 5e-3);
         // The same promotion order in every schedule: bit-equal to kWhole without the multicast.
         if (y_whole.empty()) y_whole = y;
@@ -149,13 +156,13 @@ TEST(CudaFp8GemmWgmmaSm90, MatchesCublasLtAtPrefillSizes) {
         if (mc < 0 && (form != Fp8GemmWgmmaForm::kPanel || sched == Fp8GemmWgmmaSchedule::kSplitHalves)) continue;
         const std::string v = mc > 0 ? "_multicast" + std::to_string(mc) : mc < 0 ? "_overlap" : "";
         ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v,
-                    RunForm(o, form, sched, std::max(mc, 0), mc < 0), cub, 1e-4);
+                    RunForm(o, form, sched, {.multicast = std::max(mc, 0), .overlap = mc < 0}), cub, 1e-4);
         if (sched == Fp8GemmWgmmaSchedule::kRegisterA && mc <= 0)  // the deep ring, with and without the overlap
           ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v + "_deep",
-                      RunForm(o, form, sched, 0, mc < 0, /*deep=*/true), cub, 1e-4);
+                      RunForm(o, form, sched, {.overlap = mc < 0, .deep = true}), cub, 1e-4);
         if (sched == Fp8GemmWgmmaSchedule::kRegisterA && mc < 0)
           ExpectClose("fp8_gemm_wgmma_sm90_vs_cublaslt", std::string(s.name) + tag + v + "_deep_ds",
-                      RunForm(o, form, sched, 0, true, true, /*ds=*/true), cub, 1e-4);
+                      RunForm(o, form, sched, {.overlap = true, .deep = true, .ds = true}), cub, 1e-4);
       }
   }
   if (compared == 0) GTEST_SKIP() << "no cuBLASLt block-scaled GEMM for any of the shapes";
