@@ -1349,8 +1349,8 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
         }
     s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\nFlashMLA time / ours: need >= 0.95. "
          "Variants (MlaDecodeParams::sm90_variant): 0 default, 1 / 2 seesaw, 4 three warpgroups, "
-         "8 = 4 + fast softmax, 9 = 0 + fast softmax, 10 = 8 + per-box barriers (3 and 5-7, measured in session 16, "
-         "were removed).\n\n| case | FlashMLA us |";
+         "8 = 4 + fast softmax, 9 = 0 + fast softmax, 10 = 8 + per-box barriers, 11 tile pairs (3 and 5-7, measured in "
+         "session 16, were removed).\n\n| case | FlashMLA us |";
     std::string sep = "|---|---:|";
     for (int v : cols) {
       s += " v" + std::to_string(v) + " us | FlashMLA / v" + std::to_string(v) + " |";

@@ -177,7 +177,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
                     std::string(kSm90VariantTags[v]) != "[removed]");
     if (!any)
       std::fprintf(stderr, "bench kernels: DS_BENCH_SM90_VARIANTS=%s names no live variant (comma-separated numbers: "
-                   "0,1,2,4,8,9,10)\n", env ? env : "");
+                   "0,1,2,4,8,9,10,11)\n", env ? env : "");
   }
   for (const auto& a : kAnchors) {
     if (b.OutOfTime()) { b.skipped.push_back(std::string("mla_decode_sm90 ") + a.name); continue; }

@@ -107,7 +107,8 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
   // A variant vs variant 0 (the verified kernel): the same P, rescales and accumulation order,
   // only the row sums' fp32 order differs, so the bound is tight (any wrong tile would show).
   // Variants 8-10 (the fast softmax: one rounding less in the exponent, so a probability can
-  // round to the other bf16 neighbour) are held to the emulation's bound instead.
+  // round to the other bf16 neighbour) and 11 (one max a tile pair, the even tile's P rounded
+  // after its rescale) are held to the emulation's bound instead.
   if (variant != 0) {
     Dev<float> ws0(ws_floats), out0(T * H * kKvl);
     MlaDecodeParams p0 = params(ws0.get(), out0.get(), DTypeOut::kF32);
@@ -202,11 +203,12 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
 }
 
 // Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw; 4: three
-// warpgroups; 8 / 9: 4 / 0 with the shorter softmax; 10: 8 with per-box barriers). To run the
+// warpgroups; 8 / 9: 4 / 0 with the shorter softmax; 10: 8 with per-box barriers; 11: the tile-pair
+// schedule). To run the
 // variants in separate processes (e.g. scripts/gpu_e2e.sh E2E_TESTS=1 once per variant), set
-// DS_TEST_SM90_VARIANTS=0, =1, =2, =4, =8, =9, =a for 10 (the digits of the variants to run; unset = all), so a hang of
+// DS_TEST_SM90_VARIANTS=0, =1, =2, =4, =8, =9, =a for 10, =b for 11 (the digits of the variants to run; unset = all), so a hang of
 // one does not hide the other's results.
-constexpr int kVariants[] = {0, 1, 2, 4, 8, 9, 10};
+constexpr int kVariants[] = {0, 1, 2, 4, 8, 9, 10, 11};
 void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
                  const std::vector<int64_t>& heads_sample, const char* name) {
   const char* only = std::getenv("DS_TEST_SM90_VARIANTS");
@@ -226,7 +228,7 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
   MlaDecodeParams p{};
   p.kv_lora = kKvl; p.rope_dim = kRope; p.block_size = kBs; p.kv_chunk = 256; p.heads = 128;
   p.num_tokens = 1; p.num_seqs = 1; p.softmax_scale = 0.1f; p.sm90 = true;
-  for (int v : {-1, 3, 5, 6, 7, 11}) {
+  for (int v : {-1, 3, 5, 6, 7, 12}) {
     p.sm90_variant = v;
     EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "variant " << v;
   }

@@ -103,7 +103,9 @@ struct MlaDecodeParams {
   // that need it; not bit-equal: within the emulation's bound). 10 = 8 with one "full"
   // mbarrier per 64-column box (S starts on the first box). Numbers 3 and 5-7 (multicast K
   // tiles in a cluster of the two row blocks of a token; L2 prefetch ahead of the TMA loads)
-  // were measured slower or no faster in session 16 and removed; they are rejected.
+  // were measured slower or no faster in session 16 and removed; they are rejected. 11 = the
+  // tile-pair schedule (mla_decode_sm90_pair.cu: warpgroups alternate S and softmax per tile, one
+  // max update a pair, each stage half re-armed by its last reader; within the emulation's bound).
   int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).

@@ -29,13 +29,15 @@
 // between the warpgroups; 1 and 2 differ in when a ring stage is released; 3-8% slower,
 // session 5); 4 the three-warpgroup kernel (MlaDecodeSm90Wg3Kernel); 8 / 9 = 4 / this kernel
 // with the shorter softmax (SoftmaxTileFast); 10 = 8 with per-box "full" barriers (session 16;
-// 3 and 5-7 were measured there and removed).
+// 3 and 5-7 were measured there and removed); 11 the tile-pair schedule (mla_decode_sm90_pair.cu,
+// session 19).
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "backend/cuda/wgmma_ops.cuh"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_decode_merge.cuh"
+#include "backend/cuda/mla_decode_sm90_common.cuh"
 #include "backend/cuda/mla_decode_uv.h"
 
 #include <cuda.h>
@@ -50,353 +52,6 @@
 namespace ds::cuda {
 namespace {
 
-using namespace sm90;  // PTX wrappers (sm90_ptx.cuh)
-
-constexpr int kD = 576, kV = 512;      // key (latent + rope) and value (latent) dims
-constexpr int kBM = 64;                // query rows per CTA (one wgmma M tile)
-constexpr int kBN = 64;                // keys per tile (one page of 64 tokens)
-constexpr int kDB = kD / 64;           // 64-column boxes per row (9): one 128-byte swizzle atom wide
-constexpr int kBoxBytes = 64 * 128;    // one [64 rows x 64 cols] bf16 box
-constexpr int kTileBytes = kDB * kBoxBytes;  // 73728: a K tile or the Q tile
-constexpr int kStages = 2;
-constexpr int kThreads = 256;
-// Shared-memory map (offsets from a 1024-byte aligned base: the 128-byte swizzle repeats every
-// 1024 bytes, and TMA / wgmma compute it from the address bits).
-constexpr int kOffQ = 0;
-constexpr int kOffK = kTileBytes;
-constexpr int kOffP = kOffK + kStages * kTileBytes;      // [64 x 64] bf16, swizzled like a box
-constexpr int kOffAlpha = kOffP + kBoxBytes;             // [64] f32: per-row rescale of the tile
-constexpr int kOffL = kOffAlpha + kBM * 4;               // [64] f32: final row sums
-constexpr int kOffBar = kOffL + kBM * 4;                 // full[kStages], empty[kStages] (8 B each)
-constexpr int kSmemUsed = kOffBar + 2 * kStages * 8;
-constexpr int kSmemBytes = kSmemUsed + 1024;             // + alignment slack
-static_assert(kSmemBytes <= 227 * 1024, "shared memory per SM");
-// Named barriers (0 is __syncthreads).
-constexpr int kBarPFull = 1, kBarPEmpty = 2, kBarWg0 = 3, kBarEnd = 4;
-// The split plan (host_plans.h, CPU-tested) assumes these tile sizes.
-static_assert(kBM == kMlaDecodeSm90RowsPerCta && kBN == kMlaDecodeSm90KeysPerTile, "plan vs kernel tiles");
-
-// Byte offset of element (r, c) in a [rows x 64] bf16 box with the 128-byte swizzle (16-byte
-// chunk index XOR row % 8): the layout TMA's CU_TENSOR_MAP_SWIZZLE_128B writes and wgmma's
-// 128B-swizzle descriptors read.
-__device__ __forceinline__ uint32_t SwzOff(int r, int c) {
-  return static_cast<uint32_t>(r * 128 + ((((c >> 3) ^ r) & 7) << 4) + (c & 7) * 2);
-}
-// K-major operand (rows x K, K contiguous) stored as 64-column boxes: k16 step ks starts at box
-// ks / 4, 32 bytes per step inside the 128-byte row; 8-row groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t DescKMajor(uint32_t base, int ks) {
-  return Desc(base + (ks >> 2) * kBoxBytes + (ks & 3) * 32, 16, 1024);
-}
-// MN-major B operand (V: rows = keys = K, columns = value dims = N, contiguous): N atoms of 64
-// columns are the boxes (8192 bytes apart, LBO), 8-key groups 1024 bytes apart (SBO); k16 step
-// kk starts 16 rows = 2048 bytes further.
-__device__ __forceinline__ uint64_t DescV(uint32_t tile, int box0, int kk) {
-  return Desc(tile + box0 * kBoxBytes + kk * 2048, kBoxBytes, 1024);
-}
-using sm90::FenceRegs;  // the fp32 form; this file adds the uint32_t one
-template <int N>
-__device__ __forceinline__ void FenceRegs(uint32_t (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-// Spins until the phase of the given parity has completed.
-__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
-  while (!BarTryWait(bar, parity)) {
-  }
-}
-// One [64 rows x 64 cols] box of the cache (tensor map: dim 0 = the 576 columns, dim 1 = the
-// cache rows) into shared memory, completing `bytes` on the mbarrier.
-__device__ __forceinline__ void TmaLoadBox(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
-      : "memory");
-}
-
-// d[64 x 64] (+)= A[64 x 16] (smem, K-major) * B[16 x 64] (smem, K-major); scale_d 0 overwrites d
-// (wgmma_ops.cuh).
-__device__ __forceinline__ void WgmmaQK(float (&d)[32], uint64_t da, uint64_t db, int scale_d) {
-  sm90::WgmmaBf16(d, da, db, scale_d);
-}
-// d[64 x 256] (+)= A[64 x 16] (smem, K-major) * B[16 x 256] (smem, MN-major); scale_d 0 overwrites d.
-__device__ __forceinline__ void WgmmaPVss(float (&d)[128], uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " DS_WGMMA_D128_REGS ", %128, %129, p, 1, 1, 0, 1;\n}\n"
-               : DS_WGMMA_D128_OUT
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-// d[64 x 256] += A[64 x 16] (registers, the m16n8k16 A layout per warp) * B[16 x 256] (smem, MN-major).
-__device__ __forceinline__ void WgmmaPVrs(float (&d)[128], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint64_t db) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " DS_WGMMA_D128_REGS ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
-               : DS_WGMMA_D128_OUT
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
-}
-
-// The online softmax of one 64-key tile (the default kernels' form; the emulation
-// emulate_tc_rounding with sm90 follows it): sc holds this thread's 32 raw scores of rows g /
-// g + 8 (element 4 j + c: key kt0 + 8 j + 2 tq + (c & 1) of row half c >> 1, the rest of each row
-// in its quad), keys at or past a row's limit masked. On return sc holds the probabilities
-// exp2(score * sl2 - m) (sl2 = softmax_scale * log2 e: base 2), m_run / l_run the running max
-// and row sum (this thread's part; quad-reduced by the caller at the end), alpha the factor the
-// accumulated O of each row is rescaled by (FlashAttention-2's online softmax, as FlashMLA).
-__device__ __forceinline__ void SoftmaxTile(float (&sc)[32], int kt0, int tq, const int (&limit)[2], float sl2,
-                                            float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
-  float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int hr = c >> 1;
-      const int key = kt0 + j * 8 + 2 * tq + (c & 1);
-      const float v = key < limit[hr] ? sc[j * 4 + c] * sl2 : -INFINITY;
-      sc[j * 4 + c] = v;
-      mx[hr] = fmaxf(mx[hr], v);
-    }
-  float muse[2];
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-    const float m_new = fmaxf(m_run[hr], mx[hr]);
-    muse[hr] = m_new == -INFINITY ? 0.f : m_new;
-    alpha[hr] = exp2f(m_run[hr] - muse[hr]);
-    m_run[hr] = m_new;
-  }
-  float lsum[2] = {0.f, 0.f};
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const float pv = exp2f(sc[j * 4 + c] - muse[c >> 1]);
-      sc[j * 4 + c] = pv;
-      lsum[c >> 1] += pv;
-    }
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
-}
-// kFastSm (variants 8 / 9): the online softmax of one 64-key tile (sc: this thread's 32 raw
-// scores, rows g / g + 8, see the kernels) in fewer instructions than the default form, for the
-// warpgroup whose softmax is on the critical path (session 16 run 10, Nsight Compute: WG0 of the
-// three-warpgroup kernel issues ~60% of its cycles, one warp per scheduler):
-//  - the key mask only when some key of the tile is past a row's limit (a warp-uniform test);
-//  - the row max on the raw scores (softmax_scale > 0), the exponent as one FMA,
-//    exp2(s * sl2 - m), and exp2 as ex2.approx.ftz.
-// Not bit-equal to the default form (one rounding less in the exponent; a probability can round
-// to the other bf16 neighbour): within the emulation's 1e-3 bound.
-__device__ __forceinline__ float Ex2Ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ void SoftmaxTileFast(float (&sc)[32], int kt0, int tq, const int (&limit)[2], float sl2,
-                                                float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
-  float mx[2] = {-INFINITY, -INFINITY};
-  const bool whole = __all_sync(0xffffffffu, kt0 + kBN <= limit[0] && kt0 + kBN <= limit[1]);
-  if (whole) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) mx[c >> 1] = fmaxf(mx[c >> 1], sc[j * 4 + c]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int hr = c >> 1;
-        const int key = kt0 + j * 8 + 2 * tq + (c & 1);
-        const float v = key < limit[hr] ? sc[j * 4 + c] : -INFINITY;
-        sc[j * 4 + c] = v;
-        mx[hr] = fmaxf(mx[hr], v);
-      }
-  }
-  float nmuse[2];
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-    const float m_new = fmaxf(m_run[hr], mx[hr] * sl2);  // -inf * sl2 = -inf
-    const float muse = m_new == -INFINITY ? 0.f : m_new;
-    alpha[hr] = Ex2Ftz(m_run[hr] - muse);
-    m_run[hr] = m_new;
-    nmuse[hr] = -muse;
-  }
-  float lsum[2] = {0.f, 0.f};
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const float pv = Ex2Ftz(fmaf(sc[j * 4 + c], sl2, nmuse[c >> 1]));
-      sc[j * 4 + c] = pv;
-      lsum[c >> 1] += pv;
-    }
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
-}
-
-// The CTA's Q tile (64 rows x 576, fp32 in q) -> bf16 in shared memory (at `smem`: the Q area,
-// or a ring stage of the three-warpgroup kernel), swizzled boxes as the wgmma descriptors (and
-// ldmatrix) read them; rows past the query block are zeros. Each of kNThreads threads converts
-// kBM * 144 / kNThreads float4 (36 with 256 threads), kQBatch of them per round with all of that round's loads
-// issued first: a one-load-at-a-time loop made this a chain of 36 dependent round trips per
-// thread, ~25 us of a batch-1 decode CTA (ncu, V3 128 heads x 1K: 29 us per launch, session 6
-// run 2). The same elements and roundings either way (bit-identical).
-constexpr int kQBatch = 12;
-template <int kNThreads = kThreads>
-__device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned char* smem, int tid, int row0,
-                                          int valid_rows, int q0, int H) {
-  constexpr int kVec = kD / 4;  // float4 per row
-  constexpr int kPer = kBM * kVec / kNThreads;
-  static_assert(kBM * kVec % kNThreads == 0 && kPer % kQBatch == 0, "Q tile split");
-#pragma unroll 1
-  for (int b0 = 0; b0 < kPer; b0 += kQBatch) {
-    float4 v[kQBatch];
-#pragma unroll
-    for (int j = 0; j < kQBatch; ++j) {
-      const int idx = tid + (b0 + j) * kNThreads;
-      const int r = idx / kVec, c = (idx % kVec) * 4;
-      const int row = row0 + r;
-      v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (row < valid_rows)
-        v[j] = __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
-                                                     static_cast<int64_t>(row % H) * p.q_head_stride + c));
-    }
-#pragma unroll
-    for (int j = 0; j < kQBatch; ++j) {
-      const int idx = tid + (b0 + j) * kNThreads;
-      const int r = idx / kVec, c = (idx % kVec) * 4;
-      uint2 packed;
-      packed.x = PackBf16(v[j].x, v[j].y);
-      packed.y = PackBf16(v[j].z, v[j].w);
-      *reinterpret_cast<uint2*>(smem + kOffQ + (c >> 6) * kBoxBytes + SwzOff(r, c & 63)) = packed;
-    }
-  }
-}
-
-// The kernel. Grid: one CTA per (sequence, split, 64-row block), the row blocks of one
-// (sequence, split) adjacent so they run together and share the tile reads in L2.
-// A CTA's work (every kernel here; grid: one CTA per (sequence, split, 64-row block), the row
-// blocks of one (sequence, split) adjacent): its sequence s, KV split and 64-row block rb, the
-// sequence's query tokens [q0, q0 + q_len) and context, the rows that exist (valid_rows =
-// q_len x heads, row = query token i * heads + head), the split's keys [kbeg, kend), and where
-// the workspace's LSE block starts.
-struct CtaWork {
-  int rb, split, s, H, q0, q_len, ctx, valid_rows, row0, kbeg, kend;
-  int64_t lse_base;
-};
-__device__ __forceinline__ CtaWork GetCtaWork(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
-  CtaWork w;
-  w.rb = static_cast<int>(blockIdx.x % nrb);
-  w.split = static_cast<int>((blockIdx.x / nrb) % max_splits);
-  w.s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
-  w.H = static_cast<int>(p.heads);
-  w.q0 = p.query_start[w.s];
-  w.q_len = p.query_start[w.s + 1] - w.q0;
-  w.ctx = p.context_lens[w.s];
-  w.valid_rows = w.q_len * w.H;
-  w.row0 = w.rb * kBM;
-  w.kbeg = w.split * chunk;
-  w.kend = min(w.ctx, w.kbeg + chunk);
-  w.lse_base = p.num_tokens * p.heads * max_splits * kV;
-  return w;
-}
-// The per-row state of a thread's two rows my_row (in the CTA's 64-row tile) before the first
-// tile: the key limit (causal inside the query block: query token i of q_len sees the context
-// up to ctx - (q_len - 1 - i); -1 for rows that do not exist) and the online softmax's running
-// max (-inf) and row sum (0).
-__device__ __forceinline__ void InitRowState(const CtaWork& w, const int (&my_row)[2], int (&limit)[2],
-                                             float (&m_run)[2], float (&l_run)[2]) {
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = w.row0 + my_row[hr];
-    limit[hr] = row < w.valid_rows ? min(w.kend, w.ctx - (w.q_len - 1 - row / w.H)) : -1;
-    m_run[hr] = -INFINITY;
-    l_run[hr] = 0.f;
-  }
-}
-// An empty split (kbeg >= kend): zeros (direct: no keys at all) or an LSE of -inf, which the
-// combine skips. kNThreads threads.
-template <typename TOut, int kNThreads>
-__device__ __forceinline__ void WriteEmptySplit(const MlaDecodeParams& p, const CtaWork& w, int tid, int max_splits,
-                                                int direct) {
-  if (direct) {
-    for (int idx = tid; idx < kBM * kV; idx += kNThreads) {
-      const int row = w.row0 + idx / kV;
-      if (row < w.valid_rows)
-        static_cast<TOut*>(p.out)[static_cast<int64_t>(w.q0 + row / w.H) * p.o_tok_stride +
-                                  static_cast<int64_t>(row % w.H) * p.o_head_stride + idx % kV] = dev::FromF<TOut>(0.f);
-    }
-  } else {
-    for (int r = tid; r < kBM; r += kNThreads) {
-      const int row = w.row0 + r;
-      if (row < w.valid_rows)
-        p.workspace[w.lse_base + (static_cast<int64_t>(w.q0 + row / w.H) * w.H + row % w.H) * max_splits + w.split] =
-            -INFINITY;
-    }
-  }
-}
-// Rows past the context of a freshly landed, partial tile (nvalid < 64 keys) zeroed in shared
-// memory, all 9 boxes, by one warpgroup (wtid 0-127), before any wgmma reads the tile: unused
-// cache rows may hold anything, NaN included (P = 0 there, but 0 * NaN = NaN).
-__device__ __forceinline__ void ZeroTileTail(unsigned char* tile, int nvalid, int wtid) {
-  const int nz = (kBN - nvalid) * 8;  // 16-byte pieces per box
-  for (int idx = wtid; idx < kDB * nz; idx += 128) {
-    const int b = idx / nz, e = idx % nz;
-    *reinterpret_cast<uint4*>(tile + b * kBoxBytes + nvalid * 128 + e * 16) = make_uint4(0, 0, 0, 0);
-  }
-}
-// The row sums of a thread's two rows reduced over its quad (the other 48 keys of each row) and
-// published in s_l by the quad's first thread, for the warpgroups that normalise O.
-__device__ __forceinline__ void QuadRowSums(float (&l_run)[2], const int (&my_row)[2], float* s_l, int tq) {
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
-    l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
-    if (tq == 0) s_l[my_row[hr]] = l_run[hr];
-  }
-}
-// A split's LSE (natural log; -inf where the row saw no key) of a thread's existing rows, for the
-// combine: ln(l) + m ln 2 (m and l in base 2).
-__device__ __forceinline__ void WriteRowLse(const MlaDecodeParams& p, const CtaWork& w, const int (&my_row)[2],
-                                            const float (&m_run)[2], const float (&l_run)[2], int max_splits) {
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = w.row0 + my_row[hr];
-    if (row >= w.valid_rows) continue;
-    const int64_t part = (static_cast<int64_t>(w.q0 + row / w.H) * w.H + row % w.H) * max_splits + w.split;
-    p.workspace[w.lse_base + part] =
-        l_run[hr] > 0.f ? (m_run[hr] + log2f(l_run[hr])) * 0.6931471805599453f : -INFINITY;
-  }
-}
-// A warpgroup's 256 value columns from col0 of its rows my_row (O accumulator layout as in the
-// kernels), normalised by the row sums s_l: the output (direct) or the split's partial.
-template <typename TOut>
-__device__ __forceinline__ void StoreRows(const MlaDecodeParams& p, const CtaWork& w, const float (&acc)[128],
-                                          const int (&my_row)[2], const float* s_l, int tq, int col0, int direct,
-                                          int max_splits) {
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = w.row0 + my_row[hr];
-    if (row >= w.valid_rows) continue;
-    const float l = s_l[my_row[hr]];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int t = w.q0 + row / w.H, h = row % w.H;
-    if (direct) {
-      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride +
-                  static_cast<int64_t>(h) * p.o_head_stride + col0 + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        out[j * 8] = dev::FromF<TOut>(acc[j * 4 + 2 * hr] * inv);
-        out[j * 8 + 1] = dev::FromF<TOut>(acc[j * 4 + 2 * hr + 1] * inv);
-      }
-    } else {
-      float* po = p.workspace + ((static_cast<int64_t>(t) * w.H + h) * max_splits + w.split) * kV + col0 + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
-    }
-  }
-}
 
 // kFastSm (variant 9): the shorter softmax (SoftmaxTileFast).
 template <typename TOut, bool kFastSm = false>
@@ -1179,7 +834,10 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
   const bool direct = pl.max_splits == 1 && p.uv_w == nullptr;  // uv: every split writes its partial
   const int64_t ctas = p.num_seqs * pl.nrb * pl.max_splits;
   DS_CHECK(ctas < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: grid too large";
-  if (p.sm90_variant == 1 || p.sm90_variant == 2) {
+  if (p.sm90_variant == 11) {  // the tile-pair schedule (mla_decode_sm90_pair.cu)
+    LaunchMlaDecodeSm90Pair(map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits),
+                            direct ? 1 : 0, static_cast<unsigned>(ctas));
+  } else if (p.sm90_variant == 1 || p.sm90_variant == 2) {
     auto kernel = p.sm90_variant == 1 ? MlaDecodeSm90SeesawKernel<TOut, true> : MlaDecodeSm90SeesawKernel<TOut, false>;
     LaunchKernel(kernel, static_cast<unsigned>(ctas), kThreads, kSsSmemBytes, p.stream, p.pdl,
         map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits), direct ? 1 : 0);
@@ -1241,13 +899,13 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
-  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 10 && p.sm90_variant != 3 && p.sm90_variant != 5 &&
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 11 && p.sm90_variant != 3 && p.sm90_variant != 5 &&
            p.sm90_variant != 6 && p.sm90_variant != 7)
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant
-      << " (0-2, 4, 8-10; 3 and 5-7 were measured slower and removed in session 16)";
+      << " (0-2, 4, 8-11; 3 and 5-7 were measured slower and removed in session 16)";
   // The shorter softmax takes the row max on raw scores and masks through fma(-inf, scale, .):
   // both need a positive scale.
-  DS_CHECK(p.sm90_variant < 8 || p.softmax_scale > 0.f)
+  DS_CHECK(p.sm90_variant < 8 || p.sm90_variant > 10 || p.softmax_scale > 0.f)
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant << " needs softmax_scale > 0";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);

@@ -169,6 +169,14 @@ __device__ __forceinline__ void WgmmaBf16(float (&d)[128], uint64_t da, uint64_t
                : "l"(da), "l"(db), "r"(scale_d));
 }
 
+// d[64 x 64] (+)= A[64 x 16] (registers) * B[16 x 64] (smem, K-major), bf16 in, fp32 out; scale_d 0 overwrites d.
+__device__ __forceinline__ void WgmmaBf16Rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " DS_WGMMA_D32_REGS ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+               : DS_WGMMA_D32_OUT
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d));
+}
+
 // d[64 x 128] (+)= A[64 x 16] (registers) * B[16 x 128] (smem, K-major), bf16 in, fp32 out; scale_d 0 overwrites d.
 __device__ __forceinline__ void WgmmaBf16Rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
