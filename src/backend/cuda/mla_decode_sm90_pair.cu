@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                             int max_splits, int direct) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  unsigned char* smem = smem_raw + ((1024u - (SmemAddr(smem_raw) & 1023u)) & 1023u);  // (stays a shared-space pointer)
   const uint32_t s_base = SmemAddr(smem);
   const uint32_t sQ = s_base + kOffQ, sK = s_base + kPrOffK;
   float* s_m = reinterpret_cast<float*>(smem + kPrOffM);
