@@ -110,6 +110,9 @@ struct MlaDecodeParams {
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).
   int64_t cache_rows = 0;
+  // sm90 kernels: the L2 promotion of the latent cache's TMA tile loads, in bytes (0 = none, 64,
+  // 128 or 256; A/B, session 19).
+  int sm90_l2_promotion = 256;
   // Tensor-core warp-split kernel (tc_kernel above), opt-in (not yet verified on the GPU): fused
   // combine (kept last in the struct, so the fields above keep their kernel-parameter offsets).
   // With > 1 split in the batch, each block writes its partial and LSE to the workspace as for
