@@ -221,7 +221,7 @@ void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& ql
 
 const std::vector<int64_t> kSampleH128 = {0, 37, 64, 127};  // both 64-row tiles of a token
 
-// Removed and unknown variant numbers, and the shorter softmax (8-10) with a non-positive scale,
+// Removed and unknown variant numbers, and the shorter softmax (8-11) with a non-positive scale,
 // are rejected before anything runs (DS_CHECK -> CheckError).
 TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
   SKIP_WITHOUT_SM90_DEVICE();
@@ -232,7 +232,7 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
     p.sm90_variant = v;
     EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "variant " << v;
   }
-  for (int v : {8, 9, 10})
+  for (int v : {8, 9, 10, 11})
     for (float scale : {0.f, -0.1f}) {
       p.sm90_variant = v;
       p.softmax_scale = scale;

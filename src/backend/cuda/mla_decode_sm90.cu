@@ -909,7 +909,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
       << " (0-2, 4, 8-11; 3 and 5-7 were measured slower and removed in session 16)";
   // The shorter softmax takes the row max on raw scores and masks through fma(-inf, scale, .):
   // both need a positive scale.
-  DS_CHECK(p.sm90_variant < 8 || p.sm90_variant > 10 || p.softmax_scale > 0.f)
+  DS_CHECK(p.sm90_variant < 8 || p.softmax_scale > 0.f)
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant << " needs softmax_scale > 0";
   DS_CHECK(p.sm90_l2_promotion == 0 || p.sm90_l2_promotion == 64 || p.sm90_l2_promotion == 128 ||
            p.sm90_l2_promotion == 256)

@@ -72,7 +72,8 @@ constexpr int kPrBarScale0 = 1, kPrBarScale1 = 2, kPrBarP0 = 3, kPrBarP1 = 4, kP
 // of row half c >> 1). On return sc holds p = 2^(s sl2 - m_new) (0 past the row's limit), pa the
 // same as bf16 RS fragments, m_new the new running max and scale = 2^(m_prev - m_new) (1 where
 // the max did not move, so rows that saw no key keep O = 0 without 0 x inf), sum the row sums
-// of p over this thread's keys.
+// of p over this thread's keys. As SoftmaxTileFast (variants 8-10): the row max on raw scores
+// (softmax_scale > 0), the exponent as one FMA, ex2.approx.ftz.
 __device__ __forceinline__ void PairSoftmax(float (&sc)[32], uint32_t (&pa)[16], int kt0, int tq, const int (&limit)[2],
                                             float sl2, const float (&m_prev)[2], float (&m_new)[2], float (&scale)[2],
                                             float (&sum)[2]) {
@@ -83,24 +84,25 @@ __device__ __forceinline__ void PairSoftmax(float (&sc)[32], uint32_t (&pa)[16],
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int hr = c >> 1;
-      float v = sc[j * 4 + c] * sl2;
+      float v = sc[j * 4 + c];
       if (!whole && kt0 + j * 8 + 2 * tq + (c & 1) >= limit[hr]) v = -INFINITY;
       sc[j * 4 + c] = v;
       mx[hr] = fmaxf(mx[hr], v);
     }
-  float muse[2];
+  float nmuse[2];
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
     mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-    m_new[hr] = fmaxf(m_prev[hr], mx[hr]);
-    muse[hr] = m_new[hr] == -INFINITY ? 0.f : m_new[hr];
-    scale[hr] = m_new[hr] == m_prev[hr] ? 1.f : exp2f(m_prev[hr] - muse[hr]);
+    m_new[hr] = fmaxf(m_prev[hr], mx[hr] * sl2);  // (the max on raw scores: sl2 > 0; -inf * sl2 = -inf)
+    const float muse = m_new[hr] == -INFINITY ? 0.f : m_new[hr];
+    scale[hr] = m_new[hr] == m_prev[hr] ? 1.f : Ex2Ftz(m_prev[hr] - muse);
+    nmuse[hr] = -muse;
     sum[hr] = 0.f;
   }
 #pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const float pv = exp2f(sc[j] - muse[(j >> 1) & 1]);
+  for (int j = 0; j < 32; ++j) {  // the exponent as one FMA (masked: fma(-inf, sl2, .) = -inf -> 0)
+    const float pv = Ex2Ftz(fmaf(sc[j], sl2, nmuse[(j >> 1) & 1]));
     sc[j] = pv;
     sum[(j >> 1) & 1] += pv;
   }
@@ -244,8 +246,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     WgCommit();
   };
-  constexpr int kOrder0[kDB] = {0, 1, 2, 3, 4, 5, 6, 7, 8};  // warpgroup 0's tiles
-  constexpr int kOrder1[kDB] = {4, 5, 6, 7, 8, 0, 1, 2, 3};  // warpgroup 1's tiles
+  // The boxes in the order they are issued: the rope box (read only by S) is re-armed first, at
+  // the start of warpgroup 1's pair iteration, then each warpgroup's V half after its P V.
+  constexpr int kOrder0[kDB] = {0, 1, 2, 3, 8, 4, 5, 6, 7};  // warpgroup 0's tiles
+  constexpr int kOrder1[kDB] = {8, 4, 5, 6, 7, 0, 1, 2, 3};  // warpgroup 1's tiles
 
   if (wg == 0) {
     issue_s(0, kOrder0, kDB, false);
@@ -279,12 +283,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < 4; ++kk)
           WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
         WgCommit();
-        WgWait<0>();
-        FenceRegs(acc);
-        FenceRegs(pa);
       }
       NamedBarSync(kPrBarScale1, kThreads);
-      if (has2 && wtid == 0) load_boxes(t + 2, 0, 4);  // V_L(t) and S(t) done: boxes 0-3 free
       float scale1[2];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) scale1[hr] = s_scale1[my_row[hr]];
@@ -301,6 +301,10 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       FenceProxyAsync();
       NamedBarArrive(kPrBarP0, kThreads);
+      WgWait<0>();  // O0 += P0 V_L(t) done (its wait after the hand-off, so warpgroup 1 gets P0' sooner)
+      FenceRegs(acc);
+      FenceRegs(pa);
+      if (has2 && wtid == 0) load_boxes(t + 2, 0, 4);  // V_L(t) and S(t) done: boxes 0-3 free
       ScaleAcc(acc, scale1[0], scale1[1]);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) l_run[hr] *= scale1[hr];
@@ -314,13 +318,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, dp + (kk * 32 >> 4), dv + (kk * 2048 >> 4), 1);
         WgCommit();
       }
-      if (has2) issue_s(t + 2, kOrder0, 4, false);  // boxes 0-3 (issued first)
+      if (has2) issue_s(t + 2, kOrder0, 5, false);  // boxes 0-3 and 8 (issued first)
       if (has1 && has3) {
         if (has2) WgWait<1>();
         else WgWait<0>();
         if (wtid == 0) load_boxes(t + 3, 0, 4);  // V_L(t + 1) done (its S long done): boxes 0-3 free
       }
-      if (has2) issue_s(t + 2, kOrder0, 4, true);   // boxes 4-8
+      if (has2) issue_s(t + 2, kOrder0, 5, true);   // boxes 4-7
       WgWait<0>();
       FenceRegs(acc);
       FenceRegs(sc);
@@ -334,6 +338,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = 0; t < ntiles; t += 2) {
       const bool has1 = t + 1 < ntiles, has2 = t + 2 < ntiles, has3 = t + 3 < ntiles;
       NamedBarSync(kPrBarScale0, kThreads);
+      // The rope boxes: tile t + 2's (S(t) done: warpgroup 0's softmax of t came first) and t + 3's
+      // (S(t + 1), this warpgroup's, done).
+      if (wtid == 0) {
+        if (has2) load_boxes(t + 2, kDB - 1, kDB);
+        if (has3) load_boxes(t + 3, kDB - 1, kDB);
+      }
       float m0[2], scale0[2], scale1[2];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -394,11 +404,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (has1) {
         WgWait<1>();
         FenceRegs(pa);
-        if (has3 && wtid == 0) load_boxes(t + 3, 4, kDB);  // V_R(t + 1), S(t + 1) done: boxes 4-8 free
+        if (has3 && wtid == 0) load_boxes(t + 3, 4, kDB - 1);  // V_R(t + 1) done: boxes 4-7 free
       }
       WgWait<0>();
       FenceRegs(acc);
-      if (has2 && wtid == 0) load_boxes(t + 2, 4, kDB);  // V_R(t) done (S(t) long done): boxes 4-8 free
+      if (has2 && wtid == 0) load_boxes(t + 2, 4, kDB - 1);  // V_R(t) done: boxes 4-7 free
       if (has3) {
         issue_s(t + 3, kOrder1, kDB, false);
         WgWait<0>();
