@@ -168,11 +168,11 @@ void MlaDecodeAnchors(Bench& b) {
 // variants (MlaDecodeParams::sm90_variant) at the anchors they apply to (>= 64 query rows per
 // sequence: 128 heads), beside the default tensor-core path timed in the same family.
 // DS_BENCH_SM90_VARIANTS=<comma-separated numbers> (set by the caller, e.g. around
-// scripts/gpu_e2e.sh E2E_KERNELS=1) picks the variants timed; default "0,4,8,9,10". Variants not
+// scripts/gpu_e2e.sh E2E_KERNELS=1) picks the variants timed; default "0,10,11". Variants not
 // timed are "-" in the table.
 void MlaDecodeSm90Anchors(Bench& b) {
   const char* env = std::getenv("DS_BENCH_SM90_VARIANTS");
-  const std::string pick = "," + std::string(env != nullptr && *env != '\0' ? env : "0,4,8,9,10") + ",";
+  const std::string pick = "," + std::string(env != nullptr && *env != '\0' ? env : "0,10,11") + ",";
   // The first timed case of a run reads ~5-10% slow (session 16 runs 1-5: clocks ramping); one
   // warm-up case first, labelled as such.
   if (!b.OutOfTime())
@@ -196,18 +196,16 @@ void MlaDecodeSm90Anchors(Bench& b) {
     r.name = a.name;
     r.flashmla_us = a.flashmla_us;
     r.us.assign(kSm90Variants, -1.0);
-    if (a.H * a.qlen < 64) {
-      // 16 heads: the sm_90a kernel with a partial 64-row tile (MlaDecodeParams::sm90_min_rows)
-      // beside the default tensor-core path, timed in the same family.
-      r.us[0] = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, note + ", partial 64-row tile", 0, 0, 0, 0, 0, 0,
-                              true, 0, 0, a.H * a.qlen);
-    } else {
-      for (int v = 0; v < kSm90Variants; ++v)
-        if (pick.find("," + std::to_string(v) + ",") != std::string::npos &&
-            std::string(kSm90VariantTags[v]) != "[removed]")
-          r.us[v] = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
-                                  v == 0 ? note : note + ", variant " + std::to_string(v), 0, 0, 0, 0, 0, 0, true, v);
-    }
+    // 16 heads: the sm_90a kernels with a partial 64-row tile (MlaDecodeParams::sm90_min_rows),
+    // beside the default tensor-core path, timed in the same family.
+    const bool partial = a.H * a.qlen < 64;
+    for (int v = 0; v < kSm90Variants; ++v)
+      if (pick.find("," + std::to_string(v) + ",") != std::string::npos &&
+          std::string(kSm90VariantTags[v]) != "[removed]")
+        r.us[v] = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
+                                (v == 0 ? note : note + ", variant " + std::to_string(v)) +
+                                    (partial ? ", partial 64-row tile" : ""),
+                                0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0);
     r.tc_us = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
     MlaResults().sm90.push_back(r);
   }
