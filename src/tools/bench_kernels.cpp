@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
@@ -1419,11 +1420,25 @@ int RunBenchKernels(int argc, char** argv) {
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     std::printf("GPU %s, %d SMs, L2 %d MB; commit %s; %s\n", gpu.c_str(), prop.multiProcessorCount, prop.l2CacheSize >> 20,
                 commit.c_str(), date);
+    // The output folder is created if missing; a file that cannot be written is an error (it was
+    // silently skipped before session 19).
+    {
+      std::error_code ec;
+      std::filesystem::create_directories(out_dir, ec);
+      if (ec) {
+        std::fprintf(stderr, "dsinfer bench kernels: cannot create --out %s: %s\n", out_dir.c_str(), ec.message().c_str());
+        return 1;
+      }
+    }
     Bench b(quick, budget_s);
     // Rewritten after every family, so a run stopped by a time limit keeps what it measured.
     const auto save = [&] {
-      std::fstream(out_dir + "/kernels.json", std::ios::out) << Json(b, gpu, commit, date) << "\n";
-      std::fstream(out_dir + "/kernels.md", std::ios::out) << Markdown(b, gpu, commit, date, cmd);
+      for (const char* name : {"kernels.json", "kernels.md"}) {
+        std::ofstream f(out_dir + "/" + name);
+        if (std::string(name) == "kernels.json") f << Json(b, gpu, commit, date) << "\n";
+        else f << Markdown(b, gpu, commit, date, cmd);
+        DS_CHECK(f.good()) << "dsinfer bench kernels: cannot write " << out_dir << "/" << name;
+      }
     };
     const auto prefill = [&](const std::vector<int64_t>& Ts) {
       for (int64_t T : Ts) {
