@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -107,6 +108,42 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   if (seq_pages) note2 += ", sequential pages";
   if (sm90 && p.sm90_l2_promotion != 256) note2 += ", TMA L2 promotion " + std::to_string(p.sm90_l2_promotion);
   b.Add(kernel, label, us, bytes, flops, false, note2);
+  // DS_BENCH_MLA_TIMELINE=1 (variant 11, a measurement): one more launch with CTA 0's (event,
+  // clock64) stamps (MlaDecodeParams::sm90_timeline), printed as the mean SM cycles between
+  // consecutive events of each warpgroup over its pair iterations but the first two and the last.
+  if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE"); sm90 && sm90_variant == 11 && e && std::string(e) == "1") {
+    constexpr int kMax = 1024;
+    Buf tl(2 * 2 * kMax * sizeof(long long));
+    DS_CUDA_CHECK(cudaMemsetAsync(tl.as<void>(), 0xff, tl.bytes(), b.st()));
+    MlaDecodeParams pt = p;
+    pt.block_table = tables[0]->as<int32_t>();
+    pt.sm90_timeline = tl.as<long long>();
+    MlaDecodeAttention(pt);
+    std::vector<long long> h(2 * 2 * kMax);
+    DS_CUDA_CHECK(cudaMemcpyAsync(h.data(), tl.as<void>(), tl.bytes(), cudaMemcpyDeviceToHost, b.st()));
+    DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
+    for (int wgi = 0; wgi < 2; ++wgi) {
+      const long long* r = h.data() + wgi * 2 * kMax;
+      int n = 0;
+      while (n < kMax && r[2 * n] >= 0) ++n;
+      const int first = wgi == 0 ? 0 : 20;
+      int pairs = 0;
+      for (int i = 0; i < n; ++i) pairs += r[2 * i] == first;
+      std::map<std::pair<long long, long long>, std::pair<double, int>> gap;
+      int pair = -1;
+      for (int i = 1; i < n; ++i) {
+        if (r[2 * i - 2] == first) ++pair;
+        if (pair < 2 || pair >= pairs - 1) continue;
+        auto& g = gap[{r[2 * i - 2], r[2 * i]}];
+        g.first += static_cast<double>(r[2 * i + 1] - r[2 * i - 1]);
+        ++g.second;
+      }
+      std::printf("timeline %s v11 wg%d: %d events, %d pairs; mean SM cycles between events (pairs 2..%d):", label.c_str(),
+                  wgi, n, pairs, pairs - 2);
+      for (const auto& [k, v] : gap) std::printf(" %lld->%lld %.0f (x%d);", k.first, k.second, v.first / v.second, v.second);
+      std::printf("\n");
+    }
+  }
   return us;
 }
 

@@ -113,6 +113,9 @@ struct MlaDecodeParams {
   // sm90 kernels: the L2 promotion of the latent cache's TMA tile loads, in bytes (0 = none, 64,
   // 128 or 256; A/B, session 19).
   int sm90_l2_promotion = 256;
+  // Variant 11 only, a measurement hook: when set, CTA 0 records (event, clock64) pairs of its pair
+  // loop into [2 warpgroups][2 x 1024] long longs (mla_decode_sm90_pair.cu, kTl events).
+  long long* sm90_timeline = nullptr;
   // Tensor-core warp-split kernel (tc_kernel above), opt-in (not yet verified on the GPU): fused
   // combine (kept last in the struct, so the fields above keep their kernel-parameter offsets).
   // With > 1 split in the batch, each block writes its partial and LSE to the workspace as for

@@ -133,7 +133,12 @@ __device__ __forceinline__ void ScaleAcc(float (&acc)[128], float s0, float s1) 
   }
 }
 
-template <typename TOut>
+// kTl (MlaDecodeParams::sm90_timeline set): CTA 0's first thread of each warpgroup records
+// (event, clock64) pairs at the points of its pair loop named by the kTl* events below, up to
+// kTlMax a warpgroup, into sm90_timeline[warpgroup][2 * kTlMax] (a measurement hook: bench kernels
+// with DS_BENCH_MLA_TIMELINE=1 prints the mean gap before each event).
+constexpr int kTlMax = 1024;
+template <typename TOut, bool kTl = false>
 __global__ void __launch_bounds__(kThreads, 1)
     MlaDecodeSm90PairKernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                             int max_splits, int direct) {
@@ -158,6 +163,16 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   const int ntiles = (w.kend - w.kbeg + kBN - 1) / kBN;
+  int tl_n = 0;
+  const auto stamp = [&](int ev) {
+    if constexpr (kTl) {
+      if (blockIdx.x == 0 && wtid == 0 && tl_n < kTlMax) {
+        long long* row = p.sm90_timeline + static_cast<int64_t>(wg) * 2 * kTlMax + 2 * tl_n++;
+        row[0] = ev;
+        row[1] = static_cast<long long>(clock64());
+      }
+    }
+  };
   const int32_t* bt = p.block_table + static_cast<int64_t>(w.s) * p.max_blocks;
   const int bs = static_cast<int>(p.block_size);
   // Boxes [b0, b1) of tile t into its stage (t & 1), each completing its own mbarrier.
@@ -257,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     FenceRegs(sc);
     for (int t = 0; t < ntiles; t += 2) {
       const bool has1 = t + 1 < ntiles, has2 = t + 2 < ntiles, has3 = t + 3 < ntiles;
+      stamp(0);
       float m_prev[2], m0[2], scale0[2], sum[2];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) m_prev[hr] = s_m[my_row[hr]];
@@ -272,6 +288,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * scale0[hr] + sum[hr];
       NamedBarArrive(kPrBarScale0, kThreads);
+      stamp(1);
       ScaleAcc(acc, scale0[0], scale0[1]);
       {  // O0 += P0 V_L(t), P from registers
         uint64_t dv = DescV(sK + (t & 1) * kTileBytes, 0, 0);
@@ -284,7 +301,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
         WgCommit();
       }
+      stamp(2);
       NamedBarSync(kPrBarScale1, kThreads);
+      stamp(3);
       float scale1[2];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) scale1[hr] = s_scale1[my_row[hr]];
@@ -301,15 +320,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       FenceProxyAsync();
       NamedBarArrive(kPrBarP0, kThreads);
+      stamp(4);
       WgWait<0>();  // O0 += P0 V_L(t) done (its wait after the hand-off, so warpgroup 1 gets P0' sooner)
       FenceRegs(acc);
       FenceRegs(pa);
+      stamp(5);
       if (has2 && wtid == 0) load_boxes(t + 2, 0, 4);  // V_L(t) and S(t) done: boxes 0-3 free
       ScaleAcc(acc, scale1[0], scale1[1]);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) l_run[hr] *= scale1[hr];
       if (has1) {  // O0 += P1 V_L(t + 1), P1 from shared memory (written by warpgroup 1)
         NamedBarSync(kPrBarP1, kThreads);
+        stamp(6);
         uint64_t dp = DescKMajor(s_base + kPrOffP1, 0), dv = DescV(sK + ((t + 1) & 1) * kTileBytes, 0, 0);
         asm volatile("" : "+l"(dp), "+l"(dv));
         FenceRegs(acc);
@@ -318,16 +340,21 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, dp + (kk * 32 >> 4), dv + (kk * 2048 >> 4), 1);
         WgCommit();
       }
+      stamp(7);
       if (has2) issue_s(t + 2, kOrder0, 5, false);  // boxes 0-3 and 8 (issued first)
+      stamp(8);
       if (has1 && has3) {
         if (has2) WgWait<1>();
         else WgWait<0>();
         if (wtid == 0) load_boxes(t + 3, 0, 4);  // V_L(t + 1) done (its S long done): boxes 0-3 free
       }
+      stamp(9);
       if (has2) issue_s(t + 2, kOrder0, 5, true);   // boxes 4-7
+      stamp(10);
       WgWait<0>();
       FenceRegs(acc);
       FenceRegs(sc);
+      stamp(11);
     }
   } else {
     if (ntiles > 1) {
@@ -337,7 +364,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     for (int t = 0; t < ntiles; t += 2) {
       const bool has1 = t + 1 < ntiles, has2 = t + 2 < ntiles, has3 = t + 3 < ntiles;
+      stamp(20);
       NamedBarSync(kPrBarScale0, kThreads);
+      stamp(21);
       // The rope boxes: tile t + 2's (S(t) done: warpgroup 0's softmax of t came first) and t + 3's
       // (S(t + 1), this warpgroup's, done).
       if (wtid == 0) {
@@ -376,6 +405,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       NamedBarArrive(kPrBarScale1, kThreads);
+      stamp(22);
       ScaleAcc(acc, scale0[0] * scale1[0], scale0[1] * scale1[1]);
       if (has1) {
         StorePBox(smem + kPrOffP1, pa, my_row, tq);  // for warpgroup 0 (P1 V_L)
@@ -390,7 +420,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
         WgCommit();
       }
+      stamp(23);
       NamedBarSync(kPrBarP0, kThreads);
+      stamp(24);
       {  // O1 += P0' V_R(t), P0' from shared memory (written by warpgroup 0)
         uint64_t dp = DescKMajor(s_base + kPrOffP0, 0), dv = DescV(sK + (t & 1) * kTileBytes, 4, 0);
         asm volatile("" : "+l"(dp), "+l"(dv));
@@ -401,19 +433,24 @@ __global__ void __launch_bounds__(kThreads, 1)
         WgCommit();
       }
       if (has1) NamedBarArrive(kPrBarP1, kThreads);  // P1 is in its box (and fenced)
+      stamp(25);
       if (has1) {
         WgWait<1>();
         FenceRegs(pa);
         if (has3 && wtid == 0) load_boxes(t + 3, 4, kDB - 1);  // V_R(t + 1) done: boxes 4-7 free
       }
+      stamp(26);
       WgWait<0>();
       FenceRegs(acc);
+      stamp(27);
       if (has2 && wtid == 0) load_boxes(t + 2, 4, kDB - 1);  // V_R(t) done: boxes 4-7 free
       if (has3) {
         issue_s(t + 3, kOrder1, kDB, false);
+        stamp(28);
         WgWait<0>();
         FenceRegs(sc);
       }
+      stamp(29);
     }
   }
 
@@ -460,6 +497,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 void LaunchMlaDecodeSm90Pair(const CUtensorMap& map, const MlaDecodeParams& p, int nrb, int chunk, int max_splits,
                              int direct, unsigned ctas) {
+  if (p.sm90_timeline != nullptr) {  // the measurement hook (bf16 or fp32 output alike)
+    const auto k = p.out_type == DTypeOut::kF32 ? MlaDecodeSm90PairKernel<float, true>
+                                                : MlaDecodeSm90PairKernel<__nv_bfloat16, true>;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(k), static_cast<int>(kPrSmemBytes));
+    LaunchKernel(k, ctas, kThreads, kPrSmemBytes, p.stream, p.pdl, map, p, nrb, chunk, max_splits, direct);
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90PairKernel (timeline)");
+    return;
+  }
   if (p.out_type == DTypeOut::kF32) {
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90PairKernel<float>), static_cast<int>(kPrSmemBytes));
     LaunchKernel(MlaDecodeSm90PairKernel<float>, ctas, kThreads, kPrSmemBytes, p.stream, p.pdl, map, p, nrb, chunk,
