@@ -175,10 +175,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   const int32_t* bt = p.block_table + static_cast<int64_t>(w.s) * p.max_blocks;
   const int bs = static_cast<int>(p.block_size);
-  // Boxes [b0, b1) of tile t into its stage (t & 1), each completing its own mbarrier.
-  const auto load_boxes = [&](int t, int b0, int b1) {
+  // The first cache row of tile t (a global load of its block-table entry).
+  const auto row_of = [&](int t) {
     const int k0 = w.kbeg + t * kBN;
-    const int row = bt[k0 / bs] * bs + k0 % bs;
+    return bt[k0 / bs] * bs + k0 % bs;
+  };
+  // Boxes [b0, b1) of tile t (first cache row `row`) into its stage (t & 1), each completing its
+  // own mbarrier.
+  const auto load_boxes = [&](int t, int row, int b0, int b1) {
     const int st = t & 1;
     for (int b = b0; b < b1; ++b) {
       const uint32_t bar = bar_full + (st * kDB + b) * 8;
@@ -194,10 +198,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (tid == 0) {  // tiles 0 and 1 (in the order their S reads them), overlapping the Q load
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
-    load_boxes(0, 0, kDB);
+    const int row0 = row_of(0);
+    load_boxes(0, row0, 0, kDB);
     if (ntiles > 1) {
-      load_boxes(1, 4, kDB);
-      load_boxes(1, 0, 4);
+      const int row1 = row_of(1);
+      load_boxes(1, row1, 4, kDB);
+      load_boxes(1, row1, 0, 4);
     }
   }
   LoadQTile(p, smem, tid, w.row0, w.valid_rows, w.q0, w.H);
@@ -268,10 +274,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (wg == 0) {
     issue_s(0, kOrder0, kDB, false);
+    // The block-table entries of the tiles this warpgroup re-arms, read a pair ahead of their use
+    // (session 19 run 12: a read on the spot put an L2 round trip in front of each re-arm).
+    int nrow2 = wtid == 0 && 2 < ntiles ? row_of(2) : 0, nrow3 = wtid == 0 && 3 < ntiles ? row_of(3) : 0;
     WgWait<0>();
     FenceRegs(sc);
     for (int t = 0; t < ntiles; t += 2) {
       const bool has1 = t + 1 < ntiles, has2 = t + 2 < ntiles, has3 = t + 3 < ntiles;
+      const int row2 = nrow2, row3 = nrow3;
+      if (wtid == 0) {
+        nrow2 = t + 4 < ntiles ? row_of(t + 4) : 0;
+        nrow3 = t + 5 < ntiles ? row_of(t + 5) : 0;
+      }
       stamp(0);
       float m_prev[2], m0[2], scale0[2], sum[2];
 #pragma unroll
@@ -325,7 +339,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       FenceRegs(acc);
       FenceRegs(pa);
       stamp(5);
-      if (has2 && wtid == 0) load_boxes(t + 2, 0, 4);  // V_L(t) and S(t) done: boxes 0-3 free
+      if (has2 && wtid == 0) load_boxes(t + 2, row2, 0, 4);  // V_L(t) and S(t) done: boxes 0-3 free
+      __syncwarp();  // (the warp converged before the next .aligned instruction)
       ScaleAcc(acc, scale1[0], scale1[1]);
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) l_run[hr] *= scale1[hr];
@@ -346,7 +361,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (has1 && has3) {
         if (has2) WgWait<1>();
         else WgWait<0>();
-        if (wtid == 0) load_boxes(t + 3, 0, 4);  // V_L(t + 1) done (its S long done): boxes 0-3 free
+        if (wtid == 0) load_boxes(t + 3, row3, 0, 4);  // V_L(t + 1) done (its S long done): boxes 0-3 free
+        __syncwarp();  // (the warp converged before the next .aligned instruction)
       }
       stamp(9);
       if (has2) issue_s(t + 2, kOrder0, 5, true);   // boxes 4-7
@@ -362,17 +378,24 @@ __global__ void __launch_bounds__(kThreads, 1)
       WgWait<0>();
       FenceRegs(sc);
     }
+    int nrow2 = wtid == 0 && 2 < ntiles ? row_of(2) : 0, nrow3 = wtid == 0 && 3 < ntiles ? row_of(3) : 0;
     for (int t = 0; t < ntiles; t += 2) {
       const bool has1 = t + 1 < ntiles, has2 = t + 2 < ntiles, has3 = t + 3 < ntiles;
+      const int row2 = nrow2, row3 = nrow3;
+      if (wtid == 0) {
+        nrow2 = t + 4 < ntiles ? row_of(t + 4) : 0;
+        nrow3 = t + 5 < ntiles ? row_of(t + 5) : 0;
+      }
       stamp(20);
       NamedBarSync(kPrBarScale0, kThreads);
       stamp(21);
       // The rope boxes: tile t + 2's (S(t) done: warpgroup 0's softmax of t came first) and t + 3's
       // (S(t + 1), this warpgroup's, done).
       if (wtid == 0) {
-        if (has2) load_boxes(t + 2, kDB - 1, kDB);
-        if (has3) load_boxes(t + 3, kDB - 1, kDB);
+        if (has2) load_boxes(t + 2, row2, kDB - 1, kDB);
+        if (has3) load_boxes(t + 3, row3, kDB - 1, kDB);
       }
+      __syncwarp();
       float m0[2], scale0[2], scale1[2];
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -437,13 +460,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (has1) {
         WgWait<1>();
         FenceRegs(pa);
-        if (has3 && wtid == 0) load_boxes(t + 3, 4, kDB - 1);  // V_R(t + 1) done: boxes 4-7 free
+        if (has3 && wtid == 0) load_boxes(t + 3, row3, 4, kDB - 1);  // V_R(t + 1) done: boxes 4-7 free
+        __syncwarp();  // (the warp converged before the next .aligned instruction)
       }
       stamp(26);
       WgWait<0>();
       FenceRegs(acc);
       stamp(27);
-      if (has2 && wtid == 0) load_boxes(t + 2, 4, kDB - 1);  // V_R(t) done: boxes 4-7 free
+      if (has2 && wtid == 0) load_boxes(t + 2, row2, 4, kDB - 1);  // V_R(t) done: boxes 4-7 free
+      __syncwarp();  // (the warp converged before the next .aligned instruction)
       if (has3) {
         issue_s(t + 3, kOrder1, kDB, false);
         stamp(28);
