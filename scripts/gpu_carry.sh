@@ -14,7 +14,9 @@ mkdir -p "$STAGE/bin/lib" "$STAGE/bin/data/deepseek-v3"
 # CARRY_BINS: the binaries to pack (default both; e.g. CARRY_BINS=dsinfer for a bench-only call).
 for f in ${CARRY_BINS:-dsinfer dsinfer_cuda_tests} ${CARRY_CPU_TESTS:+dsinfer_tests}; do [ -x "$B/$f" ] && cp "$B/$f" "$STAGE/bin/"; done
 strip "$STAGE"/bin/dsinfer* 2>/dev/null || true
-cp -r "$ROOT"/tests/data/* "$STAGE/bin/data/"
+# CARRY_DATA=0 leaves the fixtures out (~6 MB compressed): the device tool refuses a tree plus carry
+# over 64 MiB, and the checkout itself is ~32 MiB (session 19); op tests and benches do not need them.
+[ "${CARRY_DATA:-1}" = 0 ] || cp -r "$ROOT"/tests/data/* "$STAGE/bin/data/"
 cp "$ROOT/../shared/models/deepseek-v3/config.json" "$STAGE/bin/data/deepseek-v3/"
 mkdir -p "$STAGE/bin/data/deepseek-v2-lite"
 cp "$ROOT/../shared/models/deepseek-v2-lite/config.json" "$STAGE/bin/data/deepseek-v2-lite/"

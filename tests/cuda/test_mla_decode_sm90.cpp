@@ -24,12 +24,12 @@
 //    through MlaDecodeAttention) bit-equal to the explicit call;
 //  - variants 1, 2 vs variant 0 at 1e-5 (the same P, rescales and accumulation order; only the fp32
 //    order of the row sums differs); variant 4 (three warpgroups, the same S, P and P V order)
-//    is expected to be bit-equal and held to the same bound; 8-10 (the shorter softmax) to the
-//    emulation's.
+//    is expected to be bit-equal and held to the same bound; 8-10 (the shorter softmax) and 11
+//    (one max a tile pair) to the emulation's.
 // Every case runs on each kernel variant (MlaDecodeParams::sm90_variant: 0 the verified kernel,
 // 1 / 2 "seesaw" with early / late stage release, 4 three warpgroups, 8 / 9 = 4 / 0 with the
-// shorter softmax, 10 = 8 with per-box barriers; cases of variant N > 0 carry the
-// suffix _vN),
+// shorter softmax, 10 = 8 with per-box barriers, 11 the tile-pair schedule; cases of variant
+// N > 0 carry the suffix _vN),
 // each against the emulation of the (shared) plan and the CPU op.
 // Skipped (with the reason) on devices other than sm_90.
 #include <cmath>
