@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: runs a command with nvidia-smi sampling the SM clock, power and temperature
 # every SAMPLE_MS [50] ms, and prefixes each line the command prints with a Unix timestamp, so
-# the samples can be matched to the bench cases that printed around them
-# (bench/clock_trace.py joins them). Usage:
+# the samples can be matched to the lines printed around them. Usage:
 #   bash scripts/gpu_clock_trace.sh OUT_PREFIX command args...
 # Writes OUT_PREFIX.smi.csv and OUT_PREFIX.log.
 set -uo pipefail
