@@ -47,14 +47,10 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   FillUniformBf16(cache.as<__nv_bfloat16>(), pages * nsets * bs * L, b.NextSeed(), -1, 1, b.st());
   std::mt19937 rng(static_cast<uint32_t>(b.NextSeed()));
   std::vector<std::unique_ptr<Buf>> tables;
-  // DS_BENCH_MLA_SEQ_PAGES=1 (A/B, session 19): each sequence's pages in address order instead of
-  // a random permutation of the set's pages.
-  const char* seq_env = std::getenv("DS_BENCH_MLA_SEQ_PAGES");
-  const bool seq_pages = seq_env != nullptr && std::string(seq_env) == "1";
   for (int set = 0; set < nsets; ++set) {
     std::vector<int32_t> perm(pages);
     std::iota(perm.begin(), perm.end(), static_cast<int32_t>(set * pages));
-    if (!seq_pages) std::shuffle(perm.begin(), perm.end(), rng);
+    std::shuffle(perm.begin(), perm.end(), rng);
     std::vector<int32_t> t(S * max_blocks, -1);
     int64_t used = 0;
     for (int64_t s = 0; s < S; ++s)
@@ -82,8 +78,6 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.tc_fast_io = tc_fast_io; p.tc_kernel = tc_kernel; p.tc_cluster_merge = tc_cluster_merge;
   p.sm90 = sm90; p.cache_rows = pages * nsets * bs; p.sm90_variant = sm90_variant; p.sm90_min_rows = sm90_min_rows;
   p.tc_fused_combine = tc_fused_combine; p.split_counters = split_cnt.as<uint32_t>(); p.split_counter_count = S;
-  // DS_BENCH_MLA_L2_PROMO=0|64|128|256 (A/B, session 19): the sm90 kernels' TMA L2 promotion.
-  if (const char* e = std::getenv("DS_BENCH_MLA_L2_PROMO"); e != nullptr && *e != '\0') p.sm90_l2_promotion = std::atoi(e);
   if (sm90) {
     DS_CHECK(MlaDecodeSm90Selected(p)) << "bench: the sm90 MLA decode kernel does not apply to " << label;
   }
@@ -104,10 +98,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
               std::to_string(tc_stages ? tc_stages : 3) +
               ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
               std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
-  std::string note2 = note;
-  if (seq_pages) note2 += ", sequential pages";
-  if (sm90 && p.sm90_l2_promotion != 256) note2 += ", TMA L2 promotion " + std::to_string(p.sm90_l2_promotion);
-  b.Add(kernel, label, us, bytes, flops, false, note2);
+  b.Add(kernel, label, us, bytes, flops, false, note);
   // DS_BENCH_MLA_TIMELINE=1 (variant 11, a measurement): one more launch with CTA 0's (event,
   // clock64) stamps (MlaDecodeParams::sm90_timeline), printed as the mean SM cycles between
   // consecutive events of each warpgroup over its pair iterations but the first two and the last.

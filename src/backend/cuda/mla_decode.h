@@ -110,9 +110,6 @@ struct MlaDecodeParams {
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).
   int64_t cache_rows = 0;
-  // sm90 kernels: the L2 promotion of the latent cache's TMA tile loads, in bytes (0 = none, 64,
-  // 128 or 256; A/B, session 19).
-  int sm90_l2_promotion = 256;
   // Variant 11 only, a measurement hook: when set, CTA 0 records (event, clock64) pairs of its pair
   // loop into [2 warpgroups][2 x 1024] long longs (mla_decode_sm90_pair.cu, kTl events).
   long long* sm90_timeline = nullptr;

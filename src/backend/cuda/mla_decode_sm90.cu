@@ -815,13 +815,9 @@ CUtensorMap MakeKvMap(const MlaDecodeParams& p) {
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(kD) * 2};
   const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(kBN)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUtensorMapL2promotion promo = p.sm90_l2_promotion == 0    ? CU_TENSOR_MAP_L2_PROMOTION_NONE
-                                       : p.sm90_l2_promotion == 64  ? CU_TENSOR_MAP_L2_PROMOTION_L2_64B
-                                       : p.sm90_l2_promotion == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
-                                                                    : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<__nv_bfloat16*>(p.cache), dims,
                             strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            promo, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   DS_CHECK(r == CUDA_SUCCESS) << "cuTensorMapEncodeTiled failed: " << static_cast<int>(r);
   return map;
 }
@@ -911,9 +907,6 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   // both need a positive scale.
   DS_CHECK(p.sm90_variant < 8 || p.softmax_scale > 0.f)
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant << " needs softmax_scale > 0";
-  DS_CHECK(p.sm90_l2_promotion == 0 || p.sm90_l2_promotion == 64 || p.sm90_l2_promotion == 128 ||
-           p.sm90_l2_promotion == 256)
-      << "MlaDecodeAttentionSm90: sm90_l2_promotion " << p.sm90_l2_promotion << " (0, 64, 128 or 256)";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   const Sm90Plan pl = MakePlan(p);
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
