@@ -289,6 +289,25 @@ def reference(sim):
         m = m_new
     return O, l, m
 
+def randomize_speeds(sim, seed, ntiles, nvalid):
+    """The interleaving's random source, and how fast TMA boxes land and wgmma groups complete
+    relative to the warpgroups' progress (slow ones keep reads / registers in flight for long)."""
+    sim.rng_py = random.Random(seed * 1000 + ntiles * 10 + nvalid)
+    sim.w_tma = sim.rng_py.choice([0.01, 0.2, 1.0, 5.0])
+    sim.w_mma = sim.rng_py.choice([0.01, 0.2, 1.0, 5.0])
+
+
+def check_result(sim, O_ref, l_ref, m_ref, key):
+    """Both warpgroups' row sums and maxima, and the concatenated O, against a reference (1e-12)."""
+    O = np.concatenate([sim.result[0][0], sim.result[1][0]], axis=1)
+    for w in range(2):
+        assert np.allclose(sim.result[w][1], l_ref, rtol=1e-12, atol=0), key + ('l',)
+        assert np.array_equal(sim.result[w][2], m_ref), key + ('m',)
+    err = np.abs(O - O_ref).max() / max(1e-300, np.abs(O_ref).max())
+    assert err < 1e-12, key + (err,)
+    return O
+
+
 def main():
     n = 0
     for early in (True, False):
@@ -298,23 +317,13 @@ def main():
                     rng = np.random.default_rng(seed * 131 + ntiles * 7 + nvalid)
                     sim = Sim(ntiles, nvalid, rng)
                     sim.early = early
-                    sim.rng_py = random.Random(seed * 1000 + ntiles * 10 + nvalid)
-                    # per run: how fast TMA boxes land and wgmma groups complete relative to the
-                    # warpgroups' progress (slow ones keep reads / registers in flight for long)
-                    sim.w_tma = sim.rng_py.choice([0.01, 0.2, 1.0, 5.0])
-                    sim.w_mma = sim.rng_py.choice([0.01, 0.2, 1.0, 5.0])
+                    randomize_speeds(sim, seed, ntiles, nvalid)
                     try:
                         sim.run()
                     except Fail as e:
                         print(f"FAIL variant {1 if early else 2} ntiles={ntiles} nvalid={nvalid} seed={seed}: {e}")
                         raise SystemExit(1)
-                    O_ref, l_ref, m_ref = reference(sim)
-                    O = np.concatenate([sim.result[0][0], sim.result[1][0]], axis=1)
-                    for w in range(2):
-                        assert np.allclose(sim.result[w][1], l_ref, rtol=1e-12, atol=0), (ntiles, nvalid, seed, 'l')
-                        assert np.array_equal(sim.result[w][2], m_ref), (ntiles, nvalid, seed, 'm')
-                    err = np.abs(O - O_ref).max() / max(1e-300, np.abs(O_ref).max())
-                    assert err < 1e-12, (ntiles, nvalid, seed, err)
+                    check_result(sim, *reference(sim), (ntiles, nvalid, seed))
                     n += 1
     print(f"seesaw schedule model (variants 1 and 2): {n} random interleavings (1-7 tiles, partial last "
           "tiles) OK: no deadlock, no stale / overwritten reads, no register hazards, O / l / m = the "
