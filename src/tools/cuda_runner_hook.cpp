@@ -72,12 +72,14 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_OPROJ_NORM", &c.fused_oproj_norm);              // residual + norm in o_proj's last block (off: verified, slower)
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
   env_int("DS_PERSISTENT_MOE_GU_KSPLIT", 1, 8, 1, &c.persistent_moe_gu_ksplit);
+  env_switch("DS_PERSISTENT_MOE_GU_QUEUE", &c.persistent_moe_gu_queue);  // phase 2 from a tile counter, no barrier 1 (opt-in)
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
   env_switch("DS_FP8_SKINNY_SM90", &c.fp8_skinny_sm90);          // W8A8 projections <= 64 rows on the CUTLASS swap-AB GEMM (opt-in)
   env_switch("DS_PERSISTENT_DENSE", &c.persistent_dense_mlp);    // dense layers' MLP in the persistent kernel (on since session 14)
   env_switch("DS_NORM_IN_ATTN", &c.norm_in_attn);              // the next input norm in the attention kernel (on since session 14)
   env_switch("DS_Q_ABSORB", &c.fused_q_absorb);                  // MLA q absorption in one launch (opt-in)
   env_switch("DS_ATTN_PERSISTENT", &c.attn_persistent);          // the b1 MLA attention in one cooperative launch (on since session 13)
+  env_switch("DS_ATTN_ABSORB_OVERLAP", &c.attn_absorb_overlap);  // its absorption overlapping phase 1's tail (opt-in)
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
     env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);

@@ -48,6 +48,16 @@ TEST(CudaRunnerAttnPersistent, NormInAttnWithinBounds) {
                                set, &CudaGraphStats::moe_norm_skipped_layers, PathExpect::kRuns);
 }
 
+// attn_absorb_overlap: the absorption overlapping phase 1's tail (MlaAttnPersistentParams::
+// nope_ready): the same rows by the same warps' sums, so bit-identical logits, graphs off and on.
+TEST(CudaRunnerAttnPersistent, AbsorbOverlapBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_absorb_overlap = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_absorb_overlap", DummyOptions(dir, 3, 9), set,
+                               &CudaGraphStats::attn_absorb_overlap_layers, PathExpect::kRuns);
+}
+
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {
   const int ran = ForEachFixture({"v2_lite_tiny", "v3_mla512_tiny"}, [](const std::string& name, const CudaRunnerOptions& o) {
     CompareBounded(name, o, false, PathExpect::kNever);

@@ -54,6 +54,16 @@ TEST(CudaRunnerPersistentMoe, GateUpKSplitWithinBounds) {
                                &CudaGraphStats::moe_gu_ksplit_layers, PathExpect::kRuns);
 }
 
+// persistent_moe_gu_queue: phase 2's tiles from a counter, the shared experts' first, no barrier
+// 1: the same sums per tile, so bit-identical logits, graphs off and on (MoE and dense layers).
+TEST(CudaRunnerPersistentMoe, GateUpQueueBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_gu_queue = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_gu_queue", DummyOptions(dir, 3, 5), set,
+                               &CudaGraphStats::moe_gu_queue_layers, PathExpect::kRuns);
+}
+
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
 // against the unfused dense MLP (another fp32 order), and it must run there.
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {

@@ -14,6 +14,7 @@
 // re-poisoned before the last launch); the o_proj tile's copies issued at each wo_stage_point.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -45,12 +46,14 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // which the decode then reads, as the unfused path would).
 // in_norm: the input comes as a residual row and the input norm's weight
 // (MlaAttnPersistentParams::in_residual); the reference's x is their norm rounded to bf16.
+// overlap: absorb_overlap (MlaAttnPersistentParams::nope_ready); then also bit-for-bit the
+// outputs of a launch without it on the same inputs, and the counter back at zero.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             bool in_norm = false) {
+             bool in_norm = false, bool overlap = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
-                            (in_norm ? "_in_norm" : "") +
+                            (in_norm ? "_in_norm" : "") + (overlap ? "_overlap" : "") +
                             (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
@@ -174,8 +177,9 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, max_context));
   Dev<int32_t> d_pos(std::vector<int32_t>{pos}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
   Dev<int64_t> d_slot(std::vector<int64_t>{no_slot ? -1 : slot});
-  Dev<uint32_t> d_sync(2);
+  Dev<uint32_t> d_sync(2), d_nope(1);
   DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
+  DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, sizeof(uint32_t)));
   MlaAttnPersistentParams p{};
   p.x16 = d_x.get(); p.hidden = Hd; p.heads = H;
   p.wq = d_wq.get(); p.wkva = d_wkva.get(); p.kva_norm_w = d_norm_w.get(); p.eps = 1e-6f;
@@ -186,6 +190,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   p.q32 = d_q32.get(); p.kva32 = d_kva.get(); p.qlat16 = d_qlat.get(); p.workspace = d_ws.get();
   p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.wo_stage_point = wo_point;
   if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
+  if (overlap) p.nope_ready = d_nope.get();
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -223,6 +228,22 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   EXPECT_EQ(other_rows_changed, 0) << label << ": cache rows other than the token's slot changed";
   // grid_barrier.cuh's 64-bit counter: each launch pads it to the next multiple of kGridEpoch (2^20).
   EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{kLaunches} << 20) << label;
+  if (overlap) {
+    EXPECT_EQ(d_nope.Download()[0], 0u) << label << ": absorb_overlap's counter not back at zero";
+    // The same inputs without absorb_overlap: the same rows by the same warps' sums, so the same bits.
+    MlaAttnPersistentParams r = p;
+    r.nope_ready = nullptr;
+    d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_q32.Poison();
+    MlaAttnPersistent(r);
+    DS_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto bits_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(bits_equal(d_out.Download(), out)) << label << ": out differs from the launch without absorb_overlap";
+    EXPECT_TRUE(bits_equal(FromBf16(d_o16.Download()), o16)) << label << ": o differs";
+    EXPECT_TRUE(bits_equal(FromBf16(d_qlat.Download()), got_qlat)) << label << ": q_lat differs";
+    EXPECT_TRUE(bits_equal(d_q32.Download(), got_q32)) << label << ": q32 differs";
+  }
 }
 
 TEST(CudaMlaAttnPersistent, MatchesCpuReference) {
@@ -243,6 +264,18 @@ TEST(CudaMlaAttnPersistent, InputNormMatchesCpuReference) {
   RunCase(16, 2048, 33, true, false, false, 2, true);
   RunCase(4, 8192, 100, true, false, false, 2, true);
   RunCase(4, 512, 65, false, true, false, 2, true);
+}
+
+// absorb_overlap (MlaAttnPersistentParams::nope_ready): V2-Lite's shape (228 phase-1 tiles on
+// the SMs: blocks with one and with two), the in-kernel norm, graph replays (the counter's reset
+// across launches), the small shapes (blocks without a phase-1 tile absorb).
+TEST(CudaMlaAttnPersistent, AbsorbOverlapMatchesCpuReference) {
+  RunCase(16, 2048, 1000, true, true, false, 2, true, /*overlap=*/true);
+  RunCase(16, 2048, 1, true, false, false, 2, false, true);
+  RunCase(16, 2048, 4500, true, true, false, 2, false, true);
+  RunCase(4, 8192, 100, true, false, false, 2, true, true);
+  RunCase(4, 512, 65, false, true, false, 2, true, true);
+  RunCase(2, 4096, 300, true, true, false, 2, false, true);
 }
 
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
@@ -298,14 +331,16 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, pages * kBs));
     Dev<int32_t> d_pos(std::vector<int32_t>{ctx - 1}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
     Dev<int64_t> d_slot(std::vector<int64_t>{static_cast<int64_t>(table[(ctx - 1) / kBs]) * kBs + (ctx - 1) % kBs});
-    Dev<uint32_t> d_sync(2);
+    Dev<uint32_t> d_sync(2), d_nope(1);
     DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
+    DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, sizeof(uint32_t)));
     Dev<float> d_in_res(RandomNormal(Hd, 1.f)), d_in_w(std::vector<float>(Hd, 1.f));
     // (Session 13's wo_stage_point 0 / 1 variants and the L2 prefetches of sessions 13-14:
     // bench/results/session13_*, session14_2026-11-30_run{1,6}.)
-    for (int variant = 0; variant < 2; ++variant) {
+    // Variant 2 (session 20): in_norm with absorb_overlap (nope_ready).
+    for (int variant = 0; variant < 3; ++variant) {
       const int wo_point = 2;
-      const bool in_norm = variant == 1;
+      const bool in_norm = variant >= 1, overlap = variant == 2;
       for (bool stamped : {false, true}) {
         const auto params = [&](int i) {
           MlaAttnPersistentParams p{};
@@ -320,6 +355,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
           p.wo_stage_point = wo_point;
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
+          if (overlap) p.nope_ready = d_nope.get();
           p.stream = st;
           return p;
         };
@@ -328,9 +364,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d stamps=%d: "
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d stamps=%d: "
                     "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, in_norm, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
+                    ctx, wo_point, in_norm, overlap, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
         std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
@@ -361,9 +397,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d in_norm=%d segment=\"%s\": mean %.2f us, "
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d in_norm=%d overlap=%d segment=\"%s\": mean %.2f us, "
                       "max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, in_norm, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+                      ctx, in_norm, overlap, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

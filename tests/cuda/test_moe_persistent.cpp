@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "backend/cpu/ops.h"
@@ -75,11 +76,39 @@ void LaunchFromResidual(bool graph, int launches, const MoePersistentParams& p, 
 
 // next_norm false: norm_weight = nullptr (no next norm: the kernel ends after phase 3; out32 /
 // out16 stay set and must stay as poisoned).
-void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true) {
+// The same launches without gu_queue (p.queue) on the same inputs: act, residual and the norm's
+// output bit for bit, and the queue's two words back at zero.
+void ExpectQueueBitsAndReset(const MoePersistentParams& p, const float* res_in, const Dev<uint32_t>& d_sync,
+                             const std::string& label) {
+  const std::vector<uint32_t> words = d_sync.Download();
+  EXPECT_EQ(words[2], 0u) << label << ": gu_queue's tile counter not back at zero";
+  EXPECT_EQ(words[3], 0u) << label << ": gu_queue's router count not back at zero";
+  const int64_t n_act = p.top_k * p.inter + p.shared_inter;
+  const auto snapshot = [&] {
+    DS_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> v(p.hidden * 2 + n_act);
+    DS_CUDA_CHECK(cudaMemcpy(v.data(), p.residual, p.hidden * 4, cudaMemcpyDeviceToHost));
+    if (p.norm_weight) DS_CUDA_CHECK(cudaMemcpy(v.data() + p.hidden, p.out32, p.hidden * 4, cudaMemcpyDeviceToHost));
+    std::vector<__nv_bfloat16> a(n_act);
+    DS_CUDA_CHECK(cudaMemcpy(a.data(), p.act, n_act * 2, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < n_act; ++i) v[2 * p.hidden + i] = __bfloat162float(a[i]);
+    return v;
+  };
+  const std::vector<float> with = snapshot();
+  MoePersistentParams q = p;
+  q.queue = nullptr;
+  LaunchFromResidual(false, 1, q, res_in, [] {});
+  const std::vector<float> without = snapshot();
+  EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * sizeof(float)), 0)
+      << label << ": gu_queue's act / residual / norm output differ from the launch without it";
+}
+
+// queue: gu_queue (MoePersistentParams::queue; ksplit 8), then ExpectQueueBitsAndReset.
+void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true, bool queue = false) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
   const std::string label = std::string(c.name) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
                             (fold ? " fold" : "") + (ksplit > 1 ? " gu_ksplit" + std::to_string(ksplit) : "") +
-                            (next_norm ? "" : " no_next_norm");
+                            (next_norm ? "" : " no_next_norm") + (queue ? " gu_queue" : "");
   // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual; with
   // fold, attn_out and the post-attention norm's weight instead of x32 / x16 (x32 is then the
   // reference's own norm of residual + attn_out).
@@ -111,8 +140,8 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   Dev<float> d_logits(E), d_w(K), d_res(Hd), d_out32(Hd), d_part(MoePersistentGridBlocks(2));
   Dev<int32_t> d_ids(K);
   Dev<__nv_bfloat16> d_act(K * I + Is), d_out16(Hd);
-  Dev<uint32_t> d_sync(2);
-  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
+  Dev<uint32_t> d_sync(4);
+  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 4 * sizeof(uint32_t)));
 
   MoePersistentParams p{};
   if (fold) { p.attn_out = d_attn.get(); p.post_norm_weight = d_post_w.get(); }
@@ -130,6 +159,7 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   p.gu_ksplit = ksplit;
   p.blocks_per_sm = bps;
   if (!next_norm) p.norm_weight = nullptr;  // out32 / out16 / partials stay set: the kernel must not write them
+  if (queue) p.queue = d_sync.get() + 2;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
@@ -210,6 +240,7 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   std::printf("[metric] op=moe_persistent case=%s barrier counter=%llu (expected %llu)\n", label.c_str(),
               (unsigned long long)count, (unsigned long long)expected);
   EXPECT_EQ(count, expected) << label;
+  if (queue) ExpectQueueBitsAndReset(p, d_res_in.get(), d_sync, label);
 }
 
 TEST(CudaMoePersistent, MatchesCpuReference) {
@@ -223,11 +254,13 @@ TEST(CudaMoePersistent, MatchesCpuReference) {
 // The dense form (num_experts == top_k == 0: a first_k_dense_replace layer's MLP as the shared
 // weights, in `chunks` chunks of I): the post-attention norm (fold), gate_up + SiLU, down, the
 // residual and the next norm (or none), against a double reference on the kernel's bf16 act.
-void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int ksplit, bool next_norm) {
+void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int ksplit, bool next_norm,
+                  bool queue = false) {
   const int64_t I = Is / chunks;
   const std::string label = "dense_hidden" + std::to_string(Hd) + "_inter" + std::to_string(Is) + "_chunks" +
                             std::to_string(chunks) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
-                            " gu_ksplit" + std::to_string(ksplit) + (next_norm ? "" : " no_next_norm");
+                            " gu_ksplit" + std::to_string(ksplit) + (next_norm ? "" : " no_next_norm") +
+                            (queue ? " gu_queue" : "");
   std::vector<float> res_in = RandomNormal(Hd, 1.f), attn = RandomNormal(Hd, 1.f), post_w = RandomF(Hd, 0.5f, 1.5f),
                      norm_w = RandomF(Hd, 0.5f, 1.5f), r1(Hd), x32(Hd);
   double ss = 0;
@@ -241,8 +274,8 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   Dev<float> d_res_in(res_in), d_attn(attn), d_post_w(post_w), d_norm_w(norm_w), d_res(Hd), d_out32(Hd),
       d_part(MoePersistentGridBlocks(2));
   Dev<__nv_bfloat16> d_gu(gu), d_down(down), d_act(Is), d_out16(Hd);
-  Dev<uint32_t> d_sync(2);
-  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
+  Dev<uint32_t> d_sync(4);
+  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 4 * sizeof(uint32_t)));
   MoePersistentParams p{};
   p.attn_out = d_attn.get(); p.post_norm_weight = d_post_w.get();
   p.shared_gu = d_gu.get(); p.shared_down = d_down.get();
@@ -251,6 +284,7 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   p.out32 = d_out32.get(); p.out16 = d_out16.get();  // written only with a next norm
   if (next_norm) p.norm_weight = d_norm_w.get();
   p.sync = d_sync.get(); p.partials = d_part.get(); p.blocks_per_sm = bps; p.gu_ksplit = ksplit;
+  if (queue) p.queue = d_sync.get() + 2;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchFromResidual(graph, kLaunches, p, d_res_in.get(), [&] { d_act.Poison(); d_out32.Poison(); d_out16.Poison(); });
@@ -284,6 +318,7 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   }
   const std::vector<uint32_t> sync = d_sync.Download();
   EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{kLaunches} << 20) << label;
+  if (queue) ExpectQueueBitsAndReset(p, d_res_in.get(), d_sync, label);
 }
 
 TEST(CudaMoePersistent, DenseMatchesCpuReference) {
@@ -307,6 +342,17 @@ TEST(CudaMoePersistent, GateUpKSplitMatchesCpuReference) {
   RunCase(kCases[0], false, 1, false, 4);
 }
 
+// gu_queue (MoePersistentParams::queue): phase 2's tiles from a counter, shared first, no barrier 1.
+TEST(CudaMoePersistent, GateUpQueueMatchesCpuReference) {
+  for (const Case& c : kCases) {
+    RunCase(c, true, 2, true, 8, false, true);   // the runner's form: fold, no next norm
+    RunCase(c, false, 2, false, 8, true, true);  // x given, a next norm, direct launches
+  }
+  RunCase(kCases[0], true, 1, true, 8, true, true);
+  RunDenseCase(2048, 10944, 2, true, 2, 8, false, true);
+  RunDenseCase(512, 1024, 4, false, 1, 8, true, true);
+}
+
 // Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer
 // (64 experts, top-6, I 1408, two shared experts, hidden 2048) timed as graph replays of 20
 // back-to-back launches (CUDA events; the weights, 1.1 GB, do not fit L2), the same with
@@ -324,9 +370,9 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   Dev<float> d_logits(E), d_w(K), d_out32(Hd), d_part(grid_max);
   Dev<int32_t> d_ids(K);
   Dev<__nv_bfloat16> d_act(K * I + Is), d_out16(Hd);
-  Dev<uint32_t> d_sync(2);
+  Dev<uint32_t> d_sync(4);
   Dev<long long> d_stamps(static_cast<size_t>(grid_max) * kMoePersistentStamps);
-  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
+  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 4 * sizeof(uint32_t)));
   MoePersistentParams p{};
   p.x32 = d_x32.get(); p.x16 = d_x16.get(); p.router_w = d_router.get();
   p.routing = MoeRoutingParams{nullptr, nullptr, 1, E, static_cast<int>(K), 1, 1, 0, 0, false, 1.0f, nullptr, nullptr, nullptr};
@@ -347,15 +393,17 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
     return ReplayUs(g, st, kReplays, kReps);
   };
-  for (const auto& [bps, ks] : {std::pair{1, 1}, std::pair{1, 4}, std::pair{2, 1}, std::pair{2, 2}, std::pair{2, 4},
-                                std::pair{2, 8}}) {
+  // (bps, gu_ksplit, gu_queue); the runner's default: (2, 8, off).
+  for (const auto& [bps, ks, qu] : {std::tuple{1, 1, false}, std::tuple{2, 1, false}, std::tuple{2, 4, false},
+                                    std::tuple{2, 8, false}, std::tuple{2, 8, true}}) {
     p.blocks_per_sm = bps;
     p.gu_ksplit = ks;
+    p.queue = qu ? d_sync.get() + 2 : nullptr;
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
-    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d grid=%d full=%.2f us (%.0f GB/s on "
-                "%.1f MB) barriers_only=%.2f us\n", bps, ks, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d gu_queue=%d grid=%d full=%.2f us (%.0f "
+                "GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();
@@ -369,8 +417,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       std::vector<long long> d(grid);
       for (int b = 0; b < grid; ++b) d[b] = s[b * kMoePersistentStamps + i + 1] - s[b * kMoePersistentStamps + i];
       std::sort(d.begin(), d.end());
-      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d %s: median %lld cycles, min %lld, "
-                  "max %lld\n", bps, ks, names[i], d[grid / 2], d[0], d[grid - 1]);
+      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d gu_queue=%d %s: median %lld cycles, "
+                  "min %lld, max %lld\n", bps, ks, qu, names[i], d[grid / 2], d[0], d[grid - 1]);
     }
   }
   DS_CUDA_CHECK(cudaStreamDestroy(st));

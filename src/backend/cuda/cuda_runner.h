@@ -235,6 +235,10 @@ struct CudaRunnerOptions {
   // 2.304-2.310 against 2.317-2.333 with norm_in_attn (run 3; run 2: 2.340 against 2.370-2.373;
   // 2 was slower, 2.397). The CLI reads DS_PERSISTENT_MOE_GU_KSPLIT.
   int persistent_moe_gu_ksplit = 8;
+  // Its phase 2 from a tile counter, the shared experts' tiles first and no barrier 1
+  // (MoePersistentParams::queue; layers whose split is 8). The same bits. Opt-in until measured.
+  // The CLI reads DS_PERSISTENT_MOE_GU_QUEUE=0/1.
+  bool persistent_moe_gu_queue = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -287,6 +291,10 @@ struct CudaRunnerOptions {
   // against 2.507-2.511 at 1K with the whole suite passing). The CLI reads
   // DS_ATTN_PERSISTENT=0/1.
   bool attn_persistent = true;
+  // With attn_persistent: the absorption overlaps phase 1's q_pe / kv_a tiles, started by a
+  // counter of the q_nope tiles instead of a grid barrier (MlaAttnPersistentParams::nope_ready;
+  // the same math and bits). Opt-in until measured. The CLI reads DS_ATTN_ABSORB_OVERLAP=0/1.
+  bool attn_absorb_overlap = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -496,6 +504,8 @@ struct CudaGraphStats {
   int64_t fused_uv_layers = 0;    // MLA layers whose decode merge applied W_UV (fused_uv)
   int64_t q_absorb_layers = 0;    // MLA absorptions run as one MlaQAbsorb launch (fused_q_absorb; also a fused launch)
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
+  int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
+  int64_t moe_gu_queue_layers = 0;         // persistent MoE / dense layers with persistent_moe_gu_queue (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)

@@ -99,15 +99,18 @@ __device__ __forceinline__ void MmaTileSmem(const bf16* w, int64_t pitch, const 
 // added in warp order by 16 threads, out(row, value). row_ptr(r) gives row r's first weight.
 // first_s: when not null, the block's first tile staged in shared memory ([16] rows of K at
 // first_pitch).
-template <class RowPtr, class Out>
+// tile_row(t): tile t's first row (16 rows from it); done(t): called by thread 0 once tile t's
+// outputs are written by the block (after a block barrier).
+template <class RowPtr, class Out, class TileRow, class Done>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
-                                          Out out, const bf16* first_s, int64_t first_pitch) {
+                                          Out out, const bf16* first_s, int64_t first_pitch, TileRow tile_row, Done done) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t kw = K / kWarps, k0 = warp * kw;
   for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x) {
+    const int64_t r0 = tile_row(t);
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
-    else WarpTile16(row_ptr(t * 16 + g) + k0, row_ptr(t * 16 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
+    else WarpTile16(row_ptr(r0 + g) + k0, row_ptr(r0 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_red[warp][g] = d[0];
       s_red[warp][g + 8] = d[2];
@@ -116,10 +119,16 @@ __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* x
     if (threadIdx.x < 16) {
       float v = 0.f;
       for (int w = 0; w < kWarps; ++w) v += s_red[w][threadIdx.x];
-      out(t * 16 + threadIdx.x, v);
+      out(r0 + threadIdx.x, v);
     }
     __syncthreads();
+    if (threadIdx.x == 0) done(t);
   }
+}
+template <class RowPtr, class Out>
+__device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
+                                          Out out, const bf16* first_s, int64_t first_pitch) {
+  GemvTiles(rows, K, xs, s_red, row_ptr, out, first_s, first_pitch, [](int64_t t) { return t * 16; }, [](int64_t) {});
 }
 
 // Timing stamp k of this block (MlaAttnPersistentParams::phase_ns); `sync` first so that the
@@ -174,9 +183,17 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   bf16* wo_s = reinterpret_cast<bf16*>(smem_raw + kWoOff);  // [16][wo_pitch]
   // Phase 2's W_UK tiles (blocks >= 1: unit (b - 1) * 8 + warp first), phase 4's (head, part)
   // units, phase 5's o_proj tiles: the first of each loaded ahead.
-  const int64_t uk_units = H * (kLat / 16), uk_warps = int64_t{grid - 1} * kWarps;
-  const int64_t uk_first = int64_t{blockIdx.x - 1} * kWarps + warp;
-  const bool uk_block = blockIdx.x > 0 && int64_t{blockIdx.x - 1} * kWarps < uk_units;
+  // absorb_overlap (p.nope_ready): phase 1's tiles in the order q_nope (every head), q_pe, kv_a,
+  // and the absorption on the blocks with the fewest phase-1 tiles (uk_lo on: tile counts differ
+  // by at most one, blocks >= n1 % grid have the fewer), each starting once every q_nope tile is
+  // written (the counter), while the other blocks still stream their q_pe / kv_a tiles: no
+  // barrier 1. Otherwise the absorption runs on blocks >= 1 between barriers 1 and 2.
+  const bool overlap = p.nope_ready != nullptr;
+  const int64_t n1 = (Rq + kD) / 16, n_nope = H * (kNope / 16);
+  const int uk_lo = overlap ? static_cast<int>(n1 % grid) : 1;
+  const int64_t uk_units = H * (kLat / 16), uk_warps = int64_t{grid - uk_lo} * kWarps;
+  const int64_t uk_first = (int64_t{blockIdx.x} - uk_lo) * kWarps + warp;
+  const bool uk_block = static_cast<int>(blockIdx.x) >= uk_lo && (int64_t{blockIdx.x} - uk_lo) * kWarps < uk_units;
   const int64_t uv_units = H * kUvParts;
   const bool wo_staged = blockIdx.x < Hd / 16;
   Stamp(p.phase_ns, 0, false);
@@ -243,19 +260,37 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         if (r < Rq) p.q32[r] = v;
         else p.kva32[r - Rq] = v;
       },
-      nullptr, 0);
-  // Ahead of barrier 1: this warp's first W_UK tile (phase 2's absorption).
+      nullptr, 0,
+      [&](int64_t t) -> int64_t {
+        if (!overlap) return t * 16;
+        const int64_t n_pe = H * (kRope / 16);
+        if (t < n_nope) return (t / (kNope / 16)) * kDqk + (t % (kNope / 16)) * 16;
+        if (t < n_nope + n_pe) return ((t - n_nope) / (kRope / 16)) * kDqk + kNope + ((t - n_nope) % (kRope / 16)) * 16;
+        return Rq + (t - n_nope - n_pe) * 16;
+      },
+      [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
+        if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
+      });
+  // Ahead of barrier 1 (absorb_overlap: of the wait for q_nope): this warp's first W_UK tile.
   WarpSlice uk;
-  if (blockIdx.x > 0 && uk_first < uk_units) {
+  if (uk_block && uk_first < uk_units) {
     const bf16* w = p.w_uk_t + uk_first * 16 * kNope;
     LoadSlice(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk);
   }
   Stamp(p.phase_ns, 1, true);
-  grid::GridBarrier(p.sync, base + 1 * gridDim.x);
+  int nbar = 0;
+  if (!overlap) grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
   Stamp(p.phase_ns, 2, false);
 
-  // Phase 2: the absorption (block 0 and blocks past the units idle).
+  // Phase 2: the absorption (blocks below uk_lo and past the units idle).
   if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
+    if (overlap) {  // every q_nope tile written (the counter's release adds; reset after barrier 2)
+      if (threadIdx.x == 0)
+        while (grid::LdAcquire(p.nope_ready) < static_cast<uint32_t>(n_nope)) {
+        }
+      __syncthreads();
+      Stamp(p.phase_ns, 2, false);
+    }
     // The absorption: q_nope of every head as bf16 in shared memory, then 16-row tiles of
     // W_UK_h^T (rows c, K = 128) a warp; q_lat rounded to bf16 (the decode's Q operand).
     bf16* qn = xs;  // [H][128]
@@ -305,7 +340,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const int64_t slot = *p.slot;
   if (first_split < S) IssueSplitRows(p, Ks, first_split, ctx, -1, first_split == new_split ? ctx - 1 - new_split * kBN : -1);
   Stamp(p.phase_ns, 3, true);
-  grid::GridBarrier(p.sync, base + 2 * gridDim.x);
+  grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
+  // absorb_overlap: every block has passed its wait and every q_nope tile has counted: the
+  // counter goes back to zero for the next launch (stream-ordered after this one).
+  if (overlap && blockIdx.x == 0 && threadIdx.x == 0) *p.nope_ready = 0u;
   Stamp(p.phase_ns, 4, false);
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
@@ -502,7 +540,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     }
   }
   Stamp(p.phase_ns, 6, true);
-  grid::GridBarrier(p.sync, base + 3 * gridDim.x);
+  grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
   Stamp(p.phase_ns, 7, false);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
@@ -596,7 +634,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     else for (int k = 8; k <= 12; ++k) Stamp(p.phase_ns, k, false);
   }
   Stamp(p.phase_ns, 13, true);
-  grid::GridBarrier(p.sync, base + 4 * gridDim.x, /*final=*/true);
+  grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/true);
   Stamp(p.phase_ns, 14, false);
 
   // Phase 5: o_proj (o in shared memory; the block's first tile staged).

@@ -90,10 +90,18 @@ struct MlaAttnPersistentParams {
   __nv_bfloat16* o16 = nullptr;           // [heads * 128] scratch (o_proj's input)
   float* out = nullptr;                   // [hidden] fp32: o_proj's output
   uint32_t* sync = nullptr;               // 2 words (grid_barrier.cuh's 64-bit counter), zero before the first launch
+  // absorb_overlap (session 20; CudaRunnerOptions::attn_absorb_overlap): when set, one word, zero
+  // before the first launch (each launch leaves it at zero). Phase 1 then runs its tiles in the
+  // order q_nope of every head, q_pe, kv_a; each q_nope tile bumps this counter (release), and
+  // phase 2's absorption runs on the blocks with the fewest phase-1 tiles as soon as the counter
+  // reaches heads x 8, while the other blocks still stream their q_pe / kv_a tiles. Barrier 1
+  // goes (three grid barriers instead of four). nullptr: the phases as listed above.
+  uint32_t* nope_ready = nullptr;
   cudaStream_t stream = nullptr;
   // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
   // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps],
-  // in order: 0 start; 1 phase 1 done; 2 barrier 1; 3 phase 2 done; 4 barrier 2; 5 phase 3's first
+  // in order: 0 start; 1 phase 1 done; 2 barrier 1 (absorb_overlap: the q_nope counter reached, on the
+  // absorbing blocks; at 1 elsewhere); 3 phase 2 done; 4 barrier 2; 5 phase 3's first
   // Q / K tiles in shared memory; 6 phase 3 done; 7 barrier 3; phase 4's first unit: 8 LSEs
   // loaded, 9 weights, 10 partials summed, 11 merged; 12 phase 4's units done; 13 phase 4 done
   // (the o_proj slices' loads issued); 14 barrier 4; 15 phase 5 done (a block without a split or

@@ -153,15 +153,30 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // Dense (top_k == 0, no routed experts): no router, no routing, no barrier 1; the barriers
   // that remain count from 1.
   const bool routed = K > 0;
+  // gu_queue (p.queue): no barrier 1. A router block counts its logits written (thread 0 wrote
+  // them: its release add orders them), and a block waits for all router blocks' counts only
+  // before it routes (at its first routed tile, or after phase 2).
+  const bool queue = p.queue != nullptr;
+  const uint32_t router_blocks = static_cast<uint32_t>(std::min<int64_t>(E, grid));
+  if (queue && routed && work && blockIdx.x < E && threadIdx.x == 0)
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.queue + 1) : "memory");
   int nbar = 0;
   stamp(1);
-  if (routed) GridBarrier(p.sync, base + (++nbar) * gridDim.x);
+  if (routed && !queue) GridBarrier(p.sync, base + (++nbar) * gridDim.x);
   stamp(2);
 
   // Phase 2: routing (every block, the same bits), then gate_up + SiLU tiles of 8 act columns
   // (8 gate + the same 8 up rows): the routed slots' tiles, then the shared experts'. Tile t goes
-  // to block t % grid (consecutive tiles on different blocks: every SM gets its share).
-  if (routed) {
+  // to block t % grid (consecutive tiles on different blocks: every SM gets its share); with
+  // gu_queue, blocks take tiles from a counter, the shared experts' first (see below).
+  // Block-uniform (it holds block barriers).
+  const auto route_token = [&]() {
+    if (queue && work) {  // every router block's logits written
+      if (threadIdx.x == 0)
+        while (grid::LdAcquire(p.queue + 1) < router_blocks) {
+        }
+      __syncthreads();
+    }
     MoeRoutingParams rp = p.routing;
     rp.logits = p.logits;
     rp.n = 1;
@@ -178,8 +193,47 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       p.topk_ids[threadIdx.x] = s_ids[threadIdx.x];
       p.topk_weights[threadIdx.x] = s_w[threadIdx.x];
     }
-  }
-  if (p.gu_ksplit <= 1) {
+  };
+  if (routed && !queue) route_token();
+  if (queue) {
+    // gu_queue (gu_ksplit == 8: a tile on the block's 8 warps): queue index i < Is / 8 is shared
+    // tile i (known before the routing), then the routed slots' tiles. Thread 0 takes the next
+    // index (a relaxed atomic add) while the block works on the current one; each tile's parts
+    // are added in part order and finished at once (threads 0-7). A block routes before its
+    // first routed tile, or after the loop if it took none (phase 3 needs the ids).
+    __shared__ uint32_t s_next;
+    const int64_t ts = Is / 8;
+    bool routed_here = !routed;
+    if (threadIdx.x == 0) s_next = work ? atomicAdd(p.queue, 1u) : static_cast<uint32_t>(tiles);
+    __syncthreads();
+    int64_t qi = s_next;
+    while (qi < tiles) {
+      __syncthreads();  // every thread has read s_next; the previous tile's sums are finished
+      if (threadIdx.x == 0) s_next = atomicAdd(p.queue, 1u);
+      if (qi >= ts && !routed_here) {
+        route_token();
+        routed_here = true;
+      }
+      const int64_t t = qi < ts ? tiles_r + qi : qi - ts;
+      gu_part(t, 0);
+      __syncthreads();
+      if (threadIdx.x < 8) {
+        const int c = static_cast<int>(threadIdx.x);
+        const bf16* wb;
+        int64_t c0, half;
+        bf16* out;
+        tile_at(t, wb, c0, half, out);
+        float gs = 0.f, us = 0.f;
+        for (int pp = 0; pp < ksp; ++pp) {
+          gs += s_gu[0][pp][c];
+          us += s_gu[0][pp][8 + c];
+        }
+        out[c] = SiluMul(gs, us);
+      }
+      qi = s_next;
+    }
+    if (!routed_here) route_token();
+  } else if (p.gu_ksplit <= 1) {
     // One tile a warp over all of hidden: tile t on block t % grid, warp t / grid (consecutive
     // tiles on different blocks: every SM gets its share).
     for (int64_t t = blockIdx.x + int64_t{grid} * warp; work && t < tiles; t += int64_t{grid} * kWarps) {
@@ -223,6 +277,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const bool next_norm = p.norm_weight != nullptr;
   stamp(3);
   GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
+  // gu_queue: every block has made its last take and passed its wait: both words back to zero
+  // for the next launch (stream-ordered after this one).
+  if (queue && blockIdx.x == 0 && threadIdx.x == 0) {
+    p.queue[0] = 0u;
+    p.queue[1] = 0u;
+  }
   stamp(4);
 
   // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
@@ -420,6 +480,8 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << "gu_ksplit " << p.gu_ksplit << " does not fit hidden " << p.hidden
         << " (a multiple of 32 x the split) or needs more than " << kMoePersistentMaxGuRounds << " rounds; ";
   }
+  if (p.queue != nullptr && p.gu_ksplit != kWarps) why << "gu_queue needs gu_ksplit " << kWarps << "; ";
+  if (reinterpret_cast<uintptr_t>(p.queue) % 4 != 0) why << "queue must be 4-byte aligned; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {
