@@ -54,14 +54,24 @@ TEST(CudaRunnerPersistentMoe, GateUpKSplitWithinBounds) {
                                &CudaGraphStats::moe_gu_ksplit_layers, PathExpect::kRuns);
 }
 
-// persistent_moe_gu_queue: phase 2's tiles from a counter, the shared experts' first, no barrier
-// 1: the same sums per tile, so bit-identical logits, graphs off and on (MoE and dense layers).
-TEST(CudaRunnerPersistentMoe, GateUpQueueBitIdentical) {
+// persistent_moe_shared_first: phase 2 with the shared experts' tiles first and no barrier 1: the
+// same sums per tile, so bit-identical logits, graphs off and on (MoE and dense layers).
+TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_gu_queue = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_gu_queue", DummyOptions(dir, 3, 5), set,
-                               &CudaGraphStats::moe_gu_queue_layers, PathExpect::kRuns);
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_shared_first = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_shared_first", DummyOptions(dir, 3, 5), set,
+                               &CudaGraphStats::moe_shared_first_layers, PathExpect::kRuns);
+}
+
+// persistent_moe_tail_split: phase 2's last round split over blocks (another fp32 order for those
+// tiles): bounded against it off, and it must run (MoE and dense layers).
+TEST(CudaRunnerPersistentMoe, TailSplitWithinBounds) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_tail_split = on; };
+  CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "persistent_moe_tail_split", DummyOptions(dir, 3, 5), true, set,
+                               &CudaGraphStats::moe_tail_split_layers, PathExpect::kRuns);
 }
 
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded

@@ -235,10 +235,15 @@ struct CudaRunnerOptions {
   // 2.304-2.310 against 2.317-2.333 with norm_in_attn (run 3; run 2: 2.340 against 2.370-2.373;
   // 2 was slower, 2.397). The CLI reads DS_PERSISTENT_MOE_GU_KSPLIT.
   int persistent_moe_gu_ksplit = 8;
-  // Its phase 2 from a tile counter, the shared experts' tiles first and no barrier 1
-  // (MoePersistentParams::queue; layers whose split is 8). The same bits. Opt-in until measured.
-  // The CLI reads DS_PERSISTENT_MOE_GU_QUEUE=0/1.
-  bool persistent_moe_gu_queue = false;
+  // Its phase 2 with the shared experts' tiles first and no barrier 1: a block waits for the
+  // router's logits only before its first routed tile (MoePersistentParams::router_ready; layers
+  // whose split is 8). The same bits. Opt-in until measured. The CLI reads
+  // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
+  bool persistent_moe_shared_first = false;
+  // Its phase 2's last, partial round split along hidden over blocks (MoePersistentParams::
+  // gu_tail; layers whose split is 8): another fp32 order for those tiles (bounded). Opt-in until
+  // measured. The CLI reads DS_PERSISTENT_MOE_TAIL_SPLIT=0/1.
+  bool persistent_moe_tail_split = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -505,7 +510,8 @@ struct CudaGraphStats {
   int64_t q_absorb_layers = 0;    // MLA absorptions run as one MlaQAbsorb launch (fused_q_absorb; also a fused launch)
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
-  int64_t moe_gu_queue_layers = 0;         // persistent MoE / dense layers with persistent_moe_gu_queue (likewise)
+  int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
+  int64_t moe_tail_split_layers = 0;       // persistent MoE / dense layers with persistent_moe_tail_split (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)

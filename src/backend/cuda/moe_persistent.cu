@@ -53,6 +53,8 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
 constexpr int kDownTile = 8;
 constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
+// tail_split: leftover act columns a thread finishes in the down phase, at most.
+constexpr int kTailPer = 4;
 
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
 // kPdl: launched as a programmatic dependent (MoePersistentParams::pdl): the wait for the previous
@@ -153,27 +155,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // Dense (top_k == 0, no routed experts): no router, no routing, no barrier 1; the barriers
   // that remain count from 1.
   const bool routed = K > 0;
-  // gu_queue (p.queue): no barrier 1. A router block counts its logits written (thread 0 wrote
-  // them: its release add orders them), and a block waits for all router blocks' counts only
-  // before it routes (at its first routed tile, or after phase 2).
-  const bool queue = p.queue != nullptr;
+  // shared_first (p.router_ready): no barrier 1. A router block counts its logits written
+  // (thread 0 wrote them: its release add orders them), and a block waits for all router blocks'
+  // counts only before it routes (before its first routed tile, or after phase 2).
+  const bool shared_first = p.router_ready != nullptr;
   const uint32_t router_blocks = static_cast<uint32_t>(std::min<int64_t>(E, grid));
-  if (queue && routed && work && blockIdx.x < E && threadIdx.x == 0)
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.queue + 1) : "memory");
+  if (shared_first && routed && work && blockIdx.x < E && threadIdx.x == 0)
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.router_ready) : "memory");
   int nbar = 0;
   stamp(1);
-  if (routed && !queue) GridBarrier(p.sync, base + (++nbar) * gridDim.x);
+  if (routed && !shared_first) GridBarrier(p.sync, base + (++nbar) * gridDim.x);
   stamp(2);
 
   // Phase 2: routing (every block, the same bits), then gate_up + SiLU tiles of 8 act columns
   // (8 gate + the same 8 up rows): the routed slots' tiles, then the shared experts'. Tile t goes
   // to block t % grid (consecutive tiles on different blocks: every SM gets its share); with
-  // gu_queue, blocks take tiles from a counter, the shared experts' first (see below).
+  // shared_first, the shared experts' tiles come first (see below).
   // Block-uniform (it holds block barriers).
   const auto route_token = [&]() {
-    if (queue && work) {  // every router block's logits written
+    if (shared_first && work) {  // every router block's logits written
       if (threadIdx.x == 0)
-        while (grid::LdAcquire(p.queue + 1) < router_blocks) {
+        while (grid::LdAcquire(p.router_ready) < router_blocks) {
         }
       __syncthreads();
     }
@@ -194,46 +196,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       p.topk_weights[threadIdx.x] = s_w[threadIdx.x];
     }
   };
-  if (routed && !queue) route_token();
-  if (queue) {
-    // gu_queue (gu_ksplit == 8: a tile on the block's 8 warps): queue index i < Is / 8 is shared
-    // tile i (known before the routing), then the routed slots' tiles. Thread 0 takes the next
-    // index (a relaxed atomic add) while the block works on the current one; each tile's parts
-    // are added in part order and finished at once (threads 0-7). A block routes before its
-    // first routed tile, or after the loop if it took none (phase 3 needs the ids).
-    __shared__ uint32_t s_next;
-    const int64_t ts = Is / 8;
-    bool routed_here = !routed;
-    if (threadIdx.x == 0) s_next = work ? atomicAdd(p.queue, 1u) : static_cast<uint32_t>(tiles);
-    __syncthreads();
-    int64_t qi = s_next;
-    while (qi < tiles) {
-      __syncthreads();  // every thread has read s_next; the previous tile's sums are finished
-      if (threadIdx.x == 0) s_next = atomicAdd(p.queue, 1u);
-      if (qi >= ts && !routed_here) {
-        route_token();
-        routed_here = true;
-      }
-      const int64_t t = qi < ts ? tiles_r + qi : qi - ts;
-      gu_part(t, 0);
-      __syncthreads();
-      if (threadIdx.x < 8) {
-        const int c = static_cast<int>(threadIdx.x);
-        const bf16* wb;
-        int64_t c0, half;
-        bf16* out;
-        tile_at(t, wb, c0, half, out);
-        float gs = 0.f, us = 0.f;
-        for (int pp = 0; pp < ksp; ++pp) {
-          gs += s_gu[0][pp][c];
-          us += s_gu[0][pp][8 + c];
-        }
-        out[c] = SiluMul(gs, us);
-      }
-      qi = s_next;
-    }
-    if (!routed_here) route_token();
-  } else if (p.gu_ksplit <= 1) {
+  if (routed && !shared_first) route_token();
+  // shared_first (gu_ksplit 8: a tile on all 8 warps of a block, so the rounds are block-uniform):
+  // index i < Is / 8 is shared tile i (known before the routing), then the routed slots' tiles;
+  // a block routes before its first routed round, or after phase 2 if it has none (phase 3
+  // needs the ids).
+  const int64_t ts = shared_first ? Is / 8 : 0;
+  // tail_split (p.gu_tail; gu_ksplit 8): the L = tiles % grid tiles of the last round split
+  // along hidden over P = min(grid / L, 8) blocks each (block b: tile b % L, part b / L), so no
+  // block streams a whole extra tile while the others wait at barrier 2. The parts' sums go to
+  // gu_tail; after barrier 2 every down block adds them up (part order) into its act copy, and
+  // block 0 also writes them to act.
+  const int64_t tail_l = tiles % grid, tail_p = tail_l > 0 ? std::min<int64_t>(grid / tail_l, 8) : 0;
+  const bool tail = p.gu_tail != nullptr && ksp == kWarps && tail_p >= 2 && tail_l * 8 <= kTailPer * kThreads;
+  const int64_t tail_i0 = tiles - tail_l;
+  const auto tile_of = [&](int64_t i) { return !shared_first ? i : i < ts ? tiles_r + i : i - ts; };
+  bool routed_here = !routed || !shared_first;
+  if (p.gu_ksplit <= 1) {
     // One tile a warp over all of hidden: tile t on block t % grid, warp t / grid (consecutive
     // tiles on different blocks: every SM gets its share).
     for (int64_t t = blockIdx.x + int64_t{grid} * warp; work && t < tiles; t += int64_t{grid} * kWarps) {
@@ -250,15 +229,51 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     // ks, part = warp % ks), kWarps / ks tiles at a time: tile t on block t % grid, slot
     // (t / grid) % slots, round t / (grid * slots). The parts' sums go to shared memory; after
     // every round, threads add them in part order and apply the SiLU (deterministic).
+    // tail_split: the full rounds here, the last (partial) round's tiles below.
     int r = 0;
-    for (int64_t t = blockIdx.x + int64_t{grid} * slot; work && t < tiles; t += int64_t{grid} * slots, ++r) gu_part(t, r);
+    for (int64_t i = blockIdx.x + int64_t{grid} * slot; work && i < (tail ? tail_i0 : tiles); i += int64_t{grid} * slots, ++r) {
+      if (!routed_here && i >= ts) {
+        route_token();
+        routed_here = true;
+      }
+      gu_part(tile_of(i), r);
+    }
+    if (tail && work && blockIdx.x < tail_l * tail_p) {
+      // Leftover tile li = b % L, part j = b / L of P: steps [S j / P, S (j + 1) / P) of its
+      // hidden, split over the 8 warps; the block's sums (warp order) go to gu_tail[b].
+      const int64_t li = blockIdx.x % tail_l, j = blockIdx.x / tail_l, i = tail_i0 + li;
+      if (!routed_here && i >= ts) {
+        route_token();
+        routed_here = true;
+      }
+      const bf16* wb;
+      int64_t c0, half;
+      bf16* out;
+      tile_at(tile_of(i), wb, c0, half, out);
+      const int64_t S = Hd / 32, b0 = S * j / tail_p, b1 = S * (j + 1) / tail_p;
+      const int64_t w0 = b0 + (b1 - b0) * warp / kWarps, w1 = b0 + (b1 - b0) * (warp + 1) / kWarps;
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      WarpTile16(wb + (c0 + g) * Hd + 32 * w0, wb + (half + c0 + g) * Hd + 32 * w0, xs + 32 * w0, xs + 32 * w0,
+                 static_cast<int>(w1 - w0), d);
+      if (q == 0) {  // round tail_i0 / grid's slot (the full rounds keep theirs)
+        s_gu[tail_i0 / grid][warp][g] = d[0];
+        s_gu[tail_i0 / grid][warp][8 + g] = d[2];
+      }
+    }
+    if (!routed_here) route_token();
     __syncthreads();
-    const int64_t rounds = (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
+    if (tail && work && blockIdx.x < tail_l * tail_p && threadIdx.x < 16) {
+      float v = 0.f;
+      for (int w = 0; w < kWarps; ++w) v += s_gu[tail_i0 / grid][w][threadIdx.x];
+      p.gu_tail[blockIdx.x * 16 + threadIdx.x] = v;
+    }
+    const int64_t rounds = tail ? tail_i0 / grid : (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
     for (int64_t idx = threadIdx.x; work && idx < rounds * slots * 8; idx += kThreads) {
       const int rr = static_cast<int>(idx / (slots * 8)), sl = static_cast<int>(idx % (slots * 8)) / 8,
                 c = static_cast<int>(idx % 8);
-      const int64_t t = blockIdx.x + int64_t{grid} * (sl + int64_t{slots} * rr);
-      if (t >= tiles) continue;
+      const int64_t i = blockIdx.x + int64_t{grid} * (sl + int64_t{slots} * rr);
+      if (i >= tiles) continue;
+      const int64_t t = tile_of(i);
       const bf16* wb;
       int64_t c0, half;
       bf16* out;
@@ -277,12 +292,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const bool next_norm = p.norm_weight != nullptr;
   stamp(3);
   GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
-  // gu_queue: every block has made its last take and passed its wait: both words back to zero
-  // for the next launch (stream-ordered after this one).
-  if (queue && blockIdx.x == 0 && threadIdx.x == 0) {
-    p.queue[0] = 0u;
-    p.queue[1] = 0u;
-  }
+  // shared_first: every block has passed its wait: the count back to zero for the next launch
+  // (stream-ordered after this one).
+  if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
   stamp(4);
 
   // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
@@ -313,8 +325,41 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       }
     }
   };
+  // tail_split: this thread's leftover act columns (li, c) = idx / 8, idx % 8, idx = t + 256 k,
+  // from the parts' sums (loaded before the act copy, so both are in flight together).
+  float tail_v[kTailPer];
+  if (tail && work && blockIdx.x < dtiles) {
+    float gs[kTailPer], us[kTailPer];
+#pragma unroll
+    for (int k = 0; k < kTailPer; ++k) {
+      gs[k] = us[k] = 0.f;
+      const int64_t idx = threadIdx.x + int64_t{kThreads} * k;
+      if (idx < tail_l * 8)
+        for (int64_t j = 0; j < tail_p; ++j) {
+          gs[k] += __ldcg(p.gu_tail + (j * tail_l + idx / 8) * 16 + idx % 8);
+          us[k] += __ldcg(p.gu_tail + (j * tail_l + idx / 8) * 16 + 8 + idx % 8);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < kTailPer; ++k) tail_v[k] = __bfloat162float(SiluMul(gs[k], us[k]));
+  }
   if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
+  if (tail && work && blockIdx.x < dtiles) {
+#pragma unroll
+    for (int k = 0; k < kTailPer; ++k) {
+      const int64_t idx = threadIdx.x + int64_t{kThreads} * k;
+      if (idx >= tail_l * 8) continue;
+      const bf16* wb;
+      int64_t c0, half;
+      bf16* out;
+      tile_at(tile_of(tail_i0 + idx / 8), wb, c0, half, out);
+      const bf16 v = __float2bfloat16_rn(tail_v[k]);
+      xs[(out - act) + idx % 8] = v;
+      if (blockIdx.x == 0) out[idx % 8] = v;
+    }
+    __syncthreads();
+  }
   int ntile = 0;
   for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
     const int64_t n0 = tile * kDownTile;
@@ -480,8 +525,9 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << "gu_ksplit " << p.gu_ksplit << " does not fit hidden " << p.hidden
         << " (a multiple of 32 x the split) or needs more than " << kMoePersistentMaxGuRounds << " rounds; ";
   }
-  if (p.queue != nullptr && p.gu_ksplit != kWarps) why << "gu_queue needs gu_ksplit " << kWarps << "; ";
-  if (reinterpret_cast<uintptr_t>(p.queue) % 4 != 0) why << "queue must be 4-byte aligned; ";
+  if (p.router_ready != nullptr && p.gu_ksplit != kWarps) why << "shared_first (router_ready) needs gu_ksplit " << kWarps << "; ";
+  if (reinterpret_cast<uintptr_t>(p.router_ready) % 4 != 0) why << "router_ready must be 4-byte aligned; ";
+  if (p.gu_tail != nullptr && p.gu_ksplit != kWarps) why << "tail_split (gu_tail) needs gu_ksplit " << kWarps << "; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {

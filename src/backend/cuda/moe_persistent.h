@@ -93,14 +93,20 @@ struct MoePersistentParams {
   // in part order (more loads in flight on the SMs with the most tiles, a shorter tail; session
   // 14). At most kMoePersistentMaxGuRounds tiles a slot.
   int gu_ksplit = 1;
-  // gu_queue (session 20; CudaRunnerOptions::persistent_moe_gu_queue): when set, two words, zero
-  // before the first launch (each launch leaves them at zero), and gu_ksplit must be 8. Phase 2
-  // then takes its tiles from a counter (word 0: a block takes the next tile while it works on
-  // the current one, so the tail is at most a tile), the shared experts' tiles first, and there is
-  // no barrier 1: the router blocks count their logits in word 1, and a block waits for that
-  // count only before it routes (at its first routed tile). The shared experts' weights stream
-  // while the router runs. The same sums in the same order per tile: the same bits.
-  uint32_t* queue = nullptr;
+  // shared_first (session 20; CudaRunnerOptions::persistent_moe_shared_first): when set, one word,
+  // zero before the first launch (each launch leaves it at zero), and gu_ksplit must be 8. Phase
+  // 2 then runs the shared experts' tiles first (they need no routing) and there is no barrier 1:
+  // the router blocks count their logits written in this word, and a block waits for the count
+  // only before its first routed tile (then routes). The shared experts' weights stream while
+  // the router runs. The same sums in the same order per tile: the same bits.
+  uint32_t* router_ready = nullptr;
+  // tail_split (session 20; CudaRunnerOptions::persistent_moe_tail_split): when set, [grid * 16]
+  // fp32 scratch, and gu_ksplit must be 8. Phase 2's last, partial round (L = tiles % grid tiles
+  // on L blocks while the rest wait at barrier 2) is split along hidden over P = min(grid / L, 8)
+  // blocks a tile; the parts' gate / up sums go here, and after barrier 2 every down block adds
+  // them in part order into its copy of act (block 0 also writes them to act). Those tiles' sums
+  // in another fp32 order (bounded). Not applied when P < 2 or L > 128.
+  float* gu_tail = nullptr;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end (without a next norm, 5-7 all at phase 3's end; dense: 1 and 2
