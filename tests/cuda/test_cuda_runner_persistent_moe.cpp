@@ -64,14 +64,14 @@ TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {
                                &CudaGraphStats::moe_shared_first_layers, PathExpect::kRuns);
 }
 
-// persistent_moe_tail_split: phase 2's last round split over blocks (another fp32 order for those
-// tiles): bounded against it off, and it must run (MoE and dense layers).
-TEST(CudaRunnerPersistentMoe, TailSplitWithinBounds) {
+// persistent_moe_stage_down: the down phase's first burst a warp staged in shared memory before
+// barrier 2: the same mma order, so bit-identical logits, graphs off and on.
+TEST(CudaRunnerPersistentMoe, StageDownBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_tail_split = on; };
-  CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "persistent_moe_tail_split", DummyOptions(dir, 3, 5), true, set,
-                               &CudaGraphStats::moe_tail_split_layers, PathExpect::kRuns);
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_stage_down = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_stage_down", DummyOptions(dir, 3, 5), set,
+                               &CudaGraphStats::moe_stage_down_layers, PathExpect::kRuns);
 }
 
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded

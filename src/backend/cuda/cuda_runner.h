@@ -240,10 +240,10 @@ struct CudaRunnerOptions {
   // whose split is 8). The same bits. Opt-in until measured. The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = false;
-  // Its phase 2's last, partial round split along hidden over blocks (MoePersistentParams::
-  // gu_tail; layers whose split is 8): another fp32 order for those tiles (bounded). Opt-in until
-  // measured. The CLI reads DS_PERSISTENT_MOE_TAIL_SPLIT=0/1.
-  bool persistent_moe_tail_split = false;
+  // Its down phase's first burst a warp staged in shared memory by cp.async before barrier 2
+  // (MoePersistentParams::stage_down). The same bits. Opt-in until measured. The CLI reads
+  // DS_PERSISTENT_MOE_STAGE_DOWN=0/1.
+  bool persistent_moe_stage_down = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -511,7 +511,7 @@ struct CudaGraphStats {
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
-  int64_t moe_tail_split_layers = 0;       // persistent MoE / dense layers with persistent_moe_tail_split (likewise)
+  int64_t moe_stage_down_layers = 0;       // persistent MoE / dense layers with persistent_moe_stage_down (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)

@@ -14,6 +14,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/router_gemv.cuh"
+#include "backend/cuda/sm90_ptx.cuh"
 #include "common/check.h"
 #include "common/logging.h"
 
@@ -25,6 +26,7 @@ constexpr int kThreads = router::kThreads, kWarps = kThreads / 32;
 static_assert(kThreads == routing::kMoeRoutingThreads, "one block size for the router GEMV and the routing");
 constexpr int kMaxTopK = 16;
 
+using ptx::kTileBurst;
 using ptx::WarpTile16;
 
 using grid::GridBarrier;
@@ -53,8 +55,6 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
 constexpr int kDownTile = 8;
 constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
-// tail_split: leftover act columns a thread finishes in the down phase, at most.
-constexpr int kTailPer = 4;
 
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
 // kPdl: launched as a programmatic dependent (MoePersistentParams::pdl): the wait for the previous
@@ -202,14 +202,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // a block routes before its first routed round, or after phase 2 if it has none (phase 3
   // needs the ids).
   const int64_t ts = shared_first ? Is / 8 : 0;
-  // tail_split (p.gu_tail; gu_ksplit 8): the L = tiles % grid tiles of the last round split
-  // along hidden over P = min(grid / L, 8) blocks each (block b: tile b % L, part b / L), so no
-  // block streams a whole extra tile while the others wait at barrier 2. The parts' sums go to
-  // gu_tail; after barrier 2 every down block adds them up (part order) into its act copy, and
-  // block 0 also writes them to act.
-  const int64_t tail_l = tiles % grid, tail_p = tail_l > 0 ? std::min<int64_t>(grid / tail_l, 8) : 0;
-  const bool tail = p.gu_tail != nullptr && ksp == kWarps && tail_p >= 2 && tail_l * 8 <= kTailPer * kThreads;
-  const int64_t tail_i0 = tiles - tail_l;
   const auto tile_of = [&](int64_t i) { return !shared_first ? i : i < ts ? tiles_r + i : i - ts; };
   bool routed_here = !routed || !shared_first;
   if (p.gu_ksplit <= 1) {
@@ -229,45 +221,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     // ks, part = warp % ks), kWarps / ks tiles at a time: tile t on block t % grid, slot
     // (t / grid) % slots, round t / (grid * slots). The parts' sums go to shared memory; after
     // every round, threads add them in part order and apply the SiLU (deterministic).
-    // tail_split: the full rounds here, the last (partial) round's tiles below.
     int r = 0;
-    for (int64_t i = blockIdx.x + int64_t{grid} * slot; work && i < (tail ? tail_i0 : tiles); i += int64_t{grid} * slots, ++r) {
+    for (int64_t i = blockIdx.x + int64_t{grid} * slot; work && i < tiles; i += int64_t{grid} * slots, ++r) {
       if (!routed_here && i >= ts) {
         route_token();
         routed_here = true;
       }
       gu_part(tile_of(i), r);
     }
-    if (tail && work && blockIdx.x < tail_l * tail_p) {
-      // Leftover tile li = b % L, part j = b / L of P: steps [S j / P, S (j + 1) / P) of its
-      // hidden, split over the 8 warps; the block's sums (warp order) go to gu_tail[b].
-      const int64_t li = blockIdx.x % tail_l, j = blockIdx.x / tail_l, i = tail_i0 + li;
-      if (!routed_here && i >= ts) {
-        route_token();
-        routed_here = true;
-      }
-      const bf16* wb;
-      int64_t c0, half;
-      bf16* out;
-      tile_at(tile_of(i), wb, c0, half, out);
-      const int64_t S = Hd / 32, b0 = S * j / tail_p, b1 = S * (j + 1) / tail_p;
-      const int64_t w0 = b0 + (b1 - b0) * warp / kWarps, w1 = b0 + (b1 - b0) * (warp + 1) / kWarps;
-      float d[4] = {0.f, 0.f, 0.f, 0.f};
-      WarpTile16(wb + (c0 + g) * Hd + 32 * w0, wb + (half + c0 + g) * Hd + 32 * w0, xs + 32 * w0, xs + 32 * w0,
-                 static_cast<int>(w1 - w0), d);
-      if (q == 0) {  // round tail_i0 / grid's slot (the full rounds keep theirs)
-        s_gu[tail_i0 / grid][warp][g] = d[0];
-        s_gu[tail_i0 / grid][warp][8 + g] = d[2];
-      }
-    }
     if (!routed_here) route_token();
     __syncthreads();
-    if (tail && work && blockIdx.x < tail_l * tail_p && threadIdx.x < 16) {
-      float v = 0.f;
-      for (int w = 0; w < kWarps; ++w) v += s_gu[tail_i0 / grid][w][threadIdx.x];
-      p.gu_tail[blockIdx.x * 16 + threadIdx.x] = v;
-    }
-    const int64_t rounds = tail ? tail_i0 / grid : (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
+    const int64_t rounds = (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
     for (int64_t idx = threadIdx.x; work && idx < rounds * slots * 8; idx += kThreads) {
       const int rr = static_cast<int>(idx / (slots * 8)), sl = static_cast<int>(idx % (slots * 8)) / 8,
                 c = static_cast<int>(idx % 8);
@@ -290,20 +254,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
   // Without a next norm (norm_weight == nullptr) phase 3 is the last: barrier 2 is the final one.
   const bool next_norm = p.norm_weight != nullptr;
-  stamp(3);
-  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
-  // shared_first: every block has passed its wait: the count back to zero for the next launch
-  // (stream-ordered after this one).
-  if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
-  stamp(4);
-
-  // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
-  // s (w2[id_s] rows, act_s), s >= top_k the shared experts' down chunk s - top_k (its columns
-  // [c I, (c + 1) I), the same act chunk). Pairs of segments share an mma (B columns 0 / 1); with
-  // P pairs, each pair's K is split into ks = max(1, 8 / P) contiguous ranges: unit u = pair
-  // u / ks, range u % ks, on warp u % 8. Then 8 threads finish the columns: y_s = the ranges'
-  // sums in order; moe = the shared chunks' y in chunk order + sum_j w_j bf16(y_j) (MoeCombineNorm's
-  // order), residual (+ attn_out) += moe, and the block's sum of squares.
   const int npair = (nseg + 1) / 2;
   const int ks = npair >= kWarps ? 1 : kWarps / npair, nunit = npair * ks;
   const int steps = static_cast<int>(I / 32);
@@ -325,41 +275,44 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       }
     }
   };
-  // tail_split: this thread's leftover act columns (li, c) = idx / 8, idx % 8, idx = t + 256 k,
-  // from the parts' sums (loaded before the act copy, so both are in flight together).
-  float tail_v[kTailPer];
-  if (tail && work && blockIdx.x < dtiles) {
-    float gs[kTailPer], us[kTailPer];
+  // stage_down: before barrier 2, the first burst (<= kTileBurst steps) of each warp's first unit
+  // of the block's first down tile goes into shared memory by cp.async: each lane its own 16-byte
+  // chunks of its two rows (the addresses WarpTile16 loads), so no register holds them across the
+  // wait, and the loads overlap the other blocks' last gate_up round. After the barrier the lane
+  // multiplies them from shared memory in WarpTile16's order, then streams the rest: the same bits.
+  const bool staged = p.stage_down && work && blockIdx.x < dtiles && warp < nunit;
+  // (Recomputed where used, not held across the barrier: the 128-register cap.)
+  const auto stage_at = [&]() { return smem4 + (std::max(Hd, K * I + Is) + 7) / 8 + Hd / 4 + warp * (kTileBurst * 2 * 32); };
+  if (staged) {
+    const bf16* row[2];
+    const bf16* x[2];
+    int s0, s1;
+    unit_at(blockIdx.x, warp, row, x, s0, s1);
+    const int stage_n = s1 - s0 < kTileBurst ? s1 - s0 : kTileBurst;
+    uint4* stage = stage_at();
+#pragma unroll 1
+    for (int st = 0; st < stage_n; ++st)
 #pragma unroll
-    for (int k = 0; k < kTailPer; ++k) {
-      gs[k] = us[k] = 0.f;
-      const int64_t idx = threadIdx.x + int64_t{kThreads} * k;
-      if (idx < tail_l * 8)
-        for (int64_t j = 0; j < tail_p; ++j) {
-          gs[k] += __ldcg(p.gu_tail + (j * tail_l + idx / 8) * 16 + idx % 8);
-          us[k] += __ldcg(p.gu_tail + (j * tail_l + idx / 8) * 16 + 8 + idx % 8);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < kTailPer; ++k) tail_v[k] = __bfloat162float(SiluMul(gs[k], us[k]));
+      for (int h = 0; h < 2; ++h)
+        ptx::CpAsync16(sm90::SmemAddr(stage + (st * 2 + h) * 32 + lane),
+                       reinterpret_cast<const uint4*>(row[h] + 32 * s0) + q + 4 * st, true);
   }
+  stamp(3);
+  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
+  // shared_first: every block has passed its wait: the count back to zero for the next launch
+  // (stream-ordered after this one).
+  if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
+  stamp(4);
+
+  // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
+  // s (w2[id_s] rows, act_s), s >= top_k the shared experts' down chunk s - top_k (its columns
+  // [c I, (c + 1) I), the same act chunk). Pairs of segments share an mma (B columns 0 / 1); with
+  // P pairs, each pair's K is split into ks = max(1, 8 / P) contiguous ranges: unit u = pair
+  // u / ks, range u % ks, on warp u % 8. Then 8 threads finish the columns: y_s = the ranges'
+  // sums in order; moe = the shared chunks' y in chunk order + sum_j w_j bf16(y_j) (MoeCombineNorm's
+  // order), residual (+ attn_out) += moe, and the block's sum of squares.
   if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
-  if (tail && work && blockIdx.x < dtiles) {
-#pragma unroll
-    for (int k = 0; k < kTailPer; ++k) {
-      const int64_t idx = threadIdx.x + int64_t{kThreads} * k;
-      if (idx >= tail_l * 8) continue;
-      const bf16* wb;
-      int64_t c0, half;
-      bf16* out;
-      tile_at(tile_of(tail_i0 + idx / 8), wb, c0, half, out);
-      const bf16 v = __float2bfloat16_rn(tail_v[k]);
-      xs[(out - act) + idx % 8] = v;
-      if (blockIdx.x == 0) out[idx % 8] = v;
-    }
-    __syncthreads();
-  }
   int ntile = 0;
   for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
     const int64_t n0 = tile * kDownTile;
@@ -369,7 +322,23 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       int s0, s1;
       unit_at(tile, u, row, x, s0, s1);
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      WarpTile16(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
+      int done = 0;  // steps taken from the staged burst
+      if (staged && ntile == 0 && u == warp) {
+        asm volatile("cp.async.wait_all;\n" ::: "memory");  // this lane's own copies
+        const int stage_n = s1 - s0 < kTileBurst ? s1 - s0 : kTileBurst;
+        const uint4* stage = stage_at();
+        const uint4* x4 = reinterpret_cast<const uint4*>((g == 1 ? x[1] : x[0]) + 32 * s0) + q;
+#pragma unroll 1
+        for (int st = 0; st < stage_n; ++st) {
+          const uint4 va = stage[(st * 2) * 32 + lane], vb = stage[(st * 2 + 1) * 32 + lane], xv = x4[4 * st];
+          ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
+          ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
+        }
+        done = stage_n;
+      }
+      if (s1 - s0 > done)
+        WarpTile16(row[0] + 32 * (s0 + done), row[1] + 32 * (s0 + done), x[0] + 32 * (s0 + done), x[1] + 32 * (s0 + done),
+                   s1 - s0 - done, d);
       if (q == 0) {
         s_part[u][0][g] = d[0];
         s_part[u][1][g] = d[3];
@@ -434,9 +403,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   stamp(7);
 }
 
+// The bf16 region, x32, then (stage_down) each warp's staged burst: kTileBurst steps x 2 rows x
+// 32 lanes x 16 bytes (8 KB a warp).
 size_t SmemBytes(const MoePersistentParams& p) {
   return sizeof(bf16) * static_cast<size_t>((std::max(p.hidden, p.top_k * p.inter + p.shared_inter) + 7) / 8 * 8) +
-         sizeof(float) * static_cast<size_t>(p.hidden);
+         sizeof(float) * static_cast<size_t>(p.hidden) + (p.stage_down ? size_t{kWarps} * kTileBurst * 2 * 32 * 16 : 0);
 }
 
 void (*KernelFor(int blocks_per_sm, bool pdl = false))(MoePersistentParams) {
@@ -527,7 +498,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   }
   if (p.router_ready != nullptr && p.gu_ksplit != kWarps) why << "shared_first (router_ready) needs gu_ksplit " << kWarps << "; ";
   if (reinterpret_cast<uintptr_t>(p.router_ready) % 4 != 0) why << "router_ready must be 4-byte aligned; ";
-  if (p.gu_tail != nullptr && p.gu_ksplit != kWarps) why << "tail_split (gu_tail) needs gu_ksplit " << kWarps << "; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {
