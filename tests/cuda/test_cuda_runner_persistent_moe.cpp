@@ -64,16 +64,6 @@ TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {
                                &CudaGraphStats::moe_shared_first_layers, PathExpect::kRuns);
 }
 
-// persistent_moe_stage_down: the down phase's first burst a warp staged in shared memory before
-// barrier 2: the same mma order, so bit-identical logits, graphs off and on.
-TEST(CudaRunnerPersistentMoe, StageDownBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_stage_down = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_stage_down", DummyOptions(dir, 3, 5), set,
-                               &CudaGraphStats::moe_stage_down_layers, PathExpect::kRuns);
-}
-
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
 // against the unfused dense MLP (another fp32 order), and it must run there.
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {

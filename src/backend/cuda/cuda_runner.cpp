@@ -797,7 +797,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
-  p.stage_down = opts_.persistent_moe_stage_down;
   p.pdl = opts_.persistent_pdl;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form, next-norm form).
@@ -811,7 +810,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
-  if (p.stage_down) ++graph_stats_.moe_stage_down_layers;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;
   // (persistent_moe_layers counts MoE layers; dense layers count on their own.)

@@ -237,13 +237,10 @@ struct CudaRunnerOptions {
   int persistent_moe_gu_ksplit = 8;
   // Its phase 2 with the shared experts' tiles first and no barrier 1: a block waits for the
   // router's logits only before its first routed tile (MoePersistentParams::router_ready; layers
-  // whose split is 8). The same bits. Opt-in until measured. The CLI reads
+  // whose split is 8). The same bits. On by default since session 20: with attn_absorb_overlap,
+  // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
-  bool persistent_moe_shared_first = false;
-  // Its down phase's first burst a warp staged in shared memory by cp.async before barrier 2
-  // (MoePersistentParams::stage_down). The same bits. Opt-in until measured. The CLI reads
-  // DS_PERSISTENT_MOE_STAGE_DOWN=0/1.
-  bool persistent_moe_stage_down = false;
+  bool persistent_moe_shared_first = true;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -298,8 +295,10 @@ struct CudaRunnerOptions {
   bool attn_persistent = true;
   // With attn_persistent: the absorption overlaps phase 1's q_pe / kv_a tiles, started by a
   // counter of the q_nope tiles instead of a grid barrier (MlaAttnPersistentParams::nope_ready;
-  // the same math and bits). Opt-in until measured. The CLI reads DS_ATTN_ABSORB_OVERLAP=0/1.
-  bool attn_absorb_overlap = false;
+  // the same math and bits). On by default since session 20: the kernel 24.4 against 26.6 us at
+  // 1K (timing report), V2-Lite 27 layers b1 2.277-2.348 against 2.323-2.405 ms
+  // (bench/results/session20_2026-12-01_run{1,2}). The CLI reads DS_ATTN_ABSORB_OVERLAP=0/1.
+  bool attn_absorb_overlap = true;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -511,7 +510,6 @@ struct CudaGraphStats {
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
-  int64_t moe_stage_down_layers = 0;       // persistent MoE / dense layers with persistent_moe_stage_down (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)

@@ -14,7 +14,6 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/router_gemv.cuh"
-#include "backend/cuda/sm90_ptx.cuh"
 #include "common/check.h"
 #include "common/logging.h"
 
@@ -26,7 +25,6 @@ constexpr int kThreads = router::kThreads, kWarps = kThreads / 32;
 static_assert(kThreads == routing::kMoeRoutingThreads, "one block size for the router GEMV and the routing");
 constexpr int kMaxTopK = 16;
 
-using ptx::kTileBurst;
 using ptx::WarpTile16;
 
 using grid::GridBarrier;
@@ -254,6 +252,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
   // Without a next norm (norm_weight == nullptr) phase 3 is the last: barrier 2 is the final one.
   const bool next_norm = p.norm_weight != nullptr;
+  stamp(3);
+  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
+  // shared_first: every block has passed its wait: the count back to zero for the next launch
+  // (stream-ordered after this one).
+  if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
+  stamp(4);
+
+  // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
+  // s (w2[id_s] rows, act_s), s >= top_k the shared experts' down chunk s - top_k (its columns
+  // [c I, (c + 1) I), the same act chunk). Pairs of segments share an mma (B columns 0 / 1); with
+  // P pairs, each pair's K is split into ks = max(1, 8 / P) contiguous ranges: unit u = pair
+  // u / ks, range u % ks, on warp u % 8. Then 8 threads finish the columns: y_s = the ranges'
+  // sums in order; moe = the shared chunks' y in chunk order + sum_j w_j bf16(y_j) (MoeCombineNorm's
+  // order), residual (+ attn_out) += moe, and the block's sum of squares.
   const int npair = (nseg + 1) / 2;
   const int ks = npair >= kWarps ? 1 : kWarps / npair, nunit = npair * ks;
   const int steps = static_cast<int>(I / 32);
@@ -275,42 +287,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       }
     }
   };
-  // stage_down: before barrier 2, the first burst (<= kTileBurst steps) of each warp's first unit
-  // of the block's first down tile goes into shared memory by cp.async: each lane its own 16-byte
-  // chunks of its two rows (the addresses WarpTile16 loads), so no register holds them across the
-  // wait, and the loads overlap the other blocks' last gate_up round. After the barrier the lane
-  // multiplies them from shared memory in WarpTile16's order, then streams the rest: the same bits.
-  const bool staged = p.stage_down && work && blockIdx.x < dtiles && warp < nunit;
-  // (Recomputed where used, not held across the barrier: the 128-register cap.)
-  const auto stage_at = [&]() { return smem4 + (std::max(Hd, K * I + Is) + 7) / 8 + Hd / 4 + warp * (kTileBurst * 2 * 32); };
-  if (staged) {
-    const bf16* row[2];
-    const bf16* x[2];
-    int s0, s1;
-    unit_at(blockIdx.x, warp, row, x, s0, s1);
-    const int stage_n = s1 - s0 < kTileBurst ? s1 - s0 : kTileBurst;
-    uint4* stage = stage_at();
-#pragma unroll 1
-    for (int st = 0; st < stage_n; ++st)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        ptx::CpAsync16(sm90::SmemAddr(stage + (st * 2 + h) * 32 + lane),
-                       reinterpret_cast<const uint4*>(row[h] + 32 * s0) + q + 4 * st, true);
-  }
-  stamp(3);
-  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
-  // shared_first: every block has passed its wait: the count back to zero for the next launch
-  // (stream-ordered after this one).
-  if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
-  stamp(4);
-
-  // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
-  // s (w2[id_s] rows, act_s), s >= top_k the shared experts' down chunk s - top_k (its columns
-  // [c I, (c + 1) I), the same act chunk). Pairs of segments share an mma (B columns 0 / 1); with
-  // P pairs, each pair's K is split into ks = max(1, 8 / P) contiguous ranges: unit u = pair
-  // u / ks, range u % ks, on warp u % 8. Then 8 threads finish the columns: y_s = the ranges'
-  // sums in order; moe = the shared chunks' y in chunk order + sum_j w_j bf16(y_j) (MoeCombineNorm's
-  // order), residual (+ attn_out) += moe, and the block's sum of squares.
   if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
   int ntile = 0;
@@ -322,23 +298,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       int s0, s1;
       unit_at(tile, u, row, x, s0, s1);
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      int done = 0;  // steps taken from the staged burst
-      if (staged && ntile == 0 && u == warp) {
-        asm volatile("cp.async.wait_all;\n" ::: "memory");  // this lane's own copies
-        const int stage_n = s1 - s0 < kTileBurst ? s1 - s0 : kTileBurst;
-        const uint4* stage = stage_at();
-        const uint4* x4 = reinterpret_cast<const uint4*>((g == 1 ? x[1] : x[0]) + 32 * s0) + q;
-#pragma unroll 1
-        for (int st = 0; st < stage_n; ++st) {
-          const uint4 va = stage[(st * 2) * 32 + lane], vb = stage[(st * 2 + 1) * 32 + lane], xv = x4[4 * st];
-          ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
-          ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
-        }
-        done = stage_n;
-      }
-      if (s1 - s0 > done)
-        WarpTile16(row[0] + 32 * (s0 + done), row[1] + 32 * (s0 + done), x[0] + 32 * (s0 + done), x[1] + 32 * (s0 + done),
-                   s1 - s0 - done, d);
+      WarpTile16(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
       if (q == 0) {
         s_part[u][0][g] = d[0];
         s_part[u][1][g] = d[3];
@@ -403,11 +363,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   stamp(7);
 }
 
-// The bf16 region, x32, then (stage_down) each warp's staged burst: kTileBurst steps x 2 rows x
-// 32 lanes x 16 bytes (8 KB a warp).
 size_t SmemBytes(const MoePersistentParams& p) {
   return sizeof(bf16) * static_cast<size_t>((std::max(p.hidden, p.top_k * p.inter + p.shared_inter) + 7) / 8 * 8) +
-         sizeof(float) * static_cast<size_t>(p.hidden) + (p.stage_down ? size_t{kWarps} * kTileBurst * 2 * 32 * 16 : 0);
+         sizeof(float) * static_cast<size_t>(p.hidden);
 }
 
 void (*KernelFor(int blocks_per_sm, bool pdl = false))(MoePersistentParams) {

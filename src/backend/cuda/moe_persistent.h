@@ -100,12 +100,6 @@ struct MoePersistentParams {
   // only before its first routed tile (then routes). The shared experts' weights stream while
   // the router runs. The same sums in the same order per tile: the same bits.
   uint32_t* router_ready = nullptr;
-  // stage_down (session 20; CudaRunnerOptions::persistent_moe_stage_down): before barrier 2, each
-  // warp's first down unit's first burst (<= 8 k-steps of its two rows, 8 KB a warp, 64 KB a
-  // block of extra dynamic shared memory) is copied into shared memory by cp.async, so the down
-  // phase's first loads overlap the wait for the last gate_up tiles without holding registers.
-  // The same mma order: the same bits.
-  bool stage_down = false;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end (without a next norm, 5-7 all at phase 3's end; dense: 1 and 2
