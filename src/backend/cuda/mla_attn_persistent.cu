@@ -355,19 +355,27 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         const int r = idx / (kLat / 8), c = (idx % (kLat / 8)) * 8;
         CpAsyncTo(Qs + r * kLd + c, p.qlat16 + (r < H ? r : 0) * kLat + c, r < H);
       }
-      for (int idx = threadIdx.x; idx < 16 * (kRope / 2); idx += kThreads) {
-        const int r = idx / (kRope / 2), i = idx % (kRope / 2), half = kRope / 2;
-        float o0 = 0.f, o1 = 0.f;
+      // (Every thread's q_pe loads first, then the rotations: one L2 round trip, not two.)
+      constexpr int kPeIt = 16 * (kRope / 2) / kThreads;
+      static_assert(kPeIt * kThreads == 16 * (kRope / 2), "q_pe pairs a thread");
+      float pa[kPeIt], pb[kPeIt];
+#pragma unroll
+      for (int it = 0; it < kPeIt; ++it) {
+        const int idx = threadIdx.x + it * kThreads, r = idx / (kRope / 2), i = idx % (kRope / 2), half = kRope / 2;
+        pa[it] = pb[it] = 0.f;
         if (r < H) {
           const float* v = p.q32 + r * kDqk + kNope;
-          if (rotate) {
-            const float a = __ldcg(v + (p.interleave ? 2 * i : i)), b = __ldcg(v + (p.interleave ? 2 * i + 1 : i + half));
-            o0 = a * rope_c - b * rope_s;  // i == lane: this lane's angle
-            o1 = b * rope_c + a * rope_s;
-          } else {
-            o0 = __ldcg(v + i);
-            o1 = __ldcg(v + i + half);
-          }
+          pa[it] = __ldcg(v + (rotate && p.interleave ? 2 * i : i));
+          pb[it] = __ldcg(v + (rotate && p.interleave ? 2 * i + 1 : i + half));
+        }
+      }
+#pragma unroll
+      for (int it = 0; it < kPeIt; ++it) {
+        const int idx = threadIdx.x + it * kThreads, r = idx / (kRope / 2), i = idx % (kRope / 2), half = kRope / 2;
+        float o0 = pa[it], o1 = pb[it];  // (rows >= H: zeros)
+        if (r < H && rotate) {
+          o0 = pa[it] * rope_c - pb[it] * rope_s;  // i == lane: this lane's angle
+          o1 = pb[it] * rope_c + pa[it] * rope_s;
         }
         Qs[r * kLd + kLat + i] = __float2bfloat16_rn(o0);
         Qs[r * kLd + kLat + i + half] = __float2bfloat16_rn(o1);
@@ -379,6 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       // the decode then reads the row in the cache, as the unfused path would; an out-of-range
       // position no rotation, as MlaKvRope). kva32 keeps the normalised c_kv (fp32).
       const float v0 = __ldcg(p.kva32 + threadIdx.x), v1 = __ldcg(p.kva32 + threadIdx.x + kThreads);
+      const float w0 = p.kva_norm_w[threadIdx.x], w1 = p.kva_norm_w[threadIdx.x + kThreads];  // loaded with v
       float ka = 0.f, kb = 0.f;
       if (warp == 0) {
         const float* kpe = p.kva32 + kLat;
@@ -388,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       float ss = v0 * v0;
       ss += v1 * v1;
       const float inv = rsqrtf(dev::BlockSum(ss, s_norm) / static_cast<float>(kLat) + p.eps);
-      const float o0 = v0 * inv * p.kva_norm_w[threadIdx.x], o1 = v1 * inv * p.kva_norm_w[threadIdx.x + kThreads];
+      const float o0 = v0 * inv * w0, o1 = v1 * inv * w1;
       p.kva32[threadIdx.x] = o0;
       p.kva32[threadIdx.x + kThreads] = o1;
       s_newrow[threadIdx.x] = __float2bfloat16_rn(o0);
@@ -560,8 +569,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     // copy a row (padded pitch).
     // (p.wo_stage_point: at the phase's start, after the first unit's LSE loads, or after its
     // partials' loads; a block without a unit at the start.)
+    // (wo_stage_thread: the thread that issues them; barrier 4's arrival is thread 0's release.)
     const auto stage_wo = [&](int point) {
-      if (threadIdx.x != 0 || !wo_staged || (blockIdx.x < uv_units ? p.wo_stage_point : 0) != point) return;
+      if (static_cast<int>(threadIdx.x) != p.wo_stage_thread || !wo_staged ||
+          (blockIdx.x < uv_units ? p.wo_stage_point : 0) != point)
+        return;
       sm90::BarExpectTx(SmemAddr(&s_bar[0]), static_cast<uint32_t>(16 * Ko * 2));
       for (int r = 0; r < 16; ++r)
         BulkLoad(wo_s + r * wo_pitch, p.wo + (static_cast<int64_t>(blockIdx.x) * 16 + r) * Ko, static_cast<uint32_t>(Ko * 2),
@@ -686,6 +698,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 2) why << "wo_stage_point " << p.wo_stage_point << " (0..2); ";
+  if (p.wo_stage_thread < 0 || p.wo_stage_thread >= kThreads) why << "wo_stage_thread " << p.wo_stage_thread << " (0..255); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
   if ((!p.x16 && !p.in_residual) || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||
       !p.cache || !p.slot || !p.block_table || !p.context_len || !p.q32 || !p.kva32 || !p.qlat16 || !p.workspace ||

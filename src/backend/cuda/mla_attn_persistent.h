@@ -111,6 +111,10 @@ struct MlaAttnPersistentParams {
   // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
   // run 9, 27.7 us against 28.4 at point 0) after its partials' loads.
   int wo_stage_point = 2;
+  // The thread that issues those copies (0..255). Thread 0 makes each grid barrier's arrival (a
+  // release), which may wait for its own copies still in flight (session 20 run 5 measures 0
+  // against 32).
+  int wo_stage_thread = 0;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
