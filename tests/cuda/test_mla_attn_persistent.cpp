@@ -49,12 +49,11 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // overlap: absorb_overlap (MlaAttnPersistentParams::nope_ready); then also bit-for-bit the
 // outputs of a launch without it on the same inputs, and the counter back at zero.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             bool in_norm = false, bool overlap = false, bool wo_early = false) {
+             bool in_norm = false, bool overlap = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
                             (in_norm ? "_in_norm" : "") + (overlap ? "_overlap" : "") +
-                            (wo_early ? "_wo_early" : "") +
                             (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
@@ -192,7 +191,6 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.wo_stage_point = wo_point;
   if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
   if (overlap) p.nope_ready = d_nope.get();
-  p.wo_early = wo_early;
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -280,16 +278,6 @@ TEST(CudaMlaAttnPersistent, AbsorbOverlapMatchesCpuReference) {
   RunCase(2, 4096, 300, true, true, false, 2, false, true);
 }
 
-// wo_early (MlaAttnPersistentParams::wo_early): blocks without a split stage their o_proj tile
-// after barrier 2 (1 and 1000 keys: most blocks; 4500: none; 4 heads x hidden 4096: blocks
-// taking two o_proj tiles).
-TEST(CudaMlaAttnPersistent, WoEarlyMatchesCpuReference) {
-  RunCase(16, 2048, 1000, true, true, false, 2, true, true, /*wo_early=*/true);
-  RunCase(16, 2048, 1, true, false, false, 2, true, true, true);
-  RunCase(16, 2048, 4500, true, true, false, 2, false, true, true);
-  RunCase(4, 4096, 300, true, false, false, 1, false, false, true);
-}
-
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   MlaAttnPersistentParams p{};
   p.heads = 17; p.hidden = 1000; p.block_size = 16;
@@ -349,10 +337,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     Dev<float> d_in_res(RandomNormal(Hd, 1.f)), d_in_w(std::vector<float>(Hd, 1.f));
     // (Session 13's wo_stage_point 0 / 1 variants and the L2 prefetches of sessions 13-14:
     // bench/results/session13_*, session14_2026-11-30_run{1,6}.)
-    // Variant 2 (session 20): in_norm with absorb_overlap (nope_ready); 3: and wo_early.
-    for (int variant = 0; variant < 4; ++variant) {
+    // Variant 2 (session 20): in_norm with absorb_overlap (nope_ready).
+    for (int variant = 0; variant < 3; ++variant) {
       const int wo_point = 2;
-      const bool wo_early = variant == 3;
       const bool in_norm = variant >= 1, overlap = variant >= 2;
       for (bool stamped : {false, true}) {
         const auto params = [&](int i) {
@@ -369,7 +356,6 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.wo_stage_point = wo_point;
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
-          p.wo_early = wo_early;
           p.stream = st;
           return p;
         };
@@ -378,9 +364,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d wo_early=%d in_norm=%d overlap=%d stamps=%d: "
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d stamps=%d: "
                     "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, wo_early, in_norm, overlap, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
+                    ctx, wo_point, in_norm, overlap, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
         std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
@@ -411,9 +397,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d in_norm=%d overlap=%d wo_early=%d segment=\"%s\": mean %.2f us, "
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d in_norm=%d overlap=%d segment=\"%s\": mean %.2f us, "
                       "max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, in_norm, overlap, wo_early, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+                      ctx, in_norm, overlap, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

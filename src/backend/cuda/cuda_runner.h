@@ -255,12 +255,10 @@ struct CudaRunnerOptions {
   // Where the device refuses the pair of attributes, the launch falls back to plain (once, with a
   // warning). Results are bit-identical (CudaRunnerPersistentMoe.PdlBitIdentical). Written in
   // session 14; bit-identical and no faster (session 15 run 1: V2-Lite b1 2.320-2.324 ms against
-  // 2.297-2.323): opt-in. The CLI reads DS_PERSISTENT_PDL=0/1.
+  // 2.297-2.323; session 20 run 6: 2.267-2.275 against 2.189-2.220, and 2.47-2.52 with each
+  // kernel's first weights loaded before its wait, code at 3c021e3): opt-in. The CLI reads
+  // DS_PERSISTENT_PDL=0/1.
   bool persistent_pdl = false;
-  // With persistent_pdl: each persistent kernel loads its first weights before its wait for the
-  // previous kernel (MlaAttnPersistentParams / MoePersistentParams::pdl_prefetch; the MoE kernel
-  // with persistent_moe_shared_first). The same bits. The CLI reads DS_PERSISTENT_PDL_PREFETCH=0/1.
-  bool persistent_pdl_prefetch = true;
   // fp8_gemm "cublas" / "cublas-all" (W8A8: e4m3 activations with 1x128 scales): projections of
   // <= 64 rows on Fp8SkinnyGemmSm90 (fp8_gemm_skinny_sm90.h: y^T = w x^T through CUTLASS, 64-row
   // ping-pong tiles, Fp8SkinnyAutoKsplit's K split) instead of cuBLASLt, where it takes the
@@ -303,10 +301,6 @@ struct CudaRunnerOptions {
   // 1K (timing report), V2-Lite 27 layers b1 2.277-2.348 against 2.323-2.405 ms
   // (bench/results/session20_2026-12-01_run{1,2}). The CLI reads DS_ATTN_ABSORB_OVERLAP=0/1.
   bool attn_absorb_overlap = true;
-  // With attn_persistent: blocks without a decode split stage their o_proj tile right after
-  // barrier 2 (MlaAttnPersistentParams::wo_early; the same bits). Opt-in until measured. The CLI
-  // reads DS_ATTN_WO_EARLY=0/1.
-  bool attn_wo_early = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the

@@ -104,9 +104,7 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.workspace = dec_ws_.as<float>(); ap.o16 = ov16_.as<bf16>(); ap.out = o32_.as<float>();
   ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
   if (opts_.attn_absorb_overlap) ap.nope_ready = attn_sync_.as<uint32_t>() + 2;
-  ap.wo_early = opts_.attn_wo_early;
   ap.pdl = opts_.persistent_pdl;
-  ap.pdl_prefetch = opts_.persistent_pdl_prefetch;
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
   // shape checks; what is left is the device's fit): asked once.
   int8_t& ok = attn_ok_[attn_norm_pending_ ? 1 : 0];

@@ -100,28 +100,17 @@ __device__ __forceinline__ void MmaTileSmem(const bf16* w, int64_t pitch, const 
 // first_s: when not null, the block's first tile staged in shared memory ([16] rows of K at
 // first_pitch).
 // tile_row(t): tile t's first row (16 rows from it); done(t): called by thread 0 once tile t's
-// outputs are written by the block (after a block barrier). use_first: first_slice holds the first
-// ptx::kTileBurst steps of this warp's part of the block's first tile, already loaded (LoadSlice);
-// WarpTile16 continues after them (the same mma order).
+// outputs are written by the block (after a block barrier).
 template <class RowPtr, class Out, class TileRow, class Done>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
-                                          Out out, const bf16* first_s, int64_t first_pitch, TileRow tile_row, Done done,
-                                          bool use_first, const WarpSlice& first_slice) {
+                                          Out out, const bf16* first_s, int64_t first_pitch, TileRow tile_row, Done done) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t kw = K / kWarps, k0 = warp * kw;
   for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x) {
     const int64_t r0 = tile_row(t);
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    const int steps = static_cast<int>(kw / 32);
-    if (first_s != nullptr && t == blockIdx.x) {
-      MmaTileSmem(first_s + k0, first_pitch, xs + k0, steps, d);
-    } else if (use_first && t == blockIdx.x) {
-      const int n = steps < int{ptx::kTileBurst} ? steps : int{ptx::kTileBurst};
-      MmaSlice(first_slice, xs + k0, n, d);
-      if (steps > n) WarpTile16(row_ptr(r0 + g) + k0 + 32 * n, row_ptr(r0 + g + 8) + k0 + 32 * n, xs + k0 + 32 * n, xs + k0 + 32 * n, steps - n, d);
-    } else {
-      WarpTile16(row_ptr(r0 + g) + k0, row_ptr(r0 + g + 8) + k0, xs + k0, xs + k0, steps, d);
-    }
+    if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
+    else WarpTile16(row_ptr(r0 + g) + k0, row_ptr(r0 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_red[warp][g] = d[0];
       s_red[warp][g + 8] = d[2];
@@ -139,9 +128,7 @@ __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* x
 template <class RowPtr, class Out>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
                                           Out out, const bf16* first_s, int64_t first_pitch) {
-  WarpSlice unused;
-  GemvTiles(rows, K, xs, s_red, row_ptr, out, first_s, first_pitch, [](int64_t t) { return t * 16; }, [](int64_t) {},
-            false, unused);
+  GemvTiles(rows, K, xs, s_red, row_ptr, out, first_s, first_pitch, [](int64_t t) { return t * 16; }, [](int64_t) {});
 }
 
 // Timing stamp k of this block (MlaAttnPersistentParams::phase_ns); `sync` first so that the
@@ -177,10 +164,6 @@ __device__ __forceinline__ void IssueSplitRows(const MlaAttnPersistentParams& p,
   }
 }
 
-// kPdl: launched as a programmatic dependent (MlaAttnPersistentParams::pdl): the wait for the
-// previous kernel comes first (launch.cuh's rule), then the release of the next; a separate
-// instantiation, so the default kernel's code is the one measured without it.
-//
 // Phase 1's tile t -> its first row: tile t (absorb_overlap: q_nope tiles of every head, then
 // q_pe, then kv_a).
 __device__ __forceinline__ int64_t PhaseOneTileRow(int64_t t, int64_t H, bool overlap) {
@@ -191,25 +174,12 @@ __device__ __forceinline__ int64_t PhaseOneTileRow(int64_t t, int64_t H, bool ov
   return H * kDqk + (t - n_nope - n_pe) * 16;
 }
 
-// kPdl with pdl_prefetch: before the wait, this warp's first burst of the block's first phase-1
-// tile is loaded (weights: no kernel writes them, so they may be read before the predecessor
-// completes; launch.cuh's rule otherwise holds), so the loads overlap the previous kernel's tail.
+// kPdl: launched as a programmatic dependent (MlaAttnPersistentParams::pdl): the wait for the
+// previous kernel comes first (launch.cuh's rule), then the release of the next; a separate
+// instantiation, so the default kernel's code is the one measured without it.
 template <bool kPdl>
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
-  WarpSlice pre;
-  bool have_pre = false;
-  if constexpr (kPdl) {
-    if (p.pdl_prefetch && static_cast<int64_t>(blockIdx.x) < (p.heads * kDqk + kD) / 16) {
-      const int lane = threadIdx.x & 31, g = lane >> 2, warp = threadIdx.x >> 5;
-      const int64_t Rq = p.heads * kDqk, kw = p.hidden / kWarps, k0 = warp * kw;
-      const int64_t r0 = PhaseOneTileRow(blockIdx.x, p.heads, p.nope_ready != nullptr);
-      const auto row = [&](int64_t r) { return (r < Rq ? p.wq + r * p.hidden : p.wkva + (r - Rq) * p.hidden) + k0; };
-      const int steps = static_cast<int>(kw / 32);
-      LoadSlice(row(r0 + g), row(r0 + g + 8), steps < int{ptx::kTileBurst} ? steps : int{ptx::kTileBurst}, pre);
-      have_pre = true;
-    }
-    dev::PdlWaitThenRelease();
-  }
+  if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[kWarps][16];
   __shared__ float s_norm[32];
@@ -312,8 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       [&](int64_t t) -> int64_t { return PhaseOneTileRow(t, H, overlap); },
       [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
         if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
-      },
-      have_pre, pre);
+      });
   // Ahead of barrier 1 (absorb_overlap: of the wait for q_nope): this warp's first W_UK tile.
   WarpSlice uk;
   if (uk_block && uk_first < uk_units) {
@@ -387,10 +356,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // absorb_overlap: every block has passed its wait and every q_nope tile has counted: the
   // counter goes back to zero for the next launch (stream-ordered after this one).
   if (overlap && blockIdx.x == 0 && threadIdx.x == 0) *p.nope_ready = 0u;
-  // wo_early: a block with an o_proj tile and no split idles through phase 3: its tile's copies
-  // go out now (DRAM idles too: phase 3 reads the cache rows and L2), not in phase 4.
-  const bool wo_early = p.wo_early && wo_staged && first_split >= S;
-  if (wo_early && threadIdx.x == 0) issue_wo();
   Stamp(p.phase_ns, 4, false);
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
@@ -615,10 +580,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     // phase; copies in flight during a grid barrier or phase 3's tile loads slowed them), one bulk
     // copy a row (padded pitch).
     // (p.wo_stage_point: at the phase's start, after the first unit's LSE loads, or after its
-    // partials' loads; a block without a unit at the start; wo_early blocks issued theirs after
-    // barrier 2.)
+    // partials' loads; a block without a unit at the start.)
     const auto stage_wo = [&](int point) {
-      if (threadIdx.x != 0 || !wo_staged || wo_early || (blockIdx.x < uv_units ? p.wo_stage_point : 0) != point) return;
+      if (threadIdx.x != 0 || !wo_staged || (blockIdx.x < uv_units ? p.wo_stage_point : 0) != point) return;
       issue_wo();
     };
     stage_wo(0);

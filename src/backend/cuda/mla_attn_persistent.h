@@ -111,16 +111,9 @@ struct MlaAttnPersistentParams {
   // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
   // run 9, 27.7 us against 28.4 at point 0) after its partials' loads.
   int wo_stage_point = 2;
-  // wo_early (session 20; CudaRunnerOptions::attn_wo_early): a block with an o_proj tile and no
-  // decode split (short contexts: blocks >= the split count) issues its tile's copies right
-  // after barrier 2, while phase 3 runs on the split blocks, instead of at wo_stage_point.
-  bool wo_early = false;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
-  // With pdl: each warp's first burst of the block's first phase-1 tile is loaded before the wait
-  // for the previous kernel (weights only), so it overlaps that kernel's tail (session 20).
-  bool pdl_prefetch = false;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 16;

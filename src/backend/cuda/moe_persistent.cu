@@ -58,25 +58,9 @@ constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never
 // kPdl: launched as a programmatic dependent (MoePersistentParams::pdl): the wait for the previous
 // kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
-// kPdl with pdl_prefetch (shared_first, gu_ksplit 8): before the wait, this warp's first burst of
-// the block's first gate_up tile (shared tile blockIdx.x) is loaded (weights: no kernel writes
-// them, so they may be read before the predecessor completes), overlapping its tail.
 template <int kMinBlocks, bool kPdl>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
-  ptx::WarpSlice pre;
-  bool have_pre = false;
-  if constexpr (kPdl) {
-    if (p.pdl_prefetch && p.router_ready != nullptr && p.gu_ksplit == kWarps && !p.barriers_only &&
-        static_cast<int64_t>(blockIdx.x) < p.shared_inter / 8) {
-      const int g = (threadIdx.x & 31) >> 2;
-      const int64_t kw = p.hidden / kWarps, k0 = (threadIdx.x >> 5) * kw, c0 = int64_t{blockIdx.x} * 8;
-      const int steps = static_cast<int>(kw / 32);
-      ptx::LoadSlice(p.shared_gu + (c0 + g) * p.hidden + k0, p.shared_gu + (p.shared_inter + c0 + g) * p.hidden + k0,
-                     steps < int{ptx::kTileBurst} ? steps : int{ptx::kTileBurst}, pre);
-      have_pre = true;
-    }
-    dev::PdlWaitThenRelease();
-  }
+  if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ uint4 smem4[];
   const int64_t Hd = p.hidden, E = p.num_experts, K = p.top_k, I = p.inter, Is = p.shared_inter;
   // Dynamic shared memory: bf16 region (phase 2: x16 [hidden]; phase 3: act [top_k I + Is]), then
@@ -143,28 +127,14 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   };
   // gu_ksplit > 1 (see phase 2): slots of ksp warps, each warp a part of its slot's tile.
   const int ksp = p.gu_ksplit, slots = kWarps / ksp, slot = warp / ksp, part = warp % ksp;
-  // (use_pre: this part's first burst is `pre`, already loaded; WarpTile16 continues after it, the
-  // same order.)
-  const auto gu_part = [&](int64_t t, int r, bool use_pre) {
+  const auto gu_part = [&](int64_t t, int r) {
     const bf16* wb;
     int64_t c0, half;
     bf16* out;
     tile_at(t, wb, c0, half, out);
     const int64_t kw = Hd / ksp, k0 = part * kw;
-    const int steps = static_cast<int>(kw / 32);
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    if constexpr (kPdl) {  // (the plain instantiation keeps its code)
-      int n = 0;
-      if (use_pre) {
-        n = steps < int{ptx::kTileBurst} ? steps : int{ptx::kTileBurst};
-        ptx::MmaSlice(pre, xs + k0, n, d);
-      }
-      if (steps > n)
-        WarpTile16(wb + (c0 + g) * Hd + k0 + 32 * n, wb + (half + c0 + g) * Hd + k0 + 32 * n, xs + k0 + 32 * n,
-                   xs + k0 + 32 * n, steps - n, d);
-    } else {
-      WarpTile16(wb + (c0 + g) * Hd + k0, wb + (half + c0 + g) * Hd + k0, xs + k0, xs + k0, steps, d);
-    }
+    WarpTile16(wb + (c0 + g) * Hd + k0, wb + (half + c0 + g) * Hd + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_gu[r][warp][g] = d[0];
       s_gu[r][warp][8 + g] = d[2];
@@ -255,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
         route_token();
         routed_here = true;
       }
-      gu_part(tile_of(i), r, have_pre && r == 0);
+      gu_part(tile_of(i), r);
     }
     if (!routed_here) route_token();
     __syncthreads();

@@ -109,9 +109,6 @@ struct MoePersistentParams {
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
-  // With pdl and shared_first (gu_ksplit 8): each warp's first burst of the block's first gate_up
-  // tile (a shared expert's) is loaded before the wait for the previous kernel (session 20).
-  bool pdl_prefetch = false;
 };
 inline constexpr int kMoePersistentStamps = 8;
 
