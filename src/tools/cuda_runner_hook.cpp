@@ -72,7 +72,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_OPROJ_NORM", &c.fused_oproj_norm);              // residual + norm in o_proj's last block (off: verified, slower)
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
   env_int("DS_PERSISTENT_MOE_GU_KSPLIT", 1, 8, 1, &c.persistent_moe_gu_ksplit);
-  env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared experts' tiles first, no barrier 1 (opt-in)
+  env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared experts' tiles first, no barrier 1 (on since session 20)
+  env_switch("DS_PERSISTENT_MOE_TAIL_FOLD", &c.persistent_moe_tail_fold);        // phase 2's last round split, loaded with the one before (opt-in)
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
   env_switch("DS_FP8_SKINNY_SM90", &c.fp8_skinny_sm90);          // W8A8 projections <= 64 rows on the CUTLASS swap-AB GEMM (opt-in)
   env_switch("DS_PERSISTENT_DENSE", &c.persistent_dense_mlp);    // dense layers' MLP in the persistent kernel (on since session 14)

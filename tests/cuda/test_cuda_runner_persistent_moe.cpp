@@ -64,6 +64,16 @@ TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {
                                &CudaGraphStats::moe_shared_first_layers, PathExpect::kRuns);
 }
 
+// persistent_moe_tail_fold: phase 2's last round split over blocks (another fp32 order for those
+// tiles): bounded against it off, and it must run (MoE and dense layers).
+TEST(CudaRunnerPersistentMoe, TailFoldWithinBounds) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_tail_fold = on; };
+  CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "persistent_moe_tail_fold", DummyOptions(dir, 3, 5), true, set,
+                               &CudaGraphStats::moe_tail_fold_layers, PathExpect::kRuns);
+}
+
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
 // against the unfused dense MLP (another fp32 order), and it must run there.
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {

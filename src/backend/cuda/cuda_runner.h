@@ -241,6 +241,11 @@ struct CudaRunnerOptions {
   // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = true;
+  // Its phase 2's last, partial round split along hidden over blocks and loaded with each
+  // block's last full round (MoePersistentParams::gu_tail; layers whose split is 8): another fp32
+  // order for those tiles (bounded). Opt-in until measured. The CLI reads
+  // DS_PERSISTENT_MOE_TAIL_FOLD=0/1.
+  bool persistent_moe_tail_fold = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -512,6 +517,7 @@ struct CudaGraphStats {
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
+  int64_t moe_tail_fold_layers = 0;        // persistent MoE / dense layers with persistent_moe_tail_fold (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)

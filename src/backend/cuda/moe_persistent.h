@@ -100,6 +100,15 @@ struct MoePersistentParams {
   // only before its first routed tile (then routes). The shared experts' weights stream while
   // the router runs. The same sums in the same order per tile: the same bits.
   uint32_t* router_ready = nullptr;
+  // tail_fold (session 20; CudaRunnerOptions::persistent_moe_tail_fold): when set, [grid * 16]
+  // fp32 scratch, and gu_ksplit must be 8. Phase 2's last, partial round (L = tiles % grid tiles
+  // on L blocks while the rest wait at barrier 2) is split along hidden over P = min(grid / L, 8)
+  // blocks a tile, and each block loads its part together with its last full round's tile (one
+  // latency for both); the parts' gate / up sums go here, and after barrier 2 every down block
+  // adds them in part order into its copy of act (block 0 also writes them to act). Those tiles'
+  // sums in another fp32 order (bounded). Not applied when P < 2, L > 128, there is no full
+  // round, or a warp's part exceeds 4 k-steps (hidden > 8 x 32 x 4 x P).
+  float* gu_tail = nullptr;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end (without a next norm, 5-7 all at phase 3's end; dense: 1 and 2
