@@ -58,6 +58,15 @@ TEST(CudaRunnerAttnPersistent, AbsorbOverlapBitIdentical) {
                                &CudaGraphStats::attn_absorb_overlap_layers, PathExpect::kRuns);
 }
 
+// attn_split_counter: the decode blocks start on a counter instead of barrier 2: the same bits.
+TEST(CudaRunnerAttnPersistent, SplitCounterBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_split_counter = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_split_counter", DummyOptions(dir, 3, 9), set,
+                               &CudaGraphStats::attn_split_counter_layers, PathExpect::kRuns);
+}
+
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {
   const int ran = ForEachFixture({"v2_lite_tiny", "v3_mla512_tiny"}, [](const std::string& name, const CudaRunnerOptions& o) {
     CompareBounded(name, o, false, PathExpect::kNever);

@@ -49,11 +49,11 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // overlap: absorb_overlap (MlaAttnPersistentParams::nope_ready); then also bit-for-bit the
 // outputs of a launch without it on the same inputs, and the counter back at zero.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             bool in_norm = false, bool overlap = false) {
+             bool in_norm = false, bool overlap = false, bool split = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
-                            (in_norm ? "_in_norm" : "") + (overlap ? "_overlap" : "") +
+                            (in_norm ? "_in_norm" : "") + (overlap ? "_overlap" : "") + (split ? "_split_counter" : "") +
                             (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
@@ -177,9 +177,9 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, max_context));
   Dev<int32_t> d_pos(std::vector<int32_t>{pos}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
   Dev<int64_t> d_slot(std::vector<int64_t>{no_slot ? -1 : slot});
-  Dev<uint32_t> d_sync(2), d_nope(1);
+  Dev<uint32_t> d_sync(2), d_nope(2);
   DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
-  DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, sizeof(uint32_t)));
+  DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, 2 * sizeof(uint32_t)));
   MlaAttnPersistentParams p{};
   p.x16 = d_x.get(); p.hidden = Hd; p.heads = H;
   p.wq = d_wq.get(); p.wkva = d_wkva.get(); p.kva_norm_w = d_norm_w.get(); p.eps = 1e-6f;
@@ -191,6 +191,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get(); p.wo_stage_point = wo_point;
   if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
   if (overlap) p.nope_ready = d_nope.get();
+  if (split) p.split_ready = d_nope.get() + 1;
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -229,10 +230,13 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   // grid_barrier.cuh's 64-bit counter: each launch pads it to the next multiple of kGridEpoch (2^20).
   EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{kLaunches} << 20) << label;
   if (overlap) {
-    EXPECT_EQ(d_nope.Download()[0], 0u) << label << ": absorb_overlap's counter not back at zero";
+    const std::vector<uint32_t> words = d_nope.Download();
+    EXPECT_EQ(words[0], 0u) << label << ": absorb_overlap's counter not back at zero";
+    EXPECT_EQ(words[1], 0u) << label << ": split_counter's counter not back at zero";
     // The same inputs without absorb_overlap: the same rows by the same warps' sums, so the same bits.
     MlaAttnPersistentParams r = p;
     r.nope_ready = nullptr;
+    r.split_ready = nullptr;
     d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_q32.Poison();
     MlaAttnPersistent(r);
     DS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -276,6 +280,18 @@ TEST(CudaMlaAttnPersistent, AbsorbOverlapMatchesCpuReference) {
   RunCase(4, 8192, 100, true, false, false, 2, true, true);
   RunCase(4, 512, 65, false, true, false, 2, true, true);
   RunCase(2, 4096, 300, true, true, false, 2, false, true);
+}
+
+// split_counter (MlaAttnPersistentParams::split_ready, with absorb_overlap): no barrier 2; the
+// decode blocks wait on a counter. The same shapes as above.
+TEST(CudaMlaAttnPersistent, SplitCounterMatchesCpuReference) {
+  RunCase(16, 2048, 1000, true, true, false, 2, true, true, /*split=*/true);
+  RunCase(16, 2048, 1, true, false, false, 2, false, true, true);
+  RunCase(16, 2048, 4500, true, true, false, 2, false, true, true);
+  RunCase(4, 8192, 100, true, false, false, 2, true, true, true);
+  RunCase(4, 512, 65, false, true, false, 2, true, true, true);
+  RunCase(2, 4096, 300, true, true, false, 2, false, true, true);
+  RunCase(16, 2048, 100, true, true, /*no_slot=*/true, 2, false, true, true);
 }
 
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
@@ -331,15 +347,16 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, pages * kBs));
     Dev<int32_t> d_pos(std::vector<int32_t>{ctx - 1}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
     Dev<int64_t> d_slot(std::vector<int64_t>{static_cast<int64_t>(table[(ctx - 1) / kBs]) * kBs + (ctx - 1) % kBs});
-    Dev<uint32_t> d_sync(2), d_nope(1);
+    Dev<uint32_t> d_sync(2), d_nope(2);
     DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
-    DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, sizeof(uint32_t)));
+    DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, 2 * sizeof(uint32_t)));
     Dev<float> d_in_res(RandomNormal(Hd, 1.f)), d_in_w(std::vector<float>(Hd, 1.f));
     // (Session 13's wo_stage_point 0 / 1 variants and the L2 prefetches of sessions 13-14:
     // bench/results/session13_*, session14_2026-11-30_run{1,6}.)
-    // Variant 2 (session 20): in_norm with absorb_overlap (nope_ready).
-    for (int variant = 0; variant < 3; ++variant) {
+    // Variant 2 (session 20): in_norm with absorb_overlap (nope_ready); 3: and split_counter.
+    for (int variant = 0; variant < 4; ++variant) {
       const int wo_point = 2;
+      const bool split = variant == 3;
       const bool in_norm = variant >= 1, overlap = variant >= 2;
       for (bool stamped : {false, true}) {
         const auto params = [&](int i) {
@@ -356,6 +373,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.wo_stage_point = wo_point;
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
+          if (split) p.split_ready = d_nope.get() + 1;
           p.stream = st;
           return p;
         };
@@ -364,9 +382,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d stamps=%d: "
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d stamps=%d: "
                     "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, in_norm, overlap, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
+                    ctx, wo_point, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
         std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
@@ -397,9 +415,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d in_norm=%d overlap=%d segment=\"%s\": mean %.2f us, "
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d in_norm=%d overlap=%d split=%d segment=\"%s\": mean %.2f us, "
                       "max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, in_norm, overlap, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+                      ctx, in_norm, overlap, split, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

@@ -306,6 +306,10 @@ struct CudaRunnerOptions {
   // 1K (timing report), V2-Lite 27 layers b1 2.277-2.348 against 2.323-2.405 ms
   // (bench/results/session20_2026-12-01_run{1,2}). The CLI reads DS_ATTN_ABSORB_OVERLAP=0/1.
   bool attn_absorb_overlap = true;
+  // With attn_absorb_overlap: the decode blocks start on a counter of the q_pe / kv_a tiles and
+  // the absorbing blocks instead of barrier 2 (MlaAttnPersistentParams::split_ready; the same
+  // bits). Opt-in until measured. The CLI reads DS_ATTN_SPLIT_COUNTER=0/1.
+  bool attn_split_counter = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -516,6 +520,7 @@ struct CudaGraphStats {
   int64_t q_absorb_layers = 0;    // MLA absorptions run as one MlaQAbsorb launch (fused_q_absorb; also a fused launch)
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
+  int64_t attn_split_counter_layers = 0;   // of those, with attn_split_counter (likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t moe_tail_fold_layers = 0;        // persistent MoE / dense layers with persistent_moe_tail_fold (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

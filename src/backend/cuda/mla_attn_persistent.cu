@@ -199,11 +199,17 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // written (the counter), while the other blocks still stream their q_pe / kv_a tiles: no
   // barrier 1. Otherwise the absorption runs on blocks >= 1 between barriers 1 and 2.
   const bool overlap = p.nope_ready != nullptr;
+  // split_counter (p.split_ready, with absorb_overlap): no barrier 2 either. Each q_pe / kv_a
+  // tile and each absorbing block (after its units) bumps the word; a decode block waits for all
+  // of them (split_target) before its Q tile; the other blocks go on to barrier 3.
+  const bool split_counter = overlap && p.split_ready != nullptr;
   const int64_t n1 = (Rq + kD) / 16, n_nope = H * (kNope / 16);
   const int uk_lo = overlap ? static_cast<int>(n1 % grid) : 1;
   const int64_t uk_units = H * (kLat / 16), uk_warps = int64_t{grid - uk_lo} * kWarps;
   const int64_t uk_first = (int64_t{blockIdx.x} - uk_lo) * kWarps + warp;
   const bool uk_block = static_cast<int>(blockIdx.x) >= uk_lo && (int64_t{blockIdx.x} - uk_lo) * kWarps < uk_units;
+  const uint32_t split_target = static_cast<uint32_t>(
+      std::min<int64_t>(grid - uk_lo, (uk_units + kWarps - 1) / kWarps) + (n1 - n_nope));
   const int64_t uv_units = H * kUvParts;
   const bool wo_staged = blockIdx.x < Hd / 16;
   // The block's o_proj tile into shared memory (thread 0): one bulk copy a row (padded pitch),
@@ -282,12 +288,19 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       [&](int64_t t) -> int64_t { return PhaseOneTileRow(t, H, overlap); },
       [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
         if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
+        if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
       });
   // Ahead of barrier 1 (absorb_overlap: of the wait for q_nope): this warp's first W_UK tile.
-  WarpSlice uk;
+  // (absorb_overlap: its second one too, since these warps take two units of V2-Lite's 512.)
+  WarpSlice uk, uk2;
+  const int64_t uk_second = uk_first + uk_warps;
   if (uk_block && uk_first < uk_units) {
     const bf16* w = p.w_uk_t + uk_first * 16 * kNope;
     LoadSlice(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk);
+  }
+  if (overlap && uk_block && uk_second < uk_units) {
+    const bf16* w = p.w_uk_t + uk_second * 16 * kNope;
+    LoadSlice(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk2);
   }
   Stamp(p.phase_ns, 1, true);
   int nbar = 0;
@@ -327,11 +340,16 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       const bf16* w = p.w_uk_t + (h * kLat + c0) * kNope;
       float d[4] = {0.f, 0.f, 0.f, 0.f};
       if (u == uk_first) MmaSlice(uk, qn + h * kNope, kNope / 32, d);
+      else if (overlap && u == uk_second) MmaSlice(uk2, qn + h * kNope, kNope / 32, d);
       else WarpTile16(w + g * kNope, w + (g + 8) * kNope, qn + h * kNope, qn + h * kNope, kNope / 32, d);
       if (tq == 0) {
         p.qlat16[h * kLat + c0 + g] = __float2bfloat16_rn(d[0]);
         p.qlat16[h * kLat + c0 + g + 8] = __float2bfloat16_rn(d[2]);
       }
+    }
+    if (split_counter) {  // this block's q_lat written
+      __syncthreads();
+      if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
     }
   }
   // Ahead of barrier 2: the cache rows of this block's first split, all but the new token's
@@ -352,10 +370,17 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const int64_t slot = *p.slot;
   if (first_split < S) IssueSplitRows(p, Ks, first_split, ctx, -1, first_split == new_split ? ctx - 1 - new_split * kBN : -1);
   Stamp(p.phase_ns, 3, true);
-  grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
-  // absorb_overlap: every block has passed its wait and every q_nope tile has counted: the
-  // counter goes back to zero for the next launch (stream-ordered after this one).
-  if (overlap && blockIdx.x == 0 && threadIdx.x == 0) *p.nope_ready = 0u;
+  if (!split_counter) {
+    grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
+    // absorb_overlap: every block has passed its wait and every q_nope tile has counted: the
+    // counter goes back to zero for the next launch (stream-ordered after this one).
+    if (overlap && blockIdx.x == 0 && threadIdx.x == 0) *p.nope_ready = 0u;
+  } else if (first_split < S || static_cast<int>(blockIdx.x) == norm_block) {  // q_lat, q_pe and kv_a written
+    if (threadIdx.x == 0)
+      while (grid::LdAcquire(p.split_ready) < split_target) {
+      }
+    __syncthreads();
+  }
   Stamp(p.phase_ns, 4, false);
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
@@ -562,6 +587,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   }
   Stamp(p.phase_ns, 6, true);
   grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
+  // split_counter: every wait and every count of both words is behind this barrier: both back to
+  // zero for the next launch.
+  if (split_counter && blockIdx.x == 0 && threadIdx.x == 0) {
+    *p.nope_ready = 0u;
+    *p.split_ready = 0u;
+  }
   Stamp(p.phase_ns, 7, false);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
@@ -705,6 +736,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 2) why << "wo_stage_point " << p.wo_stage_point << " (0..2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
+  if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
   if ((!p.x16 && !p.in_residual) || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||
       !p.cache || !p.slot || !p.block_table || !p.context_len || !p.q32 || !p.kva32 || !p.qlat16 || !p.workspace ||
       !p.o16 || !p.out || !p.sync)

@@ -97,6 +97,11 @@ struct MlaAttnPersistentParams {
   // reaches heads x 8, while the other blocks still stream their q_pe / kv_a tiles. Barrier 1
   // goes (three grid barriers instead of four). nullptr: the phases as listed above.
   uint32_t* nope_ready = nullptr;
+  // split_counter (session 20; CudaRunnerOptions::attn_split_counter): with nope_ready, one more
+  // word, zero before the first launch (each launch leaves it at zero). Barrier 2 goes too: each
+  // q_pe / kv_a tile and each absorbing block bumps it, and a block with a decode split waits
+  // for the full count before its Q tile; the other blocks go on to barrier 3.
+  uint32_t* split_ready = nullptr;
   cudaStream_t stream = nullptr;
   // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
   // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps],
