@@ -243,9 +243,10 @@ struct CudaRunnerOptions {
   bool persistent_moe_shared_first = true;
   // Its phase 2's last, partial round split along hidden over blocks and loaded with each
   // block's last full round (MoePersistentParams::gu_tail; layers whose split is 8): another fp32
-  // order for those tiles (bounded). Opt-in until measured. The CLI reads
+  // order for those tiles (bounded). On by default since session 20: V2-Lite 27 layers b1 0.0-0.9%
+  // faster in 6 same-call pairs (runs 7-8; the kernel 64.57 against 65.97 us). The CLI reads
   // DS_PERSISTENT_MOE_TAIL_FOLD=0/1.
-  bool persistent_moe_tail_fold = false;
+  bool persistent_moe_tail_fold = true;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -308,8 +309,10 @@ struct CudaRunnerOptions {
   bool attn_absorb_overlap = true;
   // With attn_absorb_overlap: the decode blocks start on a counter of the q_pe / kv_a tiles and
   // the absorbing blocks instead of barrier 2 (MlaAttnPersistentParams::split_ready; the same
-  // bits). Opt-in until measured. The CLI reads DS_ATTN_SPLIT_COUNTER=0/1.
-  bool attn_split_counter = false;
+  // bits). On by default since session 20: the kernel 27.51 against 28.67 us at 1K, V2-Lite 27
+  // layers b1 2.697-2.710 against 2.738-2.757 ms on a slow machine (run 8). The CLI reads
+  // DS_ATTN_SPLIT_COUNTER=0/1.
+  bool attn_split_counter = true;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
