@@ -243,8 +243,8 @@ struct CudaRunnerOptions {
   bool persistent_moe_shared_first = true;
   // Its phase 2's last, partial round split along hidden over blocks and loaded with each
   // block's last full round (MoePersistentParams::gu_tail; layers whose split is 8): another fp32
-  // order for those tiles (bounded). On by default since session 20: V2-Lite 27 layers b1 0.0-0.9%
-  // faster in 6 same-call pairs (runs 7-8; the kernel 64.57 against 65.97 us). The CLI reads
+  // order for those tiles (bounded). On by default since session 20: V2-Lite 27 layers b1 -1.2% to
+  // +0.04% in 6 same-call pairs (runs 7-8; the kernel 64.57 against 65.97 us). The CLI reads
   // DS_PERSISTENT_MOE_TAIL_FOLD=0/1.
   bool persistent_moe_tail_fold = true;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
