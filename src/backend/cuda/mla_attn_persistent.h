@@ -3,9 +3,10 @@
 // one kernel", step 1): from the input norm's bf16 output x (or, with in_residual, from the
 // residual stream: the input norm in every block, session 14) to o_proj's fp32 output, for one
 // decode token of one sequence, with the phases separated by grid-wide barriers
-// (grid_barrier.cuh) instead of the seven launches of the unfused path (q_proj, kv_a, kv norm +
-// RoPE + cache write, the q absorption, the split-KV decode, the merge + W_UV, o_proj). The
-// design's per-op counters in place of the barriers come next.
+// (grid_barrier.cuh) or counters instead of the seven launches of the unfused path (q_proj,
+// kv_a, kv norm + RoPE + cache write, the q absorption, the split-KV decode, the merge + W_UV,
+// o_proj). Since session 20 the runner's default (nope_ready, split_ready) replaces barriers 1
+// and 2 by counters: see those fields.
 //
 // Math (DeepSeek-V2 paper section 2.1 / transformers' DeepseekV2Attention, absorbed form; the
 // runner's unfused path computes the same):
@@ -23,9 +24,11 @@
 // orders: not the unfused kernels' bits; tests bound it (CudaMlaAttnPersistent.*,
 // CudaRunnerAttnPersistent.*).
 //
-// Phases (grid = one block of 256 threads per SM, cooperative launch). Where a phase reads
-// weights, the block's first unit is loaded before the barrier ahead of it (latency off the
-// critical path; bench/results/session13_2026-11-30_run{2..10} measured the variants):
+// Phases (grid = one block of 256 threads per SM, cooperative launch), as without nope_ready /
+// split_ready; with them, phase 2 overlaps phase 1's q_pe / kv_a tiles and phase 3 starts on a
+// counter (the fields below). Where a phase reads weights, the block's first unit is loaded
+// before the barrier ahead of it (latency off the critical path;
+// bench/results/session13_2026-11-30_run{2..10} measured the variants):
 //  1. q and kv_a: 16-row tiles of [W_q; W_kva] (tile t on block t % grid), each tile's K split
 //     over the block's 8 warps and summed in warp order; each warp's first W_UK tile into
 //     registers -> barrier;

@@ -20,7 +20,10 @@
 // next norm's sum of squares is summed per block, then over the blocks in a fixed order
 // (deterministic).
 //
-// Phases (grid = one or two blocks per SM, cooperative launch so every block is resident):
+// Phases (grid = one or two blocks per SM, cooperative launch so every block is resident), as
+// without router_ready / gu_tail; since session 20 the runner's default sets both (shared
+// experts' tiles first and no barrier 1; phase 2's last partial round folded into the one before:
+// see those fields):
 //  0. every block: x32 and x16 into shared memory (with attn_out: the post-attention norm);
 //  1. router logit columns (blocks b, b + grid, ...) -> barrier;
 //  2. every block routes the token itself (warp 0, the same bits everywhere: no barrier), then
