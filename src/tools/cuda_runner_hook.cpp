@@ -82,7 +82,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_ATTN_PERSISTENT", &c.attn_persistent);          // the b1 MLA attention in one cooperative launch (on since session 13)
   env_switch("DS_ATTN_ABSORB_OVERLAP", &c.attn_absorb_overlap);  // its absorption overlapping phase 1's tail (on since session 20)
   env_switch("DS_ATTN_SPLIT_COUNTER", &c.attn_split_counter);    // its decode blocks start on a counter, no barrier 2 (on since session 20)
-  env_switch("DS_ATTN_PHASE_COUNTERS", &c.attn_phase_counters);  // barriers 3 and 4 as counters too (opt-in)
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
     env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);

@@ -67,15 +67,6 @@ TEST(CudaRunnerAttnPersistent, SplitCounterBitIdentical) {
                                &CudaGraphStats::attn_split_counter_layers, PathExpect::kRuns);
 }
 
-// attn_phase_counters: barriers 3 and 4 as counts too (no grid barrier): the same bits.
-TEST(CudaRunnerAttnPersistent, PhaseCountersBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_phase_counters = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_phase_counters", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::attn_phase_counters_layers, PathExpect::kRuns);
-}
-
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {
   const int ran = ForEachFixture({"v2_lite_tiny", "v3_mla512_tiny"}, [](const std::string& name, const CudaRunnerOptions& o) {
     CompareBounded(name, o, false, PathExpect::kNever);

@@ -313,10 +313,6 @@ struct CudaRunnerOptions {
   // layers b1 2.697-2.710 against 2.738-2.757 ms on a slow machine (run 8). The CLI reads
   // DS_ATTN_SPLIT_COUNTER=0/1.
   bool attn_split_counter = true;
-  // With attn_split_counter: barriers 3 and 4 as counts as well (MlaAttnPersistentParams::
-  // phase_done: no grid barrier in the kernel; the same bits). Opt-in until measured. The CLI
-  // reads DS_ATTN_PHASE_COUNTERS=0/1.
-  bool attn_phase_counters = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -528,7 +524,6 @@ struct CudaGraphStats {
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t attn_split_counter_layers = 0;   // of those, with attn_split_counter (likewise)
-  int64_t attn_phase_counters_layers = 0;  // of those, with attn_phase_counters (likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t moe_tail_fold_layers = 0;        // persistent MoE / dense layers with persistent_moe_tail_fold (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

@@ -105,7 +105,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
   if (opts_.attn_absorb_overlap) ap.nope_ready = attn_sync_.as<uint32_t>() + 2;
   if (opts_.attn_absorb_overlap && opts_.attn_split_counter) ap.split_ready = attn_sync_.as<uint32_t>() + 3;
-  if (ap.split_ready != nullptr && opts_.attn_phase_counters) ap.phase_done = attn_sync_.as<uint32_t>() + 4;
   ap.pdl = opts_.persistent_pdl;
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
   // shape checks; what is left is the device's fit): asked once.
@@ -119,7 +118,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ++graph_stats_.attn_persistent_layers;
   if (ap.nope_ready != nullptr) ++graph_stats_.attn_absorb_overlap_layers;
   if (ap.split_ready != nullptr) ++graph_stats_.attn_split_counter_layers;
-  if (ap.phase_done != nullptr) ++graph_stats_.attn_phase_counters_layers;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
   Mark("attn_o_proj");
   return true;

@@ -203,11 +203,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // tile and each absorbing block (after its units) bumps the word; a decode block waits for all
   // of them (split_target) before its Q tile; the other blocks go on to barrier 3.
   const bool split_counter = overlap && p.split_ready != nullptr;
-  // phase_counters (p.phase_done, with split_counter): no grid barrier at all. Barrier 3 becomes
-  // a count of the decode-split blocks done (word 0; the merge blocks wait for it), barrier 4 a
-  // count of the merge blocks done (word 1; the o_proj blocks wait for it); the last block out
-  // (word 2) puts every counter back to zero for the next launch.
-  const bool phase_counters = split_counter && p.phase_done != nullptr;
   const int64_t n1 = (Rq + kD) / 16, n_nope = H * (kNope / 16);
   const int uk_lo = overlap ? static_cast<int>(n1 % grid) : 1;
   const int64_t uk_units = H * (kLat / 16), uk_warps = int64_t{grid - uk_lo} * kWarps;
@@ -591,24 +586,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     }
   }
   Stamp(p.phase_ns, 6, true);
-  if (!phase_counters) {
-    grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
-    // split_counter: every wait and every count of both words is behind this barrier: both back to
-    // zero for the next launch.
-    if (split_counter && blockIdx.x == 0 && threadIdx.x == 0) {
-      *p.nope_ready = 0u;
-      *p.split_ready = 0u;
-    }
-  } else {
-    __syncthreads();  // this block's partials and LSEs written (Stamp synchronises only when stamping)
-    if (first_split < S && threadIdx.x == 0)
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.phase_done) : "memory");
-    if (static_cast<int64_t>(blockIdx.x) < uv_units) {
-      if (threadIdx.x == 0)
-        while (grid::LdAcquire(p.phase_done) < static_cast<uint32_t>(std::min(S, grid))) {
-        }
-      __syncthreads();
-    }
+  grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
+  // split_counter: every wait and every count of both words is behind this barrier: both back to
+  // zero for the next launch.
+  if (split_counter && blockIdx.x == 0 && threadIdx.x == 0) {
+    *p.nope_ready = 0u;
+    *p.split_ready = 0u;
   }
   Stamp(p.phase_ns, 7, false);
 
@@ -700,19 +683,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     else for (int k = 8; k <= 12; ++k) Stamp(p.phase_ns, k, false);
   }
   Stamp(p.phase_ns, 13, true);
-  if (!phase_counters) {
-    grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/true);
-  } else {
-    __syncthreads();  // this block's o rows written
-    if (static_cast<int64_t>(blockIdx.x) < uv_units && threadIdx.x == 0)
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.phase_done + 1) : "memory");
-    if (static_cast<int64_t>(blockIdx.x) < Hd / 16) {
-      if (threadIdx.x == 0)
-        while (grid::LdAcquire(p.phase_done + 1) < static_cast<uint32_t>(std::min<int64_t>(uv_units, grid))) {
-        }
-      __syncthreads();
-    }
-  }
+  grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/true);
   Stamp(p.phase_ns, 14, false);
 
   // Phase 5: o_proj (o in shared memory; the block's first tile staged).
@@ -724,19 +695,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; },
       wo_staged ? wo_s : nullptr, wo_pitch);
   Stamp(p.phase_ns, 15, true);
-  if (phase_counters && threadIdx.x == 0) {
-    // The last block out (every wait and every add of this launch are behind each block's add,
-    // acq_rel) resets the counters.
-    uint32_t old;
-    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p.phase_done + 2) : "memory");
-    if (old + 1 == gridDim.x) {
-      *p.nope_ready = 0u;
-      *p.split_ready = 0u;
-      p.phase_done[0] = 0u;
-      p.phase_done[1] = 0u;
-      p.phase_done[2] = 0u;
-    }
-  }
 }
 
 // pdl: the instantiation MlaAttnPersistentParams::pdl launches.
@@ -779,7 +737,6 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.wo_stage_point < 0 || p.wo_stage_point > 2) why << "wo_stage_point " << p.wo_stage_point << " (0..2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
   if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
-  if (p.phase_done != nullptr && p.split_ready == nullptr) why << "phase_done needs split_ready (split_counter); ";
   if ((!p.x16 && !p.in_residual) || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||
       !p.cache || !p.slot || !p.block_table || !p.context_len || !p.q32 || !p.kva32 || !p.qlat16 || !p.workspace ||
       !p.o16 || !p.out || !p.sync)

@@ -105,12 +105,6 @@ struct MlaAttnPersistentParams {
   // q_pe / kv_a tile and each absorbing block bumps it, and a block with a decode split waits
   // for the full count before its Q tile; the other blocks go on to barrier 3.
   uint32_t* split_ready = nullptr;
-  // phase_counters (session 20; CudaRunnerOptions::attn_phase_counters): with split_ready, three
-  // more words, zero before the first launch (each launch leaves them at zero). Barriers 3 and 4
-  // become counts too (the decode-split blocks done, waited on by the merge blocks; the merge
-  // blocks done, waited on by the o_proj blocks), so the kernel runs no grid barrier; the last
-  // block out resets every counter.
-  uint32_t* phase_done = nullptr;
   cudaStream_t stream = nullptr;
   // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
   // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps],
