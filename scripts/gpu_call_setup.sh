@@ -1,0 +1,16 @@
+# Sourced by a device call script (the device tool runs it in the checkout's root, carry
+# [".carry"] packed by scripts/gpu_carry.sh): unpacks the carried binaries into /tmp/dsinfer_e2e,
+# sets B (the bin dir), LD_LIBRARY_PATH (carried libs, CUDA, the venv's cuBLAS), DS_TEST_DATA_DIR
+# and DS_BINARY for dsinfer_cuda_tests (with the checkout's tests/data fixtures copied in, since
+# CARRY_DATA=0 leaves them out), and writes nvidia_smi.txt, date.txt and commit.txt into $R
+# (created). Usage: R=/tmp/cN; . scripts/gpu_call_setup.sh
+mkdir -p "$R" /tmp/dsinfer_e2e
+B=/tmp/dsinfer_e2e/bin
+xz -dc .carry/bin.tar.xz | tar -C /tmp/dsinfer_e2e -xf -
+[ -d tests/data ] && cp -r tests/data/* "$B/data/"
+CUBLAS_PY=$(ls -d /opt/*/.venv/lib/python3*/site-packages/nvidia/cu*/lib 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$B/lib:/usr/local/cuda/lib64:${CUBLAS_PY}:${LD_LIBRARY_PATH:-}"
+export DS_TEST_DATA_DIR=$B/data DS_BINARY=$B/dsinfer
+nvidia-smi --query-gpu=name,driver_version,power.limit,clocks.max.sm --format=csv > "$R/nvidia_smi.txt" 2>&1
+date -u +%FT%TZ > "$R/date.txt"
+cat "$B/COMMIT" > "$R/commit.txt"
