@@ -261,7 +261,7 @@ struct CudaRunnerOptions {
   // Where the device refuses the pair of attributes, the launch falls back to plain (once, with a
   // warning). Results are bit-identical (CudaRunnerPersistentMoe.PdlBitIdentical). Written in
   // session 14; bit-identical and no faster (session 15 run 1: V2-Lite b1 2.320-2.324 ms against
-  // 2.297-2.323; session 20 run 6: 2.267-2.275 against 2.189-2.220, and 2.47-2.52 with each
+  // 2.297-2.323; session 20 run 6: 2.267-2.275 against 2.189-2.220, and 2.50-2.52 with each
   // kernel's first weights loaded before its wait, code at 3c021e3): opt-in. The CLI reads
   // DS_PERSISTENT_PDL=0/1.
   bool persistent_pdl = false;
