@@ -280,6 +280,9 @@ TEST(CudaMlaAttnPersistent, AbsorbOverlapMatchesCpuReference) {
   RunCase(4, 8192, 100, true, false, false, 2, true, true);
   RunCase(4, 512, 65, false, true, false, 2, true, true);
   RunCase(2, 4096, 300, true, true, false, 2, false, true);
+  // 8 heads x hidden 2048: 132 phase-1 tiles, so on a 132-SM device every block has one and every
+  // block absorbs (uk_lo = 0).
+  RunCase(8, 2048, 300, true, true, false, 2, false, true);
 }
 
 // split_counter (MlaAttnPersistentParams::split_ready, with absorb_overlap): no barrier 2; the
@@ -305,6 +308,10 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   p.wo_stage_point = 3;
   p.max_context = kMlaAttnPersistentMaxContext + 1;
   const std::string why2 = MlaAttnPersistentUnsupported(p);
+  MlaAttnPersistentParams q{};
+  uint32_t word = 0;
+  q.split_ready = &word;
+  EXPECT_NE(MlaAttnPersistentUnsupported(q).find("split_ready needs nope_ready"), std::string::npos);
   for (const char* part : {"wo_stage_point 3", "max_context 8193"})
     EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
 }

@@ -168,7 +168,8 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
 
   constexpr int kLaunches = 3;
   LaunchFromResidual(graph, kLaunches, p, d_res_in.get(), [&] {
-    d_logits.Poison(); d_ids.Poison(); d_w.Poison(); d_act.Poison(); d_out32.Poison(); d_out16.Poison();
+        d_logits.Poison(); d_ids.Poison(); d_w.Poison(); d_act.Poison(); d_out32.Poison(); d_out16.Poison();
+    d_tail.Poison();  // tail_fold: the last launch must write every part it reads
   });
   const std::vector<float> logits = d_logits.Download(), wts = d_w.Download(), res = d_res.Download(),
                            out32 = d_out32.Download();
@@ -245,6 +246,7 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
               (unsigned long long)count, (unsigned long long)expected);
   EXPECT_EQ(count, expected) << label;
   if (shared_first && !tail_fold) ExpectSharedFirstBitsAndReset(p, d_res_in.get(), d_sync, label);
+  if (shared_first) EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": shared_first's router count not back at zero";
 }
 
 TEST(CudaMoePersistent, MatchesCpuReference) {
@@ -292,7 +294,8 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   if (tail_fold) p.gu_tail = d_tail.get();
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
-  LaunchFromResidual(graph, kLaunches, p, d_res_in.get(), [&] { d_act.Poison(); d_out32.Poison(); d_out16.Poison(); });
+    LaunchFromResidual(graph, kLaunches, p, d_res_in.get(),
+                     [&] { d_act.Poison(); d_out32.Poison(); d_out16.Poison(); d_tail.Poison(); });
   const std::vector<float> act = FromBf16(d_act.Download()), res = d_res.Download(), out32 = d_out32.Download();
   std::vector<float> ref_act(Is), ref_res(Hd), ref_out(Hd);
   ParallelFor(Is, [&](int64_t c) {
@@ -324,6 +327,7 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   const std::vector<uint32_t> sync = d_sync.Download();
   EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{kLaunches} << 20) << label;
   if (shared_first && !tail_fold) ExpectSharedFirstBitsAndReset(p, d_res_in.get(), d_sync, label);
+  if (shared_first) EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": shared_first's router count not back at zero";
 }
 
 TEST(CudaMoePersistent, DenseMatchesCpuReference) {
@@ -411,9 +415,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
     return ReplayUs(g, st, kReplays, kReps);
   };
-  // (bps, gu_ksplit, shared_first); the runner's default: (2, 8, off).
-  Dev<float> d_tail(grid_max * 16);
-  // (bps, gu_ksplit, shared_first, tail_fold); the runner's default: (2, 8, on, off).
+    Dev<float> d_tail(grid_max * 16);
+  // (bps, gu_ksplit, shared_first, tail_fold); the runner's default: (2, 8, on, on).
   for (const auto& [bps, ks, qu, tl] : {std::tuple{1, 1, false, false}, std::tuple{2, 8, false, false},
                                         std::tuple{2, 8, true, false}, std::tuple{2, 8, true, true}}) {
     p.blocks_per_sm = bps;

@@ -379,7 +379,7 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
   }
   if (opts_.attn_persistent) {
-    attn_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, then absorb_overlap's word
+    attn_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, absorb_overlap's and split_counter's words
     DS_CUDA_CHECK(cudaMemsetAsync(attn_sync_.get(), 0, 4 * sizeof(uint32_t), s_));
   }
   if (opts_.persistent_moe) {
@@ -798,7 +798,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
-  if (opts_.persistent_moe_tail_fold && p.gu_ksplit == 8) p.gu_tail = persist_gu_tail_.as<float>();
+  if (opts_.persistent_moe_tail_fold && MoePersistentTailFoldApplies(p)) p.gu_tail = persist_gu_tail_.as<float>();
   p.pdl = opts_.persistent_pdl;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form, next-norm form).

@@ -237,7 +237,8 @@ struct CudaRunnerOptions {
   int persistent_moe_gu_ksplit = 8;
   // Its phase 2 with the shared experts' tiles first and no barrier 1: a block waits for the
   // router's logits only before its first routed tile (MoePersistentParams::router_ready; layers
-  // whose split is 8). The same bits. On by default since session 20: with attn_absorb_overlap,
+  // whose split is 8). The same bits where tail_fold is off (with it, shared_first changes which
+  // tiles it folds). On by default since session 20: with attn_absorb_overlap,
   // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = true;

@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
 
   // Phase 2: the absorption (blocks below uk_lo and past the units idle).
   if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
-    if (overlap) {  // every q_nope tile written (the counter's release adds; reset after barrier 2)
+    if (overlap) {  // every q_nope tile written (the counter's release adds; reset after barrier 2, or 3 with split_counter)
       if (threadIdx.x == 0)
         while (grid::LdAcquire(p.nope_ready) < static_cast<uint32_t>(n_nope)) {
         }
@@ -736,7 +736,9 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 2) why << "wo_stage_point " << p.wo_stage_point << " (0..2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
-  if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
+    if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
+  if (reinterpret_cast<uintptr_t>(p.nope_ready) % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_ready) % 4 != 0)
+    why << "nope_ready / split_ready must be 4-byte aligned; ";
   if ((!p.x16 && !p.in_residual) || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||
       !p.cache || !p.slot || !p.block_table || !p.context_len || !p.q32 || !p.kva32 || !p.qlat16 || !p.workspace ||
       !p.o16 || !p.out || !p.sync)
@@ -747,7 +749,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
       misaligned(p.q32) || misaligned(p.in_residual) || misaligned(p.in_norm_w))
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
-  if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (phase 2's absorption runs on blocks >= 1); ";
+  if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (without nope_ready, phase 2's absorption runs on blocks >= 1); ";
   if (why.str().empty() && !FitsCurrentDevice()) why << "no cooperative launch, or one block does not fit an SM; ";
   return why.str();
 }

@@ -102,7 +102,7 @@ struct MlaAttnPersistentParams {
   uint32_t* nope_ready = nullptr;
   // split_counter (session 20; CudaRunnerOptions::attn_split_counter): with nope_ready, one more
   // word, zero before the first launch (each launch leaves it at zero). Barrier 2 goes too: each
-  // q_pe / kv_a tile and each absorbing block bumps it, and a block with a decode split waits
+  // q_pe / kv_a tile and each absorbing block bumps it, and a block with a decode split (and the kv-norm block) waits
   // for the full count before its Q tile; the other blocks go on to barrier 3.
   uint32_t* split_ready = nullptr;
   cudaStream_t stream = nullptr;

@@ -56,9 +56,18 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
 constexpr int kDownTile = 8;
 constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
-// tail_fold: leftover act columns a thread finishes in the down phase, and k-steps a warp's tail
-// part holds in registers, at most.
+// tail_fold: leftover act columns a thread finishes in the down phase, and k-steps of a warp's
+// tail part (in its shared-memory slots), at most.
 constexpr int kTailPer = 3, kTailSteps = 3;
+
+// tail_fold's limits (the kernel and MoePersistentTailFoldApplies): the last round partial, at
+// least two blocks a leftover tile, a full round before it, the leftover act columns within
+// kTailPer a thread, a warp's part within kTailSteps steps.
+__host__ __device__ constexpr bool TailFoldFits(int64_t tiles, int64_t grid, int64_t hidden) {
+  const int64_t l = tiles % grid, parts = l > 0 ? (grid / l < 8 ? grid / l : 8) : 0;
+  return parts >= 2 && tiles / grid >= 1 && l * 8 <= int64_t{kTailPer} * kThreads &&
+         ((hidden / 32 + parts - 1) / parts + kWarps - 1) / kWarps <= kTailSteps;
+}
 
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
 // kPdl: launched as a programmatic dependent (MoePersistentParams::pdl): the wait for the previous
@@ -212,11 +221,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // with its last full round's tile (one latency for both; at most kTailSteps steps a warp). The
   // parts' sums go to gu_tail; after barrier 2 every down block adds them up (part order) into
   // its act copy, and block 0 also writes them to act.
-  const int64_t tail_l = tiles % grid, tail_p = tail_l > 0 ? std::min<int64_t>(grid / tail_l, 8) : 0;
+    const int64_t tail_l = tiles % grid, tail_p = tail_l > 0 ? std::min<int64_t>(grid / tail_l, 8) : 0;
   const int64_t tail_i0 = tiles - tail_l, tail_r = tail_i0 / grid;  // tail_r full rounds
-  const bool tail = p.gu_tail != nullptr && ksp == kWarps && tail_p >= 2 && tail_r >= 1 &&
-                    tail_l * 8 <= kTailPer * kThreads &&
-                    ((Hd / 32 + tail_p - 1) / tail_p + kWarps - 1) / kWarps <= kTailSteps;
+  const bool tail = p.gu_tail != nullptr && ksp == kWarps && TailFoldFits(tiles, grid, Hd);
   const auto tile_of = [&](int64_t i) { return !shared_first ? i : i < ts ? tiles_r + i : i - ts; };
   bool routed_here = !routed || !shared_first;
   if (p.gu_ksplit <= 1) {
@@ -243,8 +250,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       // shared-memory slots: no registers held), then the round's tile, then the part's mma
       // (WarpTile16Cols's math).
       const bool fold = tail && r == tail_r - 1 && blockIdx.x < tail_l * tail_p;  // (block-uniform)
-      const int64_t it = tail_i0 + blockIdx.x % tail_l;
-      if (!routed_here && (i >= ts || (fold && it >= ts))) {
+      const int64_t tail_tile = tail_i0 + blockIdx.x % (tail_l > 0 ? tail_l : 1);  // (used when fold)
+      if (!routed_here && (i >= ts || (fold && tail_tile >= ts))) {
         route_token();
         routed_here = true;
       }
@@ -264,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
         const bf16* wb;
         int64_t c0, half;
         bf16* out;
-        tile_at(tile_of(it), wb, c0, half, out);
+        tile_at(tile_of(tail_tile), wb, c0, half, out);
         const uint4* a4 = reinterpret_cast<const uint4*>(wb + (c0 + g) * Hd + 32 * w0) + q;
         const uint4* b4 = reinterpret_cast<const uint4*>(wb + (half + c0 + g) * Hd + 32 * w0) + q;
         uint4* slot = slot_at();
@@ -519,6 +526,11 @@ bool GuKsplitFits(const MoePersistentParams& p, int ks) {
   return p.hidden % (32 * ks) == 0 && (tiles + per_round - 1) / per_round <= kMoePersistentMaxGuRounds;
 }
 }  // namespace
+
+bool MoePersistentTailFoldApplies(const MoePersistentParams& p) {
+  const int64_t grid = MoePersistentGridBlocks(std::clamp(p.blocks_per_sm, 1, 2));
+  return p.gu_ksplit == kWarps && TailFoldFits((p.top_k * p.inter + p.shared_inter) / 8, grid, p.hidden);
+}
 
 int MoePersistentGuKsplitFor(const MoePersistentParams& p, int wanted) {
   int ks = wanted >= 8 ? 8 : wanted >= 4 ? 4 : wanted >= 2 ? 2 : 1;

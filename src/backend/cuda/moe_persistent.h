@@ -101,7 +101,8 @@ struct MoePersistentParams {
   // 2 then runs the shared experts' tiles first (they need no routing) and there is no barrier 1:
   // the router blocks count their logits written in this word, and a block waits for the count
   // only before its first routed tile (then routes). The shared experts' weights stream while
-  // the router runs. The same sums in the same order per tile: the same bits.
+  // the router runs. The same sums in the same order per tile: the same bits (with gu_tail, the
+  // folded tiles are the last of this order, so they differ).
   uint32_t* router_ready = nullptr;
   // tail_fold (session 20; CudaRunnerOptions::persistent_moe_tail_fold): when set, [grid * 16]
   // fp32 scratch, and gu_ksplit must be 8. Phase 2's last, partial round (L = tiles % grid tiles
@@ -109,11 +110,11 @@ struct MoePersistentParams {
   // blocks a tile, and each block loads its part together with its last full round's tile (one
   // latency for both); the parts' gate / up sums go here, and after barrier 2 every down block
   // adds them in part order into its copy of act (block 0 also writes them to act). Those tiles'
-  // sums in another fp32 order (bounded). Not applied when P < 2, L > 128, there is no full
-  // round, or a warp's part exceeds 4 k-steps (hidden > 8 x 32 x 4 x P).
+  // sums in another fp32 order (bounded). Not applied when P < 2, L > 96, there is no full
+  // round, or a warp's part exceeds 3 k-steps (MoePersistentTailFoldApplies says when it is).
   float* gu_tail = nullptr;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
-  // + i] at: start, phase 1 done, barrier 1 passed, phase 2 done, barrier 2 passed, phase 3 done,
+  // + i] at: start, phase 1 done, barrier 1 passed (router_ready: at 1), phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end (without a next norm, 5-7 all at phase 3's end; dense: 1 and 2
   // together). barriers_only skips every phase's work (the launch and barriers' cost).
   long long* stamps = nullptr;
@@ -138,6 +139,11 @@ int MoePersistentGridBlocks(int blocks_per_sm);
 // The largest gate_up split <= wanted (1, 2, 4 or 8) that p's shapes allow at p.blocks_per_sm:
 // hidden a multiple of 32 x the split, at most kMoePersistentMaxGuRounds rounds.
 int MoePersistentGuKsplitFor(const MoePersistentParams& p, int wanted);
+
+// Whether tail_fold (gu_tail) changes anything for p's shapes, gu_ksplit and blocks_per_sm on the
+// current device (the last gate_up round partial and the parts within the kernel's limits); the
+// runner passes gu_tail only then (it costs 24 KB of shared memory a block).
+bool MoePersistentTailFoldApplies(const MoePersistentParams& p);
 
 // Empty when MoePersistent(p) can run p; else the reason (for the runner's fallback and tests).
 std::string MoePersistentUnsupported(const MoePersistentParams& p);
