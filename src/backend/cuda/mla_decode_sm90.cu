@@ -302,9 +302,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
-  const int split = w.split, s = w.s, H = w.H, q0 = w.q0;
+  const int s = w.s, H = w.H, q0 = w.q0;
   const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
-  const int64_t lse_base = w.lse_base;
   if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
   if (kbeg >= kend) {  // an empty split
     WriteEmptySplit<TOut, kThreads>(p, w, tid, max_splits, direct);
@@ -428,13 +427,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     uint64_t dv = DescV(my_stage, 4 * wg, 0);  // + kk * 2048 bytes per k16 step (start-address field)
     asm volatile("" : "+l"(dv));
-    FenceRegs(acc);
-    FenceRegs(pa);
-    WgFence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
-    WgCommit();
+    WgmmaPVFromRegs(acc, pa, dv);
     FenceRegs(pa);
   };
   auto other_tile = [&](int t) {
@@ -500,33 +493,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tq == 0) s_l[wg * kBM + my_row[hr]] = l_run[hr];
   }
   NamedBarSync(kSsBarEnd, kThreads);
-  const int col0 = wg * 256;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = row0 + my_row[hr];
-    if (row >= valid_rows) continue;
-    const float l = s_l[my_row[hr]] + s_l[kBM + my_row[hr]];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int t = q0 + row / H, h = row % H;
-    if (direct) {
-      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride +
-                  static_cast<int64_t>(h) * p.o_head_stride + col0 + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        out[j * 8] = dev::FromF<TOut>(acc[j * 4 + 2 * hr] * inv);
-        out[j * 8 + 1] = dev::FromF<TOut>(acc[j * 4 + 2 * hr + 1] * inv);
-      }
-    } else {
-      float* po = p.workspace + ((static_cast<int64_t>(t) * H + h) * max_splits + split) * kV + col0 + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
-      if (wg == 0 && tq == 0) {
-        const int64_t part = (static_cast<int64_t>(t) * H + h) * max_splits + split;
-        p.workspace[lse_base + part] = l > 0.f ? (m_run[hr] + log2f(l)) * 0.6931471805599453f : -INFINITY;
-      }
-    }
-  }
+  StoreRows<TOut, true>(p, w, acc, my_row, s_l, tq, wg * 256, direct, max_splits, wg,
+                        [&](int hr) { return m_run[hr]; });
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -99,6 +99,19 @@ __device__ __forceinline__ void WgmmaPVrs(float (&d)[128], uint32_t a0, uint32_t
                : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1));
 }
 
+// O (acc) += P (pa: this warpgroup's 64 x 64 probabilities as bf16 A fragments in registers) *
+// V: the four k16 steps from V's descriptor dv (+ 2048 bytes a step), fenced and committed as one
+// wgmma group (the caller waits for it).
+__device__ __forceinline__ void WgmmaPVFromRegs(float (&acc)[128], uint32_t (&pa)[16], uint64_t dv) {
+  FenceRegs(acc);
+  FenceRegs(pa);
+  WgFence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
+  WgCommit();
+}
+
 // The online softmax of one 64-key tile (the default kernels' form; the emulation
 // emulate_tc_rounding with sm90 follows it): sc holds this thread's 32 raw scores of rows g /
 // g + 8 (element 4 j + c: key kt0 + 8 j + 2 tq + (c & 1) of row half c >> 1, the rest of each row
@@ -336,15 +349,20 @@ __device__ __forceinline__ void WriteRowLse(const MlaDecodeParams& p, const CtaW
 }
 // A warpgroup's 256 value columns from col0 of its rows my_row (O accumulator layout as in the
 // kernels), normalised by the row sums s_l: the output (direct) or the split's partial.
-template <typename TOut>
+// kTwoSums (the seesaw and pair kernels, whose warpgroups each hold a part of a row's sum): the
+// sum is s_l[r] + s_l[kBM + r], and with splits warpgroup 0's quad leaders (wg: the caller's
+// warpgroup) also write the row's LSE after its partial, ln(l) + m_of(hr) ln 2 (m in base 2).
+template <typename TOut, bool kTwoSums = false, class MOf = int>
 __device__ __forceinline__ void StoreRows(const MlaDecodeParams& p, const CtaWork& w, const float (&acc)[128],
                                           const int (&my_row)[2], const float* s_l, int tq, int col0, int direct,
-                                          int max_splits) {
+                                          int max_splits, int wg = 0, MOf m_of = 0) {
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
     const int row = w.row0 + my_row[hr];
     if (row >= w.valid_rows) continue;
-    const float l = s_l[my_row[hr]];
+    float l;
+    if constexpr (kTwoSums) l = s_l[my_row[hr]] + s_l[kBM + my_row[hr]];
+    else l = s_l[my_row[hr]];
     const float inv = l > 0.f ? 1.f / l : 0.f;
     const int t = w.q0 + row / w.H, h = row % w.H;
     if (direct) {
@@ -360,6 +378,13 @@ __device__ __forceinline__ void StoreRows(const MlaDecodeParams& p, const CtaWor
 #pragma unroll
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
+      if constexpr (kTwoSums) {
+        if (wg == 0 && tq == 0) {
+          const float m = m_of(hr);
+          const int64_t part = (static_cast<int64_t>(t) * w.H + h) * max_splits + w.split;
+          p.workspace[w.lse_base + part] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
+        }
+      }
     }
   }
 }

@@ -313,13 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       {  // O0 += P0 V_L(t), P from registers
         uint64_t dv = DescV(sK + (t & 1) * kTileBytes, 0, 0);
         asm volatile("" : "+l"(dv));
-        FenceRegs(acc);
-        FenceRegs(pa);
-        WgFence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
-        WgCommit();
+        WgmmaPVFromRegs(acc, pa, dv);
       }
       stamp(2);
       NamedBarSync(kPrBarScale1, kThreads);
@@ -440,13 +434,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         FenceProxyAsync();
         uint64_t dv = DescV(sK + ((t + 1) & 1) * kTileBytes, 4, 0);  // O1 += P1 V_R(t + 1), P from registers
         asm volatile("" : "+l"(dv));
-        FenceRegs(acc);
-        FenceRegs(pa);
-        WgFence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          WgmmaPVrs(acc, pa[kk * 4 + 0], pa[kk * 4 + 1], pa[kk * 4 + 2], pa[kk * 4 + 3], dv + (kk * 2048 >> 4));
-        WgCommit();
+        WgmmaPVFromRegs(acc, pa, dv);
       }
       stamp(23);
       NamedBarSync(kPrBarP0, kThreads);
@@ -493,34 +481,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (tq == 0) s_l[wg * kBM + my_row[hr]] = l_run[hr];
   }
   NamedBarSync(kPrBarEnd, kThreads);
-  const int col0 = wg * 256;
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = w.row0 + my_row[hr];
-    if (row >= w.valid_rows) continue;
-    const float l = s_l[my_row[hr]] + s_l[kBM + my_row[hr]];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int tok = w.q0 + row / w.H, h = row % w.H;
-    if (direct) {
-      TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(tok) * p.o_tok_stride +
-                  static_cast<int64_t>(h) * p.o_head_stride + col0 + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        out[j * 8] = dev::FromF<TOut>(acc[j * 4 + 2 * hr] * inv);
-        out[j * 8 + 1] = dev::FromF<TOut>(acc[j * 4 + 2 * hr + 1] * inv);
-      }
-    } else {
-      float* po = p.workspace + ((static_cast<int64_t>(tok) * w.H + h) * max_splits + w.split) * kV + col0 + 2 * tq;
-#pragma unroll
-      for (int j = 0; j < 32; ++j)
-        *reinterpret_cast<float2*>(po + j * 8) = make_float2(acc[j * 4 + 2 * hr] * inv, acc[j * 4 + 2 * hr + 1] * inv);
-      if (wg == 0 && tq == 0) {
-        const float m = s_m[my_row[hr]];
-        const int64_t part = (static_cast<int64_t>(tok) * w.H + h) * max_splits + w.split;
-        p.workspace[w.lse_base + part] = l > 0.f ? (m + log2f(l)) * 0.6931471805599453f : -INFINITY;
-      }
-    }
-  }
+  StoreRows<TOut, true>(p, w, acc, my_row, s_l, tq, wg * 256, direct, max_splits, wg,
+                        [s_m, &my_row](int hr) { return s_m[my_row[hr]]; });
 }
 
 }  // namespace
