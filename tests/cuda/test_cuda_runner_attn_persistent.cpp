@@ -83,6 +83,19 @@ TEST(CudaRunnerAttnPersistent, L2PrefetchBitIdentical) {
                                &CudaGraphStats::l2_prefetch_launches, PathExpect::kRuns);
 }
 
+// The persistent kernels' weight loads with the 256-byte L2 fetch size (attn_l2_fetch,
+// moe_l2_fetch): the same loads, so the same bits.
+TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) {
+    x.attn_l2_fetch = on ? 2 : 0;
+    x.moe_l2_fetch = on ? 2 : 0;
+  };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "l2_fetch", DummyOptions(dir, 3, 9), set,
+                               &CudaGraphStats::attn_persistent_layers, PathExpect::kRuns);
+}
+
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {
   const int ran = ForEachFixture({"v2_lite_tiny", "v3_mla512_tiny"}, [](const std::string& name, const CudaRunnerOptions& o) {
     CompareBounded(name, o, false, PathExpect::kNever);

@@ -800,6 +800,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
   if (opts_.persistent_moe_tail_fold && MoePersistentTailFoldApplies(p)) p.gu_tail = persist_gu_tail_.as<float>();
   p.pdl = opts_.persistent_pdl;
+  p.l2_fetch = opts_.moe_l2_fetch;
   if (opts_.l2_pf_moe_point > 0 && !last) {  // L2 prefetch of the next layer's attention weights (session 21)
     const MlaW& na = layers_[l + 1].attn;
     const int what = opts_.l2_pf_moe_what;

@@ -281,6 +281,11 @@ struct CudaRunnerOptions {
   int l2_pf_moe_point = 0;
   int l2_pf_moe_what = 1;
   bool l2_pf_evict_last = false;
+  // The persistent kernels' weight loads with an L2 fetch size (MlaAttnPersistentParams::l2_fetch,
+  // MoePersistentParams::l2_fetch: 0 none, 1 128 bytes, 2 256 bytes; session 21, measurement; the
+  // same bits). The CLI reads DS_ATTN_L2_FETCH and DS_MOE_L2_FETCH.
+  int attn_l2_fetch = 0;
+  int moe_l2_fetch = 0;
   // fp8_gemm "cublas" / "cublas-all" (W8A8: e4m3 activations with 1x128 scales): projections of
   // <= 64 rows on Fp8SkinnyGemmSm90 (fp8_gemm_skinny_sm90.h: y^T = w x^T through CUTLASS, 64-row
   // ping-pong tiles, Fp8SkinnyAutoKsplit's K split) instead of cuBLASLt, where it takes the

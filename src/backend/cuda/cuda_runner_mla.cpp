@@ -106,6 +106,7 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (opts_.attn_absorb_overlap) ap.nope_ready = attn_sync_.as<uint32_t>() + 2;
   if (opts_.attn_absorb_overlap && opts_.attn_split_counter) ap.split_ready = attn_sync_.as<uint32_t>() + 3;
   ap.pdl = opts_.persistent_pdl;
+  ap.l2_fetch = opts_.attn_l2_fetch;
   if (opts_.l2_pf_attn_point > 0) {  // L2 prefetch (session 21, measurement)
     const LayerW& LW = layers_[l];
     const int what = opts_.l2_pf_attn_what;

@@ -19,6 +19,26 @@ __device__ __forceinline__ uint4 LdStream(const void* ptr) {
   return r;
 }
 
+// LdStream with an L2 fetch size (kPf: 0 none, LdStream itself; 1 ".L2::128B"; 2 ".L2::256B"):
+// a miss fetches that aligned block into L2 (PTX ISA, "ld", .level::prefetch_size), so the
+// neighbouring 64-byte pieces a warp reads next hit it (session 21, measurement).
+template <int kPf>
+__device__ __forceinline__ uint4 LdStreamPf(const void* ptr) {
+  uint4 r;
+  if constexpr (kPf == 2) {
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(ptr));
+  } else if constexpr (kPf == 1) {
+    asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(ptr));
+  } else {
+    r = LdStream(ptr);
+  }
+  return r;
+}
+
 // D += A (16 x 16, row) * B (16 x 8, col) on the tensor cores: bf16 in, fp32 accumulate
 // (mma.sync.aligned.m16n8k16; PTX ISA, "Matrix Fragments for mma.m16n8k16" for the layouts).
 __device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -60,6 +80,7 @@ inline constexpr int kTileBurst = 8;
 // permutation for every row and column, so each output is the full dot product. d[j] is row
 // g . column 2q + j, d[2 + j] row g + 8 . column 2q + j (the C fragment). Used by mla_q_absorb.cu
 // (the columns are tokens).
+template <int kPf = 0>
 __device__ __forceinline__ void WarpTile16Cols(const __nv_bfloat16* ra, const __nv_bfloat16* rb,
                                                const __nv_bfloat16* xg, int steps, float (&d)[4]) {
   const int q = threadIdx.x & 3;
@@ -71,8 +92,8 @@ __device__ __forceinline__ void WarpTile16Cols(const __nv_bfloat16* ra, const __
 #pragma unroll
     for (int u = 0; u < kTileBurst; ++u) {
       if (s0 + u < steps) {
-        va[u] = LdStream(a4 + 4 * (s0 + u));
-        vb[u] = LdStream(b4 + 4 * (s0 + u));
+        va[u] = LdStreamPf<kPf>(a4 + 4 * (s0 + u));
+        vb[u] = LdStreamPf<kPf>(b4 + 4 * (s0 + u));
       }
     }
 #pragma unroll
@@ -89,18 +110,30 @@ __device__ __forceinline__ void WarpTile16Cols(const __nv_bfloat16* ra, const __
 // WarpTile16Cols with two activation vectors: B's column 1 holds xb (lanes g == 1), every other
 // column xa, so d[0] is row g . xa, d[3] row g + 8 . xb (d[2] = row g + 8 . xa). Used by
 // moe_persistent.cu and mla_attn_persistent.cu.
+template <int kPf = 0>
 __device__ __forceinline__ void WarpTile16(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const __nv_bfloat16* xa,
                                            const __nv_bfloat16* xb, int steps, float (&d)[4]) {
-  WarpTile16Cols(ra, rb, ((threadIdx.x & 31) >> 2) == 1 ? xb : xa, steps, d);
+  WarpTile16Cols<kPf>(ra, rb, ((threadIdx.x & 31) >> 2) == 1 ? xb : xa, steps, d);
 }
 
 // Weight loads issued where they are written (asm volatile: not sunk past a grid barrier to their
 // use), 16 bytes through the read-only path, not kept in L1 (as ptx::LdStream).
+template <int kPf = 0>
 __device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
   uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(ptr));
+  if constexpr (kPf == 2) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(ptr));
+  } else if constexpr (kPf == 1) {
+    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(ptr));
+  } else {
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(ptr));
+  }
   return r;
 }
 // A warp's slice of one 16-row weight tile (at most kTileBurst 32-element steps), loaded ahead
@@ -109,13 +142,14 @@ __device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
 struct WarpSlice {
   uint4 a[kTileBurst], b[kTileBurst];
 };
+template <int kPf = 0>
 __device__ __forceinline__ void LoadSlice(const __nv_bfloat16* ra, const __nv_bfloat16* rb, int steps, WarpSlice& w) {
   const int q = threadIdx.x & 3;
 #pragma unroll
   for (int u = 0; u < kTileBurst; ++u) {
     if (u < steps) {
-      w.a[u] = LdStreamNow(reinterpret_cast<const uint4*>(ra) + q + 4 * u);
-      w.b[u] = LdStreamNow(reinterpret_cast<const uint4*>(rb) + q + 4 * u);
+      w.a[u] = LdStreamNow<kPf>(reinterpret_cast<const uint4*>(ra) + q + 4 * u);
+      w.b[u] = LdStreamNow<kPf>(reinterpret_cast<const uint4*>(rb) + q + 4 * u);
     }
   }
 }

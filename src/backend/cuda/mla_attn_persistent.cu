@@ -102,7 +102,7 @@ __device__ __forceinline__ void MmaTileSmem(const bf16* w, int64_t pitch, const 
 // first_pitch).
 // tile_row(t): tile t's first row (16 rows from it); done(t): called by thread 0 once tile t's
 // outputs are written by the block (after a block barrier).
-template <class RowPtr, class Out, class TileRow, class Done>
+template <int kPf, class RowPtr, class Out, class TileRow, class Done>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
                                           Out out, const bf16* first_s, int64_t first_pitch, TileRow tile_row, Done done) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -111,7 +111,7 @@ __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* x
     const int64_t r0 = tile_row(t);
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
-    else WarpTile16(row_ptr(r0 + g) + k0, row_ptr(r0 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
+    else WarpTile16<kPf>(row_ptr(r0 + g) + k0, row_ptr(r0 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_red[warp][g] = d[0];
       s_red[warp][g + 8] = d[2];
@@ -126,10 +126,10 @@ __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* x
     if (threadIdx.x == 0) done(t);
   }
 }
-template <class RowPtr, class Out>
+template <int kPf, class RowPtr, class Out>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
                                           Out out, const bf16* first_s, int64_t first_pitch) {
-  GemvTiles(rows, K, xs, s_red, row_ptr, out, first_s, first_pitch, [](int64_t t) { return t * 16; }, [](int64_t) {});
+  GemvTiles<kPf>(rows, K, xs, s_red, row_ptr, out, first_s, first_pitch, [](int64_t t) { return t * 16; }, [](int64_t) {});
 }
 
 // Timing stamp k of this block (MlaAttnPersistentParams::phase_ns); `sync` first so that the
@@ -178,7 +178,8 @@ __device__ __forceinline__ int64_t PhaseOneTileRow(int64_t t, int64_t H, bool ov
 // kPdl: launched as a programmatic dependent (MlaAttnPersistentParams::pdl): the wait for the
 // previous kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
-template <bool kPdl>
+// kPf: the weight loads' L2 fetch size (MlaAttnPersistentParams::l2_fetch; ptx::LdStreamPf).
+template <bool kPdl, int kPf = 0>
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -283,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   };
   l2_prefetch(2);
   const uint64_t base = s_base;
-  GemvTiles(
+  GemvTiles<kPf>(
       Rq + kD, Hd, xs, s_red,
       [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; },
       [&](int64_t r, float v) {
@@ -303,11 +304,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const int64_t uk_second = uk_first + uk_warps;
   if (uk_block && uk_first < uk_units) {
     const bf16* w = p.w_uk_t + uk_first * 16 * kNope;
-    LoadSlice(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk);
+    LoadSlice<kPf>(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk);
   }
   if (overlap && uk_block && uk_second < uk_units) {
     const bf16* w = p.w_uk_t + uk_second * 16 * kNope;
-    LoadSlice(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk2);
+    LoadSlice<kPf>(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk2);
   }
   Stamp(p.phase_ns, 1, true);
   int nbar = 0;
@@ -348,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       float d[4] = {0.f, 0.f, 0.f, 0.f};
       if (u == uk_first) MmaSlice(uk, qn + h * kNope, kNope / 32, d);
       else if (overlap && u == uk_second) MmaSlice(uk2, qn + h * kNope, kNope / 32, d);
-      else WarpTile16(w + g * kNope, w + (g + 8) * kNope, qn + h * kNope, qn + h * kNope, kNope / 32, d);
+      else WarpTile16<kPf>(w + g * kNope, w + (g + 8) * kNope, qn + h * kNope, qn + h * kNope, kNope / 32, d);
       if (tq == 0) {
         p.qlat16[h * kLat + c0 + g] = __float2bfloat16_rn(d[0]);
         p.qlat16[h * kLat + c0 + g + 8] = __float2bfloat16_rn(d[2]);
@@ -588,8 +589,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const bf16* row = p.kv_b + (h * (kNope + kVd) + kNope + part * 16 + warp * 2 + r) * kLat;
-      uv[r][0] = LdStreamNow(row + 8 * lane);
-      uv[r][1] = LdStreamNow(row + 256 + 8 * lane);
+      uv[r][0] = LdStreamNow<kPf>(row + 8 * lane);
+      uv[r][1] = LdStreamNow<kPf>(row + 256 + 8 * lane);
     }
   }
   Stamp(p.phase_ns, 6, true);
@@ -699,7 +700,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     reinterpret_cast<uint4*>(xs)[i] = __ldcg(reinterpret_cast<const uint4*>(p.o16) + i);
   if (wo_staged) WaitStaged(&s_bar[0]);
   __syncthreads();
-  GemvTiles(
+  GemvTiles<kPf>(
       Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; },
       wo_staged ? wo_s : nullptr, wo_pitch);
   Stamp(p.phase_ns, 15, true);
@@ -743,6 +744,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 2) why << "wo_stage_point " << p.wo_stage_point << " (0..2); ";
+  if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
   if (reinterpret_cast<uintptr_t>(p.nope_ready) % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_ready) % 4 != 0)
@@ -768,8 +770,13 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const dim3 grid(static_cast<unsigned>(CurrentDeviceProps().sms));
   // pdl: where its own instantiation fits too.
   const bool pdl = p.pdl && FitsCurrentDevice(true);
-  return LaunchCooperativeOrPdl("MlaAttnPersistent", pdl, MlaAttnPersistentKernel<true>, MlaAttnPersistentKernel<false>,
-                                grid, dim3(kThreads), DynSmem(), p.stream, p);
+  // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
+  const int f = pdl ? 0 : p.l2_fetch;
+  void (*plain)(MlaAttnPersistentParams) =
+      f == 2 ? MlaAttnPersistentKernel<false, 2> : f == 1 ? MlaAttnPersistentKernel<false, 1> : MlaAttnPersistentKernel<false>;
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
+  return LaunchCooperativeOrPdl("MlaAttnPersistent", pdl, MlaAttnPersistentKernel<true>, plain, grid, dim3(kThreads),
+                                DynSmem(), p.stream, p);
 }
 
 }  // namespace ds::cuda

@@ -74,7 +74,8 @@ __host__ __device__ constexpr bool TailFoldFits(int64_t tiles, int64_t grid, int
 // kPdl: launched as a programmatic dependent (MoePersistentParams::pdl): the wait for the previous
 // kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
-template <int kMinBlocks, bool kPdl>
+// kPf: the weight loads' L2 fetch size (MoePersistentParams::l2_fetch; ptx::LdStreamPf).
+template <int kMinBlocks, bool kPdl, int kPf = 0>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ uint4 smem4[];
@@ -155,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     tile_at(t, wb, c0, half, out);
     const int64_t kw = Hd / ksp, k0 = part * kw;
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    WarpTile16(wb + (c0 + g) * Hd + k0, wb + (half + c0 + g) * Hd + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
+    WarpTile16<kPf>(wb + (c0 + g) * Hd + k0, wb + (half + c0 + g) * Hd + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_gu[r][warp][g] = d[0];
       s_gu[r][warp][8 + g] = d[2];
@@ -241,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       bf16* out;
       tile_at(t, wb, c0, half, out);
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      WarpTile16(wb + (c0 + g) * Hd, wb + (half + c0 + g) * Hd, xs, xs, static_cast<int>(Hd / 32), d);
+      WarpTile16<kPf>(wb + (c0 + g) * Hd, wb + (half + c0 + g) * Hd, xs, xs, static_cast<int>(Hd / 32), d);
       if (q == 0) out[g] = SiluMul(d[0], d[2]);
     }
   } else {
@@ -418,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       int s0, s1;
       unit_at(tile, u, row, x, s0, s1);
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      WarpTile16(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
+      WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
       if (q == 0) {
         s_part[u][0][g] = d[0];
         s_part[u][1][g] = d[3];
@@ -491,8 +492,10 @@ size_t SmemBytes(const MoePersistentParams& p) {
          sizeof(float) * static_cast<size_t>(p.hidden) + (p.gu_tail ? size_t{kWarps} * kTailSteps * 2 * 32 * 16 : 0);
 }
 
-void (*KernelFor(int blocks_per_sm, bool pdl = false))(MoePersistentParams) {
+void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0))(MoePersistentParams) {
   if (pdl) return blocks_per_sm == 2 ? MoePersistentKernel<2, true> : MoePersistentKernel<1, true>;
+  if (l2_fetch == 2) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 2> : MoePersistentKernel<1, false, 2>;
+  if (l2_fetch == 1) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 1> : MoePersistentKernel<1, false, 1>;
   return blocks_per_sm == 2 ? MoePersistentKernel<2, false> : MoePersistentKernel<1, false>;
 }
 
@@ -602,6 +605,7 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
       misaligned(p.act) || (p.shared_gu && (misaligned(p.shared_gu) || misaligned(p.shared_down))))
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
+  if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
   return why.str();
 }
 
@@ -615,8 +619,11 @@ bool MoePersistent(const MoePersistentParams& p) {
   // Cooperative: every block resident, as the grid barriers need (the plain instantiation's fit:
   // checked above). pdl: where its own instantiation fits too.
   const bool pdl = p.pdl && FitsCurrentDevice(p.blocks_per_sm, smem, true);
-  return LaunchCooperativeOrPdl("MoePersistent", pdl, KernelFor(p.blocks_per_sm, true), KernelFor(p.blocks_per_sm), grid,
-                                dim3(kThreads), smem, p.stream, p);
+  // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
+  void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
+  if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));
+  return LaunchCooperativeOrPdl("MoePersistent", pdl, KernelFor(p.blocks_per_sm, true), plain, grid, dim3(kThreads), smem,
+                                p.stream, p);
 }
 
 }  // namespace ds::cuda

@@ -125,6 +125,9 @@ struct MoePersistentParams {
   // barrier 2 (phase 3's start); 2 after the block's phase-3 tiles; 3 at the start. Timing only.
   L2PrefetchRanges l2_prefetch{};
   int l2_prefetch_point = 0;
+  // The weight loads' L2 fetch size (session 21, measurement): 0 none; 1 ".L2::128B"; 2
+  // ".L2::256B" (ptx::LdStreamPf; a separate instantiation; not with pdl). The same bits.
+  int l2_fetch = 0;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
