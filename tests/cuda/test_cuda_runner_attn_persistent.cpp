@@ -83,17 +83,20 @@ TEST(CudaRunnerAttnPersistent, L2PrefetchBitIdentical) {
                                &CudaGraphStats::l2_prefetch_launches, PathExpect::kRuns);
 }
 
-// The persistent kernels' weight loads with the 256-byte L2 fetch size (attn_l2_fetch,
-// moe_l2_fetch): the same loads, so the same bits.
+// The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
+// bytes, the default, and 256): the same loads, so the same bits.
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) {
-    x.attn_l2_fetch = on ? 2 : 0;
-    x.moe_l2_fetch = on ? 2 : 0;
-  };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "l2_fetch", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::attn_persistent_layers, PathExpect::kRuns);
+  for (const int size : {1, 2}) {
+    const auto set = [size](CudaRunnerOptions& x, bool on) {
+      x.attn_l2_fetch = on ? size : 0;
+      x.moe_l2_fetch = on ? size : 0;
+    };
+    const std::string option = "l2_fetch=" + std::to_string(size);
+    CompareOptionBitIdenticalRan("dummy_v2lite_3layers", option.c_str(), DummyOptions(dir, 3, 9), set,
+                                 &CudaGraphStats::l2_fetch_launches, PathExpect::kRuns);
+  }
 }
 
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {

@@ -137,6 +137,7 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (ap.nope_ready != nullptr) ++graph_stats_.attn_absorb_overlap_layers;
   if (ap.split_ready != nullptr) ++graph_stats_.attn_split_counter_layers;
   if (ap.l2_prefetch_point > 0) ++graph_stats_.l2_prefetch_launches;
+  if (ap.l2_fetch > 0) ++graph_stats_.l2_fetch_launches;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
   Mark("attn_o_proj");
   return true;
