@@ -83,19 +83,6 @@ TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {
   }
 }
 
-// attn_p1_preload: phase 1's first tiles loaded before the input norm (1 and 2): the same loads
-// and mma order, so the same bits.
-TEST(CudaRunnerAttnPersistent, P1PreloadBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (const int pre : {1, 2}) {
-    const auto set = [pre](CudaRunnerOptions& x, bool on) { x.attn_p1_preload = on ? pre : 0; };
-    const std::string option = "attn_p1_preload=" + std::to_string(pre);
-    CompareOptionBitIdenticalRan("dummy_v2lite_3layers", option.c_str(), DummyOptions(dir, 3, 9), set,
-                                 &CudaGraphStats::attn_p1_preload_layers, PathExpect::kRuns);
-  }
-}
-
 TEST(CudaRunnerAttnPersistent, FixturesStayUnfused) {
   const int ran = ForEachFixture({"v2_lite_tiny", "v3_mla512_tiny"}, [](const std::string& name, const CudaRunnerOptions& o) {
     CompareBounded(name, o, false, PathExpect::kNever);

@@ -360,12 +360,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     Dev<float> d_in_res(RandomNormal(Hd, 1.f)), d_in_w(std::vector<float>(Hd, 1.f));
     // (Session 13's wo_stage_point 0 / 1 variants and the L2 prefetches of sessions 13-14:
     // bench/results/session13_*, session14_2026-11-30_run{1,6}.)
-    // Variant 2 (session 20): in_norm with absorb_overlap (nope_ready); 3: and split_counter;
-    // 4 / 5 (session 21): and p1_preload 1 / 2.
-    for (int variant = 0; variant < 6; ++variant) {
+    // Variant 2 (session 20): in_norm with absorb_overlap (nope_ready); 3: and split_counter.
+    for (int variant = 0; variant < 4; ++variant) {
       const int wo_point = 2;
-      const bool split = variant >= 3;
-      const int pre = variant >= 4 ? variant - 3 : 0;
+      const bool split = variant == 3;
       const bool in_norm = variant >= 1, overlap = variant >= 2;
       for (bool stamped : {false, true}) {
         const auto params = [&](int i) {
@@ -383,7 +381,6 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
           if (split) p.split_ready = d_nope.get() + 1;
-          p.p1_preload = pre;
           p.stream = st;
           return p;
         };
@@ -392,9 +389,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d pre=%d stamps=%d: "
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d stamps=%d: "
                     "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, in_norm, overlap, split, pre, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
+                    ctx, wo_point, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6, weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
         std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
@@ -425,9 +422,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d in_norm=%d overlap=%d split=%d pre=%d segment=\"%s\": "
-                      "mean %.2f us, max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, in_norm, overlap, split, pre, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d in_norm=%d overlap=%d split=%d segment=\"%s\": mean %.2f us, "
+                      "max %.2f us over blocks; last block done at %.2f us\n",
+                      ctx, in_norm, overlap, split, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

@@ -273,10 +273,6 @@ struct CudaRunnerOptions {
   // DS_ATTN_L2_FETCH and DS_MOE_L2_FETCH (0, 1, 2).
   int attn_l2_fetch = 1;
   int moe_l2_fetch = 1;
-  // The attention kernel's phase-1 weights loaded before its input norm
-  // (MlaAttnPersistentParams::p1_preload: 0 none, 1 the first tile before and the second after the
-  // norm, 2 both before; the same bits). Opt-in until measured. The CLI reads DS_ATTN_P1_PRELOAD.
-  int attn_p1_preload = 0;
   // fp8_gemm "cublas" / "cublas-all" (W8A8: e4m3 activations with 1x128 scales): projections of
   // <= 64 rows on Fp8SkinnyGemmSm90 (fp8_gemm_skinny_sm90.h: y^T = w x^T through CUTLASS, 64-row
   // ping-pong tiles, Fp8SkinnyAutoKsplit's K split) instead of cuBLASLt, where it takes the
@@ -537,7 +533,6 @@ struct CudaGraphStats {
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t attn_split_counter_layers = 0;   // of those, with attn_split_counter (likewise)
   int64_t l2_fetch_launches = 0;           // persistent launches with an L2 fetch size (*_l2_fetch; likewise)
-  int64_t attn_p1_preload_layers = 0;      // attention launches with p1_preload (likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t moe_tail_fold_layers = 0;        // persistent MoE / dense layers with persistent_moe_tail_fold (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

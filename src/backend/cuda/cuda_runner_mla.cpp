@@ -107,7 +107,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (opts_.attn_absorb_overlap && opts_.attn_split_counter) ap.split_ready = attn_sync_.as<uint32_t>() + 3;
   ap.pdl = opts_.persistent_pdl;
   ap.l2_fetch = opts_.attn_l2_fetch;
-  ap.p1_preload = opts_.attn_p1_preload;
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
   // shape checks; what is left is the device's fit): asked once.
   int8_t& ok = attn_ok_[attn_norm_pending_ ? 1 : 0];
@@ -121,7 +120,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (ap.nope_ready != nullptr) ++graph_stats_.attn_absorb_overlap_layers;
   if (ap.split_ready != nullptr) ++graph_stats_.attn_split_counter_layers;
   if (ap.l2_fetch > 0) ++graph_stats_.l2_fetch_launches;
-  if (ap.p1_preload > 0) ++graph_stats_.attn_p1_preload_layers;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
   Mark("attn_o_proj");
   return true;

@@ -101,22 +101,15 @@ __device__ __forceinline__ void MmaTileSmem(const bf16* w, int64_t pitch, const 
 // first_pitch).
 // tile_row(t): tile t's first row (16 rows from it); done(t): called by thread 0 once tile t's
 // outputs are written by the block (after a block barrier).
-// npre (0..2): the block's first npre tiles' warp slices already loaded in pre0 / pre1
-// (LoadSlice of the same rows and K range; K / 8 / 32 <= kTileBurst): their mma order is
-// WarpTile16's, so the same sums.
 template <int kPf, class RowPtr, class Out, class TileRow, class Done>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
-                                          Out out, const bf16* first_s, int64_t first_pitch, TileRow tile_row, Done done,
-                                          int npre = 0, const WarpSlice* pre0 = nullptr, const WarpSlice* pre1 = nullptr) {
+                                          Out out, const bf16* first_s, int64_t first_pitch, TileRow tile_row, Done done) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t kw = K / kWarps, k0 = warp * kw;
-  int i = 0;
-  for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x, ++i) {
+  for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x) {
     const int64_t r0 = tile_row(t);
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    if (i == 0 && npre > 0) MmaSlice(*pre0, xs + k0, static_cast<int>(kw / 32), d);
-    else if (i == 1 && npre > 1) MmaSlice(*pre1, xs + k0, static_cast<int>(kw / 32), d);
-    else if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
+    if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
     else WarpTile16<kPf>(row_ptr(r0 + g) + k0, row_ptr(r0 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_red[warp][g] = d[0];
@@ -243,24 +236,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     rope_c = p.cos[static_cast<int64_t>(pos) * (kRope / 2) + lane];
     rope_s = p.sin[static_cast<int64_t>(pos) * (kRope / 2) + lane];
   }
-  // p1_preload: the block's first phase-1 tile's weights (and with 2 its second's) loaded into
-  // registers now, before the input norm (they need no x); with 1 the second's after it.
-  const bool p1pre = p.p1_preload > 0 && Hd / kWarps / 32 <= ptx::kTileBurst;
-  const auto p1_row = [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; };
-  WarpSlice p1a, p1b;
-  const auto p1_load = [&](int64_t t, WarpSlice& sl) {
-    const int64_t r0 = PhaseOneTileRow(t, H, overlap), k0 = warp * (Hd / kWarps);
-    LoadSlice<kPf>(p1_row(r0 + g) + k0, p1_row(r0 + g + 8) + k0, static_cast<int>(Hd / kWarps / 32), sl);
-  };
-  int p1n = 0;
-  if (p1pre && blockIdx.x < n1) {
-    p1_load(blockIdx.x, p1a);
-    p1n = 1;
-  }
-  if (p1pre && p.p1_preload == 2 && blockIdx.x + grid < n1) {
-    p1_load(blockIdx.x + grid, p1b);
-    p1n = 2;
-  }
   // Phase 1: q and kv_a (x in shared memory).
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);
   if (p.in_residual != nullptr) {
@@ -302,13 +277,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
   }
   __syncthreads();
-  if (p1pre && p.p1_preload == 1 && blockIdx.x + grid < n1) {
-    p1_load(blockIdx.x + grid, p1b);
-    p1n = 2;
-  }
   const uint64_t base = s_base;
   GemvTiles<kPf>(
-      Rq + kD, Hd, xs, s_red, p1_row,
+      Rq + kD, Hd, xs, s_red,
+      [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; },
       [&](int64_t r, float v) {
         if (r < Rq) p.q32[r] = v;
         else p.kva32[r - Rq] = v;
@@ -318,8 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
         if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
         if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
-      },
-      p1n, &p1a, &p1b);
+      });
   // Ahead of barrier 1 (absorb_overlap: of the wait for q_nope): this warp's first W_UK tile.
   // (absorb_overlap: its second one too, since these warps take two units of V2-Lite's 512.)
   WarpSlice uk, uk2;
@@ -766,7 +737,6 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 2) why << "wo_stage_point " << p.wo_stage_point << " (0..2); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
-  if (p.p1_preload < 0 || p.p1_preload > 2) why << "p1_preload " << p.p1_preload << " (0, 1 or 2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
   if (reinterpret_cast<uintptr_t>(p.nope_ready) % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_ready) % 4 != 0)

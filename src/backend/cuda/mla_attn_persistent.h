@@ -122,11 +122,6 @@ struct MlaAttnPersistentParams {
   // The weight loads' L2 fetch size (session 21, measurement): 0 none; 1 ".L2::128B"; 2
   // ".L2::256B" (ptx::LdStreamPf; a separate instantiation; not with pdl). The same bits.
   int l2_fetch = 0;
-  // Phase 1's first tiles' weights into registers before the input norm (session 21): 0 none; 1
-  // the block's first tile before the norm and its second after it; 2 both before the norm. Only
-  // where a warp's K range fits one slice (hidden <= 2048). The same loads and mma order: the
-  // same bits.
-  int p1_preload = 0;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
