@@ -416,9 +416,11 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     return ReplayUs(g, st, kReplays, kReps);
   };
     Dev<float> d_tail(grid_max * 16);
-  // (bps, gu_ksplit, shared_first, tail_fold); the runner's default: (2, 8, on, on).
-  for (const auto& [bps, ks, qu, tl] : {std::tuple{1, 1, false, false}, std::tuple{2, 8, false, false},
-                                        std::tuple{2, 8, true, false}, std::tuple{2, 8, true, true}}) {
+  // (bps, gu_ksplit, shared_first, tail_fold, l2_fetch); the runner's default: (2, 8, on, on, 1).
+  for (const auto& [bps, ks, qu, tl, fetch] :
+       {std::tuple{1, 1, false, false, 0}, std::tuple{2, 8, false, false, 0}, std::tuple{2, 8, true, false, 0},
+        std::tuple{2, 8, true, true, 0}, std::tuple{2, 8, true, true, 1}}) {
+    p.l2_fetch = fetch;
     p.blocks_per_sm = bps;
     p.gu_ksplit = ks;
     p.router_ready = qu ? d_sync.get() + 2 : nullptr;
@@ -426,8 +428,9 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
-    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d tail_fold=%d grid=%d full=%.2f us (%.0f "
-                "GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, tl, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d tail_fold=%d l2_fetch=%d grid=%d "
+                "full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, tl, fetch, grid, full,
+                bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();
@@ -441,8 +444,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       std::vector<long long> d(grid);
       for (int b = 0; b < grid; ++b) d[b] = s[b * kMoePersistentStamps + i + 1] - s[b * kMoePersistentStamps + i];
       std::sort(d.begin(), d.end());
-      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d tail_fold=%d %s: median "
-                  "%lld cycles, min %lld, max %lld\n", bps, ks, qu, tl, names[i], d[grid / 2], d[0], d[grid - 1]);
+      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d tail_fold=%d l2_fetch=%d %s: "
+                  "median %lld cycles, min %lld, max %lld\n", bps, ks, qu, tl, fetch, names[i], d[grid / 2], d[0], d[grid - 1]);
     }
   }
   DS_CUDA_CHECK(cudaStreamDestroy(st));
