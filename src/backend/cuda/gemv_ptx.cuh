@@ -87,14 +87,16 @@ __device__ __forceinline__ void WarpTile16Cols(const __nv_bfloat16* ra, const __
   const uint4* a4 = reinterpret_cast<const uint4*>(ra) + q;
   const uint4* b4 = reinterpret_cast<const uint4*>(rb) + q;
   const uint4* x4 = reinterpret_cast<const uint4*>(xg) + q;
+  // Every burst's loads are unconditional (a step past the end reloads the last one, unused):
+  // with each load guarded by its step's bound, the compiler merged each guarded load into its
+  // guarded mma (one step's loads in flight at a time; session 21's SASS of the MoE kernel).
   for (int s0 = 0; s0 < steps; s0 += kTileBurst) {
     uint4 va[kTileBurst], vb[kTileBurst];
 #pragma unroll
     for (int u = 0; u < kTileBurst; ++u) {
-      if (s0 + u < steps) {
-        va[u] = LdStreamPf<kPf>(a4 + 4 * (s0 + u));
-        vb[u] = LdStreamPf<kPf>(b4 + 4 * (s0 + u));
-      }
+      const int su = min(s0 + u, steps - 1);
+      va[u] = LdStreamPf<kPf>(a4 + 4 * su);
+      vb[u] = LdStreamPf<kPf>(b4 + 4 * su);
     }
 #pragma unroll
     for (int u = 0; u < kTileBurst; ++u) {
