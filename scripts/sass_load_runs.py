@@ -1,0 +1,17 @@
+import re,sys
+lines=open(sys.argv[1]).read().splitlines()[int(sys.argv[2]):int(sys.argv[3])]
+ins=[]
+for l in lines:
+    m=re.match(r'\s*/\*([0-9a-f]{4,6})\*/\s+(.*?);',l)
+    if m: ins.append((int(m.group(1),16),m.group(2).strip()))
+runs=[]; cur=None
+pat=sys.argv[4] if len(sys.argv)>4 else 'CONSTANT'
+for addr,t in ins:
+    k='L' if (pat in t and 'LDG' in t and '.128' in t) else ('M' if 'HMMA' in t else ('B' if 'BAR.SYNC' in t else None))
+    if k is None: continue
+    if cur and cur[0]==k: cur[1]+=1
+    else:
+        if cur: runs.append(cur)
+        cur=[k,1,addr]
+if cur: runs.append(cur)
+print(' '.join(f"{k}{n}@{a:x}" for k,n,a in runs)[:2500])
