@@ -1,3 +1,7 @@
+# Runs of weight loads (L: LDG ... .128 whose text contains the pattern, default CONSTANT), HMMA (M) and
+# BAR.SYNC (B) in a SASS dump (cuobjdump -sass), each as <kind><count>@<address>, between two lines:
+# python3 scripts/sass_load_runs.py <sass.txt> <first line> <last line> [pattern]. "L16 M32" is a warp
+# issuing its 16 loads before its mmas; "L2 M2 L2 M2 ..." one step at a time (session 21, run 6).
 import re,sys
 lines=open(sys.argv[1]).read().splitlines()[int(sys.argv[2]):int(sys.argv[3])]
 ins=[]
