@@ -244,10 +244,12 @@ struct CudaRunnerOptions {
   bool persistent_moe_shared_first = true;
   // Its phase 2's last, partial round split along hidden over blocks and loaded with each
   // block's last full round (MoePersistentParams::gu_tail; layers whose split is 8): another fp32
-  // order for those tiles (bounded). On by default since session 20: V2-Lite 27 layers b1 -1.2% to
-  // +0.04% in 6 same-call pairs (runs 7-8; the kernel 64.57 against 65.97 us). The CLI reads
-  // DS_PERSISTENT_MOE_TAIL_FOLD=0/1.
-  bool persistent_moe_tail_fold = true;
+  // order for those tiles (bounded). On by default in session 20 (V2-Lite 27 layers b1 -1.2% to
+  // +0.04%, runs 7-8), when a lane had one step's loads in flight; with every burst's loads in
+  // flight (session 21, efe6459) it is slower: 2.270-2.285 ms against 2.172-2.177 without
+  // (bench/results/session21_2026-12-01_run9; the kernel 54.13 against 51.92 us, run 8). Off by
+  // default since session 21. The CLI reads DS_PERSISTENT_MOE_TAIL_FOLD=0/1.
+  bool persistent_moe_tail_fold = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
