@@ -801,7 +801,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (opts_.persistent_moe_tail_fold && MoePersistentTailFoldApplies(p)) p.gu_tail = persist_gu_tail_.as<float>();
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
-  p.down_burst = opts_.moe_down_burst;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form, next-norm form).
   if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);

@@ -275,9 +275,6 @@ struct CudaRunnerOptions {
   // DS_ATTN_L2_FETCH and DS_MOE_L2_FETCH (0, 1, 2).
   int attn_l2_fetch = 1;
   int moe_l2_fetch = 1;
-  // The MoE kernel's down-phase loads in flight a lane (MoePersistentParams::down_burst: 8 or 11
-  // steps; the same bits). Measurement (session 21). The CLI reads DS_MOE_DOWN_BURST.
-  int moe_down_burst = 8;
   // fp8_gemm "cublas" / "cublas-all" (W8A8: e4m3 activations with 1x128 scales): projections of
   // <= 64 rows on Fp8SkinnyGemmSm90 (fp8_gemm_skinny_sm90.h: y^T = w x^T through CUTLASS, 64-row
   // ping-pong tiles, Fp8SkinnyAutoKsplit's K split) instead of cuBLASLt, where it takes the

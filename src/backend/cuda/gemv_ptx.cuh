@@ -80,9 +80,7 @@ inline constexpr int kTileBurst = 8;
 // permutation for every row and column, so each output is the full dot product. d[j] is row
 // g . column 2q + j, d[2 + j] row g + 8 . column 2q + j (the C fragment). Used by mla_q_absorb.cu
 // (the columns are tokens).
-// kBurst: steps loaded before their mmas (kTileBurst by default; the MoE kernel's down phase may
-// take more, MoePersistentParams::down_burst).
-template <int kPf = 0, int kBurst = kTileBurst>
+template <int kPf = 0>
 __device__ __forceinline__ void WarpTile16Cols(const __nv_bfloat16* ra, const __nv_bfloat16* rb,
                                                const __nv_bfloat16* xg, int steps, float (&d)[4]) {
   const int q = threadIdx.x & 3;
@@ -92,16 +90,16 @@ __device__ __forceinline__ void WarpTile16Cols(const __nv_bfloat16* ra, const __
   // Every burst's loads are unconditional (a step past the end reloads the last one, unused):
   // with each load guarded by its step's bound, the compiler merged each guarded load into its
   // guarded mma (one step's loads in flight at a time; session 21's SASS of the MoE kernel).
-  for (int s0 = 0; s0 < steps; s0 += kBurst) {
-    uint4 va[kBurst], vb[kBurst];
+  for (int s0 = 0; s0 < steps; s0 += kTileBurst) {
+    uint4 va[kTileBurst], vb[kTileBurst];
 #pragma unroll
-    for (int u = 0; u < kBurst; ++u) {
+    for (int u = 0; u < kTileBurst; ++u) {
       const int su = min(s0 + u, steps - 1);
       va[u] = LdStreamPf<kPf>(a4 + 4 * su);
       vb[u] = LdStreamPf<kPf>(b4 + 4 * su);
     }
 #pragma unroll
-    for (int u = 0; u < kBurst; ++u) {
+    for (int u = 0; u < kTileBurst; ++u) {
       if (s0 + u < steps) {
         const uint4 xv = x4[4 * (s0 + u)];
         Mma(d, va[u].x, vb[u].x, va[u].y, vb[u].y, xv.x, xv.y);
@@ -114,10 +112,10 @@ __device__ __forceinline__ void WarpTile16Cols(const __nv_bfloat16* ra, const __
 // WarpTile16Cols with two activation vectors: B's column 1 holds xb (lanes g == 1), every other
 // column xa, so d[0] is row g . xa, d[3] row g + 8 . xb (d[2] = row g + 8 . xa). Used by
 // moe_persistent.cu and mla_attn_persistent.cu.
-template <int kPf = 0, int kBurst = kTileBurst>
+template <int kPf = 0>
 __device__ __forceinline__ void WarpTile16(const __nv_bfloat16* ra, const __nv_bfloat16* rb, const __nv_bfloat16* xa,
                                            const __nv_bfloat16* xb, int steps, float (&d)[4]) {
-  WarpTile16Cols<kPf, kBurst>(ra, rb, ((threadIdx.x & 31) >> 2) == 1 ? xb : xa, steps, d);
+  WarpTile16Cols<kPf>(ra, rb, ((threadIdx.x & 31) >> 2) == 1 ? xb : xa, steps, d);
 }
 
 // Weight loads issued where they are written (asm volatile: not sunk past a grid barrier to their

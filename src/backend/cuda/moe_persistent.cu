@@ -412,8 +412,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       int s0, s1;
       unit_at(tile, u, row, x, s0, s1);
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      if (p.down_burst == 11) WarpTile16<kPf, 11>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
-      else WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
+      WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
       if (q == 0) {
         s_part[u][0][g] = d[0];
         s_part[u][1][g] = d[3];
@@ -599,7 +598,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
-  if (p.down_burst != 8 && p.down_burst != 11) why << "down_burst " << p.down_burst << " (8 or 11); ";
   return why.str();
 }
 

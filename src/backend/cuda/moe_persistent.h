@@ -122,10 +122,6 @@ struct MoePersistentParams {
   // The weight loads' L2 fetch size (session 21, measurement): 0 none; 1 ".L2::128B"; 2
   // ".L2::256B" (ptx::LdStreamPf; a separate instantiation; not with pdl). The same bits.
   int l2_fetch = 0;
-  // Phase 3's loads in flight a lane: down_burst steps (8 or 11; two 16-byte loads a step) before
-  // their mmas (session 21, measurement: V2-Lite's down units are 22 steps, 3 bursts of 8 or 2 of
-  // 11). The same mma order: the same bits.
-  int down_burst = 8;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
