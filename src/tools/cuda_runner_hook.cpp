@@ -75,11 +75,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared experts' tiles first, no barrier 1 (on since session 20)
   env_switch("DS_PERSISTENT_MOE_TAIL_FOLD", &c.persistent_moe_tail_fold);        // phase 2's last round split, loaded with the one before (off since session 21)
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
-  env_int("DS_L2_PF_ATTN", 0, 3, 1, &c.l2_pf_attn_point);          // L2 prefetches from the persistent kernels (session 21)
-  env_int("DS_L2_PF_ATTN_WHAT", 1, 15, 1, &c.l2_pf_attn_what);
-  env_int("DS_L2_PF_MOE", 0, 3, 1, &c.l2_pf_moe_point);
-  env_int("DS_L2_PF_MOE_WHAT", 1, 3, 1, &c.l2_pf_moe_what);
-  env_switch("DS_L2_PF_EVICT_LAST", &c.l2_pf_evict_last);
   env_int("DS_ATTN_L2_FETCH", 0, 2, 1, &c.attn_l2_fetch);          // weight loads' L2 fetch size (session 21)
   env_int("DS_MOE_L2_FETCH", 0, 2, 1, &c.moe_l2_fetch);
   env_switch("DS_FP8_SKINNY_SM90", &c.fp8_skinny_sm90);          // W8A8 projections <= 64 rows on the CUTLASS swap-AB GEMM (opt-in)

@@ -67,22 +67,6 @@ TEST(CudaRunnerAttnPersistent, SplitCounterBitIdentical) {
                                &CudaGraphStats::attn_split_counter_layers, PathExpect::kRuns);
 }
 
-// L2 prefetches from both persistent kernels (l2_pf_*: every weight kind, evict_last): timing
-// only, so the same bits, graphs off and on.
-TEST(CudaRunnerAttnPersistent, L2PrefetchBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) {
-    x.l2_pf_attn_point = on ? 1 : 0;
-    x.l2_pf_attn_what = 15;
-    x.l2_pf_moe_point = on ? 2 : 0;
-    x.l2_pf_moe_what = 3;
-    x.l2_pf_evict_last = on;
-  };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "l2_prefetch", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::l2_prefetch_launches, PathExpect::kRuns);
-}
-
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
 // bytes, the default, and 256): the same loads, so the same bits.
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {

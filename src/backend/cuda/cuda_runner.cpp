@@ -801,22 +801,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (opts_.persistent_moe_tail_fold && MoePersistentTailFoldApplies(p)) p.gu_tail = persist_gu_tail_.as<float>();
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
-  if (opts_.l2_pf_moe_point > 0 && !last) {  // L2 prefetch of the next layer's attention weights (session 21)
-    const MlaW& na = layers_[l + 1].attn;
-    const int what = opts_.l2_pf_moe_what;
-    const auto add = [&](const Linear& lin) {
-      if (!lin.fp8 && lin.w.get()) p.l2_prefetch.Add(lin.w.get(), std::min<uint64_t>(lin.w.size(), static_cast<uint64_t>(lin.N * lin.K) * 2));
-    };
-    if (what & 1) { add(na.q); add(na.kv_a); }
-    if (what & 2) {
-      const int64_t H = cfg_.num_attention_heads, kvl = cfg_.kv_lora_rank;
-      p.l2_prefetch.Add(na.w_uk_t.get(), std::min<uint64_t>(na.w_uk_t.size(), static_cast<uint64_t>(H * kvl * cfg_.qk_nope_head_dim) * 2));
-      p.l2_prefetch.Add(na.kv_b.get(), std::min<uint64_t>(na.kv_b.size(), static_cast<uint64_t>(H * (cfg_.qk_nope_head_dim + cfg_.v_head_dim) * kvl) * 2));
-      add(na.o);
-    }
-    p.l2_prefetch.evict_last = opts_.l2_pf_evict_last ? 1 : 0;
-    p.l2_prefetch_point = p.l2_prefetch.n > 0 ? opts_.l2_pf_moe_point : 0;
-  }
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form, next-norm form).
   if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);
@@ -830,7 +814,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
   if (p.gu_tail != nullptr) ++graph_stats_.moe_tail_fold_layers;
-  if (p.l2_prefetch_point > 0) ++graph_stats_.l2_prefetch_launches;
   if (p.l2_fetch > 0) ++graph_stats_.l2_fetch_launches;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;

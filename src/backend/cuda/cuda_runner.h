@@ -268,21 +268,6 @@ struct CudaRunnerOptions {
   // kernel's first weights loaded before its wait, code at 3c021e3): opt-in. The CLI reads
   // DS_PERSISTENT_PDL=0/1.
   bool persistent_pdl = false;
-  // L2 prefetches issued by the persistent kernels (session 21, measurement switches; l2_prefetch.h):
-  // each block of the attention kernel (MlaAttnPersistentParams::l2_prefetch_point: 0 off, 1 after
-  // its phase-1 tiles, 2 at its start, 3 after barrier 3) issues its share of l2_pf_attn_what's
-  // weights (bits: 1 this layer's shared experts' gate_up, or the dense MLP's; 2 their down; 4 this
-  // layer's o_proj; 8 its W_UK^T and kv_b), and each block of the MoE kernel
-  // (MoePersistentParams::l2_prefetch_point: 0 off, 1 after barrier 2, 2 after its down tiles, 3 at
-  // its start) its share of l2_pf_moe_what's (bits: 1 the next layer's q_proj and kv_a; 2 its W_UK^T,
-  // kv_b and o_proj). l2_pf_evict_last: the prefetched lines with the evict_last priority. Timing
-  // only (no value changes). The CLI reads DS_L2_PF_ATTN, DS_L2_PF_ATTN_WHAT, DS_L2_PF_MOE,
-  // DS_L2_PF_MOE_WHAT, DS_L2_PF_EVICT_LAST.
-  int l2_pf_attn_point = 0;
-  int l2_pf_attn_what = 1;
-  int l2_pf_moe_point = 0;
-  int l2_pf_moe_what = 1;
-  bool l2_pf_evict_last = false;
   // The persistent kernels' weight loads with an L2 fetch size (MlaAttnPersistentParams::l2_fetch,
   // MoePersistentParams::l2_fetch: 0 none, 1 128 bytes, 2 256 bytes; the same bits). 128 bytes by
   // default since session 21: V2-Lite 27 layers b1 2.534-2.540 ms against 2.639-2.656 with
@@ -549,7 +534,6 @@ struct CudaGraphStats {
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t attn_split_counter_layers = 0;   // of those, with attn_split_counter (likewise)
-  int64_t l2_prefetch_launches = 0;        // persistent launches issuing L2 prefetches (l2_pf_*; likewise)
   int64_t l2_fetch_launches = 0;           // persistent launches with an L2 fetch size (*_l2_fetch; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t moe_tail_fold_layers = 0;        // persistent MoE / dense layers with persistent_moe_tail_fold (likewise)

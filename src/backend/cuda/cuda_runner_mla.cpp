@@ -107,23 +107,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (opts_.attn_absorb_overlap && opts_.attn_split_counter) ap.split_ready = attn_sync_.as<uint32_t>() + 3;
   ap.pdl = opts_.persistent_pdl;
   ap.l2_fetch = opts_.attn_l2_fetch;
-  if (opts_.l2_pf_attn_point > 0) {  // L2 prefetch (session 21, measurement)
-    const LayerW& LW = layers_[l];
-    const int what = opts_.l2_pf_attn_what;
-    const auto add = [&](const Linear& lin) {
-      if (!lin.fp8 && lin.w.get()) ap.l2_prefetch.Add(lin.w.get(), std::min<uint64_t>(lin.w.size(), static_cast<uint64_t>(lin.N * lin.K) * 2));
-    };
-    if ((what & 1) && LW.has_mlp) add(LW.gate_up);
-    if ((what & 2) && LW.has_mlp) add(LW.down);
-    if (what & 4) add(w.o);
-    if (what & 8) {
-      const int64_t kvl = cfg_.kv_lora_rank;
-      ap.l2_prefetch.Add(w.w_uk_t.get(), std::min<uint64_t>(w.w_uk_t.size(), static_cast<uint64_t>(H * kvl * cfg_.qk_nope_head_dim) * 2));
-      ap.l2_prefetch.Add(w.kv_b.get(), std::min<uint64_t>(w.kv_b.size(), static_cast<uint64_t>(H * (cfg_.qk_nope_head_dim + cfg_.v_head_dim) * kvl) * 2));
-    }
-    ap.l2_prefetch.evict_last = opts_.l2_pf_evict_last ? 1 : 0;
-    ap.l2_prefetch_point = ap.l2_prefetch.n > 0 ? opts_.l2_pf_attn_point : 0;
-  }
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
   // shape checks; what is left is the device's fit): asked once.
   int8_t& ok = attn_ok_[attn_norm_pending_ ? 1 : 0];
@@ -136,7 +119,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ++graph_stats_.attn_persistent_layers;
   if (ap.nope_ready != nullptr) ++graph_stats_.attn_absorb_overlap_layers;
   if (ap.split_ready != nullptr) ++graph_stats_.attn_split_counter_layers;
-  if (ap.l2_prefetch_point > 0) ++graph_stats_.l2_prefetch_launches;
   if (ap.l2_fetch > 0) ++graph_stats_.l2_fetch_launches;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
   Mark("attn_o_proj");

@@ -15,7 +15,6 @@
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/gemv_ptx.cuh"
 #include "backend/cuda/grid_barrier.cuh"
-#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mla_decode_merge.cuh"
 #include "backend/cuda/rmsnorm.cuh"
@@ -278,11 +277,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
   }
   __syncthreads();
-  // L2 prefetch (p.l2_prefetch_point, a kernel argument: uniform): this block's share, by warp 0.
-  const auto l2_prefetch = [&](int point) {
-    if (p.l2_prefetch_point == point && warp == 0) dev::L2PrefetchShare(p.l2_prefetch, blockIdx.x, grid, lane);
-  };
-  l2_prefetch(2);
   const uint64_t base = s_base;
   GemvTiles<kPf>(
       Rq + kD, Hd, xs, s_red,
@@ -297,7 +291,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
         if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
       });
-  l2_prefetch(1);
   // Ahead of barrier 1 (absorb_overlap: of the wait for q_nope): this warp's first W_UK tile.
   // (absorb_overlap: its second one too, since these warps take two units of V2-Lite's 512.)
   WarpSlice uk, uk2;
@@ -602,7 +595,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     *p.split_ready = 0u;
   }
   Stamp(p.phase_ns, 7, false);
-  l2_prefetch(3);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
   // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16; its own summation order)

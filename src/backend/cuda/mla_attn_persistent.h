@@ -54,8 +54,6 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/cuda/l2_prefetch.h"
-
 namespace ds::cuda {
 
 struct MlaAttnPersistentParams {
@@ -121,11 +119,6 @@ struct MlaAttnPersistentParams {
   // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
   // run 9, 27.7 us against 28.4 at point 0) after its partials' loads.
   int wo_stage_point = 2;
-  // L2 prefetch (session 21, measurement; l2_prefetch.h): each block issues its share of these
-  // ranges (weights a later phase or the next kernel reads) at l2_prefetch_point: 0 never; 1 after
-  // the block's phase-1 tiles; 2 at the start (after x); 3 after barrier 3. Timing only.
-  L2PrefetchRanges l2_prefetch{};
-  int l2_prefetch_point = 0;
   // The weight loads' L2 fetch size (session 21, measurement): 0 none; 1 ".L2::128B"; 2
   // ".L2::256B" (ptx::LdStreamPf; a separate instantiation; not with pdl). The same bits.
   int l2_fetch = 0;

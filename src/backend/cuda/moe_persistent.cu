@@ -11,7 +11,6 @@
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/gemv_ptx.cuh"
 #include "backend/cuda/grid_barrier.cuh"
-#include "backend/cuda/l2_prefetch.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/router_gemv.cuh"
@@ -101,11 +100,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   };
   stamp(0);
   if (threadIdx.x == 0) s_base = grid::GridBase(p.sync);  // no barrier of this launch has completed yet
-  // L2 prefetch (p.l2_prefetch_point, a kernel argument: uniform): this block's share, by warp 7.
-  const auto l2_prefetch = [&](int point) {
-    if (p.l2_prefetch_point == point && warp == kWarps - 1) dev::L2PrefetchShare(p.l2_prefetch, blockIdx.x, grid, lane);
-  };
-  l2_prefetch(3);
   // Phase 0: the router's fp32 input and the experts' bf16 input in shared memory: x32 / x16 as
   // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
   // (RmsNormRow's operations per element, the sum of squares over this block's threads).
@@ -345,7 +339,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // (stream-ordered after this one).
   if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
   stamp(4);
-  l2_prefetch(1);
 
   // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
   // s (w2[id_s] rows, act_s), s >= top_k the shared experts' down chunk s - top_k (its columns
@@ -446,7 +439,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
     __syncthreads();
   }
-  l2_prefetch(2);
   if (!next_norm) {
     stamp(5);
     stamp(6);

@@ -56,7 +56,6 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/cuda/l2_prefetch.h"
 #include "backend/cuda/moe_routing.h"
 
 namespace ds::cuda {
@@ -120,11 +119,6 @@ struct MoePersistentParams {
   // together). barriers_only skips every phase's work (the launch and barriers' cost).
   long long* stamps = nullptr;
   bool barriers_only = false;
-  // L2 prefetch (session 21, measurement; l2_prefetch.h): each block issues its share of these
-  // ranges (e.g. the next layer's attention weights) at l2_prefetch_point: 0 never; 1 after
-  // barrier 2 (phase 3's start); 2 after the block's phase-3 tiles; 3 at the start. Timing only.
-  L2PrefetchRanges l2_prefetch{};
-  int l2_prefetch_point = 0;
   // The weight loads' L2 fetch size (session 21, measurement): 0 none; 1 ".L2::128B"; 2
   // ".L2::256B" (ptx::LdStreamPf; a separate instantiation; not with pdl). The same bits.
   int l2_fetch = 0;
