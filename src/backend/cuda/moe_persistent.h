@@ -21,8 +21,9 @@
 // (deterministic).
 //
 // Phases (grid = one or two blocks per SM, cooperative launch so every block is resident), as
-// without router_ready / gu_tail; since session 20 the runner's default sets both (shared
-// experts' tiles first and no barrier 1; phase 2's last partial round folded into the one before:
+// without router_ready / gu_tail; the runner's default sets router_ready (shared experts' tiles
+// first and no barrier 1; since session 20) and the 128-byte L2 fetch size (l2_fetch, session 21);
+// gu_tail (phase 2's last partial round folded into the one before) is opt-in since session 21:
 // see those fields):
 //  0. every block: x32 and x16 into shared memory (with attn_out: the post-attention norm);
 //  1. router logit columns (blocks b, b + grid, ...) -> barrier;
