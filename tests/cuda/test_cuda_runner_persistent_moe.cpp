@@ -68,16 +68,6 @@ TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {
                                &CudaGraphStats::moe_shared_first_layers, PathExpect::kRuns);
 }
 
-// moe_down_smem_steps: a down unit's partial burst through shared memory (dummy V2-Lite's units
-// are 22 steps: 6 so copied): the same steps in the same mma order, so bit-identical logits.
-TEST(CudaRunnerPersistentMoe, DownSmemBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.moe_down_smem_steps = on ? 7 : 0; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "moe_down_smem_steps", DummyOptions(dir, 3, 5), set,
-                               &CudaGraphStats::moe_down_smem_layers, PathExpect::kRuns);
-}
-
 // persistent_moe_tail_fold: phase 2's last round split over blocks (another fp32 order for those
 // tiles): bounded against it off, and it must run (MoE and dense layers).
 TEST(CudaRunnerPersistentMoe, TailFoldWithinBounds) {

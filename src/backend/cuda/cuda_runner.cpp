@@ -801,7 +801,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (opts_.persistent_moe_tail_fold && MoePersistentTailFoldApplies(p)) p.gu_tail = persist_gu_tail_.as<float>();
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
-  p.down_smem_steps = opts_.moe_down_smem_steps;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form, next-norm form).
   if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);
@@ -816,7 +815,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
   if (p.gu_tail != nullptr) ++graph_stats_.moe_tail_fold_layers;
   if (p.l2_fetch > 0) ++graph_stats_.l2_fetch_launches;
-  if (p.down_smem_steps > 0) ++graph_stats_.moe_down_smem_layers;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;
   // (persistent_moe_layers counts MoE layers; dense layers count on their own.)

@@ -275,10 +275,6 @@ struct CudaRunnerOptions {
   // DS_ATTN_L2_FETCH and DS_MOE_L2_FETCH (0, 1, 2).
   int attn_l2_fetch = 1;
   int moe_l2_fetch = 1;
-  // The MoE kernel's down units' partial bursts copied into shared memory ahead of their register
-  // bursts (MoePersistentParams::down_smem_steps: 0 off, else the most steps so copied, <= 7; the
-  // same bits). Measurement (session 21). The CLI reads DS_MOE_DOWN_SMEM.
-  int moe_down_smem_steps = 0;
   // fp8_gemm "cublas" / "cublas-all" (W8A8: e4m3 activations with 1x128 scales): projections of
   // <= 64 rows on Fp8SkinnyGemmSm90 (fp8_gemm_skinny_sm90.h: y^T = w x^T through CUTLASS, 64-row
   // ping-pong tiles, Fp8SkinnyAutoKsplit's K split) instead of cuBLASLt, where it takes the
@@ -539,7 +535,6 @@ struct CudaGraphStats {
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t attn_split_counter_layers = 0;   // of those, with attn_split_counter (likewise)
   int64_t l2_fetch_launches = 0;           // persistent launches with an L2 fetch size (*_l2_fetch; likewise)
-  int64_t moe_down_smem_layers = 0;        // MoE launches with down_smem_steps (likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t moe_tail_fold_layers = 0;        // persistent MoE / dense layers with persistent_moe_tail_fold (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

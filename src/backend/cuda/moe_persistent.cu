@@ -59,12 +59,6 @@ constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never
 // tail_fold: leftover act columns a thread finishes in the down phase, and k-steps of a warp's
 // tail part (in its shared-memory slots), at most.
 constexpr int kTailPer = 3, kTailSteps = 3;
-// down_smem_steps: a warp's shared-memory slots for its down unit's partial burst (steps), and
-// their offset (uint4s) after the bf16 region, x32 and (tail_fold) the tail slots.
-constexpr int kDownSlotSteps = 7;
-__host__ __device__ constexpr int64_t DownSlotOffset(int64_t hidden, int64_t act, bool tail) {
-  return ((hidden > act ? hidden : act) + 7) / 8 + hidden / 4 + (tail ? int64_t{kWarps} * kTailSteps * 2 * 32 : 0);
-}
 
 // tail_fold's limits (the kernel and MoePersistentTailFoldApplies): the last round partial, at
 // least two blocks a leftover tile, a full round before it, the leftover act columns within
@@ -418,35 +412,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       int s0, s1;
       unit_at(tile, u, row, x, s0, s1);
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      // down_smem_steps (session 21): the unit's last ns steps (its partial burst) copied into this
-      // warp's shared-memory slots by cp.async first (no registers held), so that they stream with
-      // the register bursts; their mmas last: WarpTile16's step order, the same sums.
-      const int n = s1 - s0;
-      const int ns = p.down_smem_steps > 0 && n > ptx::kTileBurst && n % ptx::kTileBurst != 0 && n % ptx::kTileBurst <= p.down_smem_steps
-                         ? n % ptx::kTileBurst
-                         : 0;
-      const int nr = n - ns;
-      uint4* dslot = smem4 + DownSlotOffset(Hd, K * I + Is, p.gu_tail != nullptr) + warp * (kDownSlotSteps * 2 * 32) + lane;
-      if (ns > 0) {
-        const uint4* a4 = reinterpret_cast<const uint4*>(row[0] + 32 * (s0 + nr)) + q;
-        const uint4* b4 = reinterpret_cast<const uint4*>(row[1] + 32 * (s0 + nr)) + q;
-#pragma unroll 1
-        for (int v = 0; v < ns; ++v) {
-          ptx::CpAsync16(SmemU32(dslot + (2 * v) * 32), a4 + 4 * v, true);
-          ptx::CpAsync16(SmemU32(dslot + (2 * v + 1) * 32), b4 + 4 * v, true);
-        }
-      }
-      WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, nr, d);
-      if (ns > 0) {
-        asm volatile("cp.async.wait_all;\n" ::: "memory");  // this lane's own copies
-        const uint4* x4 = reinterpret_cast<const uint4*>((g == 1 ? x[1] : x[0]) + 32 * (s0 + nr)) + q;
-#pragma unroll 1
-        for (int v = 0; v < ns; ++v) {
-          const uint4 va = dslot[(2 * v) * 32], vb = dslot[(2 * v + 1) * 32], xv = x4[4 * v];
-          ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
-          ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
-        }
-      }
+      WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
       if (q == 0) {
         s_part[u][0][g] = d[0];
         s_part[u][1][g] = d[3];
@@ -515,8 +481,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
 // 32 lanes x 16 bytes (3 KB a warp).
 size_t SmemBytes(const MoePersistentParams& p) {
   return sizeof(bf16) * static_cast<size_t>((std::max(p.hidden, p.top_k * p.inter + p.shared_inter) + 7) / 8 * 8) +
-         sizeof(float) * static_cast<size_t>(p.hidden) + (p.gu_tail ? size_t{kWarps} * kTailSteps * 2 * 32 * 16 : 0) +
-         (p.down_smem_steps > 0 ? size_t{kWarps} * kDownSlotSteps * 2 * 32 * 16 : 0);
+         sizeof(float) * static_cast<size_t>(p.hidden) + (p.gu_tail ? size_t{kWarps} * kTailSteps * 2 * 32 * 16 : 0);
 }
 
 void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0))(MoePersistentParams) {
@@ -633,8 +598,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
-  if (p.down_smem_steps < 0 || p.down_smem_steps > kDownSlotSteps)
-    why << "down_smem_steps " << p.down_smem_steps << " (0.." << kDownSlotSteps << "); ";
   return why.str();
 }
 

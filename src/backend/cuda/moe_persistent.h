@@ -123,11 +123,6 @@ struct MoePersistentParams {
   // The weight loads' L2 fetch size (session 21, measurement): 0 none; 1 ".L2::128B"; 2
   // ".L2::256B" (ptx::LdStreamPf; a separate instantiation; not with pdl). The same bits.
   int l2_fetch = 0;
-  // Phase 3: a down unit's partial last burst (steps % 8, when 1..down_smem_steps and the unit has
-  // more than 8 steps) copied into shared memory by cp.async ahead of its register bursts, so
-  // that it is in flight with them (session 21, measurement; 0 off, at most 7; costs 7 KB of
-  // shared memory a warp when set). The same mma order: the same bits.
-  int down_smem_steps = 0;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
