@@ -138,18 +138,6 @@ __device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
   }
   return r;
 }
-// One fp32 through the read-only path, issued where it is written (asm volatile: the compiler
-// neither sinks it towards its use nor merges it into a later guarded block).
-__device__ __forceinline__ float LdF32Now(const float* ptr) {
-  float r;
-  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(r) : "l"(ptr));
-  return r;
-}
-__device__ __forceinline__ float4 LdF4Now(const float* ptr) {
-  float4 r;
-  asm volatile("ld.global.nc.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(ptr));
-  return r;
-}
 // A warp's slice of one 16-row weight tile (at most kTileBurst 32-element steps), loaded ahead
 // of its activations (before a grid barrier, or a block's wait for them): WarpTile16Cols's loads,
 // lane l = 4 g + q holding rows g and g + 8 at k = 32 s + 8 q.

@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       const int64_t i = threadIdx.x + j * kThreads;
       if (i < Hd / 4) {
         rv[j] = reinterpret_cast<const float4*>(p.in_residual)[i];
-        wv[j] = ptx::LdF4Now(p.in_norm_w + 4 * i);  // issued here, not after the sum (session 21)
+        wv[j] = reinterpret_cast<const float4*>(p.in_norm_w)[i];
       }
     }
 #pragma unroll

@@ -104,13 +104,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
   // (RmsNormRow's operations per element, the sum of squares over this block's threads).
   if (p.attn_out) {
-    // The norm's weights for this thread's first kNormPre columns loaded now (issued before the
-    // sums: their latency overlaps the first loop's and the block sum's, not after them).
-    constexpr int kNormPre = 8;
-    float wpre[kNormPre];
-#pragma unroll
-    for (int j = 0; j < kNormPre; ++j)
-      if (threadIdx.x + int64_t{j} * kThreads < Hd) wpre[j] = ptx::LdF32Now(p.post_norm_weight + threadIdx.x + j * kThreads);
     float ss = 0.f;
     for (int64_t i = threadIdx.x; i < Hd; i += kThreads) {
       const float v = p.attn_out[i] + p.residual[i];
@@ -119,16 +112,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
     const float total = dev::BlockSum(ss, s_red);
     const float inv = rsqrtf(total / static_cast<float>(Hd) + p.eps);
-#pragma unroll
-    for (int j = 0; j < kNormPre; ++j) {
-      const int64_t i = threadIdx.x + int64_t{j} * kThreads;
-      if (i < Hd) {
-        const float o = x32s[i] * inv * wpre[j];
-        x32s[i] = o;
-        xs[i] = __float2bfloat16_rn(o);
-      }
-    }
-    for (int64_t i = threadIdx.x + int64_t{kNormPre} * kThreads; i < Hd; i += kThreads) {
+    for (int64_t i = threadIdx.x; i < Hd; i += kThreads) {
       const float o = x32s[i] * inv * p.post_norm_weight[i];
       x32s[i] = o;
       xs[i] = __float2bfloat16_rn(o);
