@@ -1,8 +1,12 @@
+#!/usr/bin/env python3
 # Runs of weight loads (L: LDG ... .128 whose text contains the pattern, default CONSTANT), HMMA (M) and
-# BAR.SYNC (B) in a SASS dump (cuobjdump -sass), each as <kind><count>@<address>, between two lines:
-# python3 scripts/sass_load_runs.py <sass.txt> <first line> <last line> [pattern]. "L16 M32" is a warp
-# issuing its 16 loads before its mmas; "L2 M2 L2 M2 ..." one step at a time (session 21, run 6).
+# BAR.SYNC (B) in a SASS dump (cuobjdump -sass), each as <kind><count>@<address>, over the dump's
+# lines [begin, end) (0-based; `grep -n "Function :"` gives 1-based line numbers of the functions):
+# python3 scripts/sass_load_runs.py <sass.txt> <begin> <end> [pattern]. "L16 M32" is a warp issuing
+# its 16 loads before its mmas; "L2 M2 L2 M2 ..." one step at a time (session 21, run 6).
 import re,sys
+if len(sys.argv) < 4:
+    sys.exit("usage: sass_load_runs.py <sass.txt> <begin line> <end line> [pattern]")
 lines=open(sys.argv[1]).read().splitlines()[int(sys.argv[2]):int(sys.argv[3])]
 ins=[]
 for l in lines:
@@ -18,4 +22,4 @@ for addr,t in ins:
         if cur: runs.append(cur)
         cur=[k,1,addr]
 if cur: runs.append(cur)
-print(' '.join(f"{k}{n}@{a:x}" for k,n,a in runs)[:2500])
+print(' '.join(f"{k}{n}@{a:x}" for k,n,a in runs))

@@ -68,18 +68,24 @@ TEST(CudaRunnerAttnPersistent, SplitCounterBitIdentical) {
 }
 
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
-// bytes, the default, and 256): the same loads, so the same bits.
+// bytes, the default, and 256), each kernel on its own: the same loads, so the same bits.
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
   for (const int size : {1, 2}) {
-    const auto set = [size](CudaRunnerOptions& x, bool on) {
+    const auto set_attn = [size](CudaRunnerOptions& x, bool on) {
       x.attn_l2_fetch = on ? size : 0;
+      x.moe_l2_fetch = 0;
+    };
+    const auto set_moe = [size](CudaRunnerOptions& x, bool on) {
+      x.attn_l2_fetch = 0;
       x.moe_l2_fetch = on ? size : 0;
     };
-    const std::string option = "l2_fetch=" + std::to_string(size);
-    CompareOptionBitIdenticalRan("dummy_v2lite_3layers", option.c_str(), DummyOptions(dir, 3, 9), set,
-                                 &CudaGraphStats::l2_fetch_launches, PathExpect::kRuns);
+    const std::string attn = "attn_l2_fetch=" + std::to_string(size), moe = "moe_l2_fetch=" + std::to_string(size);
+    CompareOptionBitIdenticalRan("dummy_v2lite_3layers", attn.c_str(), DummyOptions(dir, 3, 9), set_attn,
+                                 &CudaGraphStats::attn_l2_fetch_layers, PathExpect::kRuns);
+    CompareOptionBitIdenticalRan("dummy_v2lite_3layers", moe.c_str(), DummyOptions(dir, 3, 9), set_moe,
+                                 &CudaGraphStats::moe_l2_fetch_layers, PathExpect::kRuns);
   }
 }
 

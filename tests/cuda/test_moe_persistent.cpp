@@ -416,10 +416,11 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     return ReplayUs(g, st, kReplays, kReps);
   };
     Dev<float> d_tail(grid_max * 16);
-  // (bps, gu_ksplit, shared_first, tail_fold, l2_fetch); the runner's default: (2, 8, on, on, 1).
+  // (bps, gu_ksplit, shared_first, tail_fold, l2_fetch); the runner's default since session 21:
+  // (2, 8, on, off, 1).
   for (const auto& [bps, ks, qu, tl, fetch] :
        {std::tuple{1, 1, false, false, 0}, std::tuple{2, 8, false, false, 0}, std::tuple{2, 8, true, false, 0},
-        std::tuple{2, 8, true, true, 0}, std::tuple{2, 8, true, true, 1}}) {
+        std::tuple{2, 8, true, true, 0}, std::tuple{2, 8, true, true, 1}, std::tuple{2, 8, true, false, 1}}) {
     p.l2_fetch = fetch;
     p.blocks_per_sm = bps;
     p.gu_ksplit = ks;
@@ -472,6 +473,8 @@ TEST(CudaMoePersistent, RejectsUnsupported) {
   q.blocks_per_sm = 1;
   q.gu_ksplit = 3;
   EXPECT_NE(MoePersistentUnsupported(q).find("gu_ksplit 3"), std::string::npos);
+  q.l2_fetch = 3;
+  EXPECT_NE(MoePersistentUnsupported(q).find("l2_fetch 3"), std::string::npos);
   // The runner's split for small hidden sizes (the tiny fixtures): the largest that fits.
   MoePersistentParams r{};
   r.top_k = 2; r.inter = 64; r.shared_inter = 64; r.blocks_per_sm = 2;

@@ -26,7 +26,7 @@ namespace ds::cuda::test {
 namespace {
 
 constexpr int kThreads = 256, kWarps = 8, kRows = 16, kCols = 2048;
-constexpr int64_t kTileElems = int64_t{kRows} * kCols;  // 64 KB
+constexpr int64_t kTileElems = int64_t{kRows} * kCols;  // 16 x 2048 bf16 (64 KB)
 
 template <int kMode>
 __global__ void __launch_bounds__(kThreads, 2) StreamKernel(const __nv_bfloat16* w, int64_t tiles, uint32_t* out) {
@@ -66,7 +66,7 @@ TEST(CudaStreamPattern, DISABLED_Report) {
   constexpr int kBufs = 4, kReps = 20;
   const int64_t elems = kTiles * kTileElems;
   std::vector<__nv_bfloat16*> bufs(kBufs);
-  std::vector<uint32_t> host_xor(kBufs, 0);
+  std::vector<uint32_t> host_sum(kBufs, 0);
   std::vector<uint32_t> h(static_cast<size_t>(elems / 2));
   for (int b = 0; b < kBufs; ++b) {
     uint32_t x = 0x9e3779b9u * (b + 1);
@@ -77,7 +77,7 @@ TEST(CudaStreamPattern, DISABLED_Report) {
     // Every pattern reads each 16 bytes once: acc sums, per 16 bytes, the xor of its 4 words.
     uint32_t sum = 0;
     for (size_t i = 0; i < h.size(); i += 4) sum += h[i] ^ h[i + 1] ^ h[i + 2] ^ h[i + 3];
-    host_xor[b] = sum;
+    host_sum[b] = sum;
     DS_CUDA_CHECK(cudaMalloc(&bufs[b], elems * 2));
     DS_CUDA_CHECK(cudaMemcpy(bufs[b], h.data(), elems * 2, cudaMemcpyHostToDevice));
   }
@@ -93,10 +93,11 @@ TEST(CudaStreamPattern, DISABLED_Report) {
       DS_CUDA_CHECK(cudaGetLastError());
       uint32_t got = 0;
       DS_CUDA_CHECK(cudaMemcpy(&got, d_out, sizeof(uint32_t), cudaMemcpyDeviceToHost));
-      EXPECT_EQ(got, host_xor[b]) << name << " buffer " << b;
+      EXPECT_EQ(got, host_sum[b]) << name << " buffer " << b;
     }
     DS_CUDA_CHECK(cudaEventRecord(e0));
     for (int r = 0; r < kReps; ++r) kernel<<<grid, kThreads>>>(bufs[r % kBufs], kTiles, d_out);
+    DS_CUDA_CHECK(cudaGetLastError());
     DS_CUDA_CHECK(cudaEventRecord(e1));
     DS_CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0.f;

@@ -814,7 +814,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
   if (p.gu_tail != nullptr) ++graph_stats_.moe_tail_fold_layers;
-  if (p.l2_fetch > 0) ++graph_stats_.l2_fetch_launches;
+  if (p.l2_fetch > 0 && !went_pdl) ++graph_stats_.moe_l2_fetch_layers;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;
   // (persistent_moe_layers counts MoE layers; dense layers count on their own.)

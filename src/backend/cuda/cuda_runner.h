@@ -269,10 +269,13 @@ struct CudaRunnerOptions {
   // DS_PERSISTENT_PDL=0/1.
   bool persistent_pdl = false;
   // The persistent kernels' weight loads with an L2 fetch size (MlaAttnPersistentParams::l2_fetch,
-  // MoePersistentParams::l2_fetch: 0 none, 1 128 bytes, 2 256 bytes; the same bits). 128 bytes by
-  // default since session 21: V2-Lite 27 layers b1 2.534-2.540 ms against 2.639-2.656 with
-  // none, 256 bytes no faster (2.657-2.682; bench/results/session21_2026-12-01_run2). The CLI reads
-  // DS_ATTN_L2_FETCH and DS_MOE_L2_FETCH (0, 1, 2).
+  // MoePersistentParams::l2_fetch: 0 none, 1 128 bytes, 2 256 bytes; the same bits; not with
+  // persistent_pdl, whose instantiations load without). 128 bytes by default since session 21:
+  // V2-Lite 27 layers b1 2.534-2.540 ms against 2.639-2.656 with none, 256 bytes no faster
+  // (bench/results/session21_2026-12-01_run2), all of it the MoE kernel's (run 3); after the
+  // batched burst loads 2.286-2.311 against 2.332-2.334 (run 8). The attention kernel's loads
+  // measured no faster or slower with it (runs 3, 9). The CLI reads DS_ATTN_L2_FETCH and
+  // DS_MOE_L2_FETCH (0, 1, 2).
   int attn_l2_fetch = 1;
   int moe_l2_fetch = 1;
   // fp8_gemm "cublas" / "cublas-all" (W8A8: e4m3 activations with 1x128 scales): projections of
@@ -534,7 +537,8 @@ struct CudaGraphStats {
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t attn_split_counter_layers = 0;   // of those, with attn_split_counter (likewise)
-  int64_t l2_fetch_launches = 0;           // persistent launches with an L2 fetch size (*_l2_fetch; likewise)
+  int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
+  int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t moe_tail_fold_layers = 0;        // persistent MoE / dense layers with persistent_moe_tail_fold (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

@@ -21,7 +21,8 @@ __device__ __forceinline__ uint4 LdStream(const void* ptr) {
 
 // LdStream with an L2 fetch size (kPf: 0 none, LdStream itself; 1 ".L2::128B"; 2 ".L2::256B"):
 // a miss fetches that aligned block into L2 (PTX ISA, "ld", .level::prefetch_size), so the
-// neighbouring 64-byte pieces a warp reads next hit it (session 21, measurement).
+// neighbouring 64-byte pieces a warp reads next hit it (session 21; 128 bytes is the persistent
+// kernels' default: MlaAttnPersistentParams / MoePersistentParams::l2_fetch).
 template <int kPf>
 __device__ __forceinline__ uint4 LdStreamPf(const void* ptr) {
   uint4 r;
@@ -87,7 +88,8 @@ __device__ __forceinline__ void WarpTile16Cols(const __nv_bfloat16* ra, const __
   const uint4* a4 = reinterpret_cast<const uint4*>(ra) + q;
   const uint4* b4 = reinterpret_cast<const uint4*>(rb) + q;
   const uint4* x4 = reinterpret_cast<const uint4*>(xg) + q;
-  // Every burst's loads are unconditional (a step past the end reloads the last one, unused):
+  // Every burst's loads are unconditional (a step past the end reloads the last one, unused; an
+  // L2 hit, e.g. 4 of 48 loads a lane in V2-Lite's 22-step down units):
   // with each load guarded by its step's bound, the compiler merged each guarded load into its
   // guarded mma (one step's loads in flight at a time; session 21's SASS of the MoE kernel).
   for (int s0 = 0; s0 < steps; s0 += kTileBurst) {

@@ -761,7 +761,8 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   DS_CHECK(why.empty()) << "MlaAttnPersistent: " << why;
   const dim3 grid(static_cast<unsigned>(CurrentDeviceProps().sms));
   // pdl: where its own instantiation fits too.
-  const bool pdl = p.pdl && FitsCurrentDevice(true);
+  // (Not once a PDL launch was refused: the fallback would run the plain instantiation chosen here.)
+  const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   const int f = pdl ? 0 : p.l2_fetch;
   void (*plain)(MlaAttnPersistentParams) =

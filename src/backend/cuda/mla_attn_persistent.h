@@ -119,8 +119,9 @@ struct MlaAttnPersistentParams {
   // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
   // run 9, 27.7 us against 28.4 at point 0) after its partials' loads.
   int wo_stage_point = 2;
-  // The weight loads' L2 fetch size (session 21, measurement): 0 none; 1 ".L2::128B"; 2
-  // ".L2::256B" (ptx::LdStreamPf; a separate instantiation; not with pdl). The same bits.
+  // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
+  // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
+  // The same bits.
   int l2_fetch = 0;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).

@@ -610,7 +610,8 @@ bool MoePersistent(const MoePersistentParams& p) {
   const dim3 grid(static_cast<unsigned>(MoePersistentGridBlocks(p.blocks_per_sm)));
   // Cooperative: every block resident, as the grid barriers need (the plain instantiation's fit:
   // checked above). pdl: where its own instantiation fits too.
-  const bool pdl = p.pdl && FitsCurrentDevice(p.blocks_per_sm, smem, true);
+  // (Not once a PDL launch was refused: the fallback would run the plain instantiation chosen here.)
+  const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(p.blocks_per_sm, smem, true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
   if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));

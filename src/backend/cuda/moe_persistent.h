@@ -120,8 +120,9 @@ struct MoePersistentParams {
   // together). barriers_only skips every phase's work (the launch and barriers' cost).
   long long* stamps = nullptr;
   bool barriers_only = false;
-  // The weight loads' L2 fetch size (session 21, measurement): 0 none; 1 ".L2::128B"; 2
-  // ".L2::256B" (ptx::LdStreamPf; a separate instantiation; not with pdl). The same bits.
+  // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
+  // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
+  // The same bits.
   int l2_fetch = 0;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
