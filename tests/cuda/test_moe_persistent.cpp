@@ -103,14 +103,11 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
 }
 
 // shared_first: (MoePersistentParams::router_ready; ksplit 8), then ExpectSharedFirstBitsAndReset.
-// tail_fold: MoePersistentParams::gu_tail (ksplit 8): bounded like the rest, no bit check.
-void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true, bool shared_first = false,
-             bool tail_fold = false) {
+void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true, bool shared_first = false) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
   const std::string label = std::string(c.name) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
                             (fold ? " fold" : "") + (ksplit > 1 ? " gu_ksplit" + std::to_string(ksplit) : "") +
-                            (next_norm ? "" : " no_next_norm") + (shared_first ? " shared_first" : "") +
-                            (tail_fold ? " tail_fold" : "");
+                            (next_norm ? "" : " no_next_norm") + (shared_first ? " shared_first" : "");
   // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual; with
   // fold, attn_out and the post-attention norm's weight instead of x32 / x16 (x32 is then the
   // reference's own norm of residual + attn_out).
@@ -139,8 +136,7 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   Dev<__nv_bfloat16> d_x16(x16), d_w13(w13), d_w2(w2);
   Dev<__nv_bfloat16> d_sgu(std::max<size_t>(sgu.size(), 8)), d_sdown(std::max<size_t>(sdown.size(), 8));
   if (Is > 0) { d_sgu.Upload(sgu); d_sdown.Upload(sdown); }
-  Dev<float> d_logits(E), d_w(K), d_res(Hd), d_out32(Hd), d_part(MoePersistentGridBlocks(2)),
-      d_tail(MoePersistentGridBlocks(2) * 16);
+  Dev<float> d_logits(E), d_w(K), d_res(Hd), d_out32(Hd), d_part(MoePersistentGridBlocks(2));
   Dev<int32_t> d_ids(K);
   Dev<__nv_bfloat16> d_act(K * I + Is), d_out16(Hd);
   Dev<uint32_t> d_sync(4);
@@ -163,13 +159,11 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   p.blocks_per_sm = bps;
   if (!next_norm) p.norm_weight = nullptr;  // out32 / out16 / partials stay set: the kernel must not write them
   if (shared_first) p.router_ready = d_sync.get() + 2;
-  if (tail_fold) p.gu_tail = d_tail.get();
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
   LaunchFromResidual(graph, kLaunches, p, d_res_in.get(), [&] {
         d_logits.Poison(); d_ids.Poison(); d_w.Poison(); d_act.Poison(); d_out32.Poison(); d_out16.Poison();
-    d_tail.Poison();  // tail_fold: the last launch must write every part it reads
   });
   const std::vector<float> logits = d_logits.Download(), wts = d_w.Download(), res = d_res.Download(),
                            out32 = d_out32.Download();
@@ -245,7 +239,7 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   std::printf("[metric] op=moe_persistent case=%s barrier counter=%llu (expected %llu)\n", label.c_str(),
               (unsigned long long)count, (unsigned long long)expected);
   EXPECT_EQ(count, expected) << label;
-  if (shared_first && !tail_fold) ExpectSharedFirstBitsAndReset(p, d_res_in.get(), d_sync, label);
+  if (shared_first) ExpectSharedFirstBitsAndReset(p, d_res_in.get(), d_sync, label);
   if (shared_first) EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": shared_first's router count not back at zero";
 }
 
@@ -261,12 +255,12 @@ TEST(CudaMoePersistent, MatchesCpuReference) {
 // weights, in `chunks` chunks of I): the post-attention norm (fold), gate_up + SiLU, down, the
 // residual and the next norm (or none), against a double reference on the kernel's bf16 act.
 void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int ksplit, bool next_norm,
-                  bool shared_first = false, bool tail_fold = false) {
+                  bool shared_first = false) {
   const int64_t I = Is / chunks;
   const std::string label = "dense_hidden" + std::to_string(Hd) + "_inter" + std::to_string(Is) + "_chunks" +
                             std::to_string(chunks) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
                             " gu_ksplit" + std::to_string(ksplit) + (next_norm ? "" : " no_next_norm") +
-                            (shared_first ? " shared_first" : "") + (tail_fold ? " tail_fold" : "");
+                            (shared_first ? " shared_first" : "");
   std::vector<float> res_in = RandomNormal(Hd, 1.f), attn = RandomNormal(Hd, 1.f), post_w = RandomF(Hd, 0.5f, 1.5f),
                      norm_w = RandomF(Hd, 0.5f, 1.5f), r1(Hd), x32(Hd);
   double ss = 0;
@@ -278,7 +272,7 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   const std::vector<__nv_bfloat16> gu = RandomBf16(2 * Is * Hd, 2.f * a13, NextSeed()),
                                    down = RandomBf16(Hd * Is, 4.f / std::sqrt(static_cast<float>(Is)), NextSeed());
   Dev<float> d_res_in(res_in), d_attn(attn), d_post_w(post_w), d_norm_w(norm_w), d_res(Hd), d_out32(Hd),
-      d_part(MoePersistentGridBlocks(2)), d_tail(MoePersistentGridBlocks(2) * 16);
+      d_part(MoePersistentGridBlocks(2));
   Dev<__nv_bfloat16> d_gu(gu), d_down(down), d_act(Is), d_out16(Hd);
   Dev<uint32_t> d_sync(4);
   DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 4 * sizeof(uint32_t)));
@@ -291,11 +285,10 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   if (next_norm) p.norm_weight = d_norm_w.get();
   p.sync = d_sync.get(); p.partials = d_part.get(); p.blocks_per_sm = bps; p.gu_ksplit = ksplit;
   if (shared_first) p.router_ready = d_sync.get() + 2;
-  if (tail_fold) p.gu_tail = d_tail.get();
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
     LaunchFromResidual(graph, kLaunches, p, d_res_in.get(),
-                     [&] { d_act.Poison(); d_out32.Poison(); d_out16.Poison(); d_tail.Poison(); });
+                     [&] { d_act.Poison(); d_out32.Poison(); d_out16.Poison(); });
   const std::vector<float> act = FromBf16(d_act.Download()), res = d_res.Download(), out32 = d_out32.Download();
   std::vector<float> ref_act(Is), ref_res(Hd), ref_out(Hd);
   ParallelFor(Is, [&](int64_t c) {
@@ -326,7 +319,7 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   }
   const std::vector<uint32_t> sync = d_sync.Download();
   EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{kLaunches} << 20) << label;
-  if (shared_first && !tail_fold) ExpectSharedFirstBitsAndReset(p, d_res_in.get(), d_sync, label);
+  if (shared_first) ExpectSharedFirstBitsAndReset(p, d_res_in.get(), d_sync, label);
   if (shared_first) EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": shared_first's router count not back at zero";
 }
 
@@ -360,19 +353,6 @@ TEST(CudaMoePersistent, SharedFirstMatchesCpuReference) {
   RunCase(kCases[0], true, 1, true, 8, true, true);
   RunDenseCase(2048, 10944, 2, true, 2, 8, false, true);
   RunDenseCase(512, 1024, 4, false, 1, 8, true, true);
-}
-
-// tail_fold (MoePersistentParams::gu_tail): phase 2's last round split along hidden over blocks,
-// loaded with the round before; alone and with shared_first (V2-Lite's dims: 1408 tiles, 88 left
-// over on 264 blocks, 3 parts each; the small shapes: no full round (not applied) or up to 8 parts).
-TEST(CudaMoePersistent, TailFoldMatchesCpuReference) {
-  for (const Case& c : kCases) {
-    RunCase(c, true, 2, true, 8, false, true, true);
-    RunCase(c, false, 2, false, 8, true, false, true);
-  }
-  RunCase(kCases[0], true, 1, true, 8, false, false, true);
-  RunDenseCase(2048, 10944, 2, true, 2, 8, false, true, true);
-  RunDenseCase(512, 1024, 4, false, 1, 8, true, false, true);
 }
 
 // Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer
@@ -415,22 +395,19 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
     return ReplayUs(g, st, kReplays, kReps);
   };
-    Dev<float> d_tail(grid_max * 16);
-  // (bps, gu_ksplit, shared_first, tail_fold, l2_fetch); the runner's default since session 21:
-  // (2, 8, on, off, 1).
-  for (const auto& [bps, ks, qu, tl, fetch] :
-       {std::tuple{1, 1, false, false, 0}, std::tuple{2, 8, false, false, 0}, std::tuple{2, 8, true, false, 0},
-        std::tuple{2, 8, true, true, 0}, std::tuple{2, 8, true, true, 1}, std::tuple{2, 8, true, false, 1}}) {
+  // (bps, gu_ksplit, shared_first, l2_fetch); the runner's default since session 21: (2, 8, on, 1).
+  // (Session 20's tail_fold variants: session21_2026-12-01_run15.)
+  for (const auto& [bps, ks, qu, fetch] : {std::tuple{1, 1, false, 0}, std::tuple{2, 8, false, 0},
+                                           std::tuple{2, 8, true, 0}, std::tuple{2, 8, true, 1}}) {
     p.l2_fetch = fetch;
     p.blocks_per_sm = bps;
     p.gu_ksplit = ks;
     p.router_ready = qu ? d_sync.get() + 2 : nullptr;
-    p.gu_tail = tl ? d_tail.get() : nullptr;
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
-    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d tail_fold=%d l2_fetch=%d grid=%d "
-                "full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, tl, fetch, grid, full,
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d grid=%d "
+                "full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, grid, full,
                 bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
@@ -445,8 +422,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       std::vector<long long> d(grid);
       for (int b = 0; b < grid; ++b) d[b] = s[b * kMoePersistentStamps + i + 1] - s[b * kMoePersistentStamps + i];
       std::sort(d.begin(), d.end());
-      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d tail_fold=%d l2_fetch=%d %s: "
-                  "median %lld cycles, min %lld, max %lld\n", bps, ks, qu, tl, fetch, names[i], d[grid / 2], d[0], d[grid - 1]);
+      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d %s: "
+                  "median %lld cycles, min %lld, max %lld\n", bps, ks, qu, fetch, names[i], d[grid / 2], d[0], d[grid - 1]);
     }
   }
   DS_CUDA_CHECK(cudaStreamDestroy(st));

@@ -237,19 +237,10 @@ struct CudaRunnerOptions {
   int persistent_moe_gu_ksplit = 8;
   // Its phase 2 with the shared experts' tiles first and no barrier 1: a block waits for the
   // router's logits only before its first routed tile (MoePersistentParams::router_ready; layers
-  // whose split is 8). The same bits where tail_fold is off (with it, shared_first changes which
-  // tiles it folds). On by default since session 20: with attn_absorb_overlap,
+  // whose split is 8). The same bits. On by default since session 20: with attn_absorb_overlap,
   // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = true;
-  // Its phase 2's last, partial round split along hidden over blocks and loaded with each
-  // block's last full round (MoePersistentParams::gu_tail; layers whose split is 8): another fp32
-  // order for those tiles (bounded). On by default in session 20 (V2-Lite 27 layers b1 -1.2% to
-  // +0.04%, runs 7-8), when a lane had one step's loads in flight; with every burst's loads in
-  // flight (session 21, efe6459) it is slower: 2.270-2.285 ms against 2.172-2.177 without
-  // (bench/results/session21_2026-12-01_run9; the kernel 54.13 against 51.92 us, run 8). Off by
-  // default since session 21. The CLI reads DS_PERSISTENT_MOE_TAIL_FOLD=0/1.
-  bool persistent_moe_tail_fold = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -540,7 +531,6 @@ struct CudaGraphStats {
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
-  int64_t moe_tail_fold_layers = 0;        // persistent MoE / dense layers with persistent_moe_tail_fold (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)

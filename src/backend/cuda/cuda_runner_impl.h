@@ -391,7 +391,6 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
   DeviceBuffer persist_sync_;      // MoePersistent's grid barrier words, then router_ready (4 x u32, zeroed once)
   DeviceBuffer persist_partials_;  // MoePersistent's per-block sums of squares
-  DeviceBuffer persist_gu_tail_;   // MoePersistent's tail_fold parts (persistent_moe_tail_fold)
   DeviceBuffer persist_act_;       // MoePersistent's act [top_k * I + shared I] bf16
   DeviceBuffer attn_sync_;         // MlaAttnPersistent's grid barrier words, nope_ready, split_ready (4 x u32, zeroed once)
   DeviceBuffer attn_qlat16_;       // MlaAttnPersistent's q_lat [H, kv_lora] bf16

@@ -56,19 +56,6 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
 constexpr int kDownTile = 8;
 constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
-// tail_fold: leftover act columns a thread finishes in the down phase, and k-steps of a warp's
-// tail part (in its shared-memory slots), at most.
-constexpr int kTailPer = 3, kTailSteps = 3;
-
-// tail_fold's limits (the kernel and MoePersistentTailFoldApplies): the last round partial, at
-// least two blocks a leftover tile, a full round before it, the leftover act columns within
-// kTailPer a thread, a warp's part within kTailSteps steps.
-__host__ __device__ constexpr bool TailFoldFits(int64_t tiles, int64_t grid, int64_t hidden) {
-  const int64_t l = tiles % grid, parts = l > 0 ? (grid / l < 8 ? grid / l : 8) : 0;
-  return parts >= 2 && tiles / grid >= 1 && l * 8 <= int64_t{kTailPer} * kThreads &&
-         ((hidden / 32 + parts - 1) / parts + kWarps - 1) / kWarps <= kTailSteps;
-}
-
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
 // kPdl: launched as a programmatic dependent (MoePersistentParams::pdl): the wait for the previous
 // kernel comes first (launch.cuh's rule), then the release of the next; a separate
@@ -216,15 +203,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // a block routes before its first routed round, or after phase 2 if it has none (phase 3
   // needs the ids).
   const int64_t ts = shared_first ? Is / 8 : 0;
-  // tail_fold (p.gu_tail; gu_ksplit 8): the L = tiles % grid tiles of the last, partial round
-  // (on L blocks while the rest wait at barrier 2) are split along hidden over P = min(grid / L,
-  // 8) blocks each (block b: tile b % L, part b / L), and each block's part is loaded together
-  // with its last full round's tile (one latency for both; at most kTailSteps steps a warp). The
-  // parts' sums go to gu_tail; after barrier 2 every down block adds them up (part order) into
-  // its act copy, and block 0 also writes them to act.
-    const int64_t tail_l = tiles % grid, tail_p = tail_l > 0 ? std::min<int64_t>(grid / tail_l, 8) : 0;
-  const int64_t tail_i0 = tiles - tail_l, tail_r = tail_i0 / grid;  // tail_r full rounds
-  const bool tail = p.gu_tail != nullptr && ksp == kWarps && TailFoldFits(tiles, grid, Hd);
   const auto tile_of = [&](int64_t i) { return !shared_first ? i : i < ts ? tiles_r + i : i - ts; };
   bool routed_here = !routed || !shared_first;
   if (p.gu_ksplit <= 1) {
@@ -245,72 +223,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     // (t / grid) % slots, round t / (grid * slots). The parts' sums go to shared memory; after
     // every round, threads add them in part order and apply the SiLU (deterministic).
     int r = 0;
-    for (int64_t i = blockIdx.x + int64_t{grid} * slot; work && i < (tail ? tail_i0 : tiles); i += int64_t{grid} * slots, ++r) {
-      // The last full round with tail_fold: this block's tail part's copies first (steps
-      // [w0, w0 + n) of leftover tile b % L's part b / L, by cp.async into this warp's
-      // shared-memory slots: no registers held), then the round's tile, then the part's mma
-      // (WarpTile16Cols's math).
-      const bool fold = tail && r == tail_r - 1 && blockIdx.x < tail_l * tail_p;  // (block-uniform)
-      const int64_t tail_tile = tail_i0 + blockIdx.x % (tail_l > 0 ? tail_l : 1);  // (used when fold)
-      if (!routed_here && (i >= ts || (fold && tail_tile >= ts))) {
+    for (int64_t i = blockIdx.x + int64_t{grid} * slot; work && i < tiles; i += int64_t{grid} * slots, ++r) {
+      if (!routed_here && i >= ts) {
         route_token();
         routed_here = true;
       }
-      // This warp's steps of the part, and its slots (recomputed where used: the register cap).
-      const auto tail_range = [&](int64_t& w0, int& n) {
-        const int64_t j = blockIdx.x / tail_l, S = Hd / 32, b0 = S * j / tail_p, b1 = S * (j + 1) / tail_p;
-        w0 = b0 + (b1 - b0) * warp / kWarps;
-        n = static_cast<int>(b0 + (b1 - b0) * (warp + 1) / kWarps - w0);
-      };
-      const auto slot_at = [&]() {
-        return smem4 + (std::max(Hd, K * I + Is) + 7) / 8 + Hd / 4 + warp * (kTailSteps * 2 * 32) + lane;
-      };
-      if (fold) {
-        int64_t w0;
-        int n;
-        tail_range(w0, n);
-        const bf16* wb;
-        int64_t c0, half;
-        bf16* out;
-        tile_at(tile_of(tail_tile), wb, c0, half, out);
-        const uint4* a4 = reinterpret_cast<const uint4*>(wb + (c0 + g) * Hd + 32 * w0) + q;
-        const uint4* b4 = reinterpret_cast<const uint4*>(wb + (half + c0 + g) * Hd + 32 * w0) + q;
-        uint4* slot = slot_at();
-#pragma unroll 1
-        for (int u = 0; u < n; ++u) {
-          ptx::CpAsync16(SmemU32(slot + (2 * u) * 32), a4 + 4 * u, true);
-          ptx::CpAsync16(SmemU32(slot + (2 * u + 1) * 32), b4 + 4 * u, true);
-        }
-      }
       gu_part(tile_of(i), r);
-      if (fold) {
-        asm volatile("cp.async.wait_all;\n" ::: "memory");  // this lane's own copies
-        int64_t w0;
-        int n;
-        tail_range(w0, n);
-        const uint4* slot = slot_at();
-        const uint4* x4 = reinterpret_cast<const uint4*>(xs + 32 * w0) + q;
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 1
-        for (int u = 0; u < n; ++u) {
-          const uint4 va = slot[(2 * u) * 32], vb = slot[(2 * u + 1) * 32], xv = x4[4 * u];
-          ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
-          ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
-        }
-        if (q == 0) {
-          s_gu[tail_r][warp][g] = d[0];
-          s_gu[tail_r][warp][8 + g] = d[2];
-        }
-      }
     }
     if (!routed_here) route_token();
     __syncthreads();
-    if (tail && work && blockIdx.x < tail_l * tail_p && threadIdx.x < 16) {
-      float v = 0.f;
-      for (int w = 0; w < kWarps; ++w) v += s_gu[tail_r][w][threadIdx.x];
-      p.gu_tail[blockIdx.x * 16 + threadIdx.x] = v;
-    }
-    const int64_t rounds = tail ? tail_r : (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
+    const int64_t rounds = (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
     for (int64_t idx = threadIdx.x; work && idx < rounds * slots * 8; idx += kThreads) {
       const int rr = static_cast<int>(idx / (slots * 8)), sl = static_cast<int>(idx % (slots * 8)) / 8,
                 c = static_cast<int>(idx % 8);
@@ -368,41 +290,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       }
     }
   };
-  // tail_fold: this thread's leftover act columns (li, c) = idx / 8, idx % 8, idx = t + 256 k,
-  // from the parts' sums (loaded before the act copy, so both are in flight together).
-  float tail_v[kTailPer];
-  if (tail && work && blockIdx.x < dtiles) {
-    float gs[kTailPer], us[kTailPer];
-#pragma unroll
-    for (int k = 0; k < kTailPer; ++k) {
-      gs[k] = us[k] = 0.f;
-      const int64_t idx = threadIdx.x + int64_t{kThreads} * k;
-      if (idx < tail_l * 8)
-        for (int64_t j = 0; j < tail_p; ++j) {
-          gs[k] += __ldcg(p.gu_tail + (j * tail_l + idx / 8) * 16 + idx % 8);
-          us[k] += __ldcg(p.gu_tail + (j * tail_l + idx / 8) * 16 + 8 + idx % 8);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < kTailPer; ++k) tail_v[k] = __bfloat162float(SiluMul(gs[k], us[k]));
-  }
   if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
-  if (tail && work && blockIdx.x < dtiles) {
-#pragma unroll
-    for (int k = 0; k < kTailPer; ++k) {
-      const int64_t idx = threadIdx.x + int64_t{kThreads} * k;
-      if (idx >= tail_l * 8) continue;
-      const bf16* wb;
-      int64_t c0, half;
-      bf16* out;
-      tile_at(tile_of(tail_i0 + idx / 8), wb, c0, half, out);
-      const bf16 v = __float2bfloat16_rn(tail_v[k]);
-      xs[(out - act) + idx % 8] = v;
-      if (blockIdx.x == 0) out[idx % 8] = v;
-    }
-    __syncthreads();
-  }
   int ntile = 0;
   for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
     const int64_t n0 = tile * kDownTile;
@@ -477,11 +366,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   stamp(7);
 }
 
-// The bf16 region, x32, then (tail_fold) each warp's tail-part slots: kTailSteps steps x 2 rows x
-// 32 lanes x 16 bytes (3 KB a warp).
+// The bf16 region, then x32.
 size_t SmemBytes(const MoePersistentParams& p) {
   return sizeof(bf16) * static_cast<size_t>((std::max(p.hidden, p.top_k * p.inter + p.shared_inter) + 7) / 8 * 8) +
-         sizeof(float) * static_cast<size_t>(p.hidden) + (p.gu_tail ? size_t{kWarps} * kTailSteps * 2 * 32 * 16 : 0);
+         sizeof(float) * static_cast<size_t>(p.hidden);
 }
 
 void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0))(MoePersistentParams) {
@@ -530,11 +418,6 @@ bool GuKsplitFits(const MoePersistentParams& p, int ks) {
 }
 }  // namespace
 
-bool MoePersistentTailFoldApplies(const MoePersistentParams& p) {
-  const int64_t grid = MoePersistentGridBlocks(std::clamp(p.blocks_per_sm, 1, 2));
-  return p.gu_ksplit == kWarps && TailFoldFits((p.top_k * p.inter + p.shared_inter) / 8, grid, p.hidden);
-}
-
 int MoePersistentGuKsplitFor(const MoePersistentParams& p, int wanted) {
   int ks = wanted >= 8 ? 8 : wanted >= 4 ? 4 : wanted >= 2 ? 2 : 1;
   while (ks > 1 && !GuKsplitFits(p, ks)) ks /= 2;
@@ -579,7 +462,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   }
   if (p.router_ready != nullptr && p.gu_ksplit != kWarps) why << "shared_first (router_ready) needs gu_ksplit " << kWarps << "; ";
   if (reinterpret_cast<uintptr_t>(p.router_ready) % 4 != 0) why << "router_ready must be 4-byte aligned; ";
-  if (p.gu_tail != nullptr && p.gu_ksplit != kWarps) why << "tail_fold (gu_tail) needs gu_ksplit " << kWarps << "; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {

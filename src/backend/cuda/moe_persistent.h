@@ -21,10 +21,10 @@
 // (deterministic).
 //
 // Phases (grid = one or two blocks per SM, cooperative launch so every block is resident), as
-// without router_ready / gu_tail; the runner's default sets router_ready (shared experts' tiles
-// first and no barrier 1; since session 20) and the 128-byte L2 fetch size (l2_fetch, session 21);
-// gu_tail (phase 2's last partial round folded into the one before) is opt-in since session 21:
-// see those fields):
+// without router_ready; the runner's default sets router_ready (shared experts' tiles first and
+// no barrier 1; since session 20) and the 128-byte L2 fetch size (l2_fetch, session 21): see those
+// fields. (Session 20's tail_fold, phase 2's last partial round folded into the one before, was
+// removed in session 21, slower once every burst's loads were in flight; code at 7a6fd52.)
 //  0. every block: x32 and x16 into shared memory (with attn_out: the post-attention norm);
 //  1. router logit columns (blocks b, b + grid, ...) -> barrier;
 //  2. every block routes the token itself (warp 0, the same bits everywhere: no barrier), then
@@ -102,18 +102,8 @@ struct MoePersistentParams {
   // 2 then runs the shared experts' tiles first (they need no routing) and there is no barrier 1:
   // the router blocks count their logits written in this word, and a block waits for the count
   // only before its first routed tile (then routes). The shared experts' weights stream while
-  // the router runs. The same sums in the same order per tile: the same bits (with gu_tail, the
-  // folded tiles are the last of this order, so they differ).
+  // the router runs. The same sums in the same order per tile: the same bits.
   uint32_t* router_ready = nullptr;
-  // tail_fold (session 20; CudaRunnerOptions::persistent_moe_tail_fold): when set, [grid * 16]
-  // fp32 scratch, and gu_ksplit must be 8. Phase 2's last, partial round (L = tiles % grid tiles
-  // on L blocks while the rest wait at barrier 2) is split along hidden over P = min(grid / L, 8)
-  // blocks a tile, and each block loads its part together with its last full round's tile (one
-  // latency for both); the parts' gate / up sums go here, and after barrier 2 every down block
-  // adds them in part order into its copy of act (block 0 also writes them to act). Those tiles'
-  // sums in another fp32 order (bounded). Not applied when P < 2, L > 96, there is no full
-  // round, or a warp's part exceeds 3 k-steps (MoePersistentTailFoldApplies says when it is).
-  float* gu_tail = nullptr;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed (router_ready: at 1), phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end (without a next norm, 5-7 all at phase 3's end; dense: 1 and 2
@@ -145,10 +135,6 @@ int MoePersistentGridBlocks(int blocks_per_sm);
 // hidden a multiple of 32 x the split, at most kMoePersistentMaxGuRounds rounds.
 int MoePersistentGuKsplitFor(const MoePersistentParams& p, int wanted);
 
-// Whether tail_fold (gu_tail) changes anything for p's shapes, gu_ksplit and blocks_per_sm on the
-// current device (the last gate_up round partial and the parts within the kernel's limits); the
-// runner passes gu_tail only then (it costs 24 KB of shared memory a block).
-bool MoePersistentTailFoldApplies(const MoePersistentParams& p);
 
 // Empty when MoePersistent(p) can run p; else the reason (for the runner's fallback and tests).
 std::string MoePersistentUnsupported(const MoePersistentParams& p);
