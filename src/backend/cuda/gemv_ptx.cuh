@@ -11,13 +11,12 @@ namespace ds::cuda::ptx {
 
 // Weight stream: 16 bytes through the read-only path, not kept in L1 (each weight is read once;
 // the kernels never write them).
-__device__ __forceinline__ uint4 LdStream(const void* ptr) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(ptr));
-  return r;
-}
+// (DS_LDG_STREAM: the one load these wrappers issue, `VOLATILE` asm or not, with the L2 fetch
+// size qualifier `L2Q` ("" or ".L2::128B" / ".L2::256B").)
+#define DS_LDG_STREAM(VOLATILE, L2Q, r, ptr)                                         \
+  asm VOLATILE("ld.global.nc.L1::no_allocate" L2Q ".v4.u32 {%0,%1,%2,%3}, [%4];" \
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)                      \
+               : "l"(ptr))
 
 // LdStream with an L2 fetch size (kPf: 0 none, LdStream itself; 1 ".L2::128B"; 2 ".L2::256B"):
 // a miss fetches that aligned block into L2 (PTX ISA, "ld", .level::prefetch_size), so the
@@ -26,19 +25,12 @@ __device__ __forceinline__ uint4 LdStream(const void* ptr) {
 template <int kPf>
 __device__ __forceinline__ uint4 LdStreamPf(const void* ptr) {
   uint4 r;
-  if constexpr (kPf == 2) {
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(ptr));
-  } else if constexpr (kPf == 1) {
-    asm("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(ptr));
-  } else {
-    r = LdStream(ptr);
-  }
+  if constexpr (kPf == 2) DS_LDG_STREAM(, ".L2::256B", r, ptr);
+  else if constexpr (kPf == 1) DS_LDG_STREAM(, ".L2::128B", r, ptr);
+  else DS_LDG_STREAM(, "", r, ptr);
   return r;
 }
+__device__ __forceinline__ uint4 LdStream(const void* ptr) { return LdStreamPf<0>(ptr); }
 
 // D += A (16 x 16, row) * B (16 x 8, col) on the tensor cores: bf16 in, fp32 accumulate
 // (mma.sync.aligned.m16n8k16; PTX ISA, "Matrix Fragments for mma.m16n8k16" for the layouts).
@@ -125,19 +117,9 @@ __device__ __forceinline__ void WarpTile16(const __nv_bfloat16* ra, const __nv_b
 template <int kPf = 0>
 __device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
   uint4 r;
-  if constexpr (kPf == 2) {
-    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(ptr));
-  } else if constexpr (kPf == 1) {
-    asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(ptr));
-  } else {
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(ptr));
-  }
+  if constexpr (kPf == 2) DS_LDG_STREAM(volatile, ".L2::256B", r, ptr);
+  else if constexpr (kPf == 1) DS_LDG_STREAM(volatile, ".L2::128B", r, ptr);
+  else DS_LDG_STREAM(volatile, "", r, ptr);
   return r;
 }
 // A warp's slice of one 16-row weight tile (at most kTileBurst 32-element steps), loaded ahead

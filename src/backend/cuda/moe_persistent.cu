@@ -29,9 +29,6 @@ using ptx::WarpTile16;
 
 using grid::GridBarrier;
 
-// The shared-state-space address of a generic pointer into shared memory (cp.async's destination).
-__device__ __forceinline__ uint32_t SmemU32(const void* ptr) { return static_cast<uint32_t>(__cvta_generic_to_shared(ptr)); }
-
 __device__ __forceinline__ bf16 SiluMul(float g, float u) { return __float2bfloat16_rn(g / (1.0f + expf(-g)) * u); }
 
 // Copies n8 16-byte vectors from global (through L2: written by other blocks of this grid) to
@@ -56,6 +53,7 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
 constexpr int kDownTile = 8;
 constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
+
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
 // kPdl: launched as a programmatic dependent (MoePersistentParams::pdl): the wait for the previous
 // kernel comes first (launch.cuh's rule), then the release of the next; a separate

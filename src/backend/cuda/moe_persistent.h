@@ -135,7 +135,6 @@ int MoePersistentGridBlocks(int blocks_per_sm);
 // hidden a multiple of 32 x the split, at most kMoePersistentMaxGuRounds rounds.
 int MoePersistentGuKsplitFor(const MoePersistentParams& p, int wanted);
 
-
 // Empty when MoePersistent(p) can run p; else the reason (for the runner's fallback and tests).
 std::string MoePersistentUnsupported(const MoePersistentParams& p);
 
