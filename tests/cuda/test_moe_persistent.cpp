@@ -240,7 +240,9 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
               (unsigned long long)count, (unsigned long long)expected);
   EXPECT_EQ(count, expected) << label;
   if (shared_first) ExpectSharedFirstBitsAndReset(p, d_res_in.get(), d_sync, label);
-  if (shared_first) EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": shared_first's router count not back at zero";
+  if (shared_first) {
+    EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": shared_first's router count not back at zero";
+  }
 }
 
 TEST(CudaMoePersistent, MatchesCpuReference) {
@@ -320,7 +322,9 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   const std::vector<uint32_t> sync = d_sync.Download();
   EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{kLaunches} << 20) << label;
   if (shared_first) ExpectSharedFirstBitsAndReset(p, d_res_in.get(), d_sync, label);
-  if (shared_first) EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": shared_first's router count not back at zero";
+  if (shared_first) {
+    EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": shared_first's router count not back at zero";
+  }
 }
 
 TEST(CudaMoePersistent, DenseMatchesCpuReference) {
