@@ -167,6 +167,14 @@ TEST(CudaGridBarrier, DISABLED_TimingReport) {
       return ReplayUs(g, st, 1, kLaunches);
     };
     const double empty = time_us(BarrierTimeKernel<0>, 0);
+    {  // The same empty kernel without the cooperative attribute (launch.cuh's LaunchPersistent, plain).
+      const CapturedGraph g(st, [&] {
+        for (int i = 0; i < kLaunches; ++i)
+          DS_CUDA_CHECK(LaunchWithAttrs(nullptr, 0, BarrierTimeKernel<0>, dim3(blocks), dim3(kThreads), 0, st, sync.get(), 0));
+      });
+      std::printf("[metric] op=grid_launch_timing blocks=%d: an empty launch in a graph %.2f us cooperative, %.2f us plain\n",
+                  blocks, empty, ReplayUs(g, st, 1, kLaunches));
+    }
     const char* names[2] = {"one 64-bit counter (grid_barrier.cuh)", "count + generation (until session 13)"};
     const double t[2] = {time_us(BarrierTimeKernel<0>, kRounds), time_us(BarrierTimeKernel<1>, kRounds)};
     for (int f = 0; f < 2; ++f)

@@ -383,6 +383,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     __syncthreads();
   }
   Stamp(p.phase_ns, 4, false);
+  // wo_stage_point 3 / 4: the o_proj tile's copies go out in phase 3, where DRAM idles (the cache
+  // rows aside): blocks without a split now (point 4: every block now); a split's block once its
+  // first Q / K tiles are in shared memory (below), so the copies overlap its decode math.
+  if (threadIdx.x == 0 && wo_staged && (p.wo_stage_point == 4 || (p.wo_stage_point == 3 && first_split >= S))) issue_wo();
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   float* lse_base = p.workspace + H * smax * kLat;
@@ -475,7 +479,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
       CpAsyncWaitAll();
       __syncthreads();  // Q and K visible
-      if (split == first_split) Stamp(p.phase_ns, 5, false);
+      if (split == first_split) {
+        Stamp(p.phase_ns, 5, false);
+        if (threadIdx.x == 0 && wo_staged && p.wo_stage_point == 3) issue_wo();
+      }
       const int kbeg = split * kBN, kend = min(ctx, kbeg + kBN);
       // S = Q K^T over this warp's k-steps, then summed over the warps (the same order in all).
       float sc[4][4];
@@ -614,7 +621,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     // (p.wo_stage_point: at the phase's start, after the first unit's LSE loads, or after its
     // partials' loads; a block without a unit at the start.)
     const auto stage_wo = [&](int point) {
-      if (threadIdx.x != 0 || !wo_staged || (blockIdx.x < uv_units ? p.wo_stage_point : 0) != point) return;
+      if (threadIdx.x != 0 || !wo_staged || p.wo_stage_point >= 3 ||
+          (blockIdx.x < uv_units ? p.wo_stage_point : 0) != point)
+        return;
       issue_wo();
     };
     stage_wo(0);
@@ -735,7 +744,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.block_size != 64) why << "block_size " << p.block_size << " (64); ";
   if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
-  if (p.wo_stage_point < 0 || p.wo_stage_point > 2) why << "wo_stage_point " << p.wo_stage_point << " (0..2); ";
+  if (p.wo_stage_point < 0 || p.wo_stage_point > 4) why << "wo_stage_point " << p.wo_stage_point << " (0..4); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
@@ -768,7 +777,7 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   void (*plain)(MlaAttnPersistentParams) =
       f == 2 ? MlaAttnPersistentKernel<false, 2> : f == 1 ? MlaAttnPersistentKernel<false, 1> : MlaAttnPersistentKernel<false>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
-  return LaunchCooperativeOrPdl("MlaAttnPersistent", pdl, MlaAttnPersistentKernel<true>, plain, grid, dim3(kThreads),
+  return LaunchPersistent("MlaAttnPersistent", pdl, p.plain_launch, MlaAttnPersistentKernel<true>, plain, grid, dim3(kThreads),
                                 DynSmem(), p.stream, p);
 }
 

@@ -117,7 +117,10 @@ struct MlaAttnPersistentParams {
   uint64_t* phase_ns = nullptr;
   // When phase 4 issues the bulk copies of the block's first o_proj tile (A/B for timing
   // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
-  // run 9, 27.7 us against 28.4 at point 0) after its partials' loads.
+  // run 9, 27.7 us against 28.4 at point 0) after its partials' loads; in phase 3 (session 22,
+  // CudaRunnerOptions::attn_wo_stage_point): 3, blocks without a decode split at its start and
+  // the split blocks once their first Q / K tiles are in shared memory; 4, every block at its
+  // start. The same bits.
   int wo_stage_point = 2;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
@@ -126,6 +129,9 @@ struct MlaAttnPersistentParams {
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
+  // Launched without the cooperative attribute (launch.cuh's LaunchPersistent; not with pdl).
+  // Session 22 A/B (CudaRunnerOptions::persistent_plain_launch).
+  bool plain_launch = false;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 16;
