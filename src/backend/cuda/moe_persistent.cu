@@ -264,22 +264,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   if (seg_ready) {
     __syncthreads();
     if (threadIdx.x == 0 && work) {
+      const auto add = [&](int seg, uint32_t n) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p.seg_ready + seg), "r"(n) : "memory");
+      };
       int cur = -1;
-      uint32_t n = 0;
-      for (int64_t i = blockIdx.x; i <= tiles; i += grid) {  // (one past the end flushes the last run)
-        int seg = -1;
-        if (i < tiles) {
-          const int64_t t = tile_of(i);
-          seg = static_cast<int>(t < tiles_r ? t / it : K + (t - tiles_r) / it);
-        }
+      uint32_t n = 0;  // tiles of segment cur in the current run of the block's tiles
+      for (int64_t i = blockIdx.x; i < tiles; i += grid) {
+        const int64_t t = tile_of(i);
+        const int seg = static_cast<int>(t < tiles_r ? t / it : K + (t - tiles_r) / it);
         if (seg != cur) {
-          if (cur >= 0 && n > 0) asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p.seg_ready + cur), "r"(n) : "memory");
+          if (n > 0) add(cur, n);
           cur = seg;
           n = 0;
         }
         ++n;
-        if (i >= tiles) break;
       }
+      if (n > 0) add(cur, n);
     }
   } else {
     GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
