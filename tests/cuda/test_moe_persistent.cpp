@@ -59,8 +59,9 @@ std::vector<__nv_bfloat16> RandomBf16(size_t n, float a, uint64_t seed) {
 
 double B(const __nv_bfloat16& x) { return static_cast<double>(__bfloat162float(x)); }
 
-// The counter words of a launch: the grid barrier's two, router_ready, a spare, seg_ready's.
-constexpr int kSyncWords = 4 + kMoePersistentSegWords;
+// The counter words of a launch: the grid barrier's two, router_ready, then (from word 32, 128-byte
+// aligned) seg_ready's.
+constexpr int kSyncWords = 32 + kMoePersistentSegWords;
 
 // `launches` launches of p (graph or direct, LaunchRepeated), each from the residual res_in (the
 // kernel updates p.residual in place); poison() before the last.
@@ -85,7 +86,7 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
                              const std::string& label) {
   const std::vector<uint32_t> words = d_sync.Download();
   EXPECT_EQ(words[2], 0u) << label << ": shared_first's router count not back at zero";
-  for (int i = 4; i < kSyncWords; ++i) EXPECT_EQ(words[i], 0u) << label << ": seg_ready word " << i - 4 << " not back at zero";
+  for (int i = 32; i < kSyncWords; ++i) EXPECT_EQ(words[i], 0u) << label << ": seg_ready word " << i - 32 << " not back at zero";
   const int64_t n_act = p.top_k * p.inter + p.shared_inter;
   const auto snapshot = [&] {
     DS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -167,7 +168,7 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   p.blocks_per_sm = bps;
   if (!next_norm) p.norm_weight = nullptr;  // out32 / out16 / partials stay set: the kernel must not write them
   if (shared_first) p.router_ready = d_sync.get() + 2;
-  if (seg_ready) p.seg_ready = d_sync.get() + 4;
+  if (seg_ready) p.seg_ready = d_sync.get() + 32;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
@@ -296,7 +297,7 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   if (next_norm) p.norm_weight = d_norm_w.get();
   p.sync = d_sync.get(); p.partials = d_part.get(); p.blocks_per_sm = bps; p.gu_ksplit = ksplit;
   if (shared_first) p.router_ready = d_sync.get() + 2;
-  if (seg_ready) p.seg_ready = d_sync.get() + 4;
+  if (seg_ready) p.seg_ready = d_sync.get() + 32;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
     LaunchFromResidual(graph, kLaunches, p, d_res_in.get(),
@@ -433,7 +434,7 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     p.blocks_per_sm = bps;
     p.gu_ksplit = ks;
     p.router_ready = qu ? d_sync.get() + 2 : nullptr;
-    p.seg_ready = seg ? d_sync.get() + 4 : nullptr;
+    p.seg_ready = seg ? d_sync.get() + 32 : nullptr;
     p.norm_weight = nn ? d_norm_w.get() : nullptr;
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true);

@@ -383,8 +383,9 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     DS_CUDA_CHECK(cudaMemsetAsync(attn_sync_.get(), 0, 4 * sizeof(uint32_t), s_));
   }
   if (opts_.persistent_moe) {
-    // The grid barrier's 64-bit counter, shared_first's word, a spare, then seg_ready's words.
-    constexpr size_t kWords = 4 + kMoePersistentSegWords;
+    // The grid barrier's 64-bit counter, shared_first's word, then (from word 32: 128-byte
+    // aligned) seg_ready's words.
+    constexpr size_t kWords = 32 + kMoePersistentSegWords;
     persist_sync_.Reset(kWords * sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, kWords * sizeof(uint32_t), s_));
     persist_partials_.Reset(static_cast<size_t>(MoePersistentGridBlocks(2)) * sizeof(float));
@@ -799,7 +800,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
-  if (p.router_ready != nullptr && opts_.persistent_moe_seg_ready) p.seg_ready = persist_sync_.as<uint32_t>() + 4;
+  if (p.router_ready != nullptr && opts_.persistent_moe_seg_ready) p.seg_ready = persist_sync_.as<uint32_t>() + 32;
   p.plain_launch = opts_.persistent_plain_launch;
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;

@@ -52,7 +52,8 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
 // block's warps when there are fewer pairs than warps.
 constexpr int kDownTile = 8;
 constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
-static_assert(kMaxSegments <= kMoePersistentSegWords, "seg_ready's words");
+static_assert(kMaxSegments * kMoePersistentSegStride <= kMoePersistentSegWords, "seg_ready's words");
+static_assert(kMoePersistentMaxGuRounds >= 1, "a block's runs of segments");
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
 
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
@@ -264,22 +265,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   if (seg_ready) {
     __syncthreads();
     if (threadIdx.x == 0 && work) {
-      const auto add = [&](int seg, uint32_t n) {
-        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p.seg_ready + seg), "r"(n) : "memory");
-      };
-      int cur = -1;
-      uint32_t n = 0;  // tiles of segment cur in the current run of the block's tiles
+      // The runs of the block's tiles by segment (at most one a round), then ONE fence and relaxed
+      // adds (PTX's release pattern: a fence.acq_rel before a strong write). A release add each
+      // (a fence each, every one waiting for the last add under the down phase's DRAM load)
+      // took 8-37k cycles in session 22 run 2.
+      int segs[kMoePersistentMaxGuRounds];
+      uint32_t counts[kMoePersistentMaxGuRounds];
+      int runs = 0;
       for (int64_t i = blockIdx.x; i < tiles; i += grid) {
         const int64_t t = tile_of(i);
         const int seg = static_cast<int>(t < tiles_r ? t / it : K + (t - tiles_r) / it);
-        if (seg != cur) {
-          if (n > 0) add(cur, n);
-          cur = seg;
-          n = 0;
+        if (runs == 0 || segs[runs - 1] != seg) {
+          segs[runs] = seg;
+          counts[runs++] = 0;
         }
-        ++n;
+        ++counts[runs - 1];
       }
-      if (n > 0) add(cur, n);
+      asm volatile("fence.acq_rel.gpu;" ::: "memory");
+      for (int k = 0; k < runs; ++k)
+        asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p.seg_ready + segs[k] * kMoePersistentSegStride),
+                     "r"(counts[k])
+                     : "memory");
     }
   } else {
     GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
@@ -324,12 +330,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       const int pair = u / ks, r = u % ks;
       const int64_t k0 = int64_t{32} * (steps * r / ks), k1 = int64_t{32} * (steps * (r + 1) / ks);
       const int sa = std::min(2 * pair, nseg - 1), sb = std::min(2 * pair + 1, nseg - 1);
-      if (lane == 0) {
+      if (lane == 0) {  // relaxed polls, then one fence (PTX's acquire pattern)
         const uint32_t need = static_cast<uint32_t>(it);
-        while (grid::LdAcquire(p.seg_ready + sa) < need) {
+        while (grid::LdRelaxed(p.seg_ready + sa * kMoePersistentSegStride) < need) {
         }
-        while (grid::LdAcquire(p.seg_ready + sb) < need) {
+        while (grid::LdRelaxed(p.seg_ready + sb * kMoePersistentSegStride) < need) {
         }
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
       }
       __syncwarp();
       const int64_t n8 = (k1 - k0) / 8;  // 16-byte vectors of one segment's range
@@ -397,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     // counter words (every block has passed its waits) for the next launch.
     if (seg_ready && grid::GridArriveFinal(p.sync, base + (nbar + 1) * gridDim.x)) {
       *p.router_ready = 0u;
-      for (int sg = 0; sg < nseg; ++sg) p.seg_ready[sg] = 0u;
+      for (int sg = 0; sg < nseg; ++sg) p.seg_ready[sg * kMoePersistentSegStride] = 0u;
     }
     return;
   }
@@ -412,7 +419,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // seg_ready: every block has passed its waits: the words back to zero for the next launch.
   if (seg_ready && blockIdx.x == 0 && threadIdx.x == 0) {
     *p.router_ready = 0u;
-    for (int sg = 0; sg < nseg; ++sg) p.seg_ready[sg] = 0u;
+    for (int sg = 0; sg < nseg; ++sg) p.seg_ready[sg * kMoePersistentSegStride] = 0u;
   }
   stamp(6);
 
@@ -535,7 +542,7 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   if (p.router_ready != nullptr && p.gu_ksplit != kWarps) why << "shared_first (router_ready) needs gu_ksplit " << kWarps << "; ";
   if (reinterpret_cast<uintptr_t>(p.router_ready) % 4 != 0) why << "router_ready must be 4-byte aligned; ";
   if (p.seg_ready != nullptr && p.router_ready == nullptr) why << "seg_ready needs router_ready (shared_first); ";
-  if (reinterpret_cast<uintptr_t>(p.seg_ready) % 4 != 0) why << "seg_ready must be 4-byte aligned; ";
+  if (reinterpret_cast<uintptr_t>(p.seg_ready) % 128 != 0) why << "seg_ready must be 128-byte aligned; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {

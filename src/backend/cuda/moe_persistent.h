@@ -105,7 +105,7 @@ struct MoePersistentParams {
   // the router runs. The same sums in the same order per tile: the same bits.
   uint32_t* router_ready = nullptr;
   // seg_ready (session 22; CudaRunnerOptions::persistent_moe_seg_ready): with router_ready,
-  // kMoePersistentSegWords words, zero before the first launch (each launch leaves them at zero).
+  // kMoePersistentSegWords words (128-byte aligned), zero before the first launch (each launch leaves them at zero).
   // No barrier 2: a block adds the gate_up tiles it finished to each segment's word (routed slot
   // j, then the shared experts' chunks of I), and each warp of phase 3 waits only for the two
   // segments of its down units, then copies their act ranges into shared memory itself. Without a
@@ -131,8 +131,11 @@ struct MoePersistentParams {
   bool plain_launch = false;
 };
 inline constexpr int kMoePersistentStamps = 8;
-// Words of MoePersistentParams::seg_ready (top_k + shared chunks at most).
-inline constexpr int kMoePersistentSegWords = 20;
+// MoePersistentParams::seg_ready: segment s's word at s x kMoePersistentSegStride (one 128-byte
+// line each: the down warps poll them); kMoePersistentSegWords words in all (top_k + shared
+// chunks at most).
+inline constexpr int kMoePersistentSegStride = 32;
+inline constexpr int kMoePersistentSegWords = 20 * kMoePersistentSegStride;
 
 // Down tiles (8 output columns each) one block may finish (the kernel keeps their residuals in
 // shared memory for the norm).
