@@ -64,26 +64,6 @@ TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {
                                &CudaGraphStats::moe_shared_first_layers, PathExpect::kRuns);
 }
 
-// persistent_moe_seg_ready: no barrier 2, the down warps start on per-segment counts: the same
-// sums in the same order, bit-identical logits, graphs off and on (MoE and dense layers).
-TEST(CudaRunnerPersistentMoe, SegReadyBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_seg_ready = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_seg_ready", DummyOptions(dir, 3, 5), set,
-                               &CudaGraphStats::moe_seg_ready_layers, PathExpect::kRuns);
-}
-
-// persistent_plain_launch: both persistent kernels without the cooperative attribute: the same
-// kernels, bit-identical logits, graphs off and on.
-TEST(CudaRunnerPersistentMoe, PlainLaunchBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_plain_launch = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_plain_launch", DummyOptions(dir, 3, 5), set,
-                               &CudaGraphStats::persistent_plain_launches, PathExpect::kRuns);
-}
-
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
 // against the unfused dense MLP (another fp32 order), and it must run there.
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {

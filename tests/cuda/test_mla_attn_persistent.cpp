@@ -362,11 +362,11 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // (Session 13's wo_stage_point 0 / 1 variants and the L2 prefetches of sessions 13-14:
     // bench/results/session13_*, session14_2026-11-30_run{1,6}.)
     // Variant 2 (session 20): in_norm with absorb_overlap (nope_ready); 3: and split_counter (the
-    // runner's default; variants 0-2: session21_2026-12-01_run8). Session 22: 4 and 5, variant 3
-    // with wo_stage_point 3 and 4; 6, variant 3 as a plain launch (plain_launch).
-    for (int variant = 3; variant < 7; ++variant) {
-      const int wo_point = variant == 4 ? 3 : variant == 5 ? 4 : 2;
-      const bool plain = variant == 6;
+    // runner's form until session 21; variants 0-2: session21_2026-12-01_run8). Session 22: 4,
+    // variant 3 with wo_stage_point 3 (the runner's default since session 22); 4 (every block at
+    // phase 3's start) and plain launches: session22_2026-12-01_run1.
+    for (int variant = 3; variant < 5; ++variant) {
+      const int wo_point = variant == 4 ? 3 : 2;
       const bool split = variant >= 3;
       const bool in_norm = variant >= 1, overlap = variant >= 2;
       for (bool stamped : {false, true}) {
@@ -385,7 +385,6 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
           if (split) p.split_ready = d_nope.get() + 1;
-          p.plain_launch = plain;
           p.stream = st;
           return p;
         };
@@ -394,9 +393,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d plain=%d in_norm=%d overlap=%d split=%d stamps=%d: "
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d stamps=%d: "
                     "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, plain, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6,
+                    ctx, wo_point, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6,
                     weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
@@ -428,9 +427,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d plain=%d segment=\"%s\": mean %.2f us, "
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d segment=\"%s\": mean %.2f us, "
                       "max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, wo_point, plain, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+                      ctx, wo_point, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

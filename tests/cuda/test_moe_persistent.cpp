@@ -59,10 +59,6 @@ std::vector<__nv_bfloat16> RandomBf16(size_t n, float a, uint64_t seed) {
 
 double B(const __nv_bfloat16& x) { return static_cast<double>(__bfloat162float(x)); }
 
-// The counter words of a launch: the grid barrier's two, router_ready, then (from word 32, 128-byte
-// aligned) seg_ready's.
-constexpr int kSyncWords = 32 + kMoePersistentSegWords;
-
 // `launches` launches of p (graph or direct, LaunchRepeated), each from the residual res_in (the
 // kernel updates p.residual in place); poison() before the last.
 template <class Poison>
@@ -86,7 +82,6 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
                              const std::string& label) {
   const std::vector<uint32_t> words = d_sync.Download();
   EXPECT_EQ(words[2], 0u) << label << ": shared_first's router count not back at zero";
-  for (int i = 32; i < kSyncWords; ++i) EXPECT_EQ(words[i], 0u) << label << ": seg_ready word " << i - 32 << " not back at zero";
   const int64_t n_act = p.top_k * p.inter + p.shared_inter;
   const auto snapshot = [&] {
     DS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -101,7 +96,6 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
   const std::vector<float> with = snapshot();
   MoePersistentParams q = p;
   q.router_ready = nullptr;
-  q.seg_ready = nullptr;
   LaunchFromResidual(false, 1, q, res_in, [] {});
   const std::vector<float> without = snapshot();
   EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * sizeof(float)), 0)
@@ -109,14 +103,11 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
 }
 
 // shared_first: (MoePersistentParams::router_ready; ksplit 8), then ExpectSharedFirstBitsAndReset.
-// seg_ready (with shared_first): MoePersistentParams::seg_ready, no barrier 2.
-void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true, bool shared_first = false,
-             bool seg_ready = false) {
+void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true, bool shared_first = false) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
   const std::string label = std::string(c.name) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
                             (fold ? " fold" : "") + (ksplit > 1 ? " gu_ksplit" + std::to_string(ksplit) : "") +
-                            (next_norm ? "" : " no_next_norm") + (shared_first ? " shared_first" : "") +
-                            (seg_ready ? " seg_ready" : "");
+                            (next_norm ? "" : " no_next_norm") + (shared_first ? " shared_first" : "");
   // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual; with
   // fold, attn_out and the post-attention norm's weight instead of x32 / x16 (x32 is then the
   // reference's own norm of residual + attn_out).
@@ -148,8 +139,8 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   Dev<float> d_logits(E), d_w(K), d_res(Hd), d_out32(Hd), d_part(MoePersistentGridBlocks(2));
   Dev<int32_t> d_ids(K);
   Dev<__nv_bfloat16> d_act(K * I + Is), d_out16(Hd);
-  Dev<uint32_t> d_sync(kSyncWords);
-  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, kSyncWords * sizeof(uint32_t)));
+  Dev<uint32_t> d_sync(4);
+  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 4 * sizeof(uint32_t)));
 
   MoePersistentParams p{};
   if (fold) { p.attn_out = d_attn.get(); p.post_norm_weight = d_post_w.get(); }
@@ -168,7 +159,6 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   p.blocks_per_sm = bps;
   if (!next_norm) p.norm_weight = nullptr;  // out32 / out16 / partials stay set: the kernel must not write them
   if (shared_first) p.router_ready = d_sync.get() + 2;
-  if (seg_ready) p.seg_ready = d_sync.get() + 32;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
@@ -267,12 +257,12 @@ TEST(CudaMoePersistent, MatchesCpuReference) {
 // weights, in `chunks` chunks of I): the post-attention norm (fold), gate_up + SiLU, down, the
 // residual and the next norm (or none), against a double reference on the kernel's bf16 act.
 void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int ksplit, bool next_norm,
-                  bool shared_first = false, bool seg_ready = false) {
+                  bool shared_first = false) {
   const int64_t I = Is / chunks;
   const std::string label = "dense_hidden" + std::to_string(Hd) + "_inter" + std::to_string(Is) + "_chunks" +
                             std::to_string(chunks) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
                             " gu_ksplit" + std::to_string(ksplit) + (next_norm ? "" : " no_next_norm") +
-                            (shared_first ? " shared_first" : "") + (seg_ready ? " seg_ready" : "");
+                            (shared_first ? " shared_first" : "");
   std::vector<float> res_in = RandomNormal(Hd, 1.f), attn = RandomNormal(Hd, 1.f), post_w = RandomF(Hd, 0.5f, 1.5f),
                      norm_w = RandomF(Hd, 0.5f, 1.5f), r1(Hd), x32(Hd);
   double ss = 0;
@@ -286,8 +276,8 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   Dev<float> d_res_in(res_in), d_attn(attn), d_post_w(post_w), d_norm_w(norm_w), d_res(Hd), d_out32(Hd),
       d_part(MoePersistentGridBlocks(2));
   Dev<__nv_bfloat16> d_gu(gu), d_down(down), d_act(Is), d_out16(Hd);
-  Dev<uint32_t> d_sync(kSyncWords);
-  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, kSyncWords * sizeof(uint32_t)));
+  Dev<uint32_t> d_sync(4);
+  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 4 * sizeof(uint32_t)));
   MoePersistentParams p{};
   p.attn_out = d_attn.get(); p.post_norm_weight = d_post_w.get();
   p.shared_gu = d_gu.get(); p.shared_down = d_down.get();
@@ -297,7 +287,6 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   if (next_norm) p.norm_weight = d_norm_w.get();
   p.sync = d_sync.get(); p.partials = d_part.get(); p.blocks_per_sm = bps; p.gu_ksplit = ksplit;
   if (shared_first) p.router_ready = d_sync.get() + 2;
-  if (seg_ready) p.seg_ready = d_sync.get() + 32;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
     LaunchFromResidual(graph, kLaunches, p, d_res_in.get(),
@@ -370,20 +359,6 @@ TEST(CudaMoePersistent, SharedFirstMatchesCpuReference) {
   RunDenseCase(512, 1024, 4, false, 1, 8, true, true);
 }
 
-// seg_ready (MoePersistentParams::seg_ready, with shared_first): no barrier 2, each down warp waits
-// for its own segments' gate_up counts; without a next norm the launch ends with an arrival.
-// Against the reference, and bit for bit against the launch without either (the counters back at
-// zero after each launch).
-TEST(CudaMoePersistent, SegReadyMatchesCpuReference) {
-  for (const Case& c : kCases) {
-    RunCase(c, true, 2, true, 8, false, true, true);   // the runner's form: fold, no next norm
-    RunCase(c, false, 2, false, 8, true, true, true);  // x given, a next norm, direct launches
-  }
-  RunCase(kCases[0], true, 1, true, 8, false, true, true);
-  RunDenseCase(2048, 10944, 2, true, 2, 8, false, true, true);
-  RunDenseCase(512, 1024, 4, false, 1, 8, true, true, true);
-}
-
 // Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer
 // (64 experts, top-6, I 1408, two shared experts, hidden 2048) timed as graph replays of 20
 // back-to-back launches (CUDA events; the weights, 1.1 GB, do not fit L2), the same with
@@ -401,9 +376,9 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   Dev<float> d_logits(E), d_w(K), d_out32(Hd), d_part(grid_max);
   Dev<int32_t> d_ids(K);
   Dev<__nv_bfloat16> d_act(K * I + Is), d_out16(Hd);
-  Dev<uint32_t> d_sync(kSyncWords);
+  Dev<uint32_t> d_sync(4);
   Dev<long long> d_stamps(static_cast<size_t>(grid_max) * kMoePersistentStamps);
-  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, kSyncWords * sizeof(uint32_t)));
+  DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 4 * sizeof(uint32_t)));
   MoePersistentParams p{};
   p.x32 = d_x32.get(); p.x16 = d_x16.get(); p.router_w = d_router.get();
   p.routing = MoeRoutingParams{nullptr, nullptr, 1, E, static_cast<int>(K), 1, 1, 0, 0, false, 1.0f, nullptr, nullptr, nullptr};
@@ -424,24 +399,20 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
     return ReplayUs(g, st, kReplays, kReps);
   };
-  // (bps, gu_ksplit, shared_first, l2_fetch, seg_ready, next norm); the runner's default since
-  // session 21: (2, 8, on, 1, off), without a next norm (norm_in_attn). (Session 20's tail_fold
-  // variants: session21_2026-12-01_run15; bps 1 / no shared_first / no l2_fetch: run 8.)
-  for (const auto& [bps, ks, qu, fetch, seg, nn] :
-       {std::tuple{2, 8, true, 1, false, true}, std::tuple{2, 8, true, 1, true, true},
-        std::tuple{2, 8, true, 1, false, false}, std::tuple{2, 8, true, 1, true, false}}) {
+  // (bps, gu_ksplit, shared_first, l2_fetch); the runner's default since session 21: (2, 8, on, 1).
+  // (Session 20's tail_fold variants: session21_2026-12-01_run15.)
+  for (const auto& [bps, ks, qu, fetch] : {std::tuple{1, 1, false, 0}, std::tuple{2, 8, false, 0},
+                                           std::tuple{2, 8, true, 0}, std::tuple{2, 8, true, 1}}) {
     p.l2_fetch = fetch;
     p.blocks_per_sm = bps;
     p.gu_ksplit = ks;
     p.router_ready = qu ? d_sync.get() + 2 : nullptr;
-    p.seg_ready = seg ? d_sync.get() + 32 : nullptr;
-    p.norm_weight = nn ? d_norm_w.get() : nullptr;
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
-    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d seg_ready=%d "
-                "next_norm=%d grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, seg, nn,
-                grid, full, bytes / full / 1e3, bytes / 1e6, bar);
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d grid=%d "
+                "full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, grid, full,
+                bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();
@@ -455,9 +426,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       std::vector<long long> d(grid);
       for (int b = 0; b < grid; ++b) d[b] = s[b * kMoePersistentStamps + i + 1] - s[b * kMoePersistentStamps + i];
       std::sort(d.begin(), d.end());
-      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d seg_ready=%d "
-                  "next_norm=%d %s: median %lld cycles, min %lld, max %lld\n", bps, ks, qu, fetch, seg, nn, names[i],
-                  d[grid / 2], d[0], d[grid - 1]);
+      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d %s: "
+                  "median %lld cycles, min %lld, max %lld\n", bps, ks, qu, fetch, names[i], d[grid / 2], d[0], d[grid - 1]);
     }
   }
   DS_CUDA_CHECK(cudaStreamDestroy(st));

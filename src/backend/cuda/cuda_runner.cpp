@@ -383,11 +383,8 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     DS_CUDA_CHECK(cudaMemsetAsync(attn_sync_.get(), 0, 4 * sizeof(uint32_t), s_));
   }
   if (opts_.persistent_moe) {
-    // The grid barrier's 64-bit counter, shared_first's word, then (from word 32: 128-byte
-    // aligned) seg_ready's words.
-    constexpr size_t kWords = 32 + kMoePersistentSegWords;
-    persist_sync_.Reset(kWords * sizeof(uint32_t));
-    DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, kWords * sizeof(uint32_t), s_));
+    persist_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, then shared_first's word
+    DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, 4 * sizeof(uint32_t), s_));
     persist_partials_.Reset(static_cast<size_t>(MoePersistentGridBlocks(2)) * sizeof(float));
   }
   if (opts_.fused_down_combine) {
@@ -800,8 +797,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
-  if (p.router_ready != nullptr && opts_.persistent_moe_seg_ready) p.seg_ready = persist_sync_.as<uint32_t>() + 32;
-  p.plain_launch = opts_.persistent_plain_launch;
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
@@ -816,8 +811,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
-  if (p.seg_ready != nullptr) ++graph_stats_.moe_seg_ready_layers;
-  if (p.plain_launch && !went_pdl) ++graph_stats_.persistent_plain_launches;
   if (p.l2_fetch > 0 && !went_pdl) ++graph_stats_.moe_l2_fetch_layers;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;

@@ -319,24 +319,13 @@ struct CudaRunnerOptions {
   bool attn_split_counter = true;
   // With attn_persistent: where the kernel stages each block's o_proj tile in shared memory
   // (MlaAttnPersistentParams::wo_stage_point: 2, phase 4 after the partials' loads, the default
-  // since session 13; 3, phase 3 (blocks without a split at its start, split blocks once their
-  // Q / K tiles are in); 4, every block at phase 3's start). The same bits. Session 22 A/B. The
-  // CLI reads DS_ATTN_WO_STAGE=0..4.
-  int attn_wo_stage_point = 2;
-  // The persistent kernels (attention, MoE) as plain launches instead of cooperative ones
-  // (MlaAttnPersistentParams::plain_launch, MoePersistentParams::plain_launch): their grids are
-  // one (or two) blocks an SM, sized by the occupancy query, and nothing else in the stream runs
-  // beside them, so every block is resident as their grid barriers need; the cooperative
-  // attribute only makes the driver check it. Session 22 A/B. The CLI reads
-  // DS_PERSISTENT_PLAIN_LAUNCH=0/1.
-  bool persistent_plain_launch = false;
-  // With persistent_moe_shared_first: no barrier 2 in the MoE kernel either. Each block counts
-  // the gate_up tiles it finished per segment (routed slot, shared chunk), and each warp of the
-  // down phase waits only for its own two segments' counts, then copies their act itself
-  // (MoePersistentParams::seg_ready): the blocks done with phase 2 start the down tiles of the
-  // segments already complete while the last round still streams. The same bits. Session 22
-  // A/B. The CLI reads DS_PERSISTENT_MOE_SEG_READY=0/1.
-  bool persistent_moe_seg_ready = false;
+  // from session 13; 3, phase 3: blocks without a split at its start, split blocks once their
+  // Q / K tiles are in; 4, every block at phase 3's start). The same bits
+  // (CudaRunnerAttnPersistent.WoStageBitIdentical). 3 by default since session 22: V2-Lite 27
+  // layers b1 faster in 7 of 7 same-call pairs, by 0.1-1.4% (2.127-2.156 against 2.148-2.186 ms;
+  // bench/results/session22_2026-12-01_run{1,2,3}); the kernel 23.10 against 23.23 us at 1K,
+  // 26.57 against 27.31 at 4K (run 1). 4 was no faster. The CLI reads DS_ATTN_WO_STAGE=0..4.
+  int attn_wo_stage_point = 3;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -552,7 +541,6 @@ struct CudaGraphStats {
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t moe_seg_ready_layers = 0;
-  int64_t persistent_plain_launches = 0;   // persistent kernels launched without the cooperative attribute (persistent_plain_launch)
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 or 4        // of those, with persistent_moe_seg_ready (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)

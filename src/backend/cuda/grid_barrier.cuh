@@ -31,12 +31,6 @@ __device__ __forceinline__ uint32_t LdAcquire(const uint32_t* p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-// A strong relaxed load (no acquire: poll with it, then fence once).
-__device__ __forceinline__ uint32_t LdRelaxed(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ uint64_t LdAcquire64(const uint32_t* p) {
   uint64_t v;
   asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -65,24 +59,4 @@ __device__ __forceinline__ void GridBarrier(uint32_t* sync, uint64_t target, boo
   __syncthreads();
 }
 
-// The launch's end without a wait, for a launch whose last phase needs no grid barrier (its
-// barriers count from base as GridBarrier's; `target` = base + (barriers so far + 1) x
-// gridDim.x). Every thread of every block calls it last. Returns true in thread 0 of the last
-// block to arrive, which has padded the counter to the next launch's base: every other block has
-// finished (its arrival is a release, this one an acquire), so that thread may reset the launch's
-// other counter words for the next launch.
-__device__ __forceinline__ bool GridArriveFinal(uint32_t* sync, uint64_t target) {
-  __syncthreads();
-  bool last = false;
-  if (threadIdx.x == 0) {
-    uint64_t old;
-    asm volatile("atom.add.acq_rel.gpu.global.u64 %0, [%1], %2;" : "=l"(old) : "l"(sync), "l"(uint64_t{1}) : "memory");
-    if (old + 1 == target) {
-      last = true;
-      asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(sync), "l"(kGridEpoch - target % kGridEpoch)
-                   : "memory");
-    }
-  }
-  return last;
-}
 }  // namespace ds::cuda::grid

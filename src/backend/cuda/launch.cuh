@@ -160,20 +160,4 @@ bool LaunchCooperativeOrPdl(const char* who, bool pdl, void (*pdl_kernel)(KArgs.
   return false;
 }
 
-// As LaunchCooperativeOrPdl, or (plain, and not pdl) as a plain launch without the cooperative
-// attribute (CudaRunnerOptions::persistent_plain_launch): the caller's grid is at most the blocks
-// an SM holds (its occupancy query) times the SMs, and nothing runs beside it in its stream, so
-// its blocks are all resident as a cooperative launch would check; a kernel of another stream
-// on some SMs delays the blocks it displaces until it ends, it cannot hold them back forever
-// (none of ours waits on a kernel of another stream). Returns whether it went out with PDL.
-template <typename... KArgs, typename... Args>
-bool LaunchPersistent(const char* who, bool pdl, bool plain, void (*pdl_kernel)(KArgs...), void (*plain_kernel)(KArgs...),
-                      dim3 grid, dim3 block, size_t smem, cudaStream_t stream, const Args&... args) {
-  if (plain && !pdl) {
-    DS_CUDA_CHECK(LaunchWithAttrs(nullptr, 0, plain_kernel, grid, block, smem, stream, args...));
-    return false;
-  }
-  return LaunchCooperativeOrPdl(who, pdl, pdl_kernel, plain_kernel, grid, block, smem, stream, args...);
-}
-
 }  // namespace ds::cuda

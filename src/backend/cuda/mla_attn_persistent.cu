@@ -777,7 +777,7 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   void (*plain)(MlaAttnPersistentParams) =
       f == 2 ? MlaAttnPersistentKernel<false, 2> : f == 1 ? MlaAttnPersistentKernel<false, 1> : MlaAttnPersistentKernel<false>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
-  return LaunchPersistent("MlaAttnPersistent", pdl, p.plain_launch, MlaAttnPersistentKernel<true>, plain, grid, dim3(kThreads),
+  return LaunchCooperativeOrPdl("MlaAttnPersistent", pdl, MlaAttnPersistentKernel<true>, plain, grid, dim3(kThreads),
                                 DynSmem(), p.stream, p);
 }
 

@@ -129,9 +129,6 @@ struct MlaAttnPersistentParams {
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
-  // Launched without the cooperative attribute (launch.cuh's LaunchPersistent; not with pdl).
-  // Session 22 A/B (CudaRunnerOptions::persistent_plain_launch).
-  bool plain_launch = false;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 16;

@@ -52,8 +52,6 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
 // block's warps when there are fewer pairs than warps.
 constexpr int kDownTile = 8;
 constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
-static_assert(kMaxSegments * kMoePersistentSegStride <= kMoePersistentSegWords, "seg_ready's words");
-static_assert(kMoePersistentMaxGuRounds >= 1, "a block's runs of segments");
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
 
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
@@ -253,46 +251,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   }
   const int64_t dtiles = Hd / kDownTile;
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
-  // Without a next norm (norm_weight == nullptr) phase 3 is the last: barrier 2 is the final one
-  // (seg_ready: there is none; the launch ends with GridArriveFinal).
+  // Without a next norm (norm_weight == nullptr) phase 3 is the last: barrier 2 is the final one.
   const bool next_norm = p.norm_weight != nullptr;
-  // seg_ready (with shared_first, gu_ksplit 8: one slot a block): no barrier 2. The block's act
-  // columns are written (the loop above); thread 0 adds the number of tiles it finished to each
-  // segment's word (release; the block barrier orders every thread's act stores before it).
-  // Segment s < top_k is routed slot s's tiles (I / 8), s >= top_k the shared chunk s - top_k's.
-  const bool seg_ready = shared_first && p.seg_ready != nullptr;
   stamp(3);
-  if (seg_ready) {
-    __syncthreads();
-    if (threadIdx.x == 0 && work) {
-      // The runs of the block's tiles by segment (at most one a round), then ONE fence and relaxed
-      // adds (PTX's release pattern: a fence.acq_rel before a strong write). A release add each
-      // (a fence each, every one waiting for the last add under the down phase's DRAM load)
-      // took 8-37k cycles in session 22 run 2.
-      int segs[kMoePersistentMaxGuRounds];
-      uint32_t counts[kMoePersistentMaxGuRounds];
-      int runs = 0;
-      for (int64_t i = blockIdx.x; i < tiles; i += grid) {
-        const int64_t t = tile_of(i);
-        const int seg = static_cast<int>(t < tiles_r ? t / it : K + (t - tiles_r) / it);
-        if (runs == 0 || segs[runs - 1] != seg) {
-          segs[runs] = seg;
-          counts[runs++] = 0;
-        }
-        ++counts[runs - 1];
-      }
-      asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      for (int k = 0; k < runs; ++k)
-        asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" ::"l"(p.seg_ready + segs[k] * kMoePersistentSegStride),
-                     "r"(counts[k])
-                     : "memory");
-    }
-  } else {
-    GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
-    // shared_first: every block has passed its wait: the count back to zero for the next launch
-    // (stream-ordered after this one).
-    if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
-  }
+  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
+  // shared_first: every block has passed its wait: the count back to zero for the next launch
+  // (stream-ordered after this one).
+  if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
   stamp(4);
 
   // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
@@ -323,43 +288,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       }
     }
   };
-  if (seg_ready) {
-    // Each warp waits for its units' two segments (lane 0, acquire) and copies their act ranges
-    // (the unit's K range of each) into shared memory itself: no other warp reads them.
-    for (int u = warp; work && blockIdx.x < dtiles && u < nunit; u += kWarps) {
-      const int pair = u / ks, r = u % ks;
-      const int64_t k0 = int64_t{32} * (steps * r / ks), k1 = int64_t{32} * (steps * (r + 1) / ks);
-      const int sa = std::min(2 * pair, nseg - 1), sb = std::min(2 * pair + 1, nseg - 1);
-      if (lane == 0) {  // relaxed polls, then one fence (PTX's acquire pattern)
-        const uint32_t need = static_cast<uint32_t>(it);
-        while (grid::LdRelaxed(p.seg_ready + sa * kMoePersistentSegStride) < need) {
-        }
-        while (grid::LdRelaxed(p.seg_ready + sb * kMoePersistentSegStride) < need) {
-        }
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");
-      }
-      __syncwarp();
-      const int64_t n8 = (k1 - k0) / 8;  // 16-byte vectors of one segment's range
-      uint4 v[2][4];
-      for (int64_t i0 = lane; i0 < n8; i0 += 4 * 32) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if (i0 + c * 32 < n8)
-              v[h][c] = __ldcg(reinterpret_cast<const uint4*>(act + (h == 0 ? sa : sb) * I + k0) + i0 + c * 32);
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if (i0 + c * 32 < n8) reinterpret_cast<uint4*>(xs + (h == 0 ? sa : sb) * I + k0)[i0 + c * 32] = v[h][c];
-      }
-      __syncwarp();
-    }
-  } else {
-    if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
-    __syncthreads();
-  }
+  if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
+  __syncthreads();
   int ntile = 0;
   for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
     const int64_t n0 = tile * kDownTile;
@@ -400,12 +330,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     stamp(5);
     stamp(6);
     stamp(7);
-    // seg_ready: the launch's end (no barrier waits for it); the last block to arrive resets the
-    // counter words (every block has passed its waits) for the next launch.
-    if (seg_ready && grid::GridArriveFinal(p.sync, base + (nbar + 1) * gridDim.x)) {
-      *p.router_ready = 0u;
-      for (int sg = 0; sg < nseg; ++sg) p.seg_ready[sg * kMoePersistentSegStride] = 0u;
-    }
     return;
   }
   if (threadIdx.x == 0) {
@@ -416,11 +340,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   }
   stamp(5);
   GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/true);
-  // seg_ready: every block has passed its waits: the words back to zero for the next launch.
-  if (seg_ready && blockIdx.x == 0 && threadIdx.x == 0) {
-    *p.router_ready = 0u;
-    for (int sg = 0; sg < nseg; ++sg) p.seg_ready[sg * kMoePersistentSegStride] = 0u;
-  }
   stamp(6);
 
   // Phase 4: the next RMSNorm of the columns this block finished. The blocks' partial sums are
@@ -541,8 +460,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   }
   if (p.router_ready != nullptr && p.gu_ksplit != kWarps) why << "shared_first (router_ready) needs gu_ksplit " << kWarps << "; ";
   if (reinterpret_cast<uintptr_t>(p.router_ready) % 4 != 0) why << "router_ready must be 4-byte aligned; ";
-  if (p.seg_ready != nullptr && p.router_ready == nullptr) why << "seg_ready needs router_ready (shared_first); ";
-  if (reinterpret_cast<uintptr_t>(p.seg_ready) % 128 != 0) why << "seg_ready must be 128-byte aligned; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {
@@ -578,7 +495,7 @@ bool MoePersistent(const MoePersistentParams& p) {
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
   if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));
-  return LaunchPersistent("MoePersistent", pdl, p.plain_launch, KernelFor(p.blocks_per_sm, true), plain, grid, dim3(kThreads), smem,
+  return LaunchCooperativeOrPdl("MoePersistent", pdl, KernelFor(p.blocks_per_sm, true), plain, grid, dim3(kThreads), smem,
                                 p.stream, p);
 }
 

@@ -104,15 +104,6 @@ struct MoePersistentParams {
   // only before its first routed tile (then routes). The shared experts' weights stream while
   // the router runs. The same sums in the same order per tile: the same bits.
   uint32_t* router_ready = nullptr;
-  // seg_ready (session 22; CudaRunnerOptions::persistent_moe_seg_ready): with router_ready,
-  // kMoePersistentSegWords words (128-byte aligned), zero before the first launch (each launch leaves them at zero).
-  // No barrier 2: a block adds the gate_up tiles it finished to each segment's word (routed slot
-  // j, then the shared experts' chunks of I), and each warp of phase 3 waits only for the two
-  // segments of its down units, then copies their act ranges into shared memory itself. Without a
-  // next norm the launch then has no grid barrier; it ends with an arrival (grid_barrier.cuh's
-  // GridArriveFinal) whose last block resets the words. The same sums in the same order: the
-  // same bits.
-  uint32_t* seg_ready = nullptr;
   // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed (router_ready: at 1), phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end (without a next norm, 5-7 all at phase 3's end; dense: 1 and 2
@@ -126,16 +117,8 @@ struct MoePersistentParams {
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
-  // Launched without the cooperative attribute (launch.cuh's LaunchPersistent; not with pdl).
-  // Session 22 A/B (CudaRunnerOptions::persistent_plain_launch).
-  bool plain_launch = false;
 };
 inline constexpr int kMoePersistentStamps = 8;
-// MoePersistentParams::seg_ready: segment s's word at s x kMoePersistentSegStride (one 128-byte
-// line each: the down warps poll them); kMoePersistentSegWords words in all (top_k + shared
-// chunks at most).
-inline constexpr int kMoePersistentSegStride = 32;
-inline constexpr int kMoePersistentSegWords = 20 * kMoePersistentSegStride;
 
 // Down tiles (8 output columns each) one block may finish (the kernel keeps their residuals in
 // shared memory for the norm).
