@@ -399,10 +399,12 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
     return ReplayUs(g, st, kReplays, kReps);
   };
-  // (bps, gu_ksplit, shared_first, l2_fetch); the runner's default since session 21: (2, 8, on, 1).
-  // (Session 20's tail_fold variants: session21_2026-12-01_run15.)
-  for (const auto& [bps, ks, qu, fetch] : {std::tuple{1, 1, false, 0}, std::tuple{2, 8, false, 0},
-                                           std::tuple{2, 8, true, 0}, std::tuple{2, 8, true, 1}}) {
+  // (bps, gu_ksplit, shared_first, l2_fetch, next norm); the runner's default since session 21:
+  // (2, 8, on, 1), without a next norm (norm_in_attn). (Session 20's tail_fold variants:
+  // session21_2026-12-01_run15; bps 1, no shared_first, no l2_fetch: run 8; session 22's seg_ready:
+  // session22_2026-12-01_run{2,3}.)
+  for (const auto& [bps, ks, qu, fetch, nn] : {std::tuple{2, 8, true, 1, true}, std::tuple{2, 8, true, 1, false}}) {
+    p.norm_weight = nn ? d_norm_w.get() : nullptr;
     p.l2_fetch = fetch;
     p.blocks_per_sm = bps;
     p.gu_ksplit = ks;
@@ -410,8 +412,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
-    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d grid=%d "
-                "full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, grid, full,
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
+                "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn, grid, full,
                 bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
@@ -420,14 +422,28 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     MoePersistent(q);
     DS_CUDA_CHECK(cudaStreamSynchronize(st));
     const std::vector<long long> s = d_stamps.Download();
+    // %globaltimer stamps (ns, one clock for all SMs): each interval's median / min / max over the
+    // blocks, and when the last block reached its end (from the first block's start).
     const char* names[kMoePersistentStamps - 1] = {"phase1 router", "barrier1", "phase2 route+gate_up(routed+shared)",
                                                    "barrier2", "phase3 down+combine", "barrier3", "phase4 norm"};
+    long long t0 = s[0], start_last = s[0];
+    for (int b = 0; b < grid; ++b) {
+      t0 = std::min(t0, s[b * kMoePersistentStamps]);
+      start_last = std::max(start_last, s[b * kMoePersistentStamps]);
+    }
+    std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
+                "start skew: last block started at %.2f us\n", bps, ks, qu, fetch, nn, 1e-3 * static_cast<double>(start_last - t0));
     for (int i = 0; i + 1 < kMoePersistentStamps; ++i) {
       std::vector<long long> d(grid);
-      for (int b = 0; b < grid; ++b) d[b] = s[b * kMoePersistentStamps + i + 1] - s[b * kMoePersistentStamps + i];
+      long long last = t0;
+      for (int b = 0; b < grid; ++b) {
+        d[b] = s[b * kMoePersistentStamps + i + 1] - s[b * kMoePersistentStamps + i];
+        last = std::max(last, s[b * kMoePersistentStamps + i + 1]);
+      }
       std::sort(d.begin(), d.end());
-      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d %s: "
-                  "median %lld cycles, min %lld, max %lld\n", bps, ks, qu, fetch, names[i], d[grid / 2], d[0], d[grid - 1]);
+      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
+                  "%s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn, names[i],
+                  1e-3 * d[grid / 2], 1e-3 * d[0], 1e-3 * d[grid - 1], 1e-3 * static_cast<double>(last - t0));
     }
   }
   DS_CUDA_CHECK(cudaStreamDestroy(st));

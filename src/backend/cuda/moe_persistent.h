@@ -104,7 +104,8 @@ struct MoePersistentParams {
   // only before its first routed tile (then routes). The shared experts' weights stream while
   // the router runs. The same sums in the same order per tile: the same bits.
   uint32_t* router_ready = nullptr;
-  // Measurement only (tests): thread 0 of block b writes clock64() to stamps[b * kMoePersistentStamps
+  // Measurement only (tests): thread 0 of block b writes %globaltimer (ns; one clock for every SM,
+  // so the blocks' stamps line up; clock64() cycles until session 22) to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed (router_ready: at 1), phase 2 done, barrier 2 passed, phase 3 done,
   // barrier 3 passed, end (without a next norm, 5-7 all at phase 3's end; dense: 1 and 2
   // together). barriers_only skips every phase's work (the launch and barriers' cost).
