@@ -80,16 +80,6 @@ TEST(CudaRunnerAttnPersistent, WoStageBitIdentical) {
   }
 }
 
-// attn_merge_preload: phase 4's first partials loaded before the LSEs: the same sums, bit-identical
-// logits.
-TEST(CudaRunnerAttnPersistent, MergePreloadBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_merge_preload = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_merge_preload", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::attn_merge_preload_layers, PathExpect::kRuns);
-}
-
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
 // bytes, the default, and 256), each kernel on its own: the same loads, so the same bits.
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {

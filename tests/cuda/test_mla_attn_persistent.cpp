@@ -297,6 +297,19 @@ TEST(CudaMlaAttnPersistent, SplitCounterMatchesCpuReference) {
   RunCase(16, 2048, 100, true, true, /*no_slot=*/true, 2, false, true, true);
 }
 
+// wo_stage_point 3 and 4 (the o_proj tile staged in phase 3; 3 is the runner's default since
+// session 22), in the runner's form (in_norm, absorb_overlap, split_counter) and without the
+// counters; 4,500 keys: blocks with two splits; hidden 8192: every block stages a tile.
+TEST(CudaMlaAttnPersistent, WoStageInPhase3MatchesCpuReference) {
+  for (const int point : {3, 4}) {
+    RunCase(16, 2048, 1000, true, true, false, point, true, true, true);
+    RunCase(16, 2048, 4500, true, false, false, point, false, true, true);
+    RunCase(4, 8192, 100, true, true, false, point, true, true, true);
+    RunCase(16, 2048, 1, true, true, false, point, false, true, true);
+  }
+  RunCase(16, 2048, 1000, true, true, false, 3);
+}
+
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   MlaAttnPersistentParams p{};
   p.heads = 17; p.hidden = 1000; p.block_size = 16;
@@ -305,7 +318,7 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
     EXPECT_NE(why.find(part), std::string::npos) << "missing '" << part << "' in: " << why;
   p.heads = 3;
   EXPECT_NE(MlaAttnPersistentUnsupported(p).find("heads 3"), std::string::npos);
-  p.wo_stage_point = 3;
+  p.wo_stage_point = 5;
   p.l2_fetch = 3;
   p.max_context = kMlaAttnPersistentMaxContext + 1;
   const std::string why2 = MlaAttnPersistentUnsupported(p);
@@ -313,7 +326,7 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   uint32_t word = 0;
   q.split_ready = &word;
   EXPECT_NE(MlaAttnPersistentUnsupported(q).find("split_ready needs nope_ready"), std::string::npos);
-  for (const char* part : {"wo_stage_point 3", "l2_fetch 3", "max_context 8193"})
+  for (const char* part : {"wo_stage_point 5", "l2_fetch 3", "max_context 8193"})
     EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
 }
 
@@ -365,10 +378,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // runner's form until session 21; variants 0-2: session21_2026-12-01_run8). Session 22: 4,
     // variant 3 with wo_stage_point 3 (the runner's default since session 22); 4 (every block at
     // phase 3's start) and plain launches: session22_2026-12-01_run1.
-    // 5: variant 4 with merge_preload.
-    for (int variant = 3; variant < 6; ++variant) {
-      const int wo_point = variant >= 4 ? 3 : 2;
-      const bool preload = variant == 5;
+    // (Session 22's merge_preload, the first partials loaded before the LSEs:
+    // session22_2026-12-01_run5.)
+    for (int variant = 3; variant < 5; ++variant) {
+      const int wo_point = variant == 4 ? 3 : 2;
       const bool split = variant >= 3;
       const bool in_norm = variant >= 1, overlap = variant >= 2;
       for (bool stamped : {false, true}) {
@@ -387,7 +400,6 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
           if (split) p.split_ready = d_nope.get() + 1;
-          p.merge_preload = preload;
           p.stream = st;
           return p;
         };
@@ -396,9 +408,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d preload=%d in_norm=%d overlap=%d split=%d stamps=%d: "
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d stamps=%d: "
                     "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, preload, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6,
+                    ctx, wo_point, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6,
                     weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
@@ -430,9 +442,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d preload=%d segment=\"%s\": mean %.2f us, "
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d segment=\"%s\": mean %.2f us, "
                       "max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, wo_point, preload, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+                      ctx, wo_point, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

@@ -630,19 +630,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
       const int64_t h = u / kUvParts, part = u % kUvParts;
       const bool first_unit = u == blockIdx.x;
-      const float* wsp = p.workspace + (h * smax) * kLat + d;
-      // merge_preload: the first batch of partials (every split < S was written by phase 3) loaded
-      // before the LSEs, so their L2 round trip overlaps the LSE -> weight steps; a split whose
-      // weight is 0 then contributes a zero, as without it (the same bits).
-      float4 vpre[kInFlight];
-      if (p.merge_preload) {
-#pragma unroll
-        for (int i = 0; i < kInFlight; ++i) {
-          const int s = half + 2 * i;
-          vpre[i] = s < S ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-      }
       for (int s = threadIdx.x; s < S; s += kThreads) s_l[s] = __ldcg(lse_base + h * smax + s);
       if (first_unit) stage_wo(1);
       __syncthreads();
@@ -655,16 +642,14 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       __syncthreads();
       if (first_unit) Stamp(p.phase_ns, 9, false);
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      const float* wsp = p.workspace + (h * smax) * kLat + d;
       for (int s0 = half; s0 < S; s0 += 2 * kInFlight) {
         float4 v[kInFlight];
-        const bool pre = p.merge_preload && s0 == half;
 #pragma unroll
-        for (int i = 0; i < kInFlight; ++i) {  // empty splits (w = 0): zeros
+        for (int i = 0; i < kInFlight; ++i) {  // empty splits (w = 0) were never written: not read
           const int s = s0 + 2 * i;
-          if (pre) v[i] = s < S && s_w[s] > 0.f ? vpre[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-          else
-            v[i] = s < S && s_w[s] > 0.f ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
-                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+          v[i] = s < S && s_w[s] > 0.f ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
         for (int i = 0; i < kInFlight; ++i) {

@@ -122,10 +122,6 @@ struct MlaAttnPersistentParams {
   // the split blocks once their first Q / K tiles are in shared memory; 4, every block at its
   // start. The same bits.
   int wo_stage_point = 2;
-  // Phase 4 loads each unit's first batch of partials (16 splits a thread) before its LSEs, so
-  // that round trip overlaps the LSE -> weight steps (session 22; CudaRunnerOptions::
-  // attn_merge_preload). The same bits.
-  bool merge_preload = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
