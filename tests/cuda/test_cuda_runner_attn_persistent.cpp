@@ -80,16 +80,6 @@ TEST(CudaRunnerAttnPersistent, WoStageBitIdentical) {
   }
 }
 
-// attn_shared_gu: the MoE (and dense MLP) kernels' first gate_up tiles computed in the attention
-// kernel with the MoE kernel's operations: bit-identical logits, graphs off and on.
-TEST(CudaRunnerAttnPersistent, SharedGateUpBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_shared_gu = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_shared_gu", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::attn_shared_gu_layers, PathExpect::kRuns);
-}
-
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
 // bytes, the default, and 256), each kernel on its own: the same loads, so the same bits.
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {

@@ -345,19 +345,16 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
   const std::vector<__nv_bfloat16> hx = rnd(Hd, 1.f), hwq = rnd(H * kDqk * Hd, 0.02f), hwkva = rnd(kD * Hd, 0.02f),
                                    hwuk = rnd(H * kLat * kNope, 0.05f), hkvb = rnd(H * (kNope + kVd) * kLat, 0.05f),
                                    hwo = rnd(Hd * H * kVd, 0.02f);
-  constexpr int64_t kGuInter = 2816;  // V2-Lite's shared experts (gu_tiles' variant)
-  const std::vector<__nv_bfloat16> hgu = rnd(2 * kGuInter * Hd, 0.02f);
   const double weight_bytes = 2.0 * (hwq.size() + hwkva.size() + hwuk.size() + H * kVd * kLat + hwo.size());
   struct Set {
     Dev<__nv_bfloat16> wq, wkva, wuk, kvb, wo;
     Dev<uint64_t> stamps;
-    Dev<__nv_bfloat16> gu;
   };
   std::vector<std::unique_ptr<Set>> sets;
   for (int i = 0; i < kSets; ++i)
     sets.push_back(std::unique_ptr<Set>(new Set{Dev<__nv_bfloat16>(hwq), Dev<__nv_bfloat16>(hwkva), Dev<__nv_bfloat16>(hwuk),
                                                 Dev<__nv_bfloat16>(hkvb), Dev<__nv_bfloat16>(hwo),
-                                                Dev<uint64_t>(static_cast<size_t>(grid) * kS), Dev<__nv_bfloat16>(hgu)}));
+                                                Dev<uint64_t>(static_cast<size_t>(grid) * kS)}));
   cudaStream_t st;
   DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   for (int ctx : {1024, 4096}) {
@@ -382,12 +379,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // variant 3 with wo_stage_point 3 (the runner's default since session 22); 4 (every block at
     // phase 3's start) and plain launches: session22_2026-12-01_run1.
     // (Session 22's merge_preload, the first partials loaded before the LSEs:
-    // session22_2026-12-01_run5.) 5: variant 4 with gu_tiles (the MoE's first gate_up tiles, one
-    // a block; its stamps end at phase 5, the launch time includes phase 6).
-    Dev<__nv_bfloat16> d_gu_act(kGuInter);
-    for (int variant = 3; variant < 6; ++variant) {
-      const int wo_point = variant >= 4 ? 3 : 2;
-      const bool gu = variant == 5;
+    // session22_2026-12-01_run5.)
+    for (int variant = 3; variant < 5; ++variant) {
+      const int wo_point = variant == 4 ? 3 : 2;
       const bool split = variant >= 3;
       const bool in_norm = variant >= 1, overlap = variant >= 2;
       for (bool stamped : {false, true}) {
@@ -406,11 +400,6 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
           if (split) p.split_ready = d_nope.get() + 1;
-          if (gu) {
-            p.gu_tiles = std::min<int64_t>(grid, kGuInter / 8);
-            p.gu_w = sets[i]->gu.get(); p.gu_inter = kGuInter; p.gu_residual = d_in_res.get();
-            p.gu_norm_w = d_in_w.get(); p.gu_act = d_gu_act.get();
-          }
           p.stream = st;
           return p;
         };
@@ -419,9 +408,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d gu=%d in_norm=%d overlap=%d split=%d stamps=%d: "
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d stamps=%d: "
                     "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, gu, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6,
+                    ctx, wo_point, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6,
                     weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
@@ -453,9 +442,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d gu=%d segment=\"%s\": mean %.2f us, "
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d segment=\"%s\": mean %.2f us, "
                       "max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, wo_point, gu, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+                      ctx, wo_point, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

@@ -403,12 +403,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   // (2, 8, on, 1), without a next norm (norm_in_attn). (Session 20's tail_fold variants:
   // session21_2026-12-01_run15; bps 1, no shared_first, no l2_fetch: run 8; session 22's seg_ready:
   // session22_2026-12-01_run{2,3}.)
-  // Session 22: the runner form with shared_done 132 (attn_shared_gu: the attention kernel did the
-  // first 132 shared tiles; here their act is left as it is).
-  for (const auto& [bps, ks, qu, fetch, nn, sd] :
-       {std::tuple{2, 8, true, 1, true, 0}, std::tuple{2, 8, true, 1, false, 0}, std::tuple{2, 8, true, 1, false, 132}}) {
+  for (const auto& [bps, ks, qu, fetch, nn] : {std::tuple{2, 8, true, 1, true}, std::tuple{2, 8, true, 1, false}}) {
     p.norm_weight = nn ? d_norm_w.get() : nullptr;
-    p.shared_done = sd;
     p.l2_fetch = fetch;
     p.blocks_per_sm = bps;
     p.gu_ksplit = ks;
@@ -417,8 +413,7 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
     std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                "shared_done=%d grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn, sd,
-                grid, full,
+                "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn, grid, full,
                 bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
@@ -437,7 +432,7 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       start_last = std::max(start_last, s[b * kMoePersistentStamps]);
     }
     std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                "shared_done=%d start skew: last block started at %.2f us\n", bps, ks, qu, fetch, nn, sd, 1e-3 * static_cast<double>(start_last - t0));
+                "start skew: last block started at %.2f us\n", bps, ks, qu, fetch, nn, 1e-3 * static_cast<double>(start_last - t0));
     for (int i = 0; i + 1 < kMoePersistentStamps; ++i) {
       std::vector<long long> d(grid);
       long long last = t0;
@@ -447,8 +442,7 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       }
       std::sort(d.begin(), d.end());
       std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                  "shared_done=%d %s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn,
-                  sd, names[i],
+                  "%s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn, names[i],
                   1e-3 * d[grid / 2], 1e-3 * d[0], 1e-3 * d[grid - 1], 1e-3 * static_cast<double>(last - t0));
     }
   }

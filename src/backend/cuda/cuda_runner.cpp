@@ -805,15 +805,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   int8_t& ok = persist_ok_[4 * l + (fold_post_norm ? 1 : 0) + (norm_in_attn ? 2 : 0)];
   if (ok < 0) ok = MoePersistentUnsupported(p).empty() ? 1 : 0;
   if (ok == 0) return false;
-  if (!launch) {  // (for attn_shared_gu: the attention kernel before this one asks)
-    moe_query_shared_first_ = p.router_ready != nullptr;
-    moe_query_act_off_ = K * I;
-    moe_query_is_ = Is;
-    return true;
-  }
-  // attn_shared_gu: this layer's attention kernel did the first shared tiles.
-  if (p.router_ready != nullptr && attn_gu_layer_ == l) p.shared_done = attn_gu_tiles_;
-  attn_gu_layer_ = -1;
+  if (!launch) return true;
   const bool went_pdl = MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;

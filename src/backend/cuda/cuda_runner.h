@@ -326,13 +326,6 @@ struct CudaRunnerOptions {
   // bench/results/session22_2026-12-01_run{1,2,3}); the kernel 23.10 against 23.23 us at 1K,
   // 26.57 against 27.31 at 4K (run 1). 4 was no faster. The CLI reads DS_ATTN_WO_STAGE=0..4.
   int attn_wo_stage_point = 3;
-  // With attn_persistent, persistent_moe and persistent_moe_shared_first: each layer's attention
-  // kernel also does the first gate_up tiles of that layer's MoE (or dense MLP) kernel, one a
-  // block (MlaAttnPersistentParams::gu_tiles): the tiles' weights are staged in shared memory in
-  // its phase 3, where DRAM idles, and multiplied after o_proj and one more grid barrier; the MoE
-  // kernel skips them (MoePersistentParams::shared_done). The same bits. Session 22 A/B. The CLI
-  // reads DS_ATTN_SHARED_GU=0/1.
-  bool attn_shared_gu = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -548,8 +541,7 @@ struct CudaGraphStats {
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t moe_seg_ready_layers = 0;
-  int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 or 4
-  int64_t attn_shared_gu_layers = 0;       // persistent attention launches with gate_up tiles (attn_shared_gu)        // of those, with persistent_moe_seg_ready (likewise)
+  int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 or 4        // of those, with persistent_moe_seg_ready (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)

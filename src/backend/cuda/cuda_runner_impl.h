@@ -397,14 +397,6 @@ class CudaModelRunner : public ModelRunner {
   // MlaAttnPersistent's verdict on this model per input form ([0] x16, [1] in_residual: the
   // norm in the kernel; -1: not asked).
   int8_t attn_ok_[2] = {-1, -1};
-  // attn_shared_gu (AttnPersistent -> PersistentMoe): the attention kernel's verdict with gate_up
-  // tiles, per layer; the layer and tile count it did (-1: none pending); PersistentMoe's last
-  // query: whether its launch has router_ready, its act offset of the shared tiles, Is.
-  std::vector<int8_t> attn_gu_ok_;
-  int attn_gu_layer_ = -1;
-  int64_t attn_gu_tiles_ = 0;
-  bool moe_query_shared_first_ = false;
-  int64_t moe_query_act_off_ = 0, moe_query_is_ = 0;
   bool attn_pass_ok_ = false;      // AttnPersistentPassOk for the current pass (RunPass)
   // norm_in_attn: the last MoE kernel left the next layer's input norm to that layer's attention
   // kernel (residual_ holds the stream; h32 / h16 are stale until it runs).

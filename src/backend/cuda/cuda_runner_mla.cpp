@@ -9,7 +9,6 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_runner_impl.h"
-#include "backend/cuda/device_props.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/mla_attn_persistent.h"
@@ -114,31 +113,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   int8_t& ok = attn_ok_[attn_norm_pending_ ? 1 : 0];
   if (ok < 0) ok = MlaAttnPersistentUnsupported(ap).empty() ? 1 : 0;
   if (ok == 0) return false;
-  // attn_shared_gu: this layer's MoE (or dense MLP) kernel's first gate_up tiles, one a block,
-  // where that kernel runs with shared_first (it then skips them: PersistentMoe, shared_done).
-  // PersistentMoe's query (no launch) tells; the verdict on the extra shared memory is per layer.
-  attn_gu_layer_ = -1;
-  if (opts_.attn_shared_gu && ap.wo_stage_point >= 3 && !ap.pdl && PersistentMoe(l, T, true, false) &&
-      moe_query_shared_first_) {
-    MlaAttnPersistentParams gp = ap;
-    gp.gu_tiles = std::min<int64_t>(CurrentDeviceProps().sms, moe_query_is_ / 8);
-    gp.gu_w = layers_[l].gate_up.w.as<bf16>(); gp.gu_inter = moe_query_is_;
-    gp.gu_residual = residual_.as<float>(); gp.gu_norm_w = layers_[l].post_norm.as<float>();
-    gp.gu_eps = static_cast<float>(cfg_.rms_norm_eps);
-    gp.gu_act = persist_act_.as<bf16>() + moe_query_act_off_;
-    if (attn_gu_ok_.empty()) attn_gu_ok_.assign(cfg_.num_hidden_layers, -1);
-    int8_t& gok = attn_gu_ok_[l];
-    if (gok < 0) {
-      const std::string why = MlaAttnPersistentUnsupported(gp);
-      gok = why.empty() ? 1 : 0;
-      if (!why.empty()) DS_LOG(WARNING) << "attn_shared_gu: layer " << l << " without it: " << why;
-    }
-    if (gok == 1) {
-      ap = gp;
-      attn_gu_layer_ = l;
-      attn_gu_tiles_ = gp.gu_tiles;
-    }
-  }
   const bool went_pdl = MlaAttnPersistent(ap);
   if (attn_norm_pending_) ++graph_stats_.norm_in_attn_layers;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
@@ -148,7 +122,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (ap.split_ready != nullptr) ++graph_stats_.attn_split_counter_layers;
   if (ap.l2_fetch > 0 && !went_pdl) ++graph_stats_.attn_l2_fetch_layers;
   if (ap.wo_stage_point >= 3) ++graph_stats_.attn_wo_stage_early_layers;
-  if (ap.gu_tiles > 0) ++graph_stats_.attn_shared_gu_layers;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
   Mark("attn_o_proj");
   return true;

@@ -8,7 +8,6 @@
 #include <map>
 #include <mutex>
 #include <sstream>
-#include <tuple>
 #include <utility>
 
 #include "backend/cuda/common.cuh"
@@ -60,15 +59,6 @@ constexpr size_t kWorkSmem =
     Align128(std::max<size_t>(std::max<size_t>(kDecodeSmem, kMergeSmem), size_t{kMaxHidden} * 2));
 constexpr size_t kWoOff = kWorkSmem;
 constexpr size_t DynSmem() { return kWoOff + size_t{16} * (kMaxHeads * kVd + kWoPad) * 2; }
-// With gu_tiles (MlaAttnPersistentParams::gu_tiles): the block's gate_up tile after the o_proj
-// tile, [16][hidden + kWoPad] bf16 (rows 0-7 gate, 8-15 up).
-constexpr size_t kGuOff = Align128(DynSmem());
-inline size_t DynSmemFor(const MlaAttnPersistentParams& p) {
-  return p.gu_tiles > 0 ? kGuOff + Align128(static_cast<size_t>(16) * static_cast<size_t>(p.hidden + kWoPad) * 2)
-                        : DynSmem();
-}
-// The MoE kernel's SiLU-and-mul rounding (moe_persistent.cu's SiluMul): the same bits.
-__device__ __forceinline__ bf16 GuSiluMul(float g, float u) { return __float2bfloat16_rn(g / (1.0f + expf(-g)) * u); }
 
 // ptx::CpAsync16 to a generic pointer into shared memory.
 __device__ __forceinline__ void CpAsyncTo(void* dst, const void* src, bool valid) { ptx::CpAsync16(SmemAddr(dst), src, valid); }
@@ -195,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   __shared__ float s_red[kWarps][16];
   __shared__ float s_norm[32];
   __shared__ __align__(16) bf16 s_newrow[kD];  // the new token's cache row (phase 3's norm block)
-  __shared__ __align__(8) uint64_t s_bar[2];   // the staged o_proj tile, the staged gate_up tile
+  __shared__ __align__(8) uint64_t s_bar[1];   // the staged o_proj tile
   __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
@@ -223,21 +213,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       std::min<int64_t>(grid - uk_lo, (uk_units + kWarps - 1) / kWarps) + (n1 - n_nope));
   const int64_t uv_units = H * kUvParts;
   const bool wo_staged = blockIdx.x < Hd / 16;
-  // gu_tiles: the block's gate_up tile (MlaAttnPersistentParams::gu_tiles), staged with the o_proj
-  // tile (wo_stage_point 3 / 4) and multiplied in phase 6.
-  const bool gu_block = static_cast<int64_t>(blockIdx.x) < p.gu_tiles;
-  const int64_t gu_pitch = Hd + kWoPad;
-  bf16* gu_s = reinterpret_cast<bf16*>(smem_raw + kGuOff);  // [16][gu_pitch]
   // The block's o_proj tile into shared memory (thread 0): one bulk copy a row (padded pitch),
-  // completion on s_bar[0] (phase 5 waits for it); with gu_block, the gate_up tile's 16 rows
-  // (gate rows 8b..8b+7, then the same up rows) on s_bar[1].
-  const auto issue_gu = [&]() {
-    if (!gu_block) return;
-    sm90::BarExpectTx(SmemAddr(&s_bar[1]), static_cast<uint32_t>(16 * Hd * 2));
-    for (int r = 0; r < 16; ++r)
-      BulkLoad(gu_s + r * gu_pitch, p.gu_w + ((r < 8 ? 0 : p.gu_inter) + 8 * static_cast<int64_t>(blockIdx.x) + r % 8) * Hd,
-               static_cast<uint32_t>(Hd * 2), SmemAddr(&s_bar[1]));
-  };
+  // completion on s_bar[0] (phase 5 waits for it).
   const auto issue_wo = [&]() {
     sm90::BarExpectTx(SmemAddr(&s_bar[0]), static_cast<uint32_t>(16 * Ko * 2));
     for (int r = 0; r < 16; ++r)
@@ -248,7 +225,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   if (threadIdx.x == 0) {
     s_base = grid::GridBase(p.sync);  // before this block's first arrival
     sm90::BarInit(SmemAddr(&s_bar[0]), 1);
-    sm90::BarInit(SmemAddr(&s_bar[1]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   // The token's RoPE angle for pair i = lane (phase 3 rotates pair `lane`), loaded now so that its
@@ -410,10 +386,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // wo_stage_point 3 / 4: the o_proj tile's copies go out in phase 3, where DRAM idles (the cache
   // rows aside): blocks without a split now (point 4: every block now); a split's block once its
   // first Q / K tiles are in shared memory (below), so the copies overlap its decode math.
-  if (threadIdx.x == 0 && (p.wo_stage_point == 4 || (p.wo_stage_point == 3 && first_split >= S))) {
-    if (wo_staged) issue_wo();
-    issue_gu();
-  }
+  if (threadIdx.x == 0 && wo_staged && (p.wo_stage_point == 4 || (p.wo_stage_point == 3 && first_split >= S))) issue_wo();
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   float* lse_base = p.workspace + H * smax * kLat;
@@ -508,10 +481,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       __syncthreads();  // Q and K visible
       if (split == first_split) {
         Stamp(p.phase_ns, 5, false);
-        if (threadIdx.x == 0 && p.wo_stage_point == 3) {
-          if (wo_staged) issue_wo();
-          issue_gu();
-        }
+        if (threadIdx.x == 0 && wo_staged && p.wo_stage_point == 3) issue_wo();
       }
       const int kbeg = split * kBN, kend = min(ctx, kbeg + kBN);
       // S = Q K^T over this warp's k-steps, then summed over the warps (the same order in all).
@@ -723,7 +693,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     else for (int k = 8; k <= 12; ++k) Stamp(p.phase_ns, k, false);
   }
   Stamp(p.phase_ns, 13, true);
-  grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/p.gu_tiles == 0);
+  grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/true);
   Stamp(p.phase_ns, 14, false);
 
   // Phase 5: o_proj (o in shared memory; the block's first tile staged).
@@ -735,65 +705,27 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; },
       wo_staged ? wo_s : nullptr, wo_pitch);
   Stamp(p.phase_ns, 15, true);
-  if (p.gu_tiles == 0) return;
-
-  // Phase 6 (gu_tiles): after every block's o_proj rows, the MoE kernel's phase 0 for this layer
-  // (its operations and sum order: x = bf16(rmsnorm(out + gu_residual) * gu_norm_w)), then the
-  // block's staged gate_up tile as the MoE kernel's phase 2 computes it (gu_ksplit 8: hidden split
-  // over the 8 warps, the same mma order, the parts added in warp order, SiluMul's rounding).
-  grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/true);
-  if (!gu_block) return;
-  float* gx32 = reinterpret_cast<float*>(smem_raw + size_t{kMaxHidden} * 2);  // [hidden] fp32, past xs
-  float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < Hd; i += kThreads) {
-    const float v = __ldcg(p.out + i) + p.gu_residual[i];
-    gx32[i] = v;
-    ss += v * v;
-  }
-  const float total = dev::BlockSum(ss, s_norm);
-  const float inv = rsqrtf(total / static_cast<float>(Hd) + p.gu_eps);
-  for (int64_t i = threadIdx.x; i < Hd; i += kThreads) xs[i] = __float2bfloat16_rn(gx32[i] * inv * p.gu_norm_w[i]);
-  WaitStaged(&s_bar[1]);
-  __syncthreads();
-  {
-    const int64_t kw = Hd / kWarps, k0 = warp * kw;
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
-    MmaTileSmem(gu_s + k0, gu_pitch, xs + k0, static_cast<int>(kw / 32), d);
-    if (tq == 0) {
-      s_red[warp][g] = d[0];
-      s_red[warp][8 + g] = d[2];
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x < 8) {
-    float gs = 0.f, us = 0.f;
-    for (int w = 0; w < kWarps; ++w) {
-      gs += s_red[w][threadIdx.x];
-      us += s_red[w][8 + threadIdx.x];
-    }
-    p.gu_act[8 * static_cast<int64_t>(blockIdx.x) + threadIdx.x] = GuSiluMul(gs, us);
-  }
 }
 
-// pdl: the instantiation MlaAttnPersistentParams::pdl launches; smem: its dynamic shared memory.
-bool FitsCurrentDevice(bool pdl = false, size_t smem = DynSmem()) {
+// pdl: the instantiation MlaAttnPersistentParams::pdl launches.
+bool FitsCurrentDevice(bool pdl = false) {
   static std::mutex mu;
-  static auto* known = new std::map<std::tuple<int, bool, size_t>, bool>();
+  static auto* known = new std::map<std::pair<int, bool>, bool>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = known->find({dev, pdl, smem}); it != known->end()) return it->second;
+  if (auto it = known->find({dev, pdl}); it != known->end()) return it->second;
   int coop = 0;
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-  bool fits = coop != 0 && smem <= 227 * 1024;
+  bool fits = coop != 0;
   if (fits) {
     const auto kernel = pdl ? MlaAttnPersistentKernel<true> : MlaAttnPersistentKernel<false>;
-    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(DynSmem()));
     int per_sm = 0;
-    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, DynSmem()));
     fits = per_sm >= 1;
   }
-  (*known)[{dev, pdl, smem}] = fits;
+  (*known)[{dev, pdl}] = fits;
   return fits;
 }
 
@@ -829,19 +761,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (without nope_ready, phase 2's absorption runs on blocks >= 1); ";
-  if (p.gu_tiles < 0) why << "gu_tiles " << p.gu_tiles << " (>= 0); ";
-  if (p.gu_tiles > 0) {
-    if (!p.gu_w || !p.gu_act || !p.gu_residual || !p.gu_norm_w) why << "gu_tiles needs gu_w, gu_act, gu_residual, gu_norm_w; ";
-    if (p.gu_inter < 8 || p.gu_inter % 8 != 0 || p.gu_tiles > p.gu_inter / 8)
-      why << "gu_tiles " << p.gu_tiles << " of gu_inter " << p.gu_inter << " (a multiple of 8, tiles <= gu_inter / 8); ";
-    if (p.gu_tiles > CurrentDeviceProps().sms) why << "gu_tiles " << p.gu_tiles << " > the grid (one a block); ";
-    if (p.wo_stage_point < 3) why << "gu_tiles needs wo_stage_point 3 or 4 (staged in phase 3); ";
-    if (p.pdl) why << "gu_tiles without pdl; ";
-    if (reinterpret_cast<uintptr_t>(p.gu_w) % 16 != 0 || reinterpret_cast<uintptr_t>(p.gu_residual) % 16 != 0)
-      why << "gu_w / gu_residual must be 16-byte aligned; ";
-  }
-  if (why.str().empty() && !FitsCurrentDevice(false, DynSmemFor(p)))
-    why << "no cooperative launch, or one block (" << DynSmemFor(p) << " bytes of shared memory) does not fit an SM; ";
+  if (why.str().empty() && !FitsCurrentDevice()) why << "no cooperative launch, or one block does not fit an SM; ";
   return why.str();
 }
 
@@ -856,9 +776,9 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const int f = pdl ? 0 : p.l2_fetch;
   void (*plain)(MlaAttnPersistentParams) =
       f == 2 ? MlaAttnPersistentKernel<false, 2> : f == 1 ? MlaAttnPersistentKernel<false, 1> : MlaAttnPersistentKernel<false>;
-  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmemFor(p)));
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
   return LaunchCooperativeOrPdl("MlaAttnPersistent", pdl, MlaAttnPersistentKernel<true>, plain, grid, dim3(kThreads),
-                                DynSmemFor(p), p.stream, p);
+                                DynSmem(), p.stream, p);
 }
 
 }  // namespace ds::cuda

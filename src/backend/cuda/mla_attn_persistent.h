@@ -122,21 +122,6 @@ struct MlaAttnPersistentParams {
   // the split blocks once their first Q / K tiles are in shared memory; 4, every block at its
   // start. The same bits.
   int wo_stage_point = 2;
-  // gu_tiles (session 22; CudaRunnerOptions::attn_shared_gu): the next MoE layer's first gate_up
-  // tiles (its shared experts', or a dense layer's MLP: the MoE kernel's phase-2 tiles of 8 act
-  // columns) done here, tile b by block b < gu_tiles (<= the grid): its 16 rows are staged in
-  // shared memory with the o_proj tile (wo_stage_point 3 / 4), where DRAM idles, and after o_proj
-  // a fifth grid barrier, the MoE kernel's post-attention norm (x = bf16(rmsnorm(out +
-  // gu_residual) * gu_norm_w), its operations and order) and the tile's mma give act columns
-  // [8b, 8b + 8) in gu_act, bit for bit as the MoE kernel computes them
-  // (MoePersistentParams::shared_done then skips them). 0: none.
-  int64_t gu_tiles = 0;
-  const __nv_bfloat16* gu_w = nullptr;   // [2 gu_inter, hidden] bf16: gate rows, then up rows
-  int64_t gu_inter = 0;
-  const float* gu_residual = nullptr;    // [hidden] fp32: the residual this layer's out is added to
-  const float* gu_norm_w = nullptr;      // [hidden] fp32 (post_attention_layernorm)
-  float gu_eps = 1e-6f;
-  __nv_bfloat16* gu_act = nullptr;       // [gu_inter] bf16: the MoE kernel's act of these columns
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.

@@ -204,11 +204,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // index i < Is / 8 is shared tile i (known before the routing), then the routed slots' tiles;
   // a block routes before its first routed round, or after phase 2 if it has none (phase 3
   // needs the ids).
-  // shared_done (with shared_first): the first shared_done shared tiles' act is written already
-  // (MlaAttnPersistentParams::gu_tiles): phase 2 runs the other gu_tiles tiles.
-  const int64_t done = shared_first ? p.shared_done : 0, gu_tiles = tiles - done;
-  const int64_t ts = shared_first ? Is / 8 - done : 0;
-  const auto tile_of = [&](int64_t i) { return !shared_first ? i : i < ts ? tiles_r + done + i : i - ts; };
+  const int64_t ts = shared_first ? Is / 8 : 0;
+  const auto tile_of = [&](int64_t i) { return !shared_first ? i : i < ts ? tiles_r + i : i - ts; };
   bool routed_here = !routed || !shared_first;
   if (p.gu_ksplit <= 1) {
     // One tile a warp over all of hidden: tile t on block t % grid, warp t / grid (consecutive
@@ -228,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     // (t / grid) % slots, round t / (grid * slots). The parts' sums go to shared memory; after
     // every round, threads add them in part order and apply the SiLU (deterministic).
     int r = 0;
-    for (int64_t i = blockIdx.x + int64_t{grid} * slot; work && i < gu_tiles; i += int64_t{grid} * slots, ++r) {
+    for (int64_t i = blockIdx.x + int64_t{grid} * slot; work && i < tiles; i += int64_t{grid} * slots, ++r) {
       if (!routed_here && i >= ts) {
         route_token();
         routed_here = true;
@@ -237,12 +234,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
     if (!routed_here) route_token();
     __syncthreads();
-    const int64_t rounds = (gu_tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
+    const int64_t rounds = (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
     for (int64_t idx = threadIdx.x; work && idx < rounds * slots * 8; idx += kThreads) {
       const int rr = static_cast<int>(idx / (slots * 8)), sl = static_cast<int>(idx % (slots * 8)) / 8,
                 c = static_cast<int>(idx % 8);
       const int64_t i = blockIdx.x + int64_t{grid} * (sl + int64_t{slots} * rr);
-      if (i >= gu_tiles) continue;
+      if (i >= tiles) continue;
       const int64_t t = tile_of(i);
       const bf16* wb;
       int64_t c0, half;
@@ -466,8 +463,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
         << " (a multiple of 32 x the split) or needs more than " << kMoePersistentMaxGuRounds << " rounds; ";
   }
   if (p.router_ready != nullptr && p.gu_ksplit != kWarps) why << "shared_first (router_ready) needs gu_ksplit " << kWarps << "; ";
-  if (p.shared_done < 0 || p.shared_done > p.shared_inter / 8 || (p.shared_done > 0 && p.router_ready == nullptr))
-    why << "shared_done " << p.shared_done << " (0.." << p.shared_inter / 8 << ", with router_ready); ";
   if (reinterpret_cast<uintptr_t>(p.router_ready) % 4 != 0) why << "router_ready must be 4-byte aligned; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";

@@ -104,10 +104,6 @@ struct MoePersistentParams {
   // only before its first routed tile (then routes). The shared experts' weights stream while
   // the router runs. The same sums in the same order per tile: the same bits.
   uint32_t* router_ready = nullptr;
-  // With router_ready: the shared experts' first shared_done tiles (8 act columns each) were done
-  // by the attention kernel before this launch (MlaAttnPersistentParams::gu_tiles, session 22),
-  // their act already in act[top_k I + ...]: phase 2 skips them. The same bits.
-  int64_t shared_done = 0;
   // Measurement only (tests): thread 0 of block b writes %globaltimer (ns; one clock for every SM,
   // so the blocks' stamps line up; clock64() cycles until session 22) to stamps[b * kMoePersistentStamps
   // + i] at: start, phase 1 done, barrier 1 passed (router_ready: at 1), phase 2 done, barrier 2 passed, phase 3 done,
