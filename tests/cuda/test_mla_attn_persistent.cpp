@@ -298,8 +298,9 @@ TEST(CudaMlaAttnPersistent, SplitCounterMatchesCpuReference) {
 }
 
 // wo_stage_point 3 and 4 (the o_proj tile staged in phase 3; 3 is the runner's default since
-// session 22), in the runner's form (in_norm, absorb_overlap, split_counter) and without the
-// counters; 4,500 keys: blocks with two splits; hidden 8192: every block stages a tile.
+// session 22) with absorb_overlap and split_counter (in_norm for two of the cases), and point 3
+// without the counters; 1 key: one split; 4,500 keys: blocks with two splits; hidden 8192: every
+// block stages a tile.
 TEST(CudaMlaAttnPersistent, WoStageInPhase3MatchesCpuReference) {
   for (const int point : {3, 4}) {
     RunCase(16, 2048, 1000, true, true, false, point, true, true, true);
@@ -375,11 +376,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // (Session 13's wo_stage_point 0 / 1 variants and the L2 prefetches of sessions 13-14:
     // bench/results/session13_*, session14_2026-11-30_run{1,6}.)
     // Variant 2 (session 20): in_norm with absorb_overlap (nope_ready); 3: and split_counter (the
-    // runner's form until session 21; variants 0-2: session21_2026-12-01_run8). Session 22: 4,
+    // runner's form until session 22; variants 0-2: session21_2026-12-01_run8). Session 22: 4,
     // variant 3 with wo_stage_point 3 (the runner's default since session 22); 4 (every block at
-    // phase 3's start) and plain launches: session22_2026-12-01_run1.
-    // (Session 22's merge_preload, the first partials loaded before the LSEs:
-    // session22_2026-12-01_run5.)
+    // phase 3's start) and plain launches: session22_2026-12-01_run1; the merge's first partials
+    // loaded before its LSEs: run 5; the MoE's first gate_up tiles in this kernel: run 7.
     for (int variant = 3; variant < 5; ++variant) {
       const int wo_point = variant == 4 ? 3 : 2;
       const bool split = variant >= 3;

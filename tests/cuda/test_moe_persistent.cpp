@@ -362,8 +362,9 @@ TEST(CudaMoePersistent, SharedFirstMatchesCpuReference) {
 // Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer
 // (64 experts, top-6, I 1408, two shared experts, hidden 2048) timed as graph replays of 20
 // back-to-back launches (CUDA events; the weights, 1.1 GB, do not fit L2), the same with
-// barriers_only (launch + three grid barriers), and one launch's per-phase clock64() intervals
-// over the blocks (median and max): where the kernel's time goes.
+// barriers_only (launch + its grid barriers), and one launch's per-phase %globaltimer intervals
+// over the blocks (median, min, max) with the start skew and when the last block ended each phase
+// (a timeline from the first block's start): where the kernel's time goes.
 TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   const int64_t Hd = 2048, E = 64, K = 6, I = 1408, Is = 2816;
   std::vector<float> x32 = RandomNormal(Hd, 1.f);
@@ -401,8 +402,9 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   };
   // (bps, gu_ksplit, shared_first, l2_fetch, next norm); the runner's default since session 21:
   // (2, 8, on, 1), without a next norm (norm_in_attn). (Session 20's tail_fold variants:
-  // session21_2026-12-01_run15; bps 1, no shared_first, no l2_fetch: run 8; session 22's seg_ready:
-  // session22_2026-12-01_run{2,3}.)
+  // session21_2026-12-01_run15; bps 1, no shared_first, no l2_fetch: run 8; session 22's MoE
+  // without barrier 2 (per-segment counters): session22_2026-12-01_run{2,3}; with the first 132
+  // shared tiles done by the attention kernel: run 7.)
   for (const auto& [bps, ks, qu, fetch, nn] : {std::tuple{2, 8, true, 1, true}, std::tuple{2, 8, true, 1, false}}) {
     p.norm_weight = nn ? d_norm_w.get() : nullptr;
     p.l2_fetch = fetch;

@@ -321,10 +321,12 @@ struct CudaRunnerOptions {
   // (MlaAttnPersistentParams::wo_stage_point: 2, phase 4 after the partials' loads, the default
   // from session 13; 3, phase 3: blocks without a split at its start, split blocks once their
   // Q / K tiles are in; 4, every block at phase 3's start). The same bits
-  // (CudaRunnerAttnPersistent.WoStageBitIdentical). 3 by default since session 22: V2-Lite 27
-  // layers b1 faster in 7 of 7 same-call pairs, by 0.1-1.4% (2.127-2.156 against 2.148-2.186 ms;
-  // bench/results/session22_2026-12-01_run{1,2,3}); the kernel 23.10 against 23.23 us at 1K,
-  // 26.57 against 27.31 at 4K (run 1). 4 was no faster. The CLI reads DS_ATTN_WO_STAGE=0..4.
+  // (CudaRunnerAttnPersistent.WoStageBitIdentical). 0 and 1: phase 4 at its start / after the
+  // first unit's LSE loads (session 13). 3 by default since session 22: V2-Lite 27 layers b1
+  // faster in 9 of 9 same-call pairs at 1K, by 0.1-1.4%, and at 4K by 1.3%
+  // (bench/results/session22_2026-12-01_run{1,2,3,8}); the kernel 25.90-26.57 against
+  // 26.91-27.31 us at 4K (runs 1, 7), within noise at 1K. 4 was no faster. The CLI reads
+  // DS_ATTN_WO_STAGE=0..4.
   int attn_wo_stage_point = 3;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
@@ -540,8 +542,7 @@ struct CudaGraphStats {
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
-  int64_t moe_seg_ready_layers = 0;
-  int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 or 4        // of those, with persistent_moe_seg_ready (likewise)
+  int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 or 4 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)
@@ -552,9 +553,9 @@ struct CudaGraphStats {
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
-  int64_t moe_gu_ksplit_layers = 0;
+  int64_t moe_gu_ksplit_layers = 0;    // persistent MoE layers with gu_ksplit > 1 (likewise)
   int64_t persistent_pdl_launches = 0;  // persistent kernels launched with PDL (persistent_pdl; the device took it)
-  int64_t persistent_dense_layers = 0;  // dense layers run by the persistent kernel (persistent_dense_mlp)     // persistent MoE layers with gu_ksplit > 1 (likewise)
+  int64_t persistent_dense_layers = 0;  // dense layers run by the persistent kernel (persistent_dense_mlp)
   int64_t moe_norm_skipped_layers = 0;  // MoE kernels that left the next norm to the attention (norm_in_attn)
   int64_t norm_in_attn_layers = 0;  // attention kernels that applied their input norm (norm_in_attn)
 };

@@ -52,7 +52,7 @@ constexpr size_t kDecodeSmem = static_cast<size_t>(16 + kBN) * kLd * 2 + static_
 constexpr size_t kMergeSmem = (2 * kLat + 2 * kMaxSplits) * 4;
 constexpr size_t Align128(size_t n) { return (n + 127) / 128 * 128; }
 // Dynamic shared memory: the phases' working area, then the block's first o_proj tile, staged by
-// bulk copies at phase 4's start: [16][heads * 128 + kWoPad] bf16 (<= 16 heads; the pad puts
+// bulk copies in phase 3 or 4 (wo_stage_point): [16][heads * 128 + kWoPad] bf16 (<= 16 heads; the pad puts
 // rows g and g + 1 in different banks for MmaTileSmem's 16-byte loads).
 constexpr int kWoPad = 32;
 constexpr size_t kWorkSmem =
@@ -615,11 +615,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     float* s_w = s_l + kMaxSplits;                     // [kMaxSplits] weights
     constexpr int kInFlight = 16;
     const int half = threadIdx.x >> 7, d = (threadIdx.x & 127) * 4;
-    // The block's first o_proj tile into shared memory now (8 MB in all: DRAM idles through this
-    // phase; copies in flight during a grid barrier or phase 3's tile loads slowed them), one bulk
-    // copy a row (padded pitch).
-    // (p.wo_stage_point: at the phase's start, after the first unit's LSE loads, or after its
-    // partials' loads; a block without a unit at the start.)
+    // wo_stage_point 0-2: the block's first o_proj tile into shared memory in this phase, one bulk
+    // copy a row (padded pitch): at the phase's start, after the first unit's LSE loads, or after
+    // its partials' loads (a block without a unit at the start). (Session 13 chose 2 when every
+    // block staged at barrier 2 slowed phase 3's tile loads; session 22's point 3, the runner's
+    // default, issues them in phase 3 after each split block's own tile loads: faster.)
     const auto stage_wo = [&](int point) {
       if (threadIdx.x != 0 || !wo_staged || p.wo_stage_point >= 3 ||
           (blockIdx.x < uv_units ? p.wo_stage_point : 0) != point)

@@ -39,8 +39,8 @@
 //     token's split's block first computes the kv norm + k_pe RoPE into its K tile and the cache
 //     row; each block's first W_UV rows into registers -> barrier;
 //  4. merge + W_UV: (head, 16-row part) units (the merge's weights in shared memory, 16 partial
-//     loads in flight a thread); the block's first o_proj tile staged in shared memory by bulk
-//     copies (wo_stage_point) -> barrier;
+//     loads in flight a thread) -> barrier; the block's first o_proj tile is staged in shared
+//     memory by bulk copies in phase 3 or 4 (wo_stage_point);
 //  5. o_proj: 16-row tiles of W_o as phase 1.
 // Supported (MlaAttnPersistentUnsupported says why not): nope 128, rope 64, v 128, kv_lora 512
 // (V2 / V2-Lite / V3 MLA dims), 1 <= heads <= 16 and even, hidden a multiple of 256 up to 8192,
@@ -112,15 +112,15 @@ struct MlaAttnPersistentParams {
   // absorbing blocks; at 1 elsewhere); 3 phase 2 done; 4 barrier 2; 5 phase 3's first
   // Q / K tiles in shared memory; 6 phase 3 done; 7 barrier 3; phase 4's first unit: 8 LSEs
   // loaded, 9 weights, 10 partials summed, 11 merged; 12 phase 4's units done; 13 phase 4 done
-  // (the o_proj slices' loads issued); 14 barrier 4; 15 phase 5 done (a block without a split or
+  // (with wo_stage_point 0-2: the o_proj tile's copies issued); 14 barrier 4; 15 phase 5 done (a block without a split or
   // a unit stamps those sub-steps at the step's start or end).
   uint64_t* phase_ns = nullptr;
-  // When phase 4 issues the bulk copies of the block's first o_proj tile (A/B for timing
-  // reports): 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
+  // When the bulk copies of the block's first o_proj tile go out. In phase 4: 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
   // run 9, 27.7 us against 28.4 at point 0) after its partials' loads; in phase 3 (session 22,
   // CudaRunnerOptions::attn_wo_stage_point): 3, blocks without a decode split at its start and
   // the split blocks once their first Q / K tiles are in shared memory; 4, every block at its
-  // start. The same bits.
+  // start (no faster). The same bits. (This struct's default stays 2 for the op tests; the runner
+  // passes 3.)
   int wo_stage_point = 2;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
