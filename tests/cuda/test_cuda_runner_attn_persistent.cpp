@@ -80,16 +80,6 @@ TEST(CudaRunnerAttnPersistent, WoStageBitIdentical) {
   }
 }
 
-// attn_kv_norm_early: the new token's cache row computed before the decode's counter: the same
-// bits.
-TEST(CudaRunnerAttnPersistent, KvNormEarlyBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_kv_norm_early = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_kv_norm_early", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::attn_kv_norm_early_layers, PathExpect::kRuns);
-}
-
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
 // bytes, the default, and 256), each kernel on its own: the same loads, so the same bits.
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {

@@ -49,12 +49,12 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // overlap: absorb_overlap (MlaAttnPersistentParams::nope_ready); then also bit-for-bit the
 // outputs of a launch without it on the same inputs, and the counter back at zero.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             bool in_norm = false, bool overlap = false, bool split = false, bool kv_early = false) {
+             bool in_norm = false, bool overlap = false, bool split = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
                             (in_norm ? "_in_norm" : "") + (overlap ? "_overlap" : "") + (split ? "_split_counter" : "") +
-                            (kv_early ? "_kv_norm_early" : "") + (graph ? " graph" : " direct");
+                            (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
@@ -177,9 +177,9 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, max_context));
   Dev<int32_t> d_pos(std::vector<int32_t>{pos}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
   Dev<int64_t> d_slot(std::vector<int64_t>{no_slot ? -1 : slot});
-  Dev<uint32_t> d_sync(2), d_nope(3);
+  Dev<uint32_t> d_sync(2), d_nope(2);
   DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
-  DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, 3 * sizeof(uint32_t)));
+  DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, 2 * sizeof(uint32_t)));
   MlaAttnPersistentParams p{};
   p.x16 = d_x.get(); p.hidden = Hd; p.heads = H;
   p.wq = d_wq.get(); p.wkva = d_wkva.get(); p.kva_norm_w = d_norm_w.get(); p.eps = 1e-6f;
@@ -192,7 +192,6 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
   if (overlap) p.nope_ready = d_nope.get();
   if (split) p.split_ready = d_nope.get() + 1;
-  if (kv_early) p.kva_ready = d_nope.get() + 2;
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -234,12 +233,10 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
     const std::vector<uint32_t> words = d_nope.Download();
     EXPECT_EQ(words[0], 0u) << label << ": absorb_overlap's counter not back at zero";
     EXPECT_EQ(words[1], 0u) << label << ": split_counter's counter not back at zero";
-    EXPECT_EQ(words[2], 0u) << label << ": kv_norm_early's counter not back at zero";
     // The same inputs without absorb_overlap: the same rows by the same warps' sums, so the same bits.
     MlaAttnPersistentParams r = p;
     r.nope_ready = nullptr;
     r.split_ready = nullptr;
-    r.kva_ready = nullptr;
     d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_q32.Poison();
     MlaAttnPersistent(r);
     DS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -314,18 +311,6 @@ TEST(CudaMlaAttnPersistent, WoStageInPhase3MatchesCpuReference) {
   RunCase(16, 2048, 1000, true, true, false, 3);
 }
 
-// kv_norm_early (MlaAttnPersistentParams::kva_ready, with split_counter): the new token's cache
-// row computed as soon as the kv_a tiles are written; 8 heads: every block absorbs, the norm block
-// too; no slot: no row written.
-TEST(CudaMlaAttnPersistent, KvNormEarlyMatchesCpuReference) {
-  RunCase(16, 2048, 1000, true, true, false, 3, true, true, true, true);
-  RunCase(16, 2048, 1, true, false, false, 3, false, true, true, true);
-  RunCase(16, 2048, 4500, true, true, false, 2, false, true, true, true);
-  RunCase(8, 2048, 300, true, true, false, 3, false, true, true, true);
-  RunCase(4, 512, 65, false, true, false, 2, true, true, true, true);
-  RunCase(16, 2048, 100, true, true, /*no_slot=*/true, 3, false, true, true, true);
-}
-
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   MlaAttnPersistentParams p{};
   p.heads = 17; p.hidden = 1000; p.block_size = 16;
@@ -384,9 +369,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, pages * kBs));
     Dev<int32_t> d_pos(std::vector<int32_t>{ctx - 1}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
     Dev<int64_t> d_slot(std::vector<int64_t>{static_cast<int64_t>(table[(ctx - 1) / kBs]) * kBs + (ctx - 1) % kBs});
-    Dev<uint32_t> d_sync(2), d_nope(3);
+    Dev<uint32_t> d_sync(2), d_nope(2);
     DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
-    DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, 3 * sizeof(uint32_t)));
+    DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, 2 * sizeof(uint32_t)));
     Dev<float> d_in_res(RandomNormal(Hd, 1.f)), d_in_w(std::vector<float>(Hd, 1.f));
     // (Session 13's wo_stage_point 0 / 1 variants and the L2 prefetches of sessions 13-14:
     // bench/results/session13_*, session14_2026-11-30_run{1,6}.)
@@ -395,10 +380,8 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // variant 3 with wo_stage_point 3 (the runner's default since session 22); 4 (every block at
     // phase 3's start) and plain launches: session22_2026-12-01_run1; the merge's first partials
     // loaded before its LSEs: run 5; the MoE's first gate_up tiles in this kernel: run 7.
-    // 5: variant 4 with kv_norm_early (kva_ready).
-    for (int variant = 3; variant < 6; ++variant) {
-      const int wo_point = variant >= 4 ? 3 : 2;
-      const bool kva = variant == 5;
+    for (int variant = 3; variant < 5; ++variant) {
+      const int wo_point = variant == 4 ? 3 : 2;
       const bool split = variant >= 3;
       const bool in_norm = variant >= 1, overlap = variant >= 2;
       for (bool stamped : {false, true}) {
@@ -417,7 +400,6 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
           if (split) p.split_ready = d_nope.get() + 1;
-          if (kva) p.kva_ready = d_nope.get() + 2;
           p.stream = st;
           return p;
         };
@@ -426,9 +408,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d kva=%d in_norm=%d overlap=%d split=%d stamps=%d: "
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d stamps=%d: "
                     "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, kva, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6,
+                    ctx, wo_point, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6,
                     weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
@@ -460,9 +442,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d kva=%d segment=\"%s\": mean %.2f us, "
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d segment=\"%s\": mean %.2f us, "
                       "max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, wo_point, kva, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+                      ctx, wo_point, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

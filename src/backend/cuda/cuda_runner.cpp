@@ -379,9 +379,8 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
   }
   if (opts_.attn_persistent) {
-    // The grid barrier's 64-bit counter, absorb_overlap's, split_counter's and kv_norm_early's words.
-    attn_sync_.Reset(8 * sizeof(uint32_t));
-    DS_CUDA_CHECK(cudaMemsetAsync(attn_sync_.get(), 0, 8 * sizeof(uint32_t), s_));
+    attn_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, absorb_overlap's and split_counter's words
+    DS_CUDA_CHECK(cudaMemsetAsync(attn_sync_.get(), 0, 4 * sizeof(uint32_t), s_));
   }
   if (opts_.persistent_moe) {
     persist_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, then shared_first's word

@@ -328,11 +328,6 @@ struct CudaRunnerOptions {
   // 26.91-27.31 us at 4K (runs 1, 7), within noise at 1K. 4 was no faster. The CLI reads
   // DS_ATTN_WO_STAGE=0..4.
   int attn_wo_stage_point = 3;
-  // With attn_split_counter: the new token's kv norm, RoPE and cache row computed by its split's
-  // block as soon as the kv_a tiles are written (a counter), before its wait for the decode's
-  // counter (MlaAttnPersistentParams::kva_ready; the same bits). Session 22 A/B. The CLI reads
-  // DS_ATTN_KV_NORM_EARLY=0/1.
-  bool attn_kv_norm_early = false;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -548,7 +543,6 @@ struct CudaGraphStats {
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 or 4 (likewise)
-  int64_t attn_kv_norm_early_layers = 0;   // persistent attention launches with attn_kv_norm_early (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
   int64_t fp8_gemv_expert_launches = 0;  // host-side Fp8GemvGrouped launches (fp8_gemv_experts; likewise)

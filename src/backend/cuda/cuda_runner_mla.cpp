@@ -105,7 +105,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
   if (opts_.attn_absorb_overlap) ap.nope_ready = attn_sync_.as<uint32_t>() + 2;
   if (opts_.attn_absorb_overlap && opts_.attn_split_counter) ap.split_ready = attn_sync_.as<uint32_t>() + 3;
-  if (ap.split_ready != nullptr && opts_.attn_kv_norm_early) ap.kva_ready = attn_sync_.as<uint32_t>() + 4;
   ap.pdl = opts_.persistent_pdl;
   ap.l2_fetch = opts_.attn_l2_fetch;
   ap.wo_stage_point = opts_.attn_wo_stage_point;
@@ -123,7 +122,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (ap.split_ready != nullptr) ++graph_stats_.attn_split_counter_layers;
   if (ap.l2_fetch > 0 && !went_pdl) ++graph_stats_.attn_l2_fetch_layers;
   if (ap.wo_stage_point >= 3) ++graph_stats_.attn_wo_stage_early_layers;
-  if (ap.kva_ready != nullptr) ++graph_stats_.attn_kv_norm_early_layers;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
   Mark("attn_o_proj");
   return true;

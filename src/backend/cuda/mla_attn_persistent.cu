@@ -290,8 +290,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
         if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
         if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
-        if (split_counter && p.kva_ready != nullptr && t >= n1 - kD / 16)  // a kv_a tile (the last kD / 16)
-          asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.kva_ready) : "memory");
       });
   // Ahead of barrier 1 (absorb_overlap: of the wait for q_nope): this warp's first W_UK tile.
   // (absorb_overlap: its second one too, since these warps take two units of V2-Lite's 512.)
@@ -372,49 +370,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const int norm_block = ctx >= 1 && new_split < S ? new_split % grid : 0;
   const int64_t slot = *p.slot;
   if (first_split < S) IssueSplitRows(p, Ks, first_split, ctx, -1, first_split == new_split ? ctx - 1 - new_split * kBN : -1);
-  // The new token's cache row (block norm_block; block-uniform: it holds block barriers).
-  const auto kv_norm = [&]() {
-    // The kv norm (RmsNorm's loop form: elements t and t + 256 a thread) and k_pe's RoPE (warp 0,
-    // pair `lane`) into s_newrow, then the cache row at the slot (a negative slot writes no row;
-    // the decode then reads the row in the cache, as the unfused path would; an out-of-range
-    // position no rotation, as MlaKvRope). kva32 keeps the normalised c_kv (fp32).
-    const float v0 = __ldcg(p.kva32 + threadIdx.x), v1 = __ldcg(p.kva32 + threadIdx.x + kThreads);
-    const float w0 = p.kva_norm_w[threadIdx.x], w1 = p.kva_norm_w[threadIdx.x + kThreads];  // loaded with v
-    float ka = 0.f, kb = 0.f;
-    if (warp == 0) {
-      const float* kpe = p.kva32 + kLat;
-      ka = __ldcg(kpe + (p.interleave ? 2 * lane : lane));
-      kb = __ldcg(kpe + (p.interleave ? 2 * lane + 1 : lane + kRope / 2));
-    }
-    float ss = v0 * v0;
-    ss += v1 * v1;
-    const float inv = rsqrtf(dev::BlockSum(ss, s_norm) / static_cast<float>(kLat) + p.eps);
-    const float o0 = v0 * inv * w0, o1 = v1 * inv * w1;
-    p.kva32[threadIdx.x] = o0;
-    p.kva32[threadIdx.x + kThreads] = o1;
-    s_newrow[threadIdx.x] = __float2bfloat16_rn(o0);
-    s_newrow[threadIdx.x + kThreads] = __float2bfloat16_rn(o1);
-    if (warp == 0) {
-      s_newrow[kLat + lane] = __float2bfloat16_rn(rotate ? ka * rope_c - kb * rope_s : (p.interleave ? 0.f : ka));
-      s_newrow[kLat + lane + kRope / 2] = __float2bfloat16_rn(rotate ? kb * rope_c + ka * rope_s : (p.interleave ? 0.f : kb));
-    }
-    __syncthreads();
-    if (slot >= 0 && threadIdx.x < kD / 8) {
-      const uint4 v = reinterpret_cast<const uint4*>(s_newrow)[threadIdx.x];
-      bf16* dst = p.cache + slot * kD;
-      if (rotate || threadIdx.x < kLat / 8) reinterpret_cast<uint4*>(dst)[threadIdx.x] = v;
-    }
-  };
-  // kva_early (p.kva_ready, with split_counter): the norm block computes it as soon as every kv_a
-  // tile is written, before its wait for split_ready (the absorption may still run then).
-  const bool kva_early = split_counter && p.kva_ready != nullptr;
-  if (kva_early && static_cast<int>(blockIdx.x) == norm_block) {
-    if (threadIdx.x == 0)
-      while (grid::LdAcquire(p.kva_ready) < static_cast<uint32_t>(kD / 16)) {
-      }
-    __syncthreads();
-    kv_norm();
-  }
   Stamp(p.phase_ns, 3, true);
   if (!split_counter) {
     grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
@@ -468,7 +423,38 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         Qs[r * kLd + kLat + i + half] = __float2bfloat16_rn(o1);
       }
     }
-    if (blockIdx.x == norm_block && !kva_early) kv_norm();
+    if (blockIdx.x == norm_block) {
+      // The kv norm (RmsNorm's loop form: elements t and t + 256 a thread) and k_pe's RoPE (warp 0,
+      // pair `lane`) into s_newrow, then the cache row at the slot (a negative slot writes no row;
+      // the decode then reads the row in the cache, as the unfused path would; an out-of-range
+      // position no rotation, as MlaKvRope). kva32 keeps the normalised c_kv (fp32).
+      const float v0 = __ldcg(p.kva32 + threadIdx.x), v1 = __ldcg(p.kva32 + threadIdx.x + kThreads);
+      const float w0 = p.kva_norm_w[threadIdx.x], w1 = p.kva_norm_w[threadIdx.x + kThreads];  // loaded with v
+      float ka = 0.f, kb = 0.f;
+      if (warp == 0) {
+        const float* kpe = p.kva32 + kLat;
+        ka = __ldcg(kpe + (p.interleave ? 2 * lane : lane));
+        kb = __ldcg(kpe + (p.interleave ? 2 * lane + 1 : lane + kRope / 2));
+      }
+      float ss = v0 * v0;
+      ss += v1 * v1;
+      const float inv = rsqrtf(dev::BlockSum(ss, s_norm) / static_cast<float>(kLat) + p.eps);
+      const float o0 = v0 * inv * w0, o1 = v1 * inv * w1;
+      p.kva32[threadIdx.x] = o0;
+      p.kva32[threadIdx.x + kThreads] = o1;
+      s_newrow[threadIdx.x] = __float2bfloat16_rn(o0);
+      s_newrow[threadIdx.x + kThreads] = __float2bfloat16_rn(o1);
+      if (warp == 0) {
+        s_newrow[kLat + lane] = __float2bfloat16_rn(rotate ? ka * rope_c - kb * rope_s : (p.interleave ? 0.f : ka));
+        s_newrow[kLat + lane + kRope / 2] = __float2bfloat16_rn(rotate ? kb * rope_c + ka * rope_s : (p.interleave ? 0.f : kb));
+      }
+      __syncthreads();
+      if (slot >= 0 && threadIdx.x < kD / 8) {
+        const uint4 v = reinterpret_cast<const uint4*>(s_newrow)[threadIdx.x];
+        bf16* dst = p.cache + slot * kD;
+        if (rotate || threadIdx.x < kLat / 8) reinterpret_cast<uint4*>(dst)[threadIdx.x] = v;
+      }
+    }
     const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
     const int ks_beg = warp * kKSteps / kWarps, ks_end = (warp + 1) * kKSteps / kWarps;
     if (first_split >= S) Stamp(p.phase_ns, 5, false);
@@ -614,7 +600,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   if (split_counter && blockIdx.x == 0 && threadIdx.x == 0) {
     *p.nope_ready = 0u;
     *p.split_ready = 0u;
-    if (p.kva_ready != nullptr) *p.kva_ready = 0u;
   }
   Stamp(p.phase_ns, 7, false);
 
@@ -763,8 +748,6 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
-  if (p.kva_ready != nullptr && p.split_ready == nullptr) why << "kva_ready needs split_ready (split_counter); ";
-  if (reinterpret_cast<uintptr_t>(p.kva_ready) % 4 != 0) why << "kva_ready must be 4-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.nope_ready) % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_ready) % 4 != 0)
     why << "nope_ready / split_ready must be 4-byte aligned; ";
   if ((!p.x16 && !p.in_residual) || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||

@@ -105,12 +105,6 @@ struct MlaAttnPersistentParams {
   // q_pe / kv_a tile and each absorbing block bumps it, and a block with a decode split (and the kv-norm block) waits
   // for the full count before its Q tile; the other blocks go on to barrier 3.
   uint32_t* split_ready = nullptr;
-  // kva_early (session 22; CudaRunnerOptions::attn_kv_norm_early): with split_ready, one more
-  // word, zero before the first launch (each launch leaves it at zero). Each kv_a tile bumps it,
-  // and the block of the new token's split computes the kv norm, k_pe's RoPE and the cache row as
-  // soon as all kDv / 16 = 36 are written, before its wait for split_ready, instead of after it.
-  // The same bits.
-  uint32_t* kva_ready = nullptr;
   cudaStream_t stream = nullptr;
   // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
   // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps],
