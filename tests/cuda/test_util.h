@@ -10,7 +10,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <algorithm>
 #include <random>
 #include <string>
@@ -165,10 +167,42 @@ int64_t BitMismatches(const std::vector<T>& a, const std::vector<T>& b) {
   return bad;
 }
 
+// Random inputs. Every test draws from Rng(), reseeded at the test's start from a base seed and
+// the test's full name (SeedListener below), so a test's inputs depend on nothing run before it:
+// a failing test prints its base seed, and DS_TEST_SEED=<seed> with --gtest_filter=<that test>
+// draws the same inputs again. Without DS_TEST_SEED the base seed is fresh each run (the suites
+// sample new inputs every time; session 22 run 8's one-off 1.15e-4 in
+// CudaMlaDecode.TensorCoresMixedLengths could not be reproduced for want of this).
+inline uint64_t BaseSeed() {
+  static const uint64_t seed = [] {
+    const char* v = std::getenv("DS_TEST_SEED");
+    if (v != nullptr && *v != '\0') return static_cast<uint64_t>(std::strtoull(v, nullptr, 10));
+    std::random_device rd;
+    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }();
+  return seed;
+}
 inline std::mt19937_64& Rng() {
-  static std::mt19937_64 rng(std::random_device{}());
+  static std::mt19937_64 rng(BaseSeed());
   return rng;
 }
+class SeedListener : public ::testing::EmptyTestEventListener {
+ public:
+  void OnTestStart(const ::testing::TestInfo& t) override {
+    Rng().seed(BaseSeed() ^ std::hash<std::string>{}(std::string(t.test_suite_name()) + "." + t.name()));
+  }
+  void OnTestEnd(const ::testing::TestInfo& t) override {
+    if (t.result() != nullptr && t.result()->Failed())
+      std::printf("[seed] %s.%s failed; its inputs come back with DS_TEST_SEED=%llu --gtest_filter=%s.%s\n",
+                  t.test_suite_name(), t.name(), static_cast<unsigned long long>(BaseSeed()), t.test_suite_name(),
+                  t.name());
+  }
+};
+// Registered once per test binary (an inline variable: one instance across translation units).
+inline const bool kSeedListenerRegistered = [] {
+  ::testing::UnitTest::GetInstance()->listeners().Append(new SeedListener);
+  return true;
+}();
 
 // Fast uniform/normal fills (xorshift64*, freshly seeded per call), filled in parallel
 // (OpenMP) in 1 Mi-element blocks with per-block seeds: tensors at real DeepSeek-V3 shapes (a
