@@ -24,6 +24,14 @@ __device__ __forceinline__ float E4M3ToF32(uint8_t v) {
   return __half2float(__half(h));
 }
 
+// %globaltimer: the GPU's nanosecond clock, one for every SM (timing stamps across blocks; PTX ISA,
+// "Special Registers: %globaltimer").
+__device__ __forceinline__ uint64_t GlobalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -136,11 +136,7 @@ __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* x
 __device__ __forceinline__ void Stamp(uint64_t* phase_ns, int k, bool sync) {
   if (phase_ns == nullptr) return;
   if (sync) __syncthreads();
-  if (threadIdx.x == 0) {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    phase_ns[blockIdx.x * kMlaAttnPersistentStamps + k] = t;
-  }
+  if (threadIdx.x == 0) phase_ns[blockIdx.x * kMlaAttnPersistentStamps + k] = dev::GlobalTimerNs();
 }
 
 // cp.asyncs of a 32-key split's cache rows into Ks ([kBN][kLd]); keys >= kend zero-filled. only

@@ -112,11 +112,12 @@ struct MlaAttnPersistentParams {
   // absorbing blocks; at 1 elsewhere); 3 phase 2 done; 4 barrier 2; 5 phase 3's first
   // Q / K tiles in shared memory; 6 phase 3 done; 7 barrier 3; phase 4's first unit: 8 LSEs
   // loaded, 9 weights, 10 partials summed, 11 merged; 12 phase 4's units done; 13 phase 4 done
-  // (with wo_stage_point 0-2: the o_proj tile's copies issued); 14 barrier 4; 15 phase 5 done (a block without a split or
-  // a unit stamps those sub-steps at the step's start or end).
+  // (with wo_stage_point 0-2: the o_proj tile's copies issued); 14 barrier 4; 15 phase 5 done (a
+  // block without a split or a unit stamps those sub-steps at the step's start or end).
   uint64_t* phase_ns = nullptr;
-  // When the bulk copies of the block's first o_proj tile go out. In phase 4: 0 at its start, 1 after the first unit's LSE loads, 2 (the default: session 13
-  // run 9, 27.7 us against 28.4 at point 0) after its partials' loads; in phase 3 (session 22,
+  // When the bulk copies of the block's first o_proj tile go out. In phase 4: 0 at its start, 1
+  // after the first unit's LSE loads, 2 (this struct's default: session 13 run 9, 27.7 us against
+  // 28.4 at point 0) after its partials' loads; in phase 3 (session 22,
   // CudaRunnerOptions::attn_wo_stage_point): 3, blocks without a decode split at its start and
   // the split blocks once their first Q / K tiles are in shared memory; 4, every block at its
   // start (no faster). The same bits. (This struct's default stays 2 for the op tests; the runner

@@ -81,11 +81,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int grid = static_cast<int>(gridDim.x);
   const bool work = !p.barriers_only;
   const auto stamp = [&](int i) {
-    if (p.stamps && threadIdx.x == 0) {
-      long long t;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-      p.stamps[blockIdx.x * kMoePersistentStamps + i] = t;
-    }
+    if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * kMoePersistentStamps + i] = static_cast<long long>(dev::GlobalTimerNs());
   };
   stamp(0);
   if (threadIdx.x == 0) s_base = grid::GridBase(p.sync);  // no barrier of this launch has completed yet

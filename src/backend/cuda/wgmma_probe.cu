@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/launch.cuh"
@@ -68,8 +69,7 @@ __global__ void __launch_bounds__(384, 1) WgmmaProbeKernel(int64_t groups, float
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) d[i] = 0.f;
   const unsigned long long c0 = clock64();
-  uint64_t t0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const uint64_t t0 = dev::GlobalTimerNs();
   for (int64_t g = 0; g < groups; g += 8) {
 #pragma unroll
     for (int u = 0; u < 8; ++u) {
@@ -81,8 +81,7 @@ __global__ void __launch_bounds__(384, 1) WgmmaProbeKernel(int64_t groups, float
     WgWait<0>();
     sm90::FenceRegs(d);
   }
-  uint64_t t1;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  const uint64_t t1 = dev::GlobalTimerNs();
   const unsigned long long c1 = clock64();
   if (blockIdx.x == 0 && threadIdx.x == 0 && clock_out != nullptr) {
     clock_out[0] = c1 - c0;
