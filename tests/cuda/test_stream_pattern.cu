@@ -16,11 +16,13 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/gemv_ptx.cuh"
+#include "test_util.h"
 
 namespace ds::cuda::test {
 namespace {
@@ -65,7 +67,7 @@ TEST(CudaStreamPattern, DISABLED_Report) {
   constexpr int64_t kTiles = 1408;  // V2-Lite's phase 2: 6 x 1408 / 8 routed + 2816 / 8 shared tiles (92 MB)
   constexpr int kBufs = 4, kReps = 20;
   const int64_t elems = kTiles * kTileElems;
-  std::vector<__nv_bfloat16*> bufs(kBufs);
+  std::vector<std::unique_ptr<Dev<uint32_t>>> bufs;  // each [elems / 2] words of bf16 pairs
   std::vector<uint32_t> host_sum(kBufs, 0);
   std::vector<uint32_t> h(static_cast<size_t>(elems / 2));
   for (int b = 0; b < kBufs; ++b) {
@@ -78,25 +80,25 @@ TEST(CudaStreamPattern, DISABLED_Report) {
     uint32_t sum = 0;
     for (size_t i = 0; i < h.size(); i += 4) sum += h[i] ^ h[i + 1] ^ h[i + 2] ^ h[i + 3];
     host_sum[b] = sum;
-    DS_CUDA_CHECK(cudaMalloc(&bufs[b], elems * 2));
-    DS_CUDA_CHECK(cudaMemcpy(bufs[b], h.data(), elems * 2, cudaMemcpyHostToDevice));
+    bufs.push_back(std::make_unique<Dev<uint32_t>>(h));
   }
-  uint32_t* d_out = nullptr;
-  DS_CUDA_CHECK(cudaMalloc(&d_out, sizeof(uint32_t)));
+  const auto buf = [&](int b) { return reinterpret_cast<const __nv_bfloat16*>(bufs[b]->get()); };
+  Dev<uint32_t> out(1);
+  uint32_t* d_out = out.get();
   cudaEvent_t e0, e1;
   DS_CUDA_CHECK(cudaEventCreate(&e0));
   DS_CUDA_CHECK(cudaEventCreate(&e1));
   const auto run = [&](auto kernel, const char* name) {
     for (int b = 0; b < kBufs; ++b) {  // the check (and a warm-up)
       DS_CUDA_CHECK(cudaMemset(d_out, 0, sizeof(uint32_t)));
-      kernel<<<grid, kThreads>>>(bufs[b], kTiles, d_out);
+      kernel<<<grid, kThreads>>>(buf(b), kTiles, d_out);
       DS_CUDA_CHECK(cudaGetLastError());
       uint32_t got = 0;
       DS_CUDA_CHECK(cudaMemcpy(&got, d_out, sizeof(uint32_t), cudaMemcpyDeviceToHost));
       EXPECT_EQ(got, host_sum[b]) << name << " buffer " << b;
     }
     DS_CUDA_CHECK(cudaEventRecord(e0));
-    for (int r = 0; r < kReps; ++r) kernel<<<grid, kThreads>>>(bufs[r % kBufs], kTiles, d_out);
+    for (int r = 0; r < kReps; ++r) kernel<<<grid, kThreads>>>(buf(r % kBufs), kTiles, d_out);
     DS_CUDA_CHECK(cudaGetLastError());
     DS_CUDA_CHECK(cudaEventRecord(e1));
     DS_CUDA_CHECK(cudaEventSynchronize(e1));
@@ -114,8 +116,6 @@ TEST(CudaStreamPattern, DISABLED_Report) {
   }
   DS_CUDA_CHECK(cudaEventDestroy(e0));
   DS_CUDA_CHECK(cudaEventDestroy(e1));
-  DS_CUDA_CHECK(cudaFree(d_out));
-  for (auto* b : bufs) DS_CUDA_CHECK(cudaFree(b));
 }
 
 }  // namespace
