@@ -155,6 +155,17 @@ void Engine::Stop() {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
+  // A launched step is finished first (the runner keeps its output until then).
+  if (inflight_) {
+    try {
+      FinishInflight();
+    } catch (const std::exception& e) {
+      DS_LOG(ERROR) << "engine: finishing the last step failed: " << e.what();
+      inflight_.reset();
+      for (ForwardOutput drop; runner_->Finish(&drop).ok();) {
+      }
+    }
+  }
   // Abort whatever is left (callers waiting on outputs get a final "abort").
   DrainInbox();
   std::vector<Sequence*> all;
@@ -168,7 +179,7 @@ void Engine::Loop() {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::seconds(1), [&] {
         return stop_thread_ || !pending_adds_.empty() || !pending_aborts_.empty() ||
-               !running_.empty() || !waiting_.empty();
+               !running_.empty() || !waiting_.empty() || inflight_.has_value();
       });
       if (stop_thread_) return;
     }
@@ -179,6 +190,10 @@ void Engine::Loop() {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     } catch (const std::exception& e) {
       DS_LOG(ERROR) << "engine step failed: " << e.what() << "; aborting running requests";
+      // The runner's launched steps: finish them, dropping their outputs.
+      inflight_.reset();
+      for (ForwardOutput drop; runner_->Finish(&drop).ok();) {
+      }
       std::vector<Sequence*> victims(running_.begin(), running_.end());
       for (Sequence* s : victims) AbortSeq(s, "error", e.what());
     }
@@ -348,6 +363,17 @@ void Engine::ProcessSample(Sequence* s, const float* logits_row, int32_t runner_
 
 bool Engine::Step() {
   DrainInbox();
+  if (inflight_) {
+    // Overlap scheduling: the next decode step goes in before this one's outputs are applied.
+    std::optional<InFlight> next = LaunchLookahead(*inflight_);
+    FinishInflight();
+    if (next) {
+      inflight_ = std::move(next);
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.num_overlapped_steps;
+      return true;
+    }
+  }
   if (running_.empty() && waiting_.empty()) {
     PublishGauges();
     return false;
@@ -449,33 +475,129 @@ bool Engine::Step() {
         batch.sampling.push_back({p.temperature, p.top_p, p.top_k, s->seed, static_cast<uint64_t>(s->num_output())});
       }
   }
-  ForwardOutput fout;
-  Status st = runner_->Forward(batch, &fout);
+  Status st = runner_->Launch(batch);
   if (!st.ok()) {
     DS_LOG(ERROR) << "forward failed: " << st.ToString();
     for (const Item& it : items) AbortSeq(it.s, "error", st.ToString());
     PublishGauges();
     return true;
   }
-  const bool runner_sampled = !batch.sampling.empty();
-  if (runner_sampled) DS_CHECK_EQ(fout.token_ids.size(), samplers.size());
-  else DS_CHECK_EQ(fout.logits.size(), samplers.size() * static_cast<size_t>(vocab_size_));
-
-  int64_t prompt_tokens_step = 0;
+  InFlight f;
+  f.t0 = t0;
+  f.runner_sampled = !batch.sampling.empty();
+  f.all_decode = f.runner_sampled && num_prefill_tokens == 0 && samplers.size() == items.size();
   for (const Item& it : items) {
-    Sequence* s = it.s;
+    f.items.push_back({it.s->req.id, it.start, it.num_new, it.start < it.s->num_prompt});
+    f.all_decode = f.all_decode && it.num_new == 1;
+  }
+  for (const Sequence* s : samplers) f.samplers.push_back(s->req.id);
+  f.num_prefill_tokens = num_prefill_tokens;
+  f.num_decode = num_decode;
+  f.num_tokens = batch.num_tokens();
+  f.num_preempted = static_cast<int>(d.preempted.size());
+  inflight_ = std::move(f);
+  if (!opts_.overlap_schedule || !runner_->CanOverlap()) FinishInflight();
+  return true;
+}
+
+std::optional<Engine::InFlight> Engine::LaunchLookahead(const InFlight& f) {
+  if (!opts_.overlap_schedule || !runner_->CanOverlap() || !f.all_decode || !waiting_.empty()) return std::nullopt;
+  // The sequences that go on: not aborted since the launch, and not ending by length at the
+  // step in flight; each with its row in that step.
+  std::vector<Sequence*> seqs;
+  std::vector<int32_t> rows;
+  int need_blocks = 0;
+  for (size_t r = 0; r < f.samplers.size(); ++r) {
+    auto it = seqs_.find(f.samplers[r]);
+    if (it == seqs_.end() || it->second->status != SeqStatus::kRunning) continue;  // aborted meanwhile
+    Sequence* s = it->second.get();
+    const SamplingParams& p = s->req.params;
+    // n tokens known on the host; the step in flight samples token n, this step token n + 1.
+    const int n = static_cast<int>(s->tokens.size());
+    if (s->num_output() + 1 >= p.max_tokens || n + 2 > max_model_len_) continue;  // ends by length
+    need_blocks += std::max(0, (n + 1 + kBlockSize - 1) / kBlockSize - static_cast<int>(s->blocks.ids.size()));
+    seqs.push_back(s);
+    rows.push_back(static_cast<int32_t>(r));
+  }
+  if (seqs.empty() || need_blocks > blocks_.num_free_blocks()) return std::nullopt;
+  ForwardBatch batch;
+  int max_blocks = 0;
+  for (Sequence* s : seqs) {
+    DS_CHECK(blocks_.Grow(&s->blocks, static_cast<int>(s->tokens.size()) + 1)) << "lookahead: KV blocks";
+    max_blocks = std::max(max_blocks, static_cast<int>(s->blocks.ids.size()));
+  }
+  batch.max_blocks = max_blocks;
+  batch.query_start.push_back(0);
+  batch.block_tables.assign(seqs.size() * max_blocks, -1);
+  InFlight next;
+  next.t0 = Clock::now();
+  next.runner_sampled = true;
+  next.all_decode = true;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence* s = seqs[i];
+    const SamplingParams& p = s->req.params;
+    const int n = static_cast<int>(s->tokens.size());
+    batch.token_ids.push_back(0);  // read on the device from the step in flight's row rows[i]
+    batch.prev_sample_rows.push_back(rows[i]);
+    batch.positions.push_back(n);
+    batch.query_start.push_back(batch.num_tokens());
+    batch.context_lens.push_back(n + 1);
+    std::copy(s->blocks.ids.begin(), s->blocks.ids.end(), batch.block_tables.begin() + i * max_blocks);
+    batch.logits_indices.push_back(static_cast<int32_t>(i));
+    batch.sampling.push_back({p.temperature, p.top_p, p.top_k, s->seed, static_cast<uint64_t>(s->num_output() + 1)});
+    next.items.push_back({s->req.id, n, 1, false});
+    next.samplers.push_back(s->req.id);
+  }
+  next.num_decode = static_cast<int>(seqs.size());
+  next.num_tokens = batch.num_tokens();
+  const Status st = runner_->Launch(batch);
+  if (!st.ok()) {
+    // Nothing was queued: the step in flight is finished as usual, then these sequences are
+    // scheduled again without overlap (their blocks stay grown; the next schedule uses them).
+    DS_LOG(WARNING) << "engine: overlapped decode step not launched: " << st.ToString();
+    return std::nullopt;
+  }
+  return next;
+}
+
+void Engine::FinishInflight() {
+  InFlight f = std::move(*inflight_);
+  inflight_.reset();
+  ForwardOutput fout;
+  const Status st = runner_->Finish(&fout);
+  if (!st.ok()) {
+    DS_LOG(ERROR) << "forward failed: " << st.ToString();
+    for (const InFlight::Item& it : f.items) {
+      auto sit = seqs_.find(it.id);
+      if (sit != seqs_.end()) AbortSeq(sit->second.get(), "error", st.ToString());
+    }
+    PublishGauges();
+    return;
+  }
+  if (f.runner_sampled) DS_CHECK_EQ(fout.token_ids.size(), f.samplers.size());
+  else DS_CHECK_EQ(fout.logits.size(), f.samplers.size() * static_cast<size_t>(vocab_size_));
+  // A sequence aborted (or stopped at the step before) since the launch is skipped: its blocks
+  // are free already, and its row's token is dropped.
+  auto live = [this](uint64_t id) -> Sequence* {
+    auto it = seqs_.find(id);
+    return it == seqs_.end() || it->second->status != SeqStatus::kRunning ? nullptr : it->second.get();
+  };
+  int64_t prompt_tokens_step = 0;
+  for (const InFlight::Item& it : f.items) {
+    Sequence* s = live(it.id);
+    if (!s) continue;
     // Prompt tokens computed for the first time count towards prompt throughput.
     if (it.start < s->num_prompt) prompt_tokens_step += std::min(it.start + it.num_new, s->num_prompt) - it.start;
     s->num_computed = it.start + it.num_new;
     blocks_.CommitFullBlocks(&s->blocks, s->tokens, s->num_computed);
   }
-  std::vector<std::pair<OutputCallback*, EngineOutput>> outs;
   std::vector<Sequence*> finished;
-  for (size_t i = 0; i < samplers.size(); ++i) {
-    Sequence* s = samplers[i];
+  for (size_t i = 0; i < f.samplers.size(); ++i) {
+    Sequence* s = live(f.samplers[i]);
+    if (!s) continue;
     EngineOutput out;
     out.request_id = s->req.id;
-    if (runner_sampled) ProcessSample(s, nullptr, fout.token_ids[i], &out);
+    if (f.runner_sampled) ProcessSample(s, nullptr, fout.token_ids[i], &out);
     else ProcessSample(s, fout.logits.data() + i * vocab_size_, -1, &out);
     out.num_prompt_tokens = s->num_prompt;
     out.num_output_tokens = s->num_output();
@@ -497,13 +619,12 @@ bool Engine::Step() {
   }
   log_prompt_tokens_ += prompt_tokens_step;
   PublishGauges();
-  DS_LOG(DEBUG) << "step: seqs=" << items.size() << " tokens=" << batch.num_tokens()
-                << " prefill_tokens=" << num_prefill_tokens << " decode_seqs=" << num_decode
-                << " sampled=" << samplers.size() << " preempted=" << d.preempted.size()
+  DS_LOG(DEBUG) << "step: seqs=" << f.items.size() << " tokens=" << f.num_tokens
+                << " prefill_tokens=" << f.num_prefill_tokens << " decode_seqs=" << f.num_decode
+                << " sampled=" << f.samplers.size() << " preempted=" << f.num_preempted
                 << " running=" << running_.size() << " waiting=" << waiting_.size()
                 << " kv_used=" << blocks_.num_used_blocks() << "/" << blocks_.num_blocks()
-                << " time_ms=" << Seconds(Clock::now() - t0) * 1e3;
-  return true;
+                << " time_ms=" << Seconds(Clock::now() - f.t0) * 1e3;
 }
 
 void Engine::PublishGauges() {

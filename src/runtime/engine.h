@@ -46,6 +46,14 @@ struct EngineOptions {
   bool enable_prefix_caching = true;
   std::vector<int32_t> eos_token_ids;  // EOS tokens (stop unless ignore_eos)
   double stats_interval_s = 10.0;   // periodic INFO line; 0 = off
+  // Overlap scheduling (SGLang's overlap scheduler; off: --disable-overlap-schedule). When the
+  // step in flight is all decode, sampled by the runner, and no request waits, the next decode
+  // step of the same sequences is launched (its token ids are the step in flight's sampled rows,
+  // ModelRunner::Launch's prev_sample_rows) before that step's outputs are processed, so the
+  // host's share of a step runs while the device works. Only with a runner that overlaps
+  // (ModelRunner::CanOverlap). A sequence that stops at the step in flight has its extra step's
+  // token dropped.
+  bool overlap_schedule = true;
 };
 
 // One increment of a request's output.
@@ -134,6 +142,26 @@ class Engine {
   void ProcessSample(Sequence* s, const float* logits, int32_t runner_token, EngineOutput* out);
   void MaybeLogStats();
   void PublishGauges();
+  // The launched, not yet processed step (Step launches; the next Step, or Stop, finishes it).
+  struct InFlight {
+    struct Item {
+      uint64_t id;
+      int start, num_new;
+      bool prefill;  // start < num_prompt at launch
+    };
+    std::vector<Item> items;
+    std::vector<uint64_t> samplers;  // request ids whose rows are sampled, in row order
+    bool runner_sampled = false;
+    bool all_decode = false;         // every item one decode token, every item sampled
+    int num_prefill_tokens = 0, num_decode = 0, num_tokens = 0, num_preempted = 0;
+    Clock::time_point t0;
+  };
+  std::optional<InFlight> inflight_;
+  // Finishes inflight_ on the runner and applies its outputs (tokens, stops, frees).
+  void FinishInflight();
+  // Overlap scheduling: launches the next decode step of inflight_'s sequences (ids from its
+  // sampled rows) when it may; returns the new step, or nullopt (nothing launched).
+  std::optional<InFlight> LaunchLookahead(const InFlight& f);
 
   ModelRunner* runner_;
   const TokenDecoder* decoder_;

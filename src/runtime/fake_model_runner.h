@@ -25,6 +25,9 @@ struct FakeEcho {
   bool enabled() const { return begin >= 0 && end >= 0 && eos >= 0; }
   int step_delay_us = 0;  // sleep per Forward call (makes "slow" requests for fault tests)
   bool runner_sampling = false;  // CanSample(): samples like the CUDA runner (tests the engine path)
+  // CanOverlap() (with runner_sampling): the engine's overlap scheduling runs over the default,
+  // synchronous Launch / Finish (prev_sample_rows resolved on the host).
+  bool overlap = false;
 };
 
 class FakeModelRunner : public ModelRunner {
@@ -34,6 +37,7 @@ class FakeModelRunner : public ModelRunner {
   int num_kv_blocks() const override { return num_blocks_; }
   Status Forward(const ForwardBatch& batch, ForwardOutput* out) override;
   bool CanSample() const override { return echo_.runner_sampling; }
+  bool CanOverlap() const override { return echo_.runner_sampling && echo_.overlap; }
 
   // The logits row the runner returns after the context `tokens` (positions 0..n-1).
   // (Without echo; with echo the echoed token additionally gets +30.)

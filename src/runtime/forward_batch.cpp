@@ -40,9 +40,49 @@ Status ForwardBatch::Validate(int num_blocks) const {
     if (i < 0 || i >= T) return InvalidArgument("ForwardBatch: logits index out of range");
   if (!sampling.empty() && sampling.size() != logits_indices.size())
     return InvalidArgument("ForwardBatch: sampling must be empty or have one entry per logits index");
+  if (!prev_sample_rows.empty() && prev_sample_rows.size() != token_ids.size())
+    return InvalidArgument("ForwardBatch: prev_sample_rows must be empty or have one entry per token");
+  for (int32_t r : prev_sample_rows)
+    if (r < -1) return InvalidArgument("ForwardBatch: prev_sample_rows entries must be -1 or a row index");
   for (const RowSampling& r : sampling)
     if (!(r.top_p > 0.0f && r.top_p <= 1.0f) || r.top_k < 0 || !(r.temperature == r.temperature))
       return InvalidArgument("ForwardBatch: bad sampling settings (top_p in (0, 1], top_k >= 0)");
+  return Status::Ok();
+}
+
+Status ModelRunner::ResolvePrevSampleRows(const std::vector<int32_t>* prev_ids, ForwardBatch* b) {
+  if (b->prev_sample_rows.empty()) return Status::Ok();
+  if (b->prev_sample_rows.size() != b->token_ids.size())
+    return InvalidArgument("ForwardBatch: prev_sample_rows must be empty or have one entry per token");
+  for (size_t t = 0; t < b->prev_sample_rows.size(); ++t) {
+    const int32_t r = b->prev_sample_rows[t];
+    if (r < 0) continue;
+    if (!prev_ids)
+      return InvalidArgument("ForwardBatch: prev_sample_rows given, but the previous step did not sample ids");
+    if (r >= static_cast<int32_t>(prev_ids->size()))
+      return InvalidArgument("ForwardBatch: prev_sample_rows entry " + std::to_string(r) +
+                                " beyond the previous step's " + std::to_string(prev_ids->size()) + " sampled rows");
+    b->token_ids[t] = (*prev_ids)[r];
+  }
+  b->prev_sample_rows.clear();
+  return Status::Ok();
+}
+
+Status ModelRunner::Launch(const ForwardBatch& batch) {
+  ForwardBatch b = batch;
+  DS_RETURN_IF_ERROR(ResolvePrevSampleRows(last_sampled_ ? &last_ids_ : nullptr, &b));
+  ForwardOutput out;
+  DS_RETURN_IF_ERROR(Forward(b, &out));
+  last_sampled_ = !b.sampling.empty();
+  last_ids_ = out.token_ids;
+  done_.push_back(std::move(out));
+  return Status::Ok();
+}
+
+Status ModelRunner::Finish(ForwardOutput* out) {
+  if (done_.empty()) return InvalidArgument("ModelRunner::Finish: no launched step to finish");
+  *out = std::move(done_.front());
+  done_.pop_front();
   return Status::Ok();
 }
 

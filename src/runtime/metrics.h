@@ -48,6 +48,9 @@ struct EngineStats {
   int64_t requests_finished_length = 0;
   int64_t requests_finished_abort = 0;
   int64_t num_steps = 0;
+  // Steps launched by overlap scheduling (EngineOptions::overlap_schedule) while the previous
+  // step was still in flight.
+  int64_t num_overlapped_steps = 0;
   // Adds every field of `o` (the totals over DP ranks).
   void Add(const EngineStats& o) {
     num_running += o.num_running; num_waiting += o.num_waiting;
@@ -57,6 +60,7 @@ struct EngineStats {
     generation_tokens_total += o.generation_tokens_total; num_preemptions += o.num_preemptions;
     requests_finished_stop += o.requests_finished_stop; requests_finished_length += o.requests_finished_length;
     requests_finished_abort += o.requests_finished_abort; num_steps += o.num_steps;
+    num_overlapped_steps += o.num_overlapped_steps;
   }
 };
 

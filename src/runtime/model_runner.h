@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,6 +51,12 @@ struct ForwardBatch {
   // (ForwardOutput::token_ids) instead of the [rows, vocab] fp32 logits, so a decode step of
   // B sequences moves B ids to the host instead of B x vocab x 4 bytes.
   std::vector<RowSampling> sampling;
+  // Overlap scheduling (SGLang's overlap scheduler; only with ModelRunner::Launch): empty, or
+  // one entry per new token: -1 (token_ids[t] is the id) or r >= 0, the id is row r of the
+  // sampled ids (ForwardOutput::token_ids) of the step launched just before this one. A runner
+  // that samples on the device reads it there, so this step can be queued before the previous
+  // step's ids reach the host; token_ids[t] is then ignored (any id in the vocabulary).
+  std::vector<int32_t> prev_sample_rows;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(context_lens.size()); }
@@ -77,6 +84,33 @@ class ModelRunner {
   // the last call, in ms, when the runner was created with profiling on; empty otherwise.
   // Clears the accumulators.
   virtual std::map<std::string, double> TakeProfile() { return {}; }
+
+  // Asynchronous steps (overlap scheduling). Launch(b) queues step b and may return before it
+  // has run; Finish(out) waits for the oldest launched, unfinished step and gives its output
+  // (what Forward would have). Steps run in launch order, so a step launched after another sees
+  // its KV writes; b.prev_sample_rows may name rows of the step launched just before b (that step
+  // must sample: b.sampling set). Errors: Launch returns the step's own errors (bad batch, a
+  // failed pass), InvalidArgument for prev_sample_rows without a sampled previous step or a
+  // row out of its range; Finish returns InvalidArgument with nothing launched. The default
+  // runs Forward inside Launch (prev_sample_rows resolved on the host); a runner that overlaps
+  // (CanOverlap) keeps up to two steps in flight, so the host prepares step n + 1 while the
+  // device runs step n.
+  virtual Status Launch(const ForwardBatch& batch);
+  virtual Status Finish(ForwardOutput* out);
+  // Whether Launch returns before the step has run (decode steps this runner samples).
+  virtual bool CanOverlap() const { return false; }
+
+ protected:
+  // b.prev_sample_rows resolved into b.token_ids from `prev_ids` (the previous step's sampled
+  // ids; null when it did not sample), then cleared. InvalidArgument on a bad row.
+  static Status ResolvePrevSampleRows(const std::vector<int32_t>* prev_ids, ForwardBatch* b);
+
+ private:
+  // The default Launch / Finish: finished outputs in launch order, and the last launched
+  // step's sampled ids (for the next step's prev_sample_rows).
+  std::deque<ForwardOutput> done_;
+  std::vector<int32_t> last_ids_;
+  bool last_sampled_ = false;
 };
 
 }  // namespace ds

@@ -786,6 +786,8 @@ std::string OpenAIServer::RenderMetrics() const {
   gauge("dsinfer:generation_tokens_total", "Generated tokens.", static_cast<double>(st.generation_tokens_total), "counter");
   gauge("dsinfer:num_preemptions_total", "Sequences preempted (recompute).", static_cast<double>(st.num_preemptions), "counter");
   gauge("dsinfer:engine_steps_total", "Engine steps run.", static_cast<double>(st.num_steps), "counter");
+  gauge("dsinfer:engine_overlapped_steps_total", "Engine steps launched while the previous step ran (overlap schedule).",
+        static_cast<double>(st.num_overlapped_steps), "counter");
   char buf[512];
   out += "# HELP dsinfer:request_success_total Finished requests by reason.\n# TYPE dsinfer:request_success_total counter\n";
   std::snprintf(buf, sizeof(buf),

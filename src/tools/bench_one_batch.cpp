@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <fstream>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -193,7 +194,10 @@ int RunOneBatch(int argc, char** argv) {
   app.add_option("--print-steps", print_steps, "decode steps printed (evenly spaced; all if O-1 <= this)");
   app.add_option("--output-file", output_file, "write results as JSON");
   cuda_flags.AddTo(app);
-  bool no_warmup = false;
+  bool no_warmup = false, disable_overlap = false;
+  app.add_flag("--disable-overlap-schedule", disable_overlap,
+               "run each decode step to its end before preparing the next (default: a runner that samples on the "
+               "device, the CUDA runner, has the next step queued while this one runs; SGLang's overlap scheduler)");
   app.add_flag("--no-warmup", no_warmup, "skip the untimed warm-up pass (<= 8,192 prompt tokens) before the prefill");
   app.add_flag("--profile", profile,
                "cuda: device time per phase (attention / MoE / dense / other, per layer), CUDA events "
@@ -323,7 +327,54 @@ int RunOneBatch(int argc, char** argv) {
   std::vector<int> step_ctx;
   b.query_start.resize(batch + 1);
   b.logits_indices.resize(batch);
-  for (int step = 1; step < output_len; ++step) {
+  // Overlap scheduling: step k + 1 is launched (its ids are step k's sampled rows, read on the
+  // device) before step k is finished, so the host's share of a step (inputs, graph launch, the
+  // ids' copy back) runs while the device works. A step's time is then the interval between two
+  // finished steps, as a client sees tokens arrive.
+  const bool overlap = runner_samples && runner->CanOverlap() && !disable_overlap && output_len > 2;
+  if (overlap) {
+    auto set_step = [&](int step, bool from_prev) {
+      const int ctx = input_len + step;  // tokens in cache after this step
+      if (from_prev) {
+        b.token_ids.assign(batch, 0);
+        b.prev_sample_rows.resize(batch);
+        std::iota(b.prev_sample_rows.begin(), b.prev_sample_rows.end(), 0);
+      } else {
+        b.token_ids = next;
+        b.prev_sample_rows.clear();
+      }
+      b.positions.assign(batch, ctx - 1);
+      for (int s = 0; s <= batch; ++s) b.query_start[s] = s;
+      b.context_lens.assign(batch, ctx);
+      for (int s = 0; s < batch; ++s) b.logits_indices[s] = s;
+      return ctx;
+    };
+    auto record = [&](int ctx, double ms) {
+      step_ms.push_back(ms);
+      step_rl_ms.push_back(bench::RooflineTimeOf(bench::EstimateStep(cfg, bench::DecodeShape(batch, ctx), dt), hwr).ms());
+      step_ctx.push_back(ctx);
+    };
+    auto t_prev = Clock::now();
+    int ctx_prev = set_step(1, false);
+    st = runner->Launch(b);
+    if (!st.ok()) return Fail(who, 1, "decode step 1: " + st.ToString());
+    for (int step = 2; step <= output_len; ++step) {
+      int ctx = 0;
+      if (step < output_len) {
+        ctx = set_step(step, true);
+        st = runner->Launch(b);
+        if (!st.ok()) return Fail(who, 1, "decode step " + std::to_string(step) + ": " + st.ToString());
+      }
+      st = runner->Finish(&out);
+      if (!st.ok()) return Fail(who, 1, "decode step " + std::to_string(step - 1) + ": " + st.ToString());
+      const auto now = Clock::now();
+      record(ctx_prev, Ms(t_prev, now));
+      t_prev = now;
+      ctx_prev = ctx;
+      argmax_rows(out, &next);
+    }
+  }
+  for (int step = 1; !overlap && step < output_len; ++step) {
     const int ctx = input_len + step;  // tokens in cache after this step
     b.token_ids = next;
     b.positions.assign(batch, ctx - 1);
@@ -370,7 +421,11 @@ int RunOneBatch(int argc, char** argv) {
       std::printf("%8d %8d %12.3f %14.3f %8.2f\n", i + 1, step_ctx[i], step_ms[i], step_rl_ms[i],
                   step_ms[i] / std::max(1e-12, step_rl_ms[i]));
     }
-    if (runner_samples)
+    if (overlap)
+      std::printf("  (overlap scheduling: a step's time is the interval between two finished steps, the next one "
+                  "queued while this one runs; greedy sampling on the device, %d ids to the host; "
+                  "--disable-overlap-schedule times each step alone)\n", batch);
+    else if (runner_samples)
       std::printf("  (each timed step includes greedy sampling on the device and copying %d ids to the host)\n", batch);
     else
       std::printf("  (each timed step includes copying %s of fp32 logits [%d x %d] to the host)\n",
@@ -394,6 +449,7 @@ int RunOneBatch(int argc, char** argv) {
     j["batch_size"] = batch;
     j["input_len"] = input_len;
     j["output_len"] = output_len;
+    j["overlap_schedule"] = overlap;
     j["mem_bw_gbps"] = hw.mem_bw_gbps;
     j["flops_tflops"] = hw.flops_tflops;
     j["rates_source"] = hw_source;

@@ -71,7 +71,7 @@ int RunServe(int argc, char** argv) {
   int io_threads = 2, dp_size = 1;
   std::string lb_method = "minimum_tokens";
   double shutdown_timeout = 30.0, stats_interval = 10.0;
-  bool enable_prefix = true, disable_prefix = false;
+  bool enable_prefix = true, disable_prefix = false, disable_overlap = false;
   size_t max_body = 8 << 20;
   app.add_option("--model", ro.model_dir,
                  "model directory (config.json + safetensors); default: an embedded tiny "
@@ -147,6 +147,9 @@ int RunServe(int argc, char** argv) {
       ->check(CLI::IsMember({"deepseek_v3", "deepseekv3"}));
   app.add_flag("--enable-prefix-caching", enable_prefix, "reuse KV blocks of shared prompt prefixes (default)");
   app.add_flag("--disable-prefix-caching", disable_prefix, "turn prefix caching off");
+  app.add_flag("--disable-overlap-schedule", disable_overlap,
+               "run each step to its end before preparing the next (default: while the device runs a decode step, "
+               "the next one of the same requests is already queued; SGLang's overlap scheduler)");
   app.add_option("--log-level", log_level, "debug | info | warning | error")->capture_default_str();
   app.add_option("--stats-interval", stats_interval, "seconds between engine stats lines (0 = off)")
       ->check(ds::tools::kNonNegative)->capture_default_str();
@@ -239,6 +242,7 @@ int RunServe(int argc, char** argv) {
   eo.max_queued_requests = max_queued;
   eo.max_model_len = max_model_len;
   eo.enable_prefix_caching = enable_prefix && !disable_prefix;
+  eo.overlap_schedule = !disable_overlap;
   eo.stats_interval_s = stats_interval;
   eo.eos_token_ids = tok->eos_token_ids();
   for (int id : cfg.eos_token_ids)
@@ -289,7 +293,8 @@ int RunServe(int argc, char** argv) {
                << host << ":" << http.port() << " | device " << ro.device << ", KV pool "
                << runners[0]->num_kv_blocks() << " blocks x " << ds::kBlockSize
                << " tokens" << (dp_size > 1 ? " per rank" : "") << ", max_model_len " << group.max_model_len()
-               << ", prefix caching " << (eo.enable_prefix_caching ? "on" : "off");
+               << ", prefix caching " << (eo.enable_prefix_caching ? "on" : "off") << ", overlap schedule "
+               << (eo.overlap_schedule && runners[0]->CanOverlap() ? "on" : "off");
   if (dp_size > 1) {
     DS_LOG(INFO) << "data parallel: " << dp_size << " ranks, load balance " << group.policy_name();
   }

@@ -2,6 +2,8 @@
 // token sequence) under every batching, chunking, prefix-caching and preemption schedule.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <map>
 
 #include "../scheduler/byte_decoder.h"
@@ -184,6 +186,142 @@ TEST(Engine, RunnerSamplingValidation) {
   b.sampling.resize(1);
   b.sampling[0].top_p = 0.0f;
   EXPECT_FALSE(b.Validate(8).ok());
+}
+
+// ModelRunner's default Launch / Finish (the overlap-scheduling API over a synchronous runner):
+// prev_sample_rows take the previous launched step's sampled ids, in any row order; outputs come
+// back in launch order; misuse is a clear error.
+TEST(Engine, RunnerLaunchFinishResolvesPrevSampleRows) {
+  const int V = 300;
+  FakeEcho fe;
+  fe.runner_sampling = true;
+  FakeModelRunner a(TinyConfig(V), 8, fe), b(TinyConfig(V), 8, fe);
+  // Two sequences of 3 prompt tokens (blocks 0 and 1), greedy.
+  ForwardBatch pre;
+  pre.token_ids = {5, 6, 7, 8, 9, 10};
+  pre.positions = {0, 1, 2, 0, 1, 2};
+  pre.query_start = {0, 3, 6};
+  pre.context_lens = {3, 3};
+  pre.block_tables = {0, 1};
+  pre.max_blocks = 1;
+  pre.logits_indices = {2, 5};
+  pre.sampling.assign(2, RowSampling{});
+  // The decode step lists the sequences in the other order: rows {1, 0}.
+  auto decode = [](std::vector<int32_t> ids) {
+    ForwardBatch d;
+    d.token_ids = std::move(ids);
+    d.positions = {3, 3};
+    d.query_start = {0, 1, 2};
+    d.context_lens = {4, 4};
+    d.block_tables = {1, 0};
+    d.max_blocks = 1;
+    d.logits_indices = {0, 1};
+    d.sampling.assign(2, RowSampling{});
+    return d;
+  };
+  ForwardOutput o1, o2;
+  ASSERT_TRUE(a.Forward(pre, &o1).ok());
+  ASSERT_TRUE(a.Forward(decode({o1.token_ids[1], o1.token_ids[0]}), &o2).ok());
+
+  ForwardOutput f;
+  EXPECT_EQ(b.Finish(&f).code(), StatusCode::kInvalidArgument);  // nothing launched
+  ForwardBatch first = decode({0, 0});
+  first.prev_sample_rows = {1, 0};
+  EXPECT_EQ(b.Launch(first).code(), StatusCode::kInvalidArgument);  // no previous sampled step
+  ASSERT_TRUE(b.Launch(pre).ok());
+  ForwardBatch bad = decode({0, 0});
+  bad.prev_sample_rows = {2, 0};  // the previous step sampled 2 rows
+  EXPECT_EQ(b.Launch(bad).code(), StatusCode::kInvalidArgument);
+  bad.prev_sample_rows = {0};     // one entry for two tokens
+  EXPECT_FALSE(bad.Validate(8).ok());
+  ForwardBatch next = decode({0, 0});
+  next.prev_sample_rows = {1, 0};
+  ASSERT_TRUE(b.Launch(next).ok());
+  ASSERT_TRUE(b.Finish(&f).ok());
+  EXPECT_EQ(f.token_ids, o1.token_ids);
+  ASSERT_TRUE(b.Finish(&f).ok());
+  EXPECT_EQ(f.token_ids, o2.token_ids);
+  EXPECT_EQ(b.Finish(&f).code(), StatusCode::kInvalidArgument);
+}
+
+// Overlap scheduling: launching the next decode step before the step in flight is processed
+// must change nothing a client sees. The same tokens, texts and finish reasons as the serial
+// engine under EOS, stop-token and length finishes, seeded sampling, chunked prefill, arrivals
+// and an abort during the run (both triggered by tokens received, so both runs see them at the
+// same point of the requests); and the overlapped run must have overlapped.
+TEST(Engine, OverlapScheduleMatchesSerial) {
+  const int V = 300;
+  const auto eos_ref = ReferenceGreedy(Prompt(10, 5), 40, V);
+  struct Result {
+    std::map<uint64_t, std::vector<int32_t>> tokens;
+    std::map<uint64_t, std::string> text, reason;
+    EngineStats stats;
+  };
+  auto run = [&](bool overlap) {
+    FakeEcho fe;
+    fe.runner_sampling = true;
+    fe.overlap = overlap;
+    FakeModelRunner runner(TinyConfig(V), 64, fe);
+    ByteDecoder dec;
+    EngineOptions o;
+    o.max_num_batched_tokens = 48;  // chunked prefill
+    o.stats_interval_s = 0;
+    o.eos_token_ids = {eos_ref[6]};
+    o.overlap_schedule = true;
+    Engine e(&runner, &dec, o);
+    Result res;
+    bool arrived = false, aborted = false;
+    std::function<void(uint64_t)> add;
+    add = [&](uint64_t id) {
+      EngineRequest r;
+      r.id = id;
+      r.prompt = id == 1 ? Prompt(10, 5) : Prompt(12 + static_cast<int>(id) * 7, static_cast<int>(id));
+      r.params.temperature = id % 3 == 0 || id == 1 ? 0.0f : 0.8f;
+      r.params.top_k = id % 2 ? 0 : 30;
+      r.params.seed = 77 + id;
+      r.params.max_tokens = 6 + static_cast<int>(id) * 5;
+      r.params.ignore_eos = id % 4 == 2;
+      if (id == 4) r.params.stop_token_ids = {eos_ref[3]};
+      r.on_output = [&, id](EngineOutput&& out) {
+        auto& t = res.tokens[id];
+        t.insert(t.end(), out.token_ids.begin(), out.token_ids.end());
+        res.text[id] += out.text;
+        if (out.finished) res.reason[id] = out.finish_reason;
+        if (id == 3 && t.size() >= 4 && !arrived) {  // arrivals during decode
+          arrived = true;
+          add(5);
+          add(6);
+        }
+        if (id == 2 && t.size() >= 9 && !aborted) {  // an abort during decode
+          aborted = true;
+          e.Abort(2);
+        }
+      };
+      ASSERT_TRUE(e.Add(std::move(r)).ok());
+    };
+    for (uint64_t id = 1; id <= 4; ++id) add(id);
+    RunToCompletion(e);
+    EXPECT_TRUE(arrived && aborted);
+    res.stats = e.Stats();
+    return res;
+  };
+  const Result serial = run(false), overlapped = run(true);
+  EXPECT_EQ(serial.stats.num_overlapped_steps, 0);
+  EXPECT_GT(overlapped.stats.num_overlapped_steps, 10);
+  ASSERT_EQ(serial.tokens.size(), 6u);
+  // Request 1 is greedy and ends at its first EOS.
+  const size_t eos_at = std::find(eos_ref.begin(), eos_ref.end(), eos_ref[6]) - eos_ref.begin();
+  EXPECT_EQ(serial.tokens.at(1), std::vector<int32_t>(eos_ref.begin(), eos_ref.begin() + eos_at + 1));
+  EXPECT_EQ(serial.reason.at(1), "stop");
+  for (uint64_t id = 1; id <= 6; ++id) {
+    EXPECT_EQ(serial.tokens.at(id), overlapped.tokens.at(id)) << "request " << id;
+    EXPECT_EQ(serial.text.at(id), overlapped.text.at(id)) << "request " << id;
+    EXPECT_EQ(serial.reason.at(id), overlapped.reason.at(id)) << "request " << id;
+  }
+  EXPECT_EQ(serial.reason.at(2), "abort");
+  EXPECT_EQ(serial.tokens.at(2).size(), 9u);
+  EXPECT_EQ(overlapped.stats.num_blocks_used, 0);
+  EXPECT_EQ(overlapped.stats.generation_tokens_total, serial.stats.generation_tokens_total);
 }
 
 TEST(Engine, PreemptionHappensInATightPool) {

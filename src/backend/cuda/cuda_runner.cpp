@@ -1077,6 +1077,14 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
 
 void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
                                  int32_t* host_ids) {
+  samp_host_ids_.Reserve(R * 4);
+  SampleRowsEnqueue(d_logits, ld, R, rs, samp_host_ids_.get());
+  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
+  std::memcpy(host_ids, samp_host_ids_.get(), R * 4);
+}
+
+void CudaModelRunner::SampleRowsEnqueue(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
+                                        void* host) {
   DS_CHECK(static_cast<int64_t>(rs.size()) == R) << "SampleRows: " << rs.size() << " settings for " << R << " rows";
   std::vector<float> t(R), p(R);
   std::vector<int32_t> k(R);
@@ -1087,8 +1095,10 @@ void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, c
     greedy = greedy && t[r] <= 0.0f;
   }
   samp_t_.Reserve(R * 4); samp_p_.Reserve(R * 4); samp_k_.Reserve(R * 4);
-  samp_seed_.Reserve(R * 8); samp_step_.Reserve(R * 8); samp_ids_.Reserve(R * 4);
-  samp_host_ids_.Reserve(R * 4);
+  samp_seed_.Reserve(R * 8); samp_step_.Reserve(R * 8);
+  // Never below a graph bucket's rows: a reallocation would lose the ids a queued step's
+  // prev_sample_rows gather still reads (overlap scheduling).
+  samp_ids_.Reserve(std::max<int64_t>(R, kMaxGraphBucket) * 4);
   if (!greedy) {  // the greedy argmax reads none of the settings: no copies in the step's tail
     DS_CUDA_CHECK(cudaMemcpyAsync(samp_t_.get(), t.data(), R * 4, cudaMemcpyHostToDevice, s_));
     DS_CUDA_CHECK(cudaMemcpyAsync(samp_p_.get(), p.data(), R * 4, cudaMemcpyHostToDevice, s_));
@@ -1102,9 +1112,7 @@ void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, c
   sp.all_greedy = greedy;
   Sample(sp);
   // Through pinned memory: one DMA, no staging copy.
-  DS_CUDA_CHECK(cudaMemcpyAsync(samp_host_ids_.get(), samp_ids_.get(), R * 4, cudaMemcpyDeviceToHost, s_));
-  DS_CUDA_CHECK(cudaStreamSynchronize(s_));
-  std::memcpy(host_ids, samp_host_ids_.get(), R * 4);
+  DS_CUDA_CHECK(cudaMemcpyAsync(host, samp_ids_.get(), R * 4, cudaMemcpyDeviceToHost, s_));
 }
 
 void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t* ids_out) {
@@ -1216,14 +1224,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   CollectMarks();
 }
 
-Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
-  // The current device is per host thread: the runner was made with opts_.device current on
-  // the creating thread, but an engine calls Forward from its own thread (serve: DP rank r's
-  // engine thread, whose current device would otherwise be 0).
-  if (const cudaError_t e = cudaSetDevice(opts_.device); e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Internal("cuda runner: cudaSetDevice(" + std::to_string(opts_.device) + "): " + cudaGetErrorString(e));
-  }
+Status CudaModelRunner::CheckBatch(const ForwardBatch& batch) const {
   DS_RETURN_IF_ERROR(batch.Validate(num_blocks_));
   const int vocab = cfg_.vocab_size;
   for (int32_t id : batch.token_ids)
@@ -1232,6 +1233,123 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
                              std::to_string(vocab) + ")");
   for (int32_t p : batch.positions)
     if (p >= rope_.max_pos) return InvalidArgument("position " + std::to_string(p) + " beyond the KV pool");
+  return Status::Ok();
+}
+
+Status CudaModelRunner::CompleteOldest() {
+  for (LaunchedStep& l : launched_) {
+    if (!l.async) continue;
+    const cudaError_t e = cudaEventSynchronize(ring_ev_[l.slot]);
+    l.async = false;
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return Internal(std::string("cuda runner: overlapped decode step: ") + cudaGetErrorString(e));
+    }
+    std::memcpy(l.out.token_ids.data(), samp_ring_[l.slot].get(), l.out.token_ids.size() * 4);
+    if (&l == &launched_.back()) last_ids_ = l.out.token_ids;  // the next step's prev_sample_rows
+    return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::Launch(const ForwardBatch& batch) {
+  if (const cudaError_t e = cudaSetDevice(opts_.device); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Internal("cuda runner: cudaSetDevice(" + std::to_string(opts_.device) + "): " + cudaGetErrorString(e));
+  }
+  DS_RETURN_IF_ERROR(CheckBatch(batch));
+  bool uses_prev = false;
+  for (int32_t r : batch.prev_sample_rows) {
+    if (r < 0) continue;
+    uses_prev = true;
+    if (!last_sampled_) return InvalidArgument("cuda runner: prev_sample_rows given, but the previous step did not sample ids");
+    if (r >= last_rows_)
+      return InvalidArgument("cuda runner: prev_sample_rows entry " + std::to_string(r) + " beyond the previous step's " +
+                             std::to_string(last_rows_) + " sampled rows");
+  }
+  const int64_t R = static_cast<int64_t>(batch.logits_indices.size());
+  // Queued without waiting: a sampled decode step whose graph is captured, with its previous-row
+  // ids (if any) on the device, i.e. from an async step (a sync step's may span passes).
+  const bool async = CanOverlap() && !batch.sampling.empty() && GraphEligible(batch) && GraphReady(batch) &&
+                     (!uses_prev || last_async_);
+  if (!async) {
+    while (NumAsyncInFlight() > 0) DS_RETURN_IF_ERROR(CompleteOldest());
+    ForwardBatch b = batch;
+    const std::vector<int32_t>* prev = nullptr;
+    if (uses_prev) {
+      // The previous step is the last one launched; its ids are final now.
+      prev = launched_.empty() ? &last_ids_ : &launched_.back().out.token_ids;
+    }
+    DS_RETURN_IF_ERROR(ResolvePrevSampleRows(prev, &b));
+    LaunchedStep l;
+    DS_RETURN_IF_ERROR(Forward(b, &l.out));
+    last_sampled_ = !b.sampling.empty();
+    last_async_ = false;
+    last_rows_ = R;
+    last_ids_ = l.out.token_ids;
+    launched_.push_back(std::move(l));
+    return Status::Ok();
+  }
+  // At most two async steps in flight: a ring slot (and a graph's pinned input copy) is reused
+  // two steps later, so the older of two must be done first.
+  while (NumAsyncInFlight() >= 2) DS_RETURN_IF_ERROR(CompleteOldest());
+  for (int i = 0; i < 2; ++i) {
+    if (!ring_ev_[i])
+      if (const cudaError_t e = cudaEventCreateWithFlags(&ring_ev_[i], cudaEventDisableTiming); e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return Internal(std::string("cuda runner: cudaEventCreate: ") + cudaGetErrorString(e));
+      }
+    samp_ring_[i].Reserve(kMaxGraphBucket * 4);
+  }
+  LaunchedStep l;
+  l.async = true;
+  l.slot = next_slot_;
+  next_slot_ ^= 1;
+  l.out.token_ids.assign(R, 0);
+  try {
+    ForwardDecodeGraph(batch, &l.out, l.slot);
+  } catch (const CheckError& e) {
+    gin_ = nullptr;
+    capturing_ = false;
+    (void)cudaStreamSynchronize(s_);
+    (void)cudaGetLastError();
+    return Internal(std::string("cuda runner (overlapped graph decode): ") + e.what());
+  }
+  last_sampled_ = true;
+  last_async_ = true;
+  last_rows_ = R;
+  last_ids_.clear();
+  launched_.push_back(std::move(l));
+  return Status::Ok();
+}
+
+Status CudaModelRunner::Finish(ForwardOutput* out) {
+  if (launched_.empty()) return InvalidArgument("cuda runner: Finish with no launched step");
+  if (launched_.front().async) {
+    const Status st = CompleteOldest();
+    if (!st.ok()) {
+      launched_.pop_front();
+      return st;
+    }
+  }
+  *out = std::move(launched_.front().out);
+  launched_.pop_front();
+  return Status::Ok();
+}
+
+Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
+  // The current device is per host thread: the runner was made with opts_.device current on
+  // the creating thread, but an engine calls Forward from its own thread (serve: DP rank r's
+  // engine thread, whose current device would otherwise be 0).
+  if (const cudaError_t e = cudaSetDevice(opts_.device); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return Internal("cuda runner: cudaSetDevice(" + std::to_string(opts_.device) + "): " + cudaGetErrorString(e));
+  }
+  DS_RETURN_IF_ERROR(CheckBatch(batch));
+  if (!batch.prev_sample_rows.empty())
+    for (int32_t r : batch.prev_sample_rows)
+      if (r >= 0) return InvalidArgument("cuda runner: prev_sample_rows needs Launch, not Forward");
+  const int vocab = cfg_.vocab_size;
   const int64_t R = static_cast<int64_t>(batch.logits_indices.size());
   const bool sample = !batch.sampling.empty();
   out->logits.clear();

@@ -47,7 +47,15 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
   return v;
 }
 
-void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out) {
+bool CudaModelRunner::GraphReady(const ForwardBatch& b) const {
+  const int S = b.num_seqs();
+  int need = 1;
+  for (int s = 0; s < S; ++s) need = std::max(need, (b.context_lens[s] + kBlockSize - 1) / kBlockSize);
+  const auto it = graphs_.find({GraphBucket(S), GraphCapBlocks(need)});
+  return it != graphs_.end() && it->second && it->second->exec && ActivationPtrs() == graph_ptrs_;
+}
+
+void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out, int async_slot) {
   const int S = b.num_seqs();
   const int bucket = GraphBucket(S);
   DS_CHECK(bucket >= S) << "graph decode: " << S << " sequences, above the largest bucket";
@@ -92,9 +100,11 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     n->off_qs = take((bucket + 1) * 4);
     n->off_ctx = take(bucket * 4);
     n->off_bt = take(static_cast<size_t>(bucket) * cap * 4);
+    n->off_prev = take(bucket * 4);
     n->in_bytes = at;
     n->in.Reset(at);
-    n->host.Reserve(at);
+    n->host[0].Reserve(at);
+    n->host[1].Reserve(at);
     char* base = static_cast<char*>(n->in.get());
     n->ids.ptr = base + n->off_ids;
     n->pos.ptr = base + n->off_pos;
@@ -102,13 +112,23 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     n->qs.ptr = base + n->off_qs;
     n->ctx.ptr = base + n->off_ctx;
     n->bt.ptr = base + n->off_bt;
+    n->prev.ptr = base + n->off_prev;
   }
   DecodeGraph* g = slot.get();
   // Stage the inputs into the graph's persistent buffer (stream-ordered before the replay): one
-  // pinned host buffer, one copy. The host buffer is rewritten only by the next step, after this
-  // step's synchronisation (SampleRows / the logits copy below).
+  // pinned host buffer, one copy. The two host buffers take turns: a buffer is rewritten two
+  // steps later, after that step's synchronisation (SampleRows / the logits copy below, or, with
+  // overlap scheduling, Launch's wait for the older of two steps in flight).
+  bool gather_prev = false;
   {
-    char* h = static_cast<char*>(g->host.get());
+    char* h = static_cast<char*>(g->host[g->flip].get());
+    g->flip ^= 1;
+    std::vector<int32_t> prev(bucket, -1);
+    for (size_t t = 0; t < b.prev_sample_rows.size(); ++t) {
+      prev[t] = b.prev_sample_rows[t];
+      gather_prev = gather_prev || prev[t] >= 0;
+    }
+    std::memcpy(h + g->off_prev, prev.data(), bucket * 4);
     std::memcpy(h + g->off_slots, slots.data(), bucket * 8);
     std::memcpy(h + g->off_ids, pb.token_ids.data(), bucket * 4);
     std::memcpy(h + g->off_pos, pb.positions.data(), bucket * 4);
@@ -117,6 +137,8 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     std::memcpy(h + g->off_bt, pb.block_tables.data(), pb.block_tables.size() * 4);
     DS_CUDA_CHECK(cudaMemcpyAsync(g->in.get(), h, g->in_bytes, cudaMemcpyHostToDevice, s_));
   }
+  // Overlap scheduling: token ids from the previous step's sampled ids, still on the device.
+  if (gather_prev) ResolvePrevIds(g->ids.as<int32_t>(), g->prev.as<int32_t>(), samp_ids_.as<int32_t>(), S, s_);
   // A graph holds the activation buffers' addresses: any buffer grown since the capture
   // (a larger eager pass) invalidates every graph.
   if (ActivationPtrs() != graph_ptrs_) DropGraphs();
@@ -145,6 +167,11 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
       DS_CUDA_CHECK(cudaMemcpyAsync(samp_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
       GatherRows(logits_.get(), V * 4, samp_idx_.as<int32_t>(), R, V * 4, samp_rows_.get(), V * 4, s_, opts_.pdl);
       rows = samp_rows_.as<float>();
+    }
+    if (async_slot >= 0) {  // overlap scheduling: no wait here; Finish reads the ring slot
+      SampleRowsEnqueue(rows, V, R, b.sampling, samp_ring_[async_slot].get());
+      DS_CUDA_CHECK(cudaEventRecord(ring_ev_[async_slot], s_));
+      return;
     }
     SampleRows(rows, V, R, b.sampling, out->token_ids.data());
     if (prof_on_ && replayed) CollectGraphMarks(*replayed);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -106,7 +107,8 @@ class CudaModelRunner : public ModelRunner {
     // on the destroying thread (serve destroys every DP rank's runner on the main thread).
     (void)cudaSetDevice(opts_.device);
     DropGraphs();
-    for (cudaEvent_t e : {fork_ev_, join_ev_})
+    if (!launched_.empty()) (void)cudaStreamSynchronize(s_);  // async steps still write the ring
+    for (cudaEvent_t e : {fork_ev_, join_ev_, ring_ev_[0], ring_ev_[1]})
       if (e) cudaEventDestroy(e);
     if (!prof_log_ || prof_ms_.empty()) return;
     double total = 0;
@@ -123,6 +125,13 @@ class CudaModelRunner : public ModelRunner {
   int num_kv_blocks() const override { return num_blocks_; }
   Status Forward(const ForwardBatch& batch, ForwardOutput* out) override;
   bool CanSample() const override { return true; }
+  // Overlap scheduling: a sampled decode step that replays a captured graph is queued and Launch
+  // returns; its ids come back through a pinned ring slot and an event (Finish). Every other
+  // step (prefill, mixed, logits, a shape's first eager pass + capture, profiling on) runs
+  // inside Launch as Forward does, after the steps in flight are finished.
+  Status Launch(const ForwardBatch& batch) override;
+  Status Finish(ForwardOutput* out) override;
+  bool CanOverlap() const override { return opts_.cuda_graphs && !prof_on_; }
 
   Status Init(const Checkpoint* ckpt);
 
@@ -183,6 +192,36 @@ class CudaModelRunner : public ModelRunner {
   void SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs, int32_t* host_ids);
   DeviceBuffer samp_t_, samp_p_, samp_k_, samp_seed_, samp_step_, samp_ids_, samp_idx_, samp_rows_;
   PinnedHostBuffer samp_host_ids_;  // the sampled ids' host side (SampleRows)
+  // Enqueues SampleRows' work without the host side: the ids stay in samp_ids_ ([R] i32, row
+  // order; the next step's prev_sample_rows gather reads them there) and are copied to `host`.
+  void SampleRowsEnqueue(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
+                         void* host);
+  // Checks a batch as Forward does (shape, ids in the vocabulary, positions in the pool).
+  Status CheckBatch(const ForwardBatch& batch) const;
+  // ---- overlap scheduling (Launch / Finish) ----
+  struct LaunchedStep {
+    bool async = false;  // queued on s_: ids land in samp_ring_[slot] when ring_ev_[slot] fires
+    int slot = 0;
+    ForwardOutput out;   // a sync step's output; an async step's token_ids sized R
+  };
+  std::deque<LaunchedStep> launched_;
+  PinnedHostBuffer samp_ring_[2];  // async steps' sampled ids (kMaxGraphBucket each)
+  cudaEvent_t ring_ev_[2] = {nullptr, nullptr};
+  int next_slot_ = 0;
+  // The last launched step: whether it sampled, its row count, whether it was async (its ids
+  // then still in samp_ids_ on the device) and, for a sync one, its ids on the host.
+  bool last_sampled_ = false, last_async_ = false;
+  int64_t last_rows_ = 0;
+  std::vector<int32_t> last_ids_;
+  // Waits for the oldest launched step and fills its output (async: from its ring slot).
+  Status CompleteOldest();
+  // True while an async step is unfinished.
+  int NumAsyncInFlight() const {
+    int n = 0;
+    for (const LaunchedStep& l : launched_) n += l.async;
+    return n;
+  }
+  // Finished outputs of sync steps / completed async steps wait in launched_ for Finish.
   // ---- CUDA graphs for decode steps ----
   // A typed view of a part of a graph's input buffer.
   struct InputView {
@@ -198,10 +237,14 @@ class CudaModelRunner : public ModelRunner {
     // The step's inputs, staged by ONE host-to-device copy from `host` (pinned, same layout)
     // before each replay: views into `in` at 16-byte aligned offsets.
     DeviceBuffer in;
-    PinnedHostBuffer host;
+    // Two pinned copies used in turn: with overlap scheduling the next step's inputs are written
+    // while this step's copy may still wait in the stream.
+    PinnedHostBuffer host[2];
+    int flip = 0;
     size_t in_bytes = 0;
-    size_t off_ids = 0, off_pos = 0, off_slots = 0, off_qs = 0, off_ctx = 0, off_bt = 0;
-    InputView ids, pos, slots, qs, ctx, bt;  // [B] i32, [B] i32, [B] i64, [B+1], [B], [B, cap]
+    size_t off_ids = 0, off_pos = 0, off_slots = 0, off_qs = 0, off_ctx = 0, off_bt = 0, off_prev = 0;
+    // [B] i32, [B] i32, [B] i64, [B+1], [B], [B, cap], [B] i32 (prev_sample_rows, -1 = none)
+    InputView ids, pos, slots, qs, ctx, bt, prev;
     cudaGraphExec_t exec = nullptr;
     bool failed = false;  // capture failed once: this key runs the padded pass eagerly
     // Profiling (prof_on_): event-record nodes captured at the phase marks; every replay
@@ -210,7 +253,12 @@ class CudaModelRunner : public ModelRunner {
   };
   // True when `b` is a decode-only step this runner replays through a graph.
   bool GraphEligible(const ForwardBatch& b) const;
-  void ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out);
+  // async_slot >= 0: overlap scheduling; b.prev_sample_rows gathered from samp_ids_ on the
+  // device, the ids sampled into samp_ring_[async_slot] with ring_ev_[async_slot] recorded, no
+  // synchronisation (out->token_ids keeps its size only).
+  void ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out, int async_slot = -1);
+  // The graph of (bucket, cap) for b, created (not captured) when new; whether it is captured.
+  bool GraphReady(const ForwardBatch& b) const;
   void CaptureGraph(const ForwardBatch& padded, DecodeGraph* g);
   void CaptureGraphOnce(const ForwardBatch& padded, DecodeGraph* g);
   // Device pointers of every activation buffer; a graph is valid only while they are unchanged.

@@ -1,5 +1,7 @@
 #include "backend/cuda/runner_kernels.h"
 
+#include <algorithm>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
@@ -151,6 +153,19 @@ void GatherRows(const void* src, int64_t src_stride, const int32_t* idx, int64_t
   LaunchKernel(GatherRowsKernel, n, 128, 0, s, pdl, static_cast<const uint8_t*>(src), src_stride, idx, row_bytes,
                static_cast<uint8_t*>(dst), dst_stride, false);
   DS_CUDA_CHECK_LAUNCH("GatherRowsKernel");
+}
+
+__global__ void ResolvePrevIdsKernel(int32_t* ids, const int32_t* rows, const int32_t* prev, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    if (rows[i] >= 0) ids[i] = prev[rows[i]];
+}
+
+void ResolvePrevIds(int32_t* ids, const int32_t* rows, const int32_t* prev, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  const int threads = 128;
+  const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 1024);
+  ResolvePrevIdsKernel<<<static_cast<unsigned>(blocks), threads, 0, s>>>(ids, rows, prev, n);
+  DS_CUDA_CHECK_LAUNCH("ResolvePrevIdsKernel");
 }
 
 void ScatterRows(const void* src, int64_t src_stride, const int32_t* idx, int64_t n, int64_t row_bytes, void* dst,

@@ -21,6 +21,9 @@ void GatherLatentRows(const __nv_bfloat16* cache, const int64_t* slots, int64_t 
 // dst[i, :] = src[idx[i], :] (row_bytes each; strides in bytes). idx == nullptr: identity.
 void GatherRows(const void* src, int64_t src_stride, const int32_t* idx, int64_t n, int64_t row_bytes, void* dst,
                 int64_t dst_stride, cudaStream_t s, bool pdl = false);
+// Overlap scheduling's token ids: ids[i] = prev[rows[i]] where rows[i] >= 0, else unchanged
+// (i < n; rows[i] < the previous step's sampled rows, checked by the caller).
+void ResolvePrevIds(int32_t* ids, const int32_t* rows, const int32_t* prev, int64_t n, cudaStream_t s);
 // dst[idx[i], :] = src[i, :].
 void ScatterRows(const void* src, int64_t src_stride, const int32_t* idx, int64_t n, int64_t row_bytes, void* dst,
                  int64_t dst_stride, cudaStream_t s, bool pdl = false);
