@@ -1268,19 +1268,21 @@ Status CudaModelRunner::Launch(const ForwardBatch& batch) {
                              std::to_string(last_rows_) + " sampled rows");
   }
   const int64_t R = static_cast<int64_t>(batch.logits_indices.size());
-  // Queued without waiting: a sampled decode step whose graph is captured, with its previous-row
-  // ids (if any) on the device, i.e. from an async step (a sync step's may span passes).
-  const bool async = CanOverlap() && !batch.sampling.empty() && GraphEligible(batch) && GraphReady(batch) &&
-                     (!uses_prev || last_async_);
+  // Queued without waiting: a sampled decode step whose graph is captured. Its previous-row ids
+  // are gathered on the device when the previous step was queued too (its ids still in
+  // samp_ids_); after a step run inside Launch they are on the host already and resolved here.
+  const bool async = CanOverlap() && !batch.sampling.empty() && GraphEligible(batch) && GraphReady(batch);
+  ForwardBatch b = batch;
+  if (uses_prev && !(async && last_async_)) {
+    if (!async)
+      while (NumAsyncInFlight() > 0) DS_RETURN_IF_ERROR(CompleteOldest());
+    // The previous step is the last one launched; its ids are final now (a queued one was just
+    // completed above).
+    const std::vector<int32_t>* prev = launched_.empty() ? &last_ids_ : &launched_.back().out.token_ids;
+    DS_RETURN_IF_ERROR(ResolvePrevSampleRows(prev, &b));
+  }
   if (!async) {
     while (NumAsyncInFlight() > 0) DS_RETURN_IF_ERROR(CompleteOldest());
-    ForwardBatch b = batch;
-    const std::vector<int32_t>* prev = nullptr;
-    if (uses_prev) {
-      // The previous step is the last one launched; its ids are final now.
-      prev = launched_.empty() ? &last_ids_ : &launched_.back().out.token_ids;
-    }
-    DS_RETURN_IF_ERROR(ResolvePrevSampleRows(prev, &b));
     LaunchedStep l;
     DS_RETURN_IF_ERROR(Forward(b, &l.out));
     last_sampled_ = !b.sampling.empty();
@@ -1307,7 +1309,8 @@ Status CudaModelRunner::Launch(const ForwardBatch& batch) {
   next_slot_ ^= 1;
   l.out.token_ids.assign(R, 0);
   try {
-    ForwardDecodeGraph(batch, &l.out, l.slot);
+    ForwardDecodeGraph(b, &l.out, l.slot);
+    ++graph_stats_.queued;
   } catch (const CheckError& e) {
     gin_ = nullptr;
     capturing_ = false;

@@ -532,6 +532,7 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
 // (fused_kvrope; each also counts one fused launch).
 struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
+  int64_t queued = 0;  // of the replays, steps queued by Launch without waiting (overlap scheduling)
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;
   int64_t fused_uv_layers = 0;    // MLA layers whose decode merge applied W_UV (fused_uv)
