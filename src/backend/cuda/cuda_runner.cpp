@@ -1281,8 +1281,7 @@ Status CudaModelRunner::Launch(const ForwardBatch& batch) {
     const std::vector<int32_t>* prev = launched_.empty() ? &last_ids_ : &launched_.back().out.token_ids;
     DS_RETURN_IF_ERROR(ResolvePrevSampleRows(prev, &b));
   }
-  if (!async) {
-    while (NumAsyncInFlight() > 0) DS_RETURN_IF_ERROR(CompleteOldest());
+  if (!async) {  // Forward completes the queued steps first
     LaunchedStep l;
     DS_RETURN_IF_ERROR(Forward(b, &l.out));
     last_sampled_ = !b.sampling.empty();
@@ -1349,6 +1348,9 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
     return Internal("cuda runner: cudaSetDevice(" + std::to_string(opts_.device) + "): " + cudaGetErrorString(e));
   }
   DS_RETURN_IF_ERROR(CheckBatch(batch));
+  // Steps queued by Launch come first (their outputs wait in launched_ for Finish): this step's
+  // host-side buffers (SampleRows' pinned ids) are then free of them.
+  while (NumAsyncInFlight() > 0) DS_RETURN_IF_ERROR(CompleteOldest());
   if (!batch.prev_sample_rows.empty())
     for (int32_t r : batch.prev_sample_rows)
       if (r >= 0) return InvalidArgument("cuda runner: prev_sample_rows needs Launch, not Forward");
