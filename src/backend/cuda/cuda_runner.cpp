@@ -1079,6 +1079,10 @@ void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, c
                                  int32_t* host_ids) {
   samp_host_ids_.Reserve(R * 4);
   SampleRowsEnqueue(d_logits, ld, R, rs, samp_host_ids_.get());
+  if (tl_post_pending_) {
+    StepMark(3);
+    tl_post_pending_ = false;
+  }
   DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   std::memcpy(host_ids, samp_host_ids_.get(), R * 4);
 }
@@ -1222,6 +1226,49 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     Mark("logits_to_host");
   }
   CollectMarks();
+}
+
+void CudaModelRunner::ReportStepTimeline() {
+  if (step_tl_ev_.empty()) return;
+  (void)cudaStreamSynchronize(s_);
+  std::vector<float> pre, graph, post, gap, step;
+  const StepEvents* last = nullptr;
+  for (const StepEvents& se : step_tl_ev_) {
+    if (se.marks == 15) {
+      float t[3] = {0, 0, 0};
+      bool ok = true;
+      for (int i = 0; i < 3; ++i) ok = ok && cudaEventElapsedTime(&t[i], se.e[i], se.e[i + 1]) == cudaSuccess;
+      float gp = 0, st = 0;
+      if (ok && last && cudaEventElapsedTime(&gp, last->e[3], se.e[0]) == cudaSuccess &&
+          cudaEventElapsedTime(&st, last->e[0], se.e[0]) == cudaSuccess && gp >= 0) {
+        gap.push_back(gp);
+        step.push_back(st);
+      }
+      if (ok) {
+        pre.push_back(t[0]);
+        graph.push_back(t[1]);
+        post.push_back(t[2]);
+      }
+      last = ok ? &se : nullptr;
+    } else {
+      last = nullptr;
+    }
+    for (cudaEvent_t e : se.e) cudaEventDestroy(e);
+  }
+  (void)cudaGetLastError();
+  step_tl_ev_.clear();
+  const auto med = [](std::vector<float> v) {
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return 1e3 * v[v.size() / 2];
+  };
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "cuda runner step timeline (%zu graph steps, medians in us): input copy + id gather %.1f, graph %.1f, "
+                "sampling + ids copy %.1f, gap to the next step's input copy %.1f (%zu consecutive), step start to "
+                "start %.1f",
+                graph.size(), med(pre), med(graph), med(post), med(gap), gap.size(), med(step));
+  DS_LOG(INFO) << buf;
 }
 
 Status CudaModelRunner::CheckBatch(const ForwardBatch& batch) const {

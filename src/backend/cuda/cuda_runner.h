@@ -178,6 +178,10 @@ struct CudaRunnerOptions {
   // CLI sets both from DS_CUDA_PROFILE=1, src/tools/cuda_runner_hook.cpp).
   bool profile = false;
   bool profile_log = false;
+  // Diagnostic (the CLI's DS_STEP_TIMELINE=1): CUDA events around each replayed decode graph (its
+  // input copy, the graph, the sampling and the ids' copy back), logged as medians when the
+  // runner is destroyed, with the gap between one step's end and the next step's start.
+  bool step_timeline = false;
   // Decode-size GEMMs on the weight-streaming skinny kernel (skinny_gemm.h); off keeps them on
   // the big-tile kernels (A/B benchmarks: the CLI reads DS_SKINNY_GEMM=0).
   bool skinny_gemm = true;

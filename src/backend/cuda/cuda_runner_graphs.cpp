@@ -135,6 +135,7 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     std::memcpy(h + g->off_qs, pb.query_start.data(), (bucket + 1) * 4);
     std::memcpy(h + g->off_ctx, pb.context_lens.data(), bucket * 4);
     std::memcpy(h + g->off_bt, pb.block_tables.data(), pb.block_tables.size() * 4);
+    StepMark(0);
     DS_CUDA_CHECK(cudaMemcpyAsync(g->in.get(), h, g->in_bytes, cudaMemcpyHostToDevice, s_));
   }
   // Overlap scheduling: token ids from the previous step's sampled ids, still on the device.
@@ -145,10 +146,13 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
   gin_ = g;
   const DecodeGraph* replayed = nullptr;  // set when this step replays g (profiled below)
   if (g->exec) {
+    StepMark(1);
     DS_CUDA_CHECK(cudaGraphLaunch(g->exec, s_));
+    StepMark(2);
     ++graph_stats_.replayed;
     replayed = g;
   } else {
+    StepDrop();
     ++graph_stats_.eager_padded;
     RunPass(pb, nullptr);  // eager run of this step: warms the buffers, cuBLASLt plans and offsets
     if (!g->failed) CaptureGraph(pb, g);
@@ -170,9 +174,11 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     }
     if (async_slot >= 0) {  // overlap scheduling: no wait here; Finish reads the ring slot
       SampleRowsEnqueue(rows, V, R, b.sampling, samp_ring_[async_slot].get());
+      if (replayed) StepMark(3);
       DS_CUDA_CHECK(cudaEventRecord(ring_ev_[async_slot], s_));
       return;
     }
+    tl_post_pending_ = replayed != nullptr;
     SampleRows(rows, V, R, b.sampling, out->token_ids.data());
     if (prof_on_ && replayed) CollectGraphMarks(*replayed);
     return;

@@ -94,6 +94,7 @@ class CudaModelRunner : public ModelRunner {
       : cfg_(cfg), opts_(o), stream_(StreamPriority(o, false)), side_stream_(StreamPriority(o, true)) {
     prof_on_ = o.profile;
     prof_log_ = o.profile_log;
+    step_tl_ = o.step_timeline;
     skinny_on_ = o.skinny_gemm;
     sm90_gg_on_ = o.sm90_grouped_gemm;
   }
@@ -108,6 +109,7 @@ class CudaModelRunner : public ModelRunner {
     (void)cudaSetDevice(opts_.device);
     DropGraphs();
     if (!launched_.empty()) (void)cudaStreamSynchronize(s_);  // async steps still write the ring
+    ReportStepTimeline();
     for (cudaEvent_t e : {fork_ev_, join_ev_, ring_ev_[0], ring_ev_[1]})
       if (e) cudaEventDestroy(e);
     if (!prof_log_ || prof_ms_.empty()) return;
@@ -390,6 +392,35 @@ class CudaModelRunner : public ModelRunner {
     marks_.clear();
   }
   bool prof_on_ = false, prof_log_ = false;
+  // CudaRunnerOptions::step_timeline: per replayed graph step, events at the input copy's start,
+  // the graph's start and end, and after the ids' copy back (tl_post_: recorded by the sampling).
+  bool step_tl_ = false;
+  struct StepEvents {
+    cudaEvent_t e[4] = {nullptr, nullptr, nullptr, nullptr};
+    int marks = 0;  // bit i: e[i] recorded
+  };
+  std::vector<StepEvents> step_tl_ev_;
+  bool tl_post_pending_ = false;  // SampleRows records mark 3 after its copy
+  // Records mark i (0..3) of the current step's events (a new step at 0; at most 4,096 steps).
+  void StepMark(int i) {
+    if (!step_tl_ || capturing_) return;
+    if (i == 0) {
+      if (step_tl_ev_.size() >= 4096) return;
+      StepEvents se;
+      for (cudaEvent_t& e : se.e) DS_CUDA_CHECK(cudaEventCreate(&e));
+      step_tl_ev_.push_back(se);
+    }
+    if (step_tl_ev_.empty() || !step_tl_ev_.back().e[i]) return;
+    DS_CUDA_CHECK(cudaEventRecord(step_tl_ev_.back().e[i], s_));
+    step_tl_ev_.back().marks |= 1 << i;
+  }
+  // Drops the current step's events (a step that did not replay its graph).
+  void StepDrop() {
+    if (!step_tl_ || step_tl_ev_.empty()) return;
+    for (cudaEvent_t e : step_tl_ev_.back().e) cudaEventDestroy(e);
+    step_tl_ev_.pop_back();
+  }
+  void ReportStepTimeline();
   std::vector<std::pair<std::string, cudaEvent_t>> cap_marks_;  // marks of the graph being captured
   // After a replay of g (stream synchronised): adds its phases' device times to prof_ms_.
   void CollectGraphMarks(const DecodeGraph& g) {
