@@ -1253,8 +1253,9 @@ void CudaModelRunner::ReportStepTimeline() {
     } else {
       last = nullptr;
     }
-    for (cudaEvent_t e : se.e) cudaEventDestroy(e);
   }
+  for (const StepEvents& se : step_tl_ev_)  // after the loop: the next step reads the last one's events
+    for (cudaEvent_t e : se.e) cudaEventDestroy(e);
   (void)cudaGetLastError();
   step_tl_ev_.clear();
   const auto med = [](std::vector<float> v) {
