@@ -40,6 +40,41 @@ TEST(CudaSampling, MatchesCpu) {
   EXPECT_EQ(mismatch, 0);
 }
 
+// The sorting path with a caller-owned workspace (SampleParams::ws, what the runner passes so a
+// sampled step does not wait for the device): reused across calls of 8, 64 (the buffers grow)
+// and 8 rows again, each call's ids equal to cpu::Sample's.
+TEST(CudaSampling, WorkspaceReusedMatchesCpu) {
+  const int64_t V = 129280;
+  SampleWorkspace ws;
+  int64_t mismatch = 0, rows = 0;
+  for (const int64_t R : {8, 64, 8}) {
+    auto logits = RandomNormal(R * V, 3.f);
+    std::vector<float> temp(R), top_p(R);
+    std::vector<int32_t> top_k(R);
+    std::vector<uint64_t> seed(R), step(R);
+    for (int64_t r = 0; r < R; ++r) {
+      temp[r] = 0.5f + 0.1f * static_cast<float>(r % 7);
+      top_p[r] = r % 3 ? 0.9f : 1.f;
+      top_k[r] = r % 4 == 1 ? 40 : 0;
+      seed[r] = Rng()();
+      step[r] = r;
+    }
+    Dev<float> dl(logits), dt(temp), dp(top_p);
+    Dev<int32_t> dk(top_k), dout(R);
+    Dev<uint64_t> dseed(seed), dstep(step);
+    SampleParams sp{dl.get(), V, R, V, dt.get(), dp.get(), dk.get(), dseed.get(), dstep.get(), dout.get(), nullptr};
+    sp.ws = &ws;
+    Sample(sp);
+    const auto got = dout.Download();  // synchronous copy: the stream's work is done
+    for (int64_t r = 0; r < R; ++r, ++rows)
+      mismatch += got[r] != cpu::Sample({logits.data() + r * V, V, temp[r], top_p[r], top_k[r], seed[r], step[r]});
+  }
+  std::printf("[metric] op=sample case=workspace_8_64_8rows mismatches=%lld of %lld\n", (long long)mismatch,
+              (long long)rows);
+  EXPECT_EQ(mismatch, 0);
+  EXPECT_GE(ws.keys_in.size(), size_t{64} * V * sizeof(float));
+}
+
 // Sample() on the greedy fast path (all_greedy: every row at temperature 0) over host logits
 // [R, ld] (V of each row used); returns the ids.
 std::vector<int32_t> GreedyOnDevice(const std::vector<float>& logits, int64_t ld, int64_t R, int64_t V) {

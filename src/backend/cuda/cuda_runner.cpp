@@ -1114,6 +1114,7 @@ void CudaModelRunner::SampleRowsEnqueue(const float* d_logits, int64_t ld, int64
                   samp_seed_.as<uint64_t>(), samp_step_.as<uint64_t>(), samp_ids_.as<int32_t>(), s_,
                   opts_.pdl};
   sp.all_greedy = greedy;
+  sp.ws = &samp_ws_;  // reused in stream order: a sampled (temperature > 0) step does not wait either
   Sample(sp);
   // Through pinned memory: one DMA, no staging copy.
   DS_CUDA_CHECK(cudaMemcpyAsync(host, samp_ids_.get(), R * 4, cudaMemcpyDeviceToHost, s_));

@@ -21,6 +21,7 @@
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_runner.h"
+#include "backend/cuda/sampling.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/moe_route_permute.h"
 #include "backend/cuda/rope.h"
@@ -193,6 +194,7 @@ class CudaModelRunner : public ModelRunner {
   // copies the ids to host_ids; synchronises the stream.
   void SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs, int32_t* host_ids);
   DeviceBuffer samp_t_, samp_p_, samp_k_, samp_seed_, samp_step_, samp_ids_, samp_idx_, samp_rows_;
+  SampleWorkspace samp_ws_;  // Sample's sorting scratch, reused step after step (no host wait)
   PinnedHostBuffer samp_host_ids_;  // the sampled ids' host side (SampleRows)
   // Enqueues SampleRows' work without the host side: the ids stay in samp_ids_ ([R] i32, row
   // order; the next step's prev_sample_rows gather reads them there) and are copied to `host`.

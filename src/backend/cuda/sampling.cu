@@ -2,6 +2,8 @@
 
 #include <cub/cub.cuh>
 
+#include <algorithm>
+
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -214,9 +216,21 @@ void Sample(const SampleParams& p) {
     return;
   }
   const int64_t n = p.rows * p.vocab;
-  DeviceBuffer keys_in(n * sizeof(float)), keys_out(n * sizeof(float));
-  DeviceBuffer vals_in(n * sizeof(int32_t)), vals_out(n * sizeof(int32_t));
-  DeviceBuffer offsets((p.rows + 1) * sizeof(int32_t));
+  SampleWorkspace local;
+  SampleWorkspace& w = p.ws ? *p.ws : local;
+  const size_t need_keys = n * sizeof(float), need_vals = n * sizeof(int32_t), need_offs = (p.rows + 1) * sizeof(int32_t);
+  if (p.ws && (w.keys_in.size() < need_keys || w.vals_in.size() < need_vals || w.offsets.size() < need_offs))
+    DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));  // growing: the old blocks go back to the shared pool
+  w.keys_in.Reserve(need_keys);
+  w.keys_out.Reserve(need_keys);
+  w.vals_in.Reserve(need_vals);
+  w.vals_out.Reserve(need_vals);
+  w.offsets.Reserve(need_offs);
+  DeviceBuffer& keys_in = w.keys_in;
+  DeviceBuffer& keys_out = w.keys_out;
+  DeviceBuffer& vals_in = w.vals_in;
+  DeviceBuffer& vals_out = w.vals_out;
+  DeviceBuffer& offsets = w.offsets;
   CopyRowsKernel<<<dev::CeilDiv(n, 256), 256, 0, p.stream>>>(p.logits, p.ld, keys_in.as<float>(), p.rows, p.vocab);
   IotaKernel<<<dev::CeilDiv(std::max<int64_t>(n, p.rows + 1), 256), 256, 0, p.stream>>>(vals_in.as<int32_t>(), p.rows,
                                                                                         p.vocab, offsets.as<int32_t>());
@@ -225,15 +239,17 @@ void Sample(const SampleParams& p) {
   DS_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
       nullptr, temp_bytes, keys_in.as<float>(), keys_out.as<float>(), vals_in.as<int32_t>(), vals_out.as<int32_t>(),
       n, p.rows, offsets.as<int32_t>(), offsets.as<int32_t>() + 1, 0, 32, p.stream));
-  DeviceBuffer temp(temp_bytes);
+  if (p.ws && w.temp.size() < temp_bytes) DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));
+  w.temp.Reserve(std::max<size_t>(temp_bytes, 1));
+  DeviceBuffer& temp = w.temp;
   DS_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
       temp.get(), temp_bytes, keys_in.as<float>(), keys_out.as<float>(), vals_in.as<int32_t>(), vals_out.as<int32_t>(),
       n, p.rows, offsets.as<int32_t>(), offsets.as<int32_t>() + 1, 0, 32, p.stream));
   SampleKernel<<<p.rows, kThreads, 0, p.stream>>>(p, keys_out.as<float>(), vals_out.as<int32_t>());
   DS_CUDA_CHECK_LAUNCH("SampleKernel");
-  // The scratch buffers return to the pool when they go out of scope; the pool only hands
-  // them out again to later work on this stream order, so keep the stream ordered.
-  DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));
+  // Pooled scratch (no ws) returns to the device's pool when `local` goes out of scope, and the
+  // pool may hand it to work on another stream: wait for this call's kernels first.
+  if (!p.ws) DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));
 }
 
 }  // namespace ds::cuda

@@ -13,7 +13,15 @@
 
 #include <cstdint>
 
+#include "backend/cuda/allocator.h"
+
 namespace ds::cuda {
+
+// Scratch of the sorting path, owned by the caller and reused by every call on one stream
+// (SampleParams::ws): no per-call pool round trip, so no host synchronisation.
+struct SampleWorkspace {
+  DeviceBuffer keys_in, keys_out, vals_in, vals_out, offsets, temp;
+};
 
 struct SampleParams {
   const float* logits; int64_t ld;  // [rows, vocab] device
@@ -29,8 +37,15 @@ struct SampleParams {
   // Host hint: every row's temperature is <= 0, so every row is an argmax (one pass over the
   // logits, no sort, no scratch memory, no host synchronisation).
   bool all_greedy = false;
+  // The sorting path's scratch (rows with temperature > 0): caller-owned and reused in stream
+  // order, so the call does not wait for the device (it synchronises the stream only when a
+  // buffer has to grow: the old block goes back to the device's pool, which other streams
+  // share). Null: scratch from the pool for this call, then a stream synchronisation before it
+  // is returned.
+  SampleWorkspace* ws = nullptr;
 };
-// Uses pooled scratch memory (allocator.h); stream-ordered, no host synchronisation.
+// Stream-ordered. The argmax path (all_greedy) never waits for the device; the sorting path
+// waits as SampleParams::ws says.
 void Sample(const SampleParams& p);
 
 }  // namespace ds::cuda
