@@ -23,20 +23,73 @@ TEST(CudaSampling, MatchesCpu) {
     temp[r] = s.T; top_p[r] = s.top_p; top_k[r] = s.top_k;
     seed[r] = Rng()(); step[r] = r * 7;
   }
+  logits[11 * V + 3] = -0.0f;  // -0.0 and +0.0: equal probabilities, lower id first
+  logits[11 * V + 4] = 0.0f;
   Dev<float> dl(logits), dt(temp), dp(top_p);
   Dev<int32_t> dk(top_k), dout(R);
   Dev<uint64_t> dseed(seed), dstep(step);
-  Sample({dl.get(), V, R, V, dt.get(), dp.get(), dk.get(), dseed.get(), dstep.get(), dout.get(), nullptr});
-  auto got = dout.Download();
-  int64_t mismatch = 0;
-  for (int64_t r = 0; r < R; ++r) {
-    const int32_t ref = cpu::Sample({logits.data() + r * V, V, temp[r], top_p[r], top_k[r], seed[r], step[r]});
-    if (ref != got[r]) {
-      ++mismatch;
-      std::printf("sample row %lld: cuda %d cpu %d (T=%.2f p=%.2f k=%d)\n", (long long)r, got[r], ref, temp[r], top_p[r], top_k[r]);
+  // Both sorts: the device-wide radix sort (the default) and the segmented one.
+  for (const bool device_sort : {true, false}) {
+    SampleParams sp{dl.get(), V, R, V, dt.get(), dp.get(), dk.get(), dseed.get(), dstep.get(), dout.get(), nullptr};
+    sp.device_sort = device_sort;
+    Sample(sp);
+    auto got = dout.Download();
+    int64_t mismatch = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const int32_t ref = cpu::Sample({logits.data() + r * V, V, temp[r], top_p[r], top_k[r], seed[r], step[r]});
+      if (ref != got[r]) {
+        ++mismatch;
+        std::printf("sample row %lld: cuda %d cpu %d (T=%.2f p=%.2f k=%d)\n", (long long)r, got[r], ref, temp[r], top_p[r],
+                    top_k[r]);
+      }
+    }
+    std::printf("[metric] op=sample case=V3_vocab_64rows device_sort=%d mismatches=%lld of %lld\n", device_sort ? 1 : 0,
+                (long long)mismatch, (long long)R);
+    EXPECT_EQ(mismatch, 0) << "device_sort=" << device_sort;
+  }
+}
+
+// The device-wide sort's draw on rows built so the order matters: a row of equal logits (every
+// token equally likely: the draw's index is the id), one with a single huge logit, one with the
+// top two tied, top_k 1, top_p at tiny and near-1 values; each row drawn with 64 seeds against
+// cpu::Sample.
+TEST(CudaSampling, DeviceSortEdgeRowsMatchCpu) {
+  const int64_t V = 102400, R = 6;
+  std::vector<float> base(R * V);
+  auto noise = RandomNormal(R * V, 1.f);
+  for (int64_t i = 0; i < R * V; ++i) base[i] = noise[i];
+  for (int64_t v = 0; v < V; ++v) base[0 * V + v] = 1.5f;  // all equal
+  base[1 * V + 4242] = 80.f;                               // one dominant token
+  base[2 * V + 10] = 9.f;                                  // two tied at the top
+  base[2 * V + 20] = 9.f;
+  const float temps[R] = {1.f, 0.8f, 1.f, 1.3f, 0.7f, 1.f};
+  const float tps[R] = {1.f, 1.f, 0.5f, 1e-6f, 0.999f, 0.9f};
+  const int32_t tks[R] = {0, 0, 0, 0, 0, 1};
+  Dev<float> dl(base);
+  Dev<int32_t> dout(R);
+  int64_t mismatch = 0, draws = 0;
+  SampleWorkspace ws;
+  for (uint64_t sd = 0; sd < 64; ++sd) {
+    std::vector<float> temp(temps, temps + R), top_p(tps, tps + R);
+    std::vector<int32_t> top_k(tks, tks + R);
+    std::vector<uint64_t> seed(R, 1000 + sd), step(R, sd);
+    Dev<float> dt(temp), dp(top_p);
+    Dev<int32_t> dk(top_k);
+    Dev<uint64_t> dseed(seed), dstep(step);
+    SampleParams sp{dl.get(), V, R, V, dt.get(), dp.get(), dk.get(), dseed.get(), dstep.get(), dout.get(), nullptr};
+    sp.ws = &ws;
+    Sample(sp);
+    const auto got = dout.Download();
+    for (int64_t r = 0; r < R; ++r, ++draws) {
+      const int32_t ref = cpu::Sample({base.data() + r * V, V, temp[r], top_p[r], top_k[r], seed[r], step[r]});
+      if (ref != got[r]) {
+        ++mismatch;
+        std::printf("edge row %lld seed %llu: cuda %d cpu %d\n", (long long)r, (unsigned long long)sd, got[r], ref);
+      }
     }
   }
-  std::printf("[metric] op=sample case=V3_vocab_64rows mismatches=%lld of %lld\n", (long long)mismatch, (long long)R);
+  std::printf("[metric] op=sample case=device_sort_edge_rows mismatches=%lld of %lld\n", (long long)mismatch,
+              (long long)draws);
   EXPECT_EQ(mismatch, 0);
 }
 

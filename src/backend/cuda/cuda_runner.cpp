@@ -1115,6 +1115,7 @@ void CudaModelRunner::SampleRowsEnqueue(const float* d_logits, int64_t ld, int64
                   opts_.pdl};
   sp.all_greedy = greedy;
   sp.ws = &samp_ws_;  // reused in stream order: a sampled (temperature > 0) step does not wait either
+  sp.device_sort = opts_.sample_device_sort;
   Sample(sp);
   // Through pinned memory: one DMA, no staging copy.
   DS_CUDA_CHECK(cudaMemcpyAsync(host, samp_ids_.get(), R * 4, cudaMemcpyDeviceToHost, s_));

@@ -182,6 +182,10 @@ struct CudaRunnerOptions {
   // input copy, the graph, the sampling and the ids' copy back), logged as medians when the
   // runner is destroyed, with the gap between one step's end and the next step's start.
   bool step_timeline = false;
+  // Sampling rows at temperature > 0: one device-wide radix sort of every row (SampleParams::
+  // device_sort; session 23) instead of CUB's segmented sort, a block a row (the CLI's
+  // DS_SAMPLE_DEVICE_SORT=0). The same tokens either way.
+  bool sample_device_sort = true;
   // Decode-size GEMMs on the weight-streaming skinny kernel (skinny_gemm.h); off keeps them on
   // the big-tile kernels (A/B benchmarks: the CLI reads DS_SKINNY_GEMM=0).
   bool skinny_gemm = true;

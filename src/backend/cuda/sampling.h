@@ -43,6 +43,12 @@ struct SampleParams {
   // share). Null: scratch from the pool for this call, then a stream synchronisation before it
   // is returned.
   SampleWorkspace* ws = nullptr;
+  // The sorting path's sort: every row in one device-wide radix sort (64-bit keys: row, then the
+  // logit's descending order) and one 1,024-thread block a row for the prefix sums and searches
+  // (true), or CUB's segmented sort (a block a row) and a 256-thread block a row that scans the
+  // sorted row 256 entries at a time (false; the path before session 23, ~1 ms a step at one row
+  // of 102,400). The same tokens either way (both are tested against cpu::Sample).
+  bool device_sort = true;
 };
 // Stream-ordered. The argmax path (all_greedy) never waits for the device; the sorting path
 // waits as SampleParams::ws says.
