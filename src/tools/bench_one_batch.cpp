@@ -195,6 +195,10 @@ int RunOneBatch(int argc, char** argv) {
   app.add_option("--output-file", output_file, "write results as JSON");
   cuda_flags.AddTo(app);
   bool no_warmup = false, disable_overlap = false;
+  float temperature = 0.0f;
+  app.add_option("--temperature", temperature,
+                 "sampling temperature of every row (runner sampling only: the CUDA runner; 0 = greedy argmax)")
+      ->check(CLI::Range(0.0f, 100.0f))->capture_default_str();
   app.add_flag("--disable-overlap-schedule", disable_overlap,
                "run each decode step to its end before preparing the next (default: a runner that samples on the "
                "device, the CUDA runner, has the next step queued while this one runs; SGLang's overlap scheduler)");
@@ -276,7 +280,18 @@ int RunOneBatch(int argc, char** argv) {
   // Greedy next tokens: sampled by the runner where it can (the CUDA runner: on the device, B
   // ids to the host per step, as the engine does), else argmax over the host logits.
   const bool runner_samples = runner->CanSample();
-  if (runner_samples) b.sampling.assign(batch, RowSampling{});  // temperature 0: greedy
+  if (!runner_samples && temperature > 0.0f)
+    return Fail(who, 2, "--temperature needs a runner that samples (--device cuda)");
+  // Greedy (temperature 0) or sampled rows, each its own seed; the step index is set per step.
+  const auto row_sampling = [&](int s, int step) {
+    RowSampling r;
+    r.temperature = temperature;
+    r.seed = seed * 1000003ull + static_cast<uint64_t>(s);
+    r.step = static_cast<uint64_t>(step);
+    return r;
+  };
+  if (runner_samples)
+    for (int s = 0; s < batch; ++s) b.sampling.push_back(row_sampling(s, 0));
   auto argmax_rows = [&](const ForwardOutput& out, std::vector<int32_t>* next) {
     if (runner_samples) {
       *next = out.token_ids;
@@ -347,6 +362,7 @@ int RunOneBatch(int argc, char** argv) {
       for (int s = 0; s <= batch; ++s) b.query_start[s] = s;
       b.context_lens.assign(batch, ctx);
       for (int s = 0; s < batch; ++s) b.logits_indices[s] = s;
+      for (int s = 0; s < batch; ++s) b.sampling[s] = row_sampling(s, step);
       return ctx;
     };
     auto record = [&](int ctx, double ms) {
@@ -381,6 +397,8 @@ int RunOneBatch(int argc, char** argv) {
     for (int s = 0; s <= batch; ++s) b.query_start[s] = s;
     b.context_lens.assign(batch, ctx);
     for (int s = 0; s < batch; ++s) b.logits_indices[s] = s;
+    if (runner_samples)
+      for (int s = 0; s < batch; ++s) b.sampling[s] = row_sampling(s, step);
     auto ts = Clock::now();
     st = runner->Forward(b, &out);
     double ms = Ms(ts, Clock::now());
@@ -423,10 +441,12 @@ int RunOneBatch(int argc, char** argv) {
     }
     if (overlap)
       std::printf("  (overlap scheduling: a step's time is the interval between two finished steps, the next one "
-                  "queued while this one runs; greedy sampling on the device, %d ids to the host; "
-                  "--disable-overlap-schedule times each step alone)\n", batch);
+                  "queued while this one runs; %s sampling on the device, %d ids to the host; "
+                  "--disable-overlap-schedule times each step alone)\n",
+                  temperature > 0.0f ? "temperature" : "greedy", batch);
     else if (runner_samples)
-      std::printf("  (each timed step includes greedy sampling on the device and copying %d ids to the host)\n", batch);
+      std::printf("  (each timed step includes %s sampling on the device and copying %d ids to the host)\n",
+                  temperature > 0.0f ? "temperature" : "greedy", batch);
     else
       std::printf("  (each timed step includes copying %s of fp32 logits [%d x %d] to the host)\n",
                   HumanBytes(4.0 * batch * cfg.vocab_size).c_str(), batch, cfg.vocab_size);
@@ -450,6 +470,7 @@ int RunOneBatch(int argc, char** argv) {
     j["input_len"] = input_len;
     j["output_len"] = output_len;
     j["overlap_schedule"] = overlap;
+    j["temperature"] = temperature;
     j["mem_bw_gbps"] = hw.mem_bw_gbps;
     j["flops_tflops"] = hw.flops_tflops;
     j["rates_source"] = hw_source;

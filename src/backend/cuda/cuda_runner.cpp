@@ -1090,29 +1090,39 @@ void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, c
 void CudaModelRunner::SampleRowsEnqueue(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
                                         void* host) {
   DS_CHECK(static_cast<int64_t>(rs.size()) == R) << "SampleRows: " << rs.size() << " settings for " << R << " rows";
-  std::vector<float> t(R), p(R);
-  std::vector<int32_t> k(R);
-  std::vector<uint64_t> seed(R), step(R);
   bool greedy = true;
-  for (int64_t r = 0; r < R; ++r) {
-    t[r] = rs[r].temperature; p[r] = rs[r].top_p; k[r] = rs[r].top_k; seed[r] = rs[r].seed; step[r] = rs[r].step;
-    greedy = greedy && t[r] <= 0.0f;
-  }
-  samp_t_.Reserve(R * 4); samp_p_.Reserve(R * 4); samp_k_.Reserve(R * 4);
-  samp_seed_.Reserve(R * 8); samp_step_.Reserve(R * 8);
+  for (int64_t r = 0; r < R; ++r) greedy = greedy && rs[r].temperature <= 0.0f;
   // Never below a graph bucket's rows: a reallocation would lose the ids a queued step's
   // prev_sample_rows gather still reads (overlap scheduling).
   samp_ids_.Reserve(std::max<int64_t>(R, kMaxGraphBucket) * 4);
-  if (!greedy) {  // the greedy argmax reads none of the settings: no copies in the step's tail
-    DS_CUDA_CHECK(cudaMemcpyAsync(samp_t_.get(), t.data(), R * 4, cudaMemcpyHostToDevice, s_));
-    DS_CUDA_CHECK(cudaMemcpyAsync(samp_p_.get(), p.data(), R * 4, cudaMemcpyHostToDevice, s_));
-    DS_CUDA_CHECK(cudaMemcpyAsync(samp_k_.get(), k.data(), R * 4, cudaMemcpyHostToDevice, s_));
-    DS_CUDA_CHECK(cudaMemcpyAsync(samp_seed_.get(), seed.data(), R * 8, cudaMemcpyHostToDevice, s_));
-    DS_CUDA_CHECK(cudaMemcpyAsync(samp_step_.get(), step.data(), R * 8, cudaMemcpyHostToDevice, s_));
+  // The settings, [seed R u64 | step R u64 | temperature R f32 | top_p R f32 | top_k R i32], in
+  // one copy from one of two pinned buffers used in turn (a pageable copy would wait for the
+  // stream, i.e. for the step: no overlap for sampled rows). A buffer is rewritten two sampled
+  // steps later, when the older one is done (Launch keeps at most two in flight).
+  const int64_t cap = std::max<int64_t>(R, kMaxGraphBucket);
+  samp_cfg_.Reserve(cap * 28);
+  char* dcfg = static_cast<char*>(samp_cfg_.get());
+  if (!greedy) {  // the greedy argmax reads none of the settings: no copy in the step's tail
+    PinnedHostBuffer& h = samp_cfg_host_[samp_cfg_flip_];
+    samp_cfg_flip_ ^= 1;
+    if (h.size() < static_cast<size_t>(cap * 28)) {
+      DS_CUDA_CHECK(cudaStreamSynchronize(s_));  // a queued copy may still read the old buffer
+      h.Reserve(cap * 28);
+    }
+    char* hc = static_cast<char*>(h.get());
+    for (int64_t r = 0; r < R; ++r) {
+      reinterpret_cast<uint64_t*>(hc)[r] = rs[r].seed;
+      reinterpret_cast<uint64_t*>(hc + 8 * R)[r] = rs[r].step;
+      reinterpret_cast<float*>(hc + 16 * R)[r] = rs[r].temperature;
+      reinterpret_cast<float*>(hc + 20 * R)[r] = rs[r].top_p;
+      reinterpret_cast<int32_t*>(hc + 24 * R)[r] = rs[r].top_k;
+    }
+    DS_CUDA_CHECK(cudaMemcpyAsync(dcfg, hc, R * 28, cudaMemcpyHostToDevice, s_));
   }
-  SampleParams sp{d_logits, ld, R, cfg_.vocab_size, samp_t_.as<float>(), samp_p_.as<float>(), samp_k_.as<int32_t>(),
-                  samp_seed_.as<uint64_t>(), samp_step_.as<uint64_t>(), samp_ids_.as<int32_t>(), s_,
-                  opts_.pdl};
+  SampleParams sp{d_logits, ld, R, cfg_.vocab_size, reinterpret_cast<const float*>(dcfg + 16 * R),
+                  reinterpret_cast<const float*>(dcfg + 20 * R), reinterpret_cast<const int32_t*>(dcfg + 24 * R),
+                  reinterpret_cast<const uint64_t*>(dcfg), reinterpret_cast<const uint64_t*>(dcfg + 8 * R),
+                  samp_ids_.as<int32_t>(), s_, opts_.pdl};
   sp.all_greedy = greedy;
   sp.ws = &samp_ws_;  // reused in stream order: a sampled (temperature > 0) step does not wait either
   sp.device_sort = opts_.sample_device_sort;

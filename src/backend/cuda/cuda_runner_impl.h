@@ -193,7 +193,9 @@ class CudaModelRunner : public ModelRunner {
   // Samples R rows of d_logits ([R, ld] device fp32) with `rs` (RowSampling semantics) and
   // copies the ids to host_ids; synchronises the stream.
   void SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs, int32_t* host_ids);
-  DeviceBuffer samp_t_, samp_p_, samp_k_, samp_seed_, samp_step_, samp_ids_, samp_idx_, samp_rows_;
+  DeviceBuffer samp_cfg_, samp_ids_, samp_idx_, samp_rows_;  // settings (SampleRowsEnqueue's layout), ids
+  PinnedHostBuffer samp_cfg_host_[2];  // the settings' host side, used in turn
+  int samp_cfg_flip_ = 0;
   SampleWorkspace samp_ws_;  // Sample's sorting scratch, reused step after step (no host wait)
   PinnedHostBuffer samp_host_ids_;  // the sampled ids' host side (SampleRows)
   // Enqueues SampleRows' work without the host side: the ids stay in samp_ids_ ([R] i32, row
