@@ -158,46 +158,86 @@ __global__ void SortKeysKernel(const float* logits, int64_t ld, int64_t rows, in
   ids[i] = static_cast<int32_t>(c);
 }
 
-constexpr int kSortedThreads = 1024;
-using BlockScanS = cub::BlockScan<double, kSortedThreads>;
+// The sorted rows' prefix sums, by segments of kSegItems entries over many blocks (a block a
+// row was ~0.3 ms at 102,400 entries: one SM's latency chain). SortedScanKernel: block (segment,
+// row) computes p_k = exp(l_k / T - l_0 / T) in double for its entries and their inclusive
+// prefix sums within the segment (cum), and the segment's total (seg_total: its last entry's
+// prefix sum, so a segment's end equals its last entry). SortedDrawKernel then adds the
+// segments' offsets and runs SampleKernel's top_k, top_p and draw as searches of the
+// non-decreasing prefix sums, in unnormalised mass (the same ratios).
+constexpr int kSegThreads = 256, kSegPerThread = 16, kSegItems = kSegThreads * kSegPerThread;
+constexpr int kMaxSegments = 1024;  // vocab <= 4M
+using BlockScanSeg = cub::BlockScan<double, kSegThreads>;
 
-// First k in [0, n) with cum[k] >= thr (ge) / cum[k] > thr, else n. cum is non-decreasing: each
-// thread tests its chunk's last entry against the one before its chunk, and the thread whose
-// chunk holds the crossing scans it. Block-wide; every thread gets the answer.
-__device__ int64_t FindFirstSorted(const double* cum, int64_t n, int64_t chunk, double thr, bool ge,
-                                   unsigned long long* s_found) {
-  const auto pass = [&](double v) { return ge ? v >= thr : v > thr; };
-  if (threadIdx.x == 0) *s_found = ~0ull;
-  __syncthreads();
-  const int64_t c0 = threadIdx.x * chunk, c1 = min(n, c0 + chunk);
-  if (c0 < c1 && pass(cum[c1 - 1]) && (c0 == 0 || !pass(cum[c0 - 1]))) {
-    int64_t k = c0;
-    while (k < c1 && !pass(cum[k])) ++k;
-    atomicMin(s_found, static_cast<unsigned long long>(k));
+__global__ void __launch_bounds__(kSegThreads) SortedScanKernel(SampleParams p, const uint64_t* sorted_keys,
+                                                                double* cum_all, double* seg_total, int nseg) {
+  __shared__ typename BlockScanSeg::TempStorage scan;
+  const int64_t row = blockIdx.y, V = p.vocab, base = static_cast<int64_t>(blockIdx.x) * kSegItems;
+  const float T = p.temperature[row];
+  if (T <= 0.f) return;  // an argmax row (SortedDrawKernel)
+  const uint64_t* sk = sorted_keys + row * V;
+  double* cum = cum_all + row * V;
+  const double Td = T;
+  const double mx = static_cast<double>(KeyValue(sk[0])) / Td;
+  const int64_t k0 = base + static_cast<int64_t>(threadIdx.x) * kSegPerThread;
+  uint64_t key[kSegPerThread];
+#pragma unroll
+  for (int j = 0; j < kSegPerThread; ++j) key[j] = k0 + j < V ? sk[k0 + j] : 0;
+  double x[kSegPerThread];
+#pragma unroll
+  for (int j = 0; j < kSegPerThread; ++j) x[j] = k0 + j < V ? exp(static_cast<double>(KeyValue(key[j])) / Td - mx) : 0.0;
+  BlockScanSeg(scan).InclusiveSum(x, x);
+  const int64_t last = min(V, base + kSegItems) - 1;
+#pragma unroll
+  for (int j = 0; j < kSegPerThread; ++j) {
+    if (k0 + j < V) cum[k0 + j] = x[j];
+    if (k0 + j == last) seg_total[row * nseg + blockIdx.x] = x[j];
   }
-  __syncthreads();
-  const unsigned long long f = *s_found;
-  __syncthreads();
-  return f == ~0ull ? n : static_cast<int64_t>(f);
 }
 
-// One block a row over the sorted row: p_k = exp(l_k / T - l_0 / T) in double, their inclusive
-// prefix sums in `cum` (thread chunks, then a block scan of the chunk totals), then SampleKernel's
-// top_k, top_p and draw as searches of the prefix sums, in unnormalised mass (the same ratios).
-// Rows at temperature <= 0: the argmax of the unsorted row, as SampleKernel.
-__global__ void __launch_bounds__(kSortedThreads) SampleSortedKernel(SampleParams p, const uint64_t* sorted_keys,
-                                                                      const int32_t* order, double* cum_all) {
-  __shared__ typename BlockScanS::TempStorage scan;
-  __shared__ unsigned long long s_found;
-  __shared__ float fv[kSortedThreads / 32];
-  __shared__ int fi[kSortedThreads / 32];
+// First k in [0, n) whose prefix sum value(k) = cum[k] + off[k / kSegItems] passes (>= thr when
+// ge, else > thr), else n: the first segment whose end passes, then the first entry of it that
+// passes (minimums: right even where rounding leaves the sums a hair off monotone). Block-wide.
+__device__ int64_t FindFirstSegmented(const double* cum, const double* off, int64_t n, double thr, bool ge,
+                                      unsigned long long* s_min) {
+  const auto pass = [&](double v) { return ge ? v >= thr : v > thr; };
+  const auto value = [&](int64_t k) { return cum[k] + off[k / kSegItems]; };
+  if (threadIdx.x == 0) *s_min = ~0ull;
+  __syncthreads();
+  const int last = static_cast<int>((n - 1) / kSegItems);
+  for (int sg = threadIdx.x; sg <= last; sg += blockDim.x) {
+    const int64_t end = sg < last ? static_cast<int64_t>(sg + 1) * kSegItems - 1 : n - 1;
+    if (pass(value(end))) atomicMin(s_min, static_cast<unsigned long long>(sg));
+  }
+  __syncthreads();
+  const unsigned long long sg = *s_min;
+  __syncthreads();
+  if (sg == ~0ull) return n;
+  if (threadIdx.x == 0) *s_min = ~0ull;
+  __syncthreads();
+  const int64_t b0 = static_cast<int64_t>(sg) * kSegItems, b1 = min(n, b0 + kSegItems);
+  for (int64_t k = b0 + threadIdx.x; k < b1; k += blockDim.x)
+    if (pass(value(k))) atomicMin(s_min, static_cast<unsigned long long>(k));
+  __syncthreads();
+  const unsigned long long k = *s_min;
+  __syncthreads();
+  return k == ~0ull ? n : static_cast<int64_t>(k);
+}
+
+__global__ void __launch_bounds__(kSegThreads) SortedDrawKernel(SampleParams p, const int32_t* order,
+                                                                const double* cum_all, const double* seg_total,
+                                                                int nseg) {
+  __shared__ double off[kMaxSegments];
+  __shared__ unsigned long long s_min;
+  __shared__ float fv[kSegThreads / 32];
+  __shared__ int fi[kSegThreads / 32];
   const int64_t row = blockIdx.x, V = p.vocab;
   const float T = p.temperature[row];
-  if (T <= 0.f) {
+  if (T <= 0.f) {  // SampleKernel's argmax of the unsorted row, NaN rule included
     const float* lg = p.logits + row * p.ld;
     float bv = -INFINITY;
     int bi = 0x7fffffff;
-    for (int64_t i = threadIdx.x; i < V; i += kSortedThreads)  // SampleKernel's argmax, NaN rule included
+    for (int64_t i = threadIdx.x; i < V; i += kSegThreads)
       if (bi == 0x7fffffff || lg[i] > bv) { bv = lg[i]; bi = static_cast<int>(i); }
     for (int o = 16; o > 0; o >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
@@ -207,40 +247,34 @@ __global__ void __launch_bounds__(kSortedThreads) SampleSortedKernel(SampleParam
     if ((threadIdx.x & 31) == 0) { fv[threadIdx.x >> 5] = bv; fi[threadIdx.x >> 5] = bi; }
     __syncthreads();
     if (threadIdx.x == 0) {
-      for (int w = 1; w < kSortedThreads / 32; ++w)
+      for (int w = 1; w < kSegThreads / 32; ++w)
         if (fv[w] > bv || (fv[w] == bv && fi[w] < bi)) { bv = fv[w]; bi = fi[w]; }
       p.out_ids[row] = bi == 0x7fffffff ? 0 : bi;
     }
     return;
   }
-  const uint64_t* sk = sorted_keys + row * V;
-  const int32_t* ord = order + row * V;
-  double* cum = cum_all + row * V;
-  const double Td = T;
-  const double mx = static_cast<double>(KeyValue(sk[0])) / Td;
-  const int64_t chunk = (V + kSortedThreads - 1) / kSortedThreads;
-  const int64_t c0 = threadIdx.x * chunk, c1 = min(V, c0 + chunk);
-  double local = 0.0;
-  for (int64_t i = c0; i < c1; ++i) {
-    local += exp(static_cast<double>(KeyValue(sk[i])) / Td - mx);
-    cum[i] = local;
+  if (threadIdx.x == 0) {  // the segments' offsets (exclusive sums of their totals), in order
+    double acc = 0.0;
+    for (int sg = 0; sg < nseg; ++sg) {
+      off[sg] = acc;
+      acc += seg_total[row * nseg + sg];
+    }
   }
-  double off;
-  BlockScanS(scan).ExclusiveSum(local, off);
-  for (int64_t i = c0; i < c1; ++i) cum[i] += off;
-  __syncthreads();  // every thread's prefix sums visible to the block
+  __syncthreads();
+  const double* cum = cum_all + row * V;
+  const auto value = [&](int64_t k) { return cum[k] + off[k / kSegItems]; };
   int64_t keep = V;
   const int tk = p.top_k[row];
   if (tk > 0 && tk < keep) keep = tk;
-  double kept = cum[keep - 1];
+  double kept = value(keep - 1);
   const float tp = p.top_p[row];
   if (tp > 0.f && tp < 1.f) {
-    const int64_t k = FindFirstSorted(cum, keep, chunk, static_cast<double>(tp) * kept, true, &s_found);
-    if (k < keep) { keep = k + 1; kept = cum[k]; }
+    const int64_t k = FindFirstSegmented(cum, off, keep, static_cast<double>(tp) * kept, true, &s_min);
+    if (k < keep) { keep = k + 1; kept = value(k); }
   }
   const double u = static_cast<double>(SplitMix64(p.seed[row] ^ SplitMix64(p.step[row])) >> 11) * 0x1.0p-53;
-  const int64_t k = FindFirstSorted(cum, keep, chunk, u * kept, false, &s_found);
-  if (threadIdx.x == 0) p.out_ids[row] = ord[k < keep ? k : keep - 1];
+  const int64_t k = FindFirstSegmented(cum, off, keep, u * kept, false, &s_min);
+  if (threadIdx.x == 0) p.out_ids[row] = order[row * V + (k < keep ? k : keep - 1)];
 }
 
 // Argmax of each row (lowest id on ties, as cpu::Sample; NaN never wins, a row of only NaN
@@ -331,17 +365,29 @@ void Sample(const SampleParams& p) {
   SampleWorkspace& w = p.ws ? *p.ws : local;
   if (p.device_sort) {
     // keys_in: the 64-bit keys, then (after the sort) the prefix sums; keys_out: sorted keys.
+    DS_CHECK(p.vocab <= int64_t{kMaxSegments} * kSegItems) << "Sample: vocab " << p.vocab << " above the sorted path's limit";
     const size_t need8 = n * sizeof(uint64_t), need4 = n * sizeof(int32_t);
+    // offsets: the segments' totals [rows, segments] (double).
+    const size_t need_seg = p.rows * ((p.vocab + kSegItems - 1) / kSegItems) * sizeof(double);
     if (p.ws && (w.keys_in.size() < need8 || w.keys_out.size() < need8 || w.vals_in.size() < need4 ||
-                 w.vals_out.size() < need4))
+                 w.vals_out.size() < need4 || w.offsets.size() < need_seg))
       DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));  // growing: the old blocks go back to the shared pool
+    w.offsets.Reserve(need_seg);
     w.keys_in.Reserve(need8);
     w.keys_out.Reserve(need8);
     w.vals_in.Reserve(need4);
     w.vals_out.Reserve(need4);
+    cudaEvent_t ev[4] = {nullptr, nullptr, nullptr, nullptr};
+    const auto mark = [&](int i) {
+      if (!p.stage_ms) return;
+      if (!ev[i]) DS_CUDA_CHECK(cudaEventCreate(&ev[i]));
+      DS_CUDA_CHECK(cudaEventRecord(ev[i], p.stream));
+    };
+    mark(0);
     SortKeysKernel<<<dev::CeilDiv(n, 256), 256, 0, p.stream>>>(p.logits, p.ld, p.rows, p.vocab, w.keys_in.as<uint64_t>(),
                                                                w.vals_in.as<int32_t>());
     DS_CUDA_CHECK_LAUNCH("SortKeysKernel");
+    mark(1);
     int row_bits = 0;
     while ((int64_t{1} << row_bits) < p.rows) ++row_bits;
     size_t temp_bytes = 0;
@@ -353,9 +399,20 @@ void Sample(const SampleParams& p) {
     DS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(w.temp.get(), temp_bytes, w.keys_in.as<uint64_t>(),
                                                   w.keys_out.as<uint64_t>(), w.vals_in.as<int32_t>(),
                                                   w.vals_out.as<int32_t>(), n, 0, 32 + row_bits, p.stream));
-    SampleSortedKernel<<<p.rows, kSortedThreads, 0, p.stream>>>(p, w.keys_out.as<uint64_t>(), w.vals_out.as<int32_t>(),
-                                                               w.keys_in.as<double>());
-    DS_CUDA_CHECK_LAUNCH("SampleSortedKernel");
+    mark(2);
+    const int nseg = static_cast<int>((p.vocab + kSegItems - 1) / kSegItems);
+    SortedScanKernel<<<dim3(nseg, static_cast<unsigned>(p.rows)), kSegThreads, 0, p.stream>>>(
+        p, w.keys_out.as<uint64_t>(), w.keys_in.as<double>(), w.offsets.as<double>(), nseg);
+    DS_CUDA_CHECK_LAUNCH("SortedScanKernel");
+    SortedDrawKernel<<<p.rows, kSegThreads, 0, p.stream>>>(p, w.vals_out.as<int32_t>(), w.keys_in.as<double>(),
+                                                           w.offsets.as<double>(), nseg);
+    DS_CUDA_CHECK_LAUNCH("SortedDrawKernel");
+    mark(3);
+    if (p.stage_ms) {
+      DS_CUDA_CHECK(cudaEventSynchronize(ev[3]));
+      for (int i = 0; i < 3; ++i) DS_CUDA_CHECK(cudaEventElapsedTime(&p.stage_ms[i], ev[i], ev[i + 1]));
+      for (cudaEvent_t e : ev) cudaEventDestroy(e);
+    }
     if (!p.ws) DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));
     return;
   }
