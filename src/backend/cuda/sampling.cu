@@ -32,6 +32,30 @@ __global__ void CopyRowsKernel(const float* src, int64_t ld, float* dst, int64_t
   if (i < rows * vocab) dst[i] = src[(i / vocab) * ld + i % vocab];
 }
 
+// A temperature <= 0 row inside a sampled batch: the argmax of the row (lg [V]) by a block of
+// kThreads, written to *out by thread 0. Each thread takes its first id, then any greater value
+// (NaN never compares greater: a thread whose first value is NaN keeps it, as the CPU's loop keeps
+// index 0), then the block reduces (larger value, then lower id). fv / fi: kThreads / 32 entries
+// of shared memory.
+__device__ void BlockRowArgmax(const float* lg, int64_t V, float* fv, int* fi, int32_t* out) {
+  float bv = -INFINITY;
+  int bi = 0x7fffffff;
+  for (int64_t i = threadIdx.x; i < V; i += kThreads)
+    if (bi == 0x7fffffff || lg[i] > bv) { bv = lg[i]; bi = static_cast<int>(i); }
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+  }
+  if ((threadIdx.x & 31) == 0) { fv[threadIdx.x >> 5] = bv; fi[threadIdx.x >> 5] = bi; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w)
+      if (fv[w] > bv || (fv[w] == bv && fi[w] < bi)) { bv = fv[w]; bi = fi[w]; }
+    *out = bi == 0x7fffffff ? 0 : bi;
+  }
+}
+
 using BlockScanD = cub::BlockScan<double, kThreads>;
 using BlockReduceD = cub::BlockReduce<double, kThreads>;
 
@@ -80,22 +104,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleParams p, const f
   const float T = p.temperature[row];
   const float* lg = p.logits + row * p.ld;
   if (T <= 0.f) {
-    float bv = -INFINITY; int bi = 0x7fffffff;
-    for (int64_t i = threadIdx.x; i < V; i += kThreads)
-      if (bi == 0x7fffffff || lg[i] > bv) { bv = lg[i]; bi = static_cast<int>(i); }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-    }
-    if ((threadIdx.x & 31) == 0) { fv[threadIdx.x >> 5] = bv; fi[threadIdx.x >> 5] = bi; }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < kThreads / 32; ++w)
-        if (fv[w] > bv || (fv[w] == bv && fi[w] < bi)) { bv = fv[w]; bi = fi[w]; }
-      // NaN logits never compare greater: fall back to lane 0's pick (as the CPU's loop).
-      p.out_ids[row] = bi == 0x7fffffff ? 0 : bi;
-    }
+    BlockRowArgmax(lg, V, fv, fi, p.out_ids + row);
     return;
   }
   const float* sl = sorted_logits + row * V;
@@ -165,7 +174,7 @@ __global__ void SortKeysKernel(const float* logits, int64_t ld, int64_t rows, in
 // prefix sum, so a segment's end equals its last entry). SortedDrawKernel then adds the
 // segments' offsets and runs SampleKernel's top_k, top_p and draw as searches of the
 // non-decreasing prefix sums, in unnormalised mass (the same ratios).
-constexpr int kSegThreads = 256, kSegPerThread = 16, kSegItems = kSegThreads * kSegPerThread;
+constexpr int kSegThreads = kThreads, kSegPerThread = 16, kSegItems = kSegThreads * kSegPerThread;
 constexpr int kMaxSegments = 1024;  // vocab <= 4M
 using BlockScanSeg = cub::BlockScan<double, kSegThreads>;
 
@@ -233,24 +242,8 @@ __global__ void __launch_bounds__(kSegThreads) SortedDrawKernel(SampleParams p, 
   __shared__ int fi[kSegThreads / 32];
   const int64_t row = blockIdx.x, V = p.vocab;
   const float T = p.temperature[row];
-  if (T <= 0.f) {  // SampleKernel's argmax of the unsorted row, NaN rule included
-    const float* lg = p.logits + row * p.ld;
-    float bv = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int64_t i = threadIdx.x; i < V; i += kSegThreads)
-      if (bi == 0x7fffffff || lg[i] > bv) { bv = lg[i]; bi = static_cast<int>(i); }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-    }
-    if ((threadIdx.x & 31) == 0) { fv[threadIdx.x >> 5] = bv; fi[threadIdx.x >> 5] = bi; }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      for (int w = 1; w < kSegThreads / 32; ++w)
-        if (fv[w] > bv || (fv[w] == bv && fi[w] < bi)) { bv = fv[w]; bi = fi[w]; }
-      p.out_ids[row] = bi == 0x7fffffff ? 0 : bi;
-    }
+  if (T <= 0.f) {  // SampleKernel's argmax of the unsorted row
+    BlockRowArgmax(p.logits + row * p.ld, V, fv, fi, p.out_ids + row);
     return;
   }
   if (threadIdx.x == 0) {  // the segments' offsets (exclusive sums of their totals), in order
