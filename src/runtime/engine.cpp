@@ -162,8 +162,7 @@ void Engine::Stop() {
     } catch (const std::exception& e) {
       DS_LOG(ERROR) << "engine: finishing the last step failed: " << e.what();
       inflight_.reset();
-      for (ForwardOutput drop; runner_->Finish(&drop).ok();) {
-      }
+      for (ForwardOutput drop; runner_->NumLaunched() > 0;) (void)runner_->Finish(&drop);
     }
   }
   // Abort whatever is left (callers waiting on outputs get a final "abort").
@@ -192,8 +191,7 @@ void Engine::Loop() {
       DS_LOG(ERROR) << "engine step failed: " << e.what() << "; aborting running requests";
       // The runner's launched steps: finish them, dropping their outputs.
       inflight_.reset();
-      for (ForwardOutput drop; runner_->Finish(&drop).ok();) {
-      }
+      for (ForwardOutput drop; runner_->NumLaunched() > 0;) (void)runner_->Finish(&drop);
       std::vector<Sequence*> victims(running_.begin(), running_.end());
       for (Sequence* s : victims) AbortSeq(s, "error", e.what());
     }

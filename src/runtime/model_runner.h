@@ -99,6 +99,8 @@ class ModelRunner {
   virtual Status Finish(ForwardOutput* out);
   // Whether Launch returns before the step has run (decode steps this runner samples).
   virtual bool CanOverlap() const { return false; }
+  // Launched steps whose outputs Finish has not returned yet (failed ones included).
+  virtual size_t NumLaunched() const { return done_.size(); }
 
  protected:
   // b.prev_sample_rows resolved into b.token_ids from `prev_ids` (the previous step's sampled

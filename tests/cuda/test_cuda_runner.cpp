@@ -1214,6 +1214,7 @@ TEST(CudaRunner, OverlapLaunchMatchesSerialForward) {
     for (int r = 0; r < kSeqs; ++r) ids_over[done][seq_of_row(done, r)] = out.token_ids[r];
   }
   ASSERT_FALSE(overlapped.Finish(&out).ok());  // nothing left
+  EXPECT_EQ(overlapped.NumLaunched(), 0u);
   int mismatches = 0;
   for (int step = 0; step <= kSteps; ++step)
     for (int s = 0; s < kSeqs; ++s) mismatches += ids_serial[step][s] != ids_over[step][s];

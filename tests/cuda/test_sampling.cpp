@@ -25,6 +25,7 @@ TEST(CudaSampling, MatchesCpu) {
     temp[r] = s.T; top_p[r] = s.top_p; top_k[r] = s.top_k;
     seed[r] = Rng()(); step[r] = r * 7;
   }
+  logits[8 * V] = NAN;         // a greedy row (T 0) whose first logit is NaN: NaN never wins
   logits[11 * V + 3] = -0.0f;  // -0.0 and +0.0: equal probabilities, lower id first
   logits[11 * V + 4] = 0.0f;
   Dev<float> dl(logits), dt(temp), dp(top_p);

@@ -237,10 +237,12 @@ TEST(Engine, RunnerLaunchFinishResolvesPrevSampleRows) {
   ForwardBatch next = decode({0, 0});
   next.prev_sample_rows = {1, 0};
   ASSERT_TRUE(b.Launch(next).ok());
+  EXPECT_EQ(b.NumLaunched(), 2u);
   ASSERT_TRUE(b.Finish(&f).ok());
   EXPECT_EQ(f.token_ids, o1.token_ids);
   ASSERT_TRUE(b.Finish(&f).ok());
   EXPECT_EQ(f.token_ids, o2.token_ids);
+  EXPECT_EQ(b.NumLaunched(), 0u);
   EXPECT_EQ(b.Finish(&f).code(), StatusCode::kInvalidArgument);
 }
 

@@ -1303,7 +1303,10 @@ Status CudaModelRunner::CompleteOldest() {
     l.async = false;
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
-      return Internal(std::string("cuda runner: overlapped decode step: ") + cudaGetErrorString(e));
+      // Kept in launched_ with its error, so Finish reports it for this step (the ids are not
+      // valid); the caller of this wait gets it too.
+      l.status = Internal(std::string("cuda runner: overlapped decode step: ") + cudaGetErrorString(e));
+      return l.status;
     }
     std::memcpy(l.out.token_ids.data(), samp_ring_[l.slot].get(), l.out.token_ids.size() * 4);
     if (&l == &launched_.back()) last_ids_ = l.out.token_ids;  // the next step's prev_sample_rows
@@ -1331,7 +1334,12 @@ Status CudaModelRunner::Launch(const ForwardBatch& batch) {
   // Queued without waiting: a sampled decode step whose graph is captured. Its previous-row ids
   // are gathered on the device when the previous step was queued too (its ids still in
   // samp_ids_); after a step run inside Launch they are on the host already and resolved here.
-  const bool async = CanOverlap() && !batch.sampling.empty() && GraphEligible(batch) && GraphReady(batch);
+  // Rows sampled in order (the identity logits_indices, as the engine's and one-batch's decode
+  // steps): R <= the bucket, so the ids fit a ring slot, and no row gather buffer grows.
+  bool identity_rows = R == batch.num_seqs();
+  for (int64_t r = 0; identity_rows && r < R; ++r) identity_rows = batch.logits_indices[r] == r;
+  const bool async =
+      CanOverlap() && !batch.sampling.empty() && identity_rows && GraphEligible(batch) && GraphReady(batch);
   ForwardBatch b = batch;
   if (uses_prev && !(async && last_async_)) {
     if (!async)
@@ -1387,12 +1395,11 @@ Status CudaModelRunner::Launch(const ForwardBatch& batch) {
 
 Status CudaModelRunner::Finish(ForwardOutput* out) {
   if (launched_.empty()) return InvalidArgument("cuda runner: Finish with no launched step");
-  if (launched_.front().async) {
-    const Status st = CompleteOldest();
-    if (!st.ok()) {
-      launched_.pop_front();
-      return st;
-    }
+  if (launched_.front().async) (void)CompleteOldest();  // its error, if any, lands in its status
+  const Status st = launched_.front().status;
+  if (!st.ok()) {
+    launched_.pop_front();
+    return st;
   }
   *out = std::move(launched_.front().out);
   launched_.pop_front();
@@ -1409,8 +1416,11 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
   }
   DS_RETURN_IF_ERROR(CheckBatch(batch));
   // Steps queued by Launch come first (their outputs wait in launched_ for Finish): this step's
-  // host-side buffers (SampleRows' pinned ids) are then free of them.
+  // host-side buffers (SampleRows' pinned ids) are then free of them. This step is no launch: a
+  // later Launch's prev_sample_rows still name the last launched step, whose ids are on the host
+  // now (last_ids_), not in samp_ids_, which this step's sampling overwrites.
   while (NumAsyncInFlight() > 0) DS_RETURN_IF_ERROR(CompleteOldest());
+  last_async_ = false;
   if (!batch.prev_sample_rows.empty())
     for (int32_t r : batch.prev_sample_rows)
       if (r >= 0) return InvalidArgument("cuda runner: prev_sample_rows needs Launch, not Forward");

@@ -135,6 +135,7 @@ class CudaModelRunner : public ModelRunner {
   Status Launch(const ForwardBatch& batch) override;
   Status Finish(ForwardOutput* out) override;
   bool CanOverlap() const override { return opts_.cuda_graphs && !prof_on_; }
+  size_t NumLaunched() const override { return launched_.size(); }
 
   Status Init(const Checkpoint* ckpt);
 
@@ -209,6 +210,7 @@ class CudaModelRunner : public ModelRunner {
     bool async = false;  // queued on s_: ids land in samp_ring_[slot] when ring_ev_[slot] fires
     int slot = 0;
     ForwardOutput out;   // a sync step's output; an async step's token_ids sized R
+    Status status;       // an async step that failed on the device: Finish returns this
   };
   std::deque<LaunchedStep> launched_;
   PinnedHostBuffer samp_ring_[2];  // async steps' sampled ids (kMaxGraphBucket each)
@@ -409,21 +411,24 @@ class CudaModelRunner : public ModelRunner {
   void StepMark(int i) {
     if (!step_tl_ || capturing_) return;
     if (i == 0) {
-      if (step_tl_ev_.size() >= 4096) return;
+      tl_active_ = step_tl_ev_.size() < 4096;
+      if (!tl_active_) return;
       StepEvents se;
       for (cudaEvent_t& e : se.e) DS_CUDA_CHECK(cudaEventCreate(&e));
       step_tl_ev_.push_back(se);
     }
-    if (step_tl_ev_.empty() || !step_tl_ev_.back().e[i]) return;
+    if (!tl_active_) return;  // this step's mark 0 was not recorded
     DS_CUDA_CHECK(cudaEventRecord(step_tl_ev_.back().e[i], s_));
     step_tl_ev_.back().marks |= 1 << i;
   }
   // Drops the current step's events (a step that did not replay its graph).
   void StepDrop() {
-    if (!step_tl_ || step_tl_ev_.empty()) return;
+    if (!step_tl_ || !tl_active_) return;
     for (cudaEvent_t e : step_tl_ev_.back().e) cudaEventDestroy(e);
     step_tl_ev_.pop_back();
+    tl_active_ = false;
   }
+  bool tl_active_ = false;  // the current step's events are step_tl_ev_.back()
   void ReportStepTimeline();
   std::vector<std::pair<std::string, cudaEvent_t>> cap_marks_;  // marks of the graph being captured
   // After a replay of g (stream synchronised): adds its phases' device times to prof_ms_.

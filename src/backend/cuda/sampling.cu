@@ -33,15 +33,14 @@ __global__ void CopyRowsKernel(const float* src, int64_t ld, float* dst, int64_t
 }
 
 // A temperature <= 0 row inside a sampled batch: the argmax of the row (lg [V]) by a block of
-// kThreads, written to *out by thread 0. Each thread takes its first id, then any greater value
-// (NaN never compares greater: a thread whose first value is NaN keeps it, as the CPU's loop keeps
-// index 0), then the block reduces (larger value, then lower id). fv / fi: kThreads / 32 entries
-// of shared memory.
+// kThreads, written to *out by thread 0, with cpu::GreedyArgmax's rule (ArgmaxKernel's): the
+// larger value, then the lower id; NaN never wins; a row of only NaN gives 0. fv / fi: kThreads /
+// 32 entries of shared memory.
 __device__ void BlockRowArgmax(const float* lg, int64_t V, float* fv, int* fi, int32_t* out) {
   float bv = -INFINITY;
   int bi = 0x7fffffff;
   for (int64_t i = threadIdx.x; i < V; i += kThreads)
-    if (bi == 0x7fffffff || lg[i] > bv) { bv = lg[i]; bi = static_cast<int>(i); }
+    if (lg[i] > bv || (lg[i] == bv && static_cast<int>(i) < bi)) { bv = lg[i]; bi = static_cast<int>(i); }
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
     const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
