@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <unordered_set>
 
 #include "common/check.h"
 #include "common/logging.h"
@@ -498,8 +499,32 @@ bool Engine::Step() {
   return true;
 }
 
+bool Engine::PolicySchedulesJust(const InFlight& f, const std::vector<Sequence*>& seqs) {
+  std::unordered_set<uint64_t> in_step(f.samplers.begin(), f.samplers.end()), going_on;
+  for (const Sequence* s : seqs) going_on.insert(s->req.id);
+  std::vector<SchedSeq> run_view, wait_view;
+  for (Sequence* s : running_) {
+    const int64_t id = static_cast<int64_t>(s->req.id);
+    const int n = static_cast<int>(s->tokens.size()), left = std::max(0, s->req.params.max_tokens - s->num_output());
+    if (!in_step.count(s->req.id)) {
+      run_view.push_back({id, n, s->num_computed, static_cast<int>(s->blocks.ids.size()), left});
+    } else if (going_on.count(s->req.id)) {  // the step in flight done: one token more, computed through n
+      run_view.push_back({id, n + 1, n, static_cast<int>(s->blocks.ids.size()), std::max(0, left - 1)});
+    }  // else it ends by length at the step in flight
+  }
+  for (Sequence* s : waiting_)
+    wait_view.push_back({static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()), 0, 0,
+                         std::max(0, s->req.params.max_tokens - s->num_output())});
+  View view(this);
+  const SchedulerDecision d = policy_->Schedule(run_view, wait_view, view);
+  if (!d.preempted.empty() || d.scheduled.size() != seqs.size()) return false;
+  for (const ScheduledSeq& sc : d.scheduled)
+    if (sc.from_waiting || sc.num_new_tokens != 1 || !going_on.count(static_cast<uint64_t>(sc.id))) return false;
+  return true;
+}
+
 std::optional<Engine::InFlight> Engine::LaunchLookahead(const InFlight& f) {
-  if (!opts_.overlap_schedule || !runner_->CanOverlap() || !f.all_decode || !waiting_.empty()) return std::nullopt;
+  if (!opts_.overlap_schedule || !runner_->CanOverlap() || !f.all_decode) return std::nullopt;
   // The sequences that go on: not aborted since the launch, and not ending by length at the
   // step in flight; each with its row in that step.
   std::vector<Sequence*> seqs;
@@ -518,6 +543,10 @@ std::optional<Engine::InFlight> Engine::LaunchLookahead(const InFlight& f) {
     rows.push_back(static_cast<int32_t>(r));
   }
   if (seqs.empty() || need_blocks > blocks_.num_free_blocks()) return std::nullopt;
+  // With requests waiting, only where the policy, asked now with the step in flight counted as
+  // done, would schedule just these decodes (no admission, no preemption): then the lookahead is
+  // the step it would run (an admission that the step in flight's stops make possible waits a step).
+  if (!waiting_.empty() && !PolicySchedulesJust(f, seqs)) return std::nullopt;
   ForwardBatch batch;
   int max_blocks = 0;
   for (Sequence* s : seqs) {

@@ -162,6 +162,10 @@ class Engine {
   // Overlap scheduling: launches the next decode step of inflight_'s sequences (ids from its
   // sampled rows) when it may; returns the new step, or nullopt (nothing launched).
   std::optional<InFlight> LaunchLookahead(const InFlight& f);
+  // With requests waiting: whether the policy, given the running sequences with the step in
+  // flight counted as done (its sequences one token longer; those ending by length there left
+  // out), schedules exactly one decode token for each of `seqs` and nothing else.
+  bool PolicySchedulesJust(const InFlight& f, const std::vector<Sequence*>& seqs);
 
   ModelRunner* runner_;
   const TokenDecoder* decoder_;
