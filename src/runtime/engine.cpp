@@ -162,8 +162,7 @@ void Engine::Stop() {
       FinishInflight();
     } catch (const std::exception& e) {
       DS_LOG(ERROR) << "engine: finishing the last step failed: " << e.what();
-      inflight_.reset();
-      for (ForwardOutput drop; runner_->NumLaunched() > 0;) (void)runner_->Finish(&drop);
+      DropLaunched();
     }
   }
   // Abort whatever is left (callers waiting on outputs get a final "abort").
@@ -190,9 +189,7 @@ void Engine::Loop() {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     } catch (const std::exception& e) {
       DS_LOG(ERROR) << "engine step failed: " << e.what() << "; aborting running requests";
-      // The runner's launched steps: finish them, dropping their outputs.
-      inflight_.reset();
-      for (ForwardOutput drop; runner_->NumLaunched() > 0;) (void)runner_->Finish(&drop);
+      DropLaunched();
       std::vector<Sequence*> victims(running_.begin(), running_.end());
       for (Sequence* s : victims) AbortSeq(s, "error", e.what());
     }
@@ -381,12 +378,9 @@ bool Engine::Step() {
   std::vector<SchedSeq> run_view, wait_view;
   run_view.reserve(running_.size());
   for (Sequence* s : running_)
-    run_view.push_back({static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()),
-                        s->num_computed, static_cast<int>(s->blocks.ids.size()),
-                        std::max(0, s->req.params.max_tokens - s->num_output())});
+    run_view.push_back(RunningView(s));
   for (Sequence* s : waiting_)
-    wait_view.push_back({static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()),
-                         0, 0, std::max(0, s->req.params.max_tokens - s->num_output())});
+    wait_view.push_back(WaitingView(s));
   View view(this);
   SchedulerDecision d = policy_->Schedule(run_view, wait_view, view);
 
@@ -486,7 +480,7 @@ bool Engine::Step() {
   f.runner_sampled = !batch.sampling.empty();
   f.all_decode = f.runner_sampled && num_prefill_tokens == 0 && samplers.size() == items.size();
   for (const Item& it : items) {
-    f.items.push_back({it.s->req.id, it.start, it.num_new, it.start < it.s->num_prompt});
+    f.items.push_back({it.s->req.id, it.start, it.num_new});
     f.all_decode = f.all_decode && it.num_new == 1;
   }
   for (const Sequence* s : samplers) f.samplers.push_back(s->req.id);
@@ -499,22 +493,36 @@ bool Engine::Step() {
   return true;
 }
 
+SchedSeq Engine::RunningView(const Sequence* s) {
+  return {static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()), s->num_computed,
+          static_cast<int>(s->blocks.ids.size()), std::max(0, s->req.params.max_tokens - s->num_output())};
+}
+
+SchedSeq Engine::WaitingView(const Sequence* s) {
+  return {static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()), 0, 0,
+          std::max(0, s->req.params.max_tokens - s->num_output())};
+}
+
+void Engine::DropLaunched() {
+  inflight_.reset();
+  for (ForwardOutput drop; runner_->NumLaunched() > 0;) (void)runner_->Finish(&drop);
+}
+
 bool Engine::PolicySchedulesJust(const InFlight& f, const std::vector<Sequence*>& seqs) {
   std::unordered_set<uint64_t> in_step(f.samplers.begin(), f.samplers.end()), going_on;
   for (const Sequence* s : seqs) going_on.insert(s->req.id);
   std::vector<SchedSeq> run_view, wait_view;
   for (Sequence* s : running_) {
-    const int64_t id = static_cast<int64_t>(s->req.id);
-    const int n = static_cast<int>(s->tokens.size()), left = std::max(0, s->req.params.max_tokens - s->num_output());
-    if (!in_step.count(s->req.id)) {
-      run_view.push_back({id, n, s->num_computed, static_cast<int>(s->blocks.ids.size()), left});
-    } else if (going_on.count(s->req.id)) {  // the step in flight done: one token more, computed through n
-      run_view.push_back({id, n + 1, n, static_cast<int>(s->blocks.ids.size()), std::max(0, left - 1)});
-    }  // else it ends by length at the step in flight
+    SchedSeq v = RunningView(s);
+    if (in_step.count(s->req.id)) {
+      if (!going_on.count(s->req.id)) continue;  // it ends by length at the step in flight
+      // The step in flight done: one token more, computed through the old count.
+      v.num_computed = v.num_tokens++;
+      v.remaining_output = std::max(0, v.remaining_output - 1);
+    }
+    run_view.push_back(v);
   }
-  for (Sequence* s : waiting_)
-    wait_view.push_back({static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()), 0, 0,
-                         std::max(0, s->req.params.max_tokens - s->num_output())});
+  for (Sequence* s : waiting_) wait_view.push_back(WaitingView(s));
   View view(this);
   const SchedulerDecision d = policy_->Schedule(run_view, wait_view, view);
   if (!d.preempted.empty() || d.scheduled.size() != seqs.size()) return false;
@@ -572,7 +580,7 @@ std::optional<Engine::InFlight> Engine::LaunchLookahead(const InFlight& f) {
     std::copy(s->blocks.ids.begin(), s->blocks.ids.end(), batch.block_tables.begin() + i * max_blocks);
     batch.logits_indices.push_back(static_cast<int32_t>(i));
     batch.sampling.push_back({p.temperature, p.top_p, p.top_k, s->seed, static_cast<uint64_t>(s->num_output() + 1)});
-    next.items.push_back({s->req.id, n, 1, false});
+    next.items.push_back({s->req.id, n, 1});
     next.samplers.push_back(s->req.id);
   }
   next.num_decode = static_cast<int>(seqs.size());

@@ -47,8 +47,8 @@ struct EngineOptions {
   std::vector<int32_t> eos_token_ids;  // EOS tokens (stop unless ignore_eos)
   double stats_interval_s = 10.0;   // periodic INFO line; 0 = off
   // Overlap scheduling (SGLang's overlap scheduler; off: --disable-overlap-schedule). When the
-  // step in flight is all decode, sampled by the runner, and no request waits, the next decode
-  // step of the same sequences is launched (its token ids are the step in flight's sampled rows,
+  // step in flight is all decode and sampled by the runner (and, with requests waiting, the policy
+  // would schedule just those decodes next), the next decode step of the same sequences is launched (its token ids are the step in flight's sampled rows,
   // ModelRunner::Launch's prev_sample_rows) before that step's outputs are processed, so the
   // host's share of a step runs while the device works. Only with a runner that overlaps
   // (ModelRunner::CanOverlap). A sequence that stops at the step in flight has its extra step's
@@ -147,7 +147,6 @@ class Engine {
     struct Item {
       uint64_t id;
       int start, num_new;
-      bool prefill;  // start < num_prompt at launch
     };
     std::vector<Item> items;
     std::vector<uint64_t> samplers;  // request ids whose rows are sampled, in row order
@@ -166,6 +165,12 @@ class Engine {
   // flight counted as done (its sequences one token longer; those ending by length there left
   // out), schedules exactly one decode token for each of `seqs` and nothing else.
   bool PolicySchedulesJust(const InFlight& f, const std::vector<Sequence*>& seqs);
+  // The policy's view of a running / waiting sequence.
+  static SchedSeq RunningView(const Sequence* s);
+  static SchedSeq WaitingView(const Sequence* s);
+  // Forgets inflight_ and finishes every step the runner still holds, dropping the outputs
+  // (error paths, Stop).
+  void DropLaunched();
 
   ModelRunner* runner_;
   const TokenDecoder* decoder_;

@@ -1315,11 +1315,16 @@ Status CudaModelRunner::CompleteOldest() {
   return Status::Ok();
 }
 
-Status CudaModelRunner::Launch(const ForwardBatch& batch) {
+Status CudaModelRunner::UseDevice() const {
   if (const cudaError_t e = cudaSetDevice(opts_.device); e != cudaSuccess) {
     (void)cudaGetLastError();
     return Internal("cuda runner: cudaSetDevice(" + std::to_string(opts_.device) + "): " + cudaGetErrorString(e));
   }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::Launch(const ForwardBatch& batch) {
+  DS_RETURN_IF_ERROR(UseDevice());
   DS_RETURN_IF_ERROR(CheckBatch(batch));
   bool uses_prev = false;
   for (int32_t r : batch.prev_sample_rows) {
@@ -1407,13 +1412,7 @@ Status CudaModelRunner::Finish(ForwardOutput* out) {
 }
 
 Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
-  // The current device is per host thread: the runner was made with opts_.device current on
-  // the creating thread, but an engine calls Forward from its own thread (serve: DP rank r's
-  // engine thread, whose current device would otherwise be 0).
-  if (const cudaError_t e = cudaSetDevice(opts_.device); e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return Internal("cuda runner: cudaSetDevice(" + std::to_string(opts_.device) + "): " + cudaGetErrorString(e));
-  }
+  DS_RETURN_IF_ERROR(UseDevice());
   DS_RETURN_IF_ERROR(CheckBatch(batch));
   // Steps queued by Launch come first (their outputs wait in launched_ for Finish): this step's
   // host-side buffers (SampleRows' pinned ids) are then free of them. This step is no launch: a

@@ -47,21 +47,22 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
   return v;
 }
 
-bool CudaModelRunner::GraphReady(const ForwardBatch& b) const {
+std::pair<int, int> CudaModelRunner::GraphKey(const ForwardBatch& b) {
   const int S = b.num_seqs();
   int need = 1;
   for (int s = 0; s < S; ++s) need = std::max(need, (b.context_lens[s] + kBlockSize - 1) / kBlockSize);
-  const auto it = graphs_.find({GraphBucket(S), GraphCapBlocks(need)});
+  return {GraphBucket(S), GraphCapBlocks(need)};
+}
+
+bool CudaModelRunner::GraphReady(const ForwardBatch& b) const {
+  const auto it = graphs_.find(GraphKey(b));
   return it != graphs_.end() && it->second && it->second->exec && ActivationPtrs() == graph_ptrs_;
 }
 
 void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out, int async_slot) {
   const int S = b.num_seqs();
-  const int bucket = GraphBucket(S);
+  const auto [bucket, cap] = GraphKey(b);
   DS_CHECK(bucket >= S) << "graph decode: " << S << " sequences, above the largest bucket";
-  int need = 1;
-  for (int s = 0; s < S; ++s) need = std::max(need, (b.context_lens[s] + kBlockSize - 1) / kBlockSize);
-  const int cap = GraphCapBlocks(need);
   // The padded batch: real rows first, then dummy rows (token 0 at position 0 of the scratch
   // block, context 1); every block-table entry past a row's own blocks is the scratch block.
   ForwardBatch pb;

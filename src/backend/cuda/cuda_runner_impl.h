@@ -21,10 +21,10 @@
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_runner.h"
-#include "backend/cuda/sampling.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/moe_route_permute.h"
 #include "backend/cuda/rope.h"
+#include "backend/cuda/sampling.h"
 #include "backend/cuda/skinny_gemm.h"
 #include "backend/cuda/stream.h"
 #include "common/logging.h"
@@ -229,7 +229,9 @@ class CudaModelRunner : public ModelRunner {
     for (const LaunchedStep& l : launched_) n += l.async;
     return n;
   }
-  // Finished outputs of sync steps / completed async steps wait in launched_ for Finish.
+  // cudaSetDevice(opts_.device) as a Status: the current device is per host thread, and an
+  // engine calls Launch / Forward from its own thread (serve: DP rank r's engine thread).
+  Status UseDevice() const;
   // ---- CUDA graphs for decode steps ----
   // A typed view of a part of a graph's input buffer.
   struct InputView {
@@ -265,7 +267,9 @@ class CudaModelRunner : public ModelRunner {
   // device, the ids sampled into samp_ring_[async_slot] with ring_ev_[async_slot] recorded, no
   // synchronisation (out->token_ids keeps its size only).
   void ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out, int async_slot = -1);
-  // The graph of (bucket, cap) for b, created (not captured) when new; whether it is captured.
+  // The (bucket, block-table width) key of b's graph.
+  static std::pair<int, int> GraphKey(const ForwardBatch& b);
+  // Whether b's graph is captured and valid (the activation buffers unchanged since).
   bool GraphReady(const ForwardBatch& b) const;
   void CaptureGraph(const ForwardBatch& padded, DecodeGraph* g);
   void CaptureGraphOnce(const ForwardBatch& padded, DecodeGraph* g);
@@ -399,7 +403,7 @@ class CudaModelRunner : public ModelRunner {
   }
   bool prof_on_ = false, prof_log_ = false;
   // CudaRunnerOptions::step_timeline: per replayed graph step, events at the input copy's start,
-  // the graph's start and end, and after the ids' copy back (tl_post_: recorded by the sampling).
+  // the graph's start and end, and after the ids' copy back (mark 3: tl_post_pending_).
   bool step_tl_ = false;
   struct StepEvents {
     cudaEvent_t e[4] = {nullptr, nullptr, nullptr, nullptr};

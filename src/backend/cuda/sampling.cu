@@ -342,6 +342,20 @@ __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(const float* logi
   }
 }
 
+// Grows w's key buffers (in and out) to `keys` bytes, value buffers to `vals`, offsets to `offs`.
+// With the caller's workspace (p.ws), first waits for the stream when one must grow: its old
+// block goes back to the device's pool, which other streams share.
+void ReserveScratch(const SampleParams& p, SampleWorkspace& w, size_t keys, size_t vals, size_t offs) {
+  if (p.ws && (w.keys_in.size() < keys || w.keys_out.size() < keys || w.vals_in.size() < vals ||
+               w.vals_out.size() < vals || w.offsets.size() < offs))
+    DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));
+  w.keys_in.Reserve(keys);
+  w.keys_out.Reserve(keys);
+  w.vals_in.Reserve(vals);
+  w.vals_out.Reserve(vals);
+  w.offsets.Reserve(offs);
+}
+
 }  // namespace
 
 void Sample(const SampleParams& p) {
@@ -358,17 +372,9 @@ void Sample(const SampleParams& p) {
   if (p.device_sort) {
     // keys_in: the 64-bit keys, then (after the sort) the prefix sums; keys_out: sorted keys.
     DS_CHECK(p.vocab <= int64_t{kMaxSegments} * kSegItems) << "Sample: vocab " << p.vocab << " above the sorted path's limit";
-    const size_t need8 = n * sizeof(uint64_t), need4 = n * sizeof(int32_t);
-    // offsets: the segments' totals [rows, segments] (double).
-    const size_t need_seg = p.rows * ((p.vocab + kSegItems - 1) / kSegItems) * sizeof(double);
-    if (p.ws && (w.keys_in.size() < need8 || w.keys_out.size() < need8 || w.vals_in.size() < need4 ||
-                 w.vals_out.size() < need4 || w.offsets.size() < need_seg))
-      DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));  // growing: the old blocks go back to the shared pool
-    w.offsets.Reserve(need_seg);
-    w.keys_in.Reserve(need8);
-    w.keys_out.Reserve(need8);
-    w.vals_in.Reserve(need4);
-    w.vals_out.Reserve(need4);
+    // keys: 64-bit; offsets: the segments' totals [rows, segments] (double).
+    ReserveScratch(p, w, n * sizeof(uint64_t), n * sizeof(int32_t),
+                   p.rows * ((p.vocab + kSegItems - 1) / kSegItems) * sizeof(double));
     cudaEvent_t ev[4] = {nullptr, nullptr, nullptr, nullptr};
     const auto mark = [&](int i) {
       if (!p.stage_ms) return;
@@ -408,14 +414,7 @@ void Sample(const SampleParams& p) {
     if (!p.ws) DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));
     return;
   }
-  const size_t need_keys = n * sizeof(float), need_vals = n * sizeof(int32_t), need_offs = (p.rows + 1) * sizeof(int32_t);
-  if (p.ws && (w.keys_in.size() < need_keys || w.vals_in.size() < need_vals || w.offsets.size() < need_offs))
-    DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));  // growing: the old blocks go back to the shared pool
-  w.keys_in.Reserve(need_keys);
-  w.keys_out.Reserve(need_keys);
-  w.vals_in.Reserve(need_vals);
-  w.vals_out.Reserve(need_vals);
-  w.offsets.Reserve(need_offs);
+  ReserveScratch(p, w, n * sizeof(float), n * sizeof(int32_t), (p.rows + 1) * sizeof(int32_t));
   DeviceBuffer& keys_in = w.keys_in;
   DeviceBuffer& keys_out = w.keys_out;
   DeviceBuffer& vals_in = w.vals_in;
