@@ -347,29 +347,32 @@ int RunOneBatch(int argc, char** argv) {
   // ids' copy back) runs while the device works. A step's time is then the interval between two
   // finished steps, as a client sees tokens arrive.
   const bool overlap = runner_samples && runner->CanOverlap() && !disable_overlap && output_len > 2;
-  if (overlap) {
-    auto set_step = [&](int step, bool from_prev) {
-      const int ctx = input_len + step;  // tokens in cache after this step
-      if (from_prev) {
-        b.token_ids.assign(batch, 0);
-        b.prev_sample_rows.resize(batch);
-        std::iota(b.prev_sample_rows.begin(), b.prev_sample_rows.end(), 0);
-      } else {
-        b.token_ids = next;
-        b.prev_sample_rows.clear();
-      }
-      b.positions.assign(batch, ctx - 1);
-      for (int s = 0; s <= batch; ++s) b.query_start[s] = s;
-      b.context_lens.assign(batch, ctx);
-      for (int s = 0; s < batch; ++s) b.logits_indices[s] = s;
+  // Decode step `step`'s batch (its ids the host's `next`, or, from_prev, the previous launched
+  // step's sampled rows); returns the context after it.
+  auto set_step = [&](int step, bool from_prev) {
+    const int ctx = input_len + step;  // tokens in cache after this step
+    if (from_prev) {
+      b.token_ids.assign(batch, 0);
+      b.prev_sample_rows.resize(batch);
+      std::iota(b.prev_sample_rows.begin(), b.prev_sample_rows.end(), 0);
+    } else {
+      b.token_ids = next;
+      b.prev_sample_rows.clear();
+    }
+    b.positions.assign(batch, ctx - 1);
+    for (int s = 0; s <= batch; ++s) b.query_start[s] = s;
+    b.context_lens.assign(batch, ctx);
+    for (int s = 0; s < batch; ++s) b.logits_indices[s] = s;
+    if (runner_samples)
       for (int s = 0; s < batch; ++s) b.sampling[s] = row_sampling(s, step);
-      return ctx;
-    };
-    auto record = [&](int ctx, double ms) {
-      step_ms.push_back(ms);
-      step_rl_ms.push_back(bench::RooflineTimeOf(bench::EstimateStep(cfg, bench::DecodeShape(batch, ctx), dt), hwr).ms());
-      step_ctx.push_back(ctx);
-    };
+    return ctx;
+  };
+  auto record = [&](int ctx, double ms) {
+    step_ms.push_back(ms);
+    step_rl_ms.push_back(bench::RooflineTimeOf(bench::EstimateStep(cfg, bench::DecodeShape(batch, ctx), dt), hwr).ms());
+    step_ctx.push_back(ctx);
+  };
+  if (overlap) {
     auto t_prev = Clock::now();
     int ctx_prev = set_step(1, false);
     st = runner->Launch(b);
@@ -391,23 +394,13 @@ int RunOneBatch(int argc, char** argv) {
     }
   }
   for (int step = 1; !overlap && step < output_len; ++step) {
-    const int ctx = input_len + step;  // tokens in cache after this step
-    b.token_ids = next;
-    b.positions.assign(batch, ctx - 1);
-    for (int s = 0; s <= batch; ++s) b.query_start[s] = s;
-    b.context_lens.assign(batch, ctx);
-    for (int s = 0; s < batch; ++s) b.logits_indices[s] = s;
-    if (runner_samples)
-      for (int s = 0; s < batch; ++s) b.sampling[s] = row_sampling(s, step);
+    const int ctx = set_step(step, false);
     auto ts = Clock::now();
     st = runner->Forward(b, &out);
     double ms = Ms(ts, Clock::now());
     if (!st.ok()) return Fail(who, 1, "decode step " + std::to_string(step) + ": " + st.ToString());
     argmax_rows(out, &next);
-    auto rl = bench::RooflineTimeOf(bench::EstimateStep(cfg, bench::DecodeShape(batch, ctx), dt), hwr);
-    step_ms.push_back(ms);
-    step_rl_ms.push_back(rl.ms());
-    step_ctx.push_back(ctx);
+    record(ctx, ms);
   }
 
   const std::map<std::string, double> decode_prof = runner->TakeProfile();
