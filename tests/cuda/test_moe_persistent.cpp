@@ -100,6 +100,25 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
   const std::vector<float> without = snapshot();
   EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * sizeof(float)), 0)
       << label << ": shared_first's act / residual / norm output differ from the launch without it";
+  // router_early (the router rows' first weights loaded before phase 0): the same bits too.
+  MoePersistentParams e = p;
+  e.router_early = true;
+  LaunchFromResidual(false, 1, e, res_in, [] {});
+  const std::vector<float> early = snapshot();
+  EXPECT_EQ(std::memcmp(with.data(), early.data(), with.size() * sizeof(float)), 0)
+      << label << ": router_early's act / residual / norm output differ from the launch without it";
+  EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": router_early left the router count nonzero";
+  // router_light (the logits on the blocks with one tile fewer), with and without router_early.
+  for (const bool with_early : {false, true}) {
+    MoePersistentParams l = p;
+    l.router_light = true;
+    l.router_early = with_early;
+    LaunchFromResidual(false, 1, l, res_in, [] {});
+    const std::vector<float> light = snapshot();
+    EXPECT_EQ(std::memcmp(with.data(), light.data(), with.size() * sizeof(float)), 0)
+        << label << ": router_light (router_early " << with_early << ") differs from the launch without it";
+    EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": router_light left the router count nonzero";
+  }
 }
 
 // shared_first: (MoePersistentParams::router_ready; ksplit 8), then ExpectSharedFirstBitsAndReset.
@@ -405,7 +424,13 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   // session21_2026-12-01_run15; bps 1, no shared_first, no l2_fetch: run 8; session 22's MoE
   // without barrier 2 (per-segment counters): session22_2026-12-01_run{2,3}; with the first 132
   // shared tiles done by the attention kernel: run 7.)
-  for (const auto& [bps, ks, qu, fetch, nn] : {std::tuple{2, 8, true, 1, true}, std::tuple{2, 8, true, 1, false}}) {
+  Dev<long long> d_tstamps(static_cast<size_t>(grid_max) * kMoePersistentTileStamps);
+  for (const auto& [bps, ks, qu, fetch, nn, early] :
+       {std::tuple{2, 8, true, 1, true, 0}, std::tuple{2, 8, true, 1, false, 0}, std::tuple{2, 8, true, 1, false, 1},
+        std::tuple{2, 8, true, 1, false, 2}, std::tuple{2, 8, true, 1, false, 3}}) {
+    // early: bit 0 router_early, bit 1 router_light.
+    p.router_early = (early & 1) != 0;
+    p.router_light = (early & 2) != 0;
     p.norm_weight = nn ? d_norm_w.get() : nullptr;
     p.l2_fetch = fetch;
     p.blocks_per_sm = bps;
@@ -415,15 +440,18 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
     std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn, grid, full,
-                bytes / full / 1e3, bytes / 1e6, bar);
+                "router_opts=%d grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn,
+                early, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();
+    q.tile_stamps = d_tstamps.get();
     q.stream = st;
+    DS_CUDA_CHECK(cudaMemsetAsync(d_tstamps.get(), 0, d_tstamps.size() * sizeof(long long), st));
     MoePersistent(q);
     DS_CUDA_CHECK(cudaStreamSynchronize(st));
     const std::vector<long long> s = d_stamps.Download();
+    const std::vector<long long> ts = d_tstamps.Download();
     // %globaltimer stamps (ns, one clock for all SMs): each interval's median / min / max over the
     // blocks, and when the last block reached its end (from the first block's start).
     const char* names[kMoePersistentStamps - 1] = {"phase1 router", "barrier1", "phase2 route+gate_up(routed+shared)",
@@ -434,7 +462,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       start_last = std::max(start_last, s[b * kMoePersistentStamps]);
     }
     std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                "start skew: last block started at %.2f us\n", bps, ks, qu, fetch, nn, 1e-3 * static_cast<double>(start_last - t0));
+                "router_opts=%d start skew: last block started at %.2f us\n", bps, ks, qu, fetch, nn, early,
+                1e-3 * static_cast<double>(start_last - t0));
     for (int i = 0; i + 1 < kMoePersistentStamps; ++i) {
       std::vector<long long> d(grid);
       long long last = t0;
@@ -444,8 +473,30 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       }
       std::sort(d.begin(), d.end());
       std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                  "%s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn, names[i],
+                  "router_opts=%d %s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn,
+                  early, names[i],
                   1e-3 * d[grid / 2], 1e-3 * d[0], 1e-3 * d[grid - 1], 1e-3 * static_cast<double>(last - t0));
+    }
+    // Phase 2 per group of blocks (router blocks b < E; then by their number of shared tiles):
+    // when each block's routing started and ended and each round's part ended, from the first
+    // block's start (us): median / max over the group.
+    const int64_t nshared = Is / 8;
+    const int64_t r0 = p.router_light ? (K * I + Is) / 8 % grid : 0;
+    const auto group_of = [&](int b) { return (b + grid - r0) % grid < E ? 0 : b < nshared - grid ? 1 : 2; };
+    const char* gnames[3] = {"router blocks", "2 shared tiles", "1 shared tile"};
+    for (int gi = 0; gi < 3; ++gi) {
+      for (int i = 0; i < kMoePersistentTileStamps; ++i) {
+        std::vector<double> v;
+        for (int b = 0; b < grid; ++b)
+          if (group_of(b) == gi && ts[b * kMoePersistentTileStamps + i] != 0)
+            v.push_back(1e-3 * static_cast<double>(ts[b * kMoePersistentTileStamps + i] - t0));
+        if (v.empty()) continue;
+        std::sort(v.begin(), v.end());
+        std::printf("[metric] op=moe_persistent_tiles router_opts=%d next_norm=%d group=\"%s\" blocks=%zu %s: median %.2f us, "
+                    "max %.2f\n", early, nn, gnames[gi], v.size(),
+                    i == 0 ? "route start" : i == 1 ? "route end" : ("round " + std::to_string(i - 2) + " end").c_str(),
+                    v[v.size() / 2], v.back());
+      }
     }
   }
   DS_CUDA_CHECK(cudaStreamDestroy(st));

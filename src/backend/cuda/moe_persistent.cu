@@ -84,6 +84,26 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * kMoePersistentStamps + i] = static_cast<long long>(dev::GlobalTimerNs());
   };
   stamp(0);
+  const auto tstamp = [&](int i) {
+    if (p.tile_stamps && threadIdx.x == 0 && i < kMoePersistentTileStamps)
+      p.tile_stamps[blockIdx.x * kMoePersistentTileStamps + i] = static_cast<long long>(dev::GlobalTimerNs());
+  };
+  // router_early: this block's router row (n = blockIdx.x), k = threadIdx.x + u * kThreads for
+  // u < kRouterPre, in registers before phase 0 (phase 1 uses them in the same order).
+  // This block's first router logit (router_light: the logits start at block r0, the first block
+  // with one phase-2 tile fewer; tile i of phase 2 is on block i % grid): a router block iff < E.
+  const int64_t r0 = p.router_light ? (p.top_k * p.inter + p.shared_inter) / 8 % gridDim.x : 0;
+  const int64_t my_n = (blockIdx.x + gridDim.x - r0) % gridDim.x;
+  constexpr int kRouterPre = 8;
+  float rpre[kRouterPre];
+  const bool pre = p.router_early && work && my_n < p.num_experts;
+  if (pre) {
+#pragma unroll
+    for (int u = 0; u < kRouterPre; ++u) {
+      const int64_t k = threadIdx.x + int64_t{u} * kThreads;
+      rpre[u] = k < p.hidden ? __ldg(p.router_w + my_n * p.hidden + k) : 0.f;
+    }
+  }
   if (threadIdx.x == 0) s_base = grid::GridBase(p.sync);  // no barrier of this launch has completed yet
   // Phase 0: the router's fp32 input and the experts' bf16 input in shared memory: x32 / x16 as
   // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
@@ -144,10 +164,16 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
 
   // Phase 1: router logit columns (blocks b, b + grid, ...): thread t takes k = t, t + 256, ...,
   // then a block sum.
-  for (int64_t n = blockIdx.x; work && n < E; n += grid) {
+  for (int64_t n = my_n; work && n < E; n += grid) {
     const float* wr = p.router_w + n * Hd;
     float acc = 0.f;
-    for (int64_t k = threadIdx.x; k < Hd; k += kThreads) acc = fmaf(x32s[k], __ldg(wr + k), acc);
+    int64_t k = threadIdx.x;
+    if (pre && n == my_n) {
+#pragma unroll
+      for (int u = 0; u < kRouterPre; ++u, k += kThreads)
+        if (k < Hd) acc = fmaf(x32s[k], rpre[u], acc);
+    }
+    for (; k < Hd; k += kThreads) acc = fmaf(x32s[k], __ldg(wr + k), acc);
     acc = dev::BlockSum(acc, s_red);
     if (threadIdx.x == 0) p.logits[n] = acc;
   }
@@ -159,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // counts only before it routes (before its first routed tile, or after phase 2).
   const bool shared_first = p.router_ready != nullptr;
   const uint32_t router_blocks = static_cast<uint32_t>(std::min<int64_t>(E, grid));
-  if (shared_first && routed && work && blockIdx.x < E && threadIdx.x == 0)
+  if (shared_first && routed && work && my_n < E && threadIdx.x == 0)
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.router_ready) : "memory");
   int nbar = 0;
   stamp(1);
@@ -172,6 +198,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // shared_first, the shared experts' tiles come first (see below).
   // Block-uniform (it holds block barriers).
   const auto route_token = [&]() {
+    tstamp(0);
     if (shared_first && work) {  // every router block's logits written
       if (threadIdx.x == 0)
         while (grid::LdAcquire(p.router_ready) < router_blocks) {
@@ -194,6 +221,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       p.topk_ids[threadIdx.x] = s_ids[threadIdx.x];
       p.topk_weights[threadIdx.x] = s_w[threadIdx.x];
     }
+    tstamp(1);
   };
   if (routed && !shared_first) route_token();
   // shared_first (gu_ksplit 8: a tile on all 8 warps of a block, so the rounds are block-uniform):
@@ -227,6 +255,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
         routed_here = true;
       }
       gu_part(tile_of(i), r);
+      tstamp(2 + r);
     }
     if (!routed_here) route_token();
     __syncthreads();

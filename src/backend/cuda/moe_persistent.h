@@ -110,7 +110,19 @@ struct MoePersistentParams {
   // barrier 3 passed, end (without a next norm, 5-7 all at phase 3's end; dense: 1 and 2
   // together). barriers_only skips every phase's work (the launch and barriers' cost).
   long long* stamps = nullptr;
+  // Measurement only (tests): thread 0 of block b writes %globaltimer (ns) to tile_stamps[b *
+  // kMoePersistentTileStamps + i]: i = 0 before its routing (the wait for the router's count
+  // included), 1 after it, 2 + r after its part of phase-2 round r (r < kMoePersistentTileStamps - 2).
+  long long* tile_stamps = nullptr;
   bool barriers_only = false;
+  // router_early (session 24): a router block loads its router row's first 8 x 256 weights into
+  // registers at the kernel's start, before phase 0's norm, so that they are not queued behind the
+  // other blocks' first gate_up loads. The same sums in the same order: the same bits.
+  bool router_early = false;
+  // router_light (session 24): logit n on block (r0 + n) % grid, r0 = the first block with one
+  // phase-2 tile fewer (tiles % grid), instead of block n: the blocks that also compute the router
+  // are not those with the most gate_up tiles. The same sums: the same bits.
+  bool router_light = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
@@ -120,6 +132,7 @@ struct MoePersistentParams {
   bool pdl = false;
 };
 inline constexpr int kMoePersistentStamps = 8;
+inline constexpr int kMoePersistentTileStamps = 16;
 
 // Down tiles (8 output columns each) one block may finish (the kernel keeps their residuals in
 // shared memory for the norm).
