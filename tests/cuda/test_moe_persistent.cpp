@@ -108,16 +108,17 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
   EXPECT_EQ(std::memcmp(with.data(), early.data(), with.size() * sizeof(float)), 0)
       << label << ": router_early's act / residual / norm output differ from the launch without it";
   EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": router_early left the router count nonzero";
-  // router_light (the logits on the blocks with one tile fewer), with and without router_early.
+  // route_overlap (the routing while the last shared tile's first loads are in flight), with and
+  // without router_early.
   for (const bool with_early : {false, true}) {
     MoePersistentParams l = p;
-    l.router_light = true;
+    l.route_overlap = true;
     l.router_early = with_early;
     LaunchFromResidual(false, 1, l, res_in, [] {});
-    const std::vector<float> light = snapshot();
-    EXPECT_EQ(std::memcmp(with.data(), light.data(), with.size() * sizeof(float)), 0)
-        << label << ": router_light (router_early " << with_early << ") differs from the launch without it";
-    EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": router_light left the router count nonzero";
+    const std::vector<float> ov = snapshot();
+    EXPECT_EQ(std::memcmp(with.data(), ov.data(), with.size() * sizeof(float)), 0)
+        << label << ": route_overlap (router_early " << with_early << ") differs from the launch without it";
+    EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": route_overlap left the router count nonzero";
   }
 }
 
@@ -427,10 +428,10 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   Dev<long long> d_tstamps(static_cast<size_t>(grid_max) * kMoePersistentTileStamps);
   for (const auto& [bps, ks, qu, fetch, nn, early] :
        {std::tuple{2, 8, true, 1, true, 0}, std::tuple{2, 8, true, 1, false, 0}, std::tuple{2, 8, true, 1, false, 1},
-        std::tuple{2, 8, true, 1, false, 2}, std::tuple{2, 8, true, 1, false, 3}}) {
-    // early: bit 0 router_early, bit 1 router_light.
+        std::tuple{2, 8, true, 1, false, 4}, std::tuple{2, 8, true, 1, false, 5}}) {
+    // early: bit 0 router_early, bit 2 route_overlap.
     p.router_early = (early & 1) != 0;
-    p.router_light = (early & 2) != 0;
+    p.route_overlap = (early & 4) != 0;
     p.norm_weight = nn ? d_norm_w.get() : nullptr;
     p.l2_fetch = fetch;
     p.blocks_per_sm = bps;
@@ -481,8 +482,7 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     // when each block's routing started and ended and each round's part ended, from the first
     // block's start (us): median / max over the group.
     const int64_t nshared = Is / 8;
-    const int64_t r0 = p.router_light ? (K * I + Is) / 8 % grid : 0;
-    const auto group_of = [&](int b) { return (b + grid - r0) % grid < E ? 0 : b < nshared - grid ? 1 : 2; };
+    const auto group_of = [&](int b) { return b < E ? 0 : b < nshared - grid ? 1 : 2; };
     const char* gnames[3] = {"router blocks", "2 shared tiles", "1 shared tile"};
     for (int gi = 0; gi < 3; ++gi) {
       for (int i = 0; i < kMoePersistentTileStamps; ++i) {
@@ -494,7 +494,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
         std::sort(v.begin(), v.end());
         std::printf("[metric] op=moe_persistent_tiles router_opts=%d next_norm=%d group=\"%s\" blocks=%zu %s: median %.2f us, "
                     "max %.2f\n", early, nn, gnames[gi], v.size(),
-                    i == 0 ? "route start" : i == 1 ? "route end" : ("round " + std::to_string(i - 2) + " end").c_str(),
+                    i == 0 ? "route start" : i == 1 ? "router count seen" : i == 2 ? "routed (warp 0)" : i == 3 ? "route end"
+                           : ("round " + std::to_string(i - 4) + " end").c_str(),
                     v[v.size() / 2], v.back());
       }
     }

@@ -90,10 +90,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   };
   // router_early: this block's router row (n = blockIdx.x), k = threadIdx.x + u * kThreads for
   // u < kRouterPre, in registers before phase 0 (phase 1 uses them in the same order).
-  // This block's first router logit (router_light: the logits start at block r0, the first block
-  // with one phase-2 tile fewer; tile i of phase 2 is on block i % grid): a router block iff < E.
-  const int64_t r0 = p.router_light ? (p.top_k * p.inter + p.shared_inter) / 8 % gridDim.x : 0;
-  const int64_t my_n = (blockIdx.x + gridDim.x - r0) % gridDim.x;
+  const int64_t my_n = blockIdx.x;  // this block's first router logit (a router block iff < E)
   constexpr int kRouterPre = 8;
   float rpre[kRouterPre];
   const bool pre = p.router_early && work && my_n < p.num_experts;
@@ -205,6 +202,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
         }
       __syncthreads();
     }
+    tstamp(1);
     MoeRoutingParams rp = p.routing;
     rp.logits = p.logits;
     rp.n = 1;
@@ -213,6 +211,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     if (warp == 0 && work) routing::RouteTokenInWarp(rp, 0, route_ws.View());
     if (!work && threadIdx.x < K) { s_ids[threadIdx.x] = static_cast<int32_t>(threadIdx.x); s_w[threadIdx.x] = 0.f; }
     __syncthreads();
+    tstamp(2);
     // Non-finite logits can leave an id out of range (the routing's argmax finds no candidate):
     // expert 0 is read instead, so the output carries the NaN weights rather than a fault.
     if (threadIdx.x < K && (s_ids[threadIdx.x] < 0 || s_ids[threadIdx.x] >= E)) s_ids[threadIdx.x] = 0;
@@ -221,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       p.topk_ids[threadIdx.x] = s_ids[threadIdx.x];
       p.topk_weights[threadIdx.x] = s_w[threadIdx.x];
     }
-    tstamp(1);
+    tstamp(3);
   };
   if (routed && !shared_first) route_token();
   // shared_first (gu_ksplit 8: a tile on all 8 warps of a block, so the rounds are block-uniform):
@@ -254,8 +253,34 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
         route_token();
         routed_here = true;
       }
-      gu_part(tile_of(i), r);
-      tstamp(2 + r);
+      if (p.route_overlap && !routed_here && i + int64_t{grid} * slots >= ts) {
+        // route_overlap (shared_first, so a tile is the whole block's and i < ts): this block's
+        // last shared tile before its first routed one. Its weights' first burst is loaded, the
+        // block routes while they are in flight, then they are multiplied: gu_part's sums, in its
+        // order (MmaSlice's steps, then WarpTile16's from the next step on).
+        const bf16* wb;
+        int64_t c0, half;
+        bf16* out;
+        tile_at(tile_of(i), wb, c0, half, out);
+        const int64_t kw = Hd / ksp, k0 = part * kw;
+        const int steps = static_cast<int>(kw / 32), first = steps < ptx::kTileBurst ? steps : int{ptx::kTileBurst};
+        ptx::WarpSlice ws;
+        ptx::LoadSlice<kPf>(wb + (c0 + g) * Hd + k0, wb + (half + c0 + g) * Hd + k0, first, ws);
+        route_token();
+        routed_here = true;
+        float d[4] = {0.f, 0.f, 0.f, 0.f};
+        ptx::MmaSlice(ws, xs + k0, first, d);
+        if (steps > first)
+          WarpTile16<kPf>(wb + (c0 + g) * Hd + k0 + 32 * first, wb + (half + c0 + g) * Hd + k0 + 32 * first,
+                          xs + k0 + 32 * first, xs + k0 + 32 * first, steps - first, d);
+        if (q == 0) {
+          s_gu[r][warp][g] = d[0];
+          s_gu[r][warp][8 + g] = d[2];
+        }
+      } else {
+        gu_part(tile_of(i), r);
+      }
+      tstamp(4 + r);
     }
     if (!routed_here) route_token();
     __syncthreads();

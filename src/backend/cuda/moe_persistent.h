@@ -111,18 +111,20 @@ struct MoePersistentParams {
   // together). barriers_only skips every phase's work (the launch and barriers' cost).
   long long* stamps = nullptr;
   // Measurement only (tests): thread 0 of block b writes %globaltimer (ns) to tile_stamps[b *
-  // kMoePersistentTileStamps + i]: i = 0 before its routing (the wait for the router's count
-  // included), 1 after it, 2 + r after its part of phase-2 round r (r < kMoePersistentTileStamps - 2).
+  // kMoePersistentTileStamps + i]: i = 0 before its routing, 1 after the wait for the router's
+  // count, 2 after warp 0's routing, 3 after the routing's end, 4 + r after its part of phase-2
+  // round r (r < kMoePersistentTileStamps - 4).
   long long* tile_stamps = nullptr;
   bool barriers_only = false;
   // router_early (session 24): a router block loads its router row's first 8 x 256 weights into
   // registers at the kernel's start, before phase 0's norm, so that they are not queued behind the
   // other blocks' first gate_up loads. The same sums in the same order: the same bits.
   bool router_early = false;
-  // router_light (session 24): logit n on block (r0 + n) % grid, r0 = the first block with one
-  // phase-2 tile fewer (tiles % grid), instead of block n: the blocks that also compute the router
-  // are not those with the most gate_up tiles. The same sums: the same bits.
-  bool router_light = false;
+  // route_overlap (session 24; shared_first only): a block loads its last shared gate_up tile's
+  // first weight burst (ptx::LoadSlice) before it routes, and multiplies it after, so the routing
+  // (~5 us a block under the phase's DRAM load, session 24 run 3) runs while those loads are in
+  // flight instead of with none. The same sums in the same order: the same bits.
+  bool route_overlap = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
