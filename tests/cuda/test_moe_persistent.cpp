@@ -108,18 +108,6 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
   EXPECT_EQ(std::memcmp(with.data(), early.data(), with.size() * sizeof(float)), 0)
       << label << ": router_early's act / residual / norm output differ from the launch without it";
   EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": router_early left the router count nonzero";
-  // route_overlap (the routing while the last shared tile's first loads are in flight), with and
-  // without router_early.
-  for (const bool with_early : {false, true}) {
-    MoePersistentParams l = p;
-    l.route_overlap = true;
-    l.router_early = with_early;
-    LaunchFromResidual(false, 1, l, res_in, [] {});
-    const std::vector<float> ov = snapshot();
-    EXPECT_EQ(std::memcmp(with.data(), ov.data(), with.size() * sizeof(float)), 0)
-        << label << ": route_overlap (router_early " << with_early << ") differs from the launch without it";
-    EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": route_overlap left the router count nonzero";
-  }
 }
 
 // shared_first: (MoePersistentParams::router_ready; ksplit 8), then ExpectSharedFirstBitsAndReset.
@@ -427,11 +415,9 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   // shared tiles done by the attention kernel: run 7.)
   Dev<long long> d_tstamps(static_cast<size_t>(grid_max) * kMoePersistentTileStamps);
   for (const auto& [bps, ks, qu, fetch, nn, early] :
-       {std::tuple{2, 8, true, 1, true, 0}, std::tuple{2, 8, true, 1, false, 0}, std::tuple{2, 8, true, 1, false, 1},
-        std::tuple{2, 8, true, 1, false, 4}, std::tuple{2, 8, true, 1, false, 5}}) {
-    // early: bit 0 router_early, bit 2 route_overlap.
+       {std::tuple{2, 8, true, 1, true, 0}, std::tuple{2, 8, true, 1, false, 0}, std::tuple{2, 8, true, 1, false, 1}}) {
+    // early: bit 0 router_early.
     p.router_early = (early & 1) != 0;
-    p.route_overlap = (early & 4) != 0;
     p.norm_weight = nn ? d_norm_w.get() : nullptr;
     p.l2_fetch = fetch;
     p.blocks_per_sm = bps;

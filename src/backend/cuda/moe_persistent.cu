@@ -253,33 +253,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
         route_token();
         routed_here = true;
       }
-      if (p.route_overlap && !routed_here && i + int64_t{grid} * slots >= ts) {
-        // route_overlap (shared_first, so a tile is the whole block's and i < ts): this block's
-        // last shared tile before its first routed one. Its weights' first burst is loaded, the
-        // block routes while they are in flight, then they are multiplied: gu_part's sums, in its
-        // order (MmaSlice's steps, then WarpTile16's from the next step on).
-        const bf16* wb;
-        int64_t c0, half;
-        bf16* out;
-        tile_at(tile_of(i), wb, c0, half, out);
-        const int64_t kw = Hd / ksp, k0 = part * kw;
-        const int steps = static_cast<int>(kw / 32), first = steps < ptx::kTileBurst ? steps : int{ptx::kTileBurst};
-        ptx::WarpSlice ws;
-        ptx::LoadSlice<kPf>(wb + (c0 + g) * Hd + k0, wb + (half + c0 + g) * Hd + k0, first, ws);
-        route_token();
-        routed_here = true;
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        ptx::MmaSlice(ws, xs + k0, first, d);
-        if (steps > first)
-          WarpTile16<kPf>(wb + (c0 + g) * Hd + k0 + 32 * first, wb + (half + c0 + g) * Hd + k0 + 32 * first,
-                          xs + k0 + 32 * first, xs + k0 + 32 * first, steps - first, d);
-        if (q == 0) {
-          s_gu[r][warp][g] = d[0];
-          s_gu[r][warp][8 + g] = d[2];
-        }
-      } else {
-        gu_part(tile_of(i), r);
-      }
+      gu_part(tile_of(i), r);
       tstamp(4 + r);
     }
     if (!routed_here) route_token();

@@ -120,11 +120,6 @@ struct MoePersistentParams {
   // registers at the kernel's start, before phase 0's norm, so that they are not queued behind the
   // other blocks' first gate_up loads. The same sums in the same order: the same bits.
   bool router_early = false;
-  // route_overlap (session 24; shared_first only): a block loads its last shared gate_up tile's
-  // first weight burst (ptx::LoadSlice) before it routes, and multiplies it after, so the routing
-  // (~5 us a block under the phase's DRAM load, session 24 run 3) runs while those loads are in
-  // flight instead of with none. The same sums in the same order: the same bits.
-  bool route_overlap = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.

@@ -58,14 +58,17 @@ __device__ __forceinline__ void PickGroups(const MoeRoutingParams& p, const floa
 }
 // Row t of topk_ids / topk_weights from the chosen experts (one thread): the unbiased scores,
 // over their sum (+ 1e-20) when norm_topk_prob, times routed_scaling_factor.
+// (The scores are read twice from shared memory rather than kept in a local array: a dynamically
+// indexed array lives in local memory, whose lines the persistent MoE kernel's weight stream
+// evicts from L1, so each read became an L2 round trip under load: ~3 us a routing, session 24.)
 __device__ __forceinline__ void WriteTopk(const MoeRoutingParams& p, int64_t t, const float* scores, const int* chosen) {
-  float w[32];
   float sum = 0.f;
-  for (int r = 0; r < p.top_k; ++r) { w[r] = scores[chosen[r]]; sum += w[r]; }
+  for (int r = 0; r < p.top_k; ++r) sum += scores[chosen[r]];
   const float denom = p.norm_topk_prob ? sum + 1e-20f : 1.0f;
   for (int r = 0; r < p.top_k; ++r) {
-    p.topk_ids[t * p.top_k + r] = chosen[r];
-    p.topk_weights[t * p.top_k + r] = w[r] / denom * p.routed_scaling_factor;
+    const int e = chosen[r];
+    p.topk_ids[t * p.top_k + r] = e;
+    p.topk_weights[t * p.top_k + r] = scores[e] / denom * p.routed_scaling_factor;
   }
 }
 
