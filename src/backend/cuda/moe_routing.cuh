@@ -108,8 +108,12 @@ __device__ inline WarpRouteView WarpRouteScratchAt(float* base, int64_t E) {
 // Every lane of the calling warp must call it (warp-synchronous; no block barrier). The logits
 // are read through L2 (ld.global.cg): they may have been written by other blocks of the same
 // grid before a fence (moe_router_route.cu).
+// kPer: experts a lane holds (E <= 32 kPer); a smaller kPer than the default runs the same
+// operations on the same values (the lanes' missing experts were -inf / 0 terms): the same bits,
+// a quarter of the unrolled code at kPer 2 (E <= 64; the persistent MoE kernel, session 24).
+template <int kPer = kWarpRouteMaxExperts / 32>
 __device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, const WarpRouteView& ws) {
-  constexpr int kPer = kWarpRouteMaxExperts / 32;
+  static_assert(kPer >= 1 && kPer <= kWarpRouteMaxExperts / 32, "kPer");
   const int lane = threadIdx.x & 31;
   const int E = static_cast<int>(p.num_experts);
   const float* lg = p.logits + t * p.num_experts;
