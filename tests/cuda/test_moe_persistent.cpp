@@ -108,16 +108,13 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
   EXPECT_EQ(std::memcmp(with.data(), early.data(), with.size() * sizeof(float)), 0)
       << label << ": router_early's act / residual / norm output differ from the launch without it";
   EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": router_early left the router count nonzero";
-  // route_small (2 experts a lane where E <= 64) and route_probe (the routing twice).
-  for (const int v : {1, 2}) {
-    MoePersistentParams d = p;
-    d.route_small = true;
-    d.route_probe = v == 2;
-    LaunchFromResidual(false, 1, d, res_in, [] {});
-    const std::vector<float> got = snapshot();
-    EXPECT_EQ(std::memcmp(with.data(), got.data(), with.size() * sizeof(float)), 0)
-        << label << ": route_small (probe " << (v == 2) << ") differs from the launch without it";
-  }
+  // route_probe (measurement only: the routing twice).
+  MoePersistentParams d = p;
+  d.route_probe = true;
+  LaunchFromResidual(false, 1, d, res_in, [] {});
+  const std::vector<float> probed = snapshot();
+  EXPECT_EQ(std::memcmp(with.data(), probed.data(), with.size() * sizeof(float)), 0)
+      << label << ": route_probe differs from the launch without it";
 }
 
 // shared_first: (MoePersistentParams::router_ready; ksplit 8), then ExpectSharedFirstBitsAndReset.
@@ -425,11 +422,10 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   // shared tiles done by the attention kernel: run 7.)
   Dev<long long> d_tstamps(static_cast<size_t>(grid_max) * kMoePersistentTileStamps);
   for (const auto& [bps, ks, qu, fetch, nn, early] :
-       {std::tuple{2, 8, true, 1, true, 0}, std::tuple{2, 8, true, 1, false, 0}, std::tuple{2, 8, true, 1, false, 2},
-        std::tuple{2, 8, true, 1, false, 4}, std::tuple{2, 8, true, 1, false, 6}}) {
-    // early: bit 0 router_early, bit 1 route_small, bit 2 route_probe.
+       {std::tuple{2, 8, true, 1, true, 0}, std::tuple{2, 8, true, 1, false, 0}, std::tuple{2, 8, true, 1, false, 1},
+        std::tuple{2, 8, true, 1, false, 4}}) {
+    // early: bit 0 router_early, bit 2 route_probe.
     p.router_early = (early & 1) != 0;
-    p.route_small = (early & 2) != 0;
     p.route_probe = (early & 4) != 0;
     p.norm_weight = nn ? d_norm_w.get() : nullptr;
     p.l2_fetch = fetch;

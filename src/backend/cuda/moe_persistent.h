@@ -27,7 +27,8 @@
 // removed in session 21, slower once every burst's loads were in flight; code at 7a6fd52.)
 //  0. every block: x32 and x16 into shared memory (with attn_out: the post-attention norm);
 //  1. router logit columns (blocks b, b + grid, ...) -> barrier;
-//  2. every block routes the token itself (warp 0, the same bits everywhere: no barrier), then
+//  2. every block routes the token itself (warp 0, the same bits everywhere: no barrier; two
+//     experts a lane where num_experts <= 64, RouteTokenInWarp<2>), then
 //     gate_up + SiLU tiles of 8 act columns (8 gate + the same 8 up rows: one 16-row mma tile,
 //     over all of hidden by one warp, or split over gu_ksplit warps of a block), the routed
 //     slots' then the shared experts' -> barrier;
@@ -120,10 +121,8 @@ struct MoePersistentParams {
   // registers at the kernel's start, before phase 0's norm, so that they are not queued behind the
   // other blocks' first gate_up loads. The same sums in the same order: the same bits.
   bool router_early = false;
-  // route_small (session 24): with num_experts <= 64 the routing holds 2 experts a lane instead of
-  // 8 (RouteTokenInWarp<2>: the same bits). route_probe (measurement only, with tile_stamps): the
-  // routing runs once more before the real one, stamped at tile_stamps[.. + kMoePersistentTileStamps - 1].
-  bool route_small = false;
+  // route_probe (measurement only, with tile_stamps): the routing runs once more before the real
+  // one, stamped at tile_stamps[b * kMoePersistentTileStamps + kMoePersistentTileStamps - 1].
   bool route_probe = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).

@@ -35,6 +35,16 @@ __device__ inline void BlockArgMax(float v, int idx, float* sv, int* si, float* 
   __syncthreads();
 }
 
+// A float's order-preserving unsigned key (a < b iff key(a) < key(b) for non-NaN floats; -0 is
+// mapped to +0's key, as they compare equal), and back.
+__device__ __forceinline__ unsigned OrderedKey(float v) {
+  const unsigned u = __float_as_uint(v + 0.0f);  // -0 + +0 = +0
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float FloatOfOrderedKey(unsigned k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
 // Shared by both forms below, so that they run the same operations in the same order.
 // Group g's score over its gs experts of sel, scanned in expert order: its max
 // (group_limited_greedy, or groups of one expert), else the sum of its top two (noaux_tc).
@@ -59,8 +69,8 @@ __device__ __forceinline__ void PickGroups(const MoeRoutingParams& p, const floa
 // Row t of topk_ids / topk_weights from the chosen experts (one thread): the unbiased scores,
 // over their sum (+ 1e-20) when norm_topk_prob, times routed_scaling_factor.
 // (The scores are read twice from shared memory rather than kept in a local array: a dynamically
-// indexed array lives in local memory, whose lines the persistent MoE kernel's weight stream
-// evicts from L1, so each read became an L2 round trip under load: ~3 us a routing, session 24.)
+// indexed array lives in local memory, the persistent MoE kernel's only stack frame until session
+// 24. Used by the block form; the warp form writes the entries on its lanes.)
 __device__ __forceinline__ void WriteTopk(const MoeRoutingParams& p, int64_t t, const float* scores, const int* chosen) {
   float sum = 0.f;
   for (int r = 0; r < p.top_k; ++r) sum += scores[chosen[r]];
@@ -127,8 +137,9 @@ __device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, co
     float m = -INFINITY;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) m = fmaxf(m, x[j]);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    // The warp's max in one reduction of order-preserving keys (the same value as a butterfly of
+    // fmaxf for finite and infinite logits).
+    m = FloatOfOrderedKey(__reduce_max_sync(0xffffffffu, OrderedKey(m)));
     float s = 0.f;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
@@ -178,17 +189,30 @@ __device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, co
       if (e >= E || (taken >> j & 1u)) continue;
       if (idx == 0x7fffffff || sel[j] > v || (sel[j] == v && e < idx)) { v = sel[j]; idx = e; }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, v, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-      if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
-    }
+    // The warp's argmax, ties to the lower expert: the largest key, then the lowest index among the
+    // lanes holding it (two reductions; the butterfly of (value, index) pairs it replaces picked
+    // the same expert for every non-NaN value: -0 and +0 have one key, as they compare equal).
+    const unsigned key = OrderedKey(v);
+    const unsigned kmax = __reduce_max_sync(0xffffffffu, key);
+    idx = static_cast<int>(__reduce_min_sync(0xffffffffu, key == kmax ? static_cast<unsigned>(idx) : 0xffffffffu));
     if (idx != 0x7fffffff && (idx & 31) == lane) taken |= 1u << (idx >> 5);
     if (lane == 0) ws.chosen[r] = idx;
   }
   __syncwarp();
-  if (lane == 0) WriteTopk(p, t, ws.scores, ws.chosen);
+  // Row t's weights: WriteTopk's operations, the entries on lanes r < top_k (the norm_topk_prob sum
+  // in chosen order by every lane, only when it is used).
+  float sum = 0.f;
+  if (p.norm_topk_prob)
+    for (int r = 0; r < p.top_k; ++r) {
+      const int e = ws.chosen[r];
+      sum += e < E ? ws.scores[e] : NAN;
+    }
+  const float denom = p.norm_topk_prob ? sum + 1e-20f : 1.0f;
+  for (int r = lane; r < p.top_k; r += 32) {
+    const int e = ws.chosen[r];
+    p.topk_ids[t * p.top_k + r] = e;
+    p.topk_weights[t * p.top_k + r] = (e < E ? ws.scores[e] : NAN) / denom * p.routed_scaling_factor;
+  }
   __syncwarp();  // the scratch may be reused for the warp's next token
 }
 
