@@ -108,6 +108,21 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
   EXPECT_EQ(std::memcmp(with.data(), early.data(), with.size() * sizeof(float)), 0)
       << label << ": router_early's act / residual / norm output differ from the launch without it";
   EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": router_early left the router count nonzero";
+  // route_once (the routing by the last router block, read by the others), twice in a row (the
+  // second launch must not take the first's words: their tag differs).
+  {
+    Dev<uint64_t> pub(16);
+    DS_CUDA_CHECK(cudaMemset(pub.get(), 0, 16 * sizeof(uint64_t)));
+    MoePersistentParams o = p;
+    o.route_pub = pub.get();
+    for (int rep = 0; rep < 2; ++rep) {
+      LaunchFromResidual(false, 1, o, res_in, [] {});
+      const std::vector<float> got = snapshot();
+      EXPECT_EQ(std::memcmp(with.data(), got.data(), with.size() * sizeof(float)), 0)
+          << label << ": route_once (launch " << rep << ") differs from the launch without it";
+      EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": route_once left the router count nonzero";
+    }
+  }
   // route_probe (measurement only: the routing twice).
   MoePersistentParams d = p;
   d.route_probe = true;
@@ -421,11 +436,14 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   // without barrier 2 (per-segment counters): session22_2026-12-01_run{2,3}; with the first 132
   // shared tiles done by the attention kernel: run 7.)
   Dev<long long> d_tstamps(static_cast<size_t>(grid_max) * kMoePersistentTileStamps);
+  Dev<uint64_t> d_pub(16);
+  DS_CUDA_CHECK(cudaMemset(d_pub.get(), 0, 16 * sizeof(uint64_t)));
   for (const auto& [bps, ks, qu, fetch, nn, early] :
-       {std::tuple{2, 8, true, 1, true, 0}, std::tuple{2, 8, true, 1, false, 0}, std::tuple{2, 8, true, 1, false, 1},
-        std::tuple{2, 8, true, 1, false, 4}}) {
-    // early: bit 0 router_early, bit 2 route_probe.
+       {std::tuple{2, 8, true, 1, true, 0}, std::tuple{2, 8, true, 1, false, 0}, std::tuple{2, 8, true, 1, false, 2},
+        std::tuple{2, 8, true, 1, false, 3}, std::tuple{2, 8, true, 1, false, 4}}) {
+    // early: bit 0 router_early, bit 1 route_once, bit 2 route_probe.
     p.router_early = (early & 1) != 0;
+    p.route_pub = (early & 2) != 0 ? d_pub.get() : nullptr;
     p.route_probe = (early & 4) != 0;
     p.norm_weight = nn ? d_norm_w.get() : nullptr;
     p.l2_fetch = fetch;

@@ -182,7 +182,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // counts only before it routes (before its first routed tile, or after phase 2).
   const bool shared_first = p.router_ready != nullptr;
   const uint32_t router_blocks = static_cast<uint32_t>(std::min<int64_t>(E, grid));
-  if (shared_first && routed && work && my_n < E && threadIdx.x == 0)
+  // route_once (p.route_pub): the router blocks count with an acquire-release add instead, and
+  // the last to count routes the token for every block (below).
+  const bool once = shared_first && p.route_pub != nullptr;
+  if (shared_first && !once && routed && work && my_n < E && threadIdx.x == 0)
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.router_ready) : "memory");
   int nbar = 0;
   stamp(1);
@@ -194,15 +197,36 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // to block t % grid (consecutive tiles on different blocks: every SM gets its share); with
   // shared_first, the shared experts' tiles come first (see below).
   // Block-uniform (it holds block barriers).
-  const auto route_token = [&]() {
+  // route_once: this launch's tag in the published words (never 0, so the zeroed words of the
+  // first launch do not match; each launch rewrites all top_k words).
+  const uint32_t tag = static_cast<uint32_t>((base / grid::kGridEpoch) % 0xffffu) + 1u;
+  // poll (route_once, every block but the one that routed): read the published routing, one word
+  // a slot (weight bits, id, tag), until every slot carries this launch's tag.
+  const auto route_token = [&](bool poll) {
     tstamp(0);
-    if (shared_first && work) {  // every router block's logits written
+    if (poll && work) {
+      if (warp == 0) {
+        uint64_t wd = 0;
+        for (;;) {
+          if (lane < K) asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(wd) : "l"(p.route_pub + lane) : "memory");
+          if (__all_sync(0xffffffffu, lane >= K || static_cast<uint32_t>(wd >> 48) == tag)) break;
+        }
+        if (lane < K) {
+          s_ids[lane] = static_cast<int32_t>((wd >> 32) & 0xffffu);
+          s_w[lane] = __uint_as_float(static_cast<uint32_t>(wd));
+        }
+      }
+      __syncthreads();
+      tstamp(1);
+      tstamp(2);
+    }
+    if (shared_first && work && !poll) {  // every router block's logits written
       if (threadIdx.x == 0)
         while (grid::LdAcquire(p.router_ready) < router_blocks) {
         }
       __syncthreads();
     }
-    tstamp(1);
+    if (!poll) tstamp(1);
     MoeRoutingParams rp = p.routing;
     rp.logits = p.logits;
     rp.n = 1;
@@ -220,13 +244,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     // E <= 64 (V2-Lite): two experts a lane, a quarter of the unrolled code and of its latency
     // chain (the routing ~3.2 against ~5.5 us a block under the phase's load; session 24 run 6);
     // the same bits.
-    if (warp == 0 && work) {
+    if (warp == 0 && work && !poll) {
       if (E <= 64) routing::RouteTokenInWarp<2>(rp, 0, route_ws.View());
       else routing::RouteTokenInWarp(rp, 0, route_ws.View());
     }
     if (!work && threadIdx.x < K) { s_ids[threadIdx.x] = static_cast<int32_t>(threadIdx.x); s_w[threadIdx.x] = 0.f; }
     __syncthreads();
-    tstamp(2);
+    if (!poll) tstamp(2);
     // Non-finite logits can leave an id out of range (the routing's argmax finds no candidate):
     // expert 0 is read instead, so the output carries the NaN weights rather than a fault.
     if (threadIdx.x < K && (s_ids[threadIdx.x] < 0 || s_ids[threadIdx.x] >= E)) s_ids[threadIdx.x] = 0;
@@ -237,7 +261,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
     tstamp(3);
   };
-  if (routed && !shared_first) route_token();
+  if (routed && !shared_first) route_token(false);
   // shared_first (gu_ksplit 8: a tile on all 8 warps of a block, so the rounds are block-uniform):
   // index i < Is / 8 is shared tile i (known before the routing), then the routed slots' tiles;
   // a block routes before its first routed round, or after phase 2 if it has none (phase 3
@@ -245,6 +269,28 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int64_t ts = shared_first ? Is / 8 : 0;
   const auto tile_of = [&](int64_t i) { return !shared_first ? i : i < ts ? tiles_r + i : i - ts; };
   bool routed_here = !routed || !shared_first;
+  // route_once: each router block counts (acquire-release, so the last sees every logit); the last
+  // routes the token (the same RouteTokenInWarp on the same logits: the same bits as every block
+  // routing it) and publishes the slots (store of the weight's bits, the id, the tag in one 64-bit
+  // word: a reader sees a whole word), then has its ids; every other block polls them.
+  if (once && routed && work && my_n < E) {
+    __shared__ int s_last;
+    if (threadIdx.x == 0) {
+      uint32_t old;
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p.router_ready) : "memory");
+      s_last = old + 1 == router_blocks;
+    }
+    __syncthreads();
+    if (s_last) {
+      route_token(false);
+      if (threadIdx.x < K) {
+        const uint64_t wd = (uint64_t{tag} << 48) | (uint64_t{static_cast<uint32_t>(s_ids[threadIdx.x]) & 0xffffu} << 32) |
+                            __float_as_uint(s_w[threadIdx.x]);
+        asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p.route_pub + threadIdx.x), "l"(wd) : "memory");
+      }
+      routed_here = true;
+    }
+  }
   if (p.gu_ksplit <= 1) {
     // One tile a warp over all of hidden: tile t on block t % grid, warp t / grid (consecutive
     // tiles on different blocks: every SM gets its share).
@@ -265,13 +311,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     int r = 0;
     for (int64_t i = blockIdx.x + int64_t{grid} * slot; work && i < tiles; i += int64_t{grid} * slots, ++r) {
       if (!routed_here && i >= ts) {
-        route_token();
+        route_token(once);
         routed_here = true;
       }
       gu_part(tile_of(i), r);
       tstamp(4 + r);
     }
-    if (!routed_here) route_token();
+    if (!routed_here) route_token(once);
     __syncthreads();
     const int64_t rounds = (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
     for (int64_t idx = threadIdx.x; work && idx < rounds * slots * 8; idx += kThreads) {
@@ -503,6 +549,8 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   }
   if (p.router_ready != nullptr && p.gu_ksplit != kWarps) why << "shared_first (router_ready) needs gu_ksplit " << kWarps << "; ";
   if (reinterpret_cast<uintptr_t>(p.router_ready) % 4 != 0) why << "router_ready must be 4-byte aligned; ";
+  if (p.route_pub != nullptr && (p.router_ready == nullptr || reinterpret_cast<uintptr_t>(p.route_pub) % 8 != 0))
+    why << "route_once (route_pub) needs shared_first (router_ready) and 8-byte alignment; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {

@@ -121,6 +121,12 @@ struct MoePersistentParams {
   // registers at the kernel's start, before phase 0's norm, so that they are not queued behind the
   // other blocks' first gate_up loads. The same sums in the same order: the same bits.
   bool router_early = false;
+  // route_once (session 24; shared_first only): [kMaxTopK = 16] 64-bit words, zero before the first
+  // launch. The last router block to count routes the token and publishes each slot as one word
+  // (the weight's bits, the expert id, a tag of the launch); every other block reads them (one L2
+  // round trip) instead of routing the token itself (~3 us of warp 0 a block under the phase's
+  // load, every warp of the block waiting). The same routing: the same bits. nullptr: off.
+  uint64_t* route_pub = nullptr;
   // route_probe (measurement only, with tile_stamps): the routing runs once more before the real
   // one, stamped at tile_stamps[b * kMoePersistentTileStamps + kMoePersistentTileStamps - 1].
   bool route_probe = false;
