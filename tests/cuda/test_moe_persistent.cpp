@@ -100,36 +100,6 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
   const std::vector<float> without = snapshot();
   EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * sizeof(float)), 0)
       << label << ": shared_first's act / residual / norm output differ from the launch without it";
-  // router_early (the router rows' first weights loaded before phase 0): the same bits too.
-  MoePersistentParams e = p;
-  e.router_early = true;
-  LaunchFromResidual(false, 1, e, res_in, [] {});
-  const std::vector<float> early = snapshot();
-  EXPECT_EQ(std::memcmp(with.data(), early.data(), with.size() * sizeof(float)), 0)
-      << label << ": router_early's act / residual / norm output differ from the launch without it";
-  EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": router_early left the router count nonzero";
-  // route_once (the routing by the last router block, read by the others), twice in a row (the
-  // second launch must not take the first's words: their tag differs).
-  {
-    Dev<uint64_t> pub(16);
-    DS_CUDA_CHECK(cudaMemset(pub.get(), 0, 16 * sizeof(uint64_t)));
-    MoePersistentParams o = p;
-    o.route_pub = pub.get();
-    for (int rep = 0; rep < 2; ++rep) {
-      LaunchFromResidual(false, 1, o, res_in, [] {});
-      const std::vector<float> got = snapshot();
-      EXPECT_EQ(std::memcmp(with.data(), got.data(), with.size() * sizeof(float)), 0)
-          << label << ": route_once (launch " << rep << ") differs from the launch without it";
-      EXPECT_EQ(d_sync.Download()[2], 0u) << label << ": route_once left the router count nonzero";
-    }
-  }
-  // route_probe (measurement only: the routing twice).
-  MoePersistentParams d = p;
-  d.route_probe = true;
-  LaunchFromResidual(false, 1, d, res_in, [] {});
-  const std::vector<float> probed = snapshot();
-  EXPECT_EQ(std::memcmp(with.data(), probed.data(), with.size() * sizeof(float)), 0)
-      << label << ": route_probe differs from the launch without it";
 }
 
 // shared_first: (MoePersistentParams::router_ready; ksplit 8), then ExpectSharedFirstBitsAndReset.
@@ -436,15 +406,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   // without barrier 2 (per-segment counters): session22_2026-12-01_run{2,3}; with the first 132
   // shared tiles done by the attention kernel: run 7.)
   Dev<long long> d_tstamps(static_cast<size_t>(grid_max) * kMoePersistentTileStamps);
-  Dev<uint64_t> d_pub(16);
-  DS_CUDA_CHECK(cudaMemset(d_pub.get(), 0, 16 * sizeof(uint64_t)));
-  for (const auto& [bps, ks, qu, fetch, nn, early] :
-       {std::tuple{2, 8, true, 1, true, 0}, std::tuple{2, 8, true, 1, false, 0}, std::tuple{2, 8, true, 1, false, 2},
-        std::tuple{2, 8, true, 1, false, 3}, std::tuple{2, 8, true, 1, false, 4}}) {
-    // early: bit 0 router_early, bit 1 route_once, bit 2 route_probe.
-    p.router_early = (early & 1) != 0;
-    p.route_pub = (early & 2) != 0 ? d_pub.get() : nullptr;
-    p.route_probe = (early & 4) != 0;
+  for (const auto& [bps, ks, qu, fetch, nn] : {std::tuple{2, 8, true, 1, true}, std::tuple{2, 8, true, 1, false}}) {
+
     p.norm_weight = nn ? d_norm_w.get() : nullptr;
     p.l2_fetch = fetch;
     p.blocks_per_sm = bps;
@@ -454,8 +417,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
     std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                "router_opts=%d grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn,
-                early, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
+                "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn,
+                grid, full, bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();
@@ -476,7 +439,7 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       start_last = std::max(start_last, s[b * kMoePersistentStamps]);
     }
     std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                "router_opts=%d start skew: last block started at %.2f us\n", bps, ks, qu, fetch, nn, early,
+                "start skew: last block started at %.2f us\n", bps, ks, qu, fetch, nn,
                 1e-3 * static_cast<double>(start_last - t0));
     for (int i = 0; i + 1 < kMoePersistentStamps; ++i) {
       std::vector<long long> d(grid);
@@ -487,8 +450,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       }
       std::sort(d.begin(), d.end());
       std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                  "router_opts=%d %s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn,
-                  early, names[i],
+                  "%s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn,
+                  names[i],
                   1e-3 * d[grid / 2], 1e-3 * d[0], 1e-3 * d[grid - 1], 1e-3 * static_cast<double>(last - t0));
     }
     // Phase 2 per group of blocks (router blocks b < E; then by their number of shared tiles):
@@ -499,17 +462,15 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const char* gnames[3] = {"router blocks", "2 shared tiles", "1 shared tile"};
     for (int gi = 0; gi < 3; ++gi) {
       for (int i = 0; i < kMoePersistentTileStamps; ++i) {
-        if (i == kMoePersistentTileStamps - 1 && !p.route_probe) continue;
         std::vector<double> v;
         for (int b = 0; b < grid; ++b)
           if (group_of(b) == gi && ts[b * kMoePersistentTileStamps + i] != 0)
             v.push_back(1e-3 * static_cast<double>(ts[b * kMoePersistentTileStamps + i] - t0));
         if (v.empty()) continue;
         std::sort(v.begin(), v.end());
-        std::printf("[metric] op=moe_persistent_tiles router_opts=%d next_norm=%d group=\"%s\" blocks=%zu %s: median %.2f us, "
-                    "max %.2f\n", early, nn, gnames[gi], v.size(),
+        std::printf("[metric] op=moe_persistent_tiles next_norm=%d group=\"%s\" blocks=%zu %s: median %.2f us, "
+                    "max %.2f\n", nn, gnames[gi], v.size(),
                     i == 0 ? "route start" : i == 1 ? "router count seen" : i == 2 ? "routed (warp 0)" : i == 3 ? "route end"
-                    : i == kMoePersistentTileStamps - 1 ? "probe routing done"
                                                         : ("round " + std::to_string(i - 4) + " end").c_str(),
                     v[v.size() / 2], v.back());
       }

@@ -383,9 +383,8 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     DS_CUDA_CHECK(cudaMemsetAsync(attn_sync_.get(), 0, 4 * sizeof(uint32_t), s_));
   }
   if (opts_.persistent_moe) {
-    // The grid barrier's 64-bit counter, shared_first's word, then route_once's 16 64-bit words.
-    persist_sync_.Reset(4 * sizeof(uint32_t) + 16 * sizeof(uint64_t));
-    DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, 4 * sizeof(uint32_t) + 16 * sizeof(uint64_t), s_));
+    persist_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, then shared_first's word
+    DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, 4 * sizeof(uint32_t), s_));
     persist_partials_.Reset(static_cast<size_t>(MoePersistentGridBlocks(2)) * sizeof(float));
   }
   if (opts_.fused_down_combine) {
@@ -798,9 +797,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
-  if (opts_.persistent_moe_route_once && p.router_ready != nullptr)
-    p.route_pub = reinterpret_cast<uint64_t*>(persist_sync_.as<uint32_t>() + 4);
-  p.router_early = opts_.persistent_moe_router_early;
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked

@@ -249,14 +249,6 @@ struct CudaRunnerOptions {
   // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = true;
-  // Its router rows' first weights loaded at the kernel's start, before the post-attention norm
-  // (MoePersistentParams::router_early; session 24). The same bits. Opt-in until measured. The
-  // CLI reads DS_PERSISTENT_MOE_ROUTER_EARLY=0/1.
-  bool persistent_moe_router_early = false;
-  // Its routing done once, by the last router block, and read by the others (MoePersistentParams::
-  // route_pub; session 24). The same bits. Opt-in until measured. The CLI reads
-  // DS_PERSISTENT_MOE_ROUTE_ONCE=0/1.
-  bool persistent_moe_route_once = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes

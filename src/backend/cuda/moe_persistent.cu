@@ -85,22 +85,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   };
   stamp(0);
   const auto tstamp = [&](int i) {
-    if (p.tile_stamps && threadIdx.x == 0 && i < kMoePersistentTileStamps - 1)
+    if (p.tile_stamps && threadIdx.x == 0 && i < kMoePersistentTileStamps)
       p.tile_stamps[blockIdx.x * kMoePersistentTileStamps + i] = static_cast<long long>(dev::GlobalTimerNs());
   };
-  // router_early: this block's router row (n = blockIdx.x), k = threadIdx.x + u * kThreads for
-  // u < kRouterPre, in registers before phase 0 (phase 1 uses them in the same order).
-  const int64_t my_n = blockIdx.x;  // this block's first router logit (a router block iff < E)
-  constexpr int kRouterPre = 8;
-  float rpre[kRouterPre];
-  const bool pre = p.router_early && work && my_n < p.num_experts;
-  if (pre) {
-#pragma unroll
-    for (int u = 0; u < kRouterPre; ++u) {
-      const int64_t k = threadIdx.x + int64_t{u} * kThreads;
-      rpre[u] = k < p.hidden ? __ldg(p.router_w + my_n * p.hidden + k) : 0.f;
-    }
-  }
   if (threadIdx.x == 0) s_base = grid::GridBase(p.sync);  // no barrier of this launch has completed yet
   // Phase 0: the router's fp32 input and the experts' bf16 input in shared memory: x32 / x16 as
   // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
@@ -161,16 +148,10 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
 
   // Phase 1: router logit columns (blocks b, b + grid, ...): thread t takes k = t, t + 256, ...,
   // then a block sum.
-  for (int64_t n = my_n; work && n < E; n += grid) {
+  for (int64_t n = blockIdx.x; work && n < E; n += grid) {
     const float* wr = p.router_w + n * Hd;
     float acc = 0.f;
-    int64_t k = threadIdx.x;
-    if (pre && n == my_n) {
-#pragma unroll
-      for (int u = 0; u < kRouterPre; ++u, k += kThreads)
-        if (k < Hd) acc = fmaf(x32s[k], rpre[u], acc);
-    }
-    for (; k < Hd; k += kThreads) acc = fmaf(x32s[k], __ldg(wr + k), acc);
+    for (int64_t k = threadIdx.x; k < Hd; k += kThreads) acc = fmaf(x32s[k], __ldg(wr + k), acc);
     acc = dev::BlockSum(acc, s_red);
     if (threadIdx.x == 0) p.logits[n] = acc;
   }
@@ -182,10 +163,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // counts only before it routes (before its first routed tile, or after phase 2).
   const bool shared_first = p.router_ready != nullptr;
   const uint32_t router_blocks = static_cast<uint32_t>(std::min<int64_t>(E, grid));
-  // route_once (p.route_pub): the router blocks count with an acquire-release add instead, and
-  // the last to count routes the token for every block (below).
-  const bool once = shared_first && p.route_pub != nullptr;
-  if (shared_first && !once && routed && work && my_n < E && threadIdx.x == 0)
+  if (shared_first && routed && work && blockIdx.x < E && threadIdx.x == 0)
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.router_ready) : "memory");
   int nbar = 0;
   stamp(1);
@@ -197,62 +175,30 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // to block t % grid (consecutive tiles on different blocks: every SM gets its share); with
   // shared_first, the shared experts' tiles come first (see below).
   // Block-uniform (it holds block barriers).
-  // route_once: this launch's tag in the published words (never 0, so the zeroed words of the
-  // first launch do not match; each launch rewrites all top_k words). Computed where used, from
-  // shared memory: a value live across phase 2's loops cost ptxas the batching of their loads.
-  const auto launch_tag = [&]() { return static_cast<uint32_t>((s_base / grid::kGridEpoch) % 0xffffu) + 1u; };
-  // poll (route_once, every block but the one that routed): read the published routing, one word
-  // a slot (weight bits, id, tag), until every slot carries this launch's tag.
-  const auto route_token = [&](bool poll) {
+  const auto route_token = [&]() {
     tstamp(0);
-    if (poll && work) {
-      if (warp == 0) {
-        const uint32_t tag = launch_tag();
-        uint64_t wd = 0;
-        for (;;) {
-          if (lane < K) asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(wd) : "l"(p.route_pub + lane) : "memory");
-          if (__all_sync(0xffffffffu, lane >= K || static_cast<uint32_t>(wd >> 48) == tag)) break;
-        }
-        if (lane < K) {
-          s_ids[lane] = static_cast<int32_t>((wd >> 32) & 0xffffu);
-          s_w[lane] = __uint_as_float(static_cast<uint32_t>(wd));
-        }
-      }
-      __syncthreads();
-      tstamp(1);
-      tstamp(2);
-    }
-    if (shared_first && work && !poll) {  // every router block's logits written
+    if (shared_first && work) {  // every router block's logits written
       if (threadIdx.x == 0)
         while (grid::LdAcquire(p.router_ready) < router_blocks) {
         }
       __syncthreads();
     }
-    if (!poll) tstamp(1);
+    tstamp(1);
     MoeRoutingParams rp = p.routing;
     rp.logits = p.logits;
     rp.n = 1;
     rp.topk_ids = s_ids;
     rp.topk_weights = s_w;
-    // (route_probe, measurement only: the routing once more before, stamped, so that the real one
-    // runs with its code and data warm.)
-    if (p.route_probe && warp == 0 && work) {
-      if (E <= 64) routing::RouteTokenInWarp<2>(rp, 0, route_ws.View());
-      else routing::RouteTokenInWarp(rp, 0, route_ws.View());
-      if (threadIdx.x == 0 && p.tile_stamps)
-        p.tile_stamps[blockIdx.x * kMoePersistentTileStamps + kMoePersistentTileStamps - 1] =
-            static_cast<long long>(dev::GlobalTimerNs());
-    }
     // E <= 64 (V2-Lite): two experts a lane, a quarter of the unrolled code and of its latency
     // chain (the routing ~3.2 against ~5.5 us a block under the phase's load; session 24 run 6);
     // the same bits.
-    if (warp == 0 && work && !poll) {
+    if (warp == 0 && work) {
       if (E <= 64) routing::RouteTokenInWarp<2>(rp, 0, route_ws.View());
       else routing::RouteTokenInWarp(rp, 0, route_ws.View());
     }
     if (!work && threadIdx.x < K) { s_ids[threadIdx.x] = static_cast<int32_t>(threadIdx.x); s_w[threadIdx.x] = 0.f; }
     __syncthreads();
-    if (!poll) tstamp(2);
+    tstamp(2);
     // Non-finite logits can leave an id out of range (the routing's argmax finds no candidate):
     // expert 0 is read instead, so the output carries the NaN weights rather than a fault.
     if (threadIdx.x < K && (s_ids[threadIdx.x] < 0 || s_ids[threadIdx.x] >= E)) s_ids[threadIdx.x] = 0;
@@ -263,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
     tstamp(3);
   };
-  if (routed && !shared_first) route_token(false);
+  if (routed && !shared_first) route_token();
   // shared_first (gu_ksplit 8: a tile on all 8 warps of a block, so the rounds are block-uniform):
   // index i < Is / 8 is shared tile i (known before the routing), then the routed slots' tiles;
   // a block routes before its first routed round, or after phase 2 if it has none (phase 3
@@ -271,28 +217,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int64_t ts = shared_first ? Is / 8 : 0;
   const auto tile_of = [&](int64_t i) { return !shared_first ? i : i < ts ? tiles_r + i : i - ts; };
   bool routed_here = !routed || !shared_first;
-  // route_once: each router block counts (acquire-release, so the last sees every logit); the last
-  // routes the token (the same RouteTokenInWarp on the same logits: the same bits as every block
-  // routing it) and publishes the slots (store of the weight's bits, the id, the tag in one 64-bit
-  // word: a reader sees a whole word), then has its ids; every other block polls them.
-  if (once && routed && work && my_n < E) {
-    __shared__ int s_last;
-    if (threadIdx.x == 0) {
-      uint32_t old;
-      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(old) : "l"(p.router_ready) : "memory");
-      s_last = old + 1 == router_blocks;
-    }
-    __syncthreads();
-    if (s_last) {
-      route_token(false);
-      if (threadIdx.x < K) {
-        const uint64_t wd = (uint64_t{launch_tag()} << 48) | (uint64_t{static_cast<uint32_t>(s_ids[threadIdx.x]) & 0xffffu} << 32) |
-                            __float_as_uint(s_w[threadIdx.x]);
-        asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p.route_pub + threadIdx.x), "l"(wd) : "memory");
-      }
-      routed_here = true;
-    }
-  }
   if (p.gu_ksplit <= 1) {
     // One tile a warp over all of hidden: tile t on block t % grid, warp t / grid (consecutive
     // tiles on different blocks: every SM gets its share).
@@ -311,8 +235,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     // (t / grid) % slots, round t / (grid * slots). The parts' sums go to shared memory; after
     // every round, threads add them in part order and apply the SiLU (deterministic).
     // Two loops, the routing between them (before the first routed tile, or after the last tile):
-    // with the routing inside one loop ptxas issued each burst's loads one step at a time (2 loads,
-    // 2 mmas; session 24 run 7, +12% on the step).
+    // with more of the routing's state inside one loop ptxas issued each burst's loads one step at
+    // a time (2 loads, 2 mmas; session 24 run 7, +12% on the step).
     int r = 0;
     int64_t i = blockIdx.x + int64_t{grid} * slot;
     for (; work && i < tiles && (routed_here || i < ts); i += int64_t{grid} * slots, ++r) {
@@ -320,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       tstamp(4 + r);
     }
     if (!routed_here) {
-      route_token(p.route_pub != nullptr);
+      route_token();
       routed_here = true;
     }
     for (; work && i < tiles; i += int64_t{grid} * slots, ++r) {
@@ -386,6 +310,15 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       }
     }
   };
+  // The first tile's residual (+ attn_out) for the 8 threads that finish its columns, loaded before
+  // the act copy: by the end of the tile it is in registers, not an L2 round trip at the kernel's
+  // end (nothing writes these columns before this block does, at the end of phase 3).
+  float r1_first = 0.f;
+  if (work && threadIdx.x < kDownTile && blockIdx.x < dtiles) {
+    const int64_t n = int64_t{blockIdx.x} * kDownTile + threadIdx.x;
+    r1_first = p.residual[n];
+    if (p.attn_out) r1_first = p.attn_out[n] + r1_first;
+  }
   if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
   int ntile = 0;
@@ -416,8 +349,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       float acc = 0.f;
       for (int sc = 0; sc < nsc; ++sc) acc += y(static_cast<int>(K) + sc);
       for (int j = 0; j < K; ++j) acc += s_w[j] * __bfloat162float(__float2bfloat16_rn(y(j)));
-      float r1 = p.residual[n];
-      if (p.attn_out) r1 = p.attn_out[n] + r1;
+      float r1 = r1_first;
+      if (ntile > 0) {
+        r1 = p.residual[n];
+        if (p.attn_out) r1 = p.attn_out[n] + r1;
+      }
       const float v = acc + r1;
       p.residual[n] = v;
       s_vals[ntile][c] = v;
@@ -558,8 +494,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   }
   if (p.router_ready != nullptr && p.gu_ksplit != kWarps) why << "shared_first (router_ready) needs gu_ksplit " << kWarps << "; ";
   if (reinterpret_cast<uintptr_t>(p.router_ready) % 4 != 0) why << "router_ready must be 4-byte aligned; ";
-  if (p.route_pub != nullptr && (p.router_ready == nullptr || reinterpret_cast<uintptr_t>(p.route_pub) % 8 != 0))
-    why << "route_once (route_pub) needs shared_first (router_ready) and 8-byte alignment; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {

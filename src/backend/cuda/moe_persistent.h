@@ -114,22 +114,9 @@ struct MoePersistentParams {
   // Measurement only (tests): thread 0 of block b writes %globaltimer (ns) to tile_stamps[b *
   // kMoePersistentTileStamps + i]: i = 0 before its routing, 1 after the wait for the router's
   // count, 2 after warp 0's routing, 3 after the routing's end, 4 + r after its part of phase-2
-  // round r (r < kMoePersistentTileStamps - 5; the last slot is route_probe's).
+  // round r (r < kMoePersistentTileStamps - 4).
   long long* tile_stamps = nullptr;
   bool barriers_only = false;
-  // router_early (session 24): a router block loads its router row's first 8 x 256 weights into
-  // registers at the kernel's start, before phase 0's norm, so that they are not queued behind the
-  // other blocks' first gate_up loads. The same sums in the same order: the same bits.
-  bool router_early = false;
-  // route_once (session 24; shared_first only): [kMaxTopK = 16] 64-bit words, zero before the first
-  // launch. The last router block to count routes the token and publishes each slot as one word
-  // (the weight's bits, the expert id, a tag of the launch); every other block reads them (one L2
-  // round trip) instead of routing the token itself (~3 us of warp 0 a block under the phase's
-  // load, every warp of the block waiting). The same routing: the same bits. nullptr: off.
-  uint64_t* route_pub = nullptr;
-  // route_probe (measurement only, with tile_stamps): the routing runs once more before the real
-  // one, stamped at tile_stamps[b * kMoePersistentTileStamps + kMoePersistentTileStamps - 1].
-  bool route_probe = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
