@@ -75,7 +75,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
   env_int("DS_PERSISTENT_MOE_GU_KSPLIT", 1, 8, 1, &c.persistent_moe_gu_ksplit);
   env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared experts' tiles first, no barrier 1 (on since session 20)
-  env_switch("DS_PERSISTENT_MOE_DOWN_PREFETCH", &c.persistent_moe_down_prefetch);  // first down bursts into L2 before barrier 2 (session 24)
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
   env_int("DS_ATTN_L2_FETCH", 0, 2, 1, &c.attn_l2_fetch);          // weight loads' L2 fetch size (session 21)
   env_int("DS_MOE_L2_FETCH", 0, 2, 1, &c.moe_l2_fetch);

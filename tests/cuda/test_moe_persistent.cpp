@@ -100,13 +100,6 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
   const std::vector<float> without = snapshot();
   EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * sizeof(float)), 0)
       << label << ": shared_first's act / residual / norm output differ from the launch without it";
-  // down_prefetch (phase 3's first bursts prefetched into L2 before barrier 2): the same bits.
-  MoePersistentParams d = p;
-  d.down_prefetch = true;
-  LaunchFromResidual(false, 1, d, res_in, [] {});
-  const std::vector<float> pre = snapshot();
-  EXPECT_EQ(std::memcmp(with.data(), pre.data(), with.size() * sizeof(float)), 0)
-      << label << ": down_prefetch's act / residual / norm output differ from the launch without it";
 }
 
 // shared_first: (MoePersistentParams::router_ready; ksplit 8), then ExpectSharedFirstBitsAndReset.
@@ -413,9 +406,7 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   // without barrier 2 (per-segment counters): session22_2026-12-01_run{2,3}; with the first 132
   // shared tiles done by the attention kernel: run 7.)
   Dev<long long> d_tstamps(static_cast<size_t>(grid_max) * kMoePersistentTileStamps);
-  for (const auto& [bps, ks, qu, fetch, nn, dpf] :
-       {std::tuple{2, 8, true, 1, true, false}, std::tuple{2, 8, true, 1, false, false}, std::tuple{2, 8, true, 1, false, true}}) {
-    p.down_prefetch = dpf;
+  for (const auto& [bps, ks, qu, fetch, nn] : {std::tuple{2, 8, true, 1, true}, std::tuple{2, 8, true, 1, false}}) {
 
     p.norm_weight = nn ? d_norm_w.get() : nullptr;
     p.l2_fetch = fetch;
@@ -426,8 +417,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
     std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                "down_prefetch=%d grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn,
-                dpf, grid, full, bytes / full / 1e3, bytes / 1e6, bar);
+                "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn,
+                grid, full, bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();
@@ -448,7 +439,7 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       start_last = std::max(start_last, s[b * kMoePersistentStamps]);
     }
     std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                "down_prefetch=%d start skew: last block started at %.2f us\n", bps, ks, qu, fetch, nn, dpf,
+                "start skew: last block started at %.2f us\n", bps, ks, qu, fetch, nn,
                 1e-3 * static_cast<double>(start_last - t0));
     for (int i = 0; i + 1 < kMoePersistentStamps; ++i) {
       std::vector<long long> d(grid);
@@ -459,8 +450,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
       }
       std::sort(d.begin(), d.end());
       std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d "
-                  "down_prefetch=%d %s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn,
-                  dpf, names[i],
+                  "%s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn,
+                  names[i],
                   1e-3 * d[grid / 2], 1e-3 * d[0], 1e-3 * d[grid - 1], 1e-3 * static_cast<double>(last - t0));
     }
     // Phase 2 per group of blocks (router blocks b < E; then by their number of shared tiles):
@@ -477,8 +468,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
             v.push_back(1e-3 * static_cast<double>(ts[b * kMoePersistentTileStamps + i] - t0));
         if (v.empty()) continue;
         std::sort(v.begin(), v.end());
-        std::printf("[metric] op=moe_persistent_tiles next_norm=%d down_prefetch=%d group=\"%s\" blocks=%zu %s: median %.2f us, "
-                    "max %.2f\n", nn, dpf, gnames[gi], v.size(),
+        std::printf("[metric] op=moe_persistent_tiles next_norm=%d group=\"%s\" blocks=%zu %s: median %.2f us, "
+                    "max %.2f\n", nn, gnames[gi], v.size(),
                     i == 0 ? "route start" : i == 1 ? "router count seen" : i == 2 ? "routed (warp 0)" : i == 3 ? "route end"
                                                         : ("round " + std::to_string(i - 4) + " end").c_str(),
                     v[v.size() / 2], v.back());

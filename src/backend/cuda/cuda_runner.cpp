@@ -797,7 +797,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
-  p.down_prefetch = opts_.persistent_moe_down_prefetch;
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked

@@ -249,10 +249,6 @@ struct CudaRunnerOptions {
   // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = true;
-  // Its first down burst a warp prefetched into L2 before barrier 2 (MoePersistentParams::
-  // down_prefetch; session 24). Results unchanged. Opt-in until measured. The CLI reads
-  // DS_PERSISTENT_MOE_DOWN_PREFETCH=0/1.
-  bool persistent_moe_down_prefetch = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes

@@ -275,23 +275,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
   // Without a next norm (norm_weight == nullptr) phase 3 is the last: barrier 2 is the final one.
   const bool next_norm = p.norm_weight != nullptr;
-  // down_prefetch: each warp's first down unit's first burst (up to kTileBurst steps of its 16
-  // rows, phase 3's unit `warp` of tile blockIdx.x) bulk-prefetched into L2 before barrier 2, one
-  // row a lane (lanes 0-15: segment lane / 8, row lane % 8): the weights need only the routing, and
-  // DRAM is not busy while the blocks wait at the barrier and copy act.
-  if (p.down_prefetch && work && blockIdx.x < Hd / kDownTile && lane < 16) {
-    const int npair_ = (nseg + 1) / 2, ks_ = npair_ >= kWarps ? 1 : kWarps / npair_;
-    if (warp < npair_ * ks_) {
-      const int st = static_cast<int>(I / 32), rr = warp % ks_;
-      const int s0 = st * rr / ks_, s1 = st * (rr + 1) / ks_;
-      const int seg = std::min(2 * (warp / ks_) + (lane >> 3), nseg - 1);
-      const int64_t n = int64_t{blockIdx.x} * kDownTile + (lane & 7);
-      const bf16* src = (seg < K ? p.w2 + (static_cast<int64_t>(s_ids[seg]) * Hd + n) * I
-                                 : p.shared_down + n * Is + (seg - K) * I) + 32 * s0;
-      const int bytes = (s1 - s0 < ptx::kTileBurst ? s1 - s0 : int{ptx::kTileBurst}) * 64;
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-    }
-  }
   stamp(3);
   GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
   // shared_first: every block has passed its wait: the count back to zero for the next launch

@@ -116,10 +116,6 @@ struct MoePersistentParams {
   // count, 2 after warp 0's routing, 3 after the routing's end, 4 + r after its part of phase-2
   // round r (r < kMoePersistentTileStamps - 4).
   long long* tile_stamps = nullptr;
-  // down_prefetch (session 24): each warp's first down burst bulk-prefetched into L2 before barrier
-  // 2 (cp.async.bulk.prefetch.L2; the weights need only the routing), so that phase 3's first loads
-  // hit L2 after the barrier and the act copy. Results unchanged (a prefetch).
-  bool down_prefetch = false;
   bool barriers_only = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
