@@ -83,13 +83,17 @@ __device__ __forceinline__ void WriteTopk(const MoeRoutingParams& p, int64_t t, 
 }
 
 // The warp form of RouteToken (MoeRoutingParams::warp_route, num_experts <= kWarpRouteMaxExperts):
-// one warp routes token t; lane l holds experts l + 32 j, j < 8. The same selection rules as the
-// block form in the same order where it matters: the max of the logits (exact), the scores
+// one warp routes token t; lane l holds experts l + 32 j, j < kPer (8, or 2 where E <= 64: the
+// persistent MoE kernel). The same selection rules as the block form in the same order where it
+// matters: the max of the logits (exact; one warp reduction of order-preserving keys), the scores
 // (softmax: exp(l - max) / sum, the sum per lane in j order then a butterfly; sigmoid: the block
 // form's expression), the group scores (each group scanned in expert order by one lane), the
 // greedy group choice (lane 0, as the block form's thread 0), top-k by repeated argmax with ties
-// to the lower expert (per lane over its experts, then a butterfly), and the weights (lane 0,
-// chosen order). Lane 0 writes p.topk_ids / p.topk_weights row t.
+// to the lower expert (per lane over its experts, then two warp reductions: the largest key, the
+// lowest index holding it), and the weights (WriteTopk's operations; the entries on lanes r <
+// top_k, the norm_topk_prob sum in chosen order). Writes p.topk_ids / p.topk_weights row t.
+// (Session 24: with 8 a lane, shuffle butterflies and lane 0's weights this took ~5.5 us of warp 0
+// in the persistent MoE kernel under its DRAM load, every other warp of the block waiting; ~2 us now.)
 constexpr int kWarpRouteMaxExperts = 256;
 // One warp's shared-memory scratch: scores and sel [E], group_score [64], group_ok [64], chosen
 // [32] (2.4 KB at E = 256). WarpRouteScratch holds it for E <= 256; a kernel sizing its dynamic
