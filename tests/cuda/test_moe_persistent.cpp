@@ -41,6 +41,9 @@ const Case kCases[] = {
     {"odd_segments_top8_one_shared_chunk", 1024, 32, 8, 256, 256, 1, 1, 1, 0, true, false, 1.0f},
     {"two_units_a_warp_top16_four_shared_chunks", 768, 32, 16, 128, 512, 1, 1, 0, 0, false, false, 1.0f},
     {"one_segment_empty_k_ranges", 512, 4, 1, 96, 0, 1, 1, 0, 0, false, false, 1.0f},
+    // E in 33..64: the kernel routes with two experts a lane (RouteTokenInWarp<2>; V2-Lite's 64).
+    {"E64_greedy_softmax", 512, 64, 6, 128, 256, 1, 1, 0, 0, false, false, 1.0f},
+    {"E64_noaux_tc_sigmoid_groups", 512, 64, 8, 128, 128, 8, 4, 1, 2, true, true, 2.5f},
 };
 
 // bf16 values uniform in [-a, a] from a per-element hash (fast for tens of millions of weights).

@@ -1,5 +1,6 @@
 // MoE routing vs ds::cpu::MoeRouting for the three selection methods (V3 noaux_tc with the
 // correction bias, V2 group_limited_greedy, V2-Lite greedy).
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/ops.h"
@@ -15,8 +16,16 @@ struct Case { const char* name; int64_t E; int top_k, n_group, topk_group, scori
 // Both against the CPU reference (ids exact, weights within 1e-6), and the warp form against the
 // block form: the same ids; the same weights bit for bit with sigmoid scoring, within 1e-6 with
 // softmax (its sum runs in another fp32 order).
-void RunCase(const Case& c, int64_t n, bool warp = false) {
+// ties: logits on a coarse grid (many equal values, so ties to the lower expert decide) with
+// every 7th -0.0f and every 11th +0.0f (equal values of different bits).
+void RunCase(const Case& c, int64_t n, bool warp = false, bool ties = false) {
   auto logits = RandomNormal(n * c.E, 2.f);
+  if (ties)
+    for (size_t i = 0; i < logits.size(); ++i) {
+      logits[i] = std::round(logits[i] * 2.f) / 2.f;
+      if (i % 7 == 0) logits[i] = -0.0f;
+      if (i % 11 == 0) logits[i] = 0.0f;
+    }
   auto bias = RandomF(c.E, -0.1f, 0.1f);
   std::vector<int32_t> ids_ref(n * c.top_k);
   std::vector<float> w_ref(n * c.top_k);
@@ -31,7 +40,7 @@ void RunCase(const Case& c, int64_t n, bool warp = false) {
   MoeRouting(p);
   auto ids = dids.Download();
   auto w = dw.Download();
-  std::string cas = std::string(c.name) + "_n" + std::to_string(n);
+  std::string cas = std::string(c.name) + "_n" + std::to_string(n) + (ties ? "_ties" : "");
   if (warp) {  // the warp form against the block form just run
     Dev<int32_t> wids(n * c.top_k);
     Dev<float> ww(n * c.top_k);
@@ -88,6 +97,20 @@ TEST(CudaMoeRouting, WarpFormMatchesBlockFormAndCpu) {
     RunCase(c, 1, true);
     RunCase(c, 257, true);
   }
+}
+
+// Ties and signed zeros (session 24: the warp form's max and argmax are warp reductions of
+// order-preserving keys, -0 and +0 one key): the same ids as the block form and the CPU reference
+// (ties to the lower expert), including E in 33..64, where the persistent MoE kernel holds two
+// experts a lane (its own cases: test_moe_persistent.cpp's E64 cases).
+TEST(CudaMoeRouting, WarpFormTiesAndSignedZeros) {
+  const Case cases[] = {
+      {"V3_noaux_tc", 256, 8, 8, 4, 1, 2, true, true, 2.5f},
+      {"V2Lite_greedy", 64, 6, 1, 1, 0, 0, false, false, 1.0f},
+      {"E48_greedy_sigmoid_norm", 48, 6, 1, 1, 1, 0, true, false, 1.0f},
+      {"odd_greedy_sigmoid_norm", 10, 3, 1, 1, 1, 0, true, false, 1.0f},
+  };
+  for (const auto& c : cases) RunCase(c, 257, true, true);
 }
 
 }  // namespace

@@ -71,14 +71,17 @@ __device__ __forceinline__ void PickGroups(const MoeRoutingParams& p, const floa
 // (The scores are read twice from shared memory rather than kept in a local array: a dynamically
 // indexed array lives in local memory, the persistent MoE kernel's only stack frame until session
 // 24. Used by the block form; the warp form writes the entries on its lanes.)
+// An id out of range (the block argmax finds no candidate when every score left is NaN) reads no
+// score: its weight is NaN.
 __device__ __forceinline__ void WriteTopk(const MoeRoutingParams& p, int64_t t, const float* scores, const int* chosen) {
+  const auto score = [&](int e) { return e >= 0 && e < p.num_experts ? scores[e] : NAN; };
   float sum = 0.f;
-  for (int r = 0; r < p.top_k; ++r) sum += scores[chosen[r]];
+  for (int r = 0; r < p.top_k; ++r) sum += score(chosen[r]);
   const float denom = p.norm_topk_prob ? sum + 1e-20f : 1.0f;
   for (int r = 0; r < p.top_k; ++r) {
     const int e = chosen[r];
     p.topk_ids[t * p.top_k + r] = e;
-    p.topk_weights[t * p.top_k + r] = scores[e] / denom * p.routed_scaling_factor;
+    p.topk_weights[t * p.top_k + r] = score(e) / denom * p.routed_scaling_factor;
   }
 }
 
@@ -125,6 +128,7 @@ __device__ inline WarpRouteView WarpRouteScratchAt(float* base, int64_t E) {
 // kPer: experts a lane holds (E <= 32 kPer); a smaller kPer than the default runs the same
 // operations on the same values (the lanes' missing experts were -inf / 0 terms): the same bits,
 // a quarter of the unrolled code at kPer 2 (E <= 64; the persistent MoE kernel, session 24).
+// The caller guarantees num_experts <= 32 kPer (experts beyond would not be considered).
 template <int kPer = kWarpRouteMaxExperts / 32>
 __device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, const WarpRouteView& ws) {
   static_assert(kPer >= 1 && kPer <= kWarpRouteMaxExperts / 32, "kPer");

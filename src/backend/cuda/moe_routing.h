@@ -27,11 +27,12 @@ struct MoeRoutingParams {
   float* topk_weights;  // [n, top_k]
   cudaStream_t stream = nullptr;
   // CudaRunnerOptions::moe_route_warp (on by default since session 9, run 1): with num_experts
-  // <= 256 one warp routes the token (up to 8 experts a lane: warp shuffles instead of the
-  // block's barriers per top-k round; moe_routing.cuh, RouteTokenInWarp). The same ids and
-  // weights as the block form for sigmoid scoring (V3); with softmax scoring the sum of the
-  // exponentials runs in another fp32 order (per lane, then a butterfly), so the weights can move
-  // by fp32 rounding (and ids only where two scores are that close).
+  // <= 256 one warp routes the token (up to 8 experts a lane: warp reductions and shuffles
+  // instead of the block's barriers per top-k round; moe_routing.cuh, RouteTokenInWarp). The same
+  // ids and weights as the block form for sigmoid scoring (V3) and non-NaN logits; with softmax
+  // scoring the sum of the exponentials runs in another fp32 order (per lane, then a butterfly),
+  // so the weights can move by fp32 rounding (and ids only where two scores are that close). A
+  // NaN score ranks highest in the warp form; the block form never picks one over a number.
   bool warp_route = false;
 };
 void MoeRouting(const MoeRoutingParams& p);
