@@ -47,14 +47,6 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
   }
 }
 
-// CopyToSmem by cp.async (16 bytes a thread at a time through L2, no registers staged), waited for
-// by the calling thread (the caller's __syncthreads then publishes it to the block).
-__device__ __forceinline__ void CopyToSmemAsync(uint4* dst, const uint4* src, int64_t n8) {
-  for (int64_t i = threadIdx.x; i < n8; i += blockDim.x)
-    ptx::CpAsync16(static_cast<uint32_t>(__cvta_generic_to_shared(dst + i)), src + i, true);
-  asm volatile("cp.async.wait_all;\n" ::: "memory");
-}
-
 // Down tiles: 8 output columns; a tile's segments (routed slot j, then the shared experts' down in
 // chunks of I) in pairs per 16-row mma (B's columns 0 and 1), each pair's K split over the
 // block's warps when there are fewer pairs than warps.
@@ -327,32 +319,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     r1_first = p.residual[n];
     if (p.attn_out) r1_first = p.attn_out[n] + r1_first;
   }
-  // The warp's first unit (tile blockIdx.x, unit warp): its first burst's loads issued before the
-  // act copy (then by cp.async: no registers), so they are in flight during it; multiplied after
-  // (MmaSlice, then WarpTile16 from the next step: WarpTile16's order, the same sums).
-  const bool dpre = work && blockIdx.x < dtiles && warp < nunit;
-  ptx::WarpSlice dws;
-  const bf16* drow[2];
-  const bf16* dx[2];
-  int ds0 = 0, ds1 = 0, dfirst = 0;
-  if (dpre) {
-    unit_at(blockIdx.x, warp, drow, dx, ds0, ds1);
-    dfirst = ds1 - ds0 < ptx::kTileBurst ? ds1 - ds0 : int{ptx::kTileBurst};
-    ptx::LoadSlice<kPf>(drow[0] + 32 * ds0, drow[1] + 32 * ds0, dfirst, dws);
-  }
-  if (work && blockIdx.x < dtiles) CopyToSmemAsync(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
+  if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
-  float dd[4] = {0.f, 0.f, 0.f, 0.f};
-  if (dpre) {
-    ptx::MmaSlice(dws, (g == 1 ? dx[1] : dx[0]) + 32 * ds0, dfirst, dd);
-    const bf16* r0 = drow[0] + 32 * (ds0 + dfirst);
-    const bf16* r1 = drow[1] + 32 * (ds0 + dfirst);
-    // (The rest's loads after the slice's mma: without this dependency ptxas hoisted them above it,
-    // the slice and the next burst live together, and spilled at 128 registers.)
-    asm volatile("" : "+l"(r0), "+l"(r1) : "f"(dd[0]), "f"(dd[3]));
-    if (ds1 - ds0 > dfirst)
-      WarpTile16<kPf>(r0, r1, dx[0] + 32 * (ds0 + dfirst), dx[1] + 32 * (ds0 + dfirst), ds1 - ds0 - dfirst, dd);
-  }
   int ntile = 0;
   for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
     const int64_t n0 = tile * kDownTile;
@@ -361,10 +329,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       const bf16* x[2];
       int s0, s1;
       unit_at(tile, u, row, x, s0, s1);
-      float d[4] = {dd[0], dd[1], dd[2], dd[3]};
-      if (!(dpre && ntile == 0 && u == warp))
-        WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
-      dd[0] = dd[1] = dd[2] = dd[3] = 0.f;
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
       if (q == 0) {
         s_part[u][0][g] = d[0];
         s_part[u][1][g] = d[3];
