@@ -459,7 +459,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     }
     // Phase 2 per group of blocks (router blocks b < E; then by their number of shared tiles):
     // when each block's routing started and ended and each round's part ended, from the first
-    // block's start (us): median / max over the group.
+    // block's start (us): median / max over the group. (The group labels assume grid < Is / 8 <=
+    // 2 grid, true for V2-Lite's 352 shared tiles on 132 SMs at 2 blocks each.)
     const int64_t nshared = Is / 8;
     const auto group_of = [&](int b) { return b < E ? 0 : b < nshared - grid ? 1 : 2; };
     const char* gnames[3] = {"router blocks", "2 shared tiles", "1 shared tile"};
