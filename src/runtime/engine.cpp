@@ -430,11 +430,11 @@ bool Engine::Step() {
   }
 
   ForwardBatch batch;
-  int max_blocks = 0;
-  for (const Item& it : items) max_blocks = std::max(max_blocks, static_cast<int>(it.s->blocks.ids.size()));
-  batch.max_blocks = max_blocks;
-  batch.query_start.push_back(0);
-  batch.block_tables.assign(items.size() * max_blocks, -1);
+  {
+    std::vector<const Sequence*> seqs;
+    for (const Item& it : items) seqs.push_back(it.s);
+    StartBatch(seqs, &batch);
+  }
   std::vector<Sequence*> samplers;
   int num_prefill_tokens = 0, num_decode = 0;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -445,8 +445,6 @@ bool Engine::Step() {
     }
     batch.query_start.push_back(batch.num_tokens());
     batch.context_lens.push_back(it.start + it.num_new);
-    std::copy(it.s->blocks.ids.begin(), it.s->blocks.ids.end(),
-              batch.block_tables.begin() + i * max_blocks);
     if (it.start + it.num_new == static_cast<int>(it.s->tokens.size())) {
       batch.logits_indices.push_back(batch.num_tokens() - 1);
       samplers.push_back(it.s);
@@ -463,10 +461,7 @@ bool Engine::Step() {
       if (p.logprobs >= 0 || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) { all = false; break; }
     }
     if (all)
-      for (const Sequence* s : samplers) {
-        const SamplingParams& p = s->req.params;
-        batch.sampling.push_back({p.temperature, p.top_p, p.top_k, s->seed, static_cast<uint64_t>(s->num_output())});
-      }
+      for (const Sequence* s : samplers) batch.sampling.push_back(SamplingRow(s, 0));
   }
   Status st = runner_->Launch(batch);
   if (!st.ok()) {
@@ -501,6 +496,21 @@ SchedSeq Engine::RunningView(const Sequence* s) {
 SchedSeq Engine::WaitingView(const Sequence* s) {
   return {static_cast<int64_t>(s->req.id), static_cast<int>(s->tokens.size()), 0, 0,
           std::max(0, s->req.params.max_tokens - s->num_output())};
+}
+
+RowSampling Engine::SamplingRow(const Sequence* s, int ahead) {
+  const SamplingParams& p = s->req.params;
+  return {p.temperature, p.top_p, p.top_k, s->seed, static_cast<uint64_t>(s->num_output() + ahead)};
+}
+
+void Engine::StartBatch(const std::vector<const Sequence*>& seqs, ForwardBatch* batch) {
+  int max_blocks = 0;
+  for (const Sequence* s : seqs) max_blocks = std::max(max_blocks, static_cast<int>(s->blocks.ids.size()));
+  batch->max_blocks = max_blocks;
+  batch->query_start.assign(1, 0);
+  batch->block_tables.assign(seqs.size() * max_blocks, -1);
+  for (size_t i = 0; i < seqs.size(); ++i)
+    std::copy(seqs[i]->blocks.ids.begin(), seqs[i]->blocks.ids.end(), batch->block_tables.begin() + i * max_blocks);
 }
 
 void Engine::DropLaunched() {
@@ -555,31 +565,24 @@ std::optional<Engine::InFlight> Engine::LaunchLookahead(const InFlight& f) {
   // done, would schedule just these decodes (no admission, no preemption): then the lookahead is
   // the step it would run (an admission that the step in flight's stops make possible waits a step).
   if (!waiting_.empty() && !PolicySchedulesJust(f, seqs)) return std::nullopt;
-  ForwardBatch batch;
-  int max_blocks = 0;
-  for (Sequence* s : seqs) {
+  for (Sequence* s : seqs)
     DS_CHECK(blocks_.Grow(&s->blocks, static_cast<int>(s->tokens.size()) + 1)) << "lookahead: KV blocks";
-    max_blocks = std::max(max_blocks, static_cast<int>(s->blocks.ids.size()));
-  }
-  batch.max_blocks = max_blocks;
-  batch.query_start.push_back(0);
-  batch.block_tables.assign(seqs.size() * max_blocks, -1);
+  ForwardBatch batch;
+  StartBatch({seqs.begin(), seqs.end()}, &batch);
   InFlight next;
   next.t0 = Clock::now();
   next.runner_sampled = true;
   next.all_decode = true;
   for (size_t i = 0; i < seqs.size(); ++i) {
     Sequence* s = seqs[i];
-    const SamplingParams& p = s->req.params;
     const int n = static_cast<int>(s->tokens.size());
     batch.token_ids.push_back(0);  // read on the device from the step in flight's row rows[i]
     batch.prev_sample_rows.push_back(rows[i]);
     batch.positions.push_back(n);
     batch.query_start.push_back(batch.num_tokens());
     batch.context_lens.push_back(n + 1);
-    std::copy(s->blocks.ids.begin(), s->blocks.ids.end(), batch.block_tables.begin() + i * max_blocks);
     batch.logits_indices.push_back(static_cast<int32_t>(i));
-    batch.sampling.push_back({p.temperature, p.top_p, p.top_k, s->seed, static_cast<uint64_t>(s->num_output() + 1)});
+    batch.sampling.push_back(SamplingRow(s, 1));
     next.items.push_back({s->req.id, n, 1});
     next.samplers.push_back(s->req.id);
   }

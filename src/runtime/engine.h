@@ -168,6 +168,10 @@ class Engine {
   // The policy's view of a running / waiting sequence.
   static SchedSeq RunningView(const Sequence* s);
   static SchedSeq WaitingView(const Sequence* s);
+  // A batch's runner-side sampling row for s's token num_output() + ahead.
+  static RowSampling SamplingRow(const Sequence* s, int ahead);
+  // batch->max_blocks, block_tables (row i: seqs[i]'s KV blocks, -1 padded) and query_start's 0.
+  static void StartBatch(const std::vector<const Sequence*>& seqs, ForwardBatch* batch);
   // Forgets inflight_ and finishes every step the runner still holds, dropping the outputs
   // (error paths, Stop).
   void DropLaunched();

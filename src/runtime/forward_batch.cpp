@@ -50,20 +50,28 @@ Status ForwardBatch::Validate(int num_blocks) const {
   return Status::Ok();
 }
 
+Status ModelRunner::CheckPrevSampleRows(const ForwardBatch& b, bool prev_sampled, int64_t prev_rows, bool* uses_prev) {
+  if (uses_prev) *uses_prev = false;
+  for (int32_t r : b.prev_sample_rows) {
+    if (r < 0) continue;
+    if (uses_prev) *uses_prev = true;
+    if (!prev_sampled)
+      return InvalidArgument("ForwardBatch: prev_sample_rows given, but the previous step did not sample ids");
+    if (r >= prev_rows)
+      return InvalidArgument("ForwardBatch: prev_sample_rows entry " + std::to_string(r) + " beyond the previous step's " +
+                             std::to_string(prev_rows) + " sampled rows");
+  }
+  return Status::Ok();
+}
+
 Status ModelRunner::ResolvePrevSampleRows(const std::vector<int32_t>* prev_ids, ForwardBatch* b) {
   if (b->prev_sample_rows.empty()) return Status::Ok();
   if (b->prev_sample_rows.size() != b->token_ids.size())
     return InvalidArgument("ForwardBatch: prev_sample_rows must be empty or have one entry per token");
-  for (size_t t = 0; t < b->prev_sample_rows.size(); ++t) {
-    const int32_t r = b->prev_sample_rows[t];
-    if (r < 0) continue;
-    if (!prev_ids)
-      return InvalidArgument("ForwardBatch: prev_sample_rows given, but the previous step did not sample ids");
-    if (r >= static_cast<int32_t>(prev_ids->size()))
-      return InvalidArgument("ForwardBatch: prev_sample_rows entry " + std::to_string(r) +
-                                " beyond the previous step's " + std::to_string(prev_ids->size()) + " sampled rows");
-    b->token_ids[t] = (*prev_ids)[r];
-  }
+  DS_RETURN_IF_ERROR(
+      CheckPrevSampleRows(*b, prev_ids != nullptr, prev_ids ? static_cast<int64_t>(prev_ids->size()) : 0));
+  for (size_t t = 0; t < b->prev_sample_rows.size(); ++t)
+    if (b->prev_sample_rows[t] >= 0) b->token_ids[t] = (*prev_ids)[b->prev_sample_rows[t]];
   b->prev_sample_rows.clear();
   return Status::Ok();
 }

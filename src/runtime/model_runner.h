@@ -103,6 +103,10 @@ class ModelRunner {
   virtual size_t NumLaunched() const { return done_.size(); }
 
  protected:
+  // InvalidArgument where b.prev_sample_rows names a row the previous step lacks (prev_sampled:
+  // it sampled ids, prev_rows of them). *uses_prev (optional): whether any entry names a row.
+  static Status CheckPrevSampleRows(const ForwardBatch& b, bool prev_sampled, int64_t prev_rows,
+                                    bool* uses_prev = nullptr);
   // b.prev_sample_rows resolved into b.token_ids from `prev_ids` (the previous step's sampled
   // ids; null when it did not sample), then cleared. InvalidArgument on a bad row.
   static Status ResolvePrevSampleRows(const std::vector<int32_t>* prev_ids, ForwardBatch* b);

@@ -8,8 +8,12 @@
 //   0 the kernel's (8 rows x 64 B an instruction);
 //   1 the same with the .L2::128B fetch size (the runner's default since session 21);
 //   2 coalesced rows: instruction i reads row i's 512 bytes of the warp's K range;
-//   3 linear: the warp's 8 KB as one contiguous run (the tile's 16 rows re-cut).
+//   3 linear: the warp's 8 KB as one contiguous run (the tile's 16 rows re-cut);
+//   4 pattern 1's loads as the MoE kernel's phase 2 issues and uses them (session 24): ptx::LoadSlice
+//     then ptx::MmaSlice on an activation row in shared memory, the sums kept in shared memory.
 // Each pattern's sum is checked against a host sum (every byte read once), so no load is dropped.
+// (Session 24's runs 1-2 measured these patterns, and the MoE kernel's phase 2 without its
+// routing, with a standalone program, bench/stream_probe.cu at a317baa, since folded into this.)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -38,7 +42,27 @@ __global__ void __launch_bounds__(kThreads, 2) StreamKernel(const __nv_bfloat16*
     const __nv_bfloat16* tile = w + t * kTileElems;
     const int k0 = warp * (kCols / kWarps);
     uint4 v[16];
-    if constexpr (kMode == 0 || kMode == 1) {
+    if constexpr (kMode == 4) {
+      __shared__ alignas(16) __nv_bfloat16 xs[kCols];
+      __shared__ float s_sum[kWarps][16];
+      if (t == blockIdx.x) {
+        for (int i = threadIdx.x; i < kCols; i += kThreads) xs[i] = __float2bfloat16_rn(0.01f * (i % 37));
+        __syncthreads();
+      }
+      ptx::WarpSlice ws;
+      ptx::LoadSlice<1>(tile + int64_t{g} * kCols + k0, tile + int64_t{g + 8} * kCols + k0, 8, ws);
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      ptx::MmaSlice(ws, xs + k0, 8, d);
+      if (q == 0) {
+        s_sum[warp][g] = d[0];
+        s_sum[warp][8 + g] = d[2];
+      }
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        v[2 * s] = ws.a[s];
+        v[2 * s + 1] = ws.b[s];
+      }
+    } else if constexpr (kMode == 0 || kMode == 1) {
       const uint4* ra = reinterpret_cast<const uint4*>(tile + int64_t{g} * kCols + k0) + q;
       const uint4* rb = reinterpret_cast<const uint4*>(tile + int64_t{g + 8} * kCols + k0) + q;
 #pragma unroll
@@ -113,6 +137,7 @@ TEST(CudaStreamPattern, DISABLED_Report) {
     run(StreamKernel<1>, "tile16_64B_L2_128B");
     run(StreamKernel<2>, "coalesced_rows");
     run(StreamKernel<3>, "linear");
+    run(StreamKernel<4>, "tile16_64B_L2_128B_mma");
   }
   DS_CUDA_CHECK(cudaEventDestroy(e0));
   DS_CUDA_CHECK(cudaEventDestroy(e1));

@@ -1327,14 +1327,7 @@ Status CudaModelRunner::Launch(const ForwardBatch& batch) {
   DS_RETURN_IF_ERROR(UseDevice());
   DS_RETURN_IF_ERROR(CheckBatch(batch));
   bool uses_prev = false;
-  for (int32_t r : batch.prev_sample_rows) {
-    if (r < 0) continue;
-    uses_prev = true;
-    if (!last_sampled_) return InvalidArgument("cuda runner: prev_sample_rows given, but the previous step did not sample ids");
-    if (r >= last_rows_)
-      return InvalidArgument("cuda runner: prev_sample_rows entry " + std::to_string(r) + " beyond the previous step's " +
-                             std::to_string(last_rows_) + " sampled rows");
-  }
+  DS_RETURN_IF_ERROR(CheckPrevSampleRows(batch, last_sampled_, last_rows_, &uses_prev));
   const int64_t R = static_cast<int64_t>(batch.logits_indices.size());
   // Queued without waiting: a sampled decode step whose graph is captured. Its previous-row ids
   // are gathered on the device when the previous step was queued too (its ids still in

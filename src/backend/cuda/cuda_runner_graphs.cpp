@@ -124,12 +124,12 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
   {
     char* h = static_cast<char*>(g->host[g->flip].get());
     g->flip ^= 1;
-    std::vector<int32_t> prev(bucket, -1);
+    int32_t* prev = reinterpret_cast<int32_t*>(h + g->off_prev);  // -1 past the given rows
+    std::fill(prev, prev + bucket, -1);
     for (size_t t = 0; t < b.prev_sample_rows.size(); ++t) {
       prev[t] = b.prev_sample_rows[t];
       gather_prev = gather_prev || prev[t] >= 0;
     }
-    std::memcpy(h + g->off_prev, prev.data(), bucket * 4);
     std::memcpy(h + g->off_slots, slots.data(), bucket * 8);
     std::memcpy(h + g->off_ids, pb.token_ids.data(), bucket * 4);
     std::memcpy(h + g->off_pos, pb.positions.data(), bucket * 4);
