@@ -80,6 +80,16 @@ TEST(CudaRunnerAttnPersistent, WoStageBitIdentical) {
   }
 }
 
+// attn_p1_stage: the block's first phase-1 tiles staged in shared memory by bulk copies: the same
+// fragments and mma order, bit-identical logits.
+TEST(CudaRunnerAttnPersistent, P1StageBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_p1_stage = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_p1_stage", DummyOptions(dir, 3, 9), set,
+                               &CudaGraphStats::attn_p1_stage_layers, PathExpect::kRuns);
+}
+
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
 // bytes, the default, and 256), each kernel on its own: the same loads, so the same bits.
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {

@@ -48,13 +48,15 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // (MlaAttnPersistentParams::in_residual); the reference's x is their norm rounded to bf16.
 // overlap: absorb_overlap (MlaAttnPersistentParams::nope_ready); then also bit-for-bit the
 // outputs of a launch without it on the same inputs, and the counter back at zero.
+// p1_stage: phase 1's first tiles staged by bulk copies (MlaAttnPersistentParams::p1_stage); then
+// also bit-for-bit the outputs of a launch without it.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             bool in_norm = false, bool overlap = false, bool split = false) {
+             bool in_norm = false, bool overlap = false, bool split = false, bool p1_stage = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
                             (in_norm ? "_in_norm" : "") + (overlap ? "_overlap" : "") + (split ? "_split_counter" : "") +
-                            (graph ? " graph" : " direct");
+                            (p1_stage ? "_p1_stage" : "") + (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
@@ -192,6 +194,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
   if (overlap) p.nope_ready = d_nope.get();
   if (split) p.split_ready = d_nope.get() + 1;
+  p.p1_stage = p1_stage;
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -229,6 +232,22 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   EXPECT_EQ(other_rows_changed, 0) << label << ": cache rows other than the token's slot changed";
   // grid_barrier.cuh's 64-bit counter: each launch pads it to the next multiple of kGridEpoch (2^20).
   EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{kLaunches} << 20) << label;
+  const auto bits_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  if (p1_stage) {
+    // The same inputs with the tiles streamed: the same fragments and mma order, so the same bits.
+    // (The token's cache row is rewritten with the same values.)
+    MlaAttnPersistentParams r = p;
+    r.p1_stage = false;
+    d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_q32.Poison(); d_kva.Poison();
+    MlaAttnPersistent(r);
+    DS_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(bits_equal(d_out.Download(), out)) << label << ": out differs from the launch without p1_stage";
+    EXPECT_TRUE(bits_equal(FromBf16(d_o16.Download()), o16)) << label << ": o differs";
+    EXPECT_TRUE(bits_equal(d_q32.Download(), got_q32)) << label << ": q32 differs";
+    EXPECT_TRUE(bits_equal(d_kva.Download(), got_kva)) << label << ": kv_a differs";
+  }
   if (overlap) {
     const std::vector<uint32_t> words = d_nope.Download();
     EXPECT_EQ(words[0], 0u) << label << ": absorb_overlap's counter not back at zero";
@@ -240,9 +259,6 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
     d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_q32.Poison();
     MlaAttnPersistent(r);
     DS_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto bits_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-    };
     EXPECT_TRUE(bits_equal(d_out.Download(), out)) << label << ": out differs from the launch without absorb_overlap";
     EXPECT_TRUE(bits_equal(FromBf16(d_o16.Download()), o16)) << label << ": o differs";
     EXPECT_TRUE(bits_equal(FromBf16(d_qlat.Download()), got_qlat)) << label << ": q_lat differs";
@@ -309,6 +325,22 @@ TEST(CudaMlaAttnPersistent, WoStageInPhase3MatchesCpuReference) {
     RunCase(16, 2048, 1, true, true, false, point, false, true, true);
   }
   RunCase(16, 2048, 1000, true, true, false, 3);
+}
+
+// p1_stage (phase 1's first tiles staged by bulk copies at the kernel's start): V2-Lite's shape
+// (blocks with two tiles, both staged), with and without the counters, the in-kernel norm, graph
+// replays, each wo_stage_point family (slot 0 is the o_proj tile's area); 8 heads (one tile a
+// block); hidden 512 (small tiles; blocks without a tile); hidden 4096 and 8192 (no slot fits:
+// streamed).
+TEST(CudaMlaAttnPersistent, P1StageMatchesCpuReference) {
+  RunCase(16, 2048, 1000, true, true, false, 3, true, true, true, /*p1_stage=*/true);
+  RunCase(16, 2048, 1000, true, false, false, 2, false, false, false, true);
+  RunCase(16, 2048, 4500, true, true, false, 4, true, true, false, true);
+  RunCase(16, 2048, 33, false, false, false, 0, true, true, true, true);
+  RunCase(8, 2048, 300, true, true, false, 3, false, true, true, true);
+  RunCase(4, 512, 65, false, true, false, 3, true, true, true, true);
+  RunCase(4, 4096, 300, true, false, false, 3, false, true, true, true);
+  RunCase(4, 8192, 100, true, false, false, 2, true, false, false, true);
 }
 
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
@@ -380,8 +412,11 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // variant 3 with wo_stage_point 3 (the runner's default since session 22); 4 (every block at
     // phase 3's start) and plain launches: session22_2026-12-01_run1; the merge's first partials
     // loaded before its LSEs: run 5; the MoE's first gate_up tiles in this kernel: run 7.
-    for (int variant = 3; variant < 5; ++variant) {
-      const int wo_point = variant == 4 ? 3 : 2;
+    // Session 25: 5, variant 4 with the 128-byte L2 fetch size (the runner's form); 6, and p1_stage.
+    for (int variant = 3; variant < 7; ++variant) {
+      const int wo_point = variant >= 4 ? 3 : 2;
+      const int l2_fetch = variant >= 5 ? 1 : 0;
+      const bool p1_stage = variant >= 6;
       const bool split = variant >= 3;
       const bool in_norm = variant >= 1, overlap = variant >= 2;
       for (bool stamped : {false, true}) {
@@ -397,6 +432,8 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.o16 = d_o16.get(); p.out = d_out.get(); p.sync = d_sync.get();
           p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
           p.wo_stage_point = wo_point;
+          p.l2_fetch = l2_fetch;
+          p.p1_stage = p1_stage;
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
           if (split) p.split_ready = d_nope.get() + 1;
@@ -408,9 +445,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           for (int i = 0; i < kSets; ++i) MlaAttnPersistent(params(i));
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
-        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d stamps=%d: "
-                    "%.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, in_norm, overlap, split, stamped, us, kSets, kSets, weight_bytes / 1e6,
+        std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d l2_fetch=%d "
+                    "p1_stage=%d stamps=%d: %.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: "
+                    "%.0f GB/s)\n",
+                    ctx, wo_point, in_norm, overlap, split, l2_fetch, p1_stage, stamped, us, kSets, kSets, weight_bytes / 1e6,
                     weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
@@ -442,9 +480,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < kS; ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d segment=\"%s\": mean %.2f us, "
-                      "max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, wo_point, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d l2_fetch=%d p1_stage=%d segment=\"%s\": "
+                      "mean %.2f us, max %.2f us over blocks; last block done at %.2f us\n",
+                      ctx, wo_point, l2_fetch, p1_stage, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
       }
     }
   }

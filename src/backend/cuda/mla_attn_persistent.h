@@ -30,7 +30,8 @@
 // before the barrier ahead of it (latency off the critical path;
 // bench/results/session13_2026-11-30_run{2..10} measured the variants):
 //  1. q and kv_a: 16-row tiles of [W_q; W_kva] (tile t on block t % grid), each tile's K split
-//     over the block's 8 warps and summed in warp order; each warp's first W_UK tile into
+//     over the block's 8 warps and summed in warp order (with p1_stage the block's first two
+//     tiles staged in shared memory from the kernel's start); each warp's first W_UK tile into
 //     registers -> barrier;
 //  2. the absorption, one 16-row tile of W_UK^T a warp (blocks >= 1); each block's first split's
 //     cache rows (but the new token's) by cp.async -> barrier;
@@ -123,6 +124,12 @@ struct MlaAttnPersistentParams {
   // start (no faster). The same bits. (This struct's default stays 2 for the op tests; the runner
   // passes 3.)
   int wo_stage_point = 2;
+  // Phase 1's first tiles (up to two a block) staged in shared memory by bulk copies that thread 0
+  // issues at the kernel's start, before the input norm (session 25; CudaRunnerOptions::
+  // attn_p1_stage): all of phase 1's weights in flight at once. Where a tile ([16][hidden + 32]
+  // bf16) fits: hidden <= 2048 (V2-Lite); otherwise, and in a PDL launch or with l2_fetch 2, the
+  // tiles stream as without. The same fragments and mma order: the same bits.
+  bool p1_stage = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
