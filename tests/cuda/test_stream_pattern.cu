@@ -23,9 +23,11 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/gemv_ptx.cuh"
+#include "backend/cuda/sm90_ptx.cuh"
 #include "test_util.h"
 
 namespace ds::cuda::test {
@@ -141,6 +143,146 @@ TEST(CudaStreamPattern, DISABLED_Report) {
   }
   DS_CUDA_CHECK(cudaEventDestroy(e0));
   DS_CUDA_CHECK(cudaEventDestroy(e1));
+}
+
+
+// ---- How fast a short weight stream starts (session 25; DISABLED_StartReport) ----
+// The attention kernel's phase 1 reads 15 MB (q_proj + kv_a) in ~7 us from its start whether
+// each warp loads a 8 KB register burst a tile or thread 0 bulk-copies the block's two tiles
+// into shared memory at the kernel's start (session 25 run 1): ~2.2 TB/s against ~4 at the bulk
+// of a long stream. This kernel streams `tiles` 64 KB tiles (block b: b, b + grid, ...) on one
+// block of 256 threads a SM, as the attention kernel, and stamps each block's start and end
+// (%globaltimer), so that the span from the first start to the last end of a stream of 4-92 MB
+// tells the start's cost from the rate; the launch before it either streams too (DRAM busy up
+// to the start) or spins for `gap` us with no loads (DRAM idle, as after the attention chain).
+//   kBulk false: each warp's 8 KB slice of a tile as 16 loads of 16 bytes a lane (pattern 1);
+//   kBulk true: thread 0 bulk-copies tiles into a ring of 3 x 64 KB of shared memory (3 in
+//   flight), every thread xors its share of a tile once it lands.
+constexpr int kRing = 3;
+constexpr size_t kBulkSmem = size_t{kRing} * kTileElems * 2;
+
+template <bool kBulk>
+__global__ void __launch_bounds__(kThreads, 1) StartKernel(const __nv_bfloat16* w, int64_t tiles, uint32_t* out,
+                                                          uint64_t* stamps) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) uint64_t bars[kRing];
+  if (threadIdx.x == 0) stamps[2 * blockIdx.x] = dev::GlobalTimerNs();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  uint32_t acc = 0;
+  const int64_t mine = blockIdx.x < tiles ? (tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  if constexpr (kBulk) {
+    const auto issue = [&](int64_t i) {  // thread 0: the block's i-th tile into slot i % kRing
+      const uint32_t bar = sm90::SmemAddr(&bars[i % kRing]);
+      sm90::BarExpectTx(bar, static_cast<uint32_t>(kTileElems * 2));
+      const __nv_bfloat16* src = w + (blockIdx.x + i * gridDim.x) * kTileElems;
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                       sm90::SmemAddr(ring + (i % kRing) * kTileElems * 2)),
+                   "l"(src), "r"(static_cast<uint32_t>(kTileElems * 2)), "r"(bar)
+                   : "memory");
+    };
+    if (threadIdx.x == 0) {
+      for (int k = 0; k < kRing; ++k) sm90::BarInit(sm90::SmemAddr(&bars[k]), 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      for (int64_t i = 0; i < mine && i < kRing; ++i) issue(i);
+    }
+    __syncthreads();
+    for (int64_t i = 0; i < mine; ++i) {
+      while (!sm90::BarTryWait(sm90::SmemAddr(&bars[i % kRing]), static_cast<uint32_t>((i / kRing) & 1))) {
+      }
+      const uint4* t4 = reinterpret_cast<const uint4*>(ring + (i % kRing) * kTileElems * 2);
+      for (int e = threadIdx.x; e < kTileElems / 8; e += kThreads) {
+        const uint4 v = t4[e];
+        acc += v.x ^ v.y ^ v.z ^ v.w;
+      }
+      sm90::FenceProxyAsync();
+      __syncthreads();
+      if (threadIdx.x == 0 && i + kRing < mine) issue(i + kRing);
+    }
+  } else {
+    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const __nv_bfloat16* tile = w + t * kTileElems;
+      const int k0 = warp * (kCols / kWarps);
+      const uint4* ra = reinterpret_cast<const uint4*>(tile + int64_t{g} * kCols + k0) + q;
+      const uint4* rb = reinterpret_cast<const uint4*>(tile + int64_t{g + 8} * kCols + k0) + q;
+      uint4 v[16];
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        v[2 * s] = ptx::LdStreamPf<1>(ra + 4 * s);
+        v[2 * s + 1] = ptx::LdStreamPf<1>(rb + 4 * s);
+      }
+#pragma unroll
+      for (int i = 0; i < 16; ++i) acc += v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+    }
+  }
+  atomicAdd(out, acc);
+  __syncthreads();
+  if (threadIdx.x == 0) stamps[2 * blockIdx.x + 1] = dev::GlobalTimerNs();
+}
+
+// One thread spinning for `ns` nanoseconds (no memory traffic): the DRAM-idle gap before a stream.
+__global__ void SpinKernel(uint64_t ns) {
+  const uint64_t t0 = dev::GlobalTimerNs();
+  while (dev::GlobalTimerNs() - t0 < ns) {
+  }
+}
+
+TEST(CudaStreamPattern, DISABLED_StartReport) {
+  const int grid = CurrentDeviceProps().sms;
+  constexpr int kSets = 8, kReplays = 6;
+  constexpr int64_t kMaxTiles = 1408;  // 92 MB
+  std::vector<std::unique_ptr<Dev<uint32_t>>> bufs;
+  {
+    std::vector<uint32_t> h(static_cast<size_t>(kMaxTiles * kTileElems / 2));
+    uint32_t x = 0x2545f491u;
+    for (auto& e : h) {
+      x ^= x << 13; x ^= x >> 17; x ^= x << 5;
+      e = x;
+    }
+    for (int b = 0; b < kSets; ++b) bufs.push_back(std::make_unique<Dev<uint32_t>>(h));
+  }
+  Dev<uint32_t> out(1);
+  Dev<uint64_t> stamps(static_cast<size_t>(kSets) * grid * 2);
+  DS_CUDA_CHECK(cudaFuncSetAttribute(StartKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(kBulkSmem)));
+  cudaStream_t st;
+  DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (const bool bulk : {false, true}) {
+    for (const int64_t tiles : {int64_t{64}, int64_t{132}, int64_t{228}, int64_t{456}, kMaxTiles}) {
+      for (const int gap_us : {0, 14}) {
+        const CapturedGraph gr(st, [&] {
+          for (int i = 0; i < kSets; ++i) {
+            if (gap_us > 0) SpinKernel<<<1, 32, 0, st>>>(uint64_t{1000} * gap_us);
+            const auto* w = reinterpret_cast<const __nv_bfloat16*>(bufs[i]->get());
+            uint64_t* sp = stamps.get() + static_cast<size_t>(i) * grid * 2;
+            if (bulk) StartKernel<true><<<grid, kThreads, kBulkSmem, st>>>(w, tiles, out.get(), sp);
+            else StartKernel<false><<<grid, kThreads, 0, st>>>(w, tiles, out.get(), sp);
+          }
+        });
+        gr.Replay();
+        double span = 0, last_start = 0;
+        for (int r = 0; r < kReplays; ++r) {
+          gr.Replay();
+          const std::vector<uint64_t> t = stamps.Download();
+          for (int i = 0; i < kSets; ++i) {
+            uint64_t s0 = UINT64_MAX, s1 = 0, e1 = 0;
+            for (int b = 0; b < grid; ++b) {
+              const uint64_t a = t[(static_cast<size_t>(i) * grid + b) * 2], e = t[(static_cast<size_t>(i) * grid + b) * 2 + 1];
+              s0 = std::min(s0, a); s1 = std::max(s1, a); e1 = std::max(e1, e);
+            }
+            span += 1e-3 * static_cast<double>(e1 - s0);
+            last_start += 1e-3 * static_cast<double>(s1 - s0);
+          }
+        }
+        span /= kReplays * kSets;
+        last_start /= kReplays * kSets;
+        const double mb = tiles * kTileElems * 2.0 / 1e6;
+        std::printf("[metric] op=stream_start mode=%s bytes=%.1fMB gap_before=%dus: first start to last end %.2f us "
+                    "(%.0f GB/s; last block started at %.2f us)\n",
+                    bulk ? "bulk_smem" : "register_burst", mb, gap_us, span, mb * 1e3 / span, last_start);
+      }
+    }
+  }
+  DS_CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 }  // namespace
