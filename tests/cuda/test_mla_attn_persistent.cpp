@@ -475,14 +475,40 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
             }
           }
         }
-        const char* names[kS] = {"start skew",  "p1 q/kv_a",       "barrier 1",       "p2 norm/rope/absorb",
+        const char* names[16] = {"start skew",  "p1 q/kv_a",       "barrier 1",       "p2 norm/rope/absorb",
                                  "barrier 2",   "p3 Q/K tiles",    "p3 decode",       "barrier 3",
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
-        for (int k = 0; k < kS; ++k)
+        for (int k = 0; k < 16; ++k)
           std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d l2_fetch=%d p1_stage=%d segment=\"%s\": "
                       "mean %.2f us, max %.2f us over blocks; last block done at %.2f us\n",
                       ctx, wo_point, l2_fetch, p1_stage, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+        // Inside phase 1 (stamps 16-18), from each block's own start: mean and max over blocks.
+        {
+          const char* sub[3] = {"position read", "x ready (norm done)", "first tile written"};
+          for (int k = 16; k < kS; ++k) {
+            double mean = 0, mx = 0;
+            int cnt = 0;
+            for (int r = 0; r < kStampReplays; ++r) {
+              g.Replay();
+              for (int i = 0; i < kSets; ++i) {
+                const std::vector<uint64_t> t = sets[i]->stamps.Download();
+                double sum = 0, m = 0;
+                for (int b = 0; b < grid; ++b) {
+                  const double v = 1e-3 * static_cast<double>(t[b * kS + k] - t[b * kS]);
+                  sum += v;
+                  m = std::max(m, v);
+                }
+                mean += sum / grid;
+                mx += m;
+                ++cnt;
+              }
+            }
+            std::printf("[metric] op=mla_attn_persistent_p1 ctx=%d wo_point=%d l2_fetch=%d p1_stage=%d \"%s\" after the "
+                        "block's start: mean %.2f us, max %.2f us over blocks\n",
+                        ctx, wo_point, l2_fetch, p1_stage, sub[k - 16], mean / cnt, mx / cnt);
+          }
+        }
       }
     }
   }

@@ -264,6 +264,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // latency is not on a later phase's path.
   const int pos = *p.position;
   const bool rotate = pos >= 0 && pos < p.max_pos;
+  if (p.phase_ns != nullptr) {
+    asm volatile("" ::"r"(pos));  // the stamp after the read's value is in
+    Stamp(p.phase_ns, 16, false);
+  }
   float rope_c = 1.f, rope_s = 0.f;
   if (rotate) {
     rope_c = p.cos[static_cast<int64_t>(pos) * (kRope / 2) + lane];
@@ -310,6 +314,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
   }
   __syncthreads();
+  Stamp(p.phase_ns, 17, false);
   const uint64_t base = s_base;
   const auto p1_row_ptr = [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; };
   const auto p1_out = [&](int64_t r, float v) {
@@ -318,6 +323,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   };
   const auto p1_tile_row = [&](int64_t t) -> int64_t { return PhaseOneTileRow(t, H, overlap); };
   const auto p1_done = [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
+    if (t == blockIdx.x) Stamp(p.phase_ns, 18, false);
     if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
     if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
   };

@@ -114,7 +114,9 @@ struct MlaAttnPersistentParams {
   // Q / K tiles in shared memory; 6 phase 3 done; 7 barrier 3; phase 4's first unit: 8 LSEs
   // loaded, 9 weights, 10 partials summed, 11 merged; 12 phase 4's units done; 13 phase 4 done
   // (with wo_stage_point 0-2: the o_proj tile's copies issued); 14 barrier 4; 15 phase 5 done (a
-  // block without a split or a unit stamps those sub-steps at the step's start or end).
+  // block without a split or a unit stamps those sub-steps at the step's start or end); inside
+  // phase 1 (session 25): 16 the position read (thread 0, after the barrier base), 17 x in shared
+  // memory (the input norm done), 18 the block's first phase-1 tile written.
   uint64_t* phase_ns = nullptr;
   // When the bulk copies of the block's first o_proj tile go out. In phase 4: 0 at its start, 1
   // after the first unit's LSE loads, 2 (this struct's default: session 13 run 9, 27.7 us against
@@ -139,7 +141,7 @@ struct MlaAttnPersistentParams {
   bool pdl = false;
 };
 
-inline constexpr int kMlaAttnPersistentStamps = 16;
+inline constexpr int kMlaAttnPersistentStamps = 19;
 
 // Contexts the runner sends it (attn_persistent; the kernel's limit too: phase 4's shared-memory
 // weights): the decode phase runs its splits one after another on each block and every (head,
