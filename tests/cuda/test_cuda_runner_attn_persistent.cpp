@@ -80,14 +80,17 @@ TEST(CudaRunnerAttnPersistent, WoStageBitIdentical) {
   }
 }
 
-// attn_p1_stage: the block's first phase-1 tiles staged in shared memory by bulk copies: the same
-// fragments and mma order, bit-identical logits.
-TEST(CudaRunnerAttnPersistent, P1StageBitIdentical) {
+// attn_p1_pair 1 and 2: the block's first two phase-1 tiles loaded together: the same fragments
+// and mma order, bit-identical logits.
+TEST(CudaRunnerAttnPersistent, P1PairBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_p1_stage = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_p1_stage", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::attn_p1_stage_layers, PathExpect::kRuns);
+  for (const int mode : {1, 2}) {
+    const auto set = [mode](CudaRunnerOptions& x, bool on) { x.attn_p1_pair = on ? mode : 0; };
+    const std::string name = "attn_p1_pair=" + std::to_string(mode);
+    CompareOptionBitIdenticalRan("dummy_v2lite_3layers", name.c_str(), DummyOptions(dir, 3, 9), set,
+                                 &CudaGraphStats::attn_p1_pair_layers, PathExpect::kRuns);
+  }
 }
 
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/common.cuh"
@@ -161,8 +162,10 @@ TEST(CudaStreamPattern, DISABLED_Report) {
 constexpr int kRing = 3;
 constexpr size_t kBulkSmem = size_t{kRing} * kTileElems * 2;
 
-template <bool kBulk>
-__global__ void __launch_bounds__(kThreads, 1) StartKernel(const __nv_bfloat16* w, int64_t tiles, uint32_t* out,
+// kBurst (register mode): tiles a warp loads before it uses them (1: 16 loads of 16 bytes a lane
+// in flight; 2: 32).
+template <bool kBulk, int kBurst = 1, int kBps = 1>
+__global__ void __launch_bounds__(kThreads, kBps) StartKernel(const __nv_bfloat16* w, int64_t tiles, uint32_t* out,
                                                           uint64_t* stamps) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t bars[kRing];
@@ -199,19 +202,27 @@ __global__ void __launch_bounds__(kThreads, 1) StartKernel(const __nv_bfloat16* 
       if (threadIdx.x == 0 && i + kRing < mine) issue(i + kRing);
     }
   } else {
-    for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const __nv_bfloat16* tile = w + t * kTileElems;
-      const int k0 = warp * (kCols / kWarps);
-      const uint4* ra = reinterpret_cast<const uint4*>(tile + int64_t{g} * kCols + k0) + q;
-      const uint4* rb = reinterpret_cast<const uint4*>(tile + int64_t{g + 8} * kCols + k0) + q;
-      uint4 v[16];
+    for (int64_t t0 = blockIdx.x; t0 < tiles; t0 += kBurst * gridDim.x) {
+      uint4 v[kBurst][16];
 #pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        v[2 * s] = ptx::LdStreamPf<1>(ra + 4 * s);
-        v[2 * s + 1] = ptx::LdStreamPf<1>(rb + 4 * s);
+      for (int b = 0; b < kBurst; ++b) {
+        const int64_t t = min(t0 + b * gridDim.x, tiles - 1);  // past the end: the last tile again (not summed)
+        const __nv_bfloat16* tile = w + t * kTileElems;
+        const int k0 = warp * (kCols / kWarps);
+        const uint4* ra = reinterpret_cast<const uint4*>(tile + int64_t{g} * kCols + k0) + q;
+        const uint4* rb = reinterpret_cast<const uint4*>(tile + int64_t{g + 8} * kCols + k0) + q;
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          v[b][2 * s] = ptx::LdStreamPf<1>(ra + 4 * s);
+          v[b][2 * s + 1] = ptx::LdStreamPf<1>(rb + 4 * s);
+        }
       }
 #pragma unroll
-      for (int i = 0; i < 16; ++i) acc += v[i].x ^ v[i].y ^ v[i].z ^ v[i].w;
+      for (int b = 0; b < kBurst; ++b)
+        if (t0 + b * gridDim.x < tiles) {
+#pragma unroll
+          for (int i = 0; i < 16; ++i) acc += v[b][i].x ^ v[b][i].y ^ v[b][i].z ^ v[b][i].w;
+        }
     }
   }
   atomicAdd(out, acc);
@@ -244,18 +255,34 @@ TEST(CudaStreamPattern, DISABLED_StartReport) {
   Dev<uint64_t> stamps(static_cast<size_t>(kSets) * grid * 2);
   DS_CUDA_CHECK(cudaFuncSetAttribute(StartKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(kBulkSmem)));
+  constexpr int kMaxPad = 205 * 1024;  // register modes: unused dynamic shared memory (less L1)
+  DS_CUDA_CHECK(cudaFuncSetAttribute(StartKernel<false, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxPad));
+  DS_CUDA_CHECK(cudaFuncSetAttribute(StartKernel<false, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxPad));
   cudaStream_t st;
   DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  for (const bool bulk : {false, true}) {
+  // mode 0: bulk; 1 / 2: register bursts of 1 / 2 tiles; each register mode with 0, 100, 140 and
+  // 205 KB of unused dynamic shared memory (the attention kernel holds ~140 KB: L1 keeps the rest).
+  struct Mode {
+    int kind;
+    int pad_kb;
+  };
+  std::vector<Mode> modes = {{0, 0}};
+  for (int kind : {1, 2})
+    for (int pad : {0, 100, 140, 205}) modes.push_back({kind, pad});
+  for (const Mode m : modes) {
+    const bool bulk = m.kind == 0;
+    const size_t pad = static_cast<size_t>(m.pad_kb) * 1024;
     for (const int64_t tiles : {int64_t{64}, int64_t{132}, int64_t{228}, int64_t{456}, kMaxTiles}) {
       for (const int gap_us : {0, 14}) {
+        if (gap_us > 0 && !(m.kind == 1 && m.pad_kb == 0) && !bulk) continue;  // the gap: two modes
         const CapturedGraph gr(st, [&] {
           for (int i = 0; i < kSets; ++i) {
             if (gap_us > 0) SpinKernel<<<1, 32, 0, st>>>(uint64_t{1000} * gap_us);
             const auto* w = reinterpret_cast<const __nv_bfloat16*>(bufs[i]->get());
             uint64_t* sp = stamps.get() + static_cast<size_t>(i) * grid * 2;
             if (bulk) StartKernel<true><<<grid, kThreads, kBulkSmem, st>>>(w, tiles, out.get(), sp);
-            else StartKernel<false><<<grid, kThreads, 0, st>>>(w, tiles, out.get(), sp);
+            else if (m.kind == 1) StartKernel<false, 1><<<grid, kThreads, pad, st>>>(w, tiles, out.get(), sp);
+            else StartKernel<false, 2><<<grid, kThreads, pad, st>>>(w, tiles, out.get(), sp);
           }
         });
         gr.Replay();
@@ -276,10 +303,84 @@ TEST(CudaStreamPattern, DISABLED_StartReport) {
         span /= kReplays * kSets;
         last_start /= kReplays * kSets;
         const double mb = tiles * kTileElems * 2.0 / 1e6;
+        const std::string name = bulk ? std::string("bulk_smem")
+                                      : "register_burst" + std::to_string(m.kind) + "_smem" + std::to_string(m.pad_kb) + "KB";
         std::printf("[metric] op=stream_start mode=%s bytes=%.1fMB gap_before=%dus: first start to last end %.2f us "
                     "(%.0f GB/s; last block started at %.2f us)\n",
-                    bulk ? "bulk_smem" : "register_burst", mb, gap_us, span, mb * 1e3 / span, last_start);
+                    name.c_str(), mb, gap_us, span, mb * 1e3 / span, last_start);
       }
+    }
+  }
+  DS_CUDA_CHECK(cudaStreamDestroy(st));
+}
+
+
+// Which shared-memory footprints slow a weight stream (session 25, DISABLED_SmemReport): run 4 of
+// DISABLED_StartReport streamed 92 MB at 4.2 TB/s with 0 or 140 KB of unused dynamic shared memory
+// a block but at 3.2 TB/s with 100 or 205 KB. This sweeps the footprint (unused dynamic shared
+// memory a block) for one and two blocks of 256 threads a SM, register bursts of one tile (16 loads
+// of 16 bytes a lane), with the driver's carveout and with explicit carveout hints
+// (cudaFuncAttributePreferredSharedMemoryCarveout, percent of the maximum).
+TEST(CudaStreamPattern, DISABLED_SmemReport) {
+  const int sms = CurrentDeviceProps().sms;
+  constexpr int kSets = 8, kReplays = 5;
+  constexpr int64_t kMaxTiles = 1408;
+  std::vector<std::unique_ptr<Dev<uint32_t>>> bufs;
+  {
+    std::vector<uint32_t> h(static_cast<size_t>(kMaxTiles * kTileElems / 2), 0x5a5a1234u);
+    for (int b = 0; b < kSets; ++b) bufs.push_back(std::make_unique<Dev<uint32_t>>(h));
+  }
+  Dev<uint32_t> out(1);
+  Dev<uint64_t> stamps(static_cast<size_t>(kSets) * 2 * sms * 2);
+  cudaStream_t st;
+  DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  struct Cfg {
+    int bps, pad_kb, carveout;  // carveout -1: the driver's choice
+  };
+  std::vector<Cfg> cfgs;
+  for (int pad : {0, 8, 40, 72, 90, 100, 110, 120, 130, 140, 150, 160, 180, 205}) cfgs.push_back({1, pad, -1});
+  for (int pad : {0, 40, 100, 140}) cfgs.push_back({1, pad, 100});
+  for (int pad : {0, 40, 100}) cfgs.push_back({1, pad, 72});
+  for (int pad : {0, 20, 30, 43, 50, 60, 64, 80, 100}) cfgs.push_back({2, pad, -1});
+  for (int pad : {0, 43}) cfgs.push_back({2, pad, 100});
+  for (int pad : {0, 43}) cfgs.push_back({2, pad, 50});
+  for (const Cfg c : cfgs) {
+    auto kernel = c.bps == 1 ? StartKernel<false, 1, 1> : StartKernel<false, 1, 2>;
+    DS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 210 * 1024));
+    DS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, c.carveout));
+    const size_t pad = static_cast<size_t>(c.pad_kb) * 1024;
+    int per_sm = 0;
+    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, pad));
+    if (per_sm < c.bps) {
+      std::printf("[metric] op=stream_smem bps=%d pad=%dKB carveout=%d: does not fit (%d a SM)\n", c.bps, c.pad_kb,
+                  c.carveout, per_sm);
+      continue;
+    }
+    const int grid = c.bps * sms;
+    for (const int64_t tiles : {int64_t{228}, kMaxTiles}) {
+      const CapturedGraph gr(st, [&] {
+        for (int i = 0; i < kSets; ++i)
+          kernel<<<grid, kThreads, pad, st>>>(reinterpret_cast<const __nv_bfloat16*>(bufs[i]->get()), tiles, out.get(),
+                                             stamps.get() + static_cast<size_t>(i) * grid * 2);
+      });
+      gr.Replay();
+      double span = 0;
+      for (int r = 0; r < kReplays; ++r) {
+        gr.Replay();
+        const std::vector<uint64_t> t = stamps.Download();
+        for (int i = 0; i < kSets; ++i) {
+          uint64_t s0 = UINT64_MAX, e1 = 0;
+          for (int b = 0; b < grid; ++b) {
+            s0 = std::min(s0, t[(static_cast<size_t>(i) * grid + b) * 2]);
+            e1 = std::max(e1, t[(static_cast<size_t>(i) * grid + b) * 2 + 1]);
+          }
+          span += 1e-3 * static_cast<double>(e1 - s0);
+        }
+      }
+      span /= kReplays * kSets;
+      const double mb = tiles * kTileElems * 2.0 / 1e6;
+      std::printf("[metric] op=stream_smem bps=%d pad=%dKB carveout=%d bytes=%.1fMB: %.2f us (%.0f GB/s)\n", c.bps,
+                  c.pad_kb, c.carveout, mb, span, mb * 1e3 / span);
     }
   }
   DS_CUDA_CHECK(cudaStreamDestroy(st));

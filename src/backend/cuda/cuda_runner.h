@@ -336,11 +336,11 @@ struct CudaRunnerOptions {
   // 26.91-27.31 us at 4K (runs 1, 7), within noise at 1K. 4 was no faster. The CLI reads
   // DS_ATTN_WO_STAGE=0..4.
   int attn_wo_stage_point = 3;
-  // With attn_persistent: each block's first phase-1 tiles (q / kv_a, up to two) staged in shared
-  // memory by bulk copies from the kernel's start (MlaAttnPersistentParams::p1_stage; hidden <=
-  // 2048). The same bits (CudaRunnerAttnPersistent.P1StageBitIdentical). Opt-in (session 25)
-  // until measured. The CLI reads DS_ATTN_P1_STAGE=0/1.
-  bool attn_p1_stage = false;
+  // With attn_persistent: each block's first two phase-1 tiles (q / kv_a) loaded into registers
+  // together, 1 after the input norm, 2 before it (MlaAttnPersistentParams::p1_pair; hidden <=
+  // 2048); 0 a round of loads a tile. The same bits (CudaRunnerAttnPersistent.P1PairBitIdentical).
+  // Opt-in (session 25) until measured. The CLI reads DS_ATTN_P1_PAIR=0..2.
+  int attn_p1_pair = 0;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -556,7 +556,7 @@ struct CudaGraphStats {
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
-  int64_t attn_p1_stage_layers = 0;  // persistent attention launches with attn_p1_stage
+  int64_t attn_p1_pair_layers = 0;  // persistent attention launches with attn_p1_pair > 0
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 or 4 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)

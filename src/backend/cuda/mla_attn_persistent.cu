@@ -59,17 +59,7 @@ constexpr int kWoPad = 32;
 constexpr size_t kWorkSmem =
     Align128(std::max<size_t>(std::max<size_t>(kDecodeSmem, kMergeSmem), size_t{kMaxHidden} * 2));
 constexpr size_t kWoOff = kWorkSmem;
-constexpr size_t kWoBytes = size_t{16} * (kMaxHeads * kVd + kWoPad) * 2;
-constexpr size_t DynSmem() { return kWoOff + kWoBytes; }
-// Phase 1's tiles staged by bulk copies at the kernel's start (MlaAttnPersistentParams::p1_stage),
-// [16][hidden + kWoPad] bf16 each: slot 0 in the o_proj tile's area (free until phase 3 or 4
-// stages that tile), slot 1 in the working area past x. How many slots a hidden size gets (0
-// where a tile does not fit; V2-Lite's 2048: both).
-__device__ __forceinline__ int P1StageSlots(int64_t hidden) {
-  const int64_t tile = 16 * (hidden + kWoPad) * 2;
-  if (tile > static_cast<int64_t>(kWoBytes)) return 0;
-  return (hidden * 2 + 127) / 128 * 128 + tile <= static_cast<int64_t>(kWorkSmem) ? 2 : 1;
-}
+constexpr size_t DynSmem() { return kWoOff + size_t{16} * (kMaxHeads * kVd + kWoPad) * 2; }
 
 // ptx::CpAsync16 to a generic pointer into shared memory.
 __device__ __forceinline__ void CpAsyncTo(void* dst, const void* src, bool valid) { ptx::CpAsync16(SmemAddr(dst), src, valid); }
@@ -109,26 +99,29 @@ __device__ __forceinline__ void MmaTileSmem(const bf16* w, int64_t pitch, const 
 // K bf16): each tile's K split over the 8 warps (K / 8 a warp, a multiple of 32), the warps' sums
 // added in warp order by 16 threads, out(row, value). row_ptr(r) gives row r's first weight.
 // first_s: when not null, the block's first tile staged in shared memory ([16] rows of K at
-// first_pitch). Or staged(i) (Staged not std::nullptr_t): the block's i-th tile (i = 0, 1, ...)
-// in shared memory at first_pitch, every thread having waited for its copies; nullptr: streamed.
-// The same fragments and mma order either way (MmaTileSmem), so the same bits.
+// first_pitch). pre(i, d) (Pre not std::nullptr_t): true when it has computed the block's i-th
+// tile's d (i = 0, 1, ...) from weights it loaded earlier (ptx::MmaSlice: the same fragments and
+// mma order as WarpTile16, so the same bits).
 // tile_row(t): tile t's first row (16 rows from it); done(t): called by thread 0 once tile t's
 // outputs are written by the block (after a block barrier).
-template <int kPf, class RowPtr, class Out, class Staged, class TileRow, class Done>
+template <int kPf, class RowPtr, class Out, class Pre, class TileRow, class Done>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
-                                          Out out, const bf16* first_s, int64_t first_pitch, Staged staged,
-                                          TileRow tile_row, Done done) {
+                                          Out out, const bf16* first_s, int64_t first_pitch, Pre pre, TileRow tile_row,
+                                          Done done) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t kw = K / kWarps, k0 = warp * kw;
   int i = 0;
   for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x, ++i) {
     const int64_t r0 = tile_row(t);
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    const bf16* st = nullptr;
-    if constexpr (!std::is_same_v<Staged, std::nullptr_t>) st = staged(i);
-    if (st != nullptr) MmaTileSmem(st + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
-    else if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
-    else WarpTile16<kPf>(row_ptr(r0 + g) + k0, row_ptr(r0 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
+    bool done_pre = false;
+    if constexpr (!std::is_same_v<Pre, std::nullptr_t>) done_pre = pre(i, d);
+    if (done_pre) {
+    } else if (first_s != nullptr && t == blockIdx.x) {
+      MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
+    } else {
+      WarpTile16<kPf>(row_ptr(r0 + g) + k0, row_ptr(r0 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
+    }
     if (q == 0) {
       s_red[warp][g] = d[0];
       s_red[warp][g + 8] = d[2];
@@ -193,16 +186,16 @@ __device__ __forceinline__ int64_t PhaseOneTileRow(int64_t t, int64_t H, bool ov
 // previous kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
 // kPf: the weight loads' L2 fetch size (MlaAttnPersistentParams::l2_fetch; ptx::LdStreamPf).
-// kP1Stage: MlaAttnPersistentParams::p1_stage, its own instantiation (the staging's branch in
-// phase 1 changed how ptxas batched the streamed tiles' loads in the kernel without it).
-template <bool kPdl, int kPf = 0, bool kP1Stage = false>
+// kP1Pair: MlaAttnPersistentParams::p1_pair, its own instantiation (so that the kernel without it
+// keeps its code: a branch in phase 1 changes how ptxas batches the loads).
+template <bool kPdl, int kPf = 0, bool kP1Pair = false>
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[kWarps][16];
   __shared__ float s_norm[32];
   __shared__ __align__(16) bf16 s_newrow[kD];  // the new token's cache row (phase 3's norm block)
-  __shared__ __align__(8) uint64_t s_bar[3];   // [0] the staged o_proj tile; [1 + i] phase 1's staged tile i
+  __shared__ __align__(8) uint64_t s_bar[1];   // the staged o_proj tile
   __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
@@ -238,28 +231,33 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       BulkLoad(wo_s + r * wo_pitch, p.wo + (static_cast<int64_t>(blockIdx.x) * 16 + r) * Ko, static_cast<uint32_t>(Ko * 2),
                SmemAddr(&s_bar[0]));
   };
-  // p1_stage: the block's first phase-1 tiles (up to two) are staged in shared memory by bulk
-  // copies issued first thing, so that all of phase 1's weights are in flight at once, during the
-  // input norm, instead of a register burst a warp a tile after it.
-  const int64_t p1_pitch = Hd + kWoPad;
-  const int p1_mine = static_cast<int64_t>(blockIdx.x) < n1 ? static_cast<int>((n1 - 1 - blockIdx.x) / grid) + 1 : 0;
-  const int p1_staged = kP1Stage ? min(P1StageSlots(Hd), p1_mine) : 0;
-  bf16* const p1_slot1 = reinterpret_cast<bf16*>(smem_raw + (Hd * 2 + 127) / 128 * 128);
-  const auto p1_slot = [&](int i) { return i == 0 ? wo_s : p1_slot1; };
   Stamp(p.phase_ns, 0, false);
   if (threadIdx.x == 0) {
     s_base = grid::GridBase(p.sync);  // before this block's first arrival
     sm90::BarInit(SmemAddr(&s_bar[0]), 1);
-    for (int i = 0; i < p1_staged; ++i) sm90::BarInit(SmemAddr(&s_bar[1 + i]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    for (int i = 0; i < p1_staged; ++i) {
-      const int64_t r0 = PhaseOneTileRow(int64_t{blockIdx.x} + int64_t{i} * grid, H, overlap);
-      const bf16* src = r0 < Rq ? p.wq + r0 * Hd : p.wkva + (r0 - Rq) * Hd;
-      sm90::BarExpectTx(SmemAddr(&s_bar[1 + i]), static_cast<uint32_t>(16 * Hd * 2));
-      for (int r = 0; r < 16; ++r)
-        BulkLoad(p1_slot(i) + r * p1_pitch, src + r * Hd, static_cast<uint32_t>(Hd * 2), SmemAddr(&s_bar[1 + i]));
-    }
   }
+  // p1_pair: the block's first two phase-1 tiles' slices loaded into registers together (before
+  // the input norm with p1_pair 2, after it with 1), so that all of phase 1's weights are in
+  // flight at once instead of a round of loads a tile. Where a warp's slice is one burst (hidden
+  // / 8 / 32 <= ptx::kTileBurst steps: V2-Lite's 2048).
+  const auto p1_row_ptr = [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; };
+  const int p1_mine = static_cast<int64_t>(blockIdx.x) < n1 ? static_cast<int>((n1 - 1 - blockIdx.x) / grid) + 1 : 0;
+  const int p1_steps = static_cast<int>(Hd / kWarps / 32);
+  const int p1_pre = kP1Pair && p1_steps <= ptx::kTileBurst ? min(2, p1_mine) : 0;
+  WarpSlice p1s0, p1s1;
+  const auto p1_load = [&]() {
+    const int64_t k0 = warp * (Hd / kWarps);
+    if (p1_pre >= 1) {
+      const int64_t r0 = PhaseOneTileRow(blockIdx.x, H, overlap);
+      LoadSlice<kPf>(p1_row_ptr(r0 + g) + k0, p1_row_ptr(r0 + g + 8) + k0, p1_steps, p1s0);
+    }
+    if (p1_pre >= 2) {
+      const int64_t r0 = PhaseOneTileRow(int64_t{blockIdx.x} + grid, H, overlap);
+      LoadSlice<kPf>(p1_row_ptr(r0 + g) + k0, p1_row_ptr(r0 + g + 8) + k0, p1_steps, p1s1);
+    }
+  };
+  if (kP1Pair && p.p1_pair == 2) p1_load();
   // The token's RoPE angle for pair i = lane (phase 3 rotates pair `lane`), loaded now so that its
   // latency is not on a later phase's path.
   const int pos = *p.position;
@@ -316,7 +314,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   __syncthreads();
   Stamp(p.phase_ns, 17, false);
   const uint64_t base = s_base;
-  const auto p1_row_ptr = [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; };
   const auto p1_out = [&](int64_t r, float v) {
     if (r < Rq) p.q32[r] = v;
     else p.kva32[r - Rq] = v;
@@ -324,24 +321,28 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const auto p1_tile_row = [&](int64_t t) -> int64_t { return PhaseOneTileRow(t, H, overlap); };
   const auto p1_done = [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
     if (t == blockIdx.x) Stamp(p.phase_ns, 18, false);
-    if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
-    if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
+    uint32_t* word = overlap && t < n_nope ? p.nope_ready : split_counter && t >= n_nope ? p.split_ready : nullptr;
+    if (word != nullptr && p.debug_relaxed_p1_adds) asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(word) : "memory");
+    else if (word != nullptr) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(word) : "memory");
+    if (t == blockIdx.x && p.phase_ns != nullptr) {
+      uint32_t v = 0;  // the stamp after the add: a relaxed load of the word (ordered after the add)
+      if (word != nullptr) asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
+      asm volatile("" ::"r"(v));
+      Stamp(p.phase_ns, 19, false);
+    }
   };
-  if constexpr (kP1Stage) {
-    const auto p1_staged_tile = [&](int i) -> const bf16* {
-      if (i >= p1_staged) return nullptr;
-      WaitStaged(&s_bar[1 + i]);
-      return p1_slot(i);
+  if constexpr (kP1Pair) {
+    if (p.p1_pair == 1) p1_load();
+    const int64_t k0 = warp * (Hd / kWarps);
+    const auto p1_pre_tile = [&](int i, float (&d)[4]) {
+      if (i >= p1_pre) return false;
+      if (i == 0) MmaSlice(p1s0, xs + k0, p1_steps, d);
+      else MmaSlice(p1s1, xs + k0, p1_steps, d);
+      return true;
     };
-    GemvTiles<kPf>(Rq + kD, Hd, xs, s_red, p1_row_ptr, p1_out, nullptr, p1_pitch, p1_staged_tile, p1_tile_row, p1_done);
+    GemvTiles<kPf>(Rq + kD, Hd, xs, s_red, p1_row_ptr, p1_out, nullptr, 0, p1_pre_tile, p1_tile_row, p1_done);
   } else {
     GemvTiles<kPf>(Rq + kD, Hd, xs, s_red, p1_row_ptr, p1_out, nullptr, 0, nullptr, p1_tile_row, p1_done);
-  }
-  if (kP1Stage && p1_staged > 0) {
-    // The staged tiles' generic reads before any later bulk copy into the same bytes (the o_proj
-    // tile's, into slot 0): a proxy fence by every reader, then the block barrier.
-    sm90::FenceProxyAsync();
-    __syncthreads();
   }
   // Ahead of barrier 1 (absorb_overlap: of the wait for q_nope): this warp's first W_UK tile.
   // (absorb_overlap: its second one too, since these warps take two units of V2-Lite's 512.)
@@ -356,6 +357,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     LoadSlice<kPf>(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk2);
   }
   Stamp(p.phase_ns, 1, true);
+  if (p.debug_stop_after_p1) return;
   int nbar = 0;
   if (!overlap) grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
   Stamp(p.phase_ns, 2, false);
@@ -798,6 +800,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 4) why << "wo_stage_point " << p.wo_stage_point << " (0..4); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
+  if (p.p1_pair < 0 || p.p1_pair > 2) why << "p1_pair " << p.p1_pair << " (0, 1 or 2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
   if (reinterpret_cast<uintptr_t>(p.nope_ready) % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_ready) % 4 != 0)
@@ -826,11 +829,11 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   const int f = pdl ? 0 : p.l2_fetch;
-  // p1_stage: its own instantiations (l2_fetch 0 or 1; 2 streams without staging).
+  // p1_pair: its own instantiations (l2_fetch 0 or 1; with 2 the tiles load as without).
   void (*plain)(MlaAttnPersistentParams) =
       f == 2   ? MlaAttnPersistentKernel<false, 2>
-      : f == 1 ? (p.p1_stage ? MlaAttnPersistentKernel<false, 1, true> : MlaAttnPersistentKernel<false, 1>)
-               : (p.p1_stage ? MlaAttnPersistentKernel<false, 0, true> : MlaAttnPersistentKernel<false>);
+      : f == 1 ? (p.p1_pair > 0 ? MlaAttnPersistentKernel<false, 1, true> : MlaAttnPersistentKernel<false, 1>)
+               : (p.p1_pair > 0 ? MlaAttnPersistentKernel<false, 0, true> : MlaAttnPersistentKernel<false>);
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
   return LaunchCooperativeOrPdl("MlaAttnPersistent", pdl, MlaAttnPersistentKernel<true>, plain, grid, dim3(kThreads),
                                 DynSmem(), p.stream, p);
