@@ -341,6 +341,11 @@ struct CudaRunnerOptions {
   // 2048); 0 a round of loads a tile. The same bits (CudaRunnerAttnPersistent.P1PairBitIdentical).
   // Opt-in (session 25) until measured. The CLI reads DS_ATTN_P1_PAIR=0..2.
   int attn_p1_pair = 0;
+  // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
+  // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice (the default).
+  // Session 25: whether one carveout for both (no L1 / shared-memory reconfiguration between
+  // them) is faster. The CLI reads DS_PERSISTENT_CARVEOUT=0..100.
+  int persistent_carveout = -1;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the

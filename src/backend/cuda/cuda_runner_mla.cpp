@@ -109,6 +109,7 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.l2_fetch = opts_.attn_l2_fetch;
   ap.wo_stage_point = opts_.attn_wo_stage_point;
   ap.p1_pair = opts_.attn_p1_pair;
+  ap.carveout = opts_.persistent_carveout;
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
   // shape checks; what is left is the device's fit): asked once.
   int8_t& ok = attn_ok_[attn_norm_pending_ ? 1 : 0];

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -41,6 +42,19 @@ void EnsureMaxDynamicSmem(const void* func, int bytes) {
   if (have >= bytes) return;
   DS_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
   have = bytes;
+}
+
+void SetSmemCarveout(const void* func, int percent) {
+  if (percent < 0) return;
+  static std::mutex mu;
+  static auto* set = new std::map<std::pair<int, const void*>, int>();  // (device, kernel) -> percent set
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = set->find({dev, func});
+  if (it != set->end() && it->second == percent) return;
+  DS_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributePreferredSharedMemoryCarveout, std::min(percent, 100)));
+  (*set)[{dev, func}] = percent;
 }
 
 }  // namespace ds::cuda

@@ -24,4 +24,9 @@ const DeviceProps& CurrentDeviceProps();
 // Errors: a failed CUDA call throws CheckError.
 void EnsureMaxDynamicSmem(const void* func, int bytes);
 
+// Sets the kernel's preferred shared-memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout:
+// percent of the maximum shared memory, 0..100) on the current device, once per (kernel, value);
+// a negative percent leaves the driver's choice.
+void SetSmemCarveout(const void* func, int percent);
+
 }  // namespace ds::cuda

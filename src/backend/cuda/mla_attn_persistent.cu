@@ -835,6 +835,7 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
       : f == 1 ? (p.p1_pair > 0 ? MlaAttnPersistentKernel<false, 1, true> : MlaAttnPersistentKernel<false, 1>)
                : (p.p1_pair > 0 ? MlaAttnPersistentKernel<false, 0, true> : MlaAttnPersistentKernel<false>);
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
+  SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout);
   return LaunchCooperativeOrPdl("MlaAttnPersistent", pdl, MlaAttnPersistentKernel<true>, plain, grid, dim3(kThreads),
                                 DynSmem(), p.stream, p);
 }

@@ -139,6 +139,9 @@ struct MlaAttnPersistentParams {
   // tile is one burst: hidden <= 2048 (V2-Lite); otherwise, in a PDL launch and with l2_fetch 2 the
   // tiles load as with 0. The same fragments and mma order: the same bits.
   int p1_pair = 0;
+  // The kernel's preferred shared-memory carveout in percent (SetSmemCarveout; session 25,
+  // CudaRunnerOptions::persistent_carveout); negative: the driver's choice. Timing only.
+  int carveout = -1;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.

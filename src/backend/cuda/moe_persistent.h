@@ -121,6 +121,9 @@ struct MoePersistentParams {
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
   int l2_fetch = 0;
+  // The kernel's preferred shared-memory carveout in percent (SetSmemCarveout; session 25,
+  // CudaRunnerOptions::persistent_carveout); negative: the driver's choice. Timing only.
+  int carveout = -1;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;

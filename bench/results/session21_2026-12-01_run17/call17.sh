@@ -1,0 +1,2 @@
+set -uo pipefail
+E2E_MODELS="v2-lite" V2_LENS=1024 CONCURRENCY="1 8" E2E_STAGES="serve" PROFILE_MODELS=none PROFILE_RESERVE_S=5 E2E_POINT_MARGIN_S=10 SCRIPT_LIMIT_S=240 bash scripts/gpu_e2e.sh 2>&1 | tail -40

@@ -1,0 +1,20 @@
+set -uo pipefail
+R=/tmp/c2; . scripts/gpu_call_setup.sh
+T0=$(date +%s)
+timeout 150 $B/dsinfer_cuda_tests --gtest_filter='CudaRunnerAttnPersistent.L2FetchBitIdentical:CudaRunnerAttnPersistent.L2PrefetchBitIdentical' > $R/tests.log 2>&1
+echo "tests rc=$? $(( $(date +%s) - T0 ))s"; grep -E "^\[  (PASSED|FAILED)|^\[ +FAILED|tests ran" $R/tests.log | head -20
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|^\[  PASSED|^\[  FAILED|tests ran" $R/tests.log > $R/tests_summary.txt
+V2='--model $B/data/deepseek-v2-lite --num-layers 27'
+run() { local name=$1 env=$2 args=$3
+  eval "timeout 60 env $env $B/dsinfer bench one-batch --load-format dummy --device cuda --mem-bw-gbps 3931 --flops-tflops 700 $args --output-file $R/ob_$name.json" > $R/ob_$name.log 2>&1
+  echo "$name rc=$? [$env] $(grep -E 'median step' $R/ob_$name.log | head -2 | tr '\n' ' ') $(( $(date +%s) - T0 ))s"; }
+B1="$V2 --batch-size 1 --input-len 1024 --output-len 64"
+for i in 1 2 3; do
+run def$i "" "$B1"
+run moe2_$i "DS_MOE_L2_FETCH=2" "$B1"
+run attn2_$i "DS_ATTN_L2_FETCH=2" "$B1"
+run both2_$i "DS_MOE_L2_FETCH=2 DS_ATTN_L2_FETCH=2" "$B1"
+run both1_$i "DS_MOE_L2_FETCH=1 DS_ATTN_L2_FETCH=1" "$B1"
+done
+echo "total $(( $(date +%s) - T0 ))s"
+tar -C $R -czf $OUT/call2.tgz .
