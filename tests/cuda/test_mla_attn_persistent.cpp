@@ -327,18 +327,19 @@ TEST(CudaMlaAttnPersistent, WoStageInPhase3MatchesCpuReference) {
   RunCase(16, 2048, 1000, true, true, false, 3);
 }
 
-// p1_pair 1 and 2 (phase 1's first two tiles of a block loaded together, after or before the
-// input norm): V2-Lite's shape (blocks with two tiles and with one), with and without the
+// p1_pair 1, 2 and 3 (phase 1's first two tiles of a block loaded together, after or before the
+// input norm; 3 with the norm's operands by bulk copies; hidden 8192 leaves them to the loads): V2-Lite's shape (blocks with two tiles and with one), with and without the
 // counters, the in-kernel norm and x given, graph replays; 8 heads (one tile a block); hidden 512
 // (slices of 2 steps; blocks without a tile); hidden 4096 (two bursts a slice: loaded as without).
 TEST(CudaMlaAttnPersistent, P1PairMatchesCpuReference) {
-  for (const int mode : {1, 2}) {
+  for (const int mode : {1, 2, 3}) {
     RunCase(16, 2048, 1000, true, true, false, 3, true, true, true, mode);
     RunCase(16, 2048, 1000, true, false, false, 2, false, false, false, mode);
     RunCase(16, 2048, 33, false, false, false, 0, true, true, true, mode);
     RunCase(8, 2048, 300, true, true, false, 3, false, true, true, mode);
     RunCase(4, 512, 65, false, true, false, 3, true, true, true, mode);
     RunCase(4, 4096, 300, true, false, false, 3, false, true, true, mode);
+    RunCase(4, 8192, 100, true, false, false, 2, true, true, true, mode);
   }
 }
 
@@ -412,14 +413,14 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // phase 3's start) and plain launches: session22_2026-12-01_run1; the merge's first partials
     // loaded before its LSEs: run 5; the MoE's first gate_up tiles in this kernel: run 7.
     // Session 25: 5, variant 4 with the 128-byte L2 fetch size (the runner's form); 6, and p1_pair 1;
-    // 9, p1_pair 2.
+    // 9, p1_pair 2; 10, p1_pair 3.
     // 7: variant 5 with every block stopping after phase 1 (debug_stop_after_p1; the barrier and
     // counter words reset before each launch).
     // 8: variant 7 with phase 1's counter adds relaxed (debug_relaxed_p1_adds).
-    for (int variant = 3; variant < 10; ++variant) {
+    for (int variant = 3; variant < 11; ++variant) {
       const int wo_point = variant >= 4 ? 3 : 2;
       const int l2_fetch = variant >= 5 ? 1 : 0;
-      const int p1_pair = variant == 6 ? 1 : variant == 9 ? 2 : 0;
+      const int p1_pair = variant == 6 ? 1 : variant == 9 ? 2 : variant == 10 ? 3 : 0;
       const bool stop_p1 = variant == 7 || variant == 8, relaxed = variant == 8;
       const bool split = variant >= 3;
       const bool in_norm = variant >= 1, overlap = variant >= 2;

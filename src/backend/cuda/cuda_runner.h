@@ -337,9 +337,10 @@ struct CudaRunnerOptions {
   // DS_ATTN_WO_STAGE=0..4.
   int attn_wo_stage_point = 3;
   // With attn_persistent: each block's first two phase-1 tiles (q / kv_a) loaded into registers
-  // together, 1 after the input norm, 2 before it (MlaAttnPersistentParams::p1_pair; hidden <=
-  // 2048); 0 a round of loads a tile. The same bits (CudaRunnerAttnPersistent.P1PairBitIdentical).
-  // Opt-in (session 25) until measured. The CLI reads DS_ATTN_P1_PAIR=0..2.
+  // together, 1 after the input norm, 2 before it, 3 before it with the norm's operands by bulk
+  // copies (MlaAttnPersistentParams::p1_pair; hidden <= 2048); 0 a round of loads a tile. The same
+  // bits (CudaRunnerAttnPersistent.P1PairBitIdentical). Opt-in (session 25) until measured. The
+  // CLI reads DS_ATTN_P1_PAIR=0..3.
   int attn_p1_pair = 0;
   // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
   // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice (the default).

@@ -195,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   __shared__ float s_red[kWarps][16];
   __shared__ float s_norm[32];
   __shared__ __align__(16) bf16 s_newrow[kD];  // the new token's cache row (phase 3's norm block)
-  __shared__ __align__(8) uint64_t s_bar[1];   // the staged o_proj tile
+  __shared__ __align__(8) uint64_t s_bar[2];   // [0] the staged o_proj tile; [1] p1_pair 3's norm inputs
   __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
@@ -232,10 +232,34 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
                SmemAddr(&s_bar[0]));
   };
   Stamp(p.phase_ns, 0, false);
+  // p1_pair 3: the input norm's operands (the residual row and the norm weight, fp32) come by bulk
+  // copies into the working area past x, issued first: reads that hit L2 but are issued after a
+  // warp's weight loads wait behind those (session 25 run 8: the position read 4.3 us after the
+  // start with the weights in flight, against 0.4), and the bulk copies do not go through the
+  // loads' path. Where the two rows fit the working area past x.
+  const int64_t norm_off = (Hd * 2 + 127) / 128 * 128;
+  const bool tma_norm = kP1Pair && p.p1_pair == 3 && p.in_residual != nullptr &&
+                        norm_off + Hd * 8 <= static_cast<int64_t>(kWorkSmem);
+  float* const res_s = reinterpret_cast<float*>(smem_raw + norm_off);  // [Hd]
+  float* const nw_s = res_s + Hd;                                      // [Hd]
   if (threadIdx.x == 0) {
     s_base = grid::GridBase(p.sync);  // before this block's first arrival
     sm90::BarInit(SmemAddr(&s_bar[0]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  // (tma_norm: thread 32 issues the copies, while thread 0 reads the barrier base (an acquire: its
+  // warp's later loads wait for it); every warp waits for s_bar[1]'s initialisation before its
+  // weight loads and the norm's wait, warp 1 arrives without waiting.)
+  if (tma_norm && threadIdx.x == 32) {
+    sm90::BarInit(SmemAddr(&s_bar[1]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    sm90::BarExpectTx(SmemAddr(&s_bar[1]), static_cast<uint32_t>(Hd * 8));
+    BulkLoad(res_s, p.in_residual, static_cast<uint32_t>(Hd * 4), SmemAddr(&s_bar[1]));
+    BulkLoad(nw_s, p.in_norm_w, static_cast<uint32_t>(Hd * 4), SmemAddr(&s_bar[1]));
+  }
+  if (tma_norm) {
+    if (warp == 1) sm90::NamedBarArrive(1, kThreads);
+    else sm90::NamedBarSync(1, kThreads);
   }
   // p1_pair: the block's first two phase-1 tiles' slices loaded into registers together (before
   // the input norm with p1_pair 2, after it with 1), so that all of phase 1's weights are in
@@ -257,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       LoadSlice<kPf>(p1_row_ptr(r0 + g) + k0, p1_row_ptr(r0 + g + 8) + k0, p1_steps, p1s1);
     }
   };
-  if (kP1Pair && p.p1_pair == 2) p1_load();
+  if (kP1Pair && p.p1_pair >= 2) p1_load();
   // The token's RoPE angle for pair i = lane (phase 3 rotates pair `lane`), loaded now so that its
   // latency is not on a later phase's path.
   const int pos = *p.position;
@@ -279,12 +303,15 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     constexpr int kV = kMaxHidden / 4 / kThreads;  // float4s a thread, all loads in flight
     float4 rv[kV], wv[kV];
     float ss = 0.f;
+    if (tma_norm) WaitStaged(&s_bar[1]);
+    const float* res_src = tma_norm ? res_s : p.in_residual;
+    const float* nw_src = tma_norm ? nw_s : p.in_norm_w;
 #pragma unroll
     for (int j = 0; j < kV; ++j) {
       const int64_t i = threadIdx.x + j * kThreads;
       if (i < Hd / 4) {
-        rv[j] = reinterpret_cast<const float4*>(p.in_residual)[i];
-        wv[j] = reinterpret_cast<const float4*>(p.in_norm_w)[i];
+        rv[j] = reinterpret_cast<const float4*>(res_src)[i];
+        wv[j] = reinterpret_cast<const float4*>(nw_src)[i];
       }
     }
 #pragma unroll
@@ -800,7 +827,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 4) why << "wo_stage_point " << p.wo_stage_point << " (0..4); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
-  if (p.p1_pair < 0 || p.p1_pair > 2) why << "p1_pair " << p.p1_pair << " (0, 1 or 2); ";
+  if (p.p1_pair < 0 || p.p1_pair > 3) why << "p1_pair " << p.p1_pair << " (0..3); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
   if (reinterpret_cast<uintptr_t>(p.nope_ready) % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_ready) % 4 != 0)

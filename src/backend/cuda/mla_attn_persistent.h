@@ -134,7 +134,8 @@ struct MlaAttnPersistentParams {
   // passes 3.)
   int wo_stage_point = 2;
   // Phase 1's first two tiles of the block loaded into registers together (session 25;
-  // CudaRunnerOptions::attn_p1_pair): 1 after the input norm, 2 before it; 0 a round of loads a
+  // CudaRunnerOptions::attn_p1_pair): 1 after the input norm, 2 before it, 3 before it with the
+  // norm's operands (in_residual, in_norm_w) by bulk copies issued first; 0 a round of loads a
   // tile (each after the last tile's block reduction and counter add). Where a warp's slice of a
   // tile is one burst: hidden <= 2048 (V2-Lite); otherwise, in a PDL launch and with l2_fetch 2 the
   // tiles load as with 0. The same fragments and mma order: the same bits.
