@@ -80,6 +80,19 @@ TEST(CudaRunnerAttnPersistent, WoStageBitIdentical) {
   }
 }
 
+// attn_p1_pair 1, 2 and 3: the block's first two phase-1 tiles loaded together: the same fragments
+// and mma order, bit-identical logits.
+TEST(CudaRunnerAttnPersistent, P1PairBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  for (const int mode : {1, 2, 3, 4}) {
+    const auto set = [mode](CudaRunnerOptions& x, bool on) { x.attn_p1_pair = on ? mode : 0; };
+    const std::string name = "attn_p1_pair=" + std::to_string(mode);
+    CompareOptionBitIdenticalRan("dummy_v2lite_3layers", name.c_str(), DummyOptions(dir, 3, 9), set,
+                                 &CudaGraphStats::attn_p1_pair_layers, PathExpect::kRuns);
+  }
+}
+
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
 // bytes, the default, and 256), each kernel on its own: the same loads, so the same bits.
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {

@@ -336,13 +336,16 @@ struct CudaRunnerOptions {
   // 26.91-27.31 us at 4K (runs 1, 7), within noise at 1K. 4 was no faster. The CLI reads
   // DS_ATTN_WO_STAGE=0..4.
   int attn_wo_stage_point = 3;
+  // With attn_persistent: each block's first two phase-1 tiles (q / kv_a) loaded into registers
+  // together, 1 after the input norm, 2 before it, 3 before it with the norm's operands by bulk
+  // copies (MlaAttnPersistentParams::p1_pair; hidden <= 2048); 0 a round of loads a tile. The same
+  // bits (CudaRunnerAttnPersistent.P1PairBitIdentical). Opt-in (session 25) until measured. The
+  // CLI reads DS_ATTN_P1_PAIR=0..3.
+  int attn_p1_pair = 0;
   // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
   // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice (the default).
-  // Session 25 (bench/results/session25_2026-12-01_run{9,10,11}): 72 (164 KB for both, so no L1 /
-  // shared-memory reconfiguration between them) read 0-0.6% faster, within noise; 86 and 100 (the
-  // 228 KB carveout: 28 KB of L1) made V2-Lite b1 18% slower, as the carveout probe
-  // (CudaStreamPattern.DISABLED_SmemReport: 3.26 against 4.25 TB/s) predicts. The CLI reads
-  // DS_PERSISTENT_CARVEOUT=0..100.
+  // Session 25: whether one carveout for both (no L1 / shared-memory reconfiguration between
+  // them) is faster. The CLI reads DS_PERSISTENT_CARVEOUT=0..100.
   int persistent_carveout = -1;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
@@ -559,6 +562,7 @@ struct CudaGraphStats {
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
+  int64_t attn_p1_pair_layers = 0;  // persistent attention launches with attn_p1_pair > 0
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 or 4 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
