@@ -862,7 +862,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 4) why << "wo_stage_point " << p.wo_stage_point << " (0..4); ";
-  if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
+  if (p.l2_fetch < 0 || p.l2_fetch > 3) why << "l2_fetch " << p.l2_fetch << " (0..3); ";
   if (p.p1_pair < 0 || p.p1_pair > 4) why << "p1_pair " << p.p1_pair << " (0..4); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
@@ -894,7 +894,8 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const int f = pdl ? 0 : p.l2_fetch;
   // p1_pair: its own instantiations (l2_fetch 0 or 1; with 2 the tiles load as without).
   void (*plain)(MlaAttnPersistentParams) =
-      f == 2   ? MlaAttnPersistentKernel<false, 2>
+      f == 3   ? (p.p1_pair > 0 ? MlaAttnPersistentKernel<false, 3, true> : MlaAttnPersistentKernel<false, 3>)
+      : f == 2 ? MlaAttnPersistentKernel<false, 2>
       : f == 1 ? (p.p1_pair > 0 ? MlaAttnPersistentKernel<false, 1, true> : MlaAttnPersistentKernel<false, 1>)
                : (p.p1_pair > 0 ? MlaAttnPersistentKernel<false, 0, true> : MlaAttnPersistentKernel<false>);
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
