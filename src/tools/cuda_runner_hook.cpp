@@ -76,8 +76,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_PERSISTENT_MOE_GU_KSPLIT", 1, 8, 1, &c.persistent_moe_gu_ksplit);
   env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared experts' tiles first, no barrier 1 (on since session 20)
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
-  env_int("DS_ATTN_L2_FETCH", 0, 3, 1, &c.attn_l2_fetch);          // weight loads' L2 fetch size (session 21)
-  env_int("DS_MOE_L2_FETCH", 0, 3, 1, &c.moe_l2_fetch);
+  env_int("DS_ATTN_L2_FETCH", 0, 2, 1, &c.attn_l2_fetch);          // weight loads' L2 fetch size (session 21)
+  env_int("DS_MOE_L2_FETCH", 0, 2, 1, &c.moe_l2_fetch);
   env_switch("DS_FP8_SKINNY_SM90", &c.fp8_skinny_sm90);          // W8A8 projections <= 64 rows on the CUTLASS swap-AB GEMM (opt-in)
   env_switch("DS_PERSISTENT_DENSE", &c.persistent_dense_mlp);    // dense layers' MLP in the persistent kernel (on since session 14)
   env_switch("DS_NORM_IN_ATTN", &c.norm_in_attn);              // the next input norm in the attention kernel (on since session 14)
@@ -86,8 +86,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_ATTN_ABSORB_OVERLAP", &c.attn_absorb_overlap);  // its absorption overlapping phase 1's tail (on since session 20)
   env_switch("DS_ATTN_SPLIT_COUNTER", &c.attn_split_counter);    // its decode blocks start on a counter, no barrier 2 (on since session 20)
   env_int("DS_ATTN_WO_STAGE", 0, 4, 1, &c.attn_wo_stage_point);  // where its o_proj tile is staged (3 since session 22)
-  env_int("DS_ATTN_P1_PAIR", 0, 4, 1, &c.attn_p1_pair);          // its first two phase-1 tiles' loads together (opt-in, session 25)
-  env_int("DS_PERSISTENT_CARVEOUT", 0, 100, 1, &c.persistent_carveout);  // both persistent kernels' smem carveout (percent)
+  env_int("DS_PERSISTENT_CARVEOUT", -1, 100, 1, &c.persistent_carveout);  // both persistent kernels' smem carveout (percent; 72 since session 25, -1 the driver's)
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
     env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);

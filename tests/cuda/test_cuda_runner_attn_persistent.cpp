@@ -80,17 +80,14 @@ TEST(CudaRunnerAttnPersistent, WoStageBitIdentical) {
   }
 }
 
-// attn_p1_pair 1, 2 and 3: the block's first two phase-1 tiles loaded together: the same fragments
-// and mma order, bit-identical logits.
-TEST(CudaRunnerAttnPersistent, P1PairBitIdentical) {
+// persistent_carveout (72 by default since session 25) against the driver's choice: a launch
+// attribute only, so the same bits.
+TEST(CudaRunnerAttnPersistent, CarveoutBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (const int mode : {1, 2, 3, 4}) {
-    const auto set = [mode](CudaRunnerOptions& x, bool on) { x.attn_p1_pair = on ? mode : 0; };
-    const std::string name = "attn_p1_pair=" + std::to_string(mode);
-    CompareOptionBitIdenticalRan("dummy_v2lite_3layers", name.c_str(), DummyOptions(dir, 3, 9), set,
-                                 &CudaGraphStats::attn_p1_pair_layers, PathExpect::kRuns);
-  }
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_carveout = on ? 72 : -1; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_carveout", DummyOptions(dir, 3, 9), set,
+                               &CudaGraphStats::persistent_carveout_launches, PathExpect::kRuns);
 }
 
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128

@@ -48,15 +48,13 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // (MlaAttnPersistentParams::in_residual); the reference's x is their norm rounded to bf16.
 // overlap: absorb_overlap (MlaAttnPersistentParams::nope_ready); then also bit-for-bit the
 // outputs of a launch without it on the same inputs, and the counter back at zero.
-// p1_pair: phase 1's first two tiles loaded together (MlaAttnPersistentParams::p1_pair, 1 or 2);
-// then also bit-for-bit the outputs of a launch without it.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             bool in_norm = false, bool overlap = false, bool split = false, int p1_pair = 0) {
+             bool in_norm = false, bool overlap = false, bool split = false) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
                             (in_norm ? "_in_norm" : "") + (overlap ? "_overlap" : "") + (split ? "_split_counter" : "") +
-                            (p1_pair > 0 ? "_p1_pair" + std::to_string(p1_pair) : "") + (graph ? " graph" : " direct");
+                            (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
@@ -194,7 +192,6 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
   if (overlap) p.nope_ready = d_nope.get();
   if (split) p.split_ready = d_nope.get() + 1;
-  p.p1_pair = p1_pair;
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -232,22 +229,6 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   EXPECT_EQ(other_rows_changed, 0) << label << ": cache rows other than the token's slot changed";
   // grid_barrier.cuh's 64-bit counter: each launch pads it to the next multiple of kGridEpoch (2^20).
   EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{kLaunches} << 20) << label;
-  const auto bits_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
-  if (p1_pair > 0) {
-    // The same inputs with a round of loads a tile: the same fragments and mma order, so the same bits.
-    // (The token's cache row is rewritten with the same values.)
-    MlaAttnPersistentParams r = p;
-    r.p1_pair = 0;
-    d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_q32.Poison(); d_kva.Poison();
-    MlaAttnPersistent(r);
-    DS_CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_TRUE(bits_equal(d_out.Download(), out)) << label << ": out differs from the launch without p1_pair";
-    EXPECT_TRUE(bits_equal(FromBf16(d_o16.Download()), o16)) << label << ": o differs";
-    EXPECT_TRUE(bits_equal(d_q32.Download(), got_q32)) << label << ": q32 differs";
-    EXPECT_TRUE(bits_equal(d_kva.Download(), got_kva)) << label << ": kv_a differs";
-  }
   if (overlap) {
     const std::vector<uint32_t> words = d_nope.Download();
     EXPECT_EQ(words[0], 0u) << label << ": absorb_overlap's counter not back at zero";
@@ -259,6 +240,9 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
     d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_q32.Poison();
     MlaAttnPersistent(r);
     DS_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto bits_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
     EXPECT_TRUE(bits_equal(d_out.Download(), out)) << label << ": out differs from the launch without absorb_overlap";
     EXPECT_TRUE(bits_equal(FromBf16(d_o16.Download()), o16)) << label << ": o differs";
     EXPECT_TRUE(bits_equal(FromBf16(d_qlat.Download()), got_qlat)) << label << ": q_lat differs";
@@ -325,22 +309,6 @@ TEST(CudaMlaAttnPersistent, WoStageInPhase3MatchesCpuReference) {
     RunCase(16, 2048, 1, true, true, false, point, false, true, true);
   }
   RunCase(16, 2048, 1000, true, true, false, 3);
-}
-
-// p1_pair 1, 2 and 3 (phase 1's first two tiles of a block loaded together, after or before the
-// input norm; 3 with the norm's operands by bulk copies; hidden 8192 leaves them to the loads): V2-Lite's shape (blocks with two tiles and with one), with and without the
-// counters, the in-kernel norm and x given, graph replays; 8 heads (one tile a block); hidden 512
-// (slices of 2 steps; blocks without a tile); hidden 4096 (two bursts a slice: loaded as without).
-TEST(CudaMlaAttnPersistent, P1PairMatchesCpuReference) {
-  for (const int mode : {1, 2, 3, 4}) {
-    RunCase(16, 2048, 1000, true, true, false, 3, true, true, true, mode);
-    RunCase(16, 2048, 1000, true, false, false, 2, false, false, false, mode);
-    RunCase(16, 2048, 33, false, false, false, 0, true, true, true, mode);
-    RunCase(8, 2048, 300, true, true, false, 3, false, true, true, mode);
-    RunCase(4, 512, 65, false, true, false, 3, true, true, true, mode);
-    RunCase(4, 4096, 300, true, false, false, 3, false, true, true, mode);
-    RunCase(4, 8192, 100, true, false, false, 2, true, true, true, mode);
-  }
 }
 
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
@@ -412,16 +380,13 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // variant 3 with wo_stage_point 3 (the runner's default since session 22); 4 (every block at
     // phase 3's start) and plain launches: session22_2026-12-01_run1; the merge's first partials
     // loaded before its LSEs: run 5; the MoE's first gate_up tiles in this kernel: run 7.
-    // Session 25: 5, variant 4 with the 128-byte L2 fetch size (the runner's form); 6, and p1_pair 1;
-    // 9, p1_pair 2; 10, p1_pair 3.
-    // 7: variant 5 with every block stopping after phase 1 (debug_stop_after_p1; the barrier and
-    // counter words reset before each launch).
-    // 8: variant 7 with phase 1's counter adds relaxed (debug_relaxed_p1_adds).
-    for (int variant = 3; variant < 12; ++variant) {
+    // Session 25: 5, variant 4 with the 128-byte L2 fetch size (the runner's form); 6, variant 5
+    // with every block stopping after phase 1 (debug_stop_after_p1; the barrier and counter words
+    // reset before each launch). (Its phase-1 variants: bench/results/session25_2026-12-01_run*.)
+    for (int variant = 3; variant < 7; ++variant) {
       const int wo_point = variant >= 4 ? 3 : 2;
       const int l2_fetch = variant >= 5 ? 1 : 0;
-      const int p1_pair = variant == 6 ? 1 : variant == 9 ? 2 : variant == 10 ? 3 : variant == 11 ? 4 : 0;
-      const bool stop_p1 = variant == 7 || variant == 8, relaxed = variant == 8;
+      const bool stop_p1 = variant == 6;
       const bool split = variant >= 3;
       const bool in_norm = variant >= 1, overlap = variant >= 2;
       for (bool stamped : {false, true}) {
@@ -438,9 +403,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
           p.wo_stage_point = wo_point;
           p.l2_fetch = l2_fetch;
-          p.p1_pair = p1_pair;
           p.debug_stop_after_p1 = stop_p1;
-          p.debug_relaxed_p1_adds = relaxed;
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
           if (split) p.split_ready = d_nope.get() + 1;
@@ -459,10 +422,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
         std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d l2_fetch=%d "
-                    "p1_pair=%d stop_p1=%d relaxed=%d stamps=%d: %.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: "
+                    "stop_p1=%d stamps=%d: %.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: "
                     "%.0f GB/s)\n",
-                    ctx, wo_point, in_norm, overlap, split, l2_fetch, p1_pair, stop_p1, relaxed, stamped, us, kSets, kSets, weight_bytes / 1e6,
-                    weight_bytes / (us * 1e3));
+                    ctx, wo_point, in_norm, overlap, split, l2_fetch, stop_p1, stamped, us, kSets, kSets,
+                    weight_bytes / 1e6, weight_bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
         std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
@@ -493,34 +456,31 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                  "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
                                  "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
         for (int k = 0; k < (stop_p1 ? 2 : 16); ++k)
-          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d l2_fetch=%d p1_pair=%d stop_p1=%d "
-                      "relaxed=%d segment=\"%s\": mean %.2f us, max %.2f us over blocks; last block done at %.2f us\n",
-                      ctx, wo_point, l2_fetch, p1_pair, stop_p1, relaxed, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
-        // Inside phase 1 (stamps 16-19), from each block's own start: mean and max over blocks.
-        {
-          const char* sub[4] = {"position read", "x ready (norm done)", "first tile written", "its counter add done"};
-          for (int k = 16; k < kS; ++k) {
-            double mean = 0, mx = 0;
-            int cnt = 0;
-            for (int r = 0; r < kStampReplays; ++r) {
-              g.Replay();
-              for (int i = 0; i < kSets; ++i) {
-                const std::vector<uint64_t> t = sets[i]->stamps.Download();
-                double sum = 0, m = 0;
-                for (int b = 0; b < grid; ++b) {
-                  const double v = 1e-3 * static_cast<double>(t[b * kS + k] - t[b * kS]);
-                  sum += v;
-                  m = std::max(m, v);
-                }
-                mean += sum / grid;
-                mx += m;
-                ++cnt;
+          std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d l2_fetch=%d stop_p1=%d segment=\"%s\": "
+                      "mean %.2f us, max %.2f us over blocks; last block done at %.2f us\n",
+                      ctx, wo_point, l2_fetch, stop_p1, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
+        // Inside phase 1 (stamps 16-18), from each block's own start: mean and max over blocks.
+        const char* sub[3] = {"position read", "x ready (norm done)", "first tile written"};
+        for (int k = 16; k < kS; ++k) {
+          double mean = 0, mx = 0;
+          int cnt = 0;
+          for (int r = 0; r < kStampReplays; ++r) {
+            g.Replay();
+            for (int i = 0; i < kSets; ++i, ++cnt) {
+              const std::vector<uint64_t> t = sets[i]->stamps.Download();
+              double sum = 0, m = 0;
+              for (int b = 0; b < grid; ++b) {
+                const double v = 1e-3 * static_cast<double>(t[b * kS + k] - t[b * kS]);
+                sum += v;
+                m = std::max(m, v);
               }
+              mean += sum / grid;
+              mx += m;
             }
-            std::printf("[metric] op=mla_attn_persistent_p1 ctx=%d wo_point=%d l2_fetch=%d p1_pair=%d stop_p1=%d relaxed=%d \"%s\" after the "
-                        "block's start: mean %.2f us, max %.2f us over blocks\n",
-                        ctx, wo_point, l2_fetch, p1_pair, stop_p1, relaxed, sub[k - 16], mean / cnt, mx / cnt);
           }
+          std::printf("[metric] op=mla_attn_persistent_p1 ctx=%d wo_point=%d l2_fetch=%d stop_p1=%d \"%s\" after the "
+                      "block's start: mean %.2f us, max %.2f us over blocks\n",
+                      ctx, wo_point, l2_fetch, stop_p1, sub[k - 16], mean / cnt, mx / cnt);
         }
       }
     }

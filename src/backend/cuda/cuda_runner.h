@@ -336,17 +336,16 @@ struct CudaRunnerOptions {
   // 26.91-27.31 us at 4K (runs 1, 7), within noise at 1K. 4 was no faster. The CLI reads
   // DS_ATTN_WO_STAGE=0..4.
   int attn_wo_stage_point = 3;
-  // With attn_persistent: each block's first two phase-1 tiles (q / kv_a) loaded into registers
-  // together, 1 after the input norm, 2 before it, 3 before it with the norm's operands by bulk
-  // copies (MlaAttnPersistentParams::p1_pair; hidden <= 2048); 0 a round of loads a tile. The same
-  // bits (CudaRunnerAttnPersistent.P1PairBitIdentical). Opt-in (session 25) until measured. The
-  // CLI reads DS_ATTN_P1_PAIR=0..3.
-  int attn_p1_pair = 0;
   // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
-  // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice (the default).
-  // Session 25: whether one carveout for both (no L1 / shared-memory reconfiguration between
-  // them) is faster. The CLI reads DS_PERSISTENT_CARVEOUT=0..100.
-  int persistent_carveout = -1;
+  // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice. 72 by default
+  // since session 25: 164 KB for both kernels (the attention kernel's own choice; the MoE kernel's
+  // 2 x 44 KB would get a smaller one), so the SMs keep one L1 / shared-memory split between
+  // them; V2-Lite 27 layers b1 faster or equal in 11 of 11 same-call pairs, by 0-0.7%
+  // (bench/results/session25_2026-12-01_run{9,10,12}, and run 14 on the final code). Never near
+  // 100: the 228 KB carveout leaves 28 KB of L1 and streams 24% slower
+  // (CudaStreamPattern.DISABLED_SmemReport: 3.26 against 4.25 TB/s, run 5); 86 and 100 made the
+  // step 18% slower (run 9). The CLI reads DS_PERSISTENT_CARVEOUT=-1..100.
+  int persistent_carveout = 72;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
@@ -562,7 +561,6 @@ struct CudaGraphStats {
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
-  int64_t attn_p1_pair_layers = 0;  // persistent attention launches with attn_p1_pair > 0
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 or 4 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)
@@ -575,6 +573,7 @@ struct CudaGraphStats {
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
   int64_t moe_gu_ksplit_layers = 0;    // persistent MoE layers with gu_ksplit > 1 (likewise)
+  int64_t persistent_carveout_launches = 0;  // persistent kernels launched with a carveout preference (persistent_carveout >= 0)
   int64_t persistent_pdl_launches = 0;  // persistent kernels launched with PDL (persistent_pdl; the device took it)
   int64_t persistent_dense_layers = 0;  // dense layers run by the persistent kernel (persistent_dense_mlp)
   int64_t moe_norm_skipped_layers = 0;  // MoE kernels that left the next norm to the attention (norm_in_attn)

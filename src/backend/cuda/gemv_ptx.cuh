@@ -17,18 +17,6 @@ namespace ds::cuda::ptx {
   asm VOLATILE("ld.global.nc.L1::no_allocate" L2Q ".v4.u32 {%0,%1,%2,%3}, [%4];" \
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)                      \
                : "l"(ptr))
-// kPf 3 (session 25): ".L2::128B" with the L2 evict_first priority (an L2 cache-policy operand from
-// createpolicy.fractional, PTX ISA "createpolicy"), so that streamed weights, used once a step, are
-// evicted before the small data that the next phases and steps read again (activations, norm
-// weights, counters, the KV cache).
-#define DS_LDG_STREAM_EF(VOLATILE, r, ptr)                                                                \
-  do {                                                                                                    \
-    uint64_t ds_pol_;                                                                                     \
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(ds_pol_));                          \
-    asm VOLATILE("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4], %5;" \
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)                                            \
-                 : "l"(ptr), "l"(ds_pol_));                                                               \
-  } while (0)
 
 // LdStream with an L2 fetch size (kPf: 0 none, LdStream itself; 1 ".L2::128B"; 2 ".L2::256B"):
 // a miss fetches that aligned block into L2 (PTX ISA, "ld", .level::prefetch_size), so the
@@ -37,8 +25,7 @@ namespace ds::cuda::ptx {
 template <int kPf>
 __device__ __forceinline__ uint4 LdStreamPf(const void* ptr) {
   uint4 r;
-  if constexpr (kPf == 3) DS_LDG_STREAM_EF(, r, ptr);
-  else if constexpr (kPf == 2) DS_LDG_STREAM(, ".L2::256B", r, ptr);
+  if constexpr (kPf == 2) DS_LDG_STREAM(, ".L2::256B", r, ptr);
   else if constexpr (kPf == 1) DS_LDG_STREAM(, ".L2::128B", r, ptr);
   else DS_LDG_STREAM(, "", r, ptr);
   return r;
@@ -130,8 +117,7 @@ __device__ __forceinline__ void WarpTile16(const __nv_bfloat16* ra, const __nv_b
 template <int kPf = 0>
 __device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
   uint4 r;
-  if constexpr (kPf == 3) DS_LDG_STREAM_EF(volatile, r, ptr);
-  else if constexpr (kPf == 2) DS_LDG_STREAM(volatile, ".L2::256B", r, ptr);
+  if constexpr (kPf == 2) DS_LDG_STREAM(volatile, ".L2::256B", r, ptr);
   else if constexpr (kPf == 1) DS_LDG_STREAM(volatile, ".L2::128B", r, ptr);
   else DS_LDG_STREAM(volatile, "", r, ptr);
   return r;

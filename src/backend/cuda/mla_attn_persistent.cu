@@ -8,7 +8,6 @@
 #include <map>
 #include <mutex>
 #include <sstream>
-#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/common.cuh"
@@ -99,29 +98,19 @@ __device__ __forceinline__ void MmaTileSmem(const bf16* w, int64_t pitch, const 
 // K bf16): each tile's K split over the 8 warps (K / 8 a warp, a multiple of 32), the warps' sums
 // added in warp order by 16 threads, out(row, value). row_ptr(r) gives row r's first weight.
 // first_s: when not null, the block's first tile staged in shared memory ([16] rows of K at
-// first_pitch). pre(i, d) (Pre not std::nullptr_t): true when it has computed the block's i-th
-// tile's d (i = 0, 1, ...) from weights it loaded earlier (ptx::MmaSlice: the same fragments and
-// mma order as WarpTile16, so the same bits).
+// first_pitch).
 // tile_row(t): tile t's first row (16 rows from it); done(t): called by thread 0 once tile t's
 // outputs are written by the block (after a block barrier).
-template <int kPf, class RowPtr, class Out, class Pre, class TileRow, class Done>
+template <int kPf, class RowPtr, class Out, class TileRow, class Done>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
-                                          Out out, const bf16* first_s, int64_t first_pitch, Pre pre, TileRow tile_row,
-                                          Done done) {
+                                          Out out, const bf16* first_s, int64_t first_pitch, TileRow tile_row, Done done) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int64_t kw = K / kWarps, k0 = warp * kw;
-  int i = 0;
-  for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x, ++i) {
+  for (int64_t t = blockIdx.x; t < rows / 16; t += gridDim.x) {
     const int64_t r0 = tile_row(t);
     float d[4] = {0.f, 0.f, 0.f, 0.f};
-    bool done_pre = false;
-    if constexpr (!std::is_same_v<Pre, std::nullptr_t>) done_pre = pre(i, d);
-    if (done_pre) {
-    } else if (first_s != nullptr && t == blockIdx.x) {
-      MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
-    } else {
-      WarpTile16<kPf>(row_ptr(r0 + g) + k0, row_ptr(r0 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
-    }
+    if (first_s != nullptr && t == blockIdx.x) MmaTileSmem(first_s + k0, first_pitch, xs + k0, static_cast<int>(kw / 32), d);
+    else WarpTile16<kPf>(row_ptr(r0 + g) + k0, row_ptr(r0 + g + 8) + k0, xs + k0, xs + k0, static_cast<int>(kw / 32), d);
     if (q == 0) {
       s_red[warp][g] = d[0];
       s_red[warp][g + 8] = d[2];
@@ -139,8 +128,7 @@ __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* x
 template <int kPf, class RowPtr, class Out>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
                                           Out out, const bf16* first_s, int64_t first_pitch) {
-  GemvTiles<kPf>(rows, K, xs, s_red, row_ptr, out, first_s, first_pitch, nullptr, [](int64_t t) { return t * 16; },
-                 [](int64_t) {});
+  GemvTiles<kPf>(rows, K, xs, s_red, row_ptr, out, first_s, first_pitch, [](int64_t t) { return t * 16; }, [](int64_t) {});
 }
 
 // Timing stamp k of this block (MlaAttnPersistentParams::phase_ns); `sync` first so that the
@@ -186,16 +174,14 @@ __device__ __forceinline__ int64_t PhaseOneTileRow(int64_t t, int64_t H, bool ov
 // previous kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
 // kPf: the weight loads' L2 fetch size (MlaAttnPersistentParams::l2_fetch; ptx::LdStreamPf).
-// kP1Pair: MlaAttnPersistentParams::p1_pair, its own instantiation (so that the kernel without it
-// keeps its code: a branch in phase 1 changes how ptxas batches the loads).
-template <bool kPdl, int kPf = 0, bool kP1Pair = false>
+template <bool kPdl, int kPf = 0>
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[kWarps][16];
   __shared__ float s_norm[32];
   __shared__ __align__(16) bf16 s_newrow[kD];  // the new token's cache row (phase 3's norm block)
-  __shared__ __align__(8) uint64_t s_bar[2];   // [0] the staged o_proj tile; [1] p1_pair 3's norm inputs
+  __shared__ __align__(8) uint64_t s_bar[1];   // the staged o_proj tile
   __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
@@ -232,56 +218,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
                SmemAddr(&s_bar[0]));
   };
   Stamp(p.phase_ns, 0, false);
-  // p1_pair 3: the input norm's operands (the residual row and the norm weight, fp32) come by bulk
-  // copies into the working area past x, issued first: reads that hit L2 but are issued after a
-  // warp's weight loads wait behind those (session 25 run 8: the position read 4.3 us after the
-  // start with the weights in flight, against 0.4), and the bulk copies do not go through the
-  // loads' path. Where the two rows fit the working area past x.
-  const int64_t norm_off = (Hd * 2 + 127) / 128 * 128;
-  const bool tma_norm = kP1Pair && p.p1_pair == 3 && p.in_residual != nullptr &&
-                        norm_off + Hd * 8 <= static_cast<int64_t>(kWorkSmem);
-  float* const res_s = reinterpret_cast<float*>(smem_raw + norm_off);  // [Hd]
-  float* const nw_s = res_s + Hd;                                      // [Hd]
   if (threadIdx.x == 0) {
     s_base = grid::GridBase(p.sync);  // before this block's first arrival
     sm90::BarInit(SmemAddr(&s_bar[0]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // (tma_norm: thread 32 issues the copies, while thread 0 reads the barrier base (an acquire: its
-  // warp's later loads wait for it); every warp waits for s_bar[1]'s initialisation before its
-  // weight loads and the norm's wait, warp 1 arrives without waiting.)
-  if (tma_norm && threadIdx.x == 32) {
-    sm90::BarInit(SmemAddr(&s_bar[1]), 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    sm90::BarExpectTx(SmemAddr(&s_bar[1]), static_cast<uint32_t>(Hd * 8));
-    BulkLoad(res_s, p.in_residual, static_cast<uint32_t>(Hd * 4), SmemAddr(&s_bar[1]));
-    BulkLoad(nw_s, p.in_norm_w, static_cast<uint32_t>(Hd * 4), SmemAddr(&s_bar[1]));
-  }
-  if (tma_norm) {
-    if (warp == 1) sm90::NamedBarArrive(1, kThreads);
-    else sm90::NamedBarSync(1, kThreads);
-  }
-  // p1_pair: the block's first two phase-1 tiles' slices loaded into registers together (before
-  // the input norm with p1_pair 2, after it with 1), so that all of phase 1's weights are in
-  // flight at once instead of a round of loads a tile. Where a warp's slice is one burst (hidden
-  // / 8 / 32 <= ptx::kTileBurst steps: V2-Lite's 2048).
-  const auto p1_row_ptr = [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; };
-  const int p1_mine = static_cast<int64_t>(blockIdx.x) < n1 ? static_cast<int>((n1 - 1 - blockIdx.x) / grid) + 1 : 0;
-  const int p1_steps = static_cast<int>(Hd / kWarps / 32);
-  const int p1_pre = kP1Pair && p1_steps <= ptx::kTileBurst ? min(2, p1_mine) : 0;
-  WarpSlice p1s0, p1s1;
-  const auto p1_load = [&]() {
-    const int64_t k0 = warp * (Hd / kWarps);
-    if (p1_pre >= 1) {
-      const int64_t r0 = PhaseOneTileRow(blockIdx.x, H, overlap);
-      LoadSlice<kPf>(p1_row_ptr(r0 + g) + k0, p1_row_ptr(r0 + g + 8) + k0, p1_steps, p1s0);
-    }
-    if (p1_pre >= 2) {
-      const int64_t r0 = PhaseOneTileRow(int64_t{blockIdx.x} + grid, H, overlap);
-      LoadSlice<kPf>(p1_row_ptr(r0 + g) + k0, p1_row_ptr(r0 + g + 8) + k0, p1_steps, p1s1);
-    }
-  };
-  if (kP1Pair && (p.p1_pair == 2 || p.p1_pair == 3)) p1_load();
   // The token's RoPE angle for pair i = lane (phase 3 rotates pair `lane`), loaded now so that its
   // latency is not on a later phase's path.
   const int pos = *p.position;
@@ -297,11 +238,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   }
   // Phase 1: q and kv_a (x in shared memory).
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);
-  // p1_pair 4: the position, the RoPE angle and the norm's operands are read first, then both
-  // tiles' weights, then the norm is computed: the small reads ahead of the 15 MB in the queues.
-  const bool norm4 = kP1Pair && p.p1_pair == 4 && p.in_residual != nullptr && Hd <= 4 * kThreads * 2;
-  if (norm4) {
-    constexpr int kV = 2;  // float4s a thread: hidden <= 2048
+  if (p.in_residual != nullptr) {
+    // The layer's input norm, in every block (MlaAttnPersistentParams::in_residual): RmsNorm's
+    // fp32 operations per element (o = v * inv * w), the sum of squares in this block's order.
+    constexpr int kV = kMaxHidden / 4 / kThreads;  // float4s a thread, all loads in flight
     float4 rv[kV], wv[kV];
     float ss = 0.f;
 #pragma unroll
@@ -310,44 +250,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       if (i < Hd / 4) {
         rv[j] = reinterpret_cast<const float4*>(p.in_residual)[i];
         wv[j] = reinterpret_cast<const float4*>(p.in_norm_w)[i];
-      }
-    }
-    p1_load();
-#pragma unroll
-    for (int j = 0; j < kV; ++j)
-      if (threadIdx.x + j * kThreads < Hd / 4)
-        ss += rv[j].x * rv[j].x + rv[j].y * rv[j].y + rv[j].z * rv[j].z + rv[j].w * rv[j].w;
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (lane == 0) s_norm[warp] = ss;
-    __syncthreads();
-    float total = 0.f;
-    for (int w = 0; w < kWarps; ++w) total += s_norm[w];
-    const float inv = rsqrtf(total / static_cast<float>(Hd) + p.in_eps);
-#pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      const int64_t i = threadIdx.x + j * kThreads;
-      if (i < Hd / 4) {
-        reinterpret_cast<__nv_bfloat162*>(xs)[2 * i] =
-            __floats2bfloat162_rn(rv[j].x * inv * wv[j].x, rv[j].y * inv * wv[j].y);
-        reinterpret_cast<__nv_bfloat162*>(xs)[2 * i + 1] =
-            __floats2bfloat162_rn(rv[j].z * inv * wv[j].z, rv[j].w * inv * wv[j].w);
-      }
-    }
-  } else if (p.in_residual != nullptr) {
-    // The layer's input norm, in every block (MlaAttnPersistentParams::in_residual): RmsNorm's
-    // fp32 operations per element (o = v * inv * w), the sum of squares in this block's order.
-    constexpr int kV = kMaxHidden / 4 / kThreads;  // float4s a thread, all loads in flight
-    float4 rv[kV], wv[kV];
-    float ss = 0.f;
-    if (tma_norm) WaitStaged(&s_bar[1]);
-    const float* res_src = tma_norm ? res_s : p.in_residual;
-    const float* nw_src = tma_norm ? nw_s : p.in_norm_w;
-#pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      const int64_t i = threadIdx.x + j * kThreads;
-      if (i < Hd / 4) {
-        rv[j] = reinterpret_cast<const float4*>(res_src)[i];
-        wv[j] = reinterpret_cast<const float4*>(nw_src)[i];
       }
     }
 #pragma unroll
@@ -377,36 +279,20 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   __syncthreads();
   Stamp(p.phase_ns, 17, false);
   const uint64_t base = s_base;
-  const auto p1_out = [&](int64_t r, float v) {
-    if (r < Rq) p.q32[r] = v;
-    else p.kva32[r - Rq] = v;
-  };
-  const auto p1_tile_row = [&](int64_t t) -> int64_t { return PhaseOneTileRow(t, H, overlap); };
-  const auto p1_done = [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
-    if (t == blockIdx.x) Stamp(p.phase_ns, 18, false);
-    uint32_t* word = overlap && t < n_nope ? p.nope_ready : split_counter && t >= n_nope ? p.split_ready : nullptr;
-    if (word != nullptr && p.debug_relaxed_p1_adds) asm volatile("red.relaxed.gpu.global.add.u32 [%0], 1;" ::"l"(word) : "memory");
-    else if (word != nullptr) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(word) : "memory");
-    if (t == blockIdx.x && p.phase_ns != nullptr) {
-      uint32_t v = 0;  // the stamp after the add: a relaxed load of the word (ordered after the add)
-      if (word != nullptr) asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(word) : "memory");
-      asm volatile("" ::"r"(v));
-      Stamp(p.phase_ns, 19, false);
-    }
-  };
-  if constexpr (kP1Pair) {
-    if (p.p1_pair == 1 || (p.p1_pair == 4 && !norm4)) p1_load();
-    const int64_t k0 = warp * (Hd / kWarps);
-    const auto p1_pre_tile = [&](int i, float (&d)[4]) {
-      if (i >= p1_pre) return false;
-      if (i == 0) MmaSlice(p1s0, xs + k0, p1_steps, d);
-      else MmaSlice(p1s1, xs + k0, p1_steps, d);
-      return true;
-    };
-    GemvTiles<kPf>(Rq + kD, Hd, xs, s_red, p1_row_ptr, p1_out, nullptr, 0, p1_pre_tile, p1_tile_row, p1_done);
-  } else {
-    GemvTiles<kPf>(Rq + kD, Hd, xs, s_red, p1_row_ptr, p1_out, nullptr, 0, nullptr, p1_tile_row, p1_done);
-  }
+  GemvTiles<kPf>(
+      Rq + kD, Hd, xs, s_red,
+      [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; },
+      [&](int64_t r, float v) {
+        if (r < Rq) p.q32[r] = v;
+        else p.kva32[r - Rq] = v;
+      },
+      nullptr, 0,
+      [&](int64_t t) -> int64_t { return PhaseOneTileRow(t, H, overlap); },
+      [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
+        if (t == blockIdx.x) Stamp(p.phase_ns, 18, false);
+        if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
+        if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
+      });
   // Ahead of barrier 1 (absorb_overlap: of the wait for q_nope): this warp's first W_UK tile.
   // (absorb_overlap: its second one too, since these warps take two units of V2-Lite's 512.)
   WarpSlice uk, uk2;
@@ -862,8 +748,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 4) why << "wo_stage_point " << p.wo_stage_point << " (0..4); ";
-  if (p.l2_fetch < 0 || p.l2_fetch > 3) why << "l2_fetch " << p.l2_fetch << " (0..3); ";
-  if (p.p1_pair < 0 || p.p1_pair > 4) why << "p1_pair " << p.p1_pair << " (0..4); ";
+  if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
   if (reinterpret_cast<uintptr_t>(p.nope_ready) % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_ready) % 4 != 0)
@@ -892,12 +777,8 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   const int f = pdl ? 0 : p.l2_fetch;
-  // p1_pair: its own instantiations (l2_fetch 0 or 1; with 2 the tiles load as without).
   void (*plain)(MlaAttnPersistentParams) =
-      f == 3   ? (p.p1_pair > 0 ? MlaAttnPersistentKernel<false, 3, true> : MlaAttnPersistentKernel<false, 3>)
-      : f == 2 ? MlaAttnPersistentKernel<false, 2>
-      : f == 1 ? (p.p1_pair > 0 ? MlaAttnPersistentKernel<false, 1, true> : MlaAttnPersistentKernel<false, 1>)
-               : (p.p1_pair > 0 ? MlaAttnPersistentKernel<false, 0, true> : MlaAttnPersistentKernel<false>);
+      f == 2 ? MlaAttnPersistentKernel<false, 2> : f == 1 ? MlaAttnPersistentKernel<false, 1> : MlaAttnPersistentKernel<false>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout);
   return LaunchCooperativeOrPdl("MlaAttnPersistent", pdl, MlaAttnPersistentKernel<true>, plain, grid, dim3(kThreads),

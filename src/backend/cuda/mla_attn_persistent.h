@@ -30,8 +30,8 @@
 // before the barrier ahead of it (latency off the critical path;
 // bench/results/session13_2026-11-30_run{2..10} measured the variants):
 //  1. q and kv_a: 16-row tiles of [W_q; W_kva] (tile t on block t % grid), each tile's K split
-//     over the block's 8 warps and summed in warp order (with p1_pair the block's first two
-//     tiles' loads in flight together); each warp's first W_UK tile into registers -> barrier;
+//     over the block's 8 warps and summed in warp order; each warp's first W_UK tile into
+//     registers -> barrier;
 //  2. the absorption, one 16-row tile of W_UK^T a warp (blocks >= 1); each block's first split's
 //     cache rows (but the new token's) by cp.async -> barrier;
 //  3. split-KV decode: 32-key splits (split s on block s % grid), all heads in one 16-row mma
@@ -115,16 +115,12 @@ struct MlaAttnPersistentParams {
   // (with wo_stage_point 0-2: the o_proj tile's copies issued); 14 barrier 4; 15 phase 5 done (a
   // block without a split or a unit stamps those sub-steps at the step's start or end); inside
   // phase 1 (session 25): 16 the position read (thread 0, after the barrier base), 17 x in shared
-  // memory (the input norm done), 18 the block's first phase-1 tile written, 19 its counter add
-  // (release) done.
+  // memory (the input norm done), 18 the block's first phase-1 tile written.
   uint64_t* phase_ns = nullptr;
   // Measurement only (the timing report): every block returns right after phase 1 (stamp 1), so
-  // that phase 1's time can be read without the later phases running beside it. The outputs past
-  // q32 / kva32 are not written and the barrier words are left mid-launch: the caller resets them.
+  // that phase 1 can be timed without the later phases running beside it. Nothing past q32 / kva32
+  // is written and the barrier and counter words are left mid-launch: the caller resets them.
   bool debug_stop_after_p1 = false;
-  // Measurement only, with debug_stop_after_p1: phase 1's counter adds relaxed instead of release
-  // (nothing reads what they would publish), to time phase 1 without the release's fence.
-  bool debug_relaxed_p1_adds = false;
   // When the bulk copies of the block's first o_proj tile go out. In phase 4: 0 at its start, 1
   // after the first unit's LSE loads, 2 (this struct's default: session 13 run 9, 27.7 us against
   // 28.4 at point 0) after its partials' loads; in phase 3 (session 22,
@@ -133,26 +129,19 @@ struct MlaAttnPersistentParams {
   // start (no faster). The same bits. (This struct's default stays 2 for the op tests; the runner
   // passes 3.)
   int wo_stage_point = 2;
-  // Phase 1's first two tiles of the block loaded into registers together (session 25;
-  // CudaRunnerOptions::attn_p1_pair): 1 after the input norm, 2 before it, 3 before it with the
-  // norm's operands (in_residual, in_norm_w) by bulk copies issued first; 0 a round of loads a
-  // tile (each after the last tile's block reduction and counter add). Where a warp's slice of a
-  // tile is one burst: hidden <= 2048 (V2-Lite); otherwise, in a PDL launch and with l2_fetch 2 the
-  // tiles load as with 0. The same fragments and mma order: the same bits.
-  int p1_pair = 0;
-  // The kernel's preferred shared-memory carveout in percent (SetSmemCarveout; session 25,
-  // CudaRunnerOptions::persistent_carveout); negative: the driver's choice. Timing only.
-  int carveout = -1;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
   int l2_fetch = 0;
+  // The kernel's preferred shared-memory carveout in percent (SetSmemCarveout; session 25,
+  // CudaRunnerOptions::persistent_carveout); negative: the driver's choice. Timing only.
+  int carveout = -1;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
 };
 
-inline constexpr int kMlaAttnPersistentStamps = 20;
+inline constexpr int kMlaAttnPersistentStamps = 19;
 
 // Contexts the runner sends it (attn_persistent; the kernel's limit too: phase 4's shared-memory
 // weights): the decode phase runs its splits one after another on each block and every (head,
