@@ -1,0 +1,36 @@
+set -uo pipefail
+R=/tmp/s25c14; . scripts/gpu_call_setup.sh
+T0=$(date +%s)
+V2="--model $B/data/deepseek-v2-lite --num-layers 27"
+ob() {  # name, model + shape args, env assignments...
+  local name=$1 args=$2; shift 2
+  env "$@" timeout 40 $B/dsinfer bench one-batch --load-format dummy --device cuda --mem-bw-gbps 3931 --flops-tflops 700 $args --output-len 64 --output-file $R/ob_$name.json > $R/ob_$name.log 2>&1
+  echo "$name rc=$? $(grep -E 'median step' $R/ob_$name.log | head -1 | cut -c1-90)"
+}
+S1="$V2 --batch-size 1 --input-len 1024"
+for i in 1 2 3; do
+  ob new_$i "$S1"
+  ob drv_$i "$S1" DS_PERSISTENT_CARVEOUT=-1
+done
+ob new_4k "$V2 --batch-size 1 --input-len 4096"; ob drv_4k "$V2 --batch-size 1 --input-len 4096" DS_PERSISTENT_CARVEOUT=-1
+ob new_b8 "$V2 --batch-size 8 --input-len 1024"; ob drv_b8 "$V2 --batch-size 8 --input-len 1024" DS_PERSISTENT_CARVEOUT=-1
+V3="--model $B/data/deepseek-v3 --num-layers 8 --batch-size 1 --input-len 1024"
+ob new_v3 "$V3"; ob drv_v3 "$V3" DS_PERSISTENT_CARVEOUT=-1
+PORT=30125
+$B/dsinfer serve --model $B/data/deepseek-v2-lite --tokenizer byte --load-format dummy --num-layers 27 --device cuda \
+  --host 127.0.0.1 --port $PORT --served-model-name v2-lite --max-running-requests 256 --max-num-batched-tokens 8192 > $R/server.log 2>&1 &
+pid=$!
+for i in $(seq 1 120); do python3 -c 'import urllib.request,sys; urllib.request.urlopen("http://127.0.0.1:%s/v1/models" % sys.argv[1], timeout=2)' $PORT 2>/dev/null && break; sleep 0.5; done
+timeout 90 $B/dsinfer bench serve --port $PORT --model v2-lite --dataset-name random --random-input-len 1024 --random-output-len 256 \
+  --vocab-size 102400 --num-prompts 8 --max-concurrency 1 --warmup-requests 1 --ignore-eos --seed 8943 \
+  --extra-body '{"return_token_ids": true}' --disable-tqdm --output-file $R/serve_c1.json > $R/serve_c1.txt 2>&1
+echo "serve c=1 rc=$? $(grep -E 'Output token throughput|Median TPOT|Median TTFT' $R/serve_c1.txt | sed 's/  */ /g' | tr '\n' ' ') $(( $(date +%s) - T0 ))s"
+kill $pid; wait $pid 2>/dev/null
+timeout 430 stdbuf -oL $B/dsinfer_cuda_tests > $R/tests.log 2>&1
+echo "tests rc=$? $(( $(date +%s) - T0 ))s"
+grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|^\[  PASSED|^\[  FAILED|tests ran|SKIPPED \] [0-9]" $R/tests.log > $R/tests_summary.txt
+grep -E "^\[  PASSED|^\[  FAILED|FAILED  \]|tests ran|SKIPPED \] [0-9]" $R/tests.log | head -20
+grep -B3 -A12 "Failure" $R/tests.log | head -80 > $R/tests_failure_excerpt.txt
+gzip -c $R/tests.log > $R/tests.log.gz; rm $R/tests.log
+echo "total $(( $(date +%s) - T0 ))s"
+tar -C $R -czf $OUT/call14.tgz .
