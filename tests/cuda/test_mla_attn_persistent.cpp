@@ -421,11 +421,13 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           }
         });
         const double us = ReplayUs(g, st, kReplays, kSets);
+        // (stop_p1: phase 1's weights only, and the launch time includes the two memset nodes.)
+        const double bytes = stop_p1 ? 2.0 * (hwq.size() + hwkva.size()) : weight_bytes;
         std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d l2_fetch=%d "
-                    "stop_p1=%d stamps=%d: %.2f us a launch (graph of %d, %d weight sets; %.1f MB of weights a launch: "
+                    "stop_p1=%d stamps=%d: %.2f us a launch%s (graph of %d, %d weight sets; %.1f MB of weights a launch: "
                     "%.0f GB/s)\n",
-                    ctx, wo_point, in_norm, overlap, split, l2_fetch, stop_p1, stamped, us, kSets, kSets,
-                    weight_bytes / 1e6, weight_bytes / (us * 1e3));
+                    ctx, wo_point, in_norm, overlap, split, l2_fetch, stop_p1, stamped, us,
+                    stop_p1 ? " with two memsets" : "", kSets, kSets, bytes / 1e6, bytes / (us * 1e3));
         if (!stamped) continue;
         // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
         std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
@@ -460,6 +462,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                       "mean %.2f us, max %.2f us over blocks; last block done at %.2f us\n",
                       ctx, wo_point, l2_fetch, stop_p1, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
         // Inside phase 1 (stamps 16-18), from each block's own start: mean and max over blocks.
+        static_assert(kS == 19, "the phase-1 stamps' names below");
         const char* sub[3] = {"position read", "x ready (norm done)", "first tile written"};
         for (int k = 16; k < kS; ++k) {
           double mean = 0, mx = 0;

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
 #include "common/check.h"
+#include "common/logging.h"
 
 namespace ds::cuda {
 
@@ -44,17 +46,44 @@ void EnsureMaxDynamicSmem(const void* func, int bytes) {
   have = bytes;
 }
 
-void SetSmemCarveout(const void* func, int percent) {
-  if (percent < 0) return;
+int SetSmemCarveout(const void* func, int percent, int blocks_per_sm, size_t dyn_smem) {
   static std::mutex mu;
-  static auto* set = new std::map<std::pair<int, const void*>, int>();  // (device, kernel) -> percent set
+  // (device, kernel, percent asked, blocks a SM, dynamic bytes) -> the percent to set; and
+  // (device, kernel) -> the percent in effect (absent: never set, the driver's choice).
+  static auto* decided = new std::map<std::tuple<int, const void*, int, int, size_t>, int>();
+  static auto* applied = new std::map<std::pair<int, const void*>, int>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  auto it = set->find({dev, func});
-  if (it != set->end() && it->second == percent) return;
-  DS_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributePreferredSharedMemoryCarveout, std::min(percent, 100)));
-  (*set)[{dev, func}] = percent;
+  const auto key = std::make_tuple(dev, func, percent, blocks_per_sm, dyn_smem);
+  auto d = decided->find(key);
+  if (d == decided->end()) {
+    int want = percent < 0 ? -1 : std::min(percent, 100);
+    if (want >= 0) {
+      cudaFuncAttributes attr{};
+      DS_CUDA_CHECK(cudaFuncGetAttributes(&attr, func));
+      int per_sm = 0, reserve = 0;
+      DS_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+      DS_CUDA_CHECK(cudaDeviceGetAttribute(&reserve, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+      const size_t need = static_cast<size_t>(std::max(blocks_per_sm, 1)) *
+                          (dyn_smem + attr.sharedSizeBytes + static_cast<size_t>(reserve));
+      if (need > static_cast<size_t>(per_sm) * static_cast<size_t>(want) / 100) {
+        DS_LOG(INFO) << "shared-memory carveout " << want << "% not applied: " << blocks_per_sm << " block(s) of "
+                     << need / std::max(blocks_per_sm, 1) << " bytes do not fit it (" << per_sm << " bytes a SM)";
+        want = -1;
+      }
+    }
+    d = decided->emplace(key, want).first;
+  }
+  const int want = d->second;
+  auto a = applied->find({dev, func});
+  const int have = a == applied->end() ? -1 : a->second;
+  if (want != have) {
+    DS_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       want < 0 ? static_cast<int>(cudaSharedmemCarveoutDefault) : want));
+    (*applied)[{dev, func}] = want;
+  }
+  return want;
 }
 
 }  // namespace ds::cuda

@@ -4,6 +4,8 @@
 // is a CheckError.
 #pragma once
 
+#include <cstddef>
+
 namespace ds::cuda {
 
 struct DeviceProps {
@@ -25,8 +27,13 @@ const DeviceProps& CurrentDeviceProps();
 void EnsureMaxDynamicSmem(const void* func, int bytes);
 
 // Sets the kernel's preferred shared-memory carveout (cudaFuncAttributePreferredSharedMemoryCarveout:
-// percent of the maximum shared memory, 0..100) on the current device, once per (kernel, value);
-// a negative percent leaves the driver's choice.
-void SetSmemCarveout(const void* func, int percent);
+// percent of the SM's shared memory, 0..100) on the current device, where `blocks_per_sm` blocks
+// of `dyn_smem` bytes (plus the kernel's static shared memory and the driver's reserve a block)
+// fit in that percent; otherwise, and for a negative percent, the driver's choice
+// (cudaSharedmemCarveoutDefault), so a hint never lowers the occupancy a cooperative launch
+// counted on. The attribute is the kernel's for the whole process: the driver is called only when
+// the value in effect changes (per device and kernel). Thread-safe. Returns the percent in effect
+// (-1: the driver's choice). Errors: a failed CUDA call throws CheckError.
+int SetSmemCarveout(const void* func, int percent, int blocks_per_sm, size_t dyn_smem);
 
 }  // namespace ds::cuda

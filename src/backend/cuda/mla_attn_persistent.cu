@@ -780,7 +780,8 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   void (*plain)(MlaAttnPersistentParams) =
       f == 2 ? MlaAttnPersistentKernel<false, 2> : f == 1 ? MlaAttnPersistentKernel<false, 1> : MlaAttnPersistentKernel<false>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
-  SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout);
+  SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, 1, DynSmem());
+  if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(MlaAttnPersistentKernel<true>), p.carveout, 1, DynSmem());
   return LaunchCooperativeOrPdl("MlaAttnPersistent", pdl, MlaAttnPersistentKernel<true>, plain, grid, dim3(kThreads),
                                 DynSmem(), p.stream, p);
 }

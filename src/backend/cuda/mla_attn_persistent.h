@@ -134,7 +134,8 @@ struct MlaAttnPersistentParams {
   // The same bits.
   int l2_fetch = 0;
   // The kernel's preferred shared-memory carveout in percent (SetSmemCarveout; session 25,
-  // CudaRunnerOptions::persistent_carveout); negative: the driver's choice. Timing only.
+  // CudaRunnerOptions::persistent_carveout), applied where the kernel's blocks fit it; negative:
+  // the driver's choice. Timing only (a launch attribute: the same bits).
   int carveout = -1;
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).

@@ -529,7 +529,8 @@ bool MoePersistent(const MoePersistentParams& p) {
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
   if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));
-  SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout);
+  SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, p.blocks_per_sm, smem);
+  if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(KernelFor(p.blocks_per_sm, true)), p.carveout, p.blocks_per_sm, smem);
   return LaunchCooperativeOrPdl("MoePersistent", pdl, KernelFor(p.blocks_per_sm, true), plain, grid, dim3(kThreads), smem,
                                 p.stream, p);
 }
