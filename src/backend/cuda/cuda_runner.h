@@ -340,8 +340,8 @@ struct CudaRunnerOptions {
   // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice. 72 by default
   // since session 25: 164 KB for both kernels (the attention kernel's own choice; the MoE kernel's
   // two blocks of ~43 KB would get a smaller one), so the SMs keep one L1 / shared-memory split between
-  // them; V2-Lite 27 layers b1 faster in 14 of 15 same-call pairs and equal in one, by 0-1.2%
-  // (bench/results/session25_2026-12-01_run{9,10,12,14}). Never near
+  // them; V2-Lite 27 layers b1 faster in 15 of 17 same-call pairs and equal in two, by 0-1.2%
+  // (bench/results/session25_2026-12-01_run{9,10,12,14,15}). Never near
   // 100: the 228 KB carveout leaves 28 KB of L1 and streams 23% slower
   // (CudaStreamPattern.DISABLED_SmemReport: 3.26 against 4.25 TB/s, run 5); 86 and 100 made the
   // step 18% slower (run 9). The CLI reads DS_PERSISTENT_CARVEOUT=-1..100.
