@@ -429,7 +429,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                     ctx, wo_point, in_norm, overlap, split, l2_fetch, stop_p1, stamped, us,
                     stop_p1 ? " with two memsets" : "", kSets, kSets, bytes / 1e6, bytes / (us * 1e3));
         if (!stamped) continue;
-        // seg[k]: stamp k - stamp k-1 per block (mean, max over blocks); cum[k]: last block at k.
+        // Stamps 0-15: seg[k] = stamp k - stamp k-1 per block (mean, max over blocks), cum[k] = the last
+        // block at k. Stamps 16-18 (inside phase 1): stamp k - the block's own start (mean, max).
+        static_assert(kS == 19, "16 phase stamps and 3 inside phase 1, named below");
+        constexpr int kPhases = 16;
         std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
         int n = 0;
         for (int r = 0; r < kStampReplays; ++r) {
@@ -442,7 +445,8 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
               double mx_seg = 0, sum_seg = 0, mx_cum = 0;
               for (int b = 0; b < grid; ++b) {
                 const double c = 1e-3 * static_cast<double>(t[b * kS + k] - t0);
-                const double sgm = k == 0 ? c : 1e-3 * static_cast<double>(t[b * kS + k] - t[b * kS + k - 1]);
+                const int from = k == 0 || k >= kPhases ? 0 : k - 1;
+                const double sgm = k == 0 ? c : 1e-3 * static_cast<double>(t[b * kS + k] - t[b * kS + from]);
                 mx_seg = std::max(mx_seg, sgm);
                 sum_seg += sgm;
                 mx_cum = std::max(mx_cum, c);
@@ -453,38 +457,19 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
             }
           }
         }
-        const char* names[16] = {"start skew",  "p1 q/kv_a",       "barrier 1",       "p2 norm/rope/absorb",
-                                 "barrier 2",   "p3 Q/K tiles",    "p3 decode",       "barrier 3",
-                                 "p4 LSEs",     "p4 weights",      "p4 partials",     "p4 merged",
-                                 "p4 W_UV",     "p4 W_o issue",    "barrier 4",       "p5 o_proj"};
-        for (int k = 0; k < (stop_p1 ? 2 : 16); ++k)
+        const char* names[kS] = {"start skew",    "p1 q/kv_a",           "barrier 1",         "p2 norm/rope/absorb",
+                                 "barrier 2",     "p3 Q/K tiles",        "p3 decode",         "barrier 3",
+                                 "p4 LSEs",       "p4 weights",          "p4 partials",       "p4 merged",
+                                 "p4 W_UV",       "p4 W_o issue",        "barrier 4",         "p5 o_proj",
+                                 "position read", "x ready (norm done)", "first tile written"};
+        for (int k = 0; k < (stop_p1 ? 2 : kPhases); ++k)
           std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d l2_fetch=%d stop_p1=%d segment=\"%s\": "
                       "mean %.2f us, max %.2f us over blocks; last block done at %.2f us\n",
                       ctx, wo_point, l2_fetch, stop_p1, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
-        // Inside phase 1 (stamps 16-18), from each block's own start: mean and max over blocks.
-        static_assert(kS == 19, "the phase-1 stamps' names below");
-        const char* sub[3] = {"position read", "x ready (norm done)", "first tile written"};
-        for (int k = 16; k < kS; ++k) {
-          double mean = 0, mx = 0;
-          int cnt = 0;
-          for (int r = 0; r < kStampReplays; ++r) {
-            g.Replay();
-            for (int i = 0; i < kSets; ++i, ++cnt) {
-              const std::vector<uint64_t> t = sets[i]->stamps.Download();
-              double sum = 0, m = 0;
-              for (int b = 0; b < grid; ++b) {
-                const double v = 1e-3 * static_cast<double>(t[b * kS + k] - t[b * kS]);
-                sum += v;
-                m = std::max(m, v);
-              }
-              mean += sum / grid;
-              mx += m;
-            }
-          }
+        for (int k = kPhases; k < kS; ++k)
           std::printf("[metric] op=mla_attn_persistent_p1 ctx=%d wo_point=%d l2_fetch=%d stop_p1=%d \"%s\" after the "
                       "block's start: mean %.2f us, max %.2f us over blocks\n",
-                      ctx, wo_point, l2_fetch, stop_p1, sub[k - 16], mean / cnt, mx / cnt);
-        }
+                      ctx, wo_point, l2_fetch, stop_p1, names[k], seg_mean[k] / n, seg_max[k] / n);
       }
     }
   }

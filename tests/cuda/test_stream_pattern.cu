@@ -237,20 +237,55 @@ __global__ void SpinKernel(uint64_t ns) {
   }
 }
 
+// The start / smem reports' weights: `sets` buffers of kStartMaxTiles tiles (92 MB each, past L2
+// together), each launch of a graph on its own.
+constexpr int64_t kStartMaxTiles = 1408;
+std::vector<std::unique_ptr<Dev<uint32_t>>> StreamBuffers(int sets) {
+  std::vector<uint32_t> h(static_cast<size_t>(kStartMaxTiles * kTileElems / 2));
+  uint32_t x = 0x2545f491u;
+  for (auto& e : h) {
+    x ^= x << 13; x ^= x >> 17; x ^= x << 5;
+    e = x;
+  }
+  std::vector<std::unique_ptr<Dev<uint32_t>>> bufs;
+  for (int b = 0; b < sets; ++b) bufs.push_back(std::make_unique<Dev<uint32_t>>(h));
+  return bufs;
+}
+
+// Replays g `replays` times after a warm-up; per launch i (stamps [sets][grid][start, end]) the
+// span from its first block's start to its last block's end, and its last block's start; means
+// in us.
+struct StreamSpan {
+  double span_us = 0, last_start_us = 0;
+};
+StreamSpan MeanSpan(const CapturedGraph& g, const Dev<uint64_t>& stamps, int grid, int sets, int replays) {
+  g.Replay();
+  StreamSpan m;
+  for (int r = 0; r < replays; ++r) {
+    g.Replay();
+    const std::vector<uint64_t> t = stamps.Download();
+    for (int i = 0; i < sets; ++i) {
+      uint64_t s0 = UINT64_MAX, s1 = 0, e1 = 0;
+      for (int b = 0; b < grid; ++b) {
+        const size_t at = (static_cast<size_t>(i) * grid + b) * 2;
+        s0 = std::min(s0, t[at]);
+        s1 = std::max(s1, t[at]);
+        e1 = std::max(e1, t[at + 1]);
+      }
+      m.span_us += 1e-3 * static_cast<double>(e1 - s0);
+      m.last_start_us += 1e-3 * static_cast<double>(s1 - s0);
+    }
+  }
+  m.span_us /= replays * sets;
+  m.last_start_us /= replays * sets;
+  return m;
+}
+
 TEST(CudaStreamPattern, DISABLED_StartReport) {
   const int grid = CurrentDeviceProps().sms;
   constexpr int kSets = 8, kReplays = 6;
-  constexpr int64_t kMaxTiles = 1408;  // 92 MB
-  std::vector<std::unique_ptr<Dev<uint32_t>>> bufs;
-  {
-    std::vector<uint32_t> h(static_cast<size_t>(kMaxTiles * kTileElems / 2));
-    uint32_t x = 0x2545f491u;
-    for (auto& e : h) {
-      x ^= x << 13; x ^= x >> 17; x ^= x << 5;
-      e = x;
-    }
-    for (int b = 0; b < kSets; ++b) bufs.push_back(std::make_unique<Dev<uint32_t>>(h));
-  }
+  constexpr int64_t kMaxTiles = kStartMaxTiles;  // 92 MB
+  const std::vector<std::unique_ptr<Dev<uint32_t>>> bufs = StreamBuffers(kSets);
   Dev<uint32_t> out(1);
   Dev<uint64_t> stamps(static_cast<size_t>(kSets) * grid * 2);
   DS_CUDA_CHECK(cudaFuncSetAttribute(StartKernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -286,23 +321,8 @@ TEST(CudaStreamPattern, DISABLED_StartReport) {
             DS_CUDA_CHECK(cudaGetLastError());
           }
         });
-        gr.Replay();
-        double span = 0, last_start = 0;
-        for (int r = 0; r < kReplays; ++r) {
-          gr.Replay();
-          const std::vector<uint64_t> t = stamps.Download();
-          for (int i = 0; i < kSets; ++i) {
-            uint64_t s0 = UINT64_MAX, s1 = 0, e1 = 0;
-            for (int b = 0; b < grid; ++b) {
-              const uint64_t a = t[(static_cast<size_t>(i) * grid + b) * 2], e = t[(static_cast<size_t>(i) * grid + b) * 2 + 1];
-              s0 = std::min(s0, a); s1 = std::max(s1, a); e1 = std::max(e1, e);
-            }
-            span += 1e-3 * static_cast<double>(e1 - s0);
-            last_start += 1e-3 * static_cast<double>(s1 - s0);
-          }
-        }
-        span /= kReplays * kSets;
-        last_start /= kReplays * kSets;
+        const StreamSpan sp = MeanSpan(gr, stamps, grid, kSets, kReplays);
+        const double span = sp.span_us, last_start = sp.last_start_us;
         const double mb = tiles * kTileElems * 2.0 / 1e6;
         const std::string name = bulk ? std::string("bulk_smem")
                                       : "register_burst" + std::to_string(m.kind) + "_smem" + std::to_string(m.pad_kb) + "KB";
@@ -325,12 +345,8 @@ TEST(CudaStreamPattern, DISABLED_StartReport) {
 TEST(CudaStreamPattern, DISABLED_SmemReport) {
   const int sms = CurrentDeviceProps().sms;
   constexpr int kSets = 8, kReplays = 5;
-  constexpr int64_t kMaxTiles = 1408;
-  std::vector<std::unique_ptr<Dev<uint32_t>>> bufs;
-  {
-    std::vector<uint32_t> h(static_cast<size_t>(kMaxTiles * kTileElems / 2), 0x5a5a1234u);
-    for (int b = 0; b < kSets; ++b) bufs.push_back(std::make_unique<Dev<uint32_t>>(h));
-  }
+  constexpr int64_t kMaxTiles = kStartMaxTiles;
+  const std::vector<std::unique_ptr<Dev<uint32_t>>> bufs = StreamBuffers(kSets);
   Dev<uint32_t> out(1);
   Dev<uint64_t> stamps(static_cast<size_t>(kSets) * 2 * sms * 2);
   cudaStream_t st;
@@ -366,21 +382,7 @@ TEST(CudaStreamPattern, DISABLED_SmemReport) {
           DS_CUDA_CHECK(cudaGetLastError());
         }
       });
-      gr.Replay();
-      double span = 0;
-      for (int r = 0; r < kReplays; ++r) {
-        gr.Replay();
-        const std::vector<uint64_t> t = stamps.Download();
-        for (int i = 0; i < kSets; ++i) {
-          uint64_t s0 = UINT64_MAX, e1 = 0;
-          for (int b = 0; b < grid; ++b) {
-            s0 = std::min(s0, t[(static_cast<size_t>(i) * grid + b) * 2]);
-            e1 = std::max(e1, t[(static_cast<size_t>(i) * grid + b) * 2 + 1]);
-          }
-          span += 1e-3 * static_cast<double>(e1 - s0);
-        }
-      }
-      span /= kReplays * kSets;
+      const double span = MeanSpan(gr, stamps, grid, kSets, kReplays).span_us;
       const double mb = tiles * kTileElems * 2.0 / 1e6;
       std::printf("[metric] op=stream_smem bps=%d pad=%dKB carveout=%d bytes=%.1fMB: %.2f us (%.0f GB/s)\n", c.bps,
                   c.pad_kb, c.carveout, mb, span, mb * 1e3 / span);
