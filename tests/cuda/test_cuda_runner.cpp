@@ -1127,11 +1127,16 @@ TEST(CudaRunner, DeviceSamplingMatchesCpuSample) {
 // ids as serial Forward calls with the ids passed from the host, bit for bit. The first steps of
 // a graph shape run inside Launch (eager + capture: the previous ids resolved on the host); the
 // later ones are queued (the graph replayed, the ids gathered on the device).
-TEST(CudaRunner, OverlapLaunchMatchesSerialForward) {
+// serial_gio / over_gio: CudaRunnerOptions::graph_io of each runner; greedy: every row at
+// temperature 0 (the graph's argmax gives every id).
+void RunOverlapCase(bool serial_gio, bool over_gio, bool greedy) {
   CudaRunnerOptions o;
   o.model_dir = DataDir() + "/v3_tiny";
   o.num_kv_blocks = 64;
-  auto ra = CreateCudaModelRunner(o), rb = CreateCudaModelRunner(o);
+  o.graph_io = serial_gio;
+  auto ra = CreateCudaModelRunner(o);
+  o.graph_io = over_gio;
+  auto rb = CreateCudaModelRunner(o);
   ASSERT_TRUE(ra.ok() && rb.ok()) << ra.status().ToString() << rb.status().ToString();
   ModelRunner& serial = *ra.value();
   ModelRunner& overlapped = *rb.value();
@@ -1152,9 +1157,9 @@ TEST(CudaRunner, OverlapLaunchMatchesSerialForward) {
     pre.logits_indices.push_back(static_cast<int32_t>(pre.token_ids.size()) - 1);
     for (int k = 0; k < kMaxBlocks; ++k) pre.block_tables.push_back(s * kMaxBlocks + k);
   }
-  auto settings = [](int s, int step) {
+  auto settings = [greedy](int s, int step) {
     RowSampling r;
-    r.temperature = s == 0 ? 0.0f : 0.7f;
+    r.temperature = s == 0 || greedy ? 0.0f : 0.7f;
     r.top_k = s == 2 ? 8 : 0;
     r.seed = 1234 + s;
     r.step = static_cast<uint64_t>(step);
@@ -1218,11 +1223,22 @@ TEST(CudaRunner, OverlapLaunchMatchesSerialForward) {
   int mismatches = 0;
   for (int step = 0; step <= kSteps; ++step)
     for (int s = 0; s < kSeqs; ++s) mismatches += ids_serial[step][s] != ids_over[step][s];
-  const CudaGraphStats gs = GetCudaGraphStats(overlapped);
-  std::printf("[metric] op=runner_overlap steps=%d seqs=%d mismatches=%d graph_replays=%lld queued=%lld\n", kSteps,
-              kSeqs, mismatches, (long long)gs.replayed, (long long)gs.queued);
+  const CudaGraphStats gs = GetCudaGraphStats(overlapped), gss = GetCudaGraphStats(serial);
+  std::printf("[metric] op=runner_overlap serial_gio=%d over_gio=%d greedy=%d steps=%d seqs=%d mismatches=%d "
+              "graph_replays=%lld queued=%lld graph_argmax=%lld serial_graph_argmax=%lld\n",
+              serial_gio, over_gio, greedy, kSteps, kSeqs, mismatches, (long long)gs.replayed, (long long)gs.queued,
+              (long long)gs.graph_argmax, (long long)gss.graph_argmax);
   EXPECT_EQ(mismatches, 0);
   EXPECT_GT(gs.queued, kSteps / 2);  // most steps queued as graph replays without a wait
+  // graph_io with every row greedy: the ids come from the graph's argmax (queued and serial steps).
+  if (over_gio && greedy) {
+    EXPECT_GT(gs.graph_argmax, kSteps / 2);
+  } else {
+    EXPECT_EQ(gs.graph_argmax, 0);
+  }
+  if (serial_gio && greedy) {
+    EXPECT_GT(gss.graph_argmax, kSteps / 2);
+  }
   // Misuse: prev_sample_rows beyond the previous step's rows, and through Forward.
   ForwardBatch bad = decode(kSteps + 1, ctx);
   bad.prev_sample_rows.assign(kSeqs, kSeqs);
@@ -1230,6 +1246,16 @@ TEST(CudaRunner, OverlapLaunchMatchesSerialForward) {
   bad.prev_sample_rows.assign(kSeqs, 0);
   EXPECT_EQ(overlapped.Forward(bad, &out).code(), StatusCode::kInvalidArgument);
 }
+
+TEST(CudaRunner, OverlapLaunchMatchesSerialForward) { RunOverlapCase(false, false, false); }
+
+// graph_io (the graph's input copy on a copy stream, the id gather in its embedding kernel, its
+// argmax, the ids' copy on a second stream): the same ids as the serial runner without it, with
+// sampled rows (sampled after the graph into its id buffer) and with every row greedy (the
+// graph's argmax); and its serial (Forward) graph steps against the overlapped steps without it.
+TEST(CudaRunner, OverlapLaunchGraphIoMixedRows) { RunOverlapCase(false, true, false); }
+TEST(CudaRunner, OverlapLaunchGraphIoGreedy) { RunOverlapCase(false, true, true); }
+TEST(CudaRunner, OverlapLaunchGraphIoSerialGreedy) { RunOverlapCase(true, false, true); }
 
 // The generate CLI's --bench path with graphs on and off: both print the decode step time,
 // the header says which mode ran, and the greedy tokens agree (batch 4 = a bucket: same shapes).

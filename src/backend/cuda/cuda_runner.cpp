@@ -1091,12 +1091,19 @@ void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, c
 
 void CudaModelRunner::SampleRowsEnqueue(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
                                         void* host) {
-  DS_CHECK(static_cast<int64_t>(rs.size()) == R) << "SampleRows: " << rs.size() << " settings for " << R << " rows";
-  bool greedy = true;
-  for (int64_t r = 0; r < R; ++r) greedy = greedy && rs[r].temperature <= 0.0f;
   // Never below a graph bucket's rows: a reallocation would lose the ids a queued step's
   // prev_sample_rows gather still reads (overlap scheduling).
   samp_ids_.Reserve(std::max<int64_t>(R, kMaxGraphBucket) * 4);
+  SampleRowsToDevice(d_logits, ld, R, rs, samp_ids_.as<int32_t>());
+  // Through pinned memory: one DMA, no staging copy.
+  DS_CUDA_CHECK(cudaMemcpyAsync(host, samp_ids_.get(), R * 4, cudaMemcpyDeviceToHost, s_));
+}
+
+void CudaModelRunner::SampleRowsToDevice(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
+                                         int32_t* dev_ids) {
+  DS_CHECK(static_cast<int64_t>(rs.size()) == R) << "SampleRows: " << rs.size() << " settings for " << R << " rows";
+  bool greedy = true;
+  for (int64_t r = 0; r < R; ++r) greedy = greedy && rs[r].temperature <= 0.0f;
   // The settings, [seed R u64 | step R u64 | temperature R f32 | top_p R f32 | top_k R i32], in
   // one copy from one of two pinned buffers used in turn (a pageable copy would wait for the
   // stream, i.e. for the step: no overlap for sampled rows). A buffer is rewritten two sampled
@@ -1124,13 +1131,11 @@ void CudaModelRunner::SampleRowsEnqueue(const float* d_logits, int64_t ld, int64
   SampleParams sp{d_logits, ld, R, cfg_.vocab_size, reinterpret_cast<const float*>(dcfg + 16 * R),
                   reinterpret_cast<const float*>(dcfg + 20 * R), reinterpret_cast<const int32_t*>(dcfg + 24 * R),
                   reinterpret_cast<const uint64_t*>(dcfg), reinterpret_cast<const uint64_t*>(dcfg + 8 * R),
-                  samp_ids_.as<int32_t>(), s_, opts_.pdl};
+                  dev_ids, s_, opts_.pdl};
   sp.all_greedy = greedy;
   sp.ws = &samp_ws_;  // reused in stream order: a sampled (temperature > 0) step does not wait either
   sp.device_sort = opts_.sample_device_sort;
   Sample(sp);
-  // Through pinned memory: one DMA, no staging copy.
-  DS_CUDA_CHECK(cudaMemcpyAsync(host, samp_ids_.get(), R * 4, cudaMemcpyDeviceToHost, s_));
 }
 
 void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t* ids_out) {
@@ -1164,7 +1169,12 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   float* residual = residual_.as<float>();
   prof_prefix_ = T > b.num_seqs() ? "prefill/" : "decode/";
   Mark("start");
-  Embedding({d_ids, T, embed_.get(), true, V, Hd, residual, s_, opts_.pdl});
+  EmbeddingParams ep{d_ids, T, embed_.get(), true, V, Hd, residual, s_, opts_.pdl};
+  if (gin_ && gio_q_ >= 0) {  // graph_io: the previous step's sampled ids gathered here
+    ep.prev_rows = gin_->prev.as<int32_t>();
+    ep.prev_ids = GraphIds(gio_q_ ^ 1);
+  }
+  Embedding(ep);
   // fused_norm: every norm also writes its bf16 copy h16 (the next projections' input; no
   // F32ToBf16 / SplitBf16 launches), and an MoE layer's combine applies the next norm (normed).
   const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
@@ -1222,6 +1232,19 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     logits_.Reserve(Rr * V * sizeof(float));
     LinearFwd(lm_head_lin_, h32_.as<float>(), Hd, R, logits_.as<float>(), V, fuse_norm ? h16_.as<bf16>() : nullptr);
     Mark("final_norm_lm_head");
+    if (gio_q_ >= 0) {  // graph_io: every row's greedy id (Sample's argmax kernel) into GraphIds(q)
+      SampleParams sp{};
+      sp.logits = logits_.as<float>();
+      sp.ld = V;
+      sp.rows = R;
+      sp.vocab = V;
+      sp.out_ids = GraphIds(gio_q_);
+      sp.stream = s_;
+      sp.pdl = opts_.pdl;
+      sp.all_greedy = true;
+      Sample(sp);
+      Mark("sample");
+    }
     return;
   }
   tok_idx_.Reserve(R * 4);

@@ -182,6 +182,15 @@ struct CudaRunnerOptions {
   // input copy, the graph, the sampling and the ids' copy back), logged as medians when the
   // runner is destroyed, with the gap between one step's end and the next step's start.
   bool step_timeline = false;
+  // The decode graph's own inputs and outputs (opt-in; the CLI's DS_GRAPH_IO=1): each graph shape
+  // is captured twice, over two input buffers used in turn, so that a step's input copy goes out
+  // on a copy stream while the previous step runs; the previous step's sampled ids are gathered by
+  // the graph's embedding kernel (EmbeddingParams::prev_rows) instead of a launch before it; the
+  // greedy argmax of every row is the graph's last kernel (the same ArgmaxKernel as Sample's, into
+  // one of two id buffers used in turn), and the ids go back to the host on a second copy stream,
+  // off the main stream. Rows at temperature > 0, or not in row order, are sampled after the graph
+  // as without it (into the same id buffer). The same ids (CudaRunner.OverlapLaunchGraphIo*).
+  bool graph_io = false;
   // Sampling rows at temperature > 0: one device-wide radix sort of every row (SampleParams::
   // device_sort; session 23) instead of CUB's segmented sort, a block a row (the CLI's
   // DS_SAMPLE_DEVICE_SORT=0). The same tokens either way.
@@ -551,6 +560,7 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
 struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
   int64_t queued = 0;  // of the replays, steps queued by Launch without waiting (overlap scheduling)
+  int64_t graph_argmax = 0;  // of the replays, steps whose ids came from the graph's argmax (graph_io)
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;
   int64_t fused_uv_layers = 0;    // MLA layers whose decode merge applied W_UV (fused_uv)

@@ -35,7 +35,8 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
         &gu32_, &act32_, &act16_, &offs1_, &ctx_slots_, &lat16_, &rope32_,
         &kv32_, &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &olat16_, &ova32_, &ov16_, &dec_qs_,
         &dec_ctx_, &dec_bt_, &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_,
-        &xp16_, &egu32_, &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &dense_gg_ws_, &persist_act_, &attn_qlat16_})
+        &xp16_, &egu32_, &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &dense_gg_ws_, &persist_act_, &attn_qlat16_,
+        &graph_ids_})
     v.push_back(b->get());
   for (const GemmScratch& sc : scratch_) {
     for (const DeviceBuffer* b : {&sc.xhi, &sc.xlo, &sc.hhi, &sc.hlo, &sc.xq, &sc.xs, &sc.skinny_ws, &sc.skinny_cnt,
@@ -56,7 +57,8 @@ std::pair<int, int> CudaModelRunner::GraphKey(const ForwardBatch& b) {
 
 bool CudaModelRunner::GraphReady(const ForwardBatch& b) const {
   const auto it = graphs_.find(GraphKey(b));
-  return it != graphs_.end() && it->second && it->second->exec && ActivationPtrs() == graph_ptrs_;
+  return it != graphs_.end() && it->second && it->second->exec[0] && (!opts_.graph_io || it->second->exec[1]) &&
+         ActivationPtrs() == graph_ptrs_;
 }
 
 void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out, int async_slot) {
@@ -103,26 +105,35 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     n->off_bt = take(static_cast<size_t>(bucket) * cap * 4);
     n->off_prev = take(bucket * 4);
     n->in_bytes = at;
-    n->in.Reset(at);
+    n->in[0].Reset(at);
+    if (opts_.graph_io) n->in[1].Reset(at);
     n->host[0].Reserve(at);
     n->host[1].Reserve(at);
-    char* base = static_cast<char*>(n->in.get());
-    n->ids.ptr = base + n->off_ids;
-    n->pos.ptr = base + n->off_pos;
-    n->slots.ptr = base + n->off_slots;
-    n->qs.ptr = base + n->off_qs;
-    n->ctx.ptr = base + n->off_ctx;
-    n->bt.ptr = base + n->off_bt;
-    n->prev.ptr = base + n->off_prev;
+    n->SetInputs(0);
   }
   DecodeGraph* g = slot.get();
+  // graph_io: this step's parity q (its input buffer, its graph, its id buffer).
+  const bool gio = opts_.graph_io;
+  const int q = gio ? gpar_ : 0;
+  if (gio) {
+    if (graph_ids_.size() == 0) {  // once: the graphs hold its address
+      graph_ids_.Reserve(2 * int64_t{kMaxGraphBucket} * 4);
+      DS_CUDA_CHECK(cudaMemsetAsync(graph_ids_.get(), 0, graph_ids_.size(), s_));
+    }
+    for (int i = 0; i < 2; ++i)
+      for (cudaEvent_t* e : {&in_ev_[i], &done_ev_[i]})
+        if (!*e) DS_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+    g->SetInputs(q);
+  }
   // Stage the inputs into the graph's persistent buffer (stream-ordered before the replay): one
   // pinned host buffer, one copy. The two host buffers take turns: a buffer is rewritten two
   // steps later, after that step's synchronisation (SampleRows / the logits copy below, or, with
   // overlap scheduling, Launch's wait for the older of two steps in flight).
   bool gather_prev = false;
   {
-    char* h = static_cast<char*>(g->host[g->flip].get());
+    // graph_io: host[q] (rewritten two graph steps later, as in[q]: by then the step that used
+    // it is complete, Launch's wait).
+    char* h = static_cast<char*>(g->host[gio ? q : g->flip].get());
     g->flip ^= 1;
     int32_t* prev = reinterpret_cast<int32_t*>(h + g->off_prev);  // -1 past the given rows
     std::fill(prev, prev + bucket, -1);
@@ -137,18 +148,26 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     std::memcpy(h + g->off_ctx, pb.context_lens.data(), bucket * 4);
     std::memcpy(h + g->off_bt, pb.block_tables.data(), pb.block_tables.size() * 4);
     StepMark(0);
-    DS_CUDA_CHECK(cudaMemcpyAsync(g->in.get(), h, g->in_bytes, cudaMemcpyHostToDevice, s_));
+    if (gio) {  // on the copy stream, while the previous step runs; the main stream waits for it
+      DS_CUDA_CHECK(cudaMemcpyAsync(g->in[q].get(), h, g->in_bytes, cudaMemcpyHostToDevice, in_stream_.get()));
+      DS_CUDA_CHECK(cudaEventRecord(in_ev_[q], in_stream_.get()));
+      DS_CUDA_CHECK(cudaStreamWaitEvent(s_, in_ev_[q], 0));
+    } else {
+      DS_CUDA_CHECK(cudaMemcpyAsync(g->in[0].get(), h, g->in_bytes, cudaMemcpyHostToDevice, s_));
+    }
   }
-  // Overlap scheduling: token ids from the previous step's sampled ids, still on the device.
-  if (gather_prev) ResolvePrevIds(g->ids.as<int32_t>(), g->prev.as<int32_t>(), samp_ids_.as<int32_t>(), S, s_);
+  // Overlap scheduling: token ids from the previous step's sampled ids, still on the device
+  // (graph_io: gathered by the graph's embedding kernel from GraphIds(q ^ 1)).
+  if (gather_prev && !gio) ResolvePrevIds(g->ids.as<int32_t>(), g->prev.as<int32_t>(), samp_ids_.as<int32_t>(), S, s_);
   // A graph holds the activation buffers' addresses: any buffer grown since the capture
   // (a larger eager pass) invalidates every graph.
   if (ActivationPtrs() != graph_ptrs_) DropGraphs();
   gin_ = g;
+  gio_q_ = gio ? q : -1;
   const DecodeGraph* replayed = nullptr;  // set when this step replays g (profiled below)
-  if (g->exec) {
+  if (g->exec[q]) {
     StepMark(1);
-    DS_CUDA_CHECK(cudaGraphLaunch(g->exec, s_));
+    DS_CUDA_CHECK(cudaGraphLaunch(g->exec[q], s_));
     StepMark(2);
     ++graph_stats_.replayed;
     replayed = g;
@@ -157,10 +176,53 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     ++graph_stats_.eager_padded;
     RunPass(pb, nullptr);  // eager run of this step: warms the buffers, cuBLASLt plans and offsets
     if (!g->failed) CaptureGraph(pb, g);
+    if (gio) g->SetInputs(q);
   }
   gin_ = nullptr;
+  gio_q_ = -1;
   const int64_t V = cfg_.vocab_size;
   const int64_t R = static_cast<int64_t>(b.logits_indices.size());
+  if (gio) {
+    gpar_ ^= 1;  // every graph_io step, whatever follows
+    if (!b.sampling.empty()) {
+      // The graph's argmax gave every row's greedy id in GraphIds(q); other rows are sampled here
+      // into the same buffer (the next step's gather reads it).
+      bool greedy = true, identity = true;
+      for (int64_t r = 0; r < R; ++r) {
+        greedy = greedy && b.sampling[r].temperature <= 0.0f;
+        identity = identity && b.logits_indices[r] == r;
+      }
+      if (greedy && identity) {
+        ++graph_stats_.graph_argmax;
+      } else {
+        const float* rows = logits_.as<float>();
+        if (!identity) {
+          samp_idx_.Reserve(R * 4);
+          samp_rows_.Reserve(R * V * sizeof(float));
+          DS_CUDA_CHECK(cudaMemcpyAsync(samp_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
+          GatherRows(logits_.get(), V * 4, samp_idx_.as<int32_t>(), R, V * 4, samp_rows_.get(), V * 4, s_, opts_.pdl);
+          rows = samp_rows_.as<float>();
+        }
+        SampleRowsToDevice(rows, V, R, b.sampling, GraphIds(q));
+      }
+      if (replayed) StepMark(3);
+      // The ids back on the second copy stream, off the main stream.
+      DS_CUDA_CHECK(cudaEventRecord(done_ev_[q], s_));
+      cudaStream_t os = out_stream_.get();
+      DS_CUDA_CHECK(cudaStreamWaitEvent(os, done_ev_[q], 0));
+      if (async_slot >= 0) {
+        DS_CUDA_CHECK(cudaMemcpyAsync(samp_ring_[async_slot].get(), GraphIds(q), R * 4, cudaMemcpyDeviceToHost, os));
+        DS_CUDA_CHECK(cudaEventRecord(ring_ev_[async_slot], os));
+        return;
+      }
+      samp_host_ids_.Reserve(R * 4);
+      DS_CUDA_CHECK(cudaMemcpyAsync(samp_host_ids_.get(), GraphIds(q), R * 4, cudaMemcpyDeviceToHost, os));
+      DS_CUDA_CHECK(cudaStreamSynchronize(os));  // after done_ev_[q]: the marks below are complete too
+      std::memcpy(out->token_ids.data(), samp_host_ids_.get(), R * 4);
+      if (prof_on_ && replayed) CollectGraphMarks(*replayed);
+      return;
+    }
+  }
   if (!b.sampling.empty()) {
     // Sample the requested rows on the device: the decode step returns R ids, not R x V logits.
     bool identity = true;
@@ -195,16 +257,35 @@ void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {
   // persistent_pdl: a PDL launch refused only under capture (the eager warm-up took it) fails
   // this capture and sets PersistentPdlRefused(); the launches are plain from then on, so
   // capture once more.
-  const bool pdl_refused_before = PersistentPdlRefused();
-  CaptureGraphOnce(padded, g);
-  if (g->failed && opts_.persistent_pdl && !pdl_refused_before && PersistentPdlRefused()) {
-    g->failed = false;
-    DS_LOG(WARNING) << "cuda runner: capturing the decode graph again without PDL";
-    CaptureGraphOnce(padded, g);
+  const int graphs = opts_.graph_io ? 2 : 1;
+  for (int q = 0; q < graphs && !g->failed; ++q) {
+    // graph_io: graph q over input buffer q, ids into GraphIds(q) (RunPass reads gio_q_).
+    if (opts_.graph_io) {
+      g->SetInputs(q);
+      gio_q_ = q;
+    }
+    const bool pdl_refused_before = PersistentPdlRefused();
+    CaptureGraphOnce(padded, g, q);
+    if (g->failed && opts_.persistent_pdl && !pdl_refused_before && PersistentPdlRefused()) {
+      g->failed = false;
+      DS_LOG(WARNING) << "cuda runner: capturing the decode graph again without PDL";
+      if (q == 1) {  // graph 0 has PDL launches: capture it again too
+        g->SetInputs(0);
+        gio_q_ = 0;
+        if (g->exec[0]) { cudaGraphExecDestroy(g->exec[0]); g->exec[0] = nullptr; }
+        CaptureGraphOnce(padded, g, 0);
+        g->SetInputs(1);
+        gio_q_ = 1;
+      }
+      if (!g->failed) CaptureGraphOnce(padded, g, q);
+    }
   }
+  if (g->failed)  // both graphs or neither
+    for (cudaGraphExec_t& e : g->exec)
+      if (e) { cudaGraphExecDestroy(e); e = nullptr; }
 }
 
-void CudaModelRunner::CaptureGraphOnce(const ForwardBatch& padded, DecodeGraph* g) {
+void CudaModelRunner::CaptureGraphOnce(const ForwardBatch& padded, DecodeGraph* g, int q) {
   DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   const std::vector<void*> before = ActivationPtrs();
   if (before != graph_ptrs_) {
@@ -233,10 +314,10 @@ void CudaModelRunner::CaptureGraphOnce(const ForwardBatch& padded, DecodeGraph* 
     // decode_stream_priority: the kernel nodes keep the priorities of the streams they were
     // captured on (the main chain's above the side branch's).
     const unsigned long long flags = opts_.decode_stream_priority ? cudaGraphInstantiateFlagUseNodePriority : 0;
-    const cudaError_t inst = cudaGraphInstantiateWithFlags(&g->exec, graph, flags);
+    const cudaError_t inst = cudaGraphInstantiateWithFlags(&g->exec[q], graph, flags);
     if (inst != cudaSuccess) {
       error = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
-      g->exec = nullptr;
+      g->exec[q] = nullptr;
     }
   }
   if (graph) cudaGraphDestroy(graph);
@@ -248,7 +329,9 @@ void CudaModelRunner::CaptureGraphOnce(const ForwardBatch& padded, DecodeGraph* 
     return;
   }
   ++graph_stats_.captured;
-  g->marks.swap(cap_marks_);
+  for (auto& m : g->marks[q]) cudaEventDestroy(m.second);
+  g->marks[q].clear();
+  g->marks[q].swap(cap_marks_);
   DS_LOG(INFO) << "cuda runner: captured decode graph for " << g->bucket << " sequences x " << g->cap_blocks
                << " KV blocks";
 }

@@ -111,7 +111,8 @@ class CudaModelRunner : public ModelRunner {
     DropGraphs();
     if (!launched_.empty()) (void)cudaStreamSynchronize(s_);  // async steps still write the ring
     ReportStepTimeline();
-    for (cudaEvent_t e : {fork_ev_, join_ev_, ring_ev_[0], ring_ev_[1]})
+    if (!launched_.empty()) (void)cudaStreamSynchronize(out_stream_.get());  // graph_io: the ids' copies
+    for (cudaEvent_t e : {fork_ev_, join_ev_, ring_ev_[0], ring_ev_[1], in_ev_[0], in_ev_[1], done_ev_[0], done_ev_[1]})
       if (e) cudaEventDestroy(e);
     if (!prof_log_ || prof_ms_.empty()) return;
     double total = 0;
@@ -203,6 +204,9 @@ class CudaModelRunner : public ModelRunner {
   // order; the next step's prev_sample_rows gather reads them there) and are copied to `host`.
   void SampleRowsEnqueue(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
                          void* host);
+  // SampleRowsEnqueue's device work only: the ids into dev_ids ([R] i32, device), no copy back.
+  void SampleRowsToDevice(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
+                          int32_t* dev_ids);
   // Checks a batch as Forward does (shape, ids in the vocabulary, positions in the pool).
   Status CheckBatch(const ForwardBatch& batch) const;
   // ---- overlap scheduling (Launch / Finish) ----
@@ -245,8 +249,10 @@ class CudaModelRunner : public ModelRunner {
   struct DecodeGraph {
     int bucket = 0, cap_blocks = 0;
     // The step's inputs, staged by ONE host-to-device copy from `host` (pinned, same layout)
-    // before each replay: views into `in` at 16-byte aligned offsets.
-    DeviceBuffer in;
+    // before each replay: views into `in[cur]` at 16-byte aligned offsets. graph_io: two input
+    // buffers and two graphs (exec[q] reads in[q]; the runner's parity gpar_ picks q); otherwise
+    // in[0] and exec[0] only.
+    DeviceBuffer in[2];
     // Two pinned copies used in turn: with overlap scheduling the next step's inputs are written
     // while this step's copy may still wait in the stream.
     PinnedHostBuffer host[2];
@@ -255,11 +261,24 @@ class CudaModelRunner : public ModelRunner {
     size_t off_ids = 0, off_pos = 0, off_slots = 0, off_qs = 0, off_ctx = 0, off_bt = 0, off_prev = 0;
     // [B] i32, [B] i32, [B] i64, [B+1], [B], [B, cap], [B] i32 (prev_sample_rows, -1 = none)
     InputView ids, pos, slots, qs, ctx, bt, prev;
-    cudaGraphExec_t exec = nullptr;
+    int cur = 0;  // the input buffer the views point into (SetInputs)
+    cudaGraphExec_t exec[2] = {nullptr, nullptr};
     bool failed = false;  // capture failed once: this key runs the padded pass eagerly
-    // Profiling (prof_on_): event-record nodes captured at the phase marks; every replay
-    // records them, so the phases of graph decode steps are timed on the device.
-    std::vector<std::pair<std::string, cudaEvent_t>> marks;
+    // Profiling (prof_on_): event-record nodes captured at the phase marks (per graph); every
+    // replay records them, so the phases of graph decode steps are timed on the device.
+    std::vector<std::pair<std::string, cudaEvent_t>> marks[2];
+    // Points the views into in[q].
+    void SetInputs(int q) {
+      cur = q;
+      char* base = static_cast<char*>(in[q].get());
+      ids.ptr = base + off_ids;
+      pos.ptr = base + off_pos;
+      slots.ptr = base + off_slots;
+      qs.ptr = base + off_qs;
+      ctx.ptr = base + off_ctx;
+      bt.ptr = base + off_bt;
+      prev.ptr = base + off_prev;
+    }
   };
   // True when `b` is a decode-only step this runner replays through a graph.
   bool GraphEligible(const ForwardBatch& b) const;
@@ -271,15 +290,29 @@ class CudaModelRunner : public ModelRunner {
   static std::pair<int, int> GraphKey(const ForwardBatch& b);
   // Whether b's graph is captured and valid (the activation buffers unchanged since).
   bool GraphReady(const ForwardBatch& b) const;
+  // Captures g's graph (graph_io: both, exec[0] over in[0] and exec[1] over in[1]).
   void CaptureGraph(const ForwardBatch& padded, DecodeGraph* g);
-  void CaptureGraphOnce(const ForwardBatch& padded, DecodeGraph* g);
+  void CaptureGraphOnce(const ForwardBatch& padded, DecodeGraph* g, int q);
+  // ---- graph_io ----
+  // The graphs' sampled ids: two buffers of kMaxGraphBucket i32 used in turn (graph_ids_ [2,
+  // kMaxGraphBucket]); a graph of parity q writes GraphIds(q) and gathers the previous step's ids
+  // from GraphIds(q ^ 1). Allocated once (graphs hold its address).
+  DeviceBuffer graph_ids_;
+  int32_t* GraphIds(int q) { return graph_ids_.as<int32_t>() + q * int64_t{kMaxGraphBucket}; }
+  int gpar_ = 0;      // parity of the next graph step (toggled by each one)
+  int gio_q_ = -1;    // the parity RunPass builds (graph_io graph mode), else -1
+  Stream in_stream_;  // graph_io: the steps' input copies
+  Stream out_stream_; // graph_io: the sampled ids' copies back
+  cudaEvent_t in_ev_[2] = {nullptr, nullptr}, done_ev_[2] = {nullptr, nullptr};
   // Device pointers of every activation buffer; a graph is valid only while they are unchanged.
   std::vector<void*> ActivationPtrs() const;
   void DropGraphs() {
     for (auto& [k, g] : graphs_) {
-      if (g->exec) { cudaGraphExecDestroy(g->exec); g->exec = nullptr; }
-      for (auto& m : g->marks) cudaEventDestroy(m.second);
-      g->marks.clear();
+      for (int q = 0; q < 2; ++q) {
+        if (g->exec[q]) { cudaGraphExecDestroy(g->exec[q]); g->exec[q] = nullptr; }
+        for (auto& m : g->marks[q]) cudaEventDestroy(m.second);
+        g->marks[q].clear();
+      }
     }
   }
   // ---- side branches (CudaRunnerOptions::decode_streams) ----
@@ -437,8 +470,8 @@ class CudaModelRunner : public ModelRunner {
   std::vector<std::pair<std::string, cudaEvent_t>> cap_marks_;  // marks of the graph being captured
   // After a replay of g (stream synchronised): adds its phases' device times to prof_ms_.
   void CollectGraphMarks(const DecodeGraph& g) {
-    AddMarkIntervals(g.marks);
-    if (!g.marks.empty()) prof_ms_["decode/#passes"] += 1;
+    AddMarkIntervals(g.marks[g.cur]);
+    if (!g.marks[g.cur].empty()) prof_ms_["decode/#passes"] += 1;
   }
   // Adds the device time between consecutive marks to their phases (events complete).
   void AddMarkIntervals(const std::vector<std::pair<std::string, cudaEvent_t>>& marks) {

@@ -3,6 +3,7 @@
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
+#include "common/check.h"
 
 namespace ds::cuda {
 namespace {
@@ -11,7 +12,8 @@ template <typename T>
 __global__ void EmbeddingKernel(EmbeddingParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int64_t t = blockIdx.x;
-  const int32_t id = p.ids[t];
+  const int32_t prev = p.prev_rows ? p.prev_rows[t] : -1;
+  const int32_t id = prev >= 0 ? p.prev_ids[prev] : p.ids[t];
   float* out = p.out + t * p.d;
   const bool ok = id >= 0 && id < p.vocab;
   const T* row = static_cast<const T*>(p.table) + (ok ? static_cast<int64_t>(id) : 0) * p.d;
@@ -38,6 +40,7 @@ __global__ void EmbeddingKernel(EmbeddingParams p) {
 
 void Embedding(const EmbeddingParams& p) {
   if (p.n == 0) return;
+  DS_CHECK((p.prev_rows == nullptr) == (p.prev_ids == nullptr)) << "Embedding: prev_rows and prev_ids go together";
   if (p.table_bf16) LaunchKernel(EmbeddingKernel<__nv_bfloat16>, p.n, 256, 0, p.stream, p.pdl, p);
   else LaunchKernel(EmbeddingKernel<float>, p.n, 256, 0, p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("EmbeddingKernel");

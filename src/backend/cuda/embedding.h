@@ -17,6 +17,12 @@ struct EmbeddingParams {
   // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
   // CudaRunnerOptions::pdl). Same results either way.
   bool pdl = false;
+  // Optional (both or neither): row t's id is prev_ids[prev_rows[t]] where prev_rows[t] >= 0,
+  // else ids[t]. The decode graph's gather of the previous step's sampled ids (overlap
+  // scheduling, CudaRunnerOptions::graph_io): prev_rows [n] device, prev_ids device, indexed by
+  // prev_rows' values (the caller keeps them in range).
+  const int32_t* prev_rows = nullptr;
+  const int32_t* prev_ids = nullptr;
 };
 void Embedding(const EmbeddingParams& p);
 
