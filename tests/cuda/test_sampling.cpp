@@ -1,6 +1,7 @@
 // Sampling vs ds::cpu::Sample: greedy, temperature, top-k, top-p, with the same (seed, step)
 // the same token, over the V3 vocabulary.
 #include <algorithm>
+#include <utility>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/sampling.h"
@@ -163,7 +164,9 @@ TEST(CudaSampling, DISABLED_DeviceSortStageTimes) {
 
 // Sample() on the greedy fast path (all_greedy: every row at temperature 0) over host logits
 // [R, ld] (V of each row used); returns the ids.
-std::vector<int32_t> GreedyOnDevice(const std::vector<float>& logits, int64_t ld, int64_t R, int64_t V) {
+// ws: the split argmax (aligned rows, R <= kArgmaxSplitMaxRows), else one block a row.
+std::vector<int32_t> GreedyOnDevice(const std::vector<float>& logits, int64_t ld, int64_t R, int64_t V,
+                                    SampleWorkspace* ws = nullptr) {
   std::vector<float> temp(R, 0.f), top_p(R, 1.f);
   std::vector<int32_t> top_k(R, 0);
   std::vector<uint64_t> seed(R, 1), step(R, 0);
@@ -172,19 +175,31 @@ std::vector<int32_t> GreedyOnDevice(const std::vector<float>& logits, int64_t ld
   Dev<uint64_t> dseed(seed), dstep(step);
   SampleParams sp{dl.get(), ld, R, V, dt.get(), dp.get(), dk.get(), dseed.get(), dstep.get(), dout.get(), nullptr};
   sp.all_greedy = true;
+  sp.ws = ws;
   Sample(sp);
   return dout.Download();
 }
 
 // The greedy fast path (all_greedy: argmax kernel, no sort) against cpu::Sample at T = 0,
 // with ties at the top (lowest id wins), a -inf row and a row of a padded leading dimension.
-TEST(CudaSampling, AllGreedyArgmaxMatchesCpu) {
+// With a workspace: the split argmax (run three times on one workspace: its counters reset), with
+// a tie across two splits (ids 4,096 and 8,191: the lower wins) and rows of NaN in whole splits.
+class CudaSamplingArgmax : public ::testing::TestWithParam<bool> {};
+TEST_P(CudaSamplingArgmax, AllGreedyArgmaxMatchesCpu) {
+  const bool split = GetParam();
   const int64_t V = 102400, ld = V + 64, R = 37;
   auto logits = RandomNormal(R * ld, 3.f);
   for (int64_t i = 0; i < 10; ++i) logits[3 * ld + 777 + i * 5] = 60.f;  // tie: 777 wins
   for (int64_t v = 0; v < V; ++v) logits[7 * ld + v] = -INFINITY;      // degenerate row: token 0
   logits[9 * ld + V - 1] = 99.f;                                       // last id wins
-  const std::vector<int32_t> got = GreedyOnDevice(logits, ld, R, V);
+  logits[11 * ld + 8191] = 70.f;                                       // tie across splits: 4,096 wins
+  logits[11 * ld + 4096] = 70.f;
+  for (int64_t v = 0; v < 3 * 4096; ++v) logits[12 * ld + v] = NAN;    // NaN splits never win
+  SampleWorkspace ws;
+  std::vector<int32_t> got = GreedyOnDevice(logits, ld, R, V, split ? &ws : nullptr);
+  for (int rep = 0; split && rep < 2; ++rep) EXPECT_EQ(GreedyOnDevice(logits, ld, R, V, &ws), got) << "rep " << rep;
+  EXPECT_EQ(got[11], 4096);
+  EXPECT_GE(got[12], 3 * 4096);
   int64_t mismatch = 0;
   for (int64_t r = 0; r < R; ++r) {
     const int32_t ref = cpu::Sample({logits.data() + r * ld, V, 0.f, 1.f, 0, 1, 0});
@@ -195,18 +210,23 @@ TEST(CudaSampling, AllGreedyArgmaxMatchesCpu) {
   }
   EXPECT_EQ(got[3], 777);
   EXPECT_EQ(got[9], V - 1);
-  std::printf("[metric] op=sample case=argmax_37rows mismatches=%lld of %lld\n", (long long)mismatch, (long long)R);
+  std::printf("[metric] op=sample case=argmax_37rows split=%d mismatches=%lld of %lld\n", split ? 1 : 0,
+              (long long)mismatch, (long long)R);
   EXPECT_EQ(mismatch, 0);
 }
+INSTANTIATE_TEST_SUITE_P(OneBlockOrSplit, CudaSamplingArgmax, ::testing::Bool());
 
 // The argmax kernel's scalar paths: rows not 16-byte aligned (odd leading dimension), a vocab
 // that is not a multiple of 4, a vocab smaller than the block, NaN entries (never chosen) and an
 // all-NaN row (token 0), a tie split between the vector body and the scalar tail.
 TEST(CudaSampling, AllGreedyArgmaxUnalignedRowsAndTails) {
-  for (const int64_t V : {int64_t{7}, int64_t{1003}, int64_t{129281}}) {
+  // (V, ld): ld = V odd, or (the last) V + 3 = a multiple of 4, every row aligned: the split
+  // argmax (ws below) with a scalar tail of one id.
+  for (const auto& [V, ld] : {std::pair<int64_t, int64_t>{7, 7}, {1003, 1003}, {129281, 129281}, {129281, 129284}}) {
+    SampleWorkspace ws;
     // Odd V: row r starts 4 * r * V bytes in, so rows 0 and 4 are 16-byte aligned (vector
     // body + scalar tail) and rows 1, 2, 3, 5 are not (scalar only).
-    const int64_t ld = V, R = 6;
+    const int64_t R = 6;
     auto logits = RandomNormal(R * ld, 3.f);
     logits[1] = NAN;                                                   // row 0: a NaN at id 1 is skipped
     for (int64_t v = 0; v < V; ++v) logits[2 * ld + v] = NAN;          // row 2: all NaN -> token 0
@@ -215,6 +235,9 @@ TEST(CudaSampling, AllGreedyArgmaxUnalignedRowsAndTails) {
     logits[4 * ld + V - 1] = 90.f;                                     //   body (id 2) and the tail: 2
     logits[5 * ld] = NAN;                                              // row 5: a NaN at id 0 never wins
     const std::vector<int32_t> got = GreedyOnDevice(logits, ld, R, V);
+    // With a workspace: the split argmax where every row is aligned (ld % 4 == 0), else the same
+    // one-block kernel.
+    EXPECT_EQ(GreedyOnDevice(logits, ld, R, V, &ws), got) << "V " << V;
     for (int64_t r = 0; r < R; ++r) {
       const int32_t ref = cpu::Sample({logits.data() + r * ld, V, 0.f, 1.f, 0, 1, 0});
       EXPECT_EQ(got[r], ref) << "V " << V << " row " << r;

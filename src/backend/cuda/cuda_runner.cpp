@@ -1135,6 +1135,7 @@ void CudaModelRunner::SampleRowsToDevice(const float* d_logits, int64_t ld, int6
   sp.all_greedy = greedy;
   sp.ws = &samp_ws_;  // reused in stream order: a sampled (temperature > 0) step does not wait either
   sp.device_sort = opts_.sample_device_sort;
+  sp.argmax_split = opts_.argmax_split;
   Sample(sp);
 }
 
@@ -1242,6 +1243,8 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
       sp.stream = s_;
       sp.pdl = opts_.pdl;
       sp.all_greedy = true;
+      sp.ws = &graph_argmax_ws_;  // the split argmax (its buffers sized by the eager warm-up, before capture)
+      sp.argmax_split = opts_.argmax_split;
       Sample(sp);
       Mark("sample");
     }

@@ -182,7 +182,7 @@ struct CudaRunnerOptions {
   // input copy, the graph, the sampling and the ids' copy back), logged as medians when the
   // runner is destroyed, with the gap between one step's end and the next step's start.
   bool step_timeline = false;
-  // The decode graph's own inputs and outputs (opt-in; the CLI's DS_GRAPH_IO=1): each graph shape
+  // The decode graph's own inputs and outputs (the CLI's DS_GRAPH_IO=0 turns it off): each graph shape
   // is captured twice, over two input buffers used in turn, so that a step's input copy goes out
   // on a copy stream while the previous step runs; the previous step's sampled ids are gathered by
   // the graph's embedding kernel (EmbeddingParams::prev_rows) instead of a launch before it; the
@@ -190,7 +190,11 @@ struct CudaRunnerOptions {
   // one of two id buffers used in turn), and the ids go back to the host on a second copy stream,
   // off the main stream. Rows at temperature > 0, or not in row order, are sampled after the graph
   // as without it (into the same id buffer). The same ids (CudaRunner.OverlapLaunchGraphIo*).
-  bool graph_io = false;
+  bool graph_io = true;
+  // Greedy rows' argmax split over blocks of 4,096 logits a row (SampleParams::argmax_split; at
+  // most kArgmaxSplitMaxRows rows): one block a row read the 400 KB of a V2-Lite row alone. The
+  // same ids. The CLI reads DS_ARGMAX_SPLIT=0 to turn it off.
+  bool argmax_split = true;
   // Sampling rows at temperature > 0: one device-wide radix sort of every row (SampleParams::
   // device_sort; session 23) instead of CUB's segmented sort, a block a row (the CLI's
   // DS_SAMPLE_DEVICE_SORT=0). The same tokens either way.

@@ -299,6 +299,7 @@ class CudaModelRunner : public ModelRunner {
   // from GraphIds(q ^ 1). Allocated once (graphs hold its address).
   DeviceBuffer graph_ids_;
   int32_t* GraphIds(int q) { return graph_ids_.as<int32_t>() + q * int64_t{kMaxGraphBucket}; }
+  SampleWorkspace graph_argmax_ws_;  // the graphs' split argmax scratch (sized once; graphs hold it)
   int gpar_ = 0;      // parity of the next graph step (toggled by each one)
   int gio_q_ = -1;    // the parity RunPass builds (graph_io graph mode), else -1
   Stream in_stream_;  // graph_io: the steps' input copies

@@ -342,6 +342,87 @@ __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(const float* logi
   }
 }
 
+// The split argmax (all_greedy with a workspace): grid (splits, rows), a block takes
+// kArgmaxSplitVec float4s of its row (split 0 also the scalar tail past 4 * (vocab / 4)), writes
+// its (value, id) to part_v / part_i [rows, splits], and counts itself in cnt[row] (release:
+// __threadfence then atomicAdd); the row's last block reduces the partials and resets cnt[row].
+// Requires 16-byte aligned rows.
+constexpr int kArgmaxSplitThreads = 256, kArgmaxSplitUnroll = 4;
+constexpr int64_t kArgmaxSplitVec = int64_t{kArgmaxSplitThreads} * kArgmaxSplitUnroll;
+
+// Reduces (bv, bi) over the block (ArgmaxTake order); the result in thread 0.
+__device__ __forceinline__ void ArgmaxBlockReduce(float& bv, int32_t& bi, float* sv, int32_t* si) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
+    ArgmaxTake(ov, oi, bv, bi);
+  }
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+  __syncthreads();  // sv / si free (a previous reduction's reads done)
+  if (lane == 0) { sv[w] = bv; si[w] = bi; }
+  __syncthreads();
+  if (w == 0) {
+    bv = lane < nw ? sv[lane] : -INFINITY;
+    bi = lane < nw ? si[lane] : INT32_MAX;
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      ArgmaxTake(ov, oi, bv, bi);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kArgmaxSplitThreads) ArgmaxSplitKernel(const float* logits, int64_t ld, int64_t vocab,
+                                                                          int32_t* out, float* part_v, int32_t* part_i,
+                                                                          uint32_t* cnt) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
+  const int64_t r = blockIdx.y;
+  const int s = static_cast<int>(blockIdx.x), splits = static_cast<int>(gridDim.x);
+  const float* row = logits + r * ld;
+  const float4* row4 = reinterpret_cast<const float4*>(row);
+  const int64_t nvec = vocab / 4, v0 = s * kArgmaxSplitVec + threadIdx.x;
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;
+  float4 x[kArgmaxSplitUnroll];
+#pragma unroll
+  for (int u = 0; u < kArgmaxSplitUnroll; ++u)
+    if (v0 + u * kArgmaxSplitThreads < nvec) x[u] = row4[v0 + u * kArgmaxSplitThreads];
+#pragma unroll
+  for (int u = 0; u < kArgmaxSplitUnroll; ++u) {
+    const int64_t v = v0 + u * kArgmaxSplitThreads;
+    if (v >= nvec) continue;
+    const int32_t i0 = static_cast<int32_t>(4 * v);
+    ArgmaxTake(x[u].x, i0, bv, bi);
+    ArgmaxTake(x[u].y, i0 + 1, bv, bi);
+    ArgmaxTake(x[u].z, i0 + 2, bv, bi);
+    ArgmaxTake(x[u].w, i0 + 3, bv, bi);
+  }
+  if (s == 0)
+    for (int64_t v = 4 * nvec + threadIdx.x; v < vocab; v += kArgmaxSplitThreads) ArgmaxTake(row[v], static_cast<int32_t>(v), bv, bi);
+  __shared__ float sv[kArgmaxSplitThreads / 32];
+  __shared__ int32_t si[kArgmaxSplitThreads / 32];
+  __shared__ bool last;
+  ArgmaxBlockReduce(bv, bi, sv, si);
+  if (threadIdx.x == 0) {
+    part_v[r * splits + s] = bv;
+    part_i[r * splits + s] = bi;
+    __threadfence();
+    last = atomicAdd(&cnt[r], 1u) == static_cast<uint32_t>(splits - 1);
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' partials (their fence before their add)
+  bv = -INFINITY;
+  bi = INT32_MAX;
+  for (int t = threadIdx.x; t < splits; t += kArgmaxSplitThreads)
+    ArgmaxTake(__ldcg(part_v + r * splits + t), __ldcg(part_i + r * splits + t), bv, bi);
+  ArgmaxBlockReduce(bv, bi, sv, si);
+  if (threadIdx.x == 0) {
+    out[r] = bi == INT32_MAX ? 0 : bi;  // all NaN: token 0
+    cnt[r] = 0;                         // for the next call (stream-ordered after this one)
+  }
+}
+
 // Grows w's key buffers (in and out) to `keys` bytes, value buffers to `vals`, offsets to `offs`.
 // With the caller's workspace (p.ws), first waits for the stream when one must grow: its old
 // block goes back to the device's pool, which other streams share.
@@ -362,6 +443,27 @@ void Sample(const SampleParams& p) {
   DS_CHECK(p.vocab > 0 && p.vocab < (1ll << 31)) << "Sample: bad vocab " << p.vocab;
   if (p.rows == 0) return;
   if (p.all_greedy) {
+    const bool aligned = reinterpret_cast<uintptr_t>(p.logits) % 16 == 0 && p.ld % 4 == 0;
+    if (p.ws && p.argmax_split && aligned && p.rows <= kArgmaxSplitMaxRows) {
+      const int64_t splits = std::max<int64_t>(1, (p.vocab / 4 + kArgmaxSplitVec - 1) / kArgmaxSplitVec);
+      SampleWorkspace& w = *p.ws;
+      const size_t part = static_cast<size_t>(kArgmaxSplitMaxRows * splits) * 8, cnt = kArgmaxSplitMaxRows * 4;
+      if (w.argmax_part.size() < part || w.argmax_cnt.size() < cnt) {
+        DS_CUDA_CHECK(cudaStreamSynchronize(p.stream));  // an old block back to the pool only when idle
+        w.argmax_part.Reserve(part);
+        if (w.argmax_cnt.size() < cnt) {
+          w.argmax_cnt.Reserve(cnt);
+          DS_CUDA_CHECK(cudaMemsetAsync(w.argmax_cnt.get(), 0, cnt, p.stream));
+        }
+      }
+      float* pv = w.argmax_part.as<float>();
+      int32_t* pi = reinterpret_cast<int32_t*>(pv + kArgmaxSplitMaxRows * splits);
+      LaunchKernel(ArgmaxSplitKernel, dim3(static_cast<unsigned>(splits), static_cast<unsigned>(p.rows)),
+                   kArgmaxSplitThreads, 0, p.stream, p.pdl, p.logits, p.ld, p.vocab, p.out_ids, pv, pi,
+                   w.argmax_cnt.as<uint32_t>());
+      DS_CUDA_CHECK_LAUNCH("ArgmaxSplitKernel");
+      return;
+    }
     LaunchKernel(ArgmaxKernel, p.rows, kArgmaxThreads, 0, p.stream, p.pdl, p.logits, p.ld, p.vocab, p.out_ids);
     DS_CUDA_CHECK_LAUNCH("ArgmaxKernel");
     return;

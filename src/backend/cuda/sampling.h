@@ -21,7 +21,14 @@ namespace ds::cuda {
 // (SampleParams::ws): no per-call pool round trip, so no host synchronisation.
 struct SampleWorkspace {
   DeviceBuffer keys_in, keys_out, vals_in, vals_out, offsets, temp;
+  // The greedy path's split argmax (all_greedy with a workspace): per-(row, split) partial maxima
+  // and ids, and per-row arrival counters (zero between calls: the last block of a row resets its
+  // counter). Sized once for kArgmaxSplitMaxRows rows.
+  DeviceBuffer argmax_part, argmax_cnt;
 };
+
+// Rows at most this many take the split argmax (see SampleParams::all_greedy).
+inline constexpr int64_t kArgmaxSplitMaxRows = 256;
 
 struct SampleParams {
   const float* logits; int64_t ld;  // [rows, vocab] device
@@ -35,8 +42,13 @@ struct SampleParams {
   // CudaRunnerOptions::pdl). Same results either way. Honoured by the argmax (all_greedy) path.
   bool pdl = false;
   // Host hint: every row's temperature is <= 0, so every row is an argmax (one pass over the
-  // logits, no sort, no scratch memory, no host synchronisation).
+  // logits, no sort, no host synchronisation). With a workspace (ws), at most kArgmaxSplitMaxRows
+  // rows and 16-byte aligned rows (logits and ld), each row is split over blocks of 4,096 logits
+  // whose partial maxima the row's last block reduces (one launch; the same ids: the (larger value,
+  // lower id) order does not depend on the visiting order); otherwise one block a row.
   bool all_greedy = false;
+  // Off: one block a row even with a workspace (A/B; CudaRunnerOptions::argmax_split).
+  bool argmax_split = true;
   // The sorting path's scratch (rows with temperature > 0): caller-owned and reused in stream
   // order, so the call does not wait for the device (it synchronises the stream only when a
   // buffer has to grow: the old block goes back to the device's pool, which other streams
