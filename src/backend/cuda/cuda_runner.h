@@ -192,9 +192,10 @@ struct CudaRunnerOptions {
   // as without it (into the same id buffer). The same ids (CudaRunner.OverlapLaunchGraphIo*).
   bool graph_io = true;
   // Greedy rows' argmax split over blocks of 4,096 logits a row (SampleParams::argmax_split; at
-  // most kArgmaxSplitMaxRows rows): one block a row read the 400 KB of a V2-Lite row alone. The
-  // same ids. The CLI reads DS_ARGMAX_SPLIT=0 to turn it off.
-  bool argmax_split = true;
+  // most kArgmaxSplitMaxRows rows) instead of one block a row. The same ids. Opt-in (the CLI's
+  // DS_ARGMAX_SPLIT=1): with graph_io the V2-Lite b1 step was 3-9 us slower with it (session 26
+  // run 2; docs/design/decode_small_batch.md, "Session 26").
+  bool argmax_split = false;
   // Sampling rows at temperature > 0: one device-wide radix sort of every row (SampleParams::
   // device_sort; session 23) instead of CUB's segmented sort, a block a row (the CLI's
   // DS_SAMPLE_DEVICE_SORT=0). The same tokens either way.
