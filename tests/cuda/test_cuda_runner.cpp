@@ -1128,14 +1128,16 @@ TEST(CudaRunner, DeviceSamplingMatchesCpuSample) {
 // a graph shape run inside Launch (eager + capture: the previous ids resolved on the host); the
 // later ones are queued (the graph replayed, the ids gathered on the device).
 // serial_gio / over_gio: CudaRunnerOptions::graph_io of each runner; greedy: every row at
-// temperature 0 (the graph's argmax gives every id).
-void RunOverlapCase(bool serial_gio, bool over_gio, bool greedy) {
+// temperature 0 (the graph's argmax gives every id); split: the overlapped runner's argmax_split
+// (the split argmax captured in its graphs).
+void RunOverlapCase(bool serial_gio, bool over_gio, bool greedy, bool split = false) {
   CudaRunnerOptions o;
   o.model_dir = DataDir() + "/v3_tiny";
   o.num_kv_blocks = 64;
   o.graph_io = serial_gio;
   auto ra = CreateCudaModelRunner(o);
   o.graph_io = over_gio;
+  o.argmax_split = split;
   auto rb = CreateCudaModelRunner(o);
   ASSERT_TRUE(ra.ok() && rb.ok()) << ra.status().ToString() << rb.status().ToString();
   ModelRunner& serial = *ra.value();
@@ -1224,9 +1226,9 @@ void RunOverlapCase(bool serial_gio, bool over_gio, bool greedy) {
   for (int step = 0; step <= kSteps; ++step)
     for (int s = 0; s < kSeqs; ++s) mismatches += ids_serial[step][s] != ids_over[step][s];
   const CudaGraphStats gs = GetCudaGraphStats(overlapped), gss = GetCudaGraphStats(serial);
-  std::printf("[metric] op=runner_overlap serial_gio=%d over_gio=%d greedy=%d steps=%d seqs=%d mismatches=%d "
+  std::printf("[metric] op=runner_overlap serial_gio=%d over_gio=%d greedy=%d split=%d steps=%d seqs=%d mismatches=%d "
               "graph_replays=%lld queued=%lld graph_argmax=%lld serial_graph_argmax=%lld\n",
-              serial_gio, over_gio, greedy, kSteps, kSeqs, mismatches, (long long)gs.replayed, (long long)gs.queued,
+              serial_gio, over_gio, greedy, split, kSteps, kSeqs, mismatches, (long long)gs.replayed, (long long)gs.queued,
               (long long)gs.graph_argmax, (long long)gss.graph_argmax);
   EXPECT_EQ(mismatches, 0);
   EXPECT_GT(gs.queued, kSteps / 2);  // most steps queued as graph replays without a wait
@@ -1256,6 +1258,7 @@ TEST(CudaRunner, OverlapLaunchMatchesSerialForward) { RunOverlapCase(false, fals
 TEST(CudaRunner, OverlapLaunchGraphIoMixedRows) { RunOverlapCase(false, true, false); }
 TEST(CudaRunner, OverlapLaunchGraphIoGreedy) { RunOverlapCase(false, true, true); }
 TEST(CudaRunner, OverlapLaunchGraphIoSerialGreedy) { RunOverlapCase(true, false, true); }
+TEST(CudaRunner, OverlapLaunchGraphIoGreedySplitArgmax) { RunOverlapCase(false, true, true, true); }
 
 // The generate CLI's --bench path with graphs on and off: both print the decode step time,
 // the header says which mode ran, and the greedy tokens agree (batch 4 = a bucket: same shapes).

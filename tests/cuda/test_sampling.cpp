@@ -176,6 +176,7 @@ std::vector<int32_t> GreedyOnDevice(const std::vector<float>& logits, int64_t ld
   SampleParams sp{dl.get(), ld, R, V, dt.get(), dp.get(), dk.get(), dseed.get(), dstep.get(), dout.get(), nullptr};
   sp.all_greedy = true;
   sp.ws = ws;
+  sp.argmax_split = ws != nullptr;
   Sample(sp);
   return dout.Download();
 }
@@ -197,6 +198,7 @@ TEST_P(CudaSamplingArgmax, AllGreedyArgmaxMatchesCpu) {
   for (int64_t v = 0; v < 3 * 4096; ++v) logits[12 * ld + v] = NAN;    // NaN splits never win
   SampleWorkspace ws;
   std::vector<int32_t> got = GreedyOnDevice(logits, ld, R, V, split ? &ws : nullptr);
+  EXPECT_EQ(ws.argmax_cnt.size() > 0, split) << "the split kernel ran (its counters allocated) only with a workspace";
   for (int rep = 0; split && rep < 2; ++rep) EXPECT_EQ(GreedyOnDevice(logits, ld, R, V, &ws), got) << "rep " << rep;
   EXPECT_EQ(got[11], 4096);
   EXPECT_GE(got[12], 3 * 4096);

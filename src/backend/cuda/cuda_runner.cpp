@@ -1358,8 +1358,9 @@ Status CudaModelRunner::Launch(const ForwardBatch& batch) {
   DS_RETURN_IF_ERROR(CheckPrevSampleRows(batch, last_sampled_, last_rows_, &uses_prev));
   const int64_t R = static_cast<int64_t>(batch.logits_indices.size());
   // Queued without waiting: a sampled decode step whose graph is captured. Its previous-row ids
-  // are gathered on the device when the previous step was queued too (its ids still in
-  // samp_ids_); after a step run inside Launch they are on the host already and resolved here.
+  // are gathered on the device when the previous step was queued too (its ids still on the
+  // device: graph_io's GraphIds, else samp_ids_); after a step run inside Launch they are on the
+  // host already and resolved here.
   // Rows sampled in order (the identity logits_indices, as the engine's and one-batch's decode
   // steps): R <= the bucket, so the ids fit a ring slot, and no row gather buffer grows.
   bool identity_rows = R == batch.num_seqs();
@@ -1406,9 +1407,14 @@ Status CudaModelRunner::Launch(const ForwardBatch& batch) {
     ++graph_stats_.queued;
   } catch (const CheckError& e) {
     gin_ = nullptr;
+    gio_q_ = -1;
+    gio_ids_q_ = -1;  // GraphIds hold no step's ids now: the next step resolves on the host
     capturing_ = false;
     (void)cudaStreamSynchronize(s_);
+    (void)cudaStreamSynchronize(in_stream_.get());
+    (void)cudaStreamSynchronize(out_stream_.get());
     (void)cudaGetLastError();
+    last_async_ = false;
     return Internal(std::string("cuda runner (overlapped graph decode): ") + e.what());
   }
   last_sampled_ = true;
@@ -1456,10 +1462,14 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
       ForwardDecodeGraph(batch, out);
     } catch (const CheckError& e) {
       gin_ = nullptr;
+      gio_q_ = -1;
+      gio_ids_q_ = -1;
       capturing_ = false;
       // The step's input copy may still be in flight from the graph's pinned host buffer, which
       // the next step rewrites: let it finish (errors are the thrown one's).
       (void)cudaStreamSynchronize(s_);
+      (void)cudaStreamSynchronize(in_stream_.get());
+      (void)cudaStreamSynchronize(out_stream_.get());
       (void)cudaGetLastError();
       return Internal(std::string("cuda runner (graph decode): ") + e.what());
     }

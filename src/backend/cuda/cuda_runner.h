@@ -180,7 +180,10 @@ struct CudaRunnerOptions {
   bool profile_log = false;
   // Diagnostic (the CLI's DS_STEP_TIMELINE=1): CUDA events around each replayed decode graph (its
   // input copy, the graph, the sampling and the ids' copy back), logged as medians when the
-  // runner is destroyed, with the gap between one step's end and the next step's start.
+  // runner is destroyed, with the gap between one step's end and the next step's start. The
+  // events are on the main stream: with graph_io the input copy and the ids' copy run on their
+  // copy streams, so "input copy" is the main stream's wait for the copy and "sampling + ids copy"
+  // is the sampling after the graph (none for greedy rows) and the event that the copy waits for.
   bool step_timeline = false;
   // The decode graph's own inputs and outputs (the CLI's DS_GRAPH_IO=0 turns it off): each graph shape
   // is captured twice, over two input buffers used in turn, so that a step's input copy goes out
@@ -188,13 +191,14 @@ struct CudaRunnerOptions {
   // the graph's embedding kernel (EmbeddingParams::prev_rows) instead of a launch before it; the
   // greedy argmax of every row is the graph's last kernel (the same ArgmaxKernel as Sample's, into
   // one of two id buffers used in turn), and the ids go back to the host on a second copy stream,
-  // off the main stream. Rows at temperature > 0, or not in row order, are sampled after the graph
-  // as without it (into the same id buffer). The same ids (CudaRunner.OverlapLaunchGraphIo*).
+  // off the main stream. A step with any row at temperature > 0, or rows not in order, samples all
+  // its rows after the graph as without it (into the same id buffer). The same ids (CudaRunner.OverlapLaunchGraphIo*).
   bool graph_io = true;
   // Greedy rows' argmax split over blocks of 4,096 logits a row (SampleParams::argmax_split; at
   // most kArgmaxSplitMaxRows rows) instead of one block a row. The same ids. Opt-in (the CLI's
-  // DS_ARGMAX_SPLIT=1): with graph_io the V2-Lite b1 step was 3-9 us slower with it (session 26
-  // run 2; docs/design/decode_small_batch.md, "Session 26").
+  // DS_ARGMAX_SPLIT=1): with graph_io its in-graph phase was 6 against 8 us but the V2-Lite b1
+  // step level (session 26 run 3; 3-9 us slower in run 2; docs/design/decode_small_batch.md,
+  // "Session 26"), so the simpler kernel stays the default.
   bool argmax_split = false;
   // Sampling rows at temperature > 0: one device-wide radix sort of every row (SampleParams::
   // device_sort; session 23) instead of CUB's segmented sort, a block a row (the CLI's
@@ -565,7 +569,7 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
 struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
   int64_t queued = 0;  // of the replays, steps queued by Launch without waiting (overlap scheduling)
-  int64_t graph_argmax = 0;  // of the replays, steps whose ids came from the graph's argmax (graph_io)
+  int64_t graph_argmax = 0;  // graph steps (replays, and a shape's eager first pass) whose ids came from the graph's argmax (graph_io)
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;
   int64_t fused_uv_layers = 0;    // MLA layers whose decode merge applied W_UV (fused_uv)

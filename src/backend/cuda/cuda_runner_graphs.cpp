@@ -157,7 +157,11 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     }
   }
   // Overlap scheduling: token ids from the previous step's sampled ids, still on the device
-  // (graph_io: gathered by the graph's embedding kernel from GraphIds(q ^ 1)).
+  // (graph_io: gathered by the graph's embedding kernel from GraphIds(q ^ 1), which the previous
+  // graph step wrote: Launch gathers on the device only after a queued step, and every graph step
+  // toggles the parity).
+  DS_CHECK(!gather_prev || !gio || gio_ids_q_ == (q ^ 1))
+      << "graph_io: the previous step's ids are not in GraphIds(" << (q ^ 1) << ")";
   if (gather_prev && !gio) ResolvePrevIds(g->ids.as<int32_t>(), g->prev.as<int32_t>(), samp_ids_.as<int32_t>(), S, s_);
   // A graph holds the activation buffers' addresses: any buffer grown since the capture
   // (a larger eager pass) invalidates every graph.
@@ -184,6 +188,7 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
   const int64_t R = static_cast<int64_t>(b.logits_indices.size());
   if (gio) {
     gpar_ ^= 1;  // every graph_io step, whatever follows
+    gio_ids_q_ = b.sampling.empty() ? -1 : q;
     if (!b.sampling.empty()) {
       // The graph's argmax gave every row's greedy id in GraphIds(q); other rows are sampled here
       // into the same buffer (the next step's gather reads it).

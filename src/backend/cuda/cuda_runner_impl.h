@@ -282,8 +282,8 @@ class CudaModelRunner : public ModelRunner {
   };
   // True when `b` is a decode-only step this runner replays through a graph.
   bool GraphEligible(const ForwardBatch& b) const;
-  // async_slot >= 0: overlap scheduling; b.prev_sample_rows gathered from samp_ids_ on the
-  // device, the ids sampled into samp_ring_[async_slot] with ring_ev_[async_slot] recorded, no
+  // async_slot >= 0: overlap scheduling; b.prev_sample_rows gathered on the device (graph_io:
+  // by the graph's embedding kernel from GraphIds(q ^ 1); else from samp_ids_), the ids sampled into samp_ring_[async_slot] with ring_ev_[async_slot] recorded, no
   // synchronisation (out->token_ids keeps its size only).
   void ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out, int async_slot = -1);
   // The (bucket, block-table width) key of b's graph.
@@ -302,6 +302,7 @@ class CudaModelRunner : public ModelRunner {
   SampleWorkspace graph_argmax_ws_;  // the graphs' split argmax scratch (sized once; graphs hold it)
   int gpar_ = 0;      // parity of the next graph step (toggled by each one)
   int gio_q_ = -1;    // the parity RunPass builds (graph_io graph mode), else -1
+  int gio_ids_q_ = -1;  // the parity whose GraphIds hold the last graph_io step's ids (-1: none)
   Stream in_stream_;  // graph_io: the steps' input copies
   Stream out_stream_; // graph_io: the sampled ids' copies back
   cudaEvent_t in_ev_[2] = {nullptr, nullptr}, done_ev_[2] = {nullptr, nullptr};

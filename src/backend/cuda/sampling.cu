@@ -408,6 +408,7 @@ __global__ void __launch_bounds__(kArgmaxSplitThreads) ArgmaxSplitKernel(const f
     part_i[r * splits + s] = bi;
     __threadfence();
     last = atomicAdd(&cnt[r], 1u) == static_cast<uint32_t>(splits - 1);
+    __threadfence();  // acquire side in the thread that saw the count (then the barrier)
   }
   __syncthreads();
   if (!last) return;

@@ -42,13 +42,14 @@ struct SampleParams {
   // CudaRunnerOptions::pdl). Same results either way. Honoured by the argmax (all_greedy) path.
   bool pdl = false;
   // Host hint: every row's temperature is <= 0, so every row is an argmax (one pass over the
-  // logits, no sort, no host synchronisation). With a workspace (ws), at most kArgmaxSplitMaxRows
-  // rows and 16-byte aligned rows (logits and ld), each row is split over blocks of 4,096 logits
+  // logits, no sort, no host synchronisation). With argmax_split and a workspace (ws), at most
+  // kArgmaxSplitMaxRows rows and 16-byte aligned rows (logits and ld), each row is split over
+  // blocks of 4,096 logits
   // whose partial maxima the row's last block reduces (one launch; the same ids: the (larger value,
   // lower id) order does not depend on the visiting order); otherwise one block a row.
   bool all_greedy = false;
-  // Off: one block a row even with a workspace (A/B; CudaRunnerOptions::argmax_split).
-  bool argmax_split = true;
+  // The split argmax above (with ws); off: one block a row (CudaRunnerOptions::argmax_split).
+  bool argmax_split = false;
   // The sorting path's scratch (rows with temperature > 0): caller-owned and reused in stream
   // order, so the call does not wait for the device (it synchronises the stream only when a
   // buffer has to grow: the old block goes back to the device's pool, which other streams
