@@ -20,6 +20,7 @@
 #include "backend/cuda/grouped_gemm.h"
 #include "backend/cuda/grouped_gemm_sm90.h"
 #include "backend/cuda/host_plans.h"
+#include "backend/cuda/lm_head_argmax.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_kv_rope_fused.h"
 #include "backend/cuda/mla_prefill.h"
@@ -1231,6 +1232,28 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     // Graph mode: logits of every row (padded ones included) stay in logits_; the caller
     // copies the rows it needs after the replay.
     logits_.Reserve(Rr * V * sizeof(float));
+    // lm_head_argmax: one row's LM head and greedy id in one launch (graph_io's id buffer).
+    if (opts_.lm_head_argmax && gio_q_ >= 0 && R == 1 && fuse_norm && LmHeadArgmaxSupported(V, Hd).empty()) {
+      if (lm_argmax_cnt_.size() == 0) {  // once, outside any capture (the graph's eager pass first)
+        lm_argmax_ws_.Reserve(LmHeadArgmaxWorkspaceBytes());
+        lm_argmax_cnt_.Reserve(4);
+        DS_CUDA_CHECK(cudaMemsetAsync(lm_argmax_cnt_.get(), 0, 4, s_));
+      }
+      LmHeadArgmaxParams lp;
+      lp.x = h16_.as<bf16>();
+      lp.w = lm_head_lin_.w.as<bf16>();
+      lp.n = V;
+      lp.k = Hd;
+      lp.logits = logits_.as<float>();
+      lp.out_id = GraphIds(gio_q_);
+      lp.ws = lm_argmax_ws_.get();
+      lp.counter = lm_argmax_cnt_.as<uint32_t>();
+      lp.stream = s_;
+      LmHeadArgmax(lp);
+      ++graph_stats_.lm_head_argmax;
+      Mark("final_norm_lm_head");
+      return;
+    }
     LinearFwd(lm_head_lin_, h32_.as<float>(), Hd, R, logits_.as<float>(), V, fuse_norm ? h16_.as<bf16>() : nullptr);
     Mark("final_norm_lm_head");
     if (gio_q_ >= 0) {  // graph_io: every row's greedy id (Sample's argmax kernel) into GraphIds(q)

@@ -300,6 +300,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer graph_ids_;
   int32_t* GraphIds(int q) { return graph_ids_.as<int32_t>() + q * int64_t{kMaxGraphBucket}; }
   SampleWorkspace graph_argmax_ws_;  // the graphs' split argmax scratch (sized once; graphs hold it)
+  DeviceBuffer lm_argmax_ws_, lm_argmax_cnt_;  // lm_head_argmax's partials and counter (allocated once)
   int gpar_ = 0;      // parity of the next graph step (toggled by each one)
   int gio_q_ = -1;    // the parity RunPass builds (graph_io graph mode), else -1
   int gio_ids_q_ = -1;  // the parity whose GraphIds hold the last graph_io step's ids (-1: none)

@@ -1,0 +1,131 @@
+#include "backend/cuda/lm_head_argmax.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_props.h"
+#include "backend/cuda/gemv_ptx.cuh"
+#include "common/check.h"
+
+namespace ds::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 256, kWarps = kThreads / 32, kBlocksPerSm = 2;
+constexpr int kParts = kWarps;     // a tile's K split over the block's 8 warps
+constexpr int kMaxRounds = 40;     // tiles a block (N <= 40 * 16 * grid: V3's 129,280 on 132 SMs = 31)
+constexpr int kMaxK = 16384;       // x in shared memory: 32 KB
+
+__device__ __forceinline__ void Take(float x, int32_t i, float& bv, int32_t& bi) {
+  if (x > bv || (x == bv && i < bi)) { bv = x; bi = i; }
+}
+
+// (bv, bi) over the block (Take's order); the result in thread 0. Block-uniform call.
+__device__ __forceinline__ void BlockArgmax(float& bv, int32_t& bi, float* sv, int32_t* si) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
+    Take(ov, oi, bv, bi);
+  }
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // sv / si free
+  if (lane == 0) { sv[w] = bv; si[w] = bi; }
+  __syncthreads();
+  if (w == 0) {
+    bv = lane < kWarps ? sv[lane] : -INFINITY;
+    bi = lane < kWarps ? si[lane] : INT32_MAX;
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
+      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
+      Take(ov, oi, bv, bi);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) LmHeadArgmaxKernel(LmHeadArgmaxParams p) {
+  extern __shared__ uint4 smem4[];
+  bf16* xs = reinterpret_cast<bf16*>(smem4);  // [K]
+  __shared__ float s_part[kMaxRounds][kWarps][16];
+  __shared__ float sv[kWarps];
+  __shared__ int32_t si[kWarps];
+  __shared__ bool last;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int grid = static_cast<int>(gridDim.x);
+  const int64_t K = p.k, tiles = p.n / 16, kw = K / kParts;
+  for (int64_t i = threadIdx.x; i < K / 8; i += kThreads) smem4[i] = reinterpret_cast<const uint4*>(p.x)[i];
+  __syncthreads();
+  // Tile t (rows 16 t .. 16 t + 15) on block t % grid, round t / grid; warp `warp` takes its
+  // K part [warp kw, (warp + 1) kw).
+  int r = 0;
+  for (int64_t t = blockIdx.x; t < tiles; t += grid, ++r) {
+    const bf16* wa = p.w + (16 * t + g) * K + warp * kw;
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    ptx::WarpTile16Cols<1>(wa, wa + 8 * K, xs + warp * kw, static_cast<int>(kw / 32), d);
+    if (q == 0) {
+      s_part[r][warp][g] = d[0];       // row 16 t + g
+      s_part[r][warp][8 + g] = d[2];   // row 16 t + 8 + g
+    }
+  }
+  __syncthreads();
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;
+  for (int idx = threadIdx.x; idx < r * 16; idx += kThreads) {
+    const int rr = idx / 16, c = idx % 16;
+    float sum = 0.f;
+#pragma unroll
+    for (int pp = 0; pp < kParts; ++pp) sum += s_part[rr][pp][c];
+    const int64_t row = 16 * (blockIdx.x + int64_t{grid} * rr) + c;
+    p.logits[row] = sum;
+    Take(sum, static_cast<int32_t>(row), bv, bi);
+  }
+  BlockArgmax(bv, bi, sv, si);
+  float* part_v = static_cast<float*>(p.ws);
+  int32_t* part_i = reinterpret_cast<int32_t*>(part_v + grid);
+  if (threadIdx.x == 0) {
+    part_v[blockIdx.x] = bv;
+    part_i[blockIdx.x] = bi;
+    __threadfence();
+    last = atomicAdd(p.counter, 1u) == static_cast<uint32_t>(grid - 1);
+    __threadfence();
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' partials (each fenced before its add)
+  bv = -INFINITY;
+  bi = INT32_MAX;
+  for (int b = threadIdx.x; b < grid; b += kThreads) Take(__ldcg(part_v + b), __ldcg(part_i + b), bv, bi);
+  BlockArgmax(bv, bi, sv, si);
+  if (threadIdx.x == 0) {
+    *p.out_id = bi == INT32_MAX ? 0 : bi;  // every logit NaN: token 0
+    *p.counter = 0;                        // for the next call (stream-ordered after this one)
+  }
+}
+
+int GridBlocks() { return CurrentDeviceProps().sms * kBlocksPerSm; }
+
+}  // namespace
+
+size_t LmHeadArgmaxWorkspaceBytes() { return static_cast<size_t>(GridBlocks()) * 8; }
+
+std::string LmHeadArgmaxSupported(int64_t n, int64_t k) {
+  std::ostringstream why;
+  if (k <= 0 || k % (kParts * 32) != 0 || k > kMaxK) why << "K " << k << " (a multiple of 256, <= " << kMaxK << "); ";
+  if (n <= 0 || n % 16 != 0) why << "N " << n << " (a multiple of 16); ";
+  const int64_t grid = GridBlocks();
+  if (n > 0 && (n / 16 + grid - 1) / grid > kMaxRounds) why << "N " << n << " above " << kMaxRounds << " tiles a block; ";
+  if (n >= (int64_t{1} << 31)) why << "N " << n << " (ids are int32); ";
+  return why.str();
+}
+
+void LmHeadArgmax(const LmHeadArgmaxParams& p) {
+  const std::string why = LmHeadArgmaxSupported(p.n, p.k);
+  DS_CHECK(why.empty()) << "LmHeadArgmax: " << why;
+  DS_CHECK(p.x && p.w && p.logits && p.out_id && p.ws && p.counter) << "LmHeadArgmax: null pointer";
+  const int smem = static_cast<int>(p.k * 2);
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(&LmHeadArgmaxKernel), smem);
+  LmHeadArgmaxKernel<<<GridBlocks(), kThreads, smem, p.stream>>>(p);
+  DS_CUDA_CHECK_LAUNCH("LmHeadArgmaxKernel");
+}
+
+}  // namespace ds::cuda

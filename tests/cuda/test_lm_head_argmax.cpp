@@ -1,0 +1,103 @@
+// LmHeadArgmax (lm_head_argmax.h) against a double-precision CPU GEMV of the same bf16 inputs
+// (error per logit over max(1, |logit|)), and its id against the argmax of the logits it wrote (exact: the
+// largest, the lowest index on ties, NaN never chosen): V2-Lite's and V3's LM head shapes, a tie
+// between two identical weight rows in different blocks' tiles, NaN rows, and a second call on the
+// same workspace (the arrival counter left zero).
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "backend/cuda/lm_head_argmax.h"
+#include "test_util.h"
+
+namespace ds::cuda::test {
+namespace {
+
+// The id of cpu::Sample's greedy rule over v.
+int32_t HostArgmax(const std::vector<float>& v) {
+  float bv = -INFINITY;
+  int32_t bi = INT32_MAX;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] > bv || (v[i] == bv && static_cast<int32_t>(i) < bi)) { bv = v[i]; bi = static_cast<int32_t>(i); }
+  return bi == INT32_MAX ? 0 : bi;
+}
+
+void RunCase(int64_t N, int64_t K, const char* name, bool tie, bool nan_rows) {
+  ASSERT_EQ(LmHeadArgmaxSupported(N, K), "") << name;
+  auto w = RoundBf16Vec(RandomNormal(N * K, 0.05f));
+  auto x = RoundBf16Vec(RandomNormal(K, 1.f));
+  if (tie) {  // rows 5 and N - 3 identical and the largest: 5 wins
+    for (int64_t k = 0; k < K; ++k) w[5 * K + k] = w[(N - 3) * K + k] = x[k] > 0 ? 0.25f : -0.25f;
+  }
+  if (nan_rows)
+    for (int64_t k = 0; k < K; k += 97) w[7 * K + k] = w[(N / 2) * K + k] = NAN;
+  std::vector<double> ref(N);
+  ParallelFor(N, [&](int64_t n) {
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) s += double(w[n * K + k]) * x[k];
+    ref[n] = s;
+  });
+  Dev<__nv_bfloat16> dw(ToBf16(w)), dx(ToBf16(x));
+  Dev<float> dl(N);
+  Dev<int32_t> did(1);
+  Dev<uint8_t> dws(LmHeadArgmaxWorkspaceBytes());
+  Dev<uint32_t> dcnt(std::vector<uint32_t>{0});
+  LmHeadArgmaxParams p;
+  p.x = dx.get();
+  p.w = dw.get();
+  p.n = N;
+  p.k = K;
+  p.logits = dl.get();
+  p.out_id = did.get();
+  p.ws = dws.get();
+  p.counter = dcnt.get();
+  for (int rep = 0; rep < 2; ++rep) {
+    LmHeadArgmax(p);
+    const auto got = dl.Download();
+    const int32_t id = did.Download()[0];
+    double max_rel = 0;
+    int64_t nonfinite = 0, nan_ok = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      if (std::isnan(ref[n])) {
+        nan_ok += std::isnan(got[n]);
+        continue;
+      }
+      if (!std::isfinite(got[n])) { ++nonfinite; continue; }
+      // Error over max(1, |logit|): the logits are O(1) (x ~ N(0, 1), w ~ N(0, 0.05^2)).
+      max_rel = std::max(max_rel, std::abs(got[n] - ref[n]) / std::max(1.0, std::abs(ref[n])));
+    }
+    const int32_t host_id = HostArgmax(got);
+    std::printf("[metric] op=lm_head_argmax case=%s rep=%d N=%lld K=%lld max_rel=%.3e nonfinite=%lld id=%d host_id=%d "
+                "counter=%u\n",
+                name, rep, (long long)N, (long long)K, max_rel, (long long)nonfinite, id, host_id, dcnt.Download()[0]);
+    EXPECT_LE(max_rel, 1e-4) << name;
+    EXPECT_EQ(nonfinite, 0) << name;
+    EXPECT_EQ(id, host_id) << name << " rep " << rep;
+    EXPECT_EQ(dcnt.Download()[0], 0u) << name << ": the counter is left zero";
+    if (tie) { EXPECT_EQ(id, 5) << name; }
+    if (nan_rows) {
+      EXPECT_EQ(nan_ok, 2) << name << ": NaN rows give NaN logits";
+      EXPECT_NE(id, 7) << name;
+    }
+  }
+}
+
+TEST(CudaLmHeadArgmax, MatchesCpu) {
+  RunCase(102400, 2048, "v2lite_lm_head", false, false);
+  RunCase(129280, 7168, "v3_lm_head", false, false);
+  RunCase(102400, 2048, "v2lite_tie", true, false);
+  RunCase(4096, 2048, "nan_rows", false, true);
+}
+
+TEST(CudaLmHeadArgmax, RejectsShapes) {
+  EXPECT_NE(LmHeadArgmaxSupported(102400, 2000), "");  // K not a multiple of 256
+  EXPECT_NE(LmHeadArgmaxSupported(102401, 2048), "");  // N not a multiple of 16
+  EXPECT_NE(LmHeadArgmaxSupported(int64_t{16} << 20, 2048), "");  // too many tiles a block
+  LmHeadArgmaxParams p;
+  p.n = 100;
+  p.k = 2048;
+  EXPECT_THROW(LmHeadArgmax(p), CheckError);
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
