@@ -1078,6 +1078,34 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   return true;
 }
 
+bool CudaModelRunner::LmHeadArgmaxOk(int64_t R, bool fuse_norm) const {
+  // One row, its bf16 copy written by the final norm (fused_norm), the plain bf16 GEMM's input
+  // (not precise_activations), a shape the kernel takes.
+  return opts_.lm_head_argmax && R == 1 && fuse_norm &&
+         LinearInputFor(lm_head_lin_, 1, cfg_.vocab_size) == LinearInput::kBf16 &&
+         LmHeadArgmaxSupported(cfg_.vocab_size, cfg_.hidden_size).empty();
+}
+
+void CudaModelRunner::RunLmHeadArgmax(const bf16* x, int32_t* out_id) {
+  if (lm_argmax_cnt_.size() == 0) {  // once, outside any capture (a graph's eager pass comes first)
+    lm_argmax_ws_.Reserve(LmHeadArgmaxWorkspaceBytes());
+    lm_argmax_cnt_.Reserve(4);
+    DS_CUDA_CHECK(cudaMemsetAsync(lm_argmax_cnt_.get(), 0, 4, s_));
+  }
+  LmHeadArgmaxParams lp;
+  lp.x = x;
+  lp.w = lm_head_lin_.w.as<bf16>();
+  lp.n = cfg_.vocab_size;
+  lp.k = cfg_.hidden_size;
+  lp.logits = logits_.as<float>();
+  lp.out_id = out_id;
+  lp.ws = lm_argmax_ws_.get();
+  lp.counter = lm_argmax_cnt_.as<uint32_t>();
+  lp.stream = s_;
+  LmHeadArgmax(lp);
+  ++graph_stats_.lm_head_argmax;
+}
+
 void CudaModelRunner::SampleRows(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
                                  int32_t* host_ids) {
   samp_host_ids_.Reserve(R * 4);
@@ -1233,24 +1261,8 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     // copies the rows it needs after the replay.
     logits_.Reserve(Rr * V * sizeof(float));
     // lm_head_argmax: one row's LM head and greedy id in one launch (graph_io's id buffer).
-    if (opts_.lm_head_argmax && gio_q_ >= 0 && R == 1 && fuse_norm && LmHeadArgmaxSupported(V, Hd).empty()) {
-      if (lm_argmax_cnt_.size() == 0) {  // once, outside any capture (the graph's eager pass first)
-        lm_argmax_ws_.Reserve(LmHeadArgmaxWorkspaceBytes());
-        lm_argmax_cnt_.Reserve(4);
-        DS_CUDA_CHECK(cudaMemsetAsync(lm_argmax_cnt_.get(), 0, 4, s_));
-      }
-      LmHeadArgmaxParams lp;
-      lp.x = h16_.as<bf16>();
-      lp.w = lm_head_lin_.w.as<bf16>();
-      lp.n = V;
-      lp.k = Hd;
-      lp.logits = logits_.as<float>();
-      lp.out_id = GraphIds(gio_q_);
-      lp.ws = lm_argmax_ws_.get();
-      lp.counter = lm_argmax_cnt_.as<uint32_t>();
-      lp.stream = s_;
-      LmHeadArgmax(lp);
-      ++graph_stats_.lm_head_argmax;
+    if (gio_q_ >= 0 && LmHeadArgmaxOk(R, fuse_norm)) {
+      RunLmHeadArgmax(h16_.as<bf16>(), GraphIds(gio_q_));
       Mark("final_norm_lm_head");
       return;
     }
@@ -1273,12 +1285,19 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     }
     return;
   }
-  tok_idx_.Reserve(R * 4);
-  DS_CUDA_CHECK(cudaMemcpyAsync(tok_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
-  sel32_.Reserve(Rr * Hd * sizeof(float));
   logits_.Reserve(Rr * V * sizeof(float));
-  GatherRows(h32_.get(), Hd * 4, tok_idx_.as<int32_t>(), R, Hd * 4, sel32_.get(), Hd * 4, s_, opts_.pdl);
-  LinearFwd(lm_head_lin_, sel32_.as<float>(), Hd, R, logits_.as<float>(), V);
+  if (LmHeadArgmaxOk(R, fuse_norm)) {
+    // The same kernel as a one-row graph's (the same logits), on the row's bf16 copy; the id goes
+    // to a scratch word (the sampling below reads the logits).
+    lm_argmax_id_.Reserve(4);
+    RunLmHeadArgmax(h16_.as<bf16>() + int64_t{b.logits_indices[0]} * Hd, lm_argmax_id_.as<int32_t>());
+  } else {
+    tok_idx_.Reserve(R * 4);
+    DS_CUDA_CHECK(cudaMemcpyAsync(tok_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
+    sel32_.Reserve(Rr * Hd * sizeof(float));
+    GatherRows(h32_.get(), Hd * 4, tok_idx_.as<int32_t>(), R, Hd * 4, sel32_.get(), Hd * 4, s_, opts_.pdl);
+    LinearFwd(lm_head_lin_, sel32_.as<float>(), Hd, R, logits_.as<float>(), V);
+  }
   Mark("final_norm_lm_head");
   if (!b.sampling.empty()) {
     SampleRows(logits_.as<float>(), V, R, b.sampling, ids_out);

@@ -203,10 +203,12 @@ struct CudaRunnerOptions {
   // With graph_io, a one-row decode graph's LM head and greedy argmax as one launch
   // (lm_head_argmax.h: a K-split tensor-core GEMV whose blocks reduce (value, id) pairs, the last
   // block the id) instead of cuBLASLt's GEMM and the argmax kernel. Its own fp32 summation order,
-  // so the logits move by rounding against cuBLASLt's (CudaRunnerLmHeadArgmax.*); eager passes
-  // keep cuBLASLt. Needs fused_norm (the bf16 copy of the final norm) and hidden % 256 == 0,
-  // vocab % 16 == 0. Opt-in (the CLI's DS_LM_HEAD_ARGMAX=1).
-  bool lm_head_argmax = false;
+  // so the logits move by rounding against cuBLASLt's (CudaRunnerLmHeadArgmax.*). Eager passes of
+  // one logits row take the same kernel (the same logits as a graph's; their id unused). Needs
+  // fused_norm (the bf16 copy of the final norm), bf16 activations (not precise_activations),
+  // hidden % 256 == 0 and vocab % 16 == 0. On by default since session 26 (the CLI's
+  // DS_LM_HEAD_ARGMAX=0 turns it off).
+  bool lm_head_argmax = true;
   // Sampling rows at temperature > 0: one device-wide radix sort of every row (SampleParams::
   // device_sort; session 23) instead of CUB's segmented sort, a block a row (the CLI's
   // DS_SAMPLE_DEVICE_SORT=0). The same tokens either way.
@@ -576,7 +578,7 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
 struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
   int64_t queued = 0;  // of the replays, steps queued by Launch without waiting (overlap scheduling)
-  int64_t lm_head_argmax = 0;  // LmHeadArgmax launches (lm_head_argmax; eager graph passes and captures)
+  int64_t lm_head_argmax = 0;  // LmHeadArgmax launches (lm_head_argmax; host-side: eager passes and captures)
   int64_t graph_argmax = 0;  // graph steps (replays, and a shape's eager first pass) whose ids came from the graph's argmax (graph_io)
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;

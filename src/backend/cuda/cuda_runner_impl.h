@@ -301,6 +301,11 @@ class CudaModelRunner : public ModelRunner {
   int32_t* GraphIds(int q) { return graph_ids_.as<int32_t>() + q * int64_t{kMaxGraphBucket}; }
   SampleWorkspace graph_argmax_ws_;  // the graphs' split argmax scratch (sized once; graphs hold it)
   DeviceBuffer lm_argmax_ws_, lm_argmax_cnt_;  // lm_head_argmax's partials and counter (allocated once)
+  DeviceBuffer lm_argmax_id_;  // the eager passes' id from LmHeadArgmax (unused: they sample the logits)
+  // lm_head_argmax applies to a pass of R logits rows (fuse_norm: the final norm wrote h16_).
+  bool LmHeadArgmaxOk(int64_t R, bool fuse_norm) const;
+  // LmHeadArgmax of the bf16 row x into logits_ (row 0) and *out_id.
+  void RunLmHeadArgmax(const bf16* x, int32_t* out_id);
   int gpar_ = 0;      // parity of the next graph step (toggled by each one)
   int gio_q_ = -1;    // the parity RunPass builds (graph_io graph mode), else -1
   int gio_ids_q_ = -1;  // the parity whose GraphIds hold the last graph_io step's ids (-1: none)
