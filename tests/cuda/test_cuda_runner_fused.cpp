@@ -52,6 +52,9 @@ void CompareFused(const std::string& label, CudaRunnerOptions o, const Fusion& f
     // test_cuda_runner_attn_persistent.cpp), and the unfused runner must count no fused launch.
     oi.fused_olat = oi.fused_silu16 = oi.fused_kvrope = oi.fused_uv = false;
     oi.fused_gate_up_silu = oi.persistent_moe = oi.attn_persistent = false;
+    // lm_head_argmax (on by default) reads the final norm's bf16 copy, so it runs only with
+    // fused_norm: off in both (test_cuda_runner_lm_head_argmax.cpp compares it on / off).
+    oi.lm_head_argmax = false;
     auto r = CreateCudaModelRunner(oi);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     runners[i] = std::move(r).value();
