@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "backend/cuda/argmax_reduce.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/gemv_ptx.cuh"
@@ -16,32 +17,6 @@ constexpr int kThreads = 256, kWarps = kThreads / 32, kBlocksPerSm = 2;
 constexpr int kParts = kWarps;     // a tile's K split over the block's 8 warps
 constexpr int kMaxRounds = 40;     // tiles a block (N <= 40 * 16 * grid: V3's 129,280 on 132 SMs = 31)
 constexpr int kMaxK = 16384;       // x in shared memory: 32 KB
-
-__device__ __forceinline__ void Take(float x, int32_t i, float& bv, int32_t& bi) {
-  if (x > bv || (x == bv && i < bi)) { bv = x; bi = i; }
-}
-
-// (bv, bi) over the block (Take's order); the result in thread 0. Block-uniform call.
-__device__ __forceinline__ void BlockArgmax(float& bv, int32_t& bi, float* sv, int32_t* si) {
-  for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
-    Take(ov, oi, bv, bi);
-  }
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // sv / si free
-  if (lane == 0) { sv[w] = bv; si[w] = bi; }
-  __syncthreads();
-  if (w == 0) {
-    bv = lane < kWarps ? sv[lane] : -INFINITY;
-    bi = lane < kWarps ? si[lane] : INT32_MAX;
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      Take(ov, oi, bv, bi);
-    }
-  }
-}
 
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) LmHeadArgmaxKernel(LmHeadArgmaxParams p) {
   extern __shared__ uint4 smem4[];
@@ -77,9 +52,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) LmHeadArgmaxKernel(LmH
     for (int pp = 0; pp < kParts; ++pp) sum += s_part[rr][pp][c];
     const int64_t row = 16 * (blockIdx.x + int64_t{grid} * rr) + c;
     p.logits[row] = sum;
-    Take(sum, static_cast<int32_t>(row), bv, bi);
+    dev::ArgmaxTake(sum, static_cast<int32_t>(row), bv, bi);
   }
-  BlockArgmax(bv, bi, sv, si);
+  dev::ArgmaxBlockReduce<kWarps>(bv, bi, sv, si);
   float* part_v = static_cast<float*>(p.ws);
   int32_t* part_i = reinterpret_cast<int32_t*>(part_v + grid);
   if (threadIdx.x == 0) {
@@ -94,8 +69,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) LmHeadArgmaxKernel(LmH
   __threadfence();  // the other blocks' partials (each fenced before its add)
   bv = -INFINITY;
   bi = INT32_MAX;
-  for (int b = threadIdx.x; b < grid; b += kThreads) Take(__ldcg(part_v + b), __ldcg(part_i + b), bv, bi);
-  BlockArgmax(bv, bi, sv, si);
+  for (int b = threadIdx.x; b < grid; b += kThreads) dev::ArgmaxTake(__ldcg(part_v + b), __ldcg(part_i + b), bv, bi);
+  dev::ArgmaxBlockReduce<kWarps>(bv, bi, sv, si);
   if (threadIdx.x == 0) {
     *p.out_id = bi == INT32_MAX ? 0 : bi;  // every logit NaN: token 0
     *p.counter = 0;                        // for the next call (stream-ordered after this one)

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backend/cuda/allocator.h"
+#include "backend/cuda/argmax_reduce.cuh"
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
@@ -278,9 +279,7 @@ __global__ void __launch_bounds__(kSegThreads) SortedDrawKernel(SampleParams p, 
 // and scalar loads).
 constexpr int kArgmaxThreads = 1024;
 
-__device__ __forceinline__ void ArgmaxTake(float x, int32_t i, float& bv, int32_t& bi) {
-  if (x > bv || (x == bv && i < bi)) { bv = x; bi = i; }
-}
+using dev::ArgmaxTake;
 
 __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(const float* logits, int64_t ld, int64_t vocab, int32_t* out) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
@@ -350,27 +349,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(const float* logi
 constexpr int kArgmaxSplitThreads = 256, kArgmaxSplitUnroll = 4;
 constexpr int64_t kArgmaxSplitVec = int64_t{kArgmaxSplitThreads} * kArgmaxSplitUnroll;
 
-// Reduces (bv, bi) over the block (ArgmaxTake order); the result in thread 0.
-__device__ __forceinline__ void ArgmaxBlockReduce(float& bv, int32_t& bi, float* sv, int32_t* si) {
-  for (int off = 16; off > 0; off >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
-    ArgmaxTake(ov, oi, bv, bi);
-  }
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
-  __syncthreads();  // sv / si free (a previous reduction's reads done)
-  if (lane == 0) { sv[w] = bv; si[w] = bi; }
-  __syncthreads();
-  if (w == 0) {
-    bv = lane < nw ? sv[lane] : -INFINITY;
-    bi = lane < nw ? si[lane] : INT32_MAX;
-    for (int off = 16; off > 0; off >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, off);
-      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, off);
-      ArgmaxTake(ov, oi, bv, bi);
-    }
-  }
-}
+using dev::ArgmaxBlockReduce;
 
 __global__ void __launch_bounds__(kArgmaxSplitThreads) ArgmaxSplitKernel(const float* logits, int64_t ld, int64_t vocab,
                                                                           int32_t* out, float* part_v, int32_t* part_i,
