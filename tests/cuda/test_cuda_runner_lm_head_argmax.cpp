@@ -62,6 +62,10 @@ TEST(CudaRunnerLmHeadArgmax, DummyV2LiteWithinBoundsAndSameIds) {
     EXPECT_EQ(id_mismatch, 0);
     EXPECT_EQ(g0.lm_head_argmax, 0);
     EXPECT_GT(g1.lm_head_argmax, 0) << "the fused LM head never ran";
+    if (graphs) {  // graph replays, and greedy steps whose ids came from the graph (the fused kernel's)
+      EXPECT_GT(g1.replayed, 0);
+      EXPECT_GT(g1.graph_argmax, 0);
+    }
     EXPECT_LT(d.identical_rows, d.rows) << "no row changed: the fused LM head's logits were not compared";
   }
 }

@@ -22,7 +22,9 @@ int32_t HostArgmax(const std::vector<float>& v) {
   return bi == INT32_MAX ? 0 : bi;
 }
 
-void RunCase(int64_t N, int64_t K, const char* name, bool tie, bool nan_rows) {
+// tie: two identical rows in different blocks' tiles (on the H200's grid); nan_rows: two rows with
+// NaN weights; all_nan: every weight NaN (every logit NaN: id 0, every block's partial empty).
+void RunCase(int64_t N, int64_t K, const char* name, bool tie, bool nan_rows, bool all_nan = false) {
   ASSERT_EQ(LmHeadArgmaxSupported(N, K), "") << name;
   auto w = RoundBf16Vec(RandomNormal(N * K, 0.05f));
   auto x = RoundBf16Vec(RandomNormal(K, 1.f));
@@ -31,6 +33,8 @@ void RunCase(int64_t N, int64_t K, const char* name, bool tie, bool nan_rows) {
   }
   if (nan_rows)
     for (int64_t k = 0; k < K; k += 97) w[7 * K + k] = w[(N / 2) * K + k] = NAN;
+  if (all_nan)
+    for (float& v : w) v = NAN;
   std::vector<double> ref(N);
   ParallelFor(N, [&](int64_t n) {
     double s = 0;
@@ -79,6 +83,7 @@ void RunCase(int64_t N, int64_t K, const char* name, bool tie, bool nan_rows) {
       EXPECT_EQ(nan_ok, 2) << name << ": NaN rows give NaN logits";
       EXPECT_NE(id, 7) << name;
     }
+    if (all_nan) { EXPECT_EQ(id, 0) << name; }
   }
 }
 
@@ -87,6 +92,8 @@ TEST(CudaLmHeadArgmax, MatchesCpu) {
   RunCase(129280, 7168, "v3_lm_head", false, false);
   RunCase(102400, 2048, "v2lite_tie", true, false);
   RunCase(4096, 2048, "nan_rows", false, true);
+  RunCase(4096, 2048, "all_nan", false, false, true);
+  RunCase(2048, 16384, "k16384", false, false);  // 32 KB of x in shared memory
 }
 
 TEST(CudaLmHeadArgmax, RejectsShapes) {

@@ -1079,11 +1079,15 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
 }
 
 bool CudaModelRunner::LmHeadArgmaxOk(int64_t R, bool fuse_norm) const {
-  // One row, its bf16 copy written by the final norm (fused_norm), the plain bf16 GEMM's input
-  // (not precise_activations), a shape the kernel takes.
-  return opts_.lm_head_argmax && R == 1 && fuse_norm &&
-         LinearInputFor(lm_head_lin_, 1, cfg_.vocab_size) == LinearInput::kBf16 &&
-         LmHeadArgmaxSupported(cfg_.vocab_size, cfg_.hidden_size).empty();
+  // One row, its bf16 copy written by the final norm (fused_norm), with graph_io (its graphs take
+  // the kernel: without it they keep cuBLASLt, so eager passes must too), the plain bf16 GEMM's
+  // input (not precise_activations), a shape the kernel takes on this device (fixed per runner:
+  // decided once).
+  if (!opts_.lm_head_argmax || !opts_.graph_io || R != 1 || !fuse_norm) return false;
+  if (lm_argmax_shape_ok_ < 0)
+    lm_argmax_shape_ok_ = LinearInputFor(lm_head_lin_, 1, cfg_.vocab_size) == LinearInput::kBf16 &&
+                          LmHeadArgmaxSupported(cfg_.vocab_size, cfg_.hidden_size).empty();
+  return lm_argmax_shape_ok_ == 1;
 }
 
 void CudaModelRunner::RunLmHeadArgmax(const bf16* x, int32_t* out_id) {

@@ -205,8 +205,9 @@ struct CudaRunnerOptions {
   // block the id) instead of cuBLASLt's GEMM and the argmax kernel. Its own fp32 summation order,
   // so the logits move by rounding against cuBLASLt's (CudaRunnerLmHeadArgmax.*). Eager passes of
   // one logits row take the same kernel (the same logits as a graph's; their id unused). Needs
-  // fused_norm (the bf16 copy of the final norm), bf16 activations (not precise_activations),
-  // hidden % 256 == 0 and vocab % 16 == 0. On by default since session 26 (the CLI's
+  // graph_io, fused_norm (the bf16 copy of the final norm), bf16 activations (not
+  // precise_activations), hidden % 256 == 0, vocab % 16 == 0 and at most 40 tiles of 16 rows a
+  // block (V3's vocab needs >= 101 SMs; fewer: cuBLASLt, silently). On by default since session 26 (the CLI's
   // DS_LM_HEAD_ARGMAX=0 turns it off).
   bool lm_head_argmax = true;
   // Sampling rows at temperature > 0: one device-wide radix sort of every row (SampleParams::

@@ -304,6 +304,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer lm_argmax_id_;  // the eager passes' id from LmHeadArgmax (unused: they sample the logits)
   // lm_head_argmax applies to a pass of R logits rows (fuse_norm: the final norm wrote h16_).
   bool LmHeadArgmaxOk(int64_t R, bool fuse_norm) const;
+  mutable int lm_argmax_shape_ok_ = -1;  // LmHeadArgmaxOk's shape / input verdict (-1: not yet)
   // LmHeadArgmax of the bf16 row x into logits_ (row 0) and *out_id.
   void RunLmHeadArgmax(const bf16* x, int32_t* out_id);
   int gpar_ = 0;      // parity of the next graph step (toggled by each one)

@@ -12,8 +12,8 @@
 // and counts itself in `counter`; the last block reduces the partials, writes `out_id` and resets
 // the counter (zero before the first call; left zero).
 //
-// Errors: LmHeadArgmaxSupported says why a shape cannot run (K % 256, N % 16, the tile rounds a
-// block can hold); LmHeadArgmax DS_CHECKs the same.
+// Errors: LmHeadArgmaxSupported says why a shape cannot run (K % 256, K <= 16,384, N % 16, at most
+// 40 tiles of 16 rows a block: N <= 640 x 2 x SMs); LmHeadArgmax DS_CHECKs the same.
 #pragma once
 
 #include <cuda_bf16.h>
