@@ -206,7 +206,7 @@ struct CudaRunnerOptions {
   // so the logits move by rounding against cuBLASLt's (CudaRunnerLmHeadArgmax.*). Eager passes of
   // one logits row take the same kernel (the same logits as a graph's; their id unused). Needs
   // graph_io, fused_norm (the bf16 copy of the final norm), bf16 activations (not
-  // precise_activations), hidden % 256 == 0, vocab % 16 == 0 and at most 40 tiles of 16 rows a
+  // precise_activations), hidden % 256 == 0 and <= 16,384, vocab % 16 == 0 and at most 40 tiles of 16 rows a
   // block (V3's vocab needs >= 101 SMs; fewer: cuBLASLt, silently). On by default since session 26 (the CLI's
   // DS_LM_HEAD_ARGMAX=0 turns it off).
   bool lm_head_argmax = true;
