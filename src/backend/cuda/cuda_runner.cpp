@@ -1409,8 +1409,7 @@ Status CudaModelRunner::Launch(const ForwardBatch& batch) {
   // host already and resolved here.
   // Rows sampled in order (the identity logits_indices, as the engine's and one-batch's decode
   // steps): R <= the bucket, so the ids fit a ring slot, and no row gather buffer grows.
-  bool identity_rows = R == batch.num_seqs();
-  for (int64_t r = 0; identity_rows && r < R; ++r) identity_rows = batch.logits_indices[r] == r;
+  const bool identity_rows = R == batch.num_seqs() && IdentityRows(batch);
   const bool async =
       CanOverlap() && !batch.sampling.empty() && identity_rows && GraphEligible(batch) && GraphReady(batch);
   ForwardBatch b = batch;

@@ -192,23 +192,12 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
     if (!b.sampling.empty()) {
       // The graph's argmax gave every row's greedy id in GraphIds(q); other rows are sampled here
       // into the same buffer (the next step's gather reads it).
-      bool greedy = true, identity = true;
-      for (int64_t r = 0; r < R; ++r) {
-        greedy = greedy && b.sampling[r].temperature <= 0.0f;
-        identity = identity && b.logits_indices[r] == r;
-      }
-      if (greedy && identity) {
+      bool greedy = true;
+      for (int64_t r = 0; r < R; ++r) greedy = greedy && b.sampling[r].temperature <= 0.0f;
+      if (greedy && IdentityRows(b)) {
         ++graph_stats_.graph_argmax;
       } else {
-        const float* rows = logits_.as<float>();
-        if (!identity) {
-          samp_idx_.Reserve(R * 4);
-          samp_rows_.Reserve(R * V * sizeof(float));
-          DS_CUDA_CHECK(cudaMemcpyAsync(samp_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
-          GatherRows(logits_.get(), V * 4, samp_idx_.as<int32_t>(), R, V * 4, samp_rows_.get(), V * 4, s_, opts_.pdl);
-          rows = samp_rows_.as<float>();
-        }
-        SampleRowsToDevice(rows, V, R, b.sampling, GraphIds(q));
+        SampleRowsToDevice(RowsToSample(b), V, R, b.sampling, GraphIds(q));
       }
       if (replayed) StepMark(3);
       // The ids back on the second copy stream, off the main stream.
@@ -230,16 +219,7 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
   }
   if (!b.sampling.empty()) {
     // Sample the requested rows on the device: the decode step returns R ids, not R x V logits.
-    bool identity = true;
-    for (int64_t r = 0; r < R; ++r) identity = identity && b.logits_indices[r] == r;
-    const float* rows = logits_.as<float>();
-    if (!identity) {
-      samp_idx_.Reserve(R * 4);  // own buffers: growing a graph's buffers would drop the graphs
-      samp_rows_.Reserve(R * V * sizeof(float));
-      DS_CUDA_CHECK(cudaMemcpyAsync(samp_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
-      GatherRows(logits_.get(), V * 4, samp_idx_.as<int32_t>(), R, V * 4, samp_rows_.get(), V * 4, s_, opts_.pdl);
-      rows = samp_rows_.as<float>();
-    }
+    const float* rows = RowsToSample(b);
     if (async_slot >= 0) {  // overlap scheduling: no wait here; Finish reads the ring slot
       SampleRowsEnqueue(rows, V, R, b.sampling, samp_ring_[async_slot].get());
       if (replayed) StepMark(3);
@@ -256,6 +236,23 @@ void CudaModelRunner::ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* o
                                   V * sizeof(float), cudaMemcpyDeviceToHost, s_));
   DS_CUDA_CHECK(cudaStreamSynchronize(s_));
   if (prof_on_ && replayed) CollectGraphMarks(*replayed);
+}
+
+bool CudaModelRunner::IdentityRows(const ForwardBatch& b) {
+  const int64_t R = static_cast<int64_t>(b.logits_indices.size());
+  bool identity = true;
+  for (int64_t r = 0; identity && r < R; ++r) identity = b.logits_indices[r] == r;
+  return identity;
+}
+
+const float* CudaModelRunner::RowsToSample(const ForwardBatch& b) {
+  if (IdentityRows(b)) return logits_.as<float>();
+  const int64_t R = static_cast<int64_t>(b.logits_indices.size()), V = cfg_.vocab_size;
+  samp_idx_.Reserve(R * 4);  // own buffers: growing a graph's buffers would drop the graphs
+  samp_rows_.Reserve(R * V * sizeof(float));
+  DS_CUDA_CHECK(cudaMemcpyAsync(samp_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
+  GatherRows(logits_.get(), V * 4, samp_idx_.as<int32_t>(), R, V * 4, samp_rows_.get(), V * 4, s_, opts_.pdl);
+  return samp_rows_.as<float>();
 }
 
 void CudaModelRunner::CaptureGraph(const ForwardBatch& padded, DecodeGraph* g) {

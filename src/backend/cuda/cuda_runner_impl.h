@@ -286,6 +286,11 @@ class CudaModelRunner : public ModelRunner {
   // by the graph's embedding kernel from GraphIds(q ^ 1); else from samp_ids_), the ids sampled into samp_ring_[async_slot] with ring_ev_[async_slot] recorded, no
   // synchronisation (out->token_ids keeps its size only).
   void ForwardDecodeGraph(const ForwardBatch& b, ForwardOutput* out, int async_slot = -1);
+  // Whether b's logits rows are 0..R-1 in order (logits_indices[r] == r for every r < R).
+  static bool IdentityRows(const ForwardBatch& b);
+  // The graph pass's logits rows to sample, in logits_indices order: logits_ itself for identity
+  // rows, else gathered into samp_rows_ (stream-ordered on s_).
+  const float* RowsToSample(const ForwardBatch& b);
   // The (bucket, block-table width) key of b's graph.
   static std::pair<int, int> GraphKey(const ForwardBatch& b);
   // Whether b's graph is captured and valid (the activation buffers unchanged since).
