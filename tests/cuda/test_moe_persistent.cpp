@@ -482,10 +482,16 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   // without barrier 2 (per-segment counters): session22_2026-12-01_run{2,3}; with the first 132
   // shared tiles done by the attention kernel: run 7.)
   Dev<long long> d_tstamps(static_cast<size_t>(grid_max) * kMoePersistentTileStamps);
-  // fd: fused_down (session 27).
-  for (const auto& [bps, ks, qu, fetch, nn, fd] :
-       {std::tuple{2, 8, true, 1, true, false}, std::tuple{2, 8, true, 1, false, false}, std::tuple{2, 8, true, 1, false, true},
-        std::tuple{1, 8, true, 1, false, true}}) {
+  // fd: fused_down (session 27); cv: the carveout (persistent_carveout: 72, the runner's); fold: the
+  // post-attention norm in the kernel (attn_out, the runner's form).
+  Dev<float> d_attn(RandomNormal(Hd, 1.f)), d_post_w(RandomF(Hd, 0.5f, 1.5f));
+  for (const auto& [bps, ks, qu, fetch, nn, fd, cv, fold] :
+       {std::tuple{2, 8, true, 1, true, false, -1, false}, std::tuple{2, 8, true, 1, false, false, -1, false},
+        std::tuple{2, 8, true, 1, false, true, -1, false}, std::tuple{1, 8, true, 1, false, true, -1, false},
+        std::tuple{2, 8, true, 1, false, false, 72, true}, std::tuple{2, 8, true, 1, false, true, 72, true}}) {
+    p.carveout = cv;
+    p.attn_out = fold ? d_attn.get() : nullptr;
+    p.post_norm_weight = fold ? d_post_w.get() : nullptr;
     p.fused_down = fd;
     p.w2t = fd ? d_w2t.get() : nullptr;
     p.shared_down_t = fd ? d_sdown_t.get() : nullptr;
@@ -499,8 +505,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
-    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d fused_down=%d "
-                "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn, fd,
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d fused_down=%d carveout=%d fold=%d "
+                "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn, fd, cv, fold,
                 grid, full, bytes / full / 1e3, bytes / 1e6, bar);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
@@ -532,8 +538,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
         last = std::max(last, s[b * kMoePersistentStamps + i + 1]);
       }
       std::sort(d.begin(), d.end());
-      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d fused_down=%d "
-                  "%s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn, fd,
+      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d fused_down=%d carveout=%d fold=%d "
+                  "%s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn, fd, cv, fold,
                   names[i],
                   1e-3 * d[grid / 2], 1e-3 * d[0], 1e-3 * d[grid - 1], 1e-3 * static_cast<double>(last - t0));
     }
@@ -552,8 +558,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
             v.push_back(1e-3 * static_cast<double>(ts[b * kMoePersistentTileStamps + i] - t0));
         if (v.empty()) continue;
         std::sort(v.begin(), v.end());
-        std::printf("[metric] op=moe_persistent_tiles bps=%d next_norm=%d fused_down=%d group=\"%s\" blocks=%zu %s: median %.2f us, "
-                    "max %.2f\n", bps, nn, fd, gnames[gi], v.size(),
+        std::printf("[metric] op=moe_persistent_tiles bps=%d next_norm=%d fused_down=%d carveout=%d group=\"%s\" blocks=%zu %s: median %.2f us, "
+                    "max %.2f\n", bps, nn, fd, cv, gnames[gi], v.size(),
                     i == 0 ? "route start" : i == 1 ? "router count seen" : i == 2 ? "routed (warp 0)" : i == 3 ? "route end"
                                                         : ("round " + std::to_string(i - 4) + " end").c_str(),
                     v[v.size() / 2], v.back());
