@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <tuple>
 #include <utility>
 
@@ -469,11 +470,44 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   cudaStream_t st;
   DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   constexpr int kReps = 20, kReplays = 5;
-  const auto time_us = [&](bool barriers_only) {
+  // More weight sets (device fills: timing only; session 27), so that consecutive launches read
+  // other weights and route other experts, as the model's layers do (set 0: the one above).
+  constexpr int kSets = 8;
+  struct WSet {
+    std::unique_ptr<Dev<__nv_bfloat16>> w13, w2, w2t, sgu, sdown, sdown_t, x16;
+    std::unique_ptr<Dev<float>> router, x32, attn;
+  };
+  std::vector<WSet> wsets(kSets - 1);
+  const auto fill16 = [](int64_t n, float a) {
+    auto d = std::make_unique<Dev<__nv_bfloat16>>(n);
+    RandomUniformBf16(d->get(), n, a, NextSeed(), nullptr);
+    return d;
+  };
+  for (WSet& w : wsets) {
+    w.w13 = fill16(E * 2 * I * Hd, 0.04f); w.w2 = fill16(E * Hd * I, 0.1f); w.w2t = fill16(E * I * Hd, 0.1f);
+    w.sgu = fill16(2 * Is * Hd, 0.04f); w.sdown = fill16(Hd * Is, 0.07f); w.sdown_t = fill16(Is * Hd, 0.07f);
+    const std::vector<float> xs = RandomNormal(Hd, 1.f);
+    w.x32 = std::make_unique<Dev<float>>(xs);
+    w.x16 = std::make_unique<Dev<__nv_bfloat16>>(ToBf16(xs));
+    w.router = std::make_unique<Dev<float>>(RandomNormal(E * Hd, 0.05f));
+    w.attn = std::make_unique<Dev<float>>(RandomNormal(Hd, 1.f));
+  }
+  DS_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto with_set = [&](MoePersistentParams q, int si) {
+    if (si == 0) return q;
+    const WSet& w = wsets[si - 1];
+    q.w13 = w.w13->get(); q.w2 = w.w2->get(); q.shared_gu = w.sgu->get(); q.shared_down = w.sdown->get();
+    q.router_w = w.router->get();
+    if (q.fused_down) { q.w2t = w.w2t->get(); q.shared_down_t = w.sdown_t->get(); }
+    if (q.attn_out) q.attn_out = w.attn->get();
+    else { q.x32 = w.x32->get(); q.x16 = w.x16->get(); }
+    return q;
+  };
+  const auto time_us = [&](bool barriers_only, int nsets = 1) {
     MoePersistentParams q = p;
     q.stream = st;
     q.barriers_only = barriers_only;
-    const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(q); });
+    const CapturedGraph g(st, [&] { for (int i = 0; i < kReps; ++i) MoePersistent(with_set(q, i % nsets)); });
     return ReplayUs(g, st, kReplays, kReps);
   };
   // (bps, gu_ksplit, shared_first, l2_fetch, next norm); the runner's default since session 21:
@@ -503,11 +537,11 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     p.gu_ksplit = ks;
     p.router_ready = qu ? d_sync.get() + 2 : nullptr;
     const int grid = MoePersistentGridBlocks(bps);
-    const double full = time_us(false), bar = time_us(true);
+    const double full = time_us(false), bar = time_us(true), full_sets = time_us(false, kSets);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
     std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d fused_down=%d carveout=%d fold=%d "
-                "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us\n", bps, ks, qu, fetch, nn, fd, cv, fold,
-                grid, full, bytes / full / 1e3, bytes / 1e6, bar);
+                "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us; %d weight sets in turn: %.2f us\n", bps, ks,
+                qu, fetch, nn, fd, cv, fold, grid, full, bytes / full / 1e3, bytes / 1e6, bar, kSets, full_sets);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();
