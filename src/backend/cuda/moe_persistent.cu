@@ -392,7 +392,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     if (p.attn_out) r1_fd = p.attn_out[n] + r1_fd;
   }
   stamp(3);
-  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
+  const bool fd_discard = kFd && p.fd_discard;
+  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm && !fd_discard);
   // shared_first: every block has passed its wait: the count back to zero for the next launch
   // (stream-ordered after this one).
   if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
@@ -516,6 +517,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       }
       __syncthreads();
     }
+  }
+  if (fd_discard) {  // every block has read the partials: each drops its own row from L2 unwritten
+    GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
+    const char* row = reinterpret_cast<const char*>(p.fd_partials + int64_t{blockIdx.x} * Hd);
+    for (int64_t l = threadIdx.x; l < Hd / 32; l += kThreads)
+      asm volatile("discard.global.L2 [%0], 128;" ::"l"(row + 128 * l) : "memory");
   }
   if (!next_norm) {
     stamp(5);

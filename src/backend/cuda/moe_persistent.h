@@ -132,6 +132,9 @@ struct MoePersistentParams {
   const __nv_bfloat16* w2t = nullptr;            // [E, I, hidden] bf16: w2[e] transposed (fused_down, routed)
   const __nv_bfloat16* shared_down_t = nullptr;  // [Is, hidden] bf16: shared_down transposed (fused_down)
   float* fd_partials = nullptr;                  // [MoePersistentGridBlocks(blocks_per_sm), hidden] fp32 scratch (fused_down)
+  // Measurement (fused_down): a grid barrier after phase 3, then each block drops its partial's row
+  // from L2 without a write-back (discard.global.L2), so no dirty lines outlive the launch.
+  bool fd_discard = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
