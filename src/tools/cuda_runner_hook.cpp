@@ -78,7 +78,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
   env_int("DS_PERSISTENT_MOE_GU_KSPLIT", 1, 8, 1, &c.persistent_moe_gu_ksplit);
   env_switch("DS_MOE_FUSED_DOWN", &c.persistent_moe_fused_down);
-  env_switch("DS_MOE_FD_DISCARD", &c.persistent_moe_fd_discard);  // measurement (session 27)  // the MoE kernel's down split along I with gate_up (opt-in, session 27)
+  env_switch("DS_MOE_FD_DISCARD", &c.persistent_moe_fd_discard);  // measurement (session 27)
+  env_switch("DS_MOE_FD_REGS", &c.persistent_moe_fd_regs);        // measurement (session 27)  // the MoE kernel's down split along I with gate_up (opt-in, session 27)
   env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared experts' tiles first, no barrier 1 (on since session 20)
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
   env_int("DS_ATTN_L2_FETCH", 0, 2, 1, &c.attn_l2_fetch);          // weight loads' L2 fetch size (session 21)

@@ -519,11 +519,13 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   // fd: fused_down (session 27); cv: the carveout (persistent_carveout: 72, the runner's); fold: the
   // post-attention norm in the kernel (attn_out, the runner's form).
   Dev<float> d_attn(RandomNormal(Hd, 1.f)), d_post_w(RandomF(Hd, 0.5f, 1.5f));
-  for (const auto& [bps, ks, qu, fetch, nn, fd, cv, fold] :
-       {std::tuple{2, 8, true, 1, true, false, -1, false}, std::tuple{2, 8, true, 1, false, false, -1, false},
-        std::tuple{2, 8, true, 1, false, true, -1, false}, std::tuple{1, 8, true, 1, false, true, -1, false},
-        std::tuple{2, 8, true, 1, false, false, 72, true}, std::tuple{2, 8, true, 1, false, true, 72, true}}) {
+  // rg: fused_down's fd_regs.
+  for (const auto& [bps, ks, qu, fetch, nn, fd, cv, fold, rg] :
+       {std::tuple{2, 8, true, 1, true, false, -1, false, false}, std::tuple{2, 8, true, 1, false, false, 72, true, false},
+        std::tuple{2, 8, true, 1, false, true, 72, true, false}, std::tuple{2, 8, true, 1, false, true, 72, true, true},
+        std::tuple{1, 8, true, 1, false, true, 72, true, false}, std::tuple{1, 8, true, 1, false, true, 72, true, true}}) {
     p.carveout = cv;
+    p.fd_regs = rg;
     p.attn_out = fold ? d_attn.get() : nullptr;
     p.post_norm_weight = fold ? d_post_w.get() : nullptr;
     p.fused_down = fd;
@@ -539,9 +541,9 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true), full_sets = time_us(false, kSets);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
-    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d fused_down=%d carveout=%d fold=%d "
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d fused_down=%d carveout=%d fold=%d fd_regs=%d "
                 "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us; %d weight sets in turn: %.2f us\n", bps, ks,
-                qu, fetch, nn, fd, cv, fold, grid, full, bytes / full / 1e3, bytes / 1e6, bar, kSets, full_sets);
+                qu, fetch, nn, fd, cv, fold, rg, grid, full, bytes / full / 1e3, bytes / 1e6, bar, kSets, full_sets);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();

@@ -826,6 +826,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
     p.shared_down_t = Is > 0 ? LW.down_t.as<bf16>() : nullptr;
     p.fd_partials = persist_fd_ws_.as<float>();
     p.fd_discard = opts_.persistent_moe_fd_discard;
+    p.fd_regs = opts_.persistent_moe_fd_regs;
   }
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;

@@ -286,6 +286,7 @@ struct CudaRunnerOptions {
   // opt-in until measured. The CLI reads DS_MOE_FUSED_DOWN=0/1.
   bool persistent_moe_fused_down = false;
   bool persistent_moe_fd_discard = false;  // measurement: MoePersistentParams::fd_discard (DS_MOE_FD_DISCARD=1)
+  bool persistent_moe_fd_regs = false;     // measurement: MoePersistentParams::fd_regs (DS_MOE_FD_REGS=1)
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes

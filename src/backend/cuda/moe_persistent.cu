@@ -238,6 +238,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       reinterpret_cast<float4*>(sacc)[2 * v + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
     const int64_t kw = Hd / kWarps, k0 = warp * kw;
+    // fd_regs (measurement): the down rows by register loads (thread t: 16 bytes of each row at
+    // column 8 t, the columns its own sums take), no cp.async; only where hidden = 8 x kThreads.
+    const bool fd_regs = p.fd_regs && hv == kThreads;
     const auto fd_unit = [&](int64_t t) {
       const bf16* wb;
       int64_t c0, half;
@@ -259,13 +262,19 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       const bf16* rb = wb + (half + c0 + g) * Hd + k0;
       const int steps = static_cast<int>(kw / 32);
       float d[4] = {0.f, 0.f, 0.f, 0.f};
+      uint4 dv[8];  // fd_regs: this thread's 16 bytes of each down row (its own output columns)
       for (int s0 = 0; s0 < steps; s0 += ptx::kTileBurst) {
         const int n = min(ptx::kTileBurst, steps - s0);
         ptx::WarpSlice wsl;
         ptx::LoadSlice<kPf>(ra + 32 * s0, rb + 32 * s0, n, wsl);
         if (s0 == 0) {
-          for (int64_t v = threadIdx.x; v < 8 * hv; v += kThreads) ptx::CpAsync16(sdown_addr + 16 * v, wd + 8 * v, true);
-          asm volatile("cp.async.commit_group;\n" ::: "memory");
+          if (fd_regs) {
+#pragma unroll
+            for (int c = 0; c < 8; ++c) dv[c] = ptx::LdStreamNow<kPf>(reinterpret_cast<const uint4*>(wd) + c * hv + threadIdx.x);
+          } else {
+            for (int64_t v = threadIdx.x; v < 8 * hv; v += kThreads) ptx::CpAsync16(sdown_addr + 16 * v, wd + 8 * v, true);
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+          }
         }
         ptx::MmaSlice(wsl, xs + k0 + 32 * s0, n, d);
       }
@@ -285,10 +294,27 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
         out[c] = a;
         s_actw[c] = wgt * __bfloat162float(a);
       }
-      asm volatile("cp.async.wait_all;\n" ::: "memory");
+      if (!fd_regs) asm volatile("cp.async.wait_all;\n" ::: "memory");
       __syncthreads();
       const uint4* d4 = reinterpret_cast<const uint4*>(sdown);
-      for (int64_t v = threadIdx.x; v < hv; v += kThreads) {
+      if (fd_regs) {
+        float4* a4 = reinterpret_cast<float4*>(sacc) + 2 * threadIdx.x;
+        float4 lo = a4[0], hi = a4[1];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const uint4 wv = dv[c];
+          const float a = s_actw[c];
+          const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.x));
+          const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.y));
+          const float2 w45 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.z));
+          const float2 w67 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.w));
+          lo.x = fmaf(a, w01.x, lo.x); lo.y = fmaf(a, w01.y, lo.y); lo.z = fmaf(a, w23.x, lo.z); lo.w = fmaf(a, w23.y, lo.w);
+          hi.x = fmaf(a, w45.x, hi.x); hi.y = fmaf(a, w45.y, hi.y); hi.z = fmaf(a, w67.x, hi.z); hi.w = fmaf(a, w67.y, hi.w);
+        }
+        a4[0] = lo;
+        a4[1] = hi;
+      }
+      for (int64_t v = threadIdx.x; !fd_regs && v < hv; v += kThreads) {
         float4* a4 = reinterpret_cast<float4*>(sacc) + 2 * v;
         float4 lo = a4[0], hi = a4[1];
 #pragma unroll

@@ -135,6 +135,8 @@ struct MoePersistentParams {
   // Measurement (fused_down): a grid barrier after phase 3, then each block drops its partial's row
   // from L2 without a write-back (discard.global.L2), so no dirty lines outlive the launch.
   bool fd_discard = false;
+  // Measurement (fused_down, hidden = 2048): the down rows loaded into registers, not by cp.async.
+  bool fd_regs = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
