@@ -77,9 +77,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_OPROJ_NORM", &c.fused_oproj_norm);              // residual + norm in o_proj's last block (off: verified, slower)
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
   env_int("DS_PERSISTENT_MOE_GU_KSPLIT", 1, 8, 1, &c.persistent_moe_gu_ksplit);
-  env_switch("DS_MOE_FUSED_DOWN", &c.persistent_moe_fused_down);
-  env_switch("DS_MOE_FD_DISCARD", &c.persistent_moe_fd_discard);  // measurement (session 27)
-  env_switch("DS_MOE_FD_REGS", &c.persistent_moe_fd_regs);        // measurement (session 27)  // the MoE kernel's down split along I with gate_up (opt-in, session 27)
   env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared experts' tiles first, no barrier 1 (on since session 20)
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
   env_int("DS_ATTN_L2_FETCH", 0, 2, 1, &c.attn_l2_fetch);          // weight loads' L2 fetch size (session 21)
@@ -91,7 +88,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_ATTN_PERSISTENT", &c.attn_persistent);          // the b1 MLA attention in one cooperative launch (on since session 13)
   env_switch("DS_ATTN_ABSORB_OVERLAP", &c.attn_absorb_overlap);  // its absorption overlapping phase 1's tail (on since session 20)
   env_switch("DS_ATTN_SPLIT_COUNTER", &c.attn_split_counter);    // its decode blocks start on a counter, no barrier 2 (on since session 20)
-  env_int("DS_ATTN_WO_STAGE", 0, 5, 1, &c.attn_wo_stage_point);  // where its o_proj tile is staged (3 since session 22)
+  env_int("DS_ATTN_WO_STAGE", 0, 4, 1, &c.attn_wo_stage_point);  // where its o_proj tile is staged (3 since session 22)
   env_int("DS_PERSISTENT_CARVEOUT", -1, 100, 1, &c.persistent_carveout);  // both persistent kernels' smem carveout (percent; 72 since session 25, -1 the driver's)
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)

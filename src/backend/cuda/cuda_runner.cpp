@@ -189,7 +189,6 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
     DS_RETURN_IF_ERROR(LoadGateUp(mp, cfg_.intermediate_size, &L->gate_up));
     DS_RETURN_IF_ERROR(LoadLinear(mp + ".down_proj.weight", Hd, cfg_.intermediate_size, &L->down));
     L->has_mlp = true;
-    TransposeDownWeights(L);
     return Status::Ok();
   }
   // MoE layer.
@@ -278,24 +277,7 @@ Status CudaModelRunner::LoadLayer(int l, LayerW* L) {
     L->has_mlp = true;
     if (opts_.fused_moe_shared) StackSharedExperts(L);
   }
-  TransposeDownWeights(L);
   return Status::Ok();
-}
-
-// persistent_moe_fused_down: the bf16 down weights transposed (MoePersistentParams::w2t /
-// shared_down_t), kept beside the originals (the other paths read those).
-void CudaModelRunner::TransposeDownWeights(LayerW* L) {
-  if (!opts_.persistent_moe || !opts_.persistent_moe_fused_down) return;
-  const int64_t Hd = cfg_.hidden_size;
-  if (L->moe && !L->experts_fp8 && L->w2.get()) {
-    const int64_t E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
-    L->w2t.Reset(E * I * Hd * sizeof(bf16));
-    TransposeBf16(L->w2.as<bf16>(), L->w2t.as<bf16>(), E, Hd, I, s_);
-  }
-  if (L->has_mlp && !L->down.fp8 && L->down.w.get() && L->down.N == Hd) {
-    L->down_t.Reset(L->down.K * Hd * sizeof(bf16));
-    TransposeBf16(L->down.w.as<bf16>(), L->down_t.as<bf16>(), 1, Hd, L->down.K, s_);
-  }
 }
 
 void CudaModelRunner::StackSharedExperts(LayerW* L) {
@@ -405,8 +387,6 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     persist_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, then shared_first's word
     DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, 4 * sizeof(uint32_t), s_));
     persist_partials_.Reset(static_cast<size_t>(MoePersistentGridBlocks(2)) * sizeof(float));
-    if (opts_.persistent_moe_fused_down)
-      persist_fd_ws_.Reset(static_cast<size_t>(MoePersistentGridBlocks(2)) * cfg_.hidden_size * sizeof(float));
   }
   if (opts_.fused_down_combine) {
     down_combine_sync_.Reset(sizeof(uint32_t));
@@ -818,16 +798,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
-  // fused_down: where its transposed weights exist (bf16) and the split is 8 (no PDL form).
-  if (opts_.persistent_moe_fused_down && p.gu_ksplit == 8 && !opts_.persistent_pdl && persist_fd_ws_.get() &&
-      (dense || LW.w2t.get()) && (Is == 0 || LW.down_t.get())) {
-    p.fused_down = true;
-    p.w2t = dense ? nullptr : LW.w2t.as<bf16>();
-    p.shared_down_t = Is > 0 ? LW.down_t.as<bf16>() : nullptr;
-    p.fd_partials = persist_fd_ws_.as<float>();
-    p.fd_discard = opts_.persistent_moe_fd_discard;
-    p.fd_regs = opts_.persistent_moe_fd_regs;
-  }
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
   p.carveout = opts_.persistent_carveout;
@@ -843,7 +813,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
-  if (p.fused_down) ++graph_stats_.moe_fused_down_layers;
   if (p.l2_fetch > 0 && !went_pdl) ++graph_stats_.moe_l2_fetch_layers;
   if (p.carveout >= 0) ++graph_stats_.persistent_carveout_launches;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;

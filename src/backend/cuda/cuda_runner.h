@@ -277,16 +277,6 @@ struct CudaRunnerOptions {
   // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = true;
-  // Its down projection split along I with the gate_up tiles (MoePersistentParams::fused_down: a
-  // unit is a gate_up tile and the same 8 rows of the transposed down weights, each block's fp32
-  // partial of the output summed after one barrier; no act round trip between gate_up and down).
-  // Keeps a transposed copy of every bf16 MoE / dense layer's down weights ([E, I, hidden]; V2-Lite
-  // +9.9 GB). Changes fp32 summation orders and drops the bf16 rounding of each routed expert's
-  // output (bounded: CudaMoePersistent.FusedDown*, CudaRunnerPersistentMoe.FusedDown*). Session 27;
-  // opt-in until measured. The CLI reads DS_MOE_FUSED_DOWN=0/1.
-  bool persistent_moe_fused_down = false;
-  bool persistent_moe_fd_discard = false;  // measurement: MoePersistentParams::fd_discard (DS_MOE_FD_DISCARD=1)
-  bool persistent_moe_fd_regs = false;     // measurement: MoePersistentParams::fd_regs (DS_MOE_FD_REGS=1)
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -613,7 +603,6 @@ struct CudaGraphStats {
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
   int64_t moe_gu_ksplit_layers = 0;    // persistent MoE layers with gu_ksplit > 1 (likewise)
-  int64_t moe_fused_down_layers = 0;   // persistent MoE / dense layers with fused_down (persistent_moe_fused_down; likewise)
   int64_t persistent_carveout_launches = 0;  // persistent kernels launched with a carveout preference (persistent_carveout >= 0)
   int64_t persistent_pdl_launches = 0;  // persistent kernels launched with PDL (persistent_pdl; the device took it)
   int64_t persistent_dense_layers = 0;  // dense layers run by the persistent kernel (persistent_dense_mlp)

@@ -72,7 +72,6 @@ struct LayerW {
   DeviceBuffer bias;                // fp32 [E] (empty: none)
   bool experts_fp8 = false;
   DeviceBuffer w13, w13_s, w2, w2_s;  // [E (+S), 2I, H], [E (+S), H, I] (+ block scales [E (+S), nb, kb])
-  DeviceBuffer w2t, down_t;  // persistent_moe_fused_down: bf16 w2 as [E, I, H], down (shared / dense MLP) as [I, H]
   // fused_moe_shared: the S = n_shared_experts shared experts stacked as groups E .. E + S - 1
   // of w13 / w2 (shared expert s = its gate/up rows [s I, (s + 1) I) and down columns likewise);
   // 0 = not stacked.
@@ -422,7 +421,6 @@ class CudaModelRunner : public ModelRunner {
   // fused_moe_shared: copies the shared experts (L->gate_up, L->down) into groups E .. E + S - 1
   // of L->w13 / L->w2 (allocated with room for them) when their dtypes match.
   void StackSharedExperts(LayerW* L);
-  void TransposeDownWeights(LayerW* L);
   bool FusedDecode(int64_t T) const {
     return T <= std::min<int64_t>(opts_.fused_decode_max_tokens, kMoeRoutePermuteMaxTokens);
   }
@@ -533,7 +531,6 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer persist_sync_;      // MoePersistent's grid barrier words, then router_ready (4 x u32, zeroed once)
   DeviceBuffer persist_partials_;  // MoePersistent's per-block sums of squares
   DeviceBuffer persist_act_;       // MoePersistent's act [top_k * I + shared I] bf16
-  DeviceBuffer persist_fd_ws_;     // MoePersistent's fused_down partials [grid (2 a SM), hidden] fp32
   DeviceBuffer attn_sync_;         // MlaAttnPersistent's grid barrier words, nope_ready, split_ready (4 x u32, zeroed once)
   DeviceBuffer attn_qlat16_;       // MlaAttnPersistent's q_lat [H, kv_lora] bf16
   // MlaAttnPersistent's verdict on this model per input form ([0] x16, [1] in_residual: the

@@ -122,7 +122,7 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (ap.nope_ready != nullptr) ++graph_stats_.attn_absorb_overlap_layers;
   if (ap.split_ready != nullptr) ++graph_stats_.attn_split_counter_layers;
   if (ap.l2_fetch > 0 && !went_pdl) ++graph_stats_.attn_l2_fetch_layers;
-  if (ap.wo_stage_point == 3 || ap.wo_stage_point == 4) ++graph_stats_.attn_wo_stage_early_layers;
+  if (ap.wo_stage_point >= 3) ++graph_stats_.attn_wo_stage_early_layers;
   if (ap.carveout >= 0) ++graph_stats_.persistent_carveout_launches;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
   Mark("attn_o_proj");

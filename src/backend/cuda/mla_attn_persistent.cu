@@ -208,8 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const uint32_t split_target = static_cast<uint32_t>(
       std::min<int64_t>(grid - uk_lo, (uk_units + kWarps - 1) / kWarps) + (n1 - n_nope));
   const int64_t uv_units = H * kUvParts;
-  // (wo_stage_point 5: no staging; phase 5 loads the tile into registers like phase 1.)
-  const bool wo_staged = p.wo_stage_point != 5 && blockIdx.x < Hd / 16;
+  const bool wo_staged = blockIdx.x < Hd / 16;
   // The block's o_proj tile into shared memory (thread 0): one bulk copy a row (padded pitch),
   // completion on s_bar[0] (phase 5 waits for it).
   const auto issue_wo = [&]() {
@@ -748,7 +747,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.block_size != 64) why << "block_size " << p.block_size << " (64); ";
   if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
-  if (p.wo_stage_point < 0 || p.wo_stage_point > 5) why << "wo_stage_point " << p.wo_stage_point << " (0..5); ";
+  if (p.wo_stage_point < 0 || p.wo_stage_point > 4) why << "wo_stage_point " << p.wo_stage_point << " (0..4); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";

@@ -53,25 +53,21 @@ __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t
 constexpr int kDownTile = 8;
 constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
-static_assert(kMaxUnits >= kWarps, "fused_down's phase 3 keeps a warp's sums in s_part");
 
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
 // kPdl: launched as a programmatic dependent (MoePersistentParams::pdl): the wait for the previous
 // kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
 // kPf: the weight loads' L2 fetch size (MoePersistentParams::l2_fetch; ptx::LdStreamPf).
-// kFd: MoePersistentParams::fused_down (its own instantiations; without it the code is the one
-// measured before it).
-template <int kMinBlocks, bool kPdl, int kPf = 0, bool kFd = false>
+template <int kMinBlocks, bool kPdl, int kPf = 0>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ uint4 smem4[];
   const int64_t Hd = p.hidden, E = p.num_experts, K = p.top_k, I = p.inter, Is = p.shared_inter;
   // Dynamic shared memory: bf16 region (phase 2: x16 [hidden]; phase 3: act [top_k I + Is]), then
-  // the fp32 router input x32 [hidden]. kFd: the bf16 region holds x16 only, and x32 is followed
-  // by the block's fp32 partial [hidden] and a unit's 8 down rows [8, hidden] bf16 (SmemBytes).
+  // the fp32 router input x32 [hidden].
   bf16* xs = reinterpret_cast<bf16*>(smem4);
-  float* x32s = reinterpret_cast<float*>(smem4 + (kFd ? (Hd + 7) / 8 : (std::max(Hd, K * I + Is) + 7) / 8));
+  float* x32s = reinterpret_cast<float*>(smem4 + (std::max(Hd, K * I + Is) + 7) / 8);
   __shared__ routing::WarpRouteScratch route_ws;
   __shared__ int32_t s_ids[kMaxTopK];
   __shared__ float s_w[kMaxTopK];
@@ -221,137 +217,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int64_t ts = shared_first ? Is / 8 : 0;
   const auto tile_of = [&](int64_t i) { return !shared_first ? i : i < ts ? tiles_r + i : i - ts; };
   bool routed_here = !routed || !shared_first;
-  if constexpr (kFd) {
-    // fused_down (gu_ksplit 8: a unit on all 8 warps, the rounds block-uniform): unit i = tile_of(i)'s
-    // gate_up tile (8 act columns c0.. of a segment: act's bits as gu_ksplit 8 gives them) and the
-    // segment's down rows c0..c0 + 7 (w2t / shared_down_t, 8 x hidden bf16, contiguous), copied
-    // into shared memory by cp.async while the tile's loads are in flight; then this block's fp32
-    // partial of every output column += (w_j act[c]) x row c, c in order (w = 1 for the shared
-    // experts). Unit i on block i % grid. The same two loops as below, the routing between them.
-    float* sacc = x32s + Hd;                              // [hidden] the block's partial of moe
-    bf16* sdown = reinterpret_cast<bf16*>(sacc + Hd);     // [8, hidden] the unit's down rows
-    const uint32_t sdown_addr = static_cast<uint32_t>(__cvta_generic_to_shared(sdown));
-    __shared__ float s_actw[8];
-    const int64_t hv = Hd / 8;  // 16-byte vectors of a row
-    for (int64_t v = threadIdx.x; v < hv; v += kThreads) {
-      reinterpret_cast<float4*>(sacc)[2 * v] = make_float4(0.f, 0.f, 0.f, 0.f);
-      reinterpret_cast<float4*>(sacc)[2 * v + 1] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    const int64_t kw = Hd / kWarps, k0 = warp * kw;
-    // fd_regs (measurement): the down rows by register loads (thread t: 16 bytes of each row at
-    // column 8 t, the columns its own sums take), no cp.async; only where hidden = 8 x kThreads.
-    const bool fd_regs = p.fd_regs && hv == kThreads;
-    const auto fd_unit = [&](int64_t t) {
-      const bf16* wb;
-      int64_t c0, half;
-      bf16* out;
-      tile_at(t, wb, c0, half, out);
-      const bf16* wd;
-      float wgt = 1.f;
-      if (t < tiles_r) {
-        const int64_t j = t / it;
-        wd = p.w2t + (static_cast<int64_t>(s_ids[j]) * I + c0) * Hd;
-        wgt = s_w[j];
-      } else {
-        wd = p.shared_down_t + c0 * Hd;
-      }
-      // The tile's first burst by LoadSlice (asm volatile: issued before the copies, all 16 loads
-      // ahead of the mmas; WarpTile16 here had ptxas issue 10, then pairs between mmas), then the
-      // copies, then MmaSlice: WarpTile16's mma order, the same bits.
-      const bf16* ra = wb + (c0 + g) * Hd + k0;
-      const bf16* rb = wb + (half + c0 + g) * Hd + k0;
-      const int steps = static_cast<int>(kw / 32);
-      float d[4] = {0.f, 0.f, 0.f, 0.f};
-      uint4 dv[8];  // fd_regs: this thread's 16 bytes of each down row (its own output columns)
-      for (int s0 = 0; s0 < steps; s0 += ptx::kTileBurst) {
-        const int n = min(ptx::kTileBurst, steps - s0);
-        ptx::WarpSlice wsl;
-        ptx::LoadSlice<kPf>(ra + 32 * s0, rb + 32 * s0, n, wsl);
-        if (s0 == 0) {
-          if (fd_regs) {
-#pragma unroll
-            for (int c = 0; c < 8; ++c) dv[c] = ptx::LdStreamNow<kPf>(reinterpret_cast<const uint4*>(wd) + c * hv + threadIdx.x);
-          } else {
-            for (int64_t v = threadIdx.x; v < 8 * hv; v += kThreads) ptx::CpAsync16(sdown_addr + 16 * v, wd + 8 * v, true);
-            asm volatile("cp.async.commit_group;\n" ::: "memory");
-          }
-        }
-        ptx::MmaSlice(wsl, xs + k0 + 32 * s0, n, d);
-      }
-      if (q == 0) {
-        s_gu[0][warp][g] = d[0];
-        s_gu[0][warp][8 + g] = d[2];
-      }
-      __syncthreads();
-      if (threadIdx.x < 8) {
-        const int c = threadIdx.x;
-        float gs = 0.f, us = 0.f;
-        for (int pp = 0; pp < kWarps; ++pp) {
-          gs += s_gu[0][pp][c];
-          us += s_gu[0][pp][8 + c];
-        }
-        const bf16 a = SiluMul(gs, us);
-        out[c] = a;
-        s_actw[c] = wgt * __bfloat162float(a);
-      }
-      if (!fd_regs) asm volatile("cp.async.wait_all;\n" ::: "memory");
-      __syncthreads();
-      const uint4* d4 = reinterpret_cast<const uint4*>(sdown);
-      if (fd_regs) {
-        float4* a4 = reinterpret_cast<float4*>(sacc) + 2 * threadIdx.x;
-        float4 lo = a4[0], hi = a4[1];
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          const uint4 wv = dv[c];
-          const float a = s_actw[c];
-          const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.x));
-          const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.y));
-          const float2 w45 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.z));
-          const float2 w67 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.w));
-          lo.x = fmaf(a, w01.x, lo.x); lo.y = fmaf(a, w01.y, lo.y); lo.z = fmaf(a, w23.x, lo.z); lo.w = fmaf(a, w23.y, lo.w);
-          hi.x = fmaf(a, w45.x, hi.x); hi.y = fmaf(a, w45.y, hi.y); hi.z = fmaf(a, w67.x, hi.z); hi.w = fmaf(a, w67.y, hi.w);
-        }
-        a4[0] = lo;
-        a4[1] = hi;
-      }
-      for (int64_t v = threadIdx.x; !fd_regs && v < hv; v += kThreads) {
-        float4* a4 = reinterpret_cast<float4*>(sacc) + 2 * v;
-        float4 lo = a4[0], hi = a4[1];
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          const uint4 wv = d4[c * hv + v];
-          const float a = s_actw[c];
-          const float2 w01 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.x));
-          const float2 w23 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.y));
-          const float2 w45 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.z));
-          const float2 w67 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&wv.w));
-          lo.x = fmaf(a, w01.x, lo.x); lo.y = fmaf(a, w01.y, lo.y); lo.z = fmaf(a, w23.x, lo.z); lo.w = fmaf(a, w23.y, lo.w);
-          hi.x = fmaf(a, w45.x, hi.x); hi.y = fmaf(a, w45.y, hi.y); hi.z = fmaf(a, w67.x, hi.z); hi.w = fmaf(a, w67.y, hi.w);
-        }
-        a4[0] = lo;
-        a4[1] = hi;
-      }
-      __syncthreads();  // sdown and s_actw are the next unit's
-    };
-    int r = 0;
-    int64_t i = blockIdx.x;
-    for (; work && i < tiles && (routed_here || i < ts); i += grid, ++r) {
-      fd_unit(tile_of(i));
-      tstamp(4 + r);
-    }
-    if (!routed_here) {
-      route_token();
-      routed_here = true;
-    }
-    for (; work && i < tiles; i += grid, ++r) {
-      fd_unit(tile_of(i));
-      tstamp(4 + r);
-    }
-    // The block's partial to global memory (read by other blocks after barrier 2: through L2).
-    __syncthreads();
-    float4* ws4 = reinterpret_cast<float4*>(p.fd_partials + int64_t{blockIdx.x} * Hd);
-    for (int64_t v = threadIdx.x; work && v < 2 * hv; v += kThreads) __stcg(ws4 + v, reinterpret_cast<const float4*>(sacc)[v]);
-  } else if (p.gu_ksplit <= 1) {
+  if (p.gu_ksplit <= 1) {
     // One tile a warp over all of hidden: tile t on block t % grid, warp t / grid (consecutive
     // tiles on different blocks: every SM gets its share).
     for (int64_t t = blockIdx.x + int64_t{grid} * warp; work && t < tiles; t += int64_t{grid} * kWarps) {
@@ -409,146 +275,90 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
   // Without a next norm (norm_weight == nullptr) phase 3 is the last: barrier 2 is the final one.
   const bool next_norm = p.norm_weight != nullptr;
-  // kFd: the first tile's residual (+ attn_out) for the 8 threads that finish its columns, loaded
-  // before barrier 2 (nothing writes these columns before this block does, in phase 3).
-  float r1_fd = 0.f;
-  if (kFd && work && threadIdx.x < kDownTile && blockIdx.x < dtiles) {
-    const int64_t n = int64_t{blockIdx.x} * kDownTile + threadIdx.x;
-    r1_fd = p.residual[n];
-    if (p.attn_out) r1_fd = p.attn_out[n] + r1_fd;
-  }
   stamp(3);
-  const bool fd_discard = kFd && p.fd_discard;
-  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm && !fd_discard);
+  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
   // shared_first: every block has passed its wait: the count back to zero for the next launch
   // (stream-ordered after this one).
   if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
   stamp(4);
 
-  int ntile = 0;
-  if constexpr (kFd) {
-    // Phase 3 (fused_down): tiles of 8 output columns (tile i on block i % grid): moe = the blocks'
-    // partials summed (each thread its blocks b = t, t + 256, ... in order, then each column over
-    // the warp by a butterfly, then over the warps in order: a fixed order), the residual (+
-    // attn_out) added, the block's values kept for the next norm.
-    for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
-      const int64_t n0 = tile * kDownTile;
-      float a[kDownTile];
-#pragma unroll
-      for (int c = 0; c < kDownTile; ++c) a[c] = 0.f;
-      for (int b = threadIdx.x; b < grid; b += kThreads) {
-        const float4* src = reinterpret_cast<const float4*>(p.fd_partials + int64_t{b} * Hd + n0);
-        const float4 lo = __ldcg(src), hi = __ldcg(src + 1);
-        a[0] += lo.x; a[1] += lo.y; a[2] += lo.z; a[3] += lo.w;
-        a[4] += hi.x; a[5] += hi.y; a[6] += hi.z; a[7] += hi.w;
+  // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
+  // s (w2[id_s] rows, act_s), s >= top_k the shared experts' down chunk s - top_k (its columns
+  // [c I, (c + 1) I), the same act chunk). Pairs of segments share an mma (B columns 0 / 1); with
+  // P pairs, each pair's K is split into ks = max(1, 8 / P) contiguous ranges: unit u = pair
+  // u / ks, range u % ks, on warp u % 8. Then 8 threads finish the columns: y_s = the ranges'
+  // sums in order; moe = the shared chunks' y in chunk order + sum_j w_j bf16(y_j) (MoeCombineNorm's
+  // order), residual (+ attn_out) += moe, and the block's sum of squares.
+  const int npair = (nseg + 1) / 2;
+  const int ks = npair >= kWarps ? 1 : kWarps / npair, nunit = npair * ks;
+  const int steps = static_cast<int>(I / 32);
+  // Unit u of down tile `tile`: this lane's row (output column n0 + g) of the pair's two segments
+  // (the mma tile's rows g and g + 8), their activations, the unit's K range in 32-steps.
+  const auto unit_at = [&](int64_t tile, int u, const bf16* (&row)[2], const bf16* (&x)[2], int& s0, int& s1) {
+    const int64_t n0 = tile * kDownTile;
+    const int pair = u / ks, r = u % ks;
+    s0 = steps * r / ks;
+    s1 = steps * (r + 1) / ks;
+    for (int h = 0; h < 2; ++h) {
+      const int seg = std::min(2 * pair + h, nseg - 1);  // an odd last pair repeats its segment
+      if (seg < K) {
+        row[h] = p.w2 + (static_cast<int64_t>(s_ids[seg]) * Hd + n0 + g) * I;
+        x[h] = xs + seg * I;
+      } else {
+        row[h] = p.shared_down + (n0 + g) * Is + (seg - K) * I;
+        x[h] = xs + K * I + (seg - K) * I;
       }
-#pragma unroll
-      for (int c = 0; c < kDownTile; ++c) a[c] = dev::WarpSum(a[c]);
-      if (lane == 0) {
-#pragma unroll
-        for (int c = 0; c < kDownTile; ++c) s_part[warp][0][c] = a[c];
-      }
-      __syncthreads();
-      if (threadIdx.x < kDownTile) {
-        const int c = threadIdx.x;
-        const int64_t n = n0 + c;
-        float moe = 0.f;
-        for (int w = 0; w < kWarps; ++w) moe += s_part[w][0][c];
-        float r1 = r1_fd;
-        if (ntile > 0) {
-          r1 = p.residual[n];
-          if (p.attn_out) r1 = p.attn_out[n] + r1;
-        }
-        const float v = moe + r1;
-        p.residual[n] = v;
-        s_vals[ntile][c] = v;
-      }
-      __syncthreads();
     }
-  } else {
-    // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
-    // s (w2[id_s] rows, act_s), s >= top_k the shared experts' down chunk s - top_k (its columns
-    // [c I, (c + 1) I), the same act chunk). Pairs of segments share an mma (B columns 0 / 1); with
-    // P pairs, each pair's K is split into ks = max(1, 8 / P) contiguous ranges: unit u = pair
-    // u / ks, range u % ks, on warp u % 8. Then 8 threads finish the columns: y_s = the ranges'
-    // sums in order; moe = the shared chunks' y in chunk order + sum_j w_j bf16(y_j) (MoeCombineNorm's
-    // order), residual (+ attn_out) += moe, and the block's sum of squares.
-    const int npair = (nseg + 1) / 2;
-    const int ks = npair >= kWarps ? 1 : kWarps / npair, nunit = npair * ks;
-    const int steps = static_cast<int>(I / 32);
-    // Unit u of down tile `tile`: this lane's row (output column n0 + g) of the pair's two segments
-    // (the mma tile's rows g and g + 8), their activations, the unit's K range in 32-steps.
-    const auto unit_at = [&](int64_t tile, int u, const bf16* (&row)[2], const bf16* (&x)[2], int& s0, int& s1) {
-      const int64_t n0 = tile * kDownTile;
-      const int pair = u / ks, r = u % ks;
-      s0 = steps * r / ks;
-      s1 = steps * (r + 1) / ks;
-      for (int h = 0; h < 2; ++h) {
-        const int seg = std::min(2 * pair + h, nseg - 1);  // an odd last pair repeats its segment
-        if (seg < K) {
-          row[h] = p.w2 + (static_cast<int64_t>(s_ids[seg]) * Hd + n0 + g) * I;
-          x[h] = xs + seg * I;
-        } else {
-          row[h] = p.shared_down + (n0 + g) * Is + (seg - K) * I;
-          x[h] = xs + K * I + (seg - K) * I;
-        }
-      }
-    };
-    // The first tile's residual (+ attn_out) for the 8 threads that finish its columns, loaded before
-    // the act copy: by the end of the tile it is in registers, not an L2 round trip at the kernel's
-    // end (nothing writes these columns before this block does, at the end of phase 3).
-    float r1_first = 0.f;
-    if (work && threadIdx.x < kDownTile && blockIdx.x < dtiles) {
-      const int64_t n = int64_t{blockIdx.x} * kDownTile + threadIdx.x;
-      r1_first = p.residual[n];
-      if (p.attn_out) r1_first = p.attn_out[n] + r1_first;
-    }
-    if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
-    __syncthreads();
-    for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
-      const int64_t n0 = tile * kDownTile;
-      for (int u = warp; u < nunit; u += kWarps) {
-        const bf16* row[2];
-        const bf16* x[2];
-        int s0, s1;
-        unit_at(tile, u, row, x, s0, s1);
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
-        if (q == 0) {
-          s_part[u][0][g] = d[0];
-          s_part[u][1][g] = d[3];
-        }
-      }
-      __syncthreads();
-      if (threadIdx.x < kDownTile) {
-        const int c = threadIdx.x;
-        const int64_t n = n0 + c;
-        const auto y = [&](int seg) {
-          const int pair = seg / 2, h = seg % 2;
-          float v = 0.f;
-          for (int r = 0; r < ks; ++r) v += s_part[pair * ks + r][h][c];
-          return v;
-        };
-        float acc = 0.f;
-        for (int sc = 0; sc < nsc; ++sc) acc += y(static_cast<int>(K) + sc);
-        for (int j = 0; j < K; ++j) acc += s_w[j] * __bfloat162float(__float2bfloat16_rn(y(j)));
-        float r1 = r1_first;
-        if (ntile > 0) {
-          r1 = p.residual[n];
-          if (p.attn_out) r1 = p.attn_out[n] + r1;
-        }
-        const float v = acc + r1;
-        p.residual[n] = v;
-        s_vals[ntile][c] = v;
-      }
-      __syncthreads();
-    }
+  };
+  // The first tile's residual (+ attn_out) for the 8 threads that finish its columns, loaded before
+  // the act copy: by the end of the tile it is in registers, not an L2 round trip at the kernel's
+  // end (nothing writes these columns before this block does, at the end of phase 3).
+  float r1_first = 0.f;
+  if (work && threadIdx.x < kDownTile && blockIdx.x < dtiles) {
+    const int64_t n = int64_t{blockIdx.x} * kDownTile + threadIdx.x;
+    r1_first = p.residual[n];
+    if (p.attn_out) r1_first = p.attn_out[n] + r1_first;
   }
-  if (fd_discard) {  // every block has read the partials: each drops its own row from L2 unwritten
-    GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
-    const char* row = reinterpret_cast<const char*>(p.fd_partials + int64_t{blockIdx.x} * Hd);
-    for (int64_t l = threadIdx.x; l < Hd / 32; l += kThreads)
-      asm volatile("discard.global.L2 [%0], 128;" ::"l"(row + 128 * l) : "memory");
+  if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
+  __syncthreads();
+  int ntile = 0;
+  for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
+    const int64_t n0 = tile * kDownTile;
+    for (int u = warp; u < nunit; u += kWarps) {
+      const bf16* row[2];
+      const bf16* x[2];
+      int s0, s1;
+      unit_at(tile, u, row, x, s0, s1);
+      float d[4] = {0.f, 0.f, 0.f, 0.f};
+      WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
+      if (q == 0) {
+        s_part[u][0][g] = d[0];
+        s_part[u][1][g] = d[3];
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < kDownTile) {
+      const int c = threadIdx.x;
+      const int64_t n = n0 + c;
+      const auto y = [&](int seg) {
+        const int pair = seg / 2, h = seg % 2;
+        float v = 0.f;
+        for (int r = 0; r < ks; ++r) v += s_part[pair * ks + r][h][c];
+        return v;
+      };
+      float acc = 0.f;
+      for (int sc = 0; sc < nsc; ++sc) acc += y(static_cast<int>(K) + sc);
+      for (int j = 0; j < K; ++j) acc += s_w[j] * __bfloat162float(__float2bfloat16_rn(y(j)));
+      float r1 = r1_first;
+      if (ntile > 0) {
+        r1 = p.residual[n];
+        if (p.attn_out) r1 = p.attn_out[n] + r1;
+      }
+      const float v = acc + r1;
+      p.residual[n] = v;
+      s_vals[ntile][c] = v;
+    }
+    __syncthreads();
   }
   if (!next_norm) {
     stamp(5);
@@ -588,22 +398,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   stamp(7);
 }
 
-// The bf16 region, then x32 (fused_down: x16 only in the bf16 region; after x32 the block's fp32
-// partial [hidden] and a unit's 8 down rows [8, hidden] bf16).
+// The bf16 region, then x32.
 size_t SmemBytes(const MoePersistentParams& p) {
-  if (p.fused_down)
-    return sizeof(bf16) * static_cast<size_t>((p.hidden + 7) / 8 * 8) + 2 * sizeof(float) * static_cast<size_t>(p.hidden) +
-           8 * sizeof(bf16) * static_cast<size_t>(p.hidden);
   return sizeof(bf16) * static_cast<size_t>((std::max(p.hidden, p.top_k * p.inter + p.shared_inter) + 7) / 8 * 8) +
          sizeof(float) * static_cast<size_t>(p.hidden);
 }
 
-void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0, bool fused_down = false))(MoePersistentParams) {
-  if (fused_down) {  // (no pdl form: MoePersistentUnsupported)
-    if (l2_fetch == 2) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 2, true> : MoePersistentKernel<1, false, 2, true>;
-    if (l2_fetch == 1) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 1, true> : MoePersistentKernel<1, false, 1, true>;
-    return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 0, true> : MoePersistentKernel<1, false, 0, true>;
-  }
+void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0))(MoePersistentParams) {
   if (pdl) return blocks_per_sm == 2 ? MoePersistentKernel<2, true> : MoePersistentKernel<1, true>;
   if (l2_fetch == 2) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 2> : MoePersistentKernel<1, false, 2>;
   if (l2_fetch == 1) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 1> : MoePersistentKernel<1, false, 1>;
@@ -614,19 +415,19 @@ void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0, bool fus
 // device, and the device runs cooperative launches; the answer cached per (device, variant, smem)
 // under a mutex (runners on several devices may ask from several threads). Raises the kernel's
 // dynamic shared memory limit on this device first where smem needs it.
-bool FitsCurrentDevice(int blocks_per_sm, size_t smem, bool pdl = false, bool fused_down = false) {
+bool FitsCurrentDevice(int blocks_per_sm, size_t smem, bool pdl = false) {
   static std::mutex mu;
-  static auto* known = new std::map<std::tuple<int, int, size_t, bool, bool>, bool>();
+  static auto* known = new std::map<std::tuple<int, int, size_t, bool>, bool>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(dev, blocks_per_sm, smem, pdl, fused_down);
+  const auto key = std::make_tuple(dev, blocks_per_sm, smem, pdl);
   if (const auto it = known->find(key); it != known->end()) return it->second;
   int coop = 0;
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   bool fits = coop != 0 && smem <= 227 * 1024;
   if (fits) {  // the instantiation asked for (pdl: MoePersistentParams::pdl's)
-    void (*kernel)(MoePersistentParams) = KernelFor(blocks_per_sm, pdl, 0, fused_down);
+    void (*kernel)(MoePersistentParams) = KernelFor(blocks_per_sm, pdl);
     if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
     DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
@@ -697,7 +498,7 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {
     why << "activations need " << SmemBytes(p) << " bytes of shared memory; ";
-  } else if (p.blocks_per_sm >= 1 && p.blocks_per_sm <= 2 && !FitsCurrentDevice(p.blocks_per_sm, SmemBytes(p), false, p.fused_down)) {
+  } else if (p.blocks_per_sm >= 1 && p.blocks_per_sm <= 2 && !FitsCurrentDevice(p.blocks_per_sm, SmemBytes(p))) {
     why << p.blocks_per_sm << " blocks with " << SmemBytes(p)
         << " bytes of shared memory do not fit an SM of this device (or it has no cooperative launch); ";
   }
@@ -711,14 +512,6 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
-  if (p.fused_down) {
-    if (p.gu_ksplit != kWarps) why << "fused_down needs gu_ksplit " << kWarps << "; ";
-    if (p.pdl) why << "fused_down has no pdl form; ";
-    if ((p.top_k > 0 && !p.w2t) || (p.shared_inter > 0 && !p.shared_down_t) || !p.fd_partials)
-      why << "fused_down needs w2t, shared_down_t and fd_partials; ";
-    if (misaligned(p.w2t) || misaligned(p.shared_down_t) || misaligned(p.fd_partials))
-      why << "fused_down's operands must be 16-byte aligned; ";
-  }
   return why.str();
 }
 
@@ -732,9 +525,9 @@ bool MoePersistent(const MoePersistentParams& p) {
   // Cooperative: every block resident, as the grid barriers need (the plain instantiation's fit:
   // checked above). pdl: where its own instantiation fits too.
   // (Not once a PDL launch was refused: the fallback would run the plain instantiation chosen here.)
-  const bool pdl = !p.fused_down && p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(p.blocks_per_sm, smem, true);
+  const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(p.blocks_per_sm, smem, true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
-  void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch, p.fused_down);
+  void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
   if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, p.blocks_per_sm, smem);
   if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(KernelFor(p.blocks_per_sm, true)), p.carveout, p.blocks_per_sm, smem);

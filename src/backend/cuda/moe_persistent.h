@@ -117,26 +117,6 @@ struct MoePersistentParams {
   // round r (r < kMoePersistentTileStamps - 4).
   long long* tile_stamps = nullptr;
   bool barriers_only = false;
-  // fused_down (session 27; CudaRunnerOptions::persistent_moe_fused_down; needs gu_ksplit 8 and no
-  // pdl): the down projection split along I, as Megatron-LM splits an MLP over tensor-parallel ranks
-  // (gate_up by its output columns, down by its input rows), inside one kernel. Phase 2's unit is
-  // a gate_up tile (8 act columns of one segment) AND the same 8 rows of that segment's transposed
-  // down weights (w2t / shared_down_t: 8 contiguous rows of hidden, copied into shared memory by
-  // cp.async while the gate_up loads are in flight); the block adds w_j * act . rows into its own
-  // fp32 partial of every output column, so no barrier waits for act between gate_up and down.
-  // Then barrier 2, and phase 3 sums the blocks' partials per 8-column tile (a fixed order:
-  // deterministic) into the residual. act is written as without it (the same bits: the same parts
-  // in the same order); moe[n] differs in rounding: no bf16 rounding of each routed y_j, the sums
-  // in another order (tests bound it: CudaMoePersistent.FusedDown*).
-  bool fused_down = false;
-  const __nv_bfloat16* w2t = nullptr;            // [E, I, hidden] bf16: w2[e] transposed (fused_down, routed)
-  const __nv_bfloat16* shared_down_t = nullptr;  // [Is, hidden] bf16: shared_down transposed (fused_down)
-  float* fd_partials = nullptr;                  // [MoePersistentGridBlocks(blocks_per_sm), hidden] fp32 scratch (fused_down)
-  // Measurement (fused_down): a grid barrier after phase 3, then each block drops its partial's row
-  // from L2 without a write-back (discard.global.L2), so no dirty lines outlive the launch.
-  bool fd_discard = false;
-  // Measurement (fused_down, hidden = 2048): the down rows loaded into registers, not by cp.async.
-  bool fd_regs = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.

@@ -97,23 +97,6 @@ dim3 RowGrid(int64_t rows, int64_t cols) {
   return dim3(static_cast<unsigned>(rows), static_cast<unsigned>(slices));
 }
 
-// 32 x 32 tiles through shared memory (a padded column: no bank conflicts); block (32, 8).
-__global__ void TransposeBf16Kernel(const __nv_bfloat16* in, __nv_bfloat16* out, int64_t rows, int64_t cols) {
-  __shared__ __nv_bfloat16 t[32][33];
-  const int64_t b = blockIdx.z, r0 = int64_t{blockIdx.y} * 32, c0 = int64_t{blockIdx.x} * 32;
-  const __nv_bfloat16* src = in + b * rows * cols;
-  __nv_bfloat16* dst = out + b * rows * cols;
-  for (int i = threadIdx.y; i < 32; i += 8) {
-    const int64_t r = r0 + i, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) t[i][threadIdx.x] = src[r * cols + c];
-  }
-  __syncthreads();
-  for (int i = threadIdx.y; i < 32; i += 8) {
-    const int64_t c = c0 + i, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) dst[c * rows + r] = t[threadIdx.x][i];
-  }
-}
-
 __device__ __forceinline__ uint64_t Mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -215,16 +198,6 @@ void Copy2D(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t 
   if (cols == 0) return;
   LaunchKernel(Copy2DKernel, RowGrid(rows, cols), kRowThreads, 0, s, pdl, in, ld_in, out, ld_out, cols);
   DS_CUDA_CHECK_LAUNCH("Copy2DKernel");
-}
-
-void TransposeBf16(const __nv_bfloat16* in, __nv_bfloat16* out, int64_t batch, int64_t rows, int64_t cols,
-                   cudaStream_t s) {
-  if (batch == 0 || rows == 0 || cols == 0) return;
-  DS_CHECK(batch > 0 && batch <= 65535 && rows > 0 && cols > 0 && (rows + 31) / 32 <= 65535 && (cols + 31) / 32 <= (int64_t{1} << 31) - 1)
-      << "TransposeBf16: " << batch << " x " << rows << " x " << cols;
-  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>((rows + 31) / 32), static_cast<unsigned>(batch));
-  TransposeBf16Kernel<<<grid, dim3(32, 8), 0, s>>>(in, out, rows, cols);
-  DS_CUDA_CHECK_LAUNCH("TransposeBf16Kernel");
 }
 
 void RandomUniformBf16(__nv_bfloat16* p, int64_t n, float a, uint64_t seed, cudaStream_t s) {

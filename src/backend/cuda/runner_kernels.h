@@ -40,11 +40,6 @@ void SplitBf16(const float* in, int64_t ld_in, int64_t rows, int64_t cols, __nv_
 void Copy2D(const float* in, int64_t ld_in, float* out, int64_t ld_out, int64_t rows, int64_t cols, cudaStream_t s,
             bool pdl = false);
 
-// out[b, c, r] = in[b, r, c] (bf16; b < batch, r < rows, c < cols): e.g. the experts' down weights
-// [E, hidden, I] as [E, I, hidden] for MoePersistentParams::fused_down. Exact (a copy).
-void TransposeBf16(const __nv_bfloat16* in, __nv_bfloat16* out, int64_t batch, int64_t rows, int64_t cols,
-                   cudaStream_t s);
-
 // Seeded fills for dummy weights: element i gets a value from a counter-based hash of
 // (seed, i): uniform in [-a, a] (bf16 or fp32), or e4m3 codes of uniform [-448, 448]
 // values; Fill sets every element to v.
