@@ -35,15 +35,14 @@ __device__ __forceinline__ bf16 SiluMul(float g, float u) { return __float2bfloa
 // shared memory, by the whole block: kCopyBatch loads a thread in flight before their stores
 // (V2-Lite's 22.5 KB of act: one L2 round trip, not six).
 constexpr int kCopyBatch = 8;
-template <int kBatch = kCopyBatch>
 __device__ __forceinline__ void CopyToSmem(uint4* dst, const uint4* src, int64_t n8) {
-  for (int64_t i0 = threadIdx.x; i0 < n8; i0 += int64_t{kBatch} * blockDim.x) {
-    uint4 v[kBatch];
+  for (int64_t i0 = threadIdx.x; i0 < n8; i0 += int64_t{kCopyBatch} * blockDim.x) {
+    uint4 v[kCopyBatch];
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u)
+    for (int u = 0; u < kCopyBatch; ++u)
       if (i0 + u * blockDim.x < n8) v[u] = __ldcg(src + i0 + u * blockDim.x);
 #pragma unroll
-    for (int u = 0; u < kBatch; ++u)
+    for (int u = 0; u < kCopyBatch; ++u)
       if (i0 + u * blockDim.x < n8) dst[i0 + u * blockDim.x] = v[u];
   }
 }
@@ -55,44 +54,12 @@ constexpr int kDownTile = 8;
 constexpr int kMaxSegments = kMaxTopK + kMoePersistentMaxSharedChunks;
 constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never exceed this (see below)
 
-// down_preload: steps of a warp's first down unit loaded before barrier 2 (6 of V2-Lite's 22: the
-// other 16 are two full bursts), and their loads / mmas (ptx::LoadSlice / MmaSlice for kN steps).
-constexpr int kPreSteps = 6;
-template <int kN>
-struct PreSlice {
-  uint4 a[kN], b[kN];
-};
-template <int kPf, int kN>
-__device__ __forceinline__ void LoadPre(const bf16* ra, const bf16* rb, int steps, PreSlice<kN>& w) {
-  const int q = threadIdx.x & 3;
-#pragma unroll
-  for (int u = 0; u < kN; ++u) {
-    if (u < steps) {
-      w.a[u] = ptx::LdStreamNow<kPf>(reinterpret_cast<const uint4*>(ra) + q + 4 * u);
-      w.b[u] = ptx::LdStreamNow<kPf>(reinterpret_cast<const uint4*>(rb) + q + 4 * u);
-    }
-  }
-}
-template <int kN>
-__device__ __forceinline__ void MmaPre(const PreSlice<kN>& w, const bf16* x, int steps, float (&d)[4]) {
-  const uint4* x4 = reinterpret_cast<const uint4*>(x) + (threadIdx.x & 3);
-#pragma unroll
-  for (int u = 0; u < kN; ++u) {
-    if (u < steps) {
-      const uint4 xv = x4[4 * u];
-      ptx::Mma(d, w.a[u].x, w.b[u].x, w.a[u].y, w.b[u].y, xv.x, xv.y);
-      ptx::Mma(d, w.a[u].z, w.b[u].z, w.a[u].w, w.b[u].w, xv.z, xv.w);
-    }
-  }
-}
-
 // kMinBlocks blocks per SM (the register cap that lets them fit: 2 -> <= 128 registers).
 // kPdl: launched as a programmatic dependent (MoePersistentParams::pdl): the wait for the previous
 // kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
 // kPf: the weight loads' L2 fetch size (MoePersistentParams::l2_fetch; ptx::LdStreamPf).
-// kPre: MoePersistentParams::down_preload (its own instantiations, none with kPdl).
-template <int kMinBlocks, bool kPdl, int kPf = 0, bool kPre = false>
+template <int kMinBlocks, bool kPdl, int kPf = 0>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ uint4 smem4[];
@@ -308,6 +275,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
   // Without a next norm (norm_weight == nullptr) phase 3 is the last: barrier 2 is the final one.
   const bool next_norm = p.norm_weight != nullptr;
+  stamp(3);
+  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
+  // shared_first: every block has passed its wait: the count back to zero for the next launch
+  // (stream-ordered after this one).
+  if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
+  stamp(4);
+
   // Phase 3: down tiles of 8 output columns (tile i on block i % grid). Segment s < top_k is slot
   // s (w2[id_s] rows, act_s), s >= top_k the shared experts' down chunk s - top_k (its columns
   // [c I, (c + 1) I), the same act chunk). Pairs of segments share an mma (B columns 0 / 1); with
@@ -336,29 +310,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       }
     }
   };
-  // kPre (MoePersistentParams::down_preload): each warp's first down unit's first kPreSteps steps
-  // loaded into registers before barrier 2 (the rows need only the routing), so that they land
-  // while the block waits there; phase 3 multiplies them first, then the rest of the unit as
-  // WarpTile16 would (the same mma order: the same bits).
-  PreSlice<kPre ? kPreSteps : 1> pre;
-  int pre_n = 0;
-  if constexpr (kPre) {
-    if (work && blockIdx.x < dtiles && warp < nunit) {
-      const bf16* row[2];
-      const bf16* x[2];
-      int s0, s1;
-      unit_at(blockIdx.x, warp, row, x, s0, s1);
-      pre_n = s1 - s0 < kPreSteps ? s1 - s0 : kPreSteps;
-      LoadPre<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, pre_n, pre);
-    }
-  }
-  stamp(3);
-  GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
-  // shared_first: every block has passed its wait: the count back to zero for the next launch
-  // (stream-ordered after this one).
-  if (shared_first && blockIdx.x == 0 && threadIdx.x == 0) *p.router_ready = 0u;
-  stamp(4);
-
   // The first tile's residual (+ attn_out) for the 8 threads that finish its columns, loaded before
   // the act copy: by the end of the tile it is in registers, not an L2 round trip at the kernel's
   // end (nothing writes these columns before this block does, at the end of phase 3).
@@ -368,8 +319,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     r1_first = p.residual[n];
     if (p.attn_out) r1_first = p.attn_out[n] + r1_first;
   }
-  // (kPre: half the copy's loads in flight, for the preloaded steps' registers.)
-  if (work && blockIdx.x < dtiles) CopyToSmem<kPre ? kCopyBatch / 2 : kCopyBatch>(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
+  if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
   int ntile = 0;
   for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
@@ -380,24 +330,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       int s0, s1;
       unit_at(tile, u, row, x, s0, s1);
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      if constexpr (kPre) {
-        int sk = s0;
-        if (ntile == 0 && u == warp) {  // the preloaded steps first
-          MmaPre(pre, (g == 1 ? x[1] : x[0]) + 32 * s0, pre_n, d);
-          sk = s0 + pre_n;
-        }
-        // The rest in bursts by LoadSlice / MmaSlice (asm volatile loads: all of a burst's loads
-        // ahead of its mmas; WarpTile16 at this call site had ptxas issue them 2 at a time).
-        const bf16* xl = g == 1 ? x[1] : x[0];
-        for (; sk < s1; sk += ptx::kTileBurst) {
-          const int n = min(ptx::kTileBurst, s1 - sk);
-          ptx::WarpSlice ws;
-          ptx::LoadSlice<kPf>(row[0] + 32 * sk, row[1] + 32 * sk, n, ws);
-          ptx::MmaSlice(ws, xl + 32 * sk, n, d);
-        }
-      } else {
-        WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
-      }
+      WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
       if (q == 0) {
         s_part[u][0][g] = d[0];
         s_part[u][1][g] = d[3];
@@ -471,12 +404,7 @@ size_t SmemBytes(const MoePersistentParams& p) {
          sizeof(float) * static_cast<size_t>(p.hidden);
 }
 
-void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0, bool pre = false))(MoePersistentParams) {
-  if (pre && !pdl) {
-    if (l2_fetch == 2) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 2, true> : MoePersistentKernel<1, false, 2, true>;
-    if (l2_fetch == 1) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 1, true> : MoePersistentKernel<1, false, 1, true>;
-    return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 0, true> : MoePersistentKernel<1, false, 0, true>;
-  }
+void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0))(MoePersistentParams) {
   if (pdl) return blocks_per_sm == 2 ? MoePersistentKernel<2, true> : MoePersistentKernel<1, true>;
   if (l2_fetch == 2) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 2> : MoePersistentKernel<1, false, 2>;
   if (l2_fetch == 1) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 1> : MoePersistentKernel<1, false, 1>;
@@ -599,7 +527,7 @@ bool MoePersistent(const MoePersistentParams& p) {
   // (Not once a PDL launch was refused: the fallback would run the plain instantiation chosen here.)
   const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(p.blocks_per_sm, smem, true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
-  void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch, !pdl && p.down_preload);
+  void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
   if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, p.blocks_per_sm, smem);
   if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(KernelFor(p.blocks_per_sm, true)), p.carveout, p.blocks_per_sm, smem);

@@ -117,13 +117,6 @@ struct MoePersistentParams {
   // round r (r < kMoePersistentTileStamps - 4).
   long long* tile_stamps = nullptr;
   bool barriers_only = false;
-  // down_preload (session 27; CudaRunnerOptions::persistent_moe_down_preload): each warp loads the
-  // first 6 steps (32 k each) of its first phase-3 down unit into registers before barrier 2 (the
-  // rows need only the routing: they land while the block waits there, DRAM half idle then), and
-  // phase 3 multiplies them first, then the rest of the unit as without it: the same mma order,
-  // the same bits. (Session 24 measured a first burst loaded after barrier 2 with the act copy by
-  // cp.async slower; session 27 found cp.async itself costly in the model.) No pdl form.
-  bool down_preload = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
