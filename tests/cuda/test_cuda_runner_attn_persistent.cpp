@@ -92,16 +92,6 @@ TEST(CudaRunnerAttnPersistent, CarveoutBitIdentical) {
 
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
 // bytes, the default, and 256), each kernel on its own: the same loads, so the same bits.
-// attn_reg_tiles (measurement, session 27): the first split's K tile and the Q tile by register loads
-// instead of cp.async: the same bits, graphs off and on.
-TEST(CudaRunnerAttnPersistent, RegTilesBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_reg_tiles = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_reg_tiles", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::attn_reg_tiles_layers, PathExpect::kRuns);
-}
-
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";

@@ -277,7 +277,6 @@ struct CudaRunnerOptions {
   // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = true;
-  bool attn_reg_tiles = false;  // measurement: MlaAttnPersistentParams::reg_tiles (DS_ATTN_REG_TILES=1)
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -592,7 +591,6 @@ struct CudaGraphStats {
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
-  int64_t attn_reg_tiles_layers = 0;       // persistent attention launches with attn_reg_tiles (measurement)
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 or 4 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)

@@ -160,31 +160,6 @@ __device__ __forceinline__ void IssueSplitRows(const MlaAttnPersistentParams& p,
   }
 }
 
-// reg_tiles (MlaAttnPersistentParams::reg_tiles): IssueSplitRows's copies (every row but `skip`) as
-// register loads, kept in r until StoreSplitRows writes them to Ks (keys >= kend zeros).
-constexpr int kSplitRegs = (kBN * (kD / 8) + kThreads - 1) / kThreads;
-__device__ __forceinline__ void LoadSplitRows(const MlaAttnPersistentParams& p, int split, int ctx, int skip,
-                                              uint4 (&r)[kSplitRegs]) {
-  const int bs = static_cast<int>(p.block_size);
-  const int kbeg = split * kBN, kend = min(ctx, kbeg + kBN);
-  const int64_t page = p.block_table[kbeg / bs];
-  const bf16* src_base = p.cache + (page * bs + kbeg % bs) * kD;
-#pragma unroll
-  for (int i = 0; i < kSplitRegs; ++i) {
-    const int c = threadIdx.x + i * kThreads, j = c / (kD / 8), e = c % (kD / 8);
-    r[i] = make_uint4(0u, 0u, 0u, 0u);
-    if (c < kBN * (kD / 8) && j != skip && kbeg + j < kend)
-      r[i] = __ldcg(reinterpret_cast<const uint4*>(src_base + static_cast<int64_t>(j) * kD + e * 8));
-  }
-}
-__device__ __forceinline__ void StoreSplitRows(bf16* Ks, int skip, const uint4 (&r)[kSplitRegs]) {
-#pragma unroll
-  for (int i = 0; i < kSplitRegs; ++i) {
-    const int c = threadIdx.x + i * kThreads, j = c / (kD / 8), e = c % (kD / 8);
-    if (c < kBN * (kD / 8) && j != skip) *reinterpret_cast<uint4*>(Ks + j * kLd + e * 8) = r[i];
-  }
-}
-
 // Phase 1's tile t -> its first row: tile t (absorb_overlap: q_nope tiles of every head, then
 // q_pe, then kv_a).
 __device__ __forceinline__ int64_t PhaseOneTileRow(int64_t t, int64_t H, bool overlap) {
@@ -397,12 +372,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // cache row in phase 3, while its Q / K tiles load.
   const int norm_block = ctx >= 1 && new_split < S ? new_split % grid : 0;
   const int64_t slot = *p.slot;
-  const int first_skip = first_split == new_split ? ctx - 1 - new_split * kBN : -1;
-  uint4 kreg[kSplitRegs];
-  if (first_split < S) {
-    if (p.reg_tiles) LoadSplitRows(p, first_split, ctx, first_skip, kreg);
-    else IssueSplitRows(p, Ks, first_split, ctx, -1, first_skip);
-  }
+  if (first_split < S) IssueSplitRows(p, Ks, first_split, ctx, -1, first_split == new_split ? ctx - 1 - new_split * kBN : -1);
   Stamp(p.phase_ns, 3, true);
   if (!split_counter) {
     grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
@@ -425,22 +395,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   float* lse_base = p.workspace + H * smax * kLat;
   {
     if (first_split < S) {
-      // The Q tile: q_lat by cp.async (reg_tiles: register loads, stored with the K tile's after
-      // q_pe's loads went out); q_pe rotated here from q32 (bf16), as RotateHead.
-      constexpr int kQRegs = 16 * (kLat / 8) / kThreads;
-      static_assert(kQRegs * kThreads == 16 * (kLat / 8), "q_lat vectors a thread");
-      uint4 qreg[kQRegs];
-      if (p.reg_tiles) {
-#pragma unroll
-        for (int i = 0; i < kQRegs; ++i) {
-          const int idx = threadIdx.x + i * kThreads, r = idx / (kLat / 8), c = (idx % (kLat / 8)) * 8;
-          qreg[i] = r < H ? __ldcg(reinterpret_cast<const uint4*>(p.qlat16 + r * kLat + c)) : make_uint4(0u, 0u, 0u, 0u);
-        }
-      } else {
-        for (int idx = threadIdx.x; idx < 16 * (kLat / 8); idx += kThreads) {
-          const int r = idx / (kLat / 8), c = (idx % (kLat / 8)) * 8;
-          CpAsyncTo(Qs + r * kLd + c, p.qlat16 + (r < H ? r : 0) * kLat + c, r < H);
-        }
+      // The Q tile: q_lat by cp.async; q_pe rotated here from q32 (bf16), as RotateHead.
+      for (int idx = threadIdx.x; idx < 16 * (kLat / 8); idx += kThreads) {
+        const int r = idx / (kLat / 8), c = (idx % (kLat / 8)) * 8;
+        CpAsyncTo(Qs + r * kLd + c, p.qlat16 + (r < H ? r : 0) * kLat + c, r < H);
       }
       // (Every thread's q_pe loads first, then the rotations: one L2 round trip, not two.)
       constexpr int kPeIt = 16 * (kRope / 2) / kThreads;
@@ -466,14 +424,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         }
         Qs[r * kLd + kLat + i] = __float2bfloat16_rn(o0);
         Qs[r * kLd + kLat + i + half] = __float2bfloat16_rn(o1);
-      }
-      if (p.reg_tiles) {
-#pragma unroll
-        for (int i = 0; i < kQRegs; ++i) {
-          const int idx = threadIdx.x + i * kThreads, r = idx / (kLat / 8), c = (idx % (kLat / 8)) * 8;
-          *reinterpret_cast<uint4*>(Qs + r * kLd + c) = qreg[i];
-        }
-        StoreSplitRows(Ks, first_skip, kreg);
       }
     }
     if (blockIdx.x == norm_block) {

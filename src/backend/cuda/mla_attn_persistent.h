@@ -140,10 +140,6 @@ struct MlaAttnPersistentParams {
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
-  // Measurement (session 27): the first split's K tile and the Q tile by register loads (kept
-  // across the split counter's wait, then stored to shared memory) instead of cp.async. The same
-  // bits.
-  bool reg_tiles = false;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 19;
