@@ -54,18 +54,6 @@ TEST(CudaRunnerPersistentMoe, GateUpKSplitWithinBounds) {
                                &CudaGraphStats::moe_gu_ksplit_layers, PathExpect::kRuns);
 }
 
-// persistent_moe_gu_pair at 1 block a SM: phase 2's rounds two at a time, each tile's sums in the
-// same order: bit-identical logits against the 1-block form without it, graphs off and on.
-TEST(CudaRunnerPersistentMoe, GuPairBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  CudaRunnerOptions o = DummyOptions(dir, 3, 5);
-  o.persistent_moe_blocks_per_sm = 1;
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_gu_pair = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers bps1", "persistent_moe_gu_pair", o, set,
-                               &CudaGraphStats::moe_gu_pair_layers, PathExpect::kRuns);
-}
-
 // persistent_moe_shared_first: phase 2 with the shared experts' tiles first and no barrier 1: the
 // same sums per tile, so bit-identical logits, graphs off and on (MoE and dense layers).
 TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {

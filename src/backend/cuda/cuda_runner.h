@@ -277,10 +277,6 @@ struct CudaRunnerOptions {
   // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = true;
-  // With persistent_moe_blocks_per_sm 1: phase 2's tiles two rounds at once (MoePersistentParams::
-  // gu_pair; the one-block form's registers hold both). The same bits. Session 27; opt-in. The CLI
-  // reads DS_MOE_GU_PAIR=0/1.
-  bool persistent_moe_gu_pair = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -607,7 +603,6 @@ struct CudaGraphStats {
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
   int64_t moe_gu_ksplit_layers = 0;    // persistent MoE layers with gu_ksplit > 1 (likewise)
-  int64_t moe_gu_pair_layers = 0;      // persistent MoE / dense layers with gu_pair at 1 block a SM (likewise)
   int64_t persistent_carveout_launches = 0;  // persistent kernels launched with a carveout preference (persistent_carveout >= 0)
   int64_t persistent_pdl_launches = 0;  // persistent kernels launched with PDL (persistent_pdl; the device took it)
   int64_t persistent_dense_layers = 0;  // dense layers run by the persistent kernel (persistent_dense_mlp)

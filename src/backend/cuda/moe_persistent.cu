@@ -59,8 +59,7 @@ constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never
 // kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
 // kPf: the weight loads' L2 fetch size (MoePersistentParams::l2_fetch; ptx::LdStreamPf).
-// kPair: MoePersistentParams::gu_pair (1 block a SM, not PDL: its own instantiations).
-template <int kMinBlocks, bool kPdl, int kPf = 0, bool kPair = false>
+template <int kMinBlocks, bool kPdl, int kPf = 0>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ uint4 smem4[];
@@ -144,39 +143,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     if (q == 0) {
       s_gu[r][warp][g] = d[0];
       s_gu[r][warp][8 + g] = d[2];
-    }
-  };
-  // kPair (gu_pair): two rounds' tiles at once, both slices' loads of a burst before either's mmas
-  // (twice the loads in flight a warp: the one-block form's 255 registers hold them); each tile's
-  // mmas in WarpTile16's order: the same bits.
-  const auto gu_pair = [&](int64_t ta, int r0, int64_t tb, int r1) {
-    const bf16* wa;
-    const bf16* wbb;
-    int64_t ca, ha, cb, hb;
-    bf16* outa;
-    bf16* outb;
-    tile_at(ta, wa, ca, ha, outa);
-    tile_at(tb, wbb, cb, hb, outb);
-    const int64_t kw = Hd / ksp, k0 = part * kw;
-    const int steps = static_cast<int>(kw / 32);
-    const bf16* a0 = wa + (ca + g) * Hd + k0;
-    const bf16* a1 = wa + (ha + ca + g) * Hd + k0;
-    const bf16* b0 = wbb + (cb + g) * Hd + k0;
-    const bf16* b1 = wbb + (hb + cb + g) * Hd + k0;
-    float da[4] = {0.f, 0.f, 0.f, 0.f}, db[4] = {0.f, 0.f, 0.f, 0.f};
-    for (int s0 = 0; s0 < steps; s0 += ptx::kTileBurst) {
-      const int n = min(ptx::kTileBurst, steps - s0);
-      ptx::WarpSlice sa, sb;
-      ptx::LoadSlice<kPf>(a0 + 32 * s0, a1 + 32 * s0, n, sa);
-      ptx::LoadSlice<kPf>(b0 + 32 * s0, b1 + 32 * s0, n, sb);
-      ptx::MmaSlice(sa, xs + k0 + 32 * s0, n, da);
-      ptx::MmaSlice(sb, xs + k0 + 32 * s0, n, db);
-    }
-    if (q == 0) {
-      s_gu[r0][warp][g] = da[0];
-      s_gu[r0][warp][8 + g] = da[2];
-      s_gu[r1][warp][g] = db[0];
-      s_gu[r1][warp][8 + g] = db[2];
     }
   };
 
@@ -273,52 +239,17 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     // a time (2 loads, 2 mmas; session 24 run 7, +12% on the step).
     int r = 0;
     int64_t i = blockIdx.x + int64_t{grid} * slot;
-    const int64_t step = int64_t{grid} * slots;
-    if constexpr (kPair) {
-      // Pairs of rounds where both are on the same side of the routing; a lone round alone.
-      for (; work && i < tiles && (routed_here || i < ts);) {
-        const int64_t i2 = i + step;
-        if (i2 < tiles && (routed_here || i2 < ts)) {
-          gu_pair(tile_of(i), r, tile_of(i2), r + 1);
-          i = i2 + step;
-          r += 2;
-        } else {
-          gu_part(tile_of(i), r);
-          i += step;
-          ++r;
-        }
-        tstamp(4 + r - 1);
-      }
-      if (!routed_here) {
-        route_token();
-        routed_here = true;
-      }
-      for (; work && i < tiles;) {
-        const int64_t i2 = i + step;
-        if (i2 < tiles) {
-          gu_pair(tile_of(i), r, tile_of(i2), r + 1);
-          i = i2 + step;
-          r += 2;
-        } else {
-          gu_part(tile_of(i), r);
-          i += step;
-          ++r;
-        }
-        tstamp(4 + r - 1);
-      }
-    } else {
-      for (; work && i < tiles && (routed_here || i < ts); i += int64_t{grid} * slots, ++r) {
-        gu_part(tile_of(i), r);
-        tstamp(4 + r);
-      }
-      if (!routed_here) {
-        route_token();
-        routed_here = true;
-      }
-      for (; work && i < tiles; i += int64_t{grid} * slots, ++r) {
-        gu_part(tile_of(i), r);
-        tstamp(4 + r);
-      }
+    for (; work && i < tiles && (routed_here || i < ts); i += int64_t{grid} * slots, ++r) {
+      gu_part(tile_of(i), r);
+      tstamp(4 + r);
+    }
+    if (!routed_here) {
+      route_token();
+      routed_here = true;
+    }
+    for (; work && i < tiles; i += int64_t{grid} * slots, ++r) {
+      gu_part(tile_of(i), r);
+      tstamp(4 + r);
     }
     __syncthreads();
     const int64_t rounds = (tiles + int64_t{grid} * slots - 1) / (int64_t{grid} * slots);
@@ -473,12 +404,7 @@ size_t SmemBytes(const MoePersistentParams& p) {
          sizeof(float) * static_cast<size_t>(p.hidden);
 }
 
-void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0, bool pair = false))(MoePersistentParams) {
-  if (pair && !pdl && blocks_per_sm == 1) {
-    if (l2_fetch == 2) return MoePersistentKernel<1, false, 2, true>;
-    if (l2_fetch == 1) return MoePersistentKernel<1, false, 1, true>;
-    return MoePersistentKernel<1, false, 0, true>;
-  }
+void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0))(MoePersistentParams) {
   if (pdl) return blocks_per_sm == 2 ? MoePersistentKernel<2, true> : MoePersistentKernel<1, true>;
   if (l2_fetch == 2) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 2> : MoePersistentKernel<1, false, 2>;
   if (l2_fetch == 1) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 1> : MoePersistentKernel<1, false, 1>;
@@ -601,7 +527,7 @@ bool MoePersistent(const MoePersistentParams& p) {
   // (Not once a PDL launch was refused: the fallback would run the plain instantiation chosen here.)
   const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(p.blocks_per_sm, smem, true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
-  void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch, !pdl && p.gu_pair);
+  void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
   if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, p.blocks_per_sm, smem);
   if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(KernelFor(p.blocks_per_sm, true)), p.carveout, p.blocks_per_sm, smem);

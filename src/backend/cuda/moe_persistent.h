@@ -117,12 +117,6 @@ struct MoePersistentParams {
   // round r (r < kMoePersistentTileStamps - 4).
   long long* tile_stamps = nullptr;
   bool barriers_only = false;
-  // gu_pair (session 27; CudaRunnerOptions::persistent_moe_gu_pair): with blocks_per_sm 1 and
-  // gu_ksplit > 1, phase 2 runs two rounds' tiles at once, both slices' loads of a burst before
-  // either's mmas: the one-block form's 255 registers give each warp twice the loads in flight,
-  // what the second block of the two-block form gives. The same bits. Ignored at 2 blocks a SM
-  // and with pdl.
-  bool gu_pair = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
