@@ -77,7 +77,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_OPROJ_NORM", &c.fused_oproj_norm);              // residual + norm in o_proj's last block (off: verified, slower)
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
   env_int("DS_PERSISTENT_MOE_GU_KSPLIT", 1, 8, 1, &c.persistent_moe_gu_ksplit);
-  env_switch("DS_MOE_BULK_ACT", &c.persistent_moe_bulk_act);  // phase 3's act copy by TMA beside the first down burst (opt-in, session 27)
   env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared experts' tiles first, no barrier 1 (on since session 20)
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
   env_int("DS_ATTN_L2_FETCH", 0, 2, 1, &c.attn_l2_fetch);          // weight loads' L2 fetch size (session 21)

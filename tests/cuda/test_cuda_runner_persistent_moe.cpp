@@ -54,16 +54,6 @@ TEST(CudaRunnerPersistentMoe, GateUpKSplitWithinBounds) {
                                &CudaGraphStats::moe_gu_ksplit_layers, PathExpect::kRuns);
 }
 
-// persistent_moe_bulk_act: phase 3's act by one bulk copy beside the first down burst, the same mma
-// order: bit-identical logits, graphs off and on (MoE and dense layers).
-TEST(CudaRunnerPersistentMoe, BulkActBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_bulk_act = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_bulk_act", DummyOptions(dir, 3, 5), set,
-                               &CudaGraphStats::moe_bulk_act_layers, PathExpect::kRuns);
-}
-
 // persistent_moe_shared_first: phase 2 with the shared experts' tiles first and no barrier 1: the
 // same sums per tile, so bit-identical logits, graphs off and on (MoE and dense layers).
 TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {

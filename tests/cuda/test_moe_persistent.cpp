@@ -101,7 +101,6 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
   const std::vector<float> with = snapshot();
   MoePersistentParams q = p;
   q.router_ready = nullptr;
-  q.bulk_act = false;  // (the same bits too: CudaMoePersistent.BulkActMatchesCpuReference)
   LaunchFromResidual(false, 1, q, res_in, [] {});
   const std::vector<float> without = snapshot();
   EXPECT_EQ(std::memcmp(with.data(), without.data(), with.size() * sizeof(float)), 0)
@@ -109,15 +108,11 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
 }
 
 // shared_first: (MoePersistentParams::router_ready; ksplit 8), then ExpectSharedFirstBitsAndReset.
-// bulk_act: MoePersistentParams::bulk_act, then (with shared_first) the bits against the launch
-// without either.
-void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true, bool shared_first = false,
-             bool bulk_act = false) {
+void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true, bool shared_first = false) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
   const std::string label = std::string(c.name) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
                             (fold ? " fold" : "") + (ksplit > 1 ? " gu_ksplit" + std::to_string(ksplit) : "") +
-                            (next_norm ? "" : " no_next_norm") + (shared_first ? " shared_first" : "") +
-                            (bulk_act ? " bulk_act" : "");
+                            (next_norm ? "" : " no_next_norm") + (shared_first ? " shared_first" : "");
   // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual; with
   // fold, attn_out and the post-attention norm's weight instead of x32 / x16 (x32 is then the
   // reference's own norm of residual + attn_out).
@@ -169,7 +164,6 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   p.blocks_per_sm = bps;
   if (!next_norm) p.norm_weight = nullptr;  // out32 / out16 / partials stay set: the kernel must not write them
   if (shared_first) p.router_ready = d_sync.get() + 2;
-  p.bulk_act = bulk_act;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
@@ -268,12 +262,12 @@ TEST(CudaMoePersistent, MatchesCpuReference) {
 // weights, in `chunks` chunks of I): the post-attention norm (fold), gate_up + SiLU, down, the
 // residual and the next norm (or none), against a double reference on the kernel's bf16 act.
 void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int ksplit, bool next_norm,
-                  bool shared_first = false, bool bulk_act = false) {
+                  bool shared_first = false) {
   const int64_t I = Is / chunks;
   const std::string label = "dense_hidden" + std::to_string(Hd) + "_inter" + std::to_string(Is) + "_chunks" +
                             std::to_string(chunks) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
                             " gu_ksplit" + std::to_string(ksplit) + (next_norm ? "" : " no_next_norm") +
-                            (shared_first ? " shared_first" : "") + (bulk_act ? " bulk_act" : "");
+                            (shared_first ? " shared_first" : "");
   std::vector<float> res_in = RandomNormal(Hd, 1.f), attn = RandomNormal(Hd, 1.f), post_w = RandomF(Hd, 0.5f, 1.5f),
                      norm_w = RandomF(Hd, 0.5f, 1.5f), r1(Hd), x32(Hd);
   double ss = 0;
@@ -298,7 +292,6 @@ void RunDenseCase(int64_t Hd, int64_t Is, int chunks, bool graph, int bps, int k
   if (next_norm) p.norm_weight = d_norm_w.get();
   p.sync = d_sync.get(); p.partials = d_part.get(); p.blocks_per_sm = bps; p.gu_ksplit = ksplit;
   if (shared_first) p.router_ready = d_sync.get() + 2;
-  p.bulk_act = bulk_act;
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
     LaunchFromResidual(graph, kLaunches, p, d_res_in.get(),
@@ -369,19 +362,6 @@ TEST(CudaMoePersistent, SharedFirstMatchesCpuReference) {
   RunCase(kCases[0], true, 1, true, 8, true, true);
   RunDenseCase(2048, 10944, 2, true, 2, 8, false, true);
   RunDenseCase(512, 1024, 4, false, 1, 8, true, true);
-}
-
-// bulk_act (MoePersistentParams::bulk_act): every case against the reference, in the runner's form
-// and with x given, both block counts (with shared_first: then bit for bit against the launch
-// without bulk_act and shared_first); gu_ksplit 1 (no shared_first); the dense form.
-TEST(CudaMoePersistent, BulkActMatchesCpuReference) {
-  for (const Case& c : kCases) {
-    RunCase(c, true, 2, true, 8, false, true, true);
-    RunCase(c, false, 1, false, 8, true, true, true);
-  }
-  RunCase(kCases[0], true, 2, true, 1, true, false, true);
-  RunDenseCase(2048, 10944, 2, true, 2, 8, false, true, true);
-  RunDenseCase(512, 1024, 4, false, 1, 8, true, true, true);
 }
 
 // Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer
@@ -469,12 +449,10 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
   // cv: the carveout (persistent_carveout: 72, the runner's); fold: the post-attention norm in the
   // kernel (attn_out): the last entry is the runner's form.
   Dev<float> d_attn(RandomNormal(Hd, 1.f)), d_post_w(RandomF(Hd, 0.5f, 1.5f));
-  // ba: bulk_act.
-  for (const auto& [bps, ks, qu, fetch, nn, cv, fold, ba] :
-       {std::tuple{2, 8, true, 1, true, -1, false, false}, std::tuple{2, 8, true, 1, false, -1, false, false},
-        std::tuple{2, 8, true, 1, false, 72, true, false}, std::tuple{2, 8, true, 1, false, 72, true, true}}) {
+  for (const auto& [bps, ks, qu, fetch, nn, cv, fold] :
+       {std::tuple{2, 8, true, 1, true, -1, false}, std::tuple{2, 8, true, 1, false, -1, false},
+        std::tuple{2, 8, true, 1, false, 72, true}}) {
     p.carveout = cv;
-    p.bulk_act = ba;
     p.attn_out = fold ? d_attn.get() : nullptr;
     p.post_norm_weight = fold ? d_post_w.get() : nullptr;
 
@@ -486,9 +464,9 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
     const int grid = MoePersistentGridBlocks(bps);
     const double full = time_us(false), bar = time_us(true), full_sets = time_us(false, kSets);
     const double bytes = 2.0 * (K * 3 * I * Hd + 3 * Is * Hd) + 4.0 * E * Hd;
-    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d carveout=%d fold=%d bulk_act=%d "
+    std::printf("[metric] op=moe_persistent_timing case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d carveout=%d fold=%d "
                 "grid=%d full=%.2f us (%.0f GB/s on %.1f MB) barriers_only=%.2f us; %d weight sets in turn: %.2f us\n", bps,
-                ks, qu, fetch, nn, cv, fold, ba, grid, full, bytes / full / 1e3, bytes / 1e6, bar, kSets, full_sets);
+                ks, qu, fetch, nn, cv, fold, grid, full, bytes / full / 1e3, bytes / 1e6, bar, kSets, full_sets);
     // Per-phase intervals of one launch.
     MoePersistentParams q = p;
     q.stamps = d_stamps.get();
@@ -519,8 +497,8 @@ TEST(CudaMoePersistent, DISABLED_V2LiteTimingReport) {
         last = std::max(last, s[b * kMoePersistentStamps + i + 1]);
       }
       std::sort(d.begin(), d.end());
-      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d carveout=%d fold=%d bulk_act=%d "
-                  "%s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn, cv, fold, ba,
+      std::printf("[metric] op=moe_persistent_phase case=V2Lite bps=%d gu_ksplit=%d shared_first=%d l2_fetch=%d next_norm=%d carveout=%d fold=%d "
+                  "%s: median %.2f us, min %.2f, max %.2f; last block done at %.2f us\n", bps, ks, qu, fetch, nn, cv, fold,
                   names[i],
                   1e-3 * d[grid / 2], 1e-3 * d[0], 1e-3 * d[grid - 1], 1e-3 * static_cast<double>(last - t0));
     }

@@ -799,7 +799,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
   p.pdl = opts_.persistent_pdl;
-  p.bulk_act = opts_.persistent_moe_bulk_act && !p.pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
   p.carveout = opts_.persistent_carveout;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
@@ -814,7 +813,6 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
-  if (p.bulk_act && !went_pdl) ++graph_stats_.moe_bulk_act_layers;
   if (p.l2_fetch > 0 && !went_pdl) ++graph_stats_.moe_l2_fetch_layers;
   if (p.carveout >= 0) ++graph_stats_.persistent_carveout_launches;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;

@@ -277,10 +277,6 @@ struct CudaRunnerOptions {
   // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = true;
-  // Its phase 3's act copy as one bulk copy (TMA) with each warp's first down burst in flight
-  // (MoePersistentParams::bulk_act; not with persistent_pdl). The same bits. Session 27; opt-in
-  // until measured. The CLI reads DS_MOE_BULK_ACT=0/1.
-  bool persistent_moe_bulk_act = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -607,7 +603,6 @@ struct CudaGraphStats {
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
   int64_t moe_gu_ksplit_layers = 0;    // persistent MoE layers with gu_ksplit > 1 (likewise)
-  int64_t moe_bulk_act_layers = 0;     // persistent MoE / dense layers with bulk_act (persistent_moe_bulk_act; likewise)
   int64_t persistent_carveout_launches = 0;  // persistent kernels launched with a carveout preference (persistent_carveout >= 0)
   int64_t persistent_pdl_launches = 0;  // persistent kernels launched with PDL (persistent_pdl; the device took it)
   int64_t persistent_dense_layers = 0;  // dense layers run by the persistent kernel (persistent_dense_mlp)

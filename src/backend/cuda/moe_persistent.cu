@@ -14,7 +14,6 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/router_gemv.cuh"
-#include "backend/cuda/sm90_ptx.cuh"
 #include "common/check.h"
 #include "common/logging.h"
 
@@ -60,8 +59,7 @@ constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never
 // kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
 // kPf: the weight loads' L2 fetch size (MoePersistentParams::l2_fetch; ptx::LdStreamPf).
-// kBA: MoePersistentParams::bulk_act (its own instantiations, none with kPdl).
-template <int kMinBlocks, bool kPdl, int kPf = 0, bool kBA = false>
+template <int kMinBlocks, bool kPdl, int kPf = 0>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ uint4 smem4[];
@@ -79,7 +77,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   __shared__ float s_red[32];
   __shared__ float s_total;
   __shared__ uint64_t s_base;
-  __shared__ alignas(8) uint64_t s_actbar;  // kBA: the act copy's mbarrier
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
   const bool work = !p.barriers_only;
@@ -92,12 +89,6 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       p.tile_stamps[blockIdx.x * kMoePersistentTileStamps + i] = static_cast<long long>(dev::GlobalTimerNs());
   };
   if (threadIdx.x == 0) s_base = grid::GridBase(p.sync);  // no barrier of this launch has completed yet
-  if constexpr (kBA) {
-    if (threadIdx.x == 0) {
-      sm90::BarInit(sm90::SmemAddr(&s_actbar), 1);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-  }
   // Phase 0: the router's fp32 input and the experts' bf16 input in shared memory: x32 / x16 as
   // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
   // (RmsNormRow's operations per element, the sum of squares over this block's threads).
@@ -328,49 +319,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     r1_first = p.residual[n];
     if (p.attn_out) r1_first = p.attn_out[n] + r1_first;
   }
-  // kBA: act by one bulk copy (thread 0; the async proxy, fenced after the barrier's acquire of the
-  // other blocks' act stores), while each warp's first down burst goes out (the rows need only the
-  // routing); the warps wait for the copy's mbarrier.
-  ptx::WarpSlice pre;
-  int pre_n = 0;
-  if constexpr (kBA) {
-    if (work && blockIdx.x < dtiles) {
-      if (threadIdx.x == 0) {
-        asm volatile("fence.proxy.async.global;\n" ::: "memory");
-        const uint32_t bytes = static_cast<uint32_t>((K * I + Is) * sizeof(bf16));
-        sm90::BarExpectTx(sm90::SmemAddr(&s_actbar), bytes);
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                         sm90::SmemAddr(smem4)),
-                     "l"(act), "r"(bytes), "r"(sm90::SmemAddr(&s_actbar))
-                     : "memory");
-      }
-      if (warp < nunit) {
-        const bf16* row[2];
-        const bf16* x[2];
-        int s0, s1;
-        unit_at(blockIdx.x, warp, row, x, s0, s1);
-        pre_n = min(ptx::kTileBurst, s1 - s0);
-        ptx::LoadSlice<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, pre_n, pre);
-      }
-      while (!sm90::BarTryWait(sm90::SmemAddr(&s_actbar), 0)) {
-      }
-    }
-  } else {
-    if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
-  }
+  if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
-  // kBA: the warp's loaded burst multiplied now (WarpTile16's first steps, in its order); the loop
-  // below continues that unit from the next step (one WarpTile16 call site: the same bits).
-  float d_first[4] = {0.f, 0.f, 0.f, 0.f};
-  if constexpr (kBA) {
-    if (work && blockIdx.x < dtiles && warp < nunit) {
-      const bf16* row[2];
-      const bf16* x[2];
-      int s0, s1;
-      unit_at(blockIdx.x, warp, row, x, s0, s1);
-      ptx::MmaSlice(pre, (g == 1 ? x[1] : x[0]) + 32 * s0, pre_n, d_first);
-    }
-  }
   int ntile = 0;
   for (int64_t tile = blockIdx.x; work && tile < dtiles; tile += grid, ++ntile) {
     const int64_t n0 = tile * kDownTile;
@@ -380,16 +330,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       int s0, s1;
       unit_at(tile, u, row, x, s0, s1);
       float d[4] = {0.f, 0.f, 0.f, 0.f};
-      if constexpr (kBA) {
-        int sk = s0;
-        if (ntile == 0 && u == warp) {  // its first pre_n steps multiplied above
-          d[0] = d_first[0]; d[1] = d_first[1]; d[2] = d_first[2]; d[3] = d_first[3];
-          sk = s0 + pre_n;
-        }
-        WarpTile16<kPf>(row[0] + 32 * sk, row[1] + 32 * sk, x[0] + 32 * sk, x[1] + 32 * sk, s1 - sk, d);
-      } else {
-        WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
-      }
+      WarpTile16<kPf>(row[0] + 32 * s0, row[1] + 32 * s0, x[0] + 32 * s0, x[1] + 32 * s0, s1 - s0, d);
       if (q == 0) {
         s_part[u][0][g] = d[0];
         s_part[u][1][g] = d[3];
@@ -463,12 +404,7 @@ size_t SmemBytes(const MoePersistentParams& p) {
          sizeof(float) * static_cast<size_t>(p.hidden);
 }
 
-void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0, bool bulk_act = false))(MoePersistentParams) {
-  if (bulk_act && !pdl) {
-    if (l2_fetch == 2) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 2, true> : MoePersistentKernel<1, false, 2, true>;
-    if (l2_fetch == 1) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 1, true> : MoePersistentKernel<1, false, 1, true>;
-    return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 0, true> : MoePersistentKernel<1, false, 0, true>;
-  }
+void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0))(MoePersistentParams) {
   if (pdl) return blocks_per_sm == 2 ? MoePersistentKernel<2, true> : MoePersistentKernel<1, true>;
   if (l2_fetch == 2) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 2> : MoePersistentKernel<1, false, 2>;
   if (l2_fetch == 1) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 1> : MoePersistentKernel<1, false, 1>;
@@ -591,7 +527,7 @@ bool MoePersistent(const MoePersistentParams& p) {
   // (Not once a PDL launch was refused: the fallback would run the plain instantiation chosen here.)
   const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(p.blocks_per_sm, smem, true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
-  void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch, !pdl && p.bulk_act);
+  void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
   if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, p.blocks_per_sm, smem);
   if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(KernelFor(p.blocks_per_sm, true)), p.carveout, p.blocks_per_sm, smem);

@@ -117,11 +117,6 @@ struct MoePersistentParams {
   // round r (r < kMoePersistentTileStamps - 4).
   long long* tile_stamps = nullptr;
   bool barriers_only = false;
-  // bulk_act (session 27; CudaRunnerOptions::persistent_moe_bulk_act): phase 3's act copy (act
-  // [top_k I + Is] bf16 into shared memory) as one bulk copy (TMA) from thread 0, while each warp's
-  // first down burst is already in flight, instead of register loads before any down load. The
-  // same mma order: the same bits. No pdl form.
-  bool bulk_act = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
   // The same bits.
