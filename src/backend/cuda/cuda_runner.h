@@ -374,6 +374,9 @@ struct CudaRunnerOptions {
   // (CudaStreamPattern.DISABLED_SmemReport: 3.26 against 4.25 TB/s, run 5); 86 and 100 made the
   // step 18% slower (run 9). The CLI reads DS_PERSISTENT_CARVEOUT=-1..100.
   int persistent_carveout = 72;
+  // The MoE kernel's own carveout (percent) where >= -1 (-1: the driver's); -2 (default): it follows
+  // persistent_carveout. Session 27. The CLI reads DS_MOE_CARVEOUT.
+  int moe_carveout = -2;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
