@@ -90,6 +90,18 @@ TEST(CudaRunnerAttnPersistent, CarveoutBitIdentical) {
                                &CudaGraphStats::persistent_carveout_launches, PathExpect::kRuns);
 }
 
+// moe_carveout (58 by default since session 27) against persistent_carveout's 72 for the MoE kernel
+// too: a launch attribute only, so the same bits, graphs off and on (both runners launch with a
+// preference, so no path counter to tell them apart).
+TEST(CudaRunnerAttnPersistent, MoeCarveoutBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  for (bool graphs : {false, true}) {
+    CompareOptionBitIdentical("dummy_v2lite_3layers", "moe_carveout", DummyOptions(dir, 3, 9), graphs,
+                              [](CudaRunnerOptions& x, bool on) { x.moe_carveout = on ? 58 : -2; });
+  }
+}
+
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
 // bytes, the default, and 256), each kernel on its own: the same loads, so the same bits.
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {

@@ -800,7 +800,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
-  p.carveout = opts_.moe_carveout >= -1 ? opts_.moe_carveout : opts_.persistent_carveout;
+  p.carveout = opts_.persistent_carveout < 0 ? -1 : opts_.moe_carveout >= -1 ? opts_.moe_carveout : opts_.persistent_carveout;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form, next-norm form).
   if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);

@@ -374,9 +374,13 @@ struct CudaRunnerOptions {
   // (CudaStreamPattern.DISABLED_SmemReport: 3.26 against 4.25 TB/s, run 5); 86 and 100 made the
   // step 18% slower (run 9). The CLI reads DS_PERSISTENT_CARVEOUT=-1..100.
   int persistent_carveout = 72;
-  // The MoE kernel's own carveout (percent) where >= -1 (-1: the driver's); -2 (default): it follows
-  // persistent_carveout. Session 27. The CLI reads DS_MOE_CARVEOUT.
-  int moe_carveout = -2;
+  // The MoE kernel's own carveout (percent; -1 the driver's; -2 persistent_carveout's), applied while
+  // persistent_carveout >= 0 (at -1 both kernels take the driver's). 58 by default since session 27:
+  // 132 KB of shared memory for its two blocks of ~56 KB (the attention kernel keeps 164 KB); V2-Lite
+  // 27 layers b1 1.990-1.999 against 2.010-2.014 ms in 6 same-call pairs, 4K 2.112 against 2.128
+  // (bench/results/session27_2026-12-01_run{14,15}); 44, 30, 16 and the driver's: no gain; 86 and
+  // 100: +19%. A launch attribute: the same bits. The CLI reads DS_MOE_CARVEOUT=-2..100.
+  int moe_carveout = 58;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
   // 12 Mi also takes q and the shared experts, 1-2% faster at batches 1-8 but not yet the
