@@ -367,7 +367,8 @@ struct CudaRunnerOptions {
   // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
   // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice. 72 by default
   // since session 25: 164 KB for both kernels (the attention kernel's own choice; the MoE kernel's
-  // two blocks of ~43 KB would get a smaller one), so the SMs keep one L1 / shared-memory split between
+  // two blocks of ~43 KB would get a smaller one; since session 27 moe_carveout, below, gives the MoE
+  // kernel 132 KB instead), so the SMs keep one L1 / shared-memory split between
   // them; V2-Lite 27 layers b1 faster in 15 of 17 same-call pairs and equal in two, by 0-1.2%
   // (bench/results/session25_2026-12-01_run{9,10,12,14,15}). Never near
   // 100: the 228 KB carveout leaves 28 KB of L1 and streams 23% slower
@@ -376,10 +377,11 @@ struct CudaRunnerOptions {
   int persistent_carveout = 72;
   // The MoE kernel's own carveout (percent; -1 the driver's; -2 persistent_carveout's), applied while
   // persistent_carveout >= 0 (at -1 both kernels take the driver's). 58 by default since session 27:
-  // 132 KB of shared memory for its two blocks of ~56 KB (the attention kernel keeps 164 KB); V2-Lite
-  // 27 layers b1 1.990-1.999 against 2.010-2.014 ms in 6 same-call pairs, 4K 2.112 against 2.128
-  // (bench/results/session27_2026-12-01_run{14,15}); 44, 30, 16 and the driver's: no gain; 86 and
-  // 100: +19%. A launch attribute: the same bits. The CLI reads DS_MOE_CARVEOUT=-2..100.
+  // 132 KB of shared memory for its two blocks of ~43 KB (the attention kernel keeps 164 KB); V2-Lite
+  // 27 layers b1 1.985-1.999 against 2.010-2.019 ms in 11 same-call pairs, 4K 2.109-2.112 against
+  // 2.118-2.128 (bench/results/session27_2026-12-01_run{14,15,16}); 44 and the driver's: no gain (30
+  // and 16 do not fit two blocks); both kernels at 86 or 100: +19%. A launch attribute: the same
+  // bits. The CLI reads DS_MOE_CARVEOUT=-2..100.
   int moe_carveout = 58;
   // bf16 dense projections of <= kSkinnyBf16MaxRows rows take SkinnyGemm up to this many weights
   // (N * K), cuBLASLt above (default kSkinnyBf16MaxWeights, 4 Mi: V2-Lite's kv_a and o_proj;
