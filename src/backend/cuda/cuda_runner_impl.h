@@ -1,6 +1,7 @@
 // The CUDA model runner's weights and class (CreateCudaModelRunner in cuda_runner.h is the
 // public entry): private to the runner's source files, which define the members
-// (cuda_runner.cpp; cuda_runner_mla.cpp: MLA attention; cuda_runner_graphs.cpp: decode graphs); a
+// (cuda_runner.cpp; cuda_runner_weights.cpp: loading; cuda_runner_mla.cpp: MLA attention;
+// cuda_runner_graphs.cpp: decode graphs); a
 // header only so that those files stay short. Not for other code.
 #pragma once
 
@@ -42,6 +43,12 @@ constexpr float kLatentNormEps = 1e-6f;  // q_a_layernorm / kv_a_layernorm (as t
 // once at start-up (256 KiB).
 constexpr int64_t kMlaSplitCounters = int64_t{1} << 16;
 inline int64_t RoundUp(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+// b = a device copy of h (at least 1 byte).
+template <typename T>
+void Upload(DeviceBuffer* b, const std::vector<T>& h) {
+  b->Reset(std::max<size_t>(1, h.size() * sizeof(T)));
+  if (!h.empty()) DS_CUDA_CHECK(cudaMemcpy(b->get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
 
 // y = x @ W^T; W bf16 [N, K], or e4m3 [N, K] with block scales.
 struct Linear {
