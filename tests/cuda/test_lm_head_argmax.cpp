@@ -7,20 +7,12 @@
 #include <cstdio>
 #include <string>
 
+#include "backend/cpu/ops.h"
 #include "backend/cuda/lm_head_argmax.h"
 #include "test_util.h"
 
 namespace ds::cuda::test {
 namespace {
-
-// The id of cpu::Sample's greedy rule over v.
-int32_t HostArgmax(const std::vector<float>& v) {
-  float bv = -INFINITY;
-  int32_t bi = INT32_MAX;
-  for (size_t i = 0; i < v.size(); ++i)
-    if (v[i] > bv || (v[i] == bv && static_cast<int32_t>(i) < bi)) { bv = v[i]; bi = static_cast<int32_t>(i); }
-  return bi == INT32_MAX ? 0 : bi;
-}
 
 // tie: two identical rows in different blocks' tiles (on the H200's grid); nan_rows: two rows with
 // NaN weights; all_nan: every weight NaN (every logit NaN: id 0, every block's partial empty).
@@ -70,7 +62,7 @@ void RunCase(int64_t N, int64_t K, const char* name, bool tie, bool nan_rows, bo
       // Error over max(1, |logit|): the logits are O(1) (x ~ N(0, 1), w ~ N(0, 0.05^2)).
       max_rel = std::max(max_rel, std::abs(got[n] - ref[n]) / std::max(1.0, std::abs(ref[n])));
     }
-    const int32_t host_id = HostArgmax(got);
+    const int32_t host_id = cpu::GreedyArgmax(got.data(), static_cast<int64_t>(got.size()));  // cpu::Sample's greedy rule
     std::printf("[metric] op=lm_head_argmax case=%s rep=%d N=%lld K=%lld max_rel=%.3e nonfinite=%lld id=%d host_id=%d "
                 "counter=%u\n",
                 name, rep, (long long)N, (long long)K, max_rel, (long long)nonfinite, id, host_id, dcnt.Download()[0]);

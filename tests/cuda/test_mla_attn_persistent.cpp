@@ -240,13 +240,10 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
     d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_q32.Poison();
     MlaAttnPersistent(r);
     DS_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto bits_equal = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-    };
-    EXPECT_TRUE(bits_equal(d_out.Download(), out)) << label << ": out differs from the launch without absorb_overlap";
-    EXPECT_TRUE(bits_equal(FromBf16(d_o16.Download()), o16)) << label << ": o differs";
-    EXPECT_TRUE(bits_equal(FromBf16(d_qlat.Download()), got_qlat)) << label << ": q_lat differs";
-    EXPECT_TRUE(bits_equal(d_q32.Download(), got_q32)) << label << ": q32 differs";
+    EXPECT_EQ(BitMismatches(d_out.Download(), out), 0) << label << ": out differs from the launch without absorb_overlap";
+    EXPECT_EQ(BitMismatches(FromBf16(d_o16.Download()), o16), 0) << label << ": o differs";
+    EXPECT_EQ(BitMismatches(FromBf16(d_qlat.Download()), got_qlat), 0) << label << ": q_lat differs";
+    EXPECT_EQ(BitMismatches(d_q32.Download(), got_q32), 0) << label << ": q32 differs";
   }
 }
 

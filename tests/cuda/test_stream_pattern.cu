@@ -284,7 +284,6 @@ StreamSpan MeanSpan(const CapturedGraph& g, const Dev<uint64_t>& stamps, int gri
 TEST(CudaStreamPattern, DISABLED_StartReport) {
   const int grid = CurrentDeviceProps().sms;
   constexpr int kSets = 8, kReplays = 6;
-  constexpr int64_t kMaxTiles = kStartMaxTiles;  // 92 MB
   const std::vector<std::unique_ptr<Dev<uint32_t>>> bufs = StreamBuffers(kSets);
   Dev<uint32_t> out(1);
   Dev<uint64_t> stamps(static_cast<size_t>(kSets) * grid * 2);
@@ -307,7 +306,7 @@ TEST(CudaStreamPattern, DISABLED_StartReport) {
   for (const Mode m : modes) {
     const bool bulk = m.kind == 0;
     const size_t pad = static_cast<size_t>(m.pad_kb) * 1024;
-    for (const int64_t tiles : {int64_t{64}, int64_t{132}, int64_t{228}, int64_t{456}, kMaxTiles}) {
+    for (const int64_t tiles : {int64_t{64}, int64_t{132}, int64_t{228}, int64_t{456}, kStartMaxTiles}) {
       for (const int gap_us : {0, 14}) {
         if (gap_us > 0 && !(m.kind == 1 && m.pad_kb == 0) && !bulk) continue;  // the gap: two modes
         const CapturedGraph gr(st, [&] {
@@ -345,7 +344,6 @@ TEST(CudaStreamPattern, DISABLED_StartReport) {
 TEST(CudaStreamPattern, DISABLED_SmemReport) {
   const int sms = CurrentDeviceProps().sms;
   constexpr int kSets = 8, kReplays = 5;
-  constexpr int64_t kMaxTiles = kStartMaxTiles;
   const std::vector<std::unique_ptr<Dev<uint32_t>>> bufs = StreamBuffers(kSets);
   Dev<uint32_t> out(1);
   Dev<uint64_t> stamps(static_cast<size_t>(kSets) * 2 * sms * 2);
@@ -374,7 +372,7 @@ TEST(CudaStreamPattern, DISABLED_SmemReport) {
       continue;
     }
     const int grid = c.bps * sms;
-    for (const int64_t tiles : {int64_t{228}, kMaxTiles}) {
+    for (const int64_t tiles : {int64_t{228}, kStartMaxTiles}) {
       const CapturedGraph gr(st, [&] {
         for (int i = 0; i < kSets; ++i) {
           kernel<<<grid, kThreads, pad, st>>>(reinterpret_cast<const __nv_bfloat16*>(bufs[i]->get()), tiles, out.get(),

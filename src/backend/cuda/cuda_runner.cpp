@@ -4,11 +4,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <numeric>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <vector>
 
 #include "backend/cuda/allocator.h"
@@ -29,7 +27,6 @@
 #include "backend/cuda/moe_route_permute.h"
 #include "backend/cuda/moe_router_route.h"
 #include "backend/cuda/moe_persistent.h"
-#include "backend/cuda/moe_shared_stack.h"
 #include "backend/cuda/moe_routing.h"
 #include "backend/cuda/rmsnorm.h"
 #include "backend/cuda/rope.h"
@@ -42,7 +39,6 @@
 #include "backend/cuda/fp8_gemv_grouped.h"
 #include "backend/cuda/skinny_gemm.h"
 #include "backend/cuda/stream.h"
-#include "common/dtype.h"
 #include "common/logging.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
@@ -1084,6 +1080,19 @@ void CudaModelRunner::ReportStepTimeline() {
   DS_LOG(INFO) << buf;
 }
 
+void CudaModelRunner::AbandonGraphStep() {
+  gin_ = nullptr;
+  gio_q_ = -1;
+  gio_ids_q_ = -1;  // GraphIds hold no step's ids now: the next step resolves on the host
+  capturing_ = false;
+  // The step's input copy may still be in flight from the graph's pinned host buffer, which the
+  // next step rewrites, and its ids' copy back: let them finish (errors are the thrown one's).
+  (void)cudaStreamSynchronize(s_);
+  (void)cudaStreamSynchronize(in_stream_.get());
+  (void)cudaStreamSynchronize(out_stream_.get());
+  (void)cudaGetLastError();
+}
+
 Status CudaModelRunner::CheckBatch(const ForwardBatch& batch) const {
   DS_RETURN_IF_ERROR(batch.Validate(num_blocks_));
   const int vocab = cfg_.vocab_size;
@@ -1177,14 +1186,7 @@ Status CudaModelRunner::Launch(const ForwardBatch& batch) {
     ForwardDecodeGraph(b, &l.out, l.slot);
     ++graph_stats_.queued;
   } catch (const CheckError& e) {
-    gin_ = nullptr;
-    gio_q_ = -1;
-    gio_ids_q_ = -1;  // GraphIds hold no step's ids now: the next step resolves on the host
-    capturing_ = false;
-    (void)cudaStreamSynchronize(s_);
-    (void)cudaStreamSynchronize(in_stream_.get());
-    (void)cudaStreamSynchronize(out_stream_.get());
-    (void)cudaGetLastError();
+    AbandonGraphStep();
     last_async_ = false;
     return Internal(std::string("cuda runner (overlapped graph decode): ") + e.what());
   }
@@ -1232,16 +1234,7 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, ForwardOutput* out) {
     try {
       ForwardDecodeGraph(batch, out);
     } catch (const CheckError& e) {
-      gin_ = nullptr;
-      gio_q_ = -1;
-      gio_ids_q_ = -1;
-      capturing_ = false;
-      // The step's input copy may still be in flight from the graph's pinned host buffer, which
-      // the next step rewrites: let it finish (errors are the thrown one's).
-      (void)cudaStreamSynchronize(s_);
-      (void)cudaStreamSynchronize(in_stream_.get());
-      (void)cudaStreamSynchronize(out_stream_.get());
-      (void)cudaGetLastError();
+      AbandonGraphStep();
       return Internal(std::string("cuda runner (graph decode): ") + e.what());
     }
     return Status::Ok();

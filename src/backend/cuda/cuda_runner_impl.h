@@ -214,6 +214,9 @@ class CudaModelRunner : public ModelRunner {
   // SampleRowsEnqueue's device work only: the ids into dev_ids ([R] i32, device), no copy back.
   void SampleRowsToDevice(const float* d_logits, int64_t ld, int64_t R, const std::vector<RowSampling>& rs,
                           int32_t* dev_ids);
+  // A decode graph step that threw: its input / id state dropped, the copy streams drained (the
+  // catch blocks of Forward and Launch).
+  void AbandonGraphStep();
   // Checks a batch as Forward does (shape, ids in the vocabulary, positions in the pool).
   Status CheckBatch(const ForwardBatch& batch) const;
   // ---- overlap scheduling (Launch / Finish) ----
