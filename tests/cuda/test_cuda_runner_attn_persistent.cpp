@@ -67,12 +67,12 @@ TEST(CudaRunnerAttnPersistent, SplitCounterBitIdentical) {
                                &CudaGraphStats::attn_split_counter_layers, PathExpect::kRuns);
 }
 
-// attn_wo_stage_point 3 and 4: the o_proj tile staged in phase 3 instead of phase 4: the same
+// attn_wo_stage_point 3 to 6: the o_proj tile staged in phase 3 instead of phase 4: the same
 // tile, the same sums, bit-identical logits.
 TEST(CudaRunnerAttnPersistent, WoStageBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (const int point : {3, 4}) {
+  for (const int point : {3, 4, 5, 6}) {
     const auto set = [point](CudaRunnerOptions& x, bool on) { x.attn_wo_stage_point = on ? point : 2; };
     const std::string name = "attn_wo_stage_point=" + std::to_string(point);
     CompareOptionBitIdenticalRan("dummy_v2lite_3layers", name.c_str(), DummyOptions(dir, 3, 9), set,

@@ -294,12 +294,12 @@ TEST(CudaMlaAttnPersistent, SplitCounterMatchesCpuReference) {
   RunCase(16, 2048, 100, true, true, /*no_slot=*/true, 2, false, true, true);
 }
 
-// wo_stage_point 3 and 4 (the o_proj tile staged in phase 3; 3 is the runner's default since
-// session 22) with absorb_overlap and split_counter (in_norm for two of the cases), and point 3
+// wo_stage_point 3 to 6 (the o_proj tile staged in phase 3; 3 is the runner's default since
+// session 22; 5 / 6 spread a split block's copies over its warps, at 3's point or after its decode) with absorb_overlap and split_counter (in_norm for two of the cases), and point 3
 // without the counters; 1 key: one split; 4,500 keys: blocks with two splits; hidden 8192: every
 // block stages a tile.
 TEST(CudaMlaAttnPersistent, WoStageInPhase3MatchesCpuReference) {
-  for (const int point : {3, 4}) {
+  for (const int point : {3, 4, 5, 6}) {
     RunCase(16, 2048, 1000, true, true, false, point, true, true, true);
     RunCase(16, 2048, 4500, true, false, false, point, false, true, true);
     RunCase(4, 8192, 100, true, true, false, point, true, true, true);
@@ -316,7 +316,7 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
     EXPECT_NE(why.find(part), std::string::npos) << "missing '" << part << "' in: " << why;
   p.heads = 3;
   EXPECT_NE(MlaAttnPersistentUnsupported(p).find("heads 3"), std::string::npos);
-  p.wo_stage_point = 5;
+  p.wo_stage_point = 7;
   p.l2_fetch = 3;
   p.max_context = kMlaAttnPersistentMaxContext + 1;
   const std::string why2 = MlaAttnPersistentUnsupported(p);
@@ -324,7 +324,7 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   uint32_t word = 0;
   q.split_ready = &word;
   EXPECT_NE(MlaAttnPersistentUnsupported(q).find("split_ready needs nope_ready"), std::string::npos);
-  for (const char* part : {"wo_stage_point 5", "l2_fetch 3", "max_context 8193"})
+  for (const char* part : {"wo_stage_point 7", "l2_fetch 3", "max_context 8193"})
     EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
 }
 
@@ -380,8 +380,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // Session 25: 5, variant 4 with the 128-byte L2 fetch size (the runner's form); 6, variant 5
     // with every block stopping after phase 1 (debug_stop_after_p1; the barrier and counter words
     // reset before each launch). (Its phase-1 variants: bench/results/session25_2026-12-01_run*.)
-    for (int variant = 3; variant < 7; ++variant) {
-      const int wo_point = variant >= 4 ? 3 : 2;
+    // Session 28: 7 / 8, variant 5 with wo_stage_point 5 / 6 (a split block's o_proj copies over
+    // its warps, at point 3's place / after its decode).
+    for (int variant = 3; variant < 9; ++variant) {
+      const int wo_point = variant >= 7 ? variant - 2 : variant >= 4 ? 3 : 2;
       const int l2_fetch = variant >= 5 ? 1 : 0;
       const bool stop_p1 = variant == 6;
       const bool split = variant >= 3;

@@ -55,6 +55,7 @@ constexpr size_t Align128(size_t n) { return (n + 127) / 128 * 128; }
 // bulk copies in phase 3 or 4 (wo_stage_point): [16][heads * 128 + kWoPad] bf16 (<= 16 heads; the pad puts
 // rows g and g + 1 in different banks for MmaTileSmem's 16-byte loads).
 constexpr int kWoPad = 32;
+static_assert(2 * kWarps == 16, "wo_stage_point 5 / 6: two o_proj tile rows a warp");
 constexpr size_t kWorkSmem =
     Align128(std::max<size_t>(std::max<size_t>(kDecodeSmem, kMergeSmem), size_t{kMaxHidden} * 2));
 constexpr size_t kWoOff = kWorkSmem;
@@ -211,12 +212,20 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const bool wo_staged = blockIdx.x < Hd / 16;
   // The block's o_proj tile into shared memory (thread 0): one bulk copy a row (padded pitch),
   // completion on s_bar[0] (phase 5 waits for it).
-  const auto issue_wo = [&]() {
-    sm90::BarExpectTx(SmemAddr(&s_bar[0]), static_cast<uint32_t>(16 * Ko * 2));
-    for (int r = 0; r < 16; ++r)
+  // wo_stage_point 5 / 6 split the announcement (thread 0, wo_expect) from the copies (lane 0 of
+  // each warp, its two rows, wo_rows), so that no one thread spends ~16 x 90 ns issuing them.
+  const auto wo_expect = [&]() { sm90::BarExpectTx(SmemAddr(&s_bar[0]), static_cast<uint32_t>(16 * Ko * 2)); };
+  const auto wo_rows = [&](int r0, int r1) {
+    for (int r = r0; r < r1; ++r)
       BulkLoad(wo_s + r * wo_pitch, p.wo + (static_cast<int64_t>(blockIdx.x) * 16 + r) * Ko, static_cast<uint32_t>(Ko * 2),
                SmemAddr(&s_bar[0]));
   };
+  const auto issue_wo = [&]() {
+    wo_expect();
+    wo_rows(0, 16);
+  };
+  // Points 5 / 6, a split block: the copies of its rows 2 w, 2 w + 1 by warp w's lane 0.
+  const bool wo_spread = wo_staged && (p.wo_stage_point == 5 || p.wo_stage_point == 6);
   Stamp(p.phase_ns, 0, false);
   if (threadIdx.x == 0) {
     s_base = grid::GridBase(p.sync);  // before this block's first arrival
@@ -389,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // wo_stage_point 3 / 4: the o_proj tile's copies go out in phase 3, where DRAM idles (the cache
   // rows aside): blocks without a split now (point 4: every block now); a split's block once its
   // first Q / K tiles are in shared memory (below), so the copies overlap its decode math.
-  if (threadIdx.x == 0 && wo_staged && (p.wo_stage_point == 4 || (p.wo_stage_point == 3 && first_split >= S))) issue_wo();
+  if (threadIdx.x == 0 && wo_staged && (p.wo_stage_point == 4 || (p.wo_stage_point >= 3 && first_split >= S))) issue_wo();
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   float* lse_base = p.workspace + H * smax * kLat;
@@ -481,10 +490,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         }
       }
       CpAsyncWaitAll();
+      if (split == first_split && wo_spread && threadIdx.x == 0) wo_expect();  // before the barrier below
       __syncthreads();  // Q and K visible
       if (split == first_split) {
         Stamp(p.phase_ns, 5, false);
         if (threadIdx.x == 0 && wo_staged && p.wo_stage_point == 3) issue_wo();
+        if (lane == 0 && wo_spread && p.wo_stage_point == 5) wo_rows(2 * warp, 2 * warp + 2);
       }
       const int kbeg = split * kBN, kend = min(ctx, kbeg + kBN);
       // S = Q K^T over this warp's k-steps, then summed over the warps (the same order in all).
@@ -584,6 +595,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
     }
   }
+  // wo_stage_point 6: a split block's o_proj copies once its decode is done (announced above).
+  if (first_split < S && lane == 0 && wo_spread && p.wo_stage_point == 6) wo_rows(2 * warp, 2 * warp + 2);
   // Ahead of barrier 3: this block's first phase-4 unit's W_UV rows (two a warp, 2 x 16 bytes a
   // lane each).
   uint4 uv[2][2];
@@ -747,7 +760,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.block_size != 64) why << "block_size " << p.block_size << " (64); ";
   if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
-  if (p.wo_stage_point < 0 || p.wo_stage_point > 4) why << "wo_stage_point " << p.wo_stage_point << " (0..4); ";
+  if (p.wo_stage_point < 0 || p.wo_stage_point > 6) why << "wo_stage_point " << p.wo_stage_point << " (0..6); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";

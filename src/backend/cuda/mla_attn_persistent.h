@@ -126,8 +126,10 @@ struct MlaAttnPersistentParams {
   // 28.4 at point 0) after its partials' loads; in phase 3 (session 22,
   // CudaRunnerOptions::attn_wo_stage_point): 3, blocks without a decode split at its start and
   // the split blocks once their first Q / K tiles are in shared memory; 4, every block at its
-  // start (no faster). The same bits. (This struct's default stays 2 for the op tests; the runner
-  // passes 3.)
+  // start (no faster); 5, as 3 but a split block's 16 copies issued by its 8 warps' lane 0 (two
+  // rows each; thread 0 announces the bytes) instead of thread 0 alone (~90 ns a copy); 6, as 5
+  // but a split block's copies after its decode (session 28). The same bits. (This struct's
+  // default stays 2 for the op tests; the runner passes 3.)
   int wo_stage_point = 2;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
