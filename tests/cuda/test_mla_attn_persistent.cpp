@@ -430,9 +430,11 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
         if (!stamped) continue;
         // Stamps 0-15: seg[k] = stamp k - stamp k-1 per block (mean, max over blocks), cum[k] = the last
         // block at k. Stamps 16-18 (inside phase 1): stamp k - the block's own start (mean, max).
-        static_assert(kS == 19, "16 phase stamps and 3 inside phase 1, named below");
-        constexpr int kPhases = 16;
-        std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0);
+        // Stamps 19-21 (inside a split block's first decode, session 28): from stamp 5 to 19, 19 to
+        // 20, 20 to 21, 21 to 6, over the blocks with a split.
+        static_assert(kS == 22, "16 phase stamps, 3 inside phase 1, 3 inside the decode, named below");
+        constexpr int kPhases = 16, kDec = 19;
+        std::vector<double> seg_mean(kS, 0.0), seg_max(kS, 0.0), cum(kS, 0.0), dec_mean(4, 0.0), dec_max(4, 0.0);
         int n = 0;
         for (int r = 0; r < kStampReplays; ++r) {
           g.Replay();
@@ -440,7 +442,22 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
             const std::vector<uint64_t> t = sets[i]->stamps.Download();
             uint64_t t0 = UINT64_MAX;
             for (int b = 0; b < grid; ++b) t0 = std::min(t0, t[b * kS]);
-            for (int k = 0; k < kS; ++k) {
+            // The decode's sub-steps (19-21, then 6), over the blocks with a split (stamp 19 set).
+            for (int k = kDec; k < kS + 1; ++k) {
+              const int at = k == kS ? 6 : k, from = k == kDec ? 5 : k - 1;
+              double mx_seg = 0, sum_seg = 0;
+              int blocks = 0;
+              for (int b = 0; b < grid; ++b) {
+                if (t[b * kS + kDec] == 0) continue;
+                const double sgm = 1e-3 * static_cast<double>(t[b * kS + at] - t[b * kS + from]);
+                mx_seg = std::max(mx_seg, sgm);
+                sum_seg += sgm;
+                ++blocks;
+              }
+              dec_mean[k - kDec] += blocks > 0 ? sum_seg / blocks : 0.0;
+              dec_max[k - kDec] += mx_seg;
+            }
+            for (int k = 0; k < kDec; ++k) {
               double mx_seg = 0, sum_seg = 0, mx_cum = 0;
               for (int b = 0; b < grid; ++b) {
                 const double c = 1e-3 * static_cast<double>(t[b * kS + k] - t0);
@@ -456,7 +473,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
             }
           }
         }
-        const char* names[kS] = {"start skew",    "p1 q/kv_a",           "barrier 1",         "p2 norm/rope/absorb",
+        const char* names[kDec] = {"start skew",    "p1 q/kv_a",           "barrier 1",         "p2 norm/rope/absorb",
                                  "barrier 2",     "p3 Q/K tiles",        "p3 decode",         "barrier 3",
                                  "p4 LSEs",       "p4 weights",          "p4 partials",       "p4 merged",
                                  "p4 W_UV",       "p4 W_o issue",        "barrier 4",         "p5 o_proj",
@@ -465,10 +482,15 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           std::printf("[metric] op=mla_attn_persistent_phase ctx=%d wo_point=%d l2_fetch=%d stop_p1=%d segment=\"%s\": "
                       "mean %.2f us, max %.2f us over blocks; last block done at %.2f us\n",
                       ctx, wo_point, l2_fetch, stop_p1, names[k], seg_mean[k] / n, seg_max[k] / n, cum[k] / n);
-        for (int k = kPhases; k < kS; ++k)
+        for (int k = kPhases; k < kDec; ++k)
           std::printf("[metric] op=mla_attn_persistent_p1 ctx=%d wo_point=%d l2_fetch=%d stop_p1=%d \"%s\" after the "
                       "block's start: mean %.2f us, max %.2f us over blocks\n",
                       ctx, wo_point, l2_fetch, stop_p1, names[k], seg_mean[k] / n, seg_max[k] / n);
+        const char* dec_names[4] = {"scores summed", "softmax + P V", "partials written", "W_UV loads issued"};
+        for (int k = 0; k < 4 && !stop_p1; ++k)
+          std::printf("[metric] op=mla_attn_persistent_p3 ctx=%d wo_point=%d l2_fetch=%d \"%s\": mean %.2f us, max "
+                      "%.2f us over the split blocks\n",
+                      ctx, wo_point, l2_fetch, dec_names[k], dec_mean[k] / n, dec_max[k] / n);
       }
     }
   }

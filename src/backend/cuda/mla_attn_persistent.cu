@@ -469,7 +469,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     }
     const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
     const int ks_beg = warp * kKSteps / kWarps, ks_end = (warp + 1) * kKSteps / kWarps;
-    if (first_split >= S) Stamp(p.phase_ns, 5, false);
+    if (first_split >= S) {
+      Stamp(p.phase_ns, 5, false);
+      if (p.phase_ns != nullptr && threadIdx.x == 0)  // no decode sub-steps here (the report skips zeros)
+        for (int k = 19; k <= 21; ++k) p.phase_ns[blockIdx.x * kMlaAttnPersistentStamps + k] = 0;
+    }
     for (int split = first_split; split < S; split += grid) {
       const int new_j = split == new_split ? ctx - 1 - split * kBN : -1;  // the new token's row here
       if (split != first_split) {
@@ -528,6 +532,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
           for (int w = 0; w < kWarps; ++w) v += Sp[w * kSpFloats + (j * 4 + c) * 32 + lane];
           sc[j][c] = v;
         }
+      if (split == first_split) Stamp(p.phase_ns, 19, false);
       // Softmax of rows g and g + 8 over this split's keys (each row's 32 scores in one quad).
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -579,6 +584,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
           Mma(acc[2 * nb + 1], a0, a1, a2, a3, b2, b3);
         }
       }
+      if (split == first_split) Stamp(p.phase_ns, 20, true);
       // The split's normalised partial and its log-sum-exp (natural log) for rows (heads) < H.
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -593,6 +599,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
           *reinterpret_cast<float2*>(po + n * 8 + 2 * tq) = make_float2(acc[n][2 * hr] * inv, acc[n][2 * hr + 1] * inv);
         if (warp == 0 && tq == 0) lse_base[part] = empty ? -INFINITY : (mx[hr] + log2f(lsum[hr])) * 0.6931471805599453f;
       }
+      if (split == first_split) Stamp(p.phase_ns, 21, true);
     }
   }
   // wo_stage_point 6: a split block's o_proj copies once its decode is done (announced above).

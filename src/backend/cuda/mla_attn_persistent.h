@@ -115,7 +115,9 @@ struct MlaAttnPersistentParams {
   // (with wo_stage_point 0-2: the o_proj tile's copies issued); 14 barrier 4; 15 phase 5 done (a
   // block without a split or a unit stamps those sub-steps at the step's start or end); inside
   // phase 1 (session 25): 16 the position read (thread 0, after the barrier base), 17 x in shared
-  // memory (the input norm done), 18 the block's first phase-1 tile written.
+  // memory (the input norm done), 18 the block's first phase-1 tile written; inside a split block's
+  // first decode (session 28; 0 on a block without a split): 19 the scores summed over the warps,
+  // 20 P V done (after a block barrier), 21 the partials and LSEs written (after one).
   uint64_t* phase_ns = nullptr;
   // Measurement only (the timing report): every block returns right after phase 1 (stamp 1), so
   // that phase 1 can be timed without the later phases running beside it. Nothing past q32 / kva32
@@ -144,7 +146,7 @@ struct MlaAttnPersistentParams {
   bool pdl = false;
 };
 
-inline constexpr int kMlaAttnPersistentStamps = 19;
+inline constexpr int kMlaAttnPersistentStamps = 22;
 
 // Contexts the runner sends it (attn_persistent; the kernel's limit too: phase 4's shared-memory
 // weights): the decode phase runs its splits one after another on each block and every (head,
