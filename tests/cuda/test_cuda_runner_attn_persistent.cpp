@@ -103,11 +103,12 @@ TEST(CudaRunnerAttnPersistent, MoeCarveoutBitIdentical) {
 }
 
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
-// bytes, the default, and 256), each kernel on its own: the same loads, so the same bits.
+// bytes, the default, 256, and 128 with the L2 evict_first policy), each kernel on its own: the
+// same loads, so the same bits.
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (const int size : {1, 2}) {
+  for (const int size : {1, 2, 3}) {
     const auto set_attn = [size](CudaRunnerOptions& x, bool on) {
       x.attn_l2_fetch = on ? size : 0;
       x.moe_l2_fetch = 0;

@@ -768,7 +768,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 6) why << "wo_stage_point " << p.wo_stage_point << " (0..6); ";
-  if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
+  if (p.l2_fetch < 0 || p.l2_fetch > 3) why << "l2_fetch " << p.l2_fetch << " (0..3); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
   if (reinterpret_cast<uintptr_t>(p.nope_ready) % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_ready) % 4 != 0)
@@ -798,7 +798,10 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   const int f = pdl ? 0 : p.l2_fetch;
   void (*plain)(MlaAttnPersistentParams) =
-      f == 2 ? MlaAttnPersistentKernel<false, 2> : f == 1 ? MlaAttnPersistentKernel<false, 1> : MlaAttnPersistentKernel<false>;
+      f == 3   ? MlaAttnPersistentKernel<false, 3>
+      : f == 2 ? MlaAttnPersistentKernel<false, 2>
+      : f == 1 ? MlaAttnPersistentKernel<false, 1>
+               : MlaAttnPersistentKernel<false>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, 1, DynSmem());
   if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(MlaAttnPersistentKernel<true>), p.carveout, 1, DynSmem());
