@@ -80,6 +80,16 @@ TEST(CudaRunnerAttnPersistent, WoStageBitIdentical) {
   }
 }
 
+// attn_specialize: the attention kernel's runner-form instantiation (its other forms' code compiled
+// out) against the generic one: the same bits.
+TEST(CudaRunnerAttnPersistent, SpecializeBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_specialize = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_specialize", DummyOptions(dir, 3, 9), set,
+                               &CudaGraphStats::attn_specialized_layers, PathExpect::kRuns);
+}
+
 // persistent_carveout (72 by default since session 25) against the driver's choice: a launch
 // attribute only, so the same bits.
 TEST(CudaRunnerAttnPersistent, CarveoutBitIdentical) {

@@ -49,12 +49,12 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // overlap: absorb_overlap (MlaAttnPersistentParams::nope_ready); then also bit-for-bit the
 // outputs of a launch without it on the same inputs, and the counter back at zero.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             bool in_norm = false, bool overlap = false, bool split = false) {
+             bool in_norm = false, bool overlap = false, bool split = false, int l2_fetch = 0) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
                             (in_norm ? "_in_norm" : "") + (overlap ? "_overlap" : "") + (split ? "_split_counter" : "") +
-                            (graph ? " graph" : " direct");
+                            (l2_fetch != 0 ? "_l2fetch" + std::to_string(l2_fetch) : "") + (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
@@ -192,6 +192,9 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
   if (overlap) p.nope_ready = d_nope.get();
   if (split) p.split_ready = d_nope.get() + 1;
+  p.l2_fetch = l2_fetch;
+  std::printf("[fixture] %s: specialized instantiation %d\n", label.c_str(), MlaAttnPersistentSpecialized(p) ? 1 : 0);
+  if (l2_fetch == 1 && wo_point == 3 && in_norm && overlap && split) EXPECT_TRUE(MlaAttnPersistentSpecialized(p)) << label;
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -308,6 +311,16 @@ TEST(CudaMlaAttnPersistent, WoStageInPhase3MatchesCpuReference) {
   RunCase(16, 2048, 1000, true, true, false, 3);
 }
 
+// The runner's form (wo_stage_point 3, in_norm, absorb_overlap, split_counter, the 128-byte L2
+// fetch) takes the specialised instantiation (session 28): against the CPU reference as the
+// generic one is; 1,000 / 4,500 / 1 keys, hidden 8192 at 4 heads.
+TEST(CudaMlaAttnPersistent, SpecializedMatchesCpuReference) {
+  RunCase(16, 2048, 1000, true, true, false, 3, true, true, true, 1);
+  RunCase(16, 2048, 4500, true, false, false, 3, true, true, true, 1);
+  RunCase(4, 8192, 100, true, true, false, 3, true, true, true, 1);
+  RunCase(16, 2048, 1, true, true, false, 3, true, true, true, 1);
+}
+
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   MlaAttnPersistentParams p{};
   p.heads = 17; p.hidden = 1000; p.block_size = 16;
@@ -382,8 +395,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // reset before each launch). (Its phase-1 variants: bench/results/session25_2026-12-01_run*.)
     // Session 28: 7 / 8, variant 5 with wo_stage_point 5 / 6 (a split block's o_proj copies over
     // its warps, at point 3's place / after its decode).
-    for (int variant = 3; variant < 9; ++variant) {
-      const int wo_point = variant >= 7 ? variant - 2 : variant >= 4 ? 3 : 2;
+    // 9: variant 5 on the generic instantiation (specialize false; 5 unstamped is the runner-form one).
+    for (int variant = 3; variant < 10; ++variant) {
+      const int wo_point = variant == 9 ? 3 : variant >= 7 ? variant - 2 : variant >= 4 ? 3 : 2;
       const int l2_fetch = variant >= 5 ? 1 : 0;
       const bool stop_p1 = variant == 6;
       const bool split = variant >= 3;
@@ -402,6 +416,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
           p.wo_stage_point = wo_point;
           p.l2_fetch = l2_fetch;
+          p.specialize = variant != 9;
           p.debug_stop_after_p1 = stop_p1;
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
@@ -423,9 +438,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
         // (stop_p1: phase 1's weights only, and the launch time includes the two memset nodes.)
         const double bytes = stop_p1 ? 2.0 * (hwq.size() + hwkva.size()) : weight_bytes;
         std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d l2_fetch=%d "
-                    "stop_p1=%d stamps=%d: %.2f us a launch%s (graph of %d, %d weight sets; %.1f MB of weights a launch: "
-                    "%.0f GB/s)\n",
-                    ctx, wo_point, in_norm, overlap, split, l2_fetch, stop_p1, stamped, us,
+                    "stop_p1=%d specialized=%d stamps=%d: %.2f us a launch%s (graph of %d, %d weight sets; %.1f MB of "
+                    "weights a launch: %.0f GB/s)\n",
+                    ctx, wo_point, in_norm, overlap, split, l2_fetch, stop_p1,
+                    MlaAttnPersistentSpecialized(params(0)) ? 1 : 0, stamped, us,
                     stop_p1 ? " with two memsets" : "", kSets, kSets, bytes / 1e6, bytes / (us * 1e3));
         if (!stamped) continue;
         // Stamps 0-15: seg[k] = stamp k - stamp k-1 per block (mean, max over blocks), cum[k] = the last

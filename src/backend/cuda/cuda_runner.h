@@ -364,6 +364,10 @@ struct CudaRunnerOptions {
   // 26.91-27.31 us at 4K (runs 1, 7), within noise at 1K. 4 was no faster. The CLI reads
   // DS_ATTN_WO_STAGE=0..6 (5 / 6: session 28, a split block's copies spread over its warps).
   int attn_wo_stage_point = 3;
+  // MlaAttnPersistentParams::specialize (session 28): the attention kernel's runner-form
+  // instantiation where the layer's params match it (MlaAttnPersistentSpecialized). The same bits.
+  // The CLI reads DS_ATTN_SPECIALIZE=0/1.
+  bool attn_specialize = false;
   // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
   // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice. 72 by default
   // since session 25: 164 KB for both kernels (the attention kernel's own choice; the MoE kernel's
@@ -600,6 +604,7 @@ struct CudaGraphStats {
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
+  int64_t attn_specialized_layers = 0;     // persistent attention launches on its specialised instantiation (likewise)
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 to 6 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)
   int64_t fp8_skinny_sm90_launches = 0;  // W8A8 projections on Fp8SkinnyGemmSm90 (fp8_skinny_sm90)

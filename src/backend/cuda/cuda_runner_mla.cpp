@@ -108,6 +108,7 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.pdl = opts_.persistent_pdl;
   ap.l2_fetch = opts_.attn_l2_fetch;
   ap.wo_stage_point = opts_.attn_wo_stage_point;
+  ap.specialize = opts_.attn_specialize;
   ap.carveout = opts_.persistent_carveout;
   // The kernel's verdict on these shapes does not change between passes (the dims above pass its
   // shape checks; what is left is the device's fit): asked once.
@@ -123,6 +124,7 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (ap.split_ready != nullptr) ++graph_stats_.attn_split_counter_layers;
   if (ap.l2_fetch > 0 && !went_pdl) ++graph_stats_.attn_l2_fetch_layers;
   if (ap.wo_stage_point >= 3) ++graph_stats_.attn_wo_stage_early_layers;
+  if (!went_pdl && MlaAttnPersistentSpecialized(ap)) ++graph_stats_.attn_specialized_layers;
   if (ap.carveout >= 0) ++graph_stats_.persistent_carveout_launches;
   post_norm_fused_ = false;  // o32_ holds o_proj's output; the post-attention norm is still to do
   Mark("attn_o_proj");

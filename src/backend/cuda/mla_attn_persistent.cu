@@ -175,9 +175,16 @@ __device__ __forceinline__ int64_t PhaseOneTileRow(int64_t t, int64_t H, bool ov
 // previous kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
 // kPf: the weight loads' L2 fetch size (MlaAttnPersistentParams::l2_fetch; ptx::LdStreamPf).
-template <bool kPdl, int kPf = 0>
+// kProd (session 28; MlaAttnPersistentSpecialized): the runner's form fixed at compile time
+// (wo_stage_point 3, absorb_overlap, split_counter, in_norm, no stamps, no phase-1 stop), so the
+// hot path holds no code for the other forms: the kernel runs each phase's code once a launch,
+// cold, and jumps over untaken blocks were where its warps waited for instructions (ncu, session
+// 28: a quarter of its warp samples "no instruction").
+template <bool kPdl, int kPf = 0, bool kProd = false>
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
+  const int wo_point = kProd ? 3 : p.wo_stage_point;
+  uint64_t* const phase_ns = kProd ? nullptr : p.phase_ns;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ float s_red[kWarps][16];
   __shared__ float s_norm[32];
@@ -196,11 +203,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // by at most one, blocks >= n1 % grid have the fewer), each starting once every q_nope tile is
   // written (the counter), while the other blocks still stream their q_pe / kv_a tiles: no
   // barrier 1. Otherwise the absorption runs on blocks >= 1 between barriers 1 and 2.
-  const bool overlap = p.nope_ready != nullptr;
+  const bool overlap = kProd || p.nope_ready != nullptr;
   // split_counter (p.split_ready, with absorb_overlap): no barrier 2 either. Each q_pe / kv_a
   // tile and each absorbing block (after its units) bumps the word; a decode block waits for all
   // of them (split_target) before its Q tile; the other blocks go on to barrier 3.
-  const bool split_counter = overlap && p.split_ready != nullptr;
+  const bool split_counter = kProd || (overlap && p.split_ready != nullptr);
   const int64_t n1 = (Rq + kD) / 16, n_nope = H * (kNope / 16);
   const int uk_lo = overlap ? static_cast<int>(n1 % grid) : 1;
   const int64_t uk_units = H * (kLat / 16), uk_warps = int64_t{grid - uk_lo} * kWarps;
@@ -225,8 +232,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     wo_rows(0, 16);
   };
   // Points 5 / 6, a split block: the copies of its rows 2 w, 2 w + 1 by warp w's lane 0.
-  const bool wo_spread = wo_staged && (p.wo_stage_point == 5 || p.wo_stage_point == 6);
-  Stamp(p.phase_ns, 0, false);
+  const bool wo_spread = wo_staged && (wo_point == 5 || wo_point == 6);
+  Stamp(phase_ns, 0, false);
   if (threadIdx.x == 0) {
     s_base = grid::GridBase(p.sync);  // before this block's first arrival
     sm90::BarInit(SmemAddr(&s_bar[0]), 1);
@@ -236,9 +243,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // latency is not on a later phase's path.
   const int pos = *p.position;
   const bool rotate = pos >= 0 && pos < p.max_pos;
-  if (p.phase_ns != nullptr) {
+  if (phase_ns != nullptr) {
     asm volatile("" ::"r"(pos));  // the stamp after the read's value is in
-    Stamp(p.phase_ns, 16, false);
+    Stamp(phase_ns, 16, false);
   }
   float rope_c = 1.f, rope_s = 0.f;
   if (rotate) {
@@ -247,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   }
   // Phase 1: q and kv_a (x in shared memory).
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);
-  if (p.in_residual != nullptr) {
+  if (kProd || p.in_residual != nullptr) {
     // The layer's input norm, in every block (MlaAttnPersistentParams::in_residual): RmsNorm's
     // fp32 operations per element (o = v * inv * w), the sum of squares in this block's order.
     constexpr int kV = kMaxHidden / 4 / kThreads;  // float4s a thread, all loads in flight
@@ -286,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
   }
   __syncthreads();
-  Stamp(p.phase_ns, 17, false);
+  Stamp(phase_ns, 17, false);
   const uint64_t base = s_base;
   GemvTiles<kPf>(
       Rq + kD, Hd, xs, s_red,
@@ -298,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       nullptr, 0,
       [&](int64_t t) -> int64_t { return PhaseOneTileRow(t, H, overlap); },
       [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
-        if (t == blockIdx.x) Stamp(p.phase_ns, 18, false);
+        if (t == blockIdx.x) Stamp(phase_ns, 18, false);
         if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
         if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
       });
@@ -314,11 +321,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     const bf16* w = p.w_uk_t + uk_second * 16 * kNope;
     LoadSlice<kPf>(w + g * kNope, w + (g + 8) * kNope, kNope / 32, uk2);
   }
-  Stamp(p.phase_ns, 1, true);
-  if (p.debug_stop_after_p1) return;
+  Stamp(phase_ns, 1, true);
+  if (!kProd && p.debug_stop_after_p1) return;
   int nbar = 0;
   if (!overlap) grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
-  Stamp(p.phase_ns, 2, false);
+  Stamp(phase_ns, 2, false);
 
   // Phase 2: the absorption (blocks below uk_lo and past the units idle).
   if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
@@ -327,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         while (grid::LdAcquire(p.nope_ready) < static_cast<uint32_t>(n_nope)) {
         }
       __syncthreads();
-      Stamp(p.phase_ns, 2, false);
+      Stamp(phase_ns, 2, false);
     }
     // The absorption: q_nope of every head as bf16 in shared memory, then 16-row tiles of
     // W_UK_h^T (rows c, K = 128) a warp; q_lat rounded to bf16 (the decode's Q operand).
@@ -382,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   const int norm_block = ctx >= 1 && new_split < S ? new_split % grid : 0;
   const int64_t slot = *p.slot;
   if (first_split < S) IssueSplitRows(p, Ks, first_split, ctx, -1, first_split == new_split ? ctx - 1 - new_split * kBN : -1);
-  Stamp(p.phase_ns, 3, true);
+  Stamp(phase_ns, 3, true);
   if (!split_counter) {
     grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
     // absorb_overlap: every block has passed its wait and every q_nope tile has counted: the
@@ -394,11 +401,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
     __syncthreads();
   }
-  Stamp(p.phase_ns, 4, false);
+  Stamp(phase_ns, 4, false);
   // wo_stage_point 3 / 4: the o_proj tile's copies go out in phase 3, where DRAM idles (the cache
   // rows aside): blocks without a split now (point 4: every block now); a split's block once its
   // first Q / K tiles are in shared memory (below), so the copies overlap its decode math.
-  if (threadIdx.x == 0 && wo_staged && (p.wo_stage_point == 4 || (p.wo_stage_point >= 3 && first_split >= S))) issue_wo();
+  if (threadIdx.x == 0 && wo_staged && (wo_point == 4 || (wo_point >= 3 && first_split >= S))) issue_wo();
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).
   float* lse_base = p.workspace + H * smax * kLat;
@@ -470,9 +477,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
     const int ks_beg = warp * kKSteps / kWarps, ks_end = (warp + 1) * kKSteps / kWarps;
     if (first_split >= S) {
-      Stamp(p.phase_ns, 5, false);
-      if (p.phase_ns != nullptr && threadIdx.x == 0)  // no decode sub-steps here (the report skips zeros)
-        for (int k = 19; k <= 21; ++k) p.phase_ns[blockIdx.x * kMlaAttnPersistentStamps + k] = 0;
+      Stamp(phase_ns, 5, false);
+      if (phase_ns != nullptr && threadIdx.x == 0)  // no decode sub-steps here (the report skips zeros)
+        for (int k = 19; k <= 21; ++k) phase_ns[blockIdx.x * kMlaAttnPersistentStamps + k] = 0;
     }
     for (int split = first_split; split < S; split += grid) {
       const int new_j = split == new_split ? ctx - 1 - split * kBN : -1;  // the new token's row here
@@ -497,9 +504,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       if (split == first_split && wo_spread && threadIdx.x == 0) wo_expect();  // before the barrier below
       __syncthreads();  // Q and K visible
       if (split == first_split) {
-        Stamp(p.phase_ns, 5, false);
-        if (threadIdx.x == 0 && wo_staged && p.wo_stage_point == 3) issue_wo();
-        if (lane == 0 && wo_spread && p.wo_stage_point == 5) wo_rows(2 * warp, 2 * warp + 2);
+        Stamp(phase_ns, 5, false);
+        if (threadIdx.x == 0 && wo_staged && wo_point == 3) issue_wo();
+        if (lane == 0 && wo_spread && wo_point == 5) wo_rows(2 * warp, 2 * warp + 2);
       }
       const int kbeg = split * kBN, kend = min(ctx, kbeg + kBN);
       // S = Q K^T over this warp's k-steps, then summed over the warps (the same order in all).
@@ -532,7 +539,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
           for (int w = 0; w < kWarps; ++w) v += Sp[w * kSpFloats + (j * 4 + c) * 32 + lane];
           sc[j][c] = v;
         }
-      if (split == first_split) Stamp(p.phase_ns, 19, false);
+      if (split == first_split) Stamp(phase_ns, 19, false);
       // Softmax of rows g and g + 8 over this split's keys (each row's 32 scores in one quad).
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -584,7 +591,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
           Mma(acc[2 * nb + 1], a0, a1, a2, a3, b2, b3);
         }
       }
-      if (split == first_split) Stamp(p.phase_ns, 20, true);
+      if (split == first_split) Stamp(phase_ns, 20, true);
       // The split's normalised partial and its log-sum-exp (natural log) for rows (heads) < H.
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
@@ -599,11 +606,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
           *reinterpret_cast<float2*>(po + n * 8 + 2 * tq) = make_float2(acc[n][2 * hr] * inv, acc[n][2 * hr + 1] * inv);
         if (warp == 0 && tq == 0) lse_base[part] = empty ? -INFINITY : (mx[hr] + log2f(lsum[hr])) * 0.6931471805599453f;
       }
-      if (split == first_split) Stamp(p.phase_ns, 21, true);
+      if (split == first_split) Stamp(phase_ns, 21, true);
     }
   }
   // wo_stage_point 6: a split block's o_proj copies once its decode is done (announced above).
-  if (first_split < S && lane == 0 && wo_spread && p.wo_stage_point == 6) wo_rows(2 * warp, 2 * warp + 2);
+  if (first_split < S && lane == 0 && wo_spread && wo_point == 6) wo_rows(2 * warp, 2 * warp + 2);
   // Ahead of barrier 3: this block's first phase-4 unit's W_UV rows (two a warp, 2 x 16 bytes a
   // lane each).
   uint4 uv[2][2];
@@ -616,7 +623,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       uv[r][1] = LdStreamNow<kPf>(row + 256 + 8 * lane);
     }
   }
-  Stamp(p.phase_ns, 6, true);
+  Stamp(phase_ns, 6, true);
   grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x);
   // split_counter: every wait and every count of both words is behind this barrier: both back to
   // zero for the next launch.
@@ -624,7 +631,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     *p.nope_ready = 0u;
     *p.split_ready = 0u;
   }
-  Stamp(p.phase_ns, 7, false);
+  Stamp(phase_ns, 7, false);
 
   // Phase 4: merge + W_UV, (head, 16-row part) units. The merge (mla_decode_merge.cuh's math: w_s
   // = exp(lse_s - max lse), o = sum w_s o_s / sum w_s, rounded to bf16; its own summation order)
@@ -644,8 +651,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     // block staged at barrier 2 slowed phase 3's tile loads; session 22's point 3, the runner's
     // default, issues them in phase 3 after each split block's own tile loads: faster.)
     const auto stage_wo = [&](int point) {
-      if (threadIdx.x != 0 || !wo_staged || p.wo_stage_point >= 3 ||
-          (blockIdx.x < uv_units ? p.wo_stage_point : 0) != point)
+      if (threadIdx.x != 0 || !wo_staged || wo_point >= 3 ||
+          (blockIdx.x < uv_units ? wo_point : 0) != point)
         return;
       issue_wo();
     };
@@ -656,14 +663,14 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       for (int s = threadIdx.x; s < S; s += kThreads) s_l[s] = __ldcg(lse_base + h * smax + s);
       if (first_unit) stage_wo(1);
       __syncthreads();
-      if (first_unit) Stamp(p.phase_ns, 8, false);
+      if (first_unit) Stamp(phase_ns, 8, false);
       // Every warp: the max LSE (lane-strided, then shuffles), then split s's weight by thread s.
       float gmax = -INFINITY;
       for (int s = lane; s < S; s += 32) gmax = fmaxf(gmax, s_l[s]);
       gmax = dev::WarpMax(gmax);
       for (int s = threadIdx.x; s < S; s += kThreads) s_w[s] = s_l[s] == -INFINITY ? 0.f : expf(s_l[s] - gmax);
       __syncthreads();
-      if (first_unit) Stamp(p.phase_ns, 9, false);
+      if (first_unit) Stamp(phase_ns, 9, false);
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
       const float* wsp = p.workspace + (h * smax) * kLat + d;
       for (int s0 = half; s0 < S; s0 += 2 * kInFlight) {
@@ -688,7 +695,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       for (int s = lane; s < S; s += 32) wsum += s_w[s];
       wsum = dev::WarpSum(wsum);
       __syncthreads();
-      if (first_unit) Stamp(p.phase_ns, 10, false);
+      if (first_unit) Stamp(phase_ns, 10, false);
       if (half == 0) {
         const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
         const float4 o = *reinterpret_cast<const float4*>(s_acc + d);
@@ -698,7 +705,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         s_o[d + 3] = __bfloat162float(__float2bfloat16_rn((acc.w + o.w) * inv));
       }
       __syncthreads();
-      if (first_unit) Stamp(p.phase_ns, 11, false);
+      if (first_unit) Stamp(phase_ns, 11, false);
       float xo[16];
       mla::UvLaneColumns(s_o, lane, xo);
 #pragma unroll
@@ -712,12 +719,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
       __syncthreads();  // s_o, s_l, s_w reused by the next unit
     }
-    if (blockIdx.x < uv_units || p.phase_ns == nullptr) Stamp(p.phase_ns, 12, false);
-    else for (int k = 8; k <= 12; ++k) Stamp(p.phase_ns, k, false);
+    if (blockIdx.x < uv_units || phase_ns == nullptr) Stamp(phase_ns, 12, false);
+    else for (int k = 8; k <= 12; ++k) Stamp(phase_ns, k, false);
   }
-  Stamp(p.phase_ns, 13, true);
+  Stamp(phase_ns, 13, true);
   grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/true);
-  Stamp(p.phase_ns, 14, false);
+  Stamp(phase_ns, 14, false);
 
   // Phase 5: o_proj (o in shared memory; the block's first tile staged).
   for (int64_t i = threadIdx.x; i < Ko / 8; i += kThreads)
@@ -727,7 +734,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   GemvTiles<kPf>(
       Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; },
       wo_staged ? wo_s : nullptr, wo_pitch);
-  Stamp(p.phase_ns, 15, true);
+  Stamp(phase_ns, 15, true);
 }
 
 // pdl: the instantiation MlaAttnPersistentParams::pdl launches.
@@ -757,6 +764,11 @@ bool FitsCurrentDevice(bool pdl = false) {
 int64_t MlaAttnPersistentWorkspaceFloats(int64_t heads, int64_t max_context) {
   const int64_t splits = (std::max<int64_t>(max_context, 1) + kBN - 1) / kBN;
   return heads * splits * (kLat + 1);
+}
+
+bool MlaAttnPersistentSpecialized(const MlaAttnPersistentParams& p) {
+  return p.specialize && !p.pdl && p.l2_fetch == 1 && p.wo_stage_point == 3 && p.nope_ready != nullptr &&
+         p.split_ready != nullptr && p.in_residual != nullptr && p.phase_ns == nullptr && !p.debug_stop_after_p1;
 }
 
 std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
@@ -798,10 +810,11 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   const int f = pdl ? 0 : p.l2_fetch;
   void (*plain)(MlaAttnPersistentParams) =
-      f == 3   ? MlaAttnPersistentKernel<false, 3>
-      : f == 2 ? MlaAttnPersistentKernel<false, 2>
-      : f == 1 ? MlaAttnPersistentKernel<false, 1>
-               : MlaAttnPersistentKernel<false>;
+      !pdl && MlaAttnPersistentSpecialized(p) ? MlaAttnPersistentKernel<false, 1, true>
+      : f == 3                                ? MlaAttnPersistentKernel<false, 3>
+      : f == 2                                ? MlaAttnPersistentKernel<false, 2>
+      : f == 1                                ? MlaAttnPersistentKernel<false, 1>
+                                              : MlaAttnPersistentKernel<false>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, 1, DynSmem());
   if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(MlaAttnPersistentKernel<true>), p.carveout, 1, DynSmem());
