@@ -313,7 +313,8 @@ TEST(CudaMlaAttnPersistent, WoStageInPhase3MatchesCpuReference) {
 
 // The runner's form (wo_stage_point 3, in_norm, absorb_overlap, split_counter, the 128-byte L2
 // fetch) takes the specialised instantiation (session 28): against the CPU reference as the
-// generic one is; 1,000 / 4,500 / 1 keys, hidden 8192 at 4 heads.
+// generic one is; 1,000 / 4,500 / 1 keys (16 heads x hidden 2048: the instantiation with those
+// fixed too), hidden 8192 at 4 heads (the form's alone).
 TEST(CudaMlaAttnPersistent, SpecializedMatchesCpuReference) {
   RunCase(16, 2048, 1000, true, true, false, 3, true, true, true, 1);
   RunCase(16, 2048, 4500, true, false, false, 3, true, true, true, 1);
@@ -395,9 +396,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // reset before each launch). (Its phase-1 variants: bench/results/session25_2026-12-01_run*.)
     // Session 28: 7 / 8, variant 5 with wo_stage_point 5 / 6 (a split block's o_proj copies over
     // its warps, at point 3's place / after its decode).
-    // 9: variant 5 on the generic instantiation (specialize false; 5 unstamped is the runner-form one).
-    for (int variant = 3; variant < 10; ++variant) {
-      const int wo_point = variant == 9 ? 3 : variant >= 7 ? variant - 2 : variant >= 4 ? 3 : 2;
+    // 9: variant 5 on the generic instantiation (specialize 0; 5 unstamped is the runner-form one
+    // with 16 heads x hidden 2048 fixed, specialize 2); 10: specialize 1 (the form alone).
+    for (int variant = 3; variant < 11; ++variant) {
+      const int wo_point = variant >= 9 ? 3 : variant >= 7 ? variant - 2 : variant >= 4 ? 3 : 2;
       const int l2_fetch = variant >= 5 ? 1 : 0;
       const bool stop_p1 = variant == 6;
       const bool split = variant >= 3;
@@ -416,7 +418,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
           p.wo_stage_point = wo_point;
           p.l2_fetch = l2_fetch;
-          p.specialize = variant != 9;
+          p.specialize = variant == 9 ? 0 : variant == 10 ? 1 : 2;
           p.debug_stop_after_p1 = stop_p1;
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
@@ -441,7 +443,7 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                     "stop_p1=%d specialized=%d stamps=%d: %.2f us a launch%s (graph of %d, %d weight sets; %.1f MB of "
                     "weights a launch: %.0f GB/s)\n",
                     ctx, wo_point, in_norm, overlap, split, l2_fetch, stop_p1,
-                    MlaAttnPersistentSpecialized(params(0)) ? 1 : 0, stamped, us,
+                    MlaAttnPersistentSpecialized(params(0)) ? params(0).specialize : 0, stamped, us,
                     stop_p1 ? " with two memsets" : "", kSets, kSets, bytes / 1e6, bytes / (us * 1e3));
         if (!stamped) continue;
         // Stamps 0-15: seg[k] = stamp k - stamp k-1 per block (mean, max over blocks), cum[k] = the last

@@ -365,9 +365,10 @@ struct CudaRunnerOptions {
   // DS_ATTN_WO_STAGE=0..6 (5 / 6: session 28, a split block's copies spread over its warps).
   int attn_wo_stage_point = 3;
   // MlaAttnPersistentParams::specialize (session 28): the attention kernel's runner-form
-  // instantiation where the layer's params match it (MlaAttnPersistentSpecialized). The same bits.
-  // The CLI reads DS_ATTN_SPECIALIZE=0/1.
-  bool attn_specialize = false;
+  // instantiation where the layer's params match it (MlaAttnPersistentSpecialized): 1 the form, 2
+  // the form and V2-Lite's 16 heads x hidden 2048; 0 the generic kernel. The same bits. The CLI
+  // reads DS_ATTN_SPECIALIZE=0..2.
+  int attn_specialize = 0;
   // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
   // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice. 72 by default
   // since session 25: 164 KB for both kernels (the attention kernel's own choice; the MoE kernel's

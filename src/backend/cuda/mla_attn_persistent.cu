@@ -180,7 +180,9 @@ __device__ __forceinline__ int64_t PhaseOneTileRow(int64_t t, int64_t H, bool ov
 // hot path holds no code for the other forms: the kernel runs each phase's code once a launch,
 // cold, and jumps over untaken blocks were where its warps waited for instructions (ncu, session
 // 28: a quarter of its warp samples "no instruction").
-template <bool kPdl, int kPf = 0, bool kProd = false>
+// kH / kHd (with kProd): the heads and hidden size fixed too (16 and 2048: DeepSeek-V2-Lite,
+// Moonlight), so loops over them have no remainder blocks to jump over; 0: from p.
+template <bool kPdl, int kPf = 0, bool kProd = false, int kH = 0, int kHd = 0>
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   const int wo_point = kProd ? 3 : p.wo_stage_point;
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
-  const int64_t Hd = p.hidden, H = p.heads, Rq = H * kDqk, Ko = H * kVd;
+  const int64_t Hd = kHd > 0 ? int64_t{kHd} : p.hidden, H = kH > 0 ? int64_t{kH} : p.heads, Rq = H * kDqk, Ko = H * kVd;
   const int64_t wo_pitch = Ko + kWoPad;
   bf16* wo_s = reinterpret_cast<bf16*>(smem_raw + kWoOff);  // [16][wo_pitch]
   // Phase 2's W_UK tiles (blocks >= 1: unit (b - 1) * 8 + warp first), phase 4's (head, part)
@@ -767,7 +769,7 @@ int64_t MlaAttnPersistentWorkspaceFloats(int64_t heads, int64_t max_context) {
 }
 
 bool MlaAttnPersistentSpecialized(const MlaAttnPersistentParams& p) {
-  return p.specialize && !p.pdl && p.l2_fetch == 1 && p.wo_stage_point == 3 && p.nope_ready != nullptr &&
+  return p.specialize > 0 && !p.pdl && p.l2_fetch == 1 && p.wo_stage_point == 3 && p.nope_ready != nullptr &&
          p.split_ready != nullptr && p.in_residual != nullptr && p.phase_ns == nullptr && !p.debug_stop_after_p1;
 }
 
@@ -781,6 +783,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 6) why << "wo_stage_point " << p.wo_stage_point << " (0..6); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 3) why << "l2_fetch " << p.l2_fetch << " (0..3); ";
+  if (p.specialize < 0 || p.specialize > 2) why << "specialize " << p.specialize << " (0..2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
   if (reinterpret_cast<uintptr_t>(p.nope_ready) % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_ready) % 4 != 0)
@@ -810,7 +813,9 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   const int f = pdl ? 0 : p.l2_fetch;
   void (*plain)(MlaAttnPersistentParams) =
-      !pdl && MlaAttnPersistentSpecialized(p) ? MlaAttnPersistentKernel<false, 1, true>
+      !pdl && MlaAttnPersistentSpecialized(p) && p.specialize >= 2 && p.heads == 16 && p.hidden == 2048
+          ? MlaAttnPersistentKernel<false, 1, true, 16, 2048>
+      : !pdl && MlaAttnPersistentSpecialized(p) ? MlaAttnPersistentKernel<false, 1, true>
       : f == 3                                ? MlaAttnPersistentKernel<false, 3>
       : f == 2                                ? MlaAttnPersistentKernel<false, 2>
       : f == 1                                ? MlaAttnPersistentKernel<false, 1>

@@ -134,9 +134,10 @@ struct MlaAttnPersistentParams {
   // default stays 2 for the op tests; the runner passes 3.)
   int wo_stage_point = 2;
   // Session 28: where the params are the runner's form (MlaAttnPersistentSpecialized), launch an
-  // instantiation with that form fixed at compile time (no code for the other forms on its path);
-  // false: the generic one. The same bits (CudaRunnerAttnPersistent.SpecializeBitIdentical).
-  bool specialize = true;
+  // instantiation with that form fixed at compile time (no code for the other forms on its path):
+  // 1; 2, also 16 heads and hidden 2048 fixed where they are those (V2-Lite, Moonlight); 0, the
+  // generic one. The same bits (CudaRunnerAttnPersistent.SpecializeBitIdentical).
+  int specialize = 2;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
   // 21); 2 ".L2::256B"; 3 ".L2::128B" with an L2 evict_first cache policy (session 28)
   // (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none). The same bits.
@@ -165,8 +166,8 @@ int64_t MlaAttnPersistentWorkspaceFloats(int64_t heads, int64_t max_context);
 // Empty when MlaAttnPersistent(p) runs p; else the reason.
 std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p);
 
-// Whether MlaAttnPersistent launches the kernel's specialised instantiation for these params:
-// `specialize` and the runner's form (l2_fetch 1, wo_stage_point 3, nope_ready, split_ready,
+// Whether MlaAttnPersistent launches a specialised instantiation for these params: `specialize`
+// > 0 and the runner's form (l2_fetch 1, wo_stage_point 3, nope_ready, split_ready,
 // in_residual, no phase_ns, no debug_stop_after_p1, not pdl). The same bits as the generic one.
 bool MlaAttnPersistentSpecialized(const MlaAttnPersistentParams& p);
 
