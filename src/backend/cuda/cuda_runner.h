@@ -366,9 +366,13 @@ struct CudaRunnerOptions {
   int attn_wo_stage_point = 3;
   // MlaAttnPersistentParams::specialize (session 28): the attention kernel's runner-form
   // instantiation where the layer's params match it (MlaAttnPersistentSpecialized): 1 the form, 2
-  // the form and V2-Lite's 16 heads x hidden 2048; 0 the generic kernel. The same bits. The CLI
+  // the form and V2-Lite's 16 heads x hidden 2048; 0 the generic kernel. The same bits. 1 by
+  // default: V2-Lite b1 1K 1.928-1.950 ms against 1.982-1.997 (bench/results/
+  // session28_2026-12-01_run{7,8}), 4K 2.045-2.054 against 2.098-2.108; 2 no faster than 1 in the
+  // model. The kernel runs each phase's code once a launch, so its code is fetched cold; the
+  // generic kernel's jumps over the other forms' code were where its warps waited (ncu). The CLI
   // reads DS_ATTN_SPECIALIZE=0..2.
-  int attn_specialize = 0;
+  int attn_specialize = 1;
   // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
   // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice. 72 by default
   // since session 25: 164 KB for both kernels (the attention kernel's own choice; the MoE kernel's
