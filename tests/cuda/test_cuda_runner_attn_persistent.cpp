@@ -93,6 +93,15 @@ TEST(CudaRunnerAttnPersistent, SpecializeBitIdentical) {
   }
 }
 
+// moe_specialize: the MoE kernel's runner-form instantiation against the generic one: the same bits.
+TEST(CudaRunnerAttnPersistent, MoeSpecializeBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.moe_specialize = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "moe_specialize", DummyOptions(dir, 3, 9), set,
+                               &CudaGraphStats::moe_specialized_layers, PathExpect::kRuns);
+}
+
 // persistent_carveout (72 by default since session 25) against the driver's choice: a launch
 // attribute only, so the same bits.
 TEST(CudaRunnerAttnPersistent, CarveoutBitIdentical) {

@@ -522,6 +522,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
+  p.specialize = opts_.moe_specialize;
   p.carveout = opts_.persistent_carveout < 0 ? -1 : opts_.moe_carveout >= -1 ? opts_.moe_carveout : opts_.persistent_carveout;
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form, next-norm form).
@@ -536,6 +537,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
   if (p.l2_fetch > 0 && !went_pdl) ++graph_stats_.moe_l2_fetch_layers;
+  if (!went_pdl && MoePersistentSpecialized(p)) ++graph_stats_.moe_specialized_layers;
   if (p.carveout >= 0) ++graph_stats_.persistent_carveout_launches;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;

@@ -373,6 +373,10 @@ struct CudaRunnerOptions {
   // generic kernel's jumps over the other forms' code were where its warps waited (ncu). The CLI
   // reads DS_ATTN_SPECIALIZE=0..2.
   int attn_specialize = 1;
+  // MoePersistentParams::specialize (session 28): the MoE kernel's runner-form instantiation where
+  // a layer's params match it (MoePersistentSpecialized). The same bits. The CLI reads
+  // DS_MOE_SPECIALIZE=0/1.
+  bool moe_specialize = false;
   // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
   // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice. 72 by default
   // since session 25: 164 KB for both kernels (the attention kernel's own choice; the MoE kernel's
@@ -609,6 +613,7 @@ struct CudaGraphStats {
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
+  int64_t moe_specialized_layers = 0;      // persistent MoE launches on its specialised instantiation (likewise)
   int64_t attn_specialized_layers = 0;     // persistent attention launches on its specialised instantiation (likewise)
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 to 6 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

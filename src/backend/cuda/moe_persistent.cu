@@ -59,7 +59,10 @@ constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never
 // kernel comes first (launch.cuh's rule), then the release of the next; a separate
 // instantiation, so the default kernel's code is the one measured without it.
 // kPf: the weight loads' L2 fetch size (MoePersistentParams::l2_fetch; ptx::LdStreamPf).
-template <int kMinBlocks, bool kPdl, int kPf = 0>
+// kProd (session 28; MoePersistentSpecialized): the runner's form fixed at compile time (the
+// post-attention norm folded in, shared_first, gu_ksplit 8, no next norm, routed experts, no
+// stamps, not barriers_only): no code for the other forms on its path (as MlaAttnPersistent's).
+template <int kMinBlocks, bool kPdl, int kPf = 0, bool kProd = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ uint4 smem4[];
@@ -79,20 +82,20 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
-  const bool work = !p.barriers_only;
+  const bool work = kProd || !p.barriers_only;
   const auto stamp = [&](int i) {
-    if (p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * kMoePersistentStamps + i] = static_cast<long long>(dev::GlobalTimerNs());
+    if (!kProd && p.stamps && threadIdx.x == 0) p.stamps[blockIdx.x * kMoePersistentStamps + i] = static_cast<long long>(dev::GlobalTimerNs());
   };
   stamp(0);
   const auto tstamp = [&](int i) {
-    if (p.tile_stamps && threadIdx.x == 0 && i < kMoePersistentTileStamps)
+    if (!kProd && p.tile_stamps && threadIdx.x == 0 && i < kMoePersistentTileStamps)
       p.tile_stamps[blockIdx.x * kMoePersistentTileStamps + i] = static_cast<long long>(dev::GlobalTimerNs());
   };
   if (threadIdx.x == 0) s_base = grid::GridBase(p.sync);  // no barrier of this launch has completed yet
   // Phase 0: the router's fp32 input and the experts' bf16 input in shared memory: x32 / x16 as
   // given, or (attn_out) the post-attention norm of residual + attn_out computed by every block
   // (RmsNormRow's operations per element, the sum of squares over this block's threads).
-  if (p.attn_out) {
+  if (kProd || p.attn_out) {
     float ss = 0.f;
     for (int64_t i = threadIdx.x; i < Hd; i += kThreads) {
       const float v = p.attn_out[i] + p.residual[i];
@@ -131,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     }
   };
   // gu_ksplit > 1 (see phase 2): slots of ksp warps, each warp a part of its slot's tile.
-  const int ksp = p.gu_ksplit, slots = kWarps / ksp, slot = warp / ksp, part = warp % ksp;
+  const int ksp = kProd ? 8 : p.gu_ksplit, slots = kWarps / ksp, slot = warp / ksp, part = warp % ksp;
   const auto gu_part = [&](int64_t t, int r) {
     const bf16* wb;
     int64_t c0, half;
@@ -157,11 +160,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   }
   // Dense (top_k == 0, no routed experts): no router, no routing, no barrier 1; the barriers
   // that remain count from 1.
-  const bool routed = K > 0;
+  const bool routed = kProd || K > 0;
   // shared_first (p.router_ready): no barrier 1. A router block counts its logits written
   // (thread 0 wrote them: its release add orders them), and a block waits for all router blocks'
   // counts only before it routes (before its first routed tile, or after phase 2).
-  const bool shared_first = p.router_ready != nullptr;
+  const bool shared_first = kProd || p.router_ready != nullptr;
   const uint32_t router_blocks = static_cast<uint32_t>(std::min<int64_t>(E, grid));
   if (shared_first && routed && work && blockIdx.x < E && threadIdx.x == 0)
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.router_ready) : "memory");
@@ -217,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int64_t ts = shared_first ? Is / 8 : 0;
   const auto tile_of = [&](int64_t i) { return !shared_first ? i : i < ts ? tiles_r + i : i - ts; };
   bool routed_here = !routed || !shared_first;
-  if (p.gu_ksplit <= 1) {
+  if (kProd ? false : p.gu_ksplit <= 1) {
     // One tile a warp over all of hidden: tile t on block t % grid, warp t / grid (consecutive
     // tiles on different blocks: every SM gets its share).
     for (int64_t t = blockIdx.x + int64_t{grid} * warp; work && t < tiles; t += int64_t{grid} * kWarps) {
@@ -274,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   const int64_t dtiles = Hd / kDownTile;
   const int nsc = static_cast<int>(Is / I), nseg = static_cast<int>(K) + nsc;
   // Without a next norm (norm_weight == nullptr) phase 3 is the last: barrier 2 is the final one.
-  const bool next_norm = p.norm_weight != nullptr;
+  const bool next_norm = !kProd && p.norm_weight != nullptr;
   stamp(3);
   GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/!next_norm);
   // shared_first: every block has passed its wait: the count back to zero for the next launch
@@ -317,7 +320,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   if (work && threadIdx.x < kDownTile && blockIdx.x < dtiles) {
     const int64_t n = int64_t{blockIdx.x} * kDownTile + threadIdx.x;
     r1_first = p.residual[n];
-    if (p.attn_out) r1_first = p.attn_out[n] + r1_first;
+    if (kProd || p.attn_out) r1_first = p.attn_out[n] + r1_first;
   }
   if (work && blockIdx.x < dtiles) CopyToSmem(smem4, reinterpret_cast<const uint4*>(act), (K * I + Is) / 8);
   __syncthreads();
@@ -352,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
       float r1 = r1_first;
       if (ntile > 0) {
         r1 = p.residual[n];
-        if (p.attn_out) r1 = p.attn_out[n] + r1;
+        if (kProd || p.attn_out) r1 = p.attn_out[n] + r1;
       }
       const float v = acc + r1;
       p.residual[n] = v;
@@ -518,6 +521,12 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
 
 bool PersistentPdlRefused() { return CooperativePdlRefused().load(); }
 
+bool MoePersistentSpecialized(const MoePersistentParams& p) {
+  return p.specialize && !p.pdl && p.l2_fetch == 1 && p.blocks_per_sm == 2 && p.gu_ksplit == 8 && p.top_k > 0 &&
+         p.attn_out != nullptr && p.router_ready != nullptr && p.norm_weight == nullptr && p.stamps == nullptr &&
+         p.tile_stamps == nullptr && !p.barriers_only;
+}
+
 bool MoePersistent(const MoePersistentParams& p) {
   const std::string why = MoePersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
@@ -528,7 +537,8 @@ bool MoePersistent(const MoePersistentParams& p) {
   // (Not once a PDL launch was refused: the fallback would run the plain instantiation chosen here.)
   const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(p.blocks_per_sm, smem, true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
-  void (*plain)(MoePersistentParams) = KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
+  void (*plain)(MoePersistentParams) = !pdl && MoePersistentSpecialized(p) ? MoePersistentKernel<2, false, 1, true>
+                                                                          : KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
   if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, p.blocks_per_sm, smem);
   if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(KernelFor(p.blocks_per_sm, true)), p.carveout, p.blocks_per_sm, smem);

@@ -128,6 +128,9 @@ struct MoePersistentParams {
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
+  // Session 28: where the params are the runner's form (MoePersistentSpecialized), launch the
+  // instantiation with that form fixed at compile time; false: the generic one. The same bits.
+  bool specialize = true;
 };
 inline constexpr int kMoePersistentStamps = 8;
 inline constexpr int kMoePersistentTileStamps = 16;
@@ -142,6 +145,11 @@ inline constexpr int kMoePersistentMaxSharedChunks = 4;
 
 // Blocks of the launch: blocks_per_sm per SM of the current device.
 int MoePersistentGridBlocks(int blocks_per_sm);
+
+// Whether MoePersistent launches the specialised instantiation for these params: `specialize` and
+// the runner's form (l2_fetch 1, blocks_per_sm 2, gu_ksplit 8, top_k > 0, attn_out, router_ready,
+// no norm_weight, no stamps or tile_stamps, not barriers_only, not pdl).
+bool MoePersistentSpecialized(const MoePersistentParams& p);
 
 // The largest gate_up split <= wanted (1, 2, 4 or 8) that p's shapes allow at p.blocks_per_sm:
 // hidden a multiple of 32 x the split, at most kMoePersistentMaxGuRounds rounds.
