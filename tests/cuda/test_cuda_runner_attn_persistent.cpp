@@ -97,9 +97,12 @@ TEST(CudaRunnerAttnPersistent, SpecializeBitIdentical) {
 TEST(CudaRunnerAttnPersistent, MoeSpecializeBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.moe_specialize = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "moe_specialize", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::moe_specialized_layers, PathExpect::kRuns);
+  for (const int level : {1, 2}) {
+    const auto set = [level](CudaRunnerOptions& x, bool on) { x.moe_specialize = on ? level : 0; };
+    const std::string name = "moe_specialize=" + std::to_string(level);
+    CompareOptionBitIdenticalRan("dummy_v2lite_3layers", name.c_str(), DummyOptions(dir, 3, 9), set,
+                                 &CudaGraphStats::moe_specialized_layers, PathExpect::kRuns);
+  }
 }
 
 // persistent_carveout (72 by default since session 25) against the driver's choice: a launch

@@ -374,9 +374,11 @@ struct CudaRunnerOptions {
   // reads DS_ATTN_SPECIALIZE=0..2.
   int attn_specialize = 1;
   // MoePersistentParams::specialize (session 28): the MoE kernel's runner-form instantiation where
-  // a layer's params match it (MoePersistentSpecialized). The same bits. The CLI reads
-  // DS_MOE_SPECIALIZE=0/1.
-  bool moe_specialize = false;
+  // a layer's params match it (MoePersistentSpecialized): 1 the form, 2 the form and V2-Lite's
+  // shapes; 0 the generic kernel. The same bits. 1 by default: V2-Lite b1 1K 1.882-1.897 ms against
+  // 1.944-1.953 with the generic kernel (bench/results/session28_2026-12-01_run9), 4K 1.998-2.005
+  // against 2.061-2.063. The CLI reads DS_MOE_SPECIALIZE=0..2.
+  int moe_specialize = 1;
   // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
   // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice. 72 by default
   // since session 25: 164 KB for both kernels (the attention kernel's own choice; the MoE kernel's

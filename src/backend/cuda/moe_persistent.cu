@@ -62,11 +62,14 @@ constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never
 // kProd (session 28; MoePersistentSpecialized): the runner's form fixed at compile time (the
 // post-attention norm folded in, shared_first, gu_ksplit 8, no next norm, routed experts, no
 // stamps, not barriers_only): no code for the other forms on its path (as MlaAttnPersistent's).
-template <int kMinBlocks, bool kPdl, int kPf = 0, bool kProd = false>
+// kV2Lite (with kProd; specialize 2): DeepSeek-V2-Lite's shapes fixed too (hidden 2048, 64
+// experts, top 6, I 1408, shared I 2816), so the tile and unit index arithmetic is on constants.
+template <int kMinBlocks, bool kPdl, int kPf = 0, bool kProd = false, bool kV2Lite = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ uint4 smem4[];
-  const int64_t Hd = p.hidden, E = p.num_experts, K = p.top_k, I = p.inter, Is = p.shared_inter;
+  const int64_t Hd = kV2Lite ? 2048 : p.hidden, E = kV2Lite ? 64 : p.num_experts, K = kV2Lite ? 6 : p.top_k,
+                I = kV2Lite ? 1408 : p.inter, Is = kV2Lite ? 2816 : p.shared_inter;
   // Dynamic shared memory: bf16 region (phase 2: x16 [hidden]; phase 3: act [top_k I + Is]), then
   // the fp32 router input x32 [hidden].
   bf16* xs = reinterpret_cast<bf16*>(smem4);
@@ -160,11 +163,11 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   }
   // Dense (top_k == 0, no routed experts): no router, no routing, no barrier 1; the barriers
   // that remain count from 1.
-  const bool routed = kProd || K > 0;
+  const bool routed = kProd ? true : K > 0;  // (a ternary: "kProd || ..." changed the generic code, session 28)
   // shared_first (p.router_ready): no barrier 1. A router block counts its logits written
   // (thread 0 wrote them: its release add orders them), and a block waits for all router blocks'
   // counts only before it routes (before its first routed tile, or after phase 2).
-  const bool shared_first = kProd || p.router_ready != nullptr;
+  const bool shared_first = kProd ? true : p.router_ready != nullptr;
   const uint32_t router_blocks = static_cast<uint32_t>(std::min<int64_t>(E, grid));
   if (shared_first && routed && work && blockIdx.x < E && threadIdx.x == 0)
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.router_ready) : "memory");
@@ -516,13 +519,14 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (p.l2_fetch < 0 || p.l2_fetch > 3) why << "l2_fetch " << p.l2_fetch << " (0..3); ";
+  if (p.specialize < 0 || p.specialize > 2) why << "specialize " << p.specialize << " (0..2); ";
   return why.str();
 }
 
 bool PersistentPdlRefused() { return CooperativePdlRefused().load(); }
 
 bool MoePersistentSpecialized(const MoePersistentParams& p) {
-  return p.specialize && !p.pdl && p.l2_fetch == 1 && p.blocks_per_sm == 2 && p.gu_ksplit == 8 && p.top_k > 0 &&
+  return p.specialize > 0 && !p.pdl && p.l2_fetch == 1 && p.blocks_per_sm == 2 && p.gu_ksplit == 8 && p.top_k > 0 &&
          p.attn_out != nullptr && p.router_ready != nullptr && p.norm_weight == nullptr && p.stamps == nullptr &&
          p.tile_stamps == nullptr && !p.barriers_only;
 }
@@ -537,8 +541,12 @@ bool MoePersistent(const MoePersistentParams& p) {
   // (Not once a PDL launch was refused: the fallback would run the plain instantiation chosen here.)
   const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(p.blocks_per_sm, smem, true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
-  void (*plain)(MoePersistentParams) = !pdl && MoePersistentSpecialized(p) ? MoePersistentKernel<2, false, 1, true>
-                                                                          : KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
+  const bool v2lite = p.specialize >= 2 && p.hidden == 2048 && p.num_experts == 64 && p.top_k == 6 && p.inter == 1408 &&
+                      p.shared_inter == 2816;
+  void (*plain)(MoePersistentParams) =
+      !pdl && MoePersistentSpecialized(p)
+          ? (v2lite ? MoePersistentKernel<2, false, 1, true, true> : MoePersistentKernel<2, false, 1, true>)
+          : KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
   if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, p.blocks_per_sm, smem);
   if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(KernelFor(p.blocks_per_sm, true)), p.carveout, p.blocks_per_sm, smem);

@@ -129,8 +129,9 @@ struct MoePersistentParams {
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
   // Session 28: where the params are the runner's form (MoePersistentSpecialized), launch the
-  // instantiation with that form fixed at compile time; false: the generic one. The same bits.
-  bool specialize = true;
+  // instantiation with that form fixed at compile time: 1; 2, also V2-Lite's shapes fixed where
+  // they are those; 0: the generic one. The same bits.
+  int specialize = 1;
 };
 inline constexpr int kMoePersistentStamps = 8;
 inline constexpr int kMoePersistentTileStamps = 16;
