@@ -366,19 +366,21 @@ struct CudaRunnerOptions {
   int attn_wo_stage_point = 3;
   // MlaAttnPersistentParams::specialize (session 28): the attention kernel's runner-form
   // instantiation where the layer's params match it (MlaAttnPersistentSpecialized): 1 the form, 2
-  // the form and V2-Lite's 16 heads x hidden 2048; 0 the generic kernel. The same bits. 1 by
-  // default: V2-Lite b1 1K 1.928-1.950 ms against 1.982-1.997 (bench/results/
-  // session28_2026-12-01_run{7,8}), 4K 2.045-2.054 against 2.098-2.108; 2 no faster than 1 in the
-  // model. The kernel runs each phase's code once a launch, so its code is fetched cold; the
-  // generic kernel's jumps over the other forms' code were where its warps waited (ncu). The CLI
+  // the form and 16 heads x hidden 2048 (V2-Lite, Moonlight; other shapes get 1); 0 the generic
+  // kernel. The same bits. 1 against 0: V2-Lite b1 1K 1.928-1.950 ms against 1.982-1.997
+  // (bench/results/session28_2026-12-01_run{7,8}), 4K 2.045-2.054 against 2.098-2.108. The kernel
+  // runs each phase's code once a launch, so its code is fetched cold; the generic kernel's jumps
+  // over the other forms' code were where its warps waited (ncu). 2 by default: against 1 within
+  // noise at 1K (runs 8, 10), 4K 1.920 against 1.937 ms with moe_specialize 2 (run 10). The CLI
   // reads DS_ATTN_SPECIALIZE=0..2.
-  int attn_specialize = 1;
+  int attn_specialize = 2;
   // MoePersistentParams::specialize (session 28): the MoE kernel's runner-form instantiation where
   // a layer's params match it (MoePersistentSpecialized): 1 the form, 2 the form and V2-Lite's
-  // shapes; 0 the generic kernel. The same bits. 1 by default: V2-Lite b1 1K 1.882-1.897 ms against
-  // 1.944-1.953 with the generic kernel (bench/results/session28_2026-12-01_run9), 4K 1.998-2.005
-  // against 2.061-2.063. The CLI reads DS_MOE_SPECIALIZE=0..2.
-  int moe_specialize = 1;
+  // shapes; 0 the generic kernel. The same bits. 2 by default (other shapes get 1): V2-Lite b1 1K
+  // 1.826-1.833 ms against 1.879-1.893 at 1 and 1.924-1.928 at 0, 4K 1.937 against 2.003
+  // (bench/results/session28_2026-12-01_run10; 1 against 0 first in run 9). The CLI reads
+  // DS_MOE_SPECIALIZE=0..2.
+  int moe_specialize = 2;
   // The persistent attention and MoE kernels' preferred shared-memory carveout, percent of the
   // maximum (cudaFuncAttributePreferredSharedMemoryCarveout); -1 the driver's choice. 72 by default
   // since session 25: 164 KB for both kernels (the attention kernel's own choice; the MoE kernel's
