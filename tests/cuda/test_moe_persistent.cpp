@@ -551,6 +551,8 @@ TEST(CudaMoePersistent, RejectsUnsupported) {
   EXPECT_NE(MoePersistentUnsupported(q).find("gu_ksplit 3"), std::string::npos);
   q.l2_fetch = 4;
   EXPECT_NE(MoePersistentUnsupported(q).find("l2_fetch 4"), std::string::npos);
+  q.specialize = 3;
+  EXPECT_NE(MoePersistentUnsupported(q).find("specialize 3"), std::string::npos);
   // The runner's split for small hidden sizes (the tiny fixtures): the largest that fits.
   MoePersistentParams r{};
   r.top_k = 2; r.inter = 64; r.shared_inter = 64; r.blocks_per_sm = 2;

@@ -404,9 +404,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     __syncthreads();
   }
   Stamp(phase_ns, 4, false);
-  // wo_stage_point 3 / 4: the o_proj tile's copies go out in phase 3, where DRAM idles (the cache
+  // wo_stage_point 3-6: the o_proj tile's copies go out in phase 3, where DRAM idles (the cache
   // rows aside): blocks without a split now (point 4: every block now); a split's block once its
-  // first Q / K tiles are in shared memory (below), so the copies overlap its decode math.
+  // first Q / K tiles are in shared memory (below; 5 / 6: over its warps, there or after its
+  // decode), so the copies overlap its decode math.
   if (threadIdx.x == 0 && wo_staged && (wo_point == 4 || (wo_point >= 3 && first_split >= S))) issue_wo();
 
   // Phase 3: split-KV decode, 32-key splits; all heads form one 16-row tile (rows >= H zero).

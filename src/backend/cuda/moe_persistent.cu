@@ -163,7 +163,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   }
   // Dense (top_k == 0, no routed experts): no router, no routing, no barrier 1; the barriers
   // that remain count from 1.
-  const bool routed = kProd ? true : K > 0;  // (a ternary: "kProd || ..." changed the generic code, session 28)
+  // (These two as ternaries: written "kProd || ...", they changed the generic instantiation's SASS,
+  // its first gate_up loops' loads in flight among it; session 28 run 9.)
+  const bool routed = kProd ? true : K > 0;
   // shared_first (p.router_ready): no barrier 1. A router block counts its logits written
   // (thread 0 wrote them: its release add orders them), and a block waits for all router blocks'
   // counts only before it routes (before its first routed tile, or after phase 2).

@@ -131,7 +131,7 @@ struct MoePersistentParams {
   // Session 28: where the params are the runner's form (MoePersistentSpecialized), launch the
   // instantiation with that form fixed at compile time: 1; 2, also V2-Lite's shapes fixed where
   // they are those; 0: the generic one. The same bits.
-  int specialize = 1;
+  int specialize = 2;
 };
 inline constexpr int kMoePersistentStamps = 8;
 inline constexpr int kMoePersistentTileStamps = 16;
