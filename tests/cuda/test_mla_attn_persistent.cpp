@@ -331,7 +331,7 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   p.heads = 3;
   EXPECT_NE(MlaAttnPersistentUnsupported(p).find("heads 3"), std::string::npos);
   p.wo_stage_point = 7;
-  p.l2_fetch = 4;
+  p.l2_fetch = 3;
   p.specialize = 3;
   p.max_context = kMlaAttnPersistentMaxContext + 1;
   const std::string why2 = MlaAttnPersistentUnsupported(p);
@@ -339,7 +339,7 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   uint32_t word = 0;
   q.split_ready = &word;
   EXPECT_NE(MlaAttnPersistentUnsupported(q).find("split_ready needs nope_ready"), std::string::npos);
-  for (const char* part : {"wo_stage_point 7", "l2_fetch 4", "specialize 3", "max_context 8193"})
+  for (const char* part : {"wo_stage_point 7", "l2_fetch 3", "specialize 3", "max_context 8193"})
     EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
 }
 

@@ -296,14 +296,13 @@ struct CudaRunnerOptions {
   // DS_PERSISTENT_PDL=0/1.
   bool persistent_pdl = false;
   // The persistent kernels' weight loads with an L2 fetch size (MlaAttnPersistentParams::l2_fetch,
-  // MoePersistentParams::l2_fetch: 0 none, 1 128 bytes, 2 256 bytes, 3 128 bytes with an L2
-  // evict_first policy (session 28 run 6: no faster); the same bits; not with
+  // MoePersistentParams::l2_fetch: 0 none, 1 128 bytes, 2 256 bytes; the same bits; not with
   // persistent_pdl, whose instantiations load without). 128 bytes by default since session 21:
   // V2-Lite 27 layers b1 2.534-2.540 ms against 2.639-2.656 with none, 256 bytes no faster
   // (bench/results/session21_2026-12-01_run2), all of it the MoE kernel's (run 3); after the
   // batched burst loads 2.286-2.311 against 2.332-2.334 (run 8). The attention kernel's loads
   // measured no faster or slower with it (runs 3, 9). The CLI reads DS_ATTN_L2_FETCH and
-  // DS_MOE_L2_FETCH (0..3).
+  // DS_MOE_L2_FETCH (0, 1, 2). (An L2 evict_first policy on top: no faster, session 28 run 6.)
   int attn_l2_fetch = 1;
   int moe_l2_fetch = 1;
   // fp8_gemm "cublas" / "cublas-all" (W8A8: e4m3 activations with 1x128 scales): projections of

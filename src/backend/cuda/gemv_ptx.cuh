@@ -17,29 +17,15 @@ namespace ds::cuda::ptx {
   asm VOLATILE("ld.global.nc.L1::no_allocate" L2Q ".v4.u32 {%0,%1,%2,%3}, [%4];" \
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)                      \
                : "l"(ptr))
-// kPf 3 (session 28): ".L2::128B" with an L2 evict_first cache policy (PTX ISA, "createpolicy",
-// ld's .L2::cache_hint), so that the streamed weights, read once a step, are the lines the L2
-// gives up first, not the code, the KV cache and the activations the next kernel reads. The
-// policy comes from a non-volatile asm without inputs: the compiler may hoist and share it.
-#define DS_LDG_STREAM_EVICT_FIRST(VOLATILE, r, ptr)                                                   \
-  do {                                                                                               \
-    uint64_t ds_pol_;                                                                                \
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(ds_pol_));                     \
-    asm VOLATILE("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4], %5;" \
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)                                        \
-                 : "l"(ptr), "l"(ds_pol_));                                                          \
-  } while (0)
 
-// LdStream with an L2 fetch size (kPf: 0 none, LdStream itself; 1 ".L2::128B"; 2 ".L2::256B";
-// 3 ".L2::128B" with the evict_first policy above):
+// LdStream with an L2 fetch size (kPf: 0 none, LdStream itself; 1 ".L2::128B"; 2 ".L2::256B"):
 // a miss fetches that aligned block into L2 (PTX ISA, "ld", .level::prefetch_size), so the
 // neighbouring 64-byte pieces a warp reads next hit it (session 21; 128 bytes is the persistent
 // kernels' default: MlaAttnPersistentParams / MoePersistentParams::l2_fetch).
 template <int kPf>
 __device__ __forceinline__ uint4 LdStreamPf(const void* ptr) {
   uint4 r;
-  if constexpr (kPf == 3) DS_LDG_STREAM_EVICT_FIRST(, r, ptr);
-  else if constexpr (kPf == 2) DS_LDG_STREAM(, ".L2::256B", r, ptr);
+  if constexpr (kPf == 2) DS_LDG_STREAM(, ".L2::256B", r, ptr);
   else if constexpr (kPf == 1) DS_LDG_STREAM(, ".L2::128B", r, ptr);
   else DS_LDG_STREAM(, "", r, ptr);
   return r;
@@ -131,8 +117,7 @@ __device__ __forceinline__ void WarpTile16(const __nv_bfloat16* ra, const __nv_b
 template <int kPf = 0>
 __device__ __forceinline__ uint4 LdStreamNow(const void* ptr) {
   uint4 r;
-  if constexpr (kPf == 3) DS_LDG_STREAM_EVICT_FIRST(volatile, r, ptr);
-  else if constexpr (kPf == 2) DS_LDG_STREAM(volatile, ".L2::256B", r, ptr);
+  if constexpr (kPf == 2) DS_LDG_STREAM(volatile, ".L2::256B", r, ptr);
   else if constexpr (kPf == 1) DS_LDG_STREAM(volatile, ".L2::128B", r, ptr);
   else DS_LDG_STREAM(volatile, "", r, ptr);
   return r;

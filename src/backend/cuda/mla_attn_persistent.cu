@@ -783,7 +783,7 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.max_context < 1 || p.max_context > kMlaAttnPersistentMaxContext)
     why << "max_context " << p.max_context << " (1.." << kMlaAttnPersistentMaxContext << "); ";
   if (p.wo_stage_point < 0 || p.wo_stage_point > 6) why << "wo_stage_point " << p.wo_stage_point << " (0..6); ";
-  if (p.l2_fetch < 0 || p.l2_fetch > 3) why << "l2_fetch " << p.l2_fetch << " (0..3); ";
+  if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
   if (p.specialize < 0 || p.specialize > 2) why << "specialize " << p.specialize << " (0..2); ";
   if ((p.in_residual != nullptr) != (p.in_norm_w != nullptr)) why << "in_residual and in_norm_w go together; ";
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
@@ -812,15 +812,15 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   // (Not once a PDL launch was refused: the fallback would run the plain instantiation chosen here.)
   const bool pdl = p.pdl && !CooperativePdlRefused().load() && FitsCurrentDevice(true);
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
+  // specialize: the runner form's instantiation (level 2: with V2-Lite's shapes where they are those).
   const int f = pdl ? 0 : p.l2_fetch;
+  const bool spec = !pdl && MlaAttnPersistentSpecialized(p);
   void (*plain)(MlaAttnPersistentParams) =
-      !pdl && MlaAttnPersistentSpecialized(p) && p.specialize >= 2 && p.heads == 16 && p.hidden == 2048
-          ? MlaAttnPersistentKernel<false, 1, true, 16, 2048>
-      : !pdl && MlaAttnPersistentSpecialized(p) ? MlaAttnPersistentKernel<false, 1, true>
-      : f == 3                                ? MlaAttnPersistentKernel<false, 3>
-      : f == 2                                ? MlaAttnPersistentKernel<false, 2>
-      : f == 1                                ? MlaAttnPersistentKernel<false, 1>
-                                              : MlaAttnPersistentKernel<false>;
+      spec && p.specialize >= 2 && p.heads == 16 && p.hidden == 2048 ? MlaAttnPersistentKernel<false, 1, true, 16, 2048>
+      : spec                                                         ? MlaAttnPersistentKernel<false, 1, true>
+      : f == 2                                                       ? MlaAttnPersistentKernel<false, 2>
+      : f == 1                                                       ? MlaAttnPersistentKernel<false, 1>
+                                                                     : MlaAttnPersistentKernel<false>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(DynSmem()));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, 1, DynSmem());
   if (pdl) SetSmemCarveout(reinterpret_cast<const void*>(MlaAttnPersistentKernel<true>), p.carveout, 1, DynSmem());

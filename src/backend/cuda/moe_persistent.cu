@@ -414,7 +414,6 @@ size_t SmemBytes(const MoePersistentParams& p) {
 
 void (*KernelFor(int blocks_per_sm, bool pdl = false, int l2_fetch = 0))(MoePersistentParams) {
   if (pdl) return blocks_per_sm == 2 ? MoePersistentKernel<2, true> : MoePersistentKernel<1, true>;
-  if (l2_fetch == 3) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 3> : MoePersistentKernel<1, false, 3>;
   if (l2_fetch == 2) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 2> : MoePersistentKernel<1, false, 2>;
   if (l2_fetch == 1) return blocks_per_sm == 2 ? MoePersistentKernel<2, false, 1> : MoePersistentKernel<1, false, 1>;
   return blocks_per_sm == 2 ? MoePersistentKernel<2, false> : MoePersistentKernel<1, false>;
@@ -520,7 +519,7 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
       misaligned(p.act) || (p.shared_gu && (misaligned(p.shared_gu) || misaligned(p.shared_down))))
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
-  if (p.l2_fetch < 0 || p.l2_fetch > 3) why << "l2_fetch " << p.l2_fetch << " (0..3); ";
+  if (p.l2_fetch < 0 || p.l2_fetch > 2) why << "l2_fetch " << p.l2_fetch << " (0, 1 or 2); ";
   if (p.specialize < 0 || p.specialize > 2) why << "specialize " << p.specialize << " (0..2); ";
   return why.str();
 }

@@ -118,8 +118,9 @@ struct MoePersistentParams {
   long long* tile_stamps = nullptr;
   bool barriers_only = false;
   // The weight loads' L2 fetch size: 0 none; 1 ".L2::128B" (the runner's default since session
-  // 21); 2 ".L2::256B"; 3 ".L2::128B" with an L2 evict_first cache policy (session 28)
-  // (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none). The same bits.
+  // 21); 2 ".L2::256B" (ptx::LdStreamPf; a separate instantiation each; a PDL launch uses none).
+  // The same bits. (Session 28's 3, 128 bytes with an L2 evict_first policy, was no faster and
+  // was removed; code at cba7968.)
   int l2_fetch = 0;
   // The kernel's preferred shared-memory carveout in percent (SetSmemCarveout; session 25,
   // CudaRunnerOptions::persistent_carveout), applied where the kernel's blocks fit it; negative:
