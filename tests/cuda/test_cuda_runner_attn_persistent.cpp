@@ -80,6 +80,18 @@ TEST(CudaRunnerAttnPersistent, WoStageBitIdentical) {
   }
 }
 
+// attn_merge_cols_min_splits: phase 4's column-split merge (MlaAttnPersistentParams::head_ready)
+// at every context (1 split and up): another fp32 order of the merge's sums where a context has
+// more than one split, so bounded against the one-loop merge (no row need differ: the schedule's
+// batch-1 contexts are short), and it must run.
+TEST(CudaRunnerAttnPersistent, MergeColsWithinBounds) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_merge_cols_min_splits = on ? 1 : 0; };
+  CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "attn_merge_cols_min_splits=1", DummyOptions(dir, 3, 9),
+                               /*expect_change=*/false, set, &CudaGraphStats::attn_merge_cols_layers, PathExpect::kRuns);
+}
+
 // attn_specialize / moe_specialize at levels 1 and 2 (the kernel's runner-form instantiation, with
 // V2-Lite's shapes at 2) against 0 (the generic kernel), one kernel at a time: the same bits.
 void CompareSpecializeLevels(const char* option, int CudaRunnerOptions::*level_field, int64_t CudaGraphStats::*ran) {

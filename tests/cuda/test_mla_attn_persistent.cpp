@@ -49,12 +49,13 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // overlap: absorb_overlap (MlaAttnPersistentParams::nope_ready); then also bit-for-bit the
 // outputs of a launch without it on the same inputs, and the counter back at zero.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             bool in_norm = false, bool overlap = false, bool split = false, int l2_fetch = 0) {
+             bool in_norm = false, bool overlap = false, bool split = false, int l2_fetch = 0, int merge_cols = 0) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
                             (in_norm ? "_in_norm" : "") + (overlap ? "_overlap" : "") + (split ? "_split_counter" : "") +
-                            (l2_fetch != 0 ? "_l2fetch" + std::to_string(l2_fetch) : "") + (graph ? " graph" : " direct");
+                            (l2_fetch != 0 ? "_l2fetch" + std::to_string(l2_fetch) : "") +
+                            (merge_cols != 0 ? "_merge_cols" + std::to_string(merge_cols) : "") + (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
@@ -177,9 +178,10 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   Dev<float> d_ws(MlaAttnPersistentWorkspaceFloats(H, max_context));
   Dev<int32_t> d_pos(std::vector<int32_t>{pos}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
   Dev<int64_t> d_slot(std::vector<int64_t>{no_slot ? -1 : slot});
-  Dev<uint32_t> d_sync(2), d_nope(2);
+  Dev<uint32_t> d_sync(2), d_nope(2), d_heads(16);
   DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
   DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, 2 * sizeof(uint32_t)));
+  DS_CUDA_CHECK(cudaMemset(d_heads.get(), 0, 16 * sizeof(uint32_t)));
   MlaAttnPersistentParams p{};
   p.x16 = d_x.get(); p.hidden = Hd; p.heads = H;
   p.wq = d_wq.get(); p.wkva = d_wkva.get(); p.kva_norm_w = d_norm_w.get(); p.eps = 1e-6f;
@@ -193,8 +195,14 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   if (overlap) p.nope_ready = d_nope.get();
   if (split) p.split_ready = d_nope.get() + 1;
   p.l2_fetch = l2_fetch;
+  if (merge_cols > 0) {
+    p.head_ready = d_heads.get();
+    p.merge_cols_min_splits = merge_cols;
+  }
   std::printf("[fixture] %s: specialized instantiation %d\n", label.c_str(), MlaAttnPersistentSpecialized(p) ? 1 : 0);
-  if (l2_fetch == 1 && wo_point == 3 && in_norm && overlap && split) EXPECT_TRUE(MlaAttnPersistentSpecialized(p)) << label;
+  if (l2_fetch == 1 && wo_point == 3 && in_norm && overlap && split) {
+    EXPECT_TRUE(MlaAttnPersistentSpecialized(p)) << label;
+  }
   ASSERT_EQ(MlaAttnPersistentUnsupported(p), "") << label;
   constexpr int kLaunches = 3;
   LaunchRepeated(
@@ -232,6 +240,10 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   EXPECT_EQ(other_rows_changed, 0) << label << ": cache rows other than the token's slot changed";
   // grid_barrier.cuh's 64-bit counter: each launch pads it to the next multiple of kGridEpoch (2^20).
   EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{kLaunches} << 20) << label;
+  if (merge_cols > 0) {
+    const std::vector<uint32_t> heads = d_heads.Download();
+    for (int64_t h = 0; h < 16; ++h) EXPECT_EQ(heads[h], 0u) << label << ": merge_cols' head word " << h << " not back at zero";
+  }
   if (overlap) {
     const std::vector<uint32_t> words = d_nope.Download();
     EXPECT_EQ(words[0], 0u) << label << ": absorb_overlap's counter not back at zero";
@@ -322,6 +334,22 @@ TEST(CudaMlaAttnPersistent, SpecializedMatchesCpuReference) {
   RunCase(16, 2048, 1, true, true, false, 3, true, true, true, 1);
 }
 
+// merge_cols (MlaAttnPersistentParams::head_ready): each (head, part) unit merges a 64-column
+// slice, then W_UV once its head's slices are in. At or above the threshold (1 key: one split;
+// 1,000: 32 splits; 4,500: 141, blocks with two splits), below it (the one-loop merge on the same
+// params), the generic and the specialised instantiations, 16 / 4 / 2 heads, graph replays (the
+// words' reset between launches).
+TEST(CudaMlaAttnPersistent, MergeColsMatchesCpuReference) {
+  RunCase(16, 2048, 1000, true, true, false, 2, false, false, false, 0, /*merge_cols=*/1);
+  RunCase(16, 2048, 4500, true, true, false, 2, false, false, false, 0, 1);
+  RunCase(16, 2048, 1, true, false, false, 2, false, false, false, 0, 1);
+  RunCase(16, 2048, 1000, true, true, false, 2, false, false, false, 0, 64);   // 32 splits: the one-loop merge
+  RunCase(16, 2048, 4500, true, true, false, 3, true, true, true, 1, 64);      // the runner's form (specialised)
+  RunCase(16, 2048, 1000, true, false, false, 3, true, true, true, 1, 1);
+  RunCase(4, 8192, 100, true, true, false, 3, true, true, true, 1, 1);
+  RunCase(2, 4096, 300, true, true, false, 2, false, true, false, 0, 1);
+}
+
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   MlaAttnPersistentParams p{};
   p.heads = 17; p.hidden = 1000; p.block_size = 16;
@@ -339,6 +367,11 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   uint32_t word = 0;
   q.split_ready = &word;
   EXPECT_NE(MlaAttnPersistentUnsupported(q).find("split_ready needs nope_ready"), std::string::npos);
+  q.split_ready = nullptr;
+  q.merge_cols_min_splits = 64;
+  EXPECT_NE(MlaAttnPersistentUnsupported(q).find("merge_cols_min_splits needs head_ready"), std::string::npos);
+  q.merge_cols_min_splits = -1;
+  EXPECT_NE(MlaAttnPersistentUnsupported(q).find("merge_cols_min_splits -1"), std::string::npos);
   for (const char* part : {"wo_stage_point 7", "l2_fetch 3", "specialize 3", "max_context 8193"})
     EXPECT_NE(why2.find(part), std::string::npos) << "missing '" << part << "' in: " << why2;
 }

@@ -102,8 +102,10 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     DS_CUDA_CHECK(cudaMemsetAsync(route_sync_.get(), 0, sizeof(uint32_t), s_));
   }
   if (opts_.attn_persistent) {
-    attn_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, absorb_overlap's and split_counter's words
-    DS_CUDA_CHECK(cudaMemsetAsync(attn_sync_.get(), 0, 4 * sizeof(uint32_t), s_));
+    // The grid barrier's 64-bit counter, absorb_overlap's and split_counter's words, merge_cols'
+    // 16 head words.
+    attn_sync_.Reset(20 * sizeof(uint32_t));
+    DS_CUDA_CHECK(cudaMemsetAsync(attn_sync_.get(), 0, 20 * sizeof(uint32_t), s_));
   }
   if (opts_.persistent_moe) {
     persist_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, then shared_first's word

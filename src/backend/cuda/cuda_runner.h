@@ -364,6 +364,12 @@ struct CudaRunnerOptions {
   // 26.91-27.31 us at 4K (runs 1, 7), within noise at 1K. 4 was no faster. The CLI reads
   // DS_ATTN_WO_STAGE=0..6 (5 / 6: session 28, a split block's copies spread over its warps).
   int attn_wo_stage_point = 3;
+  // With attn_persistent: phase 4's column-split merge (MlaAttnPersistentParams::head_ready /
+  // merge_cols_min_splits, session 29) at contexts of >= this many 32-key splits; 0 never. Each
+  // (head, part) unit merges a 64-column slice of its head's partials, then W_UV once its head's
+  // 8 slices are in: 1 / 8 of the one-loop merge's L2 reads for one more wait. Its own fp32
+  // summation order. The CLI reads DS_ATTN_MERGE_COLS=N.
+  int attn_merge_cols_min_splits = 0;
   // MlaAttnPersistentParams::specialize (session 28): the attention kernel's runner-form
   // instantiation where the layer's params match it (MlaAttnPersistentSpecialized): 1 the form, 2
   // the form and 16 heads x hidden 2048 (V2-Lite, Moonlight; other shapes get 1); 0 the generic
@@ -614,6 +620,7 @@ struct CudaGraphStats {
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t attn_split_counter_layers = 0;   // of those, with attn_split_counter (likewise)
+  int64_t attn_merge_cols_layers = 0;      // of those, with head_ready set (attn_merge_cols_min_splits > 0)
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)

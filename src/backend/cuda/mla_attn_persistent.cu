@@ -659,7 +659,28 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         return;
       issue_wo();
     };
+    // W_UV for unit (h, part) from the merged o_lat in s_o: each row's lane-split dot product
+    // (MlaDecodeCombineUvKernel's W_UV epilogue; the block's first unit's rows from registers).
+    const auto UvUnit = [&](int64_t h, int64_t part, bool first_unit) {
+      float xo[16];
+      mla::UvLaneColumns(s_o, lane, xo);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t n = part * 16 + warp * 2 + r;
+        const bf16* row = p.kv_b + (h * (kNope + kVd) + kNope + n) * kLat;
+        const uint4 w0 = first_unit ? uv[r][0] : *reinterpret_cast<const uint4*>(row + 8 * lane);
+        const uint4 w1 = first_unit ? uv[r][1] : *reinterpret_cast<const uint4*>(row + 256 + 8 * lane);
+        const float dot = dev::WarpSum(mla::UvLaneDot(xo, w0, w1));
+        if (lane == 0) p.o16[h * kVd + n] = __float2bfloat16_rn(dot);
+      }
+    };
     stage_wo(0);
+    // merge_cols (MlaAttnPersistentParams::head_ready, at >= merge_cols_min_splits splits): each
+    // (head, part) unit merges only columns part x 64 .. + 63 of its head's partials (a 64-column
+    // slice, not the whole head: 1 / 8 of the L2 reads), writes them into split 0's partial in place
+    // (its own columns: no other unit reads them) and counts on the head's word; the W_UV loop
+    // then waits for the head's 8 parts and reads the merged row back.
+    const bool merge_cols = p.head_ready != nullptr && p.merge_cols_min_splits > 0 && S >= p.merge_cols_min_splits;
     for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
       const int64_t h = u / kUvParts, part = u % kUvParts;
       const bool first_unit = u == blockIdx.x;
@@ -674,6 +695,48 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       for (int s = threadIdx.x; s < S; s += kThreads) s_w[s] = s_l[s] == -INFINITY ? 0.f : expf(s_l[s] - gmax);
       __syncthreads();
       if (first_unit) Stamp(phase_ns, 9, false);
+      if (merge_cols) {
+        // 16 groups of 16 threads: group k sums splits k, k + 16, ... of the slice's 64 columns (a
+        // float4 a thread), 8 loads in flight; the groups' sums are added in group order.
+        constexpr int kColInFlight = 8;
+        const int grp = threadIdx.x >> 4, c = static_cast<int>(part) * 64 + (threadIdx.x & 15) * 4;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        const float* wsp = p.workspace + (h * smax) * kLat + c;
+        for (int s0 = grp; s0 < S; s0 += 16 * kColInFlight) {
+          float4 v[kColInFlight];
+#pragma unroll
+          for (int i = 0; i < kColInFlight; ++i) {  // empty splits (w = 0) were never written: not read
+            const int s = s0 + 16 * i;
+            v[i] = s < S && s_w[s] > 0.f ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
+                                         : make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+#pragma unroll
+          for (int i = 0; i < kColInFlight; ++i) {
+            const int s = s0 + 16 * i;
+            const float w = s < S ? s_w[s] : 0.f;
+            acc.x += w * v[i].x; acc.y += w * v[i].y; acc.z += w * v[i].z; acc.w += w * v[i].w;
+          }
+        }
+        float* s_grp = s_o;  // [16][64] (s_o and s_acc)
+        *reinterpret_cast<float4*>(s_grp + grp * 64 + (threadIdx.x & 15) * 4) = acc;
+        if (first_unit) stage_wo(2);
+        float wsum = 0.f;
+        for (int s = lane; s < S; s += 32) wsum += s_w[s];
+        wsum = dev::WarpSum(wsum);
+        __syncthreads();
+        if (first_unit) Stamp(phase_ns, 10, false);
+        if (threadIdx.x < 64) {
+          float m = 0.f;
+#pragma unroll
+          for (int k = 0; k < 16; ++k) m += s_grp[k * 64 + threadIdx.x];
+          const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+          p.workspace[(h * smax) * kLat + part * 64 + threadIdx.x] = __bfloat162float(__float2bfloat16_rn(m * inv));
+        }
+        __syncthreads();  // the slice written (and s_grp, s_l, s_w free for the next unit)
+        if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.head_ready + h) : "memory");
+        if (first_unit) Stamp(phase_ns, 11, false);
+        continue;
+      }
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
       const float* wsp = p.workspace + (h * smax) * kLat + d;
       for (int s0 = half; s0 < S; s0 += 2 * kInFlight) {
@@ -709,25 +772,33 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       }
       __syncthreads();
       if (first_unit) Stamp(phase_ns, 11, false);
-      float xo[16];
-      mla::UvLaneColumns(s_o, lane, xo);
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t n = part * 16 + warp * 2 + r;
-        const bf16* row = p.kv_b + (h * (kNope + kVd) + kNope + n) * kLat;
-        const uint4 w0 = first_unit ? uv[r][0] : *reinterpret_cast<const uint4*>(row + 8 * lane);
-        const uint4 w1 = first_unit ? uv[r][1] : *reinterpret_cast<const uint4*>(row + 256 + 8 * lane);
-        const float dot = dev::WarpSum(mla::UvLaneDot(xo, w0, w1));
-        if (lane == 0) p.o16[h * kVd + n] = __float2bfloat16_rn(dot);
-      }
+      UvUnit(h, part, first_unit);
       __syncthreads();  // s_o, s_l, s_w reused by the next unit
     }
+    // merge_cols: each unit's W_UV once its head's 8 slices are merged (the merges above come
+    // first in every block, so no wait here depends on a later merge).
+    if (merge_cols)
+      for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
+        const int64_t h = u / kUvParts, part = u % kUvParts;
+        if (threadIdx.x == 0)
+          while (grid::LdAcquire(p.head_ready + h) < static_cast<uint32_t>(kUvParts)) {
+          }
+        __syncthreads();
+        const float* merged = p.workspace + (h * smax) * kLat;
+        for (int i = threadIdx.x; i < kLat / 4; i += kThreads)
+          reinterpret_cast<float4*>(s_o)[i] = __ldcg(reinterpret_cast<const float4*>(merged) + i);
+        __syncthreads();
+        UvUnit(h, part, u == blockIdx.x);
+        __syncthreads();  // s_o reused by the next unit
+      }
     if (blockIdx.x < uv_units || phase_ns == nullptr) Stamp(phase_ns, 12, false);
     else for (int k = 8; k <= 12; ++k) Stamp(phase_ns, k, false);
   }
   Stamp(phase_ns, 13, true);
   grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/true);
   Stamp(phase_ns, 14, false);
+  // merge_cols: every wait on the heads' words is behind this barrier: back to zero for the next launch.
+  if (p.head_ready != nullptr && blockIdx.x == 0 && threadIdx.x < H) p.head_ready[threadIdx.x] = 0u;
 
   // Phase 5: o_proj (o in shared memory; the block's first tile staged).
   for (int64_t i = threadIdx.x; i < Ko / 8; i += kThreads)
@@ -789,6 +860,9 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     if (p.split_ready != nullptr && p.nope_ready == nullptr) why << "split_ready needs nope_ready (absorb_overlap); ";
   if (reinterpret_cast<uintptr_t>(p.nope_ready) % 4 != 0 || reinterpret_cast<uintptr_t>(p.split_ready) % 4 != 0)
     why << "nope_ready / split_ready must be 4-byte aligned; ";
+  if (p.merge_cols_min_splits < 0) why << "merge_cols_min_splits " << p.merge_cols_min_splits << " (>= 0); ";
+  if (p.merge_cols_min_splits > 0 && p.head_ready == nullptr) why << "merge_cols_min_splits needs head_ready; ";
+  if (reinterpret_cast<uintptr_t>(p.head_ready) % 4 != 0) why << "head_ready must be 4-byte aligned; ";
   if ((!p.x16 && !p.in_residual) || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||
       !p.cache || !p.slot || !p.block_table || !p.context_len || !p.q32 || !p.kva32 || !p.qlat16 || !p.workspace ||
       !p.o16 || !p.out || !p.sync)

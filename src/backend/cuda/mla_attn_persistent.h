@@ -41,6 +41,8 @@
 //  4. merge + W_UV: (head, 16-row part) units (the merge's weights in shared memory, 16 partial
 //     loads in flight a thread) -> barrier; the block's first o_proj tile is staged in shared
 //     memory by bulk copies in phase 3 or 4 (wo_stage_point);
+//     (merge_cols, head_ready: each unit merges a 64-column slice of its head, then W_UV once
+//     the head's 8 slices are in)
 //  5. o_proj: 16-row tiles of W_o as phase 1.
 // Supported (MlaAttnPersistentUnsupported says why not): nope 128, rope 64, v 128, kv_lora 512
 // (V2 / V2-Lite / V3 MLA dims), 1 <= heads <= 16 and even, hidden a multiple of 256 up to 8192,
@@ -105,13 +107,24 @@ struct MlaAttnPersistentParams {
   // q_pe / kv_a tile and each absorbing block bumps it, and a block with a decode split (and the kv-norm block) waits
   // for the full count before its Q tile; the other blocks go on to barrier 3.
   uint32_t* split_ready = nullptr;
+  // merge_cols (session 29; CudaRunnerOptions::attn_merge_cols_min_splits): with head_ready set
+  // ([heads] words, zero before the first launch; each launch leaves them at zero) and a launch's
+  // context at >= merge_cols_min_splits 32-key splits (0: never), phase 4 merges in two loops. A
+  // (head, part) unit merges only its 64-column slice of the head's latent (part x 64 .. + 63)
+  // over every split, writes it into split 0's partial in place and bumps the head's word
+  // (release); then each unit waits for its head's 8 slices and applies W_UV to the merged row.
+  // The L2 reads of the partials are 1 / 8 of the one-loop merge's (every unit of a head reads the
+  // whole head there: 32 MB at 4K), for one more wait. Its own fp32 summation order (16 groups of
+  // splits, added in group order): not the one-loop merge's bits.
+  uint32_t* head_ready = nullptr;
+  int merge_cols_min_splits = 0;
   cudaStream_t stream = nullptr;
   // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
   // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps],
   // in order: 0 start; 1 phase 1 done; 2 barrier 1 (absorb_overlap: the q_nope counter reached, on the
   // absorbing blocks; at 1 elsewhere); 3 phase 2 done; 4 barrier 2; 5 phase 3's first
   // Q / K tiles in shared memory; 6 phase 3 done; 7 barrier 3; phase 4's first unit: 8 LSEs
-  // loaded, 9 weights, 10 partials summed, 11 merged; 12 phase 4's units done; 13 phase 4 done
+  // loaded, 9 weights, 10 partials summed, 11 merged (merge_cols: its slice written and counted); 12 phase 4's units done; 13 phase 4 done
   // (with wo_stage_point 0-2: the o_proj tile's copies issued); 14 barrier 4; 15 phase 5 done (a
   // block without a split or a unit stamps those sub-steps at the step's start or end); inside
   // phase 1 (session 25): 16 the position read (thread 0, after the barrier base), 17 x in shared
