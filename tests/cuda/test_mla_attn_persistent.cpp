@@ -432,7 +432,12 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // its warps, at point 3's place / after its decode).
     // 9: variant 5 on the generic instantiation (specialize 0; 5 unstamped is the runner-form one
     // with 16 heads x hidden 2048 fixed, specialize 2); 10: specialize 1 (the form alone).
-    for (int variant = 3; variant < 11; ++variant) {
+    // Session 29: 11 / 12, variants 9 / 5 with phase 4's column-split merge (head_ready,
+    // merge_cols_min_splits 1: the runner's default since session 29).
+    Dev<uint32_t> d_heads(16);
+    DS_CUDA_CHECK(cudaMemset(d_heads.get(), 0, 16 * sizeof(uint32_t)));
+    for (int variant = 3; variant < 13; ++variant) {
+      const bool merge_cols = variant >= 11;
       const int wo_point = variant >= 9 ? 3 : variant >= 7 ? variant - 2 : variant >= 4 ? 3 : 2;
       const int l2_fetch = variant >= 5 ? 1 : 0;
       const bool stop_p1 = variant == 6;
@@ -452,7 +457,11 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
           p.phase_ns = stamped ? sets[i]->stamps.get() : nullptr;
           p.wo_stage_point = wo_point;
           p.l2_fetch = l2_fetch;
-          p.specialize = variant == 9 ? 0 : variant == 10 ? 1 : 2;
+          p.specialize = variant == 9 || variant == 11 ? 0 : variant == 10 ? 1 : 2;
+          if (merge_cols) {
+            p.head_ready = d_heads.get();
+            p.merge_cols_min_splits = 1;
+          }
           p.debug_stop_after_p1 = stop_p1;
           if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); }
           if (overlap) p.nope_ready = d_nope.get();
@@ -474,9 +483,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
         // (stop_p1: phase 1's weights only, and the launch time includes the two memset nodes.)
         const double bytes = stop_p1 ? 2.0 * (hwq.size() + hwkva.size()) : weight_bytes;
         std::printf("[metric] op=mla_attn_persistent_timing ctx=%d wo_point=%d in_norm=%d overlap=%d split=%d l2_fetch=%d "
-                    "stop_p1=%d specialized=%d stamps=%d: %.2f us a launch%s (graph of %d, %d weight sets; %.1f MB of "
-                    "weights a launch: %.0f GB/s)\n",
-                    ctx, wo_point, in_norm, overlap, split, l2_fetch, stop_p1,
+                    "stop_p1=%d merge_cols=%d specialized=%d stamps=%d: %.2f us a launch%s (graph of %d, %d weight sets; "
+                    "%.1f MB of weights a launch: %.0f GB/s)\n",
+                    ctx, wo_point, in_norm, overlap, split, l2_fetch, stop_p1, merge_cols ? 1 : 0,
                     MlaAttnPersistentSpecialized(params(0)) ? params(0).specialize : 0, stamped, us,
                     stop_p1 ? " with two memsets" : "", kSets, kSets, bytes / 1e6, bytes / (us * 1e3));
         if (!stamped) continue;

@@ -368,8 +368,11 @@ struct CudaRunnerOptions {
   // merge_cols_min_splits, session 29) at contexts of >= this many 32-key splits; 0 never. Each
   // (head, part) unit merges a 64-column slice of its head's partials, then W_UV once its head's
   // 8 slices are in: 1 / 8 of the one-loop merge's L2 reads for one more wait. Its own fp32
-  // summation order. The CLI reads DS_ATTN_MERGE_COLS=N.
-  int attn_merge_cols_min_splits = 0;
+  // summation order (bounded: CudaRunnerAttnPersistent.MergeColsWithinBounds). 1 (every
+  // context) by default: V2-Lite 27 layers b1 4K 1.897-1.902 ms against 1.951-1.953 with the
+  // one-loop merge, 2K 1.852 against 1.861, 1K 1.845-1.849 against 1.847-1.853; 64 (from 2K) the
+  // same as 1 at 4K (bench/results/session29_2026-12-01_run3). The CLI reads DS_ATTN_MERGE_COLS=N.
+  int attn_merge_cols_min_splits = 1;
   // MlaAttnPersistentParams::specialize (session 28): the attention kernel's runner-form
   // instantiation where the layer's params match it (MlaAttnPersistentSpecialized): 1 the form, 2
   // the form and 16 heads x hidden 2048 (V2-Lite, Moonlight; other shapes get 1); 0 the generic
