@@ -3,7 +3,8 @@
 // computes MoeCombineNorm's bits for any block size. Every logit must be bit-identical with it on
 // and off, CUDA graphs off and on (with graphs the side branch joins before the down GEMM): dummy
 // V2-Lite, where the path must run (CudaGraphStats::down_combine_layers); dummy V3, whose rows of
-// 7,168 are too wide for one block (SkinnyCombineFits), so nothing may change; the fixtures.
+// 7,168 are too wide for one block (SkinnyCombineFits), so nothing may change; the fixtures. And
+// combine_norm_split (below).
 #include <string>
 
 #include "backend/cuda/cuda_runner.h"
@@ -42,6 +43,30 @@ TEST(CudaRunnerDownCombine, FixturesBitIdentical) {
     CompareBitIdentical(name, o, PathExpect::kAny);
   });
   if (ran == 0) GTEST_SKIP() << "no fixture";
+}
+
+}  // namespace
+}  // namespace ds::cuda::test
+
+namespace ds::cuda::test {
+namespace {
+
+// CudaRunnerOptions::combine_norm_split (session 29): the MoeCombineNorm launch with each token's
+// row over G blocks (MoeCombineNormParams::split_blocks) computes the one-block kernel's bits, so
+// every logit must be bit-identical with it on and off, graphs off and on: dummy V3 (4 layers,
+// its MoE layer's rows of 7,168 over 8 blocks) and dummy V2-Lite (the multi-token decode steps,
+// which the persistent MoE kernel does not take); the path must run on both.
+TEST(CudaRunnerCombineNormSplit, DummyModelsBitIdentical) {
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.combine_norm_split = on ? 8 : 0; };
+  const std::string v3 = ConfigDir("deepseek-v3");
+  if (!v3.empty())
+    CompareOptionBitIdenticalRan("dummy_v3_4layers", "combine_norm_split=8", DummyOptions(v3, 4, 11), set,
+                                 &CudaGraphStats::combine_norm_split_layers, PathExpect::kRuns);
+  const std::string v2 = ConfigDir("deepseek-v2-lite");
+  if (!v2.empty())
+    CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "combine_norm_split=8", DummyOptions(v2, 3, 5), set,
+                                 &CudaGraphStats::combine_norm_split_layers, PathExpect::kRuns);
+  if (v3.empty() && v2.empty()) GTEST_SKIP() << "no deepseek-v3 / deepseek-v2-lite config";
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 // with fused shared-expert groups (fp32 y, routed rows rounded to bf16), skipped pairs (pos -1),
 // and every staged form of the kernel (1, 2, 4 or 8 elements per thread; slot batches) and its
 // loop form (> 16 slots).
+// The split form (MoeCombineNormParams::split_blocks: a token's row over G blocks, one
+// cooperative launch with a grid barrier) against the same unfused sequence, bit for bit, at G =
+// 2..32 (blocks of <= 256 threads), after a first launch on the same barrier words (the counter's epoch across launches).
 // Also RmsNorm's bf16 copy (out_bf16) vs the round-to-nearest-even bf16 of its fp32 output (what
 // the runner's F32ToBf16 launch wrote), and its fp32 output unchanged by the copy, bit for bit.
 #include <cstring>
@@ -20,10 +23,10 @@ namespace {
 
 // S > 0: fused shared groups in fp32 y (rows m + s n + t), routed rows rounded to bf16 in the
 // kernel; the unfused reference gets base = sum_s y_s (host fp32, same order) and bf16 y.
-void RunCase(int64_t n, int64_t d, int64_t K, bool base, int S, bool skip, bool norm, const char* tag) {
+void RunCase(int64_t n, int64_t d, int64_t K, bool base, int S, bool skip, bool norm, const char* tag, int split = 0) {
   const std::string cas = std::string(tag) + "_T" + std::to_string(n) + "_d" + std::to_string(d) + "_K" +
                           std::to_string(K) + (base ? "_base" : "") + "_S" + std::to_string(S) + (skip ? "_skip" : "") +
-                          (norm ? "" : "_nonorm");
+                          (norm ? "" : "_nonorm") + (split > 1 ? "_split" + std::to_string(split) : "");
   const int64_t m = n * K, rows = m + S * n;
   auto y32 = RandomNormal(rows * d, 0.5f);
   const auto y16 = ToBf16(y32);               // routed rows as the unfused path stores them
@@ -72,7 +75,24 @@ void RunCase(int64_t n, int64_t d, int64_t K, bool base, int S, bool skip, bool 
   } else {
     p.moe_out = fmoe.get(); p.ld_moe_out = d;
   }
+  Dev<uint32_t> dsync(2);
+  Dev<float> dss(n * 32);
+  if (split > 1) {
+    DS_CUDA_CHECK(cudaMemset(dsync.get(), 0, 2 * sizeof(uint32_t)));
+    p.split_blocks = split; p.split_sync = dsync.get(); p.split_ss = dss.get();
+    // A first launch on scratch copies of the in / out rows, on the same barrier words.
+    Dev<float> sres(res), sout(n * d), smoe(n * d);
+    Dev<__nv_bfloat16> sout16(n * d);
+    MoeCombineNormParams q = p;
+    q.residual = sres.get(); q.out = sout.get(); q.out_bf16 = sout16.get();
+    if (q.moe_out) q.moe_out = smoe.get();
+    MoeCombineNorm(q);
+  }
   MoeCombineNorm(p);
+  if (split > 1) {
+    const std::vector<uint32_t> sync = dsync.Download();
+    EXPECT_EQ((uint64_t{sync[1]} << 32) | sync[0], uint64_t{2} << 20) << cas << ": the barrier counter after two launches";
+  }
   if (!norm) {
     const int64_t bits = BitMismatches(fmoe.Download(), ubase.Download());
     std::printf("[metric] op=moe_combine_norm case=%s moe_out_vs_unfused_bits=%lld%s\n", cas.c_str(), (long long)bits,
@@ -124,6 +144,21 @@ TEST(CudaMoeCombineNorm, FusedSharedGroups) {
   RunCase(3, 33, 3, false, 2, true, true, "odd_shared2");
 }
 
+TEST(CudaMoeCombineNorm, SplitBlocksMatchUnfusedBitwise) {
+  for (int g : {4, 8, 16, 32}) {
+    RunCase(1, 7168, 8, true, 0, false, true, "V3", g);
+    RunCase(1, 2048, 6, true, 0, false, true, "V2Lite", g);
+  }
+  for (int64_t n : {2, 7, 16}) RunCase(n, 7168, 8, true, 0, false, true, "V3", 8);
+  RunCase(2, 7168, 9, true, 0, true, true, "V3_K9_skip", 8);
+  RunCase(3, 2048, 12, true, 0, true, true, "d2048_K12_skip", 4);
+  RunCase(2, 7168, 16, false, 0, false, true, "V3_K16_nobase", 8);
+  RunCase(4, 1000, 4, true, 0, false, true, "d1000", 8);  // 256 virtual threads: 8 blocks of 32
+  RunCase(2, 33, 3, true, 0, true, true, "odd", 2);
+  for (int64_t n : {1, 16}) RunCase(n, 7168, 8, false, 1, false, true, "V3_shared1", 8);
+  RunCase(2, 2048, 6, false, 2, false, true, "V2Lite_shared2", 4);
+}
+
 TEST(CudaMoeCombineNorm, CombineOnly) {
   for (int64_t n : {1, 16}) RunCase(n, 7168, 8, true, 0, true, false, "V3");
 }
@@ -134,6 +169,23 @@ TEST(CudaMoeCombineNorm, RejectsBadParams) {
   EXPECT_THROW(MoeCombineNorm(p), CheckError);  // shared groups need fp32 y
   p.num_shared = 0;
   EXPECT_THROW(MoeCombineNorm(p), CheckError);  // no output
+  // split_blocks: the residual form only, <= 16 slots, G dividing the warps, its scratch given.
+  Dev<float> res(8), w(8), out(8), ss(32);
+  Dev<uint32_t> sync(2);
+  MoeCombineNormParams q{};
+  q.n = 1; q.d = 8; q.top_k = 1; q.y_bf16 = true; q.split_blocks = 2;
+  q.residual = res.get(); q.norm_weight = w.get(); q.out = out.get();
+  EXPECT_THROW(MoeCombineNorm(q), CheckError);  // no split_sync / split_ss
+  q.split_sync = sync.get(); q.split_ss = ss.get();
+  q.split_blocks = 3;
+  EXPECT_THROW(MoeCombineNorm(q), CheckError);  // 3 does not divide 8 warps
+  q.d = 2048; q.split_blocks = 2;
+  EXPECT_THROW(MoeCombineNorm(q), CheckError);  // blocks of 512 threads
+  q.d = 8;
+  q.split_blocks = 2; q.top_k = 17;
+  EXPECT_THROW(MoeCombineNorm(q), CheckError);  // > 16 slots
+  q.top_k = 1; q.residual = nullptr; q.moe_out = out.get();
+  EXPECT_THROW(MoeCombineNorm(q), CheckError);  // not the residual form
 }
 
 // RmsNorm's out_bf16: the bf16 copy equals bf16(fp32 output) (round to nearest even, as the

@@ -52,6 +52,8 @@ namespace runner_impl {
 // fused_down_combine: the largest pass whose combine + norm runs in the down GEMM's last block
 // (one block does every token's row in turn).
 constexpr int64_t kDownCombineMaxTokens = 2;
+// combine_norm_split: passes of up to this many tokens (x G blocks in one cooperative launch).
+constexpr int64_t kCombineNormSplitMaxTokens = 16;
 
 Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   ckpt_ = ckpt;
@@ -115,6 +117,8 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   if (opts_.fused_down_combine) {
     down_combine_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(down_combine_sync_.get(), 0, sizeof(uint32_t), s_));
+    combine_split_sync_.Reset(2 * sizeof(uint32_t));
+    DS_CUDA_CHECK(cudaMemsetAsync(combine_split_sync_.get(), 0, 2 * sizeof(uint32_t), s_));
   }
   if (opts_.fused_oproj_norm) {
     oproj_norm_sync_.Reset(sizeof(uint32_t));
@@ -798,7 +802,15 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     MoeCombine({ey16_.get(), true, Hd, moe_pos_.as<int32_t>(), topk_w_.as<float>(), T, K, Hd, out, Hd, LW.has_mlp, s_});
     return false;
   }
-  MoeCombineNorm(combine_params());
+  MoeCombineNormParams cn = combine_params();
+  if (fuse_norm && opts_.combine_norm_split > 1 && T <= kCombineNormSplitMaxTokens) {
+    combine_split_ss_.Reserve(RoundUp(T, 16) * 32 * sizeof(float));
+    cn.split_blocks = opts_.combine_norm_split;
+    cn.split_sync = combine_split_sync_.as<uint32_t>();
+    cn.split_ss = combine_split_ss_.as<float>();
+    ++graph_stats_.combine_norm_split_layers;
+  }
+  MoeCombineNorm(cn);
   if (!fuse_norm) return false;
   ++graph_stats_.fused_launches;
   return true;

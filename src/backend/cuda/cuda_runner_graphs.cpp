@@ -36,7 +36,8 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
         &kv32_, &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &olat16_, &ova32_, &ov16_, &dec_qs_,
         &dec_ctx_, &dec_bt_, &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_,
         &xp16_, &egu32_, &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &dense_gg_ws_, &persist_act_, &attn_qlat16_,
-        &graph_ids_, &graph_argmax_ws_.argmax_part, &graph_argmax_ws_.argmax_cnt, &lm_argmax_ws_, &lm_argmax_cnt_})
+        &graph_ids_, &graph_argmax_ws_.argmax_part, &graph_argmax_ws_.argmax_cnt, &lm_argmax_ws_, &lm_argmax_cnt_,
+        &combine_split_ss_})
     v.push_back(b->get());
   for (const GemmScratch& sc : scratch_) {
     for (const DeviceBuffer* b : {&sc.xhi, &sc.xlo, &sc.hhi, &sc.hlo, &sc.xq, &sc.xs, &sc.skinny_ws, &sc.skinny_cnt,

@@ -552,6 +552,8 @@ class CudaModelRunner : public ModelRunner {
   bool attn_norm_pending_ = false;
   std::vector<int8_t> persist_ok_;  // MoePersistent's verdict per (layer, fold form, norm form): -1 not asked, 0 / 1
   DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
+  DeviceBuffer combine_split_sync_;  // MoeCombineNorm's split_blocks barrier counter (2 x u32, zeroed once)
+  DeviceBuffer combine_split_ss_;    // its [T, 32] warp sums of squares
   DeviceBuffer oproj_norm_sync_;    // o_proj's norm epilogue counter (u32, zeroed once)
   bool post_norm_fused_ = false;    // the last Mla's o_proj applied the post-attention norm (fused_oproj_norm)
   DeviceBuffer mla_split_cnt_;  // MLA decode fused combine: per-sequence counters (u32, zeroed once)

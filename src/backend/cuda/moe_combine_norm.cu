@@ -1,7 +1,13 @@
 #include "backend/cuda/moe_combine_norm.h"
 
+#include <map>
+#include <mutex>
+#include <tuple>
+
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/grid_barrier.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/rmsnorm.cuh"
 
@@ -152,6 +158,147 @@ __global__ void __launch_bounds__(kMaxThreads) MoeCombineNormKernel(MoeCombineNo
   }
 }
 
+// split_blocks (moe_combine_norm.h): token t = blockIdx.x / G, block g = blockIdx.x % G of it plays
+// the one-block kernel's threads v = g * blockDim.x + threadIdx.x (VT = G * blockDim.x of them),
+// thread v's elements i = v + e VT, e < PE, with the one-block staged form's operations in its
+// order; every routed slot's loads in flight at once (kSc = 8 slots a batch: 64 loads at PE 8,
+// at most 512 threads a block here). The sums of squares: each real warp is one of the one-block
+// kernel's warps (the same lanes), so its WarpSum is that warp's; the VT / 32 warp sums go
+// through split_ss, and after the grid barrier every block runs BlockSum's last step on them.
+template <typename T, int PE>
+__global__ void __launch_bounds__(256, 1) MoeCombineNormSplitKernel(MoeCombineNormParams p) {
+  __shared__ int32_t s_pos[kStagedTopK];
+  __shared__ float s_w[kStagedTopK];
+  __shared__ uint64_t s_base;
+  constexpr int kSc = 8;
+  const int G = p.split_blocks;
+  const int64_t t = blockIdx.x / G;
+  const int64_t rt = blockDim.x, vt = rt * G, v = (blockIdx.x % G) * rt + threadIdx.x;
+  const int lane = threadIdx.x & 31;
+  const T* y = static_cast<const T*>(p.y);
+  const float* fy = static_cast<const float*>(p.y);
+  float* res = p.residual + t * p.ldres;
+  if (threadIdx.x == 0) s_base = grid::GridBase(p.split_sync);  // before this block's arrival
+  if (threadIdx.x < p.top_k) {
+    s_pos[threadIdx.x] = p.pos[t * p.top_k + threadIdx.x];
+    s_w[threadIdx.x] = p.weights[t * p.top_k + threadIdx.x];
+  }
+  float acc[PE], rv[PE], nw[PE];
+#pragma unroll
+  for (int e = 0; e < PE; ++e) {
+    const int64_t i = v + e * vt;
+    acc[e] = p.base && i < p.d ? p.base[t * p.ld_base + i] : 0.f;
+    rv[e] = i < p.d ? res[i] : 0.f;
+    nw[e] = i < p.d ? p.norm_weight[i] : 0.f;
+  }
+  __syncthreads();
+  for (int s = 0; s < p.num_shared; ++s) {
+    const float* row = fy + (p.shared_row0 + s * p.n + t) * p.ldy;
+#pragma unroll
+    for (int e = 0; e < PE; ++e) {
+      const int64_t i = v + e * vt;
+      if (i < p.d) acc[e] += row[i];
+    }
+  }
+  for (int64_t j0 = 0; j0 < p.top_k; j0 += kSc) {
+    float yv[kSc][PE];
+#pragma unroll
+    for (int jj = 0; jj < kSc; ++jj) {
+      const int64_t j = j0 + jj;
+      const int32_t r = j < p.top_k ? s_pos[j] : -1;
+      const T* row = y + static_cast<int64_t>(r < 0 ? 0 : r) * p.ldy;
+#pragma unroll
+      for (int e = 0; e < PE; ++e) {
+        const int64_t i = v + e * vt;
+        yv[jj][e] = r >= 0 && i < p.d ? dev::ToF(row[i]) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int jj = 0; jj < kSc; ++jj) {
+      const int64_t j = j0 + jj;
+      if (j >= p.top_k || s_pos[j] < 0) continue;
+      const float w = s_w[j];
+#pragma unroll
+      for (int e = 0; e < PE; ++e) {
+        float x = yv[jj][e];
+        if (p.round_y_bf16) x = __bfloat162float(__float2bfloat16_rn(x));
+        acc[e] += w * x;
+      }
+    }
+  }
+  if (p.moe_out) {
+#pragma unroll
+    for (int e = 0; e < PE; ++e) {
+      const int64_t i = v + e * vt;
+      if (i < p.d) p.moe_out[t * p.ld_moe_out + i] = acc[e];
+    }
+  }
+  float ss = 0.f;
+#pragma unroll
+  for (int e = 0; e < PE; ++e) {
+    const int64_t i = v + e * vt;
+    if (i < p.d) {
+      const float x = acc[e] + rv[e];
+      res[i] = x;
+      acc[e] = x;
+      ss += x * x;
+    }
+  }
+  ss = dev::WarpSum(ss);  // this warp's (the one-block kernel's warp v / 32)
+  if (lane == 0) p.split_ss[t * 32 + (v >> 5)] = ss;
+  grid::GridBarrier(p.split_sync, s_base + gridDim.x, /*final=*/true);
+  const int nw32 = static_cast<int>(vt >> 5);
+  const float total = dev::WarpSum(lane < nw32 ? __ldcg(p.split_ss + t * 32 + lane) : 0.f);
+  const float inv = rsqrtf(total / static_cast<float>(p.d) + p.eps);
+#pragma unroll
+  for (int e = 0; e < PE; ++e) {
+    const int64_t i = v + e * vt;
+    if (i < p.d) {
+      const float o = acc[e] * inv * nw[e];
+      p.out[t * p.ldout + i] = o;
+      if (p.out_bf16) p.out_bf16[t * p.ldout_bf16 + i] = __float2bfloat16_rn(o);
+    }
+  }
+}
+
+// Blocks of `threads` threads of `kernel` the current device holds at once (the occupancy
+// calculator, cached per device, kernel and block size): a cooperative grid must fit.
+int ResidentBlocks(const void* kernel, int threads) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::tuple<int, const void*, int>, int>();
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  const auto key = std::make_tuple(dev, kernel, threads);
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache->find(key); it != cache->end()) return it->second;
+  int per_sm = 0;
+  DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
+  const int n = per_sm * CurrentDeviceProps().sms;
+  (*cache)[key] = n;
+  return n;
+}
+
+template <typename T, int PE>
+void LaunchSplitPe(const MoeCombineNormParams& p, int block) {
+  const auto kernel = MoeCombineNormSplitKernel<T, PE>;
+  const int64_t grid = p.n * p.split_blocks;
+  DS_CHECK(grid <= ResidentBlocks(reinterpret_cast<const void*>(kernel), block))
+      << "MoeCombineNorm: split_blocks " << p.split_blocks << " x " << p.n << " tokens = " << grid
+      << " blocks do not fit the device at once (a cooperative launch)";
+  LaunchCooperative(kernel, dim3(static_cast<unsigned>(grid)), dim3(static_cast<unsigned>(block)), 0, p.stream, p);
+}
+
+template <typename T>
+void LaunchSplit(int pe, int threads, const MoeCombineNormParams& p) {
+  const int block = threads / p.split_blocks;
+  switch (pe) {
+    case 1: LaunchSplitPe<T, 1>(p, block); break;
+    case 2: LaunchSplitPe<T, 2>(p, block); break;
+    case 4: LaunchSplitPe<T, 4>(p, block); break;
+    default: LaunchSplitPe<T, 8>(p, block); break;
+  }
+}
+
 template <typename T>
 void Launch(int pe, int threads, const MoeCombineNormParams& p) {
   switch (pe) {
@@ -176,6 +323,21 @@ void MoeCombineNorm(const MoeCombineNormParams& p) {
   const int64_t per_thread = (p.d + threads - 1) / threads;
   const int pe = p.top_k > kStagedTopK ? 0 : per_thread <= 1 ? 1 : per_thread <= 2 ? 2 : per_thread <= 4 ? 4
                                                                    : per_thread <= 8 ? 8 : 0;
+  if (p.split_blocks > 1) {
+    const int G = p.split_blocks;
+    DS_CHECK(p.residual != nullptr) << "MoeCombineNorm: split_blocks needs the residual form";
+    DS_CHECK(pe > 0) << "MoeCombineNorm: split_blocks needs <= 8 elements a thread and <= " << kStagedTopK
+                     << " slots (d " << p.d << ", top_k " << p.top_k << ")";
+    DS_CHECK(threads % (32 * G) == 0 && threads / G <= 256)
+        << "MoeCombineNorm: split_blocks " << G << " must divide " << threads / 32 << " warps into blocks of <= 256 threads";
+    DS_CHECK(p.split_sync != nullptr && p.split_ss != nullptr) << "MoeCombineNorm: split_blocks needs split_sync and split_ss";
+    DS_CHECK(reinterpret_cast<uintptr_t>(p.split_sync) % 8 == 0) << "MoeCombineNorm: split_sync must be 8-byte aligned";
+    DS_CHECK(p.n * G < (int64_t{1} << 20)) << "MoeCombineNorm: " << p.n * G << " blocks (grid_barrier.cuh's epoch)";
+    if (p.y_bf16) LaunchSplit<__nv_bfloat16>(pe, threads, p);
+    else LaunchSplit<float>(pe, threads, p);
+    DS_CUDA_CHECK_LAUNCH("MoeCombineNormSplitKernel");
+    return;
+  }
   if (p.y_bf16) Launch<__nv_bfloat16>(pe, threads, p);
   else Launch<float>(pe, threads, p);
   DS_CUDA_CHECK_LAUNCH("MoeCombineNormKernel");

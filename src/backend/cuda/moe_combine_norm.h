@@ -41,9 +41,25 @@ struct MoeCombineNormParams {
   __nv_bfloat16* out_bf16 = nullptr; int64_t ldout_bf16 = 0;  // [n, d] or nullptr
   cudaStream_t stream = nullptr;
   // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
-  // CudaRunnerOptions::pdl). Same results either way.
+  // CudaRunnerOptions::pdl). Same results either way. (Not with split_blocks: a cooperative launch.)
   bool pdl = false;
+  // split_blocks G > 1 (session 29; CudaRunnerOptions::combine_norm_split; written without a GPU):
+  // each token's row over G blocks of VT / G threads (VT = norm::RmsNormThreads(d), the one-block
+  // kernel's block size) in one cooperative launch of n x G blocks. Block g plays the one-block
+  // kernel's threads g VT / G .. (g + 1) VT / G - 1 with their elements, every load of a thread's
+  // elements and routed slots in flight at once (the one-block kernel at 1,024 threads has 64
+  // registers a thread: V3's 8 slots go one a round trip), its warps' sums of squares written to
+  // split_ss, a grid barrier (grid_barrier.cuh on split_sync), then every block reduces the 32
+  // warp sums as BlockSum's last step does: the same fp32 operations in the same order, so the
+  // same bits as the one-block kernel. Needs the residual form (residual != nullptr), d <= 8 VT
+  // (the staged forms), top_k <= 16, G dividing VT / 32 and VT / G <= 256 (G >= 4 at d >= 1024);
+  // else MoeCombineNorm DS_CHECKs.
+  int split_blocks = 0;
+  uint32_t* split_sync = nullptr;   // 2 words (grid_barrier.cuh's counter), zero before the first launch
+  float* split_ss = nullptr;        // [n, 32] scratch
 };
+// Errors: DS_CHECK (CheckError) on bad shapes, a missing output or norm operand, and split_blocks
+// params outside the limits above.
 void MoeCombineNorm(const MoeCombineNormParams& p);
 
 }  // namespace ds::cuda
