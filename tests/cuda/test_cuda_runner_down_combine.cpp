@@ -4,7 +4,7 @@
 // and off, CUDA graphs off and on (with graphs the side branch joins before the down GEMM): dummy
 // V2-Lite, where the path must run (CudaGraphStats::down_combine_layers); dummy V3, whose rows of
 // 7,168 are too wide for one block (SkinnyCombineFits), so nothing may change; the fixtures. And
-// combine_norm_split (below).
+// combine_norm_split (below), which also routes the residual-form RmsNorms of those passes.
 #include <string>
 
 #include "backend/cuda/cuda_runner.h"
@@ -54,8 +54,10 @@ namespace {
 // CudaRunnerOptions::combine_norm_split (session 29): the MoeCombineNorm launch with each token's
 // row over G blocks (MoeCombineNormParams::split_blocks) computes the one-block kernel's bits, so
 // every logit must be bit-identical with it on and off, graphs off and on: dummy V3 (4 layers,
-// its MoE layer's rows of 7,168 over 8 blocks) and dummy V2-Lite (the multi-token decode steps,
-// which the persistent MoE kernel does not take); the path must run on both.
+// its MoE layer's rows of 7,168 over 8 blocks; its post-attention and dense-layer norms, the
+// residual-form RmsNorms, through the same launch with no experts) and dummy V2-Lite (the
+// multi-token decode steps, which the persistent MoE kernel does not take); the path must run on
+// both.
 TEST(CudaRunnerCombineNormSplit, DummyModelsBitIdentical) {
   const auto set = [](CudaRunnerOptions& x, bool on) { x.combine_norm_split = on ? 8 : 0; };
   const std::string v3 = ConfigDir("deepseek-v3");

@@ -951,6 +951,25 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   // F32ToBf16 / SplitBf16 launches), and an MoE layer's combine applies the next norm (normed).
   const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
   const auto norm = [&](const float* x, float* res, const DeviceBuffer& w) {
+    if (res != nullptr && fuse_norm && opts_.combine_norm_split > 1 && T <= kCombineNormSplitMaxTokens) {
+      // combine_norm_split: the residual form as MoeCombineNorm with no experts (acc = x, then
+      // RmsNorm's x + residual; the header's S = 0 identity: RmsNorm's bits), split over blocks.
+      combine_split_ss_.Reserve(RoundUp(T, 16) * 32 * sizeof(float));
+      MoeCombineNormParams cn{};
+      cn.y = x; cn.ldy = Hd; cn.n = T; cn.top_k = 0; cn.d = Hd;
+      cn.base = x; cn.ld_base = Hd;
+      cn.residual = res; cn.ldres = Hd; cn.norm_weight = w.as<float>(); cn.eps = eps;
+      cn.out = h32_.as<float>(); cn.ldout = Hd;
+      cn.out_bf16 = h16_.as<bf16>(); cn.ldout_bf16 = Hd;
+      cn.stream = s_;
+      cn.split_blocks = opts_.combine_norm_split;
+      cn.split_sync = combine_split_sync_.as<uint32_t>();
+      cn.split_ss = combine_split_ss_.as<float>();
+      MoeCombineNorm(cn);
+      ++graph_stats_.fused_launches;
+      ++graph_stats_.norm_split_launches;
+      return;
+    }
     RmsNormParams np{x, Hd, res, res ? Hd : 0, w.as<float>(), h32_.get(), Hd, DTypeOut::kF32, T, Hd, eps, s_, opts_.pdl};
     if (fuse_norm) { np.out_bf16 = h16_.get(); np.ld_out_bf16 = Hd; ++graph_stats_.fused_launches; }
     RmsNorm(np);

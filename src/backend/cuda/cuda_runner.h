@@ -248,9 +248,11 @@ struct CudaRunnerOptions {
   // split_blocks: every routed slot's loads in flight at once, a grid barrier for the sum of
   // squares; the same bits, CudaMoeCombineNorm.SplitBlocksMatchUnfusedBitwise), for passes of <= 16
   // tokens; 0 / 1: one block a token. For V3's one-block launch (15.5 us alone at batch 1, its 8
-  // slots one round trip each: session 29 run 2). Written in session 29 without a GPU: not yet
-  // run or measured, so off. The CLI reads DS_COMBINE_NORM_SPLIT=G (2..32, G dividing the
-  // block's warps).
+  // slots one round trip each: session 29 run 2). The residual-form RmsNorms of such passes (the
+  // post-attention norm, a dense layer's next norm) go the same way, as MoeCombineNorm with no
+  // experts: RmsNorm's bits (the S = 0 identity of moe_combine_norm.h). Written in session 29
+  // without a GPU: not yet run or measured, so off. The CLI reads DS_COMBINE_NORM_SPLIT=G (4..32
+  // at rows of >= 1,024, G dividing the block's warps).
   int combine_norm_split = 0;
   // The residual add + post-attention RMSNorm in the last block of o_proj (SkinnyGemm's plain
   // kernel: V2-Lite's bf16 o_proj; the norm-only SkinnyCombineEpilogue), for decode passes of <= 2
@@ -648,6 +650,7 @@ struct CudaGraphStats {
   int64_t oproj_norm_layers = 0;    // MLA layers whose o_proj ran the post-attention norm (fused_oproj_norm; likewise)
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
   int64_t combine_norm_split_layers = 0;  // MoE layers whose MoeCombineNorm ran split over blocks (combine_norm_split)
+  int64_t norm_split_launches = 0;  // residual-form RmsNorms run as split MoeCombineNorm launches (combine_norm_split)
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
   int64_t moe_gu_ksplit_layers = 0;    // persistent MoE layers with gu_ksplit > 1 (likewise)
