@@ -1,4 +1,5 @@
-// bench/e2e_records.py and bench/plot_e2e.py (Python stdlib) on synthetic sweep outputs.
+// bench/e2e_records.py, bench/plot_e2e.py, bench/analyze_e2e.py and bench/c1_table.py (Python
+// stdlib) on synthetic sweep and one-batch outputs.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -108,6 +109,35 @@ TEST(BenchScripts, RecordsAndPlots) {
                &out),
             0)
       << out;
+  fs::remove_all(dir);
+}
+
+// bench/c1_table.py: a one-batch step against its roofline rescaled to the call's read and copy
+// rates (a 1.257 ms roofline at 3,931 GB/s is 1.158 ms at 4,267: 1.826 ms is 1.577x there, 1.534x at 4,150).
+TEST(BenchScripts, C1Table) {
+  if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  fs::path dir = fs::temp_directory_path() / ("dsinfer_c1_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  WriteJson(dir / "gpu_rates.json", {{"gpu", "H200"}, {"mem_bw_gbps", 4267.0}, {"copy_bw_gbps", 4150.0}});
+  WriteJson(dir / "ob_v2_1024_1.json", {{"model", "/x/deepseek-v2-lite"}, {"layers", 27}, {"batch_size", 1},
+                                         {"input_len", 1024}, {"step_ms", 1.826}, {"roofline_step_ms", 1.257},
+                                         {"mem_bw_gbps", 3931.0}});
+  WriteJson(dir / "ob_broken.json", {{"model", "m"}});  // no step: skipped
+  std::string out;
+  ASSERT_EQ(Sh("python3 " + (RepoRoot() / "bench/c1_table.py").string() + " " + dir.string() + " --out " +
+                   (dir / "t.md").string(),
+               &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("| v2_1024_1 | deepseek-v2-lite | 27 | 1 x 1024 | 1.826 | 1.453x (3931 GB/s) | 1.534x | **1.577x** |"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("broken"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(dir / "t.md"));
+  out.clear();
+  fs::remove(dir / "gpu_rates.json");
+  EXPECT_NE(Sh("python3 " + (RepoRoot() / "bench/c1_table.py").string() + " " + dir.string(), &out), 0) << out;
   fs::remove_all(dir);
 }
 
