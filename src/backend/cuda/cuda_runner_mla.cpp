@@ -161,8 +161,20 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
   if (ql > 0) {
     float* cq = cq32_.as<float>();  // c_q: [T, q_lora]
     LinearFwd(w.q_a, hn, cfg_.hidden_size, T, cq, ql, hn16);
-    RmsNorm({cq, ql, nullptr, 0, w.q_a_norm.as<float>(), cq, ql, DTypeOut::kF32, T, ql, kLatentNormEps, s_, opts_.pdl});
-    LinearFwd(w.q_b, cq, ql, T, q32_.as<float>(), H * dqk);
+    // fused_norm: the q_a norm also writes c_q's bf16 copy (cq16: [T, q_lora]), the rounding
+    // LinearFwd's SplitBf16 would apply, so q_b reads it directly (one launch fewer: V3's
+    // SplitKernel of 1,536, ~1.8 us on the q branch; session 29, not yet run). Bit-identical.
+    const bool cq_bf16 = hn16 != nullptr && LinearInputFor(w.q_b, T, H * dqk) == LinearInput::kBf16;
+    RmsNormParams qn{cq, ql, nullptr, 0, w.q_a_norm.as<float>(), cq, ql, DTypeOut::kF32, T, ql, kLatentNormEps, s_,
+                     opts_.pdl};
+    if (cq_bf16) {
+      cq16_.Reserve(Tr * ql * sizeof(bf16));
+      qn.out_bf16 = cq16_.get();
+      qn.ld_out_bf16 = ql;
+      ++graph_stats_.fused_launches;
+    }
+    RmsNorm(qn);
+    LinearFwd(w.q_b, cq, ql, T, q32_.as<float>(), H * dqk, cq_bf16 ? cq16_.as<bf16>() : nullptr);
   } else {
     LinearFwd(w.q, hn, cfg_.hidden_size, T, q32_.as<float>(), H * dqk, hn16);
   }
