@@ -125,6 +125,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   const double scale = 1.0 / std::sqrt(double(kDqk));
   std::vector<float> ref_o(H * kVd), ref_out(Hd);
   std::vector<float> ref_q32(H * kDqk), ref_qlat(H * kLat);  // q32 (q_pe unrotated: phase 3 rotates it into its Q tile), q_lat (bf16)
+  std::vector<float> ref_olat(H * kLat);  // the merged latent output (bf16 values): merge_cols leaves it in split 0's partial
   for (int64_t h = 0; h < H; ++h) {
     std::vector<float> Q(kD);
     for (int64_t c = 0; c < kLat; ++c) {
@@ -156,6 +157,7 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
       double s = 0;
       for (int j = 0; j < ctx; ++j) s += sc[j] * ctx_cache[row_of(j) * kD + c];
       olat[c] = Bf(static_cast<float>(s / sum));
+      ref_olat[h * kLat + c] = olat[c];
     }
     for (int64_t v = 0; v < kVd; ++v) {
       double s = 0;
@@ -243,6 +245,16 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   if (merge_cols > 0) {
     const std::vector<uint32_t> heads = d_heads.Download();
     for (int64_t h = 0; h < 16; ++h) EXPECT_EQ(heads[h], 0u) << label << ": merge_cols' head word " << h << " not back at zero";
+    // Where it ran (>= merge_cols splits, more than one), each head's merged row is in split 0's
+    // partial (the workspace was poisoned before the last launch): the merge itself, checked.
+    const int64_t splits = (ctx + 31) / 32, smax = (max_context + 31) / 32;
+    if (splits >= merge_cols && splits > 1) {
+      const std::vector<float> ws = d_ws.Download();
+      std::vector<float> got_olat(H * kLat);
+      for (int64_t h = 0; h < H; ++h)
+        std::copy(ws.begin() + h * smax * kLat, ws.begin() + (h * smax + 1) * kLat, got_olat.begin() + h * kLat);
+      ExpectClose("mla_attn_persistent_merged_olat", label, got_olat, ref_olat, 5e-3);
+    }
   }
   if (overlap) {
     const std::vector<uint32_t> words = d_nope.Download();

@@ -15,7 +15,8 @@
 //  - relative L2 <= 2e-6 with fp32 uv_out (fp32 sums of 512 products), <= 5e-3 with bf16;
 //  - no non-finite values; bf16 uv_out equal to the RN rounding of the fp32 uv_out (bitwise:
 //    the same fp32 sums, "stored as bf16 (RN)");
-//  - `out` (poisoned with 0xFF bytes, NaN) is not written, nor the padding of uv_out's rows.
+//  - `out` (poisoned with 0xFF bytes, NaN) is not written, nor the padding of uv_out's rows;
+//  - with uv_preload (session 29) the same bits as without it.
 // Paths: the tensor-core row-tile kernel (tc_kernel 1), the warp-split kernel (tc_kernel 0 with
 // 16 query rows; several splits + combine, and one split written directly), the CUDA-core
 // kernel (tensor_cores off), 16 heads x 2 query tokens (MTP: the row-tile kernel by shape) and
@@ -206,6 +207,15 @@ void RunCase(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, 
     std::printf("[metric] op=mla_decode_uv case=%s_bf16_vs_rn_f32 n=%zu mismatches=%lld bound=bitwise%s\n",
                 cas.c_str(), got16.size(), (long long)mism, mism == 0 ? " PASS" : " FAIL");
     EXPECT_EQ(mism, 0) << cas << ": bf16 uv_out is not RN(fp32 uv_out)";
+    // uv_preload (session 29): the merge kernel's first W_UV rows loaded before its merge: the same bits.
+    MlaDecodeParams pp = p;
+    pp.uv_preload = true;
+    const int64_t pre32 = BitMismatches(RunUv<float>(c, pp, cas + "_f32_preload"), got32);
+    const int64_t pre16 = BitMismatches(RunUv<__nv_bfloat16>(c, pp, cas + "_bf16_preload"), got16);
+    std::printf("[metric] op=mla_decode_uv case=%s_preload f32_bits=%lld bf16_bits=%lld bound=0%s\n", cas.c_str(),
+                (long long)pre32, (long long)pre16, pre32 == 0 && pre16 == 0 ? " PASS" : " FAIL");
+    EXPECT_EQ(pre32, 0) << cas << ": uv_preload changed the fp32 uv_out";
+    EXPECT_EQ(pre16, 0) << cas << ": uv_preload changed the bf16 uv_out";
   }
 }
 

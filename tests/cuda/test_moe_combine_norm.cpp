@@ -87,6 +87,7 @@ void RunCase(int64_t n, int64_t d, int64_t K, bool base, int S, bool skip, bool 
     q.residual = sres.get(); q.out = sout.get(); q.out_bf16 = sout16.get();
     if (q.moe_out) q.moe_out = smoe.get();
     MoeCombineNorm(q);
+    dss.Poison();  // the checked launch must write its own warp sums before any block reads them
   }
   MoeCombineNorm(p);
   if (split > 1) {
@@ -170,10 +171,14 @@ TEST(CudaMoeCombineNorm, RejectsBadParams) {
   p.num_shared = 0;
   EXPECT_THROW(MoeCombineNorm(p), CheckError);  // no output
   // split_blocks: the residual form only, <= 16 slots, G dividing the warps, its scratch given.
-  Dev<float> res(8), w(8), out(8), ss(32);
+  // (Valid pointers throughout, so that a check that stopped throwing would launch on real memory.)
+  Dev<float> res(8), w(8), out(8), ss(32), wts(17);
+  Dev<__nv_bfloat16> y(8);
+  Dev<int32_t> pos(std::vector<int32_t>(17, -1));
   Dev<uint32_t> sync(2);
   MoeCombineNormParams q{};
   q.n = 1; q.d = 8; q.top_k = 1; q.y_bf16 = true; q.split_blocks = 2;
+  q.y = y.get(); q.ldy = 8; q.pos = pos.get(); q.weights = wts.get();
   q.residual = res.get(); q.norm_weight = w.get(); q.out = out.get();
   EXPECT_THROW(MoeCombineNorm(q), CheckError);  // no split_sync / split_ss
   q.split_sync = sync.get(); q.split_ss = ss.get();

@@ -117,8 +117,11 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   if (opts_.fused_down_combine) {
     down_combine_sync_.Reset(sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(down_combine_sync_.get(), 0, sizeof(uint32_t), s_));
+  }
+  if (opts_.combine_norm_split > 1) {  // the split MoeCombineNorm's barrier counter and [16, 32] warp sums
     combine_split_sync_.Reset(2 * sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(combine_split_sync_.get(), 0, 2 * sizeof(uint32_t), s_));
+    combine_split_ss_.Reserve(kCombineNormSplitMaxTokens * 32 * sizeof(float));
   }
   if (opts_.fused_oproj_norm) {
     oproj_norm_sync_.Reset(sizeof(uint32_t));
@@ -804,7 +807,6 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   }
   MoeCombineNormParams cn = combine_params();
   if (fuse_norm && opts_.combine_norm_split > 1 && T <= kCombineNormSplitMaxTokens) {
-    combine_split_ss_.Reserve(RoundUp(T, 16) * 32 * sizeof(float));
     cn.split_blocks = opts_.combine_norm_split;
     cn.split_sync = combine_split_sync_.as<uint32_t>();
     cn.split_ss = combine_split_ss_.as<float>();
@@ -954,7 +956,6 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     if (res != nullptr && fuse_norm && opts_.combine_norm_split > 1 && T <= kCombineNormSplitMaxTokens) {
       // combine_norm_split: the residual form as MoeCombineNorm with no experts (acc = x, then
       // RmsNorm's x + residual; the header's S = 0 identity: RmsNorm's bits), split over blocks.
-      combine_split_ss_.Reserve(RoundUp(T, 16) * 32 * sizeof(float));
       MoeCombineNormParams cn{};
       cn.y = x; cn.ldy = Hd; cn.n = T; cn.top_k = 0; cn.d = Hd;
       cn.base = x; cn.ld_base = Hd;

@@ -254,6 +254,11 @@ struct CudaRunnerOptions {
   // without a GPU: not yet run or measured, so off. The CLI reads DS_COMBINE_NORM_SPLIT=G (4..32
   // at rows of >= 1,024, G dividing the block's warps).
   int combine_norm_split = 0;
+  // MlaDecodeParams::uv_preload (with fused_uv): the decode's W_UV merge kernel loads each warp's
+  // first W_UV rows before the merge (V3's MlaDecodeCombineUvKernel, 9.7-13 us alone at batch 1,
+  // session 29 run 2). The same bits. Written in session 29 without a GPU: off. The CLI reads
+  // DS_MLA_UV_PRELOAD=1.
+  bool mla_uv_preload = false;
   // The residual add + post-attention RMSNorm in the last block of o_proj (SkinnyGemm's plain
   // kernel: V2-Lite's bf16 o_proj; the norm-only SkinnyCombineEpilogue), for decode passes of <= 2
   // tokens with fused_norm: one launch fewer per layer, the bits of RmsNorm

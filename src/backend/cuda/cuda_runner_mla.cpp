@@ -475,6 +475,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       dp.uv_out = attn16;
       dp.uv_tok_stride = H * vd;
       dp.uv_out_bf16 = true;
+      dp.uv_preload = opts_.mla_uv_preload;
       ++graph_stats_.fused_launches;
       ++graph_stats_.fused_uv_layers;
     }

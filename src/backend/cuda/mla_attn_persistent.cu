@@ -705,7 +705,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         for (int s0 = grp; s0 < S; s0 += 16 * kColInFlight) {
           float4 v[kColInFlight];
 #pragma unroll
-          for (int i = 0; i < kColInFlight; ++i) {  // empty splits (w = 0) were never written: not read
+          for (int i = 0; i < kColInFlight; ++i) {  // splits of weight 0 (LSE -inf) are not read
             const int s = s0 + 16 * i;
             v[i] = s < S && s_w[s] > 0.f ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
                                          : make_float4(0.f, 0.f, 0.f, 0.f);

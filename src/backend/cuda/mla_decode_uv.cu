@@ -2,6 +2,7 @@
 #include "backend/cuda/mla_decode_uv.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -22,18 +23,42 @@ constexpr int kMaxParts = 4;
 // Grid (T, H, parts). Phase 1 (threads < 128, 4 latent columns each): the combine kernels'
 // merge (MlaDecodeTcCombineFast / MlaDecodeSm90Combine: weights exp(lse_s - max), sums in split
 // order, 8 splits' loads in flight), rounded to bf16 as out_type kBF16 would store it, into
-// shared memory. Phase 2: warp w projects rows n0 + 32 i + 4 w .. + 3 of this part (lane l takes
+// shared memory (kPreload: each warp's first 4 W_UV rows already loaded before it). Phase 2: warp w
+// projects rows n0 + 32 i + 4 w .. + 3 of this part (lane l takes
 // k = 8 l .. 8 l + 7 and 256 + 8 l .. + 7: two 16-byte loads a row), fp32 FMAs in k order per
 // lane, then a butterfly over the warp (WarpSum).
 // kDivide: the CUDA-core path's combine (MlaDecodeCombineKernel) divides by the weight sum
 // where the tensor-core paths multiply by its inverse; the merge follows the path it replaces.
-template <bool kOutBf16, bool kDivide>
+template <bool kOutBf16, bool kDivide, bool kPreload>
 __global__ void __launch_bounds__(kThreads) MlaDecodeCombineUvKernel(const MlaDecodeParams p, int max_splits,
                                                                       int rows_per_part) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   __shared__ __align__(16) float s_o[kV];
   const int t = blockIdx.x, h = blockIdx.y, part = blockIdx.z;
   const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int n0 = part * rows_per_part;
+  const int n1 = static_cast<int>(std::min<int64_t>(p.uv_n, n0 + rows_per_part));
+  const __nv_bfloat16* wh = p.uv_w + h * p.uv_head_stride;
+  uint4 wv[kRows][2];
+  const auto load_rows = [&](int nb) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int n = nb + r;
+      if (n < n1) {
+        const __nv_bfloat16* row = wh + static_cast<int64_t>(n) * p.uv_ld;
+        wv[r][0] = *reinterpret_cast<const uint4*>(row + 8 * lane);
+        wv[r][1] = *reinterpret_cast<const uint4*>(row + 256 + 8 * lane);
+      } else {
+        wv[r][0] = wv[r][1] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  };
+  // kPreload (MlaDecodeParams::uv_preload): each warp's first pass of W_UV rows, loaded before the
+  // merge (they do not depend on it: their DRAM latency then overlaps the merge's L2 round trips
+  // instead of following them; 77 registers against 62). The same values and arithmetic.
+  const int nb0 = n0 + warp * kRows;
+  if (kPreload && nb0 < n1) load_rows(nb0);
   if (tid < kV / 4) {
     const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
     const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
@@ -49,25 +74,10 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineUvKernel(const MlaDe
     s_o[d + 3] = __bfloat162float(__float2bfloat16_rn(fin(acc.w)));
   }
   __syncthreads();
-  const int warp = tid >> 5, lane = tid & 31;
   float xo[16];
   mla::UvLaneColumns(s_o, lane, xo);
-  const int n0 = part * rows_per_part;
-  const int n1 = static_cast<int>(std::min<int64_t>(p.uv_n, n0 + rows_per_part));
-  const __nv_bfloat16* wh = p.uv_w + h * p.uv_head_stride;
-  for (int nb = n0 + warp * kRows; nb < n1; nb += kWarps * kRows) {
-    uint4 wv[kRows][2];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int n = nb + r;
-      if (n < n1) {
-        const __nv_bfloat16* row = wh + static_cast<int64_t>(n) * p.uv_ld;
-        wv[r][0] = *reinterpret_cast<const uint4*>(row + 8 * lane);
-        wv[r][1] = *reinterpret_cast<const uint4*>(row + 256 + 8 * lane);
-      } else {
-        wv[r][0] = wv[r][1] = make_uint4(0u, 0u, 0u, 0u);
-      }
-    }
+  for (int nb = nb0; nb < n1; nb += kWarps * kRows) {
+    if (!kPreload || nb != nb0) load_rows(nb);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float acc = dev::WarpSum(mla::UvLaneDot(xo, wv[r][0], wv[r][1]));
@@ -104,8 +114,12 @@ void MlaDecodeCombineUv(const MlaDecodeParams& p, int max_splits, bool divide) {
   while (parts < kMaxParts && th * parts * 2 <= slots && p.uv_n / (parts * 2) >= 16) parts *= 2;
   const int rows_per_part = static_cast<int>((p.uv_n + parts - 1) / parts);
   const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads), static_cast<unsigned>(parts));
-  const auto kernel = p.uv_out_bf16 ? (divide ? MlaDecodeCombineUvKernel<true, true> : MlaDecodeCombineUvKernel<true, false>)
-                                    : (divide ? MlaDecodeCombineUvKernel<false, true> : MlaDecodeCombineUvKernel<false, false>);
+  const auto pick = [&](auto preload) {
+    constexpr bool kP = decltype(preload)::value;
+    return p.uv_out_bf16 ? (divide ? MlaDecodeCombineUvKernel<true, true, kP> : MlaDecodeCombineUvKernel<true, false, kP>)
+                         : (divide ? MlaDecodeCombineUvKernel<false, true, kP> : MlaDecodeCombineUvKernel<false, false, kP>);
+  };
+  const auto kernel = p.uv_preload ? pick(std::true_type{}) : pick(std::false_type{});
   LaunchKernel(kernel, grid, kThreads, 0, p.stream, p.pdl, p, max_splits, rows_per_part);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeCombineUvKernel");
 }

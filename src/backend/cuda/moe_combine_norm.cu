@@ -278,24 +278,25 @@ int ResidentBlocks(const void* kernel, int threads) {
   return n;
 }
 
+// Returns false (nothing launched) where the grid does not fit the device at once: the caller
+// then runs the one-block kernel (the same bits).
 template <typename T, int PE>
-void LaunchSplitPe(const MoeCombineNormParams& p, int block) {
+bool LaunchSplitPe(const MoeCombineNormParams& p, int block) {
   const auto kernel = MoeCombineNormSplitKernel<T, PE>;
   const int64_t grid = p.n * p.split_blocks;
-  DS_CHECK(grid <= ResidentBlocks(reinterpret_cast<const void*>(kernel), block))
-      << "MoeCombineNorm: split_blocks " << p.split_blocks << " x " << p.n << " tokens = " << grid
-      << " blocks do not fit the device at once (a cooperative launch)";
+  if (grid > ResidentBlocks(reinterpret_cast<const void*>(kernel), block)) return false;
   LaunchCooperative(kernel, dim3(static_cast<unsigned>(grid)), dim3(static_cast<unsigned>(block)), 0, p.stream, p);
+  return true;
 }
 
 template <typename T>
-void LaunchSplit(int pe, int threads, const MoeCombineNormParams& p) {
+bool LaunchSplit(int pe, int threads, const MoeCombineNormParams& p) {
   const int block = threads / p.split_blocks;
   switch (pe) {
-    case 1: LaunchSplitPe<T, 1>(p, block); break;
-    case 2: LaunchSplitPe<T, 2>(p, block); break;
-    case 4: LaunchSplitPe<T, 4>(p, block); break;
-    default: LaunchSplitPe<T, 8>(p, block); break;
+    case 1: return LaunchSplitPe<T, 1>(p, block);
+    case 2: return LaunchSplitPe<T, 2>(p, block);
+    case 4: return LaunchSplitPe<T, 4>(p, block);
+    default: return LaunchSplitPe<T, 8>(p, block);
   }
 }
 
@@ -333,10 +334,11 @@ void MoeCombineNorm(const MoeCombineNormParams& p) {
     DS_CHECK(p.split_sync != nullptr && p.split_ss != nullptr) << "MoeCombineNorm: split_blocks needs split_sync and split_ss";
     DS_CHECK(reinterpret_cast<uintptr_t>(p.split_sync) % 8 == 0) << "MoeCombineNorm: split_sync must be 8-byte aligned";
     DS_CHECK(p.n * G < (int64_t{1} << 20)) << "MoeCombineNorm: " << p.n * G << " blocks (grid_barrier.cuh's epoch)";
-    if (p.y_bf16) LaunchSplit<__nv_bfloat16>(pe, threads, p);
-    else LaunchSplit<float>(pe, threads, p);
-    DS_CUDA_CHECK_LAUNCH("MoeCombineNormSplitKernel");
-    return;
+    const bool split = p.y_bf16 ? LaunchSplit<__nv_bfloat16>(pe, threads, p) : LaunchSplit<float>(pe, threads, p);
+    if (split) {
+      DS_CUDA_CHECK_LAUNCH("MoeCombineNormSplitKernel");
+      return;
+    }
   }
   if (p.y_bf16) Launch<__nv_bfloat16>(pe, threads, p);
   else Launch<float>(pe, threads, p);

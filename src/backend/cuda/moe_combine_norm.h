@@ -53,7 +53,8 @@ struct MoeCombineNormParams {
   // warp sums as BlockSum's last step does: the same fp32 operations in the same order, so the
   // same bits as the one-block kernel. Needs the residual form (residual != nullptr), d <= 8 VT
   // (the staged forms), top_k <= 16, G dividing VT / 32 and VT / G <= 256 (G >= 4 at d >= 1024);
-  // else MoeCombineNorm DS_CHECKs.
+  // else MoeCombineNorm DS_CHECKs. A grid of n x G blocks that does not fit the device at once
+  // runs the one-block kernel instead (the same bits).
   int split_blocks = 0;
   uint32_t* split_sync = nullptr;   // 2 words (grid_barrier.cuh's counter), zero before the first launch
   float* split_ss = nullptr;        // [n, 32] scratch
