@@ -118,5 +118,16 @@ TEST(CudaRunnerFusedUv, DummyV3WithinBounds) {
   for (bool graphs : {false, true}) CompareUv("dummy_v3_3layers tc", o, graphs, 1);
 }
 
+// mla_uv_preload (session 29): the W_UV merge kernel's first rows loaded before its merge: the
+// same values and sums, so bit-identical logits, graphs off and on; it must run (dummy V3's 3
+// dense layers: the sm_90a decode kernel's splits merged by MlaDecodeCombineUvKernel).
+TEST(CudaRunnerFusedUv, UvPreloadBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v3");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.mla_uv_preload = on; };
+  CompareOptionBitIdenticalRan("dummy_v3_3layers", "mla_uv_preload", DummyOptions(dir, 3, 11), set,
+                               &CudaGraphStats::fused_uv_layers, PathExpect::kRuns);
+}
+
 }  // namespace
 }  // namespace ds::cuda::test
