@@ -161,7 +161,7 @@ struct MlaDecodeParams {
   bool uv_out_bf16 = true;
   // With uv_w (session 29; CudaRunnerOptions::mla_uv_preload; written without a GPU): the W_UV
   // merge kernel loads each warp's first W_UV rows before the merge instead of after it (its own
-  // instantiation, 77 registers against 62). The same values and arithmetic: the same bits.
+  // instantiation, 96 registers against 62). The same values and arithmetic: the same bits.
   bool uv_preload = false;
 };
 // Keys of one independent online softmax (split) of the tensor-core path for these params

@@ -36,29 +36,27 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineUvKernel(const MlaDe
   __shared__ __align__(16) float s_o[kV];
   const int t = blockIdx.x, h = blockIdx.y, part = blockIdx.z;
   const int tid = threadIdx.x;
-  const int warp = tid >> 5, lane = tid & 31;
-  const int n0 = part * rows_per_part;
-  const int n1 = static_cast<int>(std::min<int64_t>(p.uv_n, n0 + rows_per_part));
-  const __nv_bfloat16* wh = p.uv_w + h * p.uv_head_stride;
-  uint4 wv[kRows][2];
-  const auto load_rows = [&](int nb) {
+  // kPreload (MlaDecodeParams::uv_preload): each warp's first pass of W_UV rows, loaded before the
+  // merge (they do not depend on it: their DRAM latency then overlaps the merge's L2 round trips
+  // instead of following them; 96 registers against 62). The same values and arithmetic; without
+  // it the kernel's code is as before (SASS checked).
+  uint4 pre[kRows][2];
+  if constexpr (kPreload) {
+    const int n0 = part * rows_per_part, nb = n0 + (tid >> 5) * kRows;
+    const int n1 = static_cast<int>(std::min<int64_t>(p.uv_n, n0 + rows_per_part));
+    const __nv_bfloat16* wh = p.uv_w + h * p.uv_head_stride;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int n = nb + r;
       if (n < n1) {
         const __nv_bfloat16* row = wh + static_cast<int64_t>(n) * p.uv_ld;
-        wv[r][0] = *reinterpret_cast<const uint4*>(row + 8 * lane);
-        wv[r][1] = *reinterpret_cast<const uint4*>(row + 256 + 8 * lane);
+        pre[r][0] = *reinterpret_cast<const uint4*>(row + 8 * (tid & 31));
+        pre[r][1] = *reinterpret_cast<const uint4*>(row + 256 + 8 * (tid & 31));
       } else {
-        wv[r][0] = wv[r][1] = make_uint4(0u, 0u, 0u, 0u);
+        pre[r][0] = pre[r][1] = make_uint4(0u, 0u, 0u, 0u);
       }
     }
-  };
-  // kPreload (MlaDecodeParams::uv_preload): each warp's first pass of W_UV rows, loaded before the
-  // merge (they do not depend on it: their DRAM latency then overlaps the merge's L2 round trips
-  // instead of following them; 77 registers against 62). The same values and arithmetic.
-  const int nb0 = n0 + warp * kRows;
-  if (kPreload && nb0 < n1) load_rows(nb0);
+  }
   if (tid < kV / 4) {
     const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
     const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
@@ -74,10 +72,28 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineUvKernel(const MlaDe
     s_o[d + 3] = __bfloat162float(__float2bfloat16_rn(fin(acc.w)));
   }
   __syncthreads();
+  const int warp = tid >> 5, lane = tid & 31;
   float xo[16];
   mla::UvLaneColumns(s_o, lane, xo);
-  for (int nb = nb0; nb < n1; nb += kWarps * kRows) {
-    if (!kPreload || nb != nb0) load_rows(nb);
+  const int n0 = part * rows_per_part;
+  const int n1 = static_cast<int>(std::min<int64_t>(p.uv_n, n0 + rows_per_part));
+  const __nv_bfloat16* wh = p.uv_w + h * p.uv_head_stride;
+  for (int nb = n0 + warp * kRows; nb < n1; nb += kWarps * kRows) {
+    uint4 wv[kRows][2];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int n = nb + r;
+      if (kPreload && nb == n0 + warp * kRows) {
+        wv[r][0] = pre[r][0];
+        wv[r][1] = pre[r][1];
+      } else if (n < n1) {
+        const __nv_bfloat16* row = wh + static_cast<int64_t>(n) * p.uv_ld;
+        wv[r][0] = *reinterpret_cast<const uint4*>(row + 8 * lane);
+        wv[r][1] = *reinterpret_cast<const uint4*>(row + 256 + 8 * lane);
+      } else {
+        wv[r][0] = wv[r][1] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float acc = dev::WarpSum(mla::UvLaneDot(xo, wv[r][0], wv[r][1]));

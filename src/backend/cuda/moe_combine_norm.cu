@@ -61,6 +61,48 @@ __device__ __forceinline__ void MoeCombineNormLoop(const MoeCombineNormParams& p
   }
 }
 
+// A thread's PE elements (element e at index idx(e) of the row), acc holding the base (or 0): the
+// fused shared groups' rows, then the routed slots in slot order, kSc slots' loads in flight at a
+// time (every load of a batch before its adds). The staged forms' per-element operations.
+template <typename T, int PE, int kSc, class Idx>
+__device__ __forceinline__ void AddExpertRows(const MoeCombineNormParams& p, int64_t t, const T* y, const float* fy,
+                                              const int32_t* s_pos, const float* s_w, Idx idx, float (&acc)[PE]) {
+  for (int s = 0; s < p.num_shared; ++s) {
+    const float* row = fy + (p.shared_row0 + s * p.n + t) * p.ldy;
+#pragma unroll
+    for (int e = 0; e < PE; ++e) {
+      const int64_t i = idx(e);
+      if (i < p.d) acc[e] += row[i];
+    }
+  }
+  for (int64_t j0 = 0; j0 < p.top_k; j0 += kSc) {
+    float yv[kSc][PE];
+#pragma unroll
+    for (int jj = 0; jj < kSc; ++jj) {
+      const int64_t j = j0 + jj;
+      const int32_t r = j < p.top_k ? s_pos[j] : -1;
+      const T* row = y + static_cast<int64_t>(r < 0 ? 0 : r) * p.ldy;
+#pragma unroll
+      for (int e = 0; e < PE; ++e) {
+        const int64_t i = idx(e);
+        yv[jj][e] = r >= 0 && i < p.d ? dev::ToF(row[i]) : 0.f;
+      }
+    }
+#pragma unroll
+    for (int jj = 0; jj < kSc; ++jj) {
+      const int64_t j = j0 + jj;
+      if (j >= p.top_k || s_pos[j] < 0) continue;
+      const float w = s_w[j];
+#pragma unroll
+      for (int e = 0; e < PE; ++e) {
+        float v = yv[jj][e];
+        if (p.round_y_bf16) v = __bfloat162float(__float2bfloat16_rn(v));
+        acc[e] += w * v;
+      }
+    }
+  }
+}
+
 template <typename T, int PE>
 __global__ void __launch_bounds__(kMaxThreads) MoeCombineNormKernel(MoeCombineNormParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
@@ -89,40 +131,7 @@ __global__ void __launch_bounds__(kMaxThreads) MoeCombineNormKernel(MoeCombineNo
       rv[e] = res && i < p.d ? res[i] : 0.f;
     }
     __syncthreads();
-    for (int s = 0; s < p.num_shared; ++s) {
-      const float* row = fy + (p.shared_row0 + s * p.n + t) * p.ldy;
-#pragma unroll
-      for (int e = 0; e < PE; ++e) {
-        const int64_t i = threadIdx.x + e * bd;
-        if (i < p.d) acc[e] += row[i];
-      }
-    }
-    for (int64_t j0 = 0; j0 < p.top_k; j0 += kSc) {
-      float yv[kSc][PE];
-#pragma unroll
-      for (int jj = 0; jj < kSc; ++jj) {
-        const int64_t j = j0 + jj;
-        const int32_t r = j < p.top_k ? s_pos[j] : -1;
-        const T* row = y + static_cast<int64_t>(r < 0 ? 0 : r) * p.ldy;
-#pragma unroll
-        for (int e = 0; e < PE; ++e) {
-          const int64_t i = threadIdx.x + e * bd;
-          yv[jj][e] = r >= 0 && i < p.d ? dev::ToF(row[i]) : 0.f;
-        }
-      }
-#pragma unroll
-      for (int jj = 0; jj < kSc; ++jj) {
-        const int64_t j = j0 + jj;
-        if (j >= p.top_k || s_pos[j] < 0) continue;
-        const float w = s_w[j];
-#pragma unroll
-        for (int e = 0; e < PE; ++e) {
-          float v = yv[jj][e];
-          if (p.round_y_bf16) v = __bfloat162float(__float2bfloat16_rn(v));
-          acc[e] += w * v;
-        }
-      }
-    }
+    AddExpertRows<T, PE, kSc>(p, t, y, fy, s_pos, s_w, [&](int e) { return threadIdx.x + e * bd; }, acc);
     if (p.moe_out) {
 #pragma unroll
       for (int e = 0; e < PE; ++e) {
@@ -192,40 +201,7 @@ __global__ void __launch_bounds__(256, 1) MoeCombineNormSplitKernel(MoeCombineNo
     nw[e] = i < p.d ? p.norm_weight[i] : 0.f;
   }
   __syncthreads();
-  for (int s = 0; s < p.num_shared; ++s) {
-    const float* row = fy + (p.shared_row0 + s * p.n + t) * p.ldy;
-#pragma unroll
-    for (int e = 0; e < PE; ++e) {
-      const int64_t i = v + e * vt;
-      if (i < p.d) acc[e] += row[i];
-    }
-  }
-  for (int64_t j0 = 0; j0 < p.top_k; j0 += kSc) {
-    float yv[kSc][PE];
-#pragma unroll
-    for (int jj = 0; jj < kSc; ++jj) {
-      const int64_t j = j0 + jj;
-      const int32_t r = j < p.top_k ? s_pos[j] : -1;
-      const T* row = y + static_cast<int64_t>(r < 0 ? 0 : r) * p.ldy;
-#pragma unroll
-      for (int e = 0; e < PE; ++e) {
-        const int64_t i = v + e * vt;
-        yv[jj][e] = r >= 0 && i < p.d ? dev::ToF(row[i]) : 0.f;
-      }
-    }
-#pragma unroll
-    for (int jj = 0; jj < kSc; ++jj) {
-      const int64_t j = j0 + jj;
-      if (j >= p.top_k || s_pos[j] < 0) continue;
-      const float w = s_w[j];
-#pragma unroll
-      for (int e = 0; e < PE; ++e) {
-        float x = yv[jj][e];
-        if (p.round_y_bf16) x = __bfloat162float(__float2bfloat16_rn(x));
-        acc[e] += w * x;
-      }
-    }
-  }
+  AddExpertRows<T, PE, kSc>(p, t, y, fy, s_pos, s_w, [&](int e) { return v + e * vt; }, acc);
   if (p.moe_out) {
 #pragma unroll
     for (int e = 0; e < PE; ++e) {
