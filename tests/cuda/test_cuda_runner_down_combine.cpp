@@ -59,7 +59,12 @@ namespace {
 // multi-token decode steps, which the persistent MoE kernel does not take); the path must run on
 // both.
 TEST(CudaRunnerCombineNormSplit, DummyModelsBitIdentical) {
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.combine_norm_split = on ? 8 : 0; };
+  // (combine_norm_split_min_hidden 0: V2-Lite's rows of 2,048 take it too, as the option's default
+  // does not.)
+  const auto set = [](CudaRunnerOptions& x, bool on) {
+    x.combine_norm_split = on ? 8 : 0;
+    x.combine_norm_split_min_hidden = 0;
+  };
   const std::string v3 = ConfigDir("deepseek-v3");
   if (!v3.empty())
     CompareOptionBitIdenticalRan("dummy_v3_4layers", "combine_norm_split=8", DummyOptions(v3, 4, 11), set,

@@ -126,7 +126,7 @@ TEST(CudaRunnerFusedUv, UvPreloadBitIdentical) {
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
   const auto set = [](CudaRunnerOptions& x, bool on) { x.mla_uv_preload = on; };
   CompareOptionBitIdenticalRan("dummy_v3_3layers", "mla_uv_preload", DummyOptions(dir, 3, 11), set,
-                               &CudaGraphStats::fused_uv_layers, PathExpect::kRuns);
+                               &CudaGraphStats::mla_uv_preload_layers, PathExpect::kRuns);
 }
 
 }  // namespace

@@ -55,6 +55,11 @@ constexpr int64_t kDownCombineMaxTokens = 2;
 // combine_norm_split: passes of up to this many tokens (x G blocks in one cooperative launch).
 constexpr int64_t kCombineNormSplitMaxTokens = 16;
 
+bool CudaModelRunner::CombineNormSplitOn(int64_t T) const {
+  return opts_.combine_norm_split > 1 && T <= kCombineNormSplitMaxTokens &&
+         cfg_.hidden_size >= opts_.combine_norm_split_min_hidden;
+}
+
 Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   ckpt_ = ckpt;
   dummy_ = ckpt == nullptr;
@@ -806,7 +811,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
     return false;
   }
   MoeCombineNormParams cn = combine_params();
-  if (fuse_norm && opts_.combine_norm_split > 1 && T <= kCombineNormSplitMaxTokens) {
+  if (fuse_norm && CombineNormSplitOn(T)) {
     cn.split_blocks = opts_.combine_norm_split;
     cn.split_sync = combine_split_sync_.as<uint32_t>();
     cn.split_ss = combine_split_ss_.as<float>();
@@ -953,7 +958,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   // F32ToBf16 / SplitBf16 launches), and an MoE layer's combine applies the next norm (normed).
   const bool fuse_norm = opts_.fused_norm && FusedDecode(T);
   const auto norm = [&](const float* x, float* res, const DeviceBuffer& w) {
-    if (res != nullptr && fuse_norm && opts_.combine_norm_split > 1 && T <= kCombineNormSplitMaxTokens) {
+    if (res != nullptr && fuse_norm && CombineNormSplitOn(T)) {
       // combine_norm_split: the residual form as MoeCombineNorm with no experts (acc = x, then
       // RmsNorm's x + residual; the header's S = 0 identity: RmsNorm's bits), split over blocks.
       MoeCombineNormParams cn{};

@@ -250,14 +250,20 @@ struct CudaRunnerOptions {
   // tokens; 0 / 1: one block a token. For V3's one-block launch (15.5 us alone at batch 1, its 8
   // slots one round trip each: session 29 run 2). The residual-form RmsNorms of such passes (the
   // post-attention norm, a dense layer's next norm) go the same way, as MoeCombineNorm with no
-  // experts: RmsNorm's bits (the S = 0 identity of moe_combine_norm.h). Written in session 29
-  // without a GPU: not yet run or measured, so off. The CLI reads DS_COMBINE_NORM_SPLIT=G (4..32
-  // at rows of >= 1,024, G dividing the block's warps).
-  int combine_norm_split = 0;
+  // experts: RmsNorm's bits (the S = 0 identity of moe_combine_norm.h). Applied to models of
+  // hidden_size >= combine_norm_split_min_hidden (where the one-block kernel takes more than 4
+  // elements a thread and batches one slot a round trip: V3's 7,168, not V2-Lite's 2,048, whose
+  // passes were not measured). 8 by default since session 29: V3 8 layers b1 1K 2.353 ms against
+  // 2.371-2.382, 4K 2.403 against 2.432-2.436 (bench/results/session29_2026-12-01_run4). The CLI
+  // reads DS_COMBINE_NORM_SPLIT=G (0 off; 4..32 at rows of >= 1,024, G dividing the block's warps)
+  // and DS_COMBINE_NORM_SPLIT_MIN_HIDDEN=N.
+  int combine_norm_split = 8;
+  int combine_norm_split_min_hidden = 4096;
   // MlaDecodeParams::uv_preload (with fused_uv): the decode's W_UV merge kernel loads each warp's
   // first W_UV rows before the merge (V3's MlaDecodeCombineUvKernel, 9.7-13 us alone at batch 1,
-  // session 29 run 2). The same bits. Written in session 29 without a GPU: off. The CLI reads
-  // DS_MLA_UV_PRELOAD=1.
+  // session 29 run 2). The same bits. Off: V3 8 layers b1 1K 2.375 ms against 2.371-2.382, 4K 2.428
+  // against 2.432-2.436; with combine_norm_split 2.347 against 2.353 and 2.392 against 2.403
+  // (session 29 run 4, one run each): within noise. The CLI reads DS_MLA_UV_PRELOAD=1.
   bool mla_uv_preload = false;
   // The residual add + post-attention RMSNorm in the last block of o_proj (SkinnyGemm's plain
   // kernel: V2-Lite's bf16 o_proj; the norm-only SkinnyCombineEpilogue), for decode passes of <= 2
@@ -657,6 +663,7 @@ struct CudaGraphStats {
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
   int64_t combine_norm_split_layers = 0;  // MoE layers whose MoeCombineNorm ran split over blocks (combine_norm_split)
   int64_t norm_split_launches = 0;  // residual-form RmsNorms run as split MoeCombineNorm launches (combine_norm_split)
+  int64_t mla_uv_preload_layers = 0;  // fused_uv layers whose W_UV merge kernel preloaded its rows (mla_uv_preload)
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
   int64_t moe_gu_ksplit_layers = 0;    // persistent MoE layers with gu_ksplit > 1 (likewise)

@@ -431,6 +431,8 @@ class CudaModelRunner : public ModelRunner {
   // fused_moe_shared: copies the shared experts (L->gate_up, L->down) into groups E .. E + S - 1
   // of L->w13 / L->w2 (allocated with room for them) when their dtypes match.
   void StackSharedExperts(LayerW* L);
+  // combine_norm_split applies to this pass (T tokens) of this model (cuda_runner.cpp).
+  bool CombineNormSplitOn(int64_t T) const;
   bool FusedDecode(int64_t T) const {
     return T <= std::min<int64_t>(opts_.fused_decode_max_tokens, kMoeRoutePermuteMaxTokens);
   }

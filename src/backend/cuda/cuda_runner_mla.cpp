@@ -476,6 +476,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
       dp.uv_tok_stride = H * vd;
       dp.uv_out_bf16 = true;
       dp.uv_preload = opts_.mla_uv_preload;
+      if (dp.uv_preload) ++graph_stats_.mla_uv_preload_layers;
       ++graph_stats_.fused_launches;
       ++graph_stats_.fused_uv_layers;
     }
