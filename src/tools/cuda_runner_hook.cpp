@@ -94,7 +94,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_ATTN_MERGE_COLS", 0, 256, 1, &c.attn_merge_cols_min_splits);  // its column-split merge from N splits (session 29)
   env_int("DS_COMBINE_NORM_SPLIT", 0, 32, 1, &c.combine_norm_split);  // MoeCombineNorm over G blocks a token (8 since session 29)
   env_int("DS_COMBINE_NORM_SPLIT_MIN_HIDDEN", 0, 1 << 20, 1, &c.combine_norm_split_min_hidden);  // ... for hidden sizes from N
-  env_switch("DS_MLA_UV_PRELOAD", &c.mla_uv_preload);  // the W_UV merge kernel's first rows before its merge (session 29, opt-in)
+  env_switch("DS_MLA_UV_PRELOAD", &c.mla_uv_preload);  // the W_UV merge kernel's first rows before its merge (on since session 29)
   env_int("DS_PERSISTENT_CARVEOUT", -1, 100, 1, &c.persistent_carveout);  // both persistent kernels' smem carveout (percent; 72 since session 25, -1 the driver's)
   env_int("DS_MOE_CARVEOUT", -2, 100, 1, &c.moe_carveout);  // the MoE kernel's own (58 since session 27; -2 follows DS_PERSISTENT_CARVEOUT)
   {

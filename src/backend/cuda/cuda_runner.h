@@ -261,10 +261,10 @@ struct CudaRunnerOptions {
   int combine_norm_split_min_hidden = 4096;
   // MlaDecodeParams::uv_preload (with fused_uv): the decode's W_UV merge kernel loads each warp's
   // first W_UV rows before the merge (V3's MlaDecodeCombineUvKernel, 9.7-13 us alone at batch 1,
-  // session 29 run 2). The same bits. Off: V3 8 layers b1 1K 2.375 ms against 2.371-2.382, 4K 2.428
-  // against 2.432-2.436; with combine_norm_split 2.347 against 2.353 and 2.392 against 2.403
-  // (session 29 run 4, one run each): within noise. The CLI reads DS_MLA_UV_PRELOAD=1.
-  bool mla_uv_preload = false;
+  // session 29 run 2). The same bits. On by default since session 29: V3 8 layers b1 4K 2.392-2.396
+  // ms against 2.402 (run 6, two rounds), 2.392 against 2.403 (run 4, with combine_norm_split on
+  // both sides); 1K 2.344-2.346 against 2.348-2.349 (run 6). The CLI reads DS_MLA_UV_PRELOAD=0/1.
+  bool mla_uv_preload = true;
   // The residual add + post-attention RMSNorm in the last block of o_proj (SkinnyGemm's plain
   // kernel: V2-Lite's bf16 o_proj; the norm-only SkinnyCombineEpilogue), for decode passes of <= 2
   // tokens with fused_norm: one launch fewer per layer, the bits of RmsNorm
