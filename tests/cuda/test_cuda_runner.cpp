@@ -475,6 +475,7 @@ std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm
   o.mla_decode_emulate_tc = emulate;
   o.mla_decode_sm90 = sm90;
   o.mla_decode_sm90_variant = sm90_variant;
+  o.mla_decode_sm90_small_variant = -1;  // the variant asked for at every batch size
   auto r = CreateCudaModelRunner(o);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   if (!r.ok()) return {};

@@ -85,6 +85,13 @@ struct CudaRunnerOptions {
   // softmax, 10 = 8 with per-box barriers (session 16), 11 = the tile-pair schedule (session 19).
   // Only with mla_decode_sm90.
   int mla_decode_sm90_variant = 0;
+  // With mla_decode_sm90_variant 0: the variant decode passes of <= 8 sequences take instead (-1:
+  // none). 4 by default since session 29: bit-equal to 0 (CudaRunner.DummyV3DecodeSm90VariantsBitEqual),
+  // V3 8 layers b1 1K 2.323 ms against 2.347 and 4K 2.385 against 2.392 (bench/results/
+  // session29_2026-12-01_run7; runs 3 and 6: -10 to -12 us), b8 5.229 against 5.225 (run 7). Not at
+  // larger batches: kernel-level 333 against 323 us at b128 x 4K (cuda_backend.md, "Variant 4").
+  // The CLI reads DS_MLA_DECODE_SM90_SMALL_VARIANT=-1|0|4|8|9|10|11.
+  int mla_decode_sm90_small_variant = 4;
   // MlaDecodeParams::sm90_min_rows (A/B; the CLI reads DS_MLA_DECODE_SM90_MIN_ROWS=N): 0 = the
   // sm90 kernel only for >= 64 query rows per sequence (128 heads); 16 also takes it for 16
   // heads x 1 token (V2-Lite) with a partial 64-row tile. Only with mla_decode_sm90. The kernel

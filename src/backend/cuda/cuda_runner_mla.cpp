@@ -24,6 +24,9 @@
 
 namespace ds::cuda::runner_impl {
 
+// mla_decode_sm90_small_variant: decode passes of up to this many sequences.
+constexpr int64_t kMlaSm90SmallVariantSeqs = 8;
+
 // Absorbed-MLA decode: the tensor-core warp-split kernel only above this many keys of total
 // context in the batch (see Mla).
 constexpr int64_t kWarpSplitMinTotalContext = 32 * 1024;
@@ -433,6 +436,8 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     dp.emulate_tc_rounding = opts_.mla_decode_emulate_tc;  // debug: forces the CUDA-core kernel
     dp.sm90 = sm90_decode;
     dp.sm90_variant = opts_.mla_decode_sm90_variant;
+    if (dp.sm90_variant == 0 && opts_.mla_decode_sm90_small_variant >= 0 && Sa <= kMlaSm90SmallVariantSeqs)
+      dp.sm90_variant = opts_.mla_decode_sm90_small_variant;
     dp.sm90_min_rows = opts_.mla_decode_sm90_min_rows;
     dp.cache_rows = static_cast<int64_t>(num_blocks_ + 1) * kBlockSize;
     if (graph_hints) {  // host hints from the bucket only (the tensor-core path sizes its chunks with them)
