@@ -522,7 +522,7 @@ struct CudaRunnerOptions {
   //    input_layernorm or the final norm) in one kernel (moe_combine_norm.h), and every norm
   //    writes the bf16 copy of its output that the next projections read (no F32ToBf16 /
   //    SplitBf16 launches for q / q_a, kv_a, dense gate_up, graph-mode lm_head; since session 29
-  //    also the q_a norm's copy for q_b, not yet run on the GPU); bit-identical.
+  //    also the q_a norm's copy for q_b); bit-identical.
   //  - fused_qpe: in decode-only passes the q RoPE also writes the rotated q_pe into absorbed
   //    MLA's q_lat (RopeParams::out2), no Copy2D launch; bit-identical.
   //  - fused_olat (not with precise_activations): absorbed-MLA decode writes o_lat as bf16

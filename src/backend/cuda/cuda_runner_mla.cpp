@@ -166,7 +166,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     LinearFwd(w.q_a, hn, cfg_.hidden_size, T, cq, ql, hn16);
     // fused_norm: the q_a norm also writes c_q's bf16 copy (cq16: [T, q_lora]), the rounding
     // LinearFwd's SplitBf16 would apply, so q_b reads it directly (one launch fewer: V3's
-    // SplitKernel of 1,536, ~1.8 us on the q branch; session 29, not yet run). Bit-identical.
+    // SplitKernel of 1,536, ~1.8 us on the q branch; session 29). Bit-identical (CudaRunnerFused).
     const bool cq_bf16 = hn16 != nullptr && LinearInputFor(w.q_b, T, H * dqk) == LinearInput::kBf16;
     RmsNormParams qn{cq, ql, nullptr, 0, w.q_a_norm.as<float>(), cq, ql, DTypeOut::kF32, T, ql, kLatentNormEps, s_,
                      opts_.pdl};

@@ -159,7 +159,7 @@ struct MlaDecodeParams {
   void* uv_out = nullptr;
   int64_t uv_tok_stride = 0;
   bool uv_out_bf16 = true;
-  // With uv_w (session 29; CudaRunnerOptions::mla_uv_preload; written without a GPU): the W_UV
+  // With uv_w (session 29; CudaRunnerOptions::mla_uv_preload, on by default): the W_UV
   // merge kernel loads each warp's first W_UV rows before the merge instead of after it (its own
   // instantiation, 96 registers against 62). The same values and arithmetic: the same bits.
   bool uv_preload = false;

@@ -43,7 +43,7 @@ struct MoeCombineNormParams {
   // Launch as a programmatic dependent of the previous kernel in the stream (PDL, launch.cuh;
   // CudaRunnerOptions::pdl). Same results either way. (Not with split_blocks: a cooperative launch.)
   bool pdl = false;
-  // split_blocks G > 1 (session 29; CudaRunnerOptions::combine_norm_split; written without a GPU):
+  // split_blocks G > 1 (session 29; CudaRunnerOptions::combine_norm_split, 8 by default for V3):
   // each token's row over G blocks of VT / G threads (VT = norm::RmsNormThreads(d), the one-block
   // kernel's block size) in one cooperative launch of n x G blocks. Block g plays the one-block
   // kernel's threads g VT / G .. (g + 1) VT / G - 1 with their elements, every load of a thread's
