@@ -259,8 +259,8 @@ struct CudaRunnerOptions {
   // post-attention norm, a dense layer's next norm) go the same way, as MoeCombineNorm with no
   // experts: RmsNorm's bits (the S = 0 identity of moe_combine_norm.h). Applied to models of
   // hidden_size >= combine_norm_split_min_hidden (where the one-block kernel takes more than 4
-  // elements a thread and batches one slot a round trip: V3's 7,168, not V2-Lite's 2,048, whose
-  // passes were not measured). 8 by default since session 29: V3 8 layers b1 1K 2.353 ms against
+  // elements a thread and batches one slot a round trip: V3's 7,168, not V2-Lite's 2,048, where b8
+  // with it forced took 6.163 ms against 6.130, session 29 run 5). 8 by default since session 29: V3 8 layers b1 1K 2.353 ms against
   // 2.371-2.382, 4K 2.403 against 2.432-2.436 (bench/results/session29_2026-12-01_run4). The CLI
   // reads DS_COMBINE_NORM_SPLIT=G (0 off; 4..32 at rows of >= 1,024, G dividing the block's warps)
   // and DS_COMBINE_NORM_SPLIT_MIN_HIDDEN=N.
