@@ -60,6 +60,12 @@ bool CudaModelRunner::CombineNormSplitOn(int64_t T) const {
          cfg_.hidden_size >= opts_.combine_norm_split_min_hidden;
 }
 
+void CudaModelRunner::SetCombineNormSplit(MoeCombineNormParams* cn) {
+  cn->split_blocks = opts_.combine_norm_split;
+  cn->split_sync = combine_split_sync_.as<uint32_t>();
+  cn->split_ss = combine_split_ss_.as<float>();
+}
+
 Status CudaModelRunner::Init(const Checkpoint* ckpt) {
   ckpt_ = ckpt;
   dummy_ = ckpt == nullptr;
@@ -812,9 +818,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   }
   MoeCombineNormParams cn = combine_params();
   if (fuse_norm && CombineNormSplitOn(T)) {
-    cn.split_blocks = opts_.combine_norm_split;
-    cn.split_sync = combine_split_sync_.as<uint32_t>();
-    cn.split_ss = combine_split_ss_.as<float>();
+    SetCombineNormSplit(&cn);
     ++graph_stats_.combine_norm_split_layers;
   }
   MoeCombineNorm(cn);
@@ -968,9 +972,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
       cn.out = h32_.as<float>(); cn.ldout = Hd;
       cn.out_bf16 = h16_.as<bf16>(); cn.ldout_bf16 = Hd;
       cn.stream = s_;
-      cn.split_blocks = opts_.combine_norm_split;
-      cn.split_sync = combine_split_sync_.as<uint32_t>();
-      cn.split_ss = combine_split_ss_.as<float>();
+      SetCombineNormSplit(&cn);
       MoeCombineNorm(cn);
       ++graph_stats_.fused_launches;
       ++graph_stats_.norm_split_launches;

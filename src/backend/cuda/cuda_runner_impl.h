@@ -23,6 +23,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_runner.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/moe_combine_norm.h"
 #include "backend/cuda/moe_route_permute.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/sampling.h"
@@ -433,6 +434,8 @@ class CudaModelRunner : public ModelRunner {
   void StackSharedExperts(LayerW* L);
   // combine_norm_split applies to this pass (T tokens) of this model (cuda_runner.cpp).
   bool CombineNormSplitOn(int64_t T) const;
+  // Its fields of a MoeCombineNorm launch (G, the barrier words, the warp-sum scratch).
+  void SetCombineNormSplit(MoeCombineNormParams* cn);
   bool FusedDecode(int64_t T) const {
     return T <= std::min<int64_t>(opts_.fused_decode_max_tokens, kMoeRoutePermuteMaxTokens);
   }

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/common.cuh"
@@ -680,6 +681,34 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     // slice, not the whole head: 1 / 8 of the L2 reads), writes them into split 0's partial in place
     // (its own columns: no other unit reads them) and counts on the head's word; the W_UV loop
     // then waits for the head's 8 parts and reads the merged row back.
+    // The weighted sum of splits first, first + step, ... (kN loads in flight) of the partials'
+    // float4 column block at wsp, in split order; splits of weight 0 (LSE -inf) are not read.
+    const auto weighted_splits = [&](const float* wsp, int first, int step, auto in_flight) {
+      constexpr int kN = decltype(in_flight)::value;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int s0 = first; s0 < S; s0 += step * kN) {
+        float4 v[kN];
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          const int s = s0 + step * i;
+          v[i] = s < S && s_w[s] > 0.f ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
+                                       : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < kN; ++i) {
+          const int s = s0 + step * i;
+          const float w = s < S ? s_w[s] : 0.f;
+          acc.x += w * v[i].x; acc.y += w * v[i].y; acc.z += w * v[i].z; acc.w += w * v[i].w;
+        }
+      }
+      return acc;
+    };
+    // The weights' sum (every warp: lane-strided, then shuffles).
+    const auto weight_sum = [&]() {
+      float wsum = 0.f;
+      for (int s = lane; s < S; s += 32) wsum += s_w[s];
+      return dev::WarpSum(wsum);
+    };
     const bool merge_cols = p.head_ready != nullptr && p.merge_cols_min_splits > 0 && S >= p.merge_cols_min_splits;
     for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
       const int64_t h = u / kUvParts, part = u % kUvParts;
@@ -698,31 +727,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       if (merge_cols) {
         // 16 groups of 16 threads: group k sums splits k, k + 16, ... of the slice's 64 columns (a
         // float4 a thread), 8 loads in flight; the groups' sums are added in group order.
-        constexpr int kColInFlight = 8;
         const int grp = threadIdx.x >> 4, c = static_cast<int>(part) * 64 + (threadIdx.x & 15) * 4;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        const float* wsp = p.workspace + (h * smax) * kLat + c;
-        for (int s0 = grp; s0 < S; s0 += 16 * kColInFlight) {
-          float4 v[kColInFlight];
-#pragma unroll
-          for (int i = 0; i < kColInFlight; ++i) {  // splits of weight 0 (LSE -inf) are not read
-            const int s = s0 + 16 * i;
-            v[i] = s < S && s_w[s] > 0.f ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
-                                         : make_float4(0.f, 0.f, 0.f, 0.f);
-          }
-#pragma unroll
-          for (int i = 0; i < kColInFlight; ++i) {
-            const int s = s0 + 16 * i;
-            const float w = s < S ? s_w[s] : 0.f;
-            acc.x += w * v[i].x; acc.y += w * v[i].y; acc.z += w * v[i].z; acc.w += w * v[i].w;
-          }
-        }
+        const float4 acc = weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 8>{});
         float* s_grp = s_o;  // [16][64] (s_o and s_acc)
         *reinterpret_cast<float4*>(s_grp + grp * 64 + (threadIdx.x & 15) * 4) = acc;
         if (first_unit) stage_wo(2);
-        float wsum = 0.f;
-        for (int s = lane; s < S; s += 32) wsum += s_w[s];
-        wsum = dev::WarpSum(wsum);
+        const float wsum = weight_sum();
         __syncthreads();
         if (first_unit) Stamp(phase_ns, 10, false);
         if (threadIdx.x < 64) {
@@ -737,29 +747,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         if (first_unit) Stamp(phase_ns, 11, false);
         continue;
       }
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      const float* wsp = p.workspace + (h * smax) * kLat + d;
-      for (int s0 = half; s0 < S; s0 += 2 * kInFlight) {
-        float4 v[kInFlight];
-#pragma unroll
-        for (int i = 0; i < kInFlight; ++i) {  // empty splits (w = 0) were never written: not read
-          const int s = s0 + 2 * i;
-          v[i] = s < S && s_w[s] > 0.f ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
-                                       : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int i = 0; i < kInFlight; ++i) {
-          const int s = s0 + 2 * i;
-          const float w = s < S ? s_w[s] : 0.f;
-          acc.x += w * v[i].x; acc.y += w * v[i].y; acc.z += w * v[i].z; acc.w += w * v[i].w;
-        }
-      }
+      const float4 acc =
+          weighted_splits(p.workspace + (h * smax) * kLat + d, half, 2, std::integral_constant<int, kInFlight>{});
       if (half == 1) *reinterpret_cast<float4*>(s_acc + d) = acc;
       if (first_unit) stage_wo(2);
-      // The weights' sum (every warp: lane-strided, then shuffles).
-      float wsum = 0.f;
-      for (int s = lane; s < S; s += 32) wsum += s_w[s];
-      wsum = dev::WarpSum(wsum);
+      const float wsum = weight_sum();
       __syncthreads();
       if (first_unit) Stamp(phase_ns, 10, false);
       if (half == 0) {
