@@ -46,5 +46,18 @@ TEST(CudaRunnerRouterRoute, DummyV3BitIdentical) {
   CompareBitIdentical("dummy_v3_4layers", DummyOptions(dir, 4, 11));
 }
 
+// router_route_preload (session 30): the preload form of the same launch, against the default
+// form, bit for bit (dummy V3, 4 layers: its MoE layer routes through the fused launch), graphs off
+// and on.
+TEST(CudaRunnerRouterRoute, DummyV3PreloadBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v3");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
+  for (bool graphs : {false, true}) {
+    const auto stats = CompareOptionBitIdentical("dummy_v3_4layers", "router_route_preload", DummyOptions(dir, 4, 11),
+                                                 graphs, [](CudaRunnerOptions& x, bool on) { x.router_route_preload = on; });
+    EXPECT_GT(stats[1].router_route_layers, 0) << "the fused router + routing launch did not run";
+  }
+}
+
 }  // namespace
 }  // namespace ds::cuda::test

@@ -69,8 +69,9 @@ Outputs Reference(const Case& c, const Inputs& in, int64_t n) {
   return {logits.Download(), w.Download(), ids.Download(), off.Download(), pos.Download(), src.Download()};
 }
 
-void RunCase(const Case& c, int64_t n, bool tied, bool graph) {
-  const std::string cas = std::string(c.name) + "_T" + std::to_string(n) + (tied ? "_tied" : "") + (graph ? "_graph" : "");
+void RunCase(const Case& c, int64_t n, bool tied, bool graph, bool preload = false) {
+  const std::string cas = std::string(c.name) + "_T" + std::to_string(n) + (tied ? "_tied" : "") + (graph ? "_graph" : "") +
+                          (preload ? "_preload" : "");
   const Inputs in(c, n, tied);
   const Outputs ref = Reference(c, in, n);
   const int64_t m = n * c.top_k;
@@ -81,6 +82,7 @@ void RunCase(const Case& c, int64_t n, bool tied, bool graph) {
   p.gemv = {in.x.get(), in.ldx, in.w.get(), c.hidden, logits.get(), c.E, n, c.E, c.hidden, nullptr};
   p.routing = Routing(c, in, n, ids.get(), w.get());
   p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
+  p.preload = preload;
   const auto poison = [&] { logits.Poison(); w.Poison(); ids.Poison(); off.Poison(); pos.Poison(); src.Poison(); };
   LaunchRepeated(
       graph, 3,
@@ -120,15 +122,17 @@ void RunCase(const Case& c, int64_t n, bool tied, bool graph) {
 
 TEST(CudaMoeRouterRoute, MatchesRouterGemvAndRoutePermute) {
   for (const auto& c : kCases)
-    for (int64_t n = 1; n <= kRouterGemvMaxRows; ++n) RunCase(c, n, false, false);
+    for (int64_t n = 1; n <= kRouterGemvMaxRows; ++n)
+      for (bool preload : {false, true}) RunCase(c, n, false, false, preload);
 }
 
 TEST(CudaMoeRouterRoute, TiesAndGraphReplays) {
   for (const auto& c : kCases)
-    for (int64_t n : {1, 5, 16}) {
-      RunCase(c, n, true, false);
-      RunCase(c, n, false, true);
-    }
+    for (int64_t n : {1, 5, 16})
+      for (bool preload : {false, true}) {
+        RunCase(c, n, true, false, preload);
+        RunCase(c, n, false, true, preload);
+      }
 }
 
 TEST(CudaMoeRouterRoute, RejectsUnsupportedSizes) {

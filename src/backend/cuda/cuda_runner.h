@@ -493,6 +493,10 @@ struct CudaRunnerOptions {
   // and up one at a time) with this carveout hint, instead of the driver's 228 KB configuration
   // for two (session 25: that configuration streams ~23% slower). Session 30 measures it. The
   // CLI reads DS_FP8_GEMV_CARVEOUT=-1..100.
+  // MoeRouterRoute's preload form (MoeRouterRouteParams::preload): the router GEMV's weight and x
+  // loads all in flight at once and one acq_rel count, the same bits. The CLI reads
+  // DS_ROUTER_ROUTE_PRELOAD=0|1 (session 30).
+  bool router_route_preload = false;
   int fp8_gemv_carveout = -1;
   // BF16 experts on the grouped GEMV (gemv_experts_bf16): its CTAs (0: auto, 2 per SM; -1: one
   // per SM; -2: tile-aligned, one CTA per 128-row tile of the host's slot bound while that is <= 2

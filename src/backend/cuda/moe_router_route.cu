@@ -25,25 +25,36 @@ size_t SmemBytes(int64_t n, int64_t E, int64_t pairs) {
   return sizeof(float) * (RouteWarps(n) * routing::WarpRouteScratchWords(E) + pairs);
 }
 
+// kPreload (MoeRouterRouteParams::preload, session 30): the GEMV's loads all in flight at once
+// (router::GemvColumn<8, true>: V3's 7 steps a thread in one round, each x with its weights) and
+// the count as one acq_rel atomic instead of fence + atomic + fence. The same logits bit for bit.
+template <bool kPreload>
 __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   extern __shared__ float smem[];
   __shared__ bool s_last;
   const int tid = threadIdx.x, warp = tid >> 5;
   // logits column blockIdx.x for every token (bit-identical to RouterGemvKernel).
-  router::GemvColumn(p.gemv, blockIdx.x);
+  if constexpr (kPreload) router::GemvColumn<8, true>(p.gemv, blockIdx.x);
+  else router::GemvColumn(p.gemv, blockIdx.x);
   // Count out; the last block of the grid goes on (every other block's logits are then in L2).
   // The barrier orders the block's stores (the threads < n wrote logits) before thread 0's
   // fence (cumulativity), which releases them with its count; the last block's thread 0 fences
   // again (acquire) before the barrier that lets the block read the other blocks' logits. (The
-  // session-9 form, every thread fencing, measured the same: session 10 run 5.)
+  // session-9 form, every thread fencing, measured the same: session 10 run 5.) kPreload: the
+  // count's atomic is itself the release (cumulative over the barrier) and the acquire.
   __syncthreads();
   if (tid == 0) {
-    __threadfence();
-    const uint32_t before = atomicAdd(p.sync, 1u);
+    uint32_t before;
+    if constexpr (kPreload) {
+      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(p.sync) : "memory");
+    } else {
+      __threadfence();
+      before = atomicAdd(p.sync, 1u);
+    }
     s_last = before == gridDim.x - 1;
     if (s_last) {
-      __threadfence();
+      if constexpr (!kPreload) __threadfence();
       *p.sync = 0u;  // every block has counted: reset for the next launch / replay
     }
   }
@@ -105,8 +116,8 @@ void MoeRouterRoute(const MoeRouterRouteParams& p) {
       << "MoeRouterRoute: null pointer";
   DS_CHECK(reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.w) % 16 == 0)
       << "MoeRouterRoute: x and w must be 16-byte aligned";
-  LaunchKernel(MoeRouterRouteKernel, dim3(static_cast<unsigned>(g.N)), dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k),
-               p.stream, p.pdl, p);
+  LaunchKernel(p.preload ? MoeRouterRouteKernel<true> : MoeRouterRouteKernel<false>, dim3(static_cast<unsigned>(g.N)),
+               dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k), p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MoeRouterRouteKernel");
 }
 

@@ -47,6 +47,9 @@ struct MoeRouterRouteParams {
   uint32_t* sync = nullptr;    // one counter, zero before the first launch (left zero)
   cudaStream_t stream = nullptr;
   bool pdl = false;  // programmatic dependent launch (launch.cuh); same results either way
+  // The GEMV's weight and x loads all in flight at once (8 float4 steps a thread: K <= 8192 in
+  // one round) and the count as one acq_rel atomic (session 30). The same bits either way.
+  bool preload = false;
 };
 
 // Whether MoeRouterRoute takes n tokens of E experts choosing top_k each (the sizes only).
