@@ -22,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cuda/device_props.h"
 #include "backend/cuda/fp8_gemv.h"
 #include "backend/cuda/skinny_gemm.h"
 #include "common/check.h"
@@ -263,31 +262,6 @@ TEST(CudaFp8Gemv, CtaCountsCutTilesAnywhere) {
     const Fp8W wb = MakeW(2048, 1536);
     GemvCase su(wb, 0, 0, 37);
     RunCase("N2048_K1536_ctas37", su, 4);
-  }
-}
-
-// Fp8GemvParams::carveout is a launch attribute: the same bits as the driver's choice at one CTA
-// an SM (the runner's fp8_gemv_carveout form) and at two (where the hint does not fit and the
-// driver's choice stays), and the kernel is left at the driver's choice for later launches.
-TEST(CudaFp8Gemv, CarveoutKeepsTheBits) {
-  const int sms = CurrentDeviceProps().sms;
-  const Fp8W w = MakeW(1024, 4096);
-  for (int ctas : {sms, 2 * sms}) {
-    GemvCase su(w, 0, 0, ctas);
-    const std::string name = "N1024_K4096_ctas" + std::to_string(ctas);
-    const std::vector<float> base = RunCase(name, su, 3);
-    for (int cv : {72, 58, -1}) {
-      Fp8GemvParams p = su.Params(3, false);
-      p.carveout = cv;
-      su.o32.Poison();
-      Fp8Gemv(p);
-      DS_CUDA_CHECK(cudaDeviceSynchronize());
-      int64_t extra = 0;
-      const std::vector<float> got = su.Got(3, false, &extra);
-      EXPECT_EQ(extra, 0) << name << " carveout " << cv;
-      EXPECT_EQ(std::memcmp(base.data(), got.data(), got.size() * sizeof(float)), 0) << name << " carveout " << cv;
-      EXPECT_TRUE(su.CountersZero()) << name << " carveout " << cv;
-    }
   }
 }
 
