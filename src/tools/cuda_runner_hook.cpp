@@ -97,17 +97,11 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_COMBINE_NORM_SPLIT_MIN_HIDDEN", 0, 1 << 20, 1, &c.combine_norm_split_min_hidden);  // ... for hidden sizes from N
   env_switch("DS_MLA_UV_PRELOAD", &c.mla_uv_preload);  // the W_UV merge kernel's first rows before its merge (on since session 29)
   env_int("DS_PERSISTENT_CARVEOUT", -1, 100, 1, &c.persistent_carveout);  // both persistent kernels' smem carveout (percent; 72 since session 25, -1 the driver's)
-  env_int("DS_FP8_GEMV_CARVEOUT", -1, 100, 1, &c.fp8_gemv_carveout);  // the FP8 GEMVs' carveout, one CTA an SM (session 30)
   env_int("DS_MOE_CARVEOUT", -2, 100, 1, &c.moe_carveout);  // the MoE kernel's own (58 since session 27; -2 follows DS_PERSISTENT_CARVEOUT)
   {
     int mw = 0;  // SkinnyGemm's bf16 dense limit in millions of weights (0: the default)
     env_int("DS_SKINNY_BF16_MAX_MWEIGHTS", 1, 1024, 1, &mw);
     if (mw > 0) c.skinny_bf16_max_weights = int64_t{mw} << 20;
-  }
-  {
-    int mw = 0;  // fp8_gemv's least weights in millions (0: the default)
-    env_int("DS_FP8_GEMV_MIN_MWEIGHTS", 1, 4096, 1, &mw);
-    if (mw > 0) c.fp8_gemv_min_weights = int64_t{mw} << 20;
   }
   env_switch("DS_SM90_GROUPED_GEMM", &c.sm90_grouped_gemm);      // sm_90a expert GEMMs
   env_switch("DS_MLA_DECODE_SM90", &c.mla_decode_sm90);          // sm_90a (wgmma + TMA) MLA decode

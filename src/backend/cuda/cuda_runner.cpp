@@ -171,7 +171,6 @@ CudaModelRunner::LinearInput CudaModelRunner::LinearInputFor(const Linear& L, in
 }
 
 static_assert(CudaRunnerOptions{}.skinny_bf16_max_weights == kSkinnyBf16MaxWeights, "the option's default");
-static_assert(CudaRunnerOptions{}.fp8_gemv_min_weights == kFp8GemvMinWeights, "the option's default");
 
 bool CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, int64_t M, float* y, int64_t ldy,
                                 const bf16* x16, const SkinnyCombineEpilogue* epi) {
@@ -211,7 +210,7 @@ bool CudaModelRunner::LinearFwd(const Linear& L, const float* x, int64_t ldx, in
   // measured faster: V3's o_proj, dense down and dense gate_up). The condition depends on M
   // only through M <= 8, which the graph buckets 1, 2, 4, 8 never cross, so a padded graph step
   // and its eager pass take the same kernel (and get the same rows).
-  if (opts_.fp8_gemv && L.fp8 && M <= kFp8GemvMaxRows && L.N * L.K >= opts_.fp8_gemv_min_weights) {
+  if (opts_.fp8_gemv && L.fp8 && M <= kFp8GemvMaxRows && L.N * L.K >= kFp8GemvMinWeights) {
     RunFp8Gemv(L, xa, M, y, ldy);
     return false;
   }
@@ -335,10 +334,6 @@ void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, flo
   p.a = xa; p.lda = L.K; p.w = L.wq.as<uint8_t>(); p.w_scales = L.s_raw.as<float>();
   p.out = y; p.ldo = ldy; p.M = M; p.N = L.N; p.K = L.K; p.stream = s_; p.pdl = opts_.pdl;
   p.ctas = Fp8GemvRunnerCtas(L.K, CurrentDeviceProps().sms);
-  if (opts_.fp8_gemv_carveout >= 0) {  // one CTA an SM under the carveout hint
-    p.ctas = std::max(1, CurrentDeviceProps().sms);
-    p.carveout = opts_.fp8_gemv_carveout;
-  }
   const Fp8GemvPlan plan = Fp8GemvPlanFor(p);
   // One workspace per weight shape: the layout (counters, then partials) depends on the shape,
   // so one shared buffer let a launch with fewer tiles write partials over another shape's
@@ -373,10 +368,6 @@ void CudaModelRunner::RunGemvExperts(const GroupedGemmParams& g, int64_t max_gro
       const int64_t tiles = auto_plan.slots * auto_plan.tiles;
       p.ctas = tiles <= 2 * int64_t{sms} ? static_cast<int>(tiles) : 0;
     }
-  }
-  if (opts_.fp8_gemv_carveout >= 0) {  // one CTA an SM under the carveout hint
-    p.ctas = std::max(1, CurrentDeviceProps().sms);
-    p.carveout = opts_.fp8_gemv_carveout;
   }
   const Fp8GemvGroupedPlan plan = Fp8GemvGroupedPlanFor(p);
   // One workspace per expert weight shape and type: the layout (counters for E slots, then
@@ -1371,9 +1362,6 @@ StatusOr<std::unique_ptr<ModelRunner>> CreateCudaModelRunner(const CudaRunnerOpt
       o.gemv_experts_bf16_min_tokens != 4 && o.gemv_experts_bf16_min_tokens != 8)
     return InvalidArgument("gemv_experts_bf16_min_tokens must be 1, 2, 4 or 8, got " +
                            std::to_string(o.gemv_experts_bf16_min_tokens));
-  if (o.fp8_gemv_carveout < -1 || o.fp8_gemv_carveout > 100)
-    return InvalidArgument("fp8_gemv_carveout must be -1 (the driver's) or a percent 0..100, got " +
-                           std::to_string(o.fp8_gemv_carveout));
   if (o.gemv_experts_bf16_ctas < -2)
     return InvalidArgument("gemv_experts_bf16_ctas must be -2 (tile-aligned), -1 (one per SM), 0 (auto) or a count, got " +
                            std::to_string(o.gemv_experts_bf16_ctas));

@@ -457,10 +457,6 @@ struct CudaRunnerOptions {
   // tests, session 7 run 1, with gate_up only); V3 8 layers batch 1 x 1K decode step 2.667 /
   // 2.674 ms vs 2.710 off. The CLI reads DS_FP8_GEMV=0 to turn it off.
   bool fp8_gemv = true;
-  // fp8_gemv's least weights (N * K; default kFp8GemvMinWeights, 96 Mi). The CLI reads
-  // DS_FP8_GEMV_MIN_MWEIGHTS=<Mi weights> (session 30: with fp8_gemv_carveout, the narrower
-  // projections on the GEMV too).
-  int64_t fp8_gemv_min_weights = int64_t{96} << 20;  // = kFp8GemvMinWeights (fp8_gemv.h)
   // The MoE routed experts of passes of at most kFp8GemvGroupedMaxRows = 8 tokens (decode steps
   // of <= 8 sequences: graph buckets 1, 2, 4, 8 and their eager passes), FP8 experts on the
   // skinny path, on the grouped TMA-streaming FP8 GEMV (fp8_gemv_grouped.h: Fp8Gemv's ring over
@@ -488,16 +484,10 @@ struct CudaRunnerOptions {
   // batch 2 2.945 vs 3.076, batch 4 3.767 vs 4.042, batch 8 5.152 vs 5.736 (4-10% faster). The
   // CLI reads DS_FP8_GEMV_EXPERTS_MIN_TOKENS.
   int fp8_gemv_experts_min_tokens = 2;
-  // The TMA-streaming FP8 GEMVs' (fp8_gemv, fp8_gemv_experts) shared-memory carveout in percent;
-  // -1 the driver's. At >= 0 every such launch runs one CTA an SM (their ~112 KB blocks fit 132 KB
-  // and up one at a time) with this carveout hint, instead of the driver's 228 KB configuration
-  // for two (session 25: that configuration streams ~23% slower). Session 30 measures it. The
-  // CLI reads DS_FP8_GEMV_CARVEOUT=-1..100.
   // MoeRouterRoute's preload form (MoeRouterRouteParams::preload): the router GEMV's weight and x
   // loads all in flight at once and one acq_rel count, the same bits. The CLI reads
   // DS_ROUTER_ROUTE_PRELOAD=0|1 (session 30).
   bool router_route_preload = false;
-  int fp8_gemv_carveout = -1;
   // BF16 experts on the grouped GEMV (gemv_experts_bf16): its CTAs (0: auto, 2 per SM; -1: one
   // per SM; -2: tile-aligned, one CTA per 128-row tile of the host's slot bound while that is <= 2
   // per SM, so no tile is split across CTAs (bench kernels, session 8: V2-Lite's batch-1 gate_up,

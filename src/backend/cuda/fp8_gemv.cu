@@ -270,11 +270,6 @@ void Fp8Gemv(const Fp8GemvParams& p) {
       << p.workspace_bytes << ")";
   DS_CHECK(plan.ctas < (int64_t{1} << 31)) << "Fp8Gemv: grid too large";
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(Fp8GemvTmaKernel), kSmemBytes);
-  if (p.carveout >= 0) {
-    const int64_t sms = std::max(1, CurrentDeviceProps().sms);
-    SetSmemCarveout(reinterpret_cast<const void*>(Fp8GemvTmaKernel), p.carveout,
-                    static_cast<int>((plan.ctas + sms - 1) / sms), kSmemBytes);
-  }
   const CUtensorMap wmap = MakeMap(CU_TENSOR_MAP_DATA_TYPE_UINT8, p.w, p.K, p.N, p.K, kUnitK, kTileRows);
   const CUtensorMap amap = MakeMap(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.a, p.K, p.M, p.lda * 2, 64, 8);
   KArgs k{};

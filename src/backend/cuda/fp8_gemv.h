@@ -94,11 +94,6 @@ struct Fp8GemvParams {
   // CTAs of the TMA path: 0 = SMs x resident CTAs per SM (capped at units / 2, >= 1); > 0 = that
   // many (capped at the units; tests and bench sweeps). Changes the split-K sum order only.
   int ctas = 0;
-  // The TMA kernel's preferred shared-memory carveout in percent (SetSmemCarveout,
-  // device_props.h), applied where ceil(ctas / SMs) blocks of its ~112 KB fit it; -1 the
-  // driver's choice, which is 228 KB (two blocks an SM), the configuration that streams ~23%
-  // slower (session 25's CudaStreamPattern.DISABLED_SmemReport). A launch attribute: the same bits.
-  int carveout = -1;
 };
 
 // How Fp8Gemv runs these params: the TMA path or the generic one, the 128 x 128 units and the

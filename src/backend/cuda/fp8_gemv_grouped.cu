@@ -389,11 +389,6 @@ template <bool kBf16W>
 void LaunchTma(const Fp8GemvGroupedParams& p, const Fp8GemvGroupedPlan& plan) {
   using G = UnitGeom<kBf16W>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(Fp8GemvGroupedTmaKernel<kBf16W>), kSmemBytes<kBf16W>);
-  if (p.carveout >= 0) {
-    const int64_t sms = std::max(1, CurrentDeviceProps().sms);
-    SetSmemCarveout(reinterpret_cast<const void*>(Fp8GemvGroupedTmaKernel<kBf16W>), p.carveout,
-                    static_cast<int>((plan.ctas + sms - 1) / sms), kSmemBytes<kBf16W>);
-  }
   // Weights [E * N, K]: boxes of 128 rows x 128 bytes (128 e4m3 or 64 bf16 of k).
   const CUtensorMap wmap =
       kBf16W ? MakeMap(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.w, p.K, p.num_experts * p.N, p.K * 2, G::kK, kTileRows)

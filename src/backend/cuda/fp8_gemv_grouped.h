@@ -121,9 +121,6 @@ struct Fp8GemvGroupedParams {
   // many (capped at the units); units = slots x tiles x ceil(K/128) (bf16: ceil(K/64)), slots =
   // the capped max_active_groups. Changes the split-K sum order only.
   int ctas = 0;
-  // The TMA kernel's preferred shared-memory carveout in percent, as Fp8GemvParams::carveout
-  // (applied where ceil(ctas / SMs) blocks fit it; -1 the driver's choice). The same bits.
-  int carveout = -1;
 };
 
 // How Fp8GemvGrouped runs these params: the TMA path or the generic one, the slots (capped
