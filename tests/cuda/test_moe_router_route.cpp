@@ -10,6 +10,7 @@
 // GEMM on the token rows gathered by index gives the same bits as on MoeRoutePermute's copied
 // rows, bf16 and FP8 weights, fp32 and bf16 out, 1..16 tokens.
 #include <cstring>
+#include <memory>
 
 #include "backend/cpu/ops.h"
 #include "backend/cuda/moe_route_permute.h"
@@ -133,6 +134,56 @@ TEST(CudaMoeRouterRoute, TiesAndGraphReplays) {
         RunCase(c, n, true, false, preload);
         RunCase(c, n, false, true, preload);
       }
+}
+
+// Timing probe (session 30; run it with --gtest_also_run_disabled_tests): V3's router at one token
+// (256 experts x 7168, noaux_tc), 20 launches a CUDA graph, each on another of 12 weight copies
+// (88 MB: the weights come from DRAM, as in a decode step), x in L2: the whole launch, the launch
+// stopped after its count (debug_stop 2) and after its GEMV (1), each in both forms, and
+// RouterGemv alone (the same GEMV as its own kernel). Prints us per launch.
+TEST(CudaMoeRouterRoute, DISABLED_TimingReport) {
+  const Case& c = kCases[0];
+  const int64_t n = 1, m = c.top_k, copies = 12;
+  const Inputs in(c, n, false);
+  std::vector<std::unique_ptr<Dev<float>>> ws;
+  for (int64_t i = 0; i < copies; ++i) ws.push_back(std::make_unique<Dev<float>>(in.wh));
+  Dev<float> logits(n * c.E), w(m);
+  Dev<int32_t> ids(m), off(c.E + 1), pos(m), src(m);
+  Dev<uint32_t> sync(std::vector<uint32_t>{0u});
+  cudaStream_t st;
+  DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  constexpr int kLaunches = 20;
+  const auto time = [&](const char* what, bool preload, int stop, bool gemv_only) {
+    const CapturedGraph g(st, [&] {
+      for (int i = 0; i < kLaunches; ++i) {
+        const float* wi = ws[i % copies]->get();
+        if (gemv_only) {
+          RouterGemv({in.x.get(), in.ldx, wi, c.hidden, logits.get(), c.E, n, c.E, c.hidden, st});
+          continue;
+        }
+        MoeRouterRouteParams p{};
+        p.gemv = {in.x.get(), in.ldx, wi, c.hidden, logits.get(), c.E, n, c.E, c.hidden, st};
+        p.routing = Routing(c, in, n, ids.get(), w.get());
+        p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
+        p.stream = st; p.preload = preload; p.debug_stop = stop;
+        MoeRouterRoute(p);
+      }
+    });
+    double best = 1e30;
+    for (int r = 0; r < 5; ++r) best = std::min(best, ReplayUs(g, st, 10, kLaunches));
+    std::printf("[timing] op=moe_router_route_v3_t1 form=%s us_per_launch=%.2f\n", what, best);
+  };
+  for (int rep = 0; rep < 2; ++rep) {
+    time("full", false, 0, false);
+    time("full_preload", true, 0, false);
+    time("stop_after_count", false, 2, false);
+    time("stop_after_count_preload", true, 2, false);
+    time("stop_after_gemv", false, 1, false);
+    time("stop_after_gemv_preload", true, 1, false);
+    time("router_gemv_alone", false, 0, true);
+  }
+  EXPECT_EQ(sync.Download()[0], 0u);
+  DS_CUDA_CHECK(cudaStreamDestroy(st));
 }
 
 TEST(CudaMoeRouterRoute, RejectsUnsupportedSizes) {

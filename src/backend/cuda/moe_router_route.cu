@@ -37,6 +37,7 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   // logits column blockIdx.x for every token (bit-identical to RouterGemvKernel).
   if constexpr (kPreload) router::GemvColumn<8, true>(p.gemv, blockIdx.x);
   else router::GemvColumn(p.gemv, blockIdx.x);
+  if (p.debug_stop == 1) return;
   // Count out; the last block of the grid goes on (every other block's logits are then in L2).
   // The barrier orders the block's stores (the threads < n wrote logits) before thread 0's
   // fence (cumulativity), which releases them with its count; the last block's thread 0 fences
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
     }
   }
   __syncthreads();
-  if (!s_last) return;
+  if (!s_last || p.debug_stop == 2) return;
   const int64_t n = p.gemv.M, E = p.gemv.N, K = p.routing.top_k, m = n * K;
   const int warps = RouteWarps(n);
   // Route token t on warp t % warps (the warp form, logits read through L2).
@@ -116,6 +117,7 @@ void MoeRouterRoute(const MoeRouterRouteParams& p) {
       << "MoeRouterRoute: null pointer";
   DS_CHECK(reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.w) % 16 == 0)
       << "MoeRouterRoute: x and w must be 16-byte aligned";
+  DS_CHECK(p.debug_stop >= 0 && p.debug_stop <= 2) << "MoeRouterRoute: debug_stop " << p.debug_stop;
   LaunchKernel(p.preload ? MoeRouterRouteKernel<true> : MoeRouterRouteKernel<false>, dim3(static_cast<unsigned>(g.N)),
                dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k), p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MoeRouterRouteKernel");

@@ -50,6 +50,9 @@ struct MoeRouterRouteParams {
   // The GEMV's weight and x loads all in flight at once (8 float4 steps a thread: K <= 8192 in
   // one round) and the count as one acq_rel atomic (session 30). The same bits either way.
   bool preload = false;
+  // Timing probes only (CudaMoeRouterRoute.DISABLED_TimingReport): 1 returns after the GEMV, 2
+  // after the count (before the routing); the outputs are then incomplete. 0 in every real launch.
+  int debug_stop = 0;
 };
 
 // Whether MoeRouterRoute takes n tokens of E experts choosing top_k each (the sizes only).
