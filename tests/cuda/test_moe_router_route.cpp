@@ -173,8 +173,33 @@ TEST(CudaMoeRouterRoute, DISABLED_TimingReport) {
     for (int r = 0; r < 5; ++r) best = std::min(best, ReplayUs(g, st, 10, kLaunches));
     std::printf("[timing] op=moe_router_route_v3_t1 form=%s us_per_launch=%.2f\n", what, best);
   };
+  // The last block's tail, stamped (eager launches, weights rotated): us from its start to after
+  // the routing, after the ids' copy, the end; and a second (warm) routing pass.
+  Dev<long long> stamps(8);
+  for (int rep = 0; rep < 6; ++rep) {
+    for (int stop : {0, 4}) {
+      MoeRouterRouteParams p{};
+      p.gemv = {in.x.get(), in.ldx, ws[(rep * 5 + stop) % copies]->get(), c.hidden, logits.get(), c.E, n, c.E, c.hidden, st};
+      p.routing = Routing(c, in, n, ids.get(), w.get());
+      p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
+      p.stream = st; p.debug_stop = stop; p.debug_stamps = stamps.get();
+      stamps.Poison();
+      DS_CUDA_CHECK(cudaDeviceSynchronize());
+      MoeRouterRoute(p);
+      DS_CUDA_CHECK(cudaStreamSynchronize(st));
+      const std::vector<long long> t = stamps.Download();
+      if (stop == 0)
+        std::printf("[timing] op=moe_router_route_v3_t1 tail: route_us=%.2f ids_copy_us=%.2f metadata_us=%.2f total_us=%.2f\n",
+                    (t[1] - t[0]) / 1e3, (t[2] - t[1]) / 1e3, (t[3] - t[2]) / 1e3, (t[3] - t[0]) / 1e3);
+      else
+        std::printf("[timing] op=moe_router_route_v3_t1 tail, routing twice: first_us=%.2f second_us=%.2f total_us=%.2f\n",
+                    (t[4] - t[0]) / 1e3, (t[5] - t[4]) / 1e3, (t[3] - t[0]) / 1e3);
+    }
+  }
   for (int rep = 0; rep < 2; ++rep) {
     time("full", false, 0, false);
+    time("stop_after_routing", false, 3, false);
+    time("route_twice", false, 4, false);
     time("full_preload", true, 0, false);
     time("stop_after_count", false, 2, false);
     time("stop_after_count_preload", true, 2, false);

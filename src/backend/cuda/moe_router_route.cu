@@ -61,6 +61,13 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   }
   __syncthreads();
   if (!s_last || p.debug_stop == 2) return;
+  // Timing probe (debug_stamps): the last block's tail, thread 0's %globaltimer at its start, after
+  // the routing, after the ids' copy and at the end (debug_stop 4: the routing runs twice, the
+  // second pass stamped too).
+  const auto stamp = [&](int i) {
+    if (p.debug_stamps != nullptr && tid == 0) p.debug_stamps[i] = static_cast<long long>(dev::GlobalTimerNs());
+  };
+  stamp(0);
   const int64_t n = p.gemv.M, E = p.gemv.N, K = p.routing.top_k, m = n * K;
   const int warps = RouteWarps(n);
   // Route token t on warp t % warps (the warp form, logits read through L2).
@@ -69,11 +76,21 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   if (warp < warps) {
     const routing::WarpRouteView ws = routing::WarpRouteScratchAt(smem + warp * routing::WarpRouteScratchWords(E), E);
     for (int64_t t = warp; t < n; t += warps) routing::RouteTokenInWarp(rp, t, ws);
+    if (p.debug_stop == 4) {
+      __syncwarp();
+      stamp(4);
+      for (int64_t t = warp; t < n; t += warps) routing::RouteTokenInWarp(rp, t, ws);
+      __syncwarp();
+      stamp(5);
+    }
   }
   __syncthreads();  // this block's topk_ids stores are visible to the block after the barrier
+  stamp(1);
+  if (p.debug_stop == 3) return;
   int* s_ids = reinterpret_cast<int*>(smem + warps * routing::WarpRouteScratchWords(E));
   for (int64_t k = tid; k < m; k += kThreads) s_ids[k] = rp.topk_ids[k];
   __syncthreads();
+  stamp(2);
   // Pair i = (t, j) goes to row (pairs of lower experts) + (pairs of its expert before it),
   // MoeRoutePermute's order (row_align 1).
   for (int64_t i = tid; i < m; i += kThreads) {
@@ -87,6 +104,10 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
     int c = 0;
     for (int64_t k = 0; k < m; ++k) c += s_ids[k] < ee;
     p.offsets[ee] = c;
+  }
+  if (p.debug_stamps != nullptr) {
+    __syncthreads();
+    stamp(3);
   }
 }
 
@@ -117,7 +138,7 @@ void MoeRouterRoute(const MoeRouterRouteParams& p) {
       << "MoeRouterRoute: null pointer";
   DS_CHECK(reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.w) % 16 == 0)
       << "MoeRouterRoute: x and w must be 16-byte aligned";
-  DS_CHECK(p.debug_stop >= 0 && p.debug_stop <= 2) << "MoeRouterRoute: debug_stop " << p.debug_stop;
+  DS_CHECK(p.debug_stop >= 0 && p.debug_stop <= 4) << "MoeRouterRoute: debug_stop " << p.debug_stop;
   LaunchKernel(p.preload ? MoeRouterRouteKernel<true> : MoeRouterRouteKernel<false>, dim3(static_cast<unsigned>(g.N)),
                dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k), p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MoeRouterRouteKernel");

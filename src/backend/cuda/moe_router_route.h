@@ -51,8 +51,12 @@ struct MoeRouterRouteParams {
   // one round) and the count as one acq_rel atomic (session 30). The same bits either way.
   bool preload = false;
   // Timing probes only (CudaMoeRouterRoute.DISABLED_TimingReport): 1 returns after the GEMV, 2
-  // after the count (before the routing); the outputs are then incomplete. 0 in every real launch.
+  // after the count (before the routing), 3 after the routing (before the metadata): the outputs
+  // are then incomplete; 4 routes twice (the same outputs). 0 in every real launch.
   int debug_stop = 0;
+  // Timing probe: the last block's thread 0 writes %globaltimer (ns) into [0..5] (tail start, after
+  // the routing, after the ids' copy, end; with debug_stop 4 before and after the second routing).
+  long long* debug_stamps = nullptr;
 };
 
 // Whether MoeRouterRoute takes n tokens of E experts choosing top_k each (the sizes only).
