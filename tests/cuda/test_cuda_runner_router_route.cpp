@@ -59,5 +59,17 @@ TEST(CudaRunnerRouterRoute, DummyV3PreloadBitIdentical) {
   }
 }
 
+// router_route_fast (session 30): one token's routing with its intermediates in registers, against
+// the default form, bit for bit (dummy V3, 4 layers), graphs off and on.
+TEST(CudaRunnerRouterRoute, DummyV3FastRouteBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v3");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v3 config";
+  for (bool graphs : {false, true}) {
+    const auto stats = CompareOptionBitIdentical("dummy_v3_4layers", "router_route_fast", DummyOptions(dir, 4, 11),
+                                                 graphs, [](CudaRunnerOptions& x, bool on) { x.router_route_fast = on; });
+    EXPECT_GT(stats[1].router_route_layers, 0) << "the fused router + routing launch did not run";
+  }
+}
+
 }  // namespace
 }  // namespace ds::cuda::test

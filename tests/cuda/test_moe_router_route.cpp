@@ -70,9 +70,9 @@ Outputs Reference(const Case& c, const Inputs& in, int64_t n) {
   return {logits.Download(), w.Download(), ids.Download(), off.Download(), pos.Download(), src.Download()};
 }
 
-void RunCase(const Case& c, int64_t n, bool tied, bool graph, bool preload = false) {
+void RunCase(const Case& c, int64_t n, bool tied, bool graph, bool preload = false, bool fast = false) {
   const std::string cas = std::string(c.name) + "_T" + std::to_string(n) + (tied ? "_tied" : "") + (graph ? "_graph" : "") +
-                          (preload ? "_preload" : "");
+                          (preload ? "_preload" : "") + (fast ? "_fast" : "");
   const Inputs in(c, n, tied);
   const Outputs ref = Reference(c, in, n);
   const int64_t m = n * c.top_k;
@@ -84,6 +84,7 @@ void RunCase(const Case& c, int64_t n, bool tied, bool graph, bool preload = fal
   p.routing = Routing(c, in, n, ids.get(), w.get());
   p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
   p.preload = preload;
+  p.fast_route = fast;
   const auto poison = [&] { logits.Poison(); w.Poison(); ids.Poison(); off.Poison(); pos.Poison(); src.Poison(); };
   LaunchRepeated(
       graph, 3,
@@ -136,6 +137,21 @@ TEST(CudaMoeRouterRoute, TiesAndGraphReplays) {
       }
 }
 
+// fast_route (session 30): one token's routing in registers, bit for bit the pair's (and the CPU's
+// ids) at V3's router (groups of 32), V2-Lite's and the odd greedy one; V2's (groups of 20) and
+// passes of more tokens take the default form. Random and tied logits, eager and graph replays,
+// with and without preload; and several seeds at V3's shape.
+TEST(CudaMoeRouterRoute, FastRouteBitIdentical) {
+  for (const auto& c : kCases)
+    for (int64_t n : {1, 2})
+      for (bool preload : {false, true}) {
+        RunCase(c, n, false, false, preload, true);
+        RunCase(c, n, true, false, preload, true);
+        RunCase(c, n, false, true, preload, true);
+      }
+  for (int rep = 0; rep < 20; ++rep) RunCase(kCases[0], 1, false, rep % 2 == 1, false, true);
+}
+
 // Timing probe (session 30; run it with --gtest_also_run_disabled_tests): V3's router at one token
 // (256 experts x 7168, noaux_tc), 20 launches a CUDA graph, each on another of 12 weight copies
 // (88 MB: the weights come from DRAM, as in a decode step), x in L2: the whole launch, the launch
@@ -165,7 +181,7 @@ TEST(CudaMoeRouterRoute, DISABLED_TimingReport) {
         p.gemv = {in.x.get(), in.ldx, wi, c.hidden, logits.get(), c.E, n, c.E, c.hidden, st};
         p.routing = Routing(c, in, n, ids.get(), w.get());
         p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
-        p.stream = st; p.preload = preload; p.debug_stop = stop;
+        p.stream = st; p.preload = preload; p.debug_stop = stop == 5 ? 0 : stop; p.fast_route = stop == 5;
         MoeRouterRoute(p);
       }
     });
@@ -177,18 +193,20 @@ TEST(CudaMoeRouterRoute, DISABLED_TimingReport) {
   // the routing, after the ids' copy, the end; and a second (warm) routing pass.
   Dev<long long> stamps(8);
   for (int rep = 0; rep < 6; ++rep) {
-    for (int stop : {0, 4}) {
+    for (int stop : {0, 4, 5}) {
       MoeRouterRouteParams p{};
       p.gemv = {in.x.get(), in.ldx, ws[(rep * 5 + stop) % copies]->get(), c.hidden, logits.get(), c.E, n, c.E, c.hidden, st};
       p.routing = Routing(c, in, n, ids.get(), w.get());
       p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
-      p.stream = st; p.debug_stop = stop; p.debug_stamps = stamps.get();
+      p.stream = st; p.debug_stop = stop == 5 ? 0 : stop; p.debug_stamps = stamps.get(); p.fast_route = stop == 5;
       stamps.Poison();
       DS_CUDA_CHECK(cudaDeviceSynchronize());
       MoeRouterRoute(p);
       DS_CUDA_CHECK(cudaStreamSynchronize(st));
       const std::vector<long long> t = stamps.Download();
-      if (stop == 0)
+      if (stop == 5)
+        std::printf("[timing] op=moe_router_route_v3_t1 tail, fast_route: total_us=%.2f\n", (t[3] - t[0]) / 1e3);
+      else if (stop == 0)
         std::printf("[timing] op=moe_router_route_v3_t1 tail: route_us=%.2f ids_copy_us=%.2f metadata_us=%.2f total_us=%.2f\n",
                     (t[1] - t[0]) / 1e3, (t[2] - t[1]) / 1e3, (t[3] - t[2]) / 1e3, (t[3] - t[0]) / 1e3);
       else
@@ -198,6 +216,7 @@ TEST(CudaMoeRouterRoute, DISABLED_TimingReport) {
   }
   for (int rep = 0; rep < 2; ++rep) {
     time("full", false, 0, false);
+    time("full_fast", false, 5, false);
     time("stop_after_routing", false, 3, false);
     time("route_twice", false, 4, false);
     time("full_preload", true, 0, false);

@@ -488,6 +488,10 @@ struct CudaRunnerOptions {
   // loads all in flight at once and one acq_rel count, the same bits. The CLI reads
   // DS_ROUTER_ROUTE_PRELOAD=0|1 (session 30).
   bool router_route_preload = false;
+  // MoeRouterRoute's one-token routing with its intermediates in registers
+  // (MoeRouterRouteParams::fast_route): the same bits. The CLI reads DS_ROUTER_ROUTE_FAST=0|1
+  // (session 30).
+  bool router_route_fast = false;
   // BF16 experts on the grouped GEMV (gemv_experts_bf16): its CTAs (0: auto, 2 per SM; -1: one
   // per SM; -2: tile-aligned, one CTA per 128-row tile of the host's slot bound while that is <= 2
   // per SM, so no tile is split across CTAs (bench kernels, session 8: V2-Lite's batch-1 gate_up,

@@ -25,6 +25,140 @@ size_t SmemBytes(int64_t n, int64_t E, int64_t pairs) {
   return sizeof(float) * (RouteWarps(n) * routing::WarpRouteScratchWords(E) + pairs);
 }
 
+// One token (n == 1) routed by warp 0 with every intermediate in registers (MoeRouterRouteParams::
+// fast_route, session 30), then its permutation metadata by the same warp. RouteTokenInWarp's
+// operations on the same values, so the same ids and weights for non-NaN logits (the fp32 operations
+// that produce scores, sums and weights are the same expressions in the same order):
+//   - scores and sel as there (lane l holds experts l + 32 j);
+//   - group scores (topk_method != 0, n_group > 1; only where a group is 32 experts, so group j is
+//     each lane's j-th expert) by warp reductions of order-preserving keys instead of one lane's scan:
+//     m1 the largest non-NaN sel of the group, m2 the next one with multiplicity (m1 again when two
+//     lanes hold the largest), as the scan's (v > m1) / (v > m2) updates give;
+//   - the greedy group choice on every lane from those registers (the same order and tie rule as
+//     PickGroups: the lowest index among equal scores);
+//   - top-k exactly as there; the chosen expert's score fetched from its lane by a shuffle, the
+//     norm_topk_prob sum accumulated in chosen order, the weight as WriteTopk's expression;
+//   - offsets / pos / src_row as the block's loops compute them (MoeRoutePermute's order), from the
+//     ids in shared memory.
+// RouteTokenInWarp (session 24) measured ~10 us for V3's router in this kernel, warm or cold (session
+// 30 run 4: the scans of one lane and the shared-memory round trips of each step).
+constexpr int kFastPer = routing::kWarpRouteMaxExperts / 32;  // 8
+__device__ __forceinline__ bool FastRouteApplies(const MoeRouterRouteParams& p) {
+  const MoeRoutingParams& r = p.routing;
+  return p.gemv.M == 1 && p.gemv.N <= 32 * kFastPer &&
+         (r.topk_method == 0 || r.n_group <= 1 || (r.n_group * 32 == p.gemv.N && r.n_group <= kFastPer));
+}
+__device__ __forceinline__ void FastRouteOneToken(const MoeRouterRouteParams& p, int* s_ids) {
+  const MoeRoutingParams& rp = p.routing;
+  const int lane = threadIdx.x & 31;
+  const int E = static_cast<int>(p.gemv.N), K = rp.top_k;
+  const float* lg = p.gemv.y;
+  constexpr unsigned kAll = 0xffffffffu;
+  float x[kFastPer], b[kFastPer];
+#pragma unroll
+  for (int j = 0; j < kFastPer; ++j) {
+    const int e = lane + 32 * j;
+    x[j] = e < E ? __ldcg(lg + e) : -INFINITY;
+    b[j] = rp.bias != nullptr && e < E ? rp.bias[e] : 0.f;
+  }
+  if (rp.scoring == 0) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kFastPer; ++j) m = fmaxf(m, x[j]);
+    m = routing::FloatOfOrderedKey(__reduce_max_sync(kAll, routing::OrderedKey(m)));
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < kFastPer; ++j) {
+      x[j] = lane + 32 * j < E ? expf(x[j] - m) : 0.f;
+      s += x[j];
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(kAll, s, o);
+#pragma unroll
+    for (int j = 0; j < kFastPer; ++j) x[j] /= s;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kFastPer; ++j) x[j] = 1.0f / (1.0f + expf(-x[j]));
+  }
+  float sel[kFastPer];
+#pragma unroll
+  for (int j = 0; j < kFastPer; ++j) sel[j] = lane + 32 * j < E ? x[j] + b[j] : -INFINITY;
+  if (rp.topk_method != 0 && rp.n_group > 1) {  // FastRouteApplies: group g is j = g (32 experts)
+    const int G = rp.n_group;
+    float gs[kFastPer];
+#pragma unroll
+    for (int g = 0; g < kFastPer; ++g) {
+      gs[g] = -INFINITY;
+      if (g >= G) continue;
+      const float v = sel[g];
+      const unsigned key = v != v ? 0u : routing::OrderedKey(v);  // NaN: never a candidate
+      const unsigned k1 = __reduce_max_sync(kAll, key);
+      const float m1 = k1 == 0u ? -INFINITY : routing::FloatOfOrderedKey(k1);
+      const int holders = __popc(__ballot_sync(kAll, k1 != 0u && key == k1));
+      const unsigned k2 = __reduce_max_sync(kAll, key == k1 ? 0u : key);
+      const float m2 = holders >= 2 ? m1 : k2 == 0u ? -INFINITY : routing::FloatOfOrderedKey(k2);
+      gs[g] = rp.topk_method == 1 ? m1 : m1 + m2;
+    }
+    unsigned ok = 0;
+    for (int r = 0; r < rp.topk_group; ++r) {
+      int bg = -1;
+      float bv = -INFINITY;
+#pragma unroll
+      for (int g = 0; g < kFastPer; ++g)
+        if (g < G && !(ok >> g & 1u) && (bg < 0 || gs[g] > bv)) { bg = g; bv = gs[g]; }
+      ok |= 1u << bg;
+    }
+#pragma unroll
+    for (int j = 0; j < kFastPer; ++j)
+      if (lane + 32 * j < E && !(ok >> j & 1u)) sel[j] = -INFINITY;
+  }
+  unsigned taken = 0;
+  int my_id = 0;
+  float my_score = 0.f, sum = 0.f;
+  for (int r = 0; r < K; ++r) {
+    float v = -INFINITY; int idx = 0x7fffffff;
+#pragma unroll
+    for (int j = 0; j < kFastPer; ++j) {
+      const int e = lane + 32 * j;
+      if (e >= E || (taken >> j & 1u)) continue;
+      if (idx == 0x7fffffff || sel[j] > v || (sel[j] == v && e < idx)) { v = sel[j]; idx = e; }
+    }
+    const unsigned key = routing::OrderedKey(v);
+    const unsigned kmax = __reduce_max_sync(kAll, key);
+    idx = static_cast<int>(__reduce_min_sync(kAll, key == kmax ? static_cast<unsigned>(idx) : 0xffffffffu));
+    if (idx != 0x7fffffff && (idx & 31) == lane) taken |= 1u << (idx >> 5);
+    // The chosen expert's score, from the lane that holds it (NaN for no candidate, as WriteTopk's).
+    float own = 0.f;
+#pragma unroll
+    for (int j = 0; j < kFastPer; ++j)
+      if (j == (idx >> 5)) own = x[j];
+    float sc = __shfl_sync(kAll, own, idx & 31);
+    if (!(idx < E)) sc = NAN;
+    sum += sc;
+    if (lane == r) { my_id = idx; my_score = sc; }
+  }
+  const float denom = rp.norm_topk_prob ? sum + 1e-20f : 1.0f;
+  if (lane < K) {
+    rp.topk_ids[lane] = my_id;
+    rp.topk_weights[lane] = my_score / denom * rp.routed_scaling_factor;
+    s_ids[lane] = my_id;
+  }
+  __syncwarp();
+  // Pair i (token 0, slot i) goes to row (pairs of lower experts) + (pairs of its expert before it).
+  if (lane < K) {
+    const int e = my_id;
+    int r = 0;
+    for (int k = 0; k < K; ++k) r += s_ids[k] < e || (s_ids[k] == e && k < lane);
+    p.pos[lane] = r;
+    p.src_row[r] = 0;
+  }
+  for (int ee = lane; ee <= E; ee += 32) {
+    int c = 0;
+    for (int k = 0; k < K; ++k) c += s_ids[k] < ee;
+    p.offsets[ee] = c;
+  }
+}
+
 // kPreload (MoeRouterRouteParams::preload, session 30): the GEMV's loads all in flight at once
 // (router::GemvColumn<8, true>: V3's 7 steps a thread in one round, each x with its weights) and
 // the count as one acq_rel atomic instead of fence + atomic + fence. The same logits bit for bit.
@@ -70,6 +204,16 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   stamp(0);
   const int64_t n = p.gemv.M, E = p.gemv.N, K = p.routing.top_k, m = n * K;
   const int warps = RouteWarps(n);
+  if (p.fast_route && FastRouteApplies(p)) {
+    if (warp == 0) FastRouteOneToken(p, reinterpret_cast<int*>(smem + routing::WarpRouteScratchWords(E)));
+    if (p.debug_stamps != nullptr) {
+      __syncthreads();
+      stamp(1);
+      stamp(2);
+      stamp(3);
+    }
+    return;
+  }
   // Route token t on warp t % warps (the warp form, logits read through L2).
   MoeRoutingParams rp = p.routing;
   rp.logits = p.gemv.y;
