@@ -71,7 +71,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_SKINNY_GEMM", &c.skinny_gemm);                  // decode-size skinny GEMMs
   env_switch("DS_MOE_ROUTE_WARP", &c.moe_route_warp);            // routing by one warp (on)
   env_switch("DS_ROUTER_ROUTE_PRELOAD", &c.router_route_preload);  // its GEMV's loads in flight at once (session 30)
-  env_switch("DS_ROUTER_ROUTE_FAST", &c.router_route_fast);  // its one-token routing in registers (session 30)
+  env_switch("DS_ROUTER_ROUTE_FAST", &c.router_route_fast);  // its one-token routing in registers (on since session 30)
   env_switch("DS_ROUTER_ROUTE", &c.fused_router_route);          // router + routing in one launch, gathered rows (on)
   env_switch("DS_DOWN_COMBINE", &c.fused_down_combine);          // combine + norm in the down GEMM's last block (off: verified, slower)
   env_switch("DS_GATE_UP_SILU", &c.fused_gate_up_silu);          // SiLU-and-mul in the routed gate_up's epilogue (on since session 11)

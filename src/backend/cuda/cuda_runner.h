@@ -489,9 +489,12 @@ struct CudaRunnerOptions {
   // DS_ROUTER_ROUTE_PRELOAD=0|1 (session 30).
   bool router_route_preload = false;
   // MoeRouterRoute's one-token routing with its intermediates in registers
-  // (MoeRouterRouteParams::fast_route): the same bits. The CLI reads DS_ROUTER_ROUTE_FAST=0|1
-  // (session 30).
-  bool router_route_fast = false;
+  // (MoeRouterRouteParams::fast_route): the same bits. On by default since session 30: the
+  // launch's last block routed V3's token in ~10 us (RouteTokenInWarp: one lane's group scans,
+  // shared-memory round trips; warm or cold alike), 7.5 us for the whole tail now; V3 8 layers b1
+  // 1K 2.320-2.322 ms against 2.360-2.363, 4K 2.372-2.378 against 2.414-2.421
+  // (bench/results/session30_2026-12-01_run5). The CLI reads DS_ROUTER_ROUTE_FAST=0|1.
+  bool router_route_fast = true;
   // BF16 experts on the grouped GEMV (gemv_experts_bf16): its CTAs (0: auto, 2 per SM; -1: one
   // per SM; -2: tile-aligned, one CTA per 128-row tile of the host's slot bound while that is <= 2
   // per SM, so no tile is split across CTAs (bench kernels, session 8: V2-Lite's batch-1 gate_up,

@@ -50,9 +50,10 @@ struct MoeRouterRouteParams {
   // The GEMV's weight and x loads all in flight at once (8 float4 steps a thread: K <= 8192 in
   // one round) and the count as one acq_rel atomic (session 30). The same bits either way.
   bool preload = false;
-  // One token (n == 1, E <= 256, groups of 32 experts or none) routed with its intermediates in
-  // registers (session 30): the same ids, weights and metadata as the default form for non-NaN
-  // logits; other passes take the default form.
+  // One token (n == 1, E <= 256, groups of 32 experts or none) routed by one warp with its
+  // intermediates in registers (session 30; the runner's default, CudaRunnerOptions::
+  // router_route_fast): the same ids, weights and metadata as the warp form for non-NaN logits;
+  // other passes (and V2's groups of 20) take the warp form (RouteTokenInWarp).
   bool fast_route = false;
   // Timing probes only (CudaMoeRouterRoute.DISABLED_TimingReport): 1 returns after the GEMV, 2
   // after the count (before the routing), 3 after the routing (before the metadata): the outputs
