@@ -142,6 +142,15 @@ TEST(CudaMoeRouterRoute, TiesAndGraphReplays) {
 // passes of more tokens take the default form. Random and tied logits, eager and graph replays,
 // with and without preload; and several seeds at V3's shape.
 TEST(CudaMoeRouterRoute, FastRouteBitIdentical) {
+  // Which passes take the fast form: one token at V3's (groups of 32), V2-Lite's and the odd router;
+  // not V2's groups of 20, nor two tokens.
+  for (int i : {0, 2, 3}) EXPECT_TRUE(MoeRouterRouteFastApplies(1, kCases[i].E, kCases[i].method, kCases[i].n_group));
+  EXPECT_FALSE(MoeRouterRouteFastApplies(1, kCases[1].E, kCases[1].method, kCases[1].n_group));
+  EXPECT_FALSE(MoeRouterRouteFastApplies(2, kCases[0].E, kCases[0].method, kCases[0].n_group));
+  // V3's router without its bias: tied logits make every group score and every expert equal (the
+  // lowest-index rules of the group choice and of top-k, a group's top two held by several lanes).
+  const Case v3_nobias{"V3_noaux_tc_nobias", 256, 8, 8, 4, 1, 2, true, false, 2.5f, 7168};
+  for (bool tied : {true, false}) RunCase(v3_nobias, 1, tied, false, false, true);
   for (const auto& c : kCases)
     for (int64_t n : {1, 2})
       for (bool preload : {false, true}) {

@@ -673,6 +673,8 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
                     opts_.router_route_fast});
     ++graph_stats_.fused_launches;
     ++graph_stats_.router_route_layers;
+    if (opts_.router_route_fast && MoeRouterRouteFastApplies(T, E, rp.topk_method, rp.n_group))
+      ++graph_stats_.router_route_fast_layers;
   } else if (fuse_route) {
     MoeRoutePermute({rp, h16, Hd, Hd, static_cast<int>(S), moe_offs_.as<int32_t>(), moe_pos_.as<int32_t>(),
                      moe_src_.as<int32_t>(), xp16_.as<bf16>(), route_sync_.as<uint32_t>(), s_, opts_.pdl});

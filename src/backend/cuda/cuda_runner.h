@@ -677,6 +677,7 @@ struct CudaGraphStats {
   int64_t bf16_gemv_expert_launches = 0;  // the same with bf16 weights (gemv_experts_bf16; likewise)
   int64_t side_branches = 0;      // side branches forked onto the second stream in captures (decode_streams)
   int64_t router_route_layers = 0;  // MoE layers routed by MoeRouterRoute (fused_router_route; also a fused launch)
+  int64_t router_route_fast_layers = 0;  // of those, routed by its fast one-token form (router_route_fast)
   int64_t oproj_norm_layers = 0;    // MLA layers whose o_proj ran the post-attention norm (fused_oproj_norm; likewise)
   int64_t down_combine_layers = 0;  // MoE layers whose down GEMM ran the combine + norm (fused_down_combine; likewise)
   int64_t combine_norm_split_layers = 0;  // MoE layers whose MoeCombineNorm ran split over blocks (combine_norm_split)

@@ -41,12 +41,15 @@ size_t SmemBytes(int64_t n, int64_t E, int64_t pairs) {
 //   - offsets / pos / src_row as the block's loops compute them (MoeRoutePermute's order), from the
 //     ids in shared memory.
 // RouteTokenInWarp (session 24) measured ~10 us for V3's router in this kernel, warm or cold (session
-// 30 run 4: the scans of one lane and the shared-memory round trips of each step).
+// 30 run 4: the scans of one lane and the shared-memory round trips of each step). The scoring lines
+// repeat RouteTokenInWarp's on purpose: that routine is also the persistent MoE kernel's, whose
+// generated code a shared helper could move (session 28's SASS checks).
 constexpr int kFastPer = routing::kWarpRouteMaxExperts / 32;  // 8
+__host__ __device__ __forceinline__ bool FastRouteAppliesTo(int64_t n, int64_t E, int topk_method, int n_group) {
+  return n == 1 && E <= 32 * kFastPer && (topk_method == 0 || n_group <= 1 || (n_group * 32 == E && n_group <= kFastPer));
+}
 __device__ __forceinline__ bool FastRouteApplies(const MoeRouterRouteParams& p) {
-  const MoeRoutingParams& r = p.routing;
-  return p.gemv.M == 1 && p.gemv.N <= 32 * kFastPer &&
-         (r.topk_method == 0 || r.n_group <= 1 || (r.n_group * 32 == p.gemv.N && r.n_group <= kFastPer));
+  return FastRouteAppliesTo(p.gemv.M, p.gemv.N, p.routing.topk_method, p.routing.n_group);
 }
 __device__ __forceinline__ void FastRouteOneToken(const MoeRouterRouteParams& p, int* s_ids) {
   const MoeRoutingParams& rp = p.routing;
@@ -182,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   if (tid == 0) {
     uint32_t before;
     if constexpr (kPreload) {
-      asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(p.sync) : "memory");
+      asm volatile("atom.acq_rel.gpu.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(p.sync) : "memory");  // generic address
     } else {
       __threadfence();
       before = atomicAdd(p.sync, 1u);
@@ -204,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   stamp(0);
   const int64_t n = p.gemv.M, E = p.gemv.N, K = p.routing.top_k, m = n * K;
   const int warps = RouteWarps(n);
-  if (p.fast_route && FastRouteApplies(p)) {
+  if (p.fast_route && p.debug_stop == 0 && FastRouteApplies(p)) {
     if (warp == 0) FastRouteOneToken(p, reinterpret_cast<int*>(smem + routing::WarpRouteScratchWords(E)));
     if (p.debug_stamps != nullptr) {
       __syncthreads();
@@ -257,6 +260,10 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
 
 }  // namespace
 
+bool MoeRouterRouteFastApplies(int64_t n, int64_t num_experts, int topk_method, int n_group) {
+  return FastRouteAppliesTo(n, num_experts, topk_method, n_group);
+}
+
 bool MoeRouterRouteSupported(int64_t n, int64_t num_experts, int64_t top_k) {
   return n >= 1 && n <= kRouterGemvMaxRows && num_experts >= 1 && num_experts <= kMoeRouterRouteMaxExperts &&
          top_k >= 1 && top_k <= 32 && top_k <= num_experts && n * top_k <= kMoeRouterRouteMaxPairs;
@@ -278,6 +285,8 @@ void MoeRouterRoute(const MoeRouterRouteParams& p) {
   DS_CHECK(g.K >= 4 && g.K % 4 == 0 && g.ldx >= g.K && g.ldw >= g.K && g.ldy >= g.N && g.ldx % 4 == 0 &&
            g.ldw % 4 == 0)
       << "MoeRouterRoute: GEMV shape K=" << g.K << " ldx=" << g.ldx << " ldw=" << g.ldw << " ldy=" << g.ldy;
+  DS_CHECK(g.M == 1 || g.ldy == g.N) << "MoeRouterRoute: the routing reads the logits of token t at t * E (ldy " << g.ldy
+                                      << ", E " << g.N << ")";
   DS_CHECK(g.x && g.w && g.y && rp.topk_ids && rp.topk_weights && p.offsets && p.pos && p.src_row && p.sync)
       << "MoeRouterRoute: null pointer";
   DS_CHECK(reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.w) % 16 == 0)

@@ -64,6 +64,10 @@ struct MoeRouterRouteParams {
   long long* debug_stamps = nullptr;
 };
 
+// Whether a launch with fast_route set routes with the fast form (one token, E <= 256, no groups or
+// groups of 32 experts); otherwise it takes the warp form.
+bool MoeRouterRouteFastApplies(int64_t n, int64_t num_experts, int topk_method, int n_group);
+
 // Whether MoeRouterRoute takes n tokens of E experts choosing top_k each (the sizes only).
 bool MoeRouterRouteSupported(int64_t n, int64_t num_experts, int64_t top_k);
 
