@@ -70,7 +70,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_SAMPLE_DEVICE_SORT", &c.sample_device_sort);  // temperature rows: one device-wide sort (on since session 23)
   env_switch("DS_SKINNY_GEMM", &c.skinny_gemm);                  // decode-size skinny GEMMs
   env_switch("DS_MOE_ROUTE_WARP", &c.moe_route_warp);            // routing by one warp (on)
-  env_switch("DS_ROUTER_ROUTE_PRELOAD", &c.router_route_preload);  // its GEMV's loads in flight at once (session 30)
   env_switch("DS_ROUTER_ROUTE_FAST", &c.router_route_fast);  // its one-token routing in registers (on since session 30)
   env_switch("DS_ROUTER_ROUTE", &c.fused_router_route);          // router + routing in one launch, gathered rows (on)
   env_switch("DS_DOWN_COMBINE", &c.fused_down_combine);          // combine + norm in the down GEMM's last block (off: verified, slower)

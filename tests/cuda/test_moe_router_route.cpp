@@ -70,9 +70,9 @@ Outputs Reference(const Case& c, const Inputs& in, int64_t n) {
   return {logits.Download(), w.Download(), ids.Download(), off.Download(), pos.Download(), src.Download()};
 }
 
-void RunCase(const Case& c, int64_t n, bool tied, bool graph, bool preload = false, bool fast = false) {
+void RunCase(const Case& c, int64_t n, bool tied, bool graph, bool fast = false) {
   const std::string cas = std::string(c.name) + "_T" + std::to_string(n) + (tied ? "_tied" : "") + (graph ? "_graph" : "") +
-                          (preload ? "_preload" : "") + (fast ? "_fast" : "");
+                          (fast ? "_fast" : "");
   const Inputs in(c, n, tied);
   const Outputs ref = Reference(c, in, n);
   const int64_t m = n * c.top_k;
@@ -83,7 +83,6 @@ void RunCase(const Case& c, int64_t n, bool tied, bool graph, bool preload = fal
   p.gemv = {in.x.get(), in.ldx, in.w.get(), c.hidden, logits.get(), c.E, n, c.E, c.hidden, nullptr};
   p.routing = Routing(c, in, n, ids.get(), w.get());
   p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
-  p.preload = preload;
   p.fast_route = fast;
   const auto poison = [&] { logits.Poison(); w.Poison(); ids.Poison(); off.Poison(); pos.Poison(); src.Poison(); };
   LaunchRepeated(
@@ -124,23 +123,21 @@ void RunCase(const Case& c, int64_t n, bool tied, bool graph, bool preload = fal
 
 TEST(CudaMoeRouterRoute, MatchesRouterGemvAndRoutePermute) {
   for (const auto& c : kCases)
-    for (int64_t n = 1; n <= kRouterGemvMaxRows; ++n)
-      for (bool preload : {false, true}) RunCase(c, n, false, false, preload);
+    for (int64_t n = 1; n <= kRouterGemvMaxRows; ++n) RunCase(c, n, false, false);
 }
 
 TEST(CudaMoeRouterRoute, TiesAndGraphReplays) {
   for (const auto& c : kCases)
-    for (int64_t n : {1, 5, 16})
-      for (bool preload : {false, true}) {
-        RunCase(c, n, true, false, preload);
-        RunCase(c, n, false, true, preload);
-      }
+    for (int64_t n : {1, 5, 16}) {
+      RunCase(c, n, true, false);
+      RunCase(c, n, false, true);
+    }
 }
 
 // fast_route (session 30): one token's routing in registers, bit for bit the pair's (and the CPU's
 // ids) at V3's router (groups of 32), V2-Lite's and the odd greedy one; V2's (groups of 20) and
 // passes of more tokens take the default form. Random and tied logits, eager and graph replays,
-// with and without preload; and several seeds at V3's shape.
+// and several seeds at V3's shape.
 TEST(CudaMoeRouterRoute, FastRouteBitIdentical) {
   // Which passes take the fast form: one token at V3's (groups of 32), V2-Lite's and the odd router;
   // not V2's groups of 20, nor two tokens.
@@ -150,22 +147,22 @@ TEST(CudaMoeRouterRoute, FastRouteBitIdentical) {
   // V3's router without its bias: tied logits make every group score and every expert equal (the
   // lowest-index rules of the group choice and of top-k, a group's top two held by several lanes).
   const Case v3_nobias{"V3_noaux_tc_nobias", 256, 8, 8, 4, 1, 2, true, false, 2.5f, 7168};
-  for (bool tied : {true, false}) RunCase(v3_nobias, 1, tied, false, false, true);
+  for (bool tied : {true, false}) RunCase(v3_nobias, 1, tied, false, true);
   for (const auto& c : kCases)
-    for (int64_t n : {1, 2})
-      for (bool preload : {false, true}) {
-        RunCase(c, n, false, false, preload, true);
-        RunCase(c, n, true, false, preload, true);
-        RunCase(c, n, false, true, preload, true);
-      }
-  for (int rep = 0; rep < 20; ++rep) RunCase(kCases[0], 1, false, rep % 2 == 1, false, true);
+    for (int64_t n : {1, 2}) {
+      RunCase(c, n, false, false, true);
+      RunCase(c, n, true, false, true);
+      RunCase(c, n, false, true, true);
+    }
+  for (int rep = 0; rep < 20; ++rep) RunCase(kCases[0], 1, false, rep % 2 == 1, true);
 }
 
 // Timing probe (session 30; run it with --gtest_also_run_disabled_tests): V3's router at one token
 // (256 experts x 7168, noaux_tc), 20 launches a CUDA graph, each on another of 12 weight copies
-// (88 MB: the weights come from DRAM, as in a decode step), x in L2: the whole launch, the launch
-// stopped after its count (debug_stop 2) and after its GEMV (1), each in both forms, and
-// RouterGemv alone (the same GEMV as its own kernel). Prints us per launch.
+// (88 MB: the weights come from DRAM, as in a decode step), x in L2: the last block's tail stamped
+// (debug_stamps) in the warp and fast forms; then us per launch of the whole launch in both forms,
+// the launch stopped after its routing (debug_stop 3), its count (2) and its GEMV (1), and
+// RouterGemv alone (the same GEMV as its own kernel).
 TEST(CudaMoeRouterRoute, DISABLED_TimingReport) {
   const Case& c = kCases[0];
   const int64_t n = 1, m = c.top_k, copies = 12;
@@ -178,7 +175,8 @@ TEST(CudaMoeRouterRoute, DISABLED_TimingReport) {
   cudaStream_t st;
   DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   constexpr int kLaunches = 20;
-  const auto time = [&](const char* what, bool preload, int stop, bool gemv_only) {
+  // stop: MoeRouterRouteParams::debug_stop, or 4 for the fast form (fast_route, no stop).
+  const auto time = [&](const char* what, int stop, bool gemv_only) {
     const CapturedGraph g(st, [&] {
       for (int i = 0; i < kLaunches; ++i) {
         const float* wi = ws[i % copies]->get();
@@ -190,7 +188,7 @@ TEST(CudaMoeRouterRoute, DISABLED_TimingReport) {
         p.gemv = {in.x.get(), in.ldx, wi, c.hidden, logits.get(), c.E, n, c.E, c.hidden, st};
         p.routing = Routing(c, in, n, ids.get(), w.get());
         p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
-        p.stream = st; p.preload = preload; p.debug_stop = stop == 5 ? 0 : stop; p.fast_route = stop == 5;
+        p.stream = st; p.debug_stop = stop == 4 ? 0 : stop; p.fast_route = stop == 4;
         MoeRouterRoute(p);
       }
     });
@@ -199,41 +197,34 @@ TEST(CudaMoeRouterRoute, DISABLED_TimingReport) {
     std::printf("[timing] op=moe_router_route_v3_t1 form=%s us_per_launch=%.2f\n", what, best);
   };
   // The last block's tail, stamped (eager launches, weights rotated): us from its start to after
-  // the routing, after the ids' copy, the end; and a second (warm) routing pass.
+  // the routing, after the ids' copy, the end, in both forms.
   Dev<long long> stamps(8);
   for (int rep = 0; rep < 6; ++rep) {
-    for (int stop : {0, 4, 5}) {
+    for (bool fast : {false, true}) {
       MoeRouterRouteParams p{};
-      p.gemv = {in.x.get(), in.ldx, ws[(rep * 5 + stop) % copies]->get(), c.hidden, logits.get(), c.E, n, c.E, c.hidden, st};
+      p.gemv = {in.x.get(), in.ldx, ws[(rep * 5 + fast) % copies]->get(), c.hidden, logits.get(), c.E, n, c.E, c.hidden, st};
       p.routing = Routing(c, in, n, ids.get(), w.get());
       p.offsets = off.get(); p.pos = pos.get(); p.src_row = src.get(); p.sync = sync.get();
-      p.stream = st; p.debug_stop = stop == 5 ? 0 : stop; p.debug_stamps = stamps.get(); p.fast_route = stop == 5;
+      p.stream = st; p.debug_stamps = stamps.get(); p.fast_route = fast;
       stamps.Poison();
       DS_CUDA_CHECK(cudaDeviceSynchronize());
       MoeRouterRoute(p);
       DS_CUDA_CHECK(cudaStreamSynchronize(st));
       const std::vector<long long> t = stamps.Download();
-      if (stop == 5)
+      if (fast)
         std::printf("[timing] op=moe_router_route_v3_t1 tail, fast_route: total_us=%.2f\n", (t[3] - t[0]) / 1e3);
-      else if (stop == 0)
+      else
         std::printf("[timing] op=moe_router_route_v3_t1 tail: route_us=%.2f ids_copy_us=%.2f metadata_us=%.2f total_us=%.2f\n",
                     (t[1] - t[0]) / 1e3, (t[2] - t[1]) / 1e3, (t[3] - t[2]) / 1e3, (t[3] - t[0]) / 1e3);
-      else
-        std::printf("[timing] op=moe_router_route_v3_t1 tail, routing twice: first_us=%.2f second_us=%.2f total_us=%.2f\n",
-                    (t[4] - t[0]) / 1e3, (t[5] - t[4]) / 1e3, (t[3] - t[0]) / 1e3);
     }
   }
   for (int rep = 0; rep < 2; ++rep) {
-    time("full", false, 0, false);
-    time("full_fast", false, 5, false);
-    time("stop_after_routing", false, 3, false);
-    time("route_twice", false, 4, false);
-    time("full_preload", true, 0, false);
-    time("stop_after_count", false, 2, false);
-    time("stop_after_count_preload", true, 2, false);
-    time("stop_after_gemv", false, 1, false);
-    time("stop_after_gemv_preload", true, 1, false);
-    time("router_gemv_alone", false, 0, true);
+    time("full", 0, false);
+    time("full_fast", 4, false);
+    time("stop_after_routing", 3, false);
+    time("stop_after_count", 2, false);
+    time("stop_after_gemv", 1, false);
+    time("router_gemv_alone", 0, true);
   }
   EXPECT_EQ(sync.Download()[0], 0u);
   DS_CUDA_CHECK(cudaStreamDestroy(st));

@@ -669,8 +669,7 @@ bool CudaModelRunner::Mlp(int l, int64_t T) {
   if (router_route) {
     MoeRouterRoute({{h32_.as<float>(), Hd, LW.router.as<float>(), Hd, rlogits_.as<float>(), E, T, E, Hd, s_, false}, rp,
                     moe_offs_.as<int32_t>(), moe_pos_.as<int32_t>(), moe_src_.as<int32_t>(),
-                    route_sync_.as<uint32_t>(), s_, opts_.pdl, opts_.router_route_preload,
-                    opts_.router_route_fast});
+                    route_sync_.as<uint32_t>(), s_, opts_.pdl, opts_.router_route_fast});
     ++graph_stats_.fused_launches;
     ++graph_stats_.router_route_layers;
     if (opts_.router_route_fast && MoeRouterRouteFastApplies(T, E, rp.topk_method, rp.n_group))

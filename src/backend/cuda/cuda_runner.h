@@ -484,10 +484,6 @@ struct CudaRunnerOptions {
   // batch 2 2.945 vs 3.076, batch 4 3.767 vs 4.042, batch 8 5.152 vs 5.736 (4-10% faster). The
   // CLI reads DS_FP8_GEMV_EXPERTS_MIN_TOKENS.
   int fp8_gemv_experts_min_tokens = 2;
-  // MoeRouterRoute's preload form (MoeRouterRouteParams::preload): the router GEMV's weight and x
-  // loads all in flight at once and one acq_rel count, the same bits. The CLI reads
-  // DS_ROUTER_ROUTE_PRELOAD=0|1 (session 30).
-  bool router_route_preload = false;
   // MoeRouterRoute's one-token routing with its intermediates in registers
   // (MoeRouterRouteParams::fast_route): the same bits. On by default since session 30: the
   // launch's last block routed V3's token in ~10 us (RouteTokenInWarp: one lane's group scans,

@@ -162,45 +162,34 @@ __device__ __forceinline__ void FastRouteOneToken(const MoeRouterRouteParams& p,
   }
 }
 
-// kPreload (MoeRouterRouteParams::preload, session 30): the GEMV's loads all in flight at once
-// (router::GemvColumn<8, true>: V3's 7 steps a thread in one round, each x with its weights) and
-// the count as one acq_rel atomic instead of fence + atomic + fence. The same logits bit for bit.
-template <bool kPreload>
 __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteParams p) {
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   extern __shared__ float smem[];
   __shared__ bool s_last;
   const int tid = threadIdx.x, warp = tid >> 5;
   // logits column blockIdx.x for every token (bit-identical to RouterGemvKernel).
-  if constexpr (kPreload) router::GemvColumn<8, true>(p.gemv, blockIdx.x);
-  else router::GemvColumn(p.gemv, blockIdx.x);
+  router::GemvColumn(p.gemv, blockIdx.x);
   if (p.debug_stop == 1) return;
   // Count out; the last block of the grid goes on (every other block's logits are then in L2).
   // The barrier orders the block's stores (the threads < n wrote logits) before thread 0's
   // fence (cumulativity), which releases them with its count; the last block's thread 0 fences
   // again (acquire) before the barrier that lets the block read the other blocks' logits. (The
-  // session-9 form, every thread fencing, measured the same: session 10 run 5.) kPreload: the
-  // count's atomic is itself the release (cumulative over the barrier) and the acquire.
+  // session-9 form, every thread fencing, measured the same: session 10 run 5; one acq_rel atomic
+  // with the GEMV's loads all in flight, session 30 run 2, too.)
   __syncthreads();
   if (tid == 0) {
-    uint32_t before;
-    if constexpr (kPreload) {
-      asm volatile("atom.acq_rel.gpu.add.u32 %0, [%1], 1;" : "=r"(before) : "l"(p.sync) : "memory");  // generic address
-    } else {
-      __threadfence();
-      before = atomicAdd(p.sync, 1u);
-    }
+    __threadfence();
+    const uint32_t before = atomicAdd(p.sync, 1u);
     s_last = before == gridDim.x - 1;
     if (s_last) {
-      if constexpr (!kPreload) __threadfence();
+      __threadfence();
       *p.sync = 0u;  // every block has counted: reset for the next launch / replay
     }
   }
   __syncthreads();
   if (!s_last || p.debug_stop == 2) return;
   // Timing probe (debug_stamps): the last block's tail, thread 0's %globaltimer at its start, after
-  // the routing, after the ids' copy and at the end (debug_stop 4: the routing runs twice, the
-  // second pass stamped too).
+  // the routing, after the ids' copy and at the end.
   const auto stamp = [&](int i) {
     if (p.debug_stamps != nullptr && tid == 0) p.debug_stamps[i] = static_cast<long long>(dev::GlobalTimerNs());
   };
@@ -223,13 +212,6 @@ __global__ void __launch_bounds__(kThreads) MoeRouterRouteKernel(MoeRouterRouteP
   if (warp < warps) {
     const routing::WarpRouteView ws = routing::WarpRouteScratchAt(smem + warp * routing::WarpRouteScratchWords(E), E);
     for (int64_t t = warp; t < n; t += warps) routing::RouteTokenInWarp(rp, t, ws);
-    if (p.debug_stop == 4) {
-      __syncwarp();
-      stamp(4);
-      for (int64_t t = warp; t < n; t += warps) routing::RouteTokenInWarp(rp, t, ws);
-      __syncwarp();
-      stamp(5);
-    }
   }
   __syncthreads();  // this block's topk_ids stores are visible to the block after the barrier
   stamp(1);
@@ -291,9 +273,9 @@ void MoeRouterRoute(const MoeRouterRouteParams& p) {
       << "MoeRouterRoute: null pointer";
   DS_CHECK(reinterpret_cast<uintptr_t>(g.x) % 16 == 0 && reinterpret_cast<uintptr_t>(g.w) % 16 == 0)
       << "MoeRouterRoute: x and w must be 16-byte aligned";
-  DS_CHECK(p.debug_stop >= 0 && p.debug_stop <= 4) << "MoeRouterRoute: debug_stop " << p.debug_stop;
-  LaunchKernel(p.preload ? MoeRouterRouteKernel<true> : MoeRouterRouteKernel<false>, dim3(static_cast<unsigned>(g.N)),
-               dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k), p.stream, p.pdl, p);
+  DS_CHECK(p.debug_stop >= 0 && p.debug_stop <= 3) << "MoeRouterRoute: debug_stop " << p.debug_stop;
+  LaunchKernel(MoeRouterRouteKernel, dim3(static_cast<unsigned>(g.N)), dim3(kThreads), SmemBytes(g.M, g.N, g.M * rp.top_k),
+               p.stream, p.pdl, p);
   DS_CUDA_CHECK_LAUNCH("MoeRouterRouteKernel");
 }
 

@@ -47,9 +47,6 @@ struct MoeRouterRouteParams {
   uint32_t* sync = nullptr;    // one counter, zero before the first launch (left zero)
   cudaStream_t stream = nullptr;
   bool pdl = false;  // programmatic dependent launch (launch.cuh); same results either way
-  // The GEMV's weight and x loads all in flight at once (8 float4 steps a thread: K <= 8192 in
-  // one round) and the count as one acq_rel atomic (session 30). The same bits either way.
-  bool preload = false;
   // One token (n == 1, E <= 256, groups of 32 experts or none) routed by one warp with its
   // intermediates in registers (session 30; the runner's default, CudaRunnerOptions::
   // router_route_fast): the same ids, weights and metadata as the warp form for non-NaN logits;
@@ -57,10 +54,10 @@ struct MoeRouterRouteParams {
   bool fast_route = false;
   // Timing probes only (CudaMoeRouterRoute.DISABLED_TimingReport): 1 returns after the GEMV, 2
   // after the count (before the routing), 3 after the routing (before the metadata): the outputs
-  // are then incomplete; 4 routes twice (the same outputs). 0 in every real launch.
+  // are then incomplete. 0 in every real launch.
   int debug_stop = 0;
-  // Timing probe: the last block's thread 0 writes %globaltimer (ns) into [0..5] (tail start, after
-  // the routing, after the ids' copy, end; with debug_stop 4 before and after the second routing).
+  // Timing probe: the last block's thread 0 writes %globaltimer (ns) into [0..3] (tail start, after
+  // the routing, after the ids' copy, end).
   long long* debug_stamps = nullptr;
 };
 

@@ -11,13 +11,8 @@ namespace ds::cuda::router {
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 
 // Block n: column n of y for every row. Thread t takes the float4 steps t, t + 256, ... of K;
-// the weights of a step are loaded once (kUnroll steps in flight per thread), then each row's x.
-// kPreloadX (session 30, MoeRouterRoute's preload form): a row's kUnroll x loads are issued
-// together before its FMAs (without it the compiler issued each x load right before its four FMAs,
-// one L2 round trip after another). The same FMAs in the same order for any kUnroll and either form
-// (steps in increasing k, rows in order, then the same butterfly and warp-order sum): bit-identical.
+// the weights of a step are loaded once (4 steps in flight per thread), then each row's x.
 // Every thread of the block (kThreads) must call it; ends after thread m < M wrote y[m, n].
-template <int kUnroll = 4, bool kPreloadX = false>
 __device__ __forceinline__ void GemvColumn(const RouterGemvParams& p, int64_t n) {
   __shared__ float part[kWarps][kRouterGemvMaxRows];
   const int M = static_cast<int>(p.M);
@@ -26,6 +21,7 @@ __device__ __forceinline__ void GemvColumn(const RouterGemvParams& p, int64_t n)
   float acc[kRouterGemvMaxRows];
 #pragma unroll
   for (int m = 0; m < kRouterGemvMaxRows; ++m) acc[m] = 0.f;
+  constexpr int kUnroll = 4;
   for (int64_t base = threadIdx.x; base < k4; base += int64_t{kThreads} * kUnroll) {
     float4 wv[kUnroll];
 #pragma unroll
@@ -37,34 +33,15 @@ __device__ __forceinline__ void GemvColumn(const RouterGemvParams& p, int64_t n)
     for (int m = 0; m < kRouterGemvMaxRows; ++m) {
       if (m >= M) break;
       const float4* x4 = reinterpret_cast<const float4*>(p.x + m * p.ldx);
-      if constexpr (kPreloadX) {
-        float4 xv[kUnroll];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t i = base + int64_t{u} * kThreads;
-          xv[u] = i < k4 ? __ldg(x4 + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t i = base + int64_t{u} * kThreads;
-          if (i < k4) {
-            acc[m] = fmaf(xv[u].x, wv[u].x, acc[m]);
-            acc[m] = fmaf(xv[u].y, wv[u].y, acc[m]);
-            acc[m] = fmaf(xv[u].z, wv[u].z, acc[m]);
-            acc[m] = fmaf(xv[u].w, wv[u].w, acc[m]);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t i = base + int64_t{u} * kThreads;
-          if (i < k4) {
-            const float4 xv = __ldg(x4 + i);
-            acc[m] = fmaf(xv.x, wv[u].x, acc[m]);
-            acc[m] = fmaf(xv.y, wv[u].y, acc[m]);
-            acc[m] = fmaf(xv.z, wv[u].z, acc[m]);
-            acc[m] = fmaf(xv.w, wv[u].w, acc[m]);
-          }
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t i = base + int64_t{u} * kThreads;
+        if (i < k4) {
+          const float4 xv = __ldg(x4 + i);
+          acc[m] = fmaf(xv.x, wv[u].x, acc[m]);
+          acc[m] = fmaf(xv.y, wv[u].y, acc[m]);
+          acc[m] = fmaf(xv.z, wv[u].z, acc[m]);
+          acc[m] = fmaf(xv.w, wv[u].w, acc[m]);
         }
       }
     }
