@@ -532,9 +532,12 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.residual = residual_.as<float>();
   // norm_in_attn: the next layer's persistent attention kernel applies its input norm.
   const bool norm_in_attn = opts_.norm_in_attn && !last && attn_pass_ok_ && AttnPersistentLayerOk(l + 1, true);
-  p.norm_weight = norm_in_attn ? nullptr : last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
+  // lm_head_norm: the LM head kernel applies the final norm itself.
+  const bool norm_in_lm = last && lm_norm_pass_;
+  const bool no_norm = norm_in_attn || norm_in_lm;
+  p.norm_weight = no_norm ? nullptr : last ? final_norm_.as<float>() : layers_[l + 1].in_norm.as<float>();
   p.eps = static_cast<float>(cfg_.rms_norm_eps);
-  if (!norm_in_attn) { p.out32 = h32_.as<float>(); p.out16 = h16_.as<bf16>(); }
+  if (!no_norm) { p.out32 = h32_.as<float>(); p.out16 = h16_.as<bf16>(); }
   p.sync = persist_sync_.as<uint32_t>(); p.partials = persist_partials_.as<float>();
   p.stream = s_;
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
@@ -547,12 +550,13 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   // The kernel's verdict on this layer's shapes and buffers does not change between passes: asked
   // once per (layer, fold form, next-norm form).
   if (persist_ok_.empty()) persist_ok_.assign(4 * cfg_.num_hidden_layers, -1);
-  int8_t& ok = persist_ok_[4 * l + (fold_post_norm ? 1 : 0) + (norm_in_attn ? 2 : 0)];
+  int8_t& ok = persist_ok_[4 * l + (fold_post_norm ? 1 : 0) + (no_norm ? 2 : 0)];
   if (ok < 0) ok = MoePersistentUnsupported(p).empty() ? 1 : 0;
   if (ok == 0) return false;
   if (!launch) return true;
   const bool went_pdl = MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
+  lm_norm_pending_ = norm_in_lm;
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
@@ -842,6 +846,8 @@ bool CudaModelRunner::LmHeadArgmaxOk(int64_t R, bool fuse_norm) const {
 }
 
 void CudaModelRunner::RunLmHeadArgmax(const bf16* x, int32_t* out_id) {
+  DS_CHECK((x == nullptr) == lm_norm_pending_) << "RunLmHeadArgmax: the final norm " << (lm_norm_pending_ ? "is" : "is not")
+                                               << " left to the LM head";
   if (lm_argmax_cnt_.size() == 0) {  // once, outside any capture (a graph's eager pass comes first)
     lm_argmax_ws_.Reserve(LmHeadArgmaxWorkspaceBytes());
     lm_argmax_cnt_.Reserve(4);
@@ -849,6 +855,12 @@ void CudaModelRunner::RunLmHeadArgmax(const bf16* x, int32_t* out_id) {
   }
   LmHeadArgmaxParams lp;
   lp.x = x;
+  if (x == nullptr) {  // lm_head_norm: the final norm of the residual stream in the kernel
+    lp.in_residual = residual_.as<float>();
+    lp.norm_w = final_norm_.as<float>();
+    lp.eps = static_cast<float>(cfg_.rms_norm_eps);
+    ++graph_stats_.lm_head_norm;
+  }
   lp.w = lm_head_lin_.w.as<bf16>();
   lp.n = cfg_.vocab_size;
   lp.k = cfg_.hidden_size;
@@ -987,6 +999,11 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   bool normed = false;  // h32 (+ h16) already hold this layer's input norm (the previous MoE combine's)
   attn_pass_ok_ = AttnPersistentPassOk(b, T);
   attn_norm_pending_ = false;
+  {  // lm_head_norm: only where the LM head below is LmHeadArgmax on one row (and T == 1: MoePersistent)
+    const int64_t R_lm = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
+    lm_norm_pass_ = opts_.lm_head_norm && T == 1 && (!gin_ || gio_q_ >= 0) && LmHeadArgmaxOk(R_lm, fuse_norm);
+    lm_norm_pending_ = false;
+  }
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerW& LW = layers_[l];
     // h = input_layernorm(residual (+= previous MLP output)). norm_in_attn: layer 0's persistent
@@ -1018,6 +1035,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   }
   // Final norm (with the last residual add) and the LM head on the requested rows.
   const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
+  DS_CHECK(!lm_norm_pending_ || normed) << "lm_head_norm: the last layer was not the MoE kernel's";
   if (cfg_.num_hidden_layers > 0 && !normed) norm(mlp32_.as<float>(), residual, final_norm_);
   else if (cfg_.num_hidden_layers == 0) norm(residual, nullptr, final_norm_);  // (normed: the last MoE combine's)
   if (R == 0) {
@@ -1033,10 +1051,11 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     logits_.Reserve(Rr * V * sizeof(float));
     // lm_head_argmax: one row's LM head and greedy id in one launch (graph_io's id buffer).
     if (gio_q_ >= 0 && LmHeadArgmaxOk(R, fuse_norm)) {
-      RunLmHeadArgmax(h16_.as<bf16>(), GraphIds(gio_q_));
+      RunLmHeadArgmax(lm_norm_pending_ ? nullptr : h16_.as<bf16>(), GraphIds(gio_q_));
       Mark("final_norm_lm_head");
       return;
     }
+    DS_CHECK(!lm_norm_pending_) << "lm_head_norm without LmHeadArgmax";
     LinearFwd(lm_head_lin_, h32_.as<float>(), Hd, R, logits_.as<float>(), V, fuse_norm ? h16_.as<bf16>() : nullptr);
     Mark("final_norm_lm_head");
     if (gio_q_ >= 0) {  // graph_io: every row's greedy id (Sample's argmax kernel) into GraphIds(q)
@@ -1061,8 +1080,11 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     // The same kernel as a one-row graph's (the same logits), on the row's bf16 copy; the id goes
     // to a scratch word (the sampling below reads the logits).
     lm_argmax_id_.Reserve(4);
-    RunLmHeadArgmax(h16_.as<bf16>() + int64_t{b.logits_indices[0]} * Hd, lm_argmax_id_.as<int32_t>());
+    // (lm_head_norm: T == 1, so the row is residual_'s row 0.)
+    RunLmHeadArgmax(lm_norm_pending_ ? nullptr : h16_.as<bf16>() + int64_t{b.logits_indices[0]} * Hd,
+                    lm_argmax_id_.as<int32_t>());
   } else {
+    DS_CHECK(!lm_norm_pending_) << "lm_head_norm without LmHeadArgmax";
     tok_idx_.Reserve(R * 4);
     DS_CUDA_CHECK(cudaMemcpyAsync(tok_idx_.get(), b.logits_indices.data(), R * 4, cudaMemcpyHostToDevice, s_));
     sel32_.Reserve(Rr * Hd * sizeof(float));

@@ -217,6 +217,14 @@ struct CudaRunnerOptions {
   // block (V3's vocab needs >= 101 SMs; fewer: cuBLASLt, silently). On by default since session 26 (the CLI's
   // DS_LM_HEAD_ARGMAX=0 turns it off).
   bool lm_head_argmax = true;
+  // With lm_head_argmax on a one-token pass whose last layer runs MoePersistent (persistent_moe),
+  // that kernel stops after its down phase (no grid barrier and norm phase for the final norm) and
+  // LmHeadArgmax computes the final norm from the residual stream in every block
+  // (LmHeadArgmaxParams::in_residual), as norm_in_attn does for the layers' input norms. The sum of
+  // squares in the block's order: the logits move by rounding (CudaRunnerLmHeadArgmax.*). The last
+  // MoE layer then takes the specialised instantiation (moe_specialize). Session 31 (the CLI's
+  // DS_LM_HEAD_NORM=0 turns it off); docs/design/decode_small_batch.md, "Session 31".
+  bool lm_head_norm = true;
   // Sampling rows at temperature > 0: one device-wide radix sort of every row (SampleParams::
   // device_sort; session 23) instead of CUB's segmented sort, a block a row (the CLI's
   // DS_SAMPLE_DEVICE_SORT=0). The same tokens either way.
@@ -652,6 +660,7 @@ struct CudaGraphStats {
   int64_t captured = 0, replayed = 0, eager_padded = 0;
   int64_t queued = 0;  // of the replays, steps queued by Launch without waiting (overlap scheduling)
   int64_t lm_head_argmax = 0;  // LmHeadArgmax launches (lm_head_argmax; host-side: eager passes and captures)
+  int64_t lm_head_norm = 0;  // of those, launches that computed the final norm (lm_head_norm)
   int64_t graph_argmax = 0;  // graph steps (replays, and a shape's eager first pass) whose ids came from the graph's argmax (graph_io)
   int64_t fused_launches = 0, fused_shared_layers = 0, fused_olat_layers = 0, fused_silu16_mlps = 0;
   int64_t fused_kvrope_layers = 0;

@@ -321,8 +321,12 @@ class CudaModelRunner : public ModelRunner {
   // lm_head_argmax applies to a pass of R logits rows (fuse_norm: the final norm wrote h16_).
   bool LmHeadArgmaxOk(int64_t R, bool fuse_norm) const;
   mutable int lm_argmax_shape_ok_ = -1;  // LmHeadArgmaxOk's shape / input verdict (-1: not yet)
-  // LmHeadArgmax of the bf16 row x into logits_ (row 0) and *out_id.
+  // LmHeadArgmax of the bf16 row x into logits_ (row 0) and *out_id; x == nullptr: of the final
+  // norm of residual_'s row 0, computed in the kernel (lm_head_norm).
   void RunLmHeadArgmax(const bf16* x, int32_t* out_id);
+  // lm_head_norm for the current pass (RunPass): the last MoE kernel may leave the final norm to
+  // LmHeadArgmax (lm_norm_pass_), and did (lm_norm_pending_: h32 / h16 stale, residual_ final).
+  bool lm_norm_pass_ = false, lm_norm_pending_ = false;
   int gpar_ = 0;      // parity of the next graph step (toggled by each one)
   int gio_q_ = -1;    // the parity RunPass builds (graph_io graph mode), else -1
   int gio_ids_q_ = -1;  // the parity whose GraphIds hold the last graph_io step's ids (-1: none)

@@ -12,8 +12,16 @@
 // and counts itself in `counter`; the last block reduces the partials, writes `out_id` and resets
 // the counter (zero before the first call; left zero).
 //
+// With in_residual (CudaRunnerOptions::lm_head_norm, session 31), x is not read: every block first
+// computes the final norm itself, x = bf16(v * inv * norm_w) with inv = rsqrt(sum(v^2) / K + eps)
+// over v = in_residual (fp32; RmsNorm's per-element operations, transformers' DeepseekV2RMSNorm /
+// DeepseekV3RMSNorm, the sum of squares in the block's own order: the same x in every block), so
+// the last MoE layer's kernel needs no norm phase of its own (the persistent attention kernel's
+// in_residual, session 14, does the same for the layers' input norms).
+//
 // Errors: LmHeadArgmaxSupported says why a shape cannot run (K % 256, K <= 16,384, N % 16, at most
-// 40 tiles of 16 rows a block: N <= 640 x 2 x SMs); LmHeadArgmax DS_CHECKs the same.
+// 40 tiles of 16 rows a block: N <= 640 x 2 x SMs); LmHeadArgmax DS_CHECKs the same, and the
+// pointers (x, or in_residual with norm_w, both 16-byte aligned).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,7 +33,12 @@
 namespace ds::cuda {
 
 struct LmHeadArgmaxParams {
-  const __nv_bfloat16* x = nullptr;  // [K] device
+  const __nv_bfloat16* x = nullptr;  // [K] device (unused with in_residual)
+  // Or: the final norm in every block (above): the residual stream [K] fp32, the norm's weight
+  // [K] fp32 (model.norm.weight) and its epsilon.
+  const float* in_residual = nullptr;
+  const float* norm_w = nullptr;
+  float eps = 1e-6f;
   const __nv_bfloat16* w = nullptr;  // [N, K] device, row-major
   int64_t n = 0, k = 0;
   float* logits = nullptr;  // [N] device fp32
