@@ -67,6 +67,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_GRAPH_IO", &c.graph_io);  // the decode graph's input copy, id gather, argmax and ids' copy (on since session 26)
   env_switch("DS_LM_HEAD_ARGMAX", &c.lm_head_argmax);  // one-row LM head (+ the graph's argmax) in one launch (on since session 26)
   env_switch("DS_LM_HEAD_NORM", &c.lm_head_norm);  // the final norm in LmHeadArgmax, the last MoE kernel without it (session 31)
+  env_switch("DS_LM_HEAD_BALANCE", &c.lm_head_balance);  // LmHeadArgmax's grid without an idle last round (session 31)
   env_switch("DS_ARGMAX_SPLIT", &c.argmax_split);  // greedy argmax split over blocks (opt-in: level in the step, session 26)
   env_switch("DS_SAMPLE_DEVICE_SORT", &c.sample_device_sort);  // temperature rows: one device-wide sort (on since session 23)
   env_switch("DS_SKINNY_GEMM", &c.skinny_gemm);                  // decode-size skinny GEMMs

@@ -40,4 +40,37 @@ __device__ __forceinline__ void ArgmaxBlockReduce(float& bv, int32_t& bi, float*
   }
 }
 
+// The cross-block finish of a split argmax (sampling.cu's ArgmaxSplitKernel, lm_head_argmax.cu):
+// every block of a group of `parts` blocks calls it with its block-reduced (bv, bi) in thread 0
+// (after ArgmaxBlockReduce) and its index `part`. Thread 0 writes the pair to part_v / part_i
+// [parts] and counts the block in *cnt (release: __threadfence, then atomicAdd); the group's last
+// block to count reduces the parts (ArgmaxTake's order: the same id whichever block is last),
+// writes *out (INT32_MAX, i.e. every value NaN: token 0) and resets *cnt to zero for the next
+// launch (stream-ordered after this one). Block-uniform call (it holds __syncthreads); returns in
+// every thread. sv / si: ArgmaxBlockReduce's shared arrays.
+template <int kWarps = 0>
+__device__ __forceinline__ void ArgmaxFinishAcrossBlocks(float bv, int32_t bi, int part, int parts, float* part_v,
+                                                         int32_t* part_i, uint32_t* cnt, int32_t* out, float* sv,
+                                                         int32_t* si) {
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    part_v[part] = bv;
+    part_i[part] = bi;
+    __threadfence();
+    last = atomicAdd(cnt, 1u) == static_cast<uint32_t>(parts - 1);
+    __threadfence();  // acquire side in the thread that saw the count (then the barrier)
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' partials (each fenced before its add)
+  bv = -INFINITY;
+  bi = INT32_MAX;
+  for (int t = threadIdx.x; t < parts; t += blockDim.x) ArgmaxTake(__ldcg(part_v + t), __ldcg(part_i + t), bv, bi);
+  ArgmaxBlockReduce<kWarps>(bv, bi, sv, si);
+  if (threadIdx.x == 0) {
+    *out = bi == INT32_MAX ? 0 : bi;
+    *cnt = 0;
+  }
+}
+
 }  // namespace ds::cuda::dev

@@ -864,6 +864,7 @@ void CudaModelRunner::RunLmHeadArgmax(const bf16* x, int32_t* out_id) {
   lp.w = lm_head_lin_.w.as<bf16>();
   lp.n = cfg_.vocab_size;
   lp.k = cfg_.hidden_size;
+  lp.balance_grid = opts_.lm_head_balance;
   lp.logits = logits_.as<float>();
   lp.out_id = out_id;
   lp.ws = lm_argmax_ws_.get();

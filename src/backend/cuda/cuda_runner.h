@@ -225,6 +225,9 @@ struct CudaRunnerOptions {
   // MoE layer then takes the specialised instantiation (moe_specialize). Session 31 (the CLI's
   // DS_LM_HEAD_NORM=0 turns it off); docs/design/decode_small_batch.md, "Session 31".
   bool lm_head_norm = true;
+  // LmHeadArgmax on the fewest blocks with the full grid's rounds (LmHeadArgmaxParams::
+  // balance_grid; the same logits and id). Session 31 (the CLI's DS_LM_HEAD_BALANCE=0 turns it off).
+  bool lm_head_balance = true;
   // Sampling rows at temperature > 0: one device-wide radix sort of every row (SampleParams::
   // device_sort; session 23) instead of CUB's segmented sort, a block a row (the CLI's
   // DS_SAMPLE_DEVICE_SORT=0). The same tokens either way.

@@ -28,7 +28,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) LmHeadArgmaxKernel(LmH
   __shared__ float s_part[kMaxRounds][kWarps][16];
   __shared__ float sv[kWarps];
   __shared__ int32_t si[kWarps];
-  __shared__ bool last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int grid = static_cast<int>(gridDim.x);
   const int64_t K = p.k, tiles = p.n / 16, kw = K / kParts;
@@ -93,27 +92,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) LmHeadArgmaxKernel(LmH
   dev::ArgmaxBlockReduce<kWarps>(bv, bi, sv, si);
   float* part_v = static_cast<float*>(p.ws);
   int32_t* part_i = reinterpret_cast<int32_t*>(part_v + grid);
-  if (threadIdx.x == 0) {
-    part_v[blockIdx.x] = bv;
-    part_i[blockIdx.x] = bi;
-    __threadfence();
-    last = atomicAdd(p.counter, 1u) == static_cast<uint32_t>(grid - 1);
-    __threadfence();
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the other blocks' partials (each fenced before its add)
-  bv = -INFINITY;
-  bi = INT32_MAX;
-  for (int b = threadIdx.x; b < grid; b += kThreads) dev::ArgmaxTake(__ldcg(part_v + b), __ldcg(part_i + b), bv, bi);
-  dev::ArgmaxBlockReduce<kWarps>(bv, bi, sv, si);
-  if (threadIdx.x == 0) {
-    *p.out_id = bi == INT32_MAX ? 0 : bi;  // every logit NaN: token 0
-    *p.counter = 0;                        // for the next call (stream-ordered after this one)
-  }
+  dev::ArgmaxFinishAcrossBlocks<kWarps>(bv, bi, blockIdx.x, grid, part_v, part_i, p.counter, p.out_id, sv, si);
 }
 
 int GridBlocks() { return CurrentDeviceProps().sms * kBlocksPerSm; }
+
+// balance_grid: the fewest blocks that keep the rounds of the full grid (tile t on block t % grid,
+// round t / grid), so every block has a tile in the last round (V2-Lite's 6,400 tiles: 256 blocks
+// of 25 tiles instead of 264 with 64 in a 25th round). The logits do not depend on the grid.
+int LaunchBlocks(int64_t tiles, bool balance_grid) {
+  const int64_t full = GridBlocks();
+  if (!balance_grid) return static_cast<int>(full);
+  const int64_t rounds = (tiles + full - 1) / full;
+  return static_cast<int>((tiles + rounds - 1) / rounds);
+}
 
 }  // namespace
 
@@ -140,7 +132,7 @@ void LmHeadArgmax(const LmHeadArgmaxParams& p) {
   const int smem = static_cast<int>(p.k * 2);
   const auto kernel = norm ? LmHeadArgmaxKernel<true> : LmHeadArgmaxKernel<false>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), smem);
-  kernel<<<GridBlocks(), kThreads, smem, p.stream>>>(p);
+  kernel<<<LaunchBlocks(p.n / 16, p.balance_grid), kThreads, smem, p.stream>>>(p);
   DS_CUDA_CHECK_LAUNCH("LmHeadArgmaxKernel");
 }
 

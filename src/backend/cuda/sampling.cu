@@ -380,27 +380,8 @@ __global__ void __launch_bounds__(kArgmaxSplitThreads) ArgmaxSplitKernel(const f
     for (int64_t v = 4 * nvec + threadIdx.x; v < vocab; v += kArgmaxSplitThreads) ArgmaxTake(row[v], static_cast<int32_t>(v), bv, bi);
   __shared__ float sv[kArgmaxSplitThreads / 32];
   __shared__ int32_t si[kArgmaxSplitThreads / 32];
-  __shared__ bool last;
   ArgmaxBlockReduce(bv, bi, sv, si);
-  if (threadIdx.x == 0) {
-    part_v[r * splits + s] = bv;
-    part_i[r * splits + s] = bi;
-    __threadfence();
-    last = atomicAdd(&cnt[r], 1u) == static_cast<uint32_t>(splits - 1);
-    __threadfence();  // acquire side in the thread that saw the count (then the barrier)
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();  // the other blocks' partials (their fence before their add)
-  bv = -INFINITY;
-  bi = INT32_MAX;
-  for (int t = threadIdx.x; t < splits; t += kArgmaxSplitThreads)
-    ArgmaxTake(__ldcg(part_v + r * splits + t), __ldcg(part_i + r * splits + t), bv, bi);
-  ArgmaxBlockReduce(bv, bi, sv, si);
-  if (threadIdx.x == 0) {
-    out[r] = bi == INT32_MAX ? 0 : bi;  // all NaN: token 0
-    cnt[r] = 0;                         // for the next call (stream-ordered after this one)
-  }
+  dev::ArgmaxFinishAcrossBlocks(bv, bi, s, splits, part_v + r * splits, part_i + r * splits, &cnt[r], &out[r], sv, si);
 }
 
 // Grows w's key buffers (in and out) to `keys` bytes, value buffers to `vals`, offsets to `offs`.
