@@ -67,7 +67,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_GRAPH_IO", &c.graph_io);  // the decode graph's input copy, id gather, argmax and ids' copy (on since session 26)
   env_switch("DS_LM_HEAD_ARGMAX", &c.lm_head_argmax);  // one-row LM head (+ the graph's argmax) in one launch (on since session 26)
   env_switch("DS_LM_HEAD_NORM", &c.lm_head_norm);  // the final norm in LmHeadArgmax, the last MoE kernel without it (session 31)
-  env_switch("DS_LM_HEAD_BALANCE", &c.lm_head_balance);  // LmHeadArgmax's grid without an idle last round (session 31)
   env_switch("DS_ARGMAX_SPLIT", &c.argmax_split);  // greedy argmax split over blocks (opt-in: level in the step, session 26)
   env_switch("DS_SAMPLE_DEVICE_SORT", &c.sample_device_sort);  // temperature rows: one device-wide sort (on since session 23)
   env_switch("DS_SKINNY_GEMM", &c.skinny_gemm);                  // decode-size skinny GEMMs
@@ -81,6 +80,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_PERSISTENT_MOE_BPS", 1, 2, 1, &c.persistent_moe_blocks_per_sm);
   env_int("DS_PERSISTENT_MOE_GU_KSPLIT", 1, 8, 1, &c.persistent_moe_gu_ksplit);
   env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared experts' tiles first, no barrier 1 (on since session 20)
+  env_switch("DS_MOE_ROUTER_TAGGED", &c.moe_router_tagged);  // tagged router logits polled by the routing warp (on since session 31)
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
   env_int("DS_ATTN_L2_FETCH", 0, 2, 1, &c.attn_l2_fetch);          // weight loads' L2 fetch size (session 21)
   env_int("DS_MOE_L2_FETCH", 0, 2, 1, &c.moe_l2_fetch);

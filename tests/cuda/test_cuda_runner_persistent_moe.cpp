@@ -64,6 +64,17 @@ TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {
                                &CudaGraphStats::moe_shared_first_layers, PathExpect::kRuns);
 }
 
+// moe_router_tagged (session 31): the specialised kernel's routing warp polls tagged router logits
+// instead of a count and then the logits: the same values routed, so bit-identical logits, graphs
+// off and on (a graph replays many launches: each launch's tag differs from the last one's).
+TEST(CudaRunnerPersistentMoe, RouterTaggedBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  const auto set = [](CudaRunnerOptions& x, bool on) { x.moe_router_tagged = on; };
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "moe_router_tagged", DummyOptions(dir, 3, 5), set,
+                               &CudaGraphStats::moe_router_tagged_layers, PathExpect::kRuns);
+}
+
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
 // against the unfused dense MLP (another fp32 order), and it must run there.
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {

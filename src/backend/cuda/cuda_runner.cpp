@@ -124,6 +124,10 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     persist_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, then shared_first's word
     DS_CUDA_CHECK(cudaMemsetAsync(persist_sync_.get(), 0, 4 * sizeof(uint32_t), s_));
     persist_partials_.Reset(static_cast<size_t>(MoePersistentGridBlocks(2)) * sizeof(float));
+    // moe_router_tagged: the tagged router logits (64-bit words, zero before the first launch).
+    const size_t tagged = static_cast<size_t>(std::max<int64_t>(cfg_.n_routed_experts, 1)) * sizeof(uint64_t);
+    persist_router_tagged_.Reset(tagged);
+    DS_CUDA_CHECK(cudaMemsetAsync(persist_router_tagged_.get(), 0, tagged, s_));
   }
   if (opts_.fused_down_combine) {
     down_combine_sync_.Reset(sizeof(uint32_t));
@@ -543,6 +547,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   p.blocks_per_sm = opts_.persistent_moe_blocks_per_sm;
   p.gu_ksplit = MoePersistentGuKsplitFor(p, opts_.persistent_moe_gu_ksplit);  // (smaller where the shapes need it)
   if (opts_.persistent_moe_shared_first && p.gu_ksplit == 8) p.router_ready = persist_sync_.as<uint32_t>() + 2;
+  if (opts_.moe_router_tagged && !dense) p.router_tagged = persist_router_tagged_.as<uint64_t>();
   p.pdl = opts_.persistent_pdl;
   p.l2_fetch = opts_.moe_l2_fetch;
   p.specialize = opts_.moe_specialize;
@@ -562,6 +567,8 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
   if (p.l2_fetch > 0 && !went_pdl) ++graph_stats_.moe_l2_fetch_layers;
   if (!went_pdl && MoePersistentSpecialized(p)) ++graph_stats_.moe_specialized_layers;
+  if (!went_pdl && MoePersistentSpecialized(p) && p.router_tagged != nullptr && p.num_experts <= 64)
+    ++graph_stats_.moe_router_tagged_layers;
   if (p.carveout >= 0) ++graph_stats_.persistent_carveout_launches;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;
@@ -864,7 +871,6 @@ void CudaModelRunner::RunLmHeadArgmax(const bf16* x, int32_t* out_id) {
   lp.w = lm_head_lin_.w.as<bf16>();
   lp.n = cfg_.vocab_size;
   lp.k = cfg_.hidden_size;
-  lp.balance_grid = opts_.lm_head_balance;
   lp.logits = logits_.as<float>();
   lp.out_id = out_id;
   lp.ws = lm_argmax_ws_.get();

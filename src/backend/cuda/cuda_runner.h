@@ -225,9 +225,6 @@ struct CudaRunnerOptions {
   // MoE layer then takes the specialised instantiation (moe_specialize). Session 31 (the CLI's
   // DS_LM_HEAD_NORM=0 turns it off); docs/design/decode_small_batch.md, "Session 31".
   bool lm_head_norm = true;
-  // LmHeadArgmax on the fewest blocks with the full grid's rounds (LmHeadArgmaxParams::
-  // balance_grid; the same logits and id). Session 31 (the CLI's DS_LM_HEAD_BALANCE=0 turns it off).
-  bool lm_head_balance = true;
   // Sampling rows at temperature > 0: one device-wide radix sort of every row (SampleParams::
   // device_sort; session 23) instead of CUB's segmented sort, a block a row (the CLI's
   // DS_SAMPLE_DEVICE_SORT=0). The same tokens either way.
@@ -317,6 +314,13 @@ struct CudaRunnerOptions {
   // V2-Lite 27 layers b1 2.266-2.271 against 2.387-2.405 ms with neither (run 2). The CLI reads
   // DS_PERSISTENT_MOE_SHARED_FIRST=0/1.
   bool persistent_moe_shared_first = true;
+  // The persistent MoE kernel's router logits as tagged 64-bit words (MoePersistentParams::
+  // router_tagged): where the specialised kernel runs with <= 64 experts (V2-Lite), the routing
+  // warp polls the logits themselves, first loaded beside the block's last shared-expert tile,
+  // instead of a count and then the logits. The same bits. On by default since session 31 (V2-Lite
+  // b1 1K -20 to -25 us a step; the CLI's DS_MOE_ROUTER_TAGGED=0 turns it off;
+  // docs/design/decode_small_batch.md, "Session 31").
+  bool moe_router_tagged = true;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -677,6 +681,7 @@ struct CudaGraphStats {
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t moe_specialized_layers = 0;      // persistent MoE launches on its specialised instantiation (likewise)
+  int64_t moe_router_tagged_layers = 0;    // of those, with the tagged router logits (moe_router_tagged)
   int64_t attn_specialized_layers = 0;     // persistent attention launches on its specialised instantiation (likewise)
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 to 6 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

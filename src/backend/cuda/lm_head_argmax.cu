@@ -97,16 +97,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) LmHeadArgmaxKernel(LmH
 
 int GridBlocks() { return CurrentDeviceProps().sms * kBlocksPerSm; }
 
-// balance_grid: the fewest blocks that keep the rounds of the full grid (tile t on block t % grid,
-// round t / grid), so every block has a tile in the last round (V2-Lite's 6,400 tiles: 256 blocks
-// of 25 tiles instead of 264 with 64 in a 25th round). The logits do not depend on the grid.
-int LaunchBlocks(int64_t tiles, bool balance_grid) {
-  const int64_t full = GridBlocks();
-  if (!balance_grid) return static_cast<int>(full);
-  const int64_t rounds = (tiles + full - 1) / full;
-  return static_cast<int>((tiles + rounds - 1) / rounds);
-}
-
 }  // namespace
 
 size_t LmHeadArgmaxWorkspaceBytes() { return static_cast<size_t>(GridBlocks()) * 8; }
@@ -132,7 +122,7 @@ void LmHeadArgmax(const LmHeadArgmaxParams& p) {
   const int smem = static_cast<int>(p.k * 2);
   const auto kernel = norm ? LmHeadArgmaxKernel<true> : LmHeadArgmaxKernel<false>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), smem);
-  kernel<<<LaunchBlocks(p.n / 16, p.balance_grid), kThreads, smem, p.stream>>>(p);
+  kernel<<<GridBlocks(), kThreads, smem, p.stream>>>(p);
   DS_CUDA_CHECK_LAUNCH("LmHeadArgmaxKernel");
 }
 

@@ -41,10 +41,6 @@ struct LmHeadArgmaxParams {
   float eps = 1e-6f;
   const __nv_bfloat16* w = nullptr;  // [N, K] device, row-major
   int64_t n = 0, k = 0;
-  // The fewest blocks (<= 2 x SMs) with the full grid's number of tile rounds, so that no block
-  // idles in the last round (session 31; CudaRunnerOptions::lm_head_balance). Timing only: the
-  // logits do not depend on the grid, and the id is the same.
-  bool balance_grid = false;
   float* logits = nullptr;  // [N] device fp32
   int32_t* out_id = nullptr;  // [1] device
   // Workspace (LmHeadArgmaxWorkspaceBytes(): partial values and indices, one a block) and the

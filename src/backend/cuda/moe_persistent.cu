@@ -31,6 +31,38 @@ using grid::GridBarrier;
 
 __device__ __forceinline__ bf16 SiluMul(float g, float u) { return __float2bfloat16_rn(g / (1.0f + expf(-g)) * u); }
 
+// router_tagged (MoePersistentParams): a router logit and its launch's tag in one 64-bit word
+// (tag << 32 | the fp32 bits), stored and loaded whole (single-copy atomic: a reader sees the value
+// with its own tag), relaxed (no other data rides on it).
+__device__ __forceinline__ void StTagged(uint64_t* w, uint32_t tag, float v) {
+  const uint64_t word = (uint64_t{tag} << 32) | __float_as_uint(v);
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(w), "l"(word) : "memory");
+}
+__device__ __forceinline__ uint64_t LdTaggedWord(const uint64_t* w) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(w) : "memory");
+  return v;
+}
+// Warp: lane's words for experts lane and lane + 32 (E <= 64; past E: left as they are).
+__device__ __forceinline__ void LdTagged(const uint64_t* w, int E, uint64_t& w0, uint64_t& w1) {
+  const int lane = threadIdx.x & 31;
+  if (lane < E) w0 = LdTaggedWord(w + lane);
+  if (lane + 32 < E) w1 = LdTaggedWord(w + lane + 32);
+}
+// Warp: polls until every expert's word carries `tag` (words loaded earlier are checked first),
+// then x = the logits (-inf past E), as RouteTokenInWarp<2> loads them.
+__device__ __forceinline__ void PollTagged(const uint64_t* w, int E, uint32_t tag, uint64_t& w0, uint64_t& w1,
+                                           float (&x)[2]) {
+  const int lane = threadIdx.x & 31;
+  const auto ok = [&](uint64_t v, int e) { return e >= E || static_cast<uint32_t>(v >> 32) == tag; };
+  while (!__all_sync(0xffffffffu, ok(w0, lane) && ok(w1, lane + 32))) {
+    if (!ok(w0, lane)) w0 = LdTaggedWord(w + lane);
+    if (!ok(w1, lane + 32)) w1 = LdTaggedWord(w + lane + 32);
+  }
+  x[0] = lane < E ? __uint_as_float(static_cast<uint32_t>(w0)) : -INFINITY;
+  x[1] = lane + 32 < E ? __uint_as_float(static_cast<uint32_t>(w1)) : -INFINITY;
+}
+
 // Copies n8 16-byte vectors from global (through L2: written by other blocks of this grid) to
 // shared memory, by the whole block: kCopyBatch loads a thread in flight before their stores
 // (V2-Lite's 22.5 KB of act: one L2 round trip, not six).
@@ -64,7 +96,10 @@ constexpr int kMaxUnits = (kMaxSegments + 1) / 2 * 2;  // pairs x K splits never
 // stamps, not barriers_only): no code for the other forms on its path (as MlaAttnPersistent's).
 // kV2Lite (with kProd; specialize 2): DeepSeek-V2-Lite's shapes fixed too (hidden 2048, 64
 // experts, top 6, I 1408, shared I 2816), so the tile and unit index arithmetic is on constants.
-template <int kMinBlocks, bool kPdl, int kPf = 0, bool kProd = false, bool kV2Lite = false>
+// kTagged (with kProd, E <= 64; MoePersistentParams::router_tagged): the router logits as tagged
+// words, polled by the routing warp (no router_ready count), first loaded beside the block's last
+// shared-expert tile.
+template <int kMinBlocks, bool kPdl, int kPf = 0, bool kProd = false, bool kV2Lite = false, bool kTagged = false>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoePersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   extern __shared__ uint4 smem4[];
@@ -118,6 +153,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   }
   __syncthreads();
   const uint64_t base = s_base;
+  // kTagged: this launch's tag (never 0: the words start at zero), the same in every block.
+  const uint32_t epoch = static_cast<uint32_t>(base / grid::kGridEpoch) + 1u;
 
   bf16* act = p.act;
   const int64_t it = I / 8, tiles_r = K * it, tiles = tiles_r + Is / 8;
@@ -160,6 +197,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     for (int64_t k = threadIdx.x; k < Hd; k += kThreads) acc = fmaf(x32s[k], __ldg(wr + k), acc);
     acc = dev::BlockSum(acc, s_red);
     if (threadIdx.x == 0) p.logits[n] = acc;
+    if constexpr (kTagged)
+      if (threadIdx.x == 0) StTagged(p.router_tagged + n, epoch, acc);
   }
   // Dense (top_k == 0, no routed experts): no router, no routing, no barrier 1; the barriers
   // that remain count from 1.
@@ -171,8 +210,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // counts only before it routes (before its first routed tile, or after phase 2).
   const bool shared_first = kProd ? true : p.router_ready != nullptr;
   const uint32_t router_blocks = static_cast<uint32_t>(std::min<int64_t>(E, grid));
-  if (shared_first && routed && work && blockIdx.x < E && threadIdx.x == 0)
+  // (kTagged: no count. Written as a ternary: `!kTagged && ...` or an `if constexpr` around it
+  // changed the generic instantiations' code, session 31, as session 28 found for kProd.)
+  if (kTagged ? false : shared_first && routed && work && blockIdx.x < E && threadIdx.x == 0)
     asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.router_ready) : "memory");
+  // kTagged: warp 0's words of the tagged logits (experts lane and lane + 32), loaded early.
+  uint64_t tag_w0 = 0, tag_w1 = 0;
   int nbar = 0;
   stamp(1);
   if (routed && !shared_first) GridBarrier(p.sync, base + (++nbar) * gridDim.x);
@@ -185,11 +228,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   // Block-uniform (it holds block barriers).
   const auto route_token = [&]() {
     tstamp(0);
-    if (shared_first && work) {  // every router block's logits written
-      if (threadIdx.x == 0)
-        while (grid::LdAcquire(p.router_ready) < router_blocks) {
-        }
-      __syncthreads();
+    if constexpr (!kTagged) {
+      if (shared_first && work) {  // every router block's logits written
+        if (threadIdx.x == 0)
+          while (grid::LdAcquire(p.router_ready) < router_blocks) {
+          }
+        __syncthreads();
+      }
     }
     tstamp(1);
     MoeRoutingParams rp = p.routing;
@@ -200,7 +245,13 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     // E <= 64 (V2-Lite): two experts a lane, a quarter of the unrolled code and of its latency
     // chain (the routing ~3.2 against ~5.5 us a block under the phase's load; session 24 run 6);
     // the same bits.
-    if (warp == 0 && work) {
+    if constexpr (kTagged) {
+      if (warp == 0) {
+        float x[2];
+        PollTagged(p.router_tagged, static_cast<int>(E), epoch, tag_w0, tag_w1, x);
+        routing::RouteTokenInWarp<2, true>(rp, 0, route_ws.View(), x);
+      }
+    } else if (warp == 0 && work) {
       if (E <= 64) routing::RouteTokenInWarp<2>(rp, 0, route_ws.View());
       else routing::RouteTokenInWarp(rp, 0, route_ws.View());
     }
@@ -248,6 +299,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
     int r = 0;
     int64_t i = blockIdx.x + int64_t{grid} * slot;
     for (; work && i < tiles && (routed_here || i < ts); i += int64_t{grid} * slots, ++r) {
+      if constexpr (kTagged)  // the block's last shared tile: the logits' loads beside its weights
+        if (warp == 0 && !routed_here && i + int64_t{grid} * slots >= ts) LdTagged(p.router_tagged, static_cast<int>(E), tag_w0, tag_w1);
       gu_part(tile_of(i), r);
       tstamp(4 + r);
     }
@@ -502,6 +555,7 @@ std::string MoePersistentUnsupported(const MoePersistentParams& p) {
   }
   if (p.router_ready != nullptr && p.gu_ksplit != kWarps) why << "shared_first (router_ready) needs gu_ksplit " << kWarps << "; ";
   if (reinterpret_cast<uintptr_t>(p.router_ready) % 4 != 0) why << "router_ready must be 4-byte aligned; ";
+  if (reinterpret_cast<uintptr_t>(p.router_tagged) % 8 != 0) why << "router_tagged must be 8-byte aligned; ";
   if (p.hidden > int64_t{kDownTile} * kMoePersistentMaxTilesPerBlock * (W / kWarps))
     why << "hidden " << p.hidden << " over the down tiles a block keeps; ";
   if (SmemBytes(p) > 200 * 1024) {
@@ -544,9 +598,12 @@ bool MoePersistent(const MoePersistentParams& p) {
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   const bool v2lite = p.specialize >= 2 && p.hidden == 2048 && p.num_experts == 64 && p.top_k == 6 && p.inter == 1408 &&
                       p.shared_inter == 2816;
+  // router_tagged: its own instantiations of the specialised kernel (E <= 64; other forms ignore it).
+  const bool tagged = p.router_tagged != nullptr && p.num_experts <= 64;
   void (*plain)(MoePersistentParams) =
       !pdl && MoePersistentSpecialized(p)
-          ? (v2lite ? MoePersistentKernel<2, false, 1, true, true> : MoePersistentKernel<2, false, 1, true>)
+          ? (v2lite ? (tagged ? MoePersistentKernel<2, false, 1, true, true, true> : MoePersistentKernel<2, false, 1, true, true>)
+                    : (tagged ? MoePersistentKernel<2, false, 1, true, false, true> : MoePersistentKernel<2, false, 1, true>))
           : KernelFor(p.blocks_per_sm, false, pdl ? 0 : p.l2_fetch);
   if (smem > 48 * 1024) EnsureMaxDynamicSmem(reinterpret_cast<const void*>(plain), static_cast<int>(smem));
   SetSmemCarveout(reinterpret_cast<const void*>(plain), p.carveout, p.blocks_per_sm, smem);

@@ -129,8 +129,11 @@ __device__ inline WarpRouteView WarpRouteScratchAt(float* base, int64_t E) {
 // operations on the same values (the lanes' missing experts were -inf / 0 terms): the same bits,
 // a quarter of the unrolled code at kPer 2 (E <= 64; the persistent MoE kernel, session 24).
 // The caller guarantees num_experts <= 32 kPer (experts beyond would not be considered).
-template <int kPer = kWarpRouteMaxExperts / 32>
-__device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, const WarpRouteView& ws) {
+// kGiven (MoePersistentParams::router_tagged, session 31): the logits come in `given` (given[j]:
+// expert lane + 32 j, -inf past E), already in registers, instead of from p.logits.
+template <int kPer = kWarpRouteMaxExperts / 32, bool kGiven = false>
+__device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, const WarpRouteView& ws,
+                                        const float* given = nullptr) {
   static_assert(kPer >= 1 && kPer <= kWarpRouteMaxExperts / 32, "kPer");
   const int lane = threadIdx.x & 31;
   const int E = static_cast<int>(p.num_experts);
@@ -139,7 +142,8 @@ __device__ inline void RouteTokenInWarp(const MoeRoutingParams& p, int64_t t, co
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int e = lane + 32 * j;
-    x[j] = e < E ? __ldcg(lg + e) : -INFINITY;
+    if constexpr (kGiven) x[j] = given[j];
+    else x[j] = e < E ? __ldcg(lg + e) : -INFINITY;
   }
   if (p.scoring == 0) {
     float m = -INFINITY;
