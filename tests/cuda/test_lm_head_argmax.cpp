@@ -108,11 +108,11 @@ TEST(CudaLmHeadArgmax, MatchesCpu) {
   RunCase(4096, 2048, "nan_rows", false, true);
   RunCase(4096, 2048, "all_nan", false, false, true);
   RunCase(2048, 16384, "k16384", false, false);  // 32 KB of x in shared memory
-  // The final norm in the kernel (lm_head_norm): V2-Lite's and V3's shapes, and K = 16,384 (16
-  // float4s a thread).
+  // The final norm in the kernel (lm_head_norm): V2-Lite's and V3's shapes, and K = 8,192 (its
+  // limit: 8 float4s a thread).
   RunCase(102400, 2048, "v2lite_norm", false, false, false, true);
   RunCase(129280, 7168, "v3_norm", false, false, false, true);
-  RunCase(2048, 16384, "k16384_norm", false, false, false, true);
+  RunCase(2048, 8192, "k8192_norm", false, false, false, true);
 }
 
 TEST(CudaLmHeadArgmax, RejectsShapes) {
@@ -143,6 +143,8 @@ TEST(CudaLmHeadArgmax, RejectsShapes) {
   q.norm_w = nw.get();
   q.in_residual = res.get() + 1;
   EXPECT_THROW(LmHeadArgmax(q), CheckError);  // not 16-byte aligned
+  EXPECT_TRUE(LmHeadArgmaxNormSupported(8192));
+  EXPECT_FALSE(LmHeadArgmaxNormSupported(16384));  // the norm form's row limit
 }
 
 }  // namespace

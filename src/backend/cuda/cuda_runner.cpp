@@ -1008,7 +1008,8 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   attn_norm_pending_ = false;
   {  // lm_head_norm: only where the LM head below is LmHeadArgmax on one row (and T == 1: MoePersistent)
     const int64_t R_lm = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
-    lm_norm_pass_ = opts_.lm_head_norm && T == 1 && (!gin_ || gio_q_ >= 0) && LmHeadArgmaxOk(R_lm, fuse_norm);
+    lm_norm_pass_ = opts_.lm_head_norm && T == 1 && (!gin_ || gio_q_ >= 0) && LmHeadArgmaxOk(R_lm, fuse_norm) &&
+                    LmHeadArgmaxNormSupported(cfg_.hidden_size);
     lm_norm_pending_ = false;
   }
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {

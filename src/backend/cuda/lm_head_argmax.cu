@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/gemv_ptx.cuh"
+#include "backend/cuda/rmsnorm.cuh"
 #include "common/check.h"
 
 namespace ds::cuda {
@@ -18,6 +19,7 @@ constexpr int kThreads = 256, kWarps = kThreads / 32, kBlocksPerSm = 2;
 constexpr int kParts = kWarps;     // a tile's K split over the block's 8 warps
 constexpr int kMaxRounds = 40;     // tiles a block (N <= 40 * 16 * grid: V3's 129,280 on 132 SMs = 31)
 constexpr int kMaxK = 16384;       // x in shared memory: 32 KB
+constexpr int kMaxNormK = 8192;    // in_residual: the final norm's row in registers (2 x 8 float4s a thread)
 
 // kNorm: x computed from p.in_residual by the final norm in every block (lm_head_argmax.h); a
 // separate instantiation, so the plain kernel's code stays as it was.
@@ -32,35 +34,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) LmHeadArgmaxKernel(LmH
   const int grid = static_cast<int>(gridDim.x);
   const int64_t K = p.k, tiles = p.n / 16, kw = K / kParts;
   if constexpr (kNorm) {
-    // The final norm: thread i sums v^2 over its float4s i, i + 256, ... (each as x, y, z, w),
-    // then the warps' sums in warp order; o = v * inv * w rounded to bf16 (RmsNorm's operations).
-    const float4* r4 = reinterpret_cast<const float4*>(p.in_residual);
-    const float4* w4 = reinterpret_cast<const float4*>(p.norm_w);
-    constexpr int kV = kMaxK / 4 / kThreads;  // float4s a thread at most (16); all loads in flight
-    float4 rv[kV];
-    float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < kV; ++j)
-      if (threadIdx.x + j * kThreads < K / 4) rv[j] = __ldcg(r4 + threadIdx.x + j * kThreads);
-#pragma unroll
-    for (int j = 0; j < kV; ++j)
-      if (threadIdx.x + j * kThreads < K / 4)
-        ss += rv[j].x * rv[j].x + rv[j].y * rv[j].y + rv[j].z * rv[j].z + rv[j].w * rv[j].w;
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (lane == 0) sv[warp] = ss;
-    __syncthreads();
-    float total = 0.f;
-    for (int w = 0; w < kWarps; ++w) total += sv[w];
-    const float inv = rsqrtf(total / static_cast<float>(K) + p.eps);
-#pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      const int64_t i = threadIdx.x + j * kThreads;
-      if (i < K / 4) {
-        const float4 w = __ldg(w4 + i);
-        reinterpret_cast<__nv_bfloat162*>(xs)[2 * i] = __floats2bfloat162_rn(rv[j].x * inv * w.x, rv[j].y * inv * w.y);
-        reinterpret_cast<__nv_bfloat162*>(xs)[2 * i + 1] = __floats2bfloat162_rn(rv[j].z * inv * w.z, rv[j].w * inv * w.w);
-      }
-    }
+    // The final norm (rmsnorm.cuh's block form: RmsNorm's operations, the block's sum order).
+    norm::BlockRmsNormRowToBf16<kMaxNormK / 4 / kThreads, kThreads>(p.in_residual, p.norm_w, K, p.eps, xs, sv);
   } else {
     for (int64_t i = threadIdx.x; i < K / 8; i += kThreads) smem4[i] = reinterpret_cast<const uint4*>(p.x)[i];
   }
@@ -111,6 +86,8 @@ std::string LmHeadArgmaxSupported(int64_t n, int64_t k) {
   return why.str();
 }
 
+bool LmHeadArgmaxNormSupported(int64_t k) { return k > 0 && k <= kMaxNormK; }
+
 void LmHeadArgmax(const LmHeadArgmaxParams& p) {
   const std::string why = LmHeadArgmaxSupported(p.n, p.k);
   DS_CHECK(why.empty()) << "LmHeadArgmax: " << why;
@@ -119,6 +96,8 @@ void LmHeadArgmax(const LmHeadArgmaxParams& p) {
       << "LmHeadArgmax: null pointer";
   DS_CHECK(!norm || (reinterpret_cast<uintptr_t>(p.in_residual) % 16 == 0 && reinterpret_cast<uintptr_t>(p.norm_w) % 16 == 0))
       << "LmHeadArgmax: in_residual and norm_w must be 16-byte aligned";
+  DS_CHECK(!norm || LmHeadArgmaxNormSupported(p.k)) << "LmHeadArgmax: the final norm in the kernel takes K <= " << kMaxNormK
+                                                   << ", not " << p.k;
   const int smem = static_cast<int>(p.k * 2);
   const auto kernel = norm ? LmHeadArgmaxKernel<true> : LmHeadArgmaxKernel<false>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), smem);

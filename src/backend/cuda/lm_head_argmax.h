@@ -21,7 +21,7 @@
 //
 // Errors: LmHeadArgmaxSupported says why a shape cannot run (K % 256, K <= 16,384, N % 16, at most
 // 40 tiles of 16 rows a block: N <= 640 x 2 x SMs); LmHeadArgmax DS_CHECKs the same, and the
-// pointers (x, or in_residual with norm_w, both 16-byte aligned).
+// pointers (x, or in_residual with norm_w, both 16-byte aligned; K <= 8,192 then).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -54,6 +54,9 @@ struct LmHeadArgmaxParams {
 size_t LmHeadArgmaxWorkspaceBytes();
 // "" when (n, k) can run on the current device, else the reason.
 std::string LmHeadArgmaxSupported(int64_t n, int64_t k);
+// Whether the in_residual form (the final norm in the kernel) takes K: K <= 8,192 (every
+// DeepSeek-V2 / V3-family hidden size), on top of LmHeadArgmaxSupported.
+bool LmHeadArgmaxNormSupported(int64_t k);
 void LmHeadArgmax(const LmHeadArgmaxParams& p);
 
 }  // namespace ds::cuda

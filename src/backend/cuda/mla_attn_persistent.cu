@@ -260,37 +260,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   if (kProd || p.in_residual != nullptr) {
     // The layer's input norm, in every block (MlaAttnPersistentParams::in_residual): RmsNorm's
     // fp32 operations per element (o = v * inv * w), the sum of squares in this block's order.
-    constexpr int kV = kMaxHidden / 4 / kThreads;  // float4s a thread, all loads in flight
-    float4 rv[kV], wv[kV];
-    float ss = 0.f;
-#pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      const int64_t i = threadIdx.x + j * kThreads;
-      if (i < Hd / 4) {
-        rv[j] = reinterpret_cast<const float4*>(p.in_residual)[i];
-        wv[j] = reinterpret_cast<const float4*>(p.in_norm_w)[i];
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kV; ++j)
-      if (threadIdx.x + j * kThreads < Hd / 4)
-        ss += rv[j].x * rv[j].x + rv[j].y * rv[j].y + rv[j].z * rv[j].z + rv[j].w * rv[j].w;
-    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-    if (lane == 0) s_norm[warp] = ss;
-    __syncthreads();
-    float total = 0.f;
-    for (int w = 0; w < kWarps; ++w) total += s_norm[w];
-    const float inv = rsqrtf(total / static_cast<float>(Hd) + p.in_eps);
-#pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      const int64_t i = threadIdx.x + j * kThreads;
-      if (i < Hd / 4) {
-        reinterpret_cast<__nv_bfloat162*>(xs)[2 * i] =
-            __floats2bfloat162_rn(rv[j].x * inv * wv[j].x, rv[j].y * inv * wv[j].y);
-        reinterpret_cast<__nv_bfloat162*>(xs)[2 * i + 1] =
-            __floats2bfloat162_rn(rv[j].z * inv * wv[j].z, rv[j].w * inv * wv[j].w);
-      }
-    }
+    norm::BlockRmsNormRowToBf16<kMaxHidden / 4 / kThreads, kThreads>(p.in_residual, p.in_norm_w, Hd, p.in_eps, xs, s_norm);
   } else {
     for (int64_t i = threadIdx.x; i < Hd / 8; i += kThreads)
       reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];

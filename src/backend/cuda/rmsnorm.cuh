@@ -77,4 +77,48 @@ __device__ __forceinline__ void RmsNormRow(const float* x, float* res, const flo
   }
 }
 
+// One block computes the bf16 RMSNorm of an fp32 row into shared memory (a persistent kernel's
+// input norm in every block: MlaAttnPersistentParams::in_residual, LmHeadArgmaxParams::in_residual):
+// xs[i] = bf16(v[i] * inv * w[i]), inv = rsqrt(sum(v^2) / d + eps), RmsNorm's per-element operations.
+// Thread t loads float4s t, t + kThreads, ... of v and w (at most kV each, all in flight), sums
+// x^2 + y^2 + z^2 + w^2 over them in order, then a warp butterfly, then the warps' sums in warp
+// order (s_warp: kThreads / 32 floats). d % 4 == 0, d <= 4 kV kThreads; v, w 16-byte aligned.
+// Every thread of the block must call it; xs is written when it returns only after a barrier.
+template <int kV, int kThreads>
+__device__ __forceinline__ void BlockRmsNormRowToBf16(const float* v, const float* w, int64_t d, float eps,
+                                                      __nv_bfloat16* xs, float* s_warp) {
+  constexpr int kWarps = kThreads / 32;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float4 rv[kV], wv[kV];
+  float ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    const int64_t i = threadIdx.x + j * kThreads;
+    if (i < d / 4) {
+      rv[j] = reinterpret_cast<const float4*>(v)[i];
+      wv[j] = reinterpret_cast<const float4*>(w)[i];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kV; ++j)
+    if (threadIdx.x + j * kThreads < d / 4)
+      ss += rv[j].x * rv[j].x + rv[j].y * rv[j].y + rv[j].z * rv[j].z + rv[j].w * rv[j].w;
+  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+  if (lane == 0) s_warp[warp] = ss;
+  __syncthreads();
+  float total = 0.f;
+  for (int k = 0; k < kWarps; ++k) total += s_warp[k];
+  const float inv = rsqrtf(total / static_cast<float>(d) + eps);
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    const int64_t i = threadIdx.x + j * kThreads;
+    if (i < d / 4) {
+      reinterpret_cast<__nv_bfloat162*>(xs)[2 * i] =
+          __floats2bfloat162_rn(rv[j].x * inv * wv[j].x, rv[j].y * inv * wv[j].y);
+      reinterpret_cast<__nv_bfloat162*>(xs)[2 * i + 1] =
+          __floats2bfloat162_rn(rv[j].z * inv * wv[j].z, rv[j].w * inv * wv[j].w);
+    }
+  }
+}
+
 }  // namespace ds::cuda::norm
