@@ -113,6 +113,7 @@ TEST(CudaLmHeadArgmax, MatchesCpu) {
   RunCase(102400, 2048, "v2lite_norm", false, false, false, true);
   RunCase(129280, 7168, "v3_norm", false, false, false, true);
   RunCase(2048, 8192, "k8192_norm", false, false, false, true);
+  RunCase(2048, 2304, "k2304_norm", false, false, false, true);  // threads with 3 and 2 float4s
 }
 
 TEST(CudaLmHeadArgmax, RejectsShapes) {
@@ -145,6 +146,14 @@ TEST(CudaLmHeadArgmax, RejectsShapes) {
   EXPECT_THROW(LmHeadArgmax(q), CheckError);  // not 16-byte aligned
   EXPECT_TRUE(LmHeadArgmaxNormSupported(8192));
   EXPECT_FALSE(LmHeadArgmaxNormSupported(16384));  // the norm form's row limit
+  Dev<float> res_big(16384), nw_big(16384);
+  Dev<__nv_bfloat16> w_big(16 * 16384);
+  q.k = 16384;
+  q.w = w_big.get();
+  q.in_residual = res_big.get();
+  q.norm_w = nw_big.get();
+  EXPECT_EQ(LmHeadArgmaxSupported(16, 16384), "");
+  EXPECT_THROW(LmHeadArgmax(q), CheckError);  // the plain form takes K 16,384, the norm form not
 }
 
 }  // namespace

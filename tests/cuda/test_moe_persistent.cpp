@@ -108,11 +108,15 @@ void ExpectSharedFirstBitsAndReset(const MoePersistentParams& p, const float* re
 }
 
 // shared_first: (MoePersistentParams::router_ready; ksplit 8), then ExpectSharedFirstBitsAndReset.
-void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true, bool shared_first = false) {
+// tagged: the runner's form on the specialised kernel (l2_fetch 1) with router_tagged (session
+// 31; E <= 64): the same checks, and (shared_first) the same bits as the generic kernel without it.
+void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool next_norm = true, bool shared_first = false,
+             bool tagged = false) {
   const int64_t Hd = c.hidden, E = c.E, K = c.top_k, I = c.I, Is = c.Is;
   const std::string label = std::string(c.name) + (graph ? " graph" : " direct") + " bps" + std::to_string(bps) +
                             (fold ? " fold" : "") + (ksplit > 1 ? " gu_ksplit" + std::to_string(ksplit) : "") +
-                            (next_norm ? "" : " no_next_norm") + (shared_first ? " shared_first" : "");
+                            (next_norm ? "" : " no_next_norm") + (shared_first ? " shared_first" : "") +
+                            (tagged ? " router_tagged" : "");
   // Inputs: x32 (a normalised row), x16 its bf16, the router, the experts, the residual; with
   // fold, attn_out and the post-attention norm's weight instead of x32 / x16 (x32 is then the
   // reference's own norm of residual + attn_out).
@@ -146,6 +150,8 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   Dev<__nv_bfloat16> d_act(K * I + Is), d_out16(Hd);
   Dev<uint32_t> d_sync(4);
   DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 4 * sizeof(uint32_t)));
+  Dev<uint64_t> d_tagged(std::max<int64_t>(E, 1));  // zeroed with the sync words it is paired with
+  DS_CUDA_CHECK(cudaMemset(d_tagged.get(), 0, std::max<int64_t>(E, 1) * sizeof(uint64_t)));
 
   MoePersistentParams p{};
   if (fold) { p.attn_out = d_attn.get(); p.post_norm_weight = d_post_w.get(); }
@@ -164,6 +170,11 @@ void RunCase(const Case& c, bool graph, int bps, bool fold, int ksplit = 1, bool
   p.blocks_per_sm = bps;
   if (!next_norm) p.norm_weight = nullptr;  // out32 / out16 / partials stay set: the kernel must not write them
   if (shared_first) p.router_ready = d_sync.get() + 2;
+  if (tagged) {
+    p.l2_fetch = 1;
+    p.router_tagged = d_tagged.get();
+    EXPECT_TRUE(MoePersistentSpecialized(p)) << label << ": the tagged form needs the specialised kernel";
+  }
   ASSERT_EQ(MoePersistentUnsupported(p), "") << label;
 
   constexpr int kLaunches = 3;
@@ -358,6 +369,10 @@ TEST(CudaMoePersistent, SharedFirstMatchesCpuReference) {
   for (const Case& c : kCases) {
     RunCase(c, true, 2, true, 8, false, true);   // the runner's form: fold, no next norm
     RunCase(c, false, 2, false, 8, true, true);  // x given, a next norm, direct launches
+    if (c.E <= 64) {  // router_tagged on the specialised kernel (V2-Lite's E = 64 and smaller)
+      RunCase(c, true, 2, true, 8, false, true, true);
+      RunCase(c, false, 2, true, 8, false, true, true);
+    }
   }
   RunCase(kCases[0], true, 1, true, 8, true, true);
   RunDenseCase(2048, 10944, 2, true, 2, 8, false, true);

@@ -853,8 +853,8 @@ bool CudaModelRunner::LmHeadArgmaxOk(int64_t R, bool fuse_norm) const {
 }
 
 void CudaModelRunner::RunLmHeadArgmax(const bf16* x, int32_t* out_id) {
-  DS_CHECK((x == nullptr) == lm_norm_pending_) << "RunLmHeadArgmax: the final norm " << (lm_norm_pending_ ? "is" : "is not")
-                                               << " left to the LM head";
+  DS_CHECK((x == nullptr) == lm_norm_pending_) << "RunLmHeadArgmax: x " << (x == nullptr ? "null" : "given")
+                                               << " but lm_norm_pending_ " << lm_norm_pending_;
   if (lm_argmax_cnt_.size() == 0) {  // once, outside any capture (a graph's eager pass comes first)
     lm_argmax_ws_.Reserve(LmHeadArgmaxWorkspaceBytes());
     lm_argmax_cnt_.Reserve(4);
@@ -1043,7 +1043,6 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   }
   // Final norm (with the last residual add) and the LM head on the requested rows.
   const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
-  DS_CHECK(!lm_norm_pending_ || normed) << "lm_head_norm: the last layer was not the MoE kernel's";
   if (cfg_.num_hidden_layers > 0 && !normed) norm(mlp32_.as<float>(), residual, final_norm_);
   else if (cfg_.num_hidden_layers == 0) norm(residual, nullptr, final_norm_);  // (normed: the last MoE combine's)
   if (R == 0) {
@@ -1089,6 +1088,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     // to a scratch word (the sampling below reads the logits).
     lm_argmax_id_.Reserve(4);
     // (lm_head_norm: T == 1, so the row is residual_'s row 0.)
+    DS_CHECK(!lm_norm_pending_ || b.logits_indices[0] == 0) << "lm_head_norm: logits row " << b.logits_indices[0];
     RunLmHeadArgmax(lm_norm_pending_ ? nullptr : h16_.as<bf16>() + int64_t{b.logits_indices[0]} * Hd,
                     lm_argmax_id_.as<int32_t>());
   } else {

@@ -153,7 +153,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) MoePersistentKernel(MoeP
   }
   __syncthreads();
   const uint64_t base = s_base;
-  // kTagged: this launch's tag (never 0: the words start at zero), the same in every block.
+  // kTagged: this launch's tag (the first launch's is 1, the words start at zero; each launch's
+  // differs from the previous one's), the same in every block.
   const uint32_t epoch = static_cast<uint32_t>(base / grid::kGridEpoch) + 1u;
 
   bf16* act = p.act;

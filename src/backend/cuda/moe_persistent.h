@@ -134,10 +134,12 @@ struct MoePersistentParams {
   // they are those; 0: the generic one. The same bits.
   int specialize = 2;
   // router_tagged (session 31; CudaRunnerOptions::moe_router_tagged): [num_experts] 64-bit words,
-  // zero before the first launch (8-byte aligned). Used where the specialised kernel runs
+  // zero before the first launch (8-byte aligned), paired with one `sync` counter: zero both
+  // together, never `sync` alone (the tags follow its launch count). Used where the specialised kernel runs
   // (MoePersistentSpecialized, num_experts <= 64; other launches ignore it): each router block
   // also writes its logit as one word, (this launch's tag << 32) | its fp32 bits (the tag is the
-  // launch's grid-barrier base / kGridEpoch + 1, never 0), and warp 0 of every block polls those
+  // launch's grid-barrier base / kGridEpoch + 1: it differs from the previous launch's, and every
+  // launch rewrites every word), and warp 0 of every block polls those
   // words (relaxed loads: a value arrives with its own tag) instead of waiting for router_ready's
   // count and then loading the logits; its first loads go out beside the block's last shared-expert
   // tile, so they land while its weights stream. The same logits: the same routing bits.

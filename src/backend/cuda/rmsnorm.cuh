@@ -87,6 +87,7 @@ __device__ __forceinline__ void RmsNormRow(const float* x, float* res, const flo
 template <int kV, int kThreads>
 __device__ __forceinline__ void BlockRmsNormRowToBf16(const float* v, const float* w, int64_t d, float eps,
                                                       __nv_bfloat16* xs, float* s_warp) {
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024 && kV >= 1, "a block of whole warps");
   constexpr int kWarps = kThreads / 32;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float4 rv[kV], wv[kV];
