@@ -4,21 +4,26 @@
 // shared-memory ring, filled by 2-d TMA copies from one producer warp, keep DRAM busy at one block
 // a SM, and how soon after a grid barrier does the first stage of the next phase arrive?
 //
-// One block a SM: 8 consumer warps and 1 producer warp. The weights are 16-row tiles of a
-// [rows, 2048] bf16 matrix (the MoE kernel's gate_up tiles), tile t on block t % grid; a tile is
-// two ring stages, and stage k of a block holds, for consumer warp w, the slice of 16 rows x 128
-// columns at column (2 w + k % 2) x 128 (4 KB; a stage 32 KB). The producer's lanes < `lanes`
-// issue the 8 slices' copies of a stage (one box each), after the stage's empty mbarrier (its 8
-// consumers' arrivals); the consumers wait for its full mbarrier, then run WarpTile16Cols's mma on
-// the slice from shared memory in its lane order (rows g and g + 8, 16 bytes at step s, lane q),
-// and arrive on the empty one. After phase A's tiles the consumers pass a grid barrier (their own:
-// the producer never waits for it, so the ring keeps filling with phase B's first stages), then
-// consume phase B's tiles. Stamps (%globaltimer): start, phase A consumed, the barrier passed,
-// phase B's first stage full, the end.
+// One block a SM (forced by the dynamic shared memory, checked by %smid): 8 consumer warps and P
+// producer warps. The weights are 16-row tiles of a [rows, 2048] bf16 matrix (the MoE kernel's
+// gate_up tiles), tile t on block t % grid; a tile is two ring stages, and stage k of a block holds,
+// for consumer warp w, the slice of 16 rows x 128 columns at column (2 w + k % 2) x 128 (4 KB; a
+// stage 32 KB). Producer warp j's lane 0 issues the copies of slices j, j + P, ... (one box each;
+// a TMA copy takes warp-uniform operands, so the lanes of one warp would issue one at a time) after
+// the stage's empty mbarrier (its 8 consumers' arrivals), with its own expect_tx (the full
+// mbarrier counts P arrivals); the consumers wait for the full mbarrier, then run WarpTile16Cols's
+// mma on the slice from shared memory in its lane order (rows g and g + 8, 16 bytes at step s,
+// lane q), and arrive on the empty one. After phase A's tiles the consumers pass a grid barrier
+// (their own: the producers never wait for it, so the ring keeps filling with phase B's first
+// stages), then consume phase B's tiles. Stamps (%globaltimer): start, phase A consumed, the barrier
+// passed, phase B's first stage full, the end; and the block's SM.
 //
-// Printed per (lanes, stages): phase A's rate (its bytes from the first start to the last block's
-// phase A end), the barrier's span, the median wait from the barrier to phase B's first full stage
-// (0 where the ring filled it before the barrier), and the whole launch's rate.
+// Printed per (producer warps, stages): the whole launch's rate (the DRAM rate: every byte once);
+// phase A's consumption rate (92 MB over the first start to the last block's phase A end: it
+// understates DRAM, since the producers have also read up to `stages` phase-B stages by then); the
+// blocks' phase-A imbalance (last minus first end, ~one tile: 1,408 tiles on 132 blocks) and the
+// barrier's release after the last arrival; the median wait from the barrier to phase B's first
+// full stage (~0 where the ring filled it before the barrier).
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -43,16 +48,17 @@
 namespace ds::cuda::test {
 namespace {
 
-constexpr int kConsumers = 8, kThreads = 32 * (kConsumers + 1);
+constexpr int kConsumers = 8, kMaxProducers = 4, kMaxThreads = 32 * (kConsumers + kMaxProducers);
 constexpr int kCols = 2048, kBoxCols = 128, kBoxRows = 16;
 constexpr int kSliceBytes = kBoxRows * kBoxCols * 2;        // 4 KB
 constexpr int kStageBytes = kConsumers * kSliceBytes;       // 32 KB
 constexpr int kMaxStages = 4;
-constexpr int kStamps = 5;
+constexpr int kStamps = 6;  // start, phase A consumed, barrier passed, phase B's first full stage, end, SM
+constexpr int kOneBlockSmem = 120 * 1024;  // at least this much dynamic shared memory: one block a SM
 
 struct RingParams {
   int64_t tiles_a = 0, tiles_b = 0;  // phase A's tiles, then phase B's (rows 16 tiles_a ...)
-  int lanes = 1, stages = 2;
+  int producers = 1, stages = 2;     // producer warps (1, 2 or 4), ring stages (<= kMaxStages)
   uint32_t* sync = nullptr;          // a grid_barrier.cuh counter (2 words, zero before the first launch)
   uint32_t* out = nullptr;           // the consumers' sums (kept live)
   uint64_t* stamps = nullptr;        // [grid, kStamps]
@@ -61,7 +67,7 @@ struct RingParams {
 // Tiles of [0, n) on block b of `grid` (t % grid == b).
 __device__ __forceinline__ int64_t TilesOf(int64_t n, int b, int grid) { return b < n ? (n - 1 - b) / grid + 1 : 0; }
 
-__global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant__ CUtensorMap map, RingParams p) {
+__global__ void __launch_bounds__(kMaxThreads, 1) RingKernel(const __grid_constant__ CUtensorMap map, RingParams p) {
   extern __shared__ __align__(1024) unsigned char ring[];
   __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages];
   __shared__ __align__(16) __nv_bfloat16 xs[kCols];
@@ -71,39 +77,48 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
   uint64_t* st = p.stamps + static_cast<int64_t>(b) * kStamps;
   if (threadIdx.x == 0) {
     st[0] = dev::GlobalTimerNs();
+    uint32_t smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    st[5] = smid;
     s_base = grid::GridBase(p.sync);
     for (int s = 0; s < p.stages; ++s) {
-      sm90::BarInit(sm90::SmemAddr(&full[s]), 1);
+      sm90::BarInit(sm90::SmemAddr(&full[s]), static_cast<uint32_t>(p.producers));
       sm90::BarInit(sm90::SmemAddr(&empty[s]), kConsumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  for (int i = threadIdx.x; i < kCols; i += kThreads) xs[i] = __float2bfloat16_rn(0.01f * static_cast<float>(i % 37));
+  for (int i = threadIdx.x; i < kCols; i += static_cast<int>(blockDim.x)) xs[i] = __float2bfloat16_rn(0.01f * static_cast<float>(i % 37));
   __syncthreads();
-  const int64_t stages_a = 2 * TilesOf(p.tiles_a, b, grid), stages_all = stages_a + 2 * TilesOf(p.tiles_b, b, grid);
-  const auto tile_of = [&](int64_t k) {  // the tile of the block's stage k
-    return k < stages_a ? b + int64_t{grid} * (k / 2) : p.tiles_a + b + int64_t{grid} * ((k - stages_a) / 2);
-  };
-  if (warp == kConsumers) {  // the producer
-    for (int64_t k = 0; k < stages_all; ++k) {
-      const int slot = static_cast<int>(k % p.stages);
-      if (k >= p.stages)  // the slot's previous stage consumed
-        while (!sm90::BarTryWait(sm90::SmemAddr(&empty[slot]), static_cast<uint32_t>((k / p.stages - 1) & 1))) {
+  const int stages_a = static_cast<int>(2 * TilesOf(p.tiles_a, b, grid));
+  const int stages_all = stages_a + static_cast<int>(2 * TilesOf(p.tiles_b, b, grid));
+  if (warp >= kConsumers) {  // producer warp j = warp - kConsumers: slices j, j + P, ...
+    const int j = warp - kConsumers;
+    int slot = 0;
+    uint32_t use = 0;  // the slot's use count (parity of its barriers)
+    int64_t tile = b;  // the tile of stage k: phase A's b, b + grid, ..., then phase B's
+    for (int k = 0; k < stages_all; ++k) {
+      if (k == stages_a) tile = p.tiles_a + b;
+      if (k >= p.stages)  // the slot's previous use consumed
+        while (!sm90::BarTryWait(sm90::SmemAddr(&empty[slot]), (use - 1) & 1u)) {
         }
-      if (lane == 0) sm90::BarExpectTx(sm90::SmemAddr(&full[slot]), kStageBytes);
-      __syncwarp();
-      if (lane < p.lanes) {
-        const int64_t t = tile_of(k);
-        for (int w = lane; w < kConsumers; w += p.lanes) {
+      if (lane == 0) {
+        const uint32_t bar = sm90::SmemAddr(&full[slot]);
+        int boxes = 0;
+        for (int w = j; w < kConsumers; w += p.producers) ++boxes;
+        sm90::BarExpectTx(bar, static_cast<uint32_t>(boxes * kSliceBytes));
+        for (int w = j; w < kConsumers; w += p.producers) {
           const uint32_t dst = sm90::SmemAddr(ring + slot * kStageBytes + w * kSliceBytes);
-          const int col = (2 * w + static_cast<int>(k % 2)) * kBoxCols, row = static_cast<int>(16 * t);
+          const int col = (2 * w + (k & 1)) * kBoxCols, row = static_cast<int>(16 * tile);
           asm volatile(
               "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
                   dst),
-              "l"(reinterpret_cast<uint64_t>(&map)), "r"(col), "r"(row), "r"(sm90::SmemAddr(&full[slot]))
+              "l"(reinterpret_cast<uint64_t>(&map)), "r"(col), "r"(row), "r"(bar)
               : "memory");
         }
       }
+      __syncwarp();
+      if (k & 1) tile += grid;
+      if (++slot == p.stages) { slot = 0; ++use; }
     }
     return;
   }
@@ -125,14 +140,15 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
     }
     sm90::NamedBarSync(1, kConsumers * 32);
   };
-  for (int64_t k = 0; k < stages_all; ++k) {
+  int slot = 0;
+  uint32_t use = 0;
+  for (int k = 0; k < stages_all; ++k) {
     if (k == stages_a) consumers_grid_barrier();  // phase A consumed
-    const int slot = static_cast<int>(k % p.stages);
-    while (!sm90::BarTryWait(sm90::SmemAddr(&full[slot]), static_cast<uint32_t>((k / p.stages) & 1))) {
+    while (!sm90::BarTryWait(sm90::SmemAddr(&full[slot]), use & 1u)) {
     }
     if (k == stages_a && threadIdx.x == 0) st[3] = dev::GlobalTimerNs();
     const unsigned char* slice = ring + slot * kStageBytes + warp * kSliceBytes;  // [16 rows][128 columns] bf16
-    const int c0 = (2 * warp + static_cast<int>(k % 2)) * kBoxCols;
+    const int c0 = (2 * warp + (k & 1)) * kBoxCols;
 #pragma unroll
     for (int s = 0; s < kBoxCols / 32; ++s) {
       const uint4 va = *reinterpret_cast<const uint4*>(slice + g * (kBoxCols * 2) + s * 64 + q * 16);
@@ -143,8 +159,12 @@ __global__ void __launch_bounds__(kThreads, 1) RingKernel(const __grid_constant_
     }
     __syncwarp();
     if (lane == 0) sm90::BarArrive(sm90::SmemAddr(&empty[slot]));
+    if (++slot == p.stages) { slot = 0; ++use; }
   }
-  if (stages_all == stages_a) consumers_grid_barrier();  // (a block without phase B tiles)
+  if (stages_all == stages_a) {  // (a block without phase B tiles)
+    consumers_grid_barrier();
+    if (threadIdx.x == 0) st[3] = st[2];
+  }
   atomicXor(p.out, __float_as_uint(d[0] + d[1] + d[2] + d[3]));
   sm90::NamedBarSync(1, kConsumers * 32);
   if (threadIdx.x == 0) st[4] = dev::GlobalTimerNs();
@@ -184,48 +204,59 @@ TEST(CudaStreamRing, DISABLED_RingReport) {
   for (int s = 0; s < kSets; ++s) maps.push_back(RingMap(w.get() + static_cast<int64_t>(s) * kRowsPerSet * kCols, kRowsPerSet));
   cudaStream_t stream;
   DS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const double mb_a = kTilesA * 16.0 * kCols * 2 / 1e6, mb_all = (kTilesA + kTilesB) * 16.0 * kCols * 2 / 1e6;
   for (const int stages : {2, 4}) {
-    const int smem = stages * kStageBytes;
+    const int smem = std::max(stages * kStageBytes, kOneBlockSmem);
     DS_CUDA_CHECK(cudaFuncSetAttribute(RingKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    for (const int lanes : {1, 4, 8}) {
+    for (const int producers : {1, 2, 4}) {
+      const int threads = 32 * (kConsumers + producers);
+      int per_sm = 0;
+      DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, RingKernel, threads, smem));
+      ASSERT_EQ(per_sm, 1) << "the probe needs exactly one block a SM";
       RingParams p;
       p.tiles_a = kTilesA;
       p.tiles_b = kTilesB;
-      p.lanes = lanes;
+      p.producers = producers;
       p.stages = stages;
       p.sync = sync.get();
       p.out = out.get();
       p.stamps = stamps.get();
-      std::vector<double> rate_a, bar, wait_b, rate_all;
+      std::vector<double> rate_all, rate_a, imbalance, release, wait_b;
       for (int rep = 0; rep < 3 * kSets; ++rep) {
         // Cooperative: the consumers' grid barrier needs every block resident.
         const CUtensorMap& m = maps[rep % kSets];
         void* args[] = {const_cast<CUtensorMap*>(&m), &p};
-        DS_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(RingKernel), dim3(grid), dim3(kThreads), args,
+        DS_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(RingKernel), dim3(grid), dim3(threads), args,
                                                   static_cast<size_t>(smem), stream));
         DS_CUDA_CHECK(cudaStreamSynchronize(stream));
         if (rep < kSets) continue;  // warm-up
         const std::vector<uint64_t> t = stamps.Download();
-        uint64_t t0 = UINT64_MAX, a1 = 0, b0 = 0, end = 0, bar0 = UINT64_MAX;
+        uint64_t t0 = UINT64_MAX, a_first = UINT64_MAX, a_last = 0, pass_last = 0, end = 0;
         std::vector<double> waits;
+        std::vector<uint64_t> sms;
         for (int i = 0; i < grid; ++i) {
           const uint64_t* s = t.data() + static_cast<size_t>(i) * kStamps;
           t0 = std::min(t0, s[0]);
-          a1 = std::max(a1, s[1]);
-          bar0 = std::min(bar0, s[1]);
-          b0 = std::max(b0, s[2]);
+          a_first = std::min(a_first, s[1]);
+          a_last = std::max(a_last, s[1]);
+          pass_last = std::max(pass_last, s[2]);
           end = std::max(end, s[4]);
-          waits.push_back(1e-3 * static_cast<double>(s[3] > s[2] ? s[3] - s[2] : 0));
+          waits.push_back(1e-3 * static_cast<double>(s[3] - s[2]));
+          sms.push_back(s[5]);
         }
-        const double mb_a = kTilesA * 16.0 * kCols * 2 / 1e6, mb_all = (kTilesA + kTilesB) * 16.0 * kCols * 2 / 1e6;
-        rate_a.push_back(mb_a / (1e-3 * static_cast<double>(a1 - t0)));  // MB / us = TB/s
-        bar.push_back(1e-3 * static_cast<double>(b0 - bar0));
+        std::sort(sms.begin(), sms.end());
+        EXPECT_EQ(std::unique(sms.begin(), sms.end()) - sms.begin(), grid) << "blocks shared an SM";
+        rate_all.push_back(mb_all / (1e-3 * static_cast<double>(end - t0)));  // MB / us = TB/s
+        rate_a.push_back(mb_a / (1e-3 * static_cast<double>(a_last - t0)));
+        imbalance.push_back(1e-3 * static_cast<double>(a_last - a_first));
+        release.push_back(1e-3 * static_cast<double>(pass_last - a_last));
         wait_b.push_back(Median(waits));
-        rate_all.push_back(mb_all / (1e-3 * static_cast<double>(end - t0)));
       }
-      std::printf("[metric] op=stream_ring stages=%d lanes=%d: phase A %.2f TB/s, barrier span %.2f us, barrier to phase "
-                  "B's first full stage (median block) %.2f us, whole launch %.2f TB/s\n",
-                  stages, lanes, Median(rate_a), Median(bar), Median(wait_b), Median(rate_all));
+      std::printf("[metric] op=stream_ring stages=%d producer_warps=%d: whole launch %.2f TB/s (%.1f MB in %.2f us); "
+                  "phase A consumed at %.2f TB/s; phase-A end spread %.2f us, barrier release after the last "
+                  "arrival %.2f us; barrier to phase B's first full stage (median block) %.2f us\n",
+                  stages, producers, Median(rate_all), mb_all, mb_all / Median(rate_all), Median(rate_a),
+                  Median(imbalance), Median(release), Median(wait_b));
     }
   }
   DS_CUDA_CHECK(cudaStreamDestroy(stream));
