@@ -567,8 +567,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
   if (p.l2_fetch > 0 && !went_pdl) ++graph_stats_.moe_l2_fetch_layers;
   if (!went_pdl && MoePersistentSpecialized(p)) ++graph_stats_.moe_specialized_layers;
-  if (!went_pdl && MoePersistentSpecialized(p) && p.router_tagged != nullptr && p.num_experts <= 64)
-    ++graph_stats_.moe_router_tagged_layers;
+  if (!went_pdl && MoePersistentTagged(p)) ++graph_stats_.moe_router_tagged_layers;
   if (p.carveout >= 0) ++graph_stats_.persistent_carveout_launches;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;
@@ -1006,12 +1005,12 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   bool normed = false;  // h32 (+ h16) already hold this layer's input norm (the previous MoE combine's)
   attn_pass_ok_ = AttnPersistentPassOk(b, T);
   attn_norm_pending_ = false;
-  {  // lm_head_norm: only where the LM head below is LmHeadArgmax on one row (and T == 1: MoePersistent)
-    const int64_t R_lm = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
-    lm_norm_pass_ = opts_.lm_head_norm && T == 1 && (!gin_ || gio_q_ >= 0) && LmHeadArgmaxOk(R_lm, fuse_norm) &&
-                    LmHeadArgmaxNormSupported(cfg_.hidden_size);
-    lm_norm_pending_ = false;
-  }
+  // The LM head's rows, and whether it runs as LmHeadArgmax (graphs: with graph_io's ids); decided
+  // here once, so that lm_head_norm (only with T == 1: MoePersistent) follows the same verdict.
+  const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
+  const bool lm_argmax = (!gin_ || gio_q_ >= 0) && LmHeadArgmaxOk(R, fuse_norm);
+  lm_norm_pass_ = opts_.lm_head_norm && T == 1 && lm_argmax && LmHeadArgmaxNormSupported(cfg_.hidden_size);
+  lm_norm_pending_ = false;
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerW& LW = layers_[l];
     // h = input_layernorm(residual (+= previous MLP output)). norm_in_attn: layer 0's persistent
@@ -1042,7 +1041,6 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     normed = moe_fold ? PersistentMoe(l, T, true, true) : Mlp(l, T);
   }
   // Final norm (with the last residual add) and the LM head on the requested rows.
-  const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
   if (cfg_.num_hidden_layers > 0 && !normed) norm(mlp32_.as<float>(), residual, final_norm_);
   else if (cfg_.num_hidden_layers == 0) norm(residual, nullptr, final_norm_);  // (normed: the last MoE combine's)
   if (R == 0) {
@@ -1057,7 +1055,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     // copies the rows it needs after the replay.
     logits_.Reserve(Rr * V * sizeof(float));
     // lm_head_argmax: one row's LM head and greedy id in one launch (graph_io's id buffer).
-    if (gio_q_ >= 0 && LmHeadArgmaxOk(R, fuse_norm)) {
+    if (lm_argmax) {
       RunLmHeadArgmax(lm_norm_pending_ ? nullptr : h16_.as<bf16>(), GraphIds(gio_q_));
       Mark("final_norm_lm_head");
       return;
@@ -1083,7 +1081,7 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
     return;
   }
   logits_.Reserve(Rr * V * sizeof(float));
-  if (LmHeadArgmaxOk(R, fuse_norm)) {
+  if (lm_argmax) {
     // The same kernel as a one-row graph's (the same logits), on the row's bf16 copy; the id goes
     // to a scratch word (the sampling below reads the logits).
     lm_argmax_id_.Reserve(4);

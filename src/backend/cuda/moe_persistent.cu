@@ -587,6 +587,10 @@ bool MoePersistentSpecialized(const MoePersistentParams& p) {
          p.tile_stamps == nullptr && !p.barriers_only;
 }
 
+bool MoePersistentTagged(const MoePersistentParams& p) {
+  return MoePersistentSpecialized(p) && p.router_tagged != nullptr && p.num_experts <= 64;
+}
+
 bool MoePersistent(const MoePersistentParams& p) {
   const std::string why = MoePersistentUnsupported(p);
   DS_CHECK(why.empty()) << "MoePersistent: " << why;
@@ -599,8 +603,8 @@ bool MoePersistent(const MoePersistentParams& p) {
   // l2_fetch: its own instantiation (the same launch bounds and shared memory as the plain one).
   const bool v2lite = p.specialize >= 2 && p.hidden == 2048 && p.num_experts == 64 && p.top_k == 6 && p.inter == 1408 &&
                       p.shared_inter == 2816;
-  // router_tagged: its own instantiations of the specialised kernel (E <= 64; other forms ignore it).
-  const bool tagged = p.router_tagged != nullptr && p.num_experts <= 64;
+  // router_tagged: its own instantiations of the specialised kernel (MoePersistentTagged).
+  const bool tagged = MoePersistentTagged(p);
   void (*plain)(MoePersistentParams) =
       !pdl && MoePersistentSpecialized(p)
           ? (v2lite ? (tagged ? MoePersistentKernel<2, false, 1, true, true, true> : MoePersistentKernel<2, false, 1, true, true>)

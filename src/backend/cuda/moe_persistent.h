@@ -163,6 +163,10 @@ int MoePersistentGridBlocks(int blocks_per_sm);
 // the runner's form (l2_fetch 1, blocks_per_sm 2, gu_ksplit 8, top_k > 0, attn_out, router_ready,
 // no norm_weight, no stamps or tile_stamps, not barriers_only, not pdl).
 bool MoePersistentSpecialized(const MoePersistentParams& p);
+// Whether MoePersistent runs the specialised kernel's router_tagged form for these params
+// (MoePersistentSpecialized, router_tagged set, num_experts <= 64; a PDL launch takes the generic
+// kernel instead). The same bits either way.
+bool MoePersistentTagged(const MoePersistentParams& p);
 
 // The largest gate_up split <= wanted (1, 2, 4 or 8) that p's shapes allow at p.blocks_per_sm:
 // hidden a multiple of 32 x the split, at most kMoePersistentMaxGuRounds rounds.
