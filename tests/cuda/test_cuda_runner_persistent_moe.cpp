@@ -13,6 +13,7 @@
 //  - the bf16 fixtures: v2_lite_tiny must take it, v3_tiny does not qualify (its dims).
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "backend/cuda/cuda_runner.h"
 #include "runner_test_util.h"
@@ -73,6 +74,25 @@ TEST(CudaRunnerPersistentMoe, RouterTaggedBitIdentical) {
   const auto set = [](CudaRunnerOptions& x, bool on) { x.moe_router_tagged = on; };
   CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "moe_router_tagged", DummyOptions(dir, 3, 5), set,
                                &CudaGraphStats::moe_router_tagged_layers, PathExpect::kRuns);
+}
+
+// moe_ring (session 32): the MoE layers of one-token passes on MoeRing (the TMA ring) instead of
+// MoePersistent's tagged form: the same sums in the same order, so bit-identical logits, graphs off
+// and on, at the default ring form and at 2 stages with 1 producer and 5 with 4.
+TEST(CudaRunnerPersistentMoe, RingBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  for (const auto& [stages, producers] : {std::pair{4, 2}, std::pair{2, 1}, std::pair{5, 4}}) {
+    const auto set = [stages, producers](CudaRunnerOptions& x, bool on) {
+      x.moe_ring = on;
+      x.moe_ring_stages = stages;
+      x.moe_ring_producers = producers;
+    };
+    CompareOptionBitIdenticalRan("dummy_v2lite_3layers stages " + std::to_string(stages) + " producers " +
+                                     std::to_string(producers),
+                                 "moe_ring", DummyOptions(dir, 3, 5), set, &CudaGraphStats::moe_ring_layers,
+                                 PathExpect::kRuns);
+  }
 }
 
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded

@@ -559,6 +559,29 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (ok < 0) ok = MoePersistentUnsupported(p).empty() ? 1 : 0;
   if (ok == 0) return false;
   if (!launch) return true;
+  // moe_ring: the same layer (the same bits) on the TMA ring where it takes this form and shape.
+  const MoeRingForm ring_form{opts_.moe_ring_stages, opts_.moe_ring_producers};
+  if (opts_.moe_ring && !dense && MoePersistentTagged(p)) {
+    if (ring_ok_.empty()) {
+      ring_ok_.assign(cfg_.num_hidden_layers, -1);
+      ring_maps_.resize(cfg_.num_hidden_layers);
+    }
+    if (ring_ok_[l] < 0) {
+      ring_ok_[l] = MoeRingUnsupported(p, ring_form).empty() ? 1 : 0;
+      if (ring_ok_[l] == 1) ring_maps_[l] = MoeRingMakeMaps(p);
+    }
+    if (ring_ok_[l] == 1) {
+      MoeRing(p, ring_maps_[l], ring_form);
+      attn_norm_pending_ = norm_in_attn;
+      lm_norm_pending_ = norm_in_lm;
+      if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
+      ++graph_stats_.moe_ring_layers;
+      ++graph_stats_.fused_launches;
+      ++graph_stats_.persistent_moe_layers;
+      Mark("moe_experts");
+      return true;
+    }
+  }
   const bool went_pdl = MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
   lm_norm_pending_ = norm_in_lm;

@@ -321,6 +321,15 @@ struct CudaRunnerOptions {
   // b1 1K -20 to -25 us a step; the CLI's DS_MOE_ROUTER_TAGGED=0 turns it off;
   // docs/design/decode_small_batch.md, "Session 31").
   bool moe_router_tagged = true;
+  // The MoE layer of a one-token pass on a TMA ring (moe_ring.h, session 32): where the
+  // specialised kernel would run its tagged form (MoePersistentTagged) on DeepSeek-V2-Lite's
+  // shapes (MoeRingUnsupported), MoeRing instead: one block a SM whose producer warps stream the
+  // expert weights into a shared-memory ring of moe_ring_stages x 32 KB by tensor-map copies,
+  // across the rounds, the routing and the grid barrier. The same bits as MoePersistent. The CLI
+  // reads DS_MOE_RING=0/1, DS_MOE_RING_STAGES (2..5), DS_MOE_RING_PRODUCERS (1, 2, 4).
+  bool moe_ring = false;
+  int moe_ring_stages = 4;
+  int moe_ring_producers = 2;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -682,6 +691,7 @@ struct CudaGraphStats {
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)
   int64_t moe_specialized_layers = 0;      // persistent MoE launches on its specialised instantiation (likewise)
   int64_t moe_router_tagged_layers = 0;    // of those, with the tagged router logits (moe_router_tagged)
+  int64_t moe_ring_layers = 0;             // MoE layers run by MoeRing instead (moe_ring; likewise)
   int64_t attn_specialized_layers = 0;     // persistent attention launches on its specialised instantiation (likewise)
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 to 6 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

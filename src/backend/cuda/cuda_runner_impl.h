@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_runner.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/moe_combine_norm.h"
+#include "backend/cuda/moe_ring.h"
 #include "backend/cuda/moe_route_permute.h"
 #include "backend/cuda/rope.h"
 #include "backend/cuda/sampling.h"
@@ -561,6 +562,10 @@ class CudaModelRunner : public ModelRunner {
   // kernel (residual_ holds the stream; h32 / h16 are stale until it runs).
   bool attn_norm_pending_ = false;
   std::vector<int8_t> persist_ok_;  // MoePersistent's verdict per (layer, fold form, norm form): -1 not asked, 0 / 1
+  // moe_ring: MoeRing's verdict per layer (-1 not asked, 0 / 1) and the layer's tensor maps (built
+  // with the verdict; the weights do not move).
+  std::vector<int8_t> ring_ok_;
+  std::vector<MoeRingMaps> ring_maps_;
   DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
   DeviceBuffer combine_split_sync_;  // MoeCombineNorm's split_blocks barrier counter (2 x u32, zeroed once)
   DeviceBuffer combine_split_ss_;    // its [T, 32] warp sums of squares

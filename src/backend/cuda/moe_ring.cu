@@ -1,0 +1,466 @@
+#include "backend/cuda/moe_ring.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_props.h"
+#include "backend/cuda/gemv_ptx.cuh"
+#include "backend/cuda/grid_barrier.cuh"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/moe_routing.cuh"
+#include "backend/cuda/moe_tagged.cuh"
+#include "backend/cuda/sm90_ptx.cuh"
+#include "backend/cuda/tensor_map.h"
+#include "common/check.h"
+
+namespace ds::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// DeepSeek-V2-Lite's MoE shapes (moe_ring.h).
+constexpr int kHd = 2048, kE = 64, kK = 6, kI = 1408, kIs = 2816;
+constexpr int kTilesR = kK * kI / 8, kTs = kIs / 8, kTiles = kTilesR + kTs;  // gate_up tiles: 1056 routed, 352 shared
+constexpr int kDtiles = kHd / 8;                                             // down tiles of 8 output columns
+constexpr int kNseg = kK + kIs / kI;                                         // down segments: 6 routed + 2 shared chunks
+static_assert(kNseg == 8, "one unit a warp: 4 segment pairs x 2 K ranges");
+constexpr int kCw = 8, kCt = 32 * kCw;  // consumer warps / threads
+
+constexpr int kMaxStages = 5;
+constexpr int kStageBytes = 32 * 1024;  // 8 warp slices of 4 KB
+constexpr int kBox = 128;               // columns of a full box
+constexpr int kHalfK = kI / 2;          // a down unit's K range: 704 = 5 x 128 + 64
+constexpr int kDnStages = (kHalfK + kBox - 1) / kBox;  // 6 stages a down tile
+static_assert(kHalfK % 64 == 0 && kHalfK % kBox == 64, "the last down stage is 64 columns");
+static_assert(kHd / kCw == 2 * kBox, "a gate_up warp slice: 2 stages of 128 columns");
+constexpr int kMaxRounds = 16;                    // gate_up rounds a block (grid >= 88)
+constexpr int kXsElems = kK * kI + kIs;           // act (bf16), >= hidden (x16 before)
+constexpr size_t kTailBytes = sizeof(bf16) * kXsElems + sizeof(float) * kHd;  // xs, then x32s
+
+constexpr int kConsumerBar = 1;  // named barrier of the 8 consumer warps
+__device__ __forceinline__ void ConsumerSync() { sm90::NamedBarSync(kConsumerBar, kCt); }
+// dev::BlockSum over the 256 consumer threads (the same butterfly and order as BlockSum in a
+// 256-thread block: MoePersistent's bits).
+__device__ __forceinline__ float ConsumerSum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = dev::WarpSum(v);
+  ConsumerSync();
+  if (lane == 0) red[warp] = v;
+  ConsumerSync();
+  const float r = lane < kCw ? red[lane] : 0.f;
+  return dev::WarpSum(r);
+}
+
+__device__ __forceinline__ void Tma2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void Tma3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void WaitParity(uint32_t bar, uint32_t parity) {
+  while (!sm90::BarTryWait(bar, parity)) {
+  }
+}
+
+// Gate_up tile index i of the block's schedule (i = block + grid r): the shared experts' tiles
+// first (i < kTs), then the routed slots' (MoePersistent's shared_first order).
+__device__ __forceinline__ int TileOf(int i) { return i < kTs ? kTilesR + i : i - kTs; }
+
+// The ring's stage sequence, shared by producers and consumers: stage k of a slot `slot`, the
+// slot's use count `use` (its barriers' phase parity).
+struct RingPos {
+  int slot = 0;
+  uint32_t use = 0;
+  __device__ __forceinline__ void Next(int stages) {
+    if (++slot == stages) { slot = 0; ++use; }
+  }
+};
+
+template <int kP>
+__global__ void __launch_bounds__(32 * (kCw + kP), 1)
+    MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages) {
+  extern __shared__ __align__(1024) unsigned char ring[];
+  bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
+  float* x32s = reinterpret_cast<float*>(xs + kXsElems);                                // [hidden]
+  __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar;
+  __shared__ routing::WarpRouteScratch route_ws;
+  __shared__ int32_t s_ids[kK];
+  __shared__ float s_w[kK];
+  __shared__ float s_gu[kMaxRounds][kCw][16];  // the gate_up parts' gate / up sums
+  __shared__ float s_part[kCw][2][8];          // the down units' sums (pair's two segments)
+  __shared__ float s_red[32];
+  __shared__ uint64_t s_base;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  if (threadIdx.x == 0) {
+    s_base = grid::GridBase(p.sync);  // no barrier of this launch has completed yet
+    for (int s = 0; s < stages; ++s) {
+      sm90::BarInit(sm90::SmemAddr(&full[s]), kP);
+      sm90::BarInit(sm90::SmemAddr(&empty[s]), kCw);
+    }
+    sm90::BarInit(sm90::SmemAddr(&routed_bar), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp >= kCw) {
+    // Producer j (lane 0): the block's stages in order; boxes of consumer warps w = j, j + kP, ...
+    if (lane != 0) return;
+    const int j = warp - kCw;
+    RingPos pos;
+    int k = 0;
+    const auto acquire = [&](uint32_t bytes) {  // the next slot empty; its full barrier told of `bytes`
+      if (k >= stages) WaitParity(sm90::SmemAddr(&empty[pos.slot]), (pos.use - 1) & 1u);
+      const uint32_t bar = sm90::SmemAddr(&full[pos.slot]);
+      sm90::BarExpectTx(bar, bytes);
+      return bar;
+    };
+    constexpr uint32_t kBoxesPer = kCw / kP;
+    bool routed = false;
+    for (int i = b; i < kTiles; i += grid) {
+      if (!routed && i >= kTs) { WaitParity(sm90::SmemAddr(&routed_bar), 0); routed = true; }
+      const int t = TileOf(i);
+      const bool shared = t >= kTilesR;
+      const CUtensorMap* map = shared ? &maps.sgu : &maps.gu;
+      const int c0 = shared ? (t - kTilesR) * 8 : (t % (kI / 8)) * 8;
+      const int half0 = shared ? 0 : 2 * s_ids[t / (kI / 8)];
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t bar = acquire(kBoxesPer * 4096u);
+        const uint32_t base = sm90::SmemAddr(ring + pos.slot * kStageBytes);
+        for (int w = j; w < kCw; w += kP) Tma3d(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar);
+        pos.Next(stages);
+        ++k;
+      }
+    }
+    if (!routed) WaitParity(sm90::SmemAddr(&routed_bar), 0);
+    for (int tile = b; tile < kDtiles; tile += grid) {
+      const int n0 = tile * 8;
+      for (int ds = 0; ds < kDnStages; ++ds) {
+        const int width = ds + 1 < kDnStages ? kBox : kHalfK - kBox * ds;  // 128, the last 64
+        const uint32_t bar = acquire(kBoxesPer * 32u * width);
+        const uint32_t base = sm90::SmemAddr(ring + pos.slot * kStageBytes);
+        for (int w = j; w < kCw; w += kP) {
+          const int pair = w / 2, col = kHalfK * (w % 2) + kBox * ds;
+          for (int hh = 0; hh < 2; ++hh) {
+            const int seg = 2 * pair + hh;
+            const uint32_t dst = base + w * 32 * width + hh * 16 * width;
+            if (seg < kK) Tma2d(dst, width == kBox ? &maps.dn128 : &maps.dn64, col, s_ids[seg] * kHd + n0, bar);
+            else Tma2d(dst, width == kBox ? &maps.sdn128 : &maps.sdn64, (seg - kK) * kI + col, n0, bar);
+          }
+        }
+        pos.Next(stages);
+        ++k;
+      }
+    }
+    return;
+  }
+
+  // The consumers (threads 0..255): MoePersistent's runner-form math, phase by phase.
+  const int tid = threadIdx.x;
+  // Phase 0: x = rmsnorm(residual + attn_out) * post_norm_weight (x32s fp32, xs bf16).
+  {
+    float ss = 0.f;
+    for (int i = tid; i < kHd; i += kCt) {
+      const float v = p.attn_out[i] + p.residual[i];
+      x32s[i] = v;
+      ss += v * v;
+    }
+    const float total = ConsumerSum(ss, s_red);
+    const float inv = rsqrtf(total / static_cast<float>(kHd) + p.eps);
+    for (int i = tid; i < kHd; i += kCt) {
+      const float o = x32s[i] * inv * p.post_norm_weight[i];
+      x32s[i] = o;
+      xs[i] = __float2bfloat16_rn(o);
+    }
+  }
+  ConsumerSync();
+  const uint64_t base = s_base;
+  const uint32_t epoch = static_cast<uint32_t>(base / grid::kGridEpoch) + 1u;  // the tagged words' tag
+  // Phase 1: router logit b (blocks < E): thread t takes k = t, t + 256, ..., then the sum.
+  for (int n = b; n < kE; n += grid) {
+    const float* wr = p.router_w + static_cast<int64_t>(n) * kHd;
+    float acc = 0.f;
+    for (int kk = tid; kk < kHd; kk += kCt) acc = fmaf(x32s[kk], __ldg(wr + kk), acc);
+    acc = ConsumerSum(acc, s_red);
+    if (tid == 0) {
+      p.logits[n] = acc;
+      moe_dev::StTagged(p.router_tagged + n, epoch, acc);
+    }
+  }
+  uint64_t tag_w0 = 0, tag_w1 = 0;
+  const auto route_token = [&]() {
+    if (warp == 0) {
+      MoeRoutingParams rp = p.routing;
+      rp.logits = p.logits;
+      rp.n = 1;
+      rp.topk_ids = s_ids;
+      rp.topk_weights = s_w;
+      float x[2];
+      moe_dev::PollTagged(p.router_tagged, kE, epoch, tag_w0, tag_w1, x);
+      routing::RouteTokenInWarp<2, true>(rp, 0, route_ws.View(), x);
+    }
+    ConsumerSync();
+    if (tid < kK && (s_ids[tid] < 0 || s_ids[tid] >= kE)) s_ids[tid] = 0;  // defensive (MoePersistent's clamp)
+    ConsumerSync();
+    if (tid == 0) sm90::BarArrive(sm90::SmemAddr(&routed_bar));  // the producers may read s_ids
+    if (b == 0 && tid < kK) {
+      p.topk_ids[tid] = s_ids[tid];
+      p.topk_weights[tid] = s_w[tid];
+    }
+  };
+
+  // Phase 2: gate_up tiles i = b, b + grid, ...: warp w the K eighth w of each (two stages).
+  RingPos pos;
+  const auto wait_full = [&]() { WaitParity(sm90::SmemAddr(&full[pos.slot]), pos.use & 1u); };
+  const auto release = [&]() {
+    __syncwarp();
+    if (lane == 0) sm90::BarArrive(sm90::SmemAddr(&empty[pos.slot]));
+    pos.Next(stages);
+  };
+  bool routed_here = false;
+  int r = 0;
+  for (int i = b; i < kTiles; i += grid, ++r) {
+    if (!routed_here && i >= kTs) { route_token(); routed_here = true; }
+    if (warp == 0 && !routed_here && i + grid >= kTs) moe_dev::LdTagged(p.router_tagged, kE, tag_w0, tag_w1);
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int h = 0; h < 2; ++h) {
+      wait_full();
+      // [2][8][128] bf16: gate row g at g * 256 bytes, up row g at 2048 + g * 256.
+      const unsigned char* slice = ring + pos.slot * kStageBytes + warp * 4096;
+      const uint4* x4 = reinterpret_cast<const uint4*>(xs + 2 * kBox * warp + kBox * h) + q;
+#pragma unroll
+      for (int s = 0; s < kBox / 32; ++s) {
+        const uint4 va = *reinterpret_cast<const uint4*>(slice + g * 256 + s * 64 + q * 16);
+        const uint4 vb = *reinterpret_cast<const uint4*>(slice + 2048 + g * 256 + s * 64 + q * 16);
+        const uint4 xv = x4[4 * s];
+        ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
+        ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
+      }
+      release();
+    }
+    if (q == 0) {
+      s_gu[r][warp][g] = d[0];
+      s_gu[r][warp][8 + g] = d[2];
+    }
+  }
+  if (!routed_here) route_token();
+  ConsumerSync();
+  // act = SiLU(gate) * up of each tile's parts summed in part order (MoePersistent's order).
+  for (int idx = tid; idx < r * 8; idx += kCt) {
+    const int rr = idx / 8, c = idx % 8, t = TileOf(b + grid * rr);
+    float gs = 0.f, us = 0.f;
+    for (int pp = 0; pp < kCw; ++pp) {
+      gs += s_gu[rr][pp][c];
+      us += s_gu[rr][pp][8 + c];
+    }
+    bf16* out = t < kTilesR ? p.act + (t / (kI / 8)) * kI + (t % (kI / 8)) * 8 : p.act + kK * kI + (t - kTilesR) * 8;
+    out[c] = moe_dev::SiluMul(gs, us);
+  }
+  // The grid barrier (the launch's only one, the consumers' alone: grid_barrier.cuh's protocol).
+  ConsumerSync();
+  if (tid == 0) {
+    const uint64_t target = base + static_cast<uint64_t>(grid);
+    uint64_t old;
+    asm volatile("atom.add.release.gpu.global.u64 %0, [%1], %2;" : "=l"(old) : "l"(p.sync), "l"(uint64_t{1}) : "memory");
+    while (grid::LdAcquire64(p.sync) < target) {
+    }
+    if (old + 1 == target)  // the last arrival pads the counter to the next launch's base
+      asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(p.sync), "l"(grid::kGridEpoch - target % grid::kGridEpoch)
+                   : "memory");
+  }
+  ConsumerSync();
+
+  // Phase 3: down tiles tile = b, b + grid, ... of 8 output columns; warp w is unit w (pair w / 2,
+  // K range w % 2). First the first tile's r1 (residual + attn_out) and act into shared memory.
+  float r1_first = 0.f;
+  if (tid < 8 && b < kDtiles) r1_first = p.attn_out[b * 8 + tid] + p.residual[b * 8 + tid];
+  {
+    constexpr int kN8 = kXsElems / 8, kBatch = 8;
+    const uint4* src = reinterpret_cast<const uint4*>(p.act);
+    uint4* dst = reinterpret_cast<uint4*>(xs);
+    for (int i0 = tid; i0 < kN8; i0 += kBatch * kCt) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (i0 + u * kCt < kN8) v[u] = __ldcg(src + i0 + u * kCt);
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (i0 + u * kCt < kN8) dst[i0 + u * kCt] = v[u];
+    }
+  }
+  ConsumerSync();
+  const int pair = warp / 2, kr = warp % 2;
+  const bf16* xg = xs + (g == 1 ? 2 * pair + 1 : 2 * pair) * kI + kHalfK * kr;  // B's column g: segment 2 pair + (g == 1)
+  bool first = true;
+  for (int tile = b; tile < kDtiles; tile += grid) {
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int ds = 0; ds < kDnStages; ++ds) {
+      wait_full();
+      const int width = ds + 1 < kDnStages ? kBox : kHalfK - kBox * ds;
+      // [2 segments][8 rows][width] bf16.
+      const unsigned char* slice = ring + pos.slot * kStageBytes + warp * 32 * width;
+      const uint4* x4 = reinterpret_cast<const uint4*>(xg + kBox * ds) + q;
+      if (width == kBox) {
+#pragma unroll
+        for (int s = 0; s < kBox / 32; ++s) {
+          const uint4 va = *reinterpret_cast<const uint4*>(slice + g * 256 + s * 64 + q * 16);
+          const uint4 vb = *reinterpret_cast<const uint4*>(slice + 2048 + g * 256 + s * 64 + q * 16);
+          const uint4 xv = x4[4 * s];
+          ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
+          ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
+        }
+      } else {
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          const uint4 va = *reinterpret_cast<const uint4*>(slice + g * 128 + s * 64 + q * 16);
+          const uint4 vb = *reinterpret_cast<const uint4*>(slice + 1024 + g * 128 + s * 64 + q * 16);
+          const uint4 xv = x4[4 * s];
+          ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
+          ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
+        }
+      }
+      release();
+    }
+    if (q == 0) {
+      s_part[warp][0][g] = d[0];
+      s_part[warp][1][g] = d[3];
+    }
+    ConsumerSync();
+    if (tid < 8) {  // moe = the shared chunks' y in order + sum_j w_j bf16(y_j); residual += moe
+      const int c = tid, n = tile * 8 + c;
+      const auto y = [&](int seg) {
+        const int pr = seg / 2, h = seg % 2;
+        float v = 0.f;
+        for (int rr = 0; rr < 2; ++rr) v += s_part[pr * 2 + rr][h][c];
+        return v;
+      };
+      float acc = 0.f;
+      for (int sc = kK; sc < kNseg; ++sc) acc += y(sc);
+      for (int jj = 0; jj < kK; ++jj) acc += s_w[jj] * __bfloat162float(__float2bfloat16_rn(y(jj)));
+      const float r1 = first ? r1_first : p.attn_out[n] + p.residual[n];
+      p.residual[n] = acc + r1;
+    }
+    first = false;
+    ConsumerSync();
+  }
+}
+
+void (*KernelFor(int producers))(MoeRingMaps, MoePersistentParams, int) {
+  return producers == 4 ? MoeRingKernel<4> : producers == 2 ? MoeRingKernel<2> : MoeRingKernel<1>;
+}
+
+size_t SmemBytes(int stages) { return static_cast<size_t>(stages) * kStageBytes + kTailBytes; }
+
+CUtensorMap Encode(const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box) {
+  CUtensorMap map{};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = TensorMapEncodeFn()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides,
+                                         box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  DS_CHECK(r == CUDA_SUCCESS) << "MoeRingMakeMaps: cuTensorMapEncodeTiled failed (" << static_cast<int>(r) << ")";
+  return map;
+}
+
+// The device's side of MoeRingUnsupported for `form` (cooperative launch, sm_90, the SM count the
+// schedule needs, one block a SM with the ring's shared memory), cached per (device, form) under a
+// mutex (runners on several devices may ask from several threads).
+std::string DeviceVerdict(const MoeRingForm& form) {
+  static std::mutex mu;
+  static auto* known = new std::map<std::tuple<int, int, int>, std::string>();
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(dev, form.stages, form.producers);
+  if (const auto it = known->find(key); it != known->end()) return it->second;
+  std::ostringstream why;
+  const DeviceProps& dp = CurrentDeviceProps();
+  int coop = 0, cc_major = 0;
+  DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+  DS_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+  if (!coop) why << "the device has no cooperative launch; ";
+  if (cc_major < 9) why << "TMA needs sm_90; ";
+  if (dp.sms * kMaxRounds < kTiles || dp.sms > kDtiles) why << dp.sms << " SMs (the schedule needs 88..256); ";
+  if (why.str().empty()) {
+    const size_t smem = SmemBytes(form.stages);
+    void (*kernel)(MoeRingMaps, MoePersistentParams, int) = KernelFor(form.producers);
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
+    int per_sm = 0;
+    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * (kCw + form.producers), smem));
+    if (per_sm < 1) why << form.stages << " ring stages (" << smem << " bytes of shared memory) do not fit an SM; ";
+  }
+  (*known)[key] = why.str();
+  return why.str();
+}
+
+}  // namespace
+
+std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& form) {
+  std::ostringstream why;
+  if (p.hidden != kHd || p.num_experts != kE || p.top_k != kK || p.inter != kI || p.shared_inter != kIs)
+    why << "shapes (hidden " << p.hidden << ", experts " << p.num_experts << ", top_k " << p.top_k << ", I " << p.inter
+        << ", shared I " << p.shared_inter << ") are not DeepSeek-V2-Lite's (2048, 64, 6, 1408, 2816); ";
+  if (!p.attn_out || !p.post_norm_weight) why << "needs attn_out and post_norm_weight (the folded post-attention norm); ";
+  if (p.norm_weight) why << "no next norm in this form (norm_weight must be null); ";
+  if (!p.router_tagged || reinterpret_cast<uintptr_t>(p.router_tagged) % 8 != 0) why << "needs router_tagged (8-byte aligned); ";
+  if (!p.router_w || !p.w13 || !p.w2 || !p.shared_gu || !p.shared_down || !p.logits || !p.topk_ids || !p.topk_weights ||
+      !p.act || !p.residual || !p.sync)
+    why << "null pointer; ";
+  const auto misaligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };
+  if (misaligned(p.w13) || misaligned(p.w2) || misaligned(p.shared_gu) || misaligned(p.shared_down) || misaligned(p.act))
+    why << "operands must be 16-byte aligned; ";
+  if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned; ";
+  const MoeRoutingParams& rt = p.routing;
+  if (rt.num_experts != p.num_experts || rt.top_k != p.top_k) why << "routing's E / top_k differ; ";
+  if (rt.n_group < 1 || rt.n_group > 64 || p.num_experts % std::max(rt.n_group, 1) != 0 || rt.topk_group < 1 ||
+      rt.topk_group > rt.n_group)
+    why << "n_group " << rt.n_group << " / topk_group " << rt.topk_group << "; ";
+  if (form.stages < 2 || form.stages > kMaxStages) why << "ring stages " << form.stages << " (2.." << kMaxStages << "); ";
+  if (form.producers != 1 && form.producers != 2 && form.producers != 4) why << "producers " << form.producers << " (1, 2 or 4); ";
+  if (!why.str().empty()) return why.str();
+  return DeviceVerdict(form);
+}
+
+MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p) {
+  DS_CHECK(p.hidden == kHd && p.num_experts == kE && p.inter == kI && p.shared_inter == kIs)
+      << "MoeRingMakeMaps: not DeepSeek-V2-Lite's shapes";
+  MoeRingMaps m;
+  const cuuint32_t box3[3] = {kBox, 8, 2}, box128[2] = {kBox, 8}, box64[2] = {64, 8};
+  {  // w13 [E][2][I][hidden] as [2E][I][hidden]; shared_gu [2][Is][hidden]
+    const cuuint64_t dims[3] = {kHd, kI, 2 * kE}, strides[2] = {kHd * 2, cuuint64_t{kI} * kHd * 2};
+    m.gu = Encode(p.w13, 3, dims, strides, box3);
+    const cuuint64_t sdims[3] = {kHd, kIs, 2}, sstrides[2] = {kHd * 2, cuuint64_t{kIs} * kHd * 2};
+    m.sgu = Encode(p.shared_gu, 3, sdims, sstrides, box3);
+  }
+  {  // w2 [E hidden][I]; shared_down [hidden][Is]
+    const cuuint64_t dims[2] = {kI, cuuint64_t{kE} * kHd}, strides[1] = {kI * 2};
+    m.dn128 = Encode(p.w2, 2, dims, strides, box128);
+    m.dn64 = Encode(p.w2, 2, dims, strides, box64);
+    const cuuint64_t sdims[2] = {kIs, kHd}, sstrides[1] = {kIs * 2};
+    m.sdn128 = Encode(p.shared_down, 2, sdims, sstrides, box128);
+    m.sdn64 = Encode(p.shared_down, 2, sdims, sstrides, box64);
+  }
+  return m;
+}
+
+void MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form) {
+  const std::string why = MoeRingUnsupported(p, form);
+  DS_CHECK(why.empty()) << "MoeRing: " << why;
+  const size_t smem = SmemBytes(form.stages);
+  void (*kernel)(MoeRingMaps, MoePersistentParams, int) = KernelFor(form.producers);
+  LaunchCooperative(kernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(32 * (kCw + form.producers)), smem,
+                    p.stream, maps, p, form.stages);
+}
+
+}  // namespace ds::cuda

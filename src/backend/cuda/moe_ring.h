@@ -1,0 +1,63 @@
+// The MoE layer for one decode token on a TMA ring (session 32; docs/design/decode_small_batch.md,
+// "Session 32: the MoE layer on a TMA ring"): the same layer, the same sums in the same order and
+// so the same bits as MoePersistent's runner form (MoePersistentTagged: the post-attention norm
+// folded in, the router, the tagged routing, the shared experts' gate_up tiles first, gu_ksplit 8,
+// no next norm), but with the expert weights streamed into a shared-memory ring by 2-d / 3-d
+// tensor-map copies (TMA) instead of register bursts.
+//
+// Why: a warp's bytes in flight in MoePersistent are its registers (8 KB a burst at 128 registers),
+// so that kernel streams in bursts that drain between rounds and at its grid barrier; V2-Lite's
+// layer took ~42 us for 138.9 MB (33 us at the read rate). Here one block a SM has a ring of
+// `stages` x 32 KB in flight whatever its warps do, and its producer warps keep filling it across
+// the rounds, the routing and the grid barrier (the down rows need only the routed ids, not act).
+// The probe (CudaStreamRing.DISABLED_RingReport, session 32 run 1): V2-Lite's 138.4 MB through 4
+// stages with one grid barrier in 34.9 us, 3.97 TB/s.
+//
+// Shape (one block a SM, cooperative launch, 8 consumer warps + `producers` producer warps):
+//  - producers (lane 0 of each) walk the block's schedule and issue, per ring stage, one box per
+//    consumer warp w with w % producers == j: gate_up tile stages (a tile is 8 gate + the same 8 up
+//    rows over hidden; warp w's slice is its K eighth's half h: rows x 128 columns, gate and up in
+//    one 3-d box of [2][8][128]), then down stages (a down tile is 8 output columns; warp w is unit
+//    w: segments 2 (w / 2) and 2 (w / 2) + 1 over K range w % 2 of I; a stage is 128 columns of
+//    both, the last 64: two 2-d boxes of [8][128] or [8][64]);
+//  - consumers do MoePersistent's math on the ring's slices (WarpTile16's lane order and mma
+//    sequence) and its sums, routing and combine, with a grid barrier that only they take.
+// Shapes: DeepSeek-V2-Lite's MoE (and Moonlight's): hidden 2048, 64 routed experts, top 6, I 1408,
+// shared I 2816, bf16 experts (MoeRingUnsupported says why not).
+// Source of the math: moe_persistent.h (DeepSeek-V2 paper section 2.2; transformers' DeepseekV2MoE).
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+#include "backend/cuda/moe_persistent.h"
+
+namespace ds::cuda {
+
+// The layer's tensor maps (host-built once per layer's weights; MoeRingMakeMaps): gu / sgu the
+// routed / shared gate_up weights as 3-d [halves][rows][hidden] (box 128 x 8 x 2), dn* / sdn* the
+// routed / shared down weights as 2-d (box 128 or 64 columns x 8 rows).
+struct MoeRingMaps {
+  CUtensorMap gu, sgu, dn128, dn64, sdn128, sdn64;
+};
+
+// The ring's form (CudaRunnerOptions::moe_ring_stages / moe_ring_producers).
+struct MoeRingForm {
+  int stages = 4;     // ring stages of 32 KB (2..5)
+  int producers = 2;  // producer warps (1, 2 or 4)
+};
+
+// Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
+// norm_weight, routed and shared experts, bf16) with `form` on this device; else why not.
+std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& form);
+
+// The tensor maps of p's w13 / shared_gu / w2 / shared_down (DS_CHECKs the driver's encode).
+MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p);
+
+// Launches the layer (cooperative, one block a SM, on p.stream); DS_CHECKs MoeRingUnsupported.
+// Writes what MoePersistent's runner form writes: logits, the tagged words, topk_ids / topk_weights
+// (block 0), act, residual; advances `sync` by one launch (shareable with MoePersistent's).
+void MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form);
+
+}  // namespace ds::cuda
