@@ -26,17 +26,17 @@ using bf16 = __nv_bfloat16;
 // DeepSeek-V2-Lite's MoE shapes (moe_ring.h).
 constexpr int kHd = 2048, kE = 64, kK = 6, kI = 1408, kIs = 2816;
 constexpr int kTilesR = kK * kI / 8, kTs = kIs / 8, kTiles = kTilesR + kTs;  // gate_up tiles: 1056 routed, 352 shared
-constexpr int kDtiles = kHd / 8;                                             // down tiles of 8 output columns
+constexpr int kDtiles = kHd / 16;                                            // down tiles of 16 output columns
 constexpr int kNseg = kK + kIs / kI;                                         // down segments: 6 routed + 2 shared chunks
-static_assert(kNseg == 8, "one unit a warp: 4 segment pairs x 2 K ranges");
+static_assert(kNseg == 8, "one segment a warp");
 constexpr int kCw = 8, kCt = 32 * kCw;  // consumer warps / threads
 
 constexpr int kMaxStages = 5;
 constexpr int kStageBytes = 32 * 1024;  // 8 warp slices of 4 KB
-constexpr int kBox = 128;               // columns of a full box
-constexpr int kHalfK = kI / 2;          // a down unit's K range: 704 = 5 x 128 + 64
-constexpr int kDnStages = (kHalfK + kBox - 1) / kBox;  // 6 stages a down tile
-static_assert(kHalfK % 64 == 0 && kHalfK % kBox == 64, "the last down stage is 64 columns");
+constexpr int kBox = 128;               // columns of a box
+constexpr int kHalfK = kI / 2;          // MoePersistent's two K ranges of a down segment: [0, 704), [704, 1408)
+constexpr int kDnStages = kI / kBox;    // 11 stages a down tile
+static_assert(kI % kBox == 0 && kHalfK % 32 == 0, "down stages of 128 columns, the K ranges split at a 32-step");
 static_assert(kHd / kCw == 2 * kBox, "a gate_up warp slice: 2 stages of 128 columns");
 constexpr int kMaxRounds = 16;                    // gate_up rounds a block (grid >= 88)
 constexpr int kXsElems = kK * kI + kIs;           // act (bf16), >= hidden (x16 before)
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
   __shared__ int32_t s_ids[kK];
   __shared__ float s_w[kK];
   __shared__ float s_gu[kMaxRounds][kCw][16];  // the gate_up parts' gate / up sums
-  __shared__ float s_part[kCw][2][8];          // the down units' sums (pair's two segments)
+  __shared__ float s_part[kNseg][2][16];       // the down segments' sums over each K range
   __shared__ float s_red[32];
   __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -145,20 +145,15 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
       }
     }
     if (!routed) WaitParity(sm90::SmemAddr(&routed_bar), 0);
-    for (int tile = b; tile < kDtiles; tile += grid) {
-      const int n0 = tile * 8;
+    // Down tiles grid - 1 - b, then + grid: warp w's box is segment w's 16 rows x 128 columns.
+    for (int tile = grid - 1 - b; tile < kDtiles; tile += grid) {
+      const int n0 = tile * 16;
       for (int ds = 0; ds < kDnStages; ++ds) {
-        const int width = ds + 1 < kDnStages ? kBox : kHalfK - kBox * ds;  // 128, the last 64
-        const uint32_t bar = acquire(kBoxesPer * 32u * width);
+        const uint32_t bar = acquire(kBoxesPer * 4096u);
         const uint32_t base = sm90::SmemAddr(ring + pos.slot * kStageBytes);
         for (int w = j; w < kCw; w += kP) {
-          const int pair = w / 2, col = kHalfK * (w % 2) + kBox * ds;
-          for (int hh = 0; hh < 2; ++hh) {
-            const int seg = 2 * pair + hh;
-            const uint32_t dst = base + w * 32 * width + hh * 16 * width;
-            if (seg < kK) Tma2d(dst, width == kBox ? &maps.dn128 : &maps.dn64, col, s_ids[seg] * kHd + n0, bar);
-            else Tma2d(dst, width == kBox ? &maps.sdn128 : &maps.sdn64, (seg - kK) * kI + col, n0, bar);
-          }
+          if (w < kK) Tma2d(base + w * 4096, &maps.dn, kBox * ds, s_ids[w] * kHd + n0, bar);
+          else Tma2d(base + w * 4096, &maps.sdn, (w - kK) * kI + kBox * ds, n0, bar);
         }
         pos.Next(stages);
         ++k;
@@ -199,27 +194,29 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
       moe_dev::StTagged(p.router_tagged + n, epoch, acc);
     }
   }
-  uint64_t tag_w0 = 0, tag_w1 = 0;
-  const auto route_token = [&]() {
-    if (warp == 0) {
-      MoeRoutingParams rp = p.routing;
-      rp.logits = p.logits;
-      rp.n = 1;
-      rp.topk_ids = s_ids;
-      rp.topk_weights = s_w;
-      float x[2];
-      moe_dev::PollTagged(p.router_tagged, kE, epoch, tag_w0, tag_w1, x);
-      routing::RouteTokenInWarp<2, true>(rp, 0, route_ws.View(), x);
+  // Routing, by warp 0 alone, as soon as the router blocks' tagged logits are in (the other warps
+  // go on with the shared experts' stages; the producers wait for it before the first routed
+  // stage): the ids in s_ids for the producers, the weights in s_w for the combine.
+  if (warp == 0) {
+    MoeRoutingParams rp = p.routing;
+    rp.logits = p.logits;
+    rp.n = 1;
+    rp.topk_ids = s_ids;
+    rp.topk_weights = s_w;
+    uint64_t tag_w0 = 0, tag_w1 = 0;
+    float x[2];
+    moe_dev::LdTagged(p.router_tagged, kE, tag_w0, tag_w1);
+    moe_dev::PollTagged(p.router_tagged, kE, epoch, tag_w0, tag_w1, x);
+    routing::RouteTokenInWarp<2, true>(rp, 0, route_ws.View(), x);
+    __syncwarp();
+    if (lane < kK && (s_ids[lane] < 0 || s_ids[lane] >= kE)) s_ids[lane] = 0;  // defensive (MoePersistent's clamp)
+    __syncwarp();
+    if (lane == 0) sm90::BarArrive(sm90::SmemAddr(&routed_bar));  // the producers may read s_ids
+    if (b == 0 && lane < kK) {
+      p.topk_ids[lane] = s_ids[lane];
+      p.topk_weights[lane] = s_w[lane];
     }
-    ConsumerSync();
-    if (tid < kK && (s_ids[tid] < 0 || s_ids[tid] >= kE)) s_ids[tid] = 0;  // defensive (MoePersistent's clamp)
-    ConsumerSync();
-    if (tid == 0) sm90::BarArrive(sm90::SmemAddr(&routed_bar));  // the producers may read s_ids
-    if (b == 0 && tid < kK) {
-      p.topk_ids[tid] = s_ids[tid];
-      p.topk_weights[tid] = s_w[tid];
-    }
-  };
+  }
 
   // Phase 2: gate_up tiles i = b, b + grid, ...: warp w the K eighth w of each (two stages).
   RingPos pos;
@@ -229,11 +226,8 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
     if (lane == 0) sm90::BarArrive(sm90::SmemAddr(&empty[pos.slot]));
     pos.Next(stages);
   };
-  bool routed_here = false;
   int r = 0;
   for (int i = b; i < kTiles; i += grid, ++r) {
-    if (!routed_here && i >= kTs) { route_token(); routed_here = true; }
-    if (warp == 0 && !routed_here && i + grid >= kTs) moe_dev::LdTagged(p.router_tagged, kE, tag_w0, tag_w1);
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     for (int h = 0; h < 2; ++h) {
       wait_full();
@@ -255,7 +249,6 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
       s_gu[r][warp][8 + g] = d[2];
     }
   }
-  if (!routed_here) route_token();
   ConsumerSync();
   // act = SiLU(gate) * up of each tile's parts summed in part order (MoePersistent's order).
   for (int idx = tid; idx < r * 8; idx += kCt) {
@@ -282,10 +275,14 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
   }
   ConsumerSync();
 
-  // Phase 3: down tiles tile = b, b + grid, ... of 8 output columns; warp w is unit w (pair w / 2,
-  // K range w % 2). First the first tile's r1 (residual + attn_out) and act into shared memory.
+  // Phase 3: down tiles of 16 output columns (grid - 1 - b, then + grid); warp w is segment w (routed slot w <
+  // top_k, then the shared experts' down chunks of I) over both of MoePersistent's K ranges, summed
+  // apart (d0 the first 704 columns, d1 the rest) in its step order: rows g and g + 8 of the mma
+  // tile are the segment's output columns n0 + g and n0 + 8 + g, every B column its act. First the
+  // first tile's r1 (residual + attn_out) and act into shared memory.
+  const int tile0 = grid - 1 - b;
   float r1_first = 0.f;
-  if (tid < 8 && b < kDtiles) r1_first = p.attn_out[b * 8 + tid] + p.residual[b * 8 + tid];
+  if (tid < 16 && tile0 < kDtiles) r1_first = p.attn_out[tile0 * 16 + tid] + p.residual[tile0 * 16 + tid];
   {
     constexpr int kN8 = kXsElems / 8, kBatch = 8;
     const uint4* src = reinterpret_cast<const uint4*>(p.act);
@@ -301,49 +298,38 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
     }
   }
   ConsumerSync();
-  const int pair = warp / 2, kr = warp % 2;
-  const bf16* xg = xs + (g == 1 ? 2 * pair + 1 : 2 * pair) * kI + kHalfK * kr;  // B's column g: segment 2 pair + (g == 1)
+  const uint4* xw = reinterpret_cast<const uint4*>(xs + warp * kI) + q;  // segment w's act (lane's 8 at 8 q)
   bool first = true;
-  for (int tile = b; tile < kDtiles; tile += grid) {
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int tile = tile0; tile < kDtiles; tile += grid) {
+    float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
     for (int ds = 0; ds < kDnStages; ++ds) {
       wait_full();
-      const int width = ds + 1 < kDnStages ? kBox : kHalfK - kBox * ds;
-      // [2 segments][8 rows][width] bf16.
-      const unsigned char* slice = ring + pos.slot * kStageBytes + warp * 32 * width;
-      const uint4* x4 = reinterpret_cast<const uint4*>(xg + kBox * ds) + q;
-      if (width == kBox) {
+      // [16 rows][128] bf16: row g at g * 256 bytes, row g + 8 at 2048 + g * 256.
+      const unsigned char* slice = ring + pos.slot * kStageBytes + warp * 4096;
 #pragma unroll
-        for (int s = 0; s < kBox / 32; ++s) {
-          const uint4 va = *reinterpret_cast<const uint4*>(slice + g * 256 + s * 64 + q * 16);
-          const uint4 vb = *reinterpret_cast<const uint4*>(slice + 2048 + g * 256 + s * 64 + q * 16);
-          const uint4 xv = x4[4 * s];
-          ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
-          ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
-        }
-      } else {
-#pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          const uint4 va = *reinterpret_cast<const uint4*>(slice + g * 128 + s * 64 + q * 16);
-          const uint4 vb = *reinterpret_cast<const uint4*>(slice + 1024 + g * 128 + s * 64 + q * 16);
-          const uint4 xv = x4[4 * s];
-          ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
-          ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
-        }
+      for (int s = 0; s < kBox / 32; ++s) {
+        const uint4 va = *reinterpret_cast<const uint4*>(slice + g * 256 + s * 64 + q * 16);
+        const uint4 vb = *reinterpret_cast<const uint4*>(slice + 2048 + g * 256 + s * 64 + q * 16);
+        const uint4 xv = xw[4 * (ds * (kBox / 32) + s)];
+        float(&d)[4] = kBox * ds + 32 * s < kHalfK ? d0 : d1;
+        ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
+        ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
       }
       release();
     }
     if (q == 0) {
-      s_part[warp][0][g] = d[0];
-      s_part[warp][1][g] = d[3];
+      s_part[warp][0][g] = d0[0];
+      s_part[warp][0][8 + g] = d0[2];
+      s_part[warp][1][g] = d1[0];
+      s_part[warp][1][8 + g] = d1[2];
     }
     ConsumerSync();
-    if (tid < 8) {  // moe = the shared chunks' y in order + sum_j w_j bf16(y_j); residual += moe
-      const int c = tid, n = tile * 8 + c;
+    if (tid < 16) {  // moe = the shared chunks' y in order + sum_j w_j bf16(y_j); residual += moe
+      const int c = tid, n = tile * 16 + c;
       const auto y = [&](int seg) {
-        const int pr = seg / 2, h = seg % 2;
         float v = 0.f;
-        for (int rr = 0; rr < 2; ++rr) v += s_part[pr * 2 + rr][h][c];
+        for (int rr = 0; rr < 2; ++rr) v += s_part[seg][rr][c];
         return v;
       };
       float acc = 0.f;
@@ -436,7 +422,7 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p) {
   DS_CHECK(p.hidden == kHd && p.num_experts == kE && p.inter == kI && p.shared_inter == kIs)
       << "MoeRingMakeMaps: not DeepSeek-V2-Lite's shapes";
   MoeRingMaps m;
-  const cuuint32_t box3[3] = {kBox, 8, 2}, box128[2] = {kBox, 8}, box64[2] = {64, 8};
+  const cuuint32_t box3[3] = {kBox, 8, 2}, box2[2] = {kBox, 16};
   {  // w13 [E][2][I][hidden] as [2E][I][hidden]; shared_gu [2][Is][hidden]
     const cuuint64_t dims[3] = {kHd, kI, 2 * kE}, strides[2] = {kHd * 2, cuuint64_t{kI} * kHd * 2};
     m.gu = Encode(p.w13, 3, dims, strides, box3);
@@ -445,11 +431,9 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p) {
   }
   {  // w2 [E hidden][I]; shared_down [hidden][Is]
     const cuuint64_t dims[2] = {kI, cuuint64_t{kE} * kHd}, strides[1] = {kI * 2};
-    m.dn128 = Encode(p.w2, 2, dims, strides, box128);
-    m.dn64 = Encode(p.w2, 2, dims, strides, box64);
+    m.dn = Encode(p.w2, 2, dims, strides, box2);
     const cuuint64_t sdims[2] = {kIs, kHd}, sstrides[1] = {kIs * 2};
-    m.sdn128 = Encode(p.shared_down, 2, sdims, sstrides, box128);
-    m.sdn64 = Encode(p.shared_down, 2, sdims, sstrides, box64);
+    m.sdn = Encode(p.shared_down, 2, sdims, sstrides, box2);
   }
   return m;
 }

@@ -14,14 +14,17 @@
 // stages with one grid barrier in 34.9 us, 3.97 TB/s.
 //
 // Shape (one block a SM, cooperative launch, 8 consumer warps + `producers` producer warps):
-//  - producers (lane 0 of each) walk the block's schedule and issue, per ring stage, one box per
-//    consumer warp w with w % producers == j: gate_up tile stages (a tile is 8 gate + the same 8 up
-//    rows over hidden; warp w's slice is its K eighth's half h: rows x 128 columns, gate and up in
-//    one 3-d box of [2][8][128]), then down stages (a down tile is 8 output columns; warp w is unit
-//    w: segments 2 (w / 2) and 2 (w / 2) + 1 over K range w % 2 of I; a stage is 128 columns of
-//    both, the last 64: two 2-d boxes of [8][128] or [8][64]);
+//  - producers (lane 0 of each) walk the block's schedule and issue, per ring stage, one 4 KB box
+//    per consumer warp w with w % producers == j: gate_up tile stages (a tile is 8 gate + the same
+//    8 up rows over hidden; warp w's slice is half h of its K eighth: gate and up rows x 128
+//    columns in one 3-d box of [2][8][128]), then down stages (a down tile is 16 output columns,
+//    tile grid - 1 - block, then + grid; warp w is segment w: routed slot w < top_k, then the shared
+//    experts' down in chunks of I; a stage is 128 columns of the segment's 16 rows, 11 stages);
 //  - consumers do MoePersistent's math on the ring's slices (WarpTile16's lane order and mma
-//    sequence) and its sums, routing and combine, with a grid barrier that only they take.
+//    sequence; a down segment's two K ranges summed apart, as MoePersistent's units do) and its
+//    sums and combine; warp 0 routes as soon as the router blocks' tagged logits are in (the
+//    producers wait for the ids before the first routed stage); a grid barrier that only the
+//    consumers take separates act's writes from its reads.
 // Shapes: DeepSeek-V2-Lite's MoE (and Moonlight's): hidden 2048, 64 routed experts, top 6, I 1408,
 // shared I 2816, bf16 experts (MoeRingUnsupported says why not).
 // Source of the math: moe_persistent.h (DeepSeek-V2 paper section 2.2; transformers' DeepseekV2MoE).
@@ -36,10 +39,10 @@
 namespace ds::cuda {
 
 // The layer's tensor maps (host-built once per layer's weights; MoeRingMakeMaps): gu / sgu the
-// routed / shared gate_up weights as 3-d [halves][rows][hidden] (box 128 x 8 x 2), dn* / sdn* the
-// routed / shared down weights as 2-d (box 128 or 64 columns x 8 rows).
+// routed / shared gate_up weights as 3-d [halves][rows][hidden] (box 128 x 8 x 2), dn / sdn the
+// routed / shared down weights as 2-d [rows][I or shared I] (box 128 columns x 16 rows).
 struct MoeRingMaps {
-  CUtensorMap gu, sgu, dn128, dn64, sdn128, sdn64;
+  CUtensorMap gu, sgu, dn, sdn;
 };
 
 // The ring's form (CudaRunnerOptions::moe_ring_stages / moe_ring_producers).
