@@ -15,6 +15,8 @@
 // MoeRingUnsupported must refuse, each with its reason. DISABLED_V2LiteTimingReport: microseconds
 // a launch over 8 weight sets in turn (so each launch reads DRAM, not L2), for MoePersistent's
 // tagged form and each supported ring form.
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cuda/device_props.h"
 #include "backend/cuda/moe_persistent.h"
 #include "backend/cuda/moe_ring.h"
 #include "common/check.h"
@@ -379,6 +382,51 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
     }
   // The persistent reference again (drift between the first and last measurement).
   report("persistent_tagged_again", time_us(nullptr));
+  // Where a ring launch's time goes (MoeRing's stamps, moe_ring.h): for each point, its median and
+  // latest time over the blocks from the launch's first start, medians over the timed launches
+  // (direct launches, the 8 sets in turn, the first round not counted).
+  for (const MoeRingForm form : {MoeRingForm{4, 2}, MoeRingForm{5, 2}}) {
+    const int grid = CurrentDeviceProps().sms;
+    Dev<long long> stamps(static_cast<size_t>(grid) * kMoePersistentStamps),
+        tstamps(static_cast<size_t>(grid) * kMoePersistentTileStamps);
+    std::vector<std::vector<double>> med(12), late(12);
+    for (int rep = 0; rep < 3 * kSets; ++rep) {
+      stamps.Poison();
+      tstamps.Poison();
+      MoePersistentParams q = ps[rep % kSets];
+      q.stream = st;
+      q.stamps = stamps.get();
+      q.tile_stamps = tstamps.get();
+      MoeRing(q, maps[rep % kSets], form);
+      DS_CUDA_CHECK(cudaStreamSynchronize(st));
+      if (rep < kSets) continue;
+      const std::vector<long long> a = stamps.Download(), t = tstamps.Download();
+      long long t0 = LLONG_MAX;
+      for (int b = 0; b < grid; ++b) t0 = std::min(t0, a[static_cast<size_t>(b) * kMoePersistentStamps]);
+      for (int i = 0; i < 12; ++i) {
+        std::vector<double> v;
+        for (int b = 0; b < grid; ++b) {
+          const long long x = i < 8 ? a[static_cast<size_t>(b) * kMoePersistentStamps + i]
+                                    : t[static_cast<size_t>(b) * kMoePersistentTileStamps + (i - 8)];
+          if (x > 0 && x >= t0 && x - t0 < 1000000) v.push_back(1e-3 * static_cast<double>(x - t0));  // (blocks without the point: poison)
+        }
+        if (v.empty()) continue;
+        std::sort(v.begin(), v.end());
+        med[i].push_back(v[v.size() / 2]);
+        late[i].push_back(v.back());
+      }
+    }
+    const char* names[12] = {"start", "router phase done", "routed (warp 0)", "first routed stage full", "gate_up consumed",
+                             "grid barrier passed", "act in smem", "end", "producer saw the routing",
+                             "last gate_up stage issued", "last down stage issued", "first down stage full"};
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    for (int i = 0; i < 12; ++i)
+      std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d point=\"%s\": median block %.2f us, latest %.2f us\n",
+                  form.stages, form.producers, names[i], median(med[i]), median(late[i]));
+  }
   const std::vector<float> res = io.res.Download();
   int64_t nonfinite = 0;
   for (float v : res) nonfinite += !std::isfinite(v);

@@ -104,7 +104,12 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
   __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  // Measurement only (MoeRingStamps): %globaltimer (ns) at the points listed there.
+  const auto stamp = [&](long long* at, int i) {
+    if (at != nullptr) at[b * kMoePersistentStamps + i] = static_cast<long long>(dev::GlobalTimerNs());
+  };
   if (threadIdx.x == 0) {
+    stamp(p.stamps, 0);
     s_base = grid::GridBase(p.sync);  // no barrier of this launch has completed yet
     for (int s = 0; s < stages; ++s) {
       sm90::BarInit(sm90::SmemAddr(&full[s]), kP);
@@ -130,7 +135,11 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
     constexpr uint32_t kBoxesPer = kCw / kP;
     bool routed = false;
     for (int i = b; i < kTiles; i += grid) {
-      if (!routed && i >= kTs) { WaitParity(sm90::SmemAddr(&routed_bar), 0); routed = true; }
+      if (!routed && i >= kTs) {
+        WaitParity(sm90::SmemAddr(&routed_bar), 0);
+        routed = true;
+        if (j == 0) stamp(p.tile_stamps, 0);
+      }
       const int t = TileOf(i);
       const bool shared = t >= kTilesR;
       const CUtensorMap* map = shared ? &maps.sgu : &maps.gu;
@@ -145,6 +154,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
       }
     }
     if (!routed) WaitParity(sm90::SmemAddr(&routed_bar), 0);
+    if (j == 0) stamp(p.tile_stamps, 1);
     // Down tiles grid - 1 - b, then + grid: warp w's box is segment w's 16 rows x 128 columns.
     for (int tile = grid - 1 - b; tile < kDtiles; tile += grid) {
       const int n0 = tile * 16;
@@ -159,6 +169,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
         ++k;
       }
     }
+    if (j == 0) stamp(p.tile_stamps, 2);
     return;
   }
 
@@ -194,6 +205,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
       moe_dev::StTagged(p.router_tagged + n, epoch, acc);
     }
   }
+  if (tid == 0) stamp(p.stamps, 1);
   // Routing, by warp 0 alone, as soon as the router blocks' tagged logits are in (the other warps
   // go on with the shared experts' stages; the producers wait for it before the first routed
   // stage): the ids in s_ids for the producers, the weights in s_w for the combine.
@@ -212,6 +224,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
     if (lane < kK && (s_ids[lane] < 0 || s_ids[lane] >= kE)) s_ids[lane] = 0;  // defensive (MoePersistent's clamp)
     __syncwarp();
     if (lane == 0) sm90::BarArrive(sm90::SmemAddr(&routed_bar));  // the producers may read s_ids
+    if (lane == 0) stamp(p.stamps, 2);
     if (b == 0 && lane < kK) {
       p.topk_ids[lane] = s_ids[lane];
       p.topk_weights[lane] = s_w[lane];
@@ -231,6 +244,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     for (int h = 0; h < 2; ++h) {
       wait_full();
+      if (tid == 0 && h == 0 && i >= kTs && i < kTs + grid) stamp(p.stamps, 3);  // the first routed stage in
       // [2][8][128] bf16: gate row g at g * 256 bytes, up row g at 2048 + g * 256.
       const unsigned char* slice = ring + pos.slot * kStageBytes + warp * 4096;
       const uint4* x4 = reinterpret_cast<const uint4*>(xs + 2 * kBox * warp + kBox * h) + q;
@@ -249,6 +263,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
       s_gu[r][warp][8 + g] = d[2];
     }
   }
+  if (tid == 0) stamp(p.stamps, 4);
   ConsumerSync();
   // act = SiLU(gate) * up of each tile's parts summed in part order (MoePersistent's order).
   for (int idx = tid; idx < r * 8; idx += kCt) {
@@ -272,6 +287,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
     if (old + 1 == target)  // the last arrival pads the counter to the next launch's base
       asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(p.sync), "l"(grid::kGridEpoch - target % grid::kGridEpoch)
                    : "memory");
+    stamp(p.stamps, 5);
   }
   ConsumerSync();
 
@@ -298,6 +314,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
     }
   }
   ConsumerSync();
+  if (tid == 0) stamp(p.stamps, 6);
   const uint4* xw = reinterpret_cast<const uint4*>(xs + warp * kI) + q;  // segment w's act (lane's 8 at 8 q)
   bool first = true;
   for (int tile = tile0; tile < kDtiles; tile += grid) {
@@ -305,6 +322,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
 #pragma unroll
     for (int ds = 0; ds < kDnStages; ++ds) {
       wait_full();
+      if (tid == 0 && ds == 0 && first) stamp(p.tile_stamps, 3);  // the first down stage in
       // [16 rows][128] bf16: row g at g * 256 bytes, row g + 8 at 2048 + g * 256.
       const unsigned char* slice = ring + pos.slot * kStageBytes + warp * 4096;
 #pragma unroll
@@ -341,6 +359,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
     first = false;
     ConsumerSync();
   }
+  if (tid == 0) stamp(p.stamps, 7);
 }
 
 void (*KernelFor(int producers))(MoeRingMaps, MoePersistentParams, int) {

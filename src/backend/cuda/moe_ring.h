@@ -58,6 +58,12 @@ std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& 
 // The tensor maps of p's w13 / shared_gu / w2 / shared_down (DS_CHECKs the driver's encode).
 MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p);
 
+// Measurement only (tests): with MoePersistentParams::stamps / tile_stamps set (MoePersistent's
+// strides, kMoePersistentStamps / kMoePersistentTileStamps a block), %globaltimer (ns) at:
+//   stamps: 0 start, 1 the router phase done, 2 routed (warp 0), 3 the first routed gate_up stage
+//   full, 4 gate_up consumed, 5 the grid barrier passed, 6 act in shared memory, 7 end;
+//   tile_stamps (producer 0; 3 a consumer): 0 the routing seen, 1 the last gate_up stage issued,
+//   2 the last down stage issued, 3 the first down stage full.
 // Launches the layer (cooperative, one block a SM, on p.stream); DS_CHECKs MoeRingUnsupported.
 // Writes what MoePersistent's runner form writes: logits, the tagged words, topk_ids / topk_weights
 // (block 0), act, residual; advances `sync` by one launch (shareable with MoePersistent's).
