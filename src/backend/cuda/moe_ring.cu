@@ -40,7 +40,7 @@ static_assert(kI % kBox == 0 && kHalfK % 32 == 0, "down stages of 128 columns, t
 static_assert(kHd / kCw == 2 * kBox, "a gate_up warp slice: 2 stages of 128 columns");
 constexpr int kMaxRounds = 16;                    // gate_up rounds a block (grid >= 88)
 constexpr int kXsElems = kK * kI + kIs;           // act (bf16), >= hidden (x16 before)
-constexpr size_t kTailBytes = sizeof(bf16) * kXsElems + sizeof(float) * kHd;  // xs, then x32s
+constexpr size_t kTailBytes = sizeof(bf16) * kXsElems;  // xs
 
 constexpr int kConsumerBar = 1;  // named barrier of the 8 consumer warps
 __device__ __forceinline__ void ConsumerSync() { sm90::NamedBarSync(kConsumerBar, kCt); }
@@ -88,13 +88,13 @@ struct RingPos {
   }
 };
 
+// Warps: kCw consumers, kP producers, one routing warp.
 template <int kP>
-__global__ void __launch_bounds__(32 * (kCw + kP), 1)
+__global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages) {
   extern __shared__ __align__(1024) unsigned char ring[];
   bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
-  float* x32s = reinterpret_cast<float*>(xs + kXsElems);                                // [hidden]
-  __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar;
+  __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar, go_bar;
   __shared__ routing::WarpRouteScratch route_ws;
   __shared__ int32_t s_ids[kK];
   __shared__ float s_w[kK];
@@ -116,14 +116,46 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
       sm90::BarInit(sm90::SmemAddr(&empty[s]), kCw);
     }
     sm90::BarInit(sm90::SmemAddr(&routed_bar), 1);
+    sm90::BarInit(sm90::SmemAddr(&go_bar), 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
+  const uint32_t epoch = static_cast<uint32_t>(s_base / grid::kGridEpoch) + 1u;  // the tagged words' tag
+  if (warp == kCw + kP) {
+    // The routing warp: as soon as the router blocks' tagged logits are in, the ids into s_ids
+    // (for the producers, which wait for them before the first routed stage) and the weights into
+    // s_w (for the combine; the consumers wait for routed_bar before they read them).
+    MoeRoutingParams rp = p.routing;
+    rp.logits = p.logits;
+    rp.n = 1;
+    rp.topk_ids = s_ids;
+    rp.topk_weights = s_w;
+    uint64_t tag_w0 = 0, tag_w1 = 0;
+    float x[2];
+    moe_dev::LdTagged(p.router_tagged, kE, tag_w0, tag_w1);
+    moe_dev::PollTagged(p.router_tagged, kE, epoch, tag_w0, tag_w1, x);
+    routing::RouteTokenInWarp<2, true>(rp, 0, route_ws.View(), x);
+    __syncwarp();
+    if (lane < kK && (s_ids[lane] < 0 || s_ids[lane] >= kE)) s_ids[lane] = 0;  // defensive (MoePersistent's clamp)
+    __syncwarp();
+    if (lane == 0) {
+      sm90::BarArrive(sm90::SmemAddr(&routed_bar));
+      stamp(p.stamps, 2);
+    }
+    if (b == 0 && lane < kK) {
+      p.topk_ids[lane] = s_ids[lane];
+      p.topk_weights[lane] = s_w[lane];
+    }
+    return;
+  }
   if (warp >= kCw) {
     // Producer j (lane 0): the block's stages in order; boxes of consumer warps w = j, j + kP, ...
+    // It starts once the consumers' first loads (phase 0's, the router's) have gone out, ahead
+    // of the weight stream in the memory system's queues.
     if (lane != 0) return;
     const int j = warp - kCw;
+    WaitParity(sm90::SmemAddr(&go_bar), 0);
     RingPos pos;
     int k = 0;
     const auto acquire = [&](uint32_t bytes) {  // the next slot empty; its full barrier told of `bytes`
@@ -175,61 +207,49 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
 
   // The consumers (threads 0..255): MoePersistent's runner-form math, phase by phase.
   const int tid = threadIdx.x;
-  // Phase 0: x = rmsnorm(residual + attn_out) * post_norm_weight (x32s fp32, xs bf16).
+  // Phase 0: x = rmsnorm(residual + attn_out) * post_norm_weight (xs bf16), and phase 1: router
+  // logit b (blocks < E; grid >= E): thread t takes k = t, t + 256, ..., then the sum. Every load
+  // first, into registers; then the producers may start.
+  constexpr int kPer = kHd / kCt;
+  static_assert(kHd % kCt == 0, "hidden a multiple of the consumer threads");
+  float ao[kPer], re[kPer], pw[kPer], rw[kPer];
+  const bool router = b < kE;
+#pragma unroll
+  for (int u = 0; u < kPer; ++u) {
+    ao[u] = p.attn_out[tid + u * kCt];
+    re[u] = p.residual[tid + u * kCt];
+    pw[u] = p.post_norm_weight[tid + u * kCt];
+    rw[u] = router ? __ldg(p.router_w + static_cast<int64_t>(b) * kHd + tid + u * kCt) : 0.f;
+  }
+  ConsumerSync();
+  if (tid == 0) sm90::BarArrive(sm90::SmemAddr(&go_bar));
   {
     float ss = 0.f;
-    for (int i = tid; i < kHd; i += kCt) {
-      const float v = p.attn_out[i] + p.residual[i];
-      x32s[i] = v;
-      ss += v * v;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      ao[u] = ao[u] + re[u];  // v = attn_out + residual
+      ss += ao[u] * ao[u];
     }
     const float total = ConsumerSum(ss, s_red);
     const float inv = rsqrtf(total / static_cast<float>(kHd) + p.eps);
-    for (int i = tid; i < kHd; i += kCt) {
-      const float o = x32s[i] * inv * p.post_norm_weight[i];
-      x32s[i] = o;
-      xs[i] = __float2bfloat16_rn(o);
+    float acc = 0.f;
+#pragma unroll
+    for (int u = 0; u < kPer; ++u) {
+      const float o = ao[u] * inv * pw[u];
+      xs[tid + u * kCt] = __float2bfloat16_rn(o);
+      acc = fmaf(o, rw[u], acc);
+    }
+    if (router) {
+      acc = ConsumerSum(acc, s_red);
+      if (tid == 0) {
+        p.logits[b] = acc;
+        moe_dev::StTagged(p.router_tagged + b, epoch, acc);
+      }
     }
   }
   ConsumerSync();
   const uint64_t base = s_base;
-  const uint32_t epoch = static_cast<uint32_t>(base / grid::kGridEpoch) + 1u;  // the tagged words' tag
-  // Phase 1: router logit b (blocks < E): thread t takes k = t, t + 256, ..., then the sum.
-  for (int n = b; n < kE; n += grid) {
-    const float* wr = p.router_w + static_cast<int64_t>(n) * kHd;
-    float acc = 0.f;
-    for (int kk = tid; kk < kHd; kk += kCt) acc = fmaf(x32s[kk], __ldg(wr + kk), acc);
-    acc = ConsumerSum(acc, s_red);
-    if (tid == 0) {
-      p.logits[n] = acc;
-      moe_dev::StTagged(p.router_tagged + n, epoch, acc);
-    }
-  }
   if (tid == 0) stamp(p.stamps, 1);
-  // Routing, by warp 0 alone, as soon as the router blocks' tagged logits are in (the other warps
-  // go on with the shared experts' stages; the producers wait for it before the first routed
-  // stage): the ids in s_ids for the producers, the weights in s_w for the combine.
-  if (warp == 0) {
-    MoeRoutingParams rp = p.routing;
-    rp.logits = p.logits;
-    rp.n = 1;
-    rp.topk_ids = s_ids;
-    rp.topk_weights = s_w;
-    uint64_t tag_w0 = 0, tag_w1 = 0;
-    float x[2];
-    moe_dev::LdTagged(p.router_tagged, kE, tag_w0, tag_w1);
-    moe_dev::PollTagged(p.router_tagged, kE, epoch, tag_w0, tag_w1, x);
-    routing::RouteTokenInWarp<2, true>(rp, 0, route_ws.View(), x);
-    __syncwarp();
-    if (lane < kK && (s_ids[lane] < 0 || s_ids[lane] >= kE)) s_ids[lane] = 0;  // defensive (MoePersistent's clamp)
-    __syncwarp();
-    if (lane == 0) sm90::BarArrive(sm90::SmemAddr(&routed_bar));  // the producers may read s_ids
-    if (lane == 0) stamp(p.stamps, 2);
-    if (b == 0 && lane < kK) {
-      p.topk_ids[lane] = s_ids[lane];
-      p.topk_weights[lane] = s_w[lane];
-    }
-  }
 
   // Phase 2: gate_up tiles i = b, b + grid, ...: warp w the K eighth w of each (two stages).
   RingPos pos;
@@ -313,6 +333,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP), 1)
         if (i0 + u * kCt < kN8) dst[i0 + u * kCt] = v[u];
     }
   }
+  WaitParity(sm90::SmemAddr(&routed_bar), 0);  // s_w (the routing warp's) readable
   ConsumerSync();
   if (tid == 0) stamp(p.stamps, 6);
   const uint4* xw = reinterpret_cast<const uint4*>(xs + warp * kI) + q;  // segment w's act (lane's 8 at 8 q)
@@ -402,7 +423,7 @@ std::string DeviceVerdict(const MoeRingForm& form) {
     void (*kernel)(MoeRingMaps, MoePersistentParams, int) = KernelFor(form.producers);
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
-    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * (kCw + form.producers), smem));
+    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * (kCw + form.producers + 1), smem));
     if (per_sm < 1) why << form.stages << " ring stages (" << smem << " bytes of shared memory) do not fit an SM; ";
   }
   (*known)[key] = why.str();
@@ -462,7 +483,7 @@ void MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRin
   DS_CHECK(why.empty()) << "MoeRing: " << why;
   const size_t smem = SmemBytes(form.stages);
   void (*kernel)(MoeRingMaps, MoePersistentParams, int) = KernelFor(form.producers);
-  LaunchCooperative(kernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(32 * (kCw + form.producers)), smem,
+  LaunchCooperative(kernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(32 * (kCw + form.producers + 1)), smem,
                     p.stream, maps, p, form.stages);
 }
 

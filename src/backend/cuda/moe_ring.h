@@ -13,7 +13,8 @@
 // The probe (CudaStreamRing.DISABLED_RingReport, session 32 run 1): V2-Lite's 138.4 MB through 4
 // stages with one grid barrier in 34.9 us, 3.97 TB/s.
 //
-// Shape (one block a SM, cooperative launch, 8 consumer warps + `producers` producer warps):
+// Shape (one block a SM, cooperative launch, 8 consumer warps + `producers` producer warps + one
+// routing warp):
 //  - producers (lane 0 of each) walk the block's schedule and issue, per ring stage, one 4 KB box
 //    per consumer warp w with w % producers == j: gate_up tile stages (a tile is 8 gate + the same
 //    8 up rows over hidden; warp w's slice is half h of its K eighth: gate and up rows x 128
@@ -22,9 +23,12 @@
 //    experts' down in chunks of I; a stage is 128 columns of the segment's 16 rows, 11 stages);
 //  - consumers do MoePersistent's math on the ring's slices (WarpTile16's lane order and mma
 //    sequence; a down segment's two K ranges summed apart, as MoePersistent's units do) and its
-//    sums and combine; warp 0 routes as soon as the router blocks' tagged logits are in (the
-//    producers wait for the ids before the first routed stage); a grid barrier that only the
-//    consumers take separates act's writes from its reads.
+//    sums and combine, with a grid barrier that only they take between act's writes and its
+//    reads; they issue their first loads (phase 0's and the router's) before the producers start,
+//    so that those loads are ahead of the weight stream in the memory system's queues;
+//  - the routing warp routes as soon as the router blocks' tagged logits are in (the producers
+//    wait for the ids before the first routed stage; the consumers never wait for the routing
+//    before the combine).
 // Shapes: DeepSeek-V2-Lite's MoE (and Moonlight's): hidden 2048, 64 routed experts, top 6, I 1408,
 // shared I 2816, bf16 experts (MoeRingUnsupported says why not).
 // Source of the math: moe_persistent.h (DeepSeek-V2 paper section 2.2; transformers' DeepseekV2MoE).
