@@ -235,10 +235,10 @@ void RunBitIdentity(const LayerWeights& w, const Routing& r) {
     launches += kLaunches;
     ExpectCounter(io, launches, mode + " persistent_tagged");
     const Outputs ref = Download(io);
-    for (const MoeRingForm& form : {MoeRingForm{4, 1}, MoeRingForm{4, 2}, MoeRingForm{3, 2}, MoeRingForm{5, 4},
-                                    MoeRingForm{2, 1}}) {
-      const std::string label =
-          mode + " stages" + std::to_string(form.stages) + " producers" + std::to_string(form.producers);
+    for (const MoeRingForm& form : {MoeRingForm{4, 1}, MoeRingForm{4, 2}, MoeRingForm{4, 2, 1}, MoeRingForm{5, 2, 2},
+                                    MoeRingForm{3, 2}, MoeRingForm{5, 4}, MoeRingForm{2, 1}}) {
+      const std::string label = mode + " stages" + std::to_string(form.stages) + " producers" +
+                                std::to_string(form.producers) + " early" + std::to_string(form.early_stages);
       const std::string why = MoeRingUnsupported(p, form);
       if (!why.empty()) {
         std::printf("[metric] op=moe_ring_bits case=%s skipped: %s\n", label.c_str(), why.c_str());
@@ -370,26 +370,29 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
   };
   report("persistent_tagged", time_us(nullptr));
   for (int stages : {2, 3, 4, 5})
-    for (int producers : {1, 2, 4}) {
-      const MoeRingForm form{stages, producers};
-      const std::string name = "stages" + std::to_string(stages) + "_producers" + std::to_string(producers);
-      const std::string why = MoeRingUnsupported(ps[0], form);
-      if (!why.empty()) {
-        std::printf("[metric] op=moe_ring_timing case=V2Lite form=%s unsupported: %s\n", name.c_str(), why.c_str());
-        continue;
+    for (int producers : {1, 2, 4})
+      for (int early : {0, 1, 2}) {
+        if (early > 0 && (producers != 2 || stages < 4)) continue;
+        const MoeRingForm form{stages, producers, early};
+        const std::string name = "stages" + std::to_string(stages) + "_producers" + std::to_string(producers) +
+                                 (early > 0 ? "_early" + std::to_string(early) : "");
+        const std::string why = MoeRingUnsupported(ps[0], form);
+        if (!why.empty()) {
+          std::printf("[metric] op=moe_ring_timing case=V2Lite form=%s unsupported: %s\n", name.c_str(), why.c_str());
+          continue;
+        }
+        report(name, time_us(&form));
       }
-      report(name, time_us(&form));
-    }
   // The persistent reference again (drift between the first and last measurement).
   report("persistent_tagged_again", time_us(nullptr));
   // Where a ring launch's time goes (MoeRing's stamps, moe_ring.h): for each point, its median and
   // latest time over the blocks from the launch's first start, medians over the timed launches
   // (direct launches, the 8 sets in turn, the first round not counted).
-  for (const MoeRingForm form : {MoeRingForm{4, 2}, MoeRingForm{5, 2}}) {
+  for (const MoeRingForm form : {MoeRingForm{4, 2}, MoeRingForm{4, 2, 1}, MoeRingForm{4, 2, 2}, MoeRingForm{5, 2, 2}}) {
     const int grid = CurrentDeviceProps().sms;
     Dev<long long> stamps(static_cast<size_t>(grid) * kMoePersistentStamps),
         tstamps(static_cast<size_t>(grid) * kMoePersistentTileStamps);
-    std::vector<std::vector<double>> med(12), late(12);
+    std::vector<std::vector<double>> med(13), late(13);
     for (int rep = 0; rep < 3 * kSets; ++rep) {
       stamps.Poison();
       tstamps.Poison();
@@ -403,7 +406,7 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
       const std::vector<long long> a = stamps.Download(), t = tstamps.Download();
       long long t0 = LLONG_MAX;
       for (int b = 0; b < grid; ++b) t0 = std::min(t0, a[static_cast<size_t>(b) * kMoePersistentStamps]);
-      for (int i = 0; i < 12; ++i) {
+      for (int i = 0; i < 13; ++i) {
         std::vector<double> v;
         for (int b = 0; b < grid; ++b) {
           const long long x = i < 8 ? a[static_cast<size_t>(b) * kMoePersistentStamps + i]
@@ -416,16 +419,17 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
         late[i].push_back(v.back());
       }
     }
-    const char* names[12] = {"start", "router phase done", "routed (warp 0)", "first routed stage full", "gate_up consumed",
+    const char* names[13] = {"start", "router phase done", "routed (routing warp)", "first routed stage full", "gate_up consumed",
                              "grid barrier passed", "act in smem", "end", "producer saw the routing",
-                             "last gate_up stage issued", "last down stage issued", "first down stage full"};
+                             "last gate_up stage issued", "last down stage issued", "first down stage full",
+                             "logits in (routing warp)"};
     const auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
-    for (int i = 0; i < 12; ++i)
-      std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d point=\"%s\": median block %.2f us, latest %.2f us\n",
-                  form.stages, form.producers, names[i], median(med[i]), median(late[i]));
+    for (int i = 0; i < 13; ++i)
+      std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d_early%d point=\"%s\": median block %.2f us, latest %.2f us\n",
+                  form.stages, form.producers, form.early_stages, names[i], median(med[i]), median(late[i]));
   }
   const std::vector<float> res = io.res.Download();
   int64_t nonfinite = 0;

@@ -91,7 +91,7 @@ struct RingPos {
 // Warps: kCw consumers, kP producers, one routing warp.
 template <int kP>
 __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
-    MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages) {
+    MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early) {
   extern __shared__ __align__(1024) unsigned char ring[];
   bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
   __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar, go_bar;
@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     float x[2];
     moe_dev::LdTagged(p.router_tagged, kE, tag_w0, tag_w1);
     moe_dev::PollTagged(p.router_tagged, kE, epoch, tag_w0, tag_w1, x);
+    if (lane == 0) stamp(p.tile_stamps, 4);
     routing::RouteTokenInWarp<2, true>(rp, 0, route_ws.View(), x);
     __syncwarp();
     if (lane < kK && (s_ids[lane] < 0 || s_ids[lane] >= kE)) s_ids[lane] = 0;  // defensive (MoePersistent's clamp)
@@ -158,8 +159,13 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     WaitParity(sm90::SmemAddr(&go_bar), 0);
     RingPos pos;
     int k = 0;
+    // Stages in flight: `early` until the routing is seen, then `stages` (stage k waits for the
+    // consumers' release of stage k - depth; slots are released in order).
+    bool routing_seen = false;
     const auto acquire = [&](uint32_t bytes) {  // the next slot empty; its full barrier told of `bytes`
-      if (k >= stages) WaitParity(sm90::SmemAddr(&empty[pos.slot]), (pos.use - 1) & 1u);
+      routing_seen = routing_seen || sm90::BarTestWait(sm90::SmemAddr(&routed_bar), 0);
+      const int depth = routing_seen ? stages : early;
+      if (k >= depth) WaitParity(sm90::SmemAddr(&empty[(k - depth) % stages]), static_cast<uint32_t>((k - depth) / stages) & 1u);
       const uint32_t bar = sm90::SmemAddr(&full[pos.slot]);
       sm90::BarExpectTx(bar, bytes);
       return bar;
@@ -383,7 +389,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   if (tid == 0) stamp(p.stamps, 7);
 }
 
-void (*KernelFor(int producers))(MoeRingMaps, MoePersistentParams, int) {
+void (*KernelFor(int producers))(MoeRingMaps, MoePersistentParams, int, int) {
   return producers == 4 ? MoeRingKernel<4> : producers == 2 ? MoeRingKernel<2> : MoeRingKernel<1>;
 }
 
@@ -420,7 +426,7 @@ std::string DeviceVerdict(const MoeRingForm& form) {
   if (dp.sms * kMaxRounds < kTiles) why << dp.sms << " SMs (the schedule needs at least 88); ";
   if (why.str().empty()) {
     const size_t smem = SmemBytes(form.stages);
-    void (*kernel)(MoeRingMaps, MoePersistentParams, int) = KernelFor(form.producers);
+    void (*kernel)(MoeRingMaps, MoePersistentParams, int, int) = KernelFor(form.producers);
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
     DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * (kCw + form.producers + 1), smem));
@@ -453,6 +459,7 @@ std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& 
       rt.topk_group > rt.n_group)
     why << "n_group " << rt.n_group << " / topk_group " << rt.topk_group << "; ";
   if (form.stages < 2 || form.stages > kMaxStages) why << "ring stages " << form.stages << " (2.." << kMaxStages << "); ";
+  if (form.early_stages < 0) why << "early stages " << form.early_stages << " (0: all); ";
   if (form.producers != 1 && form.producers != 2 && form.producers != 4) why << "producers " << form.producers << " (1, 2 or 4); ";
   if (!why.str().empty()) return why.str();
   return DeviceVerdict(form);
@@ -482,9 +489,10 @@ void MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRin
   const std::string why = MoeRingUnsupported(p, form);
   DS_CHECK(why.empty()) << "MoeRing: " << why;
   const size_t smem = SmemBytes(form.stages);
-  void (*kernel)(MoeRingMaps, MoePersistentParams, int) = KernelFor(form.producers);
+  void (*kernel)(MoeRingMaps, MoePersistentParams, int, int) = KernelFor(form.producers);
   LaunchCooperative(kernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(32 * (kCw + form.producers + 1)), smem,
-                    p.stream, maps, p, form.stages);
+                    p.stream, maps, p, form.stages,
+                    form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages);
 }
 
 }  // namespace ds::cuda

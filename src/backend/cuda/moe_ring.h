@@ -53,6 +53,9 @@ struct MoeRingMaps {
 struct MoeRingForm {
   int stages = 4;     // ring stages of 32 KB (2..5)
   int producers = 2;  // producer warps (1, 2 or 4)
+  // Stages in flight before the routing is seen (0: `stages`). Fewer shorten the queues that the
+  // routing warp's polls of the router logits wait in.
+  int early_stages = 0;
 };
 
 // Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
@@ -66,8 +69,8 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p);
 // strides, kMoePersistentStamps / kMoePersistentTileStamps a block), %globaltimer (ns) at:
 //   stamps: 0 start, 1 the router phase done, 2 routed (warp 0), 3 the first routed gate_up stage
 //   full, 4 gate_up consumed, 5 the grid barrier passed, 6 act in shared memory, 7 end;
-//   tile_stamps (producer 0; 3 a consumer): 0 the routing seen, 1 the last gate_up stage issued,
-//   2 the last down stage issued, 3 the first down stage full.
+//   tile_stamps (producer 0; 3 a consumer, 4 the routing warp): 0 the routing seen, 1 the last
+//   gate_up stage issued, 2 the last down stage issued, 3 the first down stage full, 4 the logits in.
 // Launches the layer (cooperative, one block a SM, on p.stream); DS_CHECKs MoeRingUnsupported.
 // Writes what MoePersistent's runner form writes: logits, the tagged words, topk_ids / topk_weights
 // (block 0), act, residual; advances `sync` by one launch (shareable with MoePersistent's).
