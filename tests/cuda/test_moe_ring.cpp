@@ -236,9 +236,10 @@ void RunBitIdentity(const LayerWeights& w, const Routing& r) {
     ExpectCounter(io, launches, mode + " persistent_tagged");
     const Outputs ref = Download(io);
     for (const MoeRingForm& form : {MoeRingForm{4, 1}, MoeRingForm{4, 2}, MoeRingForm{4, 2, 1}, MoeRingForm{5, 2, 2},
-                                    MoeRingForm{3, 2}, MoeRingForm{5, 4}, MoeRingForm{2, 1}}) {
+                                    MoeRingForm{4, 2, 0, false}, MoeRingForm{3, 2}, MoeRingForm{5, 4}, MoeRingForm{2, 1}}) {
       const std::string label = mode + " stages" + std::to_string(form.stages) + " producers" +
-                                std::to_string(form.producers) + " early" + std::to_string(form.early_stages);
+                                std::to_string(form.producers) + " early" + std::to_string(form.early_stages) +
+                                (form.warm_route ? " warm" : "");
       const std::string why = MoeRingUnsupported(p, form);
       if (!why.empty()) {
         std::printf("[metric] op=moe_ring_bits case=%s skipped: %s\n", label.c_str(), why.c_str());
@@ -369,13 +370,12 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
                 form.c_str(), us, bytes / us / 1e3, bytes / 1e6, kSets, kRounds * kSets, kReplays);
   };
   report("persistent_tagged", time_us(nullptr));
-  for (int stages : {2, 3, 4, 5})
-    for (int producers : {1, 2, 4})
-      for (int early : {0, 1, 2}) {
-        if (early > 0 && (producers != 2 || stages < 4)) continue;
-        const MoeRingForm form{stages, producers, early};
-        const std::string name = "stages" + std::to_string(stages) + "_producers" + std::to_string(producers) +
-                                 (early > 0 ? "_early" + std::to_string(early) : "");
+  for (int stages : {3, 4, 5})
+    for (int early : {0, 1, 2})
+      for (bool warm : {true, false}) {
+        const MoeRingForm form{stages, 2, early, warm};
+        const std::string name = "stages" + std::to_string(stages) + "_producers2" +
+                                 (early > 0 ? "_early" + std::to_string(early) : "") + (warm ? "_warm" : "");
         const std::string why = MoeRingUnsupported(ps[0], form);
         if (!why.empty()) {
           std::printf("[metric] op=moe_ring_timing case=V2Lite form=%s unsupported: %s\n", name.c_str(), why.c_str());
@@ -388,7 +388,8 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
   // Where a ring launch's time goes (MoeRing's stamps, moe_ring.h): for each point, its median and
   // latest time over the blocks from the launch's first start, medians over the timed launches
   // (direct launches, the 8 sets in turn, the first round not counted).
-  for (const MoeRingForm form : {MoeRingForm{4, 2}, MoeRingForm{4, 2, 1}, MoeRingForm{4, 2, 2}, MoeRingForm{5, 2, 2}}) {
+  for (const MoeRingForm form : {MoeRingForm{4, 2, 0, false}, MoeRingForm{4, 2, 0, true}, MoeRingForm{4, 2, 2, true},
+                                 MoeRingForm{5, 2, 2, true}}) {
     const int grid = CurrentDeviceProps().sms;
     Dev<long long> stamps(static_cast<size_t>(grid) * kMoePersistentStamps),
         tstamps(static_cast<size_t>(grid) * kMoePersistentTileStamps);
@@ -428,8 +429,9 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
     for (int i = 0; i < 13; ++i)
-      std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d_early%d point=\"%s\": median block %.2f us, latest %.2f us\n",
-                  form.stages, form.producers, form.early_stages, names[i], median(med[i]), median(late[i]));
+      std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d_early%d_warm%d point=\"%s\": median block %.2f us, latest %.2f us\n",
+                  form.stages, form.producers, form.early_stages, form.warm_route ? 1 : 0, names[i], median(med[i]),
+                  median(late[i]));
   }
   const std::vector<float> res = io.res.Download();
   int64_t nonfinite = 0;

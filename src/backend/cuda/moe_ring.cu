@@ -91,7 +91,7 @@ struct RingPos {
 // Warps: kCw consumers, kP producers, one routing warp.
 template <int kP>
 __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
-    MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early) {
+    MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early, bool warm) {
   extern __shared__ __align__(1024) unsigned char ring[];
   bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
   __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar, go_bar;
@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       sm90::BarInit(sm90::SmemAddr(&empty[s]), kCw);
     }
     sm90::BarInit(sm90::SmemAddr(&routed_bar), 1);
-    sm90::BarInit(sm90::SmemAddr(&go_bar), 1);
+    sm90::BarInit(sm90::SmemAddr(&go_bar), warm ? 2 : 1);  // the consumers' loads out (and the warm routing)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
@@ -132,12 +132,21 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     rp.topk_ids = s_ids;
     rp.topk_weights = s_w;
     uint64_t tag_w0 = 0, tag_w1 = 0;
-    float x[2];
     moe_dev::LdTagged(p.router_tagged, kE, tag_w0, tag_w1);
-    moe_dev::PollTagged(p.router_tagged, kE, epoch, tag_w0, tag_w1, x);
-    if (lane == 0) stamp(p.tile_stamps, 4);
-    routing::RouteTokenInWarp<2, true>(rp, 0, route_ws.View(), x);
-    __syncwarp();
+    // warm (MoeRingForm::warm_route): a first pass of the same code on made-up logits before the
+    // producers start, so that its instructions are fetched while the memory system is idle, not
+    // from behind the weight stream (the real pass overwrites s_ids / s_w).
+#pragma unroll 1
+    for (int pass = warm ? 0 : 1; pass < 2; ++pass) {
+      float x[2] = {-static_cast<float>(lane), -static_cast<float>(lane + 32)};
+      if (pass == 1) {
+        moe_dev::PollTagged(p.router_tagged, kE, epoch, tag_w0, tag_w1, x);
+        if (lane == 0) stamp(p.tile_stamps, 4);
+      }
+      routing::RouteTokenInWarp<2, true>(rp, 0, route_ws.View(), x);
+      __syncwarp();
+      if (pass == 0 && lane == 0) sm90::BarArrive(sm90::SmemAddr(&go_bar));
+    }
     if (lane < kK && (s_ids[lane] < 0 || s_ids[lane] >= kE)) s_ids[lane] = 0;  // defensive (MoePersistent's clamp)
     __syncwarp();
     if (lane == 0) {
@@ -163,9 +172,13 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     // consumers' release of stage k - depth; slots are released in order).
     bool routing_seen = false;
     const auto acquire = [&](uint32_t bytes) {  // the next slot empty; its full barrier told of `bytes`
-      routing_seen = routing_seen || sm90::BarTestWait(sm90::SmemAddr(&routed_bar), 0);
-      const int depth = routing_seen ? stages : early;
-      if (k >= depth) WaitParity(sm90::SmemAddr(&empty[(k - depth) % stages]), static_cast<uint32_t>((k - depth) / stages) & 1u);
+      for (;;) {  // (re-checked while it waits: the routing raises the depth)
+        routing_seen = routing_seen || sm90::BarTestWait(sm90::SmemAddr(&routed_bar), 0);
+        const int depth = routing_seen ? stages : early;
+        if (k < depth) break;
+        const uint32_t e = sm90::SmemAddr(&empty[(k - depth) % stages]), parity = static_cast<uint32_t>((k - depth) / stages) & 1u;
+        if (routing_seen ? (WaitParity(e, parity), true) : sm90::BarTryWait(e, parity)) break;
+      }
       const uint32_t bar = sm90::SmemAddr(&full[pos.slot]);
       sm90::BarExpectTx(bar, bytes);
       return bar;
@@ -389,7 +402,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   if (tid == 0) stamp(p.stamps, 7);
 }
 
-void (*KernelFor(int producers))(MoeRingMaps, MoePersistentParams, int, int) {
+void (*KernelFor(int producers))(MoeRingMaps, MoePersistentParams, int, int, bool) {
   return producers == 4 ? MoeRingKernel<4> : producers == 2 ? MoeRingKernel<2> : MoeRingKernel<1>;
 }
 
@@ -426,7 +439,7 @@ std::string DeviceVerdict(const MoeRingForm& form) {
   if (dp.sms * kMaxRounds < kTiles) why << dp.sms << " SMs (the schedule needs at least 88); ";
   if (why.str().empty()) {
     const size_t smem = SmemBytes(form.stages);
-    void (*kernel)(MoeRingMaps, MoePersistentParams, int, int) = KernelFor(form.producers);
+    void (*kernel)(MoeRingMaps, MoePersistentParams, int, int, bool) = KernelFor(form.producers);
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
     DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * (kCw + form.producers + 1), smem));
@@ -489,10 +502,10 @@ void MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRin
   const std::string why = MoeRingUnsupported(p, form);
   DS_CHECK(why.empty()) << "MoeRing: " << why;
   const size_t smem = SmemBytes(form.stages);
-  void (*kernel)(MoeRingMaps, MoePersistentParams, int, int) = KernelFor(form.producers);
+  void (*kernel)(MoeRingMaps, MoePersistentParams, int, int, bool) = KernelFor(form.producers);
   LaunchCooperative(kernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(32 * (kCw + form.producers + 1)), smem,
                     p.stream, maps, p, form.stages,
-                    form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages);
+                    form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages, form.warm_route);
 }
 
 }  // namespace ds::cuda

@@ -56,6 +56,9 @@ struct MoeRingForm {
   // Stages in flight before the routing is seen (0: `stages`). Fewer shorten the queues that the
   // routing warp's polls of the router logits wait in.
   int early_stages = 0;
+  // The routing warp runs its code once on made-up logits before the producers start (its
+  // instructions then come in while the memory system is idle). The same bits.
+  bool warm_route = true;
 };
 
 // Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
