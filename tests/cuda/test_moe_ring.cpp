@@ -236,10 +236,11 @@ void RunBitIdentity(const LayerWeights& w, const Routing& r) {
     ExpectCounter(io, launches, mode + " persistent_tagged");
     const Outputs ref = Download(io);
     for (const MoeRingForm& form : {MoeRingForm{4, 1}, MoeRingForm{4, 2}, MoeRingForm{4, 2, 1}, MoeRingForm{5, 2, 2},
-                                    MoeRingForm{4, 2, 0, false}, MoeRingForm{3, 2}, MoeRingForm{5, 4}, MoeRingForm{2, 1}}) {
+                                    MoeRingForm{4, 2, 0, false}, MoeRingForm{4, 2, 0, true, false}, MoeRingForm{3, 2},
+                                    MoeRingForm{5, 4}, MoeRingForm{2, 1}}) {
       const std::string label = mode + " stages" + std::to_string(form.stages) + " producers" +
                                 std::to_string(form.producers) + " early" + std::to_string(form.early_stages) +
-                                (form.warm_route ? " warm" : "");
+                                (form.warm_route ? " warm" : "") + (form.evict_first ? "" : " no_evict_first");
       const std::string why = MoeRingUnsupported(p, form);
       if (!why.empty()) {
         std::printf("[metric] op=moe_ring_bits case=%s skipped: %s\n", label.c_str(), why.c_str());

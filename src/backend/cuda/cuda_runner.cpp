@@ -561,7 +561,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (!launch) return true;
   // moe_ring: the same layer (the same bits) on the TMA ring where it takes this form and shape.
   const MoeRingForm ring_form{opts_.moe_ring_stages, opts_.moe_ring_producers, opts_.moe_ring_early_stages,
-                               opts_.moe_ring_warm_route};
+                               opts_.moe_ring_warm_route, opts_.moe_ring_evict_first};
   if (opts_.moe_ring && !dense && MoePersistentTagged(p)) {
     if (ring_ok_.empty()) {
       ring_ok_.assign(cfg_.num_hidden_layers, -1);

@@ -332,6 +332,7 @@ struct CudaRunnerOptions {
   int moe_ring_producers = 2;
   int moe_ring_early_stages = 0;  // MoeRingForm::early_stages (DS_MOE_RING_EARLY, 0..5)
   bool moe_ring_warm_route = true;  // MoeRingForm::warm_route (DS_MOE_RING_WARM=0/1)
+  bool moe_ring_evict_first = true;  // MoeRingForm::evict_first (DS_MOE_RING_EVICT_FIRST=0/1)
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes

@@ -70,6 +70,27 @@ __device__ __forceinline__ void Tma3d(uint32_t dst, const CUtensorMap* map, int 
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
+// The same copies with an L2 cache policy (MoeRingForm::evict_first: createpolicy's evict_first).
+__device__ __forceinline__ void Tma2dHint(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], "
+      "%5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void Tma3dHint(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar,
+                                          uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], "
+      "[%5], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t EvictFirstPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
 __device__ __forceinline__ void WaitParity(uint32_t bar, uint32_t parity) {
   while (!sm90::BarTryWait(bar, parity)) {
   }
@@ -92,7 +113,8 @@ struct RingPos {
 // Warps: kCw consumers, kP producers, one routing warp.
 template <int kP>
 __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
-    MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early, bool warm) {
+    MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early, bool warm,
+                  bool evict_first) {
   extern __shared__ __align__(1024) unsigned char ring[];
   bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
   __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar, go_bar;
@@ -167,6 +189,11 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     if (lane != 0) return;
     const int j = warp - kCw;
     WaitParity(sm90::SmemAddr(&go_bar), 0);
+    const uint64_t policy = EvictFirstPolicy();
+    const auto tma2d = [&](uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+      if (evict_first) Tma2dHint(dst, map, c0, c1, bar, policy);
+      else Tma2d(dst, map, c0, c1, bar);
+    };
     RingPos pos;
     int k = 0;
     // Stages in flight: `early` until the routing is seen, then `stages` (stage k waits for the
@@ -200,7 +227,10 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       for (int h = 0; h < 2; ++h) {
         const uint32_t bar = acquire(kBoxesPer * 4096u);
         const uint32_t base = sm90::SmemAddr(ring + pos.slot * kStageBytes);
-        for (int w = j; w < kCw; w += kP) Tma3d(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar);
+        for (int w = j; w < kCw; w += kP) {
+          if (evict_first) Tma3dHint(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar, policy);
+          else Tma3d(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar);
+        }
         pos.Next(stages);
         ++k;
       }
@@ -214,8 +244,8 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
         const uint32_t bar = acquire(kBoxesPer * 4096u);
         const uint32_t base = sm90::SmemAddr(ring + pos.slot * kStageBytes);
         for (int w = j; w < kCw; w += kP) {
-          if (w < kK) Tma2d(base + w * 4096, &maps.dn, kBox * ds, s_ids[w] * kHd + n0, bar);
-          else Tma2d(base + w * 4096, &maps.sdn, (w - kK) * kI + kBox * ds, n0, bar);
+          if (w < kK) tma2d(base + w * 4096, &maps.dn, kBox * ds, s_ids[w] * kHd + n0, bar);
+          else tma2d(base + w * 4096, &maps.sdn, (w - kK) * kI + kBox * ds, n0, bar);
         }
         pos.Next(stages);
         ++k;
@@ -410,7 +440,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   if (tid == 0) stamp(p.stamps, 7);
 }
 
-void (*KernelFor(int producers))(MoeRingMaps, MoePersistentParams, int, int, bool) {
+void (*KernelFor(int producers))(MoeRingMaps, MoePersistentParams, int, int, bool, bool) {
   return producers == 4 ? MoeRingKernel<4> : producers == 2 ? MoeRingKernel<2> : MoeRingKernel<1>;
 }
 
@@ -447,7 +477,7 @@ std::string DeviceVerdict(const MoeRingForm& form) {
   if (dp.sms * kMaxRounds < kTiles) why << dp.sms << " SMs (the schedule needs at least 88); ";
   if (why.str().empty()) {
     const size_t smem = SmemBytes(form.stages);
-    void (*kernel)(MoeRingMaps, MoePersistentParams, int, int, bool) = KernelFor(form.producers);
+    void (*kernel)(MoeRingMaps, MoePersistentParams, int, int, bool, bool) = KernelFor(form.producers);
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
     int per_sm = 0;
     DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * (kCw + form.producers + 1), smem));
@@ -510,14 +540,15 @@ void MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRin
   const std::string why = MoeRingUnsupported(p, form);
   DS_CHECK(why.empty()) << "MoeRing: " << why;
   const size_t smem = SmemBytes(form.stages);
-  void (*kernel)(MoeRingMaps, MoePersistentParams, int, int, bool) = KernelFor(form.producers);
+  void (*kernel)(MoeRingMaps, MoePersistentParams, int, int, bool, bool) = KernelFor(form.producers);
   // The MoE layers' carveout (MoePersistentParams::carveout: the runner's moe_carveout), where the
   // ring fits it (3 stages fit 58%, MoePersistent's; 4 do not): the attention kernel after it then
   // meets the shared-memory configuration it meets after MoePersistent. Timing only.
   SetSmemCarveout(reinterpret_cast<const void*>(kernel), p.carveout, 1, smem);
   LaunchCooperative(kernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(32 * (kCw + form.producers + 1)), smem,
                     p.stream, maps, p, form.stages,
-                    form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages, form.warm_route);
+                    form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages, form.warm_route,
+                    form.evict_first);
 }
 
 }  // namespace ds::cuda

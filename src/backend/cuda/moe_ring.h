@@ -59,6 +59,9 @@ struct MoeRingForm {
   // The routing warp runs its code once on made-up logits before the producers start (its
   // instructions then come in while the memory system is idle). The same bits.
   bool warm_route = true;
+  // The weight copies with an L2 evict_first policy (read once: they leave the L2 to what the next
+  // kernels read). The same bits.
+  bool evict_first = true;
 };
 
 // Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
