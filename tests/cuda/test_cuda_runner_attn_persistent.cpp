@@ -136,7 +136,8 @@ TEST(CudaRunnerAttnPersistent, MoeCarveoutBitIdentical) {
 }
 
 // The persistent kernels' weight loads with an L2 fetch size (attn_l2_fetch, moe_l2_fetch: 128
-// bytes, the default, and 256), each kernel on its own: the same loads, so the same bits.
+// bytes, the default, and 256), each kernel on its own: the same loads, so the same bits. (The MoE
+// layers on MoePersistent, not MoeRing, whose copies have no fetch size: moe_ring off.)
 TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
@@ -148,6 +149,7 @@ TEST(CudaRunnerAttnPersistent, L2FetchBitIdentical) {
     const auto set_moe = [size](CudaRunnerOptions& x, bool on) {
       x.attn_l2_fetch = 0;
       x.moe_l2_fetch = on ? size : 0;
+      x.moe_ring = false;
     };
     const std::string attn = "attn_l2_fetch=" + std::to_string(size), moe = "moe_l2_fetch=" + std::to_string(size);
     CompareOptionBitIdenticalRan("dummy_v2lite_3layers", attn.c_str(), DummyOptions(dir, 3, 9), set_attn,

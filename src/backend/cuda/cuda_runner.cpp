@@ -572,11 +572,19 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
       if (ring_ok_[l] == 1) ring_maps_[l] = MoeRingMakeMaps(p);
     }
     if (ring_ok_[l] == 1) {
-      MoeRing(p, ring_maps_[l], ring_form);
+      const int carveout = MoeRing(p, ring_maps_[l], ring_form);
       attn_norm_pending_ = norm_in_attn;
       lm_norm_pending_ = norm_in_lm;
       if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
       ++graph_stats_.moe_ring_layers;
+      // The form it computes (MoePersistentTagged's: bit-identical): gu_ksplit 8, shared experts
+      // first, the specialised form, the tagged router logits. (Not l2_fetch: the ring's copies are
+      // tensor-map copies.)
+      ++graph_stats_.moe_gu_ksplit_layers;
+      ++graph_stats_.moe_shared_first_layers;
+      ++graph_stats_.moe_specialized_layers;
+      ++graph_stats_.moe_router_tagged_layers;
+      if (carveout >= 0) ++graph_stats_.persistent_carveout_launches;
       ++graph_stats_.fused_launches;
       ++graph_stats_.persistent_moe_layers;
       Mark("moe_experts");

@@ -325,10 +325,13 @@ struct CudaRunnerOptions {
   // specialised kernel would run its tagged form (MoePersistentTagged) on DeepSeek-V2-Lite's
   // shapes (MoeRingUnsupported), MoeRing instead: one block a SM whose producer warps stream the
   // expert weights into a shared-memory ring of moe_ring_stages x 32 KB by tensor-map copies,
-  // across the rounds, the routing and the grid barrier. The same bits as MoePersistent. The CLI
-  // reads DS_MOE_RING=0/1, DS_MOE_RING_STAGES (2..5), DS_MOE_RING_PRODUCERS (1, 2, 4).
-  bool moe_ring = false;
-  int moe_ring_stages = 4;
+  // across the rounds, the routing and the grid barrier. The same bits as MoePersistent. On by
+  // default since session 32 (V2-Lite b1 1K -55 to -74 us a step, 4K -67: run 12; the L2
+  // evict_first policy of its copies is most of that: without it the attention kernel after it
+  // ran ~1.9 us slower, run 10). The CLI reads DS_MOE_RING=0/1, DS_MOE_RING_STAGES (2..5),
+  // DS_MOE_RING_PRODUCERS (1, 2, 4).
+  bool moe_ring = true;
+  int moe_ring_stages = 5;
   int moe_ring_producers = 2;
   int moe_ring_early_stages = 0;  // MoeRingForm::early_stages (DS_MOE_RING_EARLY, 0..5)
   bool moe_ring_warm_route = true;  // MoeRingForm::warm_route (DS_MOE_RING_WARM=0/1)

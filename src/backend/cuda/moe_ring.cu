@@ -536,7 +536,7 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p) {
   return m;
 }
 
-void MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form) {
+int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form) {
   const std::string why = MoeRingUnsupported(p, form);
   DS_CHECK(why.empty()) << "MoeRing: " << why;
   const size_t smem = SmemBytes(form.stages);
@@ -544,11 +544,12 @@ void MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRin
   // The MoE layers' carveout (MoePersistentParams::carveout: the runner's moe_carveout), where the
   // ring fits it (3 stages fit 58%, MoePersistent's; 4 do not): the attention kernel after it then
   // meets the shared-memory configuration it meets after MoePersistent. Timing only.
-  SetSmemCarveout(reinterpret_cast<const void*>(kernel), p.carveout, 1, smem);
+  const int carveout = SetSmemCarveout(reinterpret_cast<const void*>(kernel), p.carveout, 1, smem);
   LaunchCooperative(kernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(32 * (kCw + form.producers + 1)), smem,
                     p.stream, maps, p, form.stages,
                     form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages, form.warm_route,
                     form.evict_first);
+  return carveout;
 }
 
 }  // namespace ds::cuda

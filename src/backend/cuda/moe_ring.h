@@ -51,7 +51,7 @@ struct MoeRingMaps {
 
 // The ring's form (CudaRunnerOptions::moe_ring_stages / moe_ring_producers).
 struct MoeRingForm {
-  int stages = 4;     // ring stages of 32 KB (2..5)
+  int stages = 5;     // ring stages of 32 KB (2..5)
   int producers = 2;  // producer warps (1, 2 or 4)
   // Stages in flight before the routing is seen (0: `stages`). Fewer shorten the queues that the
   // routing warp's polls of the router logits wait in.
@@ -80,6 +80,7 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p);
 // Launches the layer (cooperative, one block a SM, on p.stream); DS_CHECKs MoeRingUnsupported.
 // Writes what MoePersistent's runner form writes: logits, the tagged words, topk_ids / topk_weights
 // (block 0), act, residual; advances `sync` by one launch (shareable with MoePersistent's).
-void MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form);
+// Returns the carveout applied (percent; -1: the driver's: p.carveout < 0, or the ring does not fit it).
+int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form);
 
 }  // namespace ds::cuda
