@@ -128,14 +128,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1) RingKernel(const __grid_consta
     sm90::NamedBarSync(1, kConsumers * 32);
     if (threadIdx.x == 0) {
       st[1] = dev::GlobalTimerNs();
-      const uint64_t target = s_base + static_cast<uint64_t>(grid);
-      uint64_t old;
-      asm volatile("atom.add.release.gpu.global.u64 %0, [%1], %2;" : "=l"(old) : "l"(p.sync), "l"(uint64_t{1}) : "memory");
-      while (grid::LdAcquire64(p.sync) < target) {
-      }
-      if (old + 1 == target)  // the last arrival pads the counter to the next launch's base
-        asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(p.sync), "l"(grid::kGridEpoch - target % grid::kGridEpoch)
-                     : "memory");
+      grid::GridArriveAndWait(p.sync, s_base + static_cast<uint64_t>(grid), /*final=*/true);
       st[2] = dev::GlobalTimerNs();
     }
     sm90::NamedBarSync(1, kConsumers * 32);

@@ -43,19 +43,25 @@ __device__ __forceinline__ uint64_t GridBase(const uint32_t* sync) {
   return c - c % kGridEpoch;
 }
 
+// One block's arrival at barrier `target` and its wait (one thread of the block, after a barrier
+// of the threads whose stores must be ordered before it, and before one that lets them read what
+// the other blocks stored): GridBarrier's thread 0, or a kernel whose barrier only some warps take
+// (MoeRing's consumers).
+__device__ __forceinline__ void GridArriveAndWait(uint32_t* sync, uint64_t target, bool final) {
+  uint64_t old;
+  asm volatile("atom.add.release.gpu.global.u64 %0, [%1], %2;" : "=l"(old) : "l"(sync), "l"(uint64_t{1}) : "memory");
+  while (LdAcquire64(sync) < target) {
+  }
+  if (final && old + 1 == target)  // every block has arrived: pad to the next launch's base
+    asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(sync), "l"(kGridEpoch - target % kGridEpoch)
+                 : "memory");
+}
+
 // Barrier i of the launch: target = base + i * gridDim.x; `final` on the launch's last barrier.
 // Every thread of every block must call it, in the same order.
 __device__ __forceinline__ void GridBarrier(uint32_t* sync, uint64_t target, bool final = false) {
   __syncthreads();
-  if (threadIdx.x == 0) {
-    uint64_t old;
-    asm volatile("atom.add.release.gpu.global.u64 %0, [%1], %2;" : "=l"(old) : "l"(sync), "l"(uint64_t{1}) : "memory");
-    while (LdAcquire64(sync) < target) {
-    }
-    if (final && old + 1 == target)  // every block has arrived: pad to the next launch's base
-      asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(sync), "l"(kGridEpoch - target % kGridEpoch)
-                   : "memory");
-  }
+  if (threadIdx.x == 0) GridArriveAndWait(sync, target, final);
   __syncthreads();
 }
 

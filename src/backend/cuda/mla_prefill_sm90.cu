@@ -92,14 +92,7 @@ __device__ __forceinline__ void BarWait(uint32_t bar, uint32_t parity) {
     }
   }
 }
-// 3-d TMA tile load into shared memory, completion counted on `bar` (bytes).
-__device__ __forceinline__ void TmaLoad3d(uint32_t dst, const CUtensorMap* tm, int c0, int c1, int c2, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(tm)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
+using sm90::TmaLoad3d;  // 3-d TMA tile load into shared memory, completion counted on `bar` (bytes)
 __device__ __forceinline__ void PrefetchTmap(const CUtensorMap* tm) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tm)) : "memory");
 }

@@ -57,40 +57,6 @@ __device__ __forceinline__ float ConsumerSum(float v, float* red) {
   return dev::WarpSum(r);
 }
 
-__device__ __forceinline__ void Tma2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void Tma3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
-      : "memory");
-}
-// The same copies with an L2 cache policy (MoeRingForm::evict_first: createpolicy's evict_first).
-__device__ __forceinline__ void Tma2dHint(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], [%4], "
-      "%5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ void Tma3dHint(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar,
-                                          uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, %4}], "
-      "[%5], %6;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ uint64_t EvictFirstPolicy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
 __device__ __forceinline__ void WaitParity(uint32_t bar, uint32_t parity) {
   while (!sm90::BarTryWait(bar, parity)) {
   }
@@ -189,10 +155,10 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     if (lane != 0) return;
     const int j = warp - kCw;
     WaitParity(sm90::SmemAddr(&go_bar), 0);
-    const uint64_t policy = EvictFirstPolicy();
+    const uint64_t policy = sm90::EvictFirstPolicy();
     const auto tma2d = [&](uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-      if (evict_first) Tma2dHint(dst, map, c0, c1, bar, policy);
-      else Tma2d(dst, map, c0, c1, bar);
+      if (evict_first) sm90::TmaLoad2dHint(dst, map, c0, c1, bar, policy);
+      else sm90::TmaLoad2d(dst, map, c0, c1, bar);
     };
     RingPos pos;
     int k = 0;
@@ -228,8 +194,8 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
         const uint32_t bar = acquire(kBoxesPer * 4096u);
         const uint32_t base = sm90::SmemAddr(ring + pos.slot * kStageBytes);
         for (int w = j; w < kCw; w += kP) {
-          if (evict_first) Tma3dHint(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar, policy);
-          else Tma3d(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar);
+          if (evict_first) sm90::TmaLoad3dHint(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar, policy);
+          else sm90::TmaLoad3d(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar);
         }
         pos.Next(stages);
         ++k;
@@ -349,14 +315,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   // The grid barrier (the launch's only one, the consumers' alone: grid_barrier.cuh's protocol).
   ConsumerSync();
   if (tid == 0) {
-    const uint64_t target = base + static_cast<uint64_t>(grid);
-    uint64_t old;
-    asm volatile("atom.add.release.gpu.global.u64 %0, [%1], %2;" : "=l"(old) : "l"(p.sync), "l"(uint64_t{1}) : "memory");
-    while (grid::LdAcquire64(p.sync) < target) {
-    }
-    if (old + 1 == target)  // the last arrival pads the counter to the next launch's base
-      asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(p.sync), "l"(grid::kGridEpoch - target % grid::kGridEpoch)
-                   : "memory");
+    grid::GridArriveAndWait(p.sync, base + static_cast<uint64_t>(grid), /*final=*/true);
     stamp(p.stamps, 5);
   }
   ConsumerSync();
