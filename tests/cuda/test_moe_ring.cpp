@@ -235,7 +235,7 @@ void RunBitIdentity(const LayerWeights& w, const Routing& r) {
     launches += kLaunches;
     ExpectCounter(io, launches, mode + " persistent_tagged");
     const Outputs ref = Download(io);
-    for (const MoeRingForm& form : {MoeRingForm{4, 1}, MoeRingForm{4, 2}, MoeRingForm{4, 2, 1}, MoeRingForm{5, 2, 2},
+    for (const MoeRingForm& form : {MoeRingForm{}, MoeRingForm{4, 1}, MoeRingForm{4, 2}, MoeRingForm{4, 2, 1}, MoeRingForm{5, 2, 2},
                                     MoeRingForm{4, 2, 0, false}, MoeRingForm{4, 2, 0, true, false}, MoeRingForm{3, 2},
                                     MoeRingForm{5, 4}, MoeRingForm{2, 1}}) {
       const std::string label = mode + " stages" + std::to_string(form.stages) + " producers" +

@@ -568,11 +568,19 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
       ring_maps_.resize(cfg_.num_hidden_layers);
     }
     if (ring_ok_[l] < 0) {
-      ring_ok_[l] = MoeRingUnsupported(p, ring_form).empty() ? 1 : 0;
-      if (ring_ok_[l] == 1) ring_maps_[l] = MoeRingMakeMaps(p);
+      const std::string why = MoeRingUnsupported(p, ring_form);
+      ring_ok_[l] = why.empty() ? 1 : 0;
+      if (ring_ok_[l] == 1) {
+        ring_maps_[l] = {MoeRingMakeMaps(p), {p.w13, p.w2, p.shared_gu, p.shared_down}};
+      } else if (l == 0 || ring_ok_[l - 1] != 0) {
+        DS_LOG(INFO) << "moe_ring: layer " << l << " on MoePersistent: " << why;
+      }
     }
     if (ring_ok_[l] == 1) {
-      const int carveout = MoeRing(p, ring_maps_[l], ring_form);
+      const auto& [maps, weights] = ring_maps_[l];
+      DS_CHECK(weights[0] == p.w13 && weights[1] == p.w2 && weights[2] == p.shared_gu && weights[3] == p.shared_down)
+          << "moe_ring: layer " << l << "'s weights moved after its tensor maps were made";
+      MoeRing(p, maps, ring_form);
       attn_norm_pending_ = norm_in_attn;
       lm_norm_pending_ = norm_in_lm;
       if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
@@ -584,7 +592,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
       ++graph_stats_.moe_shared_first_layers;
       ++graph_stats_.moe_specialized_layers;
       ++graph_stats_.moe_router_tagged_layers;
-      if (carveout >= 0) ++graph_stats_.persistent_carveout_launches;
+      if (p.carveout >= 0) ++graph_stats_.persistent_carveout_launches;  // (asked for, as MoePersistent's count)
       ++graph_stats_.fused_launches;
       ++graph_stats_.persistent_moe_layers;
       Mark("moe_experts");

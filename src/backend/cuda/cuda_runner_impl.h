@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -563,9 +564,9 @@ class CudaModelRunner : public ModelRunner {
   bool attn_norm_pending_ = false;
   std::vector<int8_t> persist_ok_;  // MoePersistent's verdict per (layer, fold form, norm form): -1 not asked, 0 / 1
   // moe_ring: MoeRing's verdict per layer (-1 not asked, 0 / 1) and the layer's tensor maps (built
-  // with the verdict; the weights do not move).
+  // with the verdict) with the weight pointers they were made from (checked at each launch).
   std::vector<int8_t> ring_ok_;
-  std::vector<MoeRingMaps> ring_maps_;
+  std::vector<std::pair<MoeRingMaps, std::array<const void*, 4>>> ring_maps_;
   DeviceBuffer down_combine_sync_;  // the down GEMM's combine epilogue counter (u32, zeroed once)
   DeviceBuffer combine_split_sync_;  // MoeCombineNorm's split_blocks barrier counter (2 x u32, zeroed once)
   DeviceBuffer combine_split_ss_;    // its [T, 32] warp sums of squares

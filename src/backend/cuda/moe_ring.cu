@@ -40,6 +40,7 @@ constexpr int kDnStages = kI / kBox;    // 11 stages a down tile
 static_assert(kI % kBox == 0 && kHalfK % 32 == 0, "down stages of 128 columns, the K ranges split at a 32-step");
 static_assert(kHd / kCw == 2 * kBox, "a gate_up warp slice: 2 stages of 128 columns");
 constexpr int kMaxRounds = 16;                    // gate_up rounds a block (grid >= 88)
+static_assert(kTiles / kMaxRounds >= kE, "grid >= 88 >= E: every router logit has a block of its own");
 constexpr int kXsElems = kK * kI + kIs;           // act (bf16), >= hidden (x16 before)
 constexpr size_t kTailBytes = sizeof(bf16) * kXsElems;  // xs
 
@@ -93,9 +94,12 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   __shared__ uint64_t s_base;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
   const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
-  // Measurement only (MoeRingStamps): %globaltimer (ns) at the points listed there.
+  // Measurement only (moe_ring.h, MoeRing's stamps): %globaltimer (ns) at the points listed there;
+  // stamps at b * kMoePersistentStamps + i, tile_stamps at b * kMoePersistentTileStamps + i.
   const auto stamp = [&](long long* at, int i) {
-    if (at != nullptr) at[b * kMoePersistentStamps + i] = static_cast<long long>(dev::GlobalTimerNs());
+    if (at != nullptr)
+      at[b * (at == p.tile_stamps ? kMoePersistentTileStamps : kMoePersistentStamps) + i] =
+          static_cast<long long>(dev::GlobalTimerNs());
   };
   if (threadIdx.x == 0) {
     stamp(p.stamps, 0);
@@ -432,15 +436,25 @@ std::string DeviceVerdict(const MoeRingForm& form) {
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
   DS_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
   if (!coop) why << "the device has no cooperative launch; ";
-  if (cc_major < 9) why << "TMA needs sm_90; ";
+  if (cc_major != 9) why << "needs sm_90a (this build's only target; TMA); ";
   if (dp.sms * kMaxRounds < kTiles) why << dp.sms << " SMs (the schedule needs at least 88); ";
   if (why.str().empty()) {
     const size_t smem = SmemBytes(form.stages);
     void (*kernel)(MoeRingMaps, MoePersistentParams, int, int, bool, bool) = KernelFor(form.producers);
-    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
-    int per_sm = 0;
-    DS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * (kCw + form.producers + 1), smem));
-    if (per_sm < 1) why << form.stages << " ring stages (" << smem << " bytes of shared memory) do not fit an SM; ";
+    // The fit by arithmetic (not an occupancy query, which may follow the kernel's preferred
+    // carveout of the moment, set by MoeRing for another stage count).
+    cudaFuncAttributes attr{};
+    DS_CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
+    int per_sm = 0, per_block = 0, reserve = 0;
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&reserve, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const size_t need = smem + attr.sharedSizeBytes;
+    if (need > static_cast<size_t>(per_block) || need + static_cast<size_t>(reserve) > static_cast<size_t>(per_sm)) {
+      why << form.stages << " ring stages (" << need << " bytes of shared memory) do not fit an SM; ";
+    } else {
+      EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(smem));
+    }
   }
   (*known)[key] = why.str();
   return why.str();
@@ -455,6 +469,7 @@ std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& 
         << ", shared I " << p.shared_inter << ") are not DeepSeek-V2-Lite's (2048, 64, 6, 1408, 2816); ";
   if (!p.attn_out || !p.post_norm_weight) why << "needs attn_out and post_norm_weight (the folded post-attention norm); ";
   if (p.norm_weight) why << "no next norm in this form (norm_weight must be null); ";
+  if (p.barriers_only) why << "barriers_only (a MoePersistent measurement) is not supported; ";
   if (!p.router_tagged || reinterpret_cast<uintptr_t>(p.router_tagged) % 8 != 0) why << "needs router_tagged (8-byte aligned); ";
   if (!p.router_w || !p.w13 || !p.w2 || !p.shared_gu || !p.shared_down || !p.logits || !p.topk_ids || !p.topk_weights ||
       !p.act || !p.residual || !p.sync)

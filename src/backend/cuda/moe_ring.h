@@ -27,8 +27,8 @@
 //    reads; they issue their first loads (phase 0's and the router's) before the producers start,
 //    so that those loads are ahead of the weight stream in the memory system's queues;
 //  - the routing warp routes as soon as the router blocks' tagged logits are in (the producers
-//    wait for the ids before the first routed stage; the consumers never wait for the routing
-//    before the combine).
+//    wait for the ids before the first routed stage; the consumers wait for it only after the
+//    grid barrier, before the down stages, which need the ids anyway).
 // Shapes: DeepSeek-V2-Lite's MoE (and Moonlight's): hidden 2048, 64 routed experts, top 6, I 1408,
 // shared I 2816, bf16 experts (MoeRingUnsupported says why not).
 // Source of the math: moe_persistent.h (DeepSeek-V2 paper section 2.2; transformers' DeepseekV2MoE).
@@ -65,7 +65,10 @@ struct MoeRingForm {
 };
 
 // Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
-// norm_weight, routed and shared experts, bf16) with `form` on this device; else why not.
+// norm_weight, routed and shared experts) with `form` on this device; else why not. The params
+// carry no dtype: the caller passes bf16 experts (the runner checks). MoePersistent's fields that
+// the ring has no use for are ignored: blocks_per_sm, gu_ksplit, l2_fetch, router_ready, partials,
+// pdl, specialize (the runner takes the ring only where MoePersistentTagged holds).
 std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& form);
 
 // The tensor maps of p's w13 / shared_gu / w2 / shared_down (DS_CHECKs the driver's encode).
@@ -73,14 +76,14 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p);
 
 // Measurement only (tests): with MoePersistentParams::stamps / tile_stamps set (MoePersistent's
 // strides, kMoePersistentStamps / kMoePersistentTileStamps a block), %globaltimer (ns) at:
-//   stamps: 0 start, 1 the router phase done, 2 routed (warp 0), 3 the first routed gate_up stage
+//   stamps: 0 start, 1 the router phase done, 2 routed (the routing warp), 3 the first routed gate_up stage
 //   full, 4 gate_up consumed, 5 the grid barrier passed, 6 act in shared memory, 7 end;
 //   tile_stamps (producer 0; 3 a consumer, 4 the routing warp): 0 the routing seen, 1 the last
 //   gate_up stage issued, 2 the last down stage issued, 3 the first down stage full, 4 the logits in.
 // Launches the layer (cooperative, one block a SM, on p.stream); DS_CHECKs MoeRingUnsupported.
 // Writes what MoePersistent's runner form writes: logits, the tagged words, topk_ids / topk_weights
 // (block 0), act, residual; advances `sync` by one launch (shareable with MoePersistent's).
-// Returns the carveout applied (percent; -1: the driver's: p.carveout < 0, or the ring does not fit it).
+// barriers_only is refused. Returns the carveout applied (percent; -1: the driver's: p.carveout < 0, or the ring does not fit it).
 int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form);
 
 }  // namespace ds::cuda
