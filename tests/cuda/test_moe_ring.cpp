@@ -237,10 +237,15 @@ void RunBitIdentity(const LayerWeights& w, const Routing& r) {
     const Outputs ref = Download(io);
     for (const MoeRingForm& form : {MoeRingForm{}, MoeRingForm{4, 1}, MoeRingForm{4, 2}, MoeRingForm{4, 2, 1}, MoeRingForm{5, 2, 2},
                                     MoeRingForm{4, 2, 0, false}, MoeRingForm{4, 2, 0, true, false}, MoeRingForm{3, 2},
-                                    MoeRingForm{5, 4}, MoeRingForm{2, 1}}) {
+                                    MoeRingForm{5, 4}, MoeRingForm{2, 1},
+                                    // Smaller GPUs' schedules: 16 gate_up rounds and two down tiles a block (88),
+                                    // some blocks with two (100), one each (128).
+                                    MoeRingForm{5, 2, 0, true, true, 88}, MoeRingForm{5, 2, 0, true, true, 100},
+                                    MoeRingForm{5, 2, 0, true, true, 128}}) {
       const std::string label = mode + " stages" + std::to_string(form.stages) + " producers" +
                                 std::to_string(form.producers) + " early" + std::to_string(form.early_stages) +
-                                (form.warm_route ? " warm" : "") + (form.evict_first ? "" : " no_evict_first");
+                                (form.warm_route ? " warm" : "") + (form.evict_first ? "" : " no_evict_first") +
+                                (form.grid > 0 ? " grid" + std::to_string(form.grid) : "");
       const std::string why = MoeRingUnsupported(p, form);
       if (!why.empty()) {
         std::printf("[metric] op=moe_ring_bits case=%s skipped: %s\n", label.c_str(), why.c_str());
@@ -316,6 +321,8 @@ TEST(CudaMoeRing, RejectsUnsupported) {
   expect_refused(base, MoeRingForm{1, 2}, "stages 1");
   expect_refused(base, MoeRingForm{9, 2}, "stages 9");
   expect_refused(base, MoeRingForm{4, 3}, "producers 3");
+  expect_refused(base, MoeRingForm{4, 2, 0, true, true, 80}, "grid 80");
+  expect_refused(base, MoeRingForm{4, 2, -1}, "early stages -1");
 }
 
 // Information check (disabled; run with --gtest_also_run_disabled_tests): V2-Lite's MoE layer

@@ -485,6 +485,8 @@ std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& 
     why << "n_group " << rt.n_group << " / topk_group " << rt.topk_group << "; ";
   if (form.stages < 2 || form.stages > kMaxStages) why << "ring stages " << form.stages << " (2.." << kMaxStages << "); ";
   if (form.early_stages < 0) why << "early stages " << form.early_stages << " (0: all); ";
+  if (form.grid != 0 && (form.grid * kMaxRounds < kTiles || form.grid > CurrentDeviceProps().sms))
+    why << "grid " << form.grid << " (88 .. the SMs, or 0); ";
   if (form.producers != 1 && form.producers != 2 && form.producers != 4) why << "producers " << form.producers << " (1, 2 or 4); ";
   if (!why.str().empty()) return why.str();
   return DeviceVerdict(form);
@@ -519,7 +521,8 @@ int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRing
   // ring fits it (3 stages fit 58%, MoePersistent's; 4 do not): the attention kernel after it then
   // meets the shared-memory configuration it meets after MoePersistent. Timing only.
   const int carveout = SetSmemCarveout(reinterpret_cast<const void*>(kernel), p.carveout, 1, smem);
-  LaunchCooperative(kernel, dim3(static_cast<unsigned>(CurrentDeviceProps().sms)), dim3(32 * (kCw + form.producers + 1)), smem,
+  const int grid = form.grid > 0 ? form.grid : CurrentDeviceProps().sms;
+  LaunchCooperative(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * (kCw + form.producers + 1)), smem,
                     p.stream, maps, p, form.stages,
                     form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages, form.warm_route,
                     form.evict_first);

@@ -62,6 +62,9 @@ struct MoeRingForm {
   // The weight copies with an L2 evict_first policy (read once: they leave the L2 to what the next
   // kernels read). The same bits.
   bool evict_first = true;
+  // Blocks of the launch (tests: the schedules of smaller GPUs, e.g. blocks with two down tiles
+  // below 128); 0: one a SM. At least 88 (16 gate_up rounds a block at most), at most the SMs.
+  int grid = 0;
 };
 
 // Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
