@@ -561,51 +561,20 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (!launch) return true;
   // moe_ring: the same layer (the same bits) on the TMA ring where it takes this form and shape.
   const MoeRingForm ring_form{opts_.moe_ring_stages, opts_.moe_ring_producers, opts_.moe_ring_early_stages,
-                               opts_.moe_ring_warm_route, opts_.moe_ring_evict_first};
-  if (opts_.moe_ring && !dense && MoePersistentTagged(p)) {
-    if (ring_ok_.empty()) {
-      ring_ok_.assign(cfg_.num_hidden_layers, -1);
-      ring_maps_.resize(cfg_.num_hidden_layers);
-    }
-    if (ring_ok_[l] < 0) {
-      const std::string why = MoeRingUnsupported(p, ring_form);
-      ring_ok_[l] = why.empty() ? 1 : 0;
-      if (ring_ok_[l] == 1) {
-        ring_maps_[l] = {MoeRingMakeMaps(p), {p.w13, p.w2, p.shared_gu, p.shared_down}};
-      } else if (l == 0 || ring_ok_[l - 1] != 0) {
-        DS_LOG(INFO) << "moe_ring: layer " << l << " on MoePersistent: " << why;
-      }
-    }
-    if (ring_ok_[l] == 1) {
-      const auto& [maps, weights] = ring_maps_[l];
-      DS_CHECK(weights[0] == p.w13 && weights[1] == p.w2 && weights[2] == p.shared_gu && weights[3] == p.shared_down)
-          << "moe_ring: layer " << l << "'s weights moved after its tensor maps were made";
-      MoeRing(p, maps, ring_form);
-      attn_norm_pending_ = norm_in_attn;
-      lm_norm_pending_ = norm_in_lm;
-      if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
-      ++graph_stats_.moe_ring_layers;
-      // The form it computes (MoePersistentTagged's: bit-identical): gu_ksplit 8, shared experts
-      // first, the specialised form, the tagged router logits. (Not l2_fetch: the ring's copies are
-      // tensor-map copies.)
-      ++graph_stats_.moe_gu_ksplit_layers;
-      ++graph_stats_.moe_shared_first_layers;
-      ++graph_stats_.moe_specialized_layers;
-      ++graph_stats_.moe_router_tagged_layers;
-      if (p.carveout >= 0) ++graph_stats_.persistent_carveout_launches;  // (asked for, as MoePersistent's count)
-      ++graph_stats_.fused_launches;
-      ++graph_stats_.persistent_moe_layers;
-      Mark("moe_experts");
-      return true;
-    }
-  }
-  const bool went_pdl = MoePersistent(p);
+                              opts_.moe_ring_warm_route, opts_.moe_ring_evict_first};
+  const MoeRingMaps* ring = opts_.moe_ring && !dense && MoePersistentTagged(p) ? RingMapsFor(l, p, ring_form) : nullptr;
+  bool went_pdl = false;
+  if (ring != nullptr) MoeRing(p, *ring, ring_form);
+  else went_pdl = MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
   lm_norm_pending_ = norm_in_lm;
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
+  // (MoeRing counts as the form it computes, MoePersistentTagged's: gu_ksplit 8, shared experts
+  // first, the specialised form, the tagged logits; not l2_fetch: its copies are tensor-map copies.)
+  if (ring != nullptr) ++graph_stats_.moe_ring_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
-  if (p.l2_fetch > 0 && !went_pdl) ++graph_stats_.moe_l2_fetch_layers;
+  if (p.l2_fetch > 0 && !went_pdl && ring == nullptr) ++graph_stats_.moe_l2_fetch_layers;
   if (!went_pdl && MoePersistentSpecialized(p)) ++graph_stats_.moe_specialized_layers;
   if (!went_pdl && MoePersistentTagged(p)) ++graph_stats_.moe_router_tagged_layers;
   if (p.carveout >= 0) ++graph_stats_.persistent_carveout_launches;
@@ -615,6 +584,27 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   ++(dense ? graph_stats_.persistent_dense_layers : graph_stats_.persistent_moe_layers);
   Mark(dense ? "dense_mlp" : "moe_experts");
   return true;
+}
+
+const MoeRingMaps* CudaModelRunner::RingMapsFor(int l, const MoePersistentParams& p, const MoeRingForm& form) {
+  if (ring_ok_.empty()) {
+    ring_ok_.assign(cfg_.num_hidden_layers, -1);
+    ring_maps_.resize(cfg_.num_hidden_layers);
+  }
+  if (ring_ok_[l] < 0) {
+    const std::string why = MoeRingUnsupported(p, form);
+    ring_ok_[l] = why.empty() ? 1 : 0;
+    if (ring_ok_[l] == 1) {
+      ring_maps_[l] = {MoeRingMakeMaps(p), {p.w13, p.w2, p.shared_gu, p.shared_down}};
+    } else if (l == 0 || ring_ok_[l - 1] != 0) {
+      DS_LOG(INFO) << "moe_ring: layer " << l << " on MoePersistent: " << why;
+    }
+  }
+  if (ring_ok_[l] != 1) return nullptr;
+  const auto& [maps, weights] = ring_maps_[l];
+  DS_CHECK(weights[0] == p.w13 && weights[1] == p.w2 && weights[2] == p.shared_gu && weights[3] == p.shared_down)
+      << "moe_ring: layer " << l << "'s weights moved after its tensor maps were made";
+  return &maps;
 }
 
 bool CudaModelRunner::Mlp(int l, int64_t T) {

@@ -435,6 +435,9 @@ class CudaModelRunner : public ModelRunner {
   // += the layer's output; h32 / h16 = the next norm). fold_post_norm: the kernel also applies
   // the post-attention norm to residual + o32 (RunPass then skips its RmsNorm launch).
   bool PersistentMoe(int l, int64_t T, bool fold_post_norm, bool launch);
+  // moe_ring: layer l's tensor maps where MoeRing takes p with `form` (the verdict asked once a
+  // layer, the reason logged where it does not), else nullptr; checks that the weights did not move.
+  const MoeRingMaps* RingMapsFor(int l, const MoePersistentParams& p, const MoeRingForm& form);
   // fused_moe_shared: copies the shared experts (L->gate_up, L->down) into groups E .. E + S - 1
   // of L->w13 / L->w2 (allocated with room for them) when their dtypes match.
   void StackSharedExperts(LayerW* L);
