@@ -82,7 +82,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_PERSISTENT_MOE_SHARED_FIRST", &c.persistent_moe_shared_first);  // shared experts' tiles first, no barrier 1 (on since session 20)
   env_switch("DS_MOE_ROUTER_TAGGED", &c.moe_router_tagged);  // tagged router logits polled by the routing warp (on since session 31)
   env_switch("DS_MOE_RING", &c.moe_ring);                       // the batch-1 MoE layer on a TMA ring (session 32)
-  env_int("DS_MOE_RING_STAGES", 2, 5, 1, &c.moe_ring_stages);
+  env_int("DS_MOE_RING_STAGES", 2, 6, 1, &c.moe_ring_stages);
   env_choice("DS_MOE_RING_PRODUCERS", {{"1", 1}, {"2", 2}, {"4", 4}}, &c.moe_ring_producers);
   env_int("DS_MOE_RING_EARLY", 0, 5, 1, &c.moe_ring_early_stages);
   env_switch("DS_MOE_RING_WARM", &c.moe_ring_warm_route);

@@ -83,7 +83,7 @@ TEST(CudaRunnerPersistentMoe, RouterTaggedBitIdentical) {
 TEST(CudaRunnerPersistentMoe, RingBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (const auto& [stages, producers] : {std::pair{5, 2}, std::pair{2, 1}, std::pair{4, 4}}) {
+  for (const auto& [stages, producers] : {std::pair{5, 2}, std::pair{2, 1}, std::pair{4, 4}, std::pair{6, 2}}) {
     const auto set = [stages, producers](CudaRunnerOptions& x, bool on) {
       x.moe_ring = on;
       x.moe_ring_stages = stages;

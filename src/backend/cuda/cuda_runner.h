@@ -328,7 +328,7 @@ struct CudaRunnerOptions {
   // across the rounds, the routing and the grid barrier. The same bits as MoePersistent. On by
   // default since session 32 (V2-Lite b1 1K -55 to -74 us a step, 4K -67: run 12; the L2
   // evict_first policy of its copies is most of that: without it the attention kernel after it
-  // ran ~1.9 us slower, run 10). The CLI reads DS_MOE_RING=0/1, DS_MOE_RING_STAGES (2..5),
+  // ran ~1.9 us slower, run 10). The CLI reads DS_MOE_RING=0/1, DS_MOE_RING_STAGES (2..6),
   // DS_MOE_RING_PRODUCERS (1, 2, 4).
   bool moe_ring = true;
   int moe_ring_stages = 5;

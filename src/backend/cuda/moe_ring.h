@@ -51,7 +51,7 @@ struct MoeRingMaps {
 
 // The ring's form (CudaRunnerOptions::moe_ring_stages / moe_ring_producers).
 struct MoeRingForm {
-  int stages = 5;     // ring stages of 32 KB (2..5)
+  int stages = 5;     // ring stages of 32 KB (2..6)
   int producers = 2;  // producer warps (1, 2 or 4)
   // Stages in flight before the routing is seen (0: `stages`). Fewer shorten the queues that the
   // routing warp's polls of the router logits wait in.
