@@ -96,6 +96,26 @@ TEST(CudaRunnerPersistentMoe, RingBitIdentical) {
   }
 }
 
+// moe_ring_act_tagged (session 33): the ring's act by tagged words instead of its grid barrier:
+// the same bits as MoePersistent's tagged form (the ring's "off" side), graphs off and on, at the
+// default ring form and at 2 stages with 1 producer.
+TEST(CudaRunnerPersistentMoe, RingActTaggedBitIdentical) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  for (const auto& [stages, producers] : {std::pair{5, 2}, std::pair{2, 1}}) {
+    const auto set = [stages, producers](CudaRunnerOptions& x, bool on) {
+      x.moe_ring = on;
+      x.moe_ring_act_tagged = on;
+      x.moe_ring_stages = stages;
+      x.moe_ring_producers = producers;
+    };
+    CompareOptionBitIdenticalRan("dummy_v2lite_3layers stages " + std::to_string(stages) + " producers " +
+                                     std::to_string(producers),
+                                 "moe_ring_act_tagged", DummyOptions(dir, 3, 5), set,
+                                 &CudaGraphStats::moe_ring_act_tagged_layers, PathExpect::kRuns);
+  }
+}
+
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
 // against the unfused dense MLP (another fp32 order), and it must run there.
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {

@@ -66,7 +66,8 @@ struct LayerWeights {
 };
 
 // The token's inputs and the layer's outputs and scratch; sync (4 words: the 64-bit barrier
-// counter, router_ready) and tagged (E words) are zeroed together, once.
+// counter, router_ready), tagged (E words) and act_tagged (MoeRingForm::act_tagged's words) are
+// zeroed together, once.
 struct LayerIo {
   std::vector<float> h_attn = RandomNormal(kHd, 1.f), h_res = RandomNormal(kHd, 1.f),
                      h_post_w = RandomF(kHd, 0.5f, 1.5f), h_router = RandomNormal(kE * kHd, 0.05f),
@@ -77,12 +78,21 @@ struct LayerIo {
   Dev<int32_t> ids{static_cast<size_t>(kK)};
   Dev<__nv_bfloat16> act{static_cast<size_t>(kK * kI + kIs)};
   Dev<uint32_t> sync{size_t{4}};
-  Dev<uint64_t> tagged{static_cast<size_t>(kE)};
+  Dev<uint64_t> tagged{static_cast<size_t>(kE)}, act_tagged{static_cast<size_t>(kMoeRingActWords)};
   void ZeroCounters() {
     DS_CUDA_CHECK(cudaMemset(sync.get(), 0, 4 * sizeof(uint32_t)));
     DS_CUDA_CHECK(cudaMemset(tagged.get(), 0, kE * sizeof(uint64_t)));
+    DS_CUDA_CHECK(cudaMemset(act_tagged.get(), 0, kMoeRingActWords * sizeof(uint64_t)));
   }
-  void PoisonOutputs() { logits.Poison(); wts.Poison(); ids.Poison(); act.Poison(); res.Poison(); }
+  // The outputs, and the act words' values under their (older) tags: a launch that took a word
+  // of an earlier launch's would read bf16 NaNs.
+  void PoisonOutputs() {
+    logits.Poison(); wts.Poison(); ids.Poison(); act.Poison(); res.Poison();
+    DS_CUDA_CHECK(cudaDeviceSynchronize());  // (a graph's replays run on a non-blocking stream)
+    std::vector<uint64_t> w = act_tagged.Download();
+    for (uint64_t& v : w) v = (v & 0xffffffff00000000ull) | 0x7fc07fc0ull;
+    DS_CUDA_CHECK(cudaMemcpy(act_tagged.get(), w.data(), w.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
+  }
 };
 
 // MoePersistentTagged's form (the runner's): attn_out folded in, no next norm, router_tagged.
@@ -124,7 +134,7 @@ void LaunchLayer(bool graph, const MoePersistentParams& p, const MoeRingMaps& ma
         DS_CUDA_CHECK(cudaMemcpyAsync(p.residual, io.res_in.get(), kHd * sizeof(float), cudaMemcpyDeviceToDevice, st));
         MoePersistentParams q = p;
         q.stream = st;
-        if (ring != nullptr) MoeRing(q, maps, *ring);
+        if (ring != nullptr) MoeRing(q, maps, *ring, io.act_tagged.get());
         else MoePersistent(q);
       },
       [&] { io.PoisonOutputs(); });
@@ -241,11 +251,17 @@ void RunBitIdentity(const LayerWeights& w, const Routing& r) {
                                     // Smaller GPUs' schedules: 16 gate_up rounds and two down tiles a block (88),
                                     // some blocks with two (100), one each (128).
                                     MoeRingForm{5, 2, 0, true, true, 88}, MoeRingForm{5, 2, 0, true, true, 100},
-                                    MoeRingForm{5, 2, 0, true, true, 128}}) {
+                                    MoeRingForm{5, 2, 0, true, true, 128},
+                                    // act by tagged words (no grid barrier), at the same schedules.
+                                    MoeRingForm{5, 2, 0, true, true, 0, true}, MoeRingForm{4, 1, 0, true, true, 0, true},
+                                    MoeRingForm{6, 2, 0, true, true, 0, true}, MoeRingForm{5, 2, 2, true, true, 0, true},
+                                    MoeRingForm{5, 2, 0, true, true, 88, true}, MoeRingForm{5, 2, 0, true, true, 100, true},
+                                    MoeRingForm{5, 2, 0, true, true, 128, true}}) {
       const std::string label = mode + " stages" + std::to_string(form.stages) + " producers" +
                                 std::to_string(form.producers) + " early" + std::to_string(form.early_stages) +
                                 (form.warm_route ? " warm" : "") + (form.evict_first ? "" : " no_evict_first") +
-                                (form.grid > 0 ? " grid" + std::to_string(form.grid) : "");
+                                (form.grid > 0 ? " grid" + std::to_string(form.grid) : "") +
+                                (form.act_tagged ? " act_tagged" : "");
       const std::string why = MoeRingUnsupported(p, form);
       if (!why.empty()) {
         std::printf("[metric] op=moe_ring_bits case=%s skipped: %s\n", label.c_str(), why.c_str());
@@ -363,7 +379,7 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
           MoePersistentParams q = ps[s];
           q.stream = st;
           if (ring != nullptr) {
-            MoeRing(q, maps[s], *ring);
+            MoeRing(q, maps[s], *ring, io.act_tagged.get());
           } else {
             q.carveout = 58;  // the runner's moe_carveout (timing only: the same bits)
             MoePersistent(q);
@@ -380,10 +396,10 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
   report("persistent_tagged", time_us(nullptr));
   for (int stages : {4, 5, 6})
     for (int early : {0, 2})
-      for (bool warm : {true}) {
-        const MoeRingForm form{stages, 2, early, warm};
+      for (bool tagged : {false, true}) {
+        const MoeRingForm form{stages, 2, early, true, true, 0, tagged};
         const std::string name = "stages" + std::to_string(stages) + "_producers2" +
-                                 (early > 0 ? "_early" + std::to_string(early) : "") + (warm ? "_warm" : "");
+                                 (early > 0 ? "_early" + std::to_string(early) : "") + (tagged ? "_act_tagged" : "");
         const std::string why = MoeRingUnsupported(ps[0], form);
         if (!why.empty()) {
           std::printf("[metric] op=moe_ring_timing case=V2Lite form=%s unsupported: %s\n", name.c_str(), why.c_str());
@@ -396,7 +412,8 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
   // Where a ring launch's time goes (MoeRing's stamps, moe_ring.h): for each point, its median and
   // latest time over the blocks from the launch's first start, medians over the timed launches
   // (direct launches, the 8 sets in turn, the first round not counted).
-  for (const MoeRingForm form : {MoeRingForm{4, 2}, MoeRingForm{5, 2}, MoeRingForm{6, 2}}) {
+  for (const MoeRingForm form : {MoeRingForm{5, 2}, MoeRingForm{5, 2, 0, true, true, 0, true},
+                                 MoeRingForm{6, 2, 0, true, true, 0, true}}) {
     const int grid = CurrentDeviceProps().sms;
     Dev<long long> stamps(static_cast<size_t>(grid) * kMoePersistentStamps),
         tstamps(static_cast<size_t>(grid) * kMoePersistentTileStamps);
@@ -408,7 +425,7 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
       q.stream = st;
       q.stamps = stamps.get();
       q.tile_stamps = tstamps.get();
-      MoeRing(q, maps[rep % kSets], form);
+      MoeRing(q, maps[rep % kSets], form, io.act_tagged.get());
       DS_CUDA_CHECK(cudaStreamSynchronize(st));
       if (rep < kSets) continue;
       const std::vector<long long> a = stamps.Download(), t = tstamps.Download();
@@ -436,9 +453,9 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
     for (int i = 0; i < 13; ++i)
-      std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d_early%d_warm%d point=\"%s\": median block %.2f us, latest %.2f us\n",
-                  form.stages, form.producers, form.early_stages, form.warm_route ? 1 : 0, names[i], median(med[i]),
-                  median(late[i]));
+      std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d_early%d_warm%d%s point=\"%s\": median block %.2f us, latest %.2f us\n",
+                  form.stages, form.producers, form.early_stages, form.warm_route ? 1 : 0,
+                  form.act_tagged ? "_act_tagged" : "", names[i], median(med[i]), median(late[i]));
   }
   const std::vector<float> res = io.res.Download();
   int64_t nonfinite = 0;

@@ -128,6 +128,10 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     const size_t tagged = static_cast<size_t>(std::max<int64_t>(cfg_.n_routed_experts, 1)) * sizeof(uint64_t);
     persist_router_tagged_.Reset(tagged);
     DS_CUDA_CHECK(cudaMemsetAsync(persist_router_tagged_.get(), 0, tagged, s_));
+    if (opts_.moe_ring && opts_.moe_ring_act_tagged) {  // MoeRing's act words (zero, with the counter)
+      persist_act_tagged_.Reset(kMoeRingActWords * sizeof(uint64_t));
+      DS_CUDA_CHECK(cudaMemsetAsync(persist_act_tagged_.get(), 0, kMoeRingActWords * sizeof(uint64_t), s_));
+    }
   }
   if (opts_.fused_down_combine) {
     down_combine_sync_.Reset(sizeof(uint32_t));
@@ -561,10 +565,10 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (!launch) return true;
   // moe_ring: the same layer (the same bits) on the TMA ring where it takes this form and shape.
   const MoeRingForm ring_form{opts_.moe_ring_stages, opts_.moe_ring_producers, opts_.moe_ring_early_stages,
-                              opts_.moe_ring_warm_route, opts_.moe_ring_evict_first};
+                              opts_.moe_ring_warm_route, opts_.moe_ring_evict_first, 0, opts_.moe_ring_act_tagged};
   const MoeRingMaps* ring = opts_.moe_ring && !dense && MoePersistentTagged(p) ? RingMapsFor(l, p, ring_form) : nullptr;
   bool went_pdl = false;
-  if (ring != nullptr) MoeRing(p, *ring, ring_form);
+  if (ring != nullptr) MoeRing(p, *ring, ring_form, persist_act_tagged_.as<uint64_t>());
   else went_pdl = MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
   lm_norm_pending_ = norm_in_lm;
@@ -572,6 +576,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   // (MoeRing counts as the form it computes, MoePersistentTagged's: gu_ksplit 8, shared experts
   // first, the specialised form, the tagged logits; not l2_fetch: its copies are tensor-map copies.)
   if (ring != nullptr) ++graph_stats_.moe_ring_layers;
+  if (ring != nullptr && ring_form.act_tagged) ++graph_stats_.moe_ring_act_tagged_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
   if (p.l2_fetch > 0 && !went_pdl && ring == nullptr) ++graph_stats_.moe_l2_fetch_layers;

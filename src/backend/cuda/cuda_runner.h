@@ -336,6 +336,9 @@ struct CudaRunnerOptions {
   int moe_ring_early_stages = 0;  // MoeRingForm::early_stages (DS_MOE_RING_EARLY, 0..5)
   bool moe_ring_warm_route = true;  // MoeRingForm::warm_route (DS_MOE_RING_WARM=0/1)
   bool moe_ring_evict_first = true;  // MoeRingForm::evict_first (DS_MOE_RING_EVICT_FIRST=0/1)
+  // MoeRingForm::act_tagged (DS_MOE_RING_ACT_TAGGED=0/1): act handed over by tagged words, no grid
+  // barrier (session 33).
+  bool moe_ring_act_tagged = false;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -698,6 +701,7 @@ struct CudaGraphStats {
   int64_t moe_specialized_layers = 0;      // persistent MoE launches on its specialised instantiation, or MoeRing (likewise)
   int64_t moe_router_tagged_layers = 0;    // of those, with the tagged router logits (moe_router_tagged; MoeRing too)
   int64_t moe_ring_layers = 0;             // MoE layers run by MoeRing instead (moe_ring; likewise)
+  int64_t moe_ring_act_tagged_layers = 0;  // of those, with act by tagged words (moe_ring_act_tagged)
   int64_t attn_specialized_layers = 0;     // persistent attention launches on its specialised instantiation (likewise)
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 to 6 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

@@ -554,6 +554,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer route_sync_;  // MoeRoutePermute's counter (u32, zeroed once)
   DeviceBuffer persist_sync_;      // MoePersistent's grid barrier words, then router_ready (4 x u32, zeroed once)
   DeviceBuffer persist_router_tagged_;  // MoePersistent's tagged router logits ([E] u64, zeroed once; moe_router_tagged)
+  DeviceBuffer persist_act_tagged_;     // MoeRing's tagged act ([kMoeRingActWords] u64, zeroed once; moe_ring_act_tagged)
   DeviceBuffer persist_partials_;  // MoePersistent's per-block sums of squares
   DeviceBuffer persist_act_;       // MoePersistent's act [top_k * I + shared I] bf16
   DeviceBuffer attn_sync_;         // MlaAttnPersistent's grid barrier words, nope_ready, split_ready, head_ready[16] (20 x u32, zeroed once)

@@ -57,6 +57,17 @@ __device__ __forceinline__ void GridArriveAndWait(uint32_t* sync, uint64_t targe
                  : "memory");
 }
 
+// A block's arrival at the launch's final barrier `target` without waiting for it (one thread):
+// the counter still reaches the next launch's base, for a kernel whose blocks hand data over by
+// other means (MoeRing's act_tagged form, moe_ring.h). The last arrival pads it as above.
+__device__ __forceinline__ void GridArrive(uint32_t* sync, uint64_t target) {
+  uint64_t old;
+  asm volatile("atom.add.relaxed.gpu.global.u64 %0, [%1], %2;" : "=l"(old) : "l"(sync), "l"(uint64_t{1}) : "memory");
+  if (old + 1 == target)
+    asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(sync), "l"(kGridEpoch - target % kGridEpoch)
+                 : "memory");
+}
+
 // Barrier i of the launch: target = base + i * gridDim.x; `final` on the launch's last barrier.
 // Every thread of every block must call it, in the same order.
 __device__ __forceinline__ void GridBarrier(uint32_t* sync, uint64_t target, bool final = false) {

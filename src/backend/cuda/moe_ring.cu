@@ -43,6 +43,9 @@ constexpr int kMaxRounds = 16;                    // gate_up rounds a block (gri
 static_assert(kTiles / kMaxRounds >= kE, "grid >= 88 >= E: every router logit has a block of its own");
 constexpr int kXsElems = kK * kI + kIs;           // act (bf16), >= hidden (x16 before)
 constexpr size_t kTailBytes = sizeof(bf16) * kXsElems;  // xs
+static_assert(kXsElems / 2 == kMoeRingActWords, "the tagged act words: two act values a word");
+constexpr int kSegWords = kI / 2 / 32;            // a segment's tagged act words a lane (22)
+static_assert(kSegWords <= 32 && kBox / 2 == 2 * 32, "a lane's words in one mask; a down stage's act: two words a lane");
 
 constexpr int kConsumerBar = 1;  // named barrier of the 8 consumer warps
 __device__ __forceinline__ void ConsumerSync() { sm90::NamedBarSync(kConsumerBar, kCt); }
@@ -63,6 +66,23 @@ __device__ __forceinline__ void WaitParity(uint32_t bar, uint32_t parity) {
   }
 }
 
+// kTagAct: loads the lane's tagged act words of one segment (w[32 u], u < kSegWords, those not yet
+// in `have`) together, and puts those that carry `tag` into xs_seg (the segment's act, bf16 pairs
+// at 2 (lane + 32 u); xs_seg is the segment's base, w the lane's first word).
+__device__ __forceinline__ void FetchTaggedAct(const uint64_t* w, uint32_t tag, bf16* xs_seg, uint32_t& have) {
+  const int lane = threadIdx.x & 31;
+  uint64_t v[kSegWords];
+#pragma unroll
+  for (int u = 0; u < kSegWords; ++u) v[u] = (have >> u & 1u) ? 0 : moe_dev::LdTaggedWord(w + 32 * u);
+  uint32_t* dst = reinterpret_cast<uint32_t*>(xs_seg) + lane;
+#pragma unroll
+  for (int u = 0; u < kSegWords; ++u)
+    if (!(have >> u & 1u) && static_cast<uint32_t>(v[u] >> 32) == tag) {
+      dst[32 * u] = static_cast<uint32_t>(v[u]);
+      have |= 1u << u;
+    }
+}
+
 // Gate_up tile index i of the block's schedule (i = block + grid r): the shared experts' tiles
 // first (i < kTs), then the routed slots' (MoePersistent's shared_first order).
 __device__ __forceinline__ int TileOf(int i) { return i < kTs ? kTilesR + i : i - kTs; }
@@ -77,11 +97,12 @@ struct RingPos {
   }
 };
 
-// Warps: kCw consumers, kP producers, one routing warp.
-template <int kP>
+// Warps: kCw consumers, kP producers, one routing warp. kTagAct (MoeRingForm::act_tagged): act
+// through act_tagged's words and no grid barrier (moe_ring.h).
+template <int kP, bool kTagAct>
 __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early, bool warm,
-                  bool evict_first) {
+                  bool evict_first, uint64_t* act_tagged) {
   extern __shared__ __align__(1024) unsigned char ring[];
   bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
   __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar, go_bar;
@@ -305,6 +326,37 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   }
   if (tid == 0) stamp(p.stamps, 4);
   ConsumerSync();
+  const int tile0 = grid - 1 - b;
+  float r1_first = 0.f;
+  // The lane's tagged act words already in xs (kTagAct: bit u for word lane + 32 u of segment `warp`).
+  uint32_t have = 0;
+  if constexpr (kTagAct) {
+    // act = SiLU(gate) * up (MoePersistent's order, as below), two values a thread: into act and,
+    // with the launch's tag, into act_tagged; then the grid counter's arrival alone (the next
+    // launch's base). No barrier: a warp's down stage waits for its own 128 act values' words.
+    for (int idx = tid; idx < r * 4; idx += kCt) {
+      const int rr = idx / 4, c = 2 * (idx % 4), t = TileOf(b + grid * rr);
+      float gs0 = 0.f, us0 = 0.f, gs1 = 0.f, us1 = 0.f;
+      for (int pp = 0; pp < kCw; ++pp) {
+        gs0 += s_gu[rr][pp][c];
+        us0 += s_gu[rr][pp][8 + c];
+        gs1 += s_gu[rr][pp][c + 1];
+        us1 += s_gu[rr][pp][8 + c + 1];
+      }
+      const int off = (t < kTilesR ? (t / (kI / 8)) * kI + (t % (kI / 8)) * 8 : kK * kI + (t - kTilesR) * 8) + c;
+      const __nv_bfloat162 pair(moe_dev::SiluMul(gs0, us0), moe_dev::SiluMul(gs1, us1));
+      *reinterpret_cast<__nv_bfloat162*>(p.act + off) = pair;
+      moe_dev::StTaggedBits(act_tagged + off / 2, epoch, *reinterpret_cast<const uint32_t*>(&pair));
+    }
+    if (tid == 0) {
+      grid::GridArrive(p.sync, base + static_cast<uint64_t>(grid));
+      stamp(p.stamps, 5);
+    }
+    if (tid < 16 && tile0 < kDtiles) r1_first = p.attn_out[tile0 * 16 + tid] + p.residual[tile0 * 16 + tid];
+    if (tile0 < kDtiles) FetchTaggedAct(act_tagged + warp * (kI / 2) + lane, epoch, xs + warp * kI, have);
+    else if (tid == 0) stamp(p.stamps, 6);  // (no down tile)
+    WaitParity(sm90::SmemAddr(&routed_bar), 0);  // s_w (the routing warp's) readable
+  } else {
   // act = SiLU(gate) * up of each tile's parts summed in part order (MoePersistent's order).
   for (int idx = tid; idx < r * 8; idx += kCt) {
     const int rr = idx / 8, c = idx % 8, t = TileOf(b + grid * rr);
@@ -324,13 +376,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   }
   ConsumerSync();
 
-  // Phase 3: down tiles of 16 output columns (grid - 1 - b, then + grid); warp w is segment w (routed slot w <
-  // top_k, then the shared experts' down chunks of I) over both of MoePersistent's K ranges, summed
-  // apart (d0 the first 704 columns, d1 the rest) in its step order: rows g and g + 8 of the mma
-  // tile are the segment's output columns n0 + g and n0 + 8 + g, every B column its act. First the
-  // first tile's r1 (residual + attn_out) and act into shared memory.
-  const int tile0 = grid - 1 - b;
-  float r1_first = 0.f;
+  // Phase 3's first tile's r1 (residual + attn_out) and act into shared memory.
   if (tid < 16 && tile0 < kDtiles) r1_first = p.attn_out[tile0 * 16 + tid] + p.residual[tile0 * 16 + tid];
   {
     constexpr int kN8 = kXsElems / 8, kBatch = 8;
@@ -349,6 +395,11 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   WaitParity(sm90::SmemAddr(&routed_bar), 0);  // s_w (the routing warp's) readable
   ConsumerSync();
   if (tid == 0) stamp(p.stamps, 6);
+  }
+  // Phase 3: down tiles of 16 output columns (grid - 1 - b, then + grid); warp w is segment w (routed slot w <
+  // top_k, then the shared experts' down chunks of I) over both of MoePersistent's K ranges, summed
+  // apart (d0 the first 704 columns, d1 the rest) in its step order: rows g and g + 8 of the mma
+  // tile are the segment's output columns n0 + g and n0 + 8 + g, every B column its act.
   const uint4* xw = reinterpret_cast<const uint4*>(xs + warp * kI) + q;  // segment w's act (lane's 8 at 8 q)
   bool first = true;
   for (int tile = tile0; tile < kDtiles; tile += grid) {
@@ -356,6 +407,15 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     // One stage: steps s < split into da, the rest into db. (Three rolled loops, not one unrolled
     // one: a tenth of the code, fetched while the weight stream fills the memory system's queues.)
     const auto stage = [&](int ds, float(&da)[4], float(&db)[4], auto split) {
+      if constexpr (kTagAct) {
+        if (first) {  // stage ds's act (words 2 ds and 2 ds + 1 of each lane) in xs
+          const uint32_t need = 3u << (2 * ds);
+          while (!__all_sync(0xffffffffu, (have & need) == need))
+            FetchTaggedAct(act_tagged + warp * (kI / 2) + lane, epoch, xs + warp * kI, have);
+          __syncwarp();
+          if (tid == 0 && ds == 0) stamp(p.stamps, 6);
+        }
+      }
       wait_full();
       if (tid == 0 && ds == 0 && first) stamp(p.tile_stamps, 3);  // the first down stage in
       // [16 rows][128] bf16: row g at g * 256 bytes, row g + 8 at 2048 + g * 256.
@@ -403,8 +463,13 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   if (tid == 0) stamp(p.stamps, 7);
 }
 
-void (*KernelFor(int producers))(MoeRingMaps, MoePersistentParams, int, int, bool, bool) {
-  return producers == 4 ? MoeRingKernel<4> : producers == 2 ? MoeRingKernel<2> : MoeRingKernel<1>;
+using KernelFn = void (*)(MoeRingMaps, MoePersistentParams, int, int, bool, bool, uint64_t*);
+template <bool kTagAct>
+KernelFn KernelFor(int producers) {
+  return producers == 4 ? MoeRingKernel<4, kTagAct> : producers == 2 ? MoeRingKernel<2, kTagAct> : MoeRingKernel<1, kTagAct>;
+}
+KernelFn KernelFor(int producers, bool act_tagged) {
+  return act_tagged ? KernelFor<true>(producers) : KernelFor<false>(producers);
 }
 
 size_t SmemBytes(int stages) { return static_cast<size_t>(stages) * kStageBytes + kTailBytes; }
@@ -424,11 +489,11 @@ CUtensorMap Encode(const void* base, int rank, const cuuint64_t* dims, const cuu
 // mutex (runners on several devices may ask from several threads).
 std::string DeviceVerdict(const MoeRingForm& form) {
   static std::mutex mu;
-  static auto* known = new std::map<std::tuple<int, int, int>, std::string>();
+  static auto* known = new std::map<std::tuple<int, int, int, bool>, std::string>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(dev, form.stages, form.producers);
+  const auto key = std::make_tuple(dev, form.stages, form.producers, form.act_tagged);
   if (const auto it = known->find(key); it != known->end()) return it->second;
   std::ostringstream why;
   const DeviceProps& dp = CurrentDeviceProps();
@@ -440,7 +505,7 @@ std::string DeviceVerdict(const MoeRingForm& form) {
   if (dp.sms * kMaxRounds < kTiles) why << dp.sms << " SMs (the schedule needs at least 88); ";
   if (why.str().empty()) {
     const size_t smem = SmemBytes(form.stages);
-    void (*kernel)(MoeRingMaps, MoePersistentParams, int, int, bool, bool) = KernelFor(form.producers);
+    const KernelFn kernel = KernelFor(form.producers, form.act_tagged);
     // The fit by arithmetic (not an occupancy query, which may follow the kernel's preferred
     // carveout of the moment, set by MoeRing for another stage count).
     cudaFuncAttributes attr{};
@@ -512,11 +577,13 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p) {
   return m;
 }
 
-int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form) {
+int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form, uint64_t* act_tagged) {
   const std::string why = MoeRingUnsupported(p, form);
   DS_CHECK(why.empty()) << "MoeRing: " << why;
+  DS_CHECK(!form.act_tagged || (act_tagged != nullptr && reinterpret_cast<uintptr_t>(act_tagged) % 8 == 0))
+      << "MoeRing: the act_tagged form needs act_tagged ([kMoeRingActWords] 64-bit words, 8-byte aligned)";
   const size_t smem = SmemBytes(form.stages);
-  void (*kernel)(MoeRingMaps, MoePersistentParams, int, int, bool, bool) = KernelFor(form.producers);
+  const KernelFn kernel = KernelFor(form.producers, form.act_tagged);
   // The MoE layers' carveout (MoePersistentParams::carveout: the runner's moe_carveout), where the
   // ring fits it (3 stages fit 58%, MoePersistent's; 4 do not): the attention kernel after it then
   // meets the shared-memory configuration it meets after MoePersistent. Timing only.
@@ -525,7 +592,7 @@ int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRing
   LaunchCooperative(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * (kCw + form.producers + 1)), smem,
                     p.stream, maps, p, form.stages,
                     form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages, form.warm_route,
-                    form.evict_first);
+                    form.evict_first, form.act_tagged ? act_tagged : nullptr);
   return carveout;
 }
 

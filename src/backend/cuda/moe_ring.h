@@ -49,6 +49,9 @@ struct MoeRingMaps {
   CUtensorMap gu, sgu, dn, sdn;
 };
 
+// MoeRingForm::act_tagged's words: the layer's act (6 x I + shared I values), two a word.
+inline constexpr int kMoeRingActWords = (6 * 1408 + 2816) / 2;
+
 // The ring's form (CudaRunnerOptions::moe_ring_stages / moe_ring_producers).
 struct MoeRingForm {
   int stages = 5;     // ring stages of 32 KB (2..6)
@@ -65,6 +68,12 @@ struct MoeRingForm {
   // Blocks of the launch (tests: the schedules of smaller GPUs, e.g. blocks with two down tiles
   // below 128); 0: one a SM. At least 88 (16 gate_up rounds a block at most), at most the SMs.
   int grid = 0;
+  // act handed over by tagged words instead of the grid barrier (MoeRing's act_tagged argument):
+  // each gate_up tile's act also goes into act_tagged as (tag << 32 | two bf16 values) words,
+  // the tag the launch's (router_tagged's); a block arrives at the grid counter without waiting,
+  // and each consumer warp polls its own segment's words, a down stage waiting only for its 128
+  // act values (the tiles that make them may still be in other blocks' rounds). The same bits.
+  bool act_tagged = false;
 };
 
 // Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
@@ -80,13 +89,18 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p);
 // Measurement only (tests): with MoePersistentParams::stamps / tile_stamps set (MoePersistent's
 // strides, kMoePersistentStamps / kMoePersistentTileStamps a block), %globaltimer (ns) at:
 //   stamps: 0 start, 1 the router phase done, 2 routed (the routing warp), 3 the first routed gate_up stage
-//   full, 4 gate_up consumed, 5 the grid barrier passed, 6 act in shared memory, 7 end;
+//   full, 4 gate_up consumed, 5 the grid barrier passed (act_tagged: the arrival), 6 act in shared
+//   memory (act_tagged: warp 0's first down stage's), 7 end;
 //   tile_stamps (producer 0; 3 a consumer, 4 the routing warp): 0 the routing seen, 1 the last
 //   gate_up stage issued, 2 the last down stage issued, 3 the first down stage full, 4 the logits in.
 // Launches the layer (cooperative, one block a SM, on p.stream); DS_CHECKs MoeRingUnsupported.
 // Writes what MoePersistent's runner form writes: logits, the tagged words, topk_ids / topk_weights
 // (block 0), act, residual; advances `sync` by one launch (shareable with MoePersistent's).
 // barriers_only is refused. Returns the carveout applied (percent; -1: the driver's: p.carveout < 0, or the ring does not fit it).
-int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form);
+// act_tagged (form.act_tagged; ignored otherwise): [kMoeRingActWords] 64-bit words, 8-byte aligned,
+// zeroed together with p.sync (a word's tag must differ from the launch's until it writes it; every
+// launch rewrites every word), e.g. beside router_tagged. DS_CHECKs it.
+int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form,
+            uint64_t* act_tagged = nullptr);
 
 }  // namespace ds::cuda

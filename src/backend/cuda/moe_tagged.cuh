@@ -20,6 +20,11 @@ __device__ __forceinline__ void StTagged(uint64_t* w, uint32_t tag, float v) {
   const uint64_t word = (uint64_t{tag} << 32) | __float_as_uint(v);
   asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(w), "l"(word) : "memory");
 }
+// The same for 32 bits of any payload (MoeRing's act_tagged: a pair of bf16 act values).
+__device__ __forceinline__ void StTaggedBits(uint64_t* w, uint32_t tag, uint32_t bits) {
+  const uint64_t word = (uint64_t{tag} << 32) | bits;
+  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(w), "l"(word) : "memory");
+}
 __device__ __forceinline__ uint64_t LdTaggedWord(const uint64_t* w) {
   uint64_t v;
   asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(w) : "memory");
