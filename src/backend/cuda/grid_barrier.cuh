@@ -57,15 +57,14 @@ __device__ __forceinline__ void GridArriveAndWait(uint32_t* sync, uint64_t targe
                  : "memory");
 }
 
-// A block's arrival at the launch's final barrier `target` without waiting for it (one thread):
-// the counter still reaches the next launch's base, for a kernel whose blocks hand data over by
-// other means (MoeRing's act_tagged form, moe_ring.h). The last arrival pads it as above.
-__device__ __forceinline__ void GridArrive(uint32_t* sync, uint64_t target) {
-  uint64_t old;
-  asm volatile("atom.add.relaxed.gpu.global.u64 %0, [%1], %2;" : "=l"(old) : "l"(sync), "l"(uint64_t{1}) : "memory");
-  if (old + 1 == target)
-    asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(sync), "l"(kGridEpoch - target % kGridEpoch)
-                 : "memory");
+// A launch whose blocks hand data over by other means and never wait at a barrier (MoeRing's
+// act_tagged form, moe_ring.h) still moves the counter to the next launch's base: each block adds
+// its share (one thread, after GridBase), block 0 kGridEpoch - (grid - 1) and the others 1, so the
+// launch adds kGridEpoch in all, with no atomic's return to wait for (a base read at any block's
+// start stays exact: the count reaches base + kGridEpoch only with the last share).
+__device__ __forceinline__ void GridArriveNoWait(uint32_t* sync, int block, int grid) {
+  const uint64_t share = block == 0 ? kGridEpoch - static_cast<uint64_t>(grid - 1) : uint64_t{1};
+  asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(sync), "l"(share) : "memory");
 }
 
 // Barrier i of the launch: target = base + i * gridDim.x; `final` on the launch's last barrier.

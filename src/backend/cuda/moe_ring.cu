@@ -85,7 +85,20 @@ __device__ __forceinline__ void FetchTaggedAct(const uint64_t* w, uint32_t tag, 
 
 // Gate_up tile index i of the block's schedule (i = block + grid r): the shared experts' tiles
 // first (i < kTs), then the routed slots' (MoePersistent's shared_first order).
-__device__ __forceinline__ int TileOf(int i) { return i < kTs ? kTilesR + i : i - kTs; }
+// kChunkMajor (the act_tagged form): the routed tiles chunk by chunk of 128 act columns (a down
+// stage's), the 6 slots' 16 tiles of chunk 0, then chunk 1's, ..., so that the last rounds make the
+// last down stages' act and a block's first down stages wait for rounds long done. The tiles'
+// values do not depend on which block makes them, nor on when.
+static_assert(kTilesR % (kK * kBox / 8) == 0, "the routed tiles: whole chunks of the 6 slots");
+template <bool kChunkMajor>
+__device__ __forceinline__ int TileOf(int i) {
+  if (i < kTs) return kTilesR + i;
+  const int j = i - kTs;
+  if constexpr (!kChunkMajor) return j;
+  constexpr int kPerChunk = kBox / 8, kSlotTiles = kI / 8;  // 16 tiles of 8 rows a chunk of a slot; 176 a slot
+  const int chunk = j / (kK * kPerChunk), within = j % (kK * kPerChunk);
+  return (within / kPerChunk) * kSlotTiles + chunk * kPerChunk + within % kPerChunk;
+}
 
 // The ring's stage sequence, shared by producers and consumers: stage k of a slot `slot`, the
 // slot's use count `use` (its barriers' phase parity).
@@ -210,7 +223,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
         routed = true;
         if (j == 0) stamp(p.tile_stamps, 0);
       }
-      const int t = TileOf(i);
+      const int t = TileOf<kTagAct>(i);
       const bool shared = t >= kTilesR;
       const CUtensorMap* map = shared ? &maps.sgu : &maps.gu;
       const int c0 = shared ? (t - kTilesR) * 8 : (t % (kI / 8)) * 8;
@@ -335,7 +348,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     // with the launch's tag, into act_tagged; then the grid counter's arrival alone (the next
     // launch's base). No barrier: a warp's down stage waits for its own 128 act values' words.
     for (int idx = tid; idx < r * 4; idx += kCt) {
-      const int rr = idx / 4, c = 2 * (idx % 4), t = TileOf(b + grid * rr);
+      const int rr = idx / 4, c = 2 * (idx % 4), t = TileOf<kTagAct>(b + grid * rr);
       float gs0 = 0.f, us0 = 0.f, gs1 = 0.f, us1 = 0.f;
       for (int pp = 0; pp < kCw; ++pp) {
         gs0 += s_gu[rr][pp][c];
@@ -349,7 +362,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       moe_dev::StTaggedBits(act_tagged + off / 2, epoch, *reinterpret_cast<const uint32_t*>(&pair));
     }
     if (tid == 0) {
-      grid::GridArrive(p.sync, base + static_cast<uint64_t>(grid));
+      grid::GridArriveNoWait(p.sync, b, grid);
       stamp(p.stamps, 5);
     }
     if (tid < 16 && tile0 < kDtiles) r1_first = p.attn_out[tile0 * 16 + tid] + p.residual[tile0 * 16 + tid];
@@ -359,7 +372,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   } else {
   // act = SiLU(gate) * up of each tile's parts summed in part order (MoePersistent's order).
   for (int idx = tid; idx < r * 8; idx += kCt) {
-    const int rr = idx / 8, c = idx % 8, t = TileOf(b + grid * rr);
+    const int rr = idx / 8, c = idx % 8, t = TileOf<kTagAct>(b + grid * rr);
     float gs = 0.f, us = 0.f;
     for (int pp = 0; pp < kCw; ++pp) {
       gs += s_gu[rr][pp][c];
