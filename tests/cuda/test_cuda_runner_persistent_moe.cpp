@@ -13,6 +13,7 @@
 //  - the bf16 fixtures: v2_lite_tiny must take it, v3_tiny does not qualify (its dims).
 #include <cstdio>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "backend/cuda/cuda_runner.h"
@@ -78,14 +79,15 @@ TEST(CudaRunnerPersistentMoe, RouterTaggedBitIdentical) {
 
 // moe_ring (session 32): the MoE layers of one-token passes on MoeRing (the TMA ring) instead of
 // MoePersistent's tagged form: the same sums in the same order, so bit-identical logits, graphs off
-// and on, at the default ring form (5 stages, 2 producers) and at 2 stages with 1 producer and 4
-// with 4.
+// and on, in the ring's grid-barrier form (act_tagged off) at 5 stages with 2 producers, 2 with 1,
+// 4 with 4 and 6 with 2.
 TEST(CudaRunnerPersistentMoe, RingBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
   for (const auto& [stages, producers] : {std::pair{5, 2}, std::pair{2, 1}, std::pair{4, 4}, std::pair{6, 2}}) {
     const auto set = [stages, producers](CudaRunnerOptions& x, bool on) {
       x.moe_ring = on;
+      x.moe_ring_act_tagged = false;  // the grid barrier's form (RingActTaggedBitIdentical: the default's)
       x.moe_ring_stages = stages;
       x.moe_ring_producers = producers;
     };
@@ -96,21 +98,22 @@ TEST(CudaRunnerPersistentMoe, RingBitIdentical) {
   }
 }
 
-// moe_ring_act_tagged (session 33): the ring's act by tagged words instead of its grid barrier:
-// the same bits as MoePersistent's tagged form (the ring's "off" side), graphs off and on, at the
-// default ring form and at 2 stages with 1 producer.
+// moe_ring_act_tagged (session 33; the default): the ring's act by tagged words instead of its grid
+// barrier: the same bits as MoePersistent's tagged form (the ring's "off" side), graphs off and on,
+// at the default ring form, at 2 stages with 1 producer, and without the act prefetch.
 TEST(CudaRunnerPersistentMoe, RingActTaggedBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (const auto& [stages, producers] : {std::pair{5, 2}, std::pair{2, 1}}) {
-    const auto set = [stages, producers](CudaRunnerOptions& x, bool on) {
+  for (const auto& [stages, producers, prefetch] : {std::tuple{5, 2, true}, std::tuple{2, 1, true}, std::tuple{5, 2, false}}) {
+    const auto set = [stages, producers, prefetch](CudaRunnerOptions& x, bool on) {
       x.moe_ring = on;
       x.moe_ring_act_tagged = on;
+      x.moe_ring_act_prefetch = prefetch;
       x.moe_ring_stages = stages;
       x.moe_ring_producers = producers;
     };
     CompareOptionBitIdenticalRan("dummy_v2lite_3layers stages " + std::to_string(stages) + " producers " +
-                                     std::to_string(producers),
+                                     std::to_string(producers) + (prefetch ? "" : " no_prefetch"),
                                  "moe_ring_act_tagged", DummyOptions(dir, 3, 5), set,
                                  &CudaGraphStats::moe_ring_act_tagged_layers, PathExpect::kRuns);
   }

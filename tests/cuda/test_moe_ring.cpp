@@ -256,12 +256,14 @@ void RunBitIdentity(const LayerWeights& w, const Routing& r) {
                                     MoeRingForm{5, 2, 0, true, true, 0, true}, MoeRingForm{4, 1, 0, true, true, 0, true},
                                     MoeRingForm{6, 2, 0, true, true, 0, true}, MoeRingForm{5, 2, 2, true, true, 0, true},
                                     MoeRingForm{5, 2, 0, true, true, 88, true}, MoeRingForm{5, 2, 0, true, true, 100, true},
-                                    MoeRingForm{5, 2, 0, true, true, 128, true}}) {
+                                    MoeRingForm{5, 2, 0, true, true, 128, true},
+                                    MoeRingForm{5, 2, 0, true, true, 0, true, false}}) {
       const std::string label = mode + " stages" + std::to_string(form.stages) + " producers" +
                                 std::to_string(form.producers) + " early" + std::to_string(form.early_stages) +
                                 (form.warm_route ? " warm" : "") + (form.evict_first ? "" : " no_evict_first") +
                                 (form.grid > 0 ? " grid" + std::to_string(form.grid) : "") +
-                                (form.act_tagged ? " act_tagged" : "");
+                                (form.act_tagged ? " act_tagged" : "") +
+                                (form.act_tagged && !form.act_prefetch ? " no_prefetch" : "");
       const std::string why = MoeRingUnsupported(p, form);
       if (!why.empty()) {
         std::printf("[metric] op=moe_ring_bits case=%s skipped: %s\n", label.c_str(), why.c_str());
@@ -407,13 +409,17 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
         }
         report(name, time_us(&form));
       }
+  {
+    const MoeRingForm form{5, 2, 0, true, true, 0, true, false};
+    report("stages5_producers2_act_tagged_no_prefetch", time_us(&form));
+  }
   // The persistent reference again (drift between the first and last measurement).
   report("persistent_tagged_again", time_us(nullptr));
   // Where a ring launch's time goes (MoeRing's stamps, moe_ring.h): for each point, its median and
   // latest time over the blocks from the launch's first start, medians over the timed launches
   // (direct launches, the 8 sets in turn, the first round not counted).
   for (const MoeRingForm form : {MoeRingForm{5, 2}, MoeRingForm{5, 2, 0, true, true, 0, true},
-                                 MoeRingForm{6, 2, 0, true, true, 0, true}}) {
+                                 MoeRingForm{5, 2, 0, true, true, 0, true, false}}) {
     const int grid = CurrentDeviceProps().sms;
     Dev<long long> stamps(static_cast<size_t>(grid) * kMoePersistentStamps),
         tstamps(static_cast<size_t>(grid) * kMoePersistentTileStamps);
@@ -453,9 +459,10 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
       return v.empty() ? 0.0 : v[v.size() / 2];
     };
     for (int i = 0; i < 13; ++i)
-      std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d_early%d_warm%d%s point=\"%s\": median block %.2f us, latest %.2f us\n",
+      std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d_early%d_warm%d%s%s point=\"%s\": median block %.2f us, latest %.2f us\n",
                   form.stages, form.producers, form.early_stages, form.warm_route ? 1 : 0,
-                  form.act_tagged ? "_act_tagged" : "", names[i], median(med[i]), median(late[i]));
+                  form.act_tagged ? "_act_tagged" : "", form.act_tagged && !form.act_prefetch ? "_no_prefetch" : "",
+                  names[i], median(med[i]), median(late[i]));
   }
   const std::vector<float> res = io.res.Download();
   int64_t nonfinite = 0;

@@ -66,15 +66,17 @@ __device__ __forceinline__ void WaitParity(uint32_t bar, uint32_t parity) {
   }
 }
 
-// kTagAct: loads the lane's tagged act words of one segment (w[32 u], u < kSegWords, those not yet
-// in `have`) together, and puts those that carry `tag` into xs_seg (the segment's act, bf16 pairs
-// at 2 (lane + 32 u); xs_seg is the segment's base, w the lane's first word).
-__device__ __forceinline__ void FetchTaggedAct(const uint64_t* w, uint32_t tag, bf16* xs_seg, uint32_t& have) {
-  const int lane = threadIdx.x & 31;
-  uint64_t v[kSegWords];
+// kTagAct: the lane's tagged act words of one segment (w[32 u], u < kSegWords; w the lane's first
+// word): LoadTaggedAct issues the loads of those not yet in `have` together (v[u] 0 for the
+// others), CommitTaggedAct puts those of v that carry `tag` into xs_seg (the segment's act, bf16
+// pairs at 2 (lane + 32 u)) and marks them in `have`.
+__device__ __forceinline__ void LoadTaggedAct(const uint64_t* w, uint32_t have, uint64_t (&v)[kSegWords]) {
 #pragma unroll
   for (int u = 0; u < kSegWords; ++u) v[u] = (have >> u & 1u) ? 0 : moe_dev::LdTaggedWord(w + 32 * u);
-  uint32_t* dst = reinterpret_cast<uint32_t*>(xs_seg) + lane;
+}
+__device__ __forceinline__ void CommitTaggedAct(const uint64_t (&v)[kSegWords], uint32_t tag, bf16* xs_seg,
+                                                uint32_t& have) {
+  uint32_t* dst = reinterpret_cast<uint32_t*>(xs_seg) + (threadIdx.x & 31);
 #pragma unroll
   for (int u = 0; u < kSegWords; ++u)
     if (!(have >> u & 1u) && static_cast<uint32_t>(v[u] >> 32) == tag) {
@@ -83,8 +85,6 @@ __device__ __forceinline__ void FetchTaggedAct(const uint64_t* w, uint32_t tag, 
     }
 }
 
-// Gate_up tile index i of the block's schedule (i = block + grid r): the shared experts' tiles
-// first (i < kTs), then the routed slots' (MoePersistent's shared_first order).
 // kChunkMajor (the act_tagged form): the routed tiles chunk by chunk of 128 act columns (a down
 // stage's), the 6 slots' 16 tiles of chunk 0, then chunk 1's, ..., so that the last rounds make the
 // last down stages' act and a block's first down stages wait for rounds long done. The tiles'
@@ -115,7 +115,7 @@ struct RingPos {
 template <int kP, bool kTagAct>
 __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early, bool warm,
-                  bool evict_first, uint64_t* act_tagged) {
+                  bool evict_first, uint64_t* act_tagged, bool act_prefetch) {
   extern __shared__ __align__(1024) unsigned char ring[];
   bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
   __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar, go_bar;
@@ -313,8 +313,18 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     if (lane == 0) sm90::BarArrive(sm90::SmemAddr(&empty[pos.slot]));
     pos.Next(stages);
   };
+  const int tile0 = grid - 1 - b;  // the block's first down tile (none: >= kDtiles)
+  // kTagAct: the lane's act words (segment `warp`), `pre` loaded at the last gate_up round's start
+  // (act_prefetch: the chunks that earlier rounds made come in while the round streams; kept in
+  // registers, x16 still being in xs), `have` those in xs.
+  const uint64_t* aw = kTagAct ? act_tagged + warp * (kI / 2) + lane : nullptr;
+  uint64_t pre[kSegWords];
+  uint32_t have = 0;
   int r = 0;
   for (int i = b; i < kTiles; i += grid, ++r) {
+    if constexpr (kTagAct) {
+      if (act_prefetch && i + grid >= kTiles && tile0 < kDtiles) LoadTaggedAct(aw, 0u, pre);
+    }
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     for (int h = 0; h < 2; ++h) {
       wait_full();
@@ -339,10 +349,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   }
   if (tid == 0) stamp(p.stamps, 4);
   ConsumerSync();
-  const int tile0 = grid - 1 - b;
   float r1_first = 0.f;
-  // The lane's tagged act words already in xs (kTagAct: bit u for word lane + 32 u of segment `warp`).
-  uint32_t have = 0;
   if constexpr (kTagAct) {
     // act = SiLU(gate) * up (MoePersistent's order, as below), two values a thread: into act and,
     // with the launch's tag, into act_tagged; then the grid counter's arrival alone (the next
@@ -366,8 +373,12 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       stamp(p.stamps, 5);
     }
     if (tid < 16 && tile0 < kDtiles) r1_first = p.attn_out[tile0 * 16 + tid] + p.residual[tile0 * 16 + tid];
-    if (tile0 < kDtiles) FetchTaggedAct(act_tagged + warp * (kI / 2) + lane, epoch, xs + warp * kI, have);
-    else if (tid == 0) stamp(p.stamps, 6);  // (no down tile)
+    if (tile0 < kDtiles) {
+      if (!act_prefetch) LoadTaggedAct(aw, 0u, pre);
+      CommitTaggedAct(pre, epoch, xs + warp * kI, have);  // (x16 no longer read: past the consumers' sync)
+    } else if (tid == 0) {
+      stamp(p.stamps, 6);  // (no down tile)
+    }
     WaitParity(sm90::SmemAddr(&routed_bar), 0);  // s_w (the routing warp's) readable
   } else {
   // act = SiLU(gate) * up of each tile's parts summed in part order (MoePersistent's order).
@@ -423,8 +434,11 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       if constexpr (kTagAct) {
         if (first) {  // stage ds's act (words 2 ds and 2 ds + 1 of each lane) in xs
           const uint32_t need = 3u << (2 * ds);
-          while (!__all_sync(0xffffffffu, (have & need) == need))
-            FetchTaggedAct(act_tagged + warp * (kI / 2) + lane, epoch, xs + warp * kI, have);
+          while (!__all_sync(0xffffffffu, (have & need) == need)) {
+            uint64_t v[kSegWords];
+            LoadTaggedAct(aw, have, v);
+            CommitTaggedAct(v, epoch, xs + warp * kI, have);
+          }
           __syncwarp();
           if (tid == 0 && ds == 0) stamp(p.stamps, 6);
         }
@@ -476,7 +490,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   if (tid == 0) stamp(p.stamps, 7);
 }
 
-using KernelFn = void (*)(MoeRingMaps, MoePersistentParams, int, int, bool, bool, uint64_t*);
+using KernelFn = void (*)(MoeRingMaps, MoePersistentParams, int, int, bool, bool, uint64_t*, bool);
 template <bool kTagAct>
 KernelFn KernelFor(int producers) {
   return producers == 4 ? MoeRingKernel<4, kTagAct> : producers == 2 ? MoeRingKernel<2, kTagAct> : MoeRingKernel<1, kTagAct>;
@@ -605,7 +619,7 @@ int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRing
   LaunchCooperative(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * (kCw + form.producers + 1)), smem,
                     p.stream, maps, p, form.stages,
                     form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages, form.warm_route,
-                    form.evict_first, form.act_tagged ? act_tagged : nullptr);
+                    form.evict_first, form.act_tagged ? act_tagged : nullptr, form.act_prefetch);
   return carveout;
 }
 
