@@ -100,20 +100,20 @@ TEST(CudaRunnerPersistentMoe, RingBitIdentical) {
 
 // moe_ring_act_tagged (session 33; the default): the ring's act by tagged words instead of its grid
 // barrier: the same bits as MoePersistent's tagged form (the ring's "off" side), graphs off and on,
-// at the default ring form, at 2 stages with 1 producer, and without the act prefetch.
+// at the default ring form, at 2 stages with 1 producer, and without the act look-ahead.
 TEST(CudaRunnerPersistentMoe, RingActTaggedBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (const auto& [stages, producers, prefetch] : {std::tuple{5, 2, true}, std::tuple{2, 1, true}, std::tuple{5, 2, false}}) {
-    const auto set = [stages, producers, prefetch](CudaRunnerOptions& x, bool on) {
+  for (const auto& [stages, producers, lookahead] : {std::tuple{5, 2, true}, std::tuple{2, 1, true}, std::tuple{5, 2, false}}) {
+    const auto set = [stages, producers, lookahead](CudaRunnerOptions& x, bool on) {
       x.moe_ring = on;
       x.moe_ring_act_tagged = on;
-      x.moe_ring_act_prefetch = prefetch;
+      x.moe_ring_act_lookahead = lookahead;
       x.moe_ring_stages = stages;
       x.moe_ring_producers = producers;
     };
     CompareOptionBitIdenticalRan("dummy_v2lite_3layers stages " + std::to_string(stages) + " producers " +
-                                     std::to_string(producers) + (prefetch ? "" : " no_prefetch"),
+                                     std::to_string(producers) + (lookahead ? "" : " no_lookahead"),
                                  "moe_ring_act_tagged", DummyOptions(dir, 3, 5), set,
                                  &CudaGraphStats::moe_ring_act_tagged_layers, PathExpect::kRuns);
   }

@@ -263,7 +263,7 @@ void RunBitIdentity(const LayerWeights& w, const Routing& r) {
                                 (form.warm_route ? " warm" : "") + (form.evict_first ? "" : " no_evict_first") +
                                 (form.grid > 0 ? " grid" + std::to_string(form.grid) : "") +
                                 (form.act_tagged ? " act_tagged" : "") +
-                                (form.act_tagged && !form.act_prefetch ? " no_prefetch" : "");
+                                (form.act_tagged && !form.act_lookahead ? " no_lookahead" : "");
       const std::string why = MoeRingUnsupported(p, form);
       if (!why.empty()) {
         std::printf("[metric] op=moe_ring_bits case=%s skipped: %s\n", label.c_str(), why.c_str());
@@ -411,7 +411,7 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
       }
   {
     const MoeRingForm form{5, 2, 0, true, true, 0, true, false};
-    report("stages5_producers2_act_tagged_no_prefetch", time_us(&form));
+    report("stages5_producers2_act_tagged_no_lookahead", time_us(&form));
   }
   // The persistent reference again (drift between the first and last measurement).
   report("persistent_tagged_again", time_us(nullptr));
@@ -461,7 +461,7 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
     for (int i = 0; i < 13; ++i)
       std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d_early%d_warm%d%s%s point=\"%s\": median block %.2f us, latest %.2f us\n",
                   form.stages, form.producers, form.early_stages, form.warm_route ? 1 : 0,
-                  form.act_tagged ? "_act_tagged" : "", form.act_tagged && !form.act_prefetch ? "_no_prefetch" : "",
+                  form.act_tagged ? "_act_tagged" : "", form.act_tagged && !form.act_lookahead ? "_no_lookahead" : "",
                   names[i], median(med[i]), median(late[i]));
   }
   const std::vector<float> res = io.res.Download();

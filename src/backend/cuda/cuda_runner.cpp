@@ -566,7 +566,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   // moe_ring: the same layer (the same bits) on the TMA ring where it takes this form and shape.
   const MoeRingForm ring_form{opts_.moe_ring_stages, opts_.moe_ring_producers, opts_.moe_ring_early_stages,
                               opts_.moe_ring_warm_route, opts_.moe_ring_evict_first, 0, opts_.moe_ring_act_tagged,
-                              opts_.moe_ring_act_prefetch};
+                              opts_.moe_ring_act_lookahead};
   const MoeRingMaps* ring = opts_.moe_ring && !dense && MoePersistentTagged(p) ? RingMapsFor(l, p, ring_form) : nullptr;
   bool went_pdl = false;
   if (ring != nullptr) MoeRing(p, *ring, ring_form, persist_act_tagged_.as<uint64_t>());

@@ -339,7 +339,7 @@ struct CudaRunnerOptions {
   // MoeRingForm::act_tagged (DS_MOE_RING_ACT_TAGGED=0/1): act handed over by tagged words, no grid
   // barrier (session 33; on by default since its run 4: the kernel ~1 us faster, the step 8-17 us).
   bool moe_ring_act_tagged = true;
-  bool moe_ring_act_prefetch = true;  // MoeRingForm::act_prefetch (DS_MOE_RING_ACT_PREFETCH=0/1)
+  bool moe_ring_act_lookahead = true;  // MoeRingForm::act_lookahead (DS_MOE_RING_ACT_LOOKAHEAD=0/1)
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes

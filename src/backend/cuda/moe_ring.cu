@@ -115,7 +115,7 @@ struct RingPos {
 template <int kP, bool kTagAct>
 __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early, bool warm,
-                  bool evict_first, uint64_t* act_tagged, bool act_prefetch) {
+                  bool evict_first, uint64_t* act_tagged, bool act_lookahead) {
   extern __shared__ __align__(1024) unsigned char ring[];
   bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
   __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar, go_bar;
@@ -314,17 +314,12 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     pos.Next(stages);
   };
   const int tile0 = grid - 1 - b;  // the block's first down tile (none: >= kDtiles)
-  // kTagAct: the lane's act words (segment `warp`), `pre` loaded at the last gate_up round's start
-  // (act_prefetch: the chunks that earlier rounds made come in while the round streams; kept in
-  // registers, x16 still being in xs), `have` those in xs.
+  // kTagAct: the lane's act words (segment `warp`: word lane + 32 u, u < kSegWords; chunk c of 128
+  // act values, a down stage's, is u = 2 c and 2 c + 1), `have` those in xs (bit u).
   const uint64_t* aw = kTagAct ? act_tagged + warp * (kI / 2) + lane : nullptr;
-  uint64_t pre[kSegWords];
   uint32_t have = 0;
   int r = 0;
   for (int i = b; i < kTiles; i += grid, ++r) {
-    if constexpr (kTagAct) {
-      if (act_prefetch && i + grid >= kTiles && tile0 < kDtiles) LoadTaggedAct(aw, 0u, pre);
-    }
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     for (int h = 0; h < 2; ++h) {
       wait_full();
@@ -373,9 +368,10 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       stamp(p.stamps, 5);
     }
     if (tid < 16 && tile0 < kDtiles) r1_first = p.attn_out[tile0 * 16 + tid] + p.residual[tile0 * 16 + tid];
-    if (tile0 < kDtiles) {
-      if (!act_prefetch) LoadTaggedAct(aw, 0u, pre);
-      CommitTaggedAct(pre, epoch, xs + warp * kI, have);  // (x16 no longer read: past the consumers' sync)
+    if (tile0 < kDtiles) {  // every word the lane has, at once (x16 no longer read: past the consumers' sync)
+      uint64_t v[kSegWords];
+      LoadTaggedAct(aw, 0u, v);
+      CommitTaggedAct(v, epoch, xs + warp * kI, have);
     } else if (tid == 0) {
       stamp(p.stamps, 6);  // (no down tile)
     }
@@ -426,6 +422,21 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   // tile are the segment's output columns n0 + g and n0 + 8 + g, every B column its act.
   const uint4* xw = reinterpret_cast<const uint4*>(xs + warp * kI) + q;  // segment w's act (lane's 8 at 8 q)
   bool first = true;
+  // kTagAct with act_lookahead: chunk c's two words loaded at stage c - 2 where the lane still
+  // lacked them (bit c of `ahead`), into the slot of c's parity, and committed at stage c.
+  uint64_t la_e0 = 0, la_e1 = 0, la_o0 = 0, la_o1 = 0;
+  uint32_t ahead = 0;
+  const auto commit_chunk = [&](int c, uint64_t v0, uint64_t v1) {
+    uint32_t* dst = reinterpret_cast<uint32_t*>(xs + warp * kI) + lane;
+    if (!(have >> (2 * c) & 1u) && static_cast<uint32_t>(v0 >> 32) == epoch) {
+      dst[32 * (2 * c)] = static_cast<uint32_t>(v0);
+      have |= 1u << (2 * c);
+    }
+    if (!(have >> (2 * c + 1) & 1u) && static_cast<uint32_t>(v1 >> 32) == epoch) {
+      dst[32 * (2 * c + 1)] = static_cast<uint32_t>(v1);
+      have |= 1u << (2 * c + 1);
+    }
+  };
   for (int tile = tile0; tile < kDtiles; tile += grid) {
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
     // One stage: steps s < split into da, the rest into db. (Three rolled loops, not one unrolled
@@ -434,6 +445,8 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       if constexpr (kTagAct) {
         if (first) {  // stage ds's act (words 2 ds and 2 ds + 1 of each lane) in xs
           const uint32_t need = 3u << (2 * ds);
+          if ((have & need) != need && (ahead >> ds & 1u))
+            commit_chunk(ds, ds & 1 ? la_o0 : la_e0, ds & 1 ? la_o1 : la_e1);
           while (!__all_sync(0xffffffffu, (have & need) == need)) {
             uint64_t v[kSegWords];
             LoadTaggedAct(aw, have, v);
@@ -441,6 +454,13 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
           }
           __syncwarp();
           if (tid == 0 && ds == 0) stamp(p.stamps, 6);
+          const int c = ds + 2;
+          const uint32_t cmask = 3u << (2 * c);
+          if (act_lookahead && c < kDnStages && (have & cmask) != cmask) {
+            const uint64_t v0 = moe_dev::LdTaggedWord(aw + 32 * (2 * c)), v1 = moe_dev::LdTaggedWord(aw + 32 * (2 * c + 1));
+            if (c & 1) { la_o0 = v0; la_o1 = v1; } else { la_e0 = v0; la_e1 = v1; }
+            ahead |= 1u << c;
+          }
         }
       }
       wait_full();
@@ -619,7 +639,7 @@ int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRing
   LaunchCooperative(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * (kCw + form.producers + 1)), smem,
                     p.stream, maps, p, form.stages,
                     form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages, form.warm_route,
-                    form.evict_first, form.act_tagged ? act_tagged : nullptr, form.act_prefetch);
+                    form.evict_first, form.act_tagged ? act_tagged : nullptr, form.act_lookahead);
   return carveout;
 }
 

@@ -74,9 +74,9 @@ struct MoeRingForm {
   // and each consumer warp polls its own segment's words, a down stage waiting only for its 128
   // act values (the tiles that make them may still be in other blocks' rounds). The same bits.
   bool act_tagged = false;
-  // act_tagged: each lane loads its act words at its block's last gate_up round's start (those of
-  // the earlier rounds' chunks are in by then), into registers, not after the round. The same bits.
-  bool act_prefetch = true;
+  // act_tagged: a down stage whose act a lane still lacks two stages ahead has its words loaded then
+  // (into registers; committed at the stage), not only when the stage is reached. The same bits.
+  bool act_lookahead = true;
 };
 
 // Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
