@@ -99,6 +99,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_ATTN_PERSISTENT", &c.attn_persistent);          // the b1 MLA attention in one cooperative launch (on since session 13)
   env_switch("DS_ATTN_ABSORB_OVERLAP", &c.attn_absorb_overlap);  // its absorption overlapping phase 1's tail (on since session 20)
   env_switch("DS_ATTN_SPLIT_COUNTER", &c.attn_split_counter);    // its decode blocks start on a counter, no barrier 2 (on since session 20)
+  env_switch("DS_ATTN_Q_TAGGED", &c.attn_q_tagged);              // phase 1's values as tagged words (session 33)
   env_int("DS_ATTN_SPECIALIZE", 0, 2, 1, &c.attn_specialize);    // its runner-form instantiation (session 28)
   env_int("DS_MOE_SPECIALIZE", 0, 2, 1, &c.moe_specialize);      // the MoE kernel's (session 28)
   env_int("DS_ATTN_WO_STAGE", 0, 6, 1, &c.attn_wo_stage_point);  // where its o_proj tile is staged (3 since session 22)
