@@ -89,6 +89,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_MOE_RING_EVICT_FIRST", &c.moe_ring_evict_first);
   env_switch("DS_MOE_RING_ACT_TAGGED", &c.moe_ring_act_tagged);
   env_switch("DS_MOE_RING_ACT_LOOKAHEAD", &c.moe_ring_act_lookahead);
+  env_int("DS_MOE_RING_GRID", 0, 1024, 1, &c.moe_ring_grid);
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
   env_int("DS_ATTN_L2_FETCH", 0, 2, 1, &c.attn_l2_fetch);          // weight loads' L2 fetch size (session 21)
   env_int("DS_MOE_L2_FETCH", 0, 2, 1, &c.moe_l2_fetch);
@@ -99,7 +100,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_ATTN_PERSISTENT", &c.attn_persistent);          // the b1 MLA attention in one cooperative launch (on since session 13)
   env_switch("DS_ATTN_ABSORB_OVERLAP", &c.attn_absorb_overlap);  // its absorption overlapping phase 1's tail (on since session 20)
   env_switch("DS_ATTN_SPLIT_COUNTER", &c.attn_split_counter);    // its decode blocks start on a counter, no barrier 2 (on since session 20)
-  env_switch("DS_ATTN_Q_TAGGED", &c.attn_q_tagged);              // phase 1's values as tagged words (session 33)
   env_int("DS_ATTN_SPECIALIZE", 0, 2, 1, &c.attn_specialize);    // its runner-form instantiation (session 28)
   env_int("DS_MOE_SPECIALIZE", 0, 2, 1, &c.moe_specialize);      // the MoE kernel's (session 28)
   env_int("DS_ATTN_WO_STAGE", 0, 6, 1, &c.attn_wo_stage_point);  // where its o_proj tile is staged (3 since session 22)

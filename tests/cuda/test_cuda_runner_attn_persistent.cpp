@@ -58,16 +58,6 @@ TEST(CudaRunnerAttnPersistent, AbsorbOverlapBitIdentical) {
                                &CudaGraphStats::attn_absorb_overlap_layers, PathExpect::kRuns);
 }
 
-// attn_q_tagged (session 33): phase 1's values by tagged words, no release adds on its tiles: the
-// same bits, graphs off and on.
-TEST(CudaRunnerAttnPersistent, QTaggedBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_q_tagged = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_q_tagged", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::attn_q_tagged_layers, PathExpect::kRuns);
-}
-
 // attn_split_counter: the decode blocks start on a counter instead of barrier 2: the same bits.
 TEST(CudaRunnerAttnPersistent, SplitCounterBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");

@@ -49,15 +49,13 @@ void Rope(const float* v, double* out, int pos, const std::vector<float>& cos, c
 // overlap: absorb_overlap (MlaAttnPersistentParams::nope_ready); then also bit-for-bit the
 // outputs of a launch without it on the same inputs, and the counter back at zero.
 void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool no_slot = false, int wo_point = 2,
-             bool in_norm = false, bool overlap = false, bool split = false, int l2_fetch = 0, int merge_cols = 0,
-             bool q_tagged = false) {
+             bool in_norm = false, bool overlap = false, bool split = false, int l2_fetch = 0, int merge_cols = 0) {
   const std::string label = "H" + std::to_string(H) + "_hidden" + std::to_string(Hd) + "_ctx" + std::to_string(ctx) +
                             (interleave ? "_interleave" : "_halves") + (no_slot ? "_noslot" : "") +
                             (wo_point != 2 ? "_wo" + std::to_string(wo_point) : "") +
                             (in_norm ? "_in_norm" : "") + (overlap ? "_overlap" : "") + (split ? "_split_counter" : "") +
                             (l2_fetch != 0 ? "_l2fetch" + std::to_string(l2_fetch) : "") +
-                            (merge_cols != 0 ? "_merge_cols" + std::to_string(merge_cols) : "") +
-                            (q_tagged ? "_q_tagged" : "") + (graph ? " graph" : " direct");
+                            (merge_cols != 0 ? "_merge_cols" + std::to_string(merge_cols) : "") + (graph ? " graph" : " direct");
   const int64_t max_pos = std::max(4096, ctx + 1), pages = (ctx + kBs - 1) / kBs, spare = 2, num_pages = pages + spare;
   const int pos = ctx - 1;
   // Weights and input.
@@ -183,9 +181,6 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   Dev<int32_t> d_pos(std::vector<int32_t>{pos}), d_table(table), d_ctx(std::vector<int32_t>{ctx});
   Dev<int64_t> d_slot(std::vector<int64_t>{no_slot ? -1 : slot});
   Dev<uint32_t> d_sync(2), d_nope(2), d_heads(16);
-  const int64_t qt_words = MlaAttnPersistentQTaggedWords(H);
-  Dev<uint64_t> d_qt(static_cast<size_t>(qt_words));  // q_tagged's words, zeroed with the counter
-  DS_CUDA_CHECK(cudaMemset(d_qt.get(), 0, qt_words * sizeof(uint64_t)));
   DS_CUDA_CHECK(cudaMemset(d_sync.get(), 0, 2 * sizeof(uint32_t)));
   DS_CUDA_CHECK(cudaMemset(d_nope.get(), 0, 2 * sizeof(uint32_t)));
   DS_CUDA_CHECK(cudaMemset(d_heads.get(), 0, 16 * sizeof(uint32_t)));
@@ -201,7 +196,6 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
   if (in_norm) { p.x16 = nullptr; p.in_residual = d_in_res.get(); p.in_norm_w = d_in_w.get(); p.in_eps = 1e-6f; }
   if (overlap) p.nope_ready = d_nope.get();
   if (split) p.split_ready = d_nope.get() + 1;
-  if (q_tagged) p.q_tagged = d_qt.get();
   p.l2_fetch = l2_fetch;
   if (merge_cols > 0) {
     p.head_ready = d_heads.get();
@@ -219,12 +213,6 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
         // Every scratch and output the last launch must write, and the token's cache row (unless
         // no_slot: then it must stay as uploaded).
         d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_ws.Poison(); d_q32.Poison(); d_kva.Poison();
-        if (q_tagged) {  // the words' values under their (older) tags: a launch that took one would read NaN
-          DS_CUDA_CHECK(cudaDeviceSynchronize());
-          std::vector<uint64_t> w = d_qt.Download();
-          for (uint64_t& v : w) v = (v & 0xffffffff00000000ull) | 0x7fc00000ull;
-          DS_CUDA_CHECK(cudaMemcpy(d_qt.get(), w.data(), w.size() * sizeof(uint64_t), cudaMemcpyHostToDevice));
-        }
         if (!no_slot) {
           const std::vector<__nv_bfloat16> nan_row = ToBf16(std::vector<float>(kD, std::nanf("")));
           DS_CUDA_CHECK(cudaMemcpy(d_cache.get() + slot * kD, nan_row.data(), kD * sizeof(__nv_bfloat16),
@@ -276,7 +264,6 @@ void RunCase(int64_t H, int64_t Hd, int ctx, bool interleave, bool graph, bool n
     MlaAttnPersistentParams r = p;
     r.nope_ready = nullptr;
     r.split_ready = nullptr;
-    r.q_tagged = nullptr;
     d_out.Poison(); d_o16.Poison(); d_qlat.Poison(); d_q32.Poison();
     MlaAttnPersistent(r);
     DS_CUDA_CHECK(cudaDeviceSynchronize());
@@ -375,21 +362,6 @@ TEST(CudaMlaAttnPersistent, MergeColsMatchesCpuReference) {
   RunCase(2, 4096, 300, true, true, false, 2, false, true, false, 0, 1);
 }
 
-// q_tagged (MlaAttnPersistentParams::q_tagged, with absorb_overlap and split_counter): phase 1's
-// values by tagged words, no release adds on its tiles; the words' values poisoned under their
-// older tags before the last launch. The runner's form (specialised: 1 / 1,000 / 4,500 keys,
-// hidden 8192 at 4 heads) and the generic kernel (in_norm off, 2 heads, no slot), graph replays;
-// against the CPU reference and bit-for-bit against a launch without the counters.
-TEST(CudaMlaAttnPersistent, QTaggedMatchesCpuReference) {
-  RunCase(16, 2048, 1000, true, true, false, 3, true, true, true, 1, 1, /*q_tagged=*/true);
-  RunCase(16, 2048, 4500, true, false, false, 3, true, true, true, 1, 1, true);
-  RunCase(16, 2048, 1, true, true, false, 3, true, true, true, 1, 1, true);
-  RunCase(4, 8192, 100, true, true, false, 3, true, true, true, 1, 1, true);
-  RunCase(16, 2048, 1000, true, true, false, 2, false, true, true, 0, 0, true);
-  RunCase(2, 4096, 300, true, true, false, 2, false, true, true, 0, 0, true);
-  RunCase(16, 2048, 100, true, true, /*no_slot=*/true, 2, false, true, true, 0, 0, true);
-}
-
 TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   MlaAttnPersistentParams p{};
   p.heads = 17; p.hidden = 1000; p.block_size = 16;
@@ -408,10 +380,6 @@ TEST(CudaMlaAttnPersistent, RejectsUnsupported) {
   q.split_ready = &word;
   EXPECT_NE(MlaAttnPersistentUnsupported(q).find("split_ready needs nope_ready"), std::string::npos);
   q.split_ready = nullptr;
-  uint64_t tagged_word = 0;
-  q.q_tagged = &tagged_word;
-  EXPECT_NE(MlaAttnPersistentUnsupported(q).find("q_tagged needs nope_ready and split_ready"), std::string::npos);
-  q.q_tagged = nullptr;
   q.merge_cols_min_splits = 64;
   EXPECT_NE(MlaAttnPersistentUnsupported(q).find("merge_cols_min_splits needs head_ready"), std::string::npos);
   q.merge_cols_min_splits = -1;

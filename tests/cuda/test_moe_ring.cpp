@@ -412,6 +412,8 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
   {
     const MoeRingForm form{5, 2, 0, true, true, 0, true, false};
     report("stages5_producers2_act_tagged_no_lookahead", time_us(&form));
+    const MoeRingForm g128{5, 2, 0, true, true, 128, true};
+    report("stages5_producers2_act_tagged_grid128", time_us(&g128));
   }
   // The persistent reference again (drift between the first and last measurement).
   report("persistent_tagged_again", time_us(nullptr));
@@ -419,8 +421,8 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
   // latest time over the blocks from the launch's first start, medians over the timed launches
   // (direct launches, the 8 sets in turn, the first round not counted).
   for (const MoeRingForm form : {MoeRingForm{5, 2}, MoeRingForm{5, 2, 0, true, true, 0, true},
-                                 MoeRingForm{5, 2, 0, true, true, 0, true, false}}) {
-    const int grid = CurrentDeviceProps().sms;
+                                 MoeRingForm{5, 2, 0, true, true, 128, true}}) {
+    const int grid = form.grid > 0 ? form.grid : CurrentDeviceProps().sms;
     Dev<long long> stamps(static_cast<size_t>(grid) * kMoePersistentStamps),
         tstamps(static_cast<size_t>(grid) * kMoePersistentTileStamps);
     std::vector<std::vector<double>> med(13), late(13);
@@ -461,7 +463,8 @@ TEST(CudaMoeRing, DISABLED_V2LiteTimingReport) {
     for (int i = 0; i < 13; ++i)
       std::printf("[metric] op=moe_ring_phase form=stages%d_producers%d_early%d_warm%d%s%s point=\"%s\": median block %.2f us, latest %.2f us\n",
                   form.stages, form.producers, form.early_stages, form.warm_route ? 1 : 0,
-                  form.act_tagged ? "_act_tagged" : "", form.act_tagged && !form.act_lookahead ? "_no_lookahead" : "",
+                  form.act_tagged ? "_act_tagged" : "",
+                  form.grid > 0 ? ("_grid" + std::to_string(form.grid)).c_str() : (form.act_tagged && !form.act_lookahead ? "_no_lookahead" : ""),
                   names[i], median(med[i]), median(late[i]));
   }
   const std::vector<float> res = io.res.Download();

@@ -19,7 +19,6 @@
 #include "backend/cuda/grouped_gemm_sm90.h"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/lm_head_argmax.h"
-#include "backend/cuda/mla_attn_persistent.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_kv_rope_fused.h"
 #include "backend/cuda/mla_prefill.h"
@@ -120,11 +119,6 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
     // 16 head words.
     attn_sync_.Reset(20 * sizeof(uint32_t));
     DS_CUDA_CHECK(cudaMemsetAsync(attn_sync_.get(), 0, 20 * sizeof(uint32_t), s_));
-    if (opts_.attn_q_tagged) {  // q_tagged's words (zero, with the counter)
-      const size_t words = static_cast<size_t>(MlaAttnPersistentQTaggedWords(cfg_.num_attention_heads));
-      attn_q_tagged_.Reset(words * sizeof(uint64_t));
-      DS_CUDA_CHECK(cudaMemsetAsync(attn_q_tagged_.get(), 0, words * sizeof(uint64_t), s_));
-    }
   }
   if (opts_.persistent_moe) {
     persist_sync_.Reset(4 * sizeof(uint32_t));  // the grid barrier's 64-bit counter, then shared_first's word
@@ -571,7 +565,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (!launch) return true;
   // moe_ring: the same layer (the same bits) on the TMA ring where it takes this form and shape.
   const MoeRingForm ring_form{opts_.moe_ring_stages, opts_.moe_ring_producers, opts_.moe_ring_early_stages,
-                              opts_.moe_ring_warm_route, opts_.moe_ring_evict_first, 0, opts_.moe_ring_act_tagged,
+                              opts_.moe_ring_warm_route, opts_.moe_ring_evict_first, opts_.moe_ring_grid, opts_.moe_ring_act_tagged,
                               opts_.moe_ring_act_lookahead};
   const MoeRingMaps* ring = opts_.moe_ring && !dense && MoePersistentTagged(p) ? RingMapsFor(l, p, ring_form) : nullptr;
   bool went_pdl = false;

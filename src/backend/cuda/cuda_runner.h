@@ -340,6 +340,9 @@ struct CudaRunnerOptions {
   // barrier (session 33; on by default since its run 4: the kernel ~1 us faster, the step 8-17 us).
   bool moe_ring_act_tagged = true;
   bool moe_ring_act_lookahead = true;  // MoeRingForm::act_lookahead (DS_MOE_RING_ACT_LOOKAHEAD=0/1)
+  // MoeRingForm::grid (DS_MOE_RING_GRID=0 or 88..the SMs): the launch's blocks; 0, one a SM. At 128
+  // every block has 11 gate_up tiles and one down tile (132: 10 or 11, and 4 blocks without one).
+  int moe_ring_grid = 0;
   // With persistent_moe: the dense (first_k_dense_replace) layers' MLP of a one-token pass through
   // the same kernel's dense form (MoePersistentParams with no routed experts: post-attention norm,
   // gate_up + SiLU, down, residual and the next norm in one launch instead of five or six). Changes
@@ -416,10 +419,6 @@ struct CudaRunnerOptions {
   // layers b1 2.697-2.710 against 2.738-2.757 ms on a slow machine (run 8). The CLI reads
   // DS_ATTN_SPLIT_COUNTER=0/1.
   bool attn_split_counter = true;
-  // With attn_split_counter: phase 1's q / kv_a also as tagged words, read by phases 2-3 without
-  // the tiles' release adds (MlaAttnPersistentParams::q_tagged; the same bits; session 33). The
-  // CLI reads DS_ATTN_Q_TAGGED=0/1.
-  bool attn_q_tagged = false;
   // With attn_persistent: where the kernel stages each block's o_proj tile in shared memory
   // (MlaAttnPersistentParams::wo_stage_point: 2, phase 4 after the partials' loads, the default
   // from session 13; 3, phase 3: blocks without a split at its start, split blocks once their
@@ -699,7 +698,6 @@ struct CudaGraphStats {
   int64_t attn_persistent_layers = 0;  // MLA layers run as one MlaAttnPersistent launch (attn_persistent; likewise)
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t attn_split_counter_layers = 0;   // of those, with attn_split_counter (likewise)
-  int64_t attn_q_tagged_layers = 0;        // of those, with attn_q_tagged (likewise)
   int64_t attn_merge_cols_layers = 0;      // of those, with head_ready set (attn_merge_cols_min_splits > 0)
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)

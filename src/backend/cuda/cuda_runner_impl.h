@@ -558,7 +558,6 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer persist_partials_;  // MoePersistent's per-block sums of squares
   DeviceBuffer persist_act_;       // MoePersistent's act [top_k * I + shared I] bf16
   DeviceBuffer attn_sync_;         // MlaAttnPersistent's grid barrier words, nope_ready, split_ready, head_ready[16] (20 x u32, zeroed once)
-  DeviceBuffer attn_q_tagged_;     // its q_tagged words (attn_q_tagged; zeroed with attn_sync_)
   DeviceBuffer attn_qlat16_;       // MlaAttnPersistent's q_lat [H, kv_lora] bf16
   // MlaAttnPersistent's verdict on this model per input form ([0] x16, [1] in_residual: the
   // norm in the kernel; -1: not asked).

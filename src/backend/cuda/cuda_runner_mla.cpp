@@ -108,7 +108,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ap.sync = attn_sync_.as<uint32_t>(); ap.stream = s_;
   if (opts_.attn_absorb_overlap) ap.nope_ready = attn_sync_.as<uint32_t>() + 2;
   if (opts_.attn_absorb_overlap && opts_.attn_split_counter) ap.split_ready = attn_sync_.as<uint32_t>() + 3;
-  if (ap.split_ready != nullptr && opts_.attn_q_tagged) ap.q_tagged = attn_q_tagged_.as<uint64_t>();
   if (opts_.attn_merge_cols_min_splits > 0) {
     ap.head_ready = attn_sync_.as<uint32_t>() + 4;
     ap.merge_cols_min_splits = static_cast<int>(opts_.attn_merge_cols_min_splits);
@@ -130,7 +129,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   ++graph_stats_.attn_persistent_layers;
   if (ap.nope_ready != nullptr) ++graph_stats_.attn_absorb_overlap_layers;
   if (ap.split_ready != nullptr) ++graph_stats_.attn_split_counter_layers;
-  if (ap.q_tagged != nullptr) ++graph_stats_.attn_q_tagged_layers;
   if (ap.head_ready != nullptr) ++graph_stats_.attn_merge_cols_layers;
   if (ap.l2_fetch > 0 && !went_pdl) ++graph_stats_.attn_l2_fetch_layers;
   if (ap.wo_stage_point >= 3) ++graph_stats_.attn_wo_stage_early_layers;

@@ -18,7 +18,6 @@
 #include "backend/cuda/grid_barrier.cuh"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mla_decode_merge.cuh"
-#include "backend/cuda/moe_tagged.cuh"
 #include "backend/cuda/rmsnorm.cuh"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "common/check.h"
@@ -132,13 +131,6 @@ template <int kPf, class RowPtr, class Out>
 __device__ __forceinline__ void GemvTiles(int64_t rows, int64_t K, const bf16* xs, float (*s_red)[16], RowPtr row_ptr,
                                           Out out, const bf16* first_s, int64_t first_pitch) {
   GemvTiles<kPf>(rows, K, xs, s_red, row_ptr, out, first_s, first_pitch, [](int64_t t) { return t * 16; }, [](int64_t) {});
-}
-
-// q_tagged (MlaAttnPersistentParams::q_tagged): a value loaded earlier as `v` (its tagged word),
-// re-loaded until it carries the launch's tag.
-__device__ __forceinline__ float TaggedValue(const uint64_t* w, uint64_t v, uint32_t tag) {
-  while (static_cast<uint32_t>(v >> 32) != tag) v = moe_dev::LdTaggedWord(w);
-  return __uint_as_float(static_cast<uint32_t>(v));
 }
 
 // Timing stamp k of this block (MlaAttnPersistentParams::phase_ns); `sync` first so that the
@@ -276,24 +268,17 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   __syncthreads();
   Stamp(phase_ns, 17, false);
   const uint64_t base = s_base;
-  // q_tagged (with split_counter): phase 1's values also as tagged words (the launch's tag), read
-  // by their consumers without the tiles' release adds; split_ready then counts the absorbing
-  // blocks alone.
-  const bool tagged = split_counter && p.q_tagged != nullptr;
-  const uint32_t tag = static_cast<uint32_t>(base / grid::kGridEpoch) + 1u;
   GemvTiles<kPf>(
       Rq + kD, Hd, xs, s_red,
       [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; },
       [&](int64_t r, float v) {
         if (r < Rq) p.q32[r] = v;
         else p.kva32[r - Rq] = v;
-        if (tagged) moe_dev::StTaggedBits(p.q_tagged + r, tag, __float_as_uint(v));
       },
       nullptr, 0,
       [&](int64_t t) -> int64_t { return PhaseOneTileRow(t, H, overlap); },
       [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
         if (t == blockIdx.x) Stamp(phase_ns, 18, false);
-        if (tagged) return;
         if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
         if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
       });
@@ -317,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
 
   // Phase 2: the absorption (blocks below uk_lo and past the units idle).
   if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
-    if (overlap && !tagged) {  // every q_nope tile written (the counter's release adds; reset after barrier 2, or 3 with split_counter)
+    if (overlap) {  // every q_nope tile written (the counter's release adds; reset after barrier 2, or 3 with split_counter)
       if (threadIdx.x == 0)
         while (grid::LdAcquire(p.nope_ready) < static_cast<uint32_t>(n_nope)) {
         }
@@ -329,31 +314,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     bf16* qn = xs;  // [H][128]
     constexpr int kQnPer = kMaxHeads * kNope / 4 / kThreads;  // float4s a thread (all loads first)
     float4 qv[kQnPer];
-    if (tagged) {  // (q_tagged: every word loaded, then each polled until it carries the tag)
-      uint64_t qw[kQnPer][4];
 #pragma unroll
-      for (int j = 0; j < kQnPer; ++j) {
-        const int64_t i = threadIdx.x + j * kThreads;
-        if (i < H * kNope / 4)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) qw[j][e] = moe_dev::LdTaggedWord(p.q_tagged + (i / 32) * kDqk + (i % 32) * 4 + e);
-      }
-#pragma unroll
-      for (int j = 0; j < kQnPer; ++j) {
-        const int64_t i = threadIdx.x + j * kThreads;
-        if (i < H * kNope / 4) {
-          const uint64_t* w = p.q_tagged + (i / 32) * kDqk + (i % 32) * 4;
-          qv[j] = make_float4(TaggedValue(w, qw[j][0], tag), TaggedValue(w + 1, qw[j][1], tag),
-                              TaggedValue(w + 2, qw[j][2], tag), TaggedValue(w + 3, qw[j][3], tag));
-        }
-      }
-      Stamp(phase_ns, 2, true);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kQnPer; ++j) {
-        const int64_t i = threadIdx.x + j * kThreads;  // float4 index: head i / 32, element 4 (i % 32)
-        if (i < H * kNope / 4) qv[j] = __ldcg(reinterpret_cast<const float4*>(p.q32 + (i / 32) * kDqk) + i % 32);
-      }
+    for (int j = 0; j < kQnPer; ++j) {
+      const int64_t i = threadIdx.x + j * kThreads;  // float4 index: head i / 32, element 4 (i % 32)
+      if (i < H * kNope / 4) qv[j] = __ldcg(reinterpret_cast<const float4*>(p.q32 + (i / 32) * kDqk) + i % 32);
     }
 #pragma unroll
     for (int j = 0; j < kQnPer; ++j) {
@@ -405,10 +369,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     // counter goes back to zero for the next launch (stream-ordered after this one).
     if (overlap && blockIdx.x == 0 && threadIdx.x == 0) *p.nope_ready = 0u;
   } else if (first_split < S || static_cast<int>(blockIdx.x) == norm_block) {  // q_lat, q_pe and kv_a written
-    // (q_tagged: the absorbing blocks' counts alone; q_pe and kv_a come by their tags.)
-    const uint32_t target = tagged ? split_target - static_cast<uint32_t>(n1 - n_nope) : split_target;
     if (threadIdx.x == 0)
-      while (grid::LdAcquire(p.split_ready) < target) {
+      while (grid::LdAcquire(p.split_ready) < split_target) {
       }
     __syncthreads();
   }
@@ -436,31 +398,10 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       for (int it = 0; it < kPeIt; ++it) {
         const int idx = threadIdx.x + it * kThreads, r = idx / (kRope / 2), i = idx % (kRope / 2), half = kRope / 2;
         pa[it] = pb[it] = 0.f;
-        if (r < H && !tagged) {
+        if (r < H) {
           const float* v = p.q32 + r * kDqk + kNope;
           pa[it] = __ldcg(v + (rotate && p.interleave ? 2 * i : i));
           pb[it] = __ldcg(v + (rotate && p.interleave ? 2 * i + 1 : i + half));
-        }
-      }
-      if (tagged) {  // q_tagged: the same values by their words (all loaded, then each polled)
-        uint64_t wa[kPeIt], wb[kPeIt];
-#pragma unroll
-        for (int it = 0; it < kPeIt; ++it) {
-          const int idx = threadIdx.x + it * kThreads, r = idx / (kRope / 2), i = idx % (kRope / 2), half = kRope / 2;
-          if (r < H) {
-            const uint64_t* w = p.q_tagged + r * kDqk + kNope;
-            wa[it] = moe_dev::LdTaggedWord(w + (rotate && p.interleave ? 2 * i : i));
-            wb[it] = moe_dev::LdTaggedWord(w + (rotate && p.interleave ? 2 * i + 1 : i + half));
-          }
-        }
-#pragma unroll
-        for (int it = 0; it < kPeIt; ++it) {
-          const int idx = threadIdx.x + it * kThreads, r = idx / (kRope / 2), i = idx % (kRope / 2), half = kRope / 2;
-          if (r < H) {
-            const uint64_t* w = p.q_tagged + r * kDqk + kNope;
-            pa[it] = TaggedValue(w + (rotate && p.interleave ? 2 * i : i), wa[it], tag);
-            pb[it] = TaggedValue(w + (rotate && p.interleave ? 2 * i + 1 : i + half), wb[it], tag);
-          }
         }
       }
 #pragma unroll
@@ -480,31 +421,13 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       // pair `lane`) into s_newrow, then the cache row at the slot (a negative slot writes no row;
       // the decode then reads the row in the cache, as the unfused path would; an out-of-range
       // position no rotation, as MlaKvRope). kva32 keeps the normalised c_kv (fp32).
+      const float v0 = __ldcg(p.kva32 + threadIdx.x), v1 = __ldcg(p.kva32 + threadIdx.x + kThreads);
       const float w0 = p.kva_norm_w[threadIdx.x], w1 = p.kva_norm_w[threadIdx.x + kThreads];  // loaded with v
-      float v0, v1, ka = 0.f, kb = 0.f;
-      if (tagged) {  // q_tagged: kv_a by its words (all loaded, then each polled)
-        const uint64_t* kw = p.q_tagged + Rq;
-        const int ia = kLat + (p.interleave ? 2 * lane : lane), ib = kLat + (p.interleave ? 2 * lane + 1 : lane + kRope / 2);
-        const uint64_t a0 = moe_dev::LdTaggedWord(kw + threadIdx.x), a1 = moe_dev::LdTaggedWord(kw + threadIdx.x + kThreads);
-        uint64_t aa = 0, ab = 0;
-        if (warp == 0) {
-          aa = moe_dev::LdTaggedWord(kw + ia);
-          ab = moe_dev::LdTaggedWord(kw + ib);
-        }
-        v0 = TaggedValue(kw + threadIdx.x, a0, tag);
-        v1 = TaggedValue(kw + threadIdx.x + kThreads, a1, tag);
-        if (warp == 0) {
-          ka = TaggedValue(kw + ia, aa, tag);
-          kb = TaggedValue(kw + ib, ab, tag);
-        }
-      } else {
-        v0 = __ldcg(p.kva32 + threadIdx.x);
-        v1 = __ldcg(p.kva32 + threadIdx.x + kThreads);
-        if (warp == 0) {
-          const float* kpe = p.kva32 + kLat;
-          ka = __ldcg(kpe + (p.interleave ? 2 * lane : lane));
-          kb = __ldcg(kpe + (p.interleave ? 2 * lane + 1 : lane + kRope / 2));
-        }
+      float ka = 0.f, kb = 0.f;
+      if (warp == 0) {
+        const float* kpe = p.kva32 + kLat;
+        ka = __ldcg(kpe + (p.interleave ? 2 * lane : lane));
+        kb = __ldcg(kpe + (p.interleave ? 2 * lane + 1 : lane + kRope / 2));
       }
       float ss = v0 * v0;
       ss += v1 * v1;
@@ -902,9 +825,6 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
   if (p.merge_cols_min_splits < 0) why << "merge_cols_min_splits " << p.merge_cols_min_splits << " (>= 0); ";
   if (p.merge_cols_min_splits > 0 && p.head_ready == nullptr) why << "merge_cols_min_splits needs head_ready; ";
   if (reinterpret_cast<uintptr_t>(p.head_ready) % 4 != 0) why << "head_ready must be 4-byte aligned; ";
-  if (p.q_tagged != nullptr && (p.nope_ready == nullptr || p.split_ready == nullptr))
-    why << "q_tagged needs nope_ready and split_ready (absorb_overlap, split_counter); ";
-  if (reinterpret_cast<uintptr_t>(p.q_tagged) % 8 != 0) why << "q_tagged must be 8-byte aligned; ";
   if ((!p.x16 && !p.in_residual) || !p.wq || !p.wkva || !p.kva_norm_w || !p.w_uk_t || !p.kv_b || !p.wo || !p.position || !p.cos || !p.sin ||
       !p.cache || !p.slot || !p.block_table || !p.context_len || !p.q32 || !p.kva32 || !p.qlat16 || !p.workspace ||
       !p.o16 || !p.out || !p.sync)

@@ -163,19 +163,7 @@ struct MlaAttnPersistentParams {
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
-  // q_tagged (session 33; CudaRunnerOptions::attn_q_tagged): with nope_ready and split_ready,
-  // [heads * 192 + 576] 64-bit words, zeroed together with sync (whenever sync is reset). Phase 1
-  // also writes each q / kv_a value as one word (tag << 32 | its fp32 bits; the tag the launch's
-  // barrier epoch + 1, moe_tagged.cuh's form), and its tiles make no release adds (a release add
-  // held its warp ~0.5 us under the weight stream: session 25); phase 2's q_nope, phase 3's q_pe
-  // and the kv-norm block's kv_a are read from the words, each polled until it carries the
-  // launch's tag (one round trip, where the counter took a poll and then the loads), and
-  // split_ready counts the absorbing blocks alone. q32 / kva32 are still written. The same bits.
-  uint64_t* q_tagged = nullptr;
 };
-
-// q_tagged's words: heads * 192 + 576.
-inline int64_t MlaAttnPersistentQTaggedWords(int64_t heads) { return heads * 192 + 576; }
 
 inline constexpr int kMlaAttnPersistentStamps = 22;
 
