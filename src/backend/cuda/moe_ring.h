@@ -24,11 +24,18 @@
 //  - consumers do MoePersistent's math on the ring's slices (WarpTile16's lane order and mma
 //    sequence; a down segment's two K ranges summed apart, as MoePersistent's units do) and its
 //    sums and combine, with a grid barrier that only they take between act's writes and its
-//    reads; they issue their first loads (phase 0's and the router's) before the producers start,
+//    reads (MoeRingForm::act_tagged, the runner's default since session 33: no barrier; act
+//    also goes out as tagged words, each warp polls its own segment's words before each down
+//    stage, and the routed tiles run chunk-major so that the last rounds make the last stages'
+//    act); they issue their first loads (phase 0's and the router's) before the producers start,
 //    so that those loads are ahead of the weight stream in the memory system's queues;
 //  - the routing warp routes as soon as the router blocks' tagged logits are in (the producers
-//    wait for the ids before the first routed stage; the consumers wait for it only after the
-//    grid barrier, before the down stages, which need the ids anyway).
+//    wait for the ids before the first routed stage; the consumers wait for it only after
+//    gate_up, before the down stages, which need the ids anyway).
+// Ordering without the barrier (act_tagged): a block writes residual columns only after it has
+// read every block's act words, and every block's act depends on its own reads of the residual
+// (phase 0), so no block's residual write can precede another's reads of it (the data
+// dependency; the same reasoning as the router's tagged logits).
 // Shapes: DeepSeek-V2-Lite's MoE (and Moonlight's): hidden 2048, 64 routed experts, top 6, I 1408,
 // shared I 2816, bf16 experts (MoeRingUnsupported says why not).
 // Source of the math: moe_persistent.h (DeepSeek-V2 paper section 2.2; transformers' DeepseekV2MoE).
