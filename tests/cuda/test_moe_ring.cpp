@@ -11,10 +11,13 @@
 // advance by exactly kGridEpoch = 2^20 a launch of either kernel, and the router_ready word stay
 // at zero). A weak CPU check of the ring's outputs (the router logits, the routing of those logits,
 // sampled act columns, a finite residual) guards against both kernels agreeing on garbage; the
-// persistent kernel's full CPU check is test_moe_persistent.cpp's. RejectsUnsupported: the forms
-// MoeRingUnsupported must refuse, each with its reason. DISABLED_V2LiteTimingReport: microseconds
-// a launch over 8 weight sets in turn (so each launch reads DRAM, not L2), for MoePersistent's
-// tagged form and each supported ring form.
+// persistent kernel's full CPU check is test_moe_persistent.cpp's. The forms include the grid
+// barrier's and MoeRingForm::act_tagged's (act by tagged words, no barrier; with and without the
+// look-ahead; at 88 / 100 / 128 blocks), the latter with the act words' values poisoned under their
+// older tags before the last launch. RejectsUnsupported: the forms MoeRingUnsupported must refuse,
+// each with its reason, and the 6-stage forms it must take on sm_90. DISABLED_V2LiteTimingReport:
+// microseconds a launch over 8 weight sets in turn (so each launch reads DRAM, not L2), for
+// MoePersistent's tagged form and ring forms, and the ring's stamps.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -338,6 +341,11 @@ TEST(CudaMoeRing, RejectsUnsupported) {
   expect_refused(p, MoeRingForm{}, "attn_out");
   expect_refused(base, MoeRingForm{1, 2}, "stages 1");
   expect_refused(base, MoeRingForm{9, 2}, "stages 9");
+  expect_refused(base, MoeRingForm{7, 2}, "stages 7");
+  // 6 stages take 227 KB, an sm_90 block's most: a byte more of the kernel's static shared memory
+  // would make them unsupported (and the bit-identity test would only print "skipped").
+  EXPECT_EQ(MoeRingUnsupported(base, MoeRingForm{6, 2}), "") << "6 stages must fit an sm_90 SM";
+  EXPECT_EQ(MoeRingUnsupported(base, MoeRingForm{6, 2, 0, true, true, 0, true}), "") << "6 stages (act_tagged) must fit";
   expect_refused(base, MoeRingForm{4, 3}, "producers 3");
   expect_refused(base, MoeRingForm{4, 2, 0, true, true, 80}, "grid 80");
   expect_refused(base, MoeRingForm{4, 2, -1}, "early stages -1");

@@ -32,7 +32,9 @@ constexpr int kNseg = kK + kIs / kI;                                         // 
 static_assert(kNseg == 8, "one segment a warp");
 constexpr int kCw = 8, kCt = 32 * kCw;  // consumer warps / threads
 
-constexpr int kMaxStages = 6;  // 6 x 32 KB + act (22 KB) + ~10 KB static: 227 KB, an H100/H200 block's most
+// 6 x 32 KB + act (22 KB) + the kernel's 13 KB of static shared memory: 227 KB, an H100 / H200 block's
+// most (a static byte more and 6 stages no longer fit: CudaMoeRing.RejectsUnsupported checks).
+constexpr int kMaxStages = 6;
 constexpr int kStageBytes = 32 * 1024;  // 8 warp slices of 4 KB
 constexpr int kBox = 128;               // columns of a box
 constexpr int kHalfK = kI / 2;          // MoePersistent's two K ranges of a down segment: [0, 704), [704, 1408)
