@@ -119,34 +119,6 @@ TEST(CudaRunnerPersistentMoe, RingActTaggedBitIdentical) {
   }
 }
 
-// moe_ring_next_q (session 34): the MoE ring also computes the next layer's input norm and attention
-// phase 1 (q / kv_a) and that layer's MlaAttnPersistent starts at phase 2 (p1_done): the same sums
-// in the same order, so bit-identical logits, graphs off and on, at the default ring form, at 2
-// stages with 1 producer and at 4 with 4; 4 layers, so two MoE layers hand phase 1 on. Both path
-// counters must count.
-TEST(CudaRunnerPersistentMoe, RingNextQBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (const auto& [stages, producers] : {std::pair{5, 2}, std::pair{2, 1}, std::pair{4, 4}}) {
-    const auto set = [stages, producers](CudaRunnerOptions& x, bool on) {
-      x.moe_ring_next_q = on;
-      x.moe_ring_stages = stages;
-      x.moe_ring_producers = producers;
-    };
-    const std::string label = "dummy_v2lite_4layers stages " + std::to_string(stages) + " producers " + std::to_string(producers);
-    for (bool graphs : {false, true}) {
-      const auto stats = CompareOptionBitIdentical(label, "moe_ring_next_q", DummyOptions(dir, 4, 5), graphs, set);
-      std::printf("[fixture] %s moe_ring_next_q graphs=%d: ring next_q %lld, attention p1_done %lld (off runner %lld / %lld)\n",
-                  label.c_str(), graphs ? 1 : 0, (long long)stats[1].moe_ring_next_q_layers,
-                  (long long)stats[1].attn_p1_done_layers, (long long)stats[0].moe_ring_next_q_layers,
-                  (long long)stats[0].attn_p1_done_layers);
-      EXPECT_EQ(stats[0].moe_ring_next_q_layers + stats[0].attn_p1_done_layers, 0) << label;
-      EXPECT_GT(stats[1].moe_ring_next_q_layers, 0) << label;
-      EXPECT_EQ(stats[1].attn_p1_done_layers, stats[1].moe_ring_next_q_layers) << label << ": every hand-on taken";
-    }
-  }
-}
-
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
 // against the unfused dense MLP (another fp32 order), and it must run there.
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {

@@ -132,10 +132,6 @@ Status CudaModelRunner::Init(const Checkpoint* ckpt) {
       persist_act_tagged_.Reset(kMoeRingActWords * sizeof(uint64_t));
       DS_CUDA_CHECK(cudaMemsetAsync(persist_act_tagged_.get(), 0, kMoeRingActWords * sizeof(uint64_t), s_));
     }
-    if (opts_.moe_ring && opts_.moe_ring_act_tagged && opts_.moe_ring_next_q) {  // the tagged residual (likewise)
-      persist_resid_tagged_.Reset(kMoeRingResidWords * sizeof(uint64_t));
-      DS_CUDA_CHECK(cudaMemsetAsync(persist_resid_tagged_.get(), 0, kMoeRingResidWords * sizeof(uint64_t), s_));
-    }
   }
   if (opts_.fused_down_combine) {
     down_combine_sync_.Reset(sizeof(uint32_t));
@@ -573,11 +569,8 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
                               opts_.moe_ring_act_lookahead};
   const MoeRingMaps* ring = opts_.moe_ring && !dense && MoePersistentTagged(p) ? RingMapsFor(l, p, ring_form) : nullptr;
   bool went_pdl = false;
-  const MoeRingNextQ* next_q = ring != nullptr && norm_in_attn ? NextQFor(l) : nullptr;
-  if (ring != nullptr) MoeRing(p, *ring, ring_form, persist_act_tagged_.as<uint64_t>(), next_q);
+  if (ring != nullptr) MoeRing(p, *ring, ring_form, persist_act_tagged_.as<uint64_t>());
   else went_pdl = MoePersistent(p);
-  attn_p1_done_ = next_q != nullptr;
-  if (next_q != nullptr) ++graph_stats_.moe_ring_next_q_layers;
   attn_norm_pending_ = norm_in_attn;
   lm_norm_pending_ = norm_in_lm;
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
@@ -618,39 +611,6 @@ const MoeRingMaps* CudaModelRunner::RingMapsFor(int l, const MoePersistentParams
   DS_CHECK(weights[0] == p.w13 && weights[1] == p.w2 && weights[2] == p.shared_gu && weights[3] == p.shared_down)
       << "moe_ring: layer " << l << "'s weights moved after its tensor maps were made";
   return &maps;
-}
-
-const MoeRingNextQ* CudaModelRunner::NextQFor(int l) {
-  // The next layer's attention must take MlaAttnPersistent's p1_done form: its specialised kernel at
-  // level 2 (16 heads, hidden 2048, bf16 q_proj without q_lora) with its input norm (the caller's
-  // norm_in_attn), and the ring's act_tagged form.
-  const int64_t H = cfg_.num_attention_heads;
-  if (!opts_.moe_ring_next_q || !opts_.moe_ring_act_tagged || l + 1 >= cfg_.num_hidden_layers || H != 16 ||
-      cfg_.hidden_size != 2048 || cfg_.q_lora_rank > 0 || opts_.attn_specialize < 2 || opts_.persistent_pdl ||
-      opts_.attn_l2_fetch != 1 || opts_.attn_wo_stage_point != 3 || !opts_.attn_absorb_overlap || !opts_.attn_split_counter ||
-      attn_ok_[1] != 1 || CurrentDeviceProps().sms < 64)
-    return nullptr;
-  const MlaW& w = layers_[l + 1].attn;
-  if (next_q_maps_.empty()) next_q_maps_.resize(cfg_.num_hidden_layers);
-  NextQMaps& m = next_q_maps_[l];
-  if (!m.made) {
-    m.nx = MoeRingMakeNextQ(w.q.w.get(), w.kv_a.w.get());
-    m.wq = w.q.w.get();
-    m.wkva = w.kv_a.w.get();
-    m.made = true;
-  }
-  DS_CHECK(m.wq == w.q.w.get() && m.wkva == w.kv_a.w.get())
-      << "moe_ring_next_q: layer " << l + 1 << "'s q / kv_a weights moved after their tensor maps were made";
-  // The attention launch's buffers (AttnPersistent reserves the same sizes: T == 1).
-  const int64_t Tr = RoundUp(1, 64) + 64;
-  q32_.Reserve(Tr * H * 192 * sizeof(float));
-  lat32_.Reserve(Tr * 576 * sizeof(float));
-  m.nx.in_norm_w = layers_[l + 1].in_norm.as<float>();
-  m.nx.eps = static_cast<float>(cfg_.rms_norm_eps);
-  m.nx.q32 = q32_.as<float>();
-  m.nx.kva32 = lat32_.as<float>();
-  m.nx.resid_tagged = persist_resid_tagged_.as<uint64_t>();
-  return &m.nx;
 }
 
 bool CudaModelRunner::Mlp(int l, int64_t T) {
@@ -1081,7 +1041,6 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
   bool normed = false;  // h32 (+ h16) already hold this layer's input norm (the previous MoE combine's)
   attn_pass_ok_ = AttnPersistentPassOk(b, T);
   attn_norm_pending_ = false;
-  attn_p1_done_ = false;
   // The LM head's rows, and whether it runs as LmHeadArgmax (graphs: with graph_io's ids); decided
   // here once, so that lm_head_norm (only with T == 1: MoePersistent) follows the same verdict.
   const int64_t R = gin_ ? T : static_cast<int64_t>(b.logits_indices.size());
@@ -1106,7 +1065,6 @@ void CudaModelRunner::RunPass(const ForwardBatch& b, float* logits_out, int32_t*
       Mla(l, b, T);
     }
     attn_norm_pending_ = false;
-    attn_p1_done_ = false;  // (consumed by this layer's attention, or not taken)
     // residual += attn; h = post_attention_layernorm(residual) (fp32 h32 and its bf16 copy h16;
     // fused_oproj_norm: o_proj's last block did it)
     // persistent_moe: the MoE kernel applies this norm itself (every block), one launch fewer.

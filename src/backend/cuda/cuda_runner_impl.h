@@ -438,9 +438,6 @@ class CudaModelRunner : public ModelRunner {
   // moe_ring: layer l's tensor maps where MoeRing takes p with `form` (the verdict asked once a
   // layer, the reason logged where it does not), else nullptr; checks that the weights did not move.
   const MoeRingMaps* RingMapsFor(int l, const MoePersistentParams& p, const MoeRingForm& form);
-  // moe_ring_next_q: layer l + 1's phase-1 operands for layer l's MoeRing, or nullptr where that
-  // layer's attention cannot take p1_done.
-  const MoeRingNextQ* NextQFor(int l);
   // fused_moe_shared: copies the shared experts (L->gate_up, L->down) into groups E .. E + S - 1
   // of L->w13 / L->w2 (allocated with room for them) when their dtypes match.
   void StackSharedExperts(LayerW* L);
@@ -558,19 +555,6 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer persist_sync_;      // MoePersistent's grid barrier words, then router_ready (4 x u32, zeroed once)
   DeviceBuffer persist_router_tagged_;  // MoePersistent's tagged router logits ([E] u64, zeroed once; moe_router_tagged)
   DeviceBuffer persist_act_tagged_;     // MoeRing's tagged act ([kMoeRingActWords] u64, zeroed once; moe_ring_act_tagged)
-  DeviceBuffer persist_resid_tagged_;   // MoeRing's tagged residual ([kMoeRingResidWords] u64, zeroed once; moe_ring_next_q)
-  // moe_ring_next_q: per layer l, the tensor maps of layer l + 1's q_proj / kv_a (built once, with
-  // the weight pointers they were made from; `made` false until then).
-  struct NextQMaps {
-    bool made = false;
-    MoeRingNextQ nx;
-    const void* wq = nullptr;
-    const void* wkva = nullptr;
-  };
-  std::vector<NextQMaps> next_q_maps_;
-  // moe_ring_next_q: the last MoE launch computed the next layer's phase 1 (q32_ / lat32_): its
-  // attention launch takes p1_done (reset at every attention layer).
-  bool attn_p1_done_ = false;
   DeviceBuffer persist_partials_;  // MoePersistent's per-block sums of squares
   DeviceBuffer persist_act_;       // MoePersistent's act [top_k * I + shared I] bf16
   DeviceBuffer attn_sync_;         // MlaAttnPersistent's grid barrier words, nope_ready, split_ready, head_ready[16] (20 x u32, zeroed once)

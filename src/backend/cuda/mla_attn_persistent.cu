@@ -183,9 +183,7 @@ __device__ __forceinline__ int64_t PhaseOneTileRow(int64_t t, int64_t H, bool ov
 // 28: a quarter of its warp samples "no instruction").
 // kH / kHd (with kProd): the heads and hidden size fixed too (16 and 2048: DeepSeek-V2-Lite,
 // Moonlight), so loops over them have no remainder blocks to jump over; 0: from p.
-// kP1Ext (with kProd, kH 16, kHd 2048; MlaAttnPersistentParams::p1_done): phase 1 was done before the
-// launch (q32 / kva32 hold q and kv_a): no norm, no phase-1 tiles, the absorption on the last blocks.
-template <bool kPdl, int kPf = 0, bool kProd = false, int kH = 0, int kHd = 0, bool kP1Ext = false>
+template <bool kPdl, int kPf = 0, bool kProd = false, int kH = 0, int kHd = 0>
 __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPersistentParams p) {
   if constexpr (kPdl) dev::PdlWaitThenRelease();
   const int wo_point = kProd ? 3 : p.wo_stage_point;
@@ -214,14 +212,12 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // of them (split_target) before its Q tile; the other blocks go on to barrier 3.
   const bool split_counter = kProd || (overlap && p.split_ready != nullptr);
   const int64_t n1 = (Rq + kD) / 16, n_nope = H * (kNope / 16);
-  // (kP1Ext: no phase-1 tiles; the absorption on the last blocks, one unit a warp.)
-  const int uk_lo = kP1Ext ? std::max(0, grid - static_cast<int>(H * (kLat / 16) / kWarps))
-                           : overlap ? static_cast<int>(n1 % grid) : 1;
+  const int uk_lo = overlap ? static_cast<int>(n1 % grid) : 1;
   const int64_t uk_units = H * (kLat / 16), uk_warps = int64_t{grid - uk_lo} * kWarps;
   const int64_t uk_first = (int64_t{blockIdx.x} - uk_lo) * kWarps + warp;
   const bool uk_block = static_cast<int>(blockIdx.x) >= uk_lo && (int64_t{blockIdx.x} - uk_lo) * kWarps < uk_units;
   const uint32_t split_target = static_cast<uint32_t>(
-      std::min<int64_t>(grid - uk_lo, (uk_units + kWarps - 1) / kWarps) + (kP1Ext ? 0 : n1 - n_nope));
+      std::min<int64_t>(grid - uk_lo, (uk_units + kWarps - 1) / kWarps) + (n1 - n_nope));
   const int64_t uv_units = H * kUvParts;
   const bool wo_staged = blockIdx.x < Hd / 16;
   // The block's o_proj tile into shared memory (thread 0): one bulk copy a row (padded pitch),
@@ -261,21 +257,18 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   }
   // Phase 1: q and kv_a (x in shared memory).
   bf16* xs = reinterpret_cast<bf16*>(smem_raw);
-  // (kP1Ext: done before the launch, q32 / kva32 written: MlaAttnPersistentParams::p1_done.)
-  if constexpr (!kP1Ext) {
-    if (kProd || p.in_residual != nullptr) {
-      // The layer's input norm, in every block (MlaAttnPersistentParams::in_residual): RmsNorm's
-      // fp32 operations per element (o = v * inv * w), the sum of squares in this block's order.
-      norm::BlockRmsNormRowToBf16<kMaxHidden / 4 / kThreads, kThreads>(p.in_residual, p.in_norm_w, Hd, p.in_eps, xs, s_norm);
-    } else {
-      for (int64_t i = threadIdx.x; i < Hd / 8; i += kThreads)
-        reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
-    }
+  if (kProd || p.in_residual != nullptr) {
+    // The layer's input norm, in every block (MlaAttnPersistentParams::in_residual): RmsNorm's
+    // fp32 operations per element (o = v * inv * w), the sum of squares in this block's order.
+    norm::BlockRmsNormRowToBf16<kMaxHidden / 4 / kThreads, kThreads>(p.in_residual, p.in_norm_w, Hd, p.in_eps, xs, s_norm);
+  } else {
+    for (int64_t i = threadIdx.x; i < Hd / 8; i += kThreads)
+      reinterpret_cast<uint4*>(xs)[i] = reinterpret_cast<const uint4*>(p.x16)[i];
   }
   __syncthreads();
   Stamp(phase_ns, 17, false);
   const uint64_t base = s_base;
-  if constexpr (!kP1Ext) GemvTiles<kPf>(
+  GemvTiles<kPf>(
       Rq + kD, Hd, xs, s_red,
       [&](int64_t r) { return r < Rq ? p.wq + r * Hd : p.wkva + (r - Rq) * Hd; },
       [&](int64_t r, float v) {
@@ -289,7 +282,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
         if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
       });
-
   // Ahead of barrier 1 (absorb_overlap: of the wait for q_nope): this warp's first W_UK tile.
   // (absorb_overlap: its second one too, since these warps take two units of V2-Lite's 512.)
   WarpSlice uk, uk2;
@@ -310,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
 
   // Phase 2: the absorption (blocks below uk_lo and past the units idle).
   if (uk_block) {  // block-uniform (the __syncthreads below); warps past the units skip the loop
-    if (!kP1Ext && overlap) {  // every q_nope tile written (the counter's release adds; reset after barrier 2, or 3 with split_counter)
+    if (overlap) {  // every q_nope tile written (the counter's release adds; reset after barrier 2, or 3 with split_counter)
       if (threadIdx.x == 0)
         while (grid::LdAcquire(p.nope_ready) < static_cast<uint32_t>(n_nope)) {
         }
@@ -844,9 +836,6 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (without nope_ready, phase 2's absorption runs on blocks >= 1); ";
-  if (p.p1_done && (!MlaAttnPersistentSpecialized(p) || p.specialize < 2 || p.heads != 16 || p.hidden != 2048))
-    why << "p1_done needs the specialised form at level 2 (16 heads, hidden 2048); ";
-  if (p.p1_done && CurrentDeviceProps().sms < 64) why << "p1_done needs >= 64 SMs (one absorption unit a warp); ";
   if (why.str().empty() && !FitsCurrentDevice()) why << "no cooperative launch, or one block does not fit an SM; ";
   return why.str();
 }
@@ -863,8 +852,7 @@ bool MlaAttnPersistent(const MlaAttnPersistentParams& p) {
   const int f = pdl ? 0 : p.l2_fetch;
   const bool spec = !pdl && MlaAttnPersistentSpecialized(p);
   void (*plain)(MlaAttnPersistentParams) =
-      p.p1_done                                                      ? MlaAttnPersistentKernel<false, 1, true, 16, 2048, true>
-      : spec && p.specialize >= 2 && p.heads == 16 && p.hidden == 2048 ? MlaAttnPersistentKernel<false, 1, true, 16, 2048>
+      spec && p.specialize >= 2 && p.heads == 16 && p.hidden == 2048 ? MlaAttnPersistentKernel<false, 1, true, 16, 2048>
       : spec                                                         ? MlaAttnPersistentKernel<false, 1, true>
       : f == 2                                                       ? MlaAttnPersistentKernel<false, 2>
       : f == 1                                                       ? MlaAttnPersistentKernel<false, 1>

@@ -163,12 +163,6 @@ struct MlaAttnPersistentParams {
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
-  // Session 34 (CudaRunnerOptions::moe_ring_next_q): phase 1 was done before this launch (the previous
-  // MoE layer's MoeRing computed the input norm and q / kv_a into q32 / kva32, the same sums in the
-  // same order: moe_ring.h's MoeRingNextQ), so the launch starts at phase 2: no norm, no phase-1
-  // tiles, the absorption on the last 64 blocks (one unit a warp) and the decode blocks waiting only
-  // for those. Only the specialised instantiation at level 2 (16 heads, hidden 2048) takes it.
-  bool p1_done = false;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 22;

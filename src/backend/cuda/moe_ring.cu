@@ -15,7 +15,6 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/moe_routing.cuh"
 #include "backend/cuda/moe_tagged.cuh"
-#include "backend/cuda/rmsnorm.cuh"
 #include "backend/cuda/sm90_ptx.cuh"
 #include "backend/cuda/tensor_map.h"
 #include "common/check.h"
@@ -49,10 +48,6 @@ constexpr size_t kTailBytes = sizeof(bf16) * kXsElems;  // xs
 static_assert(kXsElems / 2 == kMoeRingActWords, "the tagged act words: two act values a word");
 constexpr int kSegWords = kI / 2 / 32;            // a segment's tagged act words a lane (22)
 static_assert(kSegWords <= 32 && kBox / 2 == 2 * 32, "a lane's words in one mask; a down stage's act: two words a lane");
-
-// MoeRingNextQ: the next layer's phase 1 (16 heads x 192 q rows, then kv_a's 576), tiles of 16 rows.
-constexpr int kNqRows = 16 * 192, kNkvRows = 576, kNextTiles = (kNqRows + kNkvRows) / 16;
-static_assert(kMoeRingResidWords == kHd && kHd / 4 == 2 * kCt, "the next norm: two float4s a consumer thread");
 
 constexpr int kConsumerBar = 1;  // named barrier of the 8 consumer warps
 __device__ __forceinline__ void ConsumerSync() { sm90::NamedBarSync(kConsumerBar, kCt); }
@@ -126,13 +121,11 @@ struct RingPos {
 };
 
 // Warps: kCw consumers, kP producers, one routing warp. kTagAct (MoeRingForm::act_tagged): act
-// through act_tagged's words and no grid barrier (moe_ring.h). kNext (with kTagAct): the next
-// layer's phase 1 after the down stages (MoeRingNextQ, `nx`).
-template <int kP, bool kTagAct, bool kNext>
+// through act_tagged's words and no grid barrier (moe_ring.h).
+template <int kP, bool kTagAct>
 __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early, bool warm,
-                  bool evict_first, uint64_t* act_tagged, bool act_lookahead, const __grid_constant__ MoeRingNextQ nx) {
-  static_assert(kTagAct || !kNext, "the next layer's phase 1 only in the act_tagged form");
+                  bool evict_first, uint64_t* act_tagged, bool act_lookahead) {
   extern __shared__ __align__(1024) unsigned char ring[];
   bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
   __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar, go_bar;
@@ -270,19 +263,6 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
         }
         pos.Next(stages);
         ++k;
-      }
-    }
-    if constexpr (kNext) {  // the next layer's phase-1 tiles b, b + grid: warp w's box is its K eighth's half h
-      for (int t = b; t < kNextTiles; t += grid) {
-        const bool kv = t * 16 >= kNqRows;
-        const int r0 = kv ? t * 16 - kNqRows : t * 16;
-        for (int h = 0; h < 2; ++h) {
-          const uint32_t bar = acquire(kBoxesPer * 4096u);
-          const uint32_t base = sm90::SmemAddr(ring + pos.slot * kStageBytes);
-          for (int w = j; w < kCw; w += kP) tma2d(base + w * 4096, kv ? &nx.wkva : &nx.wq, 2 * kBox * w + kBox * h, r0, bar);
-          pos.Next(stages);
-          ++k;
-        }
       }
     }
     if (j == 0) stamp(p.tile_stamps, 2);
@@ -527,80 +507,20 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       for (int jj = 0; jj < kK; ++jj) acc += s_w[jj] * __bfloat162float(__float2bfloat16_rn(y(jj)));
       const float r1 = first ? r1_first : p.attn_out[n] + p.residual[n];
       p.residual[n] = acc + r1;
-      if constexpr (kNext) moe_dev::StTagged(nx.resid_tagged + n, epoch, acc + r1);
     }
     first = false;
     ConsumerSync();
   }
-  if constexpr (kNext) {
-    // The next layer's input norm from every block's residual words (thread t: float4s t and t + 256,
-    // as MlaAttnPersistent's norm), its weight loaded first; xs (act) is free past the last down stage.
-    float4 rv[2], wv[2];
-#pragma unroll
-    for (int jj = 0; jj < 2; ++jj) wv[jj] = reinterpret_cast<const float4*>(nx.in_norm_w)[tid + jj * kCt];
-    {
-      uint64_t v[8];
-      uint32_t rhave = 0;  // (bit u: word u carries the launch's tag)
-      const uint64_t* rw0 = nx.resid_tagged + 4 * tid;
-      for (;;) {
-#pragma unroll
-        for (int u = 0; u < 8; ++u)
-          if (!(rhave >> u & 1u)) v[u] = moe_dev::LdTaggedWord(rw0 + (u >> 2) * (4 * kCt) + (u & 3));
-#pragma unroll
-        for (int u = 0; u < 8; ++u)
-          if (static_cast<uint32_t>(v[u] >> 32) == epoch) rhave |= 1u << u;
-        if (rhave == 0xffu) break;
-      }
-      const auto f = [&](int u) { return __uint_as_float(static_cast<uint32_t>(v[u])); };
-#pragma unroll
-      for (int jj = 0; jj < 2; ++jj) rv[jj] = make_float4(f(4 * jj), f(4 * jj + 1), f(4 * jj + 2), f(4 * jj + 3));
-    }
-    norm::BlockRmsNormRegsToBf16<2, kCt>(rv, wv, kHd, nx.eps, xs, s_red, [] { ConsumerSync(); });
-    ConsumerSync();
-    // Its tiles (GemvTiles' sums: warp w K eighth w, WarpTile16's mma order; the warps' in warp order).
-    for (int t = b; t < kNextTiles; t += grid) {
-      float d[4] = {0.f, 0.f, 0.f, 0.f};
-      for (int h = 0; h < 2; ++h) {
-        wait_full();
-        const unsigned char* slice = ring + pos.slot * kStageBytes + warp * 4096;  // [16 rows][128]
-        const uint4* x4 = reinterpret_cast<const uint4*>(xs + 2 * kBox * warp + kBox * h) + q;
-#pragma unroll
-        for (int s = 0; s < kBox / 32; ++s) {
-          const uint4 va = *reinterpret_cast<const uint4*>(slice + g * 256 + s * 64 + q * 16);
-          const uint4 vb = *reinterpret_cast<const uint4*>(slice + 2048 + g * 256 + s * 64 + q * 16);
-          const uint4 xv = x4[4 * s];
-          ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
-          ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
-        }
-        release();
-      }
-      if (q == 0) {
-        s_part[warp][0][g] = d[0];
-        s_part[warp][0][8 + g] = d[2];
-      }
-      ConsumerSync();
-      if (tid < 16) {
-        float v = 0.f;
-        for (int w = 0; w < kCw; ++w) v += s_part[w][0][tid];
-        const int row = t * 16 + tid;
-        if (row < kNqRows) nx.q32[row] = v;
-        else nx.kva32[row - kNqRows] = v;
-      }
-      ConsumerSync();
-    }
-  }
   if (tid == 0) stamp(p.stamps, 7);
 }
 
-using KernelFn = void (*)(MoeRingMaps, MoePersistentParams, int, int, bool, bool, uint64_t*, bool, MoeRingNextQ);
-template <bool kTagAct, bool kNext>
+using KernelFn = void (*)(MoeRingMaps, MoePersistentParams, int, int, bool, bool, uint64_t*, bool);
+template <bool kTagAct>
 KernelFn KernelFor(int producers) {
-  return producers == 4   ? MoeRingKernel<4, kTagAct, kNext>
-         : producers == 2 ? MoeRingKernel<2, kTagAct, kNext>
-                          : MoeRingKernel<1, kTagAct, kNext>;
+  return producers == 4 ? MoeRingKernel<4, kTagAct> : producers == 2 ? MoeRingKernel<2, kTagAct> : MoeRingKernel<1, kTagAct>;
 }
-KernelFn KernelFor(int producers, bool act_tagged, bool next = false) {
-  return next ? KernelFor<true, true>(producers) : act_tagged ? KernelFor<true, false>(producers) : KernelFor<false, false>(producers);
+KernelFn KernelFor(int producers, bool act_tagged) {
+  return act_tagged ? KernelFor<true>(producers) : KernelFor<false>(producers);
 }
 
 size_t SmemBytes(int stages) { return static_cast<size_t>(stages) * kStageBytes + kTailBytes; }
@@ -618,13 +538,13 @@ CUtensorMap Encode(const void* base, int rank, const cuuint64_t* dims, const cuu
 // The device's side of MoeRingUnsupported for `form` (cooperative launch, sm_90, the SM count the
 // schedule needs, one block a SM with the ring's shared memory), cached per (device, form) under a
 // mutex (runners on several devices may ask from several threads).
-std::string DeviceVerdict(const MoeRingForm& form, bool next) {
+std::string DeviceVerdict(const MoeRingForm& form) {
   static std::mutex mu;
-  static auto* known = new std::map<std::tuple<int, int, int, bool, bool>, std::string>();
+  static auto* known = new std::map<std::tuple<int, int, int, bool>, std::string>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(dev, form.stages, form.producers, form.act_tagged, next);
+  const auto key = std::make_tuple(dev, form.stages, form.producers, form.act_tagged);
   if (const auto it = known->find(key); it != known->end()) return it->second;
   std::ostringstream why;
   const DeviceProps& dp = CurrentDeviceProps();
@@ -636,7 +556,7 @@ std::string DeviceVerdict(const MoeRingForm& form, bool next) {
   if (dp.sms * kMaxRounds < kTiles) why << dp.sms << " SMs (the schedule needs at least 88); ";
   if (why.str().empty()) {
     const size_t smem = SmemBytes(form.stages);
-    const KernelFn kernel = KernelFor(form.producers, form.act_tagged, next);
+    const KernelFn kernel = KernelFor(form.producers, form.act_tagged);
     // The fit by arithmetic (not an occupancy query, which may follow the kernel's preferred
     // carveout of the moment, set by MoeRing for another stage count).
     cudaFuncAttributes attr{};
@@ -657,17 +577,6 @@ std::string DeviceVerdict(const MoeRingForm& form, bool next) {
 }
 
 }  // namespace
-
-// The next-q form's own checks (MoeRing's `next`), then the device's verdict on its kernel.
-std::string NextQUnsupported(const MoeRingForm& form, const MoeRingNextQ& nx) {
-  std::ostringstream why;
-  if (!form.act_tagged) why << "the next layer's phase 1 needs the act_tagged form; ";
-  if (!nx.in_norm_w || !nx.q32 || !nx.kva32 || !nx.resid_tagged) why << "next: null pointer; ";
-  if (reinterpret_cast<uintptr_t>(nx.in_norm_w) % 16 != 0 || reinterpret_cast<uintptr_t>(nx.resid_tagged) % 8 != 0)
-    why << "next: in_norm_w 16-byte and resid_tagged 8-byte aligned; ";
-  if (!why.str().empty()) return why.str();
-  return DeviceVerdict(form, true);
-}
 
 std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& form) {
   std::ostringstream why;
@@ -696,18 +605,7 @@ std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& 
     why << "grid " << form.grid << " (88 .. the SMs, or 0); ";
   if (form.producers != 1 && form.producers != 2 && form.producers != 4) why << "producers " << form.producers << " (1, 2 or 4); ";
   if (!why.str().empty()) return why.str();
-  return DeviceVerdict(form, false);
-}
-
-MoeRingNextQ MoeRingMakeNextQ(const void* wq, const void* wkva) {
-  DS_CHECK(reinterpret_cast<uintptr_t>(wq) % 16 == 0 && reinterpret_cast<uintptr_t>(wkva) % 16 == 0)
-      << "MoeRingMakeNextQ: weights must be 16-byte aligned";
-  MoeRingNextQ nx;
-  const cuuint32_t box2[2] = {kBox, 16};
-  const cuuint64_t qdims[2] = {kHd, kNqRows}, kvdims[2] = {kHd, kNkvRows}, strides[1] = {kHd * 2};
-  nx.wq = Encode(wq, 2, qdims, strides, box2);
-  nx.wkva = Encode(wkva, 2, kvdims, strides, box2);
-  return nx;
+  return DeviceVerdict(form);
 }
 
 MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p) {
@@ -730,18 +628,13 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p) {
   return m;
 }
 
-int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form, uint64_t* act_tagged,
-            const MoeRingNextQ* next) {
+int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form, uint64_t* act_tagged) {
   const std::string why = MoeRingUnsupported(p, form);
   DS_CHECK(why.empty()) << "MoeRing: " << why;
-  if (next != nullptr) {
-    const std::string nwhy = NextQUnsupported(form, *next);
-    DS_CHECK(nwhy.empty()) << "MoeRing: " << nwhy;
-  }
   DS_CHECK(!form.act_tagged || (act_tagged != nullptr && reinterpret_cast<uintptr_t>(act_tagged) % 8 == 0))
       << "MoeRing: the act_tagged form needs act_tagged ([kMoeRingActWords] 64-bit words, 8-byte aligned)";
   const size_t smem = SmemBytes(form.stages);
-  const KernelFn kernel = KernelFor(form.producers, form.act_tagged, next != nullptr);
+  const KernelFn kernel = KernelFor(form.producers, form.act_tagged);
   // The MoE layers' carveout (MoePersistentParams::carveout: the runner's moe_carveout), where the
   // ring fits it (3 stages fit 58%, MoePersistent's; 4 do not): the attention kernel after it then
   // meets the shared-memory configuration it meets after MoePersistent. Timing only.
@@ -750,8 +643,7 @@ int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRing
   LaunchCooperative(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * (kCw + form.producers + 1)), smem,
                     p.stream, maps, p, form.stages,
                     form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages, form.warm_route,
-                    form.evict_first, form.act_tagged ? act_tagged : nullptr, form.act_lookahead,
-                    next != nullptr ? *next : MoeRingNextQ{});
+                    form.evict_first, form.act_tagged ? act_tagged : nullptr, form.act_lookahead);
   return carveout;
 }
 

@@ -86,33 +86,6 @@ struct MoeRingForm {
   bool act_lookahead = true;
 };
 
-// Session 34 (CudaRunnerOptions::moe_ring_next_q; docs/design/decode_small_batch.md, "Session 34"):
-// the next layer's attention phase 1 at the end of this launch. After its down stages the ring
-// streams the next layer's q_proj and kv_a_proj_with_mqa rows (228 tiles of 16 rows: block b takes
-// tiles b, b + grid), the weights having no dependency on this layer, so the stream runs on from
-// the down stages with no launch between; each block writes its residual columns also as tagged
-// words (tag << 32 | fp32 bits, the act words' tag), every block polls the 2,048 words, applies the
-// next layer's input norm (norm::BlockRmsNormRegsToBf16: MlaAttnPersistent's input norm, the same
-// operations in the same order) and multiplies its tiles as MlaAttnPersistent's phase 1 does
-// (GemvTiles: a tile's K in eighths over the 8 warps, WarpTile16's mma order, the warps' sums in
-// warp order), so q32 / kva32 get the same bits, and the next MlaAttnPersistent launch
-// (MlaAttnPersistentParams::p1_done) starts at phase 2.
-// Shapes: the next layer's 16 heads (q rows 3,072) and hidden 2,048, bf16 q_proj (no q_lora).
-struct MoeRingNextQ {
-  CUtensorMap wq, wkva;         // [3072][2048] and [576][2048] bf16, box 128 columns x 16 rows (MoeRingMakeNextQ)
-  const float* in_norm_w = nullptr;  // the next layer's input_layernorm weight [2048], 16-byte aligned
-  float eps = 0.f;
-  float* q32 = nullptr;    // [3072] fp32: q (MlaAttnPersistentParams::q32)
-  float* kva32 = nullptr;  // [576] fp32: kv_a (MlaAttnPersistentParams::kva32)
-  // [2048] 64-bit words, 8-byte aligned, zeroed together with p.sync (every launch rewrites every word).
-  uint64_t* resid_tagged = nullptr;
-};
-inline constexpr int kMoeRingResidWords = 2048;
-
-// The tensor maps of the next layer's q_proj [3072][2048] and kv_a [576][2048] (bf16, 16-byte
-// aligned); the other fields left for the caller.
-MoeRingNextQ MoeRingMakeNextQ(const void* wq, const void* wkva);
-
 // Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
 // norm_weight, routed and shared experts) with `form` on this device; else why not. The params
 // carry no dtype: the caller passes bf16 experts (the runner checks). MoePersistent's fields that
@@ -137,8 +110,7 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p);
 // act_tagged (form.act_tagged; ignored otherwise): [kMoeRingActWords] 64-bit words, 8-byte aligned,
 // zeroed together with p.sync (a word's tag must differ from the launch's until it writes it; every
 // launch rewrites every word), e.g. beside router_tagged. DS_CHECKs it.
-// next (the act_tagged form only; DS_CHECKed): the next layer's phase 1 as above, else nullptr.
 int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form,
-            uint64_t* act_tagged = nullptr, const MoeRingNextQ* next = nullptr);
+            uint64_t* act_tagged = nullptr);
 
 }  // namespace ds::cuda

@@ -122,38 +122,4 @@ __device__ __forceinline__ void BlockRmsNormRowToBf16(const float* v, const floa
   }
 }
 
-// BlockRmsNormRowToBf16 with the row and the weight already in registers (thread t's float4s t
-// and t + kThreads, ..., kV of each: rv / wv) and its block barrier `sync()` (e.g. a named barrier
-// of the threads that call it): the same operations in the same order, so the same bits as
-// BlockRmsNormRowToBf16<kV', kThreads> for any kV' >= kV at d <= 4 kV kThreads (MoeRing's next
-// layer's input norm, moe_ring.h's MoeRingNextQ). d % 4 == 0.
-template <int kV, int kThreads, class Sync>
-__device__ __forceinline__ void BlockRmsNormRegsToBf16(const float4 (&rv)[kV], const float4 (&wv)[kV], int64_t d,
-                                                       float eps, __nv_bfloat16* xs, float* s_warp, Sync sync) {
-  static_assert(kThreads % 32 == 0 && kThreads <= 1024 && kV >= 1, "a group of whole warps");
-  constexpr int kWarps = kThreads / 32;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float ss = 0.f;
-#pragma unroll
-  for (int j = 0; j < kV; ++j)
-    if (threadIdx.x + j * kThreads < d / 4)
-      ss += rv[j].x * rv[j].x + rv[j].y * rv[j].y + rv[j].z * rv[j].z + rv[j].w * rv[j].w;
-  for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
-  if (lane == 0) s_warp[warp] = ss;
-  sync();
-  float total = 0.f;
-  for (int k = 0; k < kWarps; ++k) total += s_warp[k];
-  const float inv = rsqrtf(total / static_cast<float>(d) + eps);
-#pragma unroll
-  for (int j = 0; j < kV; ++j) {
-    const int64_t i = threadIdx.x + j * kThreads;
-    if (i < d / 4) {
-      reinterpret_cast<__nv_bfloat162*>(xs)[2 * i] =
-          __floats2bfloat162_rn(rv[j].x * inv * wv[j].x, rv[j].y * inv * wv[j].y);
-      reinterpret_cast<__nv_bfloat162*>(xs)[2 * i + 1] =
-          __floats2bfloat162_rn(rv[j].z * inv * wv[j].z, rv[j].w * inv * wv[j].w);
-    }
-  }
-}
-
 }  // namespace ds::cuda::norm
