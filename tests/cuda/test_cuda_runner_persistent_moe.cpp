@@ -119,23 +119,6 @@ TEST(CudaRunnerPersistentMoe, RingActTaggedBitIdentical) {
   }
 }
 
-// moe_ring_l2_next / attn_l2_next (session 34): L2 prefetches of the next launch's first weights at
-// each persistent launch's end (timing only): bit-identical logits, graphs off and on, at both
-// attention points; the path counter counts the launches that prefetched.
-TEST(CudaRunnerPersistentMoe, L2NextBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (int point : {0, 1}) {
-    const auto set = [point](CudaRunnerOptions& x, bool on) {
-      x.moe_ring_l2_next = on ? 2 : 0;
-      x.attn_l2_next = on ? 3 : 0;
-      x.attn_l2_next_point = point;
-    };
-    CompareOptionBitIdenticalRan("dummy_v2lite_4layers point " + std::to_string(point), "l2_next", DummyOptions(dir, 4, 5),
-                                 set, &CudaGraphStats::l2_next_launches, PathExpect::kRuns);
-  }
-}
-
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
 // against the unfused dense MLP (another fp32 order), and it must run there.
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {

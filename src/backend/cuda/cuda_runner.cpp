@@ -569,14 +569,7 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
                               opts_.moe_ring_act_lookahead};
   const MoeRingMaps* ring = opts_.moe_ring && !dense && MoePersistentTagged(p) ? RingMapsFor(l, p, ring_form) : nullptr;
   bool went_pdl = false;
-  // moe_ring_l2_next: the next layer's attention phase-1 tiles into the L2 at the ring's end.
-  MoeRingL2Next l2n;
-  if (ring != nullptr && norm_in_attn && opts_.moe_ring_l2_next > 0 && cfg_.num_attention_heads == 16 &&
-      cfg_.hidden_size == 2048 && cfg_.q_lora_rank == 0) {
-    l2n = {layers_[l + 1].attn.q.w.get(), layers_[l + 1].attn.kv_a.w.get(), static_cast<int>(opts_.moe_ring_l2_next)};
-    ++graph_stats_.l2_next_launches;
-  }
-  if (ring != nullptr) MoeRing(p, *ring, ring_form, persist_act_tagged_.as<uint64_t>(), l2n);
+  if (ring != nullptr) MoeRing(p, *ring, ring_form, persist_act_tagged_.as<uint64_t>());
   else went_pdl = MoePersistent(p);
   attn_norm_pending_ = norm_in_attn;
   lm_norm_pending_ = norm_in_lm;

@@ -113,14 +113,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
     ap.merge_cols_min_splits = static_cast<int>(opts_.attn_merge_cols_min_splits);
   }
   ap.pdl = opts_.persistent_pdl;
-  // attn_l2_next: this layer's MoE ring's first shared gate_up tiles into the L2 (where it has them).
-  const auto& LW = layers_[l];
-  if (opts_.attn_l2_next > 0 && opts_.moe_ring && LW.moe && LW.has_mlp && !LW.gate_up.fp8 && LW.gate_up.w.get()) {
-    ap.l2_next_gu = LW.gate_up.w.get();
-    ap.l2_next_inter = LW.gate_up.N / 2;
-    ap.l2_next_rounds = static_cast<int>(opts_.attn_l2_next);
-    ap.l2_next_point = static_cast<int>(opts_.attn_l2_next_point);
-  }
   ap.l2_fetch = opts_.attn_l2_fetch;
   ap.wo_stage_point = opts_.attn_wo_stage_point;
   ap.specialize = opts_.attn_specialize;
@@ -132,7 +124,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (ok == 0) return false;
   const bool went_pdl = MlaAttnPersistent(ap);
   if (attn_norm_pending_) ++graph_stats_.norm_in_attn_layers;
-  if (ap.l2_next_rounds > 0) ++graph_stats_.l2_next_launches;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;
   ++graph_stats_.attn_persistent_layers;

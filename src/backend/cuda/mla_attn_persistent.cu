@@ -759,18 +759,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   Stamp(phase_ns, 13, true);
   grid::GridBarrier(p.sync, base + (++nbar) * gridDim.x, /*final=*/true);
   Stamp(phase_ns, 14, false);
-  // l2_next (MlaAttnPersistentParams::l2_next_gu): the next MoE launch's first tiles into the L2.
-  const auto l2_next = [&]() {
-    if (threadIdx.x != 0) return;
-    for (int r = 0; r < p.l2_next_rounds; ++r) {
-      const int64_t i = blockIdx.x + int64_t{r} * grid;
-      if (i * 8 >= p.l2_next_inter) break;
-      const bf16* gate = static_cast<const bf16*>(p.l2_next_gu) + i * 8 * Hd;
-      sm90::PrefetchL2(gate, static_cast<uint32_t>(8 * Hd * 2));
-      sm90::PrefetchL2(gate + p.l2_next_inter * Hd, static_cast<uint32_t>(8 * Hd * 2));
-    }
-  };
-  if (p.l2_next_point == 1) l2_next();
   // merge_cols: every wait on the heads' words is behind this barrier: back to zero for the next launch.
   if (p.head_ready != nullptr && blockIdx.x == 0 && threadIdx.x < H) p.head_ready[threadIdx.x] = 0u;
 
@@ -783,7 +771,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       Hd, Ko, xs, s_red, [&](int64_t r) { return p.wo + r * Ko; }, [&](int64_t r, float v) { p.out[r] = v; },
       wo_staged ? wo_s : nullptr, wo_pitch);
   Stamp(phase_ns, 15, true);
-  if (p.l2_next_point == 0) l2_next();
 }
 
 // pdl: the instantiation MlaAttnPersistentParams::pdl launches.
@@ -849,10 +836,6 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (without nope_ready, phase 2's absorption runs on blocks >= 1); ";
-  if (p.l2_next_rounds < 0 || p.l2_next_point < 0 || p.l2_next_point > 1 ||
-      (p.l2_next_rounds > 0 && (p.l2_next_gu == nullptr || reinterpret_cast<uintptr_t>(p.l2_next_gu) % 16 != 0 ||
-                                p.l2_next_inter < 8 || p.l2_next_inter % 8 != 0)))
-    why << "l2_next: rounds >= 0, point 0 or 1, a 16-byte aligned l2_next_gu and l2_next_inter a positive multiple of 8; ";
   if (why.str().empty() && !FitsCurrentDevice()) why << "no cooperative launch, or one block does not fit an SM; ";
   return why.str();
 }

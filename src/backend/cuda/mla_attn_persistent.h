@@ -163,16 +163,6 @@ struct MlaAttnPersistentParams {
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
-  // Session 34 (CudaRunnerOptions::attn_l2_next): the next MoE launch's first weight tiles into the
-  // L2 (cp.async.bulk.prefetch) by thread 0 of each block, where the DRAM would otherwise idle
-  // across the launch boundary: MoeRing's first stages are the shared experts' gate_up tiles i = b,
-  // b + grid, ...: gate rows 8 i .. 8 i + 7 and the same up rows of l2_next_gu ([2][l2_next_inter]
-  // [hidden] bf16, 16-byte aligned), l2_next_rounds of them (0: none); at the kernel's end
-  // (l2_next_point 0) or right after its last grid barrier (1: beside phase 5's o_proj). Timing only.
-  const void* l2_next_gu = nullptr;
-  int64_t l2_next_inter = 0;
-  int l2_next_rounds = 0;
-  int l2_next_point = 0;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 22;

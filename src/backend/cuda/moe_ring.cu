@@ -125,7 +125,7 @@ struct RingPos {
 template <int kP, bool kTagAct>
 __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early, bool warm,
-                  bool evict_first, uint64_t* act_tagged, bool act_lookahead, MoeRingL2Next l2_next) {
+                  bool evict_first, uint64_t* act_tagged, bool act_lookahead) {
   extern __shared__ __align__(1024) unsigned char ring[];
   bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
   __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar, go_bar;
@@ -512,21 +512,9 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     ConsumerSync();
   }
   if (tid == 0) stamp(p.stamps, 7);
-  // MoeRingL2Next: the next attention's phase-1 tiles of this block's rounds into the L2 (its
-  // absorb_overlap order: 16 heads' q_nope rows, then q_pe, then kv_a).
-  if (tid == 0)
-    for (int r = 0; r < l2_next.rounds; ++r) {
-      const int t = b + r * grid;
-      if (t >= (16 * 192 + 576) / 16) break;
-      const int row = t < 128 ? (t / 8) * 192 + (t % 8) * 16 : t < 192 ? ((t - 128) / 4) * 192 + 128 + ((t - 128) % 4) * 16
-                                                                         : 16 * 192 + (t - 192) * 16;
-      const bf16* src = row < 16 * 192 ? static_cast<const bf16*>(l2_next.wq) + static_cast<int64_t>(row) * kHd
-                                       : static_cast<const bf16*>(l2_next.wkva) + static_cast<int64_t>(row - 16 * 192) * kHd;
-      sm90::PrefetchL2(src, 16 * kHd * sizeof(bf16));
-    }
 }
 
-using KernelFn = void (*)(MoeRingMaps, MoePersistentParams, int, int, bool, bool, uint64_t*, bool, MoeRingL2Next);
+using KernelFn = void (*)(MoeRingMaps, MoePersistentParams, int, int, bool, bool, uint64_t*, bool);
 template <bool kTagAct>
 KernelFn KernelFor(int producers) {
   return producers == 4 ? MoeRingKernel<4, kTagAct> : producers == 2 ? MoeRingKernel<2, kTagAct> : MoeRingKernel<1, kTagAct>;
@@ -640,14 +628,9 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p) {
   return m;
 }
 
-int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form, uint64_t* act_tagged,
-            const MoeRingL2Next& l2_next) {
+int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form, uint64_t* act_tagged) {
   const std::string why = MoeRingUnsupported(p, form);
   DS_CHECK(why.empty()) << "MoeRing: " << why;
-  DS_CHECK(l2_next.rounds >= 0 && l2_next.rounds <= 2 &&
-           (l2_next.rounds == 0 || (reinterpret_cast<uintptr_t>(l2_next.wq) % 16 == 0 && l2_next.wq != nullptr &&
-                                    reinterpret_cast<uintptr_t>(l2_next.wkva) % 16 == 0 && l2_next.wkva != nullptr)))
-      << "MoeRing: l2_next rounds " << l2_next.rounds << " (0..2) with 16-byte aligned q / kv_a weights";
   DS_CHECK(!form.act_tagged || (act_tagged != nullptr && reinterpret_cast<uintptr_t>(act_tagged) % 8 == 0))
       << "MoeRing: the act_tagged form needs act_tagged ([kMoeRingActWords] 64-bit words, 8-byte aligned)";
   const size_t smem = SmemBytes(form.stages);
@@ -660,7 +643,7 @@ int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRing
   LaunchCooperative(kernel, dim3(static_cast<unsigned>(grid)), dim3(32 * (kCw + form.producers + 1)), smem,
                     p.stream, maps, p, form.stages,
                     form.early_stages > 0 ? std::min(form.early_stages, form.stages) : form.stages, form.warm_route,
-                    form.evict_first, form.act_tagged ? act_tagged : nullptr, form.act_lookahead, l2_next);
+                    form.evict_first, form.act_tagged ? act_tagged : nullptr, form.act_lookahead);
   return carveout;
 }
 

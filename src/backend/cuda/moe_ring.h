@@ -86,18 +86,6 @@ struct MoeRingForm {
   bool act_lookahead = true;
 };
 
-// Session 34 (CudaRunnerOptions::moe_ring_l2_next): at its end each block prefetches into the L2
-// (cp.async.bulk.prefetch) the next layer's attention phase-1 tiles it would take in `rounds` rounds:
-// MlaAttnPersistent's absorb_overlap order (q_nope of every head, q_pe, kv_a; 16-row tiles of
-// hidden 2048), tile b + r x grid for r < rounds, 64 KB each, so that the next launch's first
-// weight loads hit the L2 while the DRAM would otherwise idle across the launch boundary. Timing
-// only (no value changes). Shapes: 16 heads (q rows 3,072), kv_a 576 rows, hidden 2048.
-struct MoeRingL2Next {
-  const void* wq = nullptr;    // [3072][2048] bf16
-  const void* wkva = nullptr;  // [576][2048] bf16
-  int rounds = 0;              // 0: none
-};
-
 // Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
 // norm_weight, routed and shared experts) with `form` on this device; else why not. The params
 // carry no dtype: the caller passes bf16 experts (the runner checks). MoePersistent's fields that
@@ -122,8 +110,7 @@ MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p);
 // act_tagged (form.act_tagged; ignored otherwise): [kMoeRingActWords] 64-bit words, 8-byte aligned,
 // zeroed together with p.sync (a word's tag must differ from the launch's until it writes it; every
 // launch rewrites every word), e.g. beside router_tagged. DS_CHECKs it.
-// l2_next: MoeRingL2Next's prefetches (rounds 0..2; both pointers 16-byte aligned where rounds > 0).
 int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRingForm& form,
-            uint64_t* act_tagged = nullptr, const MoeRingL2Next& l2_next = {});
+            uint64_t* act_tagged = nullptr);
 
 }  // namespace ds::cuda
