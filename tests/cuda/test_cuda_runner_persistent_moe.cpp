@@ -119,18 +119,6 @@ TEST(CudaRunnerPersistentMoe, RingActTaggedBitIdentical) {
   }
 }
 
-// attn_kv_prefetch (session 34): the attention kernel's L2 prefetch of its splits' cache rows in
-// phase 1 (timing only): bit-identical logits, graphs off and on, at both points.
-TEST(CudaRunnerPersistentMoe, AttnKvPrefetchBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  for (int mode : {1, 2}) {
-    const auto set = [mode](CudaRunnerOptions& x, bool on) { x.attn_kv_prefetch = on ? mode : 0; };
-    CompareOptionBitIdenticalRan("dummy_v2lite_3layers kv_prefetch " + std::to_string(mode), "attn_kv_prefetch",
-                                 DummyOptions(dir, 3, 5), set, &CudaGraphStats::attn_kv_prefetch_layers, PathExpect::kRuns);
-  }
-}
-
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
 // against the unfused dense MLP (another fp32 order), and it must run there.
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {

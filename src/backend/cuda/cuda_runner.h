@@ -341,9 +341,6 @@ struct CudaRunnerOptions {
   // 1K 9-17 us, 4K 5-11 us faster in same-call pairs).
   bool moe_ring_act_tagged = true;
   bool moe_ring_act_lookahead = true;  // MoeRingForm::act_lookahead (DS_MOE_RING_ACT_LOOKAHEAD=0/1)
-  // MlaAttnPersistentParams::kv_prefetch (DS_ATTN_KV_PREFETCH=0..2; session 34): each block's decode
-  // splits' cache rows prefetched into the L2 in phase 1. Timing only.
-  int attn_kv_prefetch = 0;
   // MoeRingForm::grid (DS_MOE_RING_GRID=0 or 88..the SMs): the launch's blocks; 0, one a SM. At 128
   // every block has 11 gate_up tiles and one down tile (132: 10 or 11, and 4 blocks without one).
   int moe_ring_grid = 0;
@@ -710,7 +707,6 @@ struct CudaGraphStats {
   int64_t moe_router_tagged_layers = 0;    // of those, with the tagged router logits (moe_router_tagged; MoeRing too)
   int64_t moe_ring_layers = 0;             // MoE layers run by MoeRing instead (moe_ring; likewise)
   int64_t moe_ring_act_tagged_layers = 0;  // of those, with act by tagged words (moe_ring_act_tagged)
-  int64_t attn_kv_prefetch_layers = 0;     // persistent attention launches with attn_kv_prefetch
   int64_t attn_specialized_layers = 0;     // persistent attention launches on its specialised instantiation (likewise)
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 to 6 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

@@ -113,7 +113,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
     ap.merge_cols_min_splits = static_cast<int>(opts_.attn_merge_cols_min_splits);
   }
   ap.pdl = opts_.persistent_pdl;
-  ap.kv_prefetch = static_cast<int>(opts_.attn_kv_prefetch);
   ap.l2_fetch = opts_.attn_l2_fetch;
   ap.wo_stage_point = opts_.attn_wo_stage_point;
   ap.specialize = opts_.attn_specialize;
@@ -125,7 +124,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (ok == 0) return false;
   const bool went_pdl = MlaAttnPersistent(ap);
   if (attn_norm_pending_) ++graph_stats_.norm_in_attn_layers;
-  if (ap.kv_prefetch > 0) ++graph_stats_.attn_kv_prefetch_layers;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
   ++graph_stats_.fused_launches;
   ++graph_stats_.attn_persistent_layers;

@@ -245,27 +245,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
   // The token's RoPE angle for pair i = lane (phase 3 rotates pair `lane`), loaded now so that its
   // latency is not on a later phase's path.
   const int pos = *p.position;
-  // kv_prefetch: the context and this block's splits' pages, read now (thread 0) so that the
-  // prefetches in phase 1 wait on nothing (splits b and b + grid: up to 256 of them).
-  int pf_ctx = 0;
-  int64_t pf_page[2] = {0, 0};
-  if (p.kv_prefetch > 0 && threadIdx.x == 0) {
-    pf_ctx = *p.context_len;
-    const int64_t bs = p.block_size, smax_pf = (p.max_context + kBN - 1) / kBN;
-    for (int k = 0; k < 2; ++k) {
-      const int64_t split = blockIdx.x + int64_t{k} * gridDim.x;
-      if (split < smax_pf) pf_page[k] = p.block_table[split * kBN / bs];
-    }
-  }
-  const auto kv_prefetch = [&]() {  // thread 0: this block's splits below the context
-    const int64_t bs = p.block_size;
-    for (int k = 0; k < 2; ++k) {
-      const int64_t split = blockIdx.x + int64_t{k} * gridDim.x, kbeg = split * kBN;
-      if (kbeg >= pf_ctx || split >= (p.max_context + kBN - 1) / kBN) break;
-      const int64_t rows = std::min<int64_t>(kBN, pf_ctx - kbeg);
-      sm90::PrefetchL2(p.cache + (pf_page[k] * bs + kbeg % bs) * kD, static_cast<uint32_t>(rows * kD * 2));
-    }
-  };
   const bool rotate = pos >= 0 && pos < p.max_pos;
   if (phase_ns != nullptr) {
     asm volatile("" ::"r"(pos));  // the stamp after the read's value is in
@@ -300,7 +279,6 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       [&](int64_t t) -> int64_t { return PhaseOneTileRow(t, H, overlap); },
       [&](int64_t t) {  // thread 0, after the block barrier that follows the tile's stores
         if (t == blockIdx.x) Stamp(phase_ns, 18, false);
-        if ((p.kv_prefetch == 1 && t == blockIdx.x) || (p.kv_prefetch == 2 && t + gridDim.x >= n1)) kv_prefetch();
         if (overlap && t < n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.nope_ready) : "memory");
         if (split_counter && t >= n_nope) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.split_ready) : "memory");
       });
@@ -858,9 +836,6 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {
     why << "operands must be 16-byte aligned; ";
   if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned (a 64-bit counter); ";
   if (CurrentDeviceProps().sms < 2) why << "needs >= 2 SMs (without nope_ready, phase 2's absorption runs on blocks >= 1); ";
-  if (p.kv_prefetch < 0 || p.kv_prefetch > 2) why << "kv_prefetch " << p.kv_prefetch << " (0, 1 or 2); ";
-  if (p.kv_prefetch > 0 && p.max_context > 2 * int64_t{kBN} * CurrentDeviceProps().sms)
-    why << "kv_prefetch: at most two splits a block; ";
   if (why.str().empty() && !FitsCurrentDevice()) why << "no cooperative launch, or one block does not fit an SM; ";
   return why.str();
 }

@@ -163,12 +163,6 @@ struct MlaAttnPersistentParams {
   // Launched as a programmatic dependent of the previous kernel (launch.cuh; a separate kernel
   // instantiation that waits for it first). Bit-identical and no faster (session 15 run 1).
   bool pdl = false;
-  // Session 34 (CudaRunnerOptions::attn_kv_prefetch): thread 0 of each block prefetches its phase-3
-  // splits' cache rows into the L2 (cp.async.bulk.prefetch, 32 rows of 1,152 bytes a split: a
-  // split lies in one page), so that phase 3's tile loads hit the L2: 1 once the block's first
-  // phase-1 tile is written, 2 once its last one is; 0 none. The context and the block-table
-  // entries are read at the kernel's start. Timing only.
-  int kv_prefetch = 0;
 };
 
 inline constexpr int kMlaAttnPersistentStamps = 22;

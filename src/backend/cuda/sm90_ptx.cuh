@@ -74,11 +74,6 @@ __device__ __forceinline__ void TmaLoad3dHint(uint32_t dst, const void* map, int
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "l"(policy)
       : "memory");
 }
-// `bytes` (a multiple of 16) at a 16-byte aligned global address into the L2, no completion to wait
-// for (PTX ISA 8.x, "cp.async.bulk.prefetch").
-__device__ __forceinline__ void PrefetchL2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
-}
 // An L2 cache policy that evicts the lines it fills first (read-once data; PTX "createpolicy").
 __device__ __forceinline__ uint64_t EvictFirstPolicy() {
   uint64_t policy;
