@@ -89,6 +89,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_MOE_RING_EVICT_FIRST", &c.moe_ring_evict_first);
   env_switch("DS_MOE_RING_ACT_TAGGED", &c.moe_ring_act_tagged);
   env_switch("DS_MOE_RING_ACT_LOOKAHEAD", &c.moe_ring_act_lookahead);
+  env_switch("DS_MOE_RING_DENSE", &c.moe_ring_dense);
   env_int("DS_MOE_RING_GRID", 0, 1024, 1, &c.moe_ring_grid);
   env_switch("DS_PERSISTENT_PDL", &c.persistent_pdl);            // persistent kernels as PDL launches (opt-in)
   env_int("DS_ATTN_L2_FETCH", 0, 2, 1, &c.attn_l2_fetch);          // weight loads' L2 fetch size (session 21)

@@ -119,6 +119,25 @@ TEST(CudaRunnerPersistentMoe, RingActTaggedBitIdentical) {
   }
 }
 
+// moe_ring_dense (session 34): dummy V2-Lite's dense layer 0 on MoeRing's dense form instead of
+// MoePersistent's: another fp32 order of the down sums, so bounded (and some logit must differ),
+// graphs off and on, at the default ring form and at 2 stages with 1 producer; it must run.
+TEST(CudaRunnerPersistentMoe, RingDenseWithinBounds) {
+  const std::string dir = ConfigDir("deepseek-v2-lite");
+  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
+  for (const auto& [stages, producers] : {std::pair{5, 2}, std::pair{2, 1}}) {
+    const auto set = [stages, producers](CudaRunnerOptions& x, bool on) {
+      x.moe_ring_dense = on;
+      x.moe_ring_stages = stages;
+      x.moe_ring_producers = producers;
+    };
+    CompareOptionWithinBoundsRan("dummy_v2lite_3layers stages " + std::to_string(stages) + " producers " +
+                                     std::to_string(producers),
+                                 "moe_ring_dense", DummyOptions(dir, 3, 5), true, set,
+                                 &CudaGraphStats::moe_ring_dense_layers, PathExpect::kRuns);
+  }
+}
+
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
 // against the unfused dense MLP (another fp32 order), and it must run there.
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {

@@ -567,7 +567,9 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   const MoeRingForm ring_form{opts_.moe_ring_stages, opts_.moe_ring_producers, opts_.moe_ring_early_stages,
                               opts_.moe_ring_warm_route, opts_.moe_ring_evict_first, opts_.moe_ring_grid, opts_.moe_ring_act_tagged,
                               opts_.moe_ring_act_lookahead};
-  const MoeRingMaps* ring = opts_.moe_ring && !dense && MoePersistentTagged(p) ? RingMapsFor(l, p, ring_form) : nullptr;
+  const bool ring_ok = dense ? opts_.moe_ring_dense && opts_.moe_ring_act_tagged && p.attn_out != nullptr && p.norm_weight == nullptr
+                             : MoePersistentTagged(p);
+  const MoeRingMaps* ring = opts_.moe_ring && ring_ok ? RingMapsFor(l, p, ring_form) : nullptr;
   bool went_pdl = false;
   if (ring != nullptr) MoeRing(p, *ring, ring_form, persist_act_tagged_.as<uint64_t>());
   else went_pdl = MoePersistent(p);
@@ -576,8 +578,9 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   // (MoeRing counts as the form it computes, MoePersistentTagged's: gu_ksplit 8, shared experts
   // first, the specialised form, the tagged logits; not l2_fetch: its copies are tensor-map copies.)
-  if (ring != nullptr) ++graph_stats_.moe_ring_layers;
-  if (ring != nullptr && ring_form.act_tagged) ++graph_stats_.moe_ring_act_tagged_layers;
+  if (ring != nullptr && !dense) ++graph_stats_.moe_ring_layers;
+  if (ring != nullptr && !dense && ring_form.act_tagged) ++graph_stats_.moe_ring_act_tagged_layers;
+  if (ring != nullptr && dense) ++graph_stats_.moe_ring_dense_layers;
   if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
   if (p.l2_fetch > 0 && !went_pdl && ring == nullptr) ++graph_stats_.moe_l2_fetch_layers;

@@ -341,6 +341,9 @@ struct CudaRunnerOptions {
   // 1K 9-17 us, 4K 5-11 us faster in same-call pairs).
   bool moe_ring_act_tagged = true;
   bool moe_ring_act_lookahead = true;  // MoeRingForm::act_lookahead (DS_MOE_RING_ACT_LOOKAHEAD=0/1)
+  // The dense layer (first_k_dense) on MoeRing's dense form too (DS_MOE_RING_DENSE=0/1; session 34;
+  // moe_ring.h), where persistent_dense_mlp runs it and the act_tagged form is on. Its own fp32 order.
+  bool moe_ring_dense = false;
   // MoeRingForm::grid (DS_MOE_RING_GRID=0 or 88..the SMs): the launch's blocks; 0, one a SM. At 128
   // every block has 11 gate_up tiles and one down tile (132: 10 or 11, and 4 blocks without one).
   int moe_ring_grid = 0;
@@ -707,6 +710,7 @@ struct CudaGraphStats {
   int64_t moe_router_tagged_layers = 0;    // of those, with the tagged router logits (moe_router_tagged; MoeRing too)
   int64_t moe_ring_layers = 0;             // MoE layers run by MoeRing instead (moe_ring; likewise)
   int64_t moe_ring_act_tagged_layers = 0;  // of those, with act by tagged words (moe_ring_act_tagged)
+  int64_t moe_ring_dense_layers = 0;       // dense layers run by MoeRing's dense form (moe_ring_dense)
   int64_t attn_specialized_layers = 0;     // persistent attention launches on its specialised instantiation (likewise)
   int64_t attn_wo_stage_early_layers = 0;  // persistent attention launches with attn_wo_stage_point 3 to 6 (likewise)
   int64_t fp8_gemv_launches = 0;  // host-side Fp8Gemv launches (fp8_gemv; eager passes and captures)

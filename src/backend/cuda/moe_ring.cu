@@ -49,6 +49,31 @@ static_assert(kXsElems / 2 == kMoeRingActWords, "the tagged act words: two act v
 constexpr int kSegWords = kI / 2 / 32;            // a segment's tagged act words a lane (22)
 static_assert(kSegWords <= 32 && kBox / 2 == 2 * 32, "a lane's words in one mask; a down stage's act: two words a lane");
 
+// The dense form (kDense; MoeRingForm::dense, session 34): DeepSeek-V2-Lite's first_k_dense layer, its MLP
+// (I 10,944) as the gate_up tiles' "shared" weights: 1,368 tiles of 8 act columns, no router, no routing. A
+// down tile's K (10,944) is 86 chunks of 128 columns (the last 64 wide), chunk 8 ds + w warp w's part of stage
+// ds (stage 10: warps 0-5, warp 5's chunk half), each warp's sum over its chunks in order, the warps' sums in
+// warp order: its own fp32 order (not MoePersistent's dense form's: bounded, not bit-identical).
+constexpr int kIsD = 10944, kTilesD = kIsD / 8, kChunksD = (kIsD + kBox - 1) / kBox;  // 1,368 tiles, 86 chunks
+static_assert(kIsD <= kXsElems && kChunksD <= kCw * kDnStages && kTilesD <= kMaxRounds * 88, "the dense form fits");
+static_assert(kIsD % 64 == 0 && (kIsD % kBox) % 32 == 0, "the last chunk: whole 32-column steps, whole words a lane");
+static_assert(kCw * kDnStages * kBox / 2 <= kMoeRingActWords, "every dense word slot a lane polls lies in act_tagged");
+// kDense: the word offset of a lane's act word u (u < kSegWords: stage u / 2, half u % 2): its segment's u-th
+// 32-word row (MoE), or chunk 8 (u / 2) + warp's half u % 2 (dense; from the warp's first chunk).
+template <bool kDense>
+__device__ __forceinline__ int WordOff(int u) {
+  return kDense ? (kCw * kBox / 2) * (u >> 1) + 32 * (u & 1) : 32 * u;
+}
+// Dense: bit u set where the warp's word u lies past the act (chunks >= 86, the last chunk's second half).
+__device__ __forceinline__ uint32_t DenseAbsentWords(int warp) {
+  uint32_t m = 0;
+  for (int u = 0; u < kSegWords; ++u) {
+    const int chunk = kCw * (u >> 1) + warp, col = chunk * kBox + 64 * (u & 1);
+    if (col >= kIsD) m |= 1u << u;
+  }
+  return m;
+}
+
 constexpr int kConsumerBar = 1;  // named barrier of the 8 consumer warps
 __device__ __forceinline__ void ConsumerSync() { sm90::NamedBarSync(kConsumerBar, kCt); }
 // dev::BlockSum over the 256 consumer threads (the same butterfly and order as BlockSum in a
@@ -72,22 +97,25 @@ __device__ __forceinline__ void WaitParity(uint32_t bar, uint32_t parity) {
 // word): LoadTaggedAct issues the loads of those not yet in `have` together (v[u] 0 for the
 // others), CommitTaggedAct puts those of v that carry `tag` into xs_seg (the segment's act, bf16
 // pairs at 2 (lane + 32 u)) and marks them in `have`.
+template <bool kDense = false>
 __device__ __forceinline__ void LoadTaggedAct(const uint64_t* w, uint32_t have, uint64_t (&v)[kSegWords]) {
 #pragma unroll
-  for (int u = 0; u < kSegWords; ++u) v[u] = (have >> u & 1u) ? 0 : moe_dev::LdTaggedWord(w + 32 * u);
+  for (int u = 0; u < kSegWords; ++u) v[u] = (have >> u & 1u) ? 0 : moe_dev::LdTaggedWord(w + WordOff<kDense>(u));
 }
 // One word u of the lane's (dst: the lane's first pair in the segment's act).
+template <bool kDense = false>
 __device__ __forceinline__ void CommitTaggedWord(int u, uint64_t v, uint32_t tag, uint32_t* dst, uint32_t& have) {
   if (!(have >> u & 1u) && static_cast<uint32_t>(v >> 32) == tag) {
-    dst[32 * u] = static_cast<uint32_t>(v);
+    dst[WordOff<kDense>(u)] = static_cast<uint32_t>(v);
     have |= 1u << u;
   }
 }
+template <bool kDense = false>
 __device__ __forceinline__ void CommitTaggedAct(const uint64_t (&v)[kSegWords], uint32_t tag, bf16* xs_seg,
                                                 uint32_t& have) {
   uint32_t* dst = reinterpret_cast<uint32_t*>(xs_seg) + (threadIdx.x & 31);
 #pragma unroll
-  for (int u = 0; u < kSegWords; ++u) CommitTaggedWord(u, v[u], tag, dst, have);
+  for (int u = 0; u < kSegWords; ++u) CommitTaggedWord<kDense>(u, v[u], tag, dst, have);
 }
 
 // act's offset of gate_up tile t's first value: the routed slot's segment, then the shared chunks.
@@ -122,10 +150,11 @@ struct RingPos {
 
 // Warps: kCw consumers, kP producers, one routing warp. kTagAct (MoeRingForm::act_tagged): act
 // through act_tagged's words and no grid barrier (moe_ring.h).
-template <int kP, bool kTagAct>
+template <int kP, bool kTagAct, bool kDense>
 __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     MoeRingKernel(const __grid_constant__ MoeRingMaps maps, MoePersistentParams p, int stages, int early, bool warm,
                   bool evict_first, uint64_t* act_tagged, bool act_lookahead) {
+  static_assert(kTagAct || !kDense, "the dense form only with act_tagged");
   extern __shared__ __align__(1024) unsigned char ring[];
   bf16* xs = reinterpret_cast<bf16*>(ring + static_cast<size_t>(stages) * kStageBytes);  // x16 [hidden], then act
   __shared__ __align__(8) uint64_t full[kMaxStages], empty[kMaxStages], routed_bar, go_bar;
@@ -153,13 +182,17 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       sm90::BarInit(sm90::SmemAddr(&empty[s]), kCw);
     }
     sm90::BarInit(sm90::SmemAddr(&routed_bar), 1);
-    sm90::BarInit(sm90::SmemAddr(&go_bar), warm ? 2 : 1);  // the consumers' loads out (and the warm routing)
+    sm90::BarInit(sm90::SmemAddr(&go_bar), warm && !kDense ? 2 : 1);  // the consumers' loads out (and the warm routing)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
   const uint32_t epoch = static_cast<uint32_t>(s_base / grid::kGridEpoch) + 1u;  // the tagged words' tag
   if (warp == kCw + kP) {
+    if constexpr (kDense) {  // no routing: the producers and the consumers go on at once
+      if (lane == 0) sm90::BarArrive(sm90::SmemAddr(&routed_bar));
+      return;
+    }
     // The routing warp: as soon as the router blocks' tagged logits are in, the ids into s_ids
     // (for the producers, which wait for them before the first routed stage) and the weights into
     // s_w (for the combine; the consumers wait for routed_bar before they read them).
@@ -227,16 +260,16 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     };
     constexpr uint32_t kBoxesPer = kCw / kP;
     bool routed = false;
-    for (int i = b; i < kTiles; i += grid) {
-      if (!routed && i >= kTs) {
+    for (int i = b; i < (kDense ? kTilesD : kTiles); i += grid) {
+      if (!kDense && !routed && i >= kTs) {
         WaitParity(sm90::SmemAddr(&routed_bar), 0);
         routed = true;
         if (j == 0) stamp(p.tile_stamps, 0);
       }
-      const int t = TileOf<kTagAct>(i);
-      const bool shared = t >= kTilesR;
+      const int t = kDense ? i : TileOf<kTagAct>(i);
+      const bool shared = kDense || t >= kTilesR;
       const CUtensorMap* map = shared ? &maps.sgu : &maps.gu;
-      const int c0 = shared ? (t - kTilesR) * 8 : (t % (kI / 8)) * 8;
+      const int c0 = kDense ? t * 8 : shared ? (t - kTilesR) * 8 : (t % (kI / 8)) * 8;
       const int half0 = shared ? 0 : 2 * s_ids[t / (kI / 8)];
       for (int h = 0; h < 2; ++h) {
         const uint32_t bar = acquire(kBoxesPer * 4096u);
@@ -258,7 +291,8 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
         const uint32_t bar = acquire(kBoxesPer * 4096u);
         const uint32_t base = sm90::SmemAddr(ring + pos.slot * kStageBytes);
         for (int w = j; w < kCw; w += kP) {
-          if (w < kK) tma2d(base + w * 4096, &maps.dn, kBox * ds, s_ids[w] * kHd + n0, bar);
+          if (kDense) tma2d(base + w * 4096, &maps.sdn, kBox * min(kCw * ds + w, kChunksD - 1), n0, bar);  // (past: unused)
+          else if (w < kK) tma2d(base + w * 4096, &maps.dn, kBox * ds, s_ids[w] * kHd + n0, bar);
           else tma2d(base + w * 4096, &maps.sdn, (w - kK) * kI + kBox * ds, n0, bar);
         }
         pos.Next(stages);
@@ -277,7 +311,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   constexpr int kPer = kHd / kCt;
   static_assert(kHd % kCt == 0, "hidden a multiple of the consumer threads");
   float ao[kPer], re[kPer], pw[kPer], rw[kPer];
-  const bool router = b < kE;
+  const bool router = !kDense && b < kE;
 #pragma unroll
   for (int u = 0; u < kPer; ++u) {
     ao[u] = p.attn_out[tid + u * kCt];
@@ -326,10 +360,12 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   const int tile0 = grid - 1 - b;  // the block's first down tile (none: >= kDtiles)
   // kTagAct: the lane's act words (segment `warp`: word lane + 32 u, u < kSegWords; chunk c of 128
   // act values, a down stage's, is u = 2 c and 2 c + 1), `have` those in xs (bit u).
-  const uint64_t* aw = kTagAct ? act_tagged + warp * (kI / 2) + lane : nullptr;
-  uint32_t have = 0;
+  // kDense: the warp's chunks w, w + 8, ... (WordOff), the words past the act marked had.
+  const uint64_t* aw = kTagAct ? act_tagged + (kDense ? (kBox / 2) * warp : warp * (kI / 2)) + lane : nullptr;
+  bf16* const xs_act = xs + (kDense ? kBox : kI) * warp;  // the warp's act in xs (dense: its first chunk)
+  uint32_t have = kDense ? DenseAbsentWords(warp) : 0u;
   int r = 0;
-  for (int i = b; i < kTiles; i += grid, ++r) {
+  for (int i = b; i < (kDense ? kTilesD : kTiles); i += grid, ++r) {
     float d[4] = {0.f, 0.f, 0.f, 0.f};
     for (int h = 0; h < 2; ++h) {
       wait_full();
@@ -360,7 +396,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     // with the launch's tag, into act_tagged; then the grid counter's arrival alone (the next
     // launch's base). No barrier: a warp's down stage waits for its own 128 act values' words.
     for (int idx = tid; idx < r * 4; idx += kCt) {
-      const int rr = idx / 4, c = 2 * (idx % 4), t = TileOf<kTagAct>(b + grid * rr);
+      const int rr = idx / 4, c = 2 * (idx % 4), t = kDense ? b + grid * rr : TileOf<kTagAct>(b + grid * rr);
       float gs0 = 0.f, us0 = 0.f, gs1 = 0.f, us1 = 0.f;
       for (int pp = 0; pp < kCw; ++pp) {
         gs0 += s_gu[rr][pp][c];
@@ -368,7 +404,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
         gs1 += s_gu[rr][pp][c + 1];
         us1 += s_gu[rr][pp][8 + c + 1];
       }
-      const int off = ActOffset(t) + c;
+      const int off = (kDense ? t * 8 : ActOffset(t)) + c;
       const __nv_bfloat162 pair(moe_dev::SiluMul(gs0, us0), moe_dev::SiluMul(gs1, us1));
       *reinterpret_cast<__nv_bfloat162*>(p.act + off) = pair;
       moe_dev::StTaggedBits(act_tagged + off / 2, epoch, *reinterpret_cast<const uint32_t*>(&pair));
@@ -380,8 +416,8 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
     if (tid < 16 && tile0 < kDtiles) r1_first = p.attn_out[tile0 * 16 + tid] + p.residual[tile0 * 16 + tid];
     if (tile0 < kDtiles) {  // every word the lane has, at once (x16 no longer read: past the consumers' sync)
       uint64_t v[kSegWords];
-      LoadTaggedAct(aw, 0u, v);
-      CommitTaggedAct(v, epoch, xs + warp * kI, have);
+      LoadTaggedAct<kDense>(aw, kDense ? have : 0u, v);
+      CommitTaggedAct<kDense>(v, epoch, xs_act, have);
     } else if (tid == 0) {
       stamp(p.stamps, 6);  // (no down tile)
     }
@@ -430,16 +466,16 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
   // top_k, then the shared experts' down chunks of I) over both of MoePersistent's K ranges, summed
   // apart (d0 the first 704 columns, d1 the rest) in its step order: rows g and g + 8 of the mma
   // tile are the segment's output columns n0 + g and n0 + 8 + g, every B column its act.
-  const uint4* xw = reinterpret_cast<const uint4*>(xs + warp * kI) + q;  // segment w's act (lane's 8 at 8 q)
+  const uint4* xw = reinterpret_cast<const uint4*>(xs_act) + q;  // segment w's act (lane's 8 at 8 q; dense: chunk w's)
   bool first = true;
   // kTagAct with act_lookahead: chunk c's two words loaded at stage c - 2 where the lane still
   // lacked them (bit c of `ahead`), into the slot of c's parity, and committed at stage c.
   uint64_t la_e0 = 0, la_e1 = 0, la_o0 = 0, la_o1 = 0;
   uint32_t ahead = 0;
   const auto commit_chunk = [&](int c, uint64_t v0, uint64_t v1) {
-    uint32_t* dst = reinterpret_cast<uint32_t*>(xs + warp * kI) + lane;
-    CommitTaggedWord(2 * c, v0, epoch, dst, have);
-    CommitTaggedWord(2 * c + 1, v1, epoch, dst, have);
+    uint32_t* dst = reinterpret_cast<uint32_t*>(xs_act) + lane;
+    CommitTaggedWord<kDense>(2 * c, v0, epoch, dst, have);
+    CommitTaggedWord<kDense>(2 * c + 1, v1, epoch, dst, have);
   };
   for (int tile = tile0; tile < kDtiles; tile += grid) {
     float d0[4] = {0.f, 0.f, 0.f, 0.f}, d1[4] = {0.f, 0.f, 0.f, 0.f};
@@ -453,15 +489,16 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
             commit_chunk(ds, ds & 1 ? la_o0 : la_e0, ds & 1 ? la_o1 : la_e1);
           while (!__all_sync(0xffffffffu, (have & need) == need)) {
             uint64_t v[kSegWords];
-            LoadTaggedAct(aw, have, v);
-            CommitTaggedAct(v, epoch, xs + warp * kI, have);
+            LoadTaggedAct<kDense>(aw, have, v);
+            CommitTaggedAct<kDense>(v, epoch, xs_act, have);
           }
           __syncwarp();
           if (tid == 0 && ds == 0) stamp(p.stamps, 6);
           const int c = ds + 2;
           const uint32_t cmask = 3u << (2 * c);
           if (act_lookahead && c < kDnStages && (have & cmask) != cmask) {
-            const uint64_t v0 = moe_dev::LdTaggedWord(aw + 32 * (2 * c)), v1 = moe_dev::LdTaggedWord(aw + 32 * (2 * c + 1));
+            const uint64_t v0 = moe_dev::LdTaggedWord(aw + WordOff<kDense>(2 * c)),
+                           v1 = moe_dev::LdTaggedWord(aw + WordOff<kDense>(2 * c + 1));
             if (c & 1) { la_o0 = v0; la_o1 = v1; } else { la_e0 = v0; la_e1 = v1; }
             ahead |= 1u << c;
           }
@@ -475,10 +512,12 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       for (int s = 0; s < kBox / 32; ++s) {
         const uint4 va = *reinterpret_cast<const uint4*>(slice + g * 256 + s * 64 + q * 16);
         const uint4 vb = *reinterpret_cast<const uint4*>(slice + 2048 + g * 256 + s * 64 + q * 16);
-        const uint4 xv = xw[4 * (ds * (kBox / 32) + s)];
+        const uint4 xv = xw[(kDense ? kCw * kBox / 8 : kBox / 8) * ds + 4 * s];
         float(&d)[4] = s < decltype(split)::value ? da : db;
-        ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
-        ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
+        if (!kDense || (kCw * ds + warp) * kBox + 32 * s < kIsD) {  // (dense: past the act, no step)
+          ptx::Mma(d, va.x, vb.x, va.y, vb.y, xv.x, xv.y);
+          ptx::Mma(d, va.z, vb.z, va.w, vb.w, xv.z, xv.w);
+        }
       }
       release();
     };
@@ -503,8 +542,12 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
         return v;
       };
       float acc = 0.f;
-      for (int sc = kK; sc < kNseg; ++sc) acc += y(sc);
-      for (int jj = 0; jj < kK; ++jj) acc += s_w[jj] * __bfloat162float(__float2bfloat16_rn(y(jj)));
+      if constexpr (kDense) {  // the warps' sums in warp order
+        for (int sc = 0; sc < kNseg; ++sc) acc += y(sc);
+      } else {
+        for (int sc = kK; sc < kNseg; ++sc) acc += y(sc);
+        for (int jj = 0; jj < kK; ++jj) acc += s_w[jj] * __bfloat162float(__float2bfloat16_rn(y(jj)));
+      }
       const float r1 = first ? r1_first : p.attn_out[n] + p.residual[n];
       p.residual[n] = acc + r1;
     }
@@ -515,13 +558,17 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
 }
 
 using KernelFn = void (*)(MoeRingMaps, MoePersistentParams, int, int, bool, bool, uint64_t*, bool);
-template <bool kTagAct>
+template <bool kTagAct, bool kDense>
 KernelFn KernelFor(int producers) {
-  return producers == 4 ? MoeRingKernel<4, kTagAct> : producers == 2 ? MoeRingKernel<2, kTagAct> : MoeRingKernel<1, kTagAct>;
+  return producers == 4   ? MoeRingKernel<4, kTagAct, kDense>
+         : producers == 2 ? MoeRingKernel<2, kTagAct, kDense>
+                          : MoeRingKernel<1, kTagAct, kDense>;
 }
-KernelFn KernelFor(int producers, bool act_tagged) {
-  return act_tagged ? KernelFor<true>(producers) : KernelFor<false>(producers);
+KernelFn KernelFor(int producers, bool act_tagged, bool dense) {
+  return dense ? KernelFor<true, true>(producers) : act_tagged ? KernelFor<true, false>(producers) : KernelFor<false, false>(producers);
 }
+// The dense form's params: a layer without routed experts (moe_ring.h).
+bool IsDense(const MoePersistentParams& p) { return p.num_experts == 0 && p.top_k == 0; }
 
 size_t SmemBytes(int stages) { return static_cast<size_t>(stages) * kStageBytes + kTailBytes; }
 
@@ -538,13 +585,13 @@ CUtensorMap Encode(const void* base, int rank, const cuuint64_t* dims, const cuu
 // The device's side of MoeRingUnsupported for `form` (cooperative launch, sm_90, the SM count the
 // schedule needs, one block a SM with the ring's shared memory), cached per (device, form) under a
 // mutex (runners on several devices may ask from several threads).
-std::string DeviceVerdict(const MoeRingForm& form) {
+std::string DeviceVerdict(const MoeRingForm& form, bool dense) {
   static std::mutex mu;
-  static auto* known = new std::map<std::tuple<int, int, int, bool>, std::string>();
+  static auto* known = new std::map<std::tuple<int, int, int, bool, bool>, std::string>();
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(dev, form.stages, form.producers, form.act_tagged);
+  const auto key = std::make_tuple(dev, form.stages, form.producers, form.act_tagged, dense);
   if (const auto it = known->find(key); it != known->end()) return it->second;
   std::ostringstream why;
   const DeviceProps& dp = CurrentDeviceProps();
@@ -556,7 +603,7 @@ std::string DeviceVerdict(const MoeRingForm& form) {
   if (dp.sms * kMaxRounds < kTiles) why << dp.sms << " SMs (the schedule needs at least 88); ";
   if (why.str().empty()) {
     const size_t smem = SmemBytes(form.stages);
-    const KernelFn kernel = KernelFor(form.producers, form.act_tagged);
+    const KernelFn kernel = KernelFor(form.producers, form.act_tagged, dense);
     // The fit by arithmetic (not an occupancy query, which may follow the kernel's preferred
     // carveout of the moment, set by MoeRing for another stage count).
     cudaFuncAttributes attr{};
@@ -580,6 +627,25 @@ std::string DeviceVerdict(const MoeRingForm& form) {
 
 std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& form) {
   std::ostringstream why;
+  if (IsDense(p)) {  // the dense form (moe_ring.h)
+    if (p.hidden != kHd || p.shared_inter != kIsD)
+      why << "dense shapes (hidden " << p.hidden << ", I " << p.shared_inter << ") are not DeepSeek-V2-Lite's (2048, 10944); ";
+    if (!form.act_tagged) why << "the dense form needs act_tagged; ";
+    if (!p.attn_out || !p.post_norm_weight) why << "needs attn_out and post_norm_weight (the folded post-attention norm); ";
+    if (p.norm_weight) why << "no next norm in this form (norm_weight must be null); ";
+    if (p.barriers_only) why << "barriers_only (a MoePersistent measurement) is not supported; ";
+    if (!p.shared_gu || !p.shared_down || !p.act || !p.residual || !p.sync) why << "null pointer; ";
+    const auto mis = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };
+    if (mis(p.shared_gu) || mis(p.shared_down) || mis(p.act)) why << "operands must be 16-byte aligned; ";
+    if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned; ";
+    if (form.stages < 2 || form.stages > kMaxStages) why << "ring stages " << form.stages << " (2.." << kMaxStages << "); ";
+    if (form.early_stages < 0) why << "early stages " << form.early_stages << " (0: all); ";
+    if (form.grid != 0 && (form.grid * kMaxRounds < kTiles || form.grid > CurrentDeviceProps().sms))
+      why << "grid " << form.grid << " (88 .. the SMs, or 0); ";
+    if (form.producers != 1 && form.producers != 2 && form.producers != 4) why << "producers " << form.producers << " (1, 2 or 4); ";
+    if (!why.str().empty()) return why.str();
+    return DeviceVerdict(form, true);
+  }
   if (p.hidden != kHd || p.num_experts != kE || p.top_k != kK || p.inter != kI || p.shared_inter != kIs)
     why << "shapes (hidden " << p.hidden << ", experts " << p.num_experts << ", top_k " << p.top_k << ", I " << p.inter
         << ", shared I " << p.shared_inter << ") are not DeepSeek-V2-Lite's (2048, 64, 6, 1408, 2816); ";
@@ -605,10 +671,22 @@ std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& 
     why << "grid " << form.grid << " (88 .. the SMs, or 0); ";
   if (form.producers != 1 && form.producers != 2 && form.producers != 4) why << "producers " << form.producers << " (1, 2 or 4); ";
   if (!why.str().empty()) return why.str();
-  return DeviceVerdict(form);
+  return DeviceVerdict(form, false);
 }
 
 MoeRingMaps MoeRingMakeMaps(const MoePersistentParams& p) {
+  if (IsDense(p)) {  // gate_up [2][10944][hidden] as sgu, down [hidden][10944] as sdn (gu / dn unused)
+    DS_CHECK(p.hidden == kHd && p.shared_inter == kIsD) << "MoeRingMakeMaps: not DeepSeek-V2-Lite's dense shapes";
+    MoeRingMaps m{};
+    const cuuint32_t box3[3] = {kBox, 8, 2}, box2[2] = {kBox, 16};
+    const cuuint64_t sdims[3] = {kHd, kIsD, 2}, sstrides[2] = {kHd * 2, cuuint64_t{kIsD} * kHd * 2};
+    m.sgu = Encode(p.shared_gu, 3, sdims, sstrides, box3);
+    const cuuint64_t ddims[2] = {kIsD, kHd}, dstrides[1] = {kIsD * 2};
+    m.sdn = Encode(p.shared_down, 2, ddims, dstrides, box2);
+    m.gu = m.sgu;
+    m.dn = m.sdn;
+    return m;
+  }
   DS_CHECK(p.hidden == kHd && p.num_experts == kE && p.inter == kI && p.shared_inter == kIs)
       << "MoeRingMakeMaps: not DeepSeek-V2-Lite's shapes";
   MoeRingMaps m;
@@ -634,7 +712,7 @@ int MoeRing(const MoePersistentParams& p, const MoeRingMaps& maps, const MoeRing
   DS_CHECK(!form.act_tagged || (act_tagged != nullptr && reinterpret_cast<uintptr_t>(act_tagged) % 8 == 0))
       << "MoeRing: the act_tagged form needs act_tagged ([kMoeRingActWords] 64-bit words, 8-byte aligned)";
   const size_t smem = SmemBytes(form.stages);
-  const KernelFn kernel = KernelFor(form.producers, form.act_tagged);
+  const KernelFn kernel = KernelFor(form.producers, form.act_tagged, IsDense(p));
   // The MoE layers' carveout (MoePersistentParams::carveout: the runner's moe_carveout), where the
   // ring fits it (3 stages fit 58%, MoePersistent's; 4 do not): the attention kernel after it then
   // meets the shared-memory configuration it meets after MoePersistent. Timing only.

@@ -38,6 +38,13 @@
 // dependency; the same reasoning as the router's tagged logits).
 // Shapes: DeepSeek-V2-Lite's MoE (and Moonlight's): hidden 2048, 64 routed experts, top 6, I 1408,
 // shared I 2816, bf16 experts (MoeRingUnsupported says why not).
+// The dense form (session 34; params with num_experts == top_k == 0, MoePersistent's dense form:
+// the first_k_dense layer's MLP as shared_gu / shared_down, shared_inter its I): V2-Lite's dense layer
+// (hidden 2048, I 10,944), act_tagged only. Its gate_up tiles are MoePersistent's; a down tile's K is 86
+// chunks of 128 columns (the last 64 wide), chunk 8 ds + w warp w's part of stage ds, each warp's sum
+// over its chunks in order (its stages before and after the MoE form's K split summed apart, d0 then d1),
+// the warps' sums in warp order: its own fp32 order, so bounded against MoePersistent's dense form, not
+// bit-identical (CudaRunnerPersistentMoe.RingDenseWithinBounds).
 // Source of the math: moe_persistent.h (DeepSeek-V2 paper section 2.2; transformers' DeepseekV2MoE).
 #pragma once
 
