@@ -342,8 +342,10 @@ struct CudaRunnerOptions {
   bool moe_ring_act_tagged = true;
   bool moe_ring_act_lookahead = true;  // MoeRingForm::act_lookahead (DS_MOE_RING_ACT_LOOKAHEAD=0/1)
   // The dense layer (first_k_dense) on MoeRing's dense form too (DS_MOE_RING_DENSE=0/1; session 34;
-  // moe_ring.h), where persistent_dense_mlp runs it and the act_tagged form is on. Its own fp32 order.
-  bool moe_ring_dense = false;
+  // moe_ring.h), where persistent_dense_mlp runs it and the act_tagged form is on. Its own fp32 order
+  // (bounded against MoePersistent's dense form). On by default since session 34 (run 6: V2-Lite b1
+  // 1K -2 to -8 us, 4K -11 to +3 us a step in interleaved pairs; the kernel ~6 us under MoePersistent's).
+  bool moe_ring_dense = true;
   // MoeRingForm::grid (DS_MOE_RING_GRID=0 or 88..the SMs): the launch's blocks; 0, one a SM. At 128
   // every block has 11 gate_up tiles and one down tile (132: 10 or 11, and 4 blocks without one).
   int moe_ring_grid = 0;
