@@ -100,7 +100,8 @@ TEST(CudaRunnerPersistentMoe, RingBitIdentical) {
 
 // moe_ring_act_tagged (session 33; the default): the ring's act by tagged words instead of its grid
 // barrier: the same bits as MoePersistent's tagged form (the ring's "off" side), graphs off and on,
-// at the default ring form, at 2 stages with 1 producer, and without the act look-ahead.
+// at the default ring form, at 2 stages with 1 producer, and without the act look-ahead; the dense layer
+// stays on MoePersistent on both sides (RingDenseWithinBounds covers the ring's dense form).
 TEST(CudaRunnerPersistentMoe, RingActTaggedBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
@@ -108,6 +109,7 @@ TEST(CudaRunnerPersistentMoe, RingActTaggedBitIdentical) {
     const auto set = [stages, producers, lookahead](CudaRunnerOptions& x, bool on) {
       x.moe_ring = on;
       x.moe_ring_act_tagged = on;
+      x.moe_ring_dense = false;  // (the dense layer on MoePersistent both sides: the ring's dense form has its own order)
       x.moe_ring_act_lookahead = lookahead;
       x.moe_ring_stages = stages;
       x.moe_ring_producers = producers;
