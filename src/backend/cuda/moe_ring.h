@@ -94,7 +94,8 @@ struct MoeRingForm {
 };
 
 // Empty when MoeRing can run p (MoePersistentTagged's form: attn_out, router_tagged, no
-// norm_weight, routed and shared experts) with `form` on this device; else why not. The params
+// norm_weight, routed and shared experts; or the dense form above: num_experts == top_k == 0, attn_out,
+// no norm_weight, the MLP as shared_gu / shared_down, act_tagged) with `form` on this device; else why not. The params
 // carry no dtype: the caller passes bf16 experts (the runner checks). MoePersistent's fields that
 // the ring has no use for are ignored: blocks_per_sm, gu_ksplit, l2_fetch, router_ready, partials,
 // pdl, specialize (the runner takes the ring only where MoePersistentTagged holds).
