@@ -62,7 +62,9 @@ TEST(CudaRunnerPersistentMoe, SharedFirstBitIdentical) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
   const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_moe_shared_first = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_shared_first", DummyOptions(dir, 3, 5), set,
+  CudaRunnerOptions o = DummyOptions(dir, 3, 5);
+  o.moe_ring_dense = false;  // (the dense layer on MoePersistent's dense form, which this option changes)
+  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "persistent_moe_shared_first", o, set,
                                &CudaGraphStats::moe_shared_first_layers, PathExpect::kRuns);
 }
 
@@ -141,13 +143,19 @@ TEST(CudaRunnerPersistentMoe, RingDenseWithinBounds) {
 }
 
 // persistent_dense_mlp: dummy V2-Lite's dense layer 0 through the kernel's dense form: bounded
-// against the unfused dense MLP (another fp32 order), and it must run there.
+// against the unfused dense MLP (another fp32 order), and it must run there; on MoePersistent's dense
+// form and on MoeRing's (moe_ring_dense, the default since session 34).
 TEST(CudaRunnerPersistentMoe, DenseWithinBounds) {
   const std::string dir = ConfigDir("deepseek-v2-lite");
   if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_dense_mlp = on; };
-  CompareOptionWithinBoundsRan("dummy_v2lite_3layers", "persistent_dense_mlp", DummyOptions(dir, 3, 5), true, set,
-                               &CudaGraphStats::persistent_dense_layers, PathExpect::kRuns);
+  for (bool ring : {false, true}) {
+    const auto set = [](CudaRunnerOptions& x, bool on) { x.persistent_dense_mlp = on; };
+    CudaRunnerOptions o = DummyOptions(dir, 3, 5);
+    o.moe_ring_dense = ring;
+    CompareOptionWithinBoundsRan(std::string("dummy_v2lite_3layers") + (ring ? " ring" : ""), "persistent_dense_mlp", o,
+                                 true, set, ring ? &CudaGraphStats::moe_ring_dense_layers : &CudaGraphStats::persistent_dense_layers,
+                                 PathExpect::kRuns);
+  }
 }
 
 // persistent_pdl: both persistent kernels as programmatic dependent launches: the same kernels'

@@ -577,14 +577,16 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   lm_norm_pending_ = norm_in_lm;
   if (norm_in_attn) ++graph_stats_.moe_norm_skipped_layers;
   // (MoeRing counts as the form it computes, MoePersistentTagged's: gu_ksplit 8, shared experts
-  // first, the specialised form, the tagged logits; not l2_fetch: its copies are tensor-map copies.)
+  // first, the specialised form, the tagged logits; not l2_fetch: its copies are tensor-map copies.
+  // Its dense form counts as none of those.)
   if (ring != nullptr && !dense) ++graph_stats_.moe_ring_layers;
   if (ring != nullptr && !dense && ring_form.act_tagged) ++graph_stats_.moe_ring_act_tagged_layers;
   if (ring != nullptr && dense) ++graph_stats_.moe_ring_dense_layers;
-  if (p.gu_ksplit > 1) ++graph_stats_.moe_gu_ksplit_layers;
-  if (p.router_ready != nullptr) ++graph_stats_.moe_shared_first_layers;
+  const bool ring_dense = ring != nullptr && dense;
+  if (p.gu_ksplit > 1 && !ring_dense) ++graph_stats_.moe_gu_ksplit_layers;
+  if (p.router_ready != nullptr && !ring_dense) ++graph_stats_.moe_shared_first_layers;
   if (p.l2_fetch > 0 && !went_pdl && ring == nullptr) ++graph_stats_.moe_l2_fetch_layers;
-  if (!went_pdl && MoePersistentSpecialized(p)) ++graph_stats_.moe_specialized_layers;
+  if (!went_pdl && !ring_dense && MoePersistentSpecialized(p)) ++graph_stats_.moe_specialized_layers;
   if (!went_pdl && MoePersistentTagged(p)) ++graph_stats_.moe_router_tagged_layers;
   if (p.carveout >= 0) ++graph_stats_.persistent_carveout_launches;
   if (went_pdl) ++graph_stats_.persistent_pdl_launches;
