@@ -623,6 +623,15 @@ std::string DeviceVerdict(const MoeRingForm& form, bool dense) {
   return why.str();
 }
 
+// The ring form's own checks (both forms), appended to `why`.
+void FormWhy(const MoeRingForm& form, std::ostringstream& why) {
+  if (form.stages < 2 || form.stages > kMaxStages) why << "ring stages " << form.stages << " (2.." << kMaxStages << "); ";
+  if (form.early_stages < 0) why << "early stages " << form.early_stages << " (0: all); ";
+  if (form.grid != 0 && (form.grid * kMaxRounds < kTiles || form.grid > CurrentDeviceProps().sms))
+    why << "grid " << form.grid << " (88 .. the SMs, or 0); ";
+  if (form.producers != 1 && form.producers != 2 && form.producers != 4) why << "producers " << form.producers << " (1, 2 or 4); ";
+}
+
 }  // namespace
 
 std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& form) {
@@ -638,11 +647,7 @@ std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& 
     const auto mis = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 != 0; };
     if (mis(p.shared_gu) || mis(p.shared_down) || mis(p.act)) why << "operands must be 16-byte aligned; ";
     if (reinterpret_cast<uintptr_t>(p.sync) % 8 != 0) why << "sync must be 8-byte aligned; ";
-    if (form.stages < 2 || form.stages > kMaxStages) why << "ring stages " << form.stages << " (2.." << kMaxStages << "); ";
-    if (form.early_stages < 0) why << "early stages " << form.early_stages << " (0: all); ";
-    if (form.grid != 0 && (form.grid * kMaxRounds < kTiles || form.grid > CurrentDeviceProps().sms))
-      why << "grid " << form.grid << " (88 .. the SMs, or 0); ";
-    if (form.producers != 1 && form.producers != 2 && form.producers != 4) why << "producers " << form.producers << " (1, 2 or 4); ";
+    FormWhy(form, why);
     if (!why.str().empty()) return why.str();
     return DeviceVerdict(form, true);
   }
@@ -665,11 +670,7 @@ std::string MoeRingUnsupported(const MoePersistentParams& p, const MoeRingForm& 
   if (rt.n_group < 1 || rt.n_group > 64 || p.num_experts % std::max(rt.n_group, 1) != 0 || rt.topk_group < 1 ||
       rt.topk_group > rt.n_group)
     why << "n_group " << rt.n_group << " / topk_group " << rt.topk_group << "; ";
-  if (form.stages < 2 || form.stages > kMaxStages) why << "ring stages " << form.stages << " (2.." << kMaxStages << "); ";
-  if (form.early_stages < 0) why << "early stages " << form.early_stages << " (0: all); ";
-  if (form.grid != 0 && (form.grid * kMaxRounds < kTiles || form.grid > CurrentDeviceProps().sms))
-    why << "grid " << form.grid << " (88 .. the SMs, or 0); ";
-  if (form.producers != 1 && form.producers != 2 && form.producers != 4) why << "producers " << form.producers << " (1, 2 or 4); ";
+  FormWhy(form, why);
   if (!why.str().empty()) return why.str();
   return DeviceVerdict(form, false);
 }
