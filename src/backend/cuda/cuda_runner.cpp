@@ -579,10 +579,10 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   // (MoeRing counts as the form it computes, MoePersistentTagged's: gu_ksplit 8, shared experts
   // first, the specialised form, the tagged logits; not l2_fetch: its copies are tensor-map copies.
   // Its dense form counts as none of those.)
-  if (ring != nullptr && !dense) ++graph_stats_.moe_ring_layers;
-  if (ring != nullptr && !dense && ring_form.act_tagged) ++graph_stats_.moe_ring_act_tagged_layers;
-  if (ring != nullptr && dense) ++graph_stats_.moe_ring_dense_layers;
-  const bool ring_dense = ring != nullptr && dense;
+  const bool ring_moe = ring != nullptr && !dense, ring_dense = ring != nullptr && dense;
+  if (ring_moe) ++graph_stats_.moe_ring_layers;
+  if (ring_moe && ring_form.act_tagged) ++graph_stats_.moe_ring_act_tagged_layers;
+  if (ring_dense) ++graph_stats_.moe_ring_dense_layers;
   if (p.gu_ksplit > 1 && !ring_dense) ++graph_stats_.moe_gu_ksplit_layers;
   if (p.router_ready != nullptr && !ring_dense) ++graph_stats_.moe_shared_first_layers;
   if (p.l2_fetch > 0 && !went_pdl && ring == nullptr) ++graph_stats_.moe_l2_fetch_layers;

@@ -241,6 +241,10 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       if (evict_first) sm90::TmaLoad2dHint(dst, map, c0, c1, bar, policy);
       else sm90::TmaLoad2d(dst, map, c0, c1, bar);
     };
+    const auto tma3d = [&](uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, uint32_t bar) {
+      if (evict_first) sm90::TmaLoad3dHint(dst, map, c0, c1, c2, bar, policy);
+      else sm90::TmaLoad3d(dst, map, c0, c1, c2, bar);
+    };
     RingPos pos;
     int k = 0;
     // Stages in flight: `early` until the routing is seen, then `stages` (stage k waits for the
@@ -274,10 +278,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       for (int h = 0; h < 2; ++h) {
         const uint32_t bar = acquire(kBoxesPer * 4096u);
         const uint32_t base = sm90::SmemAddr(ring + pos.slot * kStageBytes);
-        for (int w = j; w < kCw; w += kP) {
-          if (evict_first) sm90::TmaLoad3dHint(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar, policy);
-          else sm90::TmaLoad3d(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar);
-        }
+        for (int w = j; w < kCw; w += kP) tma3d(base + w * 4096, map, 2 * kBox * w + kBox * h, c0, half0, bar);
         pos.Next(stages);
         ++k;
       }
@@ -431,8 +432,7 @@ __global__ void __launch_bounds__(32 * (kCw + kP + 1), 1)
       gs += s_gu[rr][pp][c];
       us += s_gu[rr][pp][8 + c];
     }
-    bf16* out = t < kTilesR ? p.act + (t / (kI / 8)) * kI + (t % (kI / 8)) * 8 : p.act + kK * kI + (t - kTilesR) * 8;
-    out[c] = moe_dev::SiluMul(gs, us);  // (ActOffset's, written as in session 32: the barrier form's code as measured)
+    p.act[ActOffset(t) + c] = moe_dev::SiluMul(gs, us);
   }
   // The grid barrier (the launch's only one, the consumers' alone: grid_barrier.cuh's protocol).
   ConsumerSync();
