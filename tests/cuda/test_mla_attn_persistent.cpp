@@ -14,10 +14,12 @@
 // re-poisoned before the last launch); the o_proj tile's copies issued at each wo_stage_point.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <vector>
 
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/mla_attn_persistent.h"
@@ -415,7 +417,22 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
                                                 Dev<uint64_t>(static_cast<size_t>(grid) * kS)}));
   cudaStream_t st;
   DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  for (int ctx : {1024, 4096}) {
+  // DS_ATTN_TIMING_CTXS / DS_ATTN_TIMING_VARIANTS (comma lists) narrow the report to those contexts
+  // and variants (default: 1,024 and 4,096 keys, variants 3-12).
+  const auto env_list = [](const char* name, std::vector<int> dflt) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') return dflt;
+    std::vector<int> out;
+    for (const char* c = v; *c != '\0';) {
+      out.push_back(std::atoi(c));
+      while (*c != '\0' && *c != ',') ++c;
+      if (*c == ',') ++c;
+    }
+    return out;
+  };
+  const std::vector<int> ctxs = env_list("DS_ATTN_TIMING_CTXS", {1024, 4096});
+  const std::vector<int> variants = env_list("DS_ATTN_TIMING_VARIANTS", {3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  for (int ctx : ctxs) {
     const int64_t pages = (ctx + kBs - 1) / kBs + 1, max_pos = ctx + 1;
     std::vector<int32_t> table(pages);
     std::iota(table.begin(), table.end(), 0);
@@ -448,7 +465,8 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // merge_cols_min_splits 1: the runner's default since session 29).
     Dev<uint32_t> d_heads(16);
     DS_CUDA_CHECK(cudaMemset(d_heads.get(), 0, 16 * sizeof(uint32_t)));
-    for (int variant = 3; variant < 13; ++variant) {
+    for (int variant : variants) {
+      ASSERT_TRUE(variant >= 3 && variant < 13) << "DS_ATTN_TIMING_VARIANTS: 3-12";
       const bool merge_cols = variant >= 11;
       const int wo_point = variant >= 9 ? 3 : variant >= 7 ? variant - 2 : variant >= 4 ? 3 : 2;
       const int l2_fetch = variant >= 5 ? 1 : 0;
