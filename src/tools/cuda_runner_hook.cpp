@@ -105,7 +105,6 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_int("DS_MOE_SPECIALIZE", 0, 2, 1, &c.moe_specialize);      // the MoE kernel's (session 28)
   env_int("DS_ATTN_WO_STAGE", 0, 6, 1, &c.attn_wo_stage_point);  // where its o_proj tile is staged (3 since session 22)
   env_int("DS_ATTN_MERGE_COLS", 0, 256, 1, &c.attn_merge_cols_min_splits);  // its column-split merge from N splits (session 29)
-  env_switch("DS_ATTN_MERGE_PRELOAD", &c.attn_merge_preload);  // that merge's partial loads with its LSE loads (session 35)
   env_int("DS_COMBINE_NORM_SPLIT", 0, 32, 1, &c.combine_norm_split);  // MoeCombineNorm over G blocks a token (8 since session 29)
   env_int("DS_COMBINE_NORM_SPLIT_MIN_HIDDEN", 0, 1 << 20, 1, &c.combine_norm_split_min_hidden);  // ... for hidden sizes from N
   env_switch("DS_MLA_UV_PRELOAD", &c.mla_uv_preload);  // the W_UV merge kernel's first rows before its merge (on since session 29)

@@ -445,10 +445,6 @@ struct CudaRunnerOptions {
   // one-loop merge, 2K 1.852 against 1.861, 1K 1.845-1.849 against 1.847-1.853; 64 (from 2K) the
   // same as 1 at 4K (bench/results/session29_2026-12-01_run3). The CLI reads DS_ATTN_MERGE_COLS=N.
   int attn_merge_cols_min_splits = 1;
-  // With the column-split merge: its partial loads issued with its LSE loads
-  // (MlaAttnPersistentParams::merge_preload, session 35). The same bits. The CLI reads
-  // DS_ATTN_MERGE_PRELOAD=0/1.
-  bool attn_merge_preload = false;
   // MlaAttnPersistentParams::specialize (session 28): the attention kernel's runner-form
   // instantiation where the layer's params match it (MlaAttnPersistentSpecialized): 1 the form, 2
   // the form and 16 heads x hidden 2048 (V2-Lite, Moonlight; other shapes get 1); 0 the generic
@@ -709,7 +705,6 @@ struct CudaGraphStats {
   int64_t attn_absorb_overlap_layers = 0;  // of those, with attn_absorb_overlap (host-side launches)
   int64_t attn_split_counter_layers = 0;   // of those, with attn_split_counter (likewise)
   int64_t attn_merge_cols_layers = 0;      // of those, with head_ready set (attn_merge_cols_min_splits > 0)
-  int64_t attn_merge_preload_layers = 0;   // of those, with merge_preload (attn_merge_preload)
   int64_t attn_l2_fetch_layers = 0;        // attention launches with an L2 fetch size (attn_l2_fetch, not PDL; likewise)
   int64_t moe_l2_fetch_layers = 0;         // MoE launches with an L2 fetch size (moe_l2_fetch, not PDL; likewise)
   int64_t moe_shared_first_layers = 0;     // persistent MoE / dense layers with persistent_moe_shared_first (likewise)

@@ -111,7 +111,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (opts_.attn_merge_cols_min_splits > 0) {
     ap.head_ready = attn_sync_.as<uint32_t>() + 4;
     ap.merge_cols_min_splits = static_cast<int>(opts_.attn_merge_cols_min_splits);
-    ap.merge_preload = opts_.attn_merge_preload;
   }
   ap.pdl = opts_.persistent_pdl;
   ap.l2_fetch = opts_.attn_l2_fetch;
@@ -131,7 +130,6 @@ bool CudaModelRunner::AttnPersistent(int l, const ForwardBatch& b, int64_t T) {
   if (ap.nope_ready != nullptr) ++graph_stats_.attn_absorb_overlap_layers;
   if (ap.split_ready != nullptr) ++graph_stats_.attn_split_counter_layers;
   if (ap.head_ready != nullptr) ++graph_stats_.attn_merge_cols_layers;
-  if (ap.head_ready != nullptr && ap.merge_preload) ++graph_stats_.attn_merge_preload_layers;
   if (ap.l2_fetch > 0 && !went_pdl) ++graph_stats_.attn_l2_fetch_layers;
   if (ap.wo_stage_point >= 3) ++graph_stats_.attn_wo_stage_early_layers;
   if (!went_pdl && MlaAttnPersistentSpecialized(ap)) ++graph_stats_.attn_specialized_layers;

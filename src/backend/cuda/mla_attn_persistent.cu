@@ -680,24 +680,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       return dev::WarpSum(wsum);
     };
     const bool merge_cols = p.head_ready != nullptr && p.merge_cols_min_splits > 0 && S >= p.merge_cols_min_splits;
-    // merge_preload (with merge_cols): a unit's partial loads go out with its LSE loads, not after
-    // its weights (the same sums: a split of weight 0 adds 0 x 0 either way).
-    constexpr int kColsN = kMaxSplits / 16;  // group k's splits k, k + 16, ... (all in flight)
-    const bool preload = merge_cols && p.merge_preload;
     for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
       const int64_t h = u / kUvParts, part = u % kUvParts;
       const bool first_unit = u == blockIdx.x;
-      const int grp = threadIdx.x >> 4, col = static_cast<int>(part) * 64 + (threadIdx.x & 15) * 4;
-      float4 pre[kColsN];
-      if (preload) {
-        const float* wsp = p.workspace + (h * smax) * kLat + col;
-#pragma unroll
-        for (int i = 0; i < kColsN; ++i) {
-          const int s = grp + 16 * i;
-          pre[i] = s < S ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
-                         : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-      }
       for (int s = threadIdx.x; s < S; s += kThreads) s_l[s] = __ldcg(lse_base + h * smax + s);
       if (first_unit) stage_wo(1);
       __syncthreads();
@@ -711,21 +696,14 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       if (first_unit) Stamp(phase_ns, 9, false);
       if (merge_cols) {
         // 16 groups of 16 threads: group k sums splits k, k + 16, ... of the slice's 64 columns (a
-        // float4 a thread), every load in flight at once (kMaxSplits / 16; session 35: with 8 a
-        // round, 129-256 splits took a second dependent round, +1.1 us at 129); the groups' sums are
-        // added in group order.
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (preload) {  // weighted_splits' sums in its order, the partials already loaded
-#pragma unroll
-          for (int i = 0; i < kColsN; ++i) {
-            const int s = grp + 16 * i;
-            const float w = s < S ? s_w[s] : 0.f;
-            const float4 v = w > 0.f ? pre[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-            acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
-          }
-        } else {
-          acc = weighted_splits(p.workspace + (h * smax) * kLat + col, grp, 16, std::integral_constant<int, kColsN>{});
-        }
+        // float4 a thread), 8 loads in flight; the groups' sums are added in group order.
+        const int grp = threadIdx.x >> 4, c = static_cast<int>(part) * 64 + (threadIdx.x & 15) * 4;
+#if DS_EXP_MERGE == 1
+        const float4 acc = weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 16>{});
+#else
+        const float4 acc = S > 128 ? weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 16>{})
+                                   : weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 8>{});
+#endif
         float* s_grp = s_o;  // [16][64] (s_o and s_acc)
         *reinterpret_cast<float4*>(s_grp + grp * 64 + (threadIdx.x & 15) * 4) = acc;
         if (first_unit) stage_wo(2);

@@ -118,11 +118,6 @@ struct MlaAttnPersistentParams {
   // splits, added in group order): not the one-loop merge's bits.
   uint32_t* head_ready = nullptr;
   int merge_cols_min_splits = 0;
-  // merge_preload (session 35; CudaRunnerOptions::attn_merge_preload), with merge_cols: each unit's
-  // partial loads (its group's splits, up to 16 float4s a thread) go out with its LSE loads instead
-  // of after the weights are computed from them, so the merge waits one L2 round trip, not two.
-  // The same bits (a split of weight 0 adds 0 x 0 either way).
-  bool merge_preload = false;
   cudaStream_t stream = nullptr;
   // Optional, for timing reports (CudaMlaAttnPersistent.DISABLED_TimingReport): when set, thread 0
   // of each block writes %globaltimer (ns) at kMlaAttnPersistentStamps points, [grid, stamps],
