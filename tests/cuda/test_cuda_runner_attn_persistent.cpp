@@ -92,16 +92,6 @@ TEST(CudaRunnerAttnPersistent, MergeColsWithinBounds) {
                                /*expect_change=*/false, set, &CudaGraphStats::attn_merge_cols_layers, PathExpect::kRuns);
 }
 
-// attn_merge_preload: the column-split merge's partial loads issued with its LSE loads: the same
-// sums in the same order, so bit-identical logits, graphs off and on.
-TEST(CudaRunnerAttnPersistent, MergePreloadBitIdentical) {
-  const std::string dir = ConfigDir("deepseek-v2-lite");
-  if (dir.empty()) GTEST_SKIP() << "no deepseek-v2-lite config";
-  const auto set = [](CudaRunnerOptions& x, bool on) { x.attn_merge_preload = on; };
-  CompareOptionBitIdenticalRan("dummy_v2lite_3layers", "attn_merge_preload", DummyOptions(dir, 3, 9), set,
-                               &CudaGraphStats::attn_merge_preload_layers, PathExpect::kRuns);
-}
-
 // attn_specialize / moe_specialize at levels 1 and 2 (the kernel's runner-form instantiation, with
 // V2-Lite's shapes at 2) against 0 (the generic kernel), one kernel at a time: the same bits.
 void CompareSpecializeLevels(const char* option, int CudaRunnerOptions::*level_field, int64_t CudaGraphStats::*ran) {

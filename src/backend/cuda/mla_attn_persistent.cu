@@ -177,7 +177,8 @@ __device__ __forceinline__ int64_t PhaseOneTileRow(int64_t t, int64_t H, bool ov
 // instantiation, so the default kernel's code is the one measured without it.
 // kPf: the weight loads' L2 fetch size (MlaAttnPersistentParams::l2_fetch; ptx::LdStreamPf).
 // kProd (session 28; MlaAttnPersistentSpecialized): the runner's form fixed at compile time
-// (wo_stage_point 3, absorb_overlap, split_counter, in_norm, no stamps, no phase-1 stop), so the
+// (wo_stage_point 3, absorb_overlap, split_counter, in_norm, no stamps, no phase-1 stop; since
+// session 35 the column-split merge at every context, merge_cols_min_splits 1), so the
 // hot path holds no code for the other forms: the kernel runs each phase's code once a launch,
 // cold, and jumps over untaken blocks were where its warps waited for instructions (ncu, session
 // 28: a quarter of its warp samples "no instruction").
@@ -679,7 +680,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
       for (int s = lane; s < S; s += 32) wsum += s_w[s];
       return dev::WarpSum(wsum);
     };
-    const bool merge_cols = p.head_ready != nullptr && p.merge_cols_min_splits > 0 && S >= p.merge_cols_min_splits;
+    // (kProd: merge_cols_min_splits 1, and S >= 1 for any context of >= 1 key; no one-loop merge code.)
+    const bool merge_cols = kProd || (p.head_ready != nullptr && p.merge_cols_min_splits > 0 && S >= p.merge_cols_min_splits);
     for (int64_t u = blockIdx.x; u < uv_units; u += grid) {
       const int64_t h = u / kUvParts, part = u % kUvParts;
       const bool first_unit = u == blockIdx.x;
@@ -698,7 +700,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         // 16 groups of 16 threads: group k sums splits k, k + 16, ... of the slice's 64 columns (a
         // float4 a thread), 8 loads in flight; the groups' sums are added in group order.
         const int grp = threadIdx.x >> 4, c = static_cast<int>(part) * 64 + (threadIdx.x & 15) * 4;
-#if DS_EXP_MERGE == 1
+#if DS_EXP_MERGE == 0
+        const float4 acc = weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 8>{});
+#elif DS_EXP_MERGE == 1
         const float4 acc = weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 16>{});
 #else
         const float4 acc = S > 128 ? weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 16>{})
@@ -809,7 +813,8 @@ int64_t MlaAttnPersistentWorkspaceFloats(int64_t heads, int64_t max_context) {
 
 bool MlaAttnPersistentSpecialized(const MlaAttnPersistentParams& p) {
   return p.specialize > 0 && !p.pdl && p.l2_fetch == 1 && p.wo_stage_point == 3 && p.nope_ready != nullptr &&
-         p.split_ready != nullptr && p.in_residual != nullptr && p.phase_ns == nullptr && !p.debug_stop_after_p1;
+         p.split_ready != nullptr && p.in_residual != nullptr && p.head_ready != nullptr && p.merge_cols_min_splits == 1 &&
+         p.phase_ns == nullptr && !p.debug_stop_after_p1;
 }
 
 std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p) {

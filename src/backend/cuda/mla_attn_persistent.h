@@ -182,7 +182,8 @@ std::string MlaAttnPersistentUnsupported(const MlaAttnPersistentParams& p);
 
 // Whether MlaAttnPersistent launches a specialised instantiation for these params: `specialize`
 // > 0 and the runner's form (l2_fetch 1, wo_stage_point 3, nope_ready, split_ready,
-// in_residual, no phase_ns, no debug_stop_after_p1, not pdl). The same bits as the generic one.
+// in_residual, head_ready with merge_cols_min_splits 1 (session 35), no phase_ns, no
+// debug_stop_after_p1, not pdl). The same bits as the generic one.
 bool MlaAttnPersistentSpecialized(const MlaAttnPersistentParams& p);
 
 // Launches it (cooperative, one block per SM, on p.stream). DS_CHECKs MlaAttnPersistentUnsupported(p).empty().
