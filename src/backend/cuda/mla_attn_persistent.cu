@@ -654,22 +654,25 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
     // then waits for the head's 8 parts and reads the merged row back.
     // The weighted sum of splits first, first + step, ... (kN loads in flight) of the partials'
     // float4 column block at wsp, in split order; splits of weight 0 (LSE -inf) are not read.
-    const auto weighted_splits = [&](const float* wsp, int first, int step, auto in_flight, auto reversed) {
+    const auto weighted_splits = [&](const float* wsp, int first, int step, auto in_flight) {
       constexpr int kN = decltype(in_flight)::value;
-      constexpr bool kRev = decltype(reversed)::value;  // position r is split S - 1 - r
       float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int s0 = first; s0 < S; s0 += step * kN) {
+      // As many rounds in every thread (the loads past S predicated off, a zero added): with a
+      // round count per group, a warp whose two groups differ (an odd count of splits past 128 at
+      // step 16) diverged, ~1 us a launch (session 35: 129 and 131 splits against 128 and 130).
+      const int rounds = (S + step * kN - 1) / (step * kN);
+      for (int k = 0, s0 = first; k < rounds; ++k, s0 += step * kN) {
         float4 v[kN];
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
-          const int r = s0 + step * i, s = kRev ? S - 1 - r : r;
-          v[i] = r < S && s_w[s] > 0.f ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
+          const int s = s0 + step * i;
+          v[i] = s < S && s_w[s] > 0.f ? __ldcg(reinterpret_cast<const float4*>(wsp + static_cast<int64_t>(s) * kLat))
                                        : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
         for (int i = 0; i < kN; ++i) {
-          const int r = s0 + step * i, s = kRev ? S - 1 - r : r;
-          const float w = r < S ? s_w[s] : 0.f;
+          const int s = s0 + step * i;
+          const float w = s < S ? s_w[s] : 0.f;
           acc.x += w * v[i].x; acc.y += w * v[i].y; acc.z += w * v[i].z; acc.w += w * v[i].w;
         }
       }
@@ -701,16 +704,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         // 16 groups of 16 threads: group k sums splits k, k + 16, ... of the slice's 64 columns (a
         // float4 a thread), 8 loads in flight; the groups' sums are added in group order.
         const int grp = threadIdx.x >> 4, c = static_cast<int>(part) * 64 + (threadIdx.x & 15) * 4;
-#if DS_EXP_MERGE == 0
-        const float4 acc = weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 8>{}, std::false_type{});
-#elif DS_EXP_MERGE == 3
-        const float4 acc = weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 8>{}, std::true_type{});
-#elif DS_EXP_MERGE == 1
-        const float4 acc = weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 16>{}, std::false_type{});
-#else
-        const float4 acc = S > 128 ? weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 16>{}, std::false_type{})
-                                   : weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 8>{}, std::false_type{});
-#endif
+        const float4 acc = weighted_splits(p.workspace + (h * smax) * kLat + c, grp, 16, std::integral_constant<int, 8>{});
         float* s_grp = s_o;  // [16][64] (s_o and s_acc)
         *reinterpret_cast<float4*>(s_grp + grp * 64 + (threadIdx.x & 15) * 4) = acc;
         if (first_unit) stage_wo(2);
@@ -730,7 +724,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaAttnPersistentKernel(MlaAttnPe
         continue;
       }
       const float4 acc =
-          weighted_splits(p.workspace + (h * smax) * kLat + d, half, 2, std::integral_constant<int, kInFlight>{}, std::false_type{});
+          weighted_splits(p.workspace + (h * smax) * kLat + d, half, 2, std::integral_constant<int, kInFlight>{});
       if (half == 1) *reinterpret_cast<float4*>(s_acc + d) = acc;
       if (first_unit) stage_wo(2);
       const float wsum = weight_sum();
