@@ -246,6 +246,8 @@ TEST(CudaMlaDecodeUv, V3Sm90) {
   probe.sm90 = true; probe.tensor_cores = true;
   if (!MlaDecodeSm90Supported(probe)) GTEST_SKIP() << "the sm_90a MLA decode kernel is not supported here";
   RunCase({1024, 333}, {1, 1}, 128, "h128_b2_1024_333", {{"sm90", true, 0, true}});
+  // Batch 1 at 4,100 keys (session 35): many splits, the merge's loads in several rounds of 16.
+  RunCase({4100}, {1}, 128, "h128_b1_4100", {{"sm90", true, 0, true}});
 }
 
 TEST(CudaMlaDecodeUv, V2LiteCudaCore) {
