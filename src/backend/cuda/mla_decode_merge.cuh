@@ -1,7 +1,8 @@
 // The split-KV merge of absorbed-MLA decode's tensor-core paths, shared by their combine kernels
 // (MlaDecodeTcCombineFast in mla_decode_tc.cu, MlaDecodeSm90Combine in mla_decode_sm90.cu) and
-// the W_UV epilogue (mla_decode_uv.cu), so that all three compute the same bits. Device code:
-// include only from .cu files.
+// the W_UV epilogue (mla_decode_uv.cu, past 1,024 splits; below, its own loads of the same values
+// in the same order), so that all three compute the same bits. Device code: include only from .cu
+// files.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -23,7 +23,8 @@ constexpr int kSmemSplits = 1024;        // the merge's weights in shared memory
 
 // Grid (T, H, parts). Phase 1 (threads < 128, 4 latent columns each): the combine kernels'
 // merge (MlaDecodeTcCombineFast / MlaDecodeSm90Combine: weights exp(lse_s - max), sums in split
-// order, 8 splits' loads in flight), rounded to bf16 as out_type kBF16 would store it, into
+// order; up to kSmemSplits the LSEs loaded by every thread and the weights kept in shared memory,
+// 16 splits' partial loads in flight; beyond, mla::MergeSplits), rounded to bf16 as out_type kBF16 would store it, into
 // shared memory (kPreload: each warp's first 4 W_UV rows already loaded before it). Phase 2: warp w
 // projects rows n0 + 32 i + 4 w .. + 3 of this part (lane l takes
 // k = 8 l .. 8 l + 7 and 256 + 8 l .. + 7: two 16-byte loads a row), fp32 FMAs in k order per
