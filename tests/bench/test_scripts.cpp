@@ -1,5 +1,5 @@
-// bench/e2e_records.py, bench/plot_e2e.py, bench/analyze_e2e.py and bench/c1_table.py (Python
-// stdlib) on synthetic sweep and one-batch outputs.
+// bench/e2e_records.py, bench/plot_e2e.py, bench/analyze_e2e.py, bench/c1_table.py and
+// bench/ob_steps.py (Python stdlib) on synthetic sweep and one-batch outputs.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -138,6 +138,24 @@ TEST(BenchScripts, C1Table) {
   out.clear();
   fs::remove(dir / "gpu_rates.json");
   EXPECT_NE(Sh("python3 " + (RepoRoot() / "bench/c1_table.py").string() + " " + dir.string(), &out), 0) << out;
+  fs::remove_all(dir);
+}
+
+// bench/ob_steps.py: the median step by 32-key split count (the first step left out): contexts
+// 4,096 (128 splits), 4,097-4,098 (129) and 4,129 (130).
+TEST(BenchScripts, ObSteps) {
+  if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3";
+  fs::path dir = fs::temp_directory_path() / ("dsinfer_obsteps_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  nlohmann::json steps = nlohmann::json::array();
+  const std::pair<int, double> rows[] = {{4095, 9.0}, {4096, 1.70}, {4097, 1.80}, {4098, 1.90}, {4129, 1.75}};
+  for (const auto& [ctx, ms] : rows) steps.push_back({{"context", ctx}, {"ms", ms}, {"roofline_ms", 1.2}});
+  WriteJson(dir / "ob_x.json", {{"step_ms", 1.8}, {"steps", steps}});
+  std::string out;
+  ASSERT_EQ(Sh("python3 " + (RepoRoot() / "bench/ob_steps.py").string() + " " + (dir / "ob_x.json").string(), &out), 0)
+      << out;
+  EXPECT_NE(out.find("ob_x.json median 1.8000 S128:1.700 S129:1.850 S130:1.750"), std::string::npos) << out;
   fs::remove_all(dir);
 }
 

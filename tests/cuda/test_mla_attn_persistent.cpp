@@ -339,14 +339,15 @@ TEST(CudaMlaAttnPersistent, WoStageInPhase3MatchesCpuReference) {
 }
 
 // The runner's form (wo_stage_point 3, in_norm, absorb_overlap, split_counter, the 128-byte L2
-// fetch) takes the specialised instantiation (session 28): against the CPU reference as the
+// fetch; since session 35 the column-split merge at every context) takes the specialised
+// instantiation (session 28; RunCase checks that it does): against the CPU reference as the
 // generic one is; 1,000 / 4,500 / 1 keys (16 heads x hidden 2048: the instantiation with those
 // fixed too), hidden 8192 at 4 heads (the form's alone).
 TEST(CudaMlaAttnPersistent, SpecializedMatchesCpuReference) {
-  RunCase(16, 2048, 1000, true, true, false, 3, true, true, true, 1);
-  RunCase(16, 2048, 4500, true, false, false, 3, true, true, true, 1);
-  RunCase(4, 8192, 100, true, true, false, 3, true, true, true, 1);
-  RunCase(16, 2048, 1, true, true, false, 3, true, true, true, 1);
+  RunCase(16, 2048, 1000, true, true, false, 3, true, true, true, 1, /*merge_cols=*/1);
+  RunCase(16, 2048, 4500, true, false, false, 3, true, true, true, 1, 1);
+  RunCase(4, 8192, 100, true, true, false, 3, true, true, true, 1, 1);
+  RunCase(16, 2048, 1, true, true, false, 3, true, true, true, 1, 1);
 }
 
 // merge_cols (MlaAttnPersistentParams::head_ready): each (head, part) unit merges a 64-column
@@ -436,6 +437,9 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
   };
   const std::vector<int> ctxs = env_list("DS_ATTN_TIMING_CTXS", {1024, 4096});
   const std::vector<int> variants = env_list("DS_ATTN_TIMING_VARIANTS", {3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  for (const int c : ctxs)  // (the report's workspace holds the context's pages plus one)
+    ASSERT_TRUE(c >= 1 && c <= kMlaAttnPersistentMaxContext - 2 * kBs)
+        << "DS_ATTN_TIMING_CTXS: 1-" << kMlaAttnPersistentMaxContext - 2 * kBs;
   for (int ctx : ctxs) {
     const int64_t pages = (ctx + kBs - 1) / kBs + 1, max_pos = ctx + 1;
     std::vector<int32_t> table(pages);
@@ -466,7 +470,10 @@ TEST(CudaMlaAttnPersistent, DISABLED_TimingReport) {
     // 9: variant 5 on the generic instantiation (specialize 0; 5 unstamped is the runner-form one
     // with 16 heads x hidden 2048 fixed, specialize 2); 10: specialize 1 (the form alone).
     // Session 29: 11 / 12, variants 9 / 5 with phase 4's column-split merge (head_ready,
-    // merge_cols_min_splits 1: the runner's default since session 29).
+    // merge_cols_min_splits 1: the runner's default since session 29). Since session 35 the
+    // specialised instantiations require the column-split merge: variants 5, 7, 8 and 10 run the
+    // generic kernel (as 9 does), and 12 unstamped is the runner's kernel (the printed
+    // "specialized=" says which ran).
     Dev<uint32_t> d_heads(16);
     DS_CUDA_CHECK(cudaMemset(d_heads.get(), 0, 16 * sizeof(uint32_t)));
     for (int variant : variants) {

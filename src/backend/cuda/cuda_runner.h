@@ -443,7 +443,9 @@ struct CudaRunnerOptions {
   // summation order (bounded: CudaRunnerAttnPersistent.MergeColsWithinBounds). 1 (every
   // context) by default: V2-Lite 27 layers b1 4K 1.897-1.902 ms against 1.951-1.953 with the
   // one-loop merge, 2K 1.852 against 1.861, 1K 1.845-1.849 against 1.847-1.853; 64 (from 2K) the
-  // same as 1 at 4K (bench/results/session29_2026-12-01_run3). The CLI reads DS_ATTN_MERGE_COLS=N.
+  // same as 1 at 4K (bench/results/session29_2026-12-01_run3). Any value but 1 takes the
+  // generic attention kernel (the specialised one fixes 1 since session 35). The CLI reads
+  // DS_ATTN_MERGE_COLS=N.
   int attn_merge_cols_min_splits = 1;
   // MlaAttnPersistentParams::specialize (session 28): the attention kernel's runner-form
   // instantiation where the layer's params match it (MlaAttnPersistentSpecialized): 1 the form, 2

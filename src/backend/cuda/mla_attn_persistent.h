@@ -41,8 +41,8 @@
 //  4. merge + W_UV: (head, 16-row part) units (the merge's weights in shared memory, 16 partial
 //     loads in flight a thread) -> barrier; the block's first o_proj tile is staged in shared
 //     memory by bulk copies in phase 3 or 4 (wo_stage_point);
-//     (merge_cols, head_ready: each unit merges a 64-column slice of its head, then W_UV once
-//     the head's 8 slices are in)
+//     (merge_cols, head_ready: each unit merges a 64-column slice of its head, 16 groups of 16
+//     threads with 8 partial loads in flight a thread, then W_UV once the head's 8 slices are in)
 //  5. o_proj: 16-row tiles of W_o as phase 1.
 // Supported (MlaAttnPersistentUnsupported says why not): nope 128, rope 64, v 128, kv_lora 512
 // (V2 / V2-Lite / V3 MLA dims), 1 <= heads <= 16 and even, hidden a multiple of 256 up to 8192,
