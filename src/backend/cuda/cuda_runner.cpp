@@ -567,6 +567,8 @@ bool CudaModelRunner::PersistentMoe(int l, int64_t T, bool fold_post_norm, bool 
   const MoeRingForm ring_form{opts_.moe_ring_stages, opts_.moe_ring_producers, opts_.moe_ring_early_stages,
                               opts_.moe_ring_warm_route, opts_.moe_ring_evict_first, opts_.moe_ring_grid, opts_.moe_ring_act_tagged,
                               opts_.moe_ring_act_lookahead};
+  // (The pass's form here, as MoePersistentTagged for MoE layers: RingMapsFor caches a layer's verdict on
+  // its shapes and device, while attn_out / norm_weight may differ from pass to pass.)
   const bool ring_ok = dense ? opts_.moe_ring_dense && opts_.moe_ring_act_tagged && p.attn_out != nullptr && p.norm_weight == nullptr
                              : MoePersistentTagged(p);
   const MoeRingMaps* ring = opts_.moe_ring && ring_ok ? RingMapsFor(l, p, ring_form) : nullptr;

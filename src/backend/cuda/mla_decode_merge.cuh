@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/common.cuh"
+
 namespace ds::cuda::mla {
 
 // One (token, head) and 4 latent columns d .. d + 3 of the merge over max_splits splits:
@@ -50,6 +52,51 @@ __device__ __forceinline__ void MergeSplits(const float* ws, const float* lse, i
     wsum += w;
     const float4 v = *reinterpret_cast<const float4*>(ws + (base + s) * kv + d);
     acc.x += w * v.x; acc.y += w * v.y; acc.z += w * v.z; acc.w += w * v.w;
+  }
+  *acc_out = acc;
+  *wsum_out = wsum;
+}
+
+// MergeSplits in two steps for up to a block's shared-memory array of splits (session 35; the W_UV
+// epilogue, mla_decode_uv.cu): MergeSplits reads the LSEs 8 at a time twice (its max, then its
+// weights) and the partials 8 at a time, 3 x n / 8 dependent L2 round trips; these read the LSEs in
+// one round and the partials 16 at a time. The same values in the same order, so the same bits
+// (but for the sign of an exactly-zero sum: a split whose weight underflows to 0 adds 0 x 0 here,
+// 0 x v in MergeSplits' tail).
+// 1. Every thread of the block (threads of them) calls it: s_w[s] = w_s = exp(lse_s - max_s lse_s)
+//    (0 for an empty split) for s < n, visible to the block on return (it ends with __syncthreads).
+__device__ __forceinline__ void SplitWeightsToSmem(const float* lse, int n, float* s_w, int threads) {
+  for (int s = threadIdx.x; s < n; s += threads) s_w[s] = lse[s];
+  __syncthreads();
+  float gmax = -INFINITY;  // every warp (lane-strided, then shuffles); the max is exact in any order
+  for (int s = threadIdx.x & 31; s < n; s += 32) gmax = fmaxf(gmax, s_w[s]);
+  gmax = dev::WarpMax(gmax);
+  __syncthreads();  // every warp's LSE reads done before they become weights
+  for (int s = threadIdx.x; s < n; s += threads) {
+    const float l = s_w[s];
+    s_w[s] = l == -INFINITY ? 0.f : expf(l - gmax);
+  }
+  __syncthreads();
+}
+// 2. MergeSplits' acc and wsum for columns d .. d + 3 with the weights of step 1.
+__device__ __forceinline__ void MergeSplitsSmemWeights(const float* ws, const float* s_w, int64_t base, int n, int kv,
+                                                       int d, float4* acc_out, float* wsum_out) {
+  constexpr int kN = 16;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+  for (int s0 = 0; s0 < n; s0 += kN) {
+    float w[kN];
+    float4 v[kN];
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      w[u] = s0 + u < n ? s_w[s0 + u] : 0.f;
+      v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(ws + (base + s0 + u) * kv + d) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      wsum += w[u];
+      acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
+    }
   }
   *acc_out = acc;
   *wsum_out = wsum;

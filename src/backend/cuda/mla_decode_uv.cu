@@ -62,50 +62,16 @@ __global__ void __launch_bounds__(kThreads) MlaDecodeCombineUvKernel(const MlaDe
   }
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
   const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
-  // Up to kSmemSplits splits (session 35): the LSEs in one round of loads by every thread, then
-  // every split's weight w_s = exp(lse_s - max) in shared memory, then the merge threads' partial
-  // loads 16 in flight. MergeSplits reads the LSEs 8 at a time twice (its max, then its weights)
-  // and the partials 8 at a time: at 64 splits 24 dependent L2 round trips, here 5. The same
-  // values in the same order (a split past max_splits or of weight 0 adds exact zeros), so the
-  // same bits as MergeSplits and the combine kernels.
+  // Up to kSmemSplits splits (session 35): the weights in shared memory, the LSEs read in one round
+  // (mla::SplitWeightsToSmem / MergeSplitsSmemWeights: MergeSplits' bits with fewer round trips).
   const bool smem_merge = max_splits <= kSmemSplits;
-  if (smem_merge) {
-    for (int s = tid; s < max_splits; s += kThreads) s_w[s] = lse[s];
-    __syncthreads();
-    float gmax = -INFINITY;  // every warp (lane-strided, then shuffles); the max is exact in any order
-    for (int s = tid & 31; s < max_splits; s += 32) gmax = fmaxf(gmax, s_w[s]);
-    gmax = dev::WarpMax(gmax);
-    __syncthreads();  // every warp's LSE reads done before they become weights
-    for (int s = tid; s < max_splits; s += kThreads) {
-      const float l = s_w[s];
-      s_w[s] = l == -INFINITY ? 0.f : expf(l - gmax);
-    }
-    __syncthreads();
-  }
+  if (smem_merge) mla::SplitWeightsToSmem(lse, max_splits, s_w, kThreads);
   if (tid < kV / 4) {
     const int d = tid * 4;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float wsum = 0.f;
-    if (smem_merge) {
-      constexpr int kN = 16;
-      for (int s0 = 0; s0 < max_splits; s0 += kN) {
-        float w[kN];
-        float4 v[kN];
-#pragma unroll
-        for (int u = 0; u < kN; ++u) {
-          w[u] = s0 + u < max_splits ? s_w[s0 + u] : 0.f;
-          v[u] = w[u] > 0.f ? *reinterpret_cast<const float4*>(p.workspace + (base + s0 + u) * kV + d)
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int u = 0; u < kN; ++u) {
-          wsum += w[u];
-          acc.x += w[u] * v[u].x; acc.y += w[u] * v[u].y; acc.z += w[u] * v[u].z; acc.w += w[u] * v[u].w;
-        }
-      }
-    } else {
-      mla::MergeSplits(p.workspace, lse, base, max_splits, kV, d, &acc, &wsum);
-    }
+    float4 acc;
+    float wsum;
+    if (smem_merge) mla::MergeSplitsSmemWeights(p.workspace, s_w, base, max_splits, kV, d, &acc, &wsum);
+    else mla::MergeSplits(p.workspace, lse, base, max_splits, kV, d, &acc, &wsum);
     const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
     const auto fin = [&](float a) { return kDivide ? (wsum > 0.f ? a / wsum : 0.f) : a * inv; };
     s_o[d + 0] = __bfloat162float(__float2bfloat16_rn(fin(acc.x)));
