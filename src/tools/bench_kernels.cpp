@@ -129,13 +129,6 @@ void Ceilings(Bench& b) {
 }
 
 // ---------------------------------------------------------------- FP8 dense GEMM
-struct Proj { const char* name; int64_t N, K; };
-const Proj kProjs[] = {
-    {"q_a_proj", 1536, 7168},       {"q_b_proj", 24576, 1536},     {"kv_a_proj_with_mqa", 576, 7168},
-    {"kv_b_proj", 32768, 512},      {"o_proj", 7168, 16384},       {"dense_gate_up", 36864, 7168},
-    {"dense_down", 7168, 18432},    {"shared_gate_up", 4096, 7168}, {"shared_down", 7168, 2048},
-};
-
 void Fp8GemmCase(Bench& b, const Proj& pr, int64_t M) {
   const int64_t N = pr.N, K = pr.K, Mp = Fp8PaddedM(M), kb = (K + 127) / 128, ld = Fp8WeightScaleLd(K);
   const std::string shape = std::string(pr.name) + " M" + std::to_string(M) + " N" + std::to_string(N) + " K" + std::to_string(K);
@@ -872,21 +865,6 @@ struct SkinnyWs {
 // Copies of one random FP8 weight [N, K] (e4m3) and its 128 x 128 block scales, enough of them
 // (SetsFor, at most max_sets) that rotating over them reads from HBM, not L2. bytes: weight +
 // scale bytes of one copy.
-struct Fp8WeightSets {
-  Fp8WeightSets(Bench& b, int64_t N, int64_t K, int max_sets)
-      : kbn((N + 127) / 128), kbk((K + 127) / 128), bytes(double(N) * K + double(kbn) * kbk * 4) {
-    for (int i = 0, n = SetsFor(bytes, max_sets); i < n; ++i) {
-      w.push_back(std::make_unique<Buf>(N * K));
-      s.push_back(std::make_unique<Buf>(kbn * kbk * 4));
-      FillE4M3(w.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
-      FillUniformF32(s.back()->as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
-    }
-  }
-  int sets() const { return static_cast<int>(w.size()); }
-  int64_t kbn, kbk;
-  double bytes;
-  std::vector<std::unique_ptr<Buf>> w, s;
-};
 
 // A V3 FP8 dense projection at M rows on the runner's decode path: the skinny kernel as
 // SkinnyPlanFor picks it ("skinny_dense/auto": THE figure per projection), unsplit
@@ -1397,7 +1375,7 @@ int RunBenchKernels(int argc, char** argv) {
   app.add_option("--budget-s", budget_s, "stop starting new cases after this many seconds (0 = no limit)");
   app.add_option("--out", out_dir, "directory for kernels.json and kernels.md");
   app.add_option("--commit", commit, "commit id recorded in every record");
-  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small fp8_gemv fp8_gemv_experts gemv_experts_bf16 fp8_skinny fp8_large wgmma_probe (the last six only when named)");
+  app.add_option("--only", only, "families to run: ceilings is always run; mla_anchors mla_sm90 (only when named) mla_tune mla_sweep mla_prefill fp8_gemm moe moe_prefill skinny skinny_dense small fp8_gemv fp8_gemv_pdl fp8_gemv_experts gemv_experts_bf16 fp8_skinny fp8_large wgmma_probe (the last seven only when named)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -1458,6 +1436,7 @@ int RunBenchKernels(int argc, char** argv) {
     if (want("skinny")) { Skinny(b); save(); }
     if (want("skinny_dense")) { SkinnyDense(b); save(); }
     if (!only.empty() && want("fp8_gemv")) { Fp8GemvFamily(b); save(); }
+    if (!only.empty() && want("fp8_gemv_pdl")) { Fp8GemvPdlFamily(b); save(); }
     if (!only.empty() && want("fp8_skinny")) { Fp8SkinnyFamily(b); save(); }
     if (!only.empty() && want("fp8_large")) { Fp8LargeFamily(b); save(); }
     if (!only.empty() && want("wgmma_probe")) { WgmmaProbeFamily(b); save(); }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fill_random.h"
 
 namespace ds::bench_kernels {
 
@@ -158,6 +159,35 @@ class Bench {
   cudaEvent_t ea_ = nullptr, eb_ = nullptr;
   uint64_t seed_ = 1;
 };
+
+// ---- FP8 weights shared by the GEMM / GEMV families
+// DeepSeek-V3's dense projections (N = output features, K = input features).
+struct Proj { const char* name; int64_t N, K; };
+inline constexpr Proj kProjs[] = {
+    {"q_a_proj", 1536, 7168},       {"q_b_proj", 24576, 1536},     {"kv_a_proj_with_mqa", 576, 7168},
+    {"kv_b_proj", 32768, 512},      {"o_proj", 7168, 16384},       {"dense_gate_up", 36864, 7168},
+    {"dense_down", 7168, 18432},    {"shared_gate_up", 4096, 7168}, {"shared_down", 7168, 2048},
+};
+
+// Copies of an e4m3 [N, K] weight with its 128 x 128 fp32 block scales, rotating over more than L2
+// (SetsFor, at most max_sets); bytes = one copy's weight + scale bytes.
+struct Fp8WeightSets {
+  Fp8WeightSets(Bench& b, int64_t N, int64_t K, int max_sets)
+      : kbn((N + 127) / 128), kbk((K + 127) / 128), bytes(double(N) * K + double(kbn) * kbk * 4) {
+    for (int i = 0, n = SetsFor(bytes, max_sets); i < n; ++i) {
+      w.push_back(std::make_unique<Buf>(N * K));
+      s.push_back(std::make_unique<Buf>(kbn * kbk * 4));
+      cuda::FillE4M3(w.back()->as<uint8_t>(), N * K, b.NextSeed(), b.st());
+      cuda::FillUniformF32(s.back()->as<float>(), kbn * kbk, b.NextSeed(), 1e-4f, 2e-4f, b.st());
+    }
+  }
+  int sets() const { return static_cast<int>(w.size()); }
+  int64_t kbn, kbk;
+  double bytes;
+  std::vector<std::unique_ptr<Buf>> w, s;
+};
+
+void Fp8GemvPdlFamily(Bench& b);  // --only fp8_gemv_pdl (bench_kernels_gemv.cpp)
 
 // ---- MLA families (bench_kernels_mla.cpp)
 // FlashMLA comparison rows of the markdown (mla_anchors, mla_sm90) and the mixed-length checks.

@@ -5,8 +5,8 @@
 // 200 and a misaligned weight pointer on the generic path, M = 3, strided a / out, bf16 out);
 // CTA counts that cut tiles at every kind of boundary (the split-K partials and their
 // last-arriver sum); bitwise determinism and self-resetting counters; a CUDA-graph capture
-// replayed twice (and with new activations) against eager launches; the plan's independence
-// of M; bad inputs. Outputs are poisoned with NaN before each launch (an unwritten element
+// replayed twice (and with new activations) against eager launches; PDL chains with the weights
+// prefetched before the dependency wait; the plan's independence of M; bad inputs. Outputs are poisoned with NaN before each launch (an unwritten element
 // fails the NaN check; columns past N must stay NaN).
 //
 // Bounds. fp32 out: the products are exact (e4m3 -> bf16 is exact, bf16 x bf16 is exact in the
@@ -343,6 +343,82 @@ TEST(CudaFp8Gemv, RowsDoNotDependOnM) {
     const std::vector<float> b = RunCase("shared_down_rows", su, big);
     EXPECT_EQ(std::memcmp(s.data(), b.data(), s.size() * sizeof(float)), 0) << small << " vs " << big;
   }
+}
+
+// prefetch_weights with PDL (session 36): in a chain y = GEMV1(a) (bf16 out) -> GEMV2(y), both
+// launched as programmatic dependents with the weights requested before the grid-dependency
+// wait, GEMV2 must still read y only after GEMV1 completed: y is poisoned (NaN) by a memset in
+// the stream before each chain, so an early read shows as NaN. Eager launches and a graph
+// replay, each against the plain launches bit for bit; then GEMV2 eight times back to back (PDL
+// edges between launches sharing one workspace: the split-K counters must be reset between).
+TEST(CudaFp8Gemv, PdlPrefetchChainMatchesPlain) {
+  const Fp8W w1 = MakeW(2048, 7168), w2 = MakeW(7168, 2048);  // split tiles in both at the auto CTA count
+  GemvCase s1(w1, 0, 0), s2(w2, 0, 0);
+  const int64_t M = 4;
+  cudaStream_t st;
+  DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const auto chain = [&](bool pdl, int reps) {
+    for (int r = 0; r < reps; ++r) {
+      DS_CUDA_CHECK(cudaMemsetAsync(s1.o16.get(), 0xFF, s1.o16.size() * sizeof(__nv_bfloat16), st));
+      Fp8GemvParams p1 = s1.Params(M, true), p2 = s2.Params(M, false);
+      p2.a = s1.o16.get(); p2.lda = s1.ldo;
+      p1.stream = p2.stream = st;
+      p1.pdl = p2.pdl = p1.prefetch_weights = p2.prefetch_weights = pdl;
+      Fp8Gemv(p1);
+      Fp8Gemv(p2);
+    }
+  };
+  const auto result = [&]() {
+    DS_CUDA_CHECK(cudaStreamSynchronize(st));
+    int64_t extra = 0;
+    std::vector<float> got = s2.Got(M, false, &extra);
+    EXPECT_EQ(extra, 0);
+    EXPECT_TRUE(s1.CountersZero() && s2.CountersZero()) << "split-K counters not reset";
+    return got;
+  };
+  DS_CUDA_CHECK(cudaDeviceSynchronize());
+  chain(false, 1);
+  const std::vector<float> plain = result();
+  int64_t extra = 0;
+  const std::vector<float> y = s1.Got(M, true, &extra);
+  std::vector<float> y_rows(8 * w2.K, 0.f);  // GEMV2's activations [8, K2] as the reference reads them
+  std::copy(y.begin(), y.end(), y_rows.begin());
+  ExpectClose("fp8_gemv_pdl", "plain_chain_M4", plain, Reference(w2, y_rows, w2.K, M), kBoundF32);
+  s2.o32.Poison();
+  DS_CUDA_CHECK(cudaDeviceSynchronize());
+  chain(true, 4);
+  const std::vector<float> eager = result();
+  const bool eager_same = std::memcmp(eager.data(), plain.data(), plain.size() * sizeof(float)) == 0;
+  std::printf("[metric] op=fp8_gemv_pdl case=eager_chain_x4 bitwise_equal_to_plain=%d%s\n", eager_same ? 1 : 0,
+              eager_same ? " PASS" : " FAIL");
+  EXPECT_TRUE(eager_same);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  chain(true, 4);
+  DS_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+  DS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) {
+    s2.o32.Poison();
+    DS_CUDA_CHECK(cudaDeviceSynchronize());
+    DS_CUDA_CHECK(cudaGraphLaunch(exec, st));
+    const std::vector<float> got = result();
+    const bool same = std::memcmp(got.data(), plain.data(), plain.size() * sizeof(float)) == 0;
+    std::printf("[metric] op=fp8_gemv_pdl case=graph_chain_x4_replay%d bitwise_equal_to_plain=%d%s\n", i, same ? 1 : 0,
+                same ? " PASS" : " FAIL");
+    EXPECT_TRUE(same) << "replay " << i;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  // GEMV2 back to back on its own output's input (y unchanged now): eight PDL launches.
+  Fp8GemvParams p2 = s2.Params(M, false);
+  p2.a = s1.o16.get(); p2.lda = s1.ldo; p2.stream = st; p2.pdl = p2.prefetch_weights = true;
+  s2.o32.Poison();
+  DS_CUDA_CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < 8; ++i) Fp8Gemv(p2);
+  const std::vector<float> repeated = result();
+  EXPECT_EQ(std::memcmp(repeated.data(), plain.data(), plain.size() * sizeof(float)), 0) << "8 PDL launches";
+  cudaStreamDestroy(st);
 }
 
 TEST(CudaFp8Gemv, RejectsBadInput) {

@@ -341,6 +341,7 @@ void CudaModelRunner::RunFp8Gemv(const Linear& L, const bf16* xa, int64_t M, flo
   Fp8GemvParams p;
   p.a = xa; p.lda = L.K; p.w = L.wq.as<uint8_t>(); p.w_scales = L.s_raw.as<float>();
   p.out = y; p.ldo = ldy; p.M = M; p.N = L.N; p.K = L.K; p.stream = s_; p.pdl = opts_.pdl;
+  p.prefetch_weights = opts_.pdl;  // dense weights: written at load only (fp8_gemv.h)
   p.ctas = Fp8GemvRunnerCtas(L.K, CurrentDeviceProps().sms);
   const Fp8GemvPlan plan = Fp8GemvPlanFor(p);
   // One workspace per weight shape: the layout (counters, then partials) depends on the shape,

@@ -39,6 +39,7 @@ struct KArgs {
   uint32_t* counters;   // [tiles, 8]
   float4* partials;     // [ctas, 2, 8 warps, 32 lanes]
   bool out_bf16;
+  bool prefetch_weights;  // Fp8GemvParams::prefetch_weights: the first ring's weights before the PDL wait
 };
 
 // The TMA path (see fp8_gemv.h). Shared memory: kStages x [weights 128 x 128 B | activations
@@ -56,7 +57,10 @@ struct KArgs {
 // order, so A and B only need the same permutation, which they have.
 __global__ void __launch_bounds__(kThreads, 2)
     Fp8GemvTmaKernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap, const KArgs p) {
-  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
+  // First, before any global-memory access (launch.cuh), but with prefetch_weights: then only the
+  // producer's weight and scale loads of the first ring come before it (read-only data that no
+  // kernel in flight writes: Fp8GemvParams::prefetch_weights), and every other access after.
+  if (!p.prefetch_weights) dev::PdlWaitThenRelease();
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw = SmemAddr(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;
@@ -86,20 +90,33 @@ __global__ void __launch_bounds__(kThreads, 2)
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&amap)) : "memory");
       const uint64_t pol_w = EvictFirstPolicy(), pol_a = EvictLastPolicy();
-      int st = 0, t = static_cast<int>(u_begin / KB), kb = static_cast<int>(u_begin % KB);
-      uint32_t phase = 0;
-      for (int i = 0; i < n_units; ++i) {
-        if (i >= kStages) MbarWait(bar_empty + st * 8, phase ^ 1u);
+      // Weights + scale of unit u_begin + i into stage st; the stage's "full" barrier expects the
+      // activation boxes' bytes too, so it cannot complete before they land.
+      const auto load_weights = [&](int i, int st) {
         const int64_t u = u_begin + i;
         const uint32_t full = bar_full + st * 8, dst = base + st * kStageBytes;
         BarExpectTxOnly(full, kStageBytes);
-        TmaLoad2d(dst, &wmap, kb * kUnitK, t * kTileRows, full, pol_w);
-        TmaLoad2d(dst + kWBytes, &amap, kb * kUnitK, 0, full, pol_a);
-        TmaLoad2d(dst + kWBytes + kABoxBytes, &amap, kb * kUnitK + 64, 0, full, pol_a);
+        TmaLoad2d(dst, &wmap, static_cast<int>(u % KB) * kUnitK, static_cast<int>(u / KB) * kTileRows, full, pol_w);
         CpAsync4(s_scale + st * 4, p.scales + u);  // scales [tile, kb] = unit order
         CpAsyncArriveNoinc(full);
+      };
+      const auto load_activations = [&](int i, int st) {
+        const int kb = static_cast<int>((u_begin + i) % KB);
+        const uint32_t full = bar_full + st * 8, dst = base + st * kStageBytes;
+        TmaLoad2d(dst + kWBytes, &amap, kb * kUnitK, 0, full, pol_a);
+        TmaLoad2d(dst + kWBytes + kABoxBytes, &amap, kb * kUnitK + 64, 0, full, pol_a);
+      };
+      const int n_pre = p.prefetch_weights ? min(n_units, kStages) : 0;
+      for (int i = 0; i < n_pre; ++i) load_weights(i, i);
+      if (p.prefetch_weights) dev::PdlWaitThenRelease();  // the activations are the predecessor's output
+      for (int i = 0; i < n_pre; ++i) load_activations(i, i);
+      int st = n_pre % kStages;
+      uint32_t phase = n_pre == kStages ? 1u : 0u;
+      for (int i = n_pre; i < n_units; ++i) {
+        if (i >= kStages) MbarWait(bar_empty + st * 8, phase ^ 1u);
+        load_weights(i, st);
+        load_activations(i, st);
         if (++st == kStages) { st = 0; phase ^= 1u; }
-        if (++kb == KB) { kb = 0; ++t; }
       }
       asm volatile("cp.async.wait_all;\n" ::: "memory");
     }
@@ -107,6 +124,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   // ---- consumers
+  if (p.prefetch_weights) dev::PdlWaitThenRelease();  // before the workspace and output accesses
   const int g = lane >> 2, q = lane & 3;
   const int r = 16 * warp + g;  // weight row in the tile (and r + 8)
   const uint32_t w_off0 = r * 128 + (((2 * q) ^ g) << 4), w_off1 = r * 128 + (((2 * q + 1) ^ g) << 4);
@@ -284,6 +302,7 @@ void Fp8Gemv(const Fp8GemvParams& p) {
   k.counters = static_cast<uint32_t*>(p.workspace);
   k.partials = reinterpret_cast<float4*>(static_cast<uint8_t*>(p.workspace) + CounterBytes(plan.tiles));
   k.out_bf16 = p.out_bf16;
+  k.prefetch_weights = p.prefetch_weights;
   LaunchKernel(Fp8GemvTmaKernel, static_cast<unsigned>(plan.ctas), kThreads, kSmemBytes, p.stream, p.pdl, wmap, amap,
                k);
   DS_CUDA_CHECK_LAUNCH("Fp8GemvTmaKernel");

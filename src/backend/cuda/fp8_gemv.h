@@ -91,6 +91,13 @@ struct Fp8GemvParams {
   size_t workspace_bytes = 0;
   cudaStream_t stream = nullptr;
   bool pdl = false;  // programmatic dependent launch (launch.cuh)
+  // TMA path (session 36): the producer requests the weights and scales of its CTA's first ring
+  // stages (up to 6 x 16 KB) BEFORE the grid-dependency wait, the activations and every other
+  // global access after it. With pdl, the weight stream then starts while the previous kernel in
+  // the stream still runs (its tail and this launch's latency overlap the first loads). Only
+  // for weights no kernel that may still run writes (a decode step's: written once at load).
+  // The same bits (only the order of independent loads changes); without pdl it changes nothing.
+  bool prefetch_weights = false;
   // CTAs of the TMA path: 0 = SMs x resident CTAs per SM (capped at units / 2, >= 1); > 0 = that
   // many (capped at the units; tests and bench sweeps). Changes the split-K sum order only.
   int ctas = 0;
