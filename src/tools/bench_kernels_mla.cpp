@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fill_random.h"
+#include "backend/cuda/host_plans.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_prefill.h"
 #include "common/check.h"
@@ -32,7 +33,8 @@ MlaTables& MlaResults() {
 double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
                      const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
                      int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0, bool sm90 = false,
-                     int sm90_variant = 0, int tc_fused_combine = 0, int64_t sm90_min_rows = 0) {
+                     int sm90_variant = 0, int tc_fused_combine = 0, int64_t sm90_min_rows = 0,
+                     bool sm90_balanced = false) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -81,6 +83,21 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   if (sm90) {
     DS_CHECK(MlaDecodeSm90Selected(p)) << "bench: the sm90 MLA decode kernel does not apply to " << label;
   }
+  // sm90_balanced: the work list of PlanMlaDecodeSm90WorkList (host_plans.h) on these contexts.
+  std::unique_ptr<Buf> work, splits;
+  std::string plan_note;
+  if (sm90_balanced) {
+    int sms = 0;
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int64_t nrb = std::max<int64_t>(1, (qlen * H + 63) / 64);
+    const MlaDecodeSm90WorkList wl = PlanMlaDecodeSm90WorkList(ctx, nrb, sms);
+    work = Upload(wl.items);
+    splits = Upload(wl.splits);
+    p.sm90_work = work->as<void>(); p.sm90_work_items = static_cast<int64_t>(wl.items.size());
+    p.sm90_splits = splits->as<int32_t>(); p.sm90_work_max_splits = wl.max_splits;
+    plan_note = ", balanced work list: " + std::to_string(wl.items.size() * nrb) + " CTAs, up to " +
+                std::to_string(wl.max_splits) + " splits";
+  }
   const double us = b.TimeUs([&](int i) {
     MlaDecodeParams pi = p;
     pi.block_table = tables[i]->as<int32_t>();
@@ -91,6 +108,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   std::string kernel = sm90 ? "mla_decode_sm90" : tc ? "mla_decode_tc" : "mla_decode_cudacore";
   if (sm90 && H * qlen < 64) kernel += "[partial-tile]";
   if (sm90 && sm90_variant > 0 && sm90_variant < kSm90Variants) kernel += kSm90VariantTags[sm90_variant];
+  if (sm90_balanced) kernel += "[balanced]";
   if (tc && !sm90 &&
       (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge || tc_fused_combine))
     kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") +
@@ -98,7 +116,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
               std::to_string(tc_stages ? tc_stages : 3) +
               ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
               std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
-  b.Add(kernel, label, us, bytes, flops, false, note);
+  b.Add(kernel, label, us, bytes, flops, false, note + plan_note);
   // DS_BENCH_MLA_TIMELINE=1 (variant 11, a measurement): one more launch with CTA 0's (event,
   // clock64) stamps (MlaDecodeParams::sm90_timeline), printed as the mean SM cycles between
   // consecutive events of each warpgroup over its pair iterations but the first two and the last.
@@ -234,6 +252,18 @@ void MlaDecodeSm90Anchors(Bench& b) {
                                 (v == 0 ? note : note + ", variant " + std::to_string(v)) +
                                     (partial ? ", partial 64-row tile" : ""),
                                 0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0);
+    // DS_BENCH_SM90_BALANCED=<comma-separated variants> (default "10"; "none"): those variants
+    // again with the balanced work list (MlaDecodeParams::sm90_work), right after their plain run's
+    // family, as kernel "...[balanced]".
+    {
+      const char* be = std::getenv("DS_BENCH_SM90_BALANCED");
+      const std::string bal = "," + std::string(be != nullptr && *be != '\0' ? be : "10") + ",";
+      for (int v = 0; v < kSm90Variants; ++v)
+        if (bal.find("," + std::to_string(v) + ",") != std::string::npos && std::string(kSm90VariantTags[v]) != "[removed]")
+          MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
+                        (v == 0 ? note : note + ", variant " + std::to_string(v)) + (partial ? ", partial 64-row tile" : ""),
+                        0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, true);
+    }
     r.tc_us = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
     MlaResults().sm90.push_back(r);
   }

@@ -38,6 +38,7 @@
 #include <limits>
 
 #include "backend/cpu/ops.h"
+#include "backend/cuda/host_plans.h"
 #include "backend/cuda/mla_decode.h"
 #include "test_util.h"
 
@@ -146,6 +147,35 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     int64_t diff = 0;
     for (size_t i = 0; i < via.size(); ++i) diff += std::memcmp(&via[i], &got[i], sizeof(float)) != 0;
     EXPECT_EQ(diff, 0) << name << ": dispatch (p.sm90) differs from the explicit call";
+  }
+
+  // The balanced work list (session 36, MlaDecodeParams::sm90_work; PlanMlaDecodeSm90WorkList on
+  // these contexts, planned for this device's SMs and for 4x as many, which cuts even short
+  // contexts into several splits): other split boundaries, so the bits differ from the uniform
+  // plan's as the graph hints' plan does (one bf16 probability ulp on a key can move), held to
+  // the same 1e-3. The workspace and kv_chunk are those of 64-key splits.
+  {
+    int sms = 0;
+    DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int64_t nrb = std::max<int64_t>(1, (max_q * H + 63) / 64);
+    for (int mult : {1, 4}) {
+      const MlaDecodeSm90WorkList wl = PlanMlaDecodeSm90WorkList(ctx, nrb, int64_t{sms} * mult);
+      Dev<int32_t> dwork(static_cast<size_t>(wl.items.size()) * 4), dsplits(wl.splits);
+      DS_CUDA_CHECK(cudaMemcpy(dwork.get(), wl.items.data(), wl.items.size() * sizeof(MlaDecodeSm90WorkItem),
+                               cudaMemcpyHostToDevice));
+      const int64_t ws_w = MlaDecodeWorkspaceFloats(T, H, kKvl, max_ctx, 64);
+      Dev<float> ws_b(ws_w), out_b(T * H * kKvl);
+      MlaDecodeParams pb = params(ws_b.get(), out_b.get(), DTypeOut::kF32);
+      pb.kv_chunk = 64;
+      pb.sm90_work = dwork.get(); pb.sm90_work_items = static_cast<int64_t>(wl.items.size());
+      pb.sm90_splits = dsplits.get(); pb.sm90_work_max_splits = wl.max_splits;
+      MlaDecodeAttentionSm90(pb);
+      DS_CUDA_CHECK(cudaGetLastError());
+      std::printf("[info] case=%s balanced x%d: %zu items, up to %lld splits\n", name, mult, wl.items.size(),
+                  static_cast<long long>(wl.max_splits));
+      ExpectClose("mla_decode_sm90", std::string(name) + "_balanced_x" + std::to_string(mult) + "_vs_uniform_plan",
+                  out_b.Download(), got, 1e-3);
+    }
   }
 
   // What differs between an eager pass and a CUDA-graph replay of the same decode batch (the

@@ -6,8 +6,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iterator>
+#include <vector>
 
 namespace ds::cuda {
 
@@ -172,6 +175,81 @@ inline MlaDecodeSm90Plan PlanMlaDecodeSm90(int64_t max_q, int64_t heads, int64_t
   pl.chunk = best;
   pl.max_splits = std::max<int64_t>(1, (max_context + pl.chunk - 1) / pl.chunk);
   return pl;
+}
+
+
+// ---- sm_90a MLA decode: a balanced work list (session 36; MlaDecodeParams::sm90_work)
+// One CTA's work of a work-list launch: sequence s, split slot `split` (its partial's index in
+// the workspace, < the sequence's split count) and keys [kbeg, kend).
+struct MlaDecodeSm90WorkItem {
+  int32_t s = 0, split = 0, kbeg = 0, kend = 0;
+};
+struct MlaDecodeSm90WorkList {
+  std::vector<MlaDecodeSm90WorkItem> items;  // grid order: blockIdx.x / nrb (row blocks adjacent)
+  std::vector<int32_t> splits;               // [num_seqs] split count of each sequence (>= 1)
+  int64_t max_splits = 1;                    // the workspace's split stride
+  double est_time = 0;                       // the chosen plan's simulated makespan, key-equivalents
+};
+// Makespan of CTAs of the given costs dispatched in order onto `slots` SMs, each CTA to the
+// first free SM (the block scheduler's behaviour with one CTA per SM).
+inline double MlaDecodeSm90Makespan(const std::vector<double>& costs, int64_t slots) {
+  std::vector<double> free_at(static_cast<size_t>(std::max<int64_t>(1, slots)), 0.0);
+  std::make_heap(free_at.begin(), free_at.end(), std::greater<double>());
+  for (double c : costs) {
+    std::pop_heap(free_at.begin(), free_at.end(), std::greater<double>());
+    free_at.back() += c;
+    std::push_heap(free_at.begin(), free_at.end(), std::greater<double>());
+  }
+  return *std::max_element(free_at.begin(), free_at.end());
+}
+// Split-KV by work when the host knows every sequence's context (`ctx`, num_seqs entries, each
+// >= 0): the uniform-chunk plan above gives every sequence the same chunk, so a batch of mixed
+// lengths leaves SMs idle at the end (half 32K + half 512: its simulated makespan 1.18x this
+// plan's at 16 heads). Here each sequence gets its own split count, n = ceil(ctx / T) splits of
+// equal 64-key multiples, for a target T = total keys / (SMs x waves / nrb) over waves = 1..12;
+// the CTAs go out longest first (LPT) and the plan with the least simulated makespan (CTA cost:
+// keys + kMlaDecodeSm90CtaOverhead) wins. (FlashMLA's get_mla_metadata balances by work too,
+// with persistent CTAs that cross sequences; these CTAs stay one (sequence, split) each.)
+// A sequence of 0 keys gets one empty split. Errors: none (empty ctx: an empty list).
+inline MlaDecodeSm90WorkList PlanMlaDecodeSm90WorkList(const std::vector<int32_t>& ctx, int64_t nrb, int64_t sms) {
+  constexpr int64_t kBN = kMlaDecodeSm90KeysPerTile;
+  MlaDecodeSm90WorkList best;
+  int64_t total = 0;
+  for (int32_t c : ctx) total += std::max<int32_t>(c, 0);
+  if (ctx.empty()) return best;
+  const int64_t slots = std::max<int64_t>(1, sms);
+  bool have = false;
+  for (int64_t waves = 1; waves <= 12; ++waves) {
+    const double per = static_cast<double>(slots) * static_cast<double>(waves) / static_cast<double>(std::max<int64_t>(1, nrb));
+    const int64_t target = std::max<int64_t>(kBN, (static_cast<int64_t>(std::ceil(static_cast<double>(total) / per)) + kBN - 1) / kBN * kBN);
+    MlaDecodeSm90WorkList wl;
+    wl.splits.resize(ctx.size());
+    for (size_t s = 0; s < ctx.size(); ++s) {
+      const int64_t c = std::max<int32_t>(ctx[s], 0);
+      const int64_t n = std::max<int64_t>(1, (c + target - 1) / target);
+      const int64_t len = std::max<int64_t>(kBN, ((c + n - 1) / n + kBN - 1) / kBN * kBN);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t kb = std::min(c, i * len), ke = std::min(c, kb + len);
+        wl.items.push_back({static_cast<int32_t>(s), static_cast<int32_t>(i), static_cast<int32_t>(kb), static_cast<int32_t>(ke)});
+      }
+      wl.splits[s] = static_cast<int32_t>(n);
+      wl.max_splits = std::max(wl.max_splits, n);
+    }
+    std::stable_sort(wl.items.begin(), wl.items.end(), [](const MlaDecodeSm90WorkItem& a, const MlaDecodeSm90WorkItem& b) {
+      return a.kend - a.kbeg > b.kend - b.kbeg;
+    });
+    std::vector<double> costs;
+    costs.reserve(wl.items.size() * static_cast<size_t>(std::max<int64_t>(1, nrb)));
+    for (const auto& it : wl.items)
+      for (int64_t r = 0; r < std::max<int64_t>(1, nrb); ++r)
+        costs.push_back(static_cast<double>(it.kend - it.kbeg + kMlaDecodeSm90CtaOverhead));
+    wl.est_time = MlaDecodeSm90Makespan(costs, slots);
+    if (!have || wl.est_time < best.est_time) {
+      best = std::move(wl);
+      have = true;
+    }
+  }
+  return best;
 }
 
 }  // namespace ds::cuda

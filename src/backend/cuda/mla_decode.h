@@ -142,6 +142,19 @@ struct MlaDecodeParams {
   // eager decode passes included), so the longest real context lies in (max_context / 2,
   // max_context]: the split plan is chosen for that range (PlanMlaDecodeSm90's capacity_hints).
   bool capacity_hints = false;
+  // With sm90 (session 36; opt-in, bench and op tests): a balanced work list in place of the
+  // uniform-chunk split plan. sm90_work: [sm90_work_items] device MlaDecodeSm90WorkItem
+  // (host_plans.h: sequence, split slot, keys [kbeg, kend), kbeg a multiple of 64), e.g. from
+  // PlanMlaDecodeSm90WorkList on the host-known contexts (which must equal context_lens); one
+  // CTA per item and 64-row block, in list order; sm90_splits: [num_seqs] device split counts
+  // (each >= 1, <= sm90_work_max_splits, the workspace's split stride, which must be at most
+  // MlaDecodeWorkspaceFloats' splits for kv_chunk: ceil(max_context / kv_chunk)). Every split
+  // writes its partial and LSE and the combine merges each sequence's own count (one split
+  // included). Not with uv_w. Variants 0-2, 4, 8-11 alike.
+  const void* sm90_work = nullptr;
+  int64_t sm90_work_items = 0;
+  const int32_t* sm90_splits = nullptr;
+  int64_t sm90_work_max_splits = 0;
   // W_UV epilogue (opt-in; CudaRunnerOptions::fused_uv), kept last in the struct. With uv_w set,
   // the decode's final merge (every path: the combine of the split partials; a one-split pass
   // writes its partial too) also applies absorbed MLA's value up-projection per head and writes

@@ -33,6 +33,7 @@
 // session 19).
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/host_plans.h"
+static_assert(sizeof(ds::cuda::MlaDecodeSm90WorkItem) == 16, "MlaDecodeSm90WorkItem is read as an int4");
 #include "backend/cuda/sm90_ptx.cuh"
 #include "backend/cuda/wgmma_ops.cuh"
 #include "backend/cuda/mla_decode.h"
@@ -747,9 +748,19 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodePa
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
   const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
   const int d = threadIdx.x * 4;
+  int splits = max_splits;
+  if (p.sm90_splits != nullptr) {  // a work list: the token's sequence's own split count
+    int lo = 0, hi = static_cast<int>(p.num_seqs) - 1;  // the last s with query_start[s] <= t
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (p.query_start[mid] <= t) lo = mid;
+      else hi = mid - 1;
+    }
+    splits = p.sm90_splits[lo];
+  }
   float4 acc;
   float wsum;
-  mla::MergeSplits(p.workspace, lse, base, max_splits, kV, d, &acc, &wsum);
+  mla::MergeSplits(p.workspace, lse, base, splits, kV, d, &acc, &wsum);
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + d;
   out[0] = dev::FromF<TOut>(acc.x * inv);
@@ -799,8 +810,9 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90SeesawKernel<TOut, false>),
                        static_cast<int>(kSsSmemBytes));
   const CUtensorMap map = MakeKvMap(p);
-  const bool direct = pl.max_splits == 1 && p.uv_w == nullptr;  // uv: every split writes its partial
-  const int64_t ctas = p.num_seqs * pl.nrb * pl.max_splits;
+  // uv: every split writes its partial; a work list too (the combine merges each sequence's own count)
+  const bool direct = pl.max_splits == 1 && p.uv_w == nullptr && p.sm90_work == nullptr;
+  const int64_t ctas = pl.nrb * (p.sm90_work != nullptr ? p.sm90_work_items : p.num_seqs * pl.max_splits);
   DS_CHECK(ctas < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: grid too large";
   if (p.sm90_variant == 11) {  // the tile-pair schedule (mla_decode_sm90_pair.cu)
     LaunchMlaDecodeSm90Pair(map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits),
@@ -876,11 +888,20 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(p.sm90_variant < 8 || p.softmax_scale > 0.f)
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant << " needs softmax_scale > 0";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
-  const Sm90Plan pl = MakePlan(p);
+  Sm90Plan pl = MakePlan(p);
+  if (p.sm90_work != nullptr) {  // a balanced work list (MlaDecodeParams::sm90_work)
+    DS_CHECK(p.sm90_work_items >= 1 && p.sm90_splits != nullptr && p.sm90_work_max_splits >= 1 && p.uv_w == nullptr)
+        << "MlaDecodeAttentionSm90: a work list needs items, per-sequence split counts, a split stride, and no uv_w";
+    DS_CHECK(p.sm90_work_max_splits <= std::max<int64_t>(1, (p.max_context + p.kv_chunk - 1) / p.kv_chunk))
+        << "MlaDecodeAttentionSm90: work-list split stride " << p.sm90_work_max_splits
+        << " exceeds the workspace's splits for kv_chunk " << p.kv_chunk;
+    DS_CHECK(reinterpret_cast<uintptr_t>(p.sm90_work) % 16 == 0) << "MlaDecodeAttentionSm90: work list alignment";
+    pl.max_splits = p.sm90_work_max_splits;
+  }
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
   // Split partials: float2 stores and float4 loads of the workspace; the combine grid is
   // (tokens, heads).
-  DS_CHECK((pl.max_splits == 1 && p.uv_w == nullptr) || (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0))
+  DS_CHECK((pl.max_splits == 1 && p.uv_w == nullptr && p.sm90_work == nullptr) || (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0))
       << "MlaDecodeAttentionSm90: " << pl.max_splits << " splits need a 16-byte aligned workspace";
   DS_CHECK(p.heads < 65536 && p.num_tokens < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: combine grid";
   if (p.out_type == DTypeOut::kF32) Launch<float>(p, pl);

@@ -266,16 +266,23 @@ struct CtaWork {
 __device__ __forceinline__ CtaWork GetCtaWork(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
   CtaWork w;
   w.rb = static_cast<int>(blockIdx.x % nrb);
-  w.split = static_cast<int>((blockIdx.x / nrb) % max_splits);
-  w.s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
+  int4 item = make_int4(0, 0, 0, 0);  // MlaDecodeParams::sm90_work: (s, split, kbeg, kend)
+  if (p.sm90_work != nullptr) {
+    item = static_cast<const int4*>(p.sm90_work)[blockIdx.x / nrb];
+    w.split = item.y;
+    w.s = item.x;
+  } else {
+    w.split = static_cast<int>((blockIdx.x / nrb) % max_splits);
+    w.s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
+  }
   w.H = static_cast<int>(p.heads);
   w.q0 = p.query_start[w.s];
   w.q_len = p.query_start[w.s + 1] - w.q0;
   w.ctx = p.context_lens[w.s];
   w.valid_rows = w.q_len * w.H;
   w.row0 = w.rb * kBM;
-  w.kbeg = w.split * chunk;
-  w.kend = min(w.ctx, w.kbeg + chunk);
+  w.kbeg = p.sm90_work != nullptr ? item.z : w.split * chunk;
+  w.kend = min(w.ctx, p.sm90_work != nullptr ? item.w : w.kbeg + chunk);
   w.lse_base = p.num_tokens * p.heads * max_splits * kV;
   return w;
 }

@@ -166,5 +166,62 @@ TEST(CudaHostPlans, MlaDecodeSm90CapacityPlanCoversTheRange) {
   EXPECT_EQ(PlanMlaDecodeSm90(1, 128, 1, 2048, 0, 128, 132, false).chunk, 128);
 }
 
+// The balanced work list (session 36): every sequence's keys [0, ctx) covered exactly once by
+// 64-aligned splits numbered 0..n-1, the split counts and stride consistent, the list longest
+// first, and on half 32K + half 512 (the mixed anchors) a simulated makespan below the uniform
+// chunk plan's (the same cost model: keys + kMlaDecodeSm90CtaOverhead a CTA, first free SM).
+TEST(CudaHostPlans, MlaDecodeSm90WorkListCoversEveryKeyOnce) {
+  const std::vector<std::vector<int32_t>> batches = {
+      {32768}, {1, 63, 64, 65}, {0, 100}, std::vector<int32_t>(128, 4096), {4097, 1, 65536, 200, 3000}};
+  for (const auto& ctx : batches)
+    for (int64_t nrb : {1, 2})
+      for (int64_t sms : {1, 132, 528}) {
+        const MlaDecodeSm90WorkList wl = PlanMlaDecodeSm90WorkList(ctx, nrb, sms);
+        ASSERT_EQ(wl.splits.size(), ctx.size());
+        std::vector<std::vector<std::pair<int32_t, int32_t>>> per(ctx.size());
+        int64_t max_n = 1;
+        for (size_t i = 0; i < wl.items.size(); ++i) {
+          const auto& it = wl.items[i];
+          ASSERT_GE(it.s, 0);
+          ASSERT_LT(static_cast<size_t>(it.s), ctx.size());
+          EXPECT_EQ(it.kbeg % 64, 0);
+          EXPECT_LE(it.kbeg, it.kend);
+          EXPECT_LT(it.split, wl.splits[it.s]);
+          if (i > 0) EXPECT_GE(wl.items[i - 1].kend - wl.items[i - 1].kbeg, it.kend - it.kbeg) << "not longest first";
+          per[it.s].push_back({it.split, it.kbeg});
+        }
+        for (size_t s = 0; s < ctx.size(); ++s) {
+          ASSERT_EQ(static_cast<int32_t>(per[s].size()), wl.splits[s]) << "sequence " << s;
+          max_n = std::max<int64_t>(max_n, wl.splits[s]);
+          std::sort(per[s].begin(), per[s].end());
+          int32_t next = 0;
+          for (size_t k = 0; k < per[s].size(); ++k) {
+            EXPECT_EQ(per[s][k].first, static_cast<int32_t>(k));
+            EXPECT_EQ(per[s][k].second, std::min(next, ctx[s]));
+            // this split's end
+            for (const auto& it : wl.items)
+              if (it.s == static_cast<int32_t>(s) && it.split == static_cast<int32_t>(k)) next = it.kend;
+          }
+          EXPECT_EQ(next, std::max(ctx[s], 0)) << "sequence " << s << " not covered to its end";
+        }
+        EXPECT_EQ(wl.max_splits, max_n);
+      }
+  // Mixed lengths: below the uniform plan's makespan under the same model.
+  std::vector<int32_t> mixed(64);
+  for (int i = 0; i < 64; ++i) mixed[i] = i % 2 ? 512 : 32768;
+  for (int64_t nrb : {1, 2}) {
+    const MlaDecodeSm90Plan up = PlanMlaDecodeSm90(1, nrb * 64, 64, 32768, 32 * (32768 + 512), 256, 132, false);
+    std::vector<double> costs;
+    for (int32_t c : mixed)
+      for (int64_t sp = 0; sp < up.max_splits; ++sp) {
+        const int64_t k = std::max<int64_t>(0, std::min<int64_t>(c, (sp + 1) * up.chunk) - sp * up.chunk);
+        for (int64_t r = 0; r < nrb; ++r) costs.push_back(k > 0 ? double(k + kMlaDecodeSm90CtaOverhead) : 64.0);
+      }
+    const double uniform = MlaDecodeSm90Makespan(costs, 132);
+    const MlaDecodeSm90WorkList wl = PlanMlaDecodeSm90WorkList(mixed, nrb, 132);
+    EXPECT_LT(wl.est_time * 1.1, uniform) << "nrb " << nrb << ": " << wl.est_time << " vs uniform " << uniform;
+  }
+}
+
 }  // namespace
 }  // namespace ds::cuda
