@@ -151,9 +151,11 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
 
   // The balanced work list (session 36, MlaDecodeParams::sm90_work; PlanMlaDecodeSm90WorkList on
   // these contexts, planned for this device's SMs and for 4x as many, which cuts even short
-  // contexts into several splits): other split boundaries, so the bits differ from the uniform
-  // plan's as the graph hints' plan does (one bf16 probability ulp on a key can move), held to
-  // the same 1e-3. The workspace and kv_chunk are those of 64-key splits.
+  // contexts into several splits): other split boundaries and running maxima, so other bf16
+  // probabilities (a ulp, 2^-8, on some keys): 9.9e-4 - 1.1e-3 from the uniform plan's output on
+  // short contexts in session 36 run 2 (each within 1e-3 of its own plan's emulation above), held
+  // to 3e-3; a wrong tile, page or split shows as >= 1e-2. The workspace and kv_chunk are those of
+  // 64-key splits. One-split sequences write their output directly (the combine skips them).
   {
     int sms = 0;
     DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -174,7 +176,7 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
       std::printf("[info] case=%s balanced x%d: %zu items, up to %lld splits\n", name, mult, wl.items.size(),
                   static_cast<long long>(wl.max_splits));
       ExpectClose("mla_decode_sm90", std::string(name) + "_balanced_x" + std::to_string(mult) + "_vs_uniform_plan",
-                  out_b.Download(), got, 1e-3);
+                  out_b.Download(), got, 3e-3);
     }
   }
 

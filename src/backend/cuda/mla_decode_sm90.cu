@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform for the compiler (wgmma paths)
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
+  direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
   const int s = w.s, H = w.H, q0 = w.q0;
   const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
   if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
@@ -303,6 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
+  direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
   const int s = w.s, H = w.H, q0 = w.q0;
   const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
   if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
@@ -555,6 +557,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
+  direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
   const int s = w.s, H = w.H, q0 = w.q0;
   const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
   if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
@@ -757,6 +760,7 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodePa
       else hi = mid - 1;
     }
     splits = p.sm90_splits[lo];
+    if (splits == 1) return;  // its CTAs wrote the output directly (CtaWork::direct)
   }
   float4 acc;
   float wsum;
@@ -810,8 +814,9 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90SeesawKernel<TOut, false>),
                        static_cast<int>(kSsSmemBytes));
   const CUtensorMap map = MakeKvMap(p);
-  // uv: every split writes its partial; a work list too (the combine merges each sequence's own count)
-  const bool direct = pl.max_splits == 1 && p.uv_w == nullptr && p.sm90_work == nullptr;
+  // uv: every split writes its partial. A work list: one-split sequences write directly, the
+  // combine merges the others' own counts (none: no combine).
+  const bool direct = pl.max_splits == 1 && p.uv_w == nullptr;
   const int64_t ctas = pl.nrb * (p.sm90_work != nullptr ? p.sm90_work_items : p.num_seqs * pl.max_splits);
   DS_CHECK(ctas < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: grid too large";
   if (p.sm90_variant == 11) {  // the tile-pair schedule (mla_decode_sm90_pair.cu)
@@ -901,7 +906,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(pl.max_splits < 65536 && pl.chunk < (int64_t{1} << 30)) << "MlaDecodeAttentionSm90: plan";
   // Split partials: float2 stores and float4 loads of the workspace; the combine grid is
   // (tokens, heads).
-  DS_CHECK((pl.max_splits == 1 && p.uv_w == nullptr && p.sm90_work == nullptr) || (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0))
+  DS_CHECK((pl.max_splits == 1 && p.uv_w == nullptr) || (p.workspace != nullptr && reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0))
       << "MlaDecodeAttentionSm90: " << pl.max_splits << " splits need a 16-byte aligned workspace";
   DS_CHECK(p.heads < 65536 && p.num_tokens < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: combine grid";
   if (p.out_type == DTypeOut::kF32) Launch<float>(p, pl);

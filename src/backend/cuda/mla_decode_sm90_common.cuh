@@ -261,6 +261,7 @@ __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned cha
 // the workspace's LSE block starts.
 struct CtaWork {
   int rb, split, s, H, q0, q_len, ctx, valid_rows, row0, kbeg, kend;
+  bool direct;  // a work list's sequence of one split: its CTAs write the output (the combine skips it)
   int64_t lse_base;
 };
 __device__ __forceinline__ CtaWork GetCtaWork(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
@@ -271,7 +272,9 @@ __device__ __forceinline__ CtaWork GetCtaWork(const MlaDecodeParams& p, int nrb,
     item = static_cast<const int4*>(p.sm90_work)[blockIdx.x / nrb];
     w.split = item.y;
     w.s = item.x;
+    w.direct = p.sm90_splits[w.s] == 1 && p.uv_w == nullptr;
   } else {
+    w.direct = false;
     w.split = static_cast<int>((blockIdx.x / nrb) % max_splits);
     w.s = static_cast<int>(blockIdx.x / (static_cast<unsigned>(nrb) * max_splits));
   }

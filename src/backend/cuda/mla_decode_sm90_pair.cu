@@ -163,6 +163,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
+  direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
   if (w.row0 >= w.valid_rows) return;  // rows that do not exist (shorter query block): no outputs
   if (w.kbeg >= w.kend) {              // an empty split
     WriteEmptySplit<TOut, kThreads>(p, w, tid, max_splits, direct);

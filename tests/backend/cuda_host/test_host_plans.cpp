@@ -169,7 +169,9 @@ TEST(CudaHostPlans, MlaDecodeSm90CapacityPlanCoversTheRange) {
 // The balanced work list (session 36): every sequence's keys [0, ctx) covered exactly once by
 // 64-aligned splits numbered 0..n-1, the split counts and stride consistent, the list longest
 // first, and on half 32K + half 512 (the mixed anchors) a simulated makespan below the uniform
-// chunk plan's (the same cost model: keys + kMlaDecodeSm90CtaOverhead a CTA, first free SM).
+// chunk plan's (the same cost model: keys + kMlaDecodeSm90CtaOverhead a CTA, + kMlaDecodeSm90SplitCost
+// for a split of a sequence cut in several, first free SM); a uniform batch whose one split a
+// sequence fills one wave keeps one split.
 TEST(CudaHostPlans, MlaDecodeSm90WorkListCoversEveryKeyOnce) {
   const std::vector<std::vector<int32_t>> batches = {
       {32768}, {1, 63, 64, 65}, {0, 100}, std::vector<int32_t>(128, 4096), {4097, 1, 65536, 200, 3000}};
@@ -187,7 +189,9 @@ TEST(CudaHostPlans, MlaDecodeSm90WorkListCoversEveryKeyOnce) {
           EXPECT_EQ(it.kbeg % 64, 0);
           EXPECT_LE(it.kbeg, it.kend);
           EXPECT_LT(it.split, wl.splits[it.s]);
-          if (i > 0) EXPECT_GE(wl.items[i - 1].kend - wl.items[i - 1].kbeg, it.kend - it.kbeg) << "not longest first";
+          if (i > 0) {
+            EXPECT_GE(wl.items[i - 1].kend - wl.items[i - 1].kbeg, it.kend - it.kbeg) << "not longest first";
+          }
           per[it.s].push_back({it.split, it.kbeg});
         }
         for (size_t s = 0; s < ctx.size(); ++s) {
@@ -212,15 +216,20 @@ TEST(CudaHostPlans, MlaDecodeSm90WorkListCoversEveryKeyOnce) {
   for (int64_t nrb : {1, 2}) {
     const MlaDecodeSm90Plan up = PlanMlaDecodeSm90(1, nrb * 64, 64, 32768, 32 * (32768 + 512), 256, 132, false);
     std::vector<double> costs;
-    for (int32_t c : mixed)
+    for (int32_t c : mixed) {
+      const bool several = c > up.chunk;  // its splits write partials for the combine
       for (int64_t sp = 0; sp < up.max_splits; ++sp) {
         const int64_t k = std::max<int64_t>(0, std::min<int64_t>(c, (sp + 1) * up.chunk) - sp * up.chunk);
-        for (int64_t r = 0; r < nrb; ++r) costs.push_back(k > 0 ? double(k + kMlaDecodeSm90CtaOverhead) : 64.0);
+        const double cost = double(k + kMlaDecodeSm90CtaOverhead + (several ? kMlaDecodeSm90SplitCost : 0));
+        for (int64_t r = 0; r < nrb; ++r) costs.push_back(k > 0 ? cost : 64.0);
       }
+    }
     const double uniform = MlaDecodeSm90Makespan(costs, 132);
     const MlaDecodeSm90WorkList wl = PlanMlaDecodeSm90WorkList(mixed, nrb, 132);
     EXPECT_LT(wl.est_time * 1.1, uniform) << "nrb " << nrb << ": " << wl.est_time << " vs uniform " << uniform;
   }
+  EXPECT_EQ(PlanMlaDecodeSm90WorkList(std::vector<int32_t>(128, 8192), 1, 132).max_splits, 1);  // 16 heads x 128 x 8K
+  EXPECT_EQ(PlanMlaDecodeSm90WorkList(std::vector<int32_t>(64, 4096), 2, 132).max_splits, 1);   // 128 heads x 64 x 4K
 }
 
 }  // namespace
