@@ -245,17 +245,10 @@ void MlaDecodeSm90Anchors(Bench& b) {
     // 16 heads: the sm_90a kernels with a partial 64-row tile (MlaDecodeParams::sm90_min_rows),
     // beside the default tensor-core path, timed in the same family.
     const bool partial = a.H * a.qlen < 64;
-    for (int v = 0; v < kSm90Variants; ++v)
-      if (pick.find("," + std::to_string(v) + ",") != std::string::npos &&
-          std::string(kSm90VariantTags[v]) != "[removed]")
-        r.us[v] = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
-                                (v == 0 ? note : note + ", variant " + std::to_string(v)) +
-                                    (partial ? ", partial 64-row tile" : ""),
-                                0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0);
     // DS_BENCH_SM90_BALANCED=<comma-separated variants> (default "10"; "none"): those variants
-    // again with the balanced work list (MlaDecodeParams::sm90_work), right after their plain run's
-    // family, as kernel "...[balanced]".
-    {
+    // again with the balanced work list (MlaDecodeParams::sm90_work), after the plain runs (before
+    // them with DS_BENCH_SM90_BALANCED_FIRST=1, an order check), as kernel "...[balanced]".
+    const auto balanced_runs = [&]() {
       const char* be = std::getenv("DS_BENCH_SM90_BALANCED");
       const std::string bal = "," + std::string(be != nullptr && *be != '\0' ? be : "10") + ",";
       for (int v = 0; v < kSm90Variants; ++v)
@@ -263,7 +256,18 @@ void MlaDecodeSm90Anchors(Bench& b) {
           MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
                         (v == 0 ? note : note + ", variant " + std::to_string(v)) + (partial ? ", partial 64-row tile" : ""),
                         0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, true);
-    }
+    };
+    const char* bf = std::getenv("DS_BENCH_SM90_BALANCED_FIRST");
+    const bool balanced_first = bf != nullptr && std::string(bf) == "1";
+    if (balanced_first) balanced_runs();
+    for (int v = 0; v < kSm90Variants; ++v)
+      if (pick.find("," + std::to_string(v) + ",") != std::string::npos &&
+          std::string(kSm90VariantTags[v]) != "[removed]")
+        r.us[v] = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
+                                (v == 0 ? note : note + ", variant " + std::to_string(v)) +
+                                    (partial ? ", partial 64-row tile" : ""),
+                                0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0);
+    if (!balanced_first) balanced_runs();
     r.tc_us = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
     MlaResults().sm90.push_back(r);
   }
