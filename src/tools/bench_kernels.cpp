@@ -1319,20 +1319,26 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
   }
   if (!MlaResults().sm90.empty()) {
     // One column pair per variant timed in any row (MlaDecodeParams::sm90_variant; "-" = not timed).
+    // Balanced work-list runs (MlaDecodeParams::sm90_work) as extra columns: v + kSm90Variants.
     std::vector<int> cols;
-    for (int v = 0; v < kSm90Variants; ++v)
-      for (const auto& a : MlaResults().sm90)
-        if (v < static_cast<int>(a.us.size()) && a.us[v] > 0) {
+    for (int v = 0; v < 2 * kSm90Variants; ++v)
+      for (const auto& a : MlaResults().sm90) {
+        const std::vector<double>& t = v < kSm90Variants ? a.us : a.bal_us;
+        const int i = v % kSm90Variants;
+        if (i < static_cast<int>(t.size()) && t[i] > 0) {
           cols.push_back(v);
           break;
         }
+      }
     s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\nFlashMLA time / ours: need >= 0.95. "
          "Variants (MlaDecodeParams::sm90_variant): 0 default, 1 / 2 seesaw, 4 three warpgroups, "
          "8 = 4 + fast softmax, 9 = 0 + fast softmax, 10 = 8 + per-box barriers, 11 tile pairs (3 and 5-7, measured in "
-         "session 16, were removed).\n\n| case | FlashMLA us |";
+         "session 16, were removed); vNb = variant N with the balanced work list (split-KV by work: "
+         "PlanMlaDecodeSm90WorkList).\n\n| case | FlashMLA us |";
     std::string sep = "|---|---:|";
     for (int v : cols) {
-      s += " v" + std::to_string(v) + " us | FlashMLA / v" + std::to_string(v) + " |";
+      const std::string tag = "v" + std::to_string(v % kSm90Variants) + (v < kSm90Variants ? "" : "b");
+      s += " " + tag + " us | FlashMLA / " + tag + " |";
       sep += "---:|---:|";
     }
     s += " default tc us |\n" + sep + "---:|\n";
@@ -1340,7 +1346,9 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
       std::snprintf(buf, sizeof buf, "| %s | %.1f |", a.name.c_str(), a.flashmla_us);
       s += buf;
       for (int v : cols) {
-        const double us = v < static_cast<int>(a.us.size()) ? a.us[v] : -1.0;
+        const std::vector<double>& t = v < kSm90Variants ? a.us : a.bal_us;
+        const int i = v % kSm90Variants;
+        const double us = i < static_cast<int>(t.size()) ? t[i] : -1.0;
         if (us > 0) std::snprintf(buf, sizeof buf, " %.1f | %.2f |", us, a.flashmla_us / us);
         else std::snprintf(buf, sizeof buf, " - | - |");
         s += buf;

@@ -201,6 +201,7 @@ struct Sm90Result {
   std::string name;
   double flashmla_us = 0;
   std::vector<double> us;  // per variant; -1 = not timed
+  std::vector<double> bal_us;  // per variant with the balanced work list (MlaDecodeParams::sm90_work); -1 = not timed
   double tc_us = 0;
 };
 struct MlaTables {

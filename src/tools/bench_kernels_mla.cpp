@@ -242,6 +242,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
     r.name = a.name;
     r.flashmla_us = a.flashmla_us;
     r.us.assign(kSm90Variants, -1.0);
+    r.bal_us.assign(kSm90Variants, -1.0);
     // 16 heads: the sm_90a kernels with a partial 64-row tile (MlaDecodeParams::sm90_min_rows),
     // beside the default tensor-core path, timed in the same family.
     const bool partial = a.H * a.qlen < 64;
@@ -253,9 +254,10 @@ void MlaDecodeSm90Anchors(Bench& b) {
       const std::string bal = "," + std::string(be != nullptr && *be != '\0' ? be : "10") + ",";
       for (int v = 0; v < kSm90Variants; ++v)
         if (bal.find("," + std::to_string(v) + ",") != std::string::npos && std::string(kSm90VariantTags[v]) != "[removed]")
-          MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
-                        (v == 0 ? note : note + ", variant " + std::to_string(v)) + (partial ? ", partial 64-row tile" : ""),
-                        0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, true);
+          r.bal_us[v] = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
+                                      (v == 0 ? note : note + ", variant " + std::to_string(v)) +
+                                          (partial ? ", partial 64-row tile" : ""),
+                                      0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, true);
     };
     const char* bf = std::getenv("DS_BENCH_SM90_BALANCED_FIRST");
     const bool balanced_first = bf != nullptr && std::string(bf) == "1";
