@@ -234,7 +234,11 @@ void MlaDecodeSm90Anchors(Bench& b) {
       std::fprintf(stderr, "bench kernels: DS_BENCH_SM90_VARIANTS=%s names no live variant (comma-separated numbers: "
                    "0,1,2,4,8,9,10,11)\n", env ? env : "");
   }
+  // DS_BENCH_MLA_ANCHOR=<text>: only the anchors whose name contains it (e.g. "b1 32K", for a
+  // profiler run of one shape).
+  const char* only_anchor = std::getenv("DS_BENCH_MLA_ANCHOR");
   for (const auto& a : kAnchors) {
+    if (only_anchor != nullptr && *only_anchor != '\0' && std::string(a.name).find(only_anchor) == std::string::npos) continue;
     if (b.OutOfTime()) { b.skipped.push_back(std::string("mla_decode_sm90 ") + a.name); continue; }
     const auto ctx = a.mixed ? HalfLongHalfShort(a.batch, 512, 32768) : Uniform(a.batch, a.ctx);
     const std::string note = "FlashMLA " + std::to_string(a.flashmla_us).substr(0, 5) + " us";

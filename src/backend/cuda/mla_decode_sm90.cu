@@ -743,9 +743,14 @@ QuadRowSums(l_run, my_row, s_l, tq);
 
 // out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped):
 // MergeSplits (mla_decode_merge.cuh), 8 splits' loads in flight (was 4: a batch-1 V3 combine over
-// 32 hinted splits took 8 rounds, 8.3 us under ncu); the sums run in split order either way.
+// 32 hinted splits took 8 rounds, 8.3 us under ncu); the sums run in split order either way. Up
+// to kCombineSmemSplits splits (session 36), its two-step form with the same bits: the LSEs in one
+// round into shared-memory weights, then the partials 16 at a time (3 x n / 8 dependent L2 round
+// trips become 1 + n / 16: 64 splits at batch 1 x 32K).
+constexpr int kCombineSmemSplits = 1024;
 template <typename TOut>
 __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodeParams p, int max_splits) {
+  __shared__ float s_w[kCombineSmemSplits];
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int t = blockIdx.x, h = blockIdx.y;
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
@@ -764,7 +769,12 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodePa
   }
   float4 acc;
   float wsum;
-  mla::MergeSplits(p.workspace, lse, base, splits, kV, d, &acc, &wsum);
+  if (splits <= kCombineSmemSplits) {  // block-uniform
+    mla::SplitWeightsToSmem(lse, splits, s_w, kV / 4);
+    mla::MergeSplitsSmemWeights(p.workspace, s_w, base, splits, kV, d, &acc, &wsum);
+  } else {
+    mla::MergeSplits(p.workspace, lse, base, splits, kV, d, &acc, &wsum);
+  }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + d;
   out[0] = dev::FromF<TOut>(acc.x * inv);
