@@ -90,7 +90,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
     int sms = 0;
     DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int64_t nrb = std::max<int64_t>(1, (qlen * H + 63) / 64);
-    const MlaDecodeSm90WorkList wl = PlanMlaDecodeSm90WorkList(ctx, nrb, sms);
+    const MlaDecodeSm90WorkList wl = PlanMlaDecodeSm90WorkList(ctx, nrb, sms, (max_ctx + p.kv_chunk - 1) / p.kv_chunk);
     work = Upload(wl.items);
     splits = Upload(wl.splits);
     p.sm90_work = work->as<void>(); p.sm90_work_items = static_cast<int64_t>(wl.items.size());

@@ -351,10 +351,12 @@ TEST(CudaFp8Gemv, RowsDoNotDependOnM) {
 // the stream before each chain, so an early read shows as NaN. Eager launches and a graph
 // replay, each against the plain launches bit for bit; then GEMV2 eight times back to back (PDL
 // edges between launches sharing one workspace: the split-K counters must be reset between).
-TEST(CudaFp8Gemv, PdlPrefetchChainMatchesPlain) {
-  const Fp8W w1 = MakeW(2048, 7168), w2 = MakeW(7168, 2048);  // split tiles in both at the auto CTA count
-  GemvCase s1(w1, 0, 0), s2(w2, 0, 0);
+// CTA counts: auto (3-4 units a CTA, all prefetched), 8 (112 units: the ring refills after the
+// prefetched stages) and 149 (6 units for most CTAs: exactly the prefetched ring).
+void PdlPrefetchChain(const Fp8W& w1, const Fp8W& w2, int ctas) {
+  GemvCase s1(w1, 0, 0, ctas), s2(w2, 0, 0, ctas);
   const int64_t M = 4;
+  const std::string tag = "_ctas" + std::to_string(ctas);
   cudaStream_t st;
   DS_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   const auto chain = [&](bool pdl, int reps) {
@@ -383,14 +385,14 @@ TEST(CudaFp8Gemv, PdlPrefetchChainMatchesPlain) {
   const std::vector<float> y = s1.Got(M, true, &extra);
   std::vector<float> y_rows(8 * w2.K, 0.f);  // GEMV2's activations [8, K2] as the reference reads them
   std::copy(y.begin(), y.end(), y_rows.begin());
-  ExpectClose("fp8_gemv_pdl", "plain_chain_M4", plain, Reference(w2, y_rows, w2.K, M), kBoundF32);
+  ExpectClose("fp8_gemv_pdl", "plain_chain_M4" + tag, plain, Reference(w2, y_rows, w2.K, M), kBoundF32);
   s2.o32.Poison();
   DS_CUDA_CHECK(cudaDeviceSynchronize());
   chain(true, 4);
   const std::vector<float> eager = result();
   const bool eager_same = std::memcmp(eager.data(), plain.data(), plain.size() * sizeof(float)) == 0;
-  std::printf("[metric] op=fp8_gemv_pdl case=eager_chain_x4 bitwise_equal_to_plain=%d%s\n", eager_same ? 1 : 0,
-              eager_same ? " PASS" : " FAIL");
+  std::printf("[metric] op=fp8_gemv_pdl case=eager_chain_x4%s bitwise_equal_to_plain=%d%s\n", tag.c_str(),
+              eager_same ? 1 : 0, eager_same ? " PASS" : " FAIL");
   EXPECT_TRUE(eager_same);
   cudaGraph_t graph;
   cudaGraphExec_t exec;
@@ -404,8 +406,8 @@ TEST(CudaFp8Gemv, PdlPrefetchChainMatchesPlain) {
     DS_CUDA_CHECK(cudaGraphLaunch(exec, st));
     const std::vector<float> got = result();
     const bool same = std::memcmp(got.data(), plain.data(), plain.size() * sizeof(float)) == 0;
-    std::printf("[metric] op=fp8_gemv_pdl case=graph_chain_x4_replay%d bitwise_equal_to_plain=%d%s\n", i, same ? 1 : 0,
-                same ? " PASS" : " FAIL");
+    std::printf("[metric] op=fp8_gemv_pdl case=graph_chain_x4%s_replay%d bitwise_equal_to_plain=%d%s\n", tag.c_str(), i,
+                same ? 1 : 0, same ? " PASS" : " FAIL");
     EXPECT_TRUE(same) << "replay " << i;
   }
   cudaGraphExecDestroy(exec);
@@ -417,8 +419,13 @@ TEST(CudaFp8Gemv, PdlPrefetchChainMatchesPlain) {
   DS_CUDA_CHECK(cudaDeviceSynchronize());
   for (int i = 0; i < 8; ++i) Fp8Gemv(p2);
   const std::vector<float> repeated = result();
-  EXPECT_EQ(std::memcmp(repeated.data(), plain.data(), plain.size() * sizeof(float)), 0) << "8 PDL launches";
+  EXPECT_EQ(std::memcmp(repeated.data(), plain.data(), plain.size() * sizeof(float)), 0) << "8 PDL launches" << tag;
   cudaStreamDestroy(st);
+}
+
+TEST(CudaFp8Gemv, PdlPrefetchChainMatchesPlain) {
+  const Fp8W w1 = MakeW(2048, 7168), w2 = MakeW(7168, 2048);  // 896 units each: split tiles at every CTA count here
+  for (int ctas : {0, 8, 149}) PdlPrefetchChain(w1, w2, ctas);
 }
 
 TEST(CudaFp8Gemv, RejectsBadInput) {

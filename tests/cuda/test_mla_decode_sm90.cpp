@@ -161,7 +161,7 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     DS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int64_t nrb = std::max<int64_t>(1, (max_q * H + 63) / 64);
     for (int mult : {1, 4}) {
-      const MlaDecodeSm90WorkList wl = PlanMlaDecodeSm90WorkList(ctx, nrb, int64_t{sms} * mult);
+      const MlaDecodeSm90WorkList wl = PlanMlaDecodeSm90WorkList(ctx, nrb, int64_t{sms} * mult, (max_ctx + 63) / 64);
       Dev<int32_t> dwork(static_cast<size_t>(wl.items.size()) * 4), dsplits(wl.splits);
       DS_CUDA_CHECK(cudaMemcpy(dwork.get(), wl.items.data(), wl.items.size() * sizeof(MlaDecodeSm90WorkItem),
                                cudaMemcpyHostToDevice));

@@ -218,7 +218,11 @@ inline constexpr int64_t kMlaDecodeSm90SplitCost = 1024;
 // CTAs write its output directly and the combine skips it. (FlashMLA's get_mla_metadata balances by work too,
 // with persistent CTAs that cross sequences; these CTAs stay one (sequence, split) each.)
 // A sequence of 0 keys gets one empty split. Errors: none (empty ctx: an empty list).
-inline MlaDecodeSm90WorkList PlanMlaDecodeSm90WorkList(const std::vector<int32_t>& ctx, int64_t nrb, int64_t sms) {
+// max_splits_cap (> 0): plans whose largest split count exceeds it are skipped (the caller's
+// workspace: MlaDecodeWorkspaceFloats' splits for its kv_chunk, ceil(max_context / kv_chunk)); the
+// one-split plan always fits.
+inline MlaDecodeSm90WorkList PlanMlaDecodeSm90WorkList(const std::vector<int32_t>& ctx, int64_t nrb, int64_t sms,
+                                                       int64_t max_splits_cap = 0) {
   constexpr int64_t kBN = kMlaDecodeSm90KeysPerTile;
   MlaDecodeSm90WorkList best;
   int64_t total = 0;
@@ -247,6 +251,7 @@ inline MlaDecodeSm90WorkList PlanMlaDecodeSm90WorkList(const std::vector<int32_t
       wl.splits[s] = static_cast<int32_t>(n);
       wl.max_splits = std::max(wl.max_splits, n);
     }
+    if (max_splits_cap > 0 && wl.max_splits > max_splits_cap) continue;
     std::stable_sort(wl.items.begin(), wl.items.end(), [](const MlaDecodeSm90WorkItem& a, const MlaDecodeSm90WorkItem& b) {
       return a.kend - a.kbeg > b.kend - b.kbeg;
     });

@@ -20,7 +20,8 @@
 //
 // The rule every kernel here follows: PdlWaitThenRelease() is its FIRST statement, before any
 // global-memory read or write (of activations, caches, counters, outputs; weights included, for
-// simplicity). With that,
+// simplicity). One exception, opt-in: Fp8Gemv with prefetch_weights (fp8_gemv.h) requests its
+// first ring of weights and block scales before the wait, data no kernel in flight writes. With that,
 //  - correctness does not depend on where a predecessor triggered: the wait is for completion;
 //  - the chain is transitive: kernel k+1 cannot complete before kernel k completed (it waited),
 //    so kernel k+2's wait on k+1 covers k as well;

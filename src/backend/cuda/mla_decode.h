@@ -148,9 +148,10 @@ struct MlaDecodeParams {
   // PlanMlaDecodeSm90WorkList on the host-known contexts (which must equal context_lens); one
   // CTA per item and 64-row block, in list order; sm90_splits: [num_seqs] device split counts
   // (each >= 1, <= sm90_work_max_splits, the workspace's split stride, which must be at most
-  // MlaDecodeWorkspaceFloats' splits for kv_chunk: ceil(max_context / kv_chunk)). Every split
-  // writes its partial and LSE and the combine merges each sequence's own count (one split
-  // included). Not with uv_w. Variants 0-2, 4, 8-11 alike.
+  // MlaDecodeWorkspaceFloats' splits for kv_chunk: ceil(max_context / kv_chunk)). A sequence of
+  // one split writes its output directly; the others' splits write partials and LSEs and the
+  // combine merges each such sequence's own count (no combine when none is split). sm90_splits
+  // without sm90_work is rejected. Not with uv_w. Variants 0-2, 4, 8-11 alike.
   const void* sm90_work = nullptr;
   int64_t sm90_work_items = 0;
   const int32_t* sm90_splits = nullptr;

@@ -757,14 +757,14 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodePa
   const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
   const int d = threadIdx.x * 4;
   int splits = max_splits;
-  if (p.sm90_splits != nullptr) {  // a work list: the token's sequence's own split count
+  if (p.sm90_work != nullptr) {  // a work list: the token's sequence's own split count
     int lo = 0, hi = static_cast<int>(p.num_seqs) - 1;  // the last s with query_start[s] <= t
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
       if (p.query_start[mid] <= t) lo = mid;
       else hi = mid - 1;
     }
-    splits = p.sm90_splits[lo];
+    splits = min(p.sm90_splits[lo], max_splits);  // the launcher checks the list; never past the stride
     if (splits == 1) return;  // its CTAs wrote the output directly (CtaWork::direct)
   }
   float4 acc;
@@ -904,6 +904,8 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant << " needs softmax_scale > 0";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   Sm90Plan pl = MakePlan(p);
+  DS_CHECK(p.sm90_work != nullptr || p.sm90_splits == nullptr)
+      << "MlaDecodeAttentionSm90: sm90_splits without sm90_work (a work list needs both)";
   if (p.sm90_work != nullptr) {  // a balanced work list (MlaDecodeParams::sm90_work)
     DS_CHECK(p.sm90_work_items >= 1 && p.sm90_splits != nullptr && p.sm90_work_max_splits >= 1 && p.uv_w == nullptr)
         << "MlaDecodeAttentionSm90: a work list needs items, per-sequence split counts, a split stride, and no uv_w";

@@ -272,7 +272,7 @@ __device__ __forceinline__ CtaWork GetCtaWork(const MlaDecodeParams& p, int nrb,
     item = static_cast<const int4*>(p.sm90_work)[blockIdx.x / nrb];
     w.split = item.y;
     w.s = item.x;
-    w.direct = p.sm90_splits[w.s] == 1 && p.uv_w == nullptr;
+    w.direct = p.sm90_splits[w.s] == 1;  // (the launcher rejects a work list with uv_w)
   } else {
     w.direct = false;
     w.split = static_cast<int>((blockIdx.x / nrb) % max_splits);

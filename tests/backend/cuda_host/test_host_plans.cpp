@@ -188,6 +188,7 @@ TEST(CudaHostPlans, MlaDecodeSm90WorkListCoversEveryKeyOnce) {
           ASSERT_LT(static_cast<size_t>(it.s), ctx.size());
           EXPECT_EQ(it.kbeg % 64, 0);
           EXPECT_LE(it.kbeg, it.kend);
+          EXPECT_LE(it.kend, std::max<int32_t>(ctx[it.s], 0)) << "a split past its context";
           EXPECT_LT(it.split, wl.splits[it.s]);
           if (i > 0) {
             EXPECT_GE(wl.items[i - 1].kend - wl.items[i - 1].kbeg, it.kend - it.kbeg) << "not longest first";
@@ -195,6 +196,7 @@ TEST(CudaHostPlans, MlaDecodeSm90WorkListCoversEveryKeyOnce) {
           per[it.s].push_back({it.split, it.kbeg});
         }
         for (size_t s = 0; s < ctx.size(); ++s) {
+          ASSERT_GE(wl.splits[s], 1) << "sequence " << s;
           ASSERT_EQ(static_cast<int32_t>(per[s].size()), wl.splits[s]) << "sequence " << s;
           max_n = std::max<int64_t>(max_n, wl.splits[s]);
           std::sort(per[s].begin(), per[s].end());
@@ -229,6 +231,11 @@ TEST(CudaHostPlans, MlaDecodeSm90WorkListCoversEveryKeyOnce) {
     EXPECT_LT(wl.est_time * 1.1, uniform) << "nrb " << nrb << ": " << wl.est_time << " vs uniform " << uniform;
   }
   EXPECT_EQ(PlanMlaDecodeSm90WorkList(std::vector<int32_t>(128, 8192), 1, 132).max_splits, 1);  // 16 heads x 128 x 8K
+  // The workspace cap: 16 heads x 1 x 8K would take 64-key splits (128 of them); with a workspace
+  // for kv_chunk 256 (32 splits) the plan stays within it, and a cap of 1 leaves one split.
+  EXPECT_GT(PlanMlaDecodeSm90WorkList({8192}, 1, 132).max_splits, 32);
+  EXPECT_LE(PlanMlaDecodeSm90WorkList({8192}, 1, 132, 32).max_splits, 32);
+  EXPECT_EQ(PlanMlaDecodeSm90WorkList(mixed, 2, 132, 1).max_splits, 1);
   EXPECT_EQ(PlanMlaDecodeSm90WorkList(std::vector<int32_t>(64, 4096), 2, 132).max_splits, 1);   // 128 heads x 64 x 4K
 }
 
