@@ -741,28 +741,21 @@ QuadRowSums(l_run, my_row, s_l, tq);
   StoreRows<TOut>(p, w, acc, my_row, s_l, tq, half * 256, direct, max_splits);
 }
 
-// out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped).
-// One block of kCombineGroups x 128 threads per (token, head); thread (g, c) holds columns 4c..4c+3.
-// Up to kCombineSmemSplits splits (session 36): the LSEs in one round into shared-memory weights
-// (mla::SplitWeightsToSmem), then group g merges the contiguous quarter [g n / 4, (g + 1) n / 4) of
-// the splits, its partials 16 in flight (mla::MergeSplitsSmemWeights), and group 0 adds the groups'
-// sums in group order: 4x the loads in flight of one 128-thread merge (128 heads x batch 1 x 32K,
-// 64 splits: 8.2 us under ncu with one group, run 7). Not MergeSplits' summation order (each group
-// sums in split order; fp32 rounding differs). More splits: group 0 alone, MergeSplits.
+// out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped):
+// MergeSplits (mla_decode_merge.cuh), 8 splits' loads in flight (was 4: a batch-1 V3 combine over
+// 32 hinted splits took 8 rounds, 8.3 us under ncu); the sums run in split order either way. Up
+// to kCombineSmemSplits splits (session 36), its two-step form with the same bits: the LSEs in one
+// round into shared-memory weights, then the partials 16 at a time (3 x n / 8 dependent L2 round
+// trips become 1 + n / 16: 64 splits at batch 1 x 32K).
 constexpr int kCombineSmemSplits = 1024;
-constexpr int kCombineGroups = 4;
-constexpr int kCombineThreads = kCombineGroups * (kV / 4);
 template <typename TOut>
-__global__ void __launch_bounds__(kCombineThreads) MlaDecodeSm90Combine(const MlaDecodeParams p, int max_splits) {
+__global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodeParams p, int max_splits) {
   __shared__ float s_w[kCombineSmemSplits];
-  __shared__ float4 s_acc[kCombineGroups - 1][kV / 4];
-  __shared__ float s_wsum[kCombineGroups - 1][kV / 4];
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int t = blockIdx.x, h = blockIdx.y;
-  const int g = threadIdx.x / (kV / 4), c = threadIdx.x % (kV / 4);
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
   const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
-  const int d = c * 4;
+  const int d = threadIdx.x * 4;
   int splits = max_splits;
   if (p.sm90_work != nullptr) {  // a work list: the token's sequence's own split count
     int lo = 0, hi = static_cast<int>(p.num_seqs) - 1;  // the last s with query_start[s] <= t
@@ -772,28 +765,15 @@ __global__ void __launch_bounds__(kCombineThreads) MlaDecodeSm90Combine(const Ml
       else hi = mid - 1;
     }
     splits = min(p.sm90_splits[lo], max_splits);  // the launcher checks the list; never past the stride
-    if (splits == 1) return;  // its CTAs wrote the output directly (CtaWork::direct); block-uniform
+    if (splits == 1) return;  // its CTAs wrote the output directly (CtaWork::direct)
   }
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  float wsum = 0.f;
+  float4 acc;
+  float wsum;
   if (splits <= kCombineSmemSplits) {  // block-uniform
-    mla::SplitWeightsToSmem(lse, splits, s_w, kCombineThreads);
-    const int s0 = g * splits / kCombineGroups, s1 = (g + 1) * splits / kCombineGroups;
-    if (s1 > s0) mla::MergeSplitsSmemWeights(p.workspace, s_w + s0, base + s0, s1 - s0, kV, d, &acc, &wsum);
-  } else if (g == 0) {
+    mla::SplitWeightsToSmem(lse, splits, s_w, kV / 4);
+    mla::MergeSplitsSmemWeights(p.workspace, s_w, base, splits, kV, d, &acc, &wsum);
+  } else {
     mla::MergeSplits(p.workspace, lse, base, splits, kV, d, &acc, &wsum);
-  }
-  if (g > 0) {
-    s_acc[g - 1][c] = acc;
-    s_wsum[g - 1][c] = wsum;
-  }
-  __syncthreads();
-  if (g > 0) return;
-#pragma unroll
-  for (int k = 0; k < kCombineGroups - 1; ++k) {  // group order
-    const float4 a = s_acc[k][c];
-    acc.x += a.x; acc.y += a.y; acc.z += a.z; acc.w += a.w;
-    wsum += s_wsum[k][c];
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + d;
@@ -883,7 +863,7 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     return;
   }
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
-  LaunchKernel(MlaDecodeSm90Combine<TOut>, cgrid, kCombineThreads, 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
+  LaunchKernel(MlaDecodeSm90Combine<TOut>, cgrid, kV / 4, 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Combine");
 }
 
