@@ -234,6 +234,13 @@ void MlaDecodeSm90Anchors(Bench& b) {
       std::fprintf(stderr, "bench kernels: DS_BENCH_SM90_VARIANTS=%s names no live variant (comma-separated numbers: "
                    "0,1,2,4,8,9,10,11)\n", env ? env : "");
   }
+  // DS_BENCH_SM90_BALANCED=<comma-separated variants> (default "10"; "none"): those variants
+  // again with the balanced work list (MlaDecodeParams::sm90_work), after the plain runs (before
+  // them with DS_BENCH_SM90_BALANCED_FIRST=1, an order check), as kernel "...[balanced]".
+  const char* be = std::getenv("DS_BENCH_SM90_BALANCED");
+  const std::string bal = "," + std::string(be != nullptr && *be != '\0' ? be : "10") + ",";
+  const char* bf = std::getenv("DS_BENCH_SM90_BALANCED_FIRST");
+  const bool balanced_first = bf != nullptr && std::string(bf) == "1";
   // DS_BENCH_MLA_ANCHOR=<text>: only the anchors whose name contains it (e.g. "b1 32K", for a
   // profiler run of one shape).
   const char* only_anchor = std::getenv("DS_BENCH_MLA_ANCHOR");
@@ -250,30 +257,18 @@ void MlaDecodeSm90Anchors(Bench& b) {
     // 16 heads: the sm_90a kernels with a partial 64-row tile (MlaDecodeParams::sm90_min_rows),
     // beside the default tensor-core path, timed in the same family.
     const bool partial = a.H * a.qlen < 64;
-    // DS_BENCH_SM90_BALANCED=<comma-separated variants> (default "10"; "none"): those variants
-    // again with the balanced work list (MlaDecodeParams::sm90_work), after the plain runs (before
-    // them with DS_BENCH_SM90_BALANCED_FIRST=1, an order check), as kernel "...[balanced]".
-    const auto balanced_runs = [&]() {
-      const char* be = std::getenv("DS_BENCH_SM90_BALANCED");
-      const std::string bal = "," + std::string(be != nullptr && *be != '\0' ? be : "10") + ",";
+    // The variants a comma list names, each into us[v]; balanced: with the work list.
+    const auto run_variants = [&](const std::string& list, bool balanced, std::vector<double>& us) {
       for (int v = 0; v < kSm90Variants; ++v)
-        if (bal.find("," + std::to_string(v) + ",") != std::string::npos && std::string(kSm90VariantTags[v]) != "[removed]")
-          r.bal_us[v] = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
-                                      (v == 0 ? note : note + ", variant " + std::to_string(v)) +
-                                          (partial ? ", partial 64-row tile" : ""),
-                                      0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, true);
-    };
-    const char* bf = std::getenv("DS_BENCH_SM90_BALANCED_FIRST");
-    const bool balanced_first = bf != nullptr && std::string(bf) == "1";
-    if (balanced_first) balanced_runs();
-    for (int v = 0; v < kSm90Variants; ++v)
-      if (pick.find("," + std::to_string(v) + ",") != std::string::npos &&
-          std::string(kSm90VariantTags[v]) != "[removed]")
-        r.us[v] = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
+        if (list.find("," + std::to_string(v) + ",") != std::string::npos && std::string(kSm90VariantTags[v]) != "[removed]")
+          us[v] = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
                                 (v == 0 ? note : note + ", variant " + std::to_string(v)) +
                                     (partial ? ", partial 64-row tile" : ""),
-                                0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0);
-    if (!balanced_first) balanced_runs();
+                                0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, balanced);
+    };
+    if (balanced_first) run_variants(bal, true, r.bal_us);
+    run_variants(pick, false, r.us);
+    if (!balanced_first) run_variants(bal, true, r.bal_us);
     r.tc_us = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
     MlaResults().sm90.push_back(r);
   }

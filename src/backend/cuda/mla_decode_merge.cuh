@@ -1,8 +1,8 @@
 // The split-KV merge of absorbed-MLA decode's tensor-core paths, shared by their combine kernels
 // (MlaDecodeTcCombineFast in mla_decode_tc.cu, MlaDecodeSm90Combine in mla_decode_sm90.cu) and
-// the W_UV epilogue (mla_decode_uv.cu, past 1,024 splits; below, its own loads of the same values
-// in the same order), so that all three compute the same bits. Device code: include only from .cu
-// files.
+// the W_UV epilogue (mla_decode_uv.cu), so that all three compute the same bits: MergeSplits, or
+// up to 1,024 splits (MlaDecodeSm90Combine and the W_UV epilogue) its two-step form below, the
+// same values in the same order. Device code: include only from .cu files.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -57,8 +57,8 @@ __device__ __forceinline__ void MergeSplits(const float* ws, const float* lse, i
   *wsum_out = wsum;
 }
 
-// MergeSplits in two steps for up to a block's shared-memory array of splits (session 35; the W_UV
-// epilogue, mla_decode_uv.cu): MergeSplits reads the LSEs 8 at a time twice (its max, then its
+// MergeSplits in two steps for up to a block's shared-memory array of splits (session 35, the W_UV
+// epilogue in mla_decode_uv.cu; session 36, MlaDecodeSm90Combine): MergeSplits reads the LSEs 8 at a time twice (its max, then its
 // weights) and the partials 8 at a time, 3 x n / 8 dependent L2 round trips; these read the LSEs in
 // one round and the partials 16 at a time. The same values in the same order, so the same bits
 // (but for the sign of an exactly-zero sum: a split whose weight underflows to 0 adds 0 x 0 here,

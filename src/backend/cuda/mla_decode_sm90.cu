@@ -33,7 +33,6 @@
 // session 19).
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/host_plans.h"
-static_assert(sizeof(ds::cuda::MlaDecodeSm90WorkItem) == 16, "MlaDecodeSm90WorkItem is read as an int4");
 #include "backend/cuda/sm90_ptx.cuh"
 #include "backend/cuda/wgmma_ops.cuh"
 #include "backend/cuda/mla_decode.h"

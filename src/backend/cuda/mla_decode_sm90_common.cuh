@@ -264,6 +264,7 @@ struct CtaWork {
   bool direct;  // a work list's sequence of one split: its CTAs write the output (the combine skips it)
   int64_t lse_base;
 };
+static_assert(sizeof(MlaDecodeSm90WorkItem) == 16, "MlaDecodeSm90WorkItem is read as an int4");
 __device__ __forceinline__ CtaWork GetCtaWork(const MlaDecodeParams& p, int nrb, int chunk, int max_splits) {
   CtaWork w;
   w.rb = static_cast<int>(blockIdx.x % nrb);
