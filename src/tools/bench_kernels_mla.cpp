@@ -34,7 +34,8 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
                      const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
                      int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0, bool sm90 = false,
                      int sm90_variant = 0, int tc_fused_combine = 0, int64_t sm90_min_rows = 0,
-                     bool sm90_balanced = false) {
+                     bool sm90_balanced = false, int sm90_kv_l2_hint = 0, int sm90_combine_groups = 0,
+                     bool pdl = false) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -80,6 +81,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.tc_fast_io = tc_fast_io; p.tc_kernel = tc_kernel; p.tc_cluster_merge = tc_cluster_merge;
   p.sm90 = sm90; p.cache_rows = pages * nsets * bs; p.sm90_variant = sm90_variant; p.sm90_min_rows = sm90_min_rows;
   p.tc_fused_combine = tc_fused_combine; p.split_counters = split_cnt.as<uint32_t>(); p.split_counter_count = S;
+  p.sm90_kv_l2_hint = sm90_kv_l2_hint; p.sm90_combine_groups = sm90_combine_groups; p.pdl = pdl;
   if (sm90) {
     DS_CHECK(MlaDecodeSm90Selected(p)) << "bench: the sm90 MLA decode kernel does not apply to " << label;
   }
@@ -109,6 +111,10 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   if (sm90 && H * qlen < 64) kernel += "[partial-tile]";
   if (sm90 && sm90_variant > 0 && sm90_variant < kSm90Variants) kernel += kSm90VariantTags[sm90_variant];
   if (sm90_balanced) kernel += "[balanced]";
+  static const char* const kL2Tags[] = {"", "[l2:evict_first]", "[l2:evict_last]", "[l2:evict_normal]"};
+  if (sm90 && sm90_kv_l2_hint > 0 && sm90_kv_l2_hint < 4) kernel += kL2Tags[sm90_kv_l2_hint];
+  if (sm90 && sm90_combine_groups == 4) kernel += "[combine4]";
+  if (pdl) kernel += "[pdl]";
   if (tc && !sm90 &&
       (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge || tc_fused_combine))
     kernel += std::string("[") + (tc_kernel == 1 ? "rowtile," : "") + (tc_cluster_merge ? "cluster," : "") +
@@ -244,6 +250,28 @@ void MlaDecodeSm90Anchors(Bench& b) {
   // DS_BENCH_MLA_ANCHOR=<text>: only the anchors whose name contains it (e.g. "b1 32K", for a
   // profiler run of one shape).
   const char* only_anchor = std::getenv("DS_BENCH_MLA_ANCHOR");
+  // A/B lists (session 37), each comma-separated, the first value the table's:
+  // DS_BENCH_SM90_L2HINTS (MlaDecodeParams::sm90_kv_l2_hint, default "0"),
+  // DS_BENCH_SM90_COMBINE_GROUPS (sm90_combine_groups, default "0"), DS_BENCH_MLA_PDL ("0" / "1"
+  // / "0,1": the decode and its combine launched with programmatic dependent launch).
+  const auto int_list = [](const char* name, const char* dflt) {
+    const char* e = std::getenv(name);
+    std::string v = e != nullptr && *e != '\0' ? e : dflt;
+    std::vector<int> out;
+    size_t i = 0;
+    while (i <= v.size()) {
+      const size_t j = v.find(',', i);
+      const std::string tok = v.substr(i, j == std::string::npos ? std::string::npos : j - i);
+      if (!tok.empty()) out.push_back(std::atoi(tok.c_str()));
+      if (j == std::string::npos) break;
+      i = j + 1;
+    }
+    if (out.empty()) out.push_back(std::atoi(dflt));
+    return out;
+  };
+  const std::vector<int> l2_hints = int_list("DS_BENCH_SM90_L2HINTS", "0");
+  const std::vector<int> combine_groups = int_list("DS_BENCH_SM90_COMBINE_GROUPS", "0");
+  const std::vector<int> pdls = int_list("DS_BENCH_MLA_PDL", "0");
   for (const auto& a : kAnchors) {
     if (only_anchor != nullptr && *only_anchor != '\0' && std::string(a.name).find(only_anchor) == std::string::npos) continue;
     if (b.OutOfTime()) { b.skipped.push_back(std::string("mla_decode_sm90 ") + a.name); continue; }
@@ -258,13 +286,25 @@ void MlaDecodeSm90Anchors(Bench& b) {
     // beside the default tensor-core path, timed in the same family.
     const bool partial = a.H * a.qlen < 64;
     // The variants a comma list names, each into us[v]; balanced: with the work list.
+    // Each variant once per (L2 hint, combine groups, PDL) of the A/B lists, interleaved; the
+    // table keeps the first setting's time (the others are kernels.json records with their tags).
     const auto run_variants = [&](const std::string& list, bool balanced, std::vector<double>& us) {
-      for (int v = 0; v < kSm90Variants; ++v)
-        if (list.find("," + std::to_string(v) + ",") != std::string::npos && std::string(kSm90VariantTags[v]) != "[removed]")
-          us[v] = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
-                                (v == 0 ? note : note + ", variant " + std::to_string(v)) +
-                                    (partial ? ", partial 64-row tile" : ""),
-                                0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, balanced);
+      for (int v = 0; v < kSm90Variants; ++v) {
+        if (list.find("," + std::to_string(v) + ",") == std::string::npos || std::string(kSm90VariantTags[v]) == "[removed]")
+          continue;
+        bool first = true;
+        for (const int pdl : pdls)
+          for (const int hint : l2_hints)
+            for (const int groups : combine_groups) {
+              const double t = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
+                                             (v == 0 ? note : note + ", variant " + std::to_string(v)) +
+                                                 (partial ? ", partial 64-row tile" : ""),
+                                             0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, balanced, hint,
+                                             groups, pdl != 0);
+              if (first) us[v] = t;
+              first = false;
+            }
+      }
     };
     if (balanced_first) run_variants(bal, true, r.bal_us);
     run_variants(pick, false, r.us);

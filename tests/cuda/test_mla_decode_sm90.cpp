@@ -129,6 +129,29 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     DS_CUDA_CHECK(cudaGetLastError());
     ExpectClose("mla_decode_sm90", std::string(name) + "_vs_variant9", got, out9.Download(), 1e-5);
   }
+  // Session 37's A/B knobs. The L2 cache hints on the cache loads (sm90_kv_l2_hint 1-3) move
+  // nothing but where lines sit in L2: the same bits. Four combine groups (sm90_combine_groups
+  // = 4) sum a quarter of the splits each, then the groups in order: only fp32 order differs
+  // (and nothing at all without a split), so 1e-5.
+  for (int hint = 1; hint <= 3; ++hint) {
+    Dev<float> ws_h(ws_floats), out_h(T * H * kKvl);
+    MlaDecodeParams ph = params(ws_h.get(), out_h.get(), DTypeOut::kF32);
+    ph.sm90_kv_l2_hint = hint;
+    MlaDecodeAttentionSm90(ph);
+    DS_CUDA_CHECK(cudaGetLastError());
+    const auto hv = out_h.Download();
+    int64_t diff = 0;
+    for (size_t i = 0; i < hv.size(); ++i) diff += std::memcmp(&hv[i], &got[i], sizeof(float)) != 0;
+    EXPECT_EQ(diff, 0) << name << ": L2 hint " << hint << " changes the bits";
+  }
+  {
+    Dev<float> ws_g(ws_floats), out_g(T * H * kKvl);
+    MlaDecodeParams pg = params(ws_g.get(), out_g.get(), DTypeOut::kF32);
+    pg.sm90_combine_groups = 4;
+    MlaDecodeAttentionSm90(pg);
+    DS_CUDA_CHECK(cudaGetLastError());
+    ExpectClose("mla_decode_sm90", std::string(name) + "_combine4_vs_combine1", out_g.Download(), got, 1e-5);
+  }
   // The emulation of its rounding and plan (CUDA-core kernel), every row.
   {
     Dev<float> ws_e(ws_floats), out_e(T * H * kKvl);
@@ -175,8 +198,16 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
       DS_CUDA_CHECK(cudaGetLastError());
       std::printf("[info] case=%s balanced x%d: %zu items, up to %lld splits\n", name, mult, wl.items.size(),
                   static_cast<long long>(wl.max_splits));
+      const auto bal = out_b.Download();
       ExpectClose("mla_decode_sm90", std::string(name) + "_balanced_x" + std::to_string(mult) + "_vs_uniform_plan",
-                  out_b.Download(), got, 3e-3);
+                  bal, got, 3e-3);
+      // The same list through four combine groups (a sequence's own split count, cut in four).
+      Dev<float> ws_g(ws_w), out_g(T * H * kKvl);
+      pb.workspace = ws_g.get(); pb.out = out_g.get(); pb.sm90_combine_groups = 4;
+      MlaDecodeAttentionSm90(pb);
+      DS_CUDA_CHECK(cudaGetLastError());
+      ExpectClose("mla_decode_sm90", std::string(name) + "_balanced_x" + std::to_string(mult) + "_combine4",
+                  out_g.Download(), bal, 1e-5);
     }
   }
 
@@ -264,6 +295,17 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
     p.sm90_variant = v;
     EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "variant " << v;
   }
+  p.sm90_variant = 0;
+  for (int g : {-1, 2, 3, 8}) {
+    p.sm90_combine_groups = g;
+    EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "combine groups " << g;
+  }
+  p.sm90_combine_groups = 0;
+  for (int h : {-1, 4}) {
+    p.sm90_kv_l2_hint = h;
+    EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "L2 hint " << h;
+  }
+  p.sm90_kv_l2_hint = 0;
   for (int v : {8, 9, 10, 11})
     for (float scale : {0.f, -0.1f}) {
       p.sm90_variant = v;

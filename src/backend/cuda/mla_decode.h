@@ -156,6 +156,16 @@ struct MlaDecodeParams {
   int64_t sm90_work_items = 0;
   const int32_t* sm90_splits = nullptr;
   int64_t sm90_work_max_splits = 0;
+  // With sm90 (session 37; A/B, bench only): an L2 cache policy on the latent-cache TMA loads
+  // (`.L2::cache_hint` with a createpolicy.fractional policy of fraction 1): 0 = none (the
+  // plain load), 1 = evict_first (FlashMLA's choice for its K tiles, deep-dive of 2025-04-22),
+  // 2 = evict_last, 3 = evict_normal. The same values; only where lines sit in L2 changes.
+  int sm90_kv_l2_hint = 0;
+  // With sm90 (session 37; A/B): the combine's thread groups a (token, head): 0 / 1 = one group of
+  // 128 threads over every split (MergeSplits' order, the default); 4 = four groups, each over a
+  // contiguous quarter of the splits, summed in group order (4x the loads in flight; fp32 order
+  // differs).
+  int sm90_combine_groups = 0;
   // W_UV epilogue (opt-in; CudaRunnerOptions::fused_uv), kept last in the struct. With uv_w set,
   // the decode's final merge (every path: the combine of the split partials; a one-split pass
   // writes its partial too) also applies absorbed MLA's value up-projection per head and writes

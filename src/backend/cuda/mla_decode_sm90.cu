@@ -82,6 +82,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
   const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
   const int bs = static_cast<int>(p.block_size);
+  const KvL2Pol kv_l2 = KvL2Policy(p.sm90_kv_l2_hint);  // (A/B: MlaDecodeParams::sm90_kv_l2_hint)
   // Producer: tile `it` (64 keys from kbeg + 64 it, one page) into stage it % kStages.
   auto issue_tile = [&](int it) {
     const int k0 = kbeg + it * kBN;
@@ -90,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t bar = bar_full + st * 8;
     BarExpectTx(bar, kTileBytes);
 #pragma unroll
-    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar, kv_l2);
   };
 
   if (tid == 0) {
@@ -314,6 +315,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
   const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
   const int bs = static_cast<int>(p.block_size);
+  const KvL2Pol kv_l2 = KvL2Policy(p.sm90_kv_l2_hint);
   // Tile t -> stage t % 2, one mbarrier per box.
   auto issue_tile = [&](int t) {
     const int k0 = kbeg + t * kBN;
@@ -323,7 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int b = 0; b < kDB; ++b) {
       const uint32_t bar = bar_full + (st * kDB + b) * 8;
       BarExpectTx(bar, kBoxBytes);
-      TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+      TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar, kv_l2);
     }
   };
   if (tid == 0) {
@@ -565,6 +567,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     return;
   }
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
+  const KvL2Pol kv_l2 = KvL2Policy(p.sm90_kv_l2_hint);
   auto issue_tile = [&](int it) {  // tile `it` -> stage it % 2
     const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
     const int bs = static_cast<int>(p.block_size);
@@ -575,13 +578,13 @@ __global__ void __launch_bounds__(kW3Threads, 1)
 #pragma unroll
       for (int b = 0; b < kDB; ++b) {
         BarExpectTx(full_bar(st, b), kBoxBytes);
-        TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, full_bar(st, b));
+        TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, full_bar(st, b), kv_l2);
       }
     } else {
       const uint32_t bar = bar_full + st * 8;
       BarExpectTx(bar, kTileBytes);
 #pragma unroll
-      for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+      for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar, kv_l2);
     }
   };
 
@@ -746,15 +749,27 @@ QuadRowSums(l_run, my_row, s_l, tq);
 // to kCombineSmemSplits splits (session 36), its two-step form with the same bits: the LSEs in one
 // round into shared-memory weights, then the partials 16 at a time (3 x n / 8 dependent L2 round
 // trips become 1 + n / 16: 64 splits at batch 1 x 32K).
+// kGroups > 1 (MlaDecodeParams::sm90_combine_groups, session 37; written in session 36 at
+// f17a1a00): kGroups x 128 threads a (token, head); thread (g, c) holds columns 4c..4c+3, group g
+// merges the contiguous share [g n / kGroups, (g + 1) n / kGroups) of the splits (16 partials in
+// flight each) and group 0 adds the groups' sums in group order: kGroups x the loads in flight
+// (128 heads x batch 1 x 32K, 64 splits: 8.2 us under ncu with one group, session 36 run 7). Not
+// MergeSplits' summation order (each group sums in split order; fp32 rounding differs). Past
+// kCombineSmemSplits splits: group 0 alone, MergeSplits.
 constexpr int kCombineSmemSplits = 1024;
-template <typename TOut>
-__global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodeParams p, int max_splits) {
+template <typename TOut, int kGroups>
+__global__ void __launch_bounds__(kGroups * (kV / 4)) MlaDecodeSm90Combine(const MlaDecodeParams p, int max_splits) {
+  constexpr int kThr = kGroups * (kV / 4);
   __shared__ float s_w[kCombineSmemSplits];
+  __shared__ float4 s_acc[kGroups > 1 ? kGroups - 1 : 1][kV / 4];
+  __shared__ float s_wsum[kGroups > 1 ? kGroups - 1 : 1][kV / 4];
   dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
   const int t = blockIdx.x, h = blockIdx.y;
+  const int g = kGroups > 1 ? static_cast<int>(threadIdx.x) / (kV / 4) : 0;
+  const int c = kGroups > 1 ? static_cast<int>(threadIdx.x) % (kV / 4) : static_cast<int>(threadIdx.x);
   const int64_t base = (static_cast<int64_t>(t) * p.heads + h) * max_splits;
   const float* lse = p.workspace + p.num_tokens * p.heads * max_splits * kV + base;
-  const int d = threadIdx.x * 4;
+  const int d = c * 4;
   int splits = max_splits;
   if (p.sm90_work != nullptr) {  // a work list: the token's sequence's own split count
     int lo = 0, hi = static_cast<int>(p.num_seqs) - 1;  // the last s with query_start[s] <= t
@@ -764,15 +779,30 @@ __global__ void __launch_bounds__(kV / 4) MlaDecodeSm90Combine(const MlaDecodePa
       else hi = mid - 1;
     }
     splits = min(p.sm90_splits[lo], max_splits);  // the launcher checks the list; never past the stride
-    if (splits == 1) return;  // its CTAs wrote the output directly (CtaWork::direct)
+    if (splits == 1) return;  // its CTAs wrote the output directly (CtaWork::direct); block-uniform
   }
-  float4 acc;
-  float wsum;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
   if (splits <= kCombineSmemSplits) {  // block-uniform
-    mla::SplitWeightsToSmem(lse, splits, s_w, kV / 4);
-    mla::MergeSplitsSmemWeights(p.workspace, s_w, base, splits, kV, d, &acc, &wsum);
-  } else {
+    mla::SplitWeightsToSmem(lse, splits, s_w, kThr);
+    const int s0 = g * splits / kGroups, s1 = (g + 1) * splits / kGroups;
+    if (s1 > s0) mla::MergeSplitsSmemWeights(p.workspace, s_w + s0, base + s0, s1 - s0, kV, d, &acc, &wsum);
+  } else if (g == 0) {
     mla::MergeSplits(p.workspace, lse, base, splits, kV, d, &acc, &wsum);
+  }
+  if constexpr (kGroups > 1) {
+    if (g > 0) {
+      s_acc[g - 1][c] = acc;
+      s_wsum[g - 1][c] = wsum;
+    }
+    __syncthreads();
+    if (g > 0) return;
+#pragma unroll
+    for (int k = 0; k < kGroups - 1; ++k) {  // group order
+      const float4 a = s_acc[k][c];
+      acc.x += a.x; acc.y += a.y; acc.z += a.z; acc.w += a.w;
+      wsum += s_wsum[k][c];
+    }
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
   TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride + h * p.o_head_stride + d;
@@ -862,7 +892,10 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     return;
   }
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
-  LaunchKernel(MlaDecodeSm90Combine<TOut>, cgrid, kV / 4, 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
+  if (p.sm90_combine_groups == 4)
+    LaunchKernel(MlaDecodeSm90Combine<TOut, 4>, cgrid, 4 * (kV / 4), 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
+  else
+    LaunchKernel(MlaDecodeSm90Combine<TOut, 1>, cgrid, kV / 4, 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Combine");
 }
 
@@ -901,6 +934,10 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   // both need a positive scale.
   DS_CHECK(p.sm90_variant < 8 || p.softmax_scale > 0.f)
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant << " needs softmax_scale > 0";
+  DS_CHECK(p.sm90_combine_groups == 0 || p.sm90_combine_groups == 1 || p.sm90_combine_groups == 4)
+      << "MlaDecodeAttentionSm90: sm90_combine_groups " << p.sm90_combine_groups << " (0 / 1: one group, 4)";
+  DS_CHECK(p.sm90_kv_l2_hint >= 0 && p.sm90_kv_l2_hint <= 3)
+      << "MlaDecodeAttentionSm90: sm90_kv_l2_hint " << p.sm90_kv_l2_hint << " (0-3)";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
   Sm90Plan pl = MakePlan(p);
   DS_CHECK(p.sm90_work != nullptr || p.sm90_splits == nullptr)

@@ -72,11 +72,34 @@ __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
 }
 // One [64 rows x 64 cols] box of the cache (tensor map: dim 0 = the 576 columns, dim 1 = the
 // cache rows) into shared memory, completing `bytes` on the mbarrier.
-__device__ __forceinline__ void TmaLoadBox(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
-      : "memory");
+// With a policy (KvL2Policy, hint != 0), the load carries it as its L2 cache hint.
+struct KvL2Pol {
+  uint64_t pol = 0;
+  bool on = false;
+};
+// MlaDecodeParams::sm90_kv_l2_hint -> an L2 cache policy (fraction 1) for the cache loads.
+__device__ __forceinline__ KvL2Pol KvL2Policy(int hint) {
+  KvL2Pol k;
+  k.on = hint >= 1 && hint <= 3;
+  if (hint == 1) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(k.pol));
+  if (hint == 2) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(k.pol));
+  if (hint == 3) asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(k.pol));
+  return k;
+}
+__device__ __forceinline__ void TmaLoadBox(uint32_t dst, const CUtensorMap* map, int col, int row, uint32_t bar,
+                                           KvL2Pol l2 = {}) {
+  if (l2.on) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3}], "
+        "[%4], %5;\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar), "l"(l2.pol)
+        : "memory");
+  } else {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
+        : "memory");
+  }
 }
 
 // d[64 x 64] (+)= A[64 x 16] (smem, K-major) * B[16 x 64] (smem, K-major); scale_d 0 overwrites d

@@ -187,6 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int k0 = w.kbeg + t * kBN;
     return bt[k0 / bs] * bs + k0 % bs;
   };
+  const KvL2Pol kv_l2 = KvL2Policy(p.sm90_kv_l2_hint);
   // Boxes [b0, b1) of tile t (first cache row `row`) into its stage (t & 1), each completing its
   // own mbarrier.
   const auto load_boxes = [&](int t, int row, int b0, int b1) {
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int b = b0; b < b1; ++b) {
       const uint32_t bar = bar_full + (st * kDB + b) * 8;
       BarExpectTx(bar, kBoxBytes);
-      TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar);
+      TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, bar, kv_l2);
     }
   };
   if (tid == 0) {
