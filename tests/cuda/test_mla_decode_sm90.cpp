@@ -144,13 +144,18 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     for (size_t i = 0; i < hv.size(); ++i) diff += std::memcmp(&hv[i], &got[i], sizeof(float)) != 0;
     EXPECT_EQ(diff, 0) << name << ": L2 hint " << hint << " changes the bits";
   }
-  {
-    Dev<float> ws_g(ws_floats), out_g(T * H * kKvl);
+  {  // (`got` took the combine by shape, 0: one or four groups)
+    Dev<float> ws_g(ws_floats), out_g(T * H * kKvl), ws_1(ws_floats), out_1(T * H * kKvl);
     MlaDecodeParams pg = params(ws_g.get(), out_g.get(), DTypeOut::kF32);
     pg.sm90_combine_groups = 4;
     MlaDecodeAttentionSm90(pg);
+    MlaDecodeParams p1 = params(ws_1.get(), out_1.get(), DTypeOut::kF32);
+    p1.sm90_combine_groups = 1;
+    MlaDecodeAttentionSm90(p1);
     DS_CUDA_CHECK(cudaGetLastError());
-    ExpectClose("mla_decode_sm90", std::string(name) + "_combine4_vs_combine1", out_g.Download(), got, 1e-5);
+    const auto g4 = out_g.Download(), g1 = out_1.Download();
+    ExpectClose("mla_decode_sm90", std::string(name) + "_combine4_vs_combine1", g4, g1, 1e-5);
+    ExpectClose("mla_decode_sm90", std::string(name) + "_combine_by_shape_vs_combine1", got, g1, 1e-5);
   }
   // The emulation of its rounding and plan (CUDA-core kernel), every row.
   {

@@ -113,6 +113,11 @@ struct MlaDecodeParams {
   // Variant 11 only, a measurement hook: when set, CTA 0 records (event, clock64) pairs of its pair
   // loop into [2 warpgroups][2 x 1024] long longs (mla_decode_sm90_pair.cu, kTl events).
   long long* sm90_timeline = nullptr;
+  // Variant 10 only, a measurement hook (session 37): when set, every CTA's thread 0 / 128 records
+  // [smid, clock64 at entry, clock64 after the Q tile, clock64 after WG1's output stores,
+  // globaltimer at entry, globaltimer after the stores, its tile count, 0] into
+  // sm90_cta_times[8 * blockIdx.x ..] (long longs; `bench kernels` with DS_BENCH_MLA_CTA_TIMES=1).
+  long long* sm90_cta_times = nullptr;
   // Tensor-core warp-split kernel (tc_kernel above), opt-in (not yet verified on the GPU): fused
   // combine (kept last in the struct, so the fields above keep their kernel-parameter offsets).
   // With > 1 split in the batch, each block writes its partial and LSE to the workspace as for
@@ -161,10 +166,11 @@ struct MlaDecodeParams {
   // plain load), 1 = evict_first (FlashMLA's choice for its K tiles, deep-dive of 2025-04-22),
   // 2 = evict_last, 3 = evict_normal. The same values; only where lines sit in L2 changes.
   int sm90_kv_l2_hint = 0;
-  // With sm90 (session 37; A/B): the combine's thread groups a (token, head): 0 / 1 = one group of
-  // 128 threads over every split (MergeSplits' order, the default); 4 = four groups, each over a
-  // contiguous quarter of the splits, summed in group order (4x the loads in flight; fp32 order
-  // differs).
+  // With sm90 (session 37): the combine's thread groups a (token, head): 1 = one group of 128
+  // threads over every split (MergeSplits' order); 4 = four groups, each over a contiguous quarter
+  // of the splits, summed in group order (4x the loads in flight; fp32 order differs); 0 (the
+  // default) = by shape: four when >= 16 splits and tokens x heads x 512 threads fit the SMs at
+  // 2,048 threads each (one wave, e.g. 128 heads x batch 1 at long contexts), else one.
   int sm90_combine_groups = 0;
   // W_UV epilogue (opt-in; CudaRunnerOptions::fused_uv), kept last in the struct. With uv_w set,
   // the decode's final merge (every path: the combine of the split partials; a one-split pass

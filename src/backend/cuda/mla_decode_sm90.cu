@@ -557,6 +557,16 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   const int tid = threadIdx.x, wtid = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  long long* const cta_times = p.sm90_cta_times == nullptr ? nullptr : p.sm90_cta_times + 8 * static_cast<int64_t>(blockIdx.x);
+  if (cta_times != nullptr && tid == 0) {  // the measurement hook (MlaDecodeParams::sm90_cta_times)
+    unsigned smid;
+    long long gt;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt));
+    cta_times[0] = smid;
+    cta_times[1] = clock64();
+    cta_times[4] = gt;
+  }
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
   direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
   const int s = w.s, H = w.H, q0 = w.q0;
@@ -607,6 +617,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   LoadQTile<kW3Threads>(p, smem, tid, row0, valid_rows, q0, H);  // Q tile -> bf16 swizzled boxes
   FenceProxyAsync();  // generic-proxy writes of Q -> visible to wgmma
   __syncthreads();
+  if (cta_times != nullptr && tid == 0) cta_times[2] = clock64();
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};  // in the CTA's 64-row tile
 
   if (wg == 0) {
@@ -741,6 +752,14 @@ QuadRowSums(l_run, my_row, s_l, tq);
   }
   NamedBarSync(kW3BarEnd, kW3Threads);
   StoreRows<TOut>(p, w, acc, my_row, s_l, tq, half * 256, direct, max_splits);
+  if (cta_times != nullptr && tid == 128) {
+    long long gt;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt));
+    cta_times[3] = clock64();
+    cta_times[5] = gt;
+    cta_times[6] = ntiles;
+    cta_times[7] = 0;
+  }
 }
 
 // out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped):
@@ -892,7 +911,13 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     return;
   }
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
-  if (p.sm90_combine_groups == 4)
+  // Four groups where the combine is one wave of few blocks over many splits (128 heads x batch 1
+  // x 32K: 64 splits, 128 blocks; session 37 run 1: 39.0 -> 36.5 us) and one group elsewhere (the
+  // mixed anchor, 8,192 blocks: 724 -> 757 us with four).
+  const bool four = p.sm90_combine_groups == 4 ||
+                    (p.sm90_combine_groups == 0 && pl.max_splits >= 16 &&
+                     p.num_tokens * p.heads * 4 * (kV / 4) <= int64_t{CurrentDeviceProps().sms} * 2048);
+  if (four)
     LaunchKernel(MlaDecodeSm90Combine<TOut, 4>, cgrid, 4 * (kV / 4), 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
   else
     LaunchKernel(MlaDecodeSm90Combine<TOut, 1>, cgrid, kV / 4, 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
@@ -935,7 +960,7 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(p.sm90_variant < 8 || p.softmax_scale > 0.f)
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant << " needs softmax_scale > 0";
   DS_CHECK(p.sm90_combine_groups == 0 || p.sm90_combine_groups == 1 || p.sm90_combine_groups == 4)
-      << "MlaDecodeAttentionSm90: sm90_combine_groups " << p.sm90_combine_groups << " (0 / 1: one group, 4)";
+      << "MlaDecodeAttentionSm90: sm90_combine_groups " << p.sm90_combine_groups << " (0 by shape, 1, 4)";
   DS_CHECK(p.sm90_kv_l2_hint >= 0 && p.sm90_kv_l2_hint <= 3)
       << "MlaDecodeAttentionSm90: sm90_kv_l2_hint " << p.sm90_kv_l2_hint << " (0-3)";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;
