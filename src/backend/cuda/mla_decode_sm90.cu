@@ -104,12 +104,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     FenceProxyAsync();
   }
   __syncthreads();
-  if (tid == 128) {  // the producer (WG1's first thread): the first stages, overlapping the Q load
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
-    for (int it = 0; it < min(kStages, ntiles); ++it) issue_tile(it);
-  }
-  // Q tile -> bf16, swizzled boxes (rows past the query block: zeros). 16-byte loads.
-  LoadQTile(p, smem, tid, row0, valid_rows, q0, H);
+  // Q tile -> bf16, swizzled boxes (rows past the query block: zeros). 16-byte loads, one batch;
+  // the producer (WG1's first thread) issues the first stages under its own Q loads.
+  LoadQTile<kThreads, kBM * (kD / 4) / kThreads>(p, smem, tid, row0, valid_rows, q0, H, [&] {
+    if (tid == 128) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
+      for (int it = 0; it < min(kStages, ntiles); ++it) issue_tile(it);
+    }
+  });
   FenceProxyAsync();  // generic-proxy writes of Q -> visible to wgmma (async proxy)
   __syncthreads();
 
@@ -610,11 +612,14 @@ __global__ void __launch_bounds__(kW3Threads, 1)
     FenceProxyAsync();
   }
   __syncthreads();
-  if (tid == 0) {  // the first stages, overlapping the Q load
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
-    for (int it = 0; it < min(kW3Stages, ntiles); ++it) issue_tile(it);
-  }
-  LoadQTile<kW3Threads>(p, smem, tid, row0, valid_rows, q0, H);  // Q tile -> bf16 swizzled boxes
+  // Q tile -> bf16 swizzled boxes, one batch of loads; thread 0 issues the first stages under its
+  // own Q loads.
+  LoadQTile<kW3Threads, kBM * (kD / 4) / kW3Threads>(p, smem, tid, row0, valid_rows, q0, H, [&] {
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
+      for (int it = 0; it < min(kW3Stages, ntiles); ++it) issue_tile(it);
+    }
+  });
   FenceProxyAsync();  // generic-proxy writes of Q -> visible to wgmma
   __syncthreads();
   if (cta_times != nullptr && tid == 0) cta_times[2] = clock64();

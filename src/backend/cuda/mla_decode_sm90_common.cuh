@@ -244,17 +244,26 @@ __device__ __forceinline__ void SoftmaxTileFast(float (&sc)[32], int kt0, int tq
 // thread, ~25 us of a batch-1 decode CTA (ncu, V3 128 heads x 1K: 29 us per launch, session 6
 // run 2). The same elements and roundings either way (bit-identical).
 constexpr int kQBatch = 12;
-template <int kNThreads = kThreads>
+// kBatch = kPer (session 37, variants 0, 10 and 11): every load of the thread in one batch (one
+// round trip instead of kPer / 12), and `mid` (the producer's first TMA loads, which wait for a
+// block-table read) called between the loads and the conversions, so the producer thread's Q loads
+// are in flight under its block-table read instead of after it. Session 37 run 2 measured the
+// prologue (entry to Q in shared memory) at 13-18 K cycles a CTA, ~4 dependent round trips of
+// ~3 K cycles under load; 128 heads x batch 1 x 32K spends 14 K of its 51 K cycles there.
+struct NoMid {
+  __device__ void operator()() const {}
+};
+template <int kNThreads = kThreads, int kBatch = kQBatch, typename Mid = NoMid>
 __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned char* smem, int tid, int row0,
-                                          int valid_rows, int q0, int H) {
+                                          int valid_rows, int q0, int H, const Mid& mid = Mid{}) {
   constexpr int kVec = kD / 4;  // float4 per row
   constexpr int kPer = kBM * kVec / kNThreads;
-  static_assert(kBM * kVec % kNThreads == 0 && kPer % kQBatch == 0, "Q tile split");
+  static_assert(kBM * kVec % kNThreads == 0 && kPer % kBatch == 0, "Q tile split");
 #pragma unroll 1
-  for (int b0 = 0; b0 < kPer; b0 += kQBatch) {
-    float4 v[kQBatch];
+  for (int b0 = 0; b0 < kPer; b0 += kBatch) {
+    float4 v[kBatch];
 #pragma unroll
-    for (int j = 0; j < kQBatch; ++j) {
+    for (int j = 0; j < kBatch; ++j) {
       const int idx = tid + (b0 + j) * kNThreads;
       const int r = idx / kVec, c = (idx % kVec) * 4;
       const int row = row0 + r;
@@ -263,8 +272,9 @@ __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned cha
         v[j] = __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
                                                      static_cast<int64_t>(row % H) * p.q_head_stride + c));
     }
+    if (b0 == 0) mid();
 #pragma unroll
-    for (int j = 0; j < kQBatch; ++j) {
+    for (int j = 0; j < kBatch; ++j) {
       const int idx = tid + (b0 + j) * kNThreads;
       const int r = idx / kVec, c = (idx % kVec) * 4;
       uint2 packed;
