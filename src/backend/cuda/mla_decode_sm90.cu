@@ -104,14 +104,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     FenceProxyAsync();
   }
   __syncthreads();
-  // Q tile -> bf16, swizzled boxes (rows past the query block: zeros). 16-byte loads, one batch;
-  // the producer (WG1's first thread) issues the first stages under its own Q loads.
-  LoadQTile<kThreads, kBM * (kD / 4) / kThreads>(p, smem, tid, row0, valid_rows, q0, H, [&] {
-    if (tid == 128) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
-      for (int it = 0; it < min(kStages, ntiles); ++it) issue_tile(it);
-    }
-  });
+  if (tid == 128) {  // the producer (WG1's first thread): the first stages, overlapping the Q load
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
+    for (int it = 0; it < min(kStages, ntiles); ++it) issue_tile(it);
+  }
+  // Q tile -> bf16, swizzled boxes (rows past the query block: zeros). 16-byte loads.
+  LoadQTile(p, smem, tid, row0, valid_rows, q0, H);
   FenceProxyAsync();  // generic-proxy writes of Q -> visible to wgmma (async proxy)
   __syncthreads();
 

@@ -244,12 +244,13 @@ __device__ __forceinline__ void SoftmaxTileFast(float (&sc)[32], int kt0, int tq
 // thread, ~25 us of a batch-1 decode CTA (ncu, V3 128 heads x 1K: 29 us per launch, session 6
 // run 2). The same elements and roundings either way (bit-identical).
 constexpr int kQBatch = 12;
-// kBatch = kPer (session 37, variants 0, 10 and 11): every load of the thread in one batch (one
-// round trip instead of kPer / 12), and `mid` (the producer's first TMA loads, which wait for a
-// block-table read) called between the loads and the conversions, so the producer thread's Q loads
-// are in flight under its block-table read instead of after it. Session 37 run 2 measured the
-// prologue (entry to Q in shared memory) at 13-18 K cycles a CTA, ~4 dependent round trips of
-// ~3 K cycles under load; 128 heads x batch 1 x 32K spends 14 K of its 51 K cycles there.
+// kBatch = kPer (session 37, variant 10): every load of the thread in one batch (one round trip
+// instead of kPer / 12), and `mid` (the producer's first TMA loads, which wait for a block-table
+// read) called between the loads and the conversions, so the producer thread's Q loads are in
+// flight under its block-table read instead of after it. Session 37 run 3 (against run 2's form):
+// variant 10 0.5-1.5% faster, the prologue (entry to Q in shared memory, 13-18 K cycles a CTA)
+// ~1-4 K cycles shorter; the same form slowed variants 0 and 11 (256 threads, 36 loads a thread:
+// batch 1 x 32K 41 -> 43 and 41 -> 48 us, the V3 decode step +1%), which keep batches of 12.
 struct NoMid {
   __device__ void operator()() const {}
 };

@@ -204,20 +204,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     FenceProxyAsync();
   }
   __syncthreads();
-  // The Q tile in one batch of loads; thread 0 issues tiles 0 and 1 (in the order their S reads
-  // them) under its own Q loads.
-  LoadQTile<kThreads, kBM * (kD / 4) / kThreads>(p, smem, tid, w.row0, w.valid_rows, w.q0, w.H, [&] {
-    if (tid == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
-      const int row0 = row_of(0);
-      load_boxes(0, row0, 0, kDB);
-      if (ntiles > 1) {
-        const int row1 = row_of(1);
-        load_boxes(1, row1, 4, kDB);
-        load_boxes(1, row1, 0, 4);
-      }
+  if (tid == 0) {  // tiles 0 and 1 (in the order their S reads them), overlapping the Q load
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
+    const int row0 = row_of(0);
+    load_boxes(0, row0, 0, kDB);
+    if (ntiles > 1) {
+      const int row1 = row_of(1);
+      load_boxes(1, row1, 4, kDB);
+      load_boxes(1, row1, 0, 4);
     }
-  });
+  }
+  LoadQTile(p, smem, tid, w.row0, w.valid_rows, w.q0, w.H);
   FenceProxyAsync();
   __syncthreads();
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};
