@@ -953,9 +953,6 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
       << "MlaDecodeAttentionSm90: q must be 16-byte aligned with strides % 4 == 0";
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
-  // LoadQTile's 32-bit offsets inside a 64-row tile (<= 64 tokens from its first).
-  DS_CHECK(p.q_tok_stride >= 0 && p.q_head_stride >= 0 && 65 * p.q_tok_stride + p.heads * p.q_head_stride < (int64_t{1} << 31))
-      << "MlaDecodeAttentionSm90: q strides too large for 32-bit tile offsets";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
   DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 11 && p.sm90_variant != 3 && p.sm90_variant != 5 &&
            p.sm90_variant != 6 && p.sm90_variant != 7)

@@ -254,25 +254,12 @@ constexpr int kQBatch = 12;
 struct NoMid {
   __device__ void operator()() const {}
 };
-// kPow2 (H a power of two: 16, 32, 64, 128 heads): a row's (token, head) by a shift and a mask
-// instead of a runtime division and remainder. Session 37 run 4 (ncu source counters): the
-// prologue executed ~2,100 instructions a warp at batch 1 x 32K (a quarter of the CTA's
-// samples, mostly issue-bound), most of them the per-element division by H; the same elements
-// and roundings either way (bit-identical).
-template <int kNThreads, int kBatch, bool kPow2, typename Mid>
-__device__ __forceinline__ void LoadQTileImpl(const MlaDecodeParams& p, unsigned char* smem, int tid, int row0,
-                                              int valid_rows, int q0, int H, const Mid& mid) {
+template <int kNThreads = kThreads, int kBatch = kQBatch, typename Mid = NoMid>
+__device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned char* smem, int tid, int row0,
+                                          int valid_rows, int q0, int H, const Mid& mid = Mid{}) {
   constexpr int kVec = kD / 4;  // float4 per row
   constexpr int kPer = kBM * kVec / kNThreads;
   static_assert(kBM * kVec % kNThreads == 0 && kPer % kBatch == 0, "Q tile split");
-  const int hshift = __ffs(H) - 1;  // (kPow2)
-  // 32-bit offsets from the CTA's first token (a tile spans at most 64 tokens: tok x stride and
-  // head x stride stay far below 2^31 for any real head count and head dim; the launcher checks
-  // the strides); rows past the query block load the tile's first row (which exists: the CTA
-  // returned otherwise) and are zeroed, so no load is predicated or branched around.
-  const int tok0 = kPow2 ? row0 >> hshift : row0 / H;  // the tile's first token (of the sequence's)
-  const float* qbase = p.q + static_cast<int64_t>(q0 + tok0) * p.q_tok_stride;
-  const int tok_stride = static_cast<int>(p.q_tok_stride), head_stride = static_cast<int>(p.q_head_stride);
 #pragma unroll 1
   for (int b0 = 0; b0 < kPer; b0 += kBatch) {
     float4 v[kBatch];
@@ -281,12 +268,10 @@ __device__ __forceinline__ void LoadQTileImpl(const MlaDecodeParams& p, unsigned
       const int idx = tid + (b0 + j) * kNThreads;
       const int r = idx / kVec, c = (idx % kVec) * 4;
       const int row = row0 + r;
-      const bool ok = row < valid_rows;
-      const int rr = ok ? row : row0;
-      const int tok = (kPow2 ? rr >> hshift : rr / H) - tok0;
-      const int head = kPow2 ? rr & (H - 1) : rr % H;
-      v[j] = __ldg(reinterpret_cast<const float4*>(qbase + (tok * tok_stride + head * head_stride + c)));
-      if (!ok) v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+      v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (row < valid_rows)
+        v[j] = __ldg(reinterpret_cast<const float4*>(p.q + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
+                                                     static_cast<int64_t>(row % H) * p.q_head_stride + c));
     }
     if (b0 == 0) mid();
 #pragma unroll
@@ -298,15 +283,6 @@ __device__ __forceinline__ void LoadQTileImpl(const MlaDecodeParams& p, unsigned
       packed.y = PackBf16(v[j].z, v[j].w);
       *reinterpret_cast<uint2*>(smem + kOffQ + (c >> 6) * kBoxBytes + SwzOff(r, c & 63)) = packed;
     }
-  }
-}
-template <int kNThreads = kThreads, int kBatch = kQBatch, typename Mid = NoMid>
-__device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned char* smem, int tid, int row0,
-                                          int valid_rows, int q0, int H, const Mid& mid = Mid{}) {
-  if ((H & (H - 1)) == 0) {  // uniform
-    LoadQTileImpl<kNThreads, kBatch, true>(p, smem, tid, row0, valid_rows, q0, H, mid);
-  } else {
-    LoadQTileImpl<kNThreads, kBatch, false>(p, smem, tid, row0, valid_rows, q0, H, mid);
   }
 }
 
