@@ -114,6 +114,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   static const char* const kL2Tags[] = {"", "[l2:evict_first]", "[l2:evict_last]", "[l2:evict_normal]"};
   if (sm90 && sm90_kv_l2_hint > 0 && sm90_kv_l2_hint < 4) kernel += kL2Tags[sm90_kv_l2_hint];
   if (sm90 && sm90_combine_groups == 4) kernel += "[combine4]";
+  if (sm90 && sm90_combine_groups == 1) kernel += "[combine1]";  // (0, untagged: by shape)
   if (pdl) kernel += "[pdl]";
   if (tc && !sm90 &&
       (tc_stages || tc_blocks_per_sm || tc_rows_per_warp || tc_fast_io || tc_kernel || tc_cluster_merge || tc_fused_combine))
@@ -128,7 +129,9 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   // wave (a CTA's position among the CTAs its SM ran): CTAs, tiles, cycles (mean / min / max), the
   // Q prologue, cycles per tile, the gap between an SM's consecutive CTAs, and the kernel's span.
   if (const char* e = std::getenv("DS_BENCH_MLA_CTA_TIMES"); sm90 && sm90_variant == 10 && e && std::string(e) == "1") {
-    const int64_t max_ctas = 4 * S * std::max<int64_t>(1, (max_ctx + 63) / 64) + 1024;
+    // The grid: row blocks x (work items or sequences x splits), splits of >= 64 keys either way.
+    const int64_t nrb = (qlen * H + 63) / 64;
+    const int64_t max_ctas = nrb * S * std::max<int64_t>(1, (max_ctx + 63) / 64);
     Buf ct(static_cast<size_t>(8 * max_ctas) * sizeof(long long));
     DS_CUDA_CHECK(cudaMemsetAsync(ct.as<void>(), 0xff, ct.bytes(), b.st()));
     MlaDecodeParams pt = p;

@@ -206,13 +206,16 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
       const auto bal = out_b.Download();
       ExpectClose("mla_decode_sm90", std::string(name) + "_balanced_x" + std::to_string(mult) + "_vs_uniform_plan",
                   bal, got, 3e-3);
-      // The same list through four combine groups (a sequence's own split count, cut in four).
-      Dev<float> ws_g(ws_w), out_g(T * H * kKvl);
+      // The same list through four and through one combine group (a sequence's own split count,
+      // cut in four or not; `bal` took the groups by shape).
+      Dev<float> ws_g(ws_w), out_g(T * H * kKvl), ws_1(ws_w), out_1(T * H * kKvl);
       pb.workspace = ws_g.get(); pb.out = out_g.get(); pb.sm90_combine_groups = 4;
       MlaDecodeAttentionSm90(pb);
+      pb.workspace = ws_1.get(); pb.out = out_1.get(); pb.sm90_combine_groups = 1;
+      MlaDecodeAttentionSm90(pb);
       DS_CUDA_CHECK(cudaGetLastError());
-      ExpectClose("mla_decode_sm90", std::string(name) + "_balanced_x" + std::to_string(mult) + "_combine4",
-                  out_g.Download(), bal, 1e-5);
+      ExpectClose("mla_decode_sm90", std::string(name) + "_balanced_x" + std::to_string(mult) + "_combine4_vs_1",
+                  out_g.Download(), out_1.Download(), 1e-5);
     }
   }
 
@@ -317,6 +320,24 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
       p.softmax_scale = scale;
       EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "variant " << v << " scale " << scale;
     }
+}
+
+// The combine's groups by shape (MlaDecodeSm90CombineGroups): four for one wave of few blocks over
+// >= 16 splits (128 heads x 1 token), one for many blocks or few splits; 1 / 4 forced.
+TEST(CudaMlaDecodeSm90, CombineGroupsByShape) {
+  SKIP_WITHOUT_SM90_DEVICE();
+  MlaDecodeParams p{};
+  p.heads = 128;
+  p.num_tokens = 1;
+  EXPECT_EQ(MlaDecodeSm90CombineGroups(p, 64), 4);
+  EXPECT_EQ(MlaDecodeSm90CombineGroups(p, 8), 1);
+  p.num_tokens = 64;  // 8,192 blocks
+  EXPECT_EQ(MlaDecodeSm90CombineGroups(p, 64), 1);
+  p.sm90_combine_groups = 4;
+  EXPECT_EQ(MlaDecodeSm90CombineGroups(p, 2), 4);
+  p.sm90_combine_groups = 1;
+  p.num_tokens = 1;
+  EXPECT_EQ(MlaDecodeSm90CombineGroups(p, 64), 1);
 }
 
 TEST(CudaMlaDecodeSm90, PageEdges) {

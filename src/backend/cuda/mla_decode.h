@@ -113,7 +113,8 @@ struct MlaDecodeParams {
   // Variant 11 only, a measurement hook: when set, CTA 0 records (event, clock64) pairs of its pair
   // loop into [2 warpgroups][2 x 1024] long longs (mla_decode_sm90_pair.cu, kTl events).
   long long* sm90_timeline = nullptr;
-  // Variant 10 only, a measurement hook (session 37): when set, every CTA's thread 0 / 128 records
+  // The three-warpgroup kernel only (variants 4, 8, 10), a measurement hook (session 37): when set,
+  // every CTA's thread 0 / 128 records
   // [smid, clock64 at entry, clock64 after the Q tile, clock64 after WG1's output stores,
   // globaltimer at entry, globaltimer after the stores, its tile count, 0] into
   // sm90_cta_times[8 * blockIdx.x ..] (long longs; `bench kernels` with DS_BENCH_MLA_CTA_TIMES=1).
@@ -169,8 +170,9 @@ struct MlaDecodeParams {
   // With sm90 (session 37): the combine's thread groups a (token, head): 1 = one group of 128
   // threads over every split (MergeSplits' order); 4 = four groups, each over a contiguous quarter
   // of the splits, summed in group order (4x the loads in flight; fp32 order differs); 0 (the
-  // default) = by shape: four when >= 16 splits and tokens x heads x 512 threads fit the SMs at
-  // 2,048 threads each (one wave, e.g. 128 heads x batch 1 at long contexts), else one.
+  // default) = by shape (MlaDecodeSm90CombineGroups): four when >= 16 splits and the tokens x heads
+  // blocks of 512 threads fit the SMs at three blocks each (one wave, e.g. 128 heads x batch 1 at
+  // long contexts), else one.
   int sm90_combine_groups = 0;
   // W_UV epilogue (opt-in; CudaRunnerOptions::fused_uv), kept last in the struct. With uv_w set,
   // the decode's final merge (every path: the combine of the split partials; a one-split pass
@@ -211,6 +213,11 @@ bool MlaDecodeSm90Selected(const MlaDecodeParams& p);
 // Keys per split of the sm90 plan (a multiple of 64, >= kv_chunk); *tile = 64 (keys per
 // online-softmax update).
 int64_t MlaDecodeSm90Chunk(const MlaDecodeParams& p, int* tile = nullptr);
+// The sm90 combine's thread groups a (token, head) for these params and `max_splits` (the
+// plan's, or the work list's stride): p.sm90_combine_groups when 1 or 4, else by shape (4 when
+// >= 16 splits and the (tokens x heads) blocks of 512 threads fit the SMs at three blocks each,
+// i.e. one wave: 128 heads x batch 1 at long contexts; 1 elsewhere).
+int MlaDecodeSm90CombineGroups(const MlaDecodeParams& p, int64_t max_splits);
 // Runs the sm90 kernel whatever p.sm90 says (tests call it directly); DS_CHECKs support and
 // alignment (q 16-byte aligned, strides % 4; output strides % 4). Workspace as
 // MlaDecodeWorkspaceFloats(..., kv_chunk).

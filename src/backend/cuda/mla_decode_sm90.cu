@@ -914,13 +914,7 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
     return;
   }
   dim3 cgrid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(p.heads));
-  // Four groups where the combine is one wave of few blocks over many splits (128 heads x batch 1
-  // x 32K: 64 splits, 128 blocks; session 37 run 1: 39.0 -> 36.5 us) and one group elsewhere (the
-  // mixed anchor, 8,192 blocks: 724 -> 757 us with four).
-  const bool four = p.sm90_combine_groups == 4 ||
-                    (p.sm90_combine_groups == 0 && pl.max_splits >= 16 &&
-                     p.num_tokens * p.heads * 4 * (kV / 4) <= int64_t{CurrentDeviceProps().sms} * 2048);
-  if (four)
+  if (MlaDecodeSm90CombineGroups(p, pl.max_splits) == 4)
     LaunchKernel(MlaDecodeSm90Combine<TOut, 4>, cgrid, 4 * (kV / 4), 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
   else
     LaunchKernel(MlaDecodeSm90Combine<TOut, 1>, cgrid, kV / 4, 0, p.stream, p.pdl, p, static_cast<int>(pl.max_splits));
@@ -938,6 +932,15 @@ bool MlaDecodeSm90Selected(const MlaDecodeParams& p) {
   if (!p.sm90 || !MlaDecodeSm90Supported(p)) return false;
   const int64_t max_q = p.max_q_len > 0 ? p.max_q_len : p.num_tokens - p.num_seqs + 1;
   return max_q * p.heads >= (p.sm90_min_rows > 0 ? std::min<int64_t>(p.sm90_min_rows, kBM) : kBM);
+}
+
+// Four groups where the combine is one wave of few blocks over many splits (128 heads x batch 1 x
+// 32K: 64 splits, 128 blocks; session 37 runs 1-2: 38.2-39.0 -> 36.2-36.6 us) and one group
+// elsewhere (the mixed anchor, 8,192 blocks: 724 -> 757 us with four). Three 512-thread blocks an
+// SM: the four-group kernel's 40 registers a thread (65,536 / (512 x 40) = 3.2).
+int MlaDecodeSm90CombineGroups(const MlaDecodeParams& p, int64_t max_splits) {
+  if (p.sm90_combine_groups == 1 || p.sm90_combine_groups == 4) return p.sm90_combine_groups;
+  return max_splits >= 16 && p.num_tokens * p.heads <= int64_t{3} * CurrentDeviceProps().sms ? 4 : 1;
 }
 
 int64_t MlaDecodeSm90Chunk(const MlaDecodeParams& p, int* tile) {

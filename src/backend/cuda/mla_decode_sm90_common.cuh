@@ -244,7 +244,8 @@ __device__ __forceinline__ void SoftmaxTileFast(float (&sc)[32], int kt0, int tq
 // thread, ~25 us of a batch-1 decode CTA (ncu, V3 128 heads x 1K: 29 us per launch, session 6
 // run 2). The same elements and roundings either way (bit-identical).
 constexpr int kQBatch = 12;
-// kBatch = kPer (session 37, variant 10): every load of the thread in one batch (one round trip
+// kBatch = kPer (session 37, the three-warpgroup kernel: variants 4, 8, 10): every load of the
+// thread in one batch (one round trip
 // instead of kPer / 12), and `mid` (the producer's first TMA loads, which wait for a block-table
 // read) called between the loads and the conversions, so the producer thread's Q loads are in
 // flight under its block-table read instead of after it. Session 37 run 3 (against run 2's form):
