@@ -8,6 +8,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,53 @@ MlaTables& MlaResults() {
 }
 
 // ---------------------------------------------------------------- MLA decode
+// One more launch of `p` (variant 10) with every CTA's entry / after-Q / after-stores clocks
+// (MlaDecodeParams::sm90_cta_times; max_ctas >= the grid), printed per wave (a CTA's position among
+// the CTAs its SM ran): CTAs, tiles, cycles (mean / min / max), the Q prologue, cycles per tile,
+// the gap between an SM's consecutive CTAs, and the kernel's span.
+void PrintCtaTimes(Bench& b, MlaDecodeParams p, int64_t max_ctas, const std::string& label) {
+  Buf ct(static_cast<size_t>(8 * max_ctas) * sizeof(long long));
+  DS_CUDA_CHECK(cudaMemsetAsync(ct.as<void>(), 0xff, ct.bytes(), b.st()));
+  p.sm90_cta_times = ct.as<long long>();
+  MlaDecodeAttention(p);
+  std::vector<long long> h(static_cast<size_t>(8 * max_ctas));
+  DS_CUDA_CHECK(cudaMemcpyAsync(h.data(), ct.as<void>(), ct.bytes(), cudaMemcpyDeviceToHost, b.st()));
+  DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
+  struct Cta { long long sm, c0, c1, c2, g0, g1, tiles; };
+  std::map<long long, std::vector<Cta>> by_sm;
+  long long gmin = -1, gmax = -1;
+  for (int64_t i = 0; i < max_ctas; ++i) {
+    const long long* r = h.data() + 8 * i;
+    if (r[1] == -1 || r[3] == -1) continue;
+    by_sm[r[0]].push_back({r[0], r[1], r[2], r[3], r[4], r[5], r[6]});
+    gmin = gmin < 0 ? r[4] : std::min(gmin, r[4]);
+    gmax = std::max(gmax, r[5]);
+  }
+  struct Acc { int n = 0; double dur = 0, dmin = 1e18, dmax = 0, pro = 0, tiles = 0, gap = 0; int ngap = 0; double cyc_per_ns = 0; };
+  std::vector<Acc> waves;
+  for (auto& [sm, v] : by_sm) {
+    std::sort(v.begin(), v.end(), [](const Cta& x, const Cta& y) { return x.c0 < y.c0; });
+    for (size_t k = 0; k < v.size(); ++k) {
+      if (waves.size() <= k) waves.resize(k + 1);
+      Acc& a = waves[k];
+      const double d = double(v[k].c2 - v[k].c0);
+      ++a.n; a.dur += d; a.dmin = std::min(a.dmin, d); a.dmax = std::max(a.dmax, d);
+      a.pro += double(v[k].c1 - v[k].c0); a.tiles += double(v[k].tiles);
+      if (v[k].g1 > v[k].g0) a.cyc_per_ns += d / double(v[k].g1 - v[k].g0);
+      if (k > 0) { a.gap += double(v[k].c0 - v[k - 1].c2); ++a.ngap; }
+    }
+  }
+  std::printf("cta-times %s v10: %zu SMs, kernel span %.1f us (globaltimer)\n", label.c_str(), by_sm.size(),
+              (gmax - gmin) / 1e3);
+  for (size_t k = 0; k < waves.size(); ++k) {
+    const Acc& a = waves[k];
+    std::printf("cta-times %s v10 wave %zu: %d CTAs, %.1f tiles, cycles mean %.0f min %.0f max %.0f, Q prologue %.0f, "
+                "%.0f cycles/tile, gap before %.0f, %.2f GHz\n",
+                label.c_str(), k, a.n, a.tiles / a.n, a.dur / a.n, a.dmin, a.dmax, a.pro / a.n,
+                a.dur / std::max(1.0, a.tiles), a.ngap ? a.gap / a.ngap : 0.0, a.cyc_per_ns / a.n);
+  }
+}
+
 // Times MLA decode at `ctx` (one entry per sequence) with q_len query tokens per sequence.
 double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int qlen, bool tc, const std::string& label,
                      const std::string& note = "", int tc_stages = 0, int tc_blocks_per_sm = 0, int tc_rows_per_warp = 0,
@@ -124,56 +172,12 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
               ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
               std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
   b.Add(kernel, label, us, bytes, flops, false, note + plan_note);
-  // DS_BENCH_MLA_CTA_TIMES=1 (variant 10, a measurement, session 37): one more launch with every
-  // CTA's entry / after-Q / after-stores clocks (MlaDecodeParams::sm90_cta_times), printed per
-  // wave (a CTA's position among the CTAs its SM ran): CTAs, tiles, cycles (mean / min / max), the
-  // Q prologue, cycles per tile, the gap between an SM's consecutive CTAs, and the kernel's span.
+  // DS_BENCH_MLA_CTA_TIMES=1 (variant 10, a measurement, session 37): PrintCtaTimes.
   if (const char* e = std::getenv("DS_BENCH_MLA_CTA_TIMES"); sm90 && sm90_variant == 10 && e && std::string(e) == "1") {
-    // The grid: row blocks x (work items or sequences x splits), splits of >= 64 keys either way.
-    const int64_t nrb = (qlen * H + 63) / 64;
-    const int64_t max_ctas = nrb * S * std::max<int64_t>(1, (max_ctx + 63) / 64);
-    Buf ct(static_cast<size_t>(8 * max_ctas) * sizeof(long long));
-    DS_CUDA_CHECK(cudaMemsetAsync(ct.as<void>(), 0xff, ct.bytes(), b.st()));
     MlaDecodeParams pt = p;
     pt.block_table = tables[0]->as<int32_t>();
-    pt.sm90_cta_times = ct.as<long long>();
-    MlaDecodeAttention(pt);
-    std::vector<long long> h(static_cast<size_t>(8 * max_ctas));
-    DS_CUDA_CHECK(cudaMemcpyAsync(h.data(), ct.as<void>(), ct.bytes(), cudaMemcpyDeviceToHost, b.st()));
-    DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
-    struct Cta { long long sm, c0, c1, c2, g0, g1, tiles; };
-    std::map<long long, std::vector<Cta>> by_sm;
-    long long gmin = -1, gmax = -1;
-    for (int64_t i = 0; i < max_ctas; ++i) {
-      const long long* r = h.data() + 8 * i;
-      if (r[1] == -1 || r[3] == -1) continue;
-      by_sm[r[0]].push_back({r[0], r[1], r[2], r[3], r[4], r[5], r[6]});
-      gmin = gmin < 0 ? r[4] : std::min(gmin, r[4]);
-      gmax = std::max(gmax, r[5]);
-    }
-    struct Acc { int n = 0; double dur = 0, dmin = 1e18, dmax = 0, pro = 0, tiles = 0, gap = 0; int ngap = 0; double cyc_per_ns = 0; };
-    std::vector<Acc> waves;
-    for (auto& [sm, v] : by_sm) {
-      std::sort(v.begin(), v.end(), [](const Cta& x, const Cta& y) { return x.c0 < y.c0; });
-      for (size_t k = 0; k < v.size(); ++k) {
-        if (waves.size() <= k) waves.resize(k + 1);
-        Acc& a = waves[k];
-        const double d = double(v[k].c2 - v[k].c0);
-        ++a.n; a.dur += d; a.dmin = std::min(a.dmin, d); a.dmax = std::max(a.dmax, d);
-        a.pro += double(v[k].c1 - v[k].c0); a.tiles += double(v[k].tiles);
-        if (v[k].g1 > v[k].g0) a.cyc_per_ns += d / double(v[k].g1 - v[k].g0);
-        if (k > 0) { a.gap += double(v[k].c0 - v[k - 1].c2); ++a.ngap; }
-      }
-    }
-    std::printf("cta-times %s v10: %zu SMs, kernel span %.1f us (globaltimer)\n", label.c_str(), by_sm.size(),
-                (gmax - gmin) / 1e3);
-    for (size_t k = 0; k < waves.size(); ++k) {
-      const Acc& a = waves[k];
-      std::printf("cta-times %s v10 wave %zu: %d CTAs, %.1f tiles, cycles mean %.0f min %.0f max %.0f, Q prologue %.0f, "
-                  "%.0f cycles/tile, gap before %.0f, %.2f GHz\n",
-                  label.c_str(), k, a.n, a.tiles / a.n, a.dur / a.n, a.dmin, a.dmax, a.pro / a.n,
-                  a.dur / std::max(1.0, a.tiles), a.ngap ? a.gap / a.ngap : 0.0, a.cyc_per_ns / a.n);
-    }
+    // The grid: row blocks x (work items or sequences x splits), splits of >= 64 keys either way.
+    PrintCtaTimes(b, pt, (qlen * H + 63) / 64 * S * std::max<int64_t>(1, (max_ctx + 63) / 64), label);
   }
   // DS_BENCH_MLA_TIMELINE=1 (variant 11, a measurement): one more launch with CTA 0's (event,
   // clock64) stamps (MlaDecodeParams::sm90_timeline), printed as the mean SM cycles between
@@ -308,16 +312,10 @@ void MlaDecodeSm90Anchors(Bench& b) {
   // / "0,1": the decode and its combine launched with programmatic dependent launch).
   const auto int_list = [](const char* name, const char* dflt) {
     const char* e = std::getenv(name);
-    std::string v = e != nullptr && *e != '\0' ? e : dflt;
+    std::istringstream ss(e != nullptr && *e != '\0' ? e : dflt);
     std::vector<int> out;
-    size_t i = 0;
-    while (i <= v.size()) {
-      const size_t j = v.find(',', i);
-      const std::string tok = v.substr(i, j == std::string::npos ? std::string::npos : j - i);
+    for (std::string tok; std::getline(ss, tok, ',');)
       if (!tok.empty()) out.push_back(std::atoi(tok.c_str()));
-      if (j == std::string::npos) break;
-      i = j + 1;
-    }
     if (out.empty()) out.push_back(std::atoi(dflt));
     return out;
   };
