@@ -30,7 +30,7 @@ MlaTables& MlaResults() {
 }
 
 // ---------------------------------------------------------------- MLA decode
-// One more launch of `p` (variant 10) with every CTA's entry / after-Q / after-stores clocks
+// One more launch of `p` (variant 10 or 12) with every CTA's entry / after-Q / after-stores clocks
 // (MlaDecodeParams::sm90_cta_times; max_ctas >= the grid), printed per wave (a CTA's position among
 // the CTAs its SM ran): CTAs, tiles, cycles (mean / min / max), the Q prologue, cycles per tile,
 // the gap between an SM's consecutive CTAs, and the kernel's span.
@@ -66,13 +66,13 @@ void PrintCtaTimes(Bench& b, MlaDecodeParams p, int64_t max_ctas, const std::str
       if (k > 0) { a.gap += double(v[k].c0 - v[k - 1].c2); ++a.ngap; }
     }
   }
-  std::printf("cta-times %s v10: %zu SMs, kernel span %.1f us (globaltimer)\n", label.c_str(), by_sm.size(),
-              (gmax - gmin) / 1e3);
+  std::printf("cta-times %s v%d: %zu SMs, kernel span %.1f us (globaltimer)\n", label.c_str(), p.sm90_variant,
+              by_sm.size(), (gmax - gmin) / 1e3);
   for (size_t k = 0; k < waves.size(); ++k) {
     const Acc& a = waves[k];
-    std::printf("cta-times %s v10 wave %zu: %d CTAs, %.1f tiles, cycles mean %.0f min %.0f max %.0f, Q prologue %.0f, "
+    std::printf("cta-times %s v%d wave %zu: %d CTAs, %.1f tiles, cycles mean %.0f min %.0f max %.0f, Q prologue %.0f, "
                 "%.0f cycles/tile, gap before %.0f, %.2f GHz\n",
-                label.c_str(), k, a.n, a.tiles / a.n, a.dur / a.n, a.dmin, a.dmax, a.pro / a.n,
+                label.c_str(), p.sm90_variant, k, a.n, a.tiles / a.n, a.dur / a.n, a.dmin, a.dmax, a.pro / a.n,
                 a.dur / std::max(1.0, a.tiles), a.ngap ? a.gap / a.ngap : 0.0, a.cyc_per_ns / a.n);
   }
 }
@@ -172,8 +172,9 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
               ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
               std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
   b.Add(kernel, label, us, bytes, flops, false, note + plan_note);
-  // DS_BENCH_MLA_CTA_TIMES=1 (variant 10, a measurement, session 37): PrintCtaTimes.
-  if (const char* e = std::getenv("DS_BENCH_MLA_CTA_TIMES"); sm90 && sm90_variant == 10 && e && std::string(e) == "1") {
+  // DS_BENCH_MLA_CTA_TIMES=1 (variants 10 and 12, a measurement, session 37): PrintCtaTimes.
+  if (const char* e = std::getenv("DS_BENCH_MLA_CTA_TIMES");
+      sm90 && (sm90_variant == 10 || sm90_variant == 12) && e && std::string(e) == "1") {
     MlaDecodeParams pt = p;
     pt.block_table = tables[0]->as<int32_t>();
     // The grid: row blocks x (work items or sequences x splits), splits of >= 64 keys either way.
@@ -294,7 +295,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
                     std::string(kSm90VariantTags[v]) != "[removed]");
     if (!any)
       std::fprintf(stderr, "bench kernels: DS_BENCH_SM90_VARIANTS=%s names no live variant (comma-separated numbers: "
-                   "0,1,2,4,8,9,10,11)\n", env ? env : "");
+                   "0,1,2,4,8,9,10,11,12)\n", env ? env : "");
   }
   // DS_BENCH_SM90_BALANCED=<comma-separated variants> (default "10"; "none"): those variants
   // again with the balanced work list (MlaDecodeParams::sm90_work), after the plain runs (before

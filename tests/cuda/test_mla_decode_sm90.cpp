@@ -24,15 +24,17 @@
 //    through MlaDecodeAttention) bit-equal to the explicit call;
 //  - variants 1, 2 vs variant 0 at 1e-5 (the same P, rescales and accumulation order; only the fp32
 //    order of the row sums differs); variant 4 (three warpgroups, the same S, P and P V order)
-//    is expected to be bit-equal and held to the same bound; 8-10 (the shorter softmax) and 11
-//    (one max a tile pair) to the emulation's.
+//    is expected to be bit-equal and held to the same bound; 8-10 and 12 (the shorter softmax) and 11
+//    (one max a tile pair) to the emulation's; 12 also against 10 at 1e-5 (the same math).
 // Every case runs on each kernel variant (MlaDecodeParams::sm90_variant: 0 the verified kernel,
 // 1 / 2 "seesaw" with early / late stage release, 4 three warpgroups, 8 / 9 = 4 / 0 with the
-// shorter softmax, 10 = 8 with per-box barriers, 11 the tile-pair schedule; cases of variant
+// shorter softmax, 10 = 8 with per-box barriers, 11 the tile-pair schedule, 12 = 10 with a
+// three-stage ring and Q's latent part in registers; cases of variant
 // N > 0 carry the suffix _vN),
 // each against the emulation of the (shared) plan and the CPU op.
 // Skipped (with the reason) on devices other than sm_90.
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -128,6 +130,22 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     MlaDecodeAttentionSm90(p9);
     DS_CUDA_CHECK(cudaGetLastError());
     ExpectClose("mla_decode_sm90", std::string(name) + "_vs_variant9", got, out9.Download(), 1e-5);
+  }
+  // Variant 12 against 10: the same S (its latent k16 steps from registers, RS, instead of shared
+  // memory), softmax, P, rescales and P V order; only the ring depth and who writes the LSE
+  // change. Held to 1e-5, and the count of elements whose bits differ is printed (expected 0).
+  if (variant == 12) {
+    Dev<float> ws10(ws_floats), out10(T * H * kKvl);
+    MlaDecodeParams p10 = params(ws10.get(), out10.get(), DTypeOut::kF32);
+    p10.sm90_variant = 10;
+    MlaDecodeAttentionSm90(p10);
+    DS_CUDA_CHECK(cudaGetLastError());
+    const auto o10 = out10.Download();
+    ExpectClose("mla_decode_sm90", std::string(name) + "_vs_variant10", got, o10, 1e-5);
+    int64_t diff = 0;
+    for (size_t i = 0; i < o10.size(); ++i) diff += std::memcmp(&o10[i], &got[i], sizeof(float)) != 0;
+    std::printf("  %s: variant 12 vs 10: %lld of %zu outputs differ in their bits\n", name, static_cast<long long>(diff),
+                o10.size());
   }
   // Session 37's A/B knobs. The L2 cache hints on the cache loads (sm90_kv_l2_hint 1-3) move
   // nothing but where lines sit in L2: the same bits. Four combine groups (sm90_combine_groups
@@ -275,11 +293,11 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
 
 // Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw; 4: three
 // warpgroups; 8 / 9: 4 / 0 with the shorter softmax; 10: 8 with per-box barriers; 11: the tile-pair
-// schedule). To run the
+// schedule; 12: 10 with a three-stage ring). To run the
 // variants in separate processes (e.g. scripts/gpu_e2e.sh E2E_TESTS=1 once per variant), set
-// DS_TEST_SM90_VARIANTS=0, =1, =2, =4, =8, =9, =a for 10, =b for 11 (the digits of the variants to run; unset = all), so a hang of
+// DS_TEST_SM90_VARIANTS=0, =1, =2, =4, =8, =9, =a for 10, =b for 11, =c for 12 (the digits of the variants to run; unset = all), so a hang of
 // one does not hide the other's results.
-constexpr int kVariants[] = {0, 1, 2, 4, 8, 9, 10, 11};
+constexpr int kVariants[] = {0, 1, 2, 4, 8, 9, 10, 11, 12};
 void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
                  const std::vector<int64_t>& heads_sample, const char* name) {
   const char* only = std::getenv("DS_TEST_SM90_VARIANTS");
@@ -299,7 +317,7 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
   MlaDecodeParams p{};
   p.kv_lora = kKvl; p.rope_dim = kRope; p.block_size = kBs; p.kv_chunk = 256; p.heads = 128;
   p.num_tokens = 1; p.num_seqs = 1; p.softmax_scale = 0.1f; p.sm90 = true;
-  for (int v : {-1, 3, 5, 6, 7, 12}) {
+  for (int v : {-1, 3, 5, 6, 7, 13}) {
     p.sm90_variant = v;
     EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "variant " << v;
   }
@@ -314,7 +332,7 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
     EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "L2 hint " << h;
   }
   p.sm90_kv_l2_hint = 0;
-  for (int v : {8, 9, 10, 11})
+  for (int v : {8, 9, 10, 11, 12})
     for (float scale : {0.f, -0.1f}) {
       p.sm90_variant = v;
       p.softmax_scale = scale;

@@ -106,6 +106,8 @@ struct MlaDecodeParams {
   // were measured slower or no faster in session 16 and removed; they are rejected. 11 = the
   // tile-pair schedule (mla_decode_sm90_pair.cu: warpgroups alternate S and softmax per tile, one
   // max update a pair, each stage half re-armed by its last reader; within the emulation's bound).
+  // 12 = 10 with a three-stage ring (mla_decode_sm90_ring3.cu, session 38: Q's latent part held
+  // in warpgroup 0's registers as RS wgmma fragments to make room; the same math as 10).
   int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).
@@ -113,7 +115,7 @@ struct MlaDecodeParams {
   // Variant 11 only, a measurement hook: when set, CTA 0 records (event, clock64) pairs of its pair
   // loop into [2 warpgroups][2 x 1024] long longs (mla_decode_sm90_pair.cu, kTl events).
   long long* sm90_timeline = nullptr;
-  // The three-warpgroup kernel only (variants 4, 8, 10), a measurement hook (session 37): when set,
+  // The three-warpgroup kernels only (variants 4, 8, 10, 12), a measurement hook (session 37): when set,
   // every CTA's thread 0 / 128 records
   // [smid, clock64 at entry, clock64 after the Q tile, clock64 after WG1's output stores,
   // globaltimer at entry, globaltimer after the stores, its tile count, 0] into

@@ -441,5 +441,9 @@ __device__ __forceinline__ void StoreRows(const MlaDecodeParams& p, const CtaWor
 // cache's tensor map and the plan of MlaDecodeAttentionSm90 (ctas CTAs of 256 threads).
 void LaunchMlaDecodeSm90Pair(const CUtensorMap& map, const MlaDecodeParams& p, int nrb, int chunk, int max_splits,
                              int direct, unsigned ctas);
+// Variant 12 (mla_decode_sm90_ring3.cu): launches MlaDecodeSm90Ring3Kernel likewise (CTAs of 384
+// threads).
+void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, int nrb, int chunk, int max_splits,
+                              int direct, unsigned ctas);
 
 }  // namespace ds::cuda

@@ -1,0 +1,370 @@
+// Variant 12 of the sm_90a absorbed-MLA decode (MlaDecodeParams::sm90_variant = 12): variant 10
+// (the three-warpgroup kernel of mla_decode_sm90.cu with the shorter softmax and one "full"
+// mbarrier per 64-column box) with a three-stage ring of 64-key tiles. Same CTA shape, split
+// plan, work list, softmax, P, rescales and accumulation order as variant 10, so the same bits
+// (the op tests compare it with variant 10 at 1e-5).
+//
+// Why (sessions 16, 19 and 37): with two ring stages a stage is re-armed only when P V of its
+// tile is done, about one softmax before S of the tile after next needs it, so most of each
+// 72 KB load's latency is exposed every tile. At h128 b128 x 4K a variant-10 CTA spends ~3,950
+// cycles a tile against 2,178 of tensor work; under ncu its warpgroup 0 (S and the softmax, the
+// critical path) spends about a third of its S time waiting for boxes and ~30% in the softmax
+// with the tensor pipe idle (session 37 run 4). A third stage lets S(t + 1) be queued ahead of
+// P V(t) on nearly every tile, so the softmax of t + 1 runs under P V(t).
+// Room for the third stage: Q's latent k16 steps 0-30 (columns 0-495) live in warpgroup 0's
+// registers as wgmma A fragments (RS wgmma, 124 registers a thread); Q's last latent step (columns
+// 496-511, 2 KB, no-swizzle layout) and its rope box (8 KB) stay in shared memory (SS). Registers
+// by setmaxnreg: warpgroup 0 184, the P V warpgroups 160 each (3 x 168 = 504, one CTA of 384
+// threads; 152 for P V is refused by ptxas, C7507). With all 32 latent steps in registers warpgroup
+// 0 needs ~190 and ptxas serialised its wgmmas (C7512): session 38 run 1, 40-50% slower.
+// (Session 16 tried the whole of Q in registers, 144 a thread: it did not fit either.)
+// Shared memory (the base must be 1024-aligned: it is on sm_90, after the 1 KB the system reserves;
+// checked, trap otherwise): ring [3][9 boxes of 64 x 64 bf16] 216 KB, Q's rope box 8 KB (the final
+// row sums and maxima go there once every S is done), Q's step 31 2 KB, the softmax factors [3][64]
+// f32, mbarriers full[3][8] (boxes 7 and 8 share one), p_full[3], empty[3]: 232,432 of the 232,448
+// bytes a CTA may have. Warpgroup 1 writes the split's LSE (from the row sums and maxima).
+// The Q tile is first written (bf16, swizzled, as LoadQTile does for the other kernels) into
+// stage 2, shifted by one box so that its rope box lands in its own place after the ring; warpgroup
+// 0 reads its A fragments and copies step 31 from there, then stage 2 gets its first tile (tiles 0
+// and 1 are issued under the Q loads, tile 2 after warpgroup 0's reads).
+#include "backend/cuda/device_props.h"
+#include "backend/cuda/host_plans.h"
+#include "backend/cuda/sm90_ptx.cuh"
+#include "backend/cuda/wgmma_ops.cuh"
+#include "backend/cuda/mla_decode.h"
+#include "backend/cuda/mla_decode_sm90_common.cuh"
+
+#include <cuda.h>
+
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/launch.cuh"
+
+namespace ds::cuda {
+namespace {
+
+constexpr int kR3Threads = 384;
+constexpr int kR3Stages = 3;
+constexpr int kR3OffK = 0;                                   // [3][9 boxes]
+constexpr int kR3OffQr = kR3OffK + kR3Stages * kTileBytes;   // Q's rope box [64 x 64] bf16 (at the end: row sums, maxima)
+constexpr int kR3OffQStage = 2 * kTileBytes + kBoxBytes;     // the Q tile while it is staged (box 8 = kR3OffQr)
+constexpr int kR3OffQ31 = kR3OffQr + kBoxBytes;              // Q's k16 step 31 (columns 496-511), no-swizzle layout
+constexpr int kR3Q31Bytes = kBM * 16 * 2;                    // 2 KB
+constexpr int kR3OffAlpha = kR3OffQ31 + kR3Q31Bytes;         // [3][64] f32: the factors of each stage's tile
+constexpr int kR3OffL = kR3OffQr;                            // [64] f32: the final row sums (over Q's rope box)
+constexpr int kR3OffM = kR3OffQr + kBM * 4;                  // [64] f32: the final row maxima (likewise)
+constexpr int kR3FullBars = 8;                               // a stage's boxes 7 and 8 share one
+constexpr int kR3OffBar = kR3OffAlpha + kR3Stages * kBM * 4; // full[3][8], p_full[3], empty[3]
+// No alignment slack: the dynamic shared memory of a CTA starts 1024-aligned on sm_90 (after the
+// 1 KB the system reserves), which the kernel checks (it traps otherwise).
+constexpr int kR3SmemBytes = kR3OffBar + (kR3Stages * kR3FullBars + 2 * kR3Stages) * 8;
+static_assert(kR3SmemBytes <= 227 * 1024, "shared memory per SM");
+constexpr int kR3QRegSteps = 31;                             // Q's latent k16 steps held in registers
+static_assert(kR3OffQStage + 8 * kBoxBytes == kR3OffQr, "the staged Q tile's rope box lands in place");
+constexpr int kR3BarWg0 = 1, kR3BarEnd = 2, kR3BarAll = 3;
+constexpr int kR3RegsS = 184, kR3RegsPv = 160;  // setmaxnreg (multiples of 8)
+static_assert(kR3RegsS + 2 * kR3RegsPv <= 3 * 168, "the register file of one 384-thread CTA");
+
+// A K-major wgmma operand in the no-swizzle layout (layout type 0): lbo / sbo the byte offsets
+// between core matrices adjacent in K / in M.
+__device__ __forceinline__ uint64_t DescNoSwizzle(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((saddr & 0x3FFFF) >> 4) | (static_cast<uint64_t>((lbo >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32);
+}
+__device__ __forceinline__ void StShared(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+// The whole kernel for one role: kWg0 (warpgroup 0: S, the softmax, P) or the P V warpgroups.
+// Each role's copy runs from the kernel's start under its own setmaxnreg count: ptxas keeps a
+// setmaxnreg only where no code after it merges with the other role's (a shared prologue after the
+// pair made it ignore both, C7507). CTA-wide syncs are named barriers over all 384 threads (the
+// two copies reach them at different addresses).
+// ZeroTileTail (mla_decode_sm90_common.cuh) on a 32-bit shared address (warpgroup 0 keeps no
+// 64-bit generic pointer live).
+__device__ __forceinline__ void ZeroTileTailShared(uint32_t tile, int nvalid, int wtid) {
+  const int nz = (kBN - nvalid) * 8;  // 16-byte pieces per box
+  for (int idx = wtid; idx < kDB * nz; idx += 128) {
+    const int b = idx / nz, e = idx % nz;
+    asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(tile + b * kBoxBytes + nvalid * 128 + e * 16), "r"(0)
+                 : "memory");
+  }
+}
+
+template <typename TOut, bool kWg0>
+__device__ __forceinline__ void Ring3Body(const CUtensorMap& kv_map, const MlaDecodeParams& p, int nrb, int chunk,
+                                          int max_splits, int direct, unsigned char* smem_raw) {
+  unsigned char* smem = smem_raw;
+  const uint32_t s_base = SmemAddr(smem);
+  if ((s_base & 1023u) != 0) __trap();  // the swizzled boxes need a 1024-aligned base (see kR3SmemBytes)
+  const uint32_t sQr = s_base + kR3OffQr, sK = s_base + kR3OffK;
+  float* s_alpha = reinterpret_cast<float*>(smem + kR3OffAlpha);
+  float* s_l = reinterpret_cast<float*>(smem + kR3OffL);
+  float* s_m = reinterpret_cast<float*>(smem + kR3OffM);
+  const uint32_t bar_full = s_base + kR3OffBar, bar_pfull = bar_full + kR3Stages * kR3FullBars * 8,
+                 bar_empty = bar_pfull + kR3Stages * 8;
+  // The "full" mbarrier of box b of stage st (boxes 7 and 8 share the last).
+  auto full_bar = [&](int st, int b) { return bar_full + (st * kR3FullBars + min(b, kR3FullBars - 1)) * 8; };
+
+  const int tid = threadIdx.x, wtid = tid & 127;
+  const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
+  const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
+  long long* const cta_times = p.sm90_cta_times == nullptr ? nullptr : p.sm90_cta_times + 8 * static_cast<int64_t>(blockIdx.x);
+  if (cta_times != nullptr && tid == 0) {  // the measurement hook (MlaDecodeParams::sm90_cta_times)
+    unsigned smid;
+    long long gt;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt));
+    cta_times[0] = smid;
+    cta_times[1] = clock64();
+    cta_times[4] = gt;
+  }
+  const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
+  direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
+  const int s = w.s, H = w.H, q0 = w.q0;
+  const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
+  if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
+  if (kbeg >= kend) {  // an empty split
+    WriteEmptySplit<TOut, kR3Threads>(p, w, tid, max_splits, direct);
+    return;
+  }
+  const int ntiles = (kend - kbeg + kBN - 1) / kBN;
+  const KvL2Pol kv_l2 = KvL2Policy(p.sm90_kv_l2_hint);
+  auto issue_tile = [&](int it) {  // tile `it` -> stage it % 3, one "full" mbarrier a box
+    const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
+    const int bs = static_cast<int>(p.block_size);
+    const int k0 = kbeg + it * kBN;
+    const int row = bt[k0 / bs] * bs + k0 % bs;
+    const int st = it % kR3Stages;
+#pragma unroll
+    for (int b = 0; b < kR3FullBars; ++b) BarExpectTx(full_bar(st, b), b == kR3FullBars - 1 ? 2 * kBoxBytes : kBoxBytes);
+#pragma unroll
+    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, full_bar(st, b), kv_l2);
+  };
+
+  if (tid == 0) {
+    for (int i = 0; i < kR3Stages * kR3FullBars; ++i) BarInit(bar_full + i * 8, 1);
+#pragma unroll
+    for (int st = 0; st < kR3Stages; ++st) {
+      BarInit(bar_pfull + st * 8, 128);
+      BarInit(bar_empty + st * 8, 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    FenceProxyAsync();
+  }
+  NamedBarSync(kR3BarAll, kR3Threads);
+  // Q tile -> bf16 swizzled boxes staged in stage 2 (one batch of loads); thread 0 issues tiles 0
+  // and 1 under its own Q loads.
+  LoadQTile<kR3Threads, kBM * (kD / 4) / kR3Threads>(p, smem + kR3OffQStage, tid, row0, valid_rows, q0, H, [&] {
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
+      for (int it = 0; it < min(2, ntiles); ++it) issue_tile(it);
+    }
+  });
+  FenceProxyAsync();  // generic-proxy writes of Q's rope box -> visible to wgmma
+  NamedBarSync(kR3BarAll, kR3Threads);
+  const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};  // in the CTA's 64-row tile
+
+  if constexpr (kWg0) {
+    // ---------------- WG0: S = Q K^T, softmax, P ----------------
+    // Q's latent columns as RS A fragments (k16 step ks: rows g / g + 8 of this warp's 16,
+    // columns 16 ks + 2 tq (+ 8)), read from the staged tile.
+    uint32_t qa[kR3QRegSteps][4];
+#pragma unroll
+    for (int ks = 0; ks < kR3QRegSteps; ++ks)
+#pragma unroll
+      for (int f = 0; f < 4; ++f)
+        qa[ks][f] = *reinterpret_cast<const uint32_t*>(smem + kR3OffQStage + (ks >> 2) * kBoxBytes +
+                                                       SwzOff(my_row[f & 1], 16 * (ks & 3) + 2 * tq + 8 * (f >> 1)));
+    // The last latent k16 step (columns 496-511) stays in shared memory for SS wgmma, in the
+    // no-swizzle K-major layout: 8-row x 16-byte core matrices, K-adjacent 128 bytes apart (LBO),
+    // row-group-adjacent 256 bytes apart (SBO). Thread wtid copies row wtid / 2, 8 columns.
+    {
+      const int r = wtid >> 1, kc = wtid & 1;
+      const uint4 v = *reinterpret_cast<const uint4*>(smem + kR3OffQStage + 7 * kBoxBytes + SwzOff(r, 48 + 8 * kc));
+      *reinterpret_cast<uint4*>(smem + kR3OffQ31 + (r >> 3) * 256 + kc * 128 + (r & 7) * 16) = v;
+    }
+    FenceProxyAsync();  // these generic reads before the async-proxy (TMA) writes of tile 2
+    NamedBarSync(kR3BarWg0, 128);
+    if (wtid == 0 && ntiles > 2) issue_tile(2);
+    if (cta_times != nullptr && tid == 0) cta_times[2] = clock64();
+    int limit[2];
+    float m_run[2], l_run[2];
+    InitRowState(w, my_row, limit, m_run, l_run);
+    const float sl2 = p.softmax_scale * 1.4426950408889634f;  // scores in base 2
+    float sc[32];
+    // Tile `it` (rows past the context zeroed in shared memory), then S(it) issued box by box.
+    auto issue_s = [&](int it) {
+      const int st = it % kR3Stages;
+      const uint32_t par = static_cast<uint32_t>((it / kR3Stages) & 1);
+      const int nvalid = kend - (kbeg + it * kBN);
+      if (nvalid < kBN) {  // the last, partial tile: every box landed, rows past the context zeroed
+        for (int b = 0; b < kR3FullBars; ++b) MbarWait(full_bar(st, b), par);
+        ZeroTileTailShared(sK + st * kTileBytes, nvalid, wtid);
+        FenceProxyAsync();
+        NamedBarSync(kR3BarWg0, 128);
+      }
+      uint64_t dq = DescKMajor(sQr, 0), dk = DescKMajor(sK + st * kTileBytes, 0);
+      uint64_t dq31 = DescNoSwizzle(s_base + kR3OffQ31, 128, 256);
+      asm volatile("" : "+l"(dq), "+l"(dk), "+l"(dq31));
+      FenceRegs(sc);
+      WgFence();
+#pragma unroll
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        if ((ks & 3) == 0) {  // box ks / 4 landed (a partial tile: all waited above)
+          MbarWait(full_bar(st, ks >> 2), par);
+          __syncwarp();
+          WgFence();
+        }
+        const uint64_t offk = static_cast<uint64_t>(((ks >> 2) * kBoxBytes + (ks & 3) * 32) >> 4);
+        if (ks < kR3QRegSteps) WgmmaBf16Rs(sc, qa[ks], dk + offk, ks > 0 ? 1 : 0);
+        else if (ks < 32) WgmmaQK(sc, dq31, dk + offk, 1);
+        else WgmmaQK(sc, dq + static_cast<uint64_t>(((ks & 3) * 32) >> 4), dk + offk, 1);
+      }
+      WgCommit();
+    };
+    auto tile_landed = [&](int it) {  // every box of tile `it`, without waiting
+      const int st = it % kR3Stages;
+      const uint32_t par = static_cast<uint32_t>((it / kR3Stages) & 1);
+      bool ok = true;
+#pragma unroll
+      for (int b = 0; b < kR3FullBars; ++b) ok = ok && BarTestWait(full_bar(st, b), par);
+      return ok;
+    };
+    issue_s(0);
+    for (int it = 0; it < ntiles; ++it) {
+      const int st = it % kR3Stages;
+      WgWait<0>();
+      FenceRegs(sc);
+      const int kt0 = kbeg + it * kBN;
+      float alpha[2];
+      SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
+      // P (bf16) into the tile's rope box, the factors into the stage's slot. The swizzled
+      // offsets are formed here from an opaque row (not 16 offsets hoisted out of the loop into
+      // registers that warpgroup 0 does not have).
+      // (32-bit shared addresses: no 64-bit generic pointers live in warpgroup 0.)
+      const uint32_t pbox = sK + st * kTileBytes + 8 * kBoxBytes;
+      int prow = my_row[0];
+      asm volatile("" : "+r"(prow));
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+          StShared(pbox + SwzOff(prow + 8 * hr, j * 8 + 2 * tq), PackBf16(sc[j * 4 + 2 * hr], sc[j * 4 + 2 * hr + 1]));
+      if (tq == 0) {
+        const uint32_t sa = s_base + kR3OffAlpha + (st * kBM + prow) * 4;
+        StShared(sa, __float_as_uint(alpha[0]));
+        StShared(sa + 8 * 4, __float_as_uint(alpha[1]));
+      }
+      FenceProxyAsync();
+      // S(it + 1) queued ahead of P V(it) when its tile has landed (as variant 10; with three
+      // stages it nearly always has). Only the arrive moves (one wgmma call site).
+      const bool has_next = it + 1 < ntiles;
+      const bool next_ready = has_next && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
+      if (!next_ready) BarArrive(bar_pfull + st * 8);
+      if (has_next) issue_s(it + 1);
+      if (next_ready) BarArrive(bar_pfull + st * 8);
+    }
+    WgWait<0>();
+    FenceRegs(sc);
+    // Row sums over the quad and the row maxima into shared memory (over Q's rope box, which no
+    // wgmma reads any more once every warp of this warpgroup is past its last S): WG1 normalises
+    // with them and writes the split's LSE (so that warpgroup 0 keeps none of the CTA's output
+    // bookkeeping live).
+    NamedBarSync(kR3BarWg0, 128);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 1);
+      l_run[hr] += __shfl_xor_sync(0xffffffffu, l_run[hr], 2);
+      if (tq == 0) {
+        StShared(s_base + kR3OffL + my_row[hr] * 4, __float_as_uint(l_run[hr]));
+        StShared(s_base + kR3OffM + my_row[hr] * 4, __float_as_uint(m_run[hr]));
+      }
+    }
+    NamedBarSync(kR3BarEnd, kR3Threads);
+  } else {
+  // ---------------- WG1 / WG2: O[:, 256 (wg - 1) ..] += P V; WG1's first thread re-arms stages ----------------
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  const int half = wg - 1;
+  for (int it = 0; it < ntiles; ++it) {
+    const int st = it % kR3Stages;
+    const uint32_t par = static_cast<uint32_t>((it / kR3Stages) & 1);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) MbarWait(full_bar(st, 4 * half + b), par);  // this warpgroup's V boxes
+    MbarWait(bar_pfull + st * 8, par);  // P and the factors of tile `it` (and its zeroed rows) ready
+    const float a0 = s_alpha[st * kBM + my_row[0]], a1 = s_alpha[st * kBM + my_row[1]];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      acc[j * 4 + 0] *= a0; acc[j * 4 + 1] *= a0;
+      acc[j * 4 + 2] *= a1; acc[j * 4 + 3] *= a1;
+    }
+    const uint32_t kt = sK + st * kTileBytes;
+    // Base descriptors opaque, per-step offsets added (few live registers beside O's 128).
+    uint64_t dp = DescKMajor(kt + 8 * kBoxBytes, 0), dv = DescV(kt, 4 * half, 0);
+    asm volatile("" : "+l"(dp), "+l"(dv));
+    FenceRegs(acc);
+    WgFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, dp + static_cast<uint64_t>((kk * 32) >> 4), dv + static_cast<uint64_t>((kk * 2048) >> 4), 1);
+    WgCommit();
+    WgWait<0>();
+    FenceRegs(acc);
+    BarArrive(bar_empty + st * 8);
+    if (half == 0 && wtid == 0 && it + kR3Stages < ntiles) {
+      MbarWait(bar_empty + st * 8, par);  // both P V warpgroups released the stage (WG0's use ended before p_full)
+      issue_tile(it + kR3Stages);
+    }
+    __syncwarp();
+  }
+  NamedBarSync(kR3BarEnd, kR3Threads);
+  StoreRows<TOut>(p, w, acc, my_row, s_l, tq, half * 256, direct, max_splits);
+  if (half == 0 && !direct && tq == 0) {
+    const float m_fin[2] = {s_m[my_row[0]], s_m[my_row[1]]}, l_fin[2] = {s_l[my_row[0]], s_l[my_row[1]]};
+    WriteRowLse(p, w, my_row, m_fin, l_fin, max_splits);
+  }
+  if (cta_times != nullptr && tid == 128) {
+    long long gt;
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt));
+    cta_times[3] = clock64();
+    cta_times[5] = gt;
+    cta_times[6] = ntiles;
+    cta_times[7] = 0;
+  }
+  }  // P V warpgroups
+}
+
+template <typename TOut>
+__global__ void __launch_bounds__(kR3Threads, 1)
+    MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
+                             int max_splits, int direct) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
+  extern __shared__ unsigned char smem_raw[];
+  if (__shfl_sync(0xffffffffu, threadIdx.x >> 7, 0) == 0) {
+    RegAlloc<kR3RegsS>();
+    Ring3Body<TOut, true>(kv_map, p, nrb, chunk, max_splits, direct, smem_raw);
+  } else {
+    RegDealloc<kR3RegsPv>();
+    Ring3Body<TOut, false>(kv_map, p, nrb, chunk, max_splits, direct, smem_raw);
+  }
+}
+
+}  // namespace
+
+void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, int nrb, int chunk, int max_splits,
+                              int direct, unsigned ctas) {
+  if (p.out_type == DTypeOut::kF32) {
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90Ring3Kernel<float>), static_cast<int>(kR3SmemBytes));
+    LaunchKernel(MlaDecodeSm90Ring3Kernel<float>, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p, nrb, chunk,
+                 max_splits, direct);
+  } else {
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90Ring3Kernel<__nv_bfloat16>),
+                         static_cast<int>(kR3SmemBytes));
+    LaunchKernel(MlaDecodeSm90Ring3Kernel<__nv_bfloat16>, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p,
+                 nrb, chunk, max_splits, direct);
+  }
+  DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Ring3Kernel");
+}
+
+}  // namespace ds::cuda
