@@ -75,11 +75,6 @@ __device__ __forceinline__ void StShared(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
-// The whole kernel for one role: kWg0 (warpgroup 0: S, the softmax, P) or the P V warpgroups.
-// Each role's copy runs from the kernel's start under its own setmaxnreg count: ptxas keeps a
-// setmaxnreg only where no code after it merges with the other role's (a shared prologue after the
-// pair made it ignore both, C7507). CTA-wide syncs are named barriers over all 384 threads (the
-// two copies reach them at different addresses).
 // ZeroTileTail (mla_decode_sm90_common.cuh) on a 32-bit shared address (warpgroup 0 keeps no
 // 64-bit generic pointer live).
 __device__ __forceinline__ void ZeroTileTailShared(uint32_t tile, int nvalid, int wtid) {
@@ -91,9 +86,12 @@ __device__ __forceinline__ void ZeroTileTailShared(uint32_t tile, int nvalid, in
   }
 }
 
-template <typename TOut, bool kWg0>
-__device__ __forceinline__ void Ring3Body(const CUtensorMap& kv_map, const MlaDecodeParams& p, int nrb, int chunk,
-                                          int max_splits, int direct, unsigned char* smem_raw) {
+template <typename TOut>
+__global__ void __launch_bounds__(kR3Threads, 1)
+    MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
+                             int max_splits, int direct) {
+  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
+  extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = smem_raw;
   const uint32_t s_base = SmemAddr(smem);
   if ((s_base & 1023u) != 0) __trap();  // the swizzled boxes need a 1024-aligned base (see kR3SmemBytes)
@@ -165,8 +163,11 @@ __device__ __forceinline__ void Ring3Body(const CUtensorMap& kv_map, const MlaDe
   NamedBarSync(kR3BarAll, kR3Threads);
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};  // in the CTA's 64-row tile
 
-  if constexpr (kWg0) {
+  // The register split after the shared prologue: ptxas keeps this pair (the P V warpgroups
+  // cannot go below 160: 152 is ignored, C7507).
+  if (wg == 0) {
     // ---------------- WG0: S = Q K^T, softmax, P ----------------
+    RegAlloc<kR3RegsS>();
     // Q's latent columns as RS A fragments (k16 step ks: rows g / g + 8 of this warp's 16,
     // columns 16 ks + 2 tq (+ 8)), read from the staged tile.
     uint32_t qa[kR3QRegSteps][4];
@@ -284,6 +285,7 @@ __device__ __forceinline__ void Ring3Body(const CUtensorMap& kv_map, const MlaDe
     NamedBarSync(kR3BarEnd, kR3Threads);
   } else {
   // ---------------- WG1 / WG2: O[:, 256 (wg - 1) ..] += P V; WG1's first thread re-arms stages ----------------
+  RegDealloc<kR3RegsPv>();
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
@@ -333,21 +335,6 @@ __device__ __forceinline__ void Ring3Body(const CUtensorMap& kv_map, const MlaDe
     cta_times[7] = 0;
   }
   }  // P V warpgroups
-}
-
-template <typename TOut>
-__global__ void __launch_bounds__(kR3Threads, 1)
-    MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
-                             int max_splits, int direct) {
-  dev::PdlWaitThenRelease();  // first: before any global-memory access (launch.cuh)
-  extern __shared__ unsigned char smem_raw[];
-  if (__shfl_sync(0xffffffffu, threadIdx.x >> 7, 0) == 0) {
-    RegAlloc<kR3RegsS>();
-    Ring3Body<TOut, true>(kv_map, p, nrb, chunk, max_splits, direct, smem_raw);
-  } else {
-    RegDealloc<kR3RegsPv>();
-    Ring3Body<TOut, false>(kv_map, p, nrb, chunk, max_splits, direct, smem_raw);
-  }
 }
 
 }  // namespace
