@@ -174,7 +174,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   b.Add(kernel, label, us, bytes, flops, false, note + plan_note);
   // DS_BENCH_MLA_CTA_TIMES=1 (variants 10 and 12, a measurement, session 37): PrintCtaTimes.
   if (const char* e = std::getenv("DS_BENCH_MLA_CTA_TIMES");
-      sm90 && (sm90_variant == 10 || sm90_variant == 12) && e && std::string(e) == "1") {
+      sm90 && (sm90_variant == 10 || sm90_variant >= 12) && e && std::string(e) == "1") {
     MlaDecodeParams pt = p;
     pt.block_table = tables[0]->as<int32_t>();
     // The grid: row blocks x (work items or sequences x splits), splits of >= 64 keys either way.

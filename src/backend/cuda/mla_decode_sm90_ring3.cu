@@ -86,7 +86,10 @@ __device__ __forceinline__ void ZeroTileTailShared(uint32_t tile, int nvalid, in
   }
 }
 
-template <typename TOut>
+// kDeferPublish (variant 13): P(t) is published to the P V warpgroups only once S(t + 1) has
+// completed (at the top of warpgroup 0's next iteration), so P V(t) does not share the tensor pipe
+// with S(t + 1) and runs under the softmax of t + 1.
+template <typename TOut, bool kDeferPublish = false>
 __global__ void __launch_bounds__(kR3Threads, 1)
     MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                              int max_splits, int direct) {
@@ -233,10 +236,15 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       return ok;
     };
     issue_s(0);
+    int pending = -1;  // kDeferPublish: the stage whose P waits for the S in flight to complete
     for (int it = 0; it < ntiles; ++it) {
       const int st = it % kR3Stages;
       WgWait<0>();
       FenceRegs(sc);
+      if (kDeferPublish && pending >= 0) {
+        BarArrive(bar_pfull + pending * 8);
+        pending = -1;
+      }
       const int kt0 = kbeg + it * kBN;
       float alpha[2];
       SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
@@ -264,7 +272,10 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       const bool next_ready = has_next && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
       if (!next_ready) BarArrive(bar_pfull + st * 8);
       if (has_next) issue_s(it + 1);
-      if (next_ready) BarArrive(bar_pfull + st * 8);
+      if (next_ready) {
+        if (kDeferPublish) pending = st;
+        else BarArrive(bar_pfull + st * 8);
+      }
     }
     WgWait<0>();
     FenceRegs(sc);
@@ -341,16 +352,11 @@ __global__ void __launch_bounds__(kR3Threads, 1)
 
 void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, int nrb, int chunk, int max_splits,
                               int direct, unsigned ctas) {
-  if (p.out_type == DTypeOut::kF32) {
-    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90Ring3Kernel<float>), static_cast<int>(kR3SmemBytes));
-    LaunchKernel(MlaDecodeSm90Ring3Kernel<float>, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p, nrb, chunk,
-                 max_splits, direct);
-  } else {
-    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(MlaDecodeSm90Ring3Kernel<__nv_bfloat16>),
-                         static_cast<int>(kR3SmemBytes));
-    LaunchKernel(MlaDecodeSm90Ring3Kernel<__nv_bfloat16>, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p,
-                 nrb, chunk, max_splits, direct);
-  }
+  const bool f32 = p.out_type == DTypeOut::kF32, defer = p.sm90_variant == 13;
+  const auto kernel = f32 ? (defer ? MlaDecodeSm90Ring3Kernel<float, true> : MlaDecodeSm90Ring3Kernel<float, false>)
+                          : (defer ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true> : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false>);
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kR3SmemBytes));
+  LaunchKernel(kernel, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p, nrb, chunk, max_splits, direct);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Ring3Kernel");
 }
 
