@@ -197,7 +197,7 @@ inline constexpr int kSm90Variants = 14;
 inline constexpr const char* kSm90VariantTags[kSm90Variants] = {
     "", "[seesaw]", "[seesaw,late-release]", "[removed]", "[3wg]", "[removed]", "[removed]",
     "[removed]", "[3wg,fast-softmax]", "[fast-softmax]", "[3wg,fast-softmax,box-barriers]", "[tile-pairs]",
-    "[3wg,ring3,q-in-registers]", "[3wg,ring3,q-in-registers,deferred-publish]"};
+    "[3wg,ring3,q-in-registers]", "[3wg,ring3,q-in-registers,stage-barriers]"};
 struct Sm90Result {
   std::string name;
   double flashmla_us = 0;

@@ -86,10 +86,11 @@ __device__ __forceinline__ void ZeroTileTailShared(uint32_t tile, int nvalid, in
   }
 }
 
-// kDeferPublish (variant 13): P(t) is published to the P V warpgroups only once S(t + 1) has
-// completed (at the top of warpgroup 0's next iteration), so P V(t) does not share the tensor pipe
-// with S(t + 1) and runs under the softmax of t + 1.
-template <typename TOut, bool kDeferPublish = false>
+// kOneFull (variant 13): one "full" mbarrier a stage (all nine boxes) instead of one a box: with
+// three stages a tile has nearly always landed by the time its S is issued, and each mbarrier
+// test costs warpgroup 0 a round trip (session 38 run 5, ncu: its box waits and landed-tests, 17
+// mbarrier instructions a tile, took ~21% of its samples at h128 b128 x 4K).
+template <typename TOut, bool kOneFull = false>
 __global__ void __launch_bounds__(kR3Threads, 1)
     MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                              int max_splits, int direct) {
@@ -105,7 +106,10 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   const uint32_t bar_full = s_base + kR3OffBar, bar_pfull = bar_full + kR3Stages * kR3FullBars * 8,
                  bar_empty = bar_pfull + kR3Stages * 8;
   // The "full" mbarrier of box b of stage st (boxes 7 and 8 share the last).
-  auto full_bar = [&](int st, int b) { return bar_full + (st * kR3FullBars + min(b, kR3FullBars - 1)) * 8; };
+  auto full_bar = [&](int st, int b) {
+    return bar_full + (st * kR3FullBars + (kOneFull ? 0 : min(b, kR3FullBars - 1))) * 8;
+  };
+  constexpr int kFullUsed = kOneFull ? 1 : kR3FullBars;  // "full" barriers in use a stage
 
   const int tid = threadIdx.x, wtid = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
@@ -138,7 +142,8 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     const int row = bt[k0 / bs] * bs + k0 % bs;
     const int st = it % kR3Stages;
 #pragma unroll
-    for (int b = 0; b < kR3FullBars; ++b) BarExpectTx(full_bar(st, b), b == kR3FullBars - 1 ? 2 * kBoxBytes : kBoxBytes);
+    for (int b = 0; b < kFullUsed; ++b)
+      BarExpectTx(full_bar(st, b), kOneFull ? kTileBytes : (b == kR3FullBars - 1 ? 2 * kBoxBytes : kBoxBytes));
 #pragma unroll
     for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, full_bar(st, b), kv_l2);
   };
@@ -203,7 +208,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       const uint32_t par = static_cast<uint32_t>((it / kR3Stages) & 1);
       const int nvalid = kend - (kbeg + it * kBN);
       if (nvalid < kBN) {  // the last, partial tile: every box landed, rows past the context zeroed
-        for (int b = 0; b < kR3FullBars; ++b) MbarWait(full_bar(st, b), par);
+        for (int b = 0; b < kFullUsed; ++b) MbarWait(full_bar(st, b), par);
         ZeroTileTailShared(sK + st * kTileBytes, nvalid, wtid);
         FenceProxyAsync();
         NamedBarSync(kR3BarWg0, 128);
@@ -215,7 +220,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       WgFence();
 #pragma unroll
       for (int ks = 0; ks < kD / 16; ++ks) {
-        if ((ks & 3) == 0) {  // box ks / 4 landed (a partial tile: all waited above)
+        if ((ks & 3) == 0 && (!kOneFull || ks == 0) && ks < 32) {  // box ks / 4 landed (a partial tile: all waited above)
           MbarWait(full_bar(st, ks >> 2), par);
           __syncwarp();
           WgFence();
@@ -232,19 +237,14 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       const uint32_t par = static_cast<uint32_t>((it / kR3Stages) & 1);
       bool ok = true;
 #pragma unroll
-      for (int b = 0; b < kR3FullBars; ++b) ok = ok && BarTestWait(full_bar(st, b), par);
+      for (int b = 0; b < kFullUsed; ++b) ok = ok && BarTestWait(full_bar(st, b), par);
       return ok;
     };
     issue_s(0);
-    int pending = -1;  // kDeferPublish: the stage whose P waits for the S in flight to complete
     for (int it = 0; it < ntiles; ++it) {
       const int st = it % kR3Stages;
       WgWait<0>();
       FenceRegs(sc);
-      if (kDeferPublish && pending >= 0) {
-        BarArrive(bar_pfull + pending * 8);
-        pending = -1;
-      }
       const int kt0 = kbeg + it * kBN;
       float alpha[2];
       SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
@@ -272,10 +272,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       const bool next_ready = has_next && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
       if (!next_ready) BarArrive(bar_pfull + st * 8);
       if (has_next) issue_s(it + 1);
-      if (next_ready) {
-        if (kDeferPublish) pending = st;
-        else BarArrive(bar_pfull + st * 8);
-      }
+      if (next_ready) BarArrive(bar_pfull + st * 8);
     }
     WgWait<0>();
     FenceRegs(sc);
@@ -305,7 +302,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     const int st = it % kR3Stages;
     const uint32_t par = static_cast<uint32_t>((it / kR3Stages) & 1);
 #pragma unroll
-    for (int b = 0; b < 4; ++b) MbarWait(full_bar(st, 4 * half + b), par);  // this warpgroup's V boxes
+    for (int b = 0; b < (kOneFull ? 1 : 4); ++b) MbarWait(full_bar(st, 4 * half + b), par);  // this warpgroup's V boxes
     MbarWait(bar_pfull + st * 8, par);  // P and the factors of tile `it` (and its zeroed rows) ready
     const float a0 = s_alpha[st * kBM + my_row[0]], a1 = s_alpha[st * kBM + my_row[1]];
 #pragma unroll
@@ -352,9 +349,9 @@ __global__ void __launch_bounds__(kR3Threads, 1)
 
 void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, int nrb, int chunk, int max_splits,
                               int direct, unsigned ctas) {
-  const bool f32 = p.out_type == DTypeOut::kF32, defer = p.sm90_variant == 13;
-  const auto kernel = f32 ? (defer ? MlaDecodeSm90Ring3Kernel<float, true> : MlaDecodeSm90Ring3Kernel<float, false>)
-                          : (defer ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true> : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false>);
+  const bool f32 = p.out_type == DTypeOut::kF32, one = p.sm90_variant == 13;
+  const auto kernel = f32 ? (one ? MlaDecodeSm90Ring3Kernel<float, true> : MlaDecodeSm90Ring3Kernel<float, false>)
+                          : (one ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true> : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false>);
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kR3SmemBytes));
   LaunchKernel(kernel, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p, nrb, chunk, max_splits, direct);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Ring3Kernel");
