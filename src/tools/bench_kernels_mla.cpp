@@ -295,7 +295,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
                     std::string(kSm90VariantTags[v]) != "[removed]");
     if (!any)
       std::fprintf(stderr, "bench kernels: DS_BENCH_SM90_VARIANTS=%s names no live variant (comma-separated numbers: "
-                   "0,1,2,4,8,9,10,11,12,13)\n", env ? env : "");
+                   "0,1,2,4,8,9,10,11,12,13,14)\n", env ? env : "");
   }
   // DS_BENCH_SM90_BALANCED=<comma-separated variants> (default "10,12"; "none"): those variants
   // again with the balanced work list (MlaDecodeParams::sm90_work), after the plain runs (before

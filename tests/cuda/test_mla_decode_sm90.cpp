@@ -134,7 +134,7 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
   // Variant 12 against 10: the same S (its latent k16 steps from registers, RS, instead of shared
   // memory), softmax, P, rescales and P V order; only the ring depth and who writes the LSE
   // change. Held to 1e-5, and the count of elements whose bits differ is printed (expected 0).
-  if (variant == 12 || variant == 13) {
+  if (variant >= 12) {
     Dev<float> ws10(ws_floats), out10(T * H * kKvl);
     MlaDecodeParams p10 = params(ws10.get(), out10.get(), DTypeOut::kF32);
     p10.sm90_variant = 10;
@@ -297,7 +297,7 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
 // variants in separate processes (e.g. scripts/gpu_e2e.sh E2E_TESTS=1 once per variant), set
 // DS_TEST_SM90_VARIANTS=0, =1, =2, =4, =8, =9, =a for 10, =b for 11, =c for 12 (the digits of the variants to run; unset = all), so a hang of
 // one does not hide the other's results.
-constexpr int kVariants[] = {0, 1, 2, 4, 8, 9, 10, 11, 12, 13};
+constexpr int kVariants[] = {0, 1, 2, 4, 8, 9, 10, 11, 12, 13, 14};
 void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
                  const std::vector<int64_t>& heads_sample, const char* name) {
   const char* only = std::getenv("DS_TEST_SM90_VARIANTS");
@@ -317,7 +317,7 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
   MlaDecodeParams p{};
   p.kv_lora = kKvl; p.rope_dim = kRope; p.block_size = kBs; p.kv_chunk = 256; p.heads = 128;
   p.num_tokens = 1; p.num_seqs = 1; p.softmax_scale = 0.1f; p.sm90 = true;
-  for (int v : {-1, 3, 5, 6, 7, 14}) {
+  for (int v : {-1, 3, 5, 6, 7, 15}) {
     p.sm90_variant = v;
     EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "variant " << v;
   }
@@ -332,7 +332,7 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
     EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "L2 hint " << h;
   }
   p.sm90_kv_l2_hint = 0;
-  for (int v : {8, 9, 10, 11, 12, 13})
+  for (int v : {8, 9, 10, 11, 12, 13, 14})
     for (float scale : {0.f, -0.1f}) {
       p.sm90_variant = v;
       p.softmax_scale = scale;

@@ -90,7 +90,11 @@ __device__ __forceinline__ void ZeroTileTailShared(uint32_t tile, int nvalid, in
 // three stages a tile has nearly always landed by the time its S is issued, and each mbarrier
 // test costs warpgroup 0 a round trip (session 38 run 5, ncu: its box waits and landed-tests, 17
 // mbarrier instructions a tile, took ~21% of its samples at h128 b128 x 4K).
-template <typename TOut, bool kOneFull = false>
+// kDeferPublish (variant 14, with kOneFull): P(t) is handed to the P V warpgroups only once S(t + 1)
+// has completed (at the top of warpgroup 0's next iteration), so that P V(t) runs under the softmax
+// of t + 1 instead of sharing the tensor pipe with S(t + 1). (Alone, on variant 12, it was within
+// noise: session 38 run 4.)
+template <typename TOut, bool kOneFull = false, bool kDeferPublish = false>
 __global__ void __launch_bounds__(kR3Threads, 1)
     MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                              int max_splits, int direct) {
@@ -241,10 +245,15 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       return ok;
     };
     issue_s(0);
+    int pending = -1;  // kDeferPublish: the stage whose P waits for the S in flight to complete
     for (int it = 0; it < ntiles; ++it) {
       const int st = it % kR3Stages;
       WgWait<0>();
       FenceRegs(sc);
+      if (kDeferPublish && pending >= 0) {
+        BarArrive(bar_pfull + pending * 8);
+        pending = -1;
+      }
       const int kt0 = kbeg + it * kBN;
       float alpha[2];
       SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
@@ -272,7 +281,10 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       const bool next_ready = has_next && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
       if (!next_ready) BarArrive(bar_pfull + st * 8);
       if (has_next) issue_s(it + 1);
-      if (next_ready) BarArrive(bar_pfull + st * 8);
+      if (next_ready) {
+        if (kDeferPublish) pending = st;
+        else BarArrive(bar_pfull + st * 8);
+      }
     }
     WgWait<0>();
     FenceRegs(sc);
@@ -349,9 +361,14 @@ __global__ void __launch_bounds__(kR3Threads, 1)
 
 void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, int nrb, int chunk, int max_splits,
                               int direct, unsigned ctas) {
-  const bool f32 = p.out_type == DTypeOut::kF32, one = p.sm90_variant == 13;
-  const auto kernel = f32 ? (one ? MlaDecodeSm90Ring3Kernel<float, true> : MlaDecodeSm90Ring3Kernel<float, false>)
-                          : (one ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true> : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false>);
+  const bool f32 = p.out_type == DTypeOut::kF32;
+  const int v = p.sm90_variant;
+  const auto kernel = f32 ? (v == 14 ? MlaDecodeSm90Ring3Kernel<float, true, true>
+                             : v == 13 ? MlaDecodeSm90Ring3Kernel<float, true, false>
+                                       : MlaDecodeSm90Ring3Kernel<float, false, false>)
+                          : (v == 14 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, true>
+                             : v == 13 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, false>
+                                       : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false, false>);
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kR3SmemBytes));
   LaunchKernel(kernel, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p, nrb, chunk, max_splits, direct);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Ring3Kernel");
