@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <mutex>
+#include <thread>
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -37,9 +39,11 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, const HttpServerOptions& opts, const HttpHandler& handler)
+  Session(tcp::socket socket, const HttpServerOptions& opts, const HttpHandler& handler,
+          std::atomic<int>* responding)
       : socket_(std::move(socket)), strand_(socket_.get_executor()), idle_timer_(strand_),
-        opts_(opts), handler_(handler) {}
+        opts_(opts), handler_(handler), responding_(responding) {}
+  ~Session() { EndResponse(); }
 
   void Start() { net::dispatch(strand_, [self = shared_from_this()] { self->DoRead(); }); }
 
@@ -126,7 +130,20 @@ class Session : public std::enable_shared_from_this<Session> {
                        self->DoWrite();
                      }));
   }
+  // The server-wide count of responses in progress (HttpServer::Stop waits for it): from the
+  // dispatch of a request until its last byte is written or the connection is gone.
+  void BeginResponse() {
+    if (counted_) return;
+    counted_ = true;
+    responding_->fetch_add(1);
+  }
+  void EndResponse() {
+    if (!counted_) return;
+    counted_ = false;
+    responding_->fetch_sub(1);
+  }
   void OnResponseDone() {
+    EndResponse();
     in_request_ = false;
     on_close_ = nullptr;
     response_done_ = false;
@@ -142,6 +159,7 @@ class Session : public std::enable_shared_from_this<Session> {
     Close();
   }
   void Close() {
+    EndResponse();
     if (dead_) return;
     dead_ = true;
     gone.store(true);
@@ -161,6 +179,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false, response_done_ = false, in_request_ = false, watching_ = false;
   bool dead_ = false, client_gone_ = false;
   std::function<void()> on_close_;
+  std::atomic<int>* responding_;
+  bool counted_ = false;
 };
 
 class Writer : public ResponseWriter {
@@ -215,6 +235,7 @@ void Session::OnRead(beast::error_code ec) {
   if (ec == http::error::body_limit) {
     keep_alive_ = false;
     in_request_ = true;
+    BeginResponse();
     std::string body = R"({"error":{"message":"request body exceeds the limit of )" +
                        std::to_string(opts_.body_limit) +
                        R"( bytes","type":"invalid_request_error","param":null,"code":"request_too_large"}})";
@@ -231,6 +252,7 @@ void Session::OnRead(beast::error_code ec) {
   if (ec) {
     keep_alive_ = false;
     in_request_ = true;
+    BeginResponse();
     std::string body = R"({"error":{"message":"malformed HTTP request","type":"invalid_request_error","param":null,"code":null}})";
     QueueWrite("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nContent-Length: " +
                    std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body, true);
@@ -249,6 +271,7 @@ void Session::OnRead(beast::error_code ec) {
   }
   req.body = std::move(msg.body());
   in_request_ = true;
+  BeginResponse();
   Watch();
   std::shared_ptr<ResponseWriter> writer = std::make_shared<Writer>(shared_from_this());
   try {
@@ -287,6 +310,9 @@ void Session::Watch() {
 struct HttpServer::Impl {
   HttpServerOptions opts;
   HttpHandler handler;
+  // Responses in progress (Session::BeginResponse / EndResponse). Declared before the io_context,
+  // so it outlives the sessions that the io_context's pending handlers still hold.
+  std::atomic<int> responding{0};
   net::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -300,7 +326,7 @@ struct HttpServer::Impl {
       if (!ec) {
         beast::error_code ig;
         s.set_option(tcp::no_delay(true), ig);
-        std::make_shared<Session>(std::move(s), opts, handler)->Start();
+        std::make_shared<Session>(std::move(s), opts, handler, &responding)->Start();
       } else if (ec == net::error::no_descriptors) {
         DS_LOG(WARNING) << "accept: out of file descriptors";
       }
@@ -356,6 +382,12 @@ void HttpServer::StopAccepting() {
 void HttpServer::Stop() {
   if (impl_->threads.empty()) return;
   StopAccepting();
+  // Responses whose last chunks are still queued on their connections go out first: stopping the
+  // io_context abandons queued writes, and a client of a drained request (serve's SIGTERM path:
+  // the request has finished, its End() is posted) would see the connection cut mid-stream.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(impl_->opts.stop_drain_ms);
+  while (impl_->responding.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   impl_->work.reset();
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();

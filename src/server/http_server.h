@@ -56,6 +56,9 @@ struct HttpServerOptions {
   int io_threads = 2;
   size_t body_limit = 8 << 20;  // bytes; larger bodies get 413
   int idle_timeout_s = 60;      // close connections idle this long between requests (0 = never)
+  // Stop() first waits up to this long for responses already being written (a streamed
+  // response whose last chunks are still queued) to reach their clients.
+  int stop_drain_ms = 3000;
 };
 
 class HttpServer {
@@ -67,7 +70,8 @@ class HttpServer {
   int port() const;
   // Stops accepting new connections (existing ones continue).
   void StopAccepting();
-  // Stops everything and joins the I/O threads.
+  // Stops accepting, lets the responses in progress finish writing (up to
+  // HttpServerOptions::stop_drain_ms), then stops everything and joins the I/O threads.
   void Stop();
 
  private:

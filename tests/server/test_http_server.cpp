@@ -34,10 +34,18 @@ std::string ReadSome(tcp::socket& s, size_t want, int timeout_ms = 3000) {
 struct Fixture {
   net::io_context ioc;
   std::atomic<int> closed{0};
+  std::atomic<bool> big_ended{false};
   std::unique_ptr<HttpServer> server;
   explicit Fixture(HttpServerOptions o) {
     o.port = 0;
     server = std::make_unique<HttpServer>(o, [this](HttpRequest&& r, std::shared_ptr<ResponseWriter> w) {
+      if (r.path == "/big") {  // 8 MiB streamed in 64 KiB chunks, ended at once
+        w->StartStream(200, "text/event-stream");
+        for (int i = 0; i < 128; ++i) w->Write(std::string(64 << 10, static_cast<char>('a' + i % 26)));
+        w->End();
+        big_ended.store(true);
+        return;
+      }
       if (r.path == "/stream") {
         w->OnClose([this] { closed.fetch_add(1); });
         w->StartStream(200, "text/event-stream");
@@ -112,6 +120,35 @@ TEST(HttpServer, DisconnectDuringStreamFiresOnClose) {
   }  // socket closed
   for (int i = 0; i < 200 && f.closed.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(f.closed.load(), 1);
+}
+
+// Stop() right after a handler ended a large streamed response: the queued chunks and the
+// terminating chunk still reach the client (serve's SIGTERM drain stops the server as soon as
+// the last request finished; stopping the io_context at once used to cut such a stream).
+TEST(HttpServer, StopDeliversResponsesAlreadyEnded) {
+  Fixture f({});
+  auto s = f.Connect();
+  net::write(s, net::buffer(std::string("GET /big HTTP/1.1\r\nHost: x\r\n\r\n")));
+  std::string got;
+  std::thread reader([&] {  // until the terminating chunk, EOF or 10 s
+    char buf[1 << 16];
+    s.non_blocking(true);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10)) {
+      boost::system::error_code ec;
+      const size_t n = s.read_some(net::buffer(buf), ec);
+      if (ec == net::error::would_block) { std::this_thread::sleep_for(std::chrono::milliseconds(1)); continue; }
+      if (ec) break;
+      got.append(buf, n);
+      if (got.size() >= 5 && got.compare(got.size() - 5, 5, "0\r\n\r\n") == 0) break;
+    }
+  });
+  for (int i = 0; i < 500 && !f.big_ended.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_TRUE(f.big_ended.load());
+  f.server->Stop();
+  reader.join();
+  ASSERT_GE(got.size(), size_t{8} << 20);
+  EXPECT_EQ(got.compare(got.size() - 5, 5, "0\r\n\r\n"), 0) << "the stream was cut: " << got.size() << " bytes";
 }
 
 TEST(HttpServer, IdleConnectionIsClosed) {
