@@ -36,6 +36,8 @@
 
 #include <cuda.h>
 
+#include <atomic>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/launch.cuh"
@@ -369,6 +371,19 @@ void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, 
                           : (v == 14 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, true>
                              : v == 13 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, false>
                                        : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false, false>);
+  // The setmaxnreg split (184 + 2 x 160) balances only at 168 registers a thread, and the layout
+  // leaves no room for static shared memory (the dynamic base must stay 1024-aligned): checked once
+  // per instantiation, so a toolchain that compiles it otherwise fails here, not with a hang or trap.
+  static std::atomic<bool> checked[2][3];
+  std::atomic<bool>& done = checked[f32 ? 1 : 0][v - 12];
+  if (!done.load(std::memory_order_acquire)) {
+    cudaFuncAttributes attr{};
+    DS_CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
+    DS_CHECK(attr.numRegs == 168 && attr.sharedSizeBytes == 0)
+        << "MlaDecodeSm90Ring3Kernel: compiled to " << attr.numRegs << " registers a thread and "
+        << attr.sharedSizeBytes << " B of static shared memory (needs 168 and 0)";
+    done.store(true, std::memory_order_release);
+  }
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kR3SmemBytes));
   LaunchKernel(kernel, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p, nrb, chunk, max_splits, direct);
   DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Ring3Kernel");
