@@ -39,10 +39,12 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
+  // responding / stopping: the server's count of responses in progress and its stop flag (shared,
+  // so that a session a handler still holds after the server is gone touches live memory).
   Session(tcp::socket socket, const HttpServerOptions& opts, const HttpHandler& handler,
-          std::atomic<int>* responding)
+          std::shared_ptr<std::atomic<int>> responding, std::shared_ptr<std::atomic<bool>> stopping)
       : socket_(std::move(socket)), strand_(socket_.get_executor()), idle_timer_(strand_),
-        opts_(opts), handler_(handler), responding_(responding) {}
+        opts_(opts), handler_(handler), responding_(std::move(responding)), stopping_(std::move(stopping)) {}
   ~Session() { EndResponse(); }
 
   void Start() { net::dispatch(strand_, [self = shared_from_this()] { self->DoRead(); }); }
@@ -147,7 +149,7 @@ class Session : public std::enable_shared_from_this<Session> {
     in_request_ = false;
     on_close_ = nullptr;
     response_done_ = false;
-    if (!keep_alive_) { Close(); return; }
+    if (!keep_alive_ || stopping_->load()) { Close(); return; }  // no new request while the server stops
     if (!watching_) DoRead();  // else the watcher continues into the next request
     else ArmIdle();
   }
@@ -179,7 +181,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false, response_done_ = false, in_request_ = false, watching_ = false;
   bool dead_ = false, client_gone_ = false;
   std::function<void()> on_close_;
-  std::atomic<int>* responding_;
+  std::shared_ptr<std::atomic<int>> responding_;
+  std::shared_ptr<std::atomic<bool>> stopping_;
   bool counted_ = false;
 };
 
@@ -310,9 +313,10 @@ void Session::Watch() {
 struct HttpServer::Impl {
   HttpServerOptions opts;
   HttpHandler handler;
-  // Responses in progress (Session::BeginResponse / EndResponse). Declared before the io_context,
-  // so it outlives the sessions that the io_context's pending handlers still hold.
-  std::atomic<int> responding{0};
+  // Responses in progress (Session::BeginResponse / EndResponse: from a request's dispatch to its
+  // last byte written or the connection's end) and the stop flag; shared with the sessions.
+  std::shared_ptr<std::atomic<int>> responding = std::make_shared<std::atomic<int>>(0);
+  std::shared_ptr<std::atomic<bool>> stopping = std::make_shared<std::atomic<bool>>(false);
   net::io_context ioc;
   std::optional<tcp::acceptor> acceptor;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -326,7 +330,7 @@ struct HttpServer::Impl {
       if (!ec) {
         beast::error_code ig;
         s.set_option(tcp::no_delay(true), ig);
-        std::make_shared<Session>(std::move(s), opts, handler, &responding)->Start();
+        std::make_shared<Session>(std::move(s), opts, handler, responding, stopping)->Start();
       } else if (ec == net::error::no_descriptors) {
         DS_LOG(WARNING) << "accept: out of file descriptors";
       }
@@ -382,11 +386,12 @@ void HttpServer::StopAccepting() {
 void HttpServer::Stop() {
   if (impl_->threads.empty()) return;
   StopAccepting();
+  impl_->stopping->store(true);  // keep-alive connections take no further request
   // Responses whose last chunks are still queued on their connections go out first: stopping the
   // io_context abandons queued writes, and a client of a drained request (serve's SIGTERM path:
   // the request has finished, its End() is posted) would see the connection cut mid-stream.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(impl_->opts.stop_drain_ms);
-  while (impl_->responding.load() > 0 && std::chrono::steady_clock::now() < deadline)
+  while (impl_->responding->load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   impl_->work.reset();
   impl_->ioc.stop();

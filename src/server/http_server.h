@@ -56,8 +56,9 @@ struct HttpServerOptions {
   int io_threads = 2;
   size_t body_limit = 8 << 20;  // bytes; larger bodies get 413
   int idle_timeout_s = 60;      // close connections idle this long between requests (0 = never)
-  // Stop() first waits up to this long for responses already being written (a streamed
-  // response whose last chunks are still queued) to reach their clients.
+  // Stop() first waits up to this long for the responses in progress (a streamed response
+  // whose last chunks are still queued) to be written out; a response its handler never ends
+  // holds it for the whole time. Connections take no new request meanwhile.
   int stop_drain_ms = 3000;
 };
 
