@@ -109,8 +109,7 @@ struct MlaDecodeParams {
   // 12 = 10 with a three-stage ring (mla_decode_sm90_ring3.cu, session 38: Q's latent k16 steps
   // 0-30 held in warpgroup 0's registers as RS wgmma fragments to make room; the same bits as 10).
   // 13 = 12 with one "full" mbarrier a ring stage instead of one a box (fewer mbarrier round trips
-  // for warpgroup 0; the same bits). 14 = 13 with each tile's P handed to the P V warpgroups only
-  // once S of the next tile completed (the same bits).
+  // for warpgroup 0; the same bits): the fastest at 128 heads (session 38 run 6).
   int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).

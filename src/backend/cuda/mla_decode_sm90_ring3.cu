@@ -92,11 +92,9 @@ __device__ __forceinline__ void ZeroTileTailShared(uint32_t tile, int nvalid, in
 // three stages a tile has nearly always landed by the time its S is issued, and each mbarrier
 // test costs warpgroup 0 a round trip (session 38 run 5, ncu: its box waits and landed-tests, 17
 // mbarrier instructions a tile, took ~21% of its samples at h128 b128 x 4K).
-// kDeferPublish (variant 14, with kOneFull): P(t) is handed to the P V warpgroups only once S(t + 1)
-// has completed (at the top of warpgroup 0's next iteration), so that P V(t) runs under the softmax
-// of t + 1 instead of sharing the tensor pipe with S(t + 1). (Alone, on variant 12, it was within
-// noise: session 38 run 4.)
-template <typename TOut, bool kOneFull = false, bool kDeferPublish = false>
+// (Measured and removed, session 38 runs 4 and 6: P handed to the P V warpgroups only once S(t + 1)
+// completed, on variant 12 and on 13; within noise or slower.)
+template <typename TOut, bool kOneFull = false>
 __global__ void __launch_bounds__(kR3Threads, 1)
     MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                              int max_splits, int direct) {
@@ -247,15 +245,10 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       return ok;
     };
     issue_s(0);
-    int pending = -1;  // kDeferPublish: the stage whose P waits for the S in flight to complete
     for (int it = 0; it < ntiles; ++it) {
       const int st = it % kR3Stages;
       WgWait<0>();
       FenceRegs(sc);
-      if (kDeferPublish && pending >= 0) {
-        BarArrive(bar_pfull + pending * 8);
-        pending = -1;
-      }
       const int kt0 = kbeg + it * kBN;
       float alpha[2];
       SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
@@ -283,10 +276,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       const bool next_ready = has_next && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
       if (!next_ready) BarArrive(bar_pfull + st * 8);
       if (has_next) issue_s(it + 1);
-      if (next_ready) {
-        if (kDeferPublish) pending = st;
-        else BarArrive(bar_pfull + st * 8);
-      }
+      if (next_ready) BarArrive(bar_pfull + st * 8);
     }
     WgWait<0>();
     FenceRegs(sc);
@@ -365,16 +355,13 @@ void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, 
                               int direct, unsigned ctas) {
   const bool f32 = p.out_type == DTypeOut::kF32;
   const int v = p.sm90_variant;
-  const auto kernel = f32 ? (v == 14 ? MlaDecodeSm90Ring3Kernel<float, true, true>
-                             : v == 13 ? MlaDecodeSm90Ring3Kernel<float, true, false>
-                                       : MlaDecodeSm90Ring3Kernel<float, false, false>)
-                          : (v == 14 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, true>
-                             : v == 13 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, false>
-                                       : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false, false>);
+  const auto kernel = f32 ? (v == 13 ? MlaDecodeSm90Ring3Kernel<float, true> : MlaDecodeSm90Ring3Kernel<float, false>)
+                          : (v == 13 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true>
+                                     : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false>);
   // The setmaxnreg split (184 + 2 x 160) balances only at 168 registers a thread, and the layout
   // leaves no room for static shared memory (the dynamic base must stay 1024-aligned): checked once
   // per instantiation, so a toolchain that compiles it otherwise fails here, not with a hang or trap.
-  static std::atomic<bool> checked[2][3];
+  static std::atomic<bool> checked[2][2];
   std::atomic<bool>& done = checked[f32 ? 1 : 0][v - 12];
   if (!done.load(std::memory_order_acquire)) {
     cudaFuncAttributes attr{};
