@@ -558,16 +558,7 @@ __global__ void __launch_bounds__(kW3Threads, 1)
   const int tid = threadIdx.x, wtid = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  long long* const cta_times = p.sm90_cta_times == nullptr ? nullptr : p.sm90_cta_times + 8 * static_cast<int64_t>(blockIdx.x);
-  if (cta_times != nullptr && tid == 0) {  // the measurement hook (MlaDecodeParams::sm90_cta_times)
-    unsigned smid;
-    long long gt;
-    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt));
-    cta_times[0] = smid;
-    cta_times[1] = clock64();
-    cta_times[4] = gt;
-  }
+  long long* const cta_times = CtaTimesEntry(p, tid);  // the measurement hook (MlaDecodeParams::sm90_cta_times)
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
   direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
   const int s = w.s, H = w.H, q0 = w.q0;
@@ -756,14 +747,7 @@ QuadRowSums(l_run, my_row, s_l, tq);
   }
   NamedBarSync(kW3BarEnd, kW3Threads);
   StoreRows<TOut>(p, w, acc, my_row, s_l, tq, half * 256, direct, max_splits);
-  if (cta_times != nullptr && tid == 128) {
-    long long gt;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt));
-    cta_times[3] = clock64();
-    cta_times[5] = gt;
-    cta_times[6] = ntiles;
-    cta_times[7] = 0;
-  }
+  if (tid == 128) CtaTimesExit(cta_times, ntiles);
 }
 
 // out[t, h, :] = sum_s exp(lse_s - lse) o_s over the non-empty splits (lse = -inf: skipped):

@@ -287,6 +287,33 @@ __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned cha
   }
 }
 
+// MlaDecodeParams::sm90_cta_times (the three-warpgroup kernels, a measurement hook): this CTA's 8
+// slots, or nullptr; thread `tid` 0 records its SM, clock64 and globaltimer at entry.
+// CtaTimesExit (the caller's thread 128 after its output stores) records clock64, globaltimer and
+// the tile count. Slot 2 (clock64 once Q is in place) is the kernel's own.
+__device__ __forceinline__ long long* CtaTimesEntry(const MlaDecodeParams& p, int tid) {
+  long long* const t = p.sm90_cta_times == nullptr ? nullptr : p.sm90_cta_times + 8 * static_cast<int64_t>(blockIdx.x);
+  if (t != nullptr && tid == 0) {
+    unsigned smid;
+    long long gt;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt));
+    t[0] = smid;
+    t[1] = clock64();
+    t[4] = gt;
+  }
+  return t;
+}
+__device__ __forceinline__ void CtaTimesExit(long long* t, int ntiles) {
+  if (t == nullptr) return;
+  long long gt;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt));
+  t[3] = clock64();
+  t[5] = gt;
+  t[6] = ntiles;
+  t[7] = 0;
+}
+
 // The kernel. Grid: one CTA per (sequence, split, 64-row block), the row blocks of one
 // (sequence, split) adjacent so they run together and share the tile reads in L2.
 // A CTA's work (every kernel here; grid: one CTA per (sequence, split, 64-row block), the row

@@ -118,16 +118,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   const int tid = threadIdx.x, wtid = tid & 127;
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  long long* const cta_times = p.sm90_cta_times == nullptr ? nullptr : p.sm90_cta_times + 8 * static_cast<int64_t>(blockIdx.x);
-  if (cta_times != nullptr && tid == 0) {  // the measurement hook (MlaDecodeParams::sm90_cta_times)
-    unsigned smid;
-    long long gt;
-    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt));
-    cta_times[0] = smid;
-    cta_times[1] = clock64();
-    cta_times[4] = gt;
-  }
+  long long* const cta_times = CtaTimesEntry(p, tid);  // the measurement hook (MlaDecodeParams::sm90_cta_times)
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
   direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
   const int s = w.s, H = w.H, q0 = w.q0;
@@ -338,14 +329,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     const float m_fin[2] = {s_m[my_row[0]], s_m[my_row[1]]}, l_fin[2] = {s_l[my_row[0]], s_l[my_row[1]]};
     WriteRowLse(p, w, my_row, m_fin, l_fin, max_splits);
   }
-  if (cta_times != nullptr && tid == 128) {
-    long long gt;
-    asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(gt));
-    cta_times[3] = clock64();
-    cta_times[5] = gt;
-    cta_times[6] = ntiles;
-    cta_times[7] = 0;
-  }
+  if (tid == 128) CtaTimesExit(cta_times, ntiles);
   }  // P V warpgroups
 }
 
