@@ -34,6 +34,64 @@ MlaTables& MlaResults() {
 // (MlaDecodeParams::sm90_cta_times; max_ctas >= the grid), printed per wave (a CTA's position among
 // the CTAs its SM ran): CTAs, tiles, cycles (mean / min / max), the Q prologue, cycles per tile,
 // the gap between an SM's consecutive CTAs, and the kernel's span.
+// DS_BENCH_MLA_TIMELINE=1 on variants 12 / 13 (a measurement, session 39): one launch of the ring
+// kernel's timeline instantiation (MlaDecodeParams::sm90_timeline; CTA 0's first thread of each of
+// the three warpgroups stamps (event, clock64) pairs, mla_decode_sm90_ring3.cu kTl*). Prints, per
+// warpgroup, the mean SM cycles between consecutive events over tiles 2 .. n-2, then tiles 8-10
+// (or what the CTA has) with all three warpgroups' events in time order, relative to the first.
+void PrintRing3Timeline(Bench& b, MlaDecodeParams p, const int32_t* table, const std::string& label) {
+  constexpr int kMax = 1024, kWgs = 3;
+  Buf tl(kWgs * 2 * kMax * sizeof(long long));
+  DS_CUDA_CHECK(cudaMemsetAsync(tl.as<void>(), 0xff, tl.bytes(), b.st()));
+  p.block_table = table;
+  p.sm90_timeline = tl.as<long long>();
+  MlaDecodeAttention(p);
+  std::vector<long long> h(kWgs * 2 * kMax);
+  DS_CUDA_CHECK(cudaMemcpyAsync(h.data(), tl.as<void>(), tl.bytes(), cudaMemcpyDeviceToHost, b.st()));
+  DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
+  struct Ev { long long t; int wg, tile, ev; };
+  std::vector<Ev> all;
+  for (int wgi = 0; wgi < kWgs; ++wgi) {
+    const long long* r = h.data() + wgi * 2 * kMax;
+    int n = 0;
+    while (n < kMax && r[2 * n] >= 0) ++n;
+    const long long top = 20 * wgi;
+    int tiles = 0;
+    for (int i = 0; i < n; ++i) tiles += r[2 * i] == top;
+    std::map<std::pair<long long, long long>, std::pair<double, int>> gap;
+    int tile = -1;
+    for (int i = 0; i < n; ++i) {
+      if (r[2 * i] == top) ++tile;
+      all.push_back({r[2 * i + 1], wgi, tile, static_cast<int>(r[2 * i])});
+      if (i == 0 || tile < 2 || tile >= tiles - 1) continue;
+      auto& g = gap[{r[2 * i - 2], r[2 * i]}];
+      g.first += static_cast<double>(r[2 * i + 1] - r[2 * i - 1]);
+      ++g.second;
+    }
+    std::printf("timeline %s v13 wg%d: %d events, %d tiles; mean SM cycles between events (tiles 2..%d):", label.c_str(),
+                wgi, n, tiles, tiles - 2);
+    for (const auto& [k, v] : gap) std::printf(" %lld->%lld %.0f (x%d);", k.first, k.second, v.first / v.second, v.second);
+    std::printf("\n");
+  }
+  std::sort(all.begin(), all.end(), [](const Ev& x, const Ev& y) { return x.t < y.t; });
+  std::printf("timeline %s v13 start (cycles from the first event; wg:tile:event):", label.c_str());
+  for (size_t i = 0; i < all.size() && i < 40; ++i)
+    std::printf(" %lld=%d:%d:%d", all[i].t - all[0].t, all[i].wg, all[i].tile, all[i].ev);
+  std::printf("\n");
+  int max_tile = 0;
+  for (const Ev& e : all) max_tile = std::max(max_tile, e.tile);
+  const int t0 = std::min(8, std::max(0, max_tile - 3)), t1 = t0 + 2;
+  long long base = -1;
+  std::printf("timeline %s v13 window tiles %d-%d (cycles from warpgroup 0's first event there; wg:tile:event):", label.c_str(),
+              t0, t1);
+  for (const Ev& e : all) {
+    if (e.tile < t0 || e.tile > t1) continue;
+    if (base < 0) base = e.t;
+    std::printf(" %lld=%d:%d:%d", e.t - base, e.wg, e.tile, e.ev);
+  }
+  std::printf("\n");
+}
+
 void PrintCtaTimes(Bench& b, MlaDecodeParams p, int64_t max_ctas, const std::string& label) {
   Buf ct(static_cast<size_t>(8 * max_ctas) * sizeof(long long));
   DS_CUDA_CHECK(cudaMemsetAsync(ct.as<void>(), 0xff, ct.bytes(), b.st()));
@@ -183,6 +241,12 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   // DS_BENCH_MLA_TIMELINE=1 (variant 11, a measurement): one more launch with CTA 0's (event,
   // clock64) stamps (MlaDecodeParams::sm90_timeline), printed as the mean SM cycles between
   // consecutive events of each warpgroup over its pair iterations but the first two and the last.
+  // Variants 12 / 13 (the three-stage ring; the timeline instantiation runs 13's schedule): three
+  // warpgroups, and one window of tiles (8-10 of CTA 0) with every warpgroup's events in time order.
+  if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE");
+      sm90 && (sm90_variant == 12 || sm90_variant == 13) && e && std::string(e) == "1") {
+    PrintRing3Timeline(b, p, tables[0]->as<int32_t>(), label);
+  }
   if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE"); sm90 && sm90_variant == 11 && e && std::string(e) == "1") {
     constexpr int kMax = 1024;
     Buf tl(2 * 2 * kMax * sizeof(long long));

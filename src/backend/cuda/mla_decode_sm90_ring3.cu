@@ -94,7 +94,17 @@ __device__ __forceinline__ void ZeroTileTailShared(uint32_t tile, int nvalid, in
 // mbarrier instructions a tile, took ~21% of its samples at h128 b128 x 4K).
 // (Measured and removed, session 38 runs 4 and 6: P handed to the P V warpgroups only once S(t + 1)
 // completed, on variant 12 and on 13; within noise or slower.)
-template <typename TOut, bool kOneFull = false>
+// kTl (MlaDecodeParams::sm90_timeline set, a measurement hook): CTA 0's first thread of each
+// warpgroup records (event, clock64) pairs at the points named by the kR3Tl* events below, up to
+// kR3TlMax a warpgroup, into sm90_timeline[warpgroup][2 * kR3TlMax] (bench kernels with
+// DS_BENCH_MLA_TIMELINE=1 prints the mean gaps and one window of tiles across the warpgroups).
+constexpr int kR3TlMax = 1024;
+// Warpgroup 0: loop top, S(it) complete, softmax done, P + factors stored, p_full decided (before
+// S(it + 1) is issued), S(it + 1) issued. P V warpgroup (+20 for warpgroup 1, +40 for 2): loop top,
+// V boxes landed, P ready, P V issued, P V complete, stage released (the producer: tile re-armed).
+enum : int { kTlTop = 0, kTlSDone, kTlSoftmax, kTlPStored, kTlPub, kTlSIssued,
+             kTlPvTop = 0, kTlPvV, kTlPvP, kTlPvIssued, kTlPvDone, kTlPvReleased };
+template <typename TOut, bool kOneFull = false, bool kTl = false>
 __global__ void __launch_bounds__(kR3Threads, 1)
     MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                              int max_splits, int direct) {
@@ -129,6 +139,16 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     return;
   }
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
+  int tl_n = 0;
+  const auto stamp = [&](int ev) {
+    if constexpr (kTl) {
+      if (blockIdx.x == 0 && wtid == 0 && tl_n < kR3TlMax) {
+        long long* row = p.sm90_timeline + static_cast<int64_t>(wg) * 2 * kR3TlMax + 2 * tl_n++;
+        row[0] = ev + 20 * wg;
+        row[1] = static_cast<long long>(clock64());
+      }
+    }
+  };
   const KvL2Pol kv_l2 = KvL2Policy(p.sm90_kv_l2_hint);
   auto issue_tile = [&](int it) {  // tile `it` -> stage it % 3, one "full" mbarrier a box
     const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
@@ -235,14 +255,19 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       for (int b = 0; b < kFullUsed; ++b) ok = ok && BarTestWait(full_bar(st, b), par);
       return ok;
     };
+    stamp(kTlPub);
     issue_s(0);
+    stamp(kTlSIssued);
     for (int it = 0; it < ntiles; ++it) {
       const int st = it % kR3Stages;
+      stamp(kTlTop);
       WgWait<0>();
       FenceRegs(sc);
+      stamp(kTlSDone);
       const int kt0 = kbeg + it * kBN;
       float alpha[2];
       SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
+      stamp(kTlSoftmax);
       // P (bf16) into the tile's rope box, the factors into the stage's slot. The swizzled
       // offsets are formed here from an opaque row (not 16 offsets hoisted out of the loop into
       // registers that warpgroup 0 does not have).
@@ -261,12 +286,15 @@ __global__ void __launch_bounds__(kR3Threads, 1)
         StShared(sa + 8 * 4, __float_as_uint(alpha[1]));
       }
       FenceProxyAsync();
+      stamp(kTlPStored);
       // S(it + 1) queued ahead of P V(it) when its tile has landed (as variant 10; with three
       // stages it nearly always has). Only the arrive moves (one wgmma call site).
       const bool has_next = it + 1 < ntiles;
       const bool next_ready = has_next && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
       if (!next_ready) BarArrive(bar_pfull + st * 8);
+      stamp(kTlPub);
       if (has_next) issue_s(it + 1);
+      stamp(kTlSIssued);
       if (next_ready) BarArrive(bar_pfull + st * 8);
     }
     WgWait<0>();
@@ -296,9 +324,12 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   for (int it = 0; it < ntiles; ++it) {
     const int st = it % kR3Stages;
     const uint32_t par = static_cast<uint32_t>((it / kR3Stages) & 1);
+    stamp(kTlPvTop);
 #pragma unroll
     for (int b = 0; b < (kOneFull ? 1 : 4); ++b) MbarWait(full_bar(st, 4 * half + b), par);  // this warpgroup's V boxes
+    stamp(kTlPvV);
     MbarWait(bar_pfull + st * 8, par);  // P and the factors of tile `it` (and its zeroed rows) ready
+    stamp(kTlPvP);
     const float a0 = s_alpha[st * kBM + my_row[0]], a1 = s_alpha[st * kBM + my_row[1]];
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
@@ -314,13 +345,16 @@ __global__ void __launch_bounds__(kR3Threads, 1)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) WgmmaPVss(acc, dp + static_cast<uint64_t>((kk * 32) >> 4), dv + static_cast<uint64_t>((kk * 2048) >> 4), 1);
     WgCommit();
+    stamp(kTlPvIssued);
     WgWait<0>();
     FenceRegs(acc);
+    stamp(kTlPvDone);
     BarArrive(bar_empty + st * 8);
     if (half == 0 && wtid == 0 && it + kR3Stages < ntiles) {
       MbarWait(bar_empty + st * 8, par);  // both P V warpgroups released the stage (WG0's use ended before p_full)
       issue_tile(it + kR3Stages);
     }
+    stamp(kTlPvReleased);
     __syncwarp();
   }
   NamedBarSync(kR3BarEnd, kR3Threads);
@@ -339,6 +373,13 @@ void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, 
                               int direct, unsigned ctas) {
   const bool f32 = p.out_type == DTypeOut::kF32;
   const int v = p.sm90_variant;
+  if (p.sm90_timeline != nullptr) {  // the measurement hook (variant 13's schedule, bf16 or fp32 output)
+    const auto k = f32 ? MlaDecodeSm90Ring3Kernel<float, true, true> : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, true>;
+    EnsureMaxDynamicSmem(reinterpret_cast<const void*>(k), static_cast<int>(kR3SmemBytes));
+    LaunchKernel(k, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p, nrb, chunk, max_splits, direct);
+    DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Ring3Kernel (timeline)");
+    return;
+  }
   const auto kernel = f32 ? (v == 13 ? MlaDecodeSm90Ring3Kernel<float, true> : MlaDecodeSm90Ring3Kernel<float, false>)
                           : (v == 13 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true>
                                      : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false>);
