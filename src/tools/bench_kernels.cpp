@@ -1333,8 +1333,9 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
     s += "## MLA decode, sm_90a wgmma kernel (mla_decode_sm90) vs FlashMLA\n\nFlashMLA time / ours: need >= 0.95. "
          "Variants (MlaDecodeParams::sm90_variant): 0 default, 1 / 2 seesaw, 4 three warpgroups, "
          "8 = 4 + fast softmax, 9 = 0 + fast softmax, 10 = 8 + per-box barriers, 11 tile pairs, 12 = 10 + a three-stage "
-         "ring with Q's latent part in registers, 13 = 12 with one barrier a stage (3 and 5-7, measured in "
-         "session 16, were removed); vNb = variant N with the balanced work list (split-KV by work: "
+         "ring with Q's latent part in registers, 13 = 12 with one barrier a stage, 15 = 13 with the lean softmax "
+         "(tree maxima, P by stmatrix, unit rescales skipped; 3 and 5-7, measured in session 16, and 14 were "
+         "removed); vNb = variant N with the balanced work list (split-KV by work: "
          "PlanMlaDecodeSm90WorkList).\n\n| case | FlashMLA us |";
     std::string sep = "|---|---:|";
     for (int v : cols) {

@@ -193,11 +193,12 @@ void Fp8GemvPdlFamily(Bench& b);  // --only fp8_gemv_pdl (bench_kernels_gemv.cpp
 // FlashMLA comparison rows of the markdown (mla_anchors, mla_sm90) and the mixed-length checks.
 struct AnchorResult { std::string name; double flashmla_us, ours_us, before_us; };
 // MlaDecodeParams::sm90_variant 0..13 and their kernel-name tags in the tables.
-inline constexpr int kSm90Variants = 14;
+inline constexpr int kSm90Variants = 16;
 inline constexpr const char* kSm90VariantTags[kSm90Variants] = {
     "", "[seesaw]", "[seesaw,late-release]", "[removed]", "[3wg]", "[removed]", "[removed]",
     "[removed]", "[3wg,fast-softmax]", "[fast-softmax]", "[3wg,fast-softmax,box-barriers]", "[tile-pairs]",
-    "[3wg,ring3,q-in-registers]", "[3wg,ring3,q-in-registers,stage-barriers]"};
+    "[3wg,ring3,q-in-registers]", "[3wg,ring3,q-in-registers,stage-barriers]", "[removed]",
+    "[3wg,ring3,q-in-registers,stage-barriers,lean-softmax]"};
 struct Sm90Result {
   std::string name;
   double flashmla_us = 0;

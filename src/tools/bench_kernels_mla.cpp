@@ -244,7 +244,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   // Variants 12 / 13 (the three-stage ring; the timeline instantiation runs 13's schedule): three
   // warpgroups, and one window of tiles (8-10 of CTA 0) with every warpgroup's events in time order.
   if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE");
-      sm90 && (sm90_variant == 12 || sm90_variant == 13) && e && std::string(e) == "1") {
+      sm90 && sm90_variant >= 12 && e && std::string(e) == "1") {
     PrintRing3Timeline(b, p, tables[0]->as<int32_t>(), label);
   }
   if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE"); sm90 && sm90_variant == 11 && e && std::string(e) == "1") {
@@ -359,7 +359,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
                     std::string(kSm90VariantTags[v]) != "[removed]");
     if (!any)
       std::fprintf(stderr, "bench kernels: DS_BENCH_SM90_VARIANTS=%s names no live variant (comma-separated numbers: "
-                   "0,1,2,4,8,9,10,11,12,13)\n", env ? env : "");
+                   "0,1,2,4,8,9,10,11,12,13,15)\n", env ? env : "");
   }
   // DS_BENCH_SM90_BALANCED=<comma-separated variants> (default "10,13"; "none"): those variants
   // again with the balanced work list (MlaDecodeParams::sm90_work), after the plain runs (before

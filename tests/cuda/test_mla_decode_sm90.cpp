@@ -131,9 +131,10 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     DS_CUDA_CHECK(cudaGetLastError());
     ExpectClose("mla_decode_sm90", std::string(name) + "_vs_variant9", got, out9.Download(), 1e-5);
   }
-  // Variants 12 and 13 against 10: the same S (latent k16 steps from registers, RS, instead of shared
+  // Variants 12, 13 and 15 against 10: the same S (latent k16 steps from registers, RS, instead of shared
   // memory), softmax, P, rescales and P V order; only the ring depth, the barriers and who
-  // writes the LSE change. The same bits (measured: 0 differing on every case, session 38).
+  // writes the LSE change (15: the max as a tree, P by stmatrix, rescales by exactly 1 skipped, all
+  // exact). The same bits (measured: 0 differing on every case for 12 / 13, session 38).
   if (variant >= 12) {
     Dev<float> ws10(ws_floats), out10(T * H * kKvl);
     MlaDecodeParams p10 = params(ws10.get(), out10.get(), DTypeOut::kF32);
@@ -294,11 +295,12 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
 
 // Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw; 4: three
 // warpgroups; 8 / 9: 4 / 0 with the shorter softmax; 10: 8 with per-box barriers; 11: the tile-pair
-// schedule; 12: 10 with a three-stage ring; 13: 12 with a barrier a stage). To run the
+// schedule; 12: 10 with a three-stage ring; 13: 12 with a barrier a stage; 15: 13 with the lean
+// softmax, P by stmatrix and unit rescales skipped). To run the
 // variants in separate processes (e.g. scripts/gpu_e2e.sh E2E_TESTS=1 once per variant), set
-// DS_TEST_SM90_VARIANTS=0, =1, =2, =4, =8, =9, =a for 10, =b for 11, =c / =d for 12 / 13 (the digits of the variants to run; unset = all), so a hang of
+// DS_TEST_SM90_VARIANTS=0, =1, =2, =4, =8, =9, =a for 10, =b for 11, =c / =d / =f for 12 / 13 / 15 (the digits of the variants to run; unset = all), so a hang of
 // one does not hide the other's results.
-constexpr int kVariants[] = {0, 1, 2, 4, 8, 9, 10, 11, 12, 13};
+constexpr int kVariants[] = {0, 1, 2, 4, 8, 9, 10, 11, 12, 13, 15};
 void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
                  const std::vector<int64_t>& heads_sample, const char* name) {
   const char* only = std::getenv("DS_TEST_SM90_VARIANTS");
@@ -318,7 +320,7 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
   MlaDecodeParams p{};
   p.kv_lora = kKvl; p.rope_dim = kRope; p.block_size = kBs; p.kv_chunk = 256; p.heads = 128;
   p.num_tokens = 1; p.num_seqs = 1; p.softmax_scale = 0.1f; p.sm90 = true;
-  for (int v : {-1, 3, 5, 6, 7, 14}) {
+  for (int v : {-1, 3, 5, 6, 7, 14, 16}) {
     p.sm90_variant = v;
     EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "variant " << v;
   }

@@ -88,6 +88,75 @@ __device__ __forceinline__ void ZeroTileTailShared(uint32_t tile, int nvalid, in
   }
 }
 
+// The online softmax of SoftmaxTileFast (mla_decode_sm90_common.cuh) with the row maxima as
+// trees of fmaxf (depth 4 over a thread's 16 scores of a row, instead of a chain of 16): fmaxf is
+// exact, so the same bits, in fewer dependent steps for warpgroup 0 (one warp a scheduler, whose
+// softmax is latency-bound: session 39 run 1's timeline and session 38 run 5's ncu).
+__device__ __forceinline__ void SoftmaxTileTree(float (&sc)[32], int kt0, int tq, const int (&limit)[2], float sl2,
+                                                float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
+  const bool whole = __all_sync(0xffffffffu, kt0 + kBN <= limit[0] && kt0 + kBN <= limit[1]);
+  if (!whole) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+        if (key >= limit[c >> 1]) sc[j * 4 + c] = -INFINITY;
+      }
+  }
+  float mx[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float t8[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) t8[j] = fmaxf(sc[j * 4 + 2 * hr], sc[j * 4 + 2 * hr + 1]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) t8[j] = fmaxf(t8[j], t8[j + 4]);
+    mx[hr] = fmaxf(fmaxf(t8[0], t8[2]), fmaxf(t8[1], t8[3]));
+  }
+  float nmuse[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+    const float m_new = fmaxf(m_run[hr], mx[hr] * sl2);  // -inf * sl2 = -inf
+    const float muse = m_new == -INFINITY ? 0.f : m_new;
+    alpha[hr] = Ex2Ftz(m_run[hr] - muse);
+    m_run[hr] = m_new;
+    nmuse[hr] = -muse;
+  }
+  float lsum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const float pv = Ex2Ftz(fmaf(sc[j * 4 + c], sl2, nmuse[c >> 1]));
+      sc[j * 4 + c] = pv;
+      lsum[c >> 1] += pv;
+    }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+}
+
+// The warp's 16 x 64 block of P (bf16, the wgmma accumulator layout of sc) into a 128-byte-swizzled
+// [64 x 64] box at `box` with four stmatrix.x4 (each four 8 x 8 matrices: column chunks j, j + 1 of
+// rows 0-7 and 8-15) instead of sixteen 4-byte stores and their swizzled offsets. Lane L gives the
+// row address of matrix L / 8 (row warp * 16 + 8 ((L / 8) & 1) + L % 8, chunk j + L / 16): the
+// chunk is XORed with row % 8 = L % 8, and for even j that is j ^ ((L / 16) ^ (L % 8)).
+__device__ __forceinline__ void StorePStmatrix(uint32_t box, const float (&sc)[32], int warp, int lane) {
+  const int rr = lane & 7, m = lane >> 3;
+  const uint32_t row = static_cast<uint32_t>(warp * 16 + (m & 1) * 8 + rr);
+  uint32_t a = box + row * 128 + ((static_cast<uint32_t>((m >> 1) ^ rr)) << 4);
+  asm volatile("" : "+r"(a));
+#pragma unroll
+  for (int j = 0; j < 8; j += 2) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(a ^ (j << 4)),
+                 "r"(PackBf16(sc[j * 4 + 0], sc[j * 4 + 1])), "r"(PackBf16(sc[j * 4 + 2], sc[j * 4 + 3])),
+                 "r"(PackBf16(sc[j * 4 + 4], sc[j * 4 + 5])), "r"(PackBf16(sc[j * 4 + 6], sc[j * 4 + 7]))
+                 : "memory");
+  }
+}
+
 // kOneFull (variant 13): one "full" mbarrier a stage (all nine boxes) instead of one a box: with
 // three stages a tile has nearly always landed by the time its S is issued, and each mbarrier
 // test costs warpgroup 0 a round trip (session 38 run 5, ncu: its box waits and landed-tests, 17
@@ -104,7 +173,12 @@ constexpr int kR3TlMax = 1024;
 // V boxes landed, P ready, P V issued, P V complete, stage released (the producer: tile re-armed).
 enum : int { kTlTop = 0, kTlSDone, kTlSoftmax, kTlPStored, kTlPub, kTlSIssued,
              kTlPvTop = 0, kTlPvV, kTlPvP, kTlPvIssued, kTlPvDone, kTlPvReleased };
-template <typename TOut, bool kOneFull = false, bool kTl = false>
+// kLean (variant 15, with kOneFull): warpgroup 0's softmax with tree maxima (SoftmaxTileTree) and P
+// stored by stmatrix (StorePStmatrix); the P V warpgroups skip the rescale of O when every factor
+// of the warp's rows is exactly 1 (the running maxima did not move: x * 1 = x, the same bits). At
+// 128 heads warpgroup 0's softmax and P store took ~1,500 of ~3,200 cycles a tile, latency-bound
+// and sharing the schedulers with the P V warpgroups' 128 rescale multiplies a thread (run 1).
+template <typename TOut, bool kOneFull = false, bool kTl = false, bool kLean = false>
 __global__ void __launch_bounds__(kR3Threads, 1)
     MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                              int max_splits, int direct) {
@@ -266,7 +340,8 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       stamp(kTlSDone);
       const int kt0 = kbeg + it * kBN;
       float alpha[2];
-      SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
+      if constexpr (kLean) SoftmaxTileTree(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
+      else SoftmaxTileFast(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
       stamp(kTlSoftmax);
       // P (bf16) into the tile's rope box, the factors into the stage's slot. The swizzled
       // offsets are formed here from an opaque row (not 16 offsets hoisted out of the loop into
@@ -275,11 +350,15 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       const uint32_t pbox = sK + st * kTileBytes + 8 * kBoxBytes;
       int prow = my_row[0];
       asm volatile("" : "+r"(prow));
+      if constexpr (kLean) {
+        StorePStmatrix(pbox, sc, warp, lane);
+      } else {
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < 8; ++j)
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-          StShared(pbox + SwzOff(prow + 8 * hr, j * 8 + 2 * tq), PackBf16(sc[j * 4 + 2 * hr], sc[j * 4 + 2 * hr + 1]));
+          for (int hr = 0; hr < 2; ++hr)
+            StShared(pbox + SwzOff(prow + 8 * hr, j * 8 + 2 * tq), PackBf16(sc[j * 4 + 2 * hr], sc[j * 4 + 2 * hr + 1]));
+      }
       if (tq == 0) {
         const uint32_t sa = s_base + kR3OffAlpha + (st * kBM + prow) * 4;
         StShared(sa, __float_as_uint(alpha[0]));
@@ -331,10 +410,12 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     MbarWait(bar_pfull + st * 8, par);  // P and the factors of tile `it` (and its zeroed rows) ready
     stamp(kTlPvP);
     const float a0 = s_alpha[st * kBM + my_row[0]], a1 = s_alpha[st * kBM + my_row[1]];
+    if (!kLean || !__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      acc[j * 4 + 0] *= a0; acc[j * 4 + 1] *= a0;
-      acc[j * 4 + 2] *= a1; acc[j * 4 + 3] *= a1;
+      for (int j = 0; j < 32; ++j) {
+        acc[j * 4 + 0] *= a0; acc[j * 4 + 1] *= a0;
+        acc[j * 4 + 2] *= a1; acc[j * 4 + 3] *= a1;
+      }
     }
     const uint32_t kt = sK + st * kTileBytes;
     // Base descriptors opaque, per-step offsets added (few live registers beside O's 128).
@@ -373,21 +454,27 @@ void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, 
                               int direct, unsigned ctas) {
   const bool f32 = p.out_type == DTypeOut::kF32;
   const int v = p.sm90_variant;
-  if (p.sm90_timeline != nullptr) {  // the measurement hook (variant 13's schedule, bf16 or fp32 output)
-    const auto k = f32 ? MlaDecodeSm90Ring3Kernel<float, true, true> : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, true>;
+  if (p.sm90_timeline != nullptr) {  // the measurement hook (variant 13's or 15's schedule, bf16 or fp32 output)
+    const auto k = v == 15 ? (f32 ? MlaDecodeSm90Ring3Kernel<float, true, true, true>
+                                  : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, true, true>)
+                           : (f32 ? MlaDecodeSm90Ring3Kernel<float, true, true>
+                                  : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, true>);
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(k), static_cast<int>(kR3SmemBytes));
     LaunchKernel(k, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p, nrb, chunk, max_splits, direct);
     DS_CUDA_CHECK_LAUNCH("MlaDecodeSm90Ring3Kernel (timeline)");
     return;
   }
-  const auto kernel = f32 ? (v == 13 ? MlaDecodeSm90Ring3Kernel<float, true> : MlaDecodeSm90Ring3Kernel<float, false>)
-                          : (v == 13 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true>
-                                     : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false>);
+  const auto kernel = f32 ? (v == 15   ? MlaDecodeSm90Ring3Kernel<float, true, false, true>
+                             : v == 13 ? MlaDecodeSm90Ring3Kernel<float, true>
+                                       : MlaDecodeSm90Ring3Kernel<float, false>)
+                          : (v == 15   ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, false, true>
+                             : v == 13 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true>
+                                       : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false>);
   // The setmaxnreg split (184 + 2 x 160) balances only at 168 registers a thread, and the layout
   // leaves no room for static shared memory (the dynamic base must stay 1024-aligned): checked once
   // per instantiation, so a toolchain that compiles it otherwise fails here, not with a hang or trap.
-  static std::atomic<bool> checked[2][2];
-  std::atomic<bool>& done = checked[f32 ? 1 : 0][v - 12];
+  static std::atomic<bool> checked[2][3];
+  std::atomic<bool>& done = checked[f32 ? 1 : 0][v == 15 ? 2 : v - 12];
   if (!done.load(std::memory_order_acquire)) {
     cudaFuncAttributes attr{};
     DS_CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
