@@ -34,7 +34,7 @@ MlaTables& MlaResults() {
 // (MlaDecodeParams::sm90_cta_times; max_ctas >= the grid), printed per wave (a CTA's position among
 // the CTAs its SM ran): CTAs, tiles, cycles (mean / min / max), the Q prologue, cycles per tile,
 // the gap between an SM's consecutive CTAs, and the kernel's span.
-// DS_BENCH_MLA_TIMELINE=1 on variants 12 / 13 (a measurement, session 39): one launch of the ring
+// DS_BENCH_MLA_TIMELINE=1 on variants 12, 13, 15 (a measurement, session 39): one launch of the ring
 // kernel's timeline instantiation (MlaDecodeParams::sm90_timeline; CTA 0's first thread of each of
 // the three warpgroups stamps (event, clock64) pairs, mla_decode_sm90_ring3.cu kTl*). Prints, per
 // warpgroup, the mean SM cycles between consecutive events over tiles 2 .. n-2, then tiles 8-10
@@ -68,13 +68,13 @@ void PrintRing3Timeline(Bench& b, MlaDecodeParams p, const int32_t* table, const
       g.first += static_cast<double>(r[2 * i + 1] - r[2 * i - 1]);
       ++g.second;
     }
-    std::printf("timeline %s v13 wg%d: %d events, %d tiles; mean SM cycles between events (tiles 2..%d):", label.c_str(),
-                wgi, n, tiles, tiles - 2);
+    std::printf("timeline %s v%d wg%d: %d events, %d tiles; mean SM cycles between events (tiles 2..%d):", label.c_str(),
+                p.sm90_variant, wgi, n, tiles, tiles - 2);
     for (const auto& [k, v] : gap) std::printf(" %lld->%lld %.0f (x%d);", k.first, k.second, v.first / v.second, v.second);
     std::printf("\n");
   }
   std::sort(all.begin(), all.end(), [](const Ev& x, const Ev& y) { return x.t < y.t; });
-  std::printf("timeline %s v13 start (cycles from the first event; wg:tile:event):", label.c_str());
+  std::printf("timeline %s v%d start (cycles from the first event; wg:tile:event):", label.c_str(), p.sm90_variant);
   for (size_t i = 0; i < all.size() && i < 40; ++i)
     std::printf(" %lld=%d:%d:%d", all[i].t - all[0].t, all[i].wg, all[i].tile, all[i].ev);
   std::printf("\n");
@@ -82,8 +82,8 @@ void PrintRing3Timeline(Bench& b, MlaDecodeParams p, const int32_t* table, const
   for (const Ev& e : all) max_tile = std::max(max_tile, e.tile);
   const int t0 = std::min(8, std::max(0, max_tile - 3)), t1 = t0 + 2;
   long long base = -1;
-  std::printf("timeline %s v13 window tiles %d-%d (cycles from warpgroup 0's first event there; wg:tile:event):", label.c_str(),
-              t0, t1);
+  std::printf("timeline %s v%d window tiles %d-%d (cycles from warpgroup 0's first event there; wg:tile:event):",
+              label.c_str(), p.sm90_variant, t0, t1);
   for (const Ev& e : all) {
     if (e.tile < t0 || e.tile > t1) continue;
     if (base < 0) base = e.t;
@@ -241,8 +241,9 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   // DS_BENCH_MLA_TIMELINE=1 (variant 11, a measurement): one more launch with CTA 0's (event,
   // clock64) stamps (MlaDecodeParams::sm90_timeline), printed as the mean SM cycles between
   // consecutive events of each warpgroup over its pair iterations but the first two and the last.
-  // Variants 12 / 13 (the three-stage ring; the timeline instantiation runs 13's schedule): three
-  // warpgroups, and one window of tiles (8-10 of CTA 0) with every warpgroup's events in time order.
+  // Variants 12, 13, 15 (the three-stage ring; the timeline instantiation runs 15's schedule for 15,
+  // 13's otherwise): three warpgroups, and one window of tiles (8-10 of CTA 0) with every
+  // warpgroup's events in time order.
   if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE");
       sm90 && sm90_variant >= 12 && e && std::string(e) == "1") {
     PrintRing3Timeline(b, p, tables[0]->as<int32_t>(), label);

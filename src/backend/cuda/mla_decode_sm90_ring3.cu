@@ -173,8 +173,9 @@ constexpr int kR3TlMax = 1024;
 // V boxes landed, P ready, P V issued, P V complete, stage released (the producer: tile re-armed).
 enum : int { kTlTop = 0, kTlSDone, kTlSoftmax, kTlPStored, kTlPub, kTlSIssued,
              kTlPvTop = 0, kTlPvV, kTlPvP, kTlPvIssued, kTlPvDone, kTlPvReleased };
-// kLean (variant 15, with kOneFull): warpgroup 0's softmax with tree maxima (SoftmaxTileTree) and P
-// stored by stmatrix (StorePStmatrix); the P V warpgroups skip the rescale of O when every factor
+// kLean (variant 15, with kOneFull): warpgroup 0's softmax with tree maxima (SoftmaxTileTree), P
+// stored by stmatrix (StorePStmatrix), the landed test of the next tile issued before the softmax
+// and read after it; the P V warpgroups skip the rescale of O when every factor
 // of the warp's rows is exactly 1 (the running maxima did not move: x * 1 = x, the same bits). At
 // 128 heads warpgroup 0's softmax and P store took ~1,500 of ~3,200 cycles a tile, latency-bound
 // and sharing the schedulers with the P V warpgroups' 128 rescale multiplies a thread (run 1).
@@ -338,6 +339,10 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       WgWait<0>();
       FenceRegs(sc);
       stamp(kTlSDone);
+      const bool has_next = it + 1 < ntiles;
+      // kLean: the landed test of tile it + 1 issued here, its result read after the softmax (the
+      // mbarrier round trip, ~100 cycles a tile, under the softmax instead of in warpgroup 0's path).
+      const bool landed_early = kLean && has_next && tile_landed(it + 1);
       const int kt0 = kbeg + it * kBN;
       float alpha[2];
       if constexpr (kLean) SoftmaxTileTree(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
@@ -368,8 +373,8 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       stamp(kTlPStored);
       // S(it + 1) queued ahead of P V(it) when its tile has landed (as variant 10; with three
       // stages it nearly always has). Only the arrive moves (one wgmma call site).
-      const bool has_next = it + 1 < ntiles;
-      const bool next_ready = has_next && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
+      const bool next_ready =
+          has_next && __shfl_sync(0xffffffffu, (kLean ? landed_early : tile_landed(it + 1)) ? 1 : 0, 0) != 0;
       if (!next_ready) BarArrive(bar_pfull + st * 8);
       stamp(kTlPub);
       if (has_next) issue_s(it + 1);
