@@ -342,11 +342,11 @@ void MlaDecodeAnchors(Bench& b) {
 // variants (MlaDecodeParams::sm90_variant) at the anchors they apply to (>= 64 query rows per
 // sequence: 128 heads), beside the default tensor-core path timed in the same family.
 // DS_BENCH_SM90_VARIANTS=<comma-separated numbers> (set by the caller, e.g. around
-// scripts/gpu_e2e.sh E2E_KERNELS=1) picks the variants timed; default "0,10,11,12,13". Variants not
+// scripts/gpu_e2e.sh E2E_KERNELS=1) picks the variants timed; default "0,10,11,12,13,15". Variants not
 // timed are "-" in the table.
 void MlaDecodeSm90Anchors(Bench& b) {
   const char* env = std::getenv("DS_BENCH_SM90_VARIANTS");
-  const std::string pick = "," + std::string(env != nullptr && *env != '\0' ? env : "0,10,11,12,13") + ",";
+  const std::string pick = "," + std::string(env != nullptr && *env != '\0' ? env : "0,10,11,12,13,15") + ",";
   // The first timed case of a run reads ~5-10% slow (session 16 runs 1-5: clocks ramping); one
   // warm-up case first, labelled as such.
   if (!b.OutOfTime())
@@ -362,11 +362,11 @@ void MlaDecodeSm90Anchors(Bench& b) {
       std::fprintf(stderr, "bench kernels: DS_BENCH_SM90_VARIANTS=%s names no live variant (comma-separated numbers: "
                    "0,1,2,4,8,9,10,11,12,13,15)\n", env ? env : "");
   }
-  // DS_BENCH_SM90_BALANCED=<comma-separated variants> (default "10,13"; "none"): those variants
+  // DS_BENCH_SM90_BALANCED=<comma-separated variants> (default "10,13,15"; "none"): those variants
   // again with the balanced work list (MlaDecodeParams::sm90_work), after the plain runs (before
   // them with DS_BENCH_SM90_BALANCED_FIRST=1, an order check), as kernel "...[balanced]".
   const char* be = std::getenv("DS_BENCH_SM90_BALANCED");
-  const std::string bal = "," + std::string(be != nullptr && *be != '\0' ? be : "10,13") + ",";
+  const std::string bal = "," + std::string(be != nullptr && *be != '\0' ? be : "10,13,15") + ",";
   const char* bf = std::getenv("DS_BENCH_SM90_BALANCED_FIRST");
   const bool balanced_first = bf != nullptr && std::string(bf) == "1";
   // DS_BENCH_MLA_ANCHOR=<text>: only the anchors whose name contains it (e.g. "b1 32K", for a

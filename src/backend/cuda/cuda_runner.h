@@ -83,7 +83,8 @@ struct CudaRunnerOptions {
   // early / late ring-stage release (verified on the H200; 3-8% slower at batch >= 64, session 5
   // run 1), 4 = three warpgroups (S + softmax, two halves of O), 8 / 9 = 4 / 0 with the shorter
   // softmax, 10 = 8 with per-box barriers (session 16), 11 = the tile-pair schedule (session 19),
-  // 12 / 13 = 10 with a three-stage ring (session 38; the same bits as 10).
+  // 12 / 13 = 10 with a three-stage ring (session 38; the same bits as 10), 15 = 13 with the lean
+  // softmax (session 39; the same bits).
   // Only with mla_decode_sm90.
   int mla_decode_sm90_variant = 0;
   // With mla_decode_sm90_variant 0: the variant decode passes of <= 8 sequences take instead (-1:

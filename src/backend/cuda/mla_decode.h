@@ -109,14 +109,17 @@ struct MlaDecodeParams {
   // 12 = 10 with a three-stage ring (mla_decode_sm90_ring3.cu, session 38: Q's latent k16 steps
   // 0-30 held in warpgroup 0's registers as RS wgmma fragments to make room; the same bits as 10).
   // 13 = 12 with one "full" mbarrier a ring stage instead of one a box (fewer mbarrier round trips
-  // for warpgroup 0; the same bits): the fastest at 128 heads (session 38 run 6).
+  // for warpgroup 0; the same bits): the fastest at 128 heads (session 38 run 6). 15 = 13 with
+  // tree row maxima, P stored by stmatrix and the rescale by exactly 1 skipped (session 39; the
+  // same bits; ~2% fewer cycles a tile).
   int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).
   int64_t cache_rows = 0;
   // Variants 11-13 only, a measurement hook: when set, CTA 0 records (event, clock64) pairs of its
   // loop into [warpgroups][2 x 1024] long longs: variant 11 two warpgroups (mla_decode_sm90_pair.cu,
-  // kTl events), variants 12 / 13 three (mla_decode_sm90_ring3.cu, kTl* events; it runs 13's schedule).
+  // kTl events), variants 12, 13, 15 three (mla_decode_sm90_ring3.cu, kTl* events; it runs 15's
+  // schedule for 15, 13's otherwise).
   long long* sm90_timeline = nullptr;
   // The three-warpgroup kernels only (variants 4, 8, 10, 12), a measurement hook (session 37): when set,
   // every CTA's thread 0 / 128 records

@@ -1,4 +1,5 @@
-// Variant 12 of the sm_90a absorbed-MLA decode (MlaDecodeParams::sm90_variant = 12): variant 10
+// Variants 12, 13 and 15 of the sm_90a absorbed-MLA decode (MlaDecodeParams::sm90_variant; 13 and 15
+// below at kOneFull / kLean). Variant 12: variant 10
 // (the three-warpgroup kernel of mla_decode_sm90.cu with the shorter softmax and one "full"
 // mbarrier per 64-column box) with a three-stage ring of 64-key tiles. Same CTA shape, split
 // plan, work list, softmax, P, rescales and accumulation order as variant 10, so the same bits
@@ -173,12 +174,14 @@ constexpr int kR3TlMax = 1024;
 // V boxes landed, P ready, P V issued, P V complete, stage released (the producer: tile re-armed).
 enum : int { kTlTop = 0, kTlSDone, kTlSoftmax, kTlPStored, kTlPub, kTlSIssued,
              kTlPvTop = 0, kTlPvV, kTlPvP, kTlPvIssued, kTlPvDone, kTlPvReleased };
-// kLean (variant 15, with kOneFull): warpgroup 0's softmax with tree maxima (SoftmaxTileTree), P
-// stored by stmatrix (StorePStmatrix), the landed test of the next tile issued before the softmax
-// and read after it; the P V warpgroups skip the rescale of O when every factor
+// kLean (variant 15, with kOneFull): warpgroup 0's softmax with tree maxima (SoftmaxTileTree) and P
+// stored by stmatrix (StorePStmatrix); the P V warpgroups skip the rescale of O when every factor
 // of the warp's rows is exactly 1 (the running maxima did not move: x * 1 = x, the same bits). At
 // 128 heads warpgroup 0's softmax and P store took ~1,500 of ~3,200 cycles a tile, latency-bound
-// and sharing the schedulers with the P V warpgroups' 128 rescale multiplies a thread (run 1).
+// and sharing the schedulers with the P V warpgroups' 128 rescale multiplies a thread (session 39
+// run 1). Run 2: the softmax ~990 cycles instead of ~1,185, 3,191-3,205 cycles a tile against
+// 3,249-3,265 (-2%). (Measured and removed, run 3: the next tile's landed test issued before the
+// softmax and read after it; 3,282-3,332 cycles a tile.)
 template <typename TOut, bool kOneFull = false, bool kTl = false, bool kLean = false>
 __global__ void __launch_bounds__(kR3Threads, 1)
     MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
@@ -339,10 +342,6 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       WgWait<0>();
       FenceRegs(sc);
       stamp(kTlSDone);
-      const bool has_next = it + 1 < ntiles;
-      // kLean: the landed test of tile it + 1 issued here, its result read after the softmax (the
-      // mbarrier round trip, ~100 cycles a tile, under the softmax instead of in warpgroup 0's path).
-      const bool landed_early = kLean && has_next && tile_landed(it + 1);
       const int kt0 = kbeg + it * kBN;
       float alpha[2];
       if constexpr (kLean) SoftmaxTileTree(sc, kt0, tq, limit, sl2, m_run, l_run, alpha);
@@ -373,8 +372,8 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       stamp(kTlPStored);
       // S(it + 1) queued ahead of P V(it) when its tile has landed (as variant 10; with three
       // stages it nearly always has). Only the arrive moves (one wgmma call site).
-      const bool next_ready =
-          has_next && __shfl_sync(0xffffffffu, (kLean ? landed_early : tile_landed(it + 1)) ? 1 : 0, 0) != 0;
+      const bool has_next = it + 1 < ntiles;
+      const bool next_ready = has_next && __shfl_sync(0xffffffffu, tile_landed(it + 1) ? 1 : 0, 0) != 0;
       if (!next_ready) BarArrive(bar_pfull + st * 8);
       stamp(kTlPub);
       if (has_next) issue_s(it + 1);
