@@ -191,27 +191,11 @@ __device__ __forceinline__ float Ex2Ftz(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ void SoftmaxTileFast(float (&sc)[32], int kt0, int tq, const int (&limit)[2], float sl2,
-                                                float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
-  float mx[2] = {-INFINITY, -INFINITY};
-  const bool whole = __all_sync(0xffffffffu, kt0 + kBN <= limit[0] && kt0 + kBN <= limit[1]);
-  if (whole) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) mx[c >> 1] = fmaxf(mx[c >> 1], sc[j * 4 + c]);
-  } else {
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int hr = c >> 1;
-        const int key = kt0 + j * 8 + 2 * tq + (c & 1);
-        const float v = key < limit[hr] ? sc[j * 4 + c] : -INFINITY;
-        sc[j * 4 + c] = v;
-        mx[hr] = fmaxf(mx[hr], v);
-      }
-  }
+// The second half of SoftmaxTileFast (and of variant 15's SoftmaxTileTree): given mx, this thread's
+// row maxima of the raw scores (before the quad reduction), the new running maxima, the factors
+// alpha, the probabilities exp2(s * sl2 - m) into sc and the running row sums.
+__device__ __forceinline__ void SoftmaxExpFromMax(float (&sc)[32], float (&mx)[2], float sl2, float (&m_run)[2],
+                                                  float (&l_run)[2], float (&alpha)[2]) {
   float nmuse[2];
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) {
@@ -234,6 +218,29 @@ __device__ __forceinline__ void SoftmaxTileFast(float (&sc)[32], int kt0, int tq
     }
 #pragma unroll
   for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+}
+__device__ __forceinline__ void SoftmaxTileFast(float (&sc)[32], int kt0, int tq, const int (&limit)[2], float sl2,
+                                                float (&m_run)[2], float (&l_run)[2], float (&alpha)[2]) {
+  float mx[2] = {-INFINITY, -INFINITY};
+  const bool whole = __all_sync(0xffffffffu, kt0 + kBN <= limit[0] && kt0 + kBN <= limit[1]);
+  if (whole) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) mx[c >> 1] = fmaxf(mx[c >> 1], sc[j * 4 + c]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int hr = c >> 1;
+        const int key = kt0 + j * 8 + 2 * tq + (c & 1);
+        const float v = key < limit[hr] ? sc[j * 4 + c] : -INFINITY;
+        sc[j * 4 + c] = v;
+        mx[hr] = fmaxf(mx[hr], v);
+      }
+  }
+  SoftmaxExpFromMax(sc, mx, sl2, m_run, l_run, alpha);
 }
 
 // The CTA's Q tile (64 rows x 576, fp32 in q) -> bf16 in shared memory (at `smem`: the Q area,

@@ -115,28 +115,7 @@ __device__ __forceinline__ void SoftmaxTileTree(float (&sc)[32], int kt0, int tq
     for (int j = 0; j < 4; ++j) t8[j] = fmaxf(t8[j], t8[j + 4]);
     mx[hr] = fmaxf(fmaxf(t8[0], t8[2]), fmaxf(t8[1], t8[3]));
   }
-  float nmuse[2];
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
-    mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
-    const float m_new = fmaxf(m_run[hr], mx[hr] * sl2);  // -inf * sl2 = -inf
-    const float muse = m_new == -INFINITY ? 0.f : m_new;
-    alpha[hr] = Ex2Ftz(m_run[hr] - muse);
-    m_run[hr] = m_new;
-    nmuse[hr] = -muse;
-  }
-  float lsum[2] = {0.f, 0.f};
-#pragma unroll
-  for (int j = 0; j < 8; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const float pv = Ex2Ftz(fmaf(sc[j * 4 + c], sl2, nmuse[c >> 1]));
-      sc[j * 4 + c] = pv;
-      lsum[c >> 1] += pv;
-    }
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) l_run[hr] = l_run[hr] * alpha[hr] + lsum[hr];
+  SoftmaxExpFromMax(sc, mx, sl2, m_run, l_run, alpha);
 }
 
 // The warp's 16 x 64 block of P (bf16, the wgmma accumulator layout of sc) into a 128-byte-swizzled
