@@ -207,15 +207,12 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     }
   };
   const KvL2Pol kv_l2 = KvL2Policy(p.sm90_kv_l2_hint);
-  // The block-table entry of tile `it` (a global load) and its first cache row.
-  auto tile_block = [&](int it) {
-    return p.block_table[static_cast<int64_t>(s) * p.max_blocks + (kbeg + it * kBN) / static_cast<int>(p.block_size)];
-  };
-  auto block_row = [&](int it, int blk) {
+  auto tile_row = [&](int it) {  // the first cache row of tile `it` (a global load of its block-table entry)
+    const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
     const int bs = static_cast<int>(p.block_size);
-    return blk * bs + (kbeg + it * kBN) % bs;
+    const int k0 = kbeg + it * kBN;
+    return bt[k0 / bs] * bs + k0 % bs;
   };
-  auto tile_row = [&](int it) { return block_row(it, tile_block(it)); };
   // Tile `it` (first cache row `row`) -> stage it % 3, one "full" mbarrier a box.
   auto issue_tile_at = [&](int it, int row) {
     const int st = it % kR3Stages;
@@ -398,8 +395,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     // iteration here, so that the global load's latency passes under the waits for V, P and P V
     // instead of delaying warpgroup 1's next P V (session 39 run 1: ~1,100 cycles from P V done to
     // the stage re-armed).
-    // (The entry only: the arithmetic on it waits until the re-arm, so nothing stalls on the load here.)
-    const int next_blk = kLean && producer && it + kR3Stages < ntiles ? tile_block(it + kR3Stages) : 0;
+    const int next_row = kLean && producer && it + kR3Stages < ntiles ? tile_row(it + kR3Stages) : 0;
     stamp(kTlPvTop);
 #pragma unroll
     for (int b = 0; b < (kOneFull ? 1 : 4); ++b) MbarWait(full_bar(st, 4 * half + b), par);  // this warpgroup's V boxes
@@ -430,7 +426,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     BarArrive(bar_empty + st * 8);
     if (producer && it + kR3Stages < ntiles) {
       MbarWait(bar_empty + st * 8, par);  // both P V warpgroups released the stage (WG0's use ended before p_full)
-      if constexpr (kLean) issue_tile_at(it + kR3Stages, block_row(it + kR3Stages, next_blk));
+      if constexpr (kLean) issue_tile_at(it + kR3Stages, next_row);
       else issue_tile(it + kR3Stages);
     }
     stamp(kTlPvReleased);
