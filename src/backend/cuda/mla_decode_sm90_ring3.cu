@@ -207,14 +207,11 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     }
   };
   const KvL2Pol kv_l2 = KvL2Policy(p.sm90_kv_l2_hint);
-  auto tile_row = [&](int it) {  // the first cache row of tile `it` (a global load of its block-table entry)
+  auto issue_tile = [&](int it) {  // tile `it` -> stage it % 3, one "full" mbarrier a box
     const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
     const int bs = static_cast<int>(p.block_size);
     const int k0 = kbeg + it * kBN;
-    return bt[k0 / bs] * bs + k0 % bs;
-  };
-  // Tile `it` (first cache row `row`) -> stage it % 3, one "full" mbarrier a box.
-  auto issue_tile_at = [&](int it, int row) {
+    const int row = bt[k0 / bs] * bs + k0 % bs;
     const int st = it % kR3Stages;
 #pragma unroll
     for (int b = 0; b < kFullUsed; ++b)
@@ -222,7 +219,6 @@ __global__ void __launch_bounds__(kR3Threads, 1)
 #pragma unroll
     for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, full_bar(st, b), kv_l2);
   };
-  auto issue_tile = [&](int it) { issue_tile_at(it, tile_row(it)); };
 
   if (tid == 0) {
     for (int i = 0; i < kR3Stages * kR3FullBars; ++i) BarInit(bar_full + i * 8, 1);
@@ -387,15 +383,9 @@ __global__ void __launch_bounds__(kR3Threads, 1)
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
   const int half = wg - 1;
-  const bool producer = half == 0 && wtid == 0;
   for (int it = 0; it < ntiles; ++it) {
     const int st = it % kR3Stages;
     const uint32_t par = static_cast<uint32_t>((it / kR3Stages) & 1);
-    // kLean: the producer reads the block-table entry of the tile it re-arms at the end of this
-    // iteration here, so that the global load's latency passes under the waits for V, P and P V
-    // instead of delaying warpgroup 1's next P V (session 39 run 1: ~1,100 cycles from P V done to
-    // the stage re-armed).
-    const int next_row = kLean && producer && it + kR3Stages < ntiles ? tile_row(it + kR3Stages) : 0;
     stamp(kTlPvTop);
 #pragma unroll
     for (int b = 0; b < (kOneFull ? 1 : 4); ++b) MbarWait(full_bar(st, 4 * half + b), par);  // this warpgroup's V boxes
@@ -424,10 +414,9 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     FenceRegs(acc);
     stamp(kTlPvDone);
     BarArrive(bar_empty + st * 8);
-    if (producer && it + kR3Stages < ntiles) {
+    if (half == 0 && wtid == 0 && it + kR3Stages < ntiles) {
       MbarWait(bar_empty + st * 8, par);  // both P V warpgroups released the stage (WG0's use ended before p_full)
-      if constexpr (kLean) issue_tile_at(it + kR3Stages, next_row);
-      else issue_tile(it + kR3Stages);
+      issue_tile(it + kR3Stages);
     }
     stamp(kTlPvReleased);
     __syncwarp();
