@@ -192,7 +192,7 @@ void Fp8GemvPdlFamily(Bench& b);  // --only fp8_gemv_pdl (bench_kernels_gemv.cpp
 // ---- MLA families (bench_kernels_mla.cpp)
 // FlashMLA comparison rows of the markdown (mla_anchors, mla_sm90) and the mixed-length checks.
 struct AnchorResult { std::string name; double flashmla_us, ours_us, before_us; };
-// MlaDecodeParams::sm90_variant 0..13 and their kernel-name tags in the tables.
+// MlaDecodeParams::sm90_variant 0..15 and their kernel-name tags in the tables ("[removed]": rejected).
 inline constexpr int kSm90Variants = 16;
 inline constexpr const char* kSm90VariantTags[kSm90Variants] = {
     "", "[seesaw]", "[seesaw,late-release]", "[removed]", "[3wg]", "[removed]", "[removed]",

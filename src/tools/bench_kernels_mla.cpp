@@ -30,7 +30,7 @@ MlaTables& MlaResults() {
 }
 
 // ---------------------------------------------------------------- MLA decode
-// One more launch of `p` (variant 10 or 12) with every CTA's entry / after-Q / after-stores clocks
+// One more launch of `p` (variant 10, 12, 13 or 15) with every CTA's entry / after-Q / after-stores clocks
 // (MlaDecodeParams::sm90_cta_times; max_ctas >= the grid), printed per wave (a CTA's position among
 // the CTAs its SM ran): CTAs, tiles, cycles (mean / min / max), the Q prologue, cycles per tile,
 // the gap between an SM's consecutive CTAs, and the kernel's span.
@@ -46,6 +46,7 @@ void PrintRing3Timeline(Bench& b, MlaDecodeParams p, const int32_t* table, const
   p.block_table = table;
   p.sm90_timeline = tl.as<long long>();
   MlaDecodeAttention(p);
+  const int sched = p.sm90_variant == 15 ? 15 : 13;  // the schedule the timeline instantiation ran
   std::vector<long long> h(kWgs * 2 * kMax);
   DS_CUDA_CHECK(cudaMemcpyAsync(h.data(), tl.as<void>(), tl.bytes(), cudaMemcpyDeviceToHost, b.st()));
   DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
@@ -69,12 +70,12 @@ void PrintRing3Timeline(Bench& b, MlaDecodeParams p, const int32_t* table, const
       ++g.second;
     }
     std::printf("timeline %s v%d wg%d: %d events, %d tiles; mean SM cycles between events (tiles 2..%d):", label.c_str(),
-                p.sm90_variant, wgi, n, tiles, tiles - 2);
+                sched, wgi, n, tiles, tiles - 2);
     for (const auto& [k, v] : gap) std::printf(" %lld->%lld %.0f (x%d);", k.first, k.second, v.first / v.second, v.second);
     std::printf("\n");
   }
   std::sort(all.begin(), all.end(), [](const Ev& x, const Ev& y) { return x.t < y.t; });
-  std::printf("timeline %s v%d start (cycles from the first event; wg:tile:event):", label.c_str(), p.sm90_variant);
+  std::printf("timeline %s v%d start (cycles from the first event; wg:tile:event):", label.c_str(), sched);
   for (size_t i = 0; i < all.size() && i < 40; ++i)
     std::printf(" %lld=%d:%d:%d", all[i].t - all[0].t, all[i].wg, all[i].tile, all[i].ev);
   std::printf("\n");
@@ -82,8 +83,8 @@ void PrintRing3Timeline(Bench& b, MlaDecodeParams p, const int32_t* table, const
   for (const Ev& e : all) max_tile = std::max(max_tile, e.tile);
   const int t0 = std::min(8, std::max(0, max_tile - 3)), t1 = t0 + 2;
   long long base = -1;
-  std::printf("timeline %s v%d window tiles %d-%d (cycles from warpgroup 0's first event there; wg:tile:event):",
-              label.c_str(), p.sm90_variant, t0, t1);
+  std::printf("timeline %s v%d window tiles %d-%d (cycles from the window's first event, any warpgroup; wg:tile:event):",
+              label.c_str(), sched, t0, t1);
   for (const Ev& e : all) {
     if (e.tile < t0 || e.tile > t1) continue;
     if (base < 0) base = e.t;
@@ -230,7 +231,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
               ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
               std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
   b.Add(kernel, label, us, bytes, flops, false, note + plan_note);
-  // DS_BENCH_MLA_CTA_TIMES=1 (variants 10 and 12, a measurement, session 37): PrintCtaTimes.
+  // DS_BENCH_MLA_CTA_TIMES=1 (variants 10, 12, 13, 15; a measurement, session 37): PrintCtaTimes.
   if (const char* e = std::getenv("DS_BENCH_MLA_CTA_TIMES");
       sm90 && (sm90_variant == 10 || sm90_variant >= 12) && e && std::string(e) == "1") {
     MlaDecodeParams pt = p;

@@ -105,7 +105,8 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
   Dev<__nv_bfloat16> out16(T * H * kKvl);
   MlaDecodeAttentionSm90(params(ws16.get(), out16.get(), DTypeOut::kBF16));
   DS_CUDA_CHECK(cudaGetLastError());
-  ExpectClose("mla_decode_sm90_bf16_out", std::string(name) + "_vs_sm90_f32", FromBf16(out16.Download()), got, 5e-3);
+  const auto got16 = out16.Download();
+  ExpectClose("mla_decode_sm90_bf16_out", std::string(name) + "_vs_sm90_f32", FromBf16(got16), got, 5e-3);
 
   // A variant vs variant 0 (the verified kernel): the same P, rescales and accumulation order,
   // only the row sums' fp32 order differs, so the bound is tight (any wrong tile would show).
@@ -134,7 +135,8 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
   // Variants 12, 13 and 15 against 10: the same S (latent k16 steps from registers, RS, instead of shared
   // memory), softmax, P, rescales and P V order; only the ring depth, the barriers and who
   // writes the LSE change (15: the max as a tree, P by stmatrix, rescales by exactly 1 skipped, all
-  // exact). The same bits (measured: 0 differing on every case for 12 / 13, session 38).
+  // exact). The same bits, fp32 and bf16 outputs (measured: 0 differing on every case for 12 / 13 in
+  // session 38, for 15 in session 39).
   if (variant >= 12) {
     Dev<float> ws10(ws_floats), out10(T * H * kKvl);
     MlaDecodeParams p10 = params(ws10.get(), out10.get(), DTypeOut::kF32);
@@ -148,6 +150,17 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     EXPECT_EQ(diff, 0) << name << ": variant " << variant << " differs from variant 10 in its bits";
     std::printf("  %s: variant %d vs 10: %lld of %zu outputs differ in their bits\n", name, variant, static_cast<long long>(diff),
                 o10.size());
+    // The bf16 output too (the same bits in, the same rounding out).
+    Dev<float> ws10b(ws_floats);
+    Dev<__nv_bfloat16> out10b(T * H * kKvl);
+    MlaDecodeParams p10b = params(ws10b.get(), out10b.get(), DTypeOut::kBF16);
+    p10b.sm90_variant = 10;
+    MlaDecodeAttentionSm90(p10b);
+    DS_CUDA_CHECK(cudaGetLastError());
+    const auto o10b = out10b.Download();
+    int64_t diff16 = 0;
+    for (size_t i = 0; i < o10b.size(); ++i) diff16 += std::memcmp(&o10b[i], &got16[i], sizeof(__nv_bfloat16)) != 0;
+    EXPECT_EQ(diff16, 0) << name << ": variant " << variant << "'s bf16 output differs from variant 10's in its bits";
   }
   // Session 37's A/B knobs. The L2 cache hints on the cache loads (sm90_kv_l2_hint 1-3) move
   // nothing but where lines sit in L2: the same bits. Four combine groups (sm90_combine_groups

@@ -116,12 +116,12 @@ struct MlaDecodeParams {
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).
   int64_t cache_rows = 0;
-  // Variants 11-13 only, a measurement hook: when set, CTA 0 records (event, clock64) pairs of its
+  // Variants 11-13 and 15 only, a measurement hook: when set, CTA 0 records (event, clock64) pairs of its
   // loop into [warpgroups][2 x 1024] long longs: variant 11 two warpgroups (mla_decode_sm90_pair.cu,
   // kTl events), variants 12, 13, 15 three (mla_decode_sm90_ring3.cu, kTl* events; it runs 15's
   // schedule for 15, 13's otherwise).
   long long* sm90_timeline = nullptr;
-  // The three-warpgroup kernels only (variants 4, 8, 10, 12), a measurement hook (session 37): when set,
+  // The three-warpgroup kernels only (variants 4, 8, 10, 12, 13, 15), a measurement hook (session 37): when set,
   // every CTA's thread 0 / 128 records
   // [smid, clock64 at entry, clock64 after the Q tile, clock64 after WG1's output stores,
   // globaltimer at entry, globaltimer after the stores, its tile count, 0] into

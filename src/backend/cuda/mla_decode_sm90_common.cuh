@@ -1,5 +1,5 @@
 // Device helpers shared by the sm_90a absorbed-MLA decode kernels (mla_decode_sm90.cu: variants
-// 0-2, 4, 8-10; mla_decode_sm90_pair.cu: variant 11): tile sizes and the shared-memory map of
+// 0-2, 4, 8-10; mla_decode_sm90_pair.cu: variant 11; mla_decode_sm90_ring3.cu: 12, 13, 15): tile sizes and the shared-memory map of
 // variant 0, swizzle / descriptor arithmetic, TMA box loads, the wgmma forms, the online
 // softmax, the Q tile load and the per-CTA bookkeeping. See mla_decode_sm90.cu's header.
 // Each file that includes it gets its own copy (anonymous namespace).
