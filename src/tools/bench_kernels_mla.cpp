@@ -34,25 +34,26 @@ MlaTables& MlaResults() {
 // (MlaDecodeParams::sm90_cta_times; max_ctas >= the grid), printed per wave (a CTA's position among
 // the CTAs its SM ran): CTAs, tiles, cycles (mean / min / max), the Q prologue, cycles per tile,
 // the gap between an SM's consecutive CTAs, and the kernel's span.
-// DS_BENCH_MLA_TIMELINE=1 on variants 12, 13, 15 (a measurement, session 39): one launch of the ring
-// kernel's timeline instantiation (MlaDecodeParams::sm90_timeline; CTA 0's first thread of each of
-// the three warpgroups stamps (event, clock64) pairs, mla_decode_sm90_ring3.cu kTl*). Prints, per
-// warpgroup, the mean SM cycles between consecutive events over tiles 2 .. n-2, then tiles 8-10
-// (or what the CTA has) with all three warpgroups' events in time order, relative to the first.
-void PrintRing3Timeline(Bench& b, MlaDecodeParams p, const int32_t* table, const std::string& label) {
-  constexpr int kMax = 1024, kWgs = 3;
-  Buf tl(kWgs * 2 * kMax * sizeof(long long));
+// DS_BENCH_MLA_TIMELINE=1 (a measurement; sessions 19 and 39): one launch of a kernel's timeline
+// instantiation (MlaDecodeParams::sm90_timeline; CTA 0's first thread of each of its `wgs`
+// warpgroups stamps (event, clock64) pairs, warpgroup w's events numbered from 20 w, its first event
+// opening an iteration: mla_decode_sm90_pair.cu kTl, mla_decode_sm90_ring3.cu kTl*). Prints, per
+// warpgroup, the mean SM cycles between consecutive events over iterations 2 .. n-2, then
+// iterations 8-10 (or what the CTA has) with all warpgroups' events in time order, relative to the first.
+void PrintTimeline(Bench& b, MlaDecodeParams p, const int32_t* table, const std::string& label, int wgs) {
+  constexpr int kMax = 1024;
+  Buf tl(wgs * 2 * kMax * sizeof(long long));
   DS_CUDA_CHECK(cudaMemsetAsync(tl.as<void>(), 0xff, tl.bytes(), b.st()));
   p.block_table = table;
   p.sm90_timeline = tl.as<long long>();
   MlaDecodeAttention(p);
-  const int sched = p.sm90_variant == 15 ? 15 : 13;  // the schedule the timeline instantiation ran
-  std::vector<long long> h(kWgs * 2 * kMax);
+  const int sched = p.sm90_variant == 12 ? 13 : p.sm90_variant;  // the schedule the timeline instantiation ran
+  std::vector<long long> h(wgs * 2 * kMax);
   DS_CUDA_CHECK(cudaMemcpyAsync(h.data(), tl.as<void>(), tl.bytes(), cudaMemcpyDeviceToHost, b.st()));
   DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
   struct Ev { long long t; int wg, tile, ev; };
   std::vector<Ev> all;
-  for (int wgi = 0; wgi < kWgs; ++wgi) {
+  for (int wgi = 0; wgi < wgs; ++wgi) {
     const long long* r = h.data() + wgi * 2 * kMax;
     int n = 0;
     while (n < kMax && r[2 * n] >= 0) ++n;
@@ -69,13 +70,13 @@ void PrintRing3Timeline(Bench& b, MlaDecodeParams p, const int32_t* table, const
       g.first += static_cast<double>(r[2 * i + 1] - r[2 * i - 1]);
       ++g.second;
     }
-    std::printf("timeline %s v%d wg%d: %d events, %d tiles; mean SM cycles between events (tiles 2..%d):", label.c_str(),
+    std::printf("timeline %s v%d wg%d: %d events, %d iterations; mean SM cycles between events (iterations 2..%d):", label.c_str(),
                 sched, wgi, n, tiles, tiles - 2);
     for (const auto& [k, v] : gap) std::printf(" %lld->%lld %.0f (x%d);", k.first, k.second, v.first / v.second, v.second);
     std::printf("\n");
   }
   std::sort(all.begin(), all.end(), [](const Ev& x, const Ev& y) { return x.t < y.t; });
-  std::printf("timeline %s v%d start (cycles from the first event; wg:tile:event):", label.c_str(), sched);
+  std::printf("timeline %s v%d start (cycles from the first event; wg:it:event):", label.c_str(), sched);
   for (size_t i = 0; i < all.size() && i < 40; ++i)
     std::printf(" %lld=%d:%d:%d", all[i].t - all[0].t, all[i].wg, all[i].tile, all[i].ev);
   std::printf("\n");
@@ -83,7 +84,7 @@ void PrintRing3Timeline(Bench& b, MlaDecodeParams p, const int32_t* table, const
   for (const Ev& e : all) max_tile = std::max(max_tile, e.tile);
   const int t0 = std::min(8, std::max(0, max_tile - 3)), t1 = t0 + 2;
   long long base = -1;
-  std::printf("timeline %s v%d window tiles %d-%d (cycles from the window's first event, any warpgroup; wg:tile:event):",
+  std::printf("timeline %s v%d window iterations %d-%d (cycles from the window's first event, any warpgroup; wg:it:event):",
               label.c_str(), sched, t0, t1);
   for (const Ev& e : all) {
     if (e.tile < t0 || e.tile > t1) continue;
@@ -239,48 +240,12 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
     // The grid: row blocks x (work items or sequences x splits), splits of >= 64 keys either way.
     PrintCtaTimes(b, pt, (qlen * H + 63) / 64 * S * std::max<int64_t>(1, (max_ctx + 63) / 64), label);
   }
-  // DS_BENCH_MLA_TIMELINE=1 (variant 11, a measurement): one more launch with CTA 0's (event,
-  // clock64) stamps (MlaDecodeParams::sm90_timeline), printed as the mean SM cycles between
-  // consecutive events of each warpgroup over its pair iterations but the first two and the last.
-  // Variants 12, 13, 15 (the three-stage ring; the timeline instantiation runs 15's schedule for 15,
-  // 13's otherwise): three warpgroups, and one window of tiles (8-10 of CTA 0) with every
-  // warpgroup's events in time order.
+  // DS_BENCH_MLA_TIMELINE=1 (a measurement): PrintTimeline, variant 11 (two warpgroups, a tile pair
+  // an iteration) or 12, 13, 15 (three; the ring's timeline instantiation runs 15's schedule for 15,
+  // 13's otherwise).
   if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE");
-      sm90 && sm90_variant >= 12 && e && std::string(e) == "1") {
-    PrintRing3Timeline(b, p, tables[0]->as<int32_t>(), label);
-  }
-  if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE"); sm90 && sm90_variant == 11 && e && std::string(e) == "1") {
-    constexpr int kMax = 1024;
-    Buf tl(2 * 2 * kMax * sizeof(long long));
-    DS_CUDA_CHECK(cudaMemsetAsync(tl.as<void>(), 0xff, tl.bytes(), b.st()));
-    MlaDecodeParams pt = p;
-    pt.block_table = tables[0]->as<int32_t>();
-    pt.sm90_timeline = tl.as<long long>();
-    MlaDecodeAttention(pt);
-    std::vector<long long> h(2 * 2 * kMax);
-    DS_CUDA_CHECK(cudaMemcpyAsync(h.data(), tl.as<void>(), tl.bytes(), cudaMemcpyDeviceToHost, b.st()));
-    DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
-    for (int wgi = 0; wgi < 2; ++wgi) {
-      const long long* r = h.data() + wgi * 2 * kMax;
-      int n = 0;
-      while (n < kMax && r[2 * n] >= 0) ++n;
-      const int first = wgi == 0 ? 0 : 20;
-      int pairs = 0;
-      for (int i = 0; i < n; ++i) pairs += r[2 * i] == first;
-      std::map<std::pair<long long, long long>, std::pair<double, int>> gap;
-      int pair = -1;
-      for (int i = 1; i < n; ++i) {
-        if (r[2 * i - 2] == first) ++pair;
-        if (pair < 2 || pair >= pairs - 1) continue;
-        auto& g = gap[{r[2 * i - 2], r[2 * i]}];
-        g.first += static_cast<double>(r[2 * i + 1] - r[2 * i - 1]);
-        ++g.second;
-      }
-      std::printf("timeline %s v11 wg%d: %d events, %d pairs; mean SM cycles between events (pairs 2..%d):", label.c_str(),
-                  wgi, n, pairs, pairs - 2);
-      for (const auto& [k, v] : gap) std::printf(" %lld->%lld %.0f (x%d);", k.first, k.second, v.first / v.second, v.second);
-      std::printf("\n");
-    }
+      sm90 && (sm90_variant == 11 || sm90_variant >= 12) && e && std::string(e) == "1") {
+    PrintTimeline(b, p, tables[0]->as<int32_t>(), label, sm90_variant == 11 ? 2 : 3);
   }
   return us;
 }

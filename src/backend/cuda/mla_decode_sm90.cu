@@ -191,11 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       FenceProxyAsync();
       NamedBarArrive(kBarPFull, kThreads);
       // O[:, 0:256] = alpha O + P V (the previous P V completed: waited below last iteration).
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
-        acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
-      }
+      ScaleAcc(acc, alpha[0], alpha[1]);
       const uint32_t kt = sK + (it % kStages) * kTileBytes;
       FenceRegs(acc);
       FenceRegs(pa);
@@ -229,11 +225,7 @@ QuadRowSums(l_run, my_row, s_l, tq);
       MbarWait(bar_full + st * 8, (it / kStages) & 1);
       NamedBarSync(kBarPFull, kThreads);  // P of tile `it` (and, for the last tile, its zeroed rows) ready
       const float a0 = s_alpha[my_row[0]], a1 = s_alpha[my_row[1]];
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        acc[j * 4 + 0] *= a0; acc[j * 4 + 1] *= a0;
-        acc[j * 4 + 2] *= a1; acc[j * 4 + 3] *= a1;
-      }
+      ScaleAcc(acc, a0, a1);
       const uint32_t kt = sK + st * kTileBytes;
       FenceRegs(acc);
       WgFence();
@@ -425,11 +417,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     FenceProxyAsync();
     NamedBarArrive(kSsBarPub0 + wg, kThreads);
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
-      acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
-    }
+    ScaleAcc(acc, alpha[0], alpha[1]);
     uint64_t dv = DescV(my_stage, 4 * wg, 0);  // + kk * 2048 bytes per k16 step (start-address field)
     asm volatile("" : "+l"(dv));
     WgmmaPVFromRegs(acc, pa, dv);
@@ -461,11 +449,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #pragma unroll
     for (int b = 0; b < 4; ++b) MbarWait(bar_full + (other * kDB + 4 * wg + b) * 8, full_par);  // my V boxes
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      acc[j * 4 + 0] *= alpha[0]; acc[j * 4 + 1] *= alpha[0];
-      acc[j * 4 + 2] *= alpha[1]; acc[j * 4 + 3] *= alpha[1];
-    }
+    ScaleAcc(acc, alpha[0], alpha[1]);
     // Descriptors: P in the rope box (+ 32 bytes per k16 step), V (+ 2048 bytes per step).
     uint64_t dp = DescKMajor(other_stage + (kDB - 1) * kBoxBytes, 0), dv = DescV(other_stage, 4 * wg, 0);
     asm volatile("" : "+l"(dp), "+l"(dv));
@@ -725,11 +709,7 @@ QuadRowSums(l_run, my_row, s_l, tq);
     }
     MbarWait(bar_pfull + st * 8, par);  // P and the factors of tile `it` (and its zeroed rows) ready
     const float a0 = s_alpha[st * kBM + my_row[0]], a1 = s_alpha[st * kBM + my_row[1]];
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      acc[j * 4 + 0] *= a0; acc[j * 4 + 1] *= a0;
-      acc[j * 4 + 2] *= a1; acc[j * 4 + 3] *= a1;
-    }
+    ScaleAcc(acc, a0, a1);
     const uint32_t kt = sK + st * kTileBytes;
     FenceRegs(acc);
     WgFence();

@@ -191,6 +191,15 @@ __device__ __forceinline__ float Ex2Ftz(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
+// O (a warpgroup's 64 x 256 fp32 wgmma accumulator, this thread's 128) rescaled by the online
+// softmax's factors of its rows g (s0) and g + 8 (s1).
+__device__ __forceinline__ void ScaleAcc(float (&acc)[128], float s0, float s1) {
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    acc[j * 4 + 0] *= s0; acc[j * 4 + 1] *= s0;
+    acc[j * 4 + 2] *= s1; acc[j * 4 + 3] *= s1;
+  }
+}
 // The second half of SoftmaxTileFast (and of variant 15's SoftmaxTileTree): given mx, this thread's
 // row maxima of the raw scores (before the quad reduction), the new running maxima, the factors
 // alpha, the probabilities exp2(s * sl2 - m) into sc and the running row sums.
@@ -393,6 +402,22 @@ __device__ __forceinline__ void WriteEmptySplit(const MlaDecodeParams& p, const 
             -INFINITY;
     }
   }
+}
+
+// A decode kernel's start after GetCtaWork (the tile-pair and ring kernels; mla_decode_sm90.cu's
+// kernels keep the same steps inline: folding them there changed their SASS): `direct` widened by a
+// work list's one-split sequence, then the two early exits (rows that do not exist; an empty split,
+// whose outputs are written here). False when the CTA has nothing more to do.
+template <typename TOut, int kThreads>
+__device__ __forceinline__ bool CtaHasWork(const MlaDecodeParams& p, const CtaWork& w, int tid, int max_splits,
+                                           int& direct) {
+  direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
+  if (w.row0 >= w.valid_rows) return false;  // rows that do not exist (shorter query block): no outputs
+  if (w.kbeg >= w.kend) {  // an empty split
+    WriteEmptySplit<TOut, kThreads>(p, w, tid, max_splits, direct);
+    return false;
+  }
+  return true;
 }
 // Rows past the context of a freshly landed, partial tile (nvalid < 64 keys) zeroed in shared
 // memory, all 9 boxes, by one warpgroup (wtid 0-127), before any wgmma reads the tile: unused

@@ -131,14 +131,6 @@ __device__ __forceinline__ void StorePBox(unsigned char* box, const uint32_t (&p
       *reinterpret_cast<uint32_t*>(box + SwzOff(my_row[hr], j * 8 + 2 * tq)) = pa[(j >> 1) * 4 + (j & 1) * 2 + hr];
 }
 
-__device__ __forceinline__ void ScaleAcc(float (&acc)[128], float s0, float s1) {
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    acc[j * 4 + 0] *= s0; acc[j * 4 + 1] *= s0;
-    acc[j * 4 + 2] *= s1; acc[j * 4 + 3] *= s1;
-  }
-}
-
 // kTl (MlaDecodeParams::sm90_timeline set): CTA 0's first thread of each warpgroup records
 // (event, clock64) pairs at the points of its pair loop named by the kTl* events below, up to
 // kTlMax a warpgroup, into sm90_timeline[warpgroup][2 * kTlMax] (a measurement hook: bench kernels
@@ -163,12 +155,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
-  direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
-  if (w.row0 >= w.valid_rows) return;  // rows that do not exist (shorter query block): no outputs
-  if (w.kbeg >= w.kend) {              // an empty split
-    WriteEmptySplit<TOut, kThreads>(p, w, tid, max_splits, direct);
-    return;
-  }
+  if (!CtaHasWork<TOut, kThreads>(p, w, tid, max_splits, direct)) return;
   const int ntiles = (w.kend - w.kbeg + kBN - 1) / kBN;
   int tl_n = 0;
   const auto stamp = [&](int ev) {

@@ -187,14 +187,9 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   long long* const cta_times = CtaTimesEntry(p, tid);  // the measurement hook (MlaDecodeParams::sm90_cta_times)
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
-  direct = direct || w.direct;  // a work list's one-split sequence writes its output itself
+  if (!CtaHasWork<TOut, kR3Threads>(p, w, tid, max_splits, direct)) return;
   const int s = w.s, H = w.H, q0 = w.q0;
   const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
-  if (row0 >= valid_rows) return;  // rows that do not exist (shorter query block): no outputs
-  if (kbeg >= kend) {  // an empty split
-    WriteEmptySplit<TOut, kR3Threads>(p, w, tid, max_splits, direct);
-    return;
-  }
   const int ntiles = (kend - kbeg + kBN - 1) / kBN;
   int tl_n = 0;
   const auto stamp = [&](int ev) {
@@ -393,13 +388,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     MbarWait(bar_pfull + st * 8, par);  // P and the factors of tile `it` (and its zeroed rows) ready
     stamp(kTlPvP);
     const float a0 = s_alpha[st * kBM + my_row[0]], a1 = s_alpha[st * kBM + my_row[1]];
-    if (!kLean || !__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) {
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        acc[j * 4 + 0] *= a0; acc[j * 4 + 1] *= a0;
-        acc[j * 4 + 2] *= a1; acc[j * 4 + 3] *= a1;
-      }
-    }
+    if (!kLean || !__all_sync(0xffffffffu, a0 == 1.f && a1 == 1.f)) ScaleAcc(acc, a0, a1);
     const uint32_t kt = sK + st * kTileBytes;
     // Base descriptors opaque, per-step offsets added (few live registers beside O's 128).
     uint64_t dp = DescKMajor(kt + 8 * kBoxBytes, 0), dv = DescV(kt, 4 * half, 0);
