@@ -30,8 +30,9 @@
 // session 5); 4 the three-warpgroup kernel (MlaDecodeSm90Wg3Kernel); 8 / 9 = 4 / this kernel
 // with the shorter softmax (SoftmaxTileFast); 10 = 8 with per-box "full" barriers (session 16;
 // 3 and 5-7 were measured there and removed); 11 the tile-pair schedule (mla_decode_sm90_pair.cu,
-// session 19); 12 = 10 with a three-stage ring, Q's latent part in warpgroup 0's registers
-// (mla_decode_sm90_ring3.cu, session 38).
+// session 19); 12 = 10 with a three-stage ring, Q's latent part in warpgroup 0's registers, 13 = 12
+// with a barrier a stage (mla_decode_sm90_ring3.cu, session 38), 15 = 13 with the lean softmax
+// (session 39).
 #include "backend/cuda/device_props.h"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/sm90_ptx.cuh"
