@@ -204,6 +204,8 @@ struct Sm90Result {
   double flashmla_us = 0;
   std::vector<double> us;  // per variant; -1 = not timed
   std::vector<double> bal_us;  // per variant with the balanced work list (MlaDecodeParams::sm90_work); -1 = not timed
+  std::vector<double> qb_us;   // per variant with a bf16 q (MlaDecodeParams::q_bf16); -1 = not timed
+  std::vector<double> qbb_us;  // the same with the balanced work list
   double tc_us = 0;
 };
 struct MlaTables {

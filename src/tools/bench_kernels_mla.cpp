@@ -17,6 +17,7 @@
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/mla_decode.h"
 #include "backend/cuda/mla_prefill.h"
+#include "backend/cuda/runner_kernels.h"
 #include "common/check.h"
 #include "tools/bench_kernels.h"
 
@@ -102,17 +103,18 @@ void PrintCtaTimes(Bench& b, MlaDecodeParams p, int64_t max_ctas, const std::str
   std::vector<long long> h(static_cast<size_t>(8 * max_ctas));
   DS_CUDA_CHECK(cudaMemcpyAsync(h.data(), ct.as<void>(), ct.bytes(), cudaMemcpyDeviceToHost, b.st()));
   DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
-  struct Cta { long long sm, c0, c1, c2, g0, g1, tiles; };
+  struct Cta { long long sm, c0, c1, c2, g0, g1, tiles, cq; };  // cq: Q tile in shared memory (slot 7; -1 if not stamped)
   std::map<long long, std::vector<Cta>> by_sm;
   long long gmin = -1, gmax = -1;
   for (int64_t i = 0; i < max_ctas; ++i) {
     const long long* r = h.data() + 8 * i;
     if (r[1] == -1 || r[3] == -1) continue;
-    by_sm[r[0]].push_back({r[0], r[1], r[2], r[3], r[4], r[5], r[6]});
+    by_sm[r[0]].push_back({r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]});
     gmin = gmin < 0 ? r[4] : std::min(gmin, r[4]);
     gmax = std::max(gmax, r[5]);
   }
-  struct Acc { int n = 0; double dur = 0, dmin = 1e18, dmax = 0, pro = 0, tiles = 0, gap = 0; int ngap = 0; double cyc_per_ns = 0; };
+  struct Acc { int n = 0; double dur = 0, dmin = 1e18, dmax = 0, pro = 0, tiles = 0, gap = 0; int ngap = 0; double cyc_per_ns = 0;
+               double qload = 0; int nq = 0; };
   std::vector<Acc> waves;
   for (auto& [sm, v] : by_sm) {
     std::sort(v.begin(), v.end(), [](const Cta& x, const Cta& y) { return x.c0 < y.c0; });
@@ -122,6 +124,7 @@ void PrintCtaTimes(Bench& b, MlaDecodeParams p, int64_t max_ctas, const std::str
       const double d = double(v[k].c2 - v[k].c0);
       ++a.n; a.dur += d; a.dmin = std::min(a.dmin, d); a.dmax = std::max(a.dmax, d);
       a.pro += double(v[k].c1 - v[k].c0); a.tiles += double(v[k].tiles);
+      if (v[k].cq != -1) { a.qload += double(v[k].cq - v[k].c0); ++a.nq; }
       if (v[k].g1 > v[k].g0) a.cyc_per_ns += d / double(v[k].g1 - v[k].g0);
       if (k > 0) { a.gap += double(v[k].c0 - v[k - 1].c2); ++a.ngap; }
     }
@@ -131,9 +134,10 @@ void PrintCtaTimes(Bench& b, MlaDecodeParams p, int64_t max_ctas, const std::str
   for (size_t k = 0; k < waves.size(); ++k) {
     const Acc& a = waves[k];
     std::printf("cta-times %s v%d wave %zu: %d CTAs, %.1f tiles, cycles mean %.0f min %.0f max %.0f, Q prologue %.0f, "
-                "%.0f cycles/tile, gap before %.0f, %.2f GHz\n",
+                "%.0f cycles/tile, gap before %.0f, %.2f GHz, Q in shared memory %.0f\n",
                 label.c_str(), p.sm90_variant, k, a.n, a.tiles / a.n, a.dur / a.n, a.dmin, a.dmax, a.pro / a.n,
-                a.dur / std::max(1.0, a.tiles), a.ngap ? a.gap / a.ngap : 0.0, a.cyc_per_ns / a.n);
+                a.dur / std::max(1.0, a.tiles), a.ngap ? a.gap / a.ngap : 0.0, a.cyc_per_ns / a.n,
+                a.nq ? a.qload / a.nq : -1.0);
   }
 }
 
@@ -143,7 +147,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
                      int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0, bool sm90 = false,
                      int sm90_variant = 0, int tc_fused_combine = 0, int64_t sm90_min_rows = 0,
                      bool sm90_balanced = false, int sm90_kv_l2_hint = 0, int sm90_combine_groups = 0,
-                     bool pdl = false) {
+                     bool pdl = false, bool q_bf16 = false) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -175,6 +179,13 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   auto dctx = Upload(ctx);
   Buf q(T * H * L * 4), out(T * H * kvl * 2);
   FillUniformF32(q.as<float>(), T * H * L, b.NextSeed(), -0.5f, 0.5f, b.st());
+  // q_bf16 (MlaDecodeParams::q_bf16): the sm90 kernels read a bf16 copy of q (made here, untimed),
+  // as FlashMLA takes its q; the same bits.
+  std::unique_ptr<Buf> qb;
+  if (q_bf16) {
+    qb = std::make_unique<Buf>(static_cast<size_t>(T * H * L * 2));
+    F32ToBf16(q.as<float>(), L, qb->as<__nv_bfloat16>(), L, T * H, L, b.st());
+  }
   Buf ws(static_cast<size_t>(MlaDecodeWorkspaceFloats(T, H, kvl, max_ctx, 256) * 4));
   Buf split_cnt(static_cast<size_t>(S) * sizeof(uint32_t));  // tc_fused_combine: zeroed once, self-resetting
   DS_CUDA_CHECK(cudaMemsetAsync(split_cnt.as<void>(), 0, split_cnt.bytes(), b.st()));
@@ -190,6 +201,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.sm90 = sm90; p.cache_rows = pages * nsets * bs; p.sm90_variant = sm90_variant; p.sm90_min_rows = sm90_min_rows;
   p.tc_fused_combine = tc_fused_combine; p.split_counters = split_cnt.as<uint32_t>(); p.split_counter_count = S;
   p.sm90_kv_l2_hint = sm90_kv_l2_hint; p.sm90_combine_groups = sm90_combine_groups; p.pdl = pdl;
+  if (qb) p.q_bf16 = qb->as<__nv_bfloat16>();
   if (sm90) {
     DS_CHECK(MlaDecodeSm90Selected(p)) << "bench: the sm90 MLA decode kernel does not apply to " << label;
   }
@@ -219,6 +231,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   if (sm90 && H * qlen < 64) kernel += "[partial-tile]";
   if (sm90 && sm90_variant > 0 && sm90_variant < kSm90Variants) kernel += kSm90VariantTags[sm90_variant];
   if (sm90_balanced) kernel += "[balanced]";
+  if (q_bf16) kernel += "[q:bf16]";
   static const char* const kL2Tags[] = {"", "[l2:evict_first]", "[l2:evict_last]", "[l2:evict_normal]"};
   if (sm90 && sm90_kv_l2_hint > 0 && sm90_kv_l2_hint < 4) kernel += kL2Tags[sm90_kv_l2_hint];
   if (sm90 && sm90_combine_groups == 4) kernel += "[combine4]";
@@ -238,7 +251,8 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
     MlaDecodeParams pt = p;
     pt.block_table = tables[0]->as<int32_t>();
     // The grid: row blocks x (work items or sequences x splits), splits of >= 64 keys either way.
-    PrintCtaTimes(b, pt, (qlen * H + 63) / 64 * S * std::max<int64_t>(1, (max_ctx + 63) / 64), label);
+    PrintCtaTimes(b, pt, (qlen * H + 63) / 64 * S * std::max<int64_t>(1, (max_ctx + 63) / 64),
+                  label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""));
   }
   // DS_BENCH_MLA_TIMELINE=1 (a measurement): PrintTimeline, variant 11 (two warpgroups, a tile pair
   // an iteration) or 12, 13, 15 (three; the ring's timeline instantiation runs 15's schedule for 15,
@@ -338,6 +352,11 @@ void MlaDecodeSm90Anchors(Bench& b) {
   // DS_BENCH_MLA_ANCHOR=<text>: only the anchors whose name contains it (e.g. "b1 32K", for a
   // profiler run of one shape).
   const char* only_anchor = std::getenv("DS_BENCH_MLA_ANCHOR");
+  // DS_BENCH_SM90_QBF16=<comma-separated variants> (default "15"; "none"): those variants again with
+  // a bf16 q (MlaDecodeParams::q_bf16, FlashMLA's input form; the same bits), plain and, for those
+  // also in the balanced list, balanced: kernel "...[q:bf16]", table columns vNq / vNbq.
+  const char* qe = std::getenv("DS_BENCH_SM90_QBF16");
+  const std::string qbf = "," + std::string(qe != nullptr && *qe != '\0' ? qe : "15") + ",";
   // A/B lists (session 37), each comma-separated, the first value the table's:
   // DS_BENCH_SM90_L2HINTS (MlaDecodeParams::sm90_kv_l2_hint, default "0"),
   // DS_BENCH_SM90_COMBINE_GROUPS (sm90_combine_groups, default "0"), DS_BENCH_MLA_PDL ("0" / "1"
@@ -364,13 +383,15 @@ void MlaDecodeSm90Anchors(Bench& b) {
     r.flashmla_us = a.flashmla_us;
     r.us.assign(kSm90Variants, -1.0);
     r.bal_us.assign(kSm90Variants, -1.0);
+    r.qb_us.assign(kSm90Variants, -1.0);
+    r.qbb_us.assign(kSm90Variants, -1.0);
     // 16 heads: the sm_90a kernels with a partial 64-row tile (MlaDecodeParams::sm90_min_rows),
     // beside the default tensor-core path, timed in the same family.
     const bool partial = a.H * a.qlen < 64;
     // The variants a comma list names, each into us[v]; balanced: with the work list.
     // Each variant once per (L2 hint, combine groups, PDL) of the A/B lists, interleaved; the
     // table keeps the first setting's time (the others are kernels.json records with their tags).
-    const auto run_variants = [&](const std::string& list, bool balanced, std::vector<double>& us) {
+    const auto run_variants = [&](const std::string& list, bool balanced, std::vector<double>& us, bool q16 = false) {
       for (int v = 0; v < kSm90Variants; ++v) {
         if (list.find("," + std::to_string(v) + ",") == std::string::npos || std::string(kSm90VariantTags[v]) == "[removed]")
           continue;
@@ -382,7 +403,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
                                              (v == 0 ? note : note + ", variant " + std::to_string(v)) +
                                                  (partial ? ", partial 64-row tile" : ""),
                                              0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, balanced, hint,
-                                             groups, pdl != 0);
+                                             groups, pdl != 0, q16);
               if (first) us[v] = t;
               first = false;
             }
@@ -391,6 +412,15 @@ void MlaDecodeSm90Anchors(Bench& b) {
     if (balanced_first) run_variants(bal, true, r.bal_us);
     run_variants(pick, false, r.us);
     if (!balanced_first) run_variants(bal, true, r.bal_us);
+    run_variants(qbf, false, r.qb_us, true);
+    {  // the bf16-q variants also in the balanced list
+      std::string both = ",";
+      for (int v = 0; v < kSm90Variants; ++v) {
+        const std::string t = "," + std::to_string(v) + ",";
+        if (qbf.find(t) != std::string::npos && bal.find(t) != std::string::npos) both += std::to_string(v) + ",";
+      }
+      run_variants(both, true, r.qbb_us, true);
+    }
     r.tc_us = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
     MlaResults().sm90.push_back(r);
   }

@@ -199,6 +199,29 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     DS_CUDA_CHECK(cudaGetLastError());
     ExpectClose("mla_decode_sm90", std::string(name) + "_vs_emulation", got, out_e.Download(), 1e-3);
   }
+  // A bf16 q (MlaDecodeParams::q_bf16, session 40): the kernels round the fp32 q to bf16 (RN)
+  // themselves, so the caller's RN copy gives the same bits, fp32 and bf16 outputs.
+  {
+    Dev<__nv_bfloat16> dqb(ToBf16(q));
+    Dev<float> ws_q(ws_floats), out_q(T * H * kKvl), ws_qb(ws_floats);
+    Dev<__nv_bfloat16> out_qb(T * H * kKvl);
+    MlaDecodeParams pq = params(ws_q.get(), out_q.get(), DTypeOut::kF32);
+    pq.q_bf16 = dqb.get();
+    MlaDecodeAttentionSm90(pq);
+    MlaDecodeParams pqb = params(ws_qb.get(), out_qb.get(), DTypeOut::kBF16);
+    pqb.q_bf16 = dqb.get();
+    MlaDecodeAttentionSm90(pqb);
+    DS_CUDA_CHECK(cudaGetLastError());
+    const auto gq = out_q.Download();
+    const auto gqb = out_qb.Download();
+    int64_t diff = 0, diff16 = 0;
+    for (size_t i = 0; i < gq.size(); ++i) diff += std::memcmp(&gq[i], &got[i], sizeof(float)) != 0;
+    for (size_t i = 0; i < gqb.size(); ++i) diff16 += std::memcmp(&gqb[i], &got16[i], sizeof(__nv_bfloat16)) != 0;
+    EXPECT_EQ(diff, 0) << name << ": q_bf16 changes the bits (fp32 output)";
+    EXPECT_EQ(diff16, 0) << name << ": q_bf16 changes the bits (bf16 output)";
+    std::printf("  %s: q_bf16 vs q: %lld / %lld of %zu outputs differ in their bits (fp32 / bf16 out)\n", name,
+                static_cast<long long>(diff), static_cast<long long>(diff16), gq.size());
+  }
   // The default dispatch with the option on: the same kernel, the same bits.
   {
     Dev<float> ws_d(ws_floats), out_d(T * H * kKvl);

@@ -124,7 +124,8 @@ struct MlaDecodeParams {
   // The three-warpgroup kernels only (variants 4, 8, 10, 12, 13, 15), a measurement hook (session 37): when set,
   // every CTA's thread 0 / 128 records
   // [smid, clock64 at entry, clock64 after the Q tile, clock64 after WG1's output stores,
-  // globaltimer at entry, globaltimer after the stores, its tile count, 0] into
+  // globaltimer at entry, globaltimer after the stores, its tile count, clock64 once the Q tile is in
+  // shared memory (variants 12, 13, 15; the caller's fill value elsewhere)] into
   // sm90_cta_times[8 * blockIdx.x ..] (long longs; `bench kernels` with DS_BENCH_MLA_CTA_TIMES=1).
   long long* sm90_cta_times = nullptr;
   // Tensor-core warp-split kernel (tc_kernel above), opt-in (not yet verified on the GPU): fused
@@ -203,6 +204,13 @@ struct MlaDecodeParams {
   // merge kernel loads each warp's first W_UV rows before the merge instead of after it (its own
   // instantiation, 96 registers against 62). The same values and arithmetic: the same bits.
   bool uv_preload = false;
+  // With sm90 (session 40): the query already rounded to bf16 (round to nearest even), in q's layout
+  // with q's strides (elements). The sm_90a kernels read it instead of q: half the bytes of each
+  // CTA's Q tile and no conversion in the prologue (FlashMLA's kernel takes a bf16 q the same way).
+  // They round the fp32 q to bf16 the same way themselves, so with q_bf16 = bf16(q) the results are
+  // the same bits (CudaMlaDecodeSm90.*: q_bf16 vs q, every variant). q is still read by every other
+  // path (tensor-core, CUDA-core), so give both. Needs 16-byte alignment, strides % 8 == 0.
+  const __nv_bfloat16* q_bf16 = nullptr;
 };
 // Keys of one independent online softmax (split) of the tensor-core path for these params
 // (the sm90 kernel's plan, MlaDecodeSm90Chunk, when MlaDecodeSm90Selected)

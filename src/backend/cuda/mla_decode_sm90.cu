@@ -923,8 +923,12 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(p.kv_chunk > 0) << "MlaDecodeAttentionSm90: kv_chunk";
   DS_CHECK(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_tok_stride % 4 == 0 && p.q_head_stride % 4 == 0)
       << "MlaDecodeAttentionSm90: q must be 16-byte aligned with strides % 4 == 0";
+  DS_CHECK(p.q_bf16 == nullptr ||
+           (reinterpret_cast<uintptr_t>(p.q_bf16) % 16 == 0 && p.q_tok_stride % 8 == 0 && p.q_head_stride % 8 == 0))
+      << "MlaDecodeAttentionSm90: q_bf16 must be 16-byte aligned with strides % 8 == 0";
   DS_CHECK(reinterpret_cast<uintptr_t>(p.cache) % 16 == 0) << "MlaDecodeAttentionSm90: cache alignment";
-  DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0) << "MlaDecodeAttentionSm90: output strides";
+  DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.out) % 8 == 0)
+      << "MlaDecodeAttentionSm90: output strides % 4 and an 8-byte aligned output (column pairs stored as one)";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
   DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 15 && p.sm90_variant != 3 && p.sm90_variant != 5 &&
            p.sm90_variant != 6 && p.sm90_variant != 7 && p.sm90_variant != 14)

@@ -7,6 +7,8 @@
 
 #include <cuda.h>
 
+#include <type_traits>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/host_plans.h"
 #include "backend/cuda/mla_decode.h"
@@ -271,9 +273,43 @@ constexpr int kQBatch = 12;
 struct NoMid {
   __device__ void operator()() const {}
 };
+// MlaDecodeParams::q_bf16 (session 40): the Q tile from the caller's bf16 copy, 16-byte pieces (8
+// columns, one swizzle chunk) straight into the swizzled boxes, every load of the thread in one batch
+// (18 a thread with 256 threads, 12 with 384), `mid` between the loads and the stores as below.
+// Half the bytes of the fp32 tile and no conversion; the same bf16 values as LoadQTile's rounding
+// when q_bf16 = bf16_rn(q).
+template <int kNThreads, typename Mid>
+__device__ __forceinline__ void LoadQTileBf16(const MlaDecodeParams& p, unsigned char* smem, int tid, int row0,
+                                              int valid_rows, int q0, int H, const Mid& mid) {
+  constexpr int kChunks = kD / 8;  // 16-byte pieces per row
+  constexpr int kPer = kBM * kChunks / kNThreads;
+  static_assert(kBM * kChunks % kNThreads == 0, "Q tile split");
+  uint4 v[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int idx = tid + j * kNThreads;
+    const int r = idx / kChunks, c = idx % kChunks;
+    const int row = row0 + r;
+    v[j] = make_uint4(0, 0, 0, 0);
+    if (row < valid_rows)
+      v[j] = __ldg(reinterpret_cast<const uint4*>(p.q_bf16 + static_cast<int64_t>(q0 + row / H) * p.q_tok_stride +
+                                                  static_cast<int64_t>(row % H) * p.q_head_stride + c * 8));
+  }
+  mid();
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int idx = tid + j * kNThreads;
+    const int r = idx / kChunks, c = idx % kChunks;
+    *reinterpret_cast<uint4*>(smem + kOffQ + (c >> 3) * kBoxBytes + SwzOff(r, (c & 7) * 8)) = v[j];
+  }
+}
 template <int kNThreads = kThreads, int kBatch = kQBatch, typename Mid = NoMid>
 __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned char* smem, int tid, int row0,
                                           int valid_rows, int q0, int H, const Mid& mid = Mid{}) {
+  if (p.q_bf16 != nullptr) {  // (uniform: a kernel parameter)
+    LoadQTileBf16<kNThreads>(p, smem, tid, row0, valid_rows, q0, H, mid);
+    return;
+  }
   constexpr int kVec = kD / 4;  // float4 per row
   constexpr int kPer = kBM * kVec / kNThreads;
   static_assert(kBM * kVec % kNThreads == 0 && kPer % kBatch == 0, "Q tile split");
@@ -306,7 +342,9 @@ __device__ __forceinline__ void LoadQTile(const MlaDecodeParams& p, unsigned cha
 // MlaDecodeParams::sm90_cta_times (the three-warpgroup kernels, a measurement hook): this CTA's 8
 // slots, or nullptr; thread `tid` 0 records its SM, clock64 and globaltimer at entry.
 // CtaTimesExit (the caller's thread 128 after its output stores) records clock64, globaltimer and
-// the tile count. Slot 2 (clock64 once Q is in place) is the kernel's own.
+// the tile count. Slot 2 (clock64 once Q is in place) is the kernel's own, and so is slot 7 (the ring
+// kernel, session 40: clock64 once the Q tile is in shared memory, before warpgroup 0 reads its
+// fragments; left as the caller's fill value elsewhere).
 __device__ __forceinline__ long long* CtaTimesEntry(const MlaDecodeParams& p, int tid) {
   long long* const t = p.sm90_cta_times == nullptr ? nullptr : p.sm90_cta_times + 8 * static_cast<int64_t>(blockIdx.x);
   if (t != nullptr && tid == 0) {
@@ -327,7 +365,6 @@ __device__ __forceinline__ void CtaTimesExit(long long* t, int ntiles) {
   t[3] = clock64();
   t[5] = gt;
   t[6] = ntiles;
-  t[7] = 0;
 }
 
 // The kernel. Grid: one CTA per (sequence, split, 64-row block), the row blocks of one
@@ -473,10 +510,13 @@ __device__ __forceinline__ void StoreRows(const MlaDecodeParams& p, const CtaWor
     if (direct) {
       TOut* out = static_cast<TOut*>(p.out) + static_cast<int64_t>(t) * p.o_tok_stride +
                   static_cast<int64_t>(h) * p.o_head_stride + col0 + 2 * tq;
+      // Columns 2 tq, 2 tq + 1 as one store (session 40; 2-byte stores left half of each sector
+      // unused, session 16's ncu): the same roundings (RN per element).
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
-        out[j * 8] = dev::FromF<TOut>(acc[j * 4 + 2 * hr] * inv);
-        out[j * 8 + 1] = dev::FromF<TOut>(acc[j * 4 + 2 * hr + 1] * inv);
+        const float a = acc[j * 4 + 2 * hr] * inv, c = acc[j * 4 + 2 * hr + 1] * inv;
+        if constexpr (std::is_same_v<TOut, float>) *reinterpret_cast<float2*>(out + j * 8) = make_float2(a, c);
+        else *reinterpret_cast<__nv_bfloat162*>(out + j * 8) = __floats2bfloat162_rn(a, c);
       }
     } else {
       float* po = p.workspace + ((static_cast<int64_t>(t) * w.H + h) * max_splits + w.split) * kV + col0 + 2 * tq;

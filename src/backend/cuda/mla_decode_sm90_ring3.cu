@@ -236,6 +236,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   });
   FenceProxyAsync();  // generic-proxy writes of Q's rope box -> visible to wgmma
   NamedBarSync(kR3BarAll, kR3Threads);
+  if (cta_times != nullptr && tid == 0) cta_times[7] = clock64();
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};  // in the CTA's 64-row tile
 
   // The register split after the shared prologue: ptxas keeps this pair (the P V warpgroups
