@@ -117,6 +117,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   }
   env_switch("DS_SM90_GROUPED_GEMM", &c.sm90_grouped_gemm);      // sm_90a expert GEMMs
   env_switch("DS_MLA_DECODE_SM90", &c.mla_decode_sm90);          // sm_90a (wgmma + TMA) MLA decode
+  env_switch("DS_MLA_DECODE_Q_BF16", &c.mla_decode_q_bf16);   // the sm_90a decode reads a bf16 q_lat (session 40)
   env_switch("DS_SM90_MIXED_GEMM", &c.sm90_mixed_gemm);          // sm_90a bf16 x e4m3 GEMM
   env_switch("DS_MLA_DECODE_FUSED_COMBINE", &c.mla_decode_fused_combine);  // verified, slower: off
   env_switch("DS_MLA_DECODE_CLUSTER_MERGE", &c.mla_decode_cluster_merge);  // warp-split splits merged in a cluster (off)

@@ -28,6 +28,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -468,8 +469,12 @@ TEST(CudaRunner, DummyV3CublasFp8CloserToActQuantEmulation) {
 // there the median row and at least 3/4 of the rows are bounded. cuda-core vs tc and the
 // single-rounding emulations are printed as information (docs/design/cuda_backend.md,
 // "Numerics").
-std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm90 = false, int sm90_variant = 0) {
+// q_bf16_layers (non-null): CudaRunnerOptions::mla_decode_q_bf16 on, and the runner's count of
+// layers that took it (CudaGraphStats::mla_q_bf16_layers) stored there.
+std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm90 = false, int sm90_variant = 0,
+                                       int64_t* q_bf16_layers = nullptr) {
   CudaRunnerOptions o = DummyV3Options(layers, 16, 5);
+  o.mla_decode_q_bf16 = q_bf16_layers != nullptr;
   o.mla_mode = MlaMode::kAbsorbed;
   o.mla_decode_tensor_cores = tc;
   o.mla_decode_emulate_tc = emulate;
@@ -504,6 +509,7 @@ std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm
   step({300, 70}, {0, 0});
   for (int k = 0; k < 4; ++k) step({1, 1}, {300 + k, 70 + k});
   step({2, 1}, {304, 74});
+  if (q_bf16_layers != nullptr) *q_bf16_layers = GetCudaGraphStats(m).mla_q_bf16_layers;
   return logits;
 }
 
@@ -609,6 +615,27 @@ TEST(CudaRunner, DummyV3DecodeSm90VariantsBitEqual) {
     for (size_t i = 0; i < vn.size(); ++i) diff += !(vn[i] == v0[i]);
     std::printf("[metric] dummy_v3_3layers mla_decode sm90_v%d_vs_v0 differing logits %lld of %zu\n", variant,
                 static_cast<long long>(diff), vn.size());
+    EXPECT_EQ(diff, 0) << "variant " << variant;
+  }
+}
+
+// CudaRunnerOptions::mla_decode_q_bf16 (session 40): the sm_90a decode reads a bf16 copy of q_lat
+// (F32ToBf16, RN) instead of rounding the fp32 q_lat itself (RN): the same logits bit for bit, at the
+// default variant and at 15; the path must have run (its layer count > 0).
+TEST(CudaRunner, DummyV3DecodeSm90QBf16BitEqual) {
+  if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
+  if (!Sm90MlaDecodeAvailable()) GTEST_SKIP() << kNoSm90MlaDecode;
+  for (int variant : {0, 15}) {
+    const auto ref = DummyV3DecodeLogits(3, true, 0, true, variant);
+    int64_t layers = 0;
+    const auto qb = DummyV3DecodeLogits(3, true, 0, true, variant, &layers);
+    ASSERT_FALSE(ref.empty());
+    ASSERT_EQ(qb.size(), ref.size());
+    int64_t diff = 0;
+    for (size_t i = 0; i < qb.size(); ++i) diff += std::memcmp(&qb[i], &ref[i], sizeof(float)) != 0;
+    std::printf("[metric] dummy_v3_3layers mla_decode sm90_v%d q_bf16 vs q: differing logits %lld of %zu (%lld layers took it)\n",
+                variant, static_cast<long long>(diff), qb.size(), static_cast<long long>(layers));
+    EXPECT_GT(layers, 0) << "variant " << variant << ": no layer read a bf16 q_lat";
     EXPECT_EQ(diff, 0) << "variant " << variant;
   }
 }

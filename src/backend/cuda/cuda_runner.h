@@ -87,6 +87,11 @@ struct CudaRunnerOptions {
   // softmax (session 39; the same bits).
   // Only with mla_decode_sm90.
   int mla_decode_sm90_variant = 0;
+  // Session 40 (opt-in; the CLI reads DS_MLA_DECODE_Q_BF16=1): the sm_90a decode reads a bf16 copy
+  // of q_lat (MlaDecodeParams::q_bf16; one F32ToBf16 launch a layer) instead of converting the fp32
+  // q_lat in each CTA's prologue. The same bits (CudaRunner.DummyV3DecodeSm90QBf16BitEqual).
+  // Only with mla_decode_sm90.
+  bool mla_decode_q_bf16 = false;
   // With mla_decode_sm90_variant 0: the variant decode passes of <= 8 sequences take instead (-1:
   // none). 4 by default since session 29: bit-equal to 0 (CudaRunner.DummyV3DecodeSm90VariantsBitEqual),
   // V3 8 layers b1 1K 2.323 ms against 2.347 and 4K 2.385 against 2.392 (bench/results/
@@ -731,6 +736,7 @@ struct CudaGraphStats {
   int64_t combine_norm_split_layers = 0;  // MoE layers whose MoeCombineNorm ran split over blocks (combine_norm_split)
   int64_t norm_split_launches = 0;  // residual-form RmsNorms run as split MoeCombineNorm launches (combine_norm_split)
   int64_t mla_uv_preload_layers = 0;  // fused_uv layers whose W_UV merge kernel preloaded its rows (mla_uv_preload)
+  int64_t mla_q_bf16_layers = 0;  // MLA decode layers whose sm_90a kernel read a bf16 q_lat (mla_decode_q_bf16)
   int64_t gate_up_silu_layers = 0;  // MoE layers whose gate_up GEMM ran SiLU-and-mul (fused_gate_up_silu; likewise)
   int64_t persistent_moe_layers = 0;  // MoE layers run by the persistent kernel (persistent_moe; likewise)
   int64_t moe_gu_ksplit_layers = 0;    // persistent MoE layers with gu_ksplit > 1 (likewise)

@@ -544,7 +544,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer ids_, pos_, slots_, residual_, h32_, h16_, o32_, mlp32_, q32_, cq32_, cq16_, lat32_;
   DeviceBuffer attn32_, gu32_, act32_, act16_, offs1_;
   DeviceBuffer ctx_slots_, lat16_, rope32_, kv32_, grp_qs_, grp_ks_, grp_pos0_;
-  DeviceBuffer tok_idx_, qa32_, qlat32_, olat32_, olat16_, ova32_, ov16_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
+  DeviceBuffer tok_idx_, qa32_, qlat32_, qlat16_, olat32_, olat16_, ova32_, ov16_, dec_qs_, dec_ctx_, dec_bt_, dec_ws_;
   DeviceBuffer rlogits_, topk_ids_, topk_w_, moe_offs_, moe_pos_, moe_src_, moe_ws_, xp16_, egu32_, eact16_, ey16_;
   DeviceBuffer sel32_, logits_;
   // sm_90a expert GEMMs: workspace (grouped_gemm_sm90.h); FP8 x FP8 experts: e4m3 activations
