@@ -147,7 +147,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
                      int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0, bool sm90 = false,
                      int sm90_variant = 0, int tc_fused_combine = 0, int64_t sm90_min_rows = 0,
                      bool sm90_balanced = false, int sm90_kv_l2_hint = 0, int sm90_combine_groups = 0,
-                     bool pdl = false, bool q_bf16 = false, int sm90_prologue = 0) {
+                     bool pdl = false, bool q_bf16 = false) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -202,7 +202,6 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.tc_fused_combine = tc_fused_combine; p.split_counters = split_cnt.as<uint32_t>(); p.split_counter_count = S;
   p.sm90_kv_l2_hint = sm90_kv_l2_hint; p.sm90_combine_groups = sm90_combine_groups; p.pdl = pdl;
   if (qb) p.q_bf16 = qb->as<__nv_bfloat16>();
-  p.sm90_prologue = sm90_prologue;
   if (sm90) {
     DS_CHECK(MlaDecodeSm90Selected(p)) << "bench: the sm90 MLA decode kernel does not apply to " << label;
   }
@@ -233,7 +232,6 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   if (sm90 && sm90_variant > 0 && sm90_variant < kSm90Variants) kernel += kSm90VariantTags[sm90_variant];
   if (sm90_balanced) kernel += "[balanced]";
   if (q_bf16) kernel += "[q:bf16]";
-  if (sm90 && sm90_prologue > 0) kernel += "[prologue:" + std::to_string(sm90_prologue) + "]";
   static const char* const kL2Tags[] = {"", "[l2:evict_first]", "[l2:evict_last]", "[l2:evict_normal]"};
   if (sm90 && sm90_kv_l2_hint > 0 && sm90_kv_l2_hint < 4) kernel += kL2Tags[sm90_kv_l2_hint];
   if (sm90 && sm90_combine_groups == 4) kernel += "[combine4]";
@@ -254,8 +252,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
     pt.block_table = tables[0]->as<int32_t>();
     // The grid: row blocks x (work items or sequences x splits), splits of >= 64 keys either way.
     PrintCtaTimes(b, pt, (qlen * H + 63) / 64 * S * std::max<int64_t>(1, (max_ctx + 63) / 64),
-                  label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : "") +
-                      (sm90_prologue > 0 ? " [prologue:" + std::to_string(sm90_prologue) + "]" : ""));
+                  label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""));
   }
   // DS_BENCH_MLA_TIMELINE=1 (a measurement): PrintTimeline, variant 11 (two warpgroups, a tile pair
   // an iteration) or 12, 13, 15 (three; the ring's timeline instantiation runs 15's schedule for 15,
@@ -375,8 +372,6 @@ void MlaDecodeSm90Anchors(Bench& b) {
   };
   const std::vector<int> l2_hints = int_list("DS_BENCH_SM90_L2HINTS", "0");
   const std::vector<int> combine_groups = int_list("DS_BENCH_SM90_COMBINE_GROUPS", "0");
-  // DS_BENCH_SM90_PROLOGUE (MlaDecodeParams::sm90_prologue, variants 12, 13, 15; default "0"; others ignore it).
-  const std::vector<int> prologues = int_list("DS_BENCH_SM90_PROLOGUE", "0");
   const std::vector<int> pdls = int_list("DS_BENCH_MLA_PDL", "0");
   for (const auto& a : kAnchors) {
     if (only_anchor != nullptr && *only_anchor != '\0' && std::string(a.name).find(only_anchor) == std::string::npos) continue;
@@ -394,7 +389,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
     // beside the default tensor-core path, timed in the same family.
     const bool partial = a.H * a.qlen < 64;
     // The variants a comma list names, each into us[v]; balanced: with the work list.
-    // Each variant once per (L2 hint, combine groups, PDL, prologue) of the A/B lists, interleaved; the
+    // Each variant once per (L2 hint, combine groups, PDL) of the A/B lists, interleaved; the
     // table keeps the first setting's time (the others are kernels.json records with their tags).
     const auto run_variants = [&](const std::string& list, bool balanced, std::vector<double>& us, bool q16 = false) {
       for (int v = 0; v < kSm90Variants; ++v) {
@@ -403,17 +398,15 @@ void MlaDecodeSm90Anchors(Bench& b) {
         bool first = true;
         for (const int pdl : pdls)
           for (const int hint : l2_hints)
-            for (const int groups : combine_groups)
-              for (const int pro : prologues) {
-                if (pro != prologues[0] && !(v == 12 || v == 13 || v == 15)) continue;
-                const double t = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
-                                               (v == 0 ? note : note + ", variant " + std::to_string(v)) +
-                                                   (partial ? ", partial 64-row tile" : ""),
-                                               0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, balanced, hint,
-                                               groups, pdl != 0, q16, (v == 12 || v == 13 || v == 15) ? pro : 0);
-                if (first) us[v] = t;
-                first = false;
-              }
+            for (const int groups : combine_groups) {
+              const double t = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
+                                             (v == 0 ? note : note + ", variant " + std::to_string(v)) +
+                                                 (partial ? ", partial 64-row tile" : ""),
+                                             0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, balanced, hint,
+                                             groups, pdl != 0, q16);
+              if (first) us[v] = t;
+              first = false;
+            }
       }
     };
     if (balanced_first) run_variants(bal, true, r.bal_us);
@@ -423,9 +416,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
     {  // the bf16-q variants also in the balanced list
       std::string both = ",";
       for (int v = 0; v < kSm90Variants; ++v) {
-        std::string t = ",";
-        t += std::to_string(v);
-        t += ',';
+        const std::string t = "," + std::to_string(v) + ",";
         if (qbf.find(t) != std::string::npos && bal.find(t) != std::string::npos) both += std::to_string(v) + ",";
       }
       run_variants(both, true, r.qbb_us, true);

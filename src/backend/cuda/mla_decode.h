@@ -211,13 +211,6 @@ struct MlaDecodeParams {
   // the same bits (CudaMlaDecodeSm90.*: q_bf16 vs q, every variant). q is still read by every other
   // path (tensor-core, CUDA-core), so give both. Needs 16-byte alignment, strides % 8 == 0.
   const __nv_bfloat16* q_bf16 = nullptr;
-  // Variants 12, 13, 15 (session 40; A/B, bench only): when the first K tiles are issued against the
-  // Q tile's loads. 0 = tiles 0 and 1 under the Q loads (sessions 38-39); 1 = tile 0 under the Q
-  // loads, tile 1 once Q is in shared memory; 2 = both once Q is in shared memory. (Tile 2 goes into
-  // the stage the Q tile is staged in, so always after warpgroup 0 has read its fragments.) In a
-  // first wave every CTA loads at once and Q, which warpgroup 0 needs first, shared the bandwidth
-  // with two tiles (session 40 run 1: Q in shared memory after ~8 K cycles). The same bits.
-  int sm90_prologue = 0;
 };
 // Keys of one independent online softmax (split) of the tensor-core path for these params
 // (the sm90 kernel's plan, MlaDecodeSm90Chunk, when MlaDecodeSm90Selected)

@@ -231,14 +231,12 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   LoadQTile<kR3Threads, kBM * (kD / 4) / kR3Threads>(p, smem + kR3OffQStage, tid, row0, valid_rows, q0, H, [&] {
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
-      for (int it = 0; it < min(2 - p.sm90_prologue, ntiles); ++it) issue_tile(it);  // (sm90_prologue 0-2)
+      for (int it = 0; it < min(2, ntiles); ++it) issue_tile(it);
     }
   });
   FenceProxyAsync();  // generic-proxy writes of Q's rope box -> visible to wgmma
   NamedBarSync(kR3BarAll, kR3Threads);
   if (cta_times != nullptr && tid == 0) cta_times[7] = clock64();
-  if (tid == 0 && p.sm90_prologue > 0)  // MlaDecodeParams::sm90_prologue: the tiles held back until Q landed
-    for (int it = 2 - p.sm90_prologue; it < min(2, ntiles); ++it) issue_tile(it);
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};  // in the CTA's 64-row tile
 
   // The register split after the shared prologue: ptxas keeps this pair (the P V warpgroups
