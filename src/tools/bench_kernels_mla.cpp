@@ -416,7 +416,9 @@ void MlaDecodeSm90Anchors(Bench& b) {
     {  // the bf16-q variants also in the balanced list
       std::string both = ",";
       for (int v = 0; v < kSm90Variants; ++v) {
-        const std::string t = "," + std::to_string(v) + ",";
+        std::string t = ",";
+        t += std::to_string(v);
+        t += ',';
         if (qbf.find(t) != std::string::npos && bal.find(t) != std::string::npos) both += std::to_string(v) + ",";
       }
       run_variants(both, true, r.qbb_us, true);
