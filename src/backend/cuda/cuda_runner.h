@@ -96,7 +96,7 @@ struct CudaRunnerOptions {
   // none). 4 by default since session 29: bit-equal to 0 (CudaRunner.DummyV3DecodeSm90VariantsBitEqual),
   // V3 8 layers b1 1K 2.323 ms against 2.347 and 4K 2.385 against 2.392 (bench/results/
   // session29_2026-12-01_run7; runs 3 and 6: -10 to -12 us), b8 5.229 against 5.225 (run 7). Not at
-  // larger batches: kernel-level 333 against 323 us at b128 x 4K (cuda_backend.md, "Variant 4").
+  // larger batches: kernel-level 333 against 323 us at b128 x 4K (mla_decode_sm90.md, "Session 16").
   // The CLI reads DS_MLA_DECODE_SM90_SMALL_VARIANT=-1|0|4|8|9|10|11.
   int mla_decode_sm90_small_variant = 4;
   // MlaDecodeParams::sm90_min_rows (A/B; the CLI reads DS_MLA_DECODE_SM90_MIN_ROWS=N): 0 = the
