@@ -471,8 +471,12 @@ TEST(CudaRunner, DummyV3CublasFp8CloserToActQuantEmulation) {
 // "Numerics").
 // q_bf16_layers (non-null): CudaRunnerOptions::mla_decode_q_bf16 on, and the runner's count of
 // layers that took it (CudaGraphStats::mla_q_bf16_layers) stored there.
+// growth: instead of the steps below, two one-token prompts, three decode steps (the batch-2 decode graph
+// captured and replayed), an absorbed pass of 301 tokens (the activation buffers grow, so the runner drops
+// its graphs), three more decode steps (the graph captured again): a graph must never keep a buffer's
+// old address (CudaModelRunner::ActivationPtrs).
 std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm90 = false, int sm90_variant = 0,
-                                       int64_t* q_bf16_layers = nullptr) {
+                                       int64_t* q_bf16_layers = nullptr, bool growth = false) {
   CudaRunnerOptions o = DummyV3Options(layers, 16, 5);
   o.mla_decode_q_bf16 = q_bf16_layers != nullptr;
   o.mla_mode = MlaMode::kAbsorbed;
@@ -506,9 +510,16 @@ std::vector<float> DummyV3DecodeLogits(int layers, bool tc, int emulate, bool sm
     EXPECT_TRUE(st.ok()) << st.ToString();
     logits.insert(logits.end(), out.logits.begin(), out.logits.end());
   };
-  step({300, 70}, {0, 0});
-  for (int k = 0; k < 4; ++k) step({1, 1}, {300 + k, 70 + k});
-  step({2, 1}, {304, 74});
+  if (growth) {
+    step({1, 1}, {0, 0});
+    for (int k = 0; k < 3; ++k) step({1, 1}, {1 + k, 1 + k});
+    step({300, 1}, {4, 4});
+    for (int k = 0; k < 3; ++k) step({1, 1}, {304 + k, 5 + k});
+  } else {
+    step({300, 70}, {0, 0});
+    for (int k = 0; k < 4; ++k) step({1, 1}, {300 + k, 70 + k});
+    step({2, 1}, {304, 74});
+  }
   if (q_bf16_layers != nullptr) *q_bf16_layers = GetCudaGraphStats(m).mla_q_bf16_layers;
   return logits;
 }
@@ -621,22 +632,25 @@ TEST(CudaRunner, DummyV3DecodeSm90VariantsBitEqual) {
 
 // CudaRunnerOptions::mla_decode_q_bf16 (session 40): the sm_90a decode reads a bf16 copy of q_lat
 // (F32ToBf16, RN) instead of rounding the fp32 q_lat itself (RN): the same logits bit for bit, at the
-// default variant and at 15; the path must have run (its layer count > 0).
+// default variant and at 15; the path must have run (its layer count > 0). The growth steps check that
+// the bf16 q_lat buffer is among the activations whose growth drops the captured graphs.
 TEST(CudaRunner, DummyV3DecodeSm90QBf16BitEqual) {
   if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
   if (!Sm90MlaDecodeAvailable()) GTEST_SKIP() << kNoSm90MlaDecode;
-  for (int variant : {0, 15}) {
-    const auto ref = DummyV3DecodeLogits(3, true, 0, true, variant);
+  for (int variant : {0, 15, -1}) {
+    const bool growth = variant < 0;  // the growth steps, at variant 0
+    const int v = growth ? 0 : variant;
+    const auto ref = DummyV3DecodeLogits(3, true, 0, true, v, nullptr, growth);
     int64_t layers = 0;
-    const auto qb = DummyV3DecodeLogits(3, true, 0, true, variant, &layers);
+    const auto qb = DummyV3DecodeLogits(3, true, 0, true, v, &layers, growth);
     ASSERT_FALSE(ref.empty());
     ASSERT_EQ(qb.size(), ref.size());
     int64_t diff = 0;
     for (size_t i = 0; i < qb.size(); ++i) diff += std::memcmp(&qb[i], &ref[i], sizeof(float)) != 0;
-    std::printf("[metric] dummy_v3_3layers mla_decode sm90_v%d q_bf16 vs q: differing logits %lld of %zu (%lld layers took it)\n",
-                variant, static_cast<long long>(diff), qb.size(), static_cast<long long>(layers));
-    EXPECT_GT(layers, 0) << "variant " << variant << ": no layer read a bf16 q_lat";
-    EXPECT_EQ(diff, 0) << "variant " << variant;
+    std::printf("[metric] dummy_v3_3layers mla_decode sm90_v%d%s q_bf16 vs q: differing logits %lld of %zu (%lld layers took it)\n",
+                v, growth ? " growth" : "", static_cast<long long>(diff), qb.size(), static_cast<long long>(layers));
+    EXPECT_GT(layers, 0) << "variant " << v << (growth ? " growth" : "") << ": no layer read a bf16 q_lat";
+    EXPECT_EQ(diff, 0) << "variant " << v << (growth ? " growth" : "");
   }
 }
 

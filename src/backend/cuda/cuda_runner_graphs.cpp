@@ -33,7 +33,7 @@ std::vector<void*> CudaModelRunner::ActivationPtrs() const {
   for (const DeviceBuffer* b :
        {&ids_, &pos_, &slots_, &residual_, &h32_, &h16_, &o32_, &mlp32_, &q32_, &cq32_, &cq16_, &lat32_, &attn32_,
         &gu32_, &act32_, &act16_, &offs1_, &ctx_slots_, &lat16_, &rope32_,
-        &kv32_, &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &olat32_, &olat16_, &ova32_, &ov16_, &dec_qs_,
+        &kv32_, &grp_qs_, &grp_ks_, &grp_pos0_, &tok_idx_, &qa32_, &qlat32_, &qlat16_, &olat32_, &olat16_, &ova32_, &ov16_, &dec_qs_,
         &dec_ctx_, &dec_bt_, &dec_ws_, &rlogits_, &topk_ids_, &topk_w_, &moe_offs_, &moe_pos_, &moe_src_, &moe_ws_,
         &xp16_, &egu32_, &eact16_, &ey16_, &sel32_, &logits_, &moe_gg_ws_, &eq8_, &es_, &dense_gg_ws_, &persist_act_, &attn_qlat16_,
         &graph_ids_, &graph_argmax_ws_.argmax_part, &graph_argmax_ws_.argmax_cnt, &lm_argmax_ws_, &lm_argmax_cnt_,
