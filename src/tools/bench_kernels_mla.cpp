@@ -77,12 +77,14 @@ void PrintTimeline(Bench& b, MlaDecodeParams p, const int32_t* table, const std:
     std::printf("\n");
   }
   std::sort(all.begin(), all.end(), [](const Ev& x, const Ev& y) { return x.t < y.t; });
-  std::printf("timeline %s v%d start (cycles from the first event; wg:it:event):", label.c_str(), sched);
-  for (size_t i = 0; i < all.size() && i < 40; ++i)
-    std::printf(" %lld=%d:%d:%d", all[i].t - all[0].t, all[i].wg, all[i].tile, all[i].ev);
-  std::printf("\n");
   int max_tile = 0;
   for (const Ev& e : all) max_tile = std::max(max_tile, e.tile);
+  // The first 40 events; all of them for a CTA of <= 10 iterations (e.g. batch 1 x 32K: 8 tiles a CTA).
+  const size_t nstart = max_tile < 10 ? all.size() : 40;
+  std::printf("timeline %s v%d start (cycles from the first event; wg:it:event):", label.c_str(), sched);
+  for (size_t i = 0; i < all.size() && i < nstart; ++i)
+    std::printf(" %lld=%d:%d:%d", all[i].t - all[0].t, all[i].wg, all[i].tile, all[i].ev);
+  std::printf("\n");
   const int t0 = std::min(8, std::max(0, max_tile - 3)), t1 = t0 + 2;
   long long base = -1;
   std::printf("timeline %s v%d window iterations %d-%d (cycles from the window's first event, any warpgroup; wg:it:event):",
@@ -259,7 +261,8 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   // 13's otherwise).
   if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE");
       sm90 && (sm90_variant == 11 || sm90_variant >= 12) && e && std::string(e) == "1") {
-    PrintTimeline(b, p, tables[0]->as<int32_t>(), label, sm90_variant == 11 ? 2 : 3);
+    PrintTimeline(b, p, tables[0]->as<int32_t>(), label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""),
+                  sm90_variant == 11 ? 2 : 3);
   }
   return us;
 }
