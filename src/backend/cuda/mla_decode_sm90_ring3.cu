@@ -232,6 +232,16 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kv_map)) : "memory");
       for (int it = 0; it < min(2, ntiles); ++it) issue_tile(it);
+      if (ntiles <= p.sm90_l2_prefetch) {  // MlaDecodeParams::sm90_l2_prefetch: the rest of a short CTA's tiles into L2
+        const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
+        const int bs = static_cast<int>(p.block_size);
+        for (int it = 2; it < ntiles; ++it) {
+          const int k0 = kbeg + it * kBN;
+          const int64_t row = static_cast<int64_t>(bt[k0 / bs]) * bs + k0 % bs;
+          const uint32_t bytes = static_cast<uint32_t>(min(kBN, kend - k0) * kD * 2);  // the keys that exist
+          asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p.cache + row * kD), "r"(bytes) : "memory");
+        }
+      }
     }
   });
   FenceProxyAsync();  // generic-proxy writes of Q's rope box -> visible to wgmma
