@@ -149,7 +149,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
                      int tc_fast_io = 0, int tc_kernel = 0, int tc_cluster_merge = 0, bool sm90 = false,
                      int sm90_variant = 0, int tc_fused_combine = 0, int64_t sm90_min_rows = 0,
                      bool sm90_balanced = false, int sm90_kv_l2_hint = 0, int sm90_combine_groups = 0,
-                     bool pdl = false, bool q_bf16 = false, int sm90_l2_prefetch = 0) {
+                     bool pdl = false, bool q_bf16 = false) {
   const int64_t S = static_cast<int64_t>(ctx.size()), bs = 64, L = 576, kvl = 512;
   int64_t pages = 0, max_blocks = 0, max_ctx = 0, total = 0;
   for (auto c : ctx) {
@@ -204,7 +204,6 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   p.tc_fused_combine = tc_fused_combine; p.split_counters = split_cnt.as<uint32_t>(); p.split_counter_count = S;
   p.sm90_kv_l2_hint = sm90_kv_l2_hint; p.sm90_combine_groups = sm90_combine_groups; p.pdl = pdl;
   if (qb) p.q_bf16 = qb->as<__nv_bfloat16>();
-  p.sm90_l2_prefetch = sm90_l2_prefetch;
   if (sm90) {
     DS_CHECK(MlaDecodeSm90Selected(p)) << "bench: the sm90 MLA decode kernel does not apply to " << label;
   }
@@ -235,7 +234,6 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   if (sm90 && sm90_variant > 0 && sm90_variant < kSm90Variants) kernel += kSm90VariantTags[sm90_variant];
   if (sm90_balanced) kernel += "[balanced]";
   if (q_bf16) kernel += "[q:bf16]";
-  if (sm90 && sm90_l2_prefetch > 0) kernel += "[l2pf:" + std::to_string(sm90_l2_prefetch) + "]";
   static const char* const kL2Tags[] = {"", "[l2:evict_first]", "[l2:evict_last]", "[l2:evict_normal]"};
   if (sm90 && sm90_kv_l2_hint > 0 && sm90_kv_l2_hint < 4) kernel += kL2Tags[sm90_kv_l2_hint];
   if (sm90 && sm90_combine_groups == 4) kernel += "[combine4]";
@@ -256,16 +254,14 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
     pt.block_table = tables[0]->as<int32_t>();
     // The grid: row blocks x (work items or sequences x splits), splits of >= 64 keys either way.
     PrintCtaTimes(b, pt, (qlen * H + 63) / 64 * S * std::max<int64_t>(1, (max_ctx + 63) / 64),
-                  label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : "") +
-                      (sm90_l2_prefetch > 0 ? " [l2pf]" : ""));
+                  label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""));
   }
   // DS_BENCH_MLA_TIMELINE=1 (a measurement): PrintTimeline, variant 11 (two warpgroups, a tile pair
   // an iteration) or 12, 13, 15 (three; the ring's timeline instantiation runs 15's schedule for 15,
   // 13's otherwise).
   if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE");
       sm90 && (sm90_variant == 11 || sm90_variant >= 12) && e && std::string(e) == "1") {
-    PrintTimeline(b, p, tables[0]->as<int32_t>(),
-                  label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : "") + (sm90_l2_prefetch > 0 ? " [l2pf]" : ""),
+    PrintTimeline(b, p, tables[0]->as<int32_t>(), label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""),
                   sm90_variant == 11 ? 2 : 3);
   }
   return us;
@@ -379,8 +375,6 @@ void MlaDecodeSm90Anchors(Bench& b) {
   };
   const std::vector<int> l2_hints = int_list("DS_BENCH_SM90_L2HINTS", "0");
   const std::vector<int> combine_groups = int_list("DS_BENCH_SM90_COMBINE_GROUPS", "0");
-  // DS_BENCH_SM90_L2PF (MlaDecodeParams::sm90_l2_prefetch, variants 12, 13, 15; default "0"; others ignore it).
-  const std::vector<int> l2pfs = int_list("DS_BENCH_SM90_L2PF", "0");
   const std::vector<int> pdls = int_list("DS_BENCH_MLA_PDL", "0");
   for (const auto& a : kAnchors) {
     if (only_anchor != nullptr && *only_anchor != '\0' && std::string(a.name).find(only_anchor) == std::string::npos) continue;
@@ -407,18 +401,15 @@ void MlaDecodeSm90Anchors(Bench& b) {
         bool first = true;
         for (const int pdl : pdls)
           for (const int hint : l2_hints)
-            for (const int groups : combine_groups)
-              for (const int pf : l2pfs) {
-                const bool ring = v == 12 || v == 13 || v == 15;
-                if (pf != l2pfs[0] && !ring) continue;
-                const double t = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
-                                               (v == 0 ? note : note + ", variant " + std::to_string(v)) +
-                                                   (partial ? ", partial 64-row tile" : ""),
-                                               0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, balanced, hint,
-                                               groups, pdl != 0, q16, ring ? pf : 0);
-                if (first) us[v] = t;
-                first = false;
-              }
+            for (const int groups : combine_groups) {
+              const double t = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name,
+                                             (v == 0 ? note : note + ", variant " + std::to_string(v)) +
+                                                 (partial ? ", partial 64-row tile" : ""),
+                                             0, 0, 0, 0, 0, 0, true, v, 0, partial ? a.H * a.qlen : 0, balanced, hint,
+                                             groups, pdl != 0, q16);
+              if (first) us[v] = t;
+              first = false;
+            }
       }
     };
     if (balanced_first) run_variants(bal, true, r.bal_us);

@@ -211,11 +211,6 @@ struct MlaDecodeParams {
   // the same bits (CudaMlaDecodeSm90.*: q_bf16 vs q, every variant). q is still read by every other
   // path (tensor-core, CUDA-core), so give both. Needs 16-byte alignment, strides % 8 == 0.
   const __nv_bfloat16* q_bf16 = nullptr;
-  // Variants 12, 13, 15 (session 40; A/B, bench only): a CTA of at most this many 64-key tiles asks L2
-  // for its tiles 2 .. (cp.async.bulk.prefetch.L2, the keys of each tile's rows that exist) at its start,
-  // beside the TMA loads of tiles 0 and 1; 0 = off. For short CTAs (batch 1 x 32K: 8 tiles a CTA), whose
-  // three-stage ring keeps only three tiles in flight against the first wave's load latency. The same bits.
-  int sm90_l2_prefetch = 0;
 };
 // Keys of one independent online softmax (split) of the tensor-core path for these params
 // (the sm90 kernel's plan, MlaDecodeSm90Chunk, when MlaDecodeSm90Selected)

@@ -940,7 +940,6 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant << " needs softmax_scale > 0";
   DS_CHECK(p.sm90_combine_groups == 0 || p.sm90_combine_groups == 1 || p.sm90_combine_groups == 4)
       << "MlaDecodeAttentionSm90: sm90_combine_groups " << p.sm90_combine_groups << " (0 by shape, 1, 4)";
-  DS_CHECK(p.sm90_l2_prefetch >= 0) << "MlaDecodeAttentionSm90: sm90_l2_prefetch " << p.sm90_l2_prefetch;
   DS_CHECK(p.sm90_kv_l2_hint >= 0 && p.sm90_kv_l2_hint <= 3)
       << "MlaDecodeAttentionSm90: sm90_kv_l2_hint " << p.sm90_kv_l2_hint << " (0-3)";
   if (p.num_tokens == 0 || p.num_seqs == 0) return;

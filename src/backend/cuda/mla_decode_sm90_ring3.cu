@@ -237,18 +237,6 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   FenceProxyAsync();  // generic-proxy writes of Q's rope box -> visible to wgmma
   NamedBarSync(kR3BarAll, kR3Threads);
   if (cta_times != nullptr && tid == 0) cta_times[7] = clock64();
-  // MlaDecodeParams::sm90_l2_prefetch: the tiles of a short CTA past the ring's first three asked of L2 once
-  // Q has landed (run 5: asked beside the Q loads, they delayed Q more than they saved).
-  if (tid == 0 && ntiles <= p.sm90_l2_prefetch) {
-    const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
-    const int bs = static_cast<int>(p.block_size);
-    for (int it = 3; it < ntiles; ++it) {
-      const int k0 = kbeg + it * kBN;
-      const int64_t row = static_cast<int64_t>(bt[k0 / bs]) * bs + k0 % bs;
-      const uint32_t bytes = static_cast<uint32_t>(min(kBN, kend - k0) * kD * 2);  // the keys that exist
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p.cache + row * kD), "r"(bytes) : "memory");
-    }
-  }
   const int my_row[2] = {warp * 16 + g, warp * 16 + g + 8};  // in the CTA's 64-row tile
 
   // The register split after the shared prologue: ptxas keeps this pair (the P V warpgroups
