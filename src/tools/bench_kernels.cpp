@@ -1318,18 +1318,12 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
     s += "\n";
   }
   if (!MlaResults().sm90.empty()) {
-    // One column pair per variant timed in any row (MlaDecodeParams::sm90_variant; "-" = not timed).
-    // Balanced work-list runs (MlaDecodeParams::sm90_work) as extra columns: v + kSm90Variants.
-    // bf16-q runs (MlaDecodeParams::q_bf16) likewise: v + 2 kSm90Variants (plain), v + 3 kSm90Variants (balanced).
-    const auto set_of = [](const Sm90Result& a, int v) -> const std::vector<double>& {
-      const int k = v / kSm90Variants;
-      return k == 0 ? a.us : k == 1 ? a.bal_us : k == 2 ? a.qb_us : a.qbb_us;
-    };
-    static const char* const kSetTags[] = {"", "b", "q", "bq"};
+    // One column pair per (run set, variant) timed in any row (MlaDecodeParams::sm90_variant; "-" =
+    // not timed), column v = run set * kSm90Variants + variant (Sm90RunSet).
     std::vector<int> cols;
-    for (int v = 0; v < 4 * kSm90Variants; ++v)
+    for (int v = 0; v < kSm90RunSets * kSm90Variants; ++v)
       for (const auto& a : MlaResults().sm90) {
-        const std::vector<double>& t = set_of(a, v);
+        const std::vector<double>& t = a.us[v / kSm90Variants];
         const int i = v % kSm90Variants;
         if (i < static_cast<int>(t.size()) && t[i] > 0) {
           cols.push_back(v);
@@ -1345,7 +1339,7 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
          "PlanMlaDecodeSm90WorkList); vNq / vNbq = the same with a bf16 q (MlaDecodeParams::q_bf16, FlashMLA's input form).\n\n| case | FlashMLA us |";
     std::string sep = "|---|---:|";
     for (int v : cols) {
-      const std::string tag = "v" + std::to_string(v % kSm90Variants) + kSetTags[v / kSm90Variants];
+      const std::string tag = "v" + std::to_string(v % kSm90Variants) + kSm90RunSetTags[v / kSm90Variants];
       s += " " + tag + " us | FlashMLA / " + tag + " |";
       sep += "---:|---:|";
     }
@@ -1354,7 +1348,7 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
       std::snprintf(buf, sizeof buf, "| %s | %.1f |", a.name.c_str(), a.flashmla_us);
       s += buf;
       for (int v : cols) {
-        const std::vector<double>& t = set_of(a, v);
+        const std::vector<double>& t = a.us[v / kSm90Variants];
         const int i = v % kSm90Variants;
         const double us = i < static_cast<int>(t.size()) ? t[i] : -1.0;
         if (us > 0) std::snprintf(buf, sizeof buf, " %.1f | %.2f |", us, a.flashmla_us / us);

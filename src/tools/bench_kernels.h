@@ -199,13 +199,15 @@ inline constexpr const char* kSm90VariantTags[kSm90Variants] = {
     "[removed]", "[3wg,fast-softmax]", "[fast-softmax]", "[3wg,fast-softmax,box-barriers]", "[tile-pairs]",
     "[3wg,ring3,q-in-registers]", "[3wg,ring3,q-in-registers,stage-barriers]", "[removed]",
     "[3wg,ring3,q-in-registers,stage-barriers,lean-softmax]"};
+// The run sets of an sm90 anchor: the uniform split plan or the balanced work list
+// (MlaDecodeParams::sm90_work), each with the fp32 q or a bf16 q (MlaDecodeParams::q_bf16); the
+// table's column tags vN, vNb, vNq, vNbq.
+enum Sm90RunSet : int { kSm90Plain = 0, kSm90Balanced, kSm90QBf16, kSm90BalancedQBf16, kSm90RunSets };
+inline constexpr const char* kSm90RunSetTags[kSm90RunSets] = {"", "b", "q", "bq"};
 struct Sm90Result {
   std::string name;
   double flashmla_us = 0;
-  std::vector<double> us;  // per variant; -1 = not timed
-  std::vector<double> bal_us;  // per variant with the balanced work list (MlaDecodeParams::sm90_work); -1 = not timed
-  std::vector<double> qb_us;   // per variant with a bf16 q (MlaDecodeParams::q_bf16); -1 = not timed
-  std::vector<double> qbb_us;  // the same with the balanced work list
+  std::vector<double> us[kSm90RunSets];  // [run set][variant] us; -1 = not timed
   double tc_us = 0;
 };
 struct MlaTables {

@@ -384,10 +384,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
     Sm90Result r;
     r.name = a.name;
     r.flashmla_us = a.flashmla_us;
-    r.us.assign(kSm90Variants, -1.0);
-    r.bal_us.assign(kSm90Variants, -1.0);
-    r.qb_us.assign(kSm90Variants, -1.0);
-    r.qbb_us.assign(kSm90Variants, -1.0);
+    for (auto& set : r.us) set.assign(kSm90Variants, -1.0);
     // 16 heads: the sm_90a kernels with a partial 64-row tile (MlaDecodeParams::sm90_min_rows),
     // beside the default tensor-core path, timed in the same family.
     const bool partial = a.H * a.qlen < 64;
@@ -412,10 +409,10 @@ void MlaDecodeSm90Anchors(Bench& b) {
             }
       }
     };
-    if (balanced_first) run_variants(bal, true, r.bal_us);
-    run_variants(pick, false, r.us);
-    if (!balanced_first) run_variants(bal, true, r.bal_us);
-    run_variants(qbf, false, r.qb_us, true);
+    if (balanced_first) run_variants(bal, true, r.us[kSm90Balanced]);
+    run_variants(pick, false, r.us[kSm90Plain]);
+    if (!balanced_first) run_variants(bal, true, r.us[kSm90Balanced]);
+    run_variants(qbf, false, r.us[kSm90QBf16], true);
     {  // the bf16-q variants also in the balanced list
       std::string both = ",";
       for (int v = 0; v < kSm90Variants; ++v) {
@@ -424,7 +421,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
         t += ',';
         if (qbf.find(t) != std::string::npos && bal.find(t) != std::string::npos) both += std::to_string(v) + ",";
       }
-      run_variants(both, true, r.qbb_us, true);
+      run_variants(both, true, r.us[kSm90BalancedQBf16], true);
     }
     r.tc_us = MlaDecodeCase(b, a.H, ctx, a.qlen, true, a.name, "default tc path (same run as sm90)");
     MlaResults().sm90.push_back(r);

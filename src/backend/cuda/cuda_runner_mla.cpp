@@ -488,7 +488,7 @@ void CudaModelRunner::Mla(int l, const ForwardBatch& b, int64_t T) {
     // mla_decode_q_bf16 (session 40, opt-in): the sm_90a kernel reads q_lat as bf16 (one F32ToBf16
     // launch here, RN as the kernel's own conversion: the same bits) instead of converting the fp32
     // q_lat in every CTA's prologue.
-    if (opts_.mla_decode_q_bf16 && dp.emulate_tc_rounding == 0 && MlaDecodeSm90Selected(dp)) {
+    if (opts_.mla_decode_q_bf16 && MlaDecodeTakesSm90(dp)) {
       qlat16_.Reserve(Ta * H * L * sizeof(bf16));
       F32ToBf16(qlat32_.as<float>(), L, qlat16_.as<bf16>(), L, Ta * H, L, s_, opts_.pdl);
       dp.q_bf16 = qlat16_.as<bf16>();

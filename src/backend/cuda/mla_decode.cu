@@ -170,7 +170,7 @@ void MlaDecodeAttention(const MlaDecodeParams& p) {
   DS_CHECK(p.kv_chunk >= kKeysPerTile && p.kv_chunk % kKeysPerTile == 0) << "MlaDecodeAttention: kv_chunk";
   if (p.num_tokens == 0) return;
   if (p.uv_w != nullptr) CheckMlaDecodeUv(p);
-  if (p.emulate_tc_rounding == 0 && MlaDecodeSm90Selected(p)) {
+  if (MlaDecodeTakesSm90(p)) {
     MlaDecodeAttentionSm90(p);
     return;
   }

@@ -223,9 +223,13 @@ bool MlaDecodeTcSupported(int64_t kv_lora, int64_t rope_dim, int64_t block_size)
 void MlaDecodeAttentionTc(const MlaDecodeParams& p);
 // sm_90a kernel (mla_decode_sm90.cu). Supported: an sm_90 device, kv_lora 512, rope 64,
 // block_size % 64 == 0. Selected: p.sm90, supported, and >= 64 query rows per sequence
-// (max_q_len hint, else derived, x heads): the condition MlaDecodeAttention dispatches on.
+// (max_q_len hint, else derived, x heads). MlaDecodeTakesSm90: the condition MlaDecodeAttention
+// dispatches on (selected, and no CUDA-core emulation asked for).
 bool MlaDecodeSm90Supported(const MlaDecodeParams& p);
 bool MlaDecodeSm90Selected(const MlaDecodeParams& p);
+inline bool MlaDecodeTakesSm90(const MlaDecodeParams& p) {
+  return p.emulate_tc_rounding == 0 && MlaDecodeSm90Selected(p);
+}
 // Keys per split of the sm90 plan (a multiple of 64, >= kv_chunk); *tile = 64 (keys per
 // online-softmax update).
 int64_t MlaDecodeSm90Chunk(const MlaDecodeParams& p, int* tile = nullptr);
@@ -235,7 +239,8 @@ int64_t MlaDecodeSm90Chunk(const MlaDecodeParams& p, int* tile = nullptr);
 // i.e. one wave: 128 heads x batch 1 at long contexts; 1 elsewhere).
 int MlaDecodeSm90CombineGroups(const MlaDecodeParams& p, int64_t max_splits);
 // Runs the sm90 kernel whatever p.sm90 says (tests call it directly); DS_CHECKs support and
-// alignment (q 16-byte aligned, strides % 4; output strides % 4). Workspace as
+// alignment (q 16-byte aligned, strides % 4; q_bf16, when given, 16-byte aligned, strides % 8;
+// output 8-byte aligned, strides % 4). Workspace as
 // MlaDecodeWorkspaceFloats(..., kv_chunk).
 void MlaDecodeAttentionSm90(const MlaDecodeParams& p);
 int64_t MlaDecodeWorkspaceFloats(int64_t num_tokens, int64_t heads, int64_t kv_lora, int64_t max_context,

@@ -421,34 +421,30 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   }  // P V warpgroups
 }
 
+using Ring3KernelFn = void (*)(const CUtensorMap, const MlaDecodeParams, int, int, int, int);
+// The instantiation for variant v (12, 13, 15; the timeline hook runs 15's schedule for 15, 13's otherwise).
+template <typename TOut>
+Ring3KernelFn PickRing3Kernel(int v, bool tl) {
+  if (tl) return v == 15 ? MlaDecodeSm90Ring3Kernel<TOut, true, true, true> : MlaDecodeSm90Ring3Kernel<TOut, true, true>;
+  return v == 15 ? MlaDecodeSm90Ring3Kernel<TOut, true, false, true>
+         : v == 13 ? MlaDecodeSm90Ring3Kernel<TOut, true>
+                   : MlaDecodeSm90Ring3Kernel<TOut, false>;
+}
+
 }  // namespace
 
 void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, int nrb, int chunk, int max_splits,
                               int direct, unsigned ctas) {
   const bool f32 = p.out_type == DTypeOut::kF32;
   const int v = p.sm90_variant;
-  const bool tl = p.sm90_timeline != nullptr;  // the measurement hook (variant 13's or 15's schedule)
-  using Kernel = void (*)(const CUtensorMap, const MlaDecodeParams, int, int, int, int);
-  Kernel kernel = nullptr;
-  if (tl) {
-    kernel = v == 15 ? (f32 ? MlaDecodeSm90Ring3Kernel<float, true, true, true>
-                            : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, true, true>)
-                     : (f32 ? MlaDecodeSm90Ring3Kernel<float, true, true>
-                            : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, true>);
-  } else {
-    kernel = f32 ? (v == 15   ? MlaDecodeSm90Ring3Kernel<float, true, false, true>
-                    : v == 13 ? MlaDecodeSm90Ring3Kernel<float, true>
-                              : MlaDecodeSm90Ring3Kernel<float, false>)
-                 : (v == 15   ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, false, true>
-                    : v == 13 ? MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true>
-                              : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, false>);
-  }
+  const bool tl = p.sm90_timeline != nullptr;  // the measurement hook
+  const Ring3KernelFn kernel = f32 ? PickRing3Kernel<float>(v, tl) : PickRing3Kernel<__nv_bfloat16>(v, tl);
   // The setmaxnreg split (184 + 2 x 160) balances only at 168 registers a thread, and the layout
   // leaves no room for static shared memory (the dynamic base must stay 1024-aligned): checked once
-  // per instantiation (the timeline ones too), so a toolchain that compiles it otherwise fails here,
-  // not with a hang or trap.
-  static std::atomic<bool> checked[2][5];
-  std::atomic<bool>& done = checked[f32 ? 1 : 0][tl ? (v == 15 ? 4 : 3) : (v == 15 ? 2 : v - 12)];
+  // per (output type, variant, timeline), so a toolchain that compiles it otherwise fails here, not
+  // with a hang or trap.
+  static std::atomic<bool> checked[2][2][3];
+  std::atomic<bool>& done = checked[f32 ? 1 : 0][tl ? 1 : 0][v == 15 ? 2 : v - 12];
   if (!done.load(std::memory_order_acquire)) {
     cudaFuncAttributes attr{};
     DS_CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
