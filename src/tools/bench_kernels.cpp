@@ -1334,7 +1334,8 @@ std::string Markdown(const Bench& b, const std::string& gpu, const std::string& 
          "Variants (MlaDecodeParams::sm90_variant): 0 default, 1 / 2 seesaw, 4 three warpgroups, "
          "8 = 4 + fast softmax, 9 = 0 + fast softmax, 10 = 8 + per-box barriers, 11 tile pairs, 12 = 10 + a three-stage "
          "ring with Q's latent part in registers, 13 = 12 with one barrier a stage, 15 = 13 with the lean softmax "
-         "(tree maxima, P by stmatrix, unit rescales skipped; 3 and 5-7, measured in session 16, and 14 were "
+         "(tree maxima, P by stmatrix, unit rescales skipped), 16 = 15 with each K tile multicast to the two "
+         "row blocks of a token (a cluster of two; 3 and 5-7, measured in session 16, and 14 were "
          "removed); vNb = variant N with the balanced work list (split-KV by work: "
          "PlanMlaDecodeSm90WorkList); vNq / vNbq = the same with a bf16 q (MlaDecodeParams::q_bf16, FlashMLA's input form).\n\n| case | FlashMLA us |";
     std::string sep = "|---|---:|";

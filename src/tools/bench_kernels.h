@@ -192,13 +192,14 @@ void Fp8GemvPdlFamily(Bench& b);  // --only fp8_gemv_pdl (bench_kernels_gemv.cpp
 // ---- MLA families (bench_kernels_mla.cpp)
 // FlashMLA comparison rows of the markdown (mla_anchors, mla_sm90) and the mixed-length checks.
 struct AnchorResult { std::string name; double flashmla_us, ours_us, before_us; };
-// MlaDecodeParams::sm90_variant 0..15 and their kernel-name tags in the tables ("[removed]": rejected).
-inline constexpr int kSm90Variants = 16;
+// MlaDecodeParams::sm90_variant 0..16 and their kernel-name tags in the tables ("[removed]": rejected).
+inline constexpr int kSm90Variants = 17;
 inline constexpr const char* kSm90VariantTags[kSm90Variants] = {
     "", "[seesaw]", "[seesaw,late-release]", "[removed]", "[3wg]", "[removed]", "[removed]",
     "[removed]", "[3wg,fast-softmax]", "[fast-softmax]", "[3wg,fast-softmax,box-barriers]", "[tile-pairs]",
     "[3wg,ring3,q-in-registers]", "[3wg,ring3,q-in-registers,stage-barriers]", "[removed]",
-    "[3wg,ring3,q-in-registers,stage-barriers,lean-softmax]"};
+    "[3wg,ring3,q-in-registers,stage-barriers,lean-softmax]",
+    "[3wg,ring3,q-in-registers,stage-barriers,lean-softmax,k-multicast]"};
 // The run sets of an sm90 anchor: the uniform split plan or the balanced work list
 // (MlaDecodeParams::sm90_work), each with the fp32 q or a bf16 q (MlaDecodeParams::q_bf16); the
 // table's column tags vN, vNb, vNq, vNbq.

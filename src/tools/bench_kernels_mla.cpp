@@ -31,7 +31,7 @@ MlaTables& MlaResults() {
 }
 
 // ---------------------------------------------------------------- MLA decode
-// One more launch of `p` (variant 10, 12, 13 or 15) with every CTA's entry / after-Q / after-stores clocks
+// One more launch of `p` (variant 10, 12, 13, 15 or 16) with every CTA's entry / after-Q / after-stores clocks
 // (MlaDecodeParams::sm90_cta_times; max_ctas >= the grid), printed per wave (a CTA's position among
 // the CTAs its SM ran): CTAs, tiles, cycles (mean / min / max), the Q prologue, cycles per tile,
 // the gap between an SM's consecutive CTAs, and the kernel's span.
@@ -247,7 +247,7 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
               ",bpsm" + (tc_blocks_per_sm ? std::to_string(tc_blocks_per_sm) : std::string("default")) + ",rows" +
               std::to_string(tc_rows_per_warp ? tc_rows_per_warp : 16) + (tc_fast_io >= 0 ? ",fastio" : "") + "]";
   b.Add(kernel, label, us, bytes, flops, false, note + plan_note);
-  // DS_BENCH_MLA_CTA_TIMES=1 (variants 10, 12, 13, 15; a measurement, session 37): PrintCtaTimes.
+  // DS_BENCH_MLA_CTA_TIMES=1 (variants 10, 12, 13, 15, 16; a measurement, session 37): PrintCtaTimes.
   if (const char* e = std::getenv("DS_BENCH_MLA_CTA_TIMES");
       sm90 && (sm90_variant == 10 || sm90_variant >= 12) && e && std::string(e) == "1") {
     MlaDecodeParams pt = p;
@@ -257,8 +257,8 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
                   label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""));
   }
   // DS_BENCH_MLA_TIMELINE=1 (a measurement): PrintTimeline, variant 11 (two warpgroups, a tile pair
-  // an iteration) or 12, 13, 15 (three; the ring's timeline instantiation runs 15's schedule for 15,
-  // 13's otherwise).
+  // an iteration) or 12, 13, 15, 16 (three; the ring's timeline instantiation runs 16's schedule for
+  // 16, 15's for 15, 13's otherwise).
   if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE");
       sm90 && (sm90_variant == 11 || sm90_variant >= 12) && e && std::string(e) == "1") {
     PrintTimeline(b, p, tables[0]->as<int32_t>(), label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""),
@@ -343,7 +343,7 @@ void MlaDecodeSm90Anchors(Bench& b) {
                     std::string(kSm90VariantTags[v]) != "[removed]");
     if (!any)
       std::fprintf(stderr, "bench kernels: DS_BENCH_SM90_VARIANTS=%s names no live variant (comma-separated numbers: "
-                   "0,1,2,4,8,9,10,11,12,13,15)\n", env ? env : "");
+                   "0,1,2,4,8,9,10,11,12,13,15,16)\n", env ? env : "");
   }
   // DS_BENCH_SM90_BALANCED=<comma-separated variants> (default "10,13,15"; "none"): those variants
   // again with the balanced work list (MlaDecodeParams::sm90_work), after the plain runs (before

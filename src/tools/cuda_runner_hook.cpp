@@ -133,7 +133,7 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   // The sm_90a decode kernel variant (0 default, 1 / 2 seesaw: verified, 3-8% slower; 4 three
   // warpgroups, 8 / 9 = 4 / 0 with the shorter softmax, 10 = 8 with per-box barriers, 11 tile
   // pairs, 12 / 13 / 15 the three-stage ring; MlaDecodeParams::sm90_variant).
-  env_choice("DS_MLA_DECODE_SM90_VARIANT", {{"0", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"9", 9}, {"10", 10}, {"11", 11}, {"12", 12}, {"13", 13}, {"15", 15}}, &c.mla_decode_sm90_variant);
+  env_choice("DS_MLA_DECODE_SM90_VARIANT", {{"0", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"9", 9}, {"10", 10}, {"11", 11}, {"12", 12}, {"13", 13}, {"15", 15}, {"16", 16}}, &c.mla_decode_sm90_variant);
   env_choice("DS_MLA_DECODE_SM90_SMALL_VARIANT", {{"-1", -1}, {"0", 0}, {"4", 4}, {"8", 8}, {"9", 9}, {"10", 10}, {"11", 11}},
              &c.mla_decode_sm90_small_variant);
   // CudaRunnerOptions::mla_decode_tc_kernel (A/B).

@@ -630,6 +630,24 @@ TEST(CudaRunner, DummyV3DecodeSm90VariantsBitEqual) {
   }
 }
 
+// Variant 16 (session 41): variant 15 with each K tile multicast to the two 64-row CTAs of a token (a
+// cluster of two). The same data in shared memory and the same arithmetic, so the whole model's logits
+// must equal variant 15's bit for bit (128 heads: every decode pass takes the cluster form, the
+// captured graphs included).
+TEST(CudaRunner, DummyV3DecodeSm90MulticastBitEqual) {
+  if (!std::filesystem::exists(DataDir() + "/deepseek-v3/config.json")) GTEST_SKIP();
+  if (!Sm90MlaDecodeAvailable()) GTEST_SKIP() << kNoSm90MlaDecode;
+  const auto v15 = DummyV3DecodeLogits(3, true, 0, true, 15);
+  const auto v16 = DummyV3DecodeLogits(3, true, 0, true, 16);
+  ASSERT_FALSE(v15.empty());
+  ASSERT_EQ(v16.size(), v15.size());
+  int64_t diff = 0;
+  for (size_t i = 0; i < v16.size(); ++i) diff += std::memcmp(&v16[i], &v15[i], sizeof(float)) != 0;
+  std::printf("[metric] dummy_v3_3layers mla_decode sm90_v16_vs_v15 differing logits %lld of %zu\n",
+              static_cast<long long>(diff), v16.size());
+  EXPECT_EQ(diff, 0);
+}
+
 // CudaRunnerOptions::mla_decode_q_bf16 (session 40): the sm_90a decode reads a bf16 copy of q_lat
 // (F32ToBf16, RN) instead of rounding the fp32 q_lat itself (RN): the same logits bit for bit, at the
 // default variant and at 15; the path must have run (its layer count > 0). The growth steps check that

@@ -332,11 +332,12 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
 // Every case on every variant of the kernel (0: the verified kernel; 1, 2: seesaw; 4: three
 // warpgroups; 8 / 9: 4 / 0 with the shorter softmax; 10: 8 with per-box barriers; 11: the tile-pair
 // schedule; 12: 10 with a three-stage ring; 13: 12 with a barrier a stage; 15: 13 with the lean
-// softmax, P by stmatrix and unit rescales skipped). To run the
+// softmax, P by stmatrix and unit rescales skipped; 16: 15 with the K tiles multicast in a cluster of
+// the two row blocks of a token, 15 itself below 128 heads). To run the
 // variants in separate processes (e.g. scripts/gpu_e2e.sh E2E_TESTS=1 once per variant), set
-// DS_TEST_SM90_VARIANTS=0, =1, =2, =4, =8, =9, =a for 10, =b for 11, =c / =d / =f for 12 / 13 / 15 (the digits of the variants to run; unset = all), so a hang of
+// DS_TEST_SM90_VARIANTS=0, =1, =2, =4, =8, =9, =a for 10, =b for 11, =c / =d / =f / =g for 12 / 13 / 15 / 16 (the digits of the variants to run; unset = all), so a hang of
 // one does not hide the other's results.
-constexpr int kVariants[] = {0, 1, 2, 4, 8, 9, 10, 11, 12, 13, 15};
+constexpr int kVariants[] = {0, 1, 2, 4, 8, 9, 10, 11, 12, 13, 15, 16};
 void RunSm90Case(const std::vector<int32_t>& ctx, const std::vector<int32_t>& qlen, int64_t H, int64_t kv_chunk,
                  const std::vector<int64_t>& heads_sample, const char* name) {
   const char* only = std::getenv("DS_TEST_SM90_VARIANTS");
@@ -356,7 +357,7 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
   MlaDecodeParams p{};
   p.kv_lora = kKvl; p.rope_dim = kRope; p.block_size = kBs; p.kv_chunk = 256; p.heads = 128;
   p.num_tokens = 1; p.num_seqs = 1; p.softmax_scale = 0.1f; p.sm90 = true;
-  for (int v : {-1, 3, 5, 6, 7, 14, 16}) {
+  for (int v : {-1, 3, 5, 6, 7, 14, 17}) {
     p.sm90_variant = v;
     EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "variant " << v;
   }
@@ -371,7 +372,7 @@ TEST(CudaMlaDecodeSm90, RejectsRemovedVariantsAndBadScale) {
     EXPECT_THROW(MlaDecodeAttentionSm90(p), CheckError) << "L2 hint " << h;
   }
   p.sm90_kv_l2_hint = 0;
-  for (int v : {8, 9, 10, 11, 12, 13})
+  for (int v : {8, 9, 10, 11, 12, 13, 15, 16})
     for (float scale : {0.f, -0.1f}) {
       p.sm90_variant = v;
       p.softmax_scale = scale;

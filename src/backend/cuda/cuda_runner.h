@@ -84,7 +84,8 @@ struct CudaRunnerOptions {
   // run 1), 4 = three warpgroups (S + softmax, two halves of O), 8 / 9 = 4 / 0 with the shorter
   // softmax, 10 = 8 with per-box barriers (session 16), 11 = the tile-pair schedule (session 19),
   // 12 / 13 = 10 with a three-stage ring (session 38; the same bits as 10), 15 = 13 with the lean
-  // softmax (session 39; the same bits).
+  // softmax (session 39; the same bits), 16 = 15 with the K tiles multicast to the two row blocks
+  // of a token (session 41; the same bits).
   // Only with mla_decode_sm90.
   int mla_decode_sm90_variant = 0;
   // Session 40 (opt-in; the CLI reads DS_MLA_DECODE_Q_BF16=1): the sm_90a decode reads a bf16 copy

@@ -39,6 +39,11 @@ using sm90::BarArrive;
 using sm90::BarExpectTx;
 using sm90::BarInit;
 using sm90::BarTryWait;
+using sm90::BarArriveCluster;
+using sm90::ClusterRank;
+using sm90::ClusterSync;
+using sm90::MapToRank;
+using sm90::TmaLoadMulticast;
 using sm90::Desc;
 using sm90::FenceProxyAsync;
 using sm90::NamedBarSync;
@@ -603,35 +608,8 @@ struct Tile144Args {
   int Mp, kb, nb, m_tiles, n_tiles;
 };
 
-// Cluster helpers (kCluster > 1): the CTA's rank, the cluster-wide barrier, the same shared
-// address in CTA `rank`, an arrival on a (possibly remote) mbarrier, and a TMA tile load
-// multicast to the CTAs in `mask` (landing at the same offset in each, completing on each one's
-// mbarrier at `bar`).
-__device__ __forceinline__ uint32_t ClusterRank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void ClusterSync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ uint32_t MapToRank(uint32_t addr, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void BarArriveCluster(uint32_t cluster_addr) {
-  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_addr) : "memory");
-}
-__device__ __forceinline__ void TmaLoadMulticast(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar,
-                                                 uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], "
-      "[%4], %5;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
-      : "memory");
-}
-
+// The cluster helpers (ClusterRank, ClusterSync, MapToRank, BarArriveCluster, TmaLoadMulticast) are
+// in sm90_ptx.cuh.
 // A 1-d bulk copy (bytes % 16 == 0, 16-byte aligned ends) completing on the mbarrier.
 __device__ __forceinline__ void BulkLoad(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),

@@ -111,7 +111,9 @@ struct MlaDecodeParams {
   // 13 = 12 with one "full" mbarrier a ring stage instead of one a box (fewer mbarrier round trips
   // for warpgroup 0; the same bits): the fastest at 128 heads (session 38 run 6). 15 = 13 with
   // tree row maxima, P stored by stmatrix and the rescale by exactly 1 skipped (session 39; the
-  // same bits; ~2% fewer cycles a tile).
+  // same bits; ~2% fewer cycles a tile). 16 = 15 with the two row blocks of a token as a cluster
+  // of two, each K tile multicast into both (session 41; the same bits as 15; heads % 128 == 0,
+  // 15 runs otherwise; sm90_kv_l2_hint is not applied to its loads).
   int sm90_variant = 0;
   // Rows of the cache allocation (num_blocks * block_size), bounds the TMA tensor map; 0 = not
   // given (unbounded: the block table must only name allocated pages, as always).

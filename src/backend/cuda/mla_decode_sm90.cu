@@ -846,7 +846,7 @@ void Launch(const MlaDecodeParams& p, const Sm90Plan& pl) {
   const bool direct = pl.max_splits == 1 && p.uv_w == nullptr;
   const int64_t ctas = pl.nrb * (p.sm90_work != nullptr ? p.sm90_work_items : p.num_seqs * pl.max_splits);
   DS_CHECK(ctas < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: grid too large";
-  if (p.sm90_variant == 12 || p.sm90_variant == 13 || p.sm90_variant == 15) {  // variant 10 with a three-stage ring (mla_decode_sm90_ring3.cu)
+  if (p.sm90_variant >= 12 && p.sm90_variant != 14) {  // variant 10 with a three-stage ring (mla_decode_sm90_ring3.cu)
     LaunchMlaDecodeSm90Ring3(map, p, static_cast<int>(pl.nrb), static_cast<int>(pl.chunk), static_cast<int>(pl.max_splits),
                              direct ? 1 : 0, static_cast<unsigned>(ctas));
   } else if (p.sm90_variant == 11) {  // the tile-pair schedule (mla_decode_sm90_pair.cu)
@@ -930,10 +930,10 @@ void MlaDecodeAttentionSm90(const MlaDecodeParams& p) {
   DS_CHECK(p.o_head_stride % 4 == 0 && p.o_tok_stride % 4 == 0 && reinterpret_cast<uintptr_t>(p.out) % 8 == 0)
       << "MlaDecodeAttentionSm90: output strides % 4 and an 8-byte aligned output (column pairs stored as one)";
   DS_CHECK(p.cache_rows == 0 || p.cache_rows < (int64_t{1} << 31)) << "MlaDecodeAttentionSm90: cache too large";
-  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 15 && p.sm90_variant != 3 && p.sm90_variant != 5 &&
+  DS_CHECK(p.sm90_variant >= 0 && p.sm90_variant <= 16 && p.sm90_variant != 3 && p.sm90_variant != 5 &&
            p.sm90_variant != 6 && p.sm90_variant != 7 && p.sm90_variant != 14)
       << "MlaDecodeAttentionSm90: sm90_variant " << p.sm90_variant
-      << " (0-2, 4, 8-13, 15; 3 and 5-7 were measured slower and removed in session 16; 14 in session 38)";
+      << " (0-2, 4, 8-13, 15, 16; 3 and 5-7 were measured slower and removed in session 16; 14 in session 38)";
   // The shorter softmax takes the row max on raw scores and masks through fma(-inf, scale, .):
   // both need a positive scale.
   DS_CHECK(p.sm90_variant < 8 || p.softmax_scale > 0.f)

@@ -1,5 +1,5 @@
-// Variants 12, 13 and 15 of the sm_90a absorbed-MLA decode (MlaDecodeParams::sm90_variant; 13 and 15
-// below at kOneFull / kLean). Variant 12: variant 10
+// Variants 12, 13, 15 and 16 of the sm_90a absorbed-MLA decode (MlaDecodeParams::sm90_variant; 13, 15
+// and 16 below at kOneFull / kLean / kMc). Variant 12: variant 10
 // (the three-warpgroup kernel of mla_decode_sm90.cu with the shorter softmax and one "full"
 // mbarrier per 64-column box) with a three-stage ring of 64-key tiles. Same CTA shape, split
 // plan, work list, softmax, P, rescales and accumulation order as variant 10, so the same bits
@@ -22,8 +22,8 @@
 // Shared memory (the base must be 1024-aligned: it is on sm_90, after the 1 KB the system reserves;
 // checked, trap otherwise): ring [3][9 boxes of 64 x 64 bf16] 216 KB, Q's rope box 8 KB (the final
 // row sums and maxima go there once every S is done), Q's step 31 2 KB, the softmax factors [3][64]
-// f32, mbarriers full[3][8] (boxes 7 and 8 share one), p_full[3], empty[3]: 232,432 of the 232,448
-// bytes a CTA may have. Warpgroup 1 writes the split's LSE (from the row sums and maxima).
+// f32, mbarriers full[3][8] (boxes 7 and 8 share one), p_full[3], empty[3], q_free (variant 16):
+// 232,440 of the 232,448 bytes a CTA may have. Warpgroup 1 writes the split's LSE (from the row sums and maxima).
 // The Q tile is first written (bf16, swizzled, as LoadQTile does for the other kernels) into
 // stage 2, shifted by one box so that its rope box lands in its own place after the ring; warpgroup
 // 0 reads its A fragments and copies step 31 from there, then stage 2 gets its first tile (tiles 0
@@ -60,7 +60,8 @@ constexpr int kR3FullBars = 8;                               // a stage's boxes 
 constexpr int kR3OffBar = kR3OffAlpha + kR3Stages * kBM * 4; // full[3][8], p_full[3], empty[3]
 // No alignment slack: the dynamic shared memory of a CTA starts 1024-aligned on sm_90 (after the
 // 1 KB the system reserves), which the kernel checks (it traps otherwise).
-constexpr int kR3SmemBytes = kR3OffBar + (kR3Stages * kR3FullBars + 2 * kR3Stages) * 8;
+constexpr int kR3OffQFree = kR3OffBar + (kR3Stages * kR3FullBars + 2 * kR3Stages) * 8;  // variant 16: q_free
+constexpr int kR3SmemBytes = kR3OffQFree + 8;
 static_assert(kR3SmemBytes <= 227 * 1024, "shared memory per SM");
 constexpr int kR3QRegSteps = 31;                             // Q's latent k16 steps held in registers
 static_assert(kR3OffQStage + 8 * kBoxBytes == kR3OffQr, "the staged Q tile's rope box lands in place");
@@ -161,7 +162,22 @@ enum : int { kTlTop = 0, kTlSDone, kTlSoftmax, kTlPStored, kTlPub, kTlSIssued,
 // run 1). Run 2: the softmax ~990 cycles instead of ~1,185, 3,191-3,205 cycles a tile against
 // 3,249-3,265 (-2%). (Measured and removed, run 3: the next tile's landed test issued before the
 // softmax and read after it; 3,282-3,332 cycles a tile.)
-template <typename TOut, bool kOneFull = false, bool kTl = false, bool kLean = false>
+// kMc (variant 16, with kOneFull and kLean): the two 64-row CTAs of a token (row blocks 2 i and
+// 2 i + 1 of one work item: the same sequence, split and keys) run as a cluster of two, and each K
+// tile crosses L2 once a pair: CTA rank r loads the boxes b with b % 2 == r and multicasts them into
+// both CTAs (the same offsets; each CTA's one "full" mbarrier a stage expects the whole tile). A stage
+// is re-armed once all 16 P V warps of both CTAs released it (lanes 0 and 1 of each warp arrive on
+// the two CTAs' "empty" barriers in parallel, the form session 17's FP8 GEMM multicast needed), and
+// tile 2 (stage 2, where the Q tile is staged) once both warpgroups 0 have read their Q (q_free, one
+// arrival from each CTA). Cluster barriers open (every mbarrier initialised before a multicast or a
+// remote arrival lands) and close the kernel (no CTA leaves while its peer may still arrive on its
+// barriers). Only for heads % 128 == 0 (the launcher runs 15 otherwise), where both CTAs of a pair
+// have rows or neither has. The same bits as 15 (the same data in shared memory, the same
+// arithmetic). Why: at 128 heads the two CTAs of a token read each K tile from L2 (session 38 run 5,
+// ncu: L2 72% busy), and the decode runs at the 700 W cap (session 40: the clock follows the work
+// done per second), so the bytes moved per tile are part of the time. Session 16's multicast
+// (variant 3, removed) ran on the two-stage ring with a chain of remote arrivals from one lane.
+template <typename TOut, bool kOneFull = false, bool kTl = false, bool kLean = false, bool kMc = false>
 __global__ void __launch_bounds__(kR3Threads, 1)
     MlaDecodeSm90Ring3Kernel(const __grid_constant__ CUtensorMap kv_map, const MlaDecodeParams p, int nrb, int chunk,
                              int max_splits, int direct) {
@@ -201,13 +217,22 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       }
     }
   };
+  static_assert(!kMc || (kOneFull && kLean), "variant 16 is 15 with the multicast");
   const KvL2Pol kv_l2 = KvL2Policy(p.sm90_kv_l2_hint);
+  const uint32_t mc_rank = kMc ? ClusterRank() : 0u;
   auto issue_tile = [&](int it) {  // tile `it` -> stage it % 3, one "full" mbarrier a box
     const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
     const int bs = static_cast<int>(p.block_size);
     const int k0 = kbeg + it * kBN;
     const int row = bt[k0 / bs] * bs + k0 % bs;
     const int st = it % kR3Stages;
+    if constexpr (kMc) {  // this CTA's boxes, into both CTAs; its own barrier expects the whole tile
+      BarExpectTx(full_bar(st, 0), kTileBytes);
+#pragma unroll
+      for (int b = static_cast<int>(mc_rank); b < kDB; b += 2)
+        TmaLoadMulticast(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, full_bar(st, b), 0x3);
+      return;
+    }
 #pragma unroll
     for (int b = 0; b < kFullUsed; ++b)
       BarExpectTx(full_bar(st, b), kOneFull ? kTileBytes : (b == kR3FullBars - 1 ? 2 * kBoxBytes : kBoxBytes));
@@ -220,12 +245,14 @@ __global__ void __launch_bounds__(kR3Threads, 1)
 #pragma unroll
     for (int st = 0; st < kR3Stages; ++st) {
       BarInit(bar_pfull + st * 8, 128);
-      BarInit(bar_empty + st * 8, 256);
+      BarInit(bar_empty + st * 8, kMc ? 2 * 8 : 256);  // kMc: one arrival a P V warp of each CTA
     }
+    if constexpr (kMc) BarInit(s_base + kR3OffQFree, 2);  // each CTA's warpgroup 0 has read its Q
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     FenceProxyAsync();
   }
-  NamedBarSync(kR3BarAll, kR3Threads);
+  if constexpr (kMc) ClusterSync();  // both CTAs' barriers initialised before any multicast or remote arrival
+  else NamedBarSync(kR3BarAll, kR3Threads);
   // Q tile -> bf16 swizzled boxes staged in stage 2 (one batch of loads); thread 0 issues tiles 0
   // and 1 under its own Q loads.
   LoadQTile<kR3Threads, kBM * (kD / 4) / kR3Threads>(p, smem + kR3OffQStage, tid, row0, valid_rows, q0, H, [&] {
@@ -263,7 +290,15 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     }
     FenceProxyAsync();  // these generic reads before the async-proxy (TMA) writes of tile 2
     NamedBarSync(kR3BarWg0, 128);
-    if (wtid == 0 && ntiles > 2) issue_tile(2);
+    if constexpr (kMc) {  // stage 2 is free in this CTA: tell both; tile 2 once the peer's is free too
+      if (wtid < 2) BarArriveCluster(MapToRank(s_base + kR3OffQFree, static_cast<uint32_t>(wtid)));
+      if (wtid == 0 && ntiles > 2) {
+        MbarWait(s_base + kR3OffQFree, 0);
+        issue_tile(2);
+      }
+    } else {
+      if (wtid == 0 && ntiles > 2) issue_tile(2);
+    }
     if (cta_times != nullptr && tid == 0) cta_times[2] = clock64();
     int limit[2];
     float m_run[2], l_run[2];
@@ -403,7 +438,12 @@ __global__ void __launch_bounds__(kR3Threads, 1)
     WgWait<0>();
     FenceRegs(acc);
     stamp(kTlPvDone);
-    BarArrive(bar_empty + st * 8);
+    if constexpr (kMc) {  // lane q of each warp arrives on CTA q's barrier (in parallel)
+      __syncwarp();
+      if (lane < 2) BarArriveCluster(MapToRank(bar_empty + st * 8, static_cast<uint32_t>(lane)));
+    } else {
+      BarArrive(bar_empty + st * 8);
+    }
     if (half == 0 && wtid == 0 && it + kR3Stages < ntiles) {
       MbarWait(bar_empty + st * 8, par);  // both P V warpgroups released the stage (WG0's use ended before p_full)
       issue_tile(it + kR3Stages);
@@ -419,14 +459,20 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   }
   if (tid == 128) CtaTimesExit(cta_times, ntiles);
   }  // P V warpgroups
+  if constexpr (kMc) ClusterSync();  // no CTA leaves while its peer may still arrive on its barriers
 }
 
 using Ring3KernelFn = void (*)(const CUtensorMap, const MlaDecodeParams, int, int, int, int);
-// The instantiation for variant v (12, 13, 15; the timeline hook runs 15's schedule for 15, 13's otherwise).
+// The instantiation for variant v (12, 13, 15, 16; the timeline hook runs 16's schedule for 16, 15's for
+// 15, 13's otherwise).
 template <typename TOut>
 Ring3KernelFn PickRing3Kernel(int v, bool tl) {
-  if (tl) return v == 15 ? MlaDecodeSm90Ring3Kernel<TOut, true, true, true> : MlaDecodeSm90Ring3Kernel<TOut, true, true>;
-  return v == 15 ? MlaDecodeSm90Ring3Kernel<TOut, true, false, true>
+  if (tl)
+    return v == 16   ? MlaDecodeSm90Ring3Kernel<TOut, true, true, true, true>
+           : v == 15 ? MlaDecodeSm90Ring3Kernel<TOut, true, true, true>
+                     : MlaDecodeSm90Ring3Kernel<TOut, true, true>;
+  return v == 16   ? MlaDecodeSm90Ring3Kernel<TOut, true, false, true, true>
+         : v == 15 ? MlaDecodeSm90Ring3Kernel<TOut, true, false, true>
          : v == 13 ? MlaDecodeSm90Ring3Kernel<TOut, true>
                    : MlaDecodeSm90Ring3Kernel<TOut, false>;
 }
@@ -436,15 +482,18 @@ Ring3KernelFn PickRing3Kernel(int v, bool tl) {
 void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, int nrb, int chunk, int max_splits,
                               int direct, unsigned ctas) {
   const bool f32 = p.out_type == DTypeOut::kF32;
-  const int v = p.sm90_variant;
+  // Variant 16's pairs need both row blocks of a token to have rows or neither (heads % 128 == 0;
+  // then nrb is even and the pairs are the (2 i, 2 i + 1) CTAs of one work item); 15 otherwise.
+  const bool mc = p.sm90_variant == 16 && p.heads % 128 == 0 && nrb % 2 == 0;
+  const int v = p.sm90_variant == 16 && !mc ? 15 : p.sm90_variant;
   const bool tl = p.sm90_timeline != nullptr;  // the measurement hook
   const Ring3KernelFn kernel = f32 ? PickRing3Kernel<float>(v, tl) : PickRing3Kernel<__nv_bfloat16>(v, tl);
   // The setmaxnreg split (184 + 2 x 160) balances only at 168 registers a thread, and the layout
   // leaves no room for static shared memory (the dynamic base must stay 1024-aligned): checked once
   // per (output type, variant, timeline), so a toolchain that compiles it otherwise fails here, not
   // with a hang or trap.
-  static std::atomic<bool> checked[2][2][3];
-  std::atomic<bool>& done = checked[f32 ? 1 : 0][tl ? 1 : 0][v == 15 ? 2 : v - 12];
+  static std::atomic<bool> checked[2][2][4];
+  std::atomic<bool>& done = checked[f32 ? 1 : 0][tl ? 1 : 0][v == 16 ? 3 : v == 15 ? 2 : v - 12];
   if (!done.load(std::memory_order_acquire)) {
     cudaFuncAttributes attr{};
     DS_CUDA_CHECK(cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(kernel)));
@@ -454,7 +503,19 @@ void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, 
     done.store(true, std::memory_order_release);
   }
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kR3SmemBytes));
-  LaunchKernel(kernel, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p, nrb, chunk, max_splits, direct);
+  if (mc) {
+    DS_CHECK(ctas % 2 == 0) << "MlaDecodeSm90Ring3Kernel (variant 16): an odd grid " << ctas;
+    cudaLaunchAttribute attrs[2]{};
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = 2;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    const unsigned n = AddPdlAttribute(attrs, 1, p.pdl);
+    DS_CUDA_CHECK(LaunchWithAttrs(attrs, n, kernel, dim3(ctas), dim3(kR3Threads), kR3SmemBytes, p.stream, map, p, nrb,
+                                  chunk, max_splits, direct));
+  } else {
+    LaunchKernel(kernel, ctas, kR3Threads, kR3SmemBytes, p.stream, p.pdl, map, p, nrb, chunk, max_splits, direct);
+  }
   DS_CUDA_CHECK_LAUNCH(tl ? "MlaDecodeSm90Ring3Kernel (timeline)" : "MlaDecodeSm90Ring3Kernel");
 }
 
