@@ -2,6 +2,7 @@
 // file comment: FLOPs and bytes as FlashMLA's table counts them).
 #ifdef DS_WITH_CUDA
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -20,6 +21,7 @@
 #include "backend/cuda/runner_kernels.h"
 #include "common/check.h"
 #include "tools/bench_kernels.h"
+#include "tools/nvml_sampler.h"
 
 namespace ds::bench_kernels {
 
@@ -31,6 +33,94 @@ MlaTables& MlaResults() {
 }
 
 // ---------------------------------------------------------------- MLA decode
+// DS_BENCH_MLA_SOAK=<comma-separated sm90 variants> (a measurement, session 41): at the sm90 case of
+// the list's first variant, each listed variant runs this case back to back for DS_BENCH_MLA_SOAK_MS
+// (default 1500) ms, DS_BENCH_MLA_SOAK_ROUNDS (default 3) rounds, the order reversed every other round,
+// while NvmlSampler reads the energy counter, SM clock and power every 10 ms. Prints a line a (variant,
+// round): us a launch (events over the loop), watts from the energy counter's slope over the middle
+// 80% of the samples, mJ a launch (that power x the time), the mean SM clock and the mean power
+// reading. Why: under the H200's 700 W cap a short timing burst reads the clock the bursts before it
+// left; a sustained loop settles at the clock the kernel's own energy per launch allows.
+void SoakAB(const MlaDecodeParams& p, const std::vector<std::unique_ptr<Buf>>& tables, double est_us,
+            const std::string& label, int variant, cudaStream_t st) {
+  const char* e = std::getenv("DS_BENCH_MLA_SOAK");
+  if (e == nullptr || *e == '\0') return;
+  std::vector<int> list;
+  {
+    std::istringstream ss(e);
+    for (std::string tok; std::getline(ss, tok, ',');)
+      if (!tok.empty()) list.push_back(std::atoi(tok.c_str()));
+  }
+  if (list.empty() || list[0] != variant) return;
+  const auto env_num = [](const char* name, double dflt) {
+    const char* v = std::getenv(name);
+    return v != nullptr && *v != '\0' ? std::atof(v) : dflt;
+  };
+  const double ms = env_num("DS_BENCH_MLA_SOAK_MS", 1500), rounds = env_num("DS_BENCH_MLA_SOAK_ROUNDS", 3);
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  char pci[32] = {};
+  DS_CUDA_CHECK(cudaDeviceGetPCIBusId(pci, sizeof pci, dev));
+  static tools::NvmlSampler nvml(pci);
+  if (!nvml.ok()) std::printf("soak %s: NVML unavailable (times only)\n", label.c_str());
+  const int nsets = static_cast<int>(tables.size());
+  const int k = static_cast<int>(std::clamp(std::ceil(2000.0 / est_us), 1.0, 64.0));  // launches a graph
+  const int64_t graphs = std::max<int64_t>(1, static_cast<int64_t>(ms * 1e3 / (est_us * k)));
+  cudaEvent_t ea, eb;
+  DS_CUDA_CHECK(cudaEventCreate(&ea));
+  DS_CUDA_CHECK(cudaEventCreate(&eb));
+  for (int r = 0; r < static_cast<int>(rounds); ++r) {
+    std::vector<int> order = list;
+    if (r % 2 == 1) std::reverse(order.begin(), order.end());
+    for (const int v : order) {
+      MlaDecodeParams pv = p;
+      pv.sm90_variant = v;
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      DS_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < k; ++i) {
+        MlaDecodeParams pi = pv;
+        pi.block_table = tables[i % nsets]->as<int32_t>();
+        MlaDecodeAttention(pi);
+      }
+      DS_CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+      DS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int64_t g = 0; g < std::max<int64_t>(1, graphs / 8); ++g) DS_CUDA_CHECK(cudaGraphLaunch(exec, st));  // warm-up
+      DS_CUDA_CHECK(cudaStreamSynchronize(st));
+      nvml.Start(10);
+      DS_CUDA_CHECK(cudaEventRecord(ea, st));
+      for (int64_t g = 0; g < graphs; ++g) DS_CUDA_CHECK(cudaGraphLaunch(exec, st));
+      DS_CUDA_CHECK(cudaEventRecord(eb, st));
+      DS_CUDA_CHECK(cudaEventSynchronize(eb));
+      const std::vector<tools::NvmlSampler::Sample> smp = nvml.Stop();
+      float el = 0;
+      DS_CUDA_CHECK(cudaEventElapsedTime(&el, ea, eb));
+      const double us = el * 1e3 / (static_cast<double>(graphs) * k);
+      double watts = 0, mhz = 0, pw = 0;
+      int n = 0;
+      if (smp.size() >= 10) {
+        const size_t i0 = smp.size() / 10, i1 = smp.size() - 1 - smp.size() / 10;
+        const double dt = smp[i1].t_s - smp[i0].t_s;
+        if (dt > 0) watts = static_cast<double>(smp[i1].mj - smp[i0].mj) / 1e3 / dt;
+        for (size_t i = i0; i <= i1; ++i, ++n) {
+          mhz += smp[i].sm_mhz;
+          pw += smp[i].power_mw / 1e3;
+        }
+        mhz /= n;
+        pw /= n;
+      }
+      std::printf("soak %s v%d round %d: %lld launches, %.2f us a launch, %.1f W (energy counter), %.3f mJ a launch, "
+                  "SM %.0f MHz mean, %.1f W mean reading (%d samples)\n",
+                  label.c_str(), v, r, static_cast<long long>(graphs) * k, us, watts, watts * us * 1e-3, mhz, pw, n);
+      std::fflush(stdout);
+      DS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+      DS_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+  }
+  DS_CUDA_CHECK(cudaEventDestroy(ea));
+  DS_CUDA_CHECK(cudaEventDestroy(eb));
+}
+
 // One more launch of `p` (variant 10, 12, 13, 15 or 16) with every CTA's entry / after-Q / after-stores clocks
 // (MlaDecodeParams::sm90_cta_times; max_ctas >= the grid), printed per wave (a CTA's position among
 // the CTAs its SM ran): CTAs, tiles, cycles (mean / min / max), the Q prologue, cycles per tile,
@@ -227,6 +317,8 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
     pi.block_table = tables[i]->as<int32_t>();
     MlaDecodeAttention(pi);
   }, nsets, tc ? 20 : 3, tc ? 400 : 150);
+  if (sm90)
+    SoakAB(p, tables, us, label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""), sm90_variant, b.st());
   const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
   const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
   std::string kernel = sm90 ? "mla_decode_sm90" : tc ? "mla_decode_tc" : "mla_decode_cudacore";
