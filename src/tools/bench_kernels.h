@@ -215,6 +215,10 @@ struct MlaTables {
   std::vector<AnchorResult> anchors;
   std::vector<Sm90Result> sm90;
   std::vector<std::string> mixed_checks;
+  // DS_BENCH_MLA_ANCHOR_METHOD=1: the sm90 anchor cases timed as ANCHORS.md timed FlashMLA (1 s idle,
+  // median of 50 single launches), with the mean NVML SM clock meanwhile (0: no NVML).
+  struct AnchorMethod { std::string name, kernel; double us, burst_us, mhz; };
+  std::vector<AnchorMethod> anchor_method;
 };
 MlaTables& MlaResults();  // one per process (the command runs once)
 void MlaDecodeAnchors(Bench& b);      // --only mla_anchors
