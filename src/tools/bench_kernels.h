@@ -221,6 +221,10 @@ struct MlaTables {
   std::vector<AnchorMethod> anchor_method;
 };
 MlaTables& MlaResults();  // one per process (the command runs once)
+// ANCHORS.md's method for timing FlashMLA (DS_BENCH_MLA_ANCHOR_METHOD=1): the stream drained, 1 s
+// idle, 3 warm-up launches, then 50 launches each between its own two CUDA events; returns the
+// median in us and, in *mhz, the mean NVML SM clock sampled every 2 ms meanwhile (0 without NVML).
+double AnchorMethodUs(Bench& b, const std::function<void(int)>& launch, double* mhz);
 void MlaDecodeAnchors(Bench& b);      // --only mla_anchors
 void MlaDecodeSm90Anchors(Bench& b);  // --only mla_sm90
 void MlaDecodeTune(Bench& b);         // --only mla_tune

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -36,6 +37,40 @@ MlaTables& MlaResults() {
 }
 
 // ---------------------------------------------------------------- MLA decode
+double AnchorMethodUs(Bench& b, const std::function<void(int)>& launch, double* mhz) {
+  DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  char pci[32] = {};
+  DS_CUDA_CHECK(cudaDeviceGetPCIBusId(pci, sizeof pci, dev));
+  static tools::NvmlSampler nvml(pci);
+  for (int i = 0; i < 3; ++i) launch(i);
+  constexpr int kReps = 50;
+  std::vector<cudaEvent_t> ev(2 * kReps);
+  for (auto& x : ev) DS_CUDA_CHECK(cudaEventCreate(&x));
+  nvml.Start(2);
+  for (int r = 0; r < kReps; ++r) {
+    DS_CUDA_CHECK(cudaEventRecord(ev[2 * r], b.st()));
+    launch(r);
+    DS_CUDA_CHECK(cudaEventRecord(ev[2 * r + 1], b.st()));
+  }
+  DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
+  const auto smp = nvml.Stop();
+  std::vector<double> t(kReps);
+  for (int r = 0; r < kReps; ++r) {
+    float ms = 0;
+    DS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]));
+    t[r] = ms * 1e3;
+  }
+  for (auto& x : ev) DS_CUDA_CHECK(cudaEventDestroy(x));
+  std::nth_element(t.begin(), t.begin() + kReps / 2, t.end());
+  double m = 0;
+  for (const auto& x : smp) m += x.sm_mhz;
+  if (mhz != nullptr) *mhz = smp.empty() ? 0.0 : m / static_cast<double>(smp.size());
+  return t[kReps / 2];
+}
+
 // DS_BENCH_MLA_SOAK=<comma-separated sm90 variants> (a measurement, session 41): at the sm90 case of
 // the list's first variant, each listed variant runs this case back to back for DS_BENCH_MLA_SOAK_MS
 // (default 1500) ms, DS_BENCH_MLA_SOAK_ROUNDS (default 3) rounds, the order reversed every other round,
@@ -350,45 +385,15 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   // idle, 3 warm-up launches, then 50 launches each between its own two events; the median, and the
   // NVML SM clock sampled every 2 ms meanwhile. A separate record ("[anchor-method]") and table.
   if (const char* e = std::getenv("DS_BENCH_MLA_ANCHOR_METHOD"); sm90 && e != nullptr && std::string(e) == "1") {
-    DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    int dev = 0;
-    DS_CUDA_CHECK(cudaGetDevice(&dev));
-    char pci[32] = {};
-    DS_CUDA_CHECK(cudaDeviceGetPCIBusId(pci, sizeof pci, dev));
-    static tools::NvmlSampler nvml(pci);
-    const auto launch = [&](int i) {
+    double mhz = 0;
+    const double am = AnchorMethodUs(b, [&](int i) {
       MlaDecodeParams pi = p;
       pi.block_table = tables[i % nsets]->as<int32_t>();
       MlaDecodeAttention(pi);
-    };
-    for (int i = 0; i < 3; ++i) launch(i);
-    constexpr int kReps = 50;
-    std::vector<cudaEvent_t> ev(2 * kReps);
-    for (auto& x : ev) DS_CUDA_CHECK(cudaEventCreate(&x));
-    nvml.Start(2);
-    for (int r = 0; r < kReps; ++r) {
-      DS_CUDA_CHECK(cudaEventRecord(ev[2 * r], b.st()));
-      launch(r);
-      DS_CUDA_CHECK(cudaEventRecord(ev[2 * r + 1], b.st()));
-    }
-    DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
-    const auto smp = nvml.Stop();
-    std::vector<double> t(kReps);
-    for (int r = 0; r < kReps; ++r) {
-      float ms = 0;
-      DS_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * r], ev[2 * r + 1]));
-      t[r] = ms * 1e3;
-    }
-    for (auto& x : ev) DS_CUDA_CHECK(cudaEventDestroy(x));
-    std::nth_element(t.begin(), t.begin() + kReps / 2, t.end());
-    const double am = t[kReps / 2];
-    double mhz = 0;
-    for (const auto& x : smp) mhz += x.sm_mhz;
-    if (!smp.empty()) mhz /= static_cast<double>(smp.size());
+    }, &mhz);
     char extra[160];
-    std::snprintf(extra, sizeof extra, "; 1 s idle, median of 50 single launches (ANCHORS.md's method), SM %.0f MHz mean (NVML, %zu samples)",
-                  mhz, smp.size());
+    std::snprintf(extra, sizeof extra, "; 1 s idle, median of 50 single launches (ANCHORS.md's method), SM %.0f MHz mean (NVML)",
+                  mhz);
     b.Add(kernel + "[anchor-method]", label, am, bytes, flops, false, note + plan_note + extra);
     MlaResults().anchor_method.push_back({label, kernel, am, us, mhz});
   }
