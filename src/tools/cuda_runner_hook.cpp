@@ -132,7 +132,8 @@ ds::StatusOr<std::unique_ptr<ds::ModelRunner>> CreateCuda(const ds::RunnerOption
   env_switch("DS_GEMV_EXPERTS_BF16", &c.gemv_experts_bf16);      // the same for bf16 experts (on, >= 8 tokens)
   // The sm_90a decode kernel variant (0 default, 1 / 2 seesaw: verified, 3-8% slower; 4 three
   // warpgroups, 8 / 9 = 4 / 0 with the shorter softmax, 10 = 8 with per-box barriers, 11 tile
-  // pairs, 12 / 13 / 15 the three-stage ring; MlaDecodeParams::sm90_variant).
+  // pairs, 12 / 13 / 15 the three-stage ring, 16 = 15 with the K multicast in clusters of two;
+  // MlaDecodeParams::sm90_variant).
   env_choice("DS_MLA_DECODE_SM90_VARIANT", {{"0", 0}, {"1", 1}, {"2", 2}, {"4", 4}, {"8", 8}, {"9", 9}, {"10", 10}, {"11", 11}, {"12", 12}, {"13", 13}, {"15", 15}, {"16", 16}}, &c.mla_decode_sm90_variant);
   env_choice("DS_MLA_DECODE_SM90_SMALL_VARIANT", {{"-1", -1}, {"0", 0}, {"4", 4}, {"8", 8}, {"9", 9}, {"10", 10}, {"11", 11}},
              &c.mla_decode_sm90_small_variant);

@@ -132,7 +132,7 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     DS_CUDA_CHECK(cudaGetLastError());
     ExpectClose("mla_decode_sm90", std::string(name) + "_vs_variant9", got, out9.Download(), 1e-5);
   }
-  // Variants 12, 13 and 15 against 10: the same S (latent k16 steps from registers, RS, instead of shared
+  // Variants 12, 13, 15 and 16 against 10: the same S (latent k16 steps from registers, RS, instead of shared
   // memory), softmax, P, rescales and P V order; only the ring depth, the barriers and who
   // writes the LSE change (15: the max as a tree, P by stmatrix, rescales by exactly 1 skipped, all
   // exact). The same bits, fp32 and bf16 outputs (measured: 0 differing on every case for 12 / 13 in
@@ -161,6 +161,19 @@ void RunSm90CaseVariant(const std::vector<int32_t>& ctx, const std::vector<int32
     int64_t diff16 = 0;
     for (size_t i = 0; i < o10b.size(); ++i) diff16 += std::memcmp(&o10b[i], &got16[i], sizeof(__nv_bfloat16)) != 0;
     EXPECT_EQ(diff16, 0) << name << ": variant " << variant << "'s bf16 output differs from variant 10's in its bits";
+  }
+  // Variant 16 launched with PDL too (the cluster and the programmatic-serialization attributes together):
+  // the same bits.
+  if (variant == 16) {
+    Dev<float> ws_p(ws_floats), out_p(T * H * kKvl);
+    MlaDecodeParams pp = params(ws_p.get(), out_p.get(), DTypeOut::kF32);
+    pp.pdl = true;
+    MlaDecodeAttentionSm90(pp);
+    DS_CUDA_CHECK(cudaGetLastError());
+    const auto pv = out_p.Download();
+    int64_t diff = 0;
+    for (size_t i = 0; i < pv.size(); ++i) diff += std::memcmp(&pv[i], &got[i], sizeof(float)) != 0;
+    EXPECT_EQ(diff, 0) << name << ": variant 16 with PDL changes the bits";
   }
   // Session 37's A/B knobs. The L2 cache hints on the cache loads (sm90_kv_l2_hint 1-3) move
   // nothing but where lines sit in L2: the same bits. Four combine groups (sm90_combine_groups

@@ -212,7 +212,7 @@ inline constexpr int64_t kMlaDecodeSm90SplitCost = 1024;
 // lengths leaves SMs idle at the end (half 32K + half 512: its simulated makespan 1.18x this
 // plan's at 16 heads). Here each sequence gets its own split count, n = ceil(ctx / T) splits of
 // equal 64-key multiples, for a target T = total keys / (SMs x waves / nrb) over waves = 1..12,
-// or T = the longest context (one split each); the CTAs go out longest first (LPT) and the plan
+// T = the longest context (one split each) or T = the longest context / k, k = 2..16; the CTAs go out longest first (LPT) and the plan
 // with the least simulated makespan (CTA cost: keys + kMlaDecodeSm90CtaOverhead, plus
 // kMlaDecodeSm90SplitCost for a split of a sequence cut in several) wins. A one-split sequence's
 // CTAs write its output directly and the combine skips it. (FlashMLA's get_mla_metadata balances by work too,
@@ -232,12 +232,22 @@ inline MlaDecodeSm90WorkList PlanMlaDecodeSm90WorkList(const std::vector<int32_t
   bool have = false;
   int64_t max_ctx = 0;
   for (int32_t c : ctx) max_ctx = std::max<int64_t>(max_ctx, c);
+  // The split-length targets: total keys / (SMs x waves / nrb) for waves 1..12, the longest context (one
+  // split each), and (session 41) the longest context in k = 2..16 equal parts, which the waves' targets
+  // can miss: on the 128-head mixed anchor (32 x 32K + 32 x 512) the waves give 8 splits of 4K a long
+  // sequence (4 CTAs an SM), while 2 splits of 16K (one CTA an SM, the short sequences on the other 4
+  // SMs) fill the same keys an SM with a quarter of the CTAs (their Q prologues) and of the partials
+  // the combine reads.
+  std::vector<int64_t> targets;
   for (int64_t waves = 0; waves <= 12; ++waves) {  // waves 0: one split a sequence
     const double per = static_cast<double>(slots) * static_cast<double>(std::max<int64_t>(1, waves)) /
                        static_cast<double>(std::max<int64_t>(1, nrb));
-    const int64_t target =
-        waves == 0 ? std::max<int64_t>(kBN, max_ctx)
-                   : std::max<int64_t>(kBN, (static_cast<int64_t>(std::ceil(static_cast<double>(total) / per)) + kBN - 1) / kBN * kBN);
+    targets.push_back(waves == 0 ? std::max<int64_t>(kBN, max_ctx)
+                                 : std::max<int64_t>(kBN, (static_cast<int64_t>(std::ceil(static_cast<double>(total) / per)) +
+                                                           kBN - 1) / kBN * kBN));
+  }
+  for (int64_t k = 2; k <= 16; ++k) targets.push_back(std::max<int64_t>(kBN, ((max_ctx + k - 1) / k + kBN - 1) / kBN * kBN));
+  for (const int64_t target : targets) {
     MlaDecodeSm90WorkList wl;
     wl.splits.resize(ctx.size());
     for (size_t s = 0; s < ctx.size(); ++s) {

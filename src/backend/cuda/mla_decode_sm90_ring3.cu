@@ -203,6 +203,12 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   const int warp = wtid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
   long long* const cta_times = CtaTimesEntry(p, tid);  // the measurement hook (MlaDecodeParams::sm90_cta_times)
   const CtaWork w = GetCtaWork(p, nrb, chunk, max_splits);
+  // kMc: both CTAs of a pair must leave here together (a CTA that left would hang its peer in the
+  // cluster barriers): they do when a sequence's rows fill whole pairs (valid_rows % 128 == 0, which
+  // the launcher's heads % 128 == 0 gives); trap otherwise rather than hang.
+  if constexpr (kMc) {
+    if (w.valid_rows % (2 * kBM) != 0) __trap();
+  }
   if (!CtaHasWork<TOut, kR3Threads>(p, w, tid, max_splits, direct)) return;
   const int s = w.s, H = w.H, q0 = w.q0;
   const int valid_rows = w.valid_rows, row0 = w.row0, kbeg = w.kbeg, kend = w.kend;
@@ -220,7 +226,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
   static_assert(!kMc || (kOneFull && kLean), "variant 16 is 15 with the multicast");
   const KvL2Pol kv_l2 = KvL2Policy(p.sm90_kv_l2_hint);
   const uint32_t mc_rank = kMc ? ClusterRank() : 0u;
-  auto issue_tile = [&](int it) {  // tile `it` -> stage it % 3, one "full" mbarrier a box
+  auto issue_tile = [&](int it) {  // tile `it` -> stage it % 3, one "full" mbarrier a box (kOneFull: a stage)
     const int32_t* bt = p.block_table + static_cast<int64_t>(s) * p.max_blocks;
     const int bs = static_cast<int>(p.block_size);
     const int k0 = kbeg + it * kBN;
@@ -445,7 +451,7 @@ __global__ void __launch_bounds__(kR3Threads, 1)
       BarArrive(bar_empty + st * 8);
     }
     if (half == 0 && wtid == 0 && it + kR3Stages < ntiles) {
-      MbarWait(bar_empty + st * 8, par);  // both P V warpgroups released the stage (WG0's use ended before p_full)
+      MbarWait(bar_empty + st * 8, par);  // both P V warpgroups (kMc: of both CTAs) released the stage (WG0's use ended before p_full)
       issue_tile(it + kR3Stages);
     }
     stamp(kTlPvReleased);
@@ -463,6 +469,35 @@ __global__ void __launch_bounds__(kR3Threads, 1)
 }
 
 using Ring3KernelFn = void (*)(const CUtensorMap, const MlaDecodeParams, int, int, int, int);
+
+// Whether clusters of two ring-kernel CTAs (232 KB of shared memory each) can be resident on this
+// device (cudaOccupancyMaxActiveClusters > 0; e.g. not under a partition that leaves no pair of SMs
+// in one GPC). Per device, cached.
+bool Ring3ClustersFit(bool f32) {
+  static std::atomic<int> fit[2][64];  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  DS_CUDA_CHECK(cudaGetDevice(&dev));
+  std::atomic<int>& f = fit[f32 ? 1 : 0][dev & 63];
+  if (const int v = f.load(std::memory_order_acquire); v != 0) return v == 1;
+  const auto kernel = f32 ? MlaDecodeSm90Ring3Kernel<float, true, false, true, true>
+                          : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, false, true, true>;
+  EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kR3SmemBytes));
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(2);
+  cfg.blockDim = dim3(kR3Threads);
+  cfg.dynamicSmemBytes = kR3SmemBytes;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 2;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  DS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  f.store(n > 0 ? 1 : 2, std::memory_order_release);
+  return n > 0;
+}
 // The instantiation for variant v (12, 13, 15, 16; the timeline hook runs 16's schedule for 16, 15's for
 // 15, 13's otherwise).
 template <typename TOut>
@@ -483,8 +518,9 @@ void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, 
                               int direct, unsigned ctas) {
   const bool f32 = p.out_type == DTypeOut::kF32;
   // Variant 16's pairs need both row blocks of a token to have rows or neither (heads % 128 == 0;
-  // then nrb is even and the pairs are the (2 i, 2 i + 1) CTAs of one work item); 15 otherwise.
-  const bool mc = p.sm90_variant == 16 && p.heads % 128 == 0 && nrb % 2 == 0;
+  // then nrb is even and the pairs are the (2 i, 2 i + 1) CTAs of one work item), and clusters of two
+  // of these CTAs that the device can schedule; 15 otherwise.
+  const bool mc = p.sm90_variant == 16 && p.heads % 128 == 0 && nrb % 2 == 0 && Ring3ClustersFit(f32);
   const int v = p.sm90_variant == 16 && !mc ? 15 : p.sm90_variant;
   const bool tl = p.sm90_timeline != nullptr;  // the measurement hook
   const Ring3KernelFn kernel = f32 ? PickRing3Kernel<float>(v, tl) : PickRing3Kernel<__nv_bfloat16>(v, tl);

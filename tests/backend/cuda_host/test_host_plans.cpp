@@ -237,6 +237,12 @@ TEST(CudaHostPlans, MlaDecodeSm90WorkListCoversEveryKeyOnce) {
   EXPECT_LE(PlanMlaDecodeSm90WorkList({8192}, 1, 132, 32).max_splits, 32);
   EXPECT_EQ(PlanMlaDecodeSm90WorkList(mixed, 2, 132, 1).max_splits, 1);
   EXPECT_EQ(PlanMlaDecodeSm90WorkList(std::vector<int32_t>(64, 4096), 2, 132).max_splits, 1);   // 128 heads x 64 x 4K
+  // Session 41: the 128-head mixed anchor takes 2 splits of 16K a long sequence (the longest context / 2):
+  // 128 long CTAs, one an SM, the 64 short ones on the other 4 SMs, makespan 16,384 + 192 + 1,024 = 17,600
+  // key-equivalents, where the waves' targets gave 8 splits of 4K (four CTAs an SM, 4 x 5,312 = 21,248).
+  const MlaDecodeSm90WorkList m2 = PlanMlaDecodeSm90WorkList(mixed, 2, 132);
+  EXPECT_EQ(m2.max_splits, 2);
+  EXPECT_DOUBLE_EQ(m2.est_time, 16384.0 + kMlaDecodeSm90CtaOverhead + kMlaDecodeSm90SplitCost);
 }
 
 }  // namespace
