@@ -384,7 +384,8 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
   // sustained loops hold 1.5-1.6 GHz at 128 heads). So the sm90 cases are also timed that way: 1 s
   // idle, 3 warm-up launches, then 50 launches each between its own two events; the median, and the
   // NVML SM clock sampled every 2 ms meanwhile. A separate record ("[anchor-method]") and table.
-  if (const char* e = std::getenv("DS_BENCH_MLA_ANCHOR_METHOD"); sm90 && e != nullptr && std::string(e) == "1") {
+  if (const char* e = std::getenv("DS_BENCH_MLA_ANCHOR_METHOD");
+      sm90 && e != nullptr && std::string(e) == "1" && label.rfind("warm-up", 0) != 0) {
     double mhz = 0;
     const double am = AnchorMethodUs(b, [&](int i) {
       MlaDecodeParams pi = p;
