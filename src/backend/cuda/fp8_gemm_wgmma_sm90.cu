@@ -865,20 +865,7 @@ int Fp8GemmWgmmaSm90ActiveClusters(const Fp8GemmWgmmaSm90Params& p) {
   // split and shared memory, so one CTA a SM either way.)
   const auto kernel = Fp8GemmTile144Kernel<kWhole, 2>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kT144SmemBytes));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = kT144SmemBytes;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = cl;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  int n = 0;
-  DS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-  return n;
+  return MaxActiveClusters(kernel, static_cast<unsigned>(grid), kThreads, kT144SmemBytes, static_cast<unsigned>(cl));
 }
 
 bool Fp8GemmWgmmaSm90Available() { return CurrentDeviceProps().sm90; }

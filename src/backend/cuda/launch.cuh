@@ -116,6 +116,28 @@ void LaunchKernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, 
   LaunchKernelWith(attr, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
+// cudaOccupancyMaxActiveClusters: how many clusters of `cluster` CTAs (along x) of `kernel`, each of
+// `threads` threads and `smem` bytes of dynamic shared memory, can be resident at once for a grid of
+// `grid` CTAs (0: none can; the caller falls back or refuses). The kernel's max dynamic shared memory
+// must already allow `smem`.
+template <typename... KArgs>
+int MaxActiveClusters(void (*kernel)(KArgs...), unsigned grid, unsigned threads, size_t smem, unsigned cluster) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  int n = 0;
+  DS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  return n;
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args...) as a cooperative launch
 // (cudaLaunchAttributeCooperative): every block is resident at once, as grid-wide barriers need;
 // the grid must fit the device at once (the caller checks its occupancy).

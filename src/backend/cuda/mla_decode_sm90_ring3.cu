@@ -237,13 +237,14 @@ __global__ void __launch_bounds__(kR3Threads, 1)
 #pragma unroll
       for (int b = static_cast<int>(mc_rank); b < kDB; b += 2)
         TmaLoadMulticast(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, full_bar(st, b), 0x3);
-      return;
+    } else {
+#pragma unroll
+      for (int b = 0; b < kFullUsed; ++b)
+        BarExpectTx(full_bar(st, b), kOneFull ? kTileBytes : (b == kR3FullBars - 1 ? 2 * kBoxBytes : kBoxBytes));
+#pragma unroll
+      for (int b = 0; b < kDB; ++b)
+        TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, full_bar(st, b), kv_l2);
     }
-#pragma unroll
-    for (int b = 0; b < kFullUsed; ++b)
-      BarExpectTx(full_bar(st, b), kOneFull ? kTileBytes : (b == kR3FullBars - 1 ? 2 * kBoxBytes : kBoxBytes));
-#pragma unroll
-    for (int b = 0; b < kDB; ++b) TmaLoadBox(sK + st * kTileBytes + b * kBoxBytes, &kv_map, b * 64, row, full_bar(st, b), kv_l2);
   };
 
   if (tid == 0) {
@@ -482,19 +483,7 @@ bool Ring3ClustersFit(bool f32) {
   const auto kernel = f32 ? MlaDecodeSm90Ring3Kernel<float, true, false, true, true>
                           : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, false, true, true>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kR3SmemBytes));
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(2);
-  cfg.blockDim = dim3(kR3Threads);
-  cfg.dynamicSmemBytes = kR3SmemBytes;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = 2;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  int n = 0;
-  DS_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  const int n = MaxActiveClusters(kernel, 2, kR3Threads, kR3SmemBytes, 2);
   f.store(n > 0 ? 1 : 2, std::memory_order_release);
   return n > 0;
 }
