@@ -37,14 +37,34 @@ MlaTables& MlaResults() {
 }
 
 // ---------------------------------------------------------------- MLA decode
+// The NVML sampler of the current CUDA device (the bench runs on one device; made once).
+tools::NvmlSampler& DeviceNvml() {
+  static tools::NvmlSampler nvml([] {
+    int dev = 0;
+    DS_CUDA_CHECK(cudaGetDevice(&dev));
+    char pci[32] = {};
+    DS_CUDA_CHECK(cudaDeviceGetPCIBusId(pci, sizeof pci, dev));
+    return std::string(pci);
+  }());
+  return nvml;
+}
+
+// A comma-separated list of integers from environment variable `name` (empty tokens skipped; none
+// set or none parsed: empty).
+std::vector<int> EnvIntList(const char* name) {
+  std::vector<int> out;
+  const char* e = std::getenv(name);
+  if (e == nullptr) return out;
+  std::istringstream ss(e);
+  for (std::string tok; std::getline(ss, tok, ',');)
+    if (!tok.empty()) out.push_back(std::atoi(tok.c_str()));
+  return out;
+}
+
 double AnchorMethodUs(Bench& b, const std::function<void(int)>& launch, double* mhz) {
   DS_CUDA_CHECK(cudaStreamSynchronize(b.st()));
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  int dev = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  char pci[32] = {};
-  DS_CUDA_CHECK(cudaDeviceGetPCIBusId(pci, sizeof pci, dev));
-  static tools::NvmlSampler nvml(pci);
+  tools::NvmlSampler& nvml = DeviceNvml();
   for (int i = 0; i < 3; ++i) launch(i);
   constexpr int kReps = 50;
   std::vector<cudaEvent_t> ev(2 * kReps);
@@ -81,25 +101,14 @@ double AnchorMethodUs(Bench& b, const std::function<void(int)>& launch, double* 
 // left; a sustained loop settles at the clock the kernel's own energy per launch allows.
 void SoakAB(const MlaDecodeParams& p, const std::vector<std::unique_ptr<Buf>>& tables, double est_us,
             const std::string& label, int variant, cudaStream_t st) {
-  const char* e = std::getenv("DS_BENCH_MLA_SOAK");
-  if (e == nullptr || *e == '\0') return;
-  std::vector<int> list;
-  {
-    std::istringstream ss(e);
-    for (std::string tok; std::getline(ss, tok, ',');)
-      if (!tok.empty()) list.push_back(std::atoi(tok.c_str()));
-  }
+  const std::vector<int> list = EnvIntList("DS_BENCH_MLA_SOAK");
   if (list.empty() || list[0] != variant) return;
   const auto env_num = [](const char* name, double dflt) {
     const char* v = std::getenv(name);
     return v != nullptr && *v != '\0' ? std::atof(v) : dflt;
   };
   const double ms = env_num("DS_BENCH_MLA_SOAK_MS", 1500), rounds = env_num("DS_BENCH_MLA_SOAK_ROUNDS", 3);
-  int dev = 0;
-  DS_CUDA_CHECK(cudaGetDevice(&dev));
-  char pci[32] = {};
-  DS_CUDA_CHECK(cudaDeviceGetPCIBusId(pci, sizeof pci, dev));
-  static tools::NvmlSampler nvml(pci);
+  tools::NvmlSampler& nvml = DeviceNvml();
   if (!nvml.ok()) std::printf("soak %s: NVML unavailable (times only)\n", label.c_str());
   const int nsets = static_cast<int>(tables.size());
   const int k = static_cast<int>(std::clamp(std::ceil(2000.0 / est_us), 1.0, 64.0));  // launches a graph
@@ -355,8 +364,9 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
     pi.block_table = tables[i]->as<int32_t>();
     MlaDecodeAttention(pi);
   }, nsets, tc ? 20 : 3, tc ? 400 : 150);
-  if (sm90)
-    SoakAB(p, tables, us, label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""), sm90_variant, b.st());
+  // The label with the run set's tags, for the measurement hooks' printed lines.
+  const std::string tagged = label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : "");
+  if (sm90) SoakAB(p, tables, us, tagged, sm90_variant, b.st());
   const double flops = 2.0 * H * qlen * double(total) * (576 + 512);
   const double bytes = double(total) * L * 2 + double(T) * H * (L + kvl) * 2;
   std::string kernel = sm90 ? "mla_decode_sm90" : tc ? "mla_decode_tc" : "mla_decode_cudacore";
@@ -404,16 +414,14 @@ double MlaDecodeCase(Bench& b, int64_t H, const std::vector<int32_t>& ctx, int q
     MlaDecodeParams pt = p;
     pt.block_table = tables[0]->as<int32_t>();
     // The grid: row blocks x (work items or sequences x splits), splits of >= 64 keys either way.
-    PrintCtaTimes(b, pt, (qlen * H + 63) / 64 * S * std::max<int64_t>(1, (max_ctx + 63) / 64),
-                  label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""));
+    PrintCtaTimes(b, pt, (qlen * H + 63) / 64 * S * std::max<int64_t>(1, (max_ctx + 63) / 64), tagged);
   }
   // DS_BENCH_MLA_TIMELINE=1 (a measurement): PrintTimeline, variant 11 (two warpgroups, a tile pair
   // an iteration) or 12, 13, 15, 16 (three; the ring's timeline instantiation runs 16's schedule for
   // 16, 15's for 15, 13's otherwise).
   if (const char* e = std::getenv("DS_BENCH_MLA_TIMELINE");
       sm90 && (sm90_variant == 11 || sm90_variant >= 12) && e && std::string(e) == "1") {
-    PrintTimeline(b, p, tables[0]->as<int32_t>(), label + (sm90_balanced ? " [balanced]" : "") + (q_bf16 ? " [q:bf16]" : ""),
-                  sm90_variant == 11 ? 2 : 3);
+    PrintTimeline(b, p, tables[0]->as<int32_t>(), tagged, sm90_variant == 11 ? 2 : 3);
   }
   return us;
 }
@@ -515,18 +523,14 @@ void MlaDecodeSm90Anchors(Bench& b) {
   // DS_BENCH_SM90_L2HINTS (MlaDecodeParams::sm90_kv_l2_hint, default "0"),
   // DS_BENCH_SM90_COMBINE_GROUPS (sm90_combine_groups, default "0"), DS_BENCH_MLA_PDL ("0" / "1"
   // / "0,1": the decode and its combine launched with programmatic dependent launch).
-  const auto int_list = [](const char* name, const char* dflt) {
-    const char* e = std::getenv(name);
-    std::istringstream ss(e != nullptr && *e != '\0' ? e : dflt);
-    std::vector<int> out;
-    for (std::string tok; std::getline(ss, tok, ',');)
-      if (!tok.empty()) out.push_back(std::atoi(tok.c_str()));
-    if (out.empty()) out.push_back(std::atoi(dflt));
+  const auto int_list = [](const char* name, int dflt) {
+    std::vector<int> out = EnvIntList(name);
+    if (out.empty()) out.push_back(dflt);
     return out;
   };
-  const std::vector<int> l2_hints = int_list("DS_BENCH_SM90_L2HINTS", "0");
-  const std::vector<int> combine_groups = int_list("DS_BENCH_SM90_COMBINE_GROUPS", "0");
-  const std::vector<int> pdls = int_list("DS_BENCH_MLA_PDL", "0");
+  const std::vector<int> l2_hints = int_list("DS_BENCH_SM90_L2HINTS", 0);
+  const std::vector<int> combine_groups = int_list("DS_BENCH_SM90_COMBINE_GROUPS", 0);
+  const std::vector<int> pdls = int_list("DS_BENCH_MLA_PDL", 0);
   for (const auto& a : kAnchors) {
     if (only_anchor != nullptr && *only_anchor != '\0' && std::string(a.name).find(only_anchor) == std::string::npos) continue;
     if (b.OutOfTime()) { b.skipped.push_back(std::string("mla_decode_sm90 ") + a.name); continue; }

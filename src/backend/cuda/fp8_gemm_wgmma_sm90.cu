@@ -938,12 +938,7 @@ void Fp8GemmWgmmaSm90(const Fp8GemmWgmmaSm90Params& p) {
     const auto kernel = cl == 2 ? pick(std::integral_constant<int, 2>{}) : pick(std::integral_constant<int, 1>{});
     EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kT144SmemBytes));
     if (cl > 1) {
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = cl;
-      attr.val.clusterDim.y = 1;
-      attr.val.clusterDim.z = 1;
-      LaunchKernelWith(attr, kernel, dim3(grid), dim3(kThreads), kT144SmemBytes, g.stream, map_a_t, map_b, args);
+      LaunchKernelWith(ClusterDimAttribute(static_cast<unsigned>(cl)), kernel, dim3(grid), dim3(kThreads), kT144SmemBytes, g.stream, map_a_t, map_b, args);
     } else {
       kernel<<<grid, kThreads, kT144SmemBytes, g.stream>>>(map_a_t, map_b, args);
     }

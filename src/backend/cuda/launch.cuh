@@ -116,6 +116,16 @@ void LaunchKernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, 
   LaunchKernelWith(attr, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
+// The launch attribute for clusters of x CTAs (along x).
+inline cudaLaunchAttribute ClusterDimAttribute(unsigned x) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = x;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  return attr;
+}
+
 // cudaOccupancyMaxActiveClusters: how many clusters of `cluster` CTAs (along x) of `kernel`, each of
 // `threads` threads and `smem` bytes of dynamic shared memory, can be resident at once for a grid of
 // `grid` CTAs (0: none can; the caller falls back or refuses). The kernel's max dynamic shared memory
@@ -126,11 +136,7 @@ int MaxActiveClusters(void (*kernel)(KArgs...), unsigned grid, unsigned threads,
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = cluster;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
+  cudaLaunchAttribute attr = ClusterDimAttribute(cluster);
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
   int n = 0;

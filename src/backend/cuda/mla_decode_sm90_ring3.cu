@@ -473,15 +473,15 @@ using Ring3KernelFn = void (*)(const CUtensorMap, const MlaDecodeParams, int, in
 
 // Whether clusters of two ring-kernel CTAs (232 KB of shared memory each) can be resident on this
 // device (cudaOccupancyMaxActiveClusters > 0; e.g. not under a partition that leaves no pair of SMs
-// in one GPC). Per device, cached.
-bool Ring3ClustersFit(bool f32) {
-  static std::atomic<int> fit[2][64];  // 0 unknown, 1 yes, 2 no
+// in one GPC). Per device, cached; asked of the bf16-output instantiation (the fp32 one has the same
+// threads, registers and shared memory, which the launcher checks).
+bool Ring3ClustersFit() {
+  static std::atomic<int> fit[64];  // 0 unknown, 1 yes, 2 no
   int dev = 0;
   DS_CUDA_CHECK(cudaGetDevice(&dev));
-  std::atomic<int>& f = fit[f32 ? 1 : 0][dev & 63];
+  std::atomic<int>& f = fit[dev & 63];
   if (const int v = f.load(std::memory_order_acquire); v != 0) return v == 1;
-  const auto kernel = f32 ? MlaDecodeSm90Ring3Kernel<float, true, false, true, true>
-                          : MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, false, true, true>;
+  const auto kernel = MlaDecodeSm90Ring3Kernel<__nv_bfloat16, true, false, true, true>;
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kR3SmemBytes));
   const int n = MaxActiveClusters(kernel, 2, kR3Threads, kR3SmemBytes, 2);
   f.store(n > 0 ? 1 : 2, std::memory_order_release);
@@ -509,7 +509,7 @@ void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, 
   // Variant 16's pairs need both row blocks of a token to have rows or neither (heads % 128 == 0;
   // then nrb is even and the pairs are the (2 i, 2 i + 1) CTAs of one work item), and clusters of two
   // of these CTAs that the device can schedule; 15 otherwise.
-  const bool mc = p.sm90_variant == 16 && p.heads % 128 == 0 && nrb % 2 == 0 && Ring3ClustersFit(f32);
+  const bool mc = p.sm90_variant == 16 && p.heads % 128 == 0 && nrb % 2 == 0 && Ring3ClustersFit();
   const int v = p.sm90_variant == 16 && !mc ? 15 : p.sm90_variant;
   const bool tl = p.sm90_timeline != nullptr;  // the measurement hook
   const Ring3KernelFn kernel = f32 ? PickRing3Kernel<float>(v, tl) : PickRing3Kernel<__nv_bfloat16>(v, tl);
@@ -530,11 +530,7 @@ void LaunchMlaDecodeSm90Ring3(const CUtensorMap& map, const MlaDecodeParams& p, 
   EnsureMaxDynamicSmem(reinterpret_cast<const void*>(kernel), static_cast<int>(kR3SmemBytes));
   if (mc) {
     DS_CHECK(ctas % 2 == 0) << "MlaDecodeSm90Ring3Kernel (variant 16): an odd grid " << ctas;
-    cudaLaunchAttribute attrs[2]{};
-    attrs[0].id = cudaLaunchAttributeClusterDimension;
-    attrs[0].val.clusterDim.x = 2;
-    attrs[0].val.clusterDim.y = 1;
-    attrs[0].val.clusterDim.z = 1;
+    cudaLaunchAttribute attrs[2] = {ClusterDimAttribute(2), {}};
     const unsigned n = AddPdlAttribute(attrs, 1, p.pdl);
     DS_CUDA_CHECK(LaunchWithAttrs(attrs, n, kernel, dim3(ctas), dim3(kR3Threads), kR3SmemBytes, p.stream, map, p, nrb,
                                   chunk, max_splits, direct));
